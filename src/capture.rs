@@ -1,0 +1,183 @@
+//! Reads UDP datagrams out of pcap and pcapng captures (IO shell, used by `replay`).
+//!
+//! pcap-parser reads both container formats and strips the link layer (Ethernet, Linux cooked
+//! SLL/SLL2, raw IP, BSD loopback); etherparse decodes the IPv4/IPv6 and UDP headers.
+
+use std::fs::File;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+
+use etherparse::{NetSlice, SlicedPacket, TransportSlice};
+use pcap_parser::data::{PacketData, get_packetdata};
+use pcap_parser::pcapng::Block;
+use pcap_parser::{Linktype, PcapBlockOwned, PcapError, create_reader};
+
+use crate::time::Time;
+
+/// A UDP datagram as captured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Datagram {
+    pub time: Time,
+    pub source: SocketAddr,
+    pub destination: SocketAddr,
+    pub payload: Vec<u8>,
+}
+
+/// What a capture held besides the datagrams we use.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CaptureStats {
+    pub frames: u64,
+    pub udp: u64,
+    /// Frames that are not UDP over IP (ARP, TCP, ICMP, fragments, unsupported link types).
+    pub skipped: u64,
+}
+
+#[derive(Debug)]
+pub enum CaptureError {
+    Io(io::Error),
+    Format(String),
+}
+
+impl std::fmt::Display for CaptureError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CaptureError::Io(e) => write!(f, "{e}"),
+            CaptureError::Format(e) => write!(f, "not a readable pcap/pcapng capture: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for CaptureError {}
+
+/// Reads every UDP datagram of a capture, in file order, calling `each` for each one.
+pub fn read_udp(
+    path: &Path,
+    mut each: impl FnMut(Datagram),
+) -> Result<CaptureStats, CaptureError> {
+    let file = File::open(path).map_err(CaptureError::Io)?;
+    read_udp_from(file, &mut each)
+}
+
+/// As [`read_udp`], from any reader (fuzzing feeds bytes here).
+pub fn read_udp_from(
+    reader: impl io::Read + Send,
+    each: &mut dyn FnMut(Datagram),
+) -> Result<CaptureStats, CaptureError> {
+    let mut reader =
+        create_reader(1 << 16, reader).map_err(|e| CaptureError::Format(format!("{e:?}")))?;
+    let mut stats = CaptureStats::default();
+    let mut legacy_link = Linktype::ETHERNET;
+    let mut legacy_nanos = false;
+    // pcapng interfaces of the current section: link type, units per second, offset seconds.
+    let mut interfaces: Vec<(Linktype, u64, i64)> = Vec::new();
+    loop {
+        match reader.next() {
+            Ok((offset, block)) => {
+                let frame = match block {
+                    PcapBlockOwned::LegacyHeader(h) => {
+                        legacy_link = h.network;
+                        legacy_nanos = h.is_nanosecond_precision();
+                        None
+                    }
+                    PcapBlockOwned::Legacy(b) => {
+                        let frac = if legacy_nanos {
+                            u64::from(b.ts_usec) / 1000
+                        } else {
+                            u64::from(b.ts_usec)
+                        };
+                        let t = Time(u64::from(b.ts_sec) * 1_000_000 + frac);
+                        Some((t, legacy_link, b.data, b.caplen as usize))
+                    }
+                    PcapBlockOwned::NG(Block::SectionHeader(_)) => {
+                        interfaces.clear();
+                        None
+                    }
+                    PcapBlockOwned::NG(Block::InterfaceDescription(idb)) => {
+                        interfaces.push((
+                            idb.linktype,
+                            idb.ts_resolution().unwrap_or(1_000_000).max(1),
+                            idb.ts_offset(),
+                        ));
+                        None
+                    }
+                    PcapBlockOwned::NG(Block::EnhancedPacket(epb)) => {
+                        match interfaces.get(epb.if_id as usize) {
+                            Some(&(link, resol, off)) => {
+                                let units = (u64::from(epb.ts_high) << 32) | u64::from(epb.ts_low);
+                                let us = (u128::from(units) * 1_000_000 / u128::from(resol)) as u64;
+                                let us = us.saturating_add_signed(off.saturating_mul(1_000_000));
+                                Some((Time(us), link, epb.data, epb.caplen as usize))
+                            }
+                            None => {
+                                stats.frames += 1;
+                                stats.skipped += 1;
+                                None
+                            }
+                        }
+                    }
+                    PcapBlockOwned::NG(Block::SimplePacket(_)) => {
+                        // No timestamp: useless for a time-driven replay.
+                        stats.frames += 1;
+                        stats.skipped += 1;
+                        None
+                    }
+                    PcapBlockOwned::NG(_) => None,
+                };
+                if let Some((time, link, data, caplen)) = frame {
+                    stats.frames += 1;
+                    match udp_of(data, link, caplen.min(data.len())) {
+                        Some((source, destination, payload)) => {
+                            stats.udp += 1;
+                            each(Datagram {
+                                time,
+                                source,
+                                destination,
+                                payload: payload.to_vec(),
+                            });
+                        }
+                        None => stats.skipped += 1,
+                    }
+                }
+                reader.consume(offset);
+            }
+            Err(PcapError::Eof) => break,
+            Err(PcapError::Incomplete(_)) => {
+                reader.refill().map_err(|e| CaptureError::Format(format!("{e:?}")))?;
+            }
+            Err(e) => return Err(CaptureError::Format(format!("{e:?}"))),
+        }
+    }
+    Ok(stats)
+}
+
+fn udp_of(data: &[u8], link: Linktype, caplen: usize) -> Option<(SocketAddr, SocketAddr, &[u8])> {
+    let sliced = match get_packetdata(data, link, caplen)? {
+        PacketData::L2(frame) => SlicedPacket::from_ethernet(frame).ok()?,
+        PacketData::L3(_, packet) => SlicedPacket::from_ip(packet).ok()?,
+        PacketData::L4(..) | PacketData::Unsupported(_) => return None,
+    };
+    let (src, dst): (IpAddr, IpAddr) = match sliced.net? {
+        NetSlice::Ipv4(ip) => {
+            if ip.is_payload_fragmented() {
+                return None;
+            }
+            (ip.header().source_addr().into(), ip.header().destination_addr().into())
+        }
+        NetSlice::Ipv6(ip) => {
+            if ip.is_payload_fragmented() {
+                return None;
+            }
+            (ip.header().source_addr().into(), ip.header().destination_addr().into())
+        }
+        NetSlice::Arp(_) => return None,
+    };
+    match sliced.transport? {
+        TransportSlice::Udp(udp) => Some((
+            SocketAddr::new(src, udp.source_port()),
+            SocketAddr::new(dst, udp.destination_port()),
+            udp.payload(),
+        )),
+        _ => None,
+    }
+}

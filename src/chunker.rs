@@ -1,0 +1,251 @@
+//! Buffers a stream's decoded text and cuts it into transcript chunks.
+//!
+//! pvp-implementation-guide STEP 4: flush on sentence boundaries, after a silence, and at a size
+//! threshold. A sentence ends at `.`, `!` or `?` followed by white space (so `3.14` and `e.g.x`
+//! do not split), or at an ideographic `。`, `！`, `？` at once (CJK text has no spaces). The size
+//! cut falls on the last word boundary and never inside a character. Idle and end flushes are
+//! driven from outside (the stream table owns the clock).
+
+use crate::t140::TextSink;
+
+/// Why a chunk was cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FlushCause {
+    Sentence,
+    Idle,
+    Size,
+    End,
+}
+
+impl FlushCause {
+    pub const ALL: [FlushCause; 4] = [Self::Sentence, Self::Idle, Self::Size, Self::End];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            FlushCause::Sentence => "sentence",
+            FlushCause::Idle => "idle",
+            FlushCause::Size => "size",
+            FlushCause::End => "end",
+        }
+    }
+}
+
+/// A finished chunk: trimmed, never empty or white space only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chunk {
+    pub text: String,
+    pub cause: FlushCause,
+}
+
+/// Per-stream text buffer. The buffer's capacity is kept across flushes, so steady-state text
+/// costs no allocation until a chunk is cut.
+#[derive(Debug)]
+pub struct Chunker {
+    buf: String,
+    /// Characters in `buf` (not bytes): the size limit counts what a reader sees.
+    chars: usize,
+    max_chars: usize,
+    /// Chunks cut while feeding the current packet, drained by the caller.
+    ready: Vec<Chunk>,
+}
+
+impl Chunker {
+    pub fn new(max_chars: usize) -> Self {
+        Chunker {
+            buf: String::new(),
+            chars: 0,
+            max_chars: max_chars.max(1),
+            ready: Vec::new(),
+        }
+    }
+
+    /// The text buffered and not yet flushed.
+    pub fn pending(&self) -> &str {
+        &self.buf
+    }
+
+    /// True when nothing but white space is buffered (nothing an idle flush would send).
+    pub fn is_blank(&self) -> bool {
+        self.buf.trim().is_empty()
+    }
+
+    /// Chunks cut by sentence or size since the last drain.
+    pub fn drain_ready(&mut self) -> std::vec::Drain<'_, Chunk> {
+        self.ready.drain(..)
+    }
+
+    pub fn has_ready(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
+    /// Cuts everything buffered (idle, end). Returns `None` for white-space-only text, which is
+    /// discarded.
+    pub fn flush(&mut self, cause: FlushCause) -> Option<Chunk> {
+        let chunk = make_chunk(&self.buf, cause);
+        self.buf.clear();
+        self.chars = 0;
+        chunk
+    }
+
+    fn cut_all(&mut self, cause: FlushCause) {
+        if let Some(c) = self.flush(cause) {
+            self.ready.push(c);
+        }
+    }
+
+    fn push(&mut self, c: char) {
+        if self.buf.is_empty() && c.is_whitespace() {
+            // Leading white space of a chunk carries nothing.
+            return;
+        }
+        if c.is_whitespace() && self.buf.ends_with(['.', '!', '?']) {
+            self.cut_all(FlushCause::Sentence);
+            return;
+        }
+        self.buf.push(c);
+        self.chars += 1;
+        if matches!(c, '。' | '！' | '？') {
+            self.cut_all(FlushCause::Sentence);
+        } else if self.chars >= self.max_chars {
+            self.cut_size();
+        }
+    }
+
+    /// Size cut at the last white space, keeping the word in progress for the next chunk.
+    fn cut_size(&mut self) {
+        match self.buf.rfind(char::is_whitespace) {
+            Some(at) => {
+                let ws_len = self.buf[at..].chars().next().map_or(1, char::len_utf8);
+                if let Some(c) = make_chunk(&self.buf[..at], FlushCause::Size) {
+                    self.ready.push(c);
+                }
+                self.buf.replace_range(..at + ws_len, "");
+                self.chars = self.buf.chars().count();
+            }
+            None => self.cut_all(FlushCause::Size),
+        }
+    }
+}
+
+fn make_chunk(text: &str, cause: FlushCause) -> Option<Chunk> {
+    let t = text.trim();
+    (!t.is_empty()).then(|| Chunk {
+        text: t.to_owned(),
+        cause,
+    })
+}
+
+impl TextSink for Chunker {
+    #[inline]
+    fn push_char(&mut self, c: char) {
+        self.push(c);
+    }
+
+    fn new_line(&mut self) {
+        self.push('\n');
+    }
+
+    fn backspace(&mut self) -> bool {
+        match self.buf.pop() {
+            Some(_) => {
+                self.chars -= 1;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn feed(ch: &mut Chunker, s: &str) -> Vec<(String, FlushCause)> {
+        for c in s.chars() {
+            if c == '\u{8}' {
+                ch.backspace();
+            } else {
+                ch.push_char(c);
+            }
+        }
+        ch.drain_ready().map(|c| (c.text, c.cause)).collect()
+    }
+
+    #[test]
+    fn sentence_ends_flush_but_decimals_and_abbreviations_mid_word_do_not() {
+        let mut ch = Chunker::new(500);
+        let out = feed(&mut ch, "Pi is 3.14 e.g.x here. Really? Yes! ");
+        assert_eq!(
+            out,
+            vec![
+                ("Pi is 3.14 e.g.x here.".into(), FlushCause::Sentence),
+                ("Really?".into(), FlushCause::Sentence),
+                ("Yes!".into(), FlushCause::Sentence),
+            ]
+        );
+        assert_eq!(ch.pending(), "");
+    }
+
+    #[test]
+    fn newline_after_terminator_ends_a_sentence_and_inner_newlines_stay() {
+        let mut ch = Chunker::new(500);
+        let out = feed(&mut ch, "line one\nline two.\nnext");
+        assert_eq!(out, vec![("line one\nline two.".into(), FlushCause::Sentence)]);
+        assert_eq!(ch.pending(), "next");
+    }
+
+    #[test]
+    fn terminator_at_end_waits_for_idle() {
+        let mut ch = Chunker::new(500);
+        assert!(feed(&mut ch, "Done.").is_empty());
+        assert_eq!(
+            ch.flush(FlushCause::Idle),
+            Some(Chunk { text: "Done.".into(), cause: FlushCause::Idle })
+        );
+        assert_eq!(ch.flush(FlushCause::End), None);
+    }
+
+    #[test]
+    fn ideographic_terminators_cut_at_once() {
+        let mut ch = Chunker::new(500);
+        let out = feed(&mut ch, "日本語です。次！");
+        assert_eq!(
+            out,
+            vec![
+                ("日本語です。".into(), FlushCause::Sentence),
+                ("次！".into(), FlushCause::Sentence)
+            ]
+        );
+    }
+
+    #[test]
+    fn size_cut_at_last_word_boundary() {
+        let mut ch = Chunker::new(10);
+        let out = feed(&mut ch, "abc defgh ijk");
+        assert_eq!(out, vec![("abc defgh".into(), FlushCause::Size)]);
+        assert_eq!(ch.pending(), "ijk");
+        // No boundary: cut whole, counting characters, not bytes.
+        let mut ch = Chunker::new(4);
+        let out = feed(&mut ch, "日本語😀x");
+        assert_eq!(out, vec![("日本語😀".into(), FlushCause::Size)]);
+        assert_eq!(ch.pending(), "x");
+    }
+
+    #[test]
+    fn white_space_only_is_never_a_chunk() {
+        let mut ch = Chunker::new(500);
+        assert!(feed(&mut ch, "   \n  ").is_empty());
+        assert_eq!(ch.flush(FlushCause::End), None);
+        assert!(feed(&mut ch, "ab\u{8}\u{8}").is_empty());
+        assert_eq!(ch.flush(FlushCause::Idle), None);
+    }
+
+    #[test]
+    fn backspace_reports_when_buffer_is_empty() {
+        let mut ch = Chunker::new(500);
+        assert!(!ch.backspace());
+        feed(&mut ch, "x");
+        assert!(ch.backspace());
+        assert!(!ch.backspace());
+    }
+}

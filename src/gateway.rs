@@ -1,0 +1,428 @@
+//! The sans-IO gateway: datagrams and time in, PVP envelopes out.
+//!
+//! Modelled on str0m's `Rtc` and quinn-proto's `Endpoint`: the caller feeds
+//! [`Gateway::handle_datagram`] and [`Gateway::handle_timeout`] with `now` as a value, drains
+//! [`Gateway::poll_output`], and sleeps until [`Gateway::poll_timeout`]. No sockets, clocks or
+//! tasks live here, so the UDP loop, pcap replay, fuzzers and benches all drive the same code.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::chunker::{Chunk, FlushCause};
+use crate::pvp::{Builder, Envelope, Participant};
+use crate::red::{RedError, RedPayload};
+use crate::rtp::{RtpError, RtpPacket, looks_like_rtcp};
+use crate::stream::{SeqOutcome, Stream, StreamKey, StreamStats};
+use crate::t140::DecodeStats;
+use crate::time::Time;
+
+/// Gateway settings; the CLI maps its flags onto this.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub session: String,
+    /// pvp-spec 7.2 roles of every virtual participant.
+    pub roles: Vec<String>,
+    /// RFC 4103 text/t140 payload type (dynamic; from SDP in a SIP deployment).
+    pub t140_pt: u8,
+    /// RFC 2198 text/red payload type.
+    pub red_pt: u8,
+    pub idle_flush: Duration,
+    pub max_chunk_chars: usize,
+    /// A stream with no packets for this long is flushed and leaves.
+    pub stream_timeout: Duration,
+    /// New streams beyond this are refused and counted; existing ones keep working.
+    pub max_streams: usize,
+    pub token: Option<String>,
+    /// Seed for the random part of message ULIDs.
+    pub id_seed: u128,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            session: "default".into(),
+            roles: vec!["navigator".into()],
+            t140_pt: 98,
+            red_pt: 100,
+            idle_flush: Duration::from_millis(2000),
+            max_chunk_chars: 500,
+            stream_timeout: Duration::from_secs(60),
+            max_streams: 100_000,
+            token: None,
+            id_seed: 0,
+        }
+    }
+}
+
+/// Why a datagram produced no text. Every drop is counted by reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    Rtp(RtpError),
+    Red(RedError),
+    /// RTCP (RFC 5761 demultiplexing); read for BYE/SDES in a later step, counted for now.
+    Rtcp,
+    UnknownPayloadType,
+    /// Duplicate or older than what was already delivered.
+    Stale,
+    /// A new stream beyond `max_streams`.
+    StreamLimit,
+}
+
+impl DropReason {
+    pub const ALL: [DropReason; 11] = [
+        DropReason::Rtp(RtpError::TooShort),
+        DropReason::Rtp(RtpError::BadVersion),
+        DropReason::Rtp(RtpError::CsrcOverrun),
+        DropReason::Rtp(RtpError::ExtensionOverrun),
+        DropReason::Rtp(RtpError::BadPadding),
+        DropReason::Red(RedError::TruncatedHeader),
+        DropReason::Red(RedError::BlockOverrun),
+        DropReason::Rtcp,
+        DropReason::UnknownPayloadType,
+        DropReason::Stale,
+        DropReason::StreamLimit,
+    ];
+
+    fn index(self) -> usize {
+        match self {
+            DropReason::Rtp(e) => e as usize,
+            DropReason::Red(e) => 5 + e as usize,
+            DropReason::Rtcp => 7,
+            DropReason::UnknownPayloadType => 8,
+            DropReason::Stale => 9,
+            DropReason::StreamLimit => 10,
+        }
+    }
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            DropReason::Rtp(e) => e.as_str(),
+            DropReason::Red(e) => e.as_str(),
+            DropReason::Rtcp => "rtcp",
+            DropReason::UnknownPayloadType => "unknown_payload_type",
+            DropReason::Stale => "stale_or_duplicate",
+            DropReason::StreamLimit => "stream_limit",
+        }
+    }
+}
+
+/// Gateway-wide counters. Plain integers: the shell reads them for logs and metrics.
+#[derive(Debug, Default, Clone)]
+pub struct Stats {
+    pub datagrams: u64,
+    pub bytes: u64,
+    drops: [u64; DropReason::ALL.len()],
+    pub streams_total: u64,
+    pub streams_live: u64,
+    chunks: [u64; FlushCause::ALL.len()],
+    pub envelopes: u64,
+    /// Lost packets recovered from RED generations.
+    pub recovered: u64,
+    /// Lost packets marked with U+FFFD.
+    pub lost: u64,
+    /// Decoder counters of streams that have ended (live ones are added by [`Gateway::stats`]).
+    pub decode: DecodeStats,
+}
+
+impl Stats {
+    pub fn drops(&self, reason: DropReason) -> u64 {
+        self.drops[reason.index()]
+    }
+
+    pub fn drops_total(&self) -> u64 {
+        self.drops.iter().sum()
+    }
+
+    pub fn chunks(&self, cause: FlushCause) -> u64 {
+        self.chunks[cause as usize]
+    }
+
+    fn fold_stream(&mut self, s: &StreamStats, d: &DecodeStats) {
+        self.recovered += s.recovered;
+        self.lost += s.lost;
+        add_decode(&mut self.decode, d);
+    }
+}
+
+fn add_decode(a: &mut DecodeStats, b: &DecodeStats) {
+    a.invalid_utf8 += b.invalid_utf8;
+    a.bom += b.bom;
+    a.backspace_unmatched += b.backspace_unmatched;
+    a.controls_dropped += b.controls_dropped;
+    a.sequences_skipped += b.sequences_skipped;
+}
+
+/// The sans-IO core.
+pub struct Gateway {
+    cfg: Config,
+    pvp: Builder,
+    index: HashMap<StreamKey, u32>,
+    /// Slab of streams; `free` lists reusable slots.
+    slots: Vec<Option<Stream>>,
+    free: Vec<u32>,
+    /// One live entry per stream (`Stream::timer`), plus stale ones skipped when popped, so
+    /// timers cost O(log n) per event and never a scan of all streams.
+    timers: BinaryHeap<Reverse<(Time, u32)>>,
+    out: VecDeque<Envelope>,
+    stats: Stats,
+    serial: u64,
+}
+
+impl Gateway {
+    pub fn new(cfg: Config) -> Self {
+        let pvp = Builder::new(cfg.session.clone(), cfg.token.clone(), cfg.id_seed);
+        Gateway {
+            cfg,
+            pvp,
+            index: HashMap::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            timers: BinaryHeap::new(),
+            out: VecDeque::new(),
+            stats: Stats::default(),
+            serial: 0,
+        }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Counters, including the decoder counters of live streams.
+    pub fn stats(&self) -> Stats {
+        let mut s = self.stats.clone();
+        for st in self.slots.iter().flatten() {
+            s.recovered += st.stats.recovered;
+            s.lost += st.stats.lost;
+            add_decode(&mut s.decode, &st.decoder.stats);
+        }
+        s
+    }
+
+    pub fn live_streams(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Next envelope to send, in the order they must be sent.
+    pub fn poll_output(&mut self) -> Option<Envelope> {
+        self.out.pop_front()
+    }
+
+    /// When [`Gateway::handle_timeout`] next has work (idle flush or stream timeout).
+    pub fn poll_timeout(&self) -> Option<Time> {
+        self.timers.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// One UDP datagram from `source`, received at `now`.
+    pub fn handle_datagram(&mut self, now: Time, source: SocketAddr, data: &[u8]) {
+        // Timers due before this packet fire first, so replay matches what happened on the wire.
+        if self.poll_timeout().is_some_and(|t| t <= now) {
+            self.handle_timeout(now);
+        }
+        self.stats.datagrams += 1;
+        self.stats.bytes += data.len() as u64;
+        if let Err(reason) = self.receive(now, source, data) {
+            self.stats.drops[reason.index()] += 1;
+            tracing::debug!(%source, len = data.len(), reason = reason.as_str(), "datagram dropped");
+        }
+    }
+
+    fn receive(&mut self, now: Time, source: SocketAddr, data: &[u8]) -> Result<(), DropReason> {
+        if looks_like_rtcp(data) {
+            return Err(DropReason::Rtcp);
+        }
+        let pkt = RtpPacket::parse(data).map_err(DropReason::Rtp)?;
+        let red = if pkt.payload_type == self.cfg.t140_pt {
+            None
+        } else if pkt.payload_type == self.cfg.red_pt {
+            Some(RedPayload::parse(pkt.payload).map_err(DropReason::Red)?)
+        } else {
+            return Err(DropReason::UnknownPayloadType);
+        };
+        let key = StreamKey { source, ssrc: pkt.ssrc };
+        let slot = match self.index.get(&key) {
+            Some(&slot) => slot,
+            None => self.open_stream(now, key)?,
+        };
+        let stream = self.slots[slot as usize].as_mut().expect("indexed slot is live");
+        stream.stats.packets += 1;
+        stream.stats.bytes += data.len() as u64;
+        stream.last_packet = now;
+        let gap = match stream.check_sequence(pkt.sequence) {
+            SeqOutcome::Accept { gap } => gap,
+            SeqOutcome::Stale => return Err(DropReason::Stale),
+        };
+        let had_text = !stream.chunker.is_blank();
+        match &red {
+            Some(red) => stream.receive_red(gap, red, now),
+            None => stream.receive_plain(gap, pkt.payload, now),
+        }
+        if stream.chunker.has_ready() {
+            self.emit_ready(now, slot);
+        }
+        let stream = self.slots[slot as usize].as_mut().expect("live");
+        // The idle deadline only moves earlier when text starts to be buffered; otherwise the
+        // existing heap entry is re-armed lazily when it fires.
+        if !had_text && !stream.chunker.is_blank() {
+            self.arm(slot);
+        }
+        Ok(())
+    }
+
+    fn open_stream(&mut self, now: Time, key: StreamKey) -> Result<u32, DropReason> {
+        if self.index.len() >= self.cfg.max_streams {
+            return Err(DropReason::StreamLimit);
+        }
+        self.serial += 1;
+        let stream = Stream::new(key, self.serial, now, self.cfg.max_chunk_chars);
+        let participant = Participant {
+            id: stream.participant.clone(),
+            name: key.display_name(),
+            roles: self.cfg.roles.clone(),
+            metadata: json!({
+                "ssrc": format!("{:08x}", key.ssrc),
+                "source": key.source.to_string(),
+                "gateway": concat!("pvp-t140/", env!("CARGO_PKG_VERSION")),
+            }),
+        };
+        let join = self.pvp.join(now, &participant);
+        self.push(join);
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.slots[s as usize] = Some(stream);
+                s
+            }
+            None => {
+                self.slots.push(Some(stream));
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.index.insert(key, slot);
+        self.stats.streams_total += 1;
+        self.stats.streams_live += 1;
+        tracing::info!(source = %key.source, ssrc = format_args!("{:08x}", key.ssrc), "stream started");
+        self.arm(slot);
+        Ok(slot)
+    }
+
+    /// The earliest moment this stream needs attention.
+    fn deadline(&self, s: &Stream) -> Time {
+        let timeout = s.last_packet.saturating_add(self.cfg.stream_timeout);
+        if s.chunker.is_blank() {
+            timeout
+        } else {
+            timeout.min(s.last_text.saturating_add(self.cfg.idle_flush))
+        }
+    }
+
+    fn arm(&mut self, slot: u32) {
+        let s = self.slots[slot as usize].as_ref().expect("live");
+        let at = self.deadline(s);
+        if s.timer.is_some_and(|t| t <= at) {
+            return;
+        }
+        self.slots[slot as usize].as_mut().expect("live").timer = Some(at);
+        self.timers.push(Reverse((at, slot)));
+    }
+
+    /// Fires every timer due at `now`: idle flushes and stream timeouts.
+    pub fn handle_timeout(&mut self, now: Time) {
+        while let Some(&Reverse((at, slot))) = self.timers.peek() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            let Some(s) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) else {
+                continue;
+            };
+            if s.timer != Some(at) {
+                continue; // superseded entry
+            }
+            s.timer = None;
+            let timeout_at = s.last_packet.saturating_add(self.cfg.stream_timeout);
+            let idle_at = s.last_text.saturating_add(self.cfg.idle_flush);
+            if timeout_at <= now {
+                self.close_stream(timeout_at.max(at), slot, "stream timeout");
+                continue;
+            }
+            if idle_at <= now && !s.chunker.is_blank() {
+                let chunk = s.flush(FlushCause::Idle);
+                self.emit(idle_at, slot, chunk);
+            }
+            self.arm(slot);
+        }
+    }
+
+    /// Graceful stop: every stream flushes what it holds and leaves, in creation order.
+    pub fn shutdown(&mut self, now: Time) {
+        let mut live: Vec<(u64, u32)> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|s| (s.serial, i as u32)))
+            .collect();
+        live.sort_unstable();
+        for (_, slot) in live {
+            self.close_stream(now, slot, "gateway shutdown");
+        }
+        self.timers.clear();
+    }
+
+    fn close_stream(&mut self, now: Time, slot: u32, reason: &str) {
+        let Some(mut s) = self.slots[slot as usize].take() else {
+            return;
+        };
+        let chunk = s.flush(FlushCause::End);
+        self.slots[slot as usize] = Some(s);
+        self.emit(now, slot, chunk);
+        let s = self.slots[slot as usize].take().expect("live");
+        let leave = self.pvp.leave(now, &s.participant, reason);
+        self.push(leave);
+        self.index.remove(&s.key);
+        self.free.push(slot);
+        self.stats.streams_live -= 1;
+        self.stats.fold_stream(&s.stats, &s.decoder.stats);
+        tracing::info!(
+            source = %s.key.source,
+            ssrc = format_args!("{:08x}", s.key.ssrc),
+            reason,
+            packets = s.stats.packets,
+            chunks = s.chunks_sent,
+            "stream ended"
+        );
+    }
+
+    fn emit_ready(&mut self, now: Time, slot: u32) {
+        let s = self.slots[slot as usize].as_mut().expect("live");
+        let ready: Vec<Chunk> = s.chunker.drain_ready().collect();
+        for chunk in ready {
+            self.emit(now, slot, Some(chunk));
+        }
+    }
+
+    fn emit(&mut self, now: Time, slot: u32, chunk: Option<Chunk>) {
+        let Some(chunk) = chunk else { return };
+        let s = self.slots[slot as usize].as_mut().expect("live");
+        let key = s.next_key();
+        let source = s.key.source_uri();
+        let env = self.pvp.context_add(
+            now,
+            &s.participant,
+            key,
+            chunk.text,
+            source,
+            chunk.cause.as_str(),
+        );
+        self.stats.chunks[chunk.cause as usize] += 1;
+        self.push(env);
+    }
+
+    fn push(&mut self, e: Envelope) {
+        self.stats.envelopes += 1;
+        self.out.push_back(e);
+    }
+}

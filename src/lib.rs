@@ -1,0 +1,27 @@
+//! pvp-t140: a gateway from T.140 real-time text over RTP (RFC 4103, RFC 2198 redundancy) to the
+//! Pair Vibecoding Protocol.
+//!
+//! The protocol core is sans-IO: [`gateway::Gateway`] and the modules it drives ([`rtp`],
+//! [`red`], [`stream`], [`t140`], [`chunker`], [`pvp`]) take datagrams and time as values and
+//! return envelopes. The IO shell ([`udp`], [`sink`], [`capture`], [`replay`], [`clock`]) feeds
+//! it and carries its envelopes away.
+
+// Sans-IO core.
+pub mod chunker;
+pub mod gateway;
+pub mod pvp;
+pub mod red;
+pub mod rtp;
+pub mod stream;
+pub mod t140;
+pub mod time;
+
+// IO shell.
+pub mod capture;
+pub mod clock;
+pub mod replay;
+pub mod sink;
+pub mod udp;
+
+pub use gateway::{Config, DropReason, Gateway, Stats};
+pub use time::Time;

@@ -1,0 +1,261 @@
+//! `pvp-t140`: the command line. Thin: parse flags, build the core, wire the shell, run.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use pvp_t140::clock::random_seed;
+use pvp_t140::sink::{Sink, stdout::StdoutSink, ws::WsConfig, ws::WsSink};
+use pvp_t140::{Config, DropReason, Gateway, Stats, chunker::FlushCause, replay, udp};
+
+/// T.140 real-time text over RTP (RFC 4103) in, PVP `context.add` transcripts out.
+#[derive(Parser, Debug)]
+#[command(name = "pvp-t140", version, about, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+    #[command(flatten)]
+    run: RunArgs,
+    /// Log format on stderr (filter with RUST_LOG, default "info").
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Replay a pcap/pcapng capture through the gateway, using the capture's timestamps as the
+    /// clock, and print the envelopes as NDJSON.
+    Replay {
+        /// The capture file (pcap or pcapng; Ethernet, Linux SLL/SLL2 or raw IP).
+        file: PathBuf,
+        /// Only UDP datagrams to this destination port (default: all).
+        #[arg(long)]
+        port: Option<u16>,
+        #[command(flatten)]
+        core: CoreArgs,
+    },
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// UDP address to receive RTP on (IPv4 or IPv6, e.g. 0.0.0.0:5004 or [::]:5004).
+    #[arg(long, default_value = "127.0.0.1:5004")]
+    listen: SocketAddr,
+    /// PVP server WebSocket URL (ws://host:port). Without it, envelopes go to stdout as NDJSON.
+    #[arg(long)]
+    server: Option<String>,
+    /// Seconds between the heartbeat.ping each participant's connection sends.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    heartbeat_s: u64,
+    #[command(flatten)]
+    core: CoreArgs,
+}
+
+#[derive(Args, Debug)]
+struct CoreArgs {
+    /// PVP session id the virtual participants join.
+    #[arg(long, default_value = "default")]
+    session: String,
+    /// Role of every virtual participant (repeatable).
+    #[arg(long = "role", value_enum, default_values_t = [Role::Navigator])]
+    roles: Vec<Role>,
+    /// RTP payload type of text/t140.
+    #[arg(long, default_value_t = 98, value_parser = clap::value_parser!(u8).range(0..=127))]
+    t140_pt: u8,
+    /// RTP payload type of text/red (RFC 2198 redundancy).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u8).range(0..=127))]
+    red_pt: u8,
+    /// Flush a stream's text after this many milliseconds without new text.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..))]
+    idle_flush_ms: u64,
+    /// Flush when a stream's buffer reaches this many characters.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_chunk_chars: u64,
+    /// A stream silent this long is flushed and leaves the session.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    stream_timeout_s: u64,
+    /// Streams beyond this many are refused (counted); existing streams keep working.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    max_streams: u64,
+    /// Auth token sent in session.join (prefer the environment variable: it stays out of `ps`).
+    #[arg(long, env = "PVP_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    Driver,
+    Navigator,
+    Adversary,
+    Observer,
+    Approver,
+    Admin,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+impl CoreArgs {
+    fn config(&self) -> Result<Config, String> {
+        if self.t140_pt == self.red_pt {
+            return Err(format!("--t140-pt and --red-pt are both {}", self.t140_pt));
+        }
+        if self.session.is_empty() {
+            return Err("--session must not be empty".into());
+        }
+        Ok(Config {
+            session: self.session.clone(),
+            roles: self
+                .roles
+                .iter()
+                .map(|r| r.to_possible_value().expect("no skipped variants").get_name().to_owned())
+                .collect(),
+            t140_pt: self.t140_pt,
+            red_pt: self.red_pt,
+            idle_flush: Duration::from_millis(self.idle_flush_ms),
+            max_chunk_chars: self.max_chunk_chars as usize,
+            stream_timeout: Duration::from_secs(self.stream_timeout_s),
+            max_streams: self.max_streams as usize,
+            token: self.token.clone(),
+            id_seed: random_seed(),
+        })
+    }
+}
+
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logs(cli.log_format);
+    let result = match cli.cmd {
+        Some(Cmd::Replay { file, port, core }) => run_replay(&file, port, &core),
+        None => run_live(&cli.run),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("pvp-t140: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_replay(file: &std::path::Path, port: Option<u16>, core: &CoreArgs) -> Result<(), String> {
+    let cfg = core.config()?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let summary = replay::run(file, cfg, port, &mut out)
+        .map_err(|e| format!("{}: {e}", file.display()))?;
+    tracing::info!(
+        frames = summary.capture.frames,
+        udp = summary.capture.udp,
+        skipped = summary.capture.skipped,
+        "replay finished"
+    );
+    log_stats(&summary.stats);
+    Ok(())
+}
+
+fn run_live(args: &RunArgs) -> Result<(), String> {
+    let cfg = args.core.config()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    rt.block_on(async {
+        let socket = udp::bind(args.listen).map_err(|e| format!("bind {}: {e}", args.listen))?;
+        let local = socket.local_addr().map_err(|e| e.to_string())?;
+        let mut sink = match &args.server {
+            Some(url) => {
+                if !(url.starts_with("ws://") || url.starts_with("wss://")) {
+                    return Err(format!("--server must be a ws:// or wss:// URL, got {url}"));
+                }
+                Sink::Ws(WsSink::new(WsConfig {
+                    url: url.clone(),
+                    session: cfg.session.clone(),
+                    heartbeat: Duration::from_secs(args.heartbeat_s),
+                    queue: 4096,
+                }))
+            }
+            None => Sink::Stdout(StdoutSink::new(65_536)),
+        };
+        tracing::info!(
+            listen = %local,
+            session = %cfg.session,
+            sink = args.server.as_deref().unwrap_or("stdout"),
+            "pvp-t140 listening"
+        );
+        let mut gw = Gateway::new(cfg);
+        udp::run(&socket, &mut gw, &mut sink, shutdown_signal())
+            .await
+            .map_err(|e| format!("receive loop: {e}"))?;
+        let sink_stats = sink.close(udp::SHUTDOWN_GRACE).await;
+        log_stats(&gw.stats());
+        tracing::info!(sent = sink_stats.sent, dropped = sink_stats.dropped, "stopped");
+        Ok(())
+    })
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("shutting down: flushing streams");
+}
+
+fn log_stats(s: &Stats) {
+    let drops: Vec<String> = DropReason::ALL
+        .iter()
+        .filter(|r| s.drops(**r) > 0)
+        .map(|r| format!("{}={}", r.as_str(), s.drops(*r)))
+        .collect();
+    let chunks: Vec<String> = FlushCause::ALL
+        .iter()
+        .map(|c| format!("{}={}", c.as_str(), s.chunks(*c)))
+        .collect();
+    tracing::info!(
+        datagrams = s.datagrams,
+        bytes = s.bytes,
+        streams = s.streams_total,
+        envelopes = s.envelopes,
+        recovered = s.recovered,
+        lost = s.lost,
+        invalid_utf8 = s.decode.invalid_utf8,
+        controls_dropped = s.decode.controls_dropped,
+        drops = %drops.join(","),
+        chunks = %chunks.join(","),
+        "counters"
+    );
+}

@@ -1,0 +1,95 @@
+//! NDJSON on stdout: one envelope a line (pvp-spec 19.4). A dedicated thread does the blocking
+//! writes, so a slow reader of our stdout stalls that thread, not the UDP loop.
+
+use std::io::{BufWriter, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::SinkStats;
+use crate::pvp::Envelope;
+
+pub struct StdoutSink {
+    tx: SyncSender<Envelope>,
+    thread: JoinHandle<()>,
+    sent: Arc<AtomicU64>,
+    dropped: u64,
+}
+
+impl StdoutSink {
+    /// `capacity` envelopes may wait for the writer; beyond that they are counted drops.
+    pub fn new(capacity: usize) -> Self {
+        Self::with_writer(capacity, Box::new(std::io::stdout()))
+    }
+
+    pub fn with_writer(capacity: usize, out: Box<dyn Write + Send>) -> Self {
+        let (tx, rx) = sync_channel(capacity);
+        let sent = Arc::new(AtomicU64::new(0));
+        let counter = sent.clone();
+        let thread = std::thread::Builder::new()
+            .name("stdout-sink".into())
+            .spawn(move || writer(rx, out, &counter))
+            .expect("spawn stdout writer thread");
+        StdoutSink {
+            tx,
+            thread,
+            sent,
+            dropped: 0,
+        }
+    }
+
+    pub fn send(&mut self, e: Envelope) {
+        match self.tx.try_send(e) {
+            Ok(()) => {}
+            Err(TrySendError::Full(e)) => {
+                self.dropped += 1;
+                tracing::warn!(id = %e.id, kind = %e.kind, "stdout is not keeping up; envelope dropped");
+            }
+            Err(TrySendError::Disconnected(e)) => {
+                self.dropped += 1;
+                tracing::error!(id = %e.id, kind = %e.kind, "stdout is closed; envelope dropped");
+            }
+        }
+    }
+
+    pub async fn close(self, grace: Duration) -> SinkStats {
+        drop(self.tx);
+        let thread = self.thread;
+        let joined = tokio::task::spawn_blocking(move || thread.join());
+        if tokio::time::timeout(grace, joined).await.is_err() {
+            tracing::warn!("stdout writer did not finish within {grace:?}");
+        }
+        SinkStats {
+            sent: self.sent.load(Ordering::Relaxed),
+            dropped: self.dropped,
+        }
+    }
+}
+
+fn writer(rx: Receiver<Envelope>, out: Box<dyn Write + Send>, sent: &AtomicU64) {
+    let mut out = BufWriter::new(out);
+    let mut line = String::new();
+    while let Ok(mut e) = rx.recv() {
+        loop {
+            line.clear();
+            line.push_str(&e.to_json());
+            line.push('\n');
+            if let Err(err) = out.write_all(line.as_bytes()) {
+                tracing::error!("writing to stdout failed: {err}");
+                return;
+            }
+            sent.fetch_add(1, Ordering::Relaxed);
+            match rx.try_recv() {
+                Ok(next) => e = next,
+                Err(_) => break,
+            }
+        }
+        // Flush once the queue is empty: batches under load, prompt lines when quiet.
+        if let Err(err) = out.flush() {
+            tracing::error!("writing to stdout failed: {err}");
+            return;
+        }
+    }
+}

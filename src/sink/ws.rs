@@ -1,0 +1,247 @@
+//! PVP over WebSocket (pvp-spec 19.1), one connection per virtual participant.
+//!
+//! PVP servers bind a connection to the `sender` of its first frame (and track presence and
+//! announce `session.leave` per connection), so each T.140 stream gets its own connection,
+//! opened lazily with its `session.join`. Each connection is a task fed by a bounded queue: the
+//! UDP loop never waits on a socket. A connection answers `heartbeat.ping`, sends its own ping
+//! every `heartbeat` so its participant stays active, and logs every `error` it is sent.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_tungstenite::tungstenite::Message;
+
+use super::SinkStats;
+use crate::clock::random_seed;
+use crate::pvp::{Builder, Envelope, ErrorPayload};
+use crate::time::Time;
+
+#[derive(Debug, Clone)]
+pub struct WsConfig {
+    pub url: String,
+    pub session: String,
+    pub heartbeat: Duration,
+    /// Envelopes a participant may have waiting for its connection before new ones are refused.
+    pub queue: usize,
+}
+
+struct Conn {
+    tx: mpsc::Sender<Envelope>,
+}
+
+pub struct WsSink {
+    cfg: Arc<WsConfig>,
+    conns: HashMap<String, Conn>,
+    tasks: Vec<JoinHandle<()>>,
+    sent: Arc<AtomicU64>,
+    dropped: u64,
+}
+
+impl WsSink {
+    pub fn new(cfg: WsConfig) -> Self {
+        WsSink {
+            cfg: Arc::new(cfg),
+            conns: HashMap::new(),
+            tasks: Vec::new(),
+            sent: Arc::new(AtomicU64::new(0)),
+            dropped: 0,
+        }
+    }
+
+    pub fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    pub fn send(&mut self, e: Envelope) {
+        let leaving = e.kind == "session.leave";
+        if !self.conns.contains_key(&e.sender) {
+            let (tx, rx) = mpsc::channel(self.cfg.queue);
+            let task = tokio::spawn(connection(
+                self.cfg.clone(),
+                e.sender.clone(),
+                rx,
+                self.sent.clone(),
+            ));
+            self.tasks.push(task);
+            self.tasks.retain(|t| !t.is_finished());
+            self.conns.insert(e.sender.clone(), Conn { tx });
+        }
+        let sender = e.sender.clone();
+        let conn = &self.conns[&sender];
+        if let Err(err) = conn.tx.try_send(e) {
+            self.dropped += 1;
+            let e = match err {
+                mpsc::error::TrySendError::Full(e) | mpsc::error::TrySendError::Closed(e) => e,
+            };
+            tracing::warn!(participant = %sender, id = %e.id, kind = %e.kind, "PVP connection queue full or closed; envelope dropped");
+        }
+        if leaving {
+            // Dropping the queue's sender lets the task deliver what is left, then close.
+            self.conns.remove(&sender);
+        }
+    }
+
+    pub async fn close(mut self, grace: Duration) -> SinkStats {
+        self.conns.clear();
+        let all = futures_util::future::join_all(self.tasks.drain(..));
+        if tokio::time::timeout(grace, all).await.is_err() {
+            tracing::warn!("PVP connections did not finish within {grace:?}");
+        }
+        SinkStats {
+            sent: self.sent.load(Ordering::Relaxed),
+            dropped: self.dropped,
+        }
+    }
+}
+
+fn now() -> Time {
+    Time::from_system(SystemTime::now())
+}
+
+/// One participant's connection: connect (with backoff), send its join first, then the queue.
+async fn connection(
+    cfg: Arc<WsConfig>,
+    participant: String,
+    mut rx: mpsc::Receiver<Envelope>,
+    sent: Arc<AtomicU64>,
+) {
+    let mut pvp = Builder::new(cfg.session.clone(), None, random_seed());
+    let mut join: Option<Envelope> = None;
+    // Ids of recent envelopes, so an `error`'s `related_to` can be told in the log.
+    let mut recent: VecDeque<(String, String)> = VecDeque::with_capacity(64);
+    let mut pending: Option<Envelope> = None;
+    let mut backoff = Duration::from_millis(100);
+    'reconnect: loop {
+        let ws = match tokio_tungstenite::connect_async(cfg.url.as_str()).await {
+            Ok((ws, _)) => {
+                backoff = Duration::from_millis(100);
+                ws
+            }
+            Err(err) => {
+                let jitter = Duration::from_millis(u64::from(now().0 as u32 % 100));
+                tracing::warn!(%participant, url = %cfg.url, "PVP connect failed: {err}; retrying in {backoff:?}");
+                tokio::time::sleep(backoff + jitter).await;
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+                continue;
+            }
+        };
+        tracing::info!(%participant, url = %cfg.url, "PVP connection open");
+        let (mut write, mut read) = ws.split();
+        // After a reconnect the server has forgotten us: join again (a fresh id, same content).
+        if let Some(j) = &join {
+            let mut again = j.clone();
+            again.id = pvp.envelope(now(), &participant, "session.join", serde_json::json!({})).id;
+            again.ts = now().to_iso8601();
+            if write.send(Message::text(again.to_json())).await.is_err() {
+                continue 'reconnect;
+            }
+        }
+        let mut heartbeat = tokio::time::interval_at(
+            tokio::time::Instant::now() + cfg.heartbeat,
+            cfg.heartbeat,
+        );
+        loop {
+            let next = match pending.take() {
+                Some(e) => Some(e),
+                None => tokio::select! {
+                    e = rx.recv() => match e {
+                        Some(e) => Some(e),
+                        None => {
+                            // Queue closed: everything is sent. Close politely.
+                            let _ = write.send(Message::Close(None)).await;
+                            let _ = tokio::time::timeout(Duration::from_secs(2), async {
+                                while let Some(Ok(_)) = read.next().await {}
+                            }).await;
+                            tracing::info!(%participant, "PVP connection closed");
+                            return;
+                        }
+                    },
+                    frame = read.next() => {
+                        match frame {
+                            Some(Ok(Message::Text(t))) => {
+                                if let Some(reply) = on_frame(&mut pvp, &participant, t.as_str(), &recent) {
+                                    if write.send(Message::text(reply.to_json())).await.is_err() {
+                                        continue 'reconnect;
+                                    }
+                                }
+                            }
+                            Some(Ok(Message::Close(_))) | None | Some(Err(_)) => {
+                                tracing::warn!(%participant, "PVP server closed the connection; reconnecting");
+                                continue 'reconnect;
+                            }
+                            Some(Ok(_)) => {}
+                        }
+                        None
+                    }
+                    _ = heartbeat.tick() => {
+                        let ping = pvp.heartbeat(now(), &participant, None);
+                        if write.send(Message::text(ping.to_json())).await.is_err() {
+                            continue 'reconnect;
+                        }
+                        None
+                    }
+                },
+            };
+            let Some(e) = next else { continue };
+            if e.kind == "session.join" {
+                join = Some(e.clone());
+            }
+            if write.send(Message::text(e.to_json())).await.is_err() {
+                // Not known to be delivered: send it again after reconnecting.
+                if e.kind != "session.join" {
+                    pending = Some(e);
+                }
+                continue 'reconnect;
+            }
+            sent.fetch_add(1, Ordering::Relaxed);
+            if recent.len() == 64 {
+                recent.pop_front();
+            }
+            recent.push_back((e.id, e.kind));
+        }
+    }
+}
+
+/// Reacts to one frame from the server: a pong for a ping, a log line for an error.
+fn on_frame(
+    pvp: &mut Builder,
+    participant: &str,
+    text: &str,
+    recent: &VecDeque<(String, String)>,
+) -> Option<Envelope> {
+    let env: Envelope = match serde_json::from_str(text) {
+        Ok(e) => e,
+        Err(err) => {
+            tracing::debug!(%participant, "unparseable frame from PVP server: {err}");
+            return None;
+        }
+    };
+    match env.kind.as_str() {
+        "heartbeat.ping" => Some(pvp.heartbeat(now(), participant, Some(&env.id))),
+        "error" => {
+            match serde_json::from_value::<ErrorPayload>(env.payload) {
+                Ok(err) => {
+                    let related_kind = err.related_to.as_deref().and_then(|id| {
+                        recent.iter().find(|(i, _)| i == id).map(|(_, k)| k.as_str())
+                    });
+                    tracing::warn!(
+                        %participant,
+                        code = %err.code,
+                        recoverable = err.recoverable,
+                        related_to = err.related_to.as_deref().unwrap_or("-"),
+                        related_kind = related_kind.unwrap_or("-"),
+                        "PVP server error: {}", err.message
+                    );
+                }
+                Err(e) => tracing::warn!(%participant, "malformed error envelope: {e}"),
+            }
+            None
+        }
+        _ => None,
+    }
+}

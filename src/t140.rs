@@ -1,0 +1,329 @@
+//! ITU-T T.140 presentation-level decoding: UTF-8 text with a few control functions.
+//!
+//! The decoder is a byte-at-a-time state machine so that a character (or an escape sequence)
+//! split across RTP packets is reassembled (RFC 4103 section 3: packets carry T140blocks that
+//! need not end on a character boundary in practice). It never allocates; decoded text goes to a
+//! [`TextSink`].
+
+/// Where decoded text goes (the chunker in the gateway, a `String` in tests).
+pub trait TextSink {
+    /// A printable character (never a control, never the BOM).
+    fn push_char(&mut self, c: char);
+    /// A new line (T.140: CR LF, LF, CR or U+2028 LINE SEPARATOR).
+    fn new_line(&mut self);
+    /// Backspace (T.140 U+0008): erase the last character or new line. Returns false when there
+    /// was nothing left to erase in the sink.
+    fn backspace(&mut self) -> bool;
+}
+
+impl TextSink for String {
+    fn push_char(&mut self, c: char) {
+        self.push(c);
+    }
+    fn new_line(&mut self) {
+        self.push('\n');
+    }
+    fn backspace(&mut self) -> bool {
+        self.pop().is_some()
+    }
+}
+
+/// Anomalies and controls the decoder saw, for metrics. Plain counters, never reset.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DecodeStats {
+    /// Invalid UTF-8 sequences, each replaced by U+FFFD.
+    pub invalid_utf8: u64,
+    /// Byte-order marks dropped (T.140 allows U+FEFF anywhere as a no-op).
+    pub bom: u64,
+    /// Backspaces that found nothing to erase in the sink (the text was already flushed).
+    pub backspace_unmatched: u64,
+    /// C0/C1 controls dropped (BEL, HT, DEL, ...).
+    pub controls_dropped: u64,
+    /// Escape sequences (ESC x, CSI ... final, SOS/DCS/OSC ... ST) skipped.
+    pub sequences_skipped: u64,
+}
+
+const MAX_CSI: u16 = 32;
+/// SOS/DCS/OSC/PM/APC strings are bounded so a missing ST cannot swallow the stream.
+const MAX_STRING: u16 = 256;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ctl {
+    Normal,
+    /// Just saw CR: a following LF belongs to the same new line.
+    AfterCr,
+    /// Just saw ESC.
+    Esc,
+    /// Inside a control sequence (ESC [ or U+009B), with its length so far.
+    Csi(u16),
+    /// Inside a control string (SOS, DCS, OSC, PM, APC) until ST, with its length so far.
+    Str(u16),
+    /// Inside a control string, just saw ESC (possible `ESC \` = ST).
+    StrEsc(u16),
+}
+
+/// Per-stream T.140 decoder state.
+#[derive(Debug, Clone)]
+pub struct Decoder {
+    /// Code point accumulated so far and continuation bytes still needed.
+    acc: u32,
+    need: u8,
+    /// Valid range of the next continuation byte (narrowed after E0, ED, F0, F4 leads).
+    lo: u8,
+    hi: u8,
+    ctl: Ctl,
+    pub stats: DecodeStats,
+}
+
+impl Default for Decoder {
+    fn default() -> Self {
+        Decoder {
+            acc: 0,
+            need: 0,
+            lo: 0x80,
+            hi: 0xbf,
+            ctl: Ctl::Normal,
+            stats: DecodeStats::default(),
+        }
+    }
+}
+
+impl Decoder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Decodes one T140block (an RTP payload or a RED block).
+    pub fn feed<S: TextSink + ?Sized>(&mut self, bytes: &[u8], sink: &mut S) {
+        for &b in bytes {
+            self.byte(b, sink);
+        }
+    }
+
+    /// Ends the stream: an incomplete character left over becomes U+FFFD.
+    pub fn finish<S: TextSink + ?Sized>(&mut self, sink: &mut S) {
+        if self.need > 0 {
+            self.need = 0;
+            self.invalid(sink);
+        }
+    }
+
+    /// Marks text lost beyond recovery (RFC 4103 section 5.3): resets any partial character or
+    /// escape sequence, since what followed it is gone, and writes U+FFFD.
+    pub fn mark_loss<S: TextSink + ?Sized>(&mut self, sink: &mut S) {
+        self.need = 0;
+        self.ctl = Ctl::Normal;
+        sink.push_char(char::REPLACEMENT_CHARACTER);
+    }
+
+    fn invalid<S: TextSink + ?Sized>(&mut self, sink: &mut S) {
+        self.stats.invalid_utf8 += 1;
+        self.char(char::REPLACEMENT_CHARACTER, sink);
+    }
+
+    #[inline]
+    fn byte<S: TextSink + ?Sized>(&mut self, b: u8, sink: &mut S) {
+        if self.need > 0 {
+            if (self.lo..=self.hi).contains(&b) {
+                self.acc = (self.acc << 6) | u32::from(b & 0x3f);
+                self.need -= 1;
+                self.lo = 0x80;
+                self.hi = 0xbf;
+                if self.need == 0 {
+                    // The ranges above exclude surrogates and overlongs, so this cannot fail.
+                    let c = char::from_u32(self.acc).unwrap_or(char::REPLACEMENT_CHARACTER);
+                    self.char(c, sink);
+                }
+                return;
+            }
+            // Maximal subpart replaced by one U+FFFD; the byte is then read afresh.
+            self.need = 0;
+            self.lo = 0x80;
+            self.hi = 0xbf;
+            self.invalid(sink);
+        }
+        match b {
+            0x00..=0x7f => self.char(char::from(b), sink),
+            0xc2..=0xdf => self.lead(u32::from(b & 0x1f), 1, 0x80, 0xbf),
+            0xe0 => self.lead(0, 2, 0xa0, 0xbf),
+            0xed => self.lead(0x0d, 2, 0x80, 0x9f),
+            0xe1..=0xef => self.lead(u32::from(b & 0x0f), 2, 0x80, 0xbf),
+            0xf0 => self.lead(0, 3, 0x90, 0xbf),
+            0xf1..=0xf3 => self.lead(u32::from(b & 0x07), 3, 0x80, 0xbf),
+            0xf4 => self.lead(4, 3, 0x80, 0x8f),
+            _ => self.invalid(sink),
+        }
+    }
+
+    #[inline]
+    fn lead(&mut self, acc: u32, need: u8, lo: u8, hi: u8) {
+        self.acc = acc;
+        self.need = need;
+        self.lo = lo;
+        self.hi = hi;
+    }
+
+    /// One decoded character through the T.140 control interpretation.
+    fn char<S: TextSink + ?Sized>(&mut self, c: char, sink: &mut S) {
+        match self.ctl {
+            Ctl::Esc => {
+                self.ctl = match c {
+                    '[' => Ctl::Csi(0),
+                    'X' | 'P' | ']' | '^' | '_' => Ctl::Str(0),
+                    _ => {
+                        self.stats.sequences_skipped += 1;
+                        Ctl::Normal
+                    }
+                };
+                return;
+            }
+            Ctl::Csi(n) => {
+                self.ctl = match c {
+                    '\u{40}'..='\u{7e}' => {
+                        self.stats.sequences_skipped += 1;
+                        Ctl::Normal
+                    }
+                    '\u{20}'..='\u{3f}' if n < MAX_CSI => Ctl::Csi(n + 1),
+                    // Not a valid sequence byte: abandon the sequence and read the char as text.
+                    _ => {
+                        self.stats.sequences_skipped += 1;
+                        self.ctl = Ctl::Normal;
+                        return self.char(c, sink);
+                    }
+                };
+                return;
+            }
+            Ctl::Str(n) | Ctl::StrEsc(n) => {
+                let was_esc = matches!(self.ctl, Ctl::StrEsc(_));
+                self.ctl = if c == '\u{9c}' || (was_esc && c == '\\') || n >= MAX_STRING {
+                    self.stats.sequences_skipped += 1;
+                    Ctl::Normal
+                } else if c == '\u{1b}' {
+                    Ctl::StrEsc(n + 1)
+                } else {
+                    Ctl::Str(n + 1)
+                };
+                return;
+            }
+            Ctl::AfterCr if c == '\n' => {
+                self.ctl = Ctl::Normal;
+                return;
+            }
+            Ctl::AfterCr | Ctl::Normal => self.ctl = Ctl::Normal,
+        }
+        match c {
+            '\u{feff}' => self.stats.bom += 1,
+            '\r' => {
+                sink.new_line();
+                self.ctl = Ctl::AfterCr;
+            }
+            '\n' | '\u{2028}' | '\u{2029}' => sink.new_line(),
+            '\u{8}' => {
+                if !sink.backspace() {
+                    self.stats.backspace_unmatched += 1;
+                }
+            }
+            '\u{1b}' => self.ctl = Ctl::Esc,
+            '\u{9b}' => self.ctl = Ctl::Csi(0),
+            '\u{90}' | '\u{98}' | '\u{9d}' | '\u{9e}' | '\u{9f}' => self.ctl = Ctl::Str(0),
+            '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' => self.stats.controls_dropped += 1,
+            _ => sink.push_char(c),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode(parts: &[&[u8]]) -> (String, DecodeStats) {
+        let mut d = Decoder::new();
+        let mut s = String::new();
+        for p in parts {
+            d.feed(p, &mut s);
+        }
+        d.finish(&mut s);
+        (s, d.stats)
+    }
+
+    #[test]
+    fn plain_text_and_bom() {
+        let (s, st) = decode(&[b"\xef\xbb\xbfHello", b" world\xef\xbb\xbf"]);
+        assert_eq!(s, "Hello world");
+        assert_eq!(st.bom, 2);
+    }
+
+    #[test]
+    fn characters_split_across_packets_are_reassembled() {
+        let text = "café — naïve 日本語 😀";
+        let bytes = text.as_bytes();
+        // Split at every byte boundary, one packet per byte.
+        let parts: Vec<&[u8]> = bytes.chunks(1).collect();
+        let (s, st) = decode(&parts);
+        assert_eq!(s, text);
+        assert_eq!(st.invalid_utf8, 0);
+    }
+
+    #[test]
+    fn invalid_utf8_becomes_replacement_characters() {
+        // Lone continuation, bad lead, overlong, surrogate, truncated 4-byte sequence.
+        let (s, st) = decode(&[b"a\x80b\xffc\xc0\xafd\xed\xa0\x80e\xf0\x9f\x98"]);
+        assert_eq!(s, "a\u{fffd}b\u{fffd}c\u{fffd}\u{fffd}d\u{fffd}\u{fffd}\u{fffd}e\u{fffd}");
+        assert_eq!(st.invalid_utf8, 8);
+        // Interrupted sequence: the interrupting byte is read afresh.
+        let (s, _) = decode(&[b"\xe6\x97x"]);
+        assert_eq!(s, "\u{fffd}x");
+    }
+
+    #[test]
+    fn matches_std_lossy_decoding() {
+        let samples: &[&[u8]] = &[
+            b"\xf4\x90\x80\x80",
+            b"\xe0\x80\x80",
+            b"\xf0\x80\x80\x80x",
+            b"\xc2",
+            b"\xe2\x82",
+            b"ok\xe2\x82\xac!",
+        ];
+        for s in samples {
+            let (got, _) = decode(&[s]);
+            assert_eq!(got, String::from_utf8_lossy(s), "{s:?}");
+        }
+    }
+
+    #[test]
+    fn new_lines_in_every_form_and_backspace() {
+        let (s, _) = decode(&[b"a\r\nb\rc\nd\xe2\x80\xa8e"]);
+        assert_eq!(s, "a\nb\nc\nd\ne");
+        // CR LF split across packets is still one new line, erased by one backspace.
+        let (s, _) = decode(&[b"x\r", b"\n\x08y"]);
+        assert_eq!(s, "xy");
+        let (s, st) = decode(&[b"Helo\x08\x08lo\x08\x08\x08\x08\x08\x08!"]);
+        assert_eq!(s, "!");
+        assert_eq!(st.backspace_unmatched, 2);
+    }
+
+    #[test]
+    fn controls_and_sequences_leave_no_debris() {
+        // BEL, SGR via ESC [ and via C1 CSI, a bare ESC sequence, an SOS string ended by ST.
+        let (s, st) = decode(&[
+            b"a\x07b\x1b[1;31mc\xc2\x9b0md\x1bce\x1bXhidden\x1b\\f\xc2\x98x\xc2\x9cg\tH\x7f",
+        ]);
+        assert_eq!(s, "abcdefgH");
+        assert_eq!(st.controls_dropped, 3);
+        assert_eq!(st.sequences_skipped, 5);
+        // A sequence split across packets.
+        let (s, _) = decode(&[b"a\x1b", b"[3", b"1m", b"b"]);
+        assert_eq!(s, "ab");
+    }
+
+    #[test]
+    fn unterminated_strings_are_bounded() {
+        let mut input = b"\x1bX".to_vec();
+        input.extend(std::iter::repeat_n(b'z', 300));
+        input.extend_from_slice(b"visible");
+        let (s, _) = decode(&[&input]);
+        assert!(s.ends_with("visible"), "{s}");
+        assert!(s.len() < 60);
+    }
+}

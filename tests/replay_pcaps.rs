@@ -1,0 +1,159 @@
+//! Replays every real loopback capture in `pcaps/` through the `pvp-t140 replay` binary and
+//! compares the envelopes with the capture's `.expected.jsonl` exactly (ids and timestamps
+//! excluded, since those are the only values that differ between runs).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+fn pcaps() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("pcaps")
+}
+
+/// The comparable projection of an envelope: type, sender, and for context.add the content and
+/// the flush cause.
+fn project(e: &Value) -> Value {
+    let mut o = json!({ "type": e["type"], "sender": e["sender"] });
+    if e["type"] == "context.add" {
+        o["content"] = e["payload"]["content"].clone();
+        let flush = e["payload"]["tags"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .find_map(|t| t.strip_prefix("flush:"))
+            .expect("flush tag");
+        o["flush"] = json!(flush);
+    }
+    o
+}
+
+fn replay(capture: &Path) -> Vec<Value> {
+    let out = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .arg("replay")
+        .arg(capture)
+        .args(["--session", "replay-test"])
+        .output()
+        .expect("run pvp-t140 replay");
+    assert!(
+        out.status.success(),
+        "replay of {} failed: {}",
+        capture.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .expect("stdout is UTF-8")
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+        .collect()
+}
+
+fn expected(name: &str) -> Vec<Value> {
+    let path = pcaps().join(format!("{name}.expected.jsonl"));
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("expected line is JSON"))
+        .collect()
+}
+
+fn check(capture: &str, name: &str) {
+    let envelopes = replay(&pcaps().join(capture));
+    for e in &envelopes {
+        assert_eq!(e["v"], 1);
+        assert_eq!(e["session"], "replay-test");
+        assert_eq!(e["id"].as_str().map(str::len), Some(26), "ULID id: {e}");
+    }
+    let got: Vec<Value> = envelopes.iter().map(project).collect();
+    let want = expected(name);
+    assert_eq!(
+        got,
+        want,
+        "\n{capture}: got\n{}\nwant\n{}",
+        got.iter().map(Value::to_string).collect::<Vec<_>>().join("\n"),
+        want.iter().map(Value::to_string).collect::<Vec<_>>().join("\n")
+    );
+}
+
+#[test]
+fn single_stream_flushes_on_sentence_idle_and_end() {
+    check("single.pcap", "single");
+}
+
+#[test]
+fn pcapng_with_linux_sll2_link_type() {
+    check("single_any.pcapng", "single_any");
+}
+
+#[test]
+fn two_interleaved_ssrcs_are_two_participants() {
+    check("two_ssrc.pcap", "two_ssrc");
+}
+
+#[test]
+fn red_primary_blocks_without_duplicates() {
+    check("red.pcap", "red");
+}
+
+#[test]
+fn non_ascii_text_split_across_packets_and_invalid_bytes() {
+    check("unicode.pcap", "unicode");
+}
+
+#[test]
+fn backspace_new_lines_and_controls() {
+    check("backspace.pcap", "backspace");
+}
+
+#[test]
+fn ipv6_source() {
+    check("ipv6.pcap", "ipv6");
+}
+
+#[test]
+fn sequence_number_wraparound() {
+    check("wrap.pcap", "wrap");
+}
+
+#[test]
+fn malformed_datagrams_are_dropped_and_valid_text_survives() {
+    check("malformed.pcap", "malformed");
+}
+
+#[test]
+fn idle_flush_timestamps_follow_the_capture_clock() {
+    // In single.pcap the first idle flush fires ~2 s into a 2.5 s silence: its ts is the moment
+    // the idle timer expired on the capture's clock, strictly between its neighbours' ts.
+    let envelopes = replay(&pcaps().join("single.pcap"));
+    let ts: Vec<&str> = envelopes.iter().map(|e| e["ts"].as_str().unwrap()).collect();
+    let mut sorted = ts.clone();
+    sorted.sort();
+    assert_eq!(ts, sorted, "envelope timestamps go forward");
+    let idle = envelopes
+        .iter()
+        .position(|e| e["payload"]["tags"].to_string().contains("flush:idle"))
+        .expect("an idle flush");
+    assert!(ts[idle] > ts[idle - 1]);
+    assert!(ts[idle] < ts[idle + 1]);
+}
+
+#[test]
+fn not_a_capture_is_a_clear_error() {
+    let path = std::env::temp_dir().join(format!("pvp-t140-notpcap-{}", std::process::id()));
+    std::fs::write(&path, b"this is not a capture file at all").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .arg("replay")
+        .arg(&path)
+        .output()
+        .unwrap();
+    std::fs::remove_file(&path).ok();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not a readable pcap/pcapng capture"), "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .args(["replay", "/nonexistent/file.pcap"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+}
