@@ -51,10 +51,7 @@ impl std::fmt::Display for CaptureError {
 impl std::error::Error for CaptureError {}
 
 /// Reads every UDP datagram of a capture, in file order, calling `each` for each one.
-pub fn read_udp(
-    path: &Path,
-    mut each: impl FnMut(Datagram),
-) -> Result<CaptureStats, CaptureError> {
+pub fn read_udp(path: &Path, mut each: impl FnMut(Datagram)) -> Result<CaptureStats, CaptureError> {
     let file = File::open(path).map_err(CaptureError::Io)?;
     read_udp_from(file, &mut each)
 }
@@ -143,7 +140,9 @@ pub fn read_udp_from(
             }
             Err(PcapError::Eof) => break,
             Err(PcapError::Incomplete(_)) => {
-                reader.refill().map_err(|e| CaptureError::Format(format!("{e:?}")))?;
+                reader
+                    .refill()
+                    .map_err(|e| CaptureError::Format(format!("{e:?}")))?;
             }
             Err(e) => return Err(CaptureError::Format(format!("{e:?}"))),
         }
@@ -162,13 +161,19 @@ fn udp_of(data: &[u8], link: Linktype, caplen: usize) -> Option<(SocketAddr, Soc
             if ip.is_payload_fragmented() {
                 return None;
             }
-            (ip.header().source_addr().into(), ip.header().destination_addr().into())
+            (
+                ip.header().source_addr().into(),
+                ip.header().destination_addr().into(),
+            )
         }
         NetSlice::Ipv6(ip) => {
             if ip.is_payload_fragmented() {
                 return None;
             }
-            (ip.header().source_addr().into(), ip.header().destination_addr().into())
+            (
+                ip.header().source_addr().into(),
+                ip.header().destination_addr().into(),
+            )
         }
         NetSlice::Arp(_) => return None,
     };

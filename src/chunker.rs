@@ -190,7 +190,10 @@ mod tests {
     fn newline_after_terminator_ends_a_sentence_and_inner_newlines_stay() {
         let mut ch = Chunker::new(500);
         let out = feed(&mut ch, "line one\nline two.\nnext");
-        assert_eq!(out, vec![("line one\nline two.".into(), FlushCause::Sentence)]);
+        assert_eq!(
+            out,
+            vec![("line one\nline two.".into(), FlushCause::Sentence)]
+        );
         assert_eq!(ch.pending(), "next");
     }
 
@@ -200,7 +203,10 @@ mod tests {
         assert!(feed(&mut ch, "Done.").is_empty());
         assert_eq!(
             ch.flush(FlushCause::Idle),
-            Some(Chunk { text: "Done.".into(), cause: FlushCause::Idle })
+            Some(Chunk {
+                text: "Done.".into(),
+                cause: FlushCause::Idle
+            })
         );
         assert_eq!(ch.flush(FlushCause::End), None);
     }

@@ -38,7 +38,9 @@ impl Clock {
 /// A random seed for message ULIDs, from the standard library's per-process hash keys.
 pub fn random_seed() -> u128 {
     use std::hash::{BuildHasher, Hasher};
-    let a = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    let a = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(Time::from_system(SystemTime::now()).0.into());
     (u128::from(a) << 64) | u128::from(h.finish())

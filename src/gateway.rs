@@ -243,12 +243,17 @@ impl Gateway {
         } else {
             return Err(DropReason::UnknownPayloadType);
         };
-        let key = StreamKey { source, ssrc: pkt.ssrc };
+        let key = StreamKey {
+            source,
+            ssrc: pkt.ssrc,
+        };
         let slot = match self.index.get(&key) {
             Some(&slot) => slot,
             None => self.open_stream(now, key)?,
         };
-        let stream = self.slots[slot as usize].as_mut().expect("indexed slot is live");
+        let stream = self.slots[slot as usize]
+            .as_mut()
+            .expect("indexed slot is live");
         stream.stats.packets += 1;
         stream.stats.bytes += data.len() as u64;
         stream.last_packet = now;

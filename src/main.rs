@@ -12,7 +12,12 @@ use pvp_t140::{Config, DropReason, Gateway, Stats, chunker::FlushCause, replay, 
 
 /// T.140 real-time text over RTP (RFC 4103) in, PVP `context.add` transcripts out.
 #[derive(Parser, Debug)]
-#[command(name = "pvp-t140", version, about, args_conflicts_with_subcommands = true)]
+#[command(
+    name = "pvp-t140",
+    version,
+    about,
+    args_conflicts_with_subcommands = true
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Option<Cmd>,
@@ -113,7 +118,12 @@ impl CoreArgs {
             roles: self
                 .roles
                 .iter()
-                .map(|r| r.to_possible_value().expect("no skipped variants").get_name().to_owned())
+                .map(|r| {
+                    r.to_possible_value()
+                        .expect("no skipped variants")
+                        .get_name()
+                        .to_owned()
+                })
                 .collect(),
             t140_pt: self.t140_pt,
             red_pt: self.red_pt,
@@ -161,8 +171,8 @@ fn run_replay(file: &std::path::Path, port: Option<u16>, core: &CoreArgs) -> Res
     let cfg = core.config()?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    let summary = replay::run(file, cfg, port, &mut out)
-        .map_err(|e| format!("{}: {e}", file.display()))?;
+    let summary =
+        replay::run(file, cfg, port, &mut out).map_err(|e| format!("{}: {e}", file.display()))?;
     tracing::info!(
         frames = summary.capture.frames,
         udp = summary.capture.udp,
@@ -208,7 +218,11 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
             .map_err(|e| format!("receive loop: {e}"))?;
         let sink_stats = sink.close(udp::SHUTDOWN_GRACE).await;
         log_stats(&gw.stats());
-        tracing::info!(sent = sink_stats.sent, dropped = sink_stats.dropped, "stopped");
+        tracing::info!(
+            sent = sink_stats.sent,
+            dropped = sink_stats.dropped,
+            "stopped"
+        );
         Ok(())
     })
 }

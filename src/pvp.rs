@@ -150,7 +150,11 @@ impl Builder {
 
     /// pvp-spec 8.1 heartbeat (both payloads are empty objects).
     pub fn heartbeat(&mut self, now: Time, sender: &str, pong_to: Option<&str>) -> Envelope {
-        let kind = if pong_to.is_some() { "heartbeat.pong" } else { "heartbeat.ping" };
+        let kind = if pong_to.is_some() {
+            "heartbeat.pong"
+        } else {
+            "heartbeat.ping"
+        };
         let mut e = self.envelope(now, sender, kind, json!({}));
         e.reference = pong_to.map(str::to_owned);
         e
@@ -187,7 +191,9 @@ mod tests {
     fn ids_are_valid_monotonic_ulids() {
         let mut g = IdGen::new(7);
         let t = Time::from_millis(1_700_000_000_000);
-        let ids: Vec<String> = (0..100).map(|i| g.next(Time::from_millis(t.as_millis() + i / 10))).collect();
+        let ids: Vec<String> = (0..100)
+            .map(|i| g.next(Time::from_millis(t.as_millis() + i / 10)))
+            .collect();
         for w in ids.windows(2) {
             assert!(w[0] < w[1], "{} !< {}", w[0], w[1]);
         }

@@ -66,7 +66,8 @@ impl<'a> RedPayload<'a> {
             if pos + 4 > payload.len() {
                 return Err(RedError::TruncatedHeader);
             }
-            let len = usize::from(u16::from_be_bytes([payload[pos + 2], payload[pos + 3]]) & 0x03ff);
+            let len =
+                usize::from(u16::from_be_bytes([payload[pos + 2], payload[pos + 3]]) & 0x03ff);
             data_len += len;
             redundant += 1;
             pos += 4;
@@ -135,9 +136,30 @@ mod tests {
         let red = RedPayload::parse(&p).unwrap();
         assert_eq!(red.redundant_count(), 2);
         let blocks: Vec<_> = red.redundant_blocks().collect();
-        assert_eq!(blocks[0], RedBlock { payload_type: 98, ts_offset: 600, data: b"ab" });
-        assert_eq!(blocks[1], RedBlock { payload_type: 98, ts_offset: 300, data: b"" });
-        assert_eq!(red.primary(), RedBlock { payload_type: 98, ts_offset: 0, data: b"cde" });
+        assert_eq!(
+            blocks[0],
+            RedBlock {
+                payload_type: 98,
+                ts_offset: 600,
+                data: b"ab"
+            }
+        );
+        assert_eq!(
+            blocks[1],
+            RedBlock {
+                payload_type: 98,
+                ts_offset: 300,
+                data: b""
+            }
+        );
+        assert_eq!(
+            red.primary(),
+            RedBlock {
+                payload_type: 98,
+                ts_offset: 0,
+                data: b"cde"
+            }
+        );
     }
 
     /// The RFC 2198 section 3 worked header: F=1, block PT=0, offset=0x12c... bit layout.
@@ -161,9 +183,18 @@ mod tests {
 
     #[test]
     fn rejects_truncated_and_overrunning_payloads() {
-        assert_eq!(RedPayload::parse(&[]).unwrap_err(), RedError::TruncatedHeader);
-        assert_eq!(RedPayload::parse(&[0xe2, 0, 0]).unwrap_err(), RedError::TruncatedHeader);
-        assert_eq!(RedPayload::parse(&[0xe2, 0, 0, 5]).unwrap_err(), RedError::TruncatedHeader);
+        assert_eq!(
+            RedPayload::parse(&[]).unwrap_err(),
+            RedError::TruncatedHeader
+        );
+        assert_eq!(
+            RedPayload::parse(&[0xe2, 0, 0]).unwrap_err(),
+            RedError::TruncatedHeader
+        );
+        assert_eq!(
+            RedPayload::parse(&[0xe2, 0, 0, 5]).unwrap_err(),
+            RedError::TruncatedHeader
+        );
         // Block claims 5 bytes, only 2 follow the headers.
         assert_eq!(
             RedPayload::parse(&[0xe2, 0, 0, 5, 98, b'a', b'b']).unwrap_err(),

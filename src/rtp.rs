@@ -175,9 +175,15 @@ mod tests {
 
     #[test]
     fn rejects_bad_versions_and_short_packets() {
-        assert_eq!(RtpPacket::parse(&[0x80; 11]).unwrap_err(), RtpError::TooShort);
+        assert_eq!(
+            RtpPacket::parse(&[0x80; 11]).unwrap_err(),
+            RtpError::TooShort
+        );
         for v in [0x00u8, 0x40, 0xc0] {
-            assert_eq!(RtpPacket::parse(&header(v)).unwrap_err(), RtpError::BadVersion);
+            assert_eq!(
+                RtpPacket::parse(&header(v)).unwrap_err(),
+                RtpError::BadVersion
+            );
         }
     }
 
@@ -187,17 +193,29 @@ mod tests {
     fn malformed_extensions_are_errors_not_panics() {
         // X bit set but no room for the extension header.
         let d = header(0x90);
-        assert_eq!(RtpPacket::parse(&d).unwrap_err(), RtpError::ExtensionOverrun);
+        assert_eq!(
+            RtpPacket::parse(&d).unwrap_err(),
+            RtpError::ExtensionOverrun
+        );
         // Extension length of 0xffff words with 4 bytes of data.
         let mut d = header(0x90);
         d.extend_from_slice(&[0xbe, 0xde, 0xff, 0xff, 1, 2, 3, 4]);
-        assert_eq!(RtpPacket::parse(&d).unwrap_err(), RtpError::ExtensionOverrun);
+        assert_eq!(
+            RtpPacket::parse(&d).unwrap_err(),
+            RtpError::ExtensionOverrun
+        );
         // Extension length one word too long.
         let mut d = header(0x90);
         d.extend_from_slice(&[0x10, 0x00, 0, 2, 1, 2, 3, 4]);
-        assert_eq!(RtpPacket::parse(&d).unwrap_err(), RtpError::ExtensionOverrun);
+        assert_eq!(
+            RtpPacket::parse(&d).unwrap_err(),
+            RtpError::ExtensionOverrun
+        );
         // CSRC count 15 in a short datagram.
-        assert_eq!(RtpPacket::parse(&header(0x8f)).unwrap_err(), RtpError::CsrcOverrun);
+        assert_eq!(
+            RtpPacket::parse(&header(0x8f)).unwrap_err(),
+            RtpError::CsrcOverrun
+        );
     }
 
     #[test]

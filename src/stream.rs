@@ -95,7 +95,12 @@ impl Stream {
     /// Unique context key within the session: participant, stream start, counter.
     pub fn next_key(&mut self) -> String {
         self.chunks_sent += 1;
-        format!("{}/{}/{}", self.participant, self.created.as_millis(), self.chunks_sent)
+        format!(
+            "{}/{}/{}",
+            self.participant,
+            self.created.as_millis(),
+            self.chunks_sent
+        )
     }
 
     /// Sequence check per RFC 3550 A.1 in its simplest form: anything not newer than the
@@ -165,7 +170,10 @@ mod tests {
     use crate::red;
 
     fn stream() -> Stream {
-        let key = StreamKey { source: "127.0.0.1:4000".parse().unwrap(), ssrc: 0xabcdef01 };
+        let key = StreamKey {
+            source: "127.0.0.1:4000".parse().unwrap(),
+            ssrc: 0xabcdef01,
+        };
         Stream::new(key, 0, Time(0), 500)
     }
 
@@ -173,7 +181,10 @@ mod tests {
     fn ids_are_derived_from_the_stream() {
         let s = stream();
         assert_eq!(s.participant, "t140:abcdef01@127.0.0.1:4000");
-        let k6 = StreamKey { source: "[::1]:5".parse().unwrap(), ssrc: 1 };
+        let k6 = StreamKey {
+            source: "[::1]:5".parse().unwrap(),
+            ssrc: 1,
+        };
         assert_eq!(k6.participant_id(), "t140:00000001@[::1]:5");
         assert_eq!(k6.source_uri(), "rtp://[::1]:5?ssrc=0x00000001");
     }
@@ -202,14 +213,18 @@ mod tests {
         s.receive_red(0, &r, Time(0));
         let mut p = Vec::new();
         red::write_payload(&mut p, 98, &[(600, b"b"), (300, b"c")], b"d");
-        let SeqOutcome::Accept { gap } = s.check_sequence(4) else { panic!() };
+        let SeqOutcome::Accept { gap } = s.check_sequence(4) else {
+            panic!()
+        };
         assert_eq!(gap, 2);
         s.receive_red(gap, &RedPayload::parse(&p).unwrap(), Time(0));
         assert_eq!(s.chunker.pending(), "abcd");
         // 5, 6, 7 lost; 8 carries 6 and 7: 5 is marked.
         let mut p = Vec::new();
         red::write_payload(&mut p, 98, &[(600, b"f"), (300, b"g")], b"h");
-        let SeqOutcome::Accept { gap } = s.check_sequence(8) else { panic!() };
+        let SeqOutcome::Accept { gap } = s.check_sequence(8) else {
+            panic!()
+        };
         s.receive_red(gap, &RedPayload::parse(&p).unwrap(), Time(0));
         assert_eq!(s.chunker.pending(), "abcd\u{fffd}fgh");
         assert_eq!((s.stats.recovered, s.stats.lost), (4, 1));
@@ -220,7 +235,9 @@ mod tests {
         let mut s = stream();
         s.check_sequence(10);
         s.receive_plain(0, b"ab", Time(0));
-        let SeqOutcome::Accept { gap } = s.check_sequence(13) else { panic!() };
+        let SeqOutcome::Accept { gap } = s.check_sequence(13) else {
+            panic!()
+        };
         s.receive_plain(gap, b"cd", Time(0));
         assert_eq!(s.chunker.pending(), "ab\u{fffd}\u{fffd}cd");
     }

@@ -268,7 +268,10 @@ mod tests {
     fn invalid_utf8_becomes_replacement_characters() {
         // Lone continuation, bad lead, overlong, surrogate, truncated 4-byte sequence.
         let (s, st) = decode(&[b"a\x80b\xffc\xc0\xafd\xed\xa0\x80e\xf0\x9f\x98"]);
-        assert_eq!(s, "a\u{fffd}b\u{fffd}c\u{fffd}\u{fffd}d\u{fffd}\u{fffd}\u{fffd}e\u{fffd}");
+        assert_eq!(
+            s,
+            "a\u{fffd}b\u{fffd}c\u{fffd}\u{fffd}d\u{fffd}\u{fffd}\u{fffd}e\u{fffd}"
+        );
         assert_eq!(st.invalid_utf8, 8);
         // Interrupted sequence: the interrupting byte is read afresh.
         let (s, _) = decode(&[b"\xe6\x97x"]);

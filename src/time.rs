@@ -17,7 +17,10 @@ impl Time {
     }
 
     pub fn from_system(t: SystemTime) -> Self {
-        Time(t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64))
+        Time(
+            t.duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros() as u64),
+        )
     }
 
     pub const fn as_millis(self) -> u64 {
@@ -48,7 +51,10 @@ mod tests {
 
     #[test]
     fn formats_iso8601_utc_millis() {
-        assert_eq!(Time::from_micros(1_700_000_000_123_456).to_iso8601(), "2023-11-14T22:13:20.123Z");
+        assert_eq!(
+            Time::from_micros(1_700_000_000_123_456).to_iso8601(),
+            "2023-11-14T22:13:20.123Z"
+        );
         assert_eq!(Time(0).to_iso8601(), "1970-01-01T00:00:00.000Z");
     }
 }

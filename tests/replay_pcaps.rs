@@ -71,8 +71,14 @@ fn check(capture: &str, name: &str) {
         got,
         want,
         "\n{capture}: got\n{}\nwant\n{}",
-        got.iter().map(Value::to_string).collect::<Vec<_>>().join("\n"),
-        want.iter().map(Value::to_string).collect::<Vec<_>>().join("\n")
+        got.iter()
+            .map(Value::to_string)
+            .collect::<Vec<_>>()
+            .join("\n"),
+        want.iter()
+            .map(Value::to_string)
+            .collect::<Vec<_>>()
+            .join("\n")
     );
 }
 
@@ -126,7 +132,10 @@ fn idle_flush_timestamps_follow_the_capture_clock() {
     // In single.pcap the first idle flush fires ~2 s into a 2.5 s silence: its ts is the moment
     // the idle timer expired on the capture's clock, strictly between its neighbours' ts.
     let envelopes = replay(&pcaps().join("single.pcap"));
-    let ts: Vec<&str> = envelopes.iter().map(|e| e["ts"].as_str().unwrap()).collect();
+    let ts: Vec<&str> = envelopes
+        .iter()
+        .map(|e| e["ts"].as_str().unwrap())
+        .collect();
     let mut sorted = ts.clone();
     sorted.sort();
     assert_eq!(ts, sorted, "envelope timestamps go forward");

@@ -135,16 +135,16 @@ async fn connection(
         // After a reconnect the server has forgotten us: join again (a fresh id, same content).
         if let Some(j) = &join {
             let mut again = j.clone();
-            again.id = pvp.envelope(now(), &participant, "session.join", serde_json::json!({})).id;
+            again.id = pvp
+                .envelope(now(), &participant, "session.join", serde_json::json!({}))
+                .id;
             again.ts = now().to_iso8601();
             if write.send(Message::text(again.to_json())).await.is_err() {
                 continue 'reconnect;
             }
         }
-        let mut heartbeat = tokio::time::interval_at(
-            tokio::time::Instant::now() + cfg.heartbeat,
-            cfg.heartbeat,
-        );
+        let mut heartbeat =
+            tokio::time::interval_at(tokio::time::Instant::now() + cfg.heartbeat, cfg.heartbeat);
         loop {
             let next = match pending.take() {
                 Some(e) => Some(e),
@@ -164,10 +164,10 @@ async fn connection(
                     frame = read.next() => {
                         match frame {
                             Some(Ok(Message::Text(t))) => {
-                                if let Some(reply) = on_frame(&mut pvp, &participant, t.as_str(), &recent) {
-                                    if write.send(Message::text(reply.to_json())).await.is_err() {
-                                        continue 'reconnect;
-                                    }
+                                if let Some(reply) = on_frame(&mut pvp, &participant, t.as_str(), &recent)
+                                    && write.send(Message::text(reply.to_json())).await.is_err()
+                                {
+                                    continue 'reconnect;
                                 }
                             }
                             Some(Ok(Message::Close(_))) | None | Some(Err(_)) => {
@@ -227,7 +227,10 @@ fn on_frame(
             match serde_json::from_value::<ErrorPayload>(env.payload) {
                 Ok(err) => {
                     let related_kind = err.related_to.as_deref().and_then(|id| {
-                        recent.iter().find(|(i, _)| i == id).map(|(_, k)| k.as_str())
+                        recent
+                            .iter()
+                            .find(|(i, _)| i == id)
+                            .map(|(_, k)| k.as_str())
                     });
                     tracing::warn!(
                         %participant,
