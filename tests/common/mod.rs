@@ -1,0 +1,4 @@
+//! Shared helpers for the integration tests.
+#![allow(dead_code)]
+
+pub mod pvp_server;

@@ -1,0 +1,347 @@
+//! The sans-IO core driven directly: datagrams and time in, envelopes out, no sockets or clocks.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use pvp_t140::chunker::FlushCause;
+use pvp_t140::pvp::Envelope;
+use pvp_t140::{Config, DropReason, Gateway, Time, red, rtp};
+
+const T0: u64 = 1_700_000_000_000; // ms
+
+fn at(ms: u64) -> Time {
+    Time::from_millis(T0 + ms)
+}
+
+fn addr(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+fn t140(seq: u16, ssrc: u32, text: &str) -> Vec<u8> {
+    let mut d = Vec::new();
+    rtp::write_packet(
+        &mut d,
+        seq == 1,
+        98,
+        seq,
+        u32::from(seq) * 300,
+        ssrc,
+        text.as_bytes(),
+    );
+    d
+}
+
+fn drain(gw: &mut Gateway) -> Vec<Envelope> {
+    std::iter::from_fn(|| gw.poll_output()).collect()
+}
+
+fn summary(envs: &[Envelope]) -> Vec<String> {
+    envs.iter()
+        .map(|e| match e.kind.as_str() {
+            "context.add" => format!(
+                "add {} {:?} {}",
+                e.sender,
+                e.payload["content"].as_str().unwrap(),
+                e.payload["tags"][2].as_str().unwrap()
+            ),
+            k => format!("{k} {}", e.sender),
+        })
+        .collect()
+}
+
+#[test]
+fn a_stream_joins_before_its_first_chunk_and_sentences_flush_at_once() {
+    let mut gw = Gateway::new(Config {
+        session: "s1".into(),
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "\u{feff}Hello there. How"));
+    let out = drain(&mut gw);
+    assert_eq!(
+        summary(&out),
+        vec![
+            "session.join t140:00000007@127.0.0.1:4000",
+            "add t140:00000007@127.0.0.1:4000 \"Hello there.\" flush:sentence",
+        ]
+    );
+    let join = &out[0].payload["participant"];
+    assert_eq!(join["type"], "human");
+    assert_eq!(join["transport"], "t140");
+    assert_eq!(join["roles"], serde_json::json!(["navigator"]));
+    let add = &out[1];
+    assert_eq!(add.session, "s1");
+    assert_eq!(add.payload["content_type"], "audio_transcript");
+    assert_eq!(
+        add.payload["source"],
+        "rtp://127.0.0.1:4000?ssrc=0x00000007"
+    );
+    assert!(
+        add.payload["key"]
+            .as_str()
+            .unwrap()
+            .starts_with("t140:00000007@127.0.0.1:4000/")
+    );
+}
+
+#[test]
+fn idle_flush_fires_from_the_timer_at_the_configured_silence() {
+    let mut gw = Gateway::new(Config {
+        idle_flush: Duration::from_millis(500),
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "no end yet"));
+    drain(&mut gw);
+    assert_eq!(gw.poll_timeout(), Some(at(500)));
+    gw.handle_timeout(at(499));
+    assert!(drain(&mut gw).is_empty(), "not before the deadline");
+    gw.handle_timeout(at(500));
+    let out = drain(&mut gw);
+    assert_eq!(
+        summary(&out),
+        vec!["add t140:00000007@127.0.0.1:4000 \"no end yet\" flush:idle"]
+    );
+    assert_eq!(out[0].ts, at(500).to_iso8601());
+    // Nothing buffered: the next deadline is the stream timeout, 60 s after the last packet.
+    assert_eq!(gw.poll_timeout(), Some(at(60_000)));
+}
+
+#[test]
+fn text_arriving_resets_the_idle_timer() {
+    let mut gw = Gateway::new(Config {
+        idle_flush: Duration::from_millis(500),
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "one"));
+    gw.handle_datagram(at(400), addr(4000), &t140(2, 7, " two"));
+    gw.handle_timeout(at(500));
+    assert!(drain(&mut gw).iter().all(|e| e.kind != "context.add"));
+    gw.handle_timeout(at(900));
+    assert_eq!(
+        summary(&drain(&mut gw)),
+        vec!["add t140:00000007@127.0.0.1:4000 \"one two\" flush:idle"]
+    );
+}
+
+#[test]
+fn a_silent_stream_times_out_flushes_and_leaves() {
+    let mut gw = Gateway::new(Config {
+        idle_flush: Duration::from_secs(100),
+        stream_timeout: Duration::from_secs(5),
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "half a thought"));
+    drain(&mut gw);
+    gw.handle_timeout(at(4_999));
+    assert!(drain(&mut gw).is_empty());
+    gw.handle_timeout(at(5_000));
+    let out = drain(&mut gw);
+    assert_eq!(
+        summary(&out),
+        vec![
+            "add t140:00000007@127.0.0.1:4000 \"half a thought\" flush:end",
+            "session.leave t140:00000007@127.0.0.1:4000",
+        ]
+    );
+    assert_eq!(out[1].payload["reason"], "stream timeout");
+    assert_eq!(gw.live_streams(), 0);
+    assert_eq!(gw.poll_timeout(), None);
+    // The same sender coming back is a new stream: it joins again.
+    gw.handle_datagram(at(6_000), addr(4000), &t140(2, 7, "back"));
+    assert_eq!(drain(&mut gw)[0].kind, "session.join");
+}
+
+#[test]
+fn shutdown_flushes_every_stream_and_leaves_in_creation_order() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4002), &t140(1, 2, "second"));
+    gw.handle_datagram(at(1), addr(4001), &t140(1, 1, "first"));
+    gw.handle_datagram(at(2), addr(4003), &t140(1, 3, "   "));
+    drain(&mut gw);
+    gw.shutdown(at(10));
+    assert_eq!(
+        summary(&drain(&mut gw)),
+        vec![
+            "add t140:00000002@127.0.0.1:4002 \"second\" flush:end",
+            "session.leave t140:00000002@127.0.0.1:4002",
+            "add t140:00000001@127.0.0.1:4001 \"first\" flush:end",
+            "session.leave t140:00000001@127.0.0.1:4001",
+            "session.leave t140:00000003@127.0.0.1:4003",
+        ]
+    );
+    let s = gw.stats();
+    assert_eq!(s.chunks(FlushCause::End), 2);
+    assert_eq!(s.streams_live, 0);
+}
+
+#[test]
+fn the_same_ssrc_from_two_addresses_is_two_streams() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 9, "a"));
+    gw.handle_datagram(at(0), addr(4001), &t140(1, 9, "b"));
+    let joins: Vec<_> = drain(&mut gw)
+        .into_iter()
+        .filter(|e| e.kind == "session.join")
+        .collect();
+    assert_eq!(joins.len(), 2);
+    assert_ne!(joins[0].sender, joins[1].sender);
+}
+
+#[test]
+fn duplicates_and_late_packets_never_repeat_text() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "ab"));
+    gw.handle_datagram(at(1), addr(4000), &t140(2, 7, "cd"));
+    gw.handle_datagram(at(2), addr(4000), &t140(2, 7, "cd"));
+    gw.handle_datagram(at(3), addr(4000), &t140(1, 7, "ab"));
+    gw.shutdown(at(4));
+    let adds: Vec<_> = drain(&mut gw)
+        .into_iter()
+        .filter(|e| e.kind == "context.add")
+        .collect();
+    assert_eq!(adds.len(), 1);
+    assert_eq!(adds[0].payload["content"], "abcd");
+    assert_eq!(gw.stats().drops(DropReason::Stale), 2);
+}
+
+#[test]
+fn red_packets_use_the_primary_and_recover_a_lost_packet() {
+    let mut gw = Gateway::new(Config::default());
+    let mut blocks: Vec<&[u8]> = Vec::new();
+    let texts: [&[u8]; 5] = [b"He", b"llo", b" wor", b"ld", b". "];
+    for (i, t) in texts.iter().enumerate() {
+        let seq = i as u16 + 1;
+        let red_gens: Vec<(u16, &[u8])> = blocks
+            .iter()
+            .rev()
+            .take(2)
+            .rev()
+            .enumerate()
+            .map(|(g, b)| (600 - 300 * g as u16, *b))
+            .collect();
+        let mut payload = Vec::new();
+        red::write_payload(&mut payload, 98, &red_gens, t);
+        let mut d = Vec::new();
+        rtp::write_packet(
+            &mut d,
+            seq == 1,
+            100,
+            seq,
+            u32::from(seq) * 300,
+            5,
+            &payload,
+        );
+        blocks.push(t);
+        if seq != 3 {
+            gw.handle_datagram(at(u64::from(seq) * 300), addr(4000), &d);
+        }
+    }
+    let adds: Vec<_> = drain(&mut gw)
+        .into_iter()
+        .filter(|e| e.kind == "context.add")
+        .collect();
+    assert_eq!(adds.len(), 1);
+    assert_eq!(adds[0].payload["content"], "Hello world.");
+    assert_eq!(gw.stats().recovered, 1);
+    assert_eq!(gw.stats().lost, 0);
+}
+
+#[test]
+fn non_text_datagrams_are_counted_drops() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(1), b"xx");
+    gw.handle_datagram(at(0), addr(1), &[0x81, 203, 0, 1, 0, 0, 0, 7]); // RTCP BYE
+    let mut d = Vec::new();
+    rtp::write_packet(&mut d, false, 0, 1, 0, 7, b"audio");
+    gw.handle_datagram(at(0), addr(1), &d);
+    let mut d = Vec::new();
+    rtp::write_packet(&mut d, false, 100, 1, 0, 7, &[0xe2, 0, 3, 0xff, 98]);
+    gw.handle_datagram(at(0), addr(1), &d);
+    assert!(drain(&mut gw).is_empty(), "no stream joins on junk");
+    let s = gw.stats();
+    assert_eq!(
+        s.drops(DropReason::Rtp(pvp_t140::rtp::RtpError::TooShort)),
+        1
+    );
+    assert_eq!(s.drops(DropReason::Rtcp), 1);
+    assert_eq!(s.drops(DropReason::UnknownPayloadType), 1);
+    assert_eq!(
+        s.drops(DropReason::Red(pvp_t140::red::RedError::BlockOverrun)),
+        1
+    );
+    assert_eq!(s.drops_total(), 4);
+    assert_eq!(s.datagrams, 4);
+}
+
+#[test]
+fn streams_beyond_the_limit_are_refused_and_existing_ones_keep_working() {
+    let mut gw = Gateway::new(Config {
+        max_streams: 2,
+        ..Config::default()
+    });
+    for ssrc in 1..=5 {
+        gw.handle_datagram(at(0), addr(4000), &t140(1, ssrc, "x"));
+    }
+    assert_eq!(gw.live_streams(), 2);
+    assert_eq!(gw.stats().drops(DropReason::StreamLimit), 3);
+    gw.handle_datagram(at(1), addr(4000), &t140(2, 1, "y. "));
+    let adds: Vec<_> = drain(&mut gw)
+        .into_iter()
+        .filter(|e| e.kind == "context.add")
+        .collect();
+    assert_eq!(adds[0].payload["content"], "xy.");
+}
+
+#[test]
+fn size_limit_cuts_at_a_word_boundary() {
+    let mut gw = Gateway::new(Config {
+        max_chunk_chars: 12,
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "aaaa bbbb cccc dddd"));
+    gw.shutdown(at(1));
+    let adds: Vec<_> = drain(&mut gw)
+        .into_iter()
+        .filter(|e| e.kind == "context.add")
+        .map(|e| {
+            (
+                e.payload["content"].as_str().unwrap().to_owned(),
+                e.payload["tags"][2].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        adds,
+        vec![
+            ("aaaa bbbb".to_owned(), serde_json::json!("flush:size")),
+            ("cccc dddd".to_owned(), serde_json::json!("flush:end")),
+        ]
+    );
+}
+
+#[test]
+fn keys_and_ids_are_unique() {
+    let mut gw = Gateway::new(Config::default());
+    for seq in 1..200u16 {
+        gw.handle_datagram(
+            at(u64::from(seq)),
+            addr(4000 + seq % 3),
+            &t140(seq / 3 + 1, 7, "x. "),
+        );
+    }
+    gw.shutdown(at(1000));
+    let out = drain(&mut gw);
+    let mut ids: Vec<_> = out.iter().map(|e| e.id.clone()).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), out.len());
+    let mut keys: Vec<_> = out
+        .iter()
+        .filter(|e| e.kind == "context.add")
+        .map(|e| e.payload["key"].as_str().unwrap().to_owned())
+        .collect();
+    let n = keys.len();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), n);
+    assert!(n > 150);
+}
