@@ -1,4 +1,5 @@
 //! Shared helpers for the integration tests.
 #![allow(dead_code)]
 
+pub mod gateway_proc;
 pub mod pvp_server;

@@ -1,0 +1,185 @@
+//! Runs the real `pvp-t140` binary for end-to-end tests: finds its bound address from its JSON
+//! log, collects stdout and stderr lines, sends real UDP datagrams, stops it with SIGTERM.
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, UdpSocket};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub struct Gateway {
+    child: Child,
+    pub listen: SocketAddr,
+    stdout: Arc<Mutex<Vec<String>>>,
+    stderr: Arc<Mutex<Vec<String>>>,
+}
+
+fn collect(r: impl std::io::Read + Send + 'static) -> Arc<Mutex<Vec<String>>> {
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(r).lines() {
+            match line {
+                Ok(l) => sink.lock().unwrap().push(l),
+                Err(_) => break,
+            }
+        }
+    });
+    lines
+}
+
+impl Gateway {
+    /// Starts the binary with `args` plus `--log-format json`, and waits for it to listen.
+    pub fn start(args: &[&str]) -> Gateway {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+            .args(args)
+            .args(["--log-format", "json"])
+            .env("RUST_LOG", "debug,tungstenite=info,tokio_tungstenite=info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn pvp-t140");
+        let stdout = collect(child.stdout.take().unwrap());
+        let stderr = collect(child.stderr.take().unwrap());
+        let mut gw = Gateway {
+            child,
+            listen: "0.0.0.0:0".parse().unwrap(),
+            stdout,
+            stderr,
+        };
+        let line = gw.wait_stderr(Duration::from_secs(20), "pvp-t140 listening");
+        let v: serde_json::Value = serde_json::from_str(&line).expect("JSON log line");
+        gw.listen = v["fields"]["listen"].as_str().unwrap().parse().unwrap();
+        gw
+    }
+
+    pub fn stdout_lines(&self) -> Vec<String> {
+        self.stdout.lock().unwrap().clone()
+    }
+
+    pub fn stderr_lines(&self) -> Vec<String> {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    fn wait_lines(
+        &mut self,
+        which: &Arc<Mutex<Vec<String>>>,
+        timeout: Duration,
+        needle: &str,
+    ) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(l) = which.lock().unwrap().iter().find(|l| l.contains(needle)) {
+                return l.clone();
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!(
+                    "no line containing {needle:?} within {timeout:?}\nstdout:\n{}\nstderr:\n{}",
+                    self.stdout_lines().join("\n"),
+                    self.stderr_lines().join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits (polling, with a deadline) for a stderr line containing `needle`.
+    pub fn wait_stderr(&mut self, timeout: Duration, needle: &str) -> String {
+        let lines = self.stderr.clone();
+        self.wait_lines(&lines, timeout, needle)
+    }
+
+    /// Waits for a stdout line containing `needle`.
+    pub fn wait_stdout(&mut self, timeout: Duration, needle: &str) -> String {
+        let lines = self.stdout.clone();
+        self.wait_lines(&lines, timeout, needle)
+    }
+
+    /// SIGTERM, then waits for the exit status (killing it after `timeout`).
+    pub fn terminate(&mut self, timeout: Duration) -> ExitStatus {
+        let ok = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(ok.success());
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                // Let the reader threads collect the last lines.
+                std::thread::sleep(Duration::from_millis(50));
+                return st;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!(
+                    "pvp-t140 did not exit within {timeout:?} of SIGTERM\nstderr:\n{}",
+                    self.stderr_lines().join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A T.140 sender on a UDP socket: RTP version 2, PT 98, BOM first, marker on the first packet.
+pub struct Sender {
+    socket: UdpSocket,
+    to: SocketAddr,
+    seq: u16,
+    ssrc: u32,
+}
+
+impl Sender {
+    pub fn new(to: SocketAddr, ssrc: u32) -> Sender {
+        let bind: SocketAddr = if to.is_ipv6() {
+            "[::1]:0"
+        } else {
+            "127.0.0.1:0"
+        }
+        .parse()
+        .unwrap();
+        Sender {
+            socket: UdpSocket::bind(bind).unwrap(),
+            to,
+            seq: 1000,
+            ssrc,
+        }
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.socket.local_addr().unwrap()
+    }
+
+    pub fn participant(&self) -> String {
+        format!("t140:{:08x}@{}", self.ssrc, self.local_addr())
+    }
+
+    pub fn send(&mut self, text: &str) {
+        let mut payload = Vec::new();
+        if self.seq == 1000 {
+            payload.extend_from_slice("\u{feff}".as_bytes());
+        }
+        payload.extend_from_slice(text.as_bytes());
+        let mut d = Vec::new();
+        pvp_t140::rtp::write_packet(
+            &mut d,
+            self.seq == 1000,
+            98,
+            self.seq,
+            u32::from(self.seq) * 300,
+            self.ssrc,
+            &payload,
+        );
+        self.seq = self.seq.wrapping_add(1);
+        self.socket.send_to(&d, self.to).unwrap();
+    }
+}

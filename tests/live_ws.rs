@@ -1,0 +1,206 @@
+//! End to end over real sockets: real UDP datagrams into the real binary, envelopes out over a
+//! real WebSocket to the validating test PVP server, SIGTERM for a clean stop.
+
+mod common;
+
+use std::time::Duration;
+
+use common::gateway_proc::{Gateway, Sender};
+use common::pvp_server::{ServerOptions, TestPvpServer, make_envelope};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn adds_of(server: &TestPvpServer, sender: &str) -> Vec<String> {
+    server
+        .received_of_type("context.add")
+        .iter()
+        .filter(|e| e["sender"] == sender)
+        .map(|e| e["payload"]["content"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn types_of(server: &TestPvpServer, sender: &str) -> Vec<String> {
+    server
+        .received()
+        .iter()
+        .filter(|r| {
+            r.envelope["sender"] == sender
+                && !r.envelope["type"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("heartbeat")
+        })
+        .map(|r| r.envelope["type"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_become_participants_on_their_own_connections_and_leave_on_sigterm() {
+    let server = TestPvpServer::start_with(ServerOptions {
+        ping_interval: Some(Duration::from_millis(200)),
+        ..ServerOptions::default()
+    })
+    .await;
+    let url = server.url();
+    let mut gw = Gateway::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--server",
+        &url,
+        "--session",
+        "live-1",
+        "--heartbeat-s",
+        "1",
+        "--role",
+        "navigator",
+        "--role",
+        "observer",
+    ]);
+    let mut a = Sender::new(gw.listen, 0x0a0a0a0a);
+    let mut b = Sender::new(gw.listen, 0x0b0b0b0b);
+    a.send("Hello wor");
+    b.send("Bravo speaks. ");
+    a.send("ld. Still typing");
+    let (pa, pb) = (a.participant(), b.participant());
+
+    server
+        .wait_until(WAIT, "both sentences", |s| {
+            adds_of(s, &pa) == ["Hello world."] && adds_of(s, &pb) == ["Bravo speaks."]
+        })
+        .await;
+    // One connection per virtual participant, each opened with its session.join.
+    assert_eq!(server.connections_opened(), 2);
+    for p in [&pa, &pb] {
+        let joins: Vec<Value> = server
+            .received_of_type("session.join")
+            .into_iter()
+            .filter(|e| e["sender"] == p.as_str())
+            .collect();
+        assert_eq!(joins.len(), 1);
+        let part = &joins[0]["payload"]["participant"];
+        assert_eq!(part["id"], p.as_str());
+        assert_eq!(part["transport"], "t140");
+        assert_eq!(part["type"], "human");
+        assert_eq!(part["roles"], json!(["navigator", "observer"]));
+        assert_eq!(joins[0]["session"], "live-1");
+    }
+    // The server's pings are answered, and the gateway pings on its own every --heartbeat-s.
+    server
+        .wait_until(WAIT, "pongs from the gateway", |s| s.pongs_received() >= 2)
+        .await;
+    server
+        .wait_until(WAIT, "a ping from each participant", |s| {
+            let pings = s.received_of_type("heartbeat.ping");
+            [&pa, &pb]
+                .iter()
+                .all(|p| pings.iter().any(|e| e["sender"] == p.as_str()))
+        })
+        .await;
+
+    // An error from the server is read and logged with what it relates to.
+    let related = server
+        .received_of_type("context.add")
+        .into_iter()
+        .find(|e| e["sender"] == pa.as_str())
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let conn = server
+        .received()
+        .iter()
+        .find(|r| r.envelope["sender"] == pa.as_str())
+        .unwrap()
+        .conn;
+    let err = make_envelope(
+        "error",
+        "live-1",
+        "system",
+        json!({"code": "CONTEXT_TOO_LARGE", "message": "test error", "recoverable": true, "related_to": related}),
+        None,
+    );
+    assert!(server.send_to(conn, err));
+    gw.wait_stderr(WAIT, "CONTEXT_TOO_LARGE");
+
+    let status = gw.terminate(WAIT);
+    assert!(status.success(), "exit status {status:?}");
+    // SIGTERM flushed the half sentence and both participants left, in order, on their connection.
+    server
+        .wait_until(WAIT, "leaves", |s| {
+            s.received_of_type("session.leave").len() == 2
+        })
+        .await;
+    assert_eq!(adds_of(&server, &pa), ["Hello world.", "Still typing"]);
+    assert_eq!(
+        types_of(&server, &pa),
+        [
+            "session.join",
+            "context.add",
+            "context.add",
+            "session.leave"
+        ]
+    );
+    assert_eq!(
+        types_of(&server, &pb),
+        ["session.join", "context.add", "session.leave"]
+    );
+    server
+        .wait_until(WAIT, "connections closed", |s| s.connections_closed() == 2)
+        .await;
+    server.assert_no_violations();
+    let err_line = gw
+        .stderr_lines()
+        .into_iter()
+        .find(|l| l.contains("CONTEXT_TOO_LARGE"))
+        .unwrap();
+    assert!(
+        err_line.contains("context.add"),
+        "error is tied to the failed message: {err_line}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_session_is_reported_loudly() {
+    let server = TestPvpServer::start_with(ServerOptions {
+        sessions: Some(vec!["only-this".into()]),
+        ..ServerOptions::default()
+    })
+    .await;
+    let url = server.url();
+    let mut gw = Gateway::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--server",
+        &url,
+        "--session",
+        "nope",
+    ]);
+    let mut a = Sender::new(gw.listen, 1);
+    a.send("Anyone there? ");
+    let line = gw.wait_stderr(WAIT, "SESSION_NOT_FOUND");
+    assert!(line.contains("session.join"), "{line}");
+    assert!(gw.terminate(WAIT).success());
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_is_retried_without_blocking_or_crashing() {
+    // A port with nothing listening: bind, learn the port, close.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("ws://127.0.0.1:{port}");
+    let mut gw = Gateway::start(&["--listen", "127.0.0.1:0", "--server", &url]);
+    let mut a = Sender::new(gw.listen, 1);
+    a.send("Into the void. ");
+    gw.wait_stderr(WAIT, "PVP connect failed");
+    // The UDP path is not blocked by the dead server: a second stream still starts.
+    let mut b = Sender::new(gw.listen, 2);
+    b.send("Me too. ");
+    gw.wait_stderr(WAIT, "\"ssrc\":\"00000002\"");
+    assert!(gw.terminate(WAIT).success());
+}
