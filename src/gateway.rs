@@ -15,8 +15,9 @@ use serde_json::json;
 use crate::chunker::{Chunk, FlushCause};
 use crate::pvp::{Builder, Envelope, Participant};
 use crate::red::{RedError, RedPayload};
+use crate::register::{Outcome, RegisterStats};
 use crate::rtp::{RtpError, RtpPacket, looks_like_rtcp};
-use crate::stream::{SeqOutcome, Stream, StreamKey, StreamStats};
+use crate::stream::{Stream, StreamKey};
 use crate::t140::DecodeStats;
 use crate::time::Time;
 
@@ -39,6 +40,8 @@ pub struct Config {
     pub token: Option<String>,
     /// Seed for the random part of message ULIDs.
     pub id_seed: u128,
+    /// How long a packet ahead of a gap waits for the gap to fill (RFC 4103 5.4: up to 1 s).
+    pub reorder_wait: Duration,
 }
 
 impl Default for Config {
@@ -54,6 +57,7 @@ impl Default for Config {
             max_streams: 100_000,
             token: None,
             id_seed: 0,
+            reorder_wait: Duration::from_millis(1000),
         }
     }
 }
@@ -70,10 +74,12 @@ pub enum DropReason {
     Stale,
     /// A new stream beyond `max_streams`.
     StreamLimit,
+    /// A sequence jump beyond RFC 3550 A.1 limits, not confirmed by a following packet.
+    SequenceJump,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 11] = [
+    pub const ALL: [DropReason; 12] = [
         DropReason::Rtp(RtpError::TooShort),
         DropReason::Rtp(RtpError::BadVersion),
         DropReason::Rtp(RtpError::CsrcOverrun),
@@ -85,6 +91,7 @@ impl DropReason {
         DropReason::UnknownPayloadType,
         DropReason::Stale,
         DropReason::StreamLimit,
+        DropReason::SequenceJump,
     ];
 
     fn index(self) -> usize {
@@ -95,6 +102,7 @@ impl DropReason {
             DropReason::UnknownPayloadType => 8,
             DropReason::Stale => 9,
             DropReason::StreamLimit => 10,
+            DropReason::SequenceJump => 11,
         }
     }
 
@@ -106,6 +114,7 @@ impl DropReason {
             DropReason::UnknownPayloadType => "unknown_payload_type",
             DropReason::Stale => "stale_or_duplicate",
             DropReason::StreamLimit => "stream_limit",
+            DropReason::SequenceJump => "sequence_jump",
         }
     }
 }
@@ -124,6 +133,12 @@ pub struct Stats {
     pub recovered: u64,
     /// Lost packets marked with U+FFFD.
     pub lost: u64,
+    /// Packets that arrived ahead of a gap and waited in the reorder buffer.
+    pub reordered: u64,
+    /// Sequence restarts accepted (RFC 3550 A.1 bad_seq confirmed).
+    pub restarts: u64,
+    /// Streams whose first packets were lost (first packet without the marker bit).
+    pub head_lost: u64,
     /// Decoder counters of streams that have ended (live ones are added by [`Gateway::stats`]).
     pub decode: DecodeStats,
 }
@@ -141,9 +156,12 @@ impl Stats {
         self.chunks[cause as usize]
     }
 
-    fn fold_stream(&mut self, s: &StreamStats, d: &DecodeStats) {
-        self.recovered += s.recovered;
-        self.lost += s.lost;
+    fn fold_stream(&mut self, r: &RegisterStats, d: &DecodeStats) {
+        self.recovered += r.recovered;
+        self.lost += r.lost;
+        self.reordered += r.reordered;
+        self.restarts += r.restarts;
+        self.head_lost += r.head_lost;
         add_decode(&mut self.decode, d);
     }
 }
@@ -196,9 +214,7 @@ impl Gateway {
     pub fn stats(&self) -> Stats {
         let mut s = self.stats.clone();
         for st in self.slots.iter().flatten() {
-            s.recovered += st.stats.recovered;
-            s.lost += st.stats.lost;
-            add_decode(&mut s.decode, &st.decoder.stats);
+            s.fold_stream(&st.register.stats, &st.decoder.stats);
         }
         s
     }
@@ -237,9 +253,11 @@ impl Gateway {
         }
         let pkt = RtpPacket::parse(data).map_err(DropReason::Rtp)?;
         let red = if pkt.payload_type == self.cfg.t140_pt {
-            None
+            false
         } else if pkt.payload_type == self.cfg.red_pt {
-            Some(RedPayload::parse(pkt.payload).map_err(DropReason::Red)?)
+            // Validated before a stream is created for it, so junk opens no stream.
+            RedPayload::parse(pkt.payload).map_err(DropReason::Red)?;
+            true
         } else {
             return Err(DropReason::UnknownPayloadType);
         };
@@ -257,25 +275,21 @@ impl Gateway {
         stream.stats.packets += 1;
         stream.stats.bytes += data.len() as u64;
         stream.last_packet = now;
-        let gap = match stream.check_sequence(pkt.sequence) {
-            SeqOutcome::Accept { gap } => gap,
-            SeqOutcome::Stale => return Err(DropReason::Stale),
-        };
-        let had_text = !stream.chunker.is_blank();
-        match &red {
-            Some(red) => stream.receive_red(gap, red, now),
-            None => stream.receive_plain(gap, pkt.payload, now),
-        }
+        let outcome = stream
+            .receive(now, pkt.sequence, pkt.marker, red, pkt.payload)
+            .map_err(DropReason::Red)?;
         if stream.chunker.has_ready() {
             self.emit_ready(now, slot);
         }
-        let stream = self.slots[slot as usize].as_mut().expect("live");
-        // The idle deadline only moves earlier when text starts to be buffered; otherwise the
-        // existing heap entry is re-armed lazily when it fires.
-        if !had_text && !stream.chunker.is_blank() {
-            self.arm(slot);
+        // Pushes a heap entry only when the deadline moved earlier (text started to be
+        // buffered, a packet started to wait for a gap); later deadlines are re-armed lazily
+        // when the existing entry fires.
+        self.arm(slot);
+        match outcome {
+            Outcome::Delivered | Outcome::Held => Ok(()),
+            Outcome::Stale => Err(DropReason::Stale),
+            Outcome::Jump => Err(DropReason::SequenceJump),
         }
-        Ok(())
     }
 
     fn open_stream(&mut self, now: Time, key: StreamKey) -> Result<u32, DropReason> {
@@ -316,12 +330,14 @@ impl Gateway {
 
     /// The earliest moment this stream needs attention.
     fn deadline(&self, s: &Stream) -> Time {
-        let timeout = s.last_packet.saturating_add(self.cfg.stream_timeout);
-        if s.chunker.is_blank() {
-            timeout
-        } else {
-            timeout.min(s.last_text.saturating_add(self.cfg.idle_flush))
+        let mut at = s.last_packet.saturating_add(self.cfg.stream_timeout);
+        if !s.chunker.is_blank() {
+            at = at.min(s.last_text.saturating_add(self.cfg.idle_flush));
         }
+        if let Some(gap) = s.register.deadline(self.cfg.reorder_wait) {
+            at = at.min(gap);
+        }
+        at
     }
 
     fn arm(&mut self, slot: u32) {
@@ -348,6 +364,11 @@ impl Gateway {
                 continue; // superseded entry
             }
             s.timer = None;
+            s.expire(now, self.cfg.reorder_wait);
+            if s.chunker.has_ready() {
+                self.emit_ready(now, slot);
+            }
+            let s = self.slots[slot as usize].as_mut().expect("live");
             let timeout_at = s.last_packet.saturating_add(self.cfg.stream_timeout);
             let idle_at = s.last_text.saturating_add(self.cfg.idle_flush);
             if timeout_at <= now {
@@ -390,7 +411,7 @@ impl Gateway {
         self.index.remove(&s.key);
         self.free.push(slot);
         self.stats.streams_live -= 1;
-        self.stats.fold_stream(&s.stats, &s.decoder.stats);
+        self.stats.fold_stream(&s.register.stats, &s.decoder.stats);
         tracing::info!(
             source = %s.key.source,
             ssrc = format_args!("{:08x}", s.key.ssrc),

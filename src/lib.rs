@@ -11,6 +11,7 @@ pub mod chunker;
 pub mod gateway;
 pub mod pvp;
 pub mod red;
+pub mod register;
 pub mod rtp;
 pub mod stream;
 pub mod t140;

@@ -84,6 +84,10 @@ struct CoreArgs {
     /// Streams beyond this many are refused (counted); existing streams keep working.
     #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
     max_streams: u64,
+    /// How long a packet that arrived ahead of a gap waits for the gap to fill before the
+    /// missing text is recovered from redundancy or marked lost (RFC 4103 5.4: at most 1 s).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    reorder_wait_ms: u64,
     /// Auth token sent in session.join (prefer the environment variable: it stays out of `ps`).
     #[arg(long, env = "PVP_TOKEN", hide_env_values = true)]
     token: Option<String>,
@@ -133,6 +137,7 @@ impl CoreArgs {
             max_streams: self.max_streams as usize,
             token: self.token.clone(),
             id_seed: random_seed(),
+            reorder_wait: Duration::from_millis(self.reorder_wait_ms),
         })
     }
 }
