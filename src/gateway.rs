@@ -7,7 +7,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use serde_json::json;
@@ -16,6 +16,7 @@ use crate::chunker::{Chunk, FlushCause};
 use crate::pvp::{Builder, Envelope, Participant};
 use crate::red::{RedError, RedPayload};
 use crate::register::{Outcome, RegisterStats};
+use crate::rtcp::RtcpEvent;
 use crate::rtp::{RtpError, RtpPacket, looks_like_rtcp};
 use crate::stream::{Stream, StreamKey};
 use crate::t140::DecodeStats;
@@ -67,8 +68,8 @@ impl Default for Config {
 pub enum DropReason {
     Rtp(RtpError),
     Red(RedError),
-    /// RTCP (RFC 5761 demultiplexing); read for BYE/SDES in a later step, counted for now.
-    Rtcp,
+    /// An RTCP compound packet (told apart per RFC 5761) that is malformed.
+    RtcpMalformed,
     UnknownPayloadType,
     /// Duplicate or older than what was already delivered.
     Stale,
@@ -87,7 +88,7 @@ impl DropReason {
         DropReason::Rtp(RtpError::BadPadding),
         DropReason::Red(RedError::TruncatedHeader),
         DropReason::Red(RedError::BlockOverrun),
-        DropReason::Rtcp,
+        DropReason::RtcpMalformed,
         DropReason::UnknownPayloadType,
         DropReason::Stale,
         DropReason::StreamLimit,
@@ -98,7 +99,7 @@ impl DropReason {
         match self {
             DropReason::Rtp(e) => e as usize,
             DropReason::Red(e) => 5 + e as usize,
-            DropReason::Rtcp => 7,
+            DropReason::RtcpMalformed => 7,
             DropReason::UnknownPayloadType => 8,
             DropReason::Stale => 9,
             DropReason::StreamLimit => 10,
@@ -110,7 +111,7 @@ impl DropReason {
         match self {
             DropReason::Rtp(e) => e.as_str(),
             DropReason::Red(e) => e.as_str(),
-            DropReason::Rtcp => "rtcp",
+            DropReason::RtcpMalformed => "rtcp_malformed",
             DropReason::UnknownPayloadType => "unknown_payload_type",
             DropReason::Stale => "stale_or_duplicate",
             DropReason::StreamLimit => "stream_limit",
@@ -124,6 +125,8 @@ impl DropReason {
 pub struct Stats {
     pub datagrams: u64,
     pub bytes: u64,
+    /// RTCP compound packets read (malformed ones are also counted as drops).
+    pub rtcp: u64,
     drops: [u64; DropReason::ALL.len()],
     pub streams_total: u64,
     pub streams_live: u64,
@@ -188,7 +191,12 @@ pub struct Gateway {
     out: VecDeque<Envelope>,
     stats: Stats,
     serial: u64,
+    /// SDES names of sources not seen on RTP yet (bounded, oldest evicted).
+    early_names: Vec<(IpAddr, u32, String, u8)>,
 }
+
+const MAX_EARLY_NAMES: usize = 256;
+const MAX_NAME_CHARS: usize = 128;
 
 impl Gateway {
     pub fn new(cfg: Config) -> Self {
@@ -203,6 +211,7 @@ impl Gateway {
             out: VecDeque::new(),
             stats: Stats::default(),
             serial: 0,
+            early_names: Vec::new(),
         }
     }
 
@@ -249,7 +258,7 @@ impl Gateway {
 
     fn receive(&mut self, now: Time, source: SocketAddr, data: &[u8]) -> Result<(), DropReason> {
         if looks_like_rtcp(data) {
-            return Err(DropReason::Rtcp);
+            return self.receive_rtcp(now, source, data);
         }
         let pkt = RtpPacket::parse(data).map_err(DropReason::Rtp)?;
         let red = if pkt.payload_type == self.cfg.t140_pt {
@@ -297,17 +306,18 @@ impl Gateway {
             return Err(DropReason::StreamLimit);
         }
         self.serial += 1;
-        let stream = Stream::new(key, self.serial, now, self.cfg.max_chunk_chars);
-        let participant = Participant {
-            id: stream.participant.clone(),
-            name: key.display_name(),
-            roles: self.cfg.roles.clone(),
-            metadata: json!({
-                "ssrc": format!("{:08x}", key.ssrc),
-                "source": key.source.to_string(),
-                "gateway": concat!("pvp-t140/", env!("CARGO_PKG_VERSION")),
-            }),
-        };
+        let mut stream = Stream::new(key, self.serial, now, self.cfg.max_chunk_chars);
+        // An SDES that arrived before the first RTP packet names the participant in its join.
+        if let Some(i) = self
+            .early_names
+            .iter()
+            .position(|(ip, ssrc, _, _)| *ip == key.source.ip() && *ssrc == key.ssrc)
+        {
+            let (_, _, name, rank) = self.early_names.remove(i);
+            stream.name = name;
+            stream.name_rank = rank;
+        }
+        let participant = self.participant(&stream);
         let join = self.pvp.join(now, &participant);
         self.push(join);
         let slot = match self.free.pop() {
@@ -326,6 +336,91 @@ impl Gateway {
         tracing::info!(source = %key.source, ssrc = format_args!("{:08x}", key.ssrc), "stream started");
         self.arm(slot);
         Ok(slot)
+    }
+
+    fn participant(&self, s: &Stream) -> Participant {
+        Participant {
+            id: s.participant.clone(),
+            name: s.name.clone(),
+            roles: self.cfg.roles.clone(),
+            metadata: json!({
+                "ssrc": format!("{:08x}", s.key.ssrc),
+                "source": s.key.source.to_string(),
+                "gateway": concat!("pvp-t140/", env!("CARGO_PKG_VERSION")),
+            }),
+        }
+    }
+
+    /// RTCP (RFC 3550 6): SDES NAME (else CNAME) names the participant, BYE ends the stream.
+    /// It may come from the RTP port (rtcp-mux, RFC 5761) or the next one up (RFC 3550 11).
+    fn receive_rtcp(
+        &mut self,
+        now: Time,
+        source: SocketAddr,
+        data: &[u8],
+    ) -> Result<(), DropReason> {
+        self.stats.rtcp += 1;
+        let mut events = [None; 8];
+        let mut n = 0;
+        let ok = crate::rtcp::parse(data, &mut |e| {
+            if n < events.len() {
+                events[n] = Some(e);
+                n += 1;
+            }
+        });
+        for e in events.into_iter().flatten() {
+            match e {
+                RtcpEvent::Bye { ssrc } => {
+                    if let Some(slot) = self.rtcp_stream(source, ssrc) {
+                        self.close_stream(now, slot, "rtcp bye");
+                    }
+                }
+                RtcpEvent::Name { ssrc, name } => self.name_stream(now, source, ssrc, name, 2),
+                RtcpEvent::Cname { ssrc, cname } => self.name_stream(now, source, ssrc, cname, 1),
+            }
+        }
+        if ok {
+            Ok(())
+        } else {
+            Err(DropReason::RtcpMalformed)
+        }
+    }
+
+    fn rtcp_stream(&self, source: SocketAddr, ssrc: u32) -> Option<u32> {
+        let mut rtp = source;
+        let by_mux = self.index.get(&StreamKey { source, ssrc });
+        rtp.set_port(source.port().wrapping_sub(1));
+        by_mux
+            .or_else(|| self.index.get(&StreamKey { source: rtp, ssrc }))
+            .copied()
+    }
+
+    /// `rank` 2 for NAME, 1 for CNAME: a NAME is never replaced by a CNAME.
+    fn name_stream(&mut self, now: Time, source: SocketAddr, ssrc: u32, name: &str, rank: u8) {
+        let name: String = name.chars().take(MAX_NAME_CHARS).collect();
+        let Some(slot) = self.rtcp_stream(source, ssrc) else {
+            let same = |e: &(IpAddr, u32, String, u8)| e.0 == source.ip() && e.1 == ssrc;
+            if self.early_names.iter().any(|e| same(e) && e.3 > rank) {
+                return;
+            }
+            self.early_names.retain(|e| !same(e));
+            if self.early_names.len() >= MAX_EARLY_NAMES {
+                self.early_names.remove(0);
+            }
+            self.early_names.push((source.ip(), ssrc, name, rank));
+            return;
+        };
+        let s = self.slots[slot as usize].as_mut().expect("live");
+        if rank < s.name_rank || s.name == name {
+            return;
+        }
+        s.name = name;
+        s.name_rank = rank;
+        // The join already went out with the old name: announce the new one (pvp-spec 7.1).
+        let s = self.slots[slot as usize].as_ref().expect("live");
+        let p = self.participant(s);
+        let e = self.pvp.announce(now, &p);
+        self.push(e);
     }
 
     /// The earliest moment this stream needs attention.

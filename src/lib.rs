@@ -12,6 +12,7 @@ pub mod gateway;
 pub mod pvp;
 pub mod red;
 pub mod register;
+pub mod rtcp;
 pub mod rtp;
 pub mod stream;
 pub mod t140;

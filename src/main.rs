@@ -51,6 +51,10 @@ struct RunArgs {
     /// PVP server WebSocket URL (ws://host:port). Without it, envelopes go to stdout as NDJSON.
     #[arg(long)]
     server: Option<String>,
+    /// Also read RTCP on the port after --listen's (RTCP multiplexed on the RTP port is always
+    /// read, RFC 5761). `--rtcp false` to leave that port alone.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    rtcp: bool,
     /// Seconds between the heartbeat.ping each participant's connection sends.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     heartbeat_s: u64,
@@ -197,6 +201,24 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
     rt.block_on(async {
         let socket = udp::bind(args.listen).map_err(|e| format!("bind {}: {e}", args.listen))?;
         let local = socket.local_addr().map_err(|e| e.to_string())?;
+        // RTCP on the next port up (RFC 3550 11); rtcp-mux on the RTP port works regardless.
+        let rtcp = match (args.rtcp, local.port()) {
+            (false, _) | (_, 0 | u16::MAX) => None,
+            (true, port) => {
+                let mut addr = local;
+                addr.set_port(port + 1);
+                match udp::bind(addr) {
+                    Ok(s) => Some(s),
+                    Err(e) => {
+                        tracing::warn!(
+                            "RTCP port {addr} not bound ({e}); only rtcp-mux RTCP is read"
+                        );
+                        None
+                    }
+                }
+            }
+        };
+        let rtcp_addr = rtcp.as_ref().and_then(|s| s.local_addr().ok());
         let mut sink = match &args.server {
             Some(url) => {
                 if !(url.starts_with("ws://") || url.starts_with("wss://")) {
@@ -213,14 +235,21 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         };
         tracing::info!(
             listen = %local,
+            rtcp = %rtcp_addr.map_or("mux only".to_owned(), |a| a.to_string()),
             session = %cfg.session,
             sink = args.server.as_deref().unwrap_or("stdout"),
             "pvp-t140 listening"
         );
         let mut gw = Gateway::new(cfg);
-        udp::run(&socket, &mut gw, &mut sink, shutdown_signal())
-            .await
-            .map_err(|e| format!("receive loop: {e}"))?;
+        udp::run(
+            &socket,
+            rtcp.as_ref(),
+            &mut gw,
+            &mut sink,
+            shutdown_signal(),
+        )
+        .await
+        .map_err(|e| format!("receive loop: {e}"))?;
         let sink_stats = sink.close(udp::SHUTDOWN_GRACE).await;
         log_stats(&gw.stats());
         tracing::info!(

@@ -123,6 +123,11 @@ impl Builder {
         self.envelope(now, &p.id, "session.join", payload)
     }
 
+    /// pvp-spec 7.1 `participant.announce`, sent again when what we know of a participant changes.
+    pub fn announce(&mut self, now: Time, p: &Participant) -> Envelope {
+        self.envelope(now, &p.id, "participant.announce", announce(p))
+    }
+
     /// pvp-spec 9.1 `context.add` of one transcript chunk.
     pub fn context_add(
         &mut self,

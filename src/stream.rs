@@ -61,6 +61,9 @@ pub struct StreamStats {
 pub struct Stream {
     pub key: StreamKey,
     pub participant: String,
+    /// Display name: derived from the stream until RTCP SDES gives a CNAME (rank 1) or NAME (2).
+    pub name: String,
+    pub name_rank: u8,
     /// Creation order, for shutdown flushing in a stable order.
     pub serial: u64,
     pub created: Time,
@@ -81,6 +84,8 @@ impl Stream {
         Stream {
             key,
             participant: key.participant_id(),
+            name: key.display_name(),
+            name_rank: 0,
             serial,
             created: now,
             last_packet: now,

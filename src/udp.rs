@@ -17,6 +17,7 @@ const RECV_BUDGET: usize = 1024;
 /// Runs until `shutdown` resolves, then flushes every stream, sends their leaves, and returns.
 pub async fn run(
     socket: &UdpSocket,
+    rtcp: Option<&UdpSocket>,
     gw: &mut Gateway,
     sink: &mut Sink,
     shutdown: impl Future<Output = ()>,
@@ -32,16 +33,12 @@ pub async fn run(
             () = &mut shutdown => break,
             r = socket.readable() => {
                 r?;
-                for _ in 0..RECV_BUDGET {
-                    match socket.try_recv_from(&mut buf) {
-                        Ok((n, src)) => gw.handle_datagram(clock.now(), src, &buf[..n]),
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                        // ICMP errors surface here on some platforms; they are not fatal.
-                        Err(e) => {
-                            tracing::debug!("recv_from: {e}");
-                            break;
-                        }
-                    }
+                drain_socket(socket, gw, &mut buf, &clock);
+            }
+            r = readable(rtcp) => {
+                r?;
+                if let Some(rtcp) = rtcp {
+                    drain_socket(rtcp, gw, &mut buf, &clock);
                 }
             }
             () = sleep_until(deadline) => gw.handle_timeout(clock.now()),
@@ -55,6 +52,29 @@ pub async fn run(
         sink.send(e);
     }
     Ok(())
+}
+
+/// Feeds the core what the socket has ready, up to the budget, borrowing each datagram from one
+/// buffer: no allocation per packet here.
+fn drain_socket(socket: &UdpSocket, gw: &mut Gateway, buf: &mut [u8], clock: &Clock) {
+    for _ in 0..RECV_BUDGET {
+        match socket.try_recv_from(buf) {
+            Ok((n, src)) => gw.handle_datagram(clock.now(), src, &buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            // ICMP errors surface here on some platforms; they are not fatal.
+            Err(e) => {
+                tracing::debug!("recv_from: {e}");
+                break;
+            }
+        }
+    }
+}
+
+async fn readable(socket: Option<&UdpSocket>) -> io::Result<()> {
+    match socket {
+        Some(s) => s.readable().await,
+        None => std::future::pending().await,
+    }
 }
 
 async fn sleep_until(deadline: Option<std::time::Instant>) {

@@ -249,7 +249,7 @@ fn red_packets_use_the_primary_and_recover_a_lost_packet() {
 fn non_text_datagrams_are_counted_drops() {
     let mut gw = Gateway::new(Config::default());
     gw.handle_datagram(at(0), addr(1), b"xx");
-    gw.handle_datagram(at(0), addr(1), &[0x81, 203, 0, 1, 0, 0, 0, 7]); // RTCP BYE
+    gw.handle_datagram(at(0), addr(1), &[0x81, 203, 0, 7, 0, 0, 0, 7]); // RTCP, length past the end
     let mut d = Vec::new();
     rtp::write_packet(&mut d, false, 0, 1, 0, 7, b"audio");
     gw.handle_datagram(at(0), addr(1), &d);
@@ -262,7 +262,7 @@ fn non_text_datagrams_are_counted_drops() {
         s.drops(DropReason::Rtp(pvp_t140::rtp::RtpError::TooShort)),
         1
     );
-    assert_eq!(s.drops(DropReason::Rtcp), 1);
+    assert_eq!(s.drops(DropReason::RtcpMalformed), 1);
     assert_eq!(s.drops(DropReason::UnknownPayloadType), 1);
     assert_eq!(
         s.drops(DropReason::Red(pvp_t140::red::RedError::BlockOverrun)),
@@ -385,4 +385,73 @@ fn a_gap_is_marked_when_the_reorder_wait_expires() {
     // The lost packet arriving after all is stale: nothing is delivered twice.
     gw.handle_datagram(at(1400), addr(4000), &t140(2, 7, "two "));
     assert_eq!(gw.stats().drops(DropReason::Stale), 1);
+}
+
+fn sdes(ssrc: u32, cname: &str, name: Option<&str>) -> Vec<u8> {
+    let mut d = Vec::new();
+    pvp_t140::rtcp::write_sdes(&mut d, ssrc, cname, name);
+    d
+}
+
+#[test]
+fn rtcp_bye_ends_the_stream_on_the_next_port_or_muxed() {
+    for rtcp_port in [4001, 4000] {
+        let mut gw = Gateway::new(Config::default());
+        gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "bye soon"));
+        let mut bye = Vec::new();
+        pvp_t140::rtcp::write_bye(&mut bye, 7);
+        gw.handle_datagram(at(5), addr(rtcp_port), &bye);
+        let out = drain(&mut gw);
+        assert_eq!(
+            summary(&out),
+            vec![
+                "session.join t140:00000007@127.0.0.1:4000",
+                "add t140:00000007@127.0.0.1:4000 \"bye soon\" flush:end",
+                "session.leave t140:00000007@127.0.0.1:4000",
+            ]
+        );
+        assert_eq!(out[2].payload["reason"], "rtcp bye");
+        assert_eq!(gw.live_streams(), 0);
+        assert_eq!(gw.stats().rtcp, 1);
+        assert_eq!(gw.stats().drops_total(), 0);
+    }
+}
+
+#[test]
+fn sdes_name_before_the_first_packet_goes_into_the_join() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(
+        at(0),
+        addr(4001),
+        &sdes(7, "ada@host", Some("Ada Lovelace")),
+    );
+    gw.handle_datagram(at(1), addr(4001), &sdes(7, "ada@host", None));
+    gw.handle_datagram(at(2), addr(4000), &t140(1, 7, "hi"));
+    let out = drain(&mut gw);
+    assert_eq!(out[0].kind, "session.join");
+    assert_eq!(out[0].payload["participant"]["name"], "Ada Lovelace");
+}
+
+#[test]
+fn sdes_after_the_join_is_a_participant_announce_and_name_beats_cname() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "hi"));
+    gw.handle_datagram(at(1), addr(4000), &sdes(7, "ada@host", None));
+    gw.handle_datagram(at(2), addr(4000), &sdes(7, "ada@host", Some("Ada")));
+    gw.handle_datagram(at(3), addr(4000), &sdes(7, "other@host", None));
+    gw.handle_datagram(at(4), addr(4000), &sdes(7, "ada@host", Some("Ada")));
+    let out = drain(&mut gw);
+    let announces: Vec<_> = out
+        .iter()
+        .filter(|e| e.kind == "participant.announce")
+        .collect();
+    assert_eq!(
+        announces.len(),
+        2,
+        "CNAME, then NAME; a later CNAME or the same NAME changes nothing"
+    );
+    assert_eq!(announces[0].payload["name"], "ada@host");
+    assert_eq!(announces[1].payload["name"], "Ada");
+    assert_eq!(announces[1].payload["id"], "t140:00000007@127.0.0.1:4000");
+    assert_eq!(announces[1].payload["transport"], "t140");
 }

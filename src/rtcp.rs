@@ -1,0 +1,203 @@
+//! The parts of RTCP (RFC 3550 section 6) a text gateway acts on: SDES names a participant,
+//! BYE ends a stream. Reports (SR/RR/XR/APP) are walked past. Borrow-only and bounds-checked:
+//! a malformed compound packet yields what was valid before the damage and an error count.
+
+/// One thing a compound RTCP packet told us.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RtcpEvent<'a> {
+    /// SDES CNAME (item 1) of a source.
+    Cname { ssrc: u32, cname: &'a str },
+    /// SDES NAME (item 2) of a source: the user's display name.
+    Name { ssrc: u32, name: &'a str },
+    /// BYE: the source is leaving (RFC 3550 6.6).
+    Bye { ssrc: u32 },
+}
+
+const SDES: u8 = 202;
+const BYE: u8 = 203;
+
+/// Walks a compound RTCP packet, calling `each` per event. Returns false if it was malformed
+/// (events before the damage are still reported).
+pub fn parse<'a>(data: &'a [u8], each: &mut dyn FnMut(RtcpEvent<'a>)) -> bool {
+    let mut rest = data;
+    while !rest.is_empty() {
+        if rest.len() < 4 || rest[0] >> 6 != 2 {
+            return false;
+        }
+        let count = usize::from(rest[0] & 0x1f);
+        let pt = rest[1];
+        let len = (usize::from(u16::from_be_bytes([rest[2], rest[3]])) + 1) * 4;
+        if len > rest.len() {
+            return false;
+        }
+        let mut body = &rest[4..len];
+        if rest[0] & 0x20 != 0 {
+            // Padding (only legal on the last packet, but accept it anywhere).
+            let pad = usize::from(*body.last().unwrap_or(&0));
+            if pad == 0 || pad > body.len() {
+                return false;
+            }
+            body = &body[..body.len() - pad];
+        }
+        let ok = match pt {
+            SDES => sdes(body, count, each),
+            BYE => bye(body, count, each),
+            _ => true,
+        };
+        if !ok {
+            return false;
+        }
+        rest = &rest[len..];
+    }
+    true
+}
+
+fn be32(b: &[u8]) -> u32 {
+    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+}
+
+fn bye<'a>(body: &'a [u8], count: usize, each: &mut dyn FnMut(RtcpEvent<'a>)) -> bool {
+    if body.len() < count * 4 {
+        return false;
+    }
+    for i in 0..count {
+        each(RtcpEvent::Bye {
+            ssrc: be32(&body[i * 4..]),
+        });
+    }
+    true
+}
+
+/// RFC 3550 6.5: chunks of an SSRC followed by items, ended by a zero byte and padded to 32 bits.
+fn sdes<'a>(body: &'a [u8], count: usize, each: &mut dyn FnMut(RtcpEvent<'a>)) -> bool {
+    let mut pos = 0;
+    for _ in 0..count {
+        if pos + 4 > body.len() {
+            return false;
+        }
+        let ssrc = be32(&body[pos..]);
+        pos += 4;
+        loop {
+            let Some(&kind) = body.get(pos) else {
+                return false;
+            };
+            if kind == 0 {
+                pos += 1;
+                pos = pos.next_multiple_of(4);
+                break;
+            }
+            let Some(&len) = body.get(pos + 1) else {
+                return false;
+            };
+            let start = pos + 2;
+            let end = start + usize::from(len);
+            if end > body.len() {
+                return false;
+            }
+            // Names are UTF-8 (RFC 3550 6.5); an item that is not is skipped, not guessed at.
+            if let Ok(text) = std::str::from_utf8(&body[start..end]) {
+                let text = text.trim();
+                if !text.is_empty() {
+                    match kind {
+                        1 => each(RtcpEvent::Cname { ssrc, cname: text }),
+                        2 => each(RtcpEvent::Name { ssrc, name: text }),
+                        _ => {}
+                    }
+                }
+            }
+            pos = end;
+        }
+    }
+    true
+}
+
+/// Builds an SDES packet with CNAME and optionally NAME for one source (tests and the sender).
+pub fn write_sdes(out: &mut Vec<u8>, ssrc: u32, cname: &str, name: Option<&str>) {
+    let start = out.len();
+    out.extend_from_slice(&[0x81, SDES, 0, 0]);
+    out.extend_from_slice(&ssrc.to_be_bytes());
+    for (kind, text) in [(1u8, Some(cname)), (2, name)] {
+        if let Some(t) = text {
+            let t = &t.as_bytes()[..t.len().min(255)];
+            out.push(kind);
+            out.push(t.len() as u8);
+            out.extend_from_slice(t);
+        }
+    }
+    out.push(0);
+    while (out.len() - start) % 4 != 0 {
+        out.push(0);
+    }
+    let words = ((out.len() - start) / 4 - 1) as u16;
+    out[start + 2..start + 4].copy_from_slice(&words.to_be_bytes());
+}
+
+/// Builds a BYE packet for one source.
+pub fn write_bye(out: &mut Vec<u8>, ssrc: u32) {
+    out.extend_from_slice(&[0x81, BYE, 0, 1]);
+    out.extend_from_slice(&ssrc.to_be_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn events(data: &[u8]) -> (Vec<RtcpEvent<'_>>, bool) {
+        let mut v = Vec::new();
+        let ok = parse(data, &mut |e| v.push(e));
+        (v, ok)
+    }
+
+    #[test]
+    fn compound_rr_sdes_bye() {
+        // An empty RR, then SDES, then BYE, as RFC 3550 6.1 compounds them.
+        let mut d = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
+        write_sdes(&mut d, 9, "user@host", Some("Ada Lovelace"));
+        write_bye(&mut d, 9);
+        let (ev, ok) = events(&d);
+        assert!(ok);
+        assert_eq!(
+            ev,
+            vec![
+                RtcpEvent::Cname {
+                    ssrc: 9,
+                    cname: "user@host"
+                },
+                RtcpEvent::Name {
+                    ssrc: 9,
+                    name: "Ada Lovelace"
+                },
+                RtcpEvent::Bye { ssrc: 9 },
+            ]
+        );
+    }
+
+    #[test]
+    fn truncated_and_lying_lengths_are_malformed_not_panics() {
+        let mut d = Vec::new();
+        write_sdes(&mut d, 9, "c", Some("n"));
+        for cut in 0..d.len() {
+            let _ = events(&d[..cut]);
+        }
+        // Item length pointing past the end of the packet.
+        let d = [0x81, SDES, 0, 2, 0, 0, 0, 9, 2, 200, b'x', 0];
+        let (ev, ok) = events(&d);
+        assert!(!ok);
+        assert!(ev.is_empty());
+        // BYE claiming more sources than it carries.
+        let d = [0x83, BYE, 0, 1, 0, 0, 0, 9];
+        assert!(!events(&d).1);
+        // Length beyond the datagram.
+        assert!(!events(&[0x81, BYE, 0, 9, 0, 0, 0, 1]).1);
+    }
+
+    #[test]
+    fn events_before_damage_are_kept() {
+        let mut d = Vec::new();
+        write_bye(&mut d, 5);
+        d.extend_from_slice(&[0x81, SDES, 0, 7]);
+        let (ev, ok) = events(&d);
+        assert!(!ok);
+        assert_eq!(ev, vec![RtcpEvent::Bye { ssrc: 5 }]);
+    }
+}
