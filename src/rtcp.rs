@@ -125,7 +125,7 @@ pub fn write_sdes(out: &mut Vec<u8>, ssrc: u32, cname: &str, name: Option<&str>)
         }
     }
     out.push(0);
-    while (out.len() - start) % 4 != 0 {
+    while !(out.len() - start).is_multiple_of(4) {
         out.push(0);
     }
     let words = ((out.len() - start) / 4 - 1) as u16;
