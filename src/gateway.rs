@@ -77,10 +77,13 @@ pub enum DropReason {
     StreamLimit,
     /// A sequence jump beyond RFC 3550 A.1 limits, not confirmed by a following packet.
     SequenceJump,
+    /// An SSRC already live from another source address: a collision or a hijack attempt
+    /// (RFC 3550 8.2); the stream keeps its original source.
+    SsrcConflict,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 12] = [
+    pub const ALL: [DropReason; 13] = [
         DropReason::Rtp(RtpError::TooShort),
         DropReason::Rtp(RtpError::BadVersion),
         DropReason::Rtp(RtpError::CsrcOverrun),
@@ -93,6 +96,7 @@ impl DropReason {
         DropReason::Stale,
         DropReason::StreamLimit,
         DropReason::SequenceJump,
+        DropReason::SsrcConflict,
     ];
 
     fn index(self) -> usize {
@@ -104,6 +108,7 @@ impl DropReason {
             DropReason::Stale => 9,
             DropReason::StreamLimit => 10,
             DropReason::SequenceJump => 11,
+            DropReason::SsrcConflict => 12,
         }
     }
 
@@ -116,6 +121,7 @@ impl DropReason {
             DropReason::Stale => "stale_or_duplicate",
             DropReason::StreamLimit => "stream_limit",
             DropReason::SequenceJump => "sequence_jump",
+            DropReason::SsrcConflict => "ssrc_conflict",
         }
     }
 }
@@ -182,6 +188,8 @@ pub struct Gateway {
     cfg: Config,
     pvp: Builder,
     index: HashMap<StreamKey, u32>,
+    /// Which source a live SSRC belongs to: only consulted when a stream would be created.
+    ssrc_owner: HashMap<u32, SocketAddr>,
     /// Slab of streams; `free` lists reusable slots.
     slots: Vec<Option<Stream>>,
     free: Vec<u32>,
@@ -205,6 +213,7 @@ impl Gateway {
             cfg,
             pvp,
             index: HashMap::new(),
+            ssrc_owner: HashMap::new(),
             slots: Vec::new(),
             free: Vec::new(),
             timers: BinaryHeap::new(),
@@ -302,6 +311,9 @@ impl Gateway {
     }
 
     fn open_stream(&mut self, now: Time, key: StreamKey) -> Result<u32, DropReason> {
+        if self.ssrc_owner.contains_key(&key.ssrc) {
+            return Err(DropReason::SsrcConflict);
+        }
         if self.index.len() >= self.cfg.max_streams {
             return Err(DropReason::StreamLimit);
         }
@@ -331,6 +343,7 @@ impl Gateway {
             }
         };
         self.index.insert(key, slot);
+        self.ssrc_owner.insert(key.ssrc, key.source);
         self.stats.streams_total += 1;
         self.stats.streams_live += 1;
         tracing::info!(source = %key.source, ssrc = format_args!("{:08x}", key.ssrc), "stream started");
@@ -504,6 +517,7 @@ impl Gateway {
         let leave = self.pvp.leave(now, &s.participant, reason);
         self.push(leave);
         self.index.remove(&s.key);
+        self.ssrc_owner.remove(&s.key.ssrc);
         self.free.push(slot);
         self.stats.streams_live -= 1;
         self.stats.fold_stream(&s.register.stats, &s.decoder.stats);

@@ -14,6 +14,7 @@ pub mod red;
 pub mod register;
 pub mod rtcp;
 pub mod rtp;
+pub mod send;
 pub mod stream;
 pub mod t140;
 pub mod time;

@@ -18,16 +18,13 @@ fn addr(port: u16) -> SocketAddr {
 }
 
 fn t140(seq: u16, ssrc: u32, text: &str) -> Vec<u8> {
+    t140m(seq, ssrc, seq == 1, text)
+}
+
+fn t140m(seq: u16, ssrc: u32, marker: bool, text: &str) -> Vec<u8> {
     let mut d = Vec::new();
-    rtp::write_packet(
-        &mut d,
-        seq == 1,
-        98,
-        seq,
-        u32::from(seq) * 300,
-        ssrc,
-        text.as_bytes(),
-    );
+    let ts = u32::from(seq) * 300;
+    rtp::write_packet(&mut d, marker, 98, seq, ts, ssrc, text.as_bytes());
     d
 }
 
@@ -174,16 +171,48 @@ fn shutdown_flushes_every_stream_and_leaves_in_creation_order() {
 }
 
 #[test]
-fn the_same_ssrc_from_two_addresses_is_two_streams() {
+fn a_known_ssrc_from_another_address_is_refused_and_the_stream_keeps_its_text() {
     let mut gw = Gateway::new(Config::default());
-    gw.handle_datagram(at(0), addr(4000), &t140(1, 9, "a"));
-    gw.handle_datagram(at(0), addr(4001), &t140(1, 9, "b"));
-    let joins: Vec<_> = drain(&mut gw)
-        .into_iter()
-        .filter(|e| e.kind == "session.join")
-        .collect();
-    assert_eq!(joins.len(), 2);
-    assert_ne!(joins[0].sender, joins[1].sender);
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 9, "real "));
+    gw.handle_datagram(at(1), addr(6666), &t140(2, 9, "FAKE "));
+    gw.handle_datagram(at(2), addr(4000), &t140(2, 9, "speaker. "));
+    let out = drain(&mut gw);
+    assert_eq!(
+        summary(&out),
+        vec![
+            "session.join t140:00000009@127.0.0.1:4000",
+            "add t140:00000009@127.0.0.1:4000 \"real speaker.\" flush:sentence",
+        ]
+    );
+    assert_eq!(gw.stats().drops(DropReason::SsrcConflict), 1);
+    // Once the stream has ended the SSRC is free again.
+    gw.shutdown(at(3));
+    drain(&mut gw);
+    let mut gw2 = gw;
+    gw2.handle_datagram(at(4), addr(6666), &t140(1, 9, "x"));
+    assert_eq!(gw2.live_streams(), 1);
+}
+
+#[test]
+fn a_new_ssrc_from_the_same_source_starts_fresh_and_the_old_text_still_arrives() {
+    let mut gw = Gateway::new(Config {
+        idle_flush: Duration::from_millis(500),
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &t140m(500, 1, true, "before restart"));
+    // The sender restarts with a new SSRC and a new sequence: no stale or jump drops.
+    gw.handle_datagram(at(100), addr(4000), &t140(1, 2, "after"));
+    gw.handle_timeout(at(700));
+    let out = summary(&drain(&mut gw));
+    assert!(
+        out.contains(&"add t140:00000001@127.0.0.1:4000 \"before restart\" flush:idle".to_owned()),
+        "{out:?}"
+    );
+    assert!(
+        out.contains(&"add t140:00000002@127.0.0.1:4000 \"after\" flush:idle".to_owned()),
+        "{out:?}"
+    );
+    assert_eq!(gw.stats().drops_total(), 0);
 }
 
 #[test]
@@ -325,7 +354,7 @@ fn keys_and_ids_are_unique() {
         gw.handle_datagram(
             at(u64::from(seq)),
             addr(4000 + seq % 3),
-            &t140(seq / 3 + 1, 7, "x. "),
+            &t140(seq / 3 + 1, 7 + u32::from(seq % 3), "x. "),
         );
     }
     gw.shutdown(at(1000));
