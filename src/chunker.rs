@@ -47,6 +47,12 @@ pub struct Chunker {
     max_chars: usize,
     /// Chunks cut while feeding the current packet, drained by the caller.
     ready: Vec<Chunk>,
+    /// White space typed since the last cut that is not in `buf` (leading white space, the
+    /// space that ended a sentence, trimmed trailing white space): a backspace erases it first.
+    unseen_ws: usize,
+    /// Backspaces that reached past everything buffered or ready: they erase text already
+    /// sent, which the caller corrects on the PVP side (context.update).
+    erase_sent: usize,
 }
 
 impl Chunker {
@@ -56,6 +62,8 @@ impl Chunker {
             chars: 0,
             max_chars: max_chars.max(1),
             ready: Vec::new(),
+            unseen_ws: 0,
+            erase_sent: 0,
         }
     }
 
@@ -81,7 +89,14 @@ impl Chunker {
     /// Cuts everything buffered (idle, end). Returns `None` for white-space-only text, which is
     /// discarded.
     pub fn flush(&mut self, cause: FlushCause) -> Option<Chunk> {
+        let trailing = self
+            .buf
+            .chars()
+            .rev()
+            .take_while(|c| c.is_whitespace())
+            .count();
         let chunk = make_chunk(&self.buf, cause);
+        self.unseen_ws = if chunk.is_some() { trailing } else { 0 };
         self.buf.clear();
         self.chars = 0;
         chunk
@@ -93,15 +108,23 @@ impl Chunker {
         }
     }
 
+    /// Backspaces that erased text already handed out as chunks, since the last call.
+    pub fn take_erase_sent(&mut self) -> usize {
+        std::mem::take(&mut self.erase_sent)
+    }
+
     fn push(&mut self, c: char) {
         if self.buf.is_empty() && c.is_whitespace() {
             // Leading white space of a chunk carries nothing.
+            self.unseen_ws += 1;
             return;
         }
         if c.is_whitespace() && self.buf.ends_with(['.', '!', '?']) {
             self.cut_all(FlushCause::Sentence);
+            self.unseen_ws = 1;
             return;
         }
+        self.unseen_ws = 0;
         self.buf.push(c);
         self.chars += 1;
         if matches!(c, '。' | '！' | '？') {
@@ -145,14 +168,27 @@ impl TextSink for Chunker {
         self.push('\n');
     }
 
+    /// Erases the last character typed: buffered text first, then unseen white space, then the
+    /// chunk cut in this packet (not yet handed out, so reopened), then, as `erase_sent`, sent
+    /// text.
     fn backspace(&mut self) -> bool {
-        match self.buf.pop() {
-            Some(_) => {
-                self.chars -= 1;
-                true
-            }
-            None => false,
+        if self.buf.pop().is_some() {
+            self.chars -= 1;
+            return true;
         }
+        if self.unseen_ws > 0 {
+            self.unseen_ws -= 1;
+            return true;
+        }
+        if let Some(last) = self.ready.pop() {
+            // Cut in this packet but not handed out yet: reopen it as the buffer.
+            self.buf.push_str(&last.text);
+            self.buf.pop();
+            self.chars = self.buf.chars().count();
+            return true;
+        }
+        self.erase_sent += 1;
+        true
     }
 }
 
@@ -247,11 +283,28 @@ mod tests {
     }
 
     #[test]
-    fn backspace_reports_when_buffer_is_empty() {
+    fn backspace_past_the_buffer_is_reported_as_erasing_sent_text() {
         let mut ch = Chunker::new(500);
-        assert!(!ch.backspace());
+        ch.backspace();
+        assert_eq!(ch.take_erase_sent(), 1);
         feed(&mut ch, "x");
-        assert!(ch.backspace());
-        assert!(!ch.backspace());
+        ch.backspace();
+        ch.backspace();
+        assert_eq!(ch.take_erase_sent(), 1);
+        assert_eq!(ch.take_erase_sent(), 0);
+    }
+
+    #[test]
+    fn backspace_erases_the_space_that_ended_a_sentence_first() {
+        let mut ch = Chunker::new(500);
+        // "Hi. " then two backspaces: the space, then the '.' of the chunk not yet handed out.
+        let out = feed(&mut ch, "Hi. \u{8}\u{8}!");
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(ch.pending(), "Hi!");
+        // Backspacing over a whole ready chunk removes it.
+        let mut ch = Chunker::new(500);
+        let out = feed(&mut ch, "Ok. \u{8}\u{8}\u{8}\u{8}No. ");
+        assert_eq!(out, vec![("No.".into(), FlushCause::Sentence)]);
+        assert_eq!(ch.take_erase_sent(), 0);
     }
 }

@@ -148,6 +148,10 @@ pub struct Stats {
     pub restarts: u64,
     /// Streams whose first packets were lost (first packet without the marker bit).
     pub head_lost: u64,
+    /// Sent items corrected (context.update/remove) because backspaces erased their text.
+    pub corrections: u64,
+    /// Backspaces that reached further back than the last sent item (not applied).
+    pub erase_unmatched: u64,
     /// Decoder counters of streams that have ended (live ones are added by [`Gateway::stats`]).
     pub decode: DecodeStats,
 }
@@ -296,9 +300,7 @@ impl Gateway {
         let outcome = stream
             .receive(now, pkt.sequence, pkt.marker, red, pkt.payload)
             .map_err(DropReason::Red)?;
-        if stream.chunker.has_ready() {
-            self.emit_ready(now, slot);
-        }
+        self.after_text(now, slot);
         // Pushes a heap entry only when the deadline moved earlier (text started to be
         // buffered, a packet started to wait for a gap); later deadlines are re-armed lazily
         // when the existing entry fires.
@@ -473,9 +475,7 @@ impl Gateway {
             }
             s.timer = None;
             s.expire(now, self.cfg.reorder_wait);
-            if s.chunker.has_ready() {
-                self.emit_ready(now, slot);
-            }
+            self.after_text(now, slot);
             let s = self.slots[slot as usize].as_mut().expect("live");
             let timeout_at = s.last_packet.saturating_add(self.cfg.stream_timeout);
             let idle_at = s.last_text.saturating_add(self.cfg.idle_flush);
@@ -507,11 +507,15 @@ impl Gateway {
     }
 
     fn close_stream(&mut self, now: Time, slot: u32, reason: &str) {
-        let Some(mut s) = self.slots[slot as usize].take() else {
+        let Some(s) = self.slots[slot as usize].as_mut() else {
             return;
         };
-        let chunk = s.flush(FlushCause::End);
-        self.slots[slot as usize] = Some(s);
+        s.finish_input();
+        self.after_text(now, slot);
+        let chunk = self.slots[slot as usize]
+            .as_mut()
+            .expect("live")
+            .flush(FlushCause::End);
         self.emit(now, slot, chunk);
         let s = self.slots[slot as usize].take().expect("live");
         let leave = self.pvp.leave(now, &s.participant, reason);
@@ -531,6 +535,52 @@ impl Gateway {
         );
     }
 
+    /// After text reached a stream's chunker: first correct sent text that backspaces erased
+    /// (they came before any chunk cut since), then send the chunks cut.
+    fn after_text(&mut self, now: Time, slot: u32) {
+        let s = self.slots[slot as usize].as_mut().expect("live");
+        let erase = s.chunker.take_erase_sent();
+        if erase > 0 {
+            self.erase_sent(now, slot, erase);
+        }
+        let s = self.slots[slot as usize].as_mut().expect("live");
+        if s.chunker.has_ready() {
+            self.emit_ready(now, slot);
+        }
+    }
+
+    /// T.140 backspace reaching text already sent: a transcript must not keep characters the
+    /// speaker erased, so the last item is replaced (pvp-spec 9.3 `context.update`), or removed
+    /// when nothing is left. Erasing further back than the last item is counted, not applied.
+    fn erase_sent(&mut self, now: Time, slot: u32, count: usize) {
+        let s = self.slots[slot as usize].as_mut().expect("live");
+        let Some((key, text)) = s.last_sent.as_mut() else {
+            self.stats.erase_unmatched += count as u64;
+            return;
+        };
+        let mut erased = 0;
+        while erased < count && text.pop().is_some() {
+            erased += 1;
+        }
+        self.stats.erase_unmatched += (count - erased) as u64;
+        if erased == 0 {
+            return;
+        }
+        text.truncate(text.trim_end().len());
+        let (key, text) = (key.clone(), text.clone());
+        let participant = s.participant.clone();
+        let reason = "T.140 backspace erased transcribed text";
+        let e = if text.is_empty() {
+            s.last_sent = None;
+            self.pvp.context_remove(now, &participant, &key, reason)
+        } else {
+            self.pvp
+                .context_update(now, &participant, &key, &text, reason)
+        };
+        self.stats.corrections += 1;
+        self.push(e);
+    }
+
     fn emit_ready(&mut self, now: Time, slot: u32) {
         let s = self.slots[slot as usize].as_mut().expect("live");
         let ready: Vec<Chunk> = s.chunker.drain_ready().collect();
@@ -543,6 +593,7 @@ impl Gateway {
         let Some(chunk) = chunk else { return };
         let s = self.slots[slot as usize].as_mut().expect("live");
         let key = s.next_key();
+        s.last_sent = Some((key.clone(), chunk.text.clone()));
         let source = s.key.source_uri();
         let env = self.pvp.context_add(
             now,

@@ -148,6 +148,29 @@ impl Builder {
         self.envelope(now, sender, "context.add", payload)
     }
 
+    /// pvp-spec 9.3 `context.update` replacing an item's content.
+    pub fn context_update(
+        &mut self,
+        now: Time,
+        sender: &str,
+        key: &str,
+        content: &str,
+        reason: &str,
+    ) -> Envelope {
+        let payload = json!({ "key": key, "new_content": content, "reason": reason });
+        self.envelope(now, sender, "context.update", payload)
+    }
+
+    /// pvp-spec 9.3 `context.remove`.
+    pub fn context_remove(&mut self, now: Time, sender: &str, key: &str, reason: &str) -> Envelope {
+        self.envelope(
+            now,
+            sender,
+            "context.remove",
+            json!({ "key": key, "reason": reason }),
+        )
+    }
+
     /// pvp-spec 6.4 `session.leave`.
     pub fn leave(&mut self, now: Time, sender: &str, reason: &str) -> Envelope {
         self.envelope(now, sender, "session.leave", json!({ "reason": reason }))

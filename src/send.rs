@@ -382,3 +382,390 @@ impl Sender {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::red::RedPayload;
+    use crate::rtp::RtpPacket;
+
+    const T0: u64 = 1_700_000_000_000; // ms
+
+    fn at(ms: u64) -> Time {
+        Time::from_millis(T0 + ms)
+    }
+
+    fn cfg(redundancy: u8) -> SenderConfig {
+        SenderConfig {
+            ssrc: 0x5443_3134,
+            redundancy,
+            initial_seq: 1000,
+            initial_ts: 5000,
+            ..SenderConfig::default()
+        }
+    }
+
+    /// A sent packet, parsed back with the gateway's own parsers.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    struct Pkt {
+        marker: bool,
+        pt: u8,
+        seq: u16,
+        ts: u32,
+        /// `(offset, data)` of the redundant generations, oldest first.
+        gens: Vec<(u16, String)>,
+        primary: String,
+        len: usize,
+    }
+
+    fn parse(d: &[u8]) -> Pkt {
+        let p = RtpPacket::parse(d).expect("valid RTP");
+        assert_eq!(p.ssrc, 0x5443_3134);
+        let text = |b: &[u8]| String::from_utf8(b.to_vec()).expect("whole UTF-8 characters");
+        let (gens, primary) = if p.payload_type == 100 {
+            let red = RedPayload::parse(p.payload).expect("valid RED");
+            let gens = red
+                .redundant_blocks()
+                .map(|b| {
+                    assert_eq!(b.payload_type, 98);
+                    (b.ts_offset, text(b.data))
+                })
+                .collect();
+            assert_eq!(red.primary().payload_type, 98);
+            (gens, text(red.primary().data))
+        } else {
+            assert_eq!(p.payload_type, 98);
+            (Vec::new(), text(p.payload))
+        };
+        Pkt {
+            marker: p.marker,
+            pt: p.payload_type,
+            seq: p.sequence,
+            ts: p.timestamp,
+            gens,
+            primary,
+            len: d.len(),
+        }
+    }
+
+    fn drain(s: &mut Sender, now: Time) -> Vec<Pkt> {
+        std::iter::from_fn(|| s.poll_packet(now))
+            .map(|d| parse(&d))
+            .collect()
+    }
+
+    /// Runs the sender on its own timeouts until idle: `(sent at ms, packet)`.
+    fn run(s: &mut Sender) -> Vec<(u64, Pkt)> {
+        let mut out = Vec::new();
+        while let Some(t) = s.poll_timeout() {
+            let ms = t.as_millis() - T0;
+            for p in drain(s, t) {
+                out.push((ms, p));
+            }
+            assert!(out.len() < 10_000, "sender never goes idle");
+        }
+        out
+    }
+
+    fn gens(g: &[(u16, &str)]) -> Vec<(u16, String)> {
+        g.iter().map(|(o, d)| (*o, d.to_string())).collect()
+    }
+
+    #[test]
+    fn first_text_goes_out_at_once_with_bom_and_marker() {
+        let mut s = Sender::new(cfg(0), at(0));
+        assert!(s.is_idle());
+        assert_eq!(s.poll_timeout(), None);
+        s.push_text(at(40), "hi");
+        assert!(!s.is_idle());
+        assert_eq!(s.poll_timeout(), Some(at(40)));
+        assert!(s.poll_packet(at(39)).is_none());
+        let p = drain(&mut s, at(40));
+        assert_eq!(p.len(), 1);
+        assert_eq!(
+            (p[0].marker, p[0].pt, p[0].seq, p[0].ts),
+            (true, 98, 1000, 5040)
+        );
+        assert_eq!(p[0].primary, "\u{feff}hi");
+        assert!(s.is_idle());
+        assert_eq!(s.poll_timeout(), None);
+        // Only the session's first text carries the BOM.
+        s.push_text(at(2000), "yo");
+        assert_eq!(drain(&mut s, at(2000))[0].primary, "yo");
+    }
+
+    #[test]
+    fn text_is_collected_for_the_buffer_time_then_sent_in_one_packet() {
+        let mut s = Sender::new(cfg(0), at(0));
+        s.push_text(at(0), "a");
+        drain(&mut s, at(0));
+        s.push_text(at(100), "b");
+        s.push_text(at(250), "c");
+        assert_eq!(s.poll_timeout(), Some(at(300)));
+        assert!(s.poll_packet(at(299)).is_none());
+        let p = drain(&mut s, at(300));
+        assert_eq!(p.len(), 1);
+        assert_eq!((p[0].marker, p[0].seq, p[0].ts), (false, 1001, 5300));
+        assert_eq!(p[0].primary, "bc");
+        // Text before the next tick continues the transmission: no marker, sent on the tick.
+        s.push_text(at(550), "d");
+        assert_eq!(s.poll_timeout(), Some(at(600)));
+        let p = drain(&mut s, at(600));
+        assert_eq!((p[0].marker, p[0].seq, p[0].ts), (false, 1002, 5600));
+        // The tick at 900 passed with nothing to send: an idle period began. Text after it goes
+        // out at once, with the marker (RFC 4103 5.1, 5.2).
+        s.push_text(at(1500), "e");
+        assert_eq!(s.poll_timeout(), Some(at(1500)));
+        let p = drain(&mut s, at(1500));
+        assert_eq!((p[0].marker, p[0].seq, p[0].ts), (true, 1003, 6500));
+    }
+
+    #[test]
+    fn red_packets_carry_the_previous_primaries_oldest_first() {
+        let mut s = Sender::new(cfg(2), at(0));
+        s.push_text(at(0), "a");
+        let p0 = drain(&mut s, at(0));
+        s.push_text(at(100), "b");
+        let p1 = drain(&mut s, at(300));
+        s.push_text(at(400), "c");
+        let p2 = drain(&mut s, at(600));
+        let tail = run(&mut s);
+        let all: Vec<Pkt> = [p0, p1, p2].concat();
+        assert!(all.iter().all(|p| p.pt == 100));
+        // No packet behind the first ones: empty generations at plausible offsets.
+        assert_eq!(all[0].gens, gens(&[(600, ""), (300, "")]));
+        assert_eq!(all[0].primary, "\u{feff}a");
+        assert_eq!(all[1].gens, gens(&[(600, ""), (300, "\u{feff}a")]));
+        assert_eq!(all[1].primary, "b");
+        assert_eq!(all[2].gens, gens(&[(600, "\u{feff}a"), (300, "b")]));
+        assert_eq!(all[2].primary, "c");
+        // Then redundancy-only packets every buffer time until "c" went out as both generations.
+        let tail: Vec<(u64, Vec<(u16, String)>, String)> = tail
+            .into_iter()
+            .map(|(ms, p)| (ms, p.gens, p.primary))
+            .collect();
+        assert_eq!(
+            tail,
+            vec![
+                (900, gens(&[(600, "b"), (300, "c")]), String::new()),
+                (1200, gens(&[(600, "c"), (300, "")]), String::new()),
+            ]
+        );
+        assert!(s.is_idle());
+        assert_eq!(s.poll_timeout(), None);
+        assert_eq!(s.stats().packets, 5);
+        assert_eq!(s.stats().text_packets, 3);
+        assert_eq!(s.stats().chars, 3);
+    }
+
+    #[test]
+    fn red_offsets_follow_the_actual_timestamps() {
+        let mut s = Sender::new(cfg(2), at(0));
+        s.push_text(at(0), "a");
+        drain(&mut s, at(0));
+        // Polled late: the packet is stamped when it is sent, offsets measure the real distance.
+        s.push_text(at(100), "b");
+        let p = drain(&mut s, at(450));
+        assert_eq!(p[0].ts, 5450);
+        assert_eq!(p[0].gens, gens(&[(600, ""), (450, "\u{feff}a")]));
+        let p = drain(&mut s, at(760));
+        assert_eq!(p[0].gens, gens(&[(760, "\u{feff}a"), (310, "b")]));
+    }
+
+    #[test]
+    fn trailing_redundancy_then_idle_for_any_generation_count() {
+        for n in 1..=4u8 {
+            let mut s = Sender::new(cfg(n), at(0));
+            s.push_text(at(0), "x");
+            let sent = run(&mut s);
+            assert_eq!(sent.len(), 1 + usize::from(n), "n={n}");
+            for (i, (ms, p)) in sent.iter().enumerate() {
+                assert_eq!(*ms, 300 * i as u64);
+                assert_eq!(p.gens.len(), usize::from(n));
+                assert_eq!(p.marker, i == 0);
+                // "x" travels back one generation per packet.
+                if i > 0 {
+                    let k = usize::from(n) - i;
+                    assert_eq!(p.gens[k].1, "\u{feff}x", "n={n} packet {i}");
+                    assert_eq!(p.gens[k].0, 300 * i as u16);
+                    assert!(p.primary.is_empty());
+                }
+            }
+            // The last packet carries exactly one non-empty block (RFC 4103 5.2).
+            let last = &sent.last().unwrap().1;
+            assert_eq!(last.gens.iter().filter(|g| !g.1.is_empty()).count(), 1);
+            assert!(s.is_idle());
+        }
+    }
+
+    #[test]
+    fn marker_only_on_the_first_packet_and_after_an_idle_period() {
+        let mut s = Sender::new(cfg(2), at(0));
+        s.push_text(at(0), "a");
+        assert!(drain(&mut s, at(0))[0].marker);
+        // Text while redundancy is still owed continues the transmission.
+        s.push_text(at(350), "b");
+        let p = drain(&mut s, at(600));
+        assert_eq!((p[0].marker, p[0].primary.as_str()), (false, "b"));
+        let tail = run(&mut s);
+        assert_eq!(tail.len(), 2);
+        assert!(tail.iter().all(|(_, p)| !p.marker));
+        assert_eq!(tail.last().unwrap().0, 1200);
+        // Idle since the last redundancy packet at 1200: the next text is marked. It arrives
+        // before the next tick, so it waits for it (packets stay a buffer time apart).
+        s.push_text(at(1300), "c");
+        assert_eq!(s.poll_timeout(), Some(at(1500)));
+        let p = drain(&mut s, at(1500));
+        assert!(p[0].marker);
+        assert_eq!(p[0].gens, gens(&[(600, ""), (300, "")]));
+        // Long after: sent at once, marked.
+        run(&mut s);
+        s.push_text(at(9000), "d");
+        assert_eq!(s.poll_timeout(), Some(at(9000)));
+        assert!(drain(&mut s, at(9000))[0].marker);
+    }
+
+    #[test]
+    fn sequence_numbers_and_timestamps_wrap() {
+        let mut s = Sender::new(
+            SenderConfig {
+                initial_seq: u16::MAX,
+                initial_ts: u32::MAX - 100,
+                ..cfg(0)
+            },
+            at(0),
+        );
+        s.push_text(at(0), "a");
+        let mut p = drain(&mut s, at(0));
+        s.push_text(at(350), "b");
+        p.extend(drain(&mut s, at(350)));
+        assert_eq!((p[0].seq, p[0].ts), (u16::MAX, u32::MAX - 100));
+        assert_eq!((p[1].seq, p[1].ts), (0, 249));
+    }
+
+    #[test]
+    fn packets_never_share_a_timestamp() {
+        // A zero buffer time and a long paste: several packets in the same millisecond.
+        let mut s = Sender::new(
+            SenderConfig {
+                buffer_time: Duration::ZERO,
+                ..cfg(0)
+            },
+            at(0),
+        );
+        s.push_text(at(0), &"z".repeat(5000));
+        let p = drain(&mut s, at(0));
+        assert!(p.len() >= 5);
+        for w in p.windows(2) {
+            assert_eq!(w[1].ts, w[0].ts + 1);
+            assert_eq!(w[1].seq, w[0].seq + 1);
+        }
+        let text: String = p.iter().map(|p| p.primary.as_str()).collect();
+        assert_eq!(text, format!("\u{feff}{}", "z".repeat(5000)));
+    }
+
+    #[test]
+    fn utf8_characters_are_never_split_and_blocks_fit_red() {
+        let text: String = "aé—日本語😀 ".chars().cycle().take(3000).collect();
+        for n in [0u8, 2, 5] {
+            let mut s = Sender::new(cfg(n), at(0));
+            s.push_text(at(0), &text);
+            let sent = run(&mut s);
+            // `parse` already proved every block is whole UTF-8 characters.
+            let got: String = sent.iter().map(|(_, p)| p.primary.as_str()).collect();
+            assert_eq!(got, format!("\u{feff}{text}"), "n={n}");
+            for (_, p) in &sent {
+                assert!(p.len <= MAX_DATAGRAM, "n={n}: {} bytes", p.len);
+                assert!(n == 0 || p.primary.len() <= MAX_RED_BLOCK);
+            }
+            // A full block goes out per buffer time, not all at once.
+            let times: Vec<u64> = sent.iter().map(|(ms, _)| *ms).collect();
+            assert!(times.windows(2).all(|w| w[1] - w[0] == 300), "{times:?}");
+            assert_eq!(sent.iter().filter(|(_, p)| p.marker).count(), 1);
+        }
+    }
+
+    #[test]
+    fn cps_caps_every_one_second_window() {
+        for n in [0u8, 2] {
+            let mut s = Sender::new(
+                SenderConfig {
+                    cps: Some(10),
+                    ..cfg(n)
+                },
+                at(0),
+            );
+            let text: String = ('a'..='z').chain('A'..='I').collect(); // 35 characters
+            s.push_text(at(0), &text);
+            let sent = run(&mut s);
+            let with_text: Vec<(u64, usize)> = sent
+                .iter()
+                .filter(|(_, p)| !p.primary.is_empty())
+                .map(|(ms, p)| {
+                    (
+                        *ms,
+                        p.primary.trim_start_matches('\u{feff}').chars().count(),
+                    )
+                })
+                .collect();
+            assert_eq!(
+                with_text,
+                vec![(0, 10), (1000, 10), (2000, 10), (3000, 5)],
+                "n={n}"
+            );
+            for &(t, _) in &with_text {
+                let in_window: usize = with_text
+                    .iter()
+                    .filter(|(u, _)| *u <= t && *u + 1000 > t)
+                    .map(|(_, c)| c)
+                    .sum();
+                assert!(in_window <= 10);
+            }
+            let got: String = sent.iter().map(|(_, p)| p.primary.as_str()).collect();
+            assert_eq!(got, format!("\u{feff}{text}"));
+            // Held back by the cap is not idle: only the first packet is marked.
+            assert_eq!(sent.iter().filter(|(_, p)| p.marker).count(), 1, "n={n}");
+            if n == 2 {
+                // Redundancy kept its cadence while the text waited.
+                let times: Vec<u64> = sent.iter().map(|(ms, _)| *ms).collect();
+                assert_eq!(
+                    times,
+                    vec![
+                        0, 300, 600, 1000, 1300, 1600, 2000, 2300, 2600, 3000, 3300, 3600
+                    ]
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_generation_too_old_for_14_bits_is_sent_empty() {
+        let mut s = Sender::new(cfg(2), at(0));
+        s.push_text(at(0), "a");
+        drain(&mut s, at(0));
+        // The shell did not poll for 20 s: "a" is 20000 ms back, beyond the 14-bit offset.
+        let p = drain(&mut s, at(20_000));
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].gens, gens(&[(600, ""), (300, "")]));
+        let p = drain(&mut s, at(20_300));
+        assert_eq!(p[0].gens, gens(&[(600, ""), (300, "")]));
+        assert!(s.is_idle());
+    }
+
+    #[test]
+    fn controls_pass_through_untouched() {
+        let mut s = Sender::new(cfg(0), at(0));
+        let text = "ab\u{8}c\u{2028}d\r\ne\u{1b}[1m";
+        s.push_text(at(0), text);
+        assert_eq!(drain(&mut s, at(0))[0].primary, format!("\u{feff}{text}"));
+    }
+
+    #[test]
+    fn empty_text_queues_nothing() {
+        let mut s = Sender::new(cfg(2), at(0));
+        s.push_text(at(0), "");
+        assert!(s.is_idle());
+        assert_eq!(s.poll_timeout(), None);
+        assert!(s.poll_packet(at(10_000)).is_none());
+    }
+}

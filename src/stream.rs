@@ -77,6 +77,8 @@ pub struct Stream {
     pub chunker: Chunker,
     pub stats: StreamStats,
     pub register: Register,
+    /// Key and content of the last chunk sent: a backspace reaching past the buffer corrects it.
+    pub last_sent: Option<(String, String)>,
 }
 
 impl Stream {
@@ -96,6 +98,7 @@ impl Stream {
             chunker: Chunker::new(max_chunk_chars),
             stats: StreamStats::default(),
             register: Register::new(),
+            last_sent: None,
         }
     }
 
@@ -145,21 +148,23 @@ impl Stream {
         });
     }
 
-    /// Cuts everything buffered (idle, end); an incomplete character at the end of a stream
-    /// becomes U+FFFD.
+    /// The stream ends: held packets are given up (recovered or marked) and an incomplete
+    /// character becomes U+FFFD. Chunks this cuts wait in the chunker for the caller.
+    pub fn finish_input(&mut self) {
+        let now = self.last_packet;
+        let Stream {
+            register,
+            decoder,
+            chunker,
+            last_text,
+            ..
+        } = self;
+        register.finish(&mut |p| feed(decoder, chunker, last_text, now, p));
+        decoder.finish(chunker);
+    }
+
+    /// Cuts everything buffered (idle, end).
     pub fn flush(&mut self, cause: FlushCause) -> Option<Chunk> {
-        if cause == FlushCause::End {
-            let now = self.last_packet;
-            let Stream {
-                register,
-                decoder,
-                chunker,
-                last_text,
-                ..
-            } = self;
-            register.finish(&mut |p| feed(decoder, chunker, last_text, now, p));
-            self.decoder.finish(&mut self.chunker);
-        }
         self.chunker.flush(cause)
     }
 }

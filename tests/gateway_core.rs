@@ -484,3 +484,64 @@ fn sdes_after_the_join_is_a_participant_announce_and_name_beats_cname() {
     assert_eq!(announces[1].payload["id"], "t140:00000007@127.0.0.1:4000");
     assert_eq!(announces[1].payload["transport"], "t140");
 }
+
+#[test]
+fn backspace_into_sent_text_updates_the_item_and_never_keeps_erased_characters() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "I said yes. "));
+    // The speaker erases the space and "yes." and types "no."
+    gw.handle_datagram(
+        at(300),
+        addr(4000),
+        &t140(2, 7, "\u{8}\u{8}\u{8}\u{8}\u{8}no. "),
+    );
+    let out = drain(&mut gw);
+    let kinds: Vec<&str> = out.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "session.join",
+            "context.add",
+            "context.update",
+            "context.add"
+        ]
+    );
+    let key = out[1].payload["key"].clone();
+    assert_eq!(out[2].payload["key"], key);
+    assert_eq!(out[2].payload["new_content"], "I said");
+    assert!(
+        out[2].payload["reason"]
+            .as_str()
+            .unwrap()
+            .contains("backspace")
+    );
+    assert_eq!(out[3].payload["content"], "no.");
+    assert_eq!(gw.stats().corrections, 1);
+}
+
+#[test]
+fn erasing_a_whole_sent_item_removes_it() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Oops. "));
+    gw.handle_datagram(at(300), addr(4000), &t140(2, 7, &"\u{8}".repeat(9)));
+    let out = drain(&mut gw);
+    assert_eq!(out[2].kind, "context.remove");
+    assert_eq!(out[2].payload["key"], out[1].payload["key"]);
+    // Three backspaces had nothing left to erase.
+    assert_eq!(gw.stats().erase_unmatched, 3);
+}
+
+#[test]
+fn sentences_cut_while_a_stream_ends_are_not_lost() {
+    // A held packet released at the end completes two sentences at once.
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "One"));
+    gw.handle_datagram(at(1), addr(4000), &t140(3, 7, ". Two. Three"));
+    gw.shutdown(at(2));
+    let adds: Vec<String> = drain(&mut gw)
+        .into_iter()
+        .filter(|e| e.kind == "context.add")
+        .map(|e| e.payload["content"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(adds, ["One\u{fffd}.", "Two.", "Three"]);
+}
