@@ -554,10 +554,11 @@ impl Gateway {
     /// when nothing is left. Erasing further back than the last item is counted, not applied.
     fn erase_sent(&mut self, now: Time, slot: u32, count: usize) {
         let s = self.slots[slot as usize].as_mut().expect("live");
-        let Some((key, text)) = s.last_sent.as_mut() else {
+        if s.last_sent == 0 {
             self.stats.erase_unmatched += count as u64;
             return;
-        };
+        }
+        let text = &mut s.last_sent_text;
         let mut erased = 0;
         while erased < count && text.pop().is_some() {
             erased += 1;
@@ -567,15 +568,14 @@ impl Gateway {
             return;
         }
         text.truncate(text.trim_end().len());
-        let (key, text) = (key.clone(), text.clone());
-        let participant = s.participant.clone();
+        let key = s.key(s.last_sent);
         let reason = "T.140 backspace erased transcribed text";
-        let e = if text.is_empty() {
-            s.last_sent = None;
-            self.pvp.context_remove(now, &participant, &key, reason)
+        let e = if s.last_sent_text.is_empty() {
+            s.last_sent = 0;
+            self.pvp.context_remove(now, &s.participant, &key, reason)
         } else {
             self.pvp
-                .context_update(now, &participant, &key, &text, reason)
+                .context_update(now, &s.participant, &key, &s.last_sent_text, reason)
         };
         self.stats.corrections += 1;
         self.push(e);
@@ -593,7 +593,9 @@ impl Gateway {
         let Some(chunk) = chunk else { return };
         let s = self.slots[slot as usize].as_mut().expect("live");
         let key = s.next_key();
-        s.last_sent = Some((key.clone(), chunk.text.clone()));
+        s.last_sent = s.chunks_sent;
+        s.last_sent_text.clear();
+        s.last_sent_text.push_str(&chunk.text);
         let source = s.key.source_uri();
         let env = self.pvp.context_add(
             now,

@@ -77,8 +77,11 @@ pub struct Stream {
     pub chunker: Chunker,
     pub stats: StreamStats,
     pub register: Register,
-    /// Key and content of the last chunk sent: a backspace reaching past the buffer corrects it.
-    pub last_sent: Option<(String, String)>,
+    /// Number and content of the last chunk sent (0: none or removed): a backspace reaching past
+    /// the buffer corrects it. The buffer is reused, so remembering costs a copy, not an
+    /// allocation, per chunk.
+    pub last_sent: u64,
+    pub last_sent_text: String,
 }
 
 impl Stream {
@@ -98,19 +101,20 @@ impl Stream {
             chunker: Chunker::new(max_chunk_chars),
             stats: StreamStats::default(),
             register: Register::new(),
-            last_sent: None,
+            last_sent: 0,
+            last_sent_text: String::new(),
         }
     }
 
     /// Unique context key within the session: participant, stream start, counter.
     pub fn next_key(&mut self) -> String {
         self.chunks_sent += 1;
-        format!(
-            "{}/{}/{}",
-            self.participant,
-            self.created.as_millis(),
-            self.chunks_sent
-        )
+        self.key(self.chunks_sent)
+    }
+
+    /// The context key of this stream's `n`th chunk.
+    pub fn key(&self, n: u64) -> String {
+        format!("{}/{}/{}", self.participant, self.created.as_millis(), n)
     }
 
     /// One RTP payload (plain T.140 or RED) through the register into the decoder and chunker.
