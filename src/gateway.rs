@@ -148,6 +148,8 @@ pub struct Stats {
     pub restarts: u64,
     /// Streams whose first packets were lost (first packet without the marker bit).
     pub head_lost: u64,
+    /// Lost packets judged to be the redundancy-only tail before an idle period (not marked).
+    pub idle_tail: u64,
     /// Sent items corrected (context.update/remove) because backspaces erased their text.
     pub corrections: u64,
     /// Backspaces that reached further back than the last sent item (not applied).
@@ -175,6 +177,7 @@ impl Stats {
         self.reordered += r.reordered;
         self.restarts += r.restarts;
         self.head_lost += r.head_lost;
+        self.idle_tail += r.idle_tail;
         add_decode(&mut self.decode, d);
     }
 }

@@ -75,6 +75,8 @@ pub struct Register {
     spare: Vec<Vec<u8>>,
     /// Most redundant generations seen on this stream.
     generations: usize,
+    /// The stream opened without a session start: earlier packets may still arrive.
+    head_wait: bool,
     pub stats: RegisterStats,
 }
 
@@ -111,15 +113,19 @@ impl Register {
             self.generations = self.generations.max(p.redundant_count());
         }
         let Some(expected) = self.expected else {
-            // First packet. Without the marker bit (RFC 4103 5.2: set on the first packet of a
-            // session) the stream's head was lost: mark it, then take whatever redundancy holds.
-            if !marker {
-                self.stats.head_lost += 1;
-                out(Piece::Lost);
+            // First packet. The marker bit (RFC 4103 5.2) or a leading BOM (T.140 starts a
+            // session with U+FEFF) says it starts the session; take it and any redundancy.
+            if marker || starts_session(red, payload) {
+                deliver(seq, red, payload, usize::MAX, &mut self.stats, out);
+                self.expected = Some(seq.wrapping_add(1));
+                return Ok(Outcome::Delivered);
             }
-            deliver(seq, red, payload, usize::MAX, &mut self.stats, out);
-            self.expected = Some(seq.wrapping_add(1));
-            return Ok(Outcome::Delivered);
+            // Otherwise the head is late or lost: wait for it as for any gap.
+            self.head_wait = true;
+            self.expected = Some(seq);
+            self.hold(now, seq, marker, red, payload, 0);
+            self.stats.reordered += 1;
+            return Ok(Outcome::Held);
         };
         let ahead = seq.wrapping_sub(expected);
         let behind = expected.wrapping_sub(seq);
@@ -139,7 +145,21 @@ impl Register {
             self.bad_seq = Some(seq.wrapping_add(1));
             return Ok(Outcome::Jump);
         }
-        if ahead >= 0x8000 || self.held.iter().any(|h| h.seq == seq) {
+        if self.held.iter().any(|h| h.seq == seq) {
+            self.stats.stale += 1;
+            return Ok(Outcome::Stale);
+        }
+        if self.head_wait && ahead >= 0x8000 {
+            // Earlier than the packet the stream opened with: the head is arriving late.
+            self.expected = Some(seq);
+            self.hold(now, seq, marker, red, payload, 0);
+            if marker || starts_session(red, payload) {
+                self.head_wait = false;
+            }
+            self.drain(out);
+            return Ok(Outcome::Delivered);
+        }
+        if ahead >= 0x8000 {
             self.stats.stale += 1;
             return Ok(Outcome::Stale);
         }
@@ -153,21 +173,8 @@ impl Register {
         if self.held.len() >= MAX_HELD {
             self.give_up_oldest(out);
         }
-        let mut buf = self.spare.pop().unwrap_or_default();
-        buf.clear();
-        buf.extend_from_slice(payload);
-        let held = Held {
-            seq,
-            marker,
-            red,
-            at: now,
-            payload: buf,
-        };
         let exp = self.expected.unwrap_or(seq);
-        let pos = self
-            .held
-            .partition_point(|h| h.seq.wrapping_sub(exp) < seq.wrapping_sub(exp));
-        self.held.insert(pos, held);
+        self.hold(now, seq, marker, red, payload, exp);
         let before = self.held.len();
         self.drain(out);
         Ok(if self.held.len() < before {
@@ -176,6 +183,31 @@ impl Register {
             self.stats.reordered += 1;
             Outcome::Held
         })
+    }
+
+    /// Keeps a copy of a packet, in order of distance from `from`.
+    fn hold(&mut self, now: Time, seq: u16, marker: bool, red: bool, payload: &[u8], from: u16) {
+        let mut buf = self.spare.pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(payload);
+        let from = if self.head_wait {
+            self.expected.unwrap_or(from)
+        } else {
+            from
+        };
+        let pos = self
+            .held
+            .partition_point(|h| h.seq.wrapping_sub(from) < seq.wrapping_sub(from));
+        self.held.insert(
+            pos,
+            Held {
+                seq,
+                marker,
+                red,
+                at: now,
+                payload: buf,
+            },
+        );
     }
 
     /// Gives up on gaps whose wait has expired: recovers what redundancy holds, marks the rest.
@@ -202,6 +234,20 @@ impl Register {
             return;
         };
         let h = self.held.remove(0);
+        if self.head_wait {
+            // Nothing earlier came: the stream's head was lost (RFC 4103 5.3: mark it), unless
+            // this packet's redundancy reaches back to the session's start.
+            self.head_wait = false;
+            if !h.marker && !starts_session(h.red, &h.payload) {
+                self.stats.head_lost += 1;
+                out(Piece::Lost);
+            }
+            deliver(h.seq, h.red, &h.payload, usize::MAX, &mut self.stats, out);
+            self.expected = Some(h.seq.wrapping_add(1));
+            self.spare.push(h.payload);
+            self.drain(out);
+            return;
+        }
         let gap = usize::from(h.seq.wrapping_sub(expected));
         let carried = if h.red {
             RedPayload::parse(&h.payload).map_or(0, |p| p.redundant_count())
@@ -232,6 +278,9 @@ impl Register {
     /// Delivers held packets that are next in line, or whose redundancy covers the gap before
     /// them completely.
     fn drain(&mut self, out: &mut dyn FnMut(Piece<'_>)) {
+        if self.head_wait {
+            return;
+        }
         while let (Some(expected), Some(h)) = (self.expected, self.held.first()) {
             let gap = usize::from(h.seq.wrapping_sub(expected));
             let gens = if h.red {
@@ -248,6 +297,22 @@ impl Register {
             self.spare.push(h.payload);
         }
     }
+}
+
+/// Whether a packet's earliest text starts with U+FEFF, which T.140 sends first in a session.
+fn starts_session(red: bool, payload: &[u8]) -> bool {
+    const BOM: &[u8] = "\u{feff}".as_bytes();
+    if !red {
+        return payload.starts_with(BOM);
+    }
+    let Ok(p) = RedPayload::parse(payload) else {
+        return false;
+    };
+    p.redundant_blocks()
+        .map(|b| b.data)
+        .chain(std::iter::once(p.primary().data))
+        .find(|d| !d.is_empty())
+        .is_some_and(|d| d.starts_with(BOM))
 }
 
 /// Emits a packet's text: the newest `recover` redundant generations (placed by counting back
@@ -458,11 +523,34 @@ mod tests {
     }
 
     #[test]
-    fn a_stream_whose_head_was_lost_is_marked_at_its_head() {
+    fn a_stream_whose_head_was_lost_is_marked_at_its_head_after_the_wait() {
         let mut r = Rig::new();
-        r.red(0, 7, false, &["x", "y"], "z");
+        assert_eq!(r.red(0, 7, false, &["x", "y"], "z"), Outcome::Held);
+        assert_eq!(r.text, "");
+        r.expire(1000);
         assert_eq!(r.text, "~xyz");
         assert_eq!(r.reg.stats.head_lost, 1);
+    }
+
+    #[test]
+    fn a_late_head_is_put_back_in_front() {
+        let mut r = Rig::new();
+        assert_eq!(r.plain(0, 11, false, " world"), Outcome::Held);
+        assert_eq!(r.plain(10, 10, true, "\u{feff}Hello"), Outcome::Delivered);
+        assert_eq!(r.text, "\u{feff}Hello world");
+        assert_eq!(r.reg.stats.head_lost, 0);
+    }
+
+    #[test]
+    fn redundancy_reaching_the_session_start_is_not_a_lost_head() {
+        // Packet 1 (marker, BOM + "Hi") lost; packet 2 carries it as redundancy.
+        let mut r = Rig::new();
+        assert_eq!(
+            r.red(0, 2, false, &["", "\u{feff}Hi"], " there"),
+            Outcome::Delivered
+        );
+        assert_eq!(r.text, "\u{feff}Hi there");
+        assert_eq!(r.reg.stats.head_lost, 0);
     }
 
     #[test]

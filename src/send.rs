@@ -12,7 +12,8 @@
 //!   primaries of the previous N packets, oldest first, so a receiver can place them by counting
 //!   back sequence numbers; a generation with no packet behind it is an empty block.
 //! - 5.1: text is buffered for `buffer_time` (300 ms recommended; T.140 allows at most 500 ms) and
-//!   packets are never closer than that; text arriving after an idle period goes out at once.
+//!   packets are never closer than that; text arriving after an idle period goes out as soon as
+//!   that allows (at once, when the last packet is a buffer time old).
 //! - 5.2: with redundancy, packets with an empty primary keep coming every `buffer_time` until
 //!   the last text has been sent as every generation, then the sender goes idle. The marker bit
 //!   is set on the first packet of the session and on the first packet after an idle period.
@@ -405,6 +406,9 @@ mod tests {
         }
     }
 
+    /// `(offset, data)` of redundant generations, oldest first.
+    type Gens = Vec<(u16, String)>;
+
     /// A sent packet, parsed back with the gateway's own parsers.
     #[derive(Debug, Clone, PartialEq, Eq)]
     struct Pkt {
@@ -412,8 +416,7 @@ mod tests {
         pt: u8,
         seq: u16,
         ts: u32,
-        /// `(offset, data)` of the redundant generations, oldest first.
-        gens: Vec<(u16, String)>,
+        gens: Gens,
         primary: String,
         len: usize,
     }
@@ -467,7 +470,7 @@ mod tests {
         out
     }
 
-    fn gens(g: &[(u16, &str)]) -> Vec<(u16, String)> {
+    fn gens(g: &[(u16, &str)]) -> Gens {
         g.iter().map(|(o, d)| (*o, d.to_string())).collect()
     }
 
@@ -540,7 +543,7 @@ mod tests {
         assert_eq!(all[2].gens, gens(&[(600, "\u{feff}a"), (300, "b")]));
         assert_eq!(all[2].primary, "c");
         // Then redundancy-only packets every buffer time until "c" went out as both generations.
-        let tail: Vec<(u64, Vec<(u16, String)>, String)> = tail
+        let tail: Vec<(u64, Gens, String)> = tail
             .into_iter()
             .map(|(ms, p)| (ms, p.gens, p.primary))
             .collect();
