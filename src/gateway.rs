@@ -14,13 +14,40 @@ use serde_json::json;
 
 use crate::chunker::{Chunk, FlushCause};
 use crate::pvp::{Builder, Envelope, Participant};
-use crate::red::{RedError, RedPayload};
-use crate::register::{Outcome, RegisterStats};
+use crate::red::{RedError, RedFormat, RedPayload};
+use crate::register::{Arrival, Outcome, Piece, RegisterStats};
 use crate::rtcp::RtcpEvent;
 use crate::rtp::{RtpError, RtpPacket, looks_like_rtcp};
+use crate::speaker::{Speaker, Voice, split_named};
 use crate::stream::{Stream, StreamKey};
 use crate::t140::DecodeStats;
 use crate::time::Time;
+
+/// Senders whose deviations from RFC 4103 need explicit accommodation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Compat {
+    #[default]
+    None,
+    /// t140llm 0.0.19 (docs/t140llm.md): 16/8-bit RED headers with blocks newest first, no
+    /// marker bit on a session's first packet, FEC on its own payload type, `<id>\x1E`
+    /// multiplex prefixes and `MD:` metadata packets.
+    T140llm,
+}
+
+/// When a packet's CSRC names the speaker (RFC 9071 RTP-mixer multiparty text).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MixerMode {
+    /// A packet with exactly one CSRC is a mixer's: the CSRC is the speaker.
+    #[default]
+    Auto,
+    /// Any packet with a CSRC: the first CSRC is the speaker.
+    On,
+    /// CSRCs are ignored: the SSRC is the speaker.
+    Off,
+}
+
+/// t140llm's FEC payload type (docs/t140llm.md section 8): not RFC 5109, dropped in compat mode.
+pub const T140LLM_FEC_PT: u8 = 97;
 
 /// Gateway settings; the CLI maps its flags onto this.
 #[derive(Debug, Clone)]
@@ -43,6 +70,8 @@ pub struct Config {
     pub id_seed: u128,
     /// How long a packet ahead of a gap waits for the gap to fill (RFC 4103 5.4: up to 1 s).
     pub reorder_wait: Duration,
+    pub compat: Compat,
+    pub mixer: MixerMode,
 }
 
 impl Default for Config {
@@ -59,6 +88,8 @@ impl Default for Config {
             token: None,
             id_seed: 0,
             reorder_wait: Duration::from_millis(1000),
+            compat: Compat::None,
+            mixer: MixerMode::Auto,
         }
     }
 }
@@ -80,10 +111,12 @@ pub enum DropReason {
     /// An SSRC already live from another source address: a collision or a hijack attempt
     /// (RFC 3550 8.2); the stream keeps its original source.
     SsrcConflict,
+    /// t140llm FEC (compat mode): not RFC 5109, and it reuses media sequence numbers.
+    T140llmFec,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 13] = [
+    pub const ALL: [DropReason; 15] = [
         DropReason::Rtp(RtpError::TooShort),
         DropReason::Rtp(RtpError::BadVersion),
         DropReason::Rtp(RtpError::CsrcOverrun),
@@ -91,25 +124,18 @@ impl DropReason {
         DropReason::Rtp(RtpError::BadPadding),
         DropReason::Red(RedError::TruncatedHeader),
         DropReason::Red(RedError::BlockOverrun),
+        DropReason::Red(RedError::AmbiguousLength),
         DropReason::RtcpMalformed,
         DropReason::UnknownPayloadType,
         DropReason::Stale,
         DropReason::StreamLimit,
         DropReason::SequenceJump,
         DropReason::SsrcConflict,
+        DropReason::T140llmFec,
     ];
 
     fn index(self) -> usize {
-        match self {
-            DropReason::Rtp(e) => e as usize,
-            DropReason::Red(e) => 5 + e as usize,
-            DropReason::RtcpMalformed => 7,
-            DropReason::UnknownPayloadType => 8,
-            DropReason::Stale => 9,
-            DropReason::StreamLimit => 10,
-            DropReason::SequenceJump => 11,
-            DropReason::SsrcConflict => 12,
-        }
+        Self::ALL.iter().position(|r| *r == self).unwrap_or(0)
     }
 
     pub const fn as_str(self) -> &'static str {
@@ -122,6 +148,7 @@ impl DropReason {
             DropReason::StreamLimit => "stream_limit",
             DropReason::SequenceJump => "sequence_jump",
             DropReason::SsrcConflict => "ssrc_conflict",
+            DropReason::T140llmFec => "t140llm_fec",
         }
     }
 }
@@ -136,6 +163,8 @@ pub struct Stats {
     drops: [u64; DropReason::ALL.len()],
     pub streams_total: u64,
     pub streams_live: u64,
+    /// Virtual participants (speakers) that joined; more than streams when mixers are in use.
+    pub participants_total: u64,
     chunks: [u64; FlushCause::ALL.len()],
     pub envelopes: u64,
     /// Lost packets recovered from RED generations.
@@ -150,6 +179,10 @@ pub struct Stats {
     pub head_lost: u64,
     /// Lost packets judged to be the redundancy-only tail before an idle period (not marked).
     pub idle_tail: u64,
+    /// RED packets whose blocks were newest first (t140llm, or detected; put in age order).
+    pub red_newest_first: u64,
+    /// t140llm `MD:` metadata packets (compat mode), kept out of the transcript.
+    pub metadata: u64,
     /// Sent items corrected (context.update/remove) because backspaces erased their text.
     pub corrections: u64,
     /// Backspaces that reached further back than the last sent item (not applied).
@@ -171,29 +204,205 @@ impl Stats {
         self.chunks[cause as usize]
     }
 
-    fn fold_stream(&mut self, r: &RegisterStats, d: &DecodeStats) {
+    fn fold_stream(&mut self, s: &Stream) {
+        let r: &RegisterStats = &s.register.stats;
         self.recovered += r.recovered;
         self.lost += r.lost;
         self.reordered += r.reordered;
         self.restarts += r.restarts;
         self.head_lost += r.head_lost;
         self.idle_tail += r.idle_tail;
-        add_decode(&mut self.decode, d);
+        for sp in &s.speakers {
+            self.recovered += sp.recovered;
+            self.lost += sp.lost;
+            let (a, b) = (&mut self.decode, &sp.decoder.stats);
+            a.invalid_utf8 += b.invalid_utf8;
+            a.bom += b.bom;
+            a.backspace_unmatched += b.backspace_unmatched;
+            a.controls_dropped += b.controls_dropped;
+            a.sequences_skipped += b.sequences_skipped;
+        }
     }
 }
 
-fn add_decode(a: &mut DecodeStats, b: &DecodeStats) {
-    a.invalid_utf8 += b.invalid_utf8;
-    a.bom += b.bom;
-    a.backspace_unmatched += b.backspace_unmatched;
-    a.controls_dropped += b.controls_dropped;
-    a.sequences_skipped += b.sequences_skipped;
+/// What the gateway sends: the PVP builder, the output queue and the counters, kept apart from
+/// the stream table so a stream can be borrowed while its speakers emit.
+struct Emitter {
+    pvp: Builder,
+    out: VecDeque<Envelope>,
+    stats: Stats,
+    roles: Vec<String>,
+}
+
+impl Emitter {
+    fn push(&mut self, e: Envelope) {
+        self.stats.envelopes += 1;
+        self.out.push_back(e);
+    }
+
+    fn participant(&self, key: &StreamKey, sp: &Speaker) -> Participant {
+        let mut metadata = json!({
+            "ssrc": format!("{:08x}", key.ssrc),
+            "source": key.source.to_string(),
+            "gateway": concat!("pvp-t140/", env!("CARGO_PKG_VERSION")),
+        });
+        match &sp.voice {
+            Voice::Ssrc => {}
+            Voice::Csrc(c) => metadata["csrc"] = json!(format!("{c:08x}")),
+            Voice::Named(id) => metadata["stream_id"] = json!(id),
+        }
+        Participant {
+            id: sp.participant.clone(),
+            name: sp.name.clone(),
+            roles: self.roles.clone(),
+            metadata,
+        }
+    }
+
+    fn join(&mut self, now: Time, key: &StreamKey, sp: &Speaker) {
+        let p = self.participant(key, sp);
+        let e = self.pvp.join(now, &p);
+        self.stats.participants_total += 1;
+        self.push(e);
+    }
+
+    fn announce(&mut self, now: Time, key: &StreamKey, sp: &Speaker) {
+        let p = self.participant(key, sp);
+        let e = self.pvp.announce(now, &p);
+        self.push(e);
+    }
+
+    /// After text reached a speaker's chunker: first correct sent text that backspaces erased
+    /// (they came before any chunk cut since), then send the chunks cut.
+    fn after_text(&mut self, now: Time, key: &StreamKey, created: Time, sp: &mut Speaker) {
+        let erase = sp.chunker.take_erase_sent();
+        if erase > 0 {
+            self.erase_sent(now, created, sp, erase);
+        }
+        while sp.chunker.has_ready() {
+            let ready: Vec<Chunk> = sp.chunker.drain_ready().collect();
+            for chunk in ready {
+                self.chunk(now, key, created, sp, chunk);
+            }
+        }
+    }
+
+    /// T.140 backspace reaching text already sent: a transcript must not keep characters the
+    /// speaker erased, so the last item is replaced (pvp-spec 9.3 `context.update`), or removed
+    /// when nothing is left. Erasing further back than the last item is counted, not applied.
+    fn erase_sent(&mut self, now: Time, created: Time, sp: &mut Speaker, count: usize) {
+        if sp.last_sent == 0 {
+            self.stats.erase_unmatched += count as u64;
+            return;
+        }
+        let text = &mut sp.last_sent_text;
+        let mut erased = 0;
+        while erased < count && text.pop().is_some() {
+            erased += 1;
+        }
+        self.stats.erase_unmatched += (count - erased) as u64;
+        if erased == 0 {
+            return;
+        }
+        text.truncate(text.trim_end().len());
+        let key = sp.key(created, sp.last_sent);
+        let reason = "T.140 backspace erased transcribed text";
+        let e = if sp.last_sent_text.is_empty() {
+            sp.last_sent = 0;
+            self.pvp.context_remove(now, &sp.participant, &key, reason)
+        } else {
+            self.pvp
+                .context_update(now, &sp.participant, &key, &sp.last_sent_text, reason)
+        };
+        self.stats.corrections += 1;
+        self.push(e);
+    }
+
+    fn chunk(&mut self, now: Time, key: &StreamKey, created: Time, sp: &mut Speaker, chunk: Chunk) {
+        sp.chunks_sent += 1;
+        sp.last_sent = sp.chunks_sent;
+        sp.last_sent_text.clear();
+        sp.last_sent_text.push_str(&chunk.text);
+        let item = sp.key(created, sp.chunks_sent);
+        let e = self.pvp.context_add(
+            now,
+            &sp.participant,
+            item,
+            chunk.text,
+            key.source_uri(),
+            chunk.cause.as_str(),
+        );
+        self.stats.chunks[chunk.cause as usize] += 1;
+        self.push(e);
+    }
+}
+
+/// Hands one register piece to the speaker it belongs to (creating and announcing speakers on
+/// first use), then sends what that completed.
+#[allow(clippy::too_many_arguments)]
+fn route(
+    emit: &mut Emitter,
+    speakers: &mut Vec<Speaker>,
+    key: &StreamKey,
+    created: Time,
+    format: RedFormat,
+    compat: Compat,
+    max_chunk_chars: usize,
+    now: Time,
+    tag: u16,
+    piece: Piece<'_>,
+) {
+    let mut piece = piece;
+    let voice = match piece {
+        // t140llm multiplexing names the stream in front of every block.
+        Piece::Text(block) if compat == Compat::T140llm => match split_named(block) {
+            Some((id, text)) => {
+                piece = Piece::Text(text);
+                Some(Voice::Named(id.to_owned()))
+            }
+            None => None,
+        },
+        _ => None,
+    };
+    let idx = match voice {
+        Some(v) => speaker_index(emit, speakers, key, v, now, max_chunk_chars),
+        None if usize::from(tag) < speakers.len() => usize::from(tag),
+        None => speaker_index(emit, speakers, key, Voice::Ssrc, now, max_chunk_chars),
+    };
+    let sp = &mut speakers[idx];
+    sp.feed(now, piece, format);
+    emit.after_text(now, key, created, sp);
+}
+
+fn speaker_index(
+    emit: &mut Emitter,
+    speakers: &mut Vec<Speaker>,
+    key: &StreamKey,
+    voice: Voice,
+    now: Time,
+    max_chunk_chars: usize,
+) -> usize {
+    if let Some(i) = speakers.iter().position(|s| s.voice == voice) {
+        return i;
+    }
+    let voice = if speakers.len() >= crate::stream::MAX_SPEAKERS {
+        Voice::Ssrc
+    } else {
+        voice
+    };
+    if let Some(i) = speakers.iter().position(|s| s.voice == voice) {
+        return i;
+    }
+    let sp = Speaker::new(voice, key, now, max_chunk_chars);
+    emit.join(now, key, &sp);
+    speakers.push(sp);
+    speakers.len() - 1
 }
 
 /// The sans-IO core.
 pub struct Gateway {
     cfg: Config,
-    pvp: Builder,
+    emit: Emitter,
     index: HashMap<StreamKey, u32>,
     /// Which source a live SSRC belongs to: only consulted when a stream would be created.
     ssrc_owner: HashMap<u32, SocketAddr>,
@@ -203,8 +412,6 @@ pub struct Gateway {
     /// One live entry per stream (`Stream::timer`), plus stale ones skipped when popped, so
     /// timers cost O(log n) per event and never a scan of all streams.
     timers: BinaryHeap<Reverse<(Time, u32)>>,
-    out: VecDeque<Envelope>,
-    stats: Stats,
     serial: u64,
     /// SDES names of sources not seen on RTP yet (bounded, oldest evicted).
     early_names: Vec<(IpAddr, u32, String, u8)>,
@@ -212,20 +419,26 @@ pub struct Gateway {
 
 const MAX_EARLY_NAMES: usize = 256;
 const MAX_NAME_CHARS: usize = 128;
+/// Register tag for "no speaker decided at arrival": resolved per block when delivered.
+const TAG_UNDECIDED: u16 = u16::MAX;
 
 impl Gateway {
     pub fn new(cfg: Config) -> Self {
         let pvp = Builder::new(cfg.session.clone(), cfg.token.clone(), cfg.id_seed);
+        let roles = cfg.roles.clone();
         Gateway {
             cfg,
-            pvp,
+            emit: Emitter {
+                pvp,
+                out: VecDeque::new(),
+                stats: Stats::default(),
+                roles,
+            },
             index: HashMap::new(),
             ssrc_owner: HashMap::new(),
             slots: Vec::new(),
             free: Vec::new(),
             timers: BinaryHeap::new(),
-            out: VecDeque::new(),
-            stats: Stats::default(),
             serial: 0,
             early_names: Vec::new(),
         }
@@ -235,11 +448,11 @@ impl Gateway {
         &self.cfg
     }
 
-    /// Counters, including the decoder counters of live streams.
+    /// Counters, including those of live streams.
     pub fn stats(&self) -> Stats {
-        let mut s = self.stats.clone();
+        let mut s = self.emit.stats.clone();
         for st in self.slots.iter().flatten() {
-            s.fold_stream(&st.register.stats, &st.decoder.stats);
+            s.fold_stream(st);
         }
         s
     }
@@ -250,10 +463,10 @@ impl Gateway {
 
     /// Next envelope to send, in the order they must be sent.
     pub fn poll_output(&mut self) -> Option<Envelope> {
-        self.out.pop_front()
+        self.emit.out.pop_front()
     }
 
-    /// When [`Gateway::handle_timeout`] next has work (idle flush or stream timeout).
+    /// When [`Gateway::handle_timeout`] next has work (reorder wait, idle flush, timeout).
     pub fn poll_timeout(&self) -> Option<Time> {
         self.timers.peek().map(|Reverse((t, _))| *t)
     }
@@ -264,11 +477,18 @@ impl Gateway {
         if self.poll_timeout().is_some_and(|t| t <= now) {
             self.handle_timeout(now);
         }
-        self.stats.datagrams += 1;
-        self.stats.bytes += data.len() as u64;
+        self.emit.stats.datagrams += 1;
+        self.emit.stats.bytes += data.len() as u64;
         if let Err(reason) = self.receive(now, source, data) {
-            self.stats.drops[reason.index()] += 1;
+            self.emit.stats.drops[reason.index()] += 1;
             tracing::debug!(%source, len = data.len(), reason = reason.as_str(), "datagram dropped");
+        }
+    }
+
+    fn red_format(&self) -> RedFormat {
+        match self.cfg.compat {
+            Compat::None => RedFormat::Rfc2198,
+            Compat::T140llm => RedFormat::T140llm,
         }
     }
 
@@ -277,15 +497,28 @@ impl Gateway {
             return self.receive_rtcp(now, source, data);
         }
         let pkt = RtpPacket::parse(data).map_err(DropReason::Rtp)?;
+        let compat = self.cfg.compat;
+        let format = self.red_format();
+        let mut payload = pkt.payload;
         let red = if pkt.payload_type == self.cfg.t140_pt {
             false
         } else if pkt.payload_type == self.cfg.red_pt {
             // Validated before a stream is created for it, so junk opens no stream.
-            RedPayload::parse(pkt.payload).map_err(DropReason::Red)?;
+            let p = RedPayload::parse_as(payload, format).map_err(DropReason::Red)?;
+            if p.was_newest_first() {
+                self.emit.stats.red_newest_first += 1;
+            }
             true
+        } else if compat == Compat::T140llm && pkt.payload_type == T140LLM_FEC_PT {
+            return Err(DropReason::T140llmFec);
         } else {
             return Err(DropReason::UnknownPayloadType);
         };
+        if compat == Compat::T140llm && !red && pkt.marker && payload.starts_with(b"MD:{") {
+            // Metadata, not text: it still takes its sequence number, so it passes as empty.
+            self.emit.stats.metadata += 1;
+            payload = &[];
+        }
         let key = StreamKey {
             source,
             ssrc: pkt.ssrc,
@@ -294,16 +527,58 @@ impl Gateway {
             Some(&slot) => slot,
             None => self.open_stream(now, key)?,
         };
+        let csrc = match (self.cfg.mixer, pkt.csrcs().len()) {
+            (MixerMode::Off, _) | (_, 0) => None,
+            (MixerMode::Auto, 1) | (MixerMode::On, _) => pkt.csrcs().next(),
+            (MixerMode::Auto, _) => None,
+        };
+        let max_chunk = self.cfg.max_chunk_chars;
         let stream = self.slots[slot as usize]
             .as_mut()
             .expect("indexed slot is live");
         stream.stats.packets += 1;
         stream.stats.bytes += data.len() as u64;
         stream.last_packet = now;
-        let outcome = stream
-            .receive(now, pkt.sequence, pkt.marker, red, pkt.payload)
+        let Stream {
+            register,
+            speakers,
+            key,
+            created,
+            format,
+            ..
+        } = stream;
+        let tag = match (csrc, compat) {
+            (Some(c), _) => speaker_index(
+                &mut self.emit,
+                speakers,
+                key,
+                Voice::Csrc(c),
+                now,
+                max_chunk,
+            ),
+            (None, Compat::T140llm) => usize::from(TAG_UNDECIDED),
+            (None, Compat::None) => {
+                speaker_index(&mut self.emit, speakers, key, Voice::Ssrc, now, max_chunk)
+            }
+        } as u16;
+        let arrival = Arrival {
+            seq: pkt.sequence,
+            ts: pkt.timestamp,
+            marker: pkt.marker,
+            red,
+            tag,
+            by_ts: csrc.is_some(),
+            payload,
+        };
+        let (key, created, format) = (*key, *created, *format);
+        let emit = &mut self.emit;
+        let outcome = register
+            .receive(now, arrival, &mut |tag, piece| {
+                route(
+                    emit, speakers, &key, created, format, compat, max_chunk, now, tag, piece,
+                )
+            })
             .map_err(DropReason::Red)?;
-        self.after_text(now, slot);
         // Pushes a heap entry only when the deadline moved earlier (text started to be
         // buffered, a packet started to wait for a gap); later deadlines are re-armed lazily
         // when the existing entry fires.
@@ -323,7 +598,8 @@ impl Gateway {
             return Err(DropReason::StreamLimit);
         }
         self.serial += 1;
-        let mut stream = Stream::new(key, self.serial, now, self.cfg.max_chunk_chars);
+        let assume_start = self.cfg.compat == Compat::T140llm;
+        let mut stream = Stream::new(key, self.serial, now, self.red_format(), assume_start);
         // An SDES that arrived before the first RTP packet names the participant in its join.
         if let Some(i) = self
             .early_names
@@ -331,12 +607,11 @@ impl Gateway {
             .position(|(ip, ssrc, _, _)| *ip == key.source.ip() && *ssrc == key.ssrc)
         {
             let (_, _, name, rank) = self.early_names.remove(i);
-            stream.name = name;
-            stream.name_rank = rank;
+            let (idx, _) = stream.speaker(Voice::Ssrc, now, self.cfg.max_chunk_chars);
+            stream.speakers[idx].name = name;
+            stream.speakers[idx].name_rank = rank;
+            self.emit.join(now, &key, &stream.speakers[idx]);
         }
-        let participant = self.participant(&stream);
-        let join = self.pvp.join(now, &participant);
-        self.push(join);
         let slot = match self.free.pop() {
             Some(s) => {
                 self.slots[s as usize] = Some(stream);
@@ -349,24 +624,11 @@ impl Gateway {
         };
         self.index.insert(key, slot);
         self.ssrc_owner.insert(key.ssrc, key.source);
-        self.stats.streams_total += 1;
-        self.stats.streams_live += 1;
+        self.emit.stats.streams_total += 1;
+        self.emit.stats.streams_live += 1;
         tracing::info!(source = %key.source, ssrc = format_args!("{:08x}", key.ssrc), "stream started");
         self.arm(slot);
         Ok(slot)
-    }
-
-    fn participant(&self, s: &Stream) -> Participant {
-        Participant {
-            id: s.participant.clone(),
-            name: s.name.clone(),
-            roles: self.cfg.roles.clone(),
-            metadata: json!({
-                "ssrc": format!("{:08x}", s.key.ssrc),
-                "source": s.key.source.to_string(),
-                "gateway": concat!("pvp-t140/", env!("CARGO_PKG_VERSION")),
-            }),
-        }
     }
 
     /// RTCP (RFC 3550 6): SDES NAME (else CNAME) names the participant, BYE ends the stream.
@@ -377,7 +639,7 @@ impl Gateway {
         source: SocketAddr,
         data: &[u8],
     ) -> Result<(), DropReason> {
-        self.stats.rtcp += 1;
+        self.emit.stats.rtcp += 1;
         let mut events = [None; 8];
         let mut n = 0;
         let ok = crate::rtcp::parse(data, &mut |e| {
@@ -429,23 +691,26 @@ impl Gateway {
             return;
         };
         let s = self.slots[slot as usize].as_mut().expect("live");
-        if rank < s.name_rank || s.name == name {
+        let max_chunk = self.cfg.max_chunk_chars;
+        let Stream { speakers, key, .. } = s;
+        let idx = speaker_index(&mut self.emit, speakers, key, Voice::Ssrc, now, max_chunk);
+        let sp = &mut speakers[idx];
+        if rank < sp.name_rank || sp.name == name {
             return;
         }
-        s.name = name;
-        s.name_rank = rank;
+        sp.name = name;
+        sp.name_rank = rank;
         // The join already went out with the old name: announce the new one (pvp-spec 7.1).
-        let s = self.slots[slot as usize].as_ref().expect("live");
-        let p = self.participant(s);
-        let e = self.pvp.announce(now, &p);
-        self.push(e);
+        self.emit.announce(now, key, sp);
     }
 
     /// The earliest moment this stream needs attention.
     fn deadline(&self, s: &Stream) -> Time {
         let mut at = s.last_packet.saturating_add(self.cfg.stream_timeout);
-        if !s.chunker.is_blank() {
-            at = at.min(s.last_text.saturating_add(self.cfg.idle_flush));
+        for sp in &s.speakers {
+            if !sp.chunker.is_blank() {
+                at = at.min(sp.last_text.saturating_add(self.cfg.idle_flush));
+            }
         }
         if let Some(gap) = s.register.deadline(self.cfg.reorder_wait) {
             at = at.min(gap);
@@ -463,8 +728,9 @@ impl Gateway {
         self.timers.push(Reverse((at, slot)));
     }
 
-    /// Fires every timer due at `now`: idle flushes and stream timeouts.
+    /// Fires every timer due at `now`: reorder waits, idle flushes and stream timeouts.
     pub fn handle_timeout(&mut self, now: Time) {
+        let (compat, max_chunk) = (self.cfg.compat, self.cfg.max_chunk_chars);
         while let Some(&Reverse((at, slot))) = self.timers.peek() {
             if at > now {
                 break;
@@ -477,18 +743,34 @@ impl Gateway {
                 continue; // superseded entry
             }
             s.timer = None;
-            s.expire(now, self.cfg.reorder_wait);
-            self.after_text(now, slot);
-            let s = self.slots[slot as usize].as_mut().expect("live");
             let timeout_at = s.last_packet.saturating_add(self.cfg.stream_timeout);
-            let idle_at = s.last_text.saturating_add(self.cfg.idle_flush);
             if timeout_at <= now {
                 self.close_stream(timeout_at.max(at), slot, "stream timeout");
                 continue;
             }
-            if idle_at <= now && !s.chunker.is_blank() {
-                let chunk = s.flush(FlushCause::Idle);
-                self.emit(idle_at, slot, chunk);
+            let Stream {
+                register,
+                speakers,
+                key,
+                created,
+                format,
+                ..
+            } = s;
+            let (key, created, format) = (*key, *created, *format);
+            let emit = &mut self.emit;
+            register.expire(now, self.cfg.reorder_wait, &mut |tag, piece| {
+                route(
+                    emit, speakers, &key, created, format, compat, max_chunk, now, tag, piece,
+                )
+            });
+            for sp in speakers.iter_mut() {
+                let idle_at = sp.last_text.saturating_add(self.cfg.idle_flush);
+                if idle_at <= now
+                    && !sp.chunker.is_blank()
+                    && let Some(chunk) = sp.chunker.flush(FlushCause::Idle)
+                {
+                    self.emit.chunk(idle_at, &key, created, sp, chunk);
+                }
             }
             self.arm(slot);
         }
@@ -509,111 +791,48 @@ impl Gateway {
         self.timers.clear();
     }
 
+    /// Ends a stream: held packets are given up, every speaker flushes and leaves.
     fn close_stream(&mut self, now: Time, slot: u32, reason: &str) {
-        let Some(s) = self.slots[slot as usize].as_mut() else {
+        let (compat, max_chunk) = (self.cfg.compat, self.cfg.max_chunk_chars);
+        let Some(mut s) = self.slots[slot as usize].take() else {
             return;
         };
-        s.finish_input();
-        self.after_text(now, slot);
-        let chunk = self.slots[slot as usize]
-            .as_mut()
-            .expect("live")
-            .flush(FlushCause::End);
-        self.emit(now, slot, chunk);
-        let s = self.slots[slot as usize].take().expect("live");
-        let leave = self.pvp.leave(now, &s.participant, reason);
-        self.push(leave);
-        self.index.remove(&s.key);
-        self.ssrc_owner.remove(&s.key.ssrc);
+        let Stream {
+            register,
+            speakers,
+            key,
+            created,
+            format,
+            ..
+        } = &mut s;
+        let (key, created, format) = (*key, *created, *format);
+        let emit = &mut self.emit;
+        register.finish(&mut |tag, piece| {
+            route(
+                emit, speakers, &key, created, format, compat, max_chunk, now, tag, piece,
+            )
+        });
+        for sp in speakers.iter_mut() {
+            sp.decoder.finish(&mut sp.chunker);
+            self.emit.after_text(now, &key, created, sp);
+            if let Some(chunk) = sp.chunker.flush(FlushCause::End) {
+                self.emit.chunk(now, &key, created, sp, chunk);
+            }
+            let leave = self.emit.pvp.leave(now, &sp.participant, reason);
+            self.emit.push(leave);
+        }
+        self.index.remove(&key);
+        self.ssrc_owner.remove(&key.ssrc);
         self.free.push(slot);
-        self.stats.streams_live -= 1;
-        self.stats.fold_stream(&s.register.stats, &s.decoder.stats);
+        self.emit.stats.streams_live -= 1;
+        self.emit.stats.fold_stream(&s);
         tracing::info!(
-            source = %s.key.source,
-            ssrc = format_args!("{:08x}", s.key.ssrc),
+            source = %key.source,
+            ssrc = format_args!("{:08x}", key.ssrc),
             reason,
             packets = s.stats.packets,
-            chunks = s.chunks_sent,
+            speakers = s.speakers.len(),
             "stream ended"
         );
-    }
-
-    /// After text reached a stream's chunker: first correct sent text that backspaces erased
-    /// (they came before any chunk cut since), then send the chunks cut.
-    fn after_text(&mut self, now: Time, slot: u32) {
-        let s = self.slots[slot as usize].as_mut().expect("live");
-        let erase = s.chunker.take_erase_sent();
-        if erase > 0 {
-            self.erase_sent(now, slot, erase);
-        }
-        let s = self.slots[slot as usize].as_mut().expect("live");
-        if s.chunker.has_ready() {
-            self.emit_ready(now, slot);
-        }
-    }
-
-    /// T.140 backspace reaching text already sent: a transcript must not keep characters the
-    /// speaker erased, so the last item is replaced (pvp-spec 9.3 `context.update`), or removed
-    /// when nothing is left. Erasing further back than the last item is counted, not applied.
-    fn erase_sent(&mut self, now: Time, slot: u32, count: usize) {
-        let s = self.slots[slot as usize].as_mut().expect("live");
-        if s.last_sent == 0 {
-            self.stats.erase_unmatched += count as u64;
-            return;
-        }
-        let text = &mut s.last_sent_text;
-        let mut erased = 0;
-        while erased < count && text.pop().is_some() {
-            erased += 1;
-        }
-        self.stats.erase_unmatched += (count - erased) as u64;
-        if erased == 0 {
-            return;
-        }
-        text.truncate(text.trim_end().len());
-        let key = s.key(s.last_sent);
-        let reason = "T.140 backspace erased transcribed text";
-        let e = if s.last_sent_text.is_empty() {
-            s.last_sent = 0;
-            self.pvp.context_remove(now, &s.participant, &key, reason)
-        } else {
-            self.pvp
-                .context_update(now, &s.participant, &key, &s.last_sent_text, reason)
-        };
-        self.stats.corrections += 1;
-        self.push(e);
-    }
-
-    fn emit_ready(&mut self, now: Time, slot: u32) {
-        let s = self.slots[slot as usize].as_mut().expect("live");
-        let ready: Vec<Chunk> = s.chunker.drain_ready().collect();
-        for chunk in ready {
-            self.emit(now, slot, Some(chunk));
-        }
-    }
-
-    fn emit(&mut self, now: Time, slot: u32, chunk: Option<Chunk>) {
-        let Some(chunk) = chunk else { return };
-        let s = self.slots[slot as usize].as_mut().expect("live");
-        let key = s.next_key();
-        s.last_sent = s.chunks_sent;
-        s.last_sent_text.clear();
-        s.last_sent_text.push_str(&chunk.text);
-        let source = s.key.source_uri();
-        let env = self.pvp.context_add(
-            now,
-            &s.participant,
-            key,
-            chunk.text,
-            source,
-            chunk.cause.as_str(),
-        );
-        self.stats.chunks[chunk.cause as usize] += 1;
-        self.push(env);
-    }
-
-    fn push(&mut self, e: Envelope) {
-        self.stats.envelopes += 1;
-        self.out.push_back(e);
     }
 }

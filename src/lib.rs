@@ -15,6 +15,7 @@ pub mod register;
 pub mod rtcp;
 pub mod rtp;
 pub mod send;
+pub mod speaker;
 pub mod stream;
 pub mod t140;
 pub mod time;
@@ -26,5 +27,5 @@ pub mod replay;
 pub mod sink;
 pub mod udp;
 
-pub use gateway::{Config, DropReason, Gateway, Stats};
+pub use gateway::{Compat, Config, DropReason, Gateway, MixerMode, Stats};
 pub use time::Time;

@@ -8,7 +8,9 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use pvp_t140::clock::random_seed;
 use pvp_t140::sink::{Sink, stdout::StdoutSink, ws::WsConfig, ws::WsSink};
-use pvp_t140::{Config, DropReason, Gateway, Stats, chunker::FlushCause, replay, udp};
+use pvp_t140::{
+    Compat, Config, DropReason, Gateway, MixerMode, Stats, chunker::FlushCause, replay, udp,
+};
 
 /// T.140 real-time text over RTP (RFC 4103) in, PVP `context.add` transcripts out.
 #[derive(Parser, Debug)]
@@ -70,12 +72,19 @@ struct CoreArgs {
     /// Role of every virtual participant (repeatable).
     #[arg(long = "role", value_enum, default_values_t = [Role::Navigator])]
     roles: Vec<Role>,
-    /// RTP payload type of text/t140.
-    #[arg(long, default_value_t = 98, value_parser = clap::value_parser!(u8).range(0..=127))]
-    t140_pt: u8,
-    /// RTP payload type of text/red (RFC 2198 redundancy).
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u8).range(0..=127))]
-    red_pt: u8,
+    /// RTP payload type of text/t140 [default: 98; 96 with --compat t140llm].
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=127))]
+    t140_pt: Option<u8>,
+    /// RTP payload type of text/red, RFC 2198 redundancy [default: 100; 98 with --compat t140llm].
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=127))]
+    red_pt: Option<u8>,
+    /// Accommodate a known non-conformant sender (see docs/t140llm.md).
+    #[arg(long, value_enum, default_value_t = CompatArg::None)]
+    compat: CompatArg,
+    /// RFC 9071 RTP mixers: `auto` takes a packet's single CSRC as its speaker, `on` takes the
+    /// first CSRC of any packet, `off` ignores CSRCs.
+    #[arg(long, value_enum, default_value_t = MixerArg::Auto)]
+    mixer: MixerArg,
     /// Flush a stream's text after this many milliseconds without new text.
     #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..))]
     idle_flush_ms: u64,
@@ -107,6 +116,19 @@ enum Role {
     Admin,
 }
 
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum CompatArg {
+    None,
+    T140llm,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum MixerArg {
+    Auto,
+    On,
+    Off,
+}
+
 #[derive(ValueEnum, Clone, Copy, Debug)]
 enum LogFormat {
     Text,
@@ -115,8 +137,11 @@ enum LogFormat {
 
 impl CoreArgs {
     fn config(&self) -> Result<Config, String> {
-        if self.t140_pt == self.red_pt {
-            return Err(format!("--t140-pt and --red-pt are both {}", self.t140_pt));
+        let t140llm = self.compat == CompatArg::T140llm;
+        let t140_pt = self.t140_pt.unwrap_or(if t140llm { 96 } else { 98 });
+        let red_pt = self.red_pt.unwrap_or(if t140llm { 98 } else { 100 });
+        if t140_pt == red_pt {
+            return Err(format!("--t140-pt and --red-pt are both {t140_pt}"));
         }
         if self.session.is_empty() {
             return Err("--session must not be empty".into());
@@ -133,8 +158,8 @@ impl CoreArgs {
                         .to_owned()
                 })
                 .collect(),
-            t140_pt: self.t140_pt,
-            red_pt: self.red_pt,
+            t140_pt,
+            red_pt,
             idle_flush: Duration::from_millis(self.idle_flush_ms),
             max_chunk_chars: self.max_chunk_chars as usize,
             stream_timeout: Duration::from_secs(self.stream_timeout_s),
@@ -142,6 +167,16 @@ impl CoreArgs {
             token: self.token.clone(),
             id_seed: random_seed(),
             reorder_wait: Duration::from_millis(self.reorder_wait_ms),
+            compat: if t140llm {
+                Compat::T140llm
+            } else {
+                Compat::None
+            },
+            mixer: match self.mixer {
+                MixerArg::Auto => MixerMode::Auto,
+                MixerArg::On => MixerMode::On,
+                MixerArg::Off => MixerMode::Off,
+            },
         })
     }
 }

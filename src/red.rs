@@ -12,6 +12,8 @@ pub enum RedError {
     TruncatedHeader,
     /// The redundant block lengths add up to more than the data that follows the headers.
     BlockOverrun,
+    /// t140llm format only: a length of 255 is a clamp, so the block boundaries are unknown.
+    AmbiguousLength,
 }
 
 impl RedError {
@@ -19,15 +21,27 @@ impl RedError {
         match self {
             RedError::TruncatedHeader => "red_truncated_header",
             RedError::BlockOverrun => "red_block_overrun",
+            RedError::AmbiguousLength => "red_ambiguous_length",
         }
     }
+}
+
+/// How the redundant block headers are laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RedFormat {
+    /// RFC 2198 section 3: `F | PT:7 | offset:14 | length:10`, blocks oldest first.
+    #[default]
+    Rfc2198,
+    /// t140llm 0.0.19 (docs/t140llm.md section 5): `F | PT:7 | offset:16 | length:8`, blocks
+    /// newest first, lengths clamped at 255.
+    T140llm,
 }
 
 /// One block of a RED payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RedBlock<'a> {
     pub payload_type: u8,
-    /// Timestamp offset back from the packet's RTP timestamp (14 bits; 0 for the primary).
+    /// Timestamp offset back from the packet's RTP timestamp (0 for the primary).
     pub ts_offset: u16,
     pub data: &'a [u8],
 }
@@ -36,14 +50,24 @@ pub struct RedBlock<'a> {
 #[derive(Debug, Clone, Copy)]
 pub struct RedPayload<'a> {
     payload: &'a [u8],
+    format: RedFormat,
     redundant: usize,
     /// Offset of the first data byte (after all headers).
     data_start: usize,
+    /// Bytes of redundant data.
+    redundant_len: usize,
     primary_pt: u8,
+    /// Blocks are in newest-first order on the wire.
+    newest_first: bool,
 }
 
 impl<'a> RedPayload<'a> {
+    /// Parses an RFC 2198 payload.
     pub fn parse(payload: &'a [u8]) -> Result<Self, RedError> {
+        Self::parse_as(payload, RedFormat::Rfc2198)
+    }
+
+    pub fn parse_as(payload: &'a [u8], format: RedFormat) -> Result<Self, RedError> {
         let mut pos = 0;
         let mut redundant = 0usize;
         let mut data_len = 0usize;
@@ -56,22 +80,54 @@ impl<'a> RedPayload<'a> {
                 if data_start + data_len > payload.len() {
                     return Err(RedError::BlockOverrun);
                 }
-                return Ok(RedPayload {
+                let mut red = RedPayload {
                     payload,
+                    format,
                     redundant,
                     data_start,
+                    redundant_len: data_len,
                     primary_pt: b & 0x7f,
-                });
+                    newest_first: format == RedFormat::T140llm,
+                };
+                red.newest_first |= format == RedFormat::Rfc2198 && red.offsets_increase();
+                return Ok(red);
             }
             if pos + 4 > payload.len() {
                 return Err(RedError::TruncatedHeader);
             }
-            let len =
-                usize::from(u16::from_be_bytes([payload[pos + 2], payload[pos + 3]]) & 0x03ff);
+            let (_, len) = header(format, &payload[pos..pos + 4]);
+            if format == RedFormat::T140llm && len == 255 {
+                return Err(RedError::AmbiguousLength);
+            }
             data_len += len;
             redundant += 1;
             pos += 4;
         }
+    }
+
+    /// RFC 4103 4.2 puts redundant blocks in age order, so offsets decrease along the headers.
+    /// Two or more non-empty blocks whose non-zero offsets strictly increase can only be a
+    /// sender writing newest first (t140llm does): a conformant sender never looks like this.
+    fn offsets_increase(&self) -> bool {
+        let mut last = 0u16;
+        let mut seen = 0;
+        for i in 0..self.redundant {
+            let (off, len) = header(self.format, &self.payload[i * 4..i * 4 + 4]);
+            if len == 0 {
+                continue;
+            }
+            if off == 0 || off <= last {
+                return false;
+            }
+            last = off;
+            seen += 1;
+        }
+        seen >= 2
+    }
+
+    /// Whether the blocks were newest first on the wire (t140llm, or detected).
+    pub fn was_newest_first(&self) -> bool {
+        self.newest_first
     }
 
     /// How many redundant generations the packet carries.
@@ -81,29 +137,49 @@ impl<'a> RedPayload<'a> {
 
     /// The primary (newest) block.
     pub fn primary(&self) -> RedBlock<'a> {
-        let used: usize = self.redundant_blocks().map(|b| b.data.len()).sum();
         RedBlock {
             payload_type: self.primary_pt,
             ts_offset: 0,
-            data: &self.payload[self.data_start + used..],
+            data: &self.payload[self.data_start + self.redundant_len..],
         }
     }
 
-    /// The redundant blocks, oldest first (RFC 2198 section 3 order).
+    /// Block `i` in header order.
+    fn block(&self, i: usize) -> RedBlock<'a> {
+        let mut start = self.data_start;
+        for j in 0..i {
+            start += header(self.format, &self.payload[j * 4..j * 4 + 4]).1;
+        }
+        let h = &self.payload[i * 4..i * 4 + 4];
+        let (ts_offset, len) = header(self.format, h);
+        RedBlock {
+            payload_type: h[0] & 0x7f,
+            ts_offset,
+            data: &self.payload[start..start + len],
+        }
+    }
+
+    /// The redundant blocks, oldest first (RFC 2198 section 3 order), whatever the wire order.
     pub fn redundant_blocks(&self) -> impl Iterator<Item = RedBlock<'a>> + 'a {
-        let payload = self.payload;
-        let mut data_pos = self.data_start;
+        let this = *self;
         (0..self.redundant).map(move |i| {
-            let h = &payload[i * 4..i * 4 + 4];
-            let len = usize::from(u16::from_be_bytes([h[2], h[3]]) & 0x03ff);
-            let block = RedBlock {
-                payload_type: h[0] & 0x7f,
-                ts_offset: u16::from_be_bytes([h[1], h[2]]) >> 2,
-                data: &payload[data_pos..data_pos + len],
-            };
-            data_pos += len;
-            block
+            this.block(if this.newest_first {
+                this.redundant - 1 - i
+            } else {
+                i
+            })
         })
+    }
+}
+
+/// `(timestamp offset, length)` of a 4-byte redundant block header.
+fn header(format: RedFormat, h: &[u8]) -> (u16, usize) {
+    match format {
+        RedFormat::Rfc2198 => (
+            u16::from_be_bytes([h[1], h[2]]) >> 2,
+            usize::from(u16::from_be_bytes([h[2], h[3]]) & 0x03ff),
+        ),
+        RedFormat::T140llm => (u16::from_be_bytes([h[1], h[2]]), usize::from(h[3])),
     }
 }
 
@@ -171,6 +247,47 @@ mod tests {
         assert_eq!(&p[..5], &[0xe2, 0x0f, 0xa0, 0x05, 0x62]);
         let red = RedPayload::parse(&p).unwrap();
         assert_eq!(red.redundant_blocks().next().unwrap().ts_offset, 1000);
+    }
+
+    #[test]
+    fn newest_first_blocks_are_detected_and_put_in_age_order() {
+        // Offsets 300 then 600 along the headers: newest first.
+        let mut p = Vec::new();
+        write_payload(&mut p, 98, &[(300, b"c"), (600, b"b")], b"d");
+        let red = RedPayload::parse(&p).unwrap();
+        assert!(red.was_newest_first());
+        let data: Vec<_> = red.redundant_blocks().map(|b| b.data).collect();
+        assert_eq!(data, vec![&b"b"[..], b"c"]);
+        // Zero offsets (Asterisk writes 0) or an empty block: no evidence, wire order kept.
+        let mut p = Vec::new();
+        write_payload(&mut p, 98, &[(0, b"b"), (0, b"c")], b"d");
+        assert!(!RedPayload::parse(&p).unwrap().was_newest_first());
+    }
+
+    /// docs/t140llm.md section 5, red3.pcap packet 4.
+    #[test]
+    fn t140llm_layout_is_read_with_16_bit_offsets_and_8_bit_lengths() {
+        let p = [
+            0xe0, 0x00, 0xa0, 0x03, 0xe0, 0x01, 0x40, 0x03, 0xe0, 0x01, 0xe0, 0x03, 0x60, b'f',
+            b'r', b'o', b'l', b'o', b' ', b'H', b'e', b'l', b'm', b' ', b't',
+        ];
+        let red = RedPayload::parse_as(&p, RedFormat::T140llm).unwrap();
+        let blocks: Vec<_> = red
+            .redundant_blocks()
+            .map(|b| (b.ts_offset, b.data))
+            .collect();
+        assert_eq!(
+            blocks,
+            vec![(480, &b"Hel"[..]), (320, b"lo "), (160, b"fro")]
+        );
+        assert_eq!(red.primary().data, b"m t");
+        assert_eq!(red.primary().payload_type, 96);
+        // A clamped length makes the boundaries unknowable.
+        let p = [0xe0, 0x00, 0xa0, 0xff, 0x60];
+        assert_eq!(
+            RedPayload::parse_as(&p, RedFormat::T140llm).unwrap_err(),
+            RedError::AmbiguousLength
+        );
     }
 
     #[test]

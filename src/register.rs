@@ -6,7 +6,7 @@
 //! sequence number's text appears at most once. In-order packets pass straight through and are
 //! never copied; only a packet that arrives ahead of a gap is copied into the buffer.
 
-use crate::red::{RedError, RedPayload};
+use crate::red::{RedError, RedFormat, RedPayload};
 use crate::time::Time;
 
 /// RFC 3550 A.1: a jump this far ahead is not loss but a restart or a stray packet.
@@ -23,6 +23,29 @@ pub enum Piece<'a> {
     Text(&'a [u8]),
     /// Text of one packet lost beyond recovery: the decoder writes U+FFFD (RFC 4103 5.3).
     Lost,
+    /// A packet whose redundancy is placed by timestamp, per speaker, by the caller (RFC 9071
+    /// mixers: consecutive packets carry different speakers, so counting back sequence numbers
+    /// would take another speaker's text). `gap` lost packets came before it.
+    Packet {
+        ts: u32,
+        red: bool,
+        payload: &'a [u8],
+        gap: usize,
+    },
+}
+
+/// One arriving packet, as the register needs it.
+#[derive(Debug, Clone, Copy)]
+pub struct Arrival<'a> {
+    pub seq: u16,
+    pub ts: u32,
+    pub marker: bool,
+    pub red: bool,
+    /// Who speaks in this packet (caller-defined); handed back with every piece of it.
+    pub tag: u16,
+    /// Redundancy is placed by timestamp by the caller ([`Piece::Packet`]).
+    pub by_ts: bool,
+    pub payload: &'a [u8],
 }
 
 /// What happened to one packet.
@@ -57,11 +80,31 @@ pub struct RegisterStats {
 #[derive(Debug)]
 struct Held {
     seq: u16,
+    ts: u32,
     marker: bool,
     red: bool,
+    tag: u16,
+    by_ts: bool,
     at: Time,
     payload: Vec<u8>,
 }
+
+impl Held {
+    fn arrival(&self) -> Arrival<'_> {
+        Arrival {
+            seq: self.seq,
+            ts: self.ts,
+            marker: self.marker,
+            red: self.red,
+            tag: self.tag,
+            by_ts: self.by_ts,
+            payload: &self.payload,
+        }
+    }
+}
+
+/// Where a register's pieces go: `(tag of the packet, piece)`.
+pub type Out<'o> = &'o mut dyn FnMut(u16, Piece<'_>);
 
 #[derive(Debug, Default)]
 pub struct Register {
@@ -77,12 +120,32 @@ pub struct Register {
     generations: usize,
     /// The stream opened without a session start: earlier packets may still arrive.
     head_wait: bool,
+    /// RED layout of this sender.
+    format: RedFormat,
+    /// The sender never marks a session start (t140llm): take the first packet as one.
+    assume_start: bool,
     pub stats: RegisterStats,
 }
 
 impl Register {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    pub fn with_sender(format: RedFormat, assume_start: bool) -> Self {
+        Register {
+            format,
+            assume_start,
+            ..Self::default()
+        }
+    }
+
+    fn redundancy(&self, a: &Arrival<'_>) -> usize {
+        if a.red && !a.by_ts {
+            RedPayload::parse_as(a.payload, self.format).map_or(0, |p| p.redundant_count())
+        } else {
+            0
+        }
     }
 
     /// When the oldest held packet stops waiting for its gap.
@@ -102,28 +165,26 @@ impl Register {
     pub fn receive(
         &mut self,
         now: Time,
-        seq: u16,
-        marker: bool,
-        red: bool,
-        payload: &[u8],
-        out: &mut dyn FnMut(Piece<'_>),
+        a: Arrival<'_>,
+        out: Out<'_>,
     ) -> Result<Outcome, RedError> {
-        if red {
-            let p = RedPayload::parse(payload)?;
+        let Arrival { seq, marker, .. } = a;
+        if a.red {
+            let p = RedPayload::parse_as(a.payload, self.format)?;
             self.generations = self.generations.max(p.redundant_count());
         }
         let Some(expected) = self.expected else {
             // First packet. The marker bit (RFC 4103 5.2) or a leading BOM (T.140 starts a
             // session with U+FEFF) says it starts the session; take it and any redundancy.
-            if marker || starts_session(red, payload) {
-                deliver(seq, red, payload, usize::MAX, &mut self.stats, out);
+            if marker || self.assume_start || self.starts_session(&a) {
+                self.deliver(&a, usize::MAX, 0, out);
                 self.expected = Some(seq.wrapping_add(1));
                 return Ok(Outcome::Delivered);
             }
             // Otherwise the head is late or lost: wait for it as for any gap.
             self.head_wait = true;
             self.expected = Some(seq);
-            self.hold(now, seq, marker, red, payload, 0);
+            self.hold(now, &a, 0);
             self.stats.reordered += 1;
             return Ok(Outcome::Held);
         };
@@ -135,9 +196,13 @@ impl Register {
                 self.stats.restarts += 1;
                 self.give_up_all(out);
                 self.bad_seq = None;
-                out(Piece::Lost);
-                self.stats.lost += 1;
-                deliver(seq, red, payload, 0, &mut self.stats, out);
+                if a.by_ts {
+                    self.deliver(&a, 0, 1, out);
+                } else {
+                    self.stats.lost += 1;
+                    out(a.tag, Piece::Lost);
+                    self.deliver(&a, 0, 0, out);
+                }
                 self.expected = Some(seq.wrapping_add(1));
                 return Ok(Outcome::Delivered);
             }
@@ -152,8 +217,8 @@ impl Register {
         if self.head_wait && ahead >= 0x8000 {
             // Earlier than the packet the stream opened with: the head is arriving late.
             self.expected = Some(seq);
-            self.hold(now, seq, marker, red, payload, 0);
-            if marker || starts_session(red, payload) {
+            self.hold(now, &a, 0);
+            if marker || self.starts_session(&a) {
                 self.head_wait = false;
             }
             self.drain(out);
@@ -164,7 +229,7 @@ impl Register {
             return Ok(Outcome::Stale);
         }
         if ahead == 0 {
-            deliver(seq, red, payload, 0, &mut self.stats, out);
+            self.deliver(&a, 0, 0, out);
             self.expected = Some(seq.wrapping_add(1));
             self.drain(out);
             return Ok(Outcome::Delivered);
@@ -174,7 +239,7 @@ impl Register {
             self.give_up_oldest(out);
         }
         let exp = self.expected.unwrap_or(seq);
-        self.hold(now, seq, marker, red, payload, exp);
+        self.hold(now, &a, exp);
         let before = self.held.len();
         self.drain(out);
         Ok(if self.held.len() < before {
@@ -186,10 +251,11 @@ impl Register {
     }
 
     /// Keeps a copy of a packet, in order of distance from `from`.
-    fn hold(&mut self, now: Time, seq: u16, marker: bool, red: bool, payload: &[u8], from: u16) {
+    fn hold(&mut self, now: Time, a: &Arrival<'_>, from: u16) {
+        let seq = a.seq;
         let mut buf = self.spare.pop().unwrap_or_default();
         buf.clear();
-        buf.extend_from_slice(payload);
+        buf.extend_from_slice(a.payload);
         let from = if self.head_wait {
             self.expected.unwrap_or(from)
         } else {
@@ -202,8 +268,11 @@ impl Register {
             pos,
             Held {
                 seq,
-                marker,
-                red,
+                ts: a.ts,
+                marker: a.marker,
+                red: a.red,
+                tag: a.tag,
+                by_ts: a.by_ts,
                 at: now,
                 payload: buf,
             },
@@ -211,25 +280,25 @@ impl Register {
     }
 
     /// Gives up on gaps whose wait has expired: recovers what redundancy holds, marks the rest.
-    pub fn expire(&mut self, now: Time, wait: std::time::Duration, out: &mut dyn FnMut(Piece<'_>)) {
+    pub fn expire(&mut self, now: Time, wait: std::time::Duration, out: Out<'_>) {
         while self.deadline(wait).is_some_and(|d| d <= now) {
             self.give_up_oldest(out);
         }
     }
 
     /// Ends the stream: every gap is given up.
-    pub fn finish(&mut self, out: &mut dyn FnMut(Piece<'_>)) {
+    pub fn finish(&mut self, out: Out<'_>) {
         self.give_up_all(out);
     }
 
-    fn give_up_all(&mut self, out: &mut dyn FnMut(Piece<'_>)) {
+    fn give_up_all(&mut self, out: Out<'_>) {
         while !self.held.is_empty() {
             self.give_up_oldest(out);
         }
     }
 
     /// Delivers the first held packet, giving up the gap in front of it.
-    fn give_up_oldest(&mut self, out: &mut dyn FnMut(Piece<'_>)) {
+    fn give_up_oldest(&mut self, out: Out<'_>) {
         let (Some(expected), false) = (self.expected, self.held.is_empty()) else {
             return;
         };
@@ -238,22 +307,23 @@ impl Register {
             // Nothing earlier came: the stream's head was lost (RFC 4103 5.3: mark it), unless
             // this packet's redundancy reaches back to the session's start.
             self.head_wait = false;
-            if !h.marker && !starts_session(h.red, &h.payload) {
+            let a = h.arrival();
+            let head_lost = !a.marker && !self.starts_session(&a);
+            if head_lost {
                 self.stats.head_lost += 1;
-                out(Piece::Lost);
             }
-            deliver(h.seq, h.red, &h.payload, usize::MAX, &mut self.stats, out);
+            if head_lost && !a.by_ts {
+                out(a.tag, Piece::Lost);
+            }
+            self.deliver(&a, usize::MAX, usize::from(head_lost), out);
             self.expected = Some(h.seq.wrapping_add(1));
             self.spare.push(h.payload);
             self.drain(out);
             return;
         }
         let gap = usize::from(h.seq.wrapping_sub(expected));
-        let carried = if h.red {
-            RedPayload::parse(&h.payload).map_or(0, |p| p.redundant_count())
-        } else {
-            0
-        };
+        let a = h.arrival();
+        let carried = self.redundancy(&a);
         let covered = carried.min(gap);
         let mut unrecovered = gap - covered;
         if h.marker {
@@ -265,11 +335,16 @@ impl Register {
             self.stats.idle_tail += tail as u64;
             unrecovered -= tail;
         }
-        for _ in 0..unrecovered {
-            self.stats.lost += 1;
-            out(Piece::Lost);
+        if a.by_ts {
+            // Whose text the gap held is the speakers' to tell (they count what they mark).
+            self.deliver(&a, 0, unrecovered, out);
+        } else {
+            self.stats.lost += unrecovered as u64;
+            for _ in 0..unrecovered {
+                out(a.tag, Piece::Lost);
+            }
+            self.deliver(&a, covered, 0, out);
         }
-        deliver(h.seq, h.red, &h.payload, covered, &mut self.stats, out);
         self.expected = Some(h.seq.wrapping_add(1));
         self.spare.push(h.payload);
         self.drain(out);
@@ -277,71 +352,75 @@ impl Register {
 
     /// Delivers held packets that are next in line, or whose redundancy covers the gap before
     /// them completely.
-    fn drain(&mut self, out: &mut dyn FnMut(Piece<'_>)) {
+    fn drain(&mut self, out: Out<'_>) {
         if self.head_wait {
             return;
         }
         while let (Some(expected), Some(h)) = (self.expected, self.held.first()) {
             let gap = usize::from(h.seq.wrapping_sub(expected));
-            let gens = if h.red {
-                RedPayload::parse(&h.payload).map_or(0, |p| p.redundant_count())
-            } else {
-                0
-            };
-            if gap > gens {
+            if gap > self.redundancy(&h.arrival()) {
                 break;
             }
             let h = self.held.remove(0);
-            deliver(h.seq, h.red, &h.payload, gap, &mut self.stats, out);
+            self.deliver(&h.arrival(), gap, 0, out);
             self.expected = Some(h.seq.wrapping_add(1));
             self.spare.push(h.payload);
         }
     }
 }
 
-/// Whether a packet's earliest text starts with U+FEFF, which T.140 sends first in a session.
-fn starts_session(red: bool, payload: &[u8]) -> bool {
-    const BOM: &[u8] = "\u{feff}".as_bytes();
-    if !red {
-        return payload.starts_with(BOM);
-    }
-    let Ok(p) = RedPayload::parse(payload) else {
-        return false;
-    };
-    p.redundant_blocks()
-        .map(|b| b.data)
-        .chain(std::iter::once(p.primary().data))
-        .find(|d| !d.is_empty())
-        .is_some_and(|d| d.starts_with(BOM))
-}
-
-/// Emits a packet's text: the newest `recover` redundant generations (placed by counting back
-/// sequence numbers, RFC 4103 4.2, not by timestamp offset, which real senders get wrong), then
-/// the primary.
-fn deliver(
-    _seq: u16,
-    red: bool,
-    payload: &[u8],
-    recover: usize,
-    stats: &mut RegisterStats,
-    out: &mut dyn FnMut(Piece<'_>),
-) {
-    if !red {
-        out(Piece::Text(payload));
-        return;
-    }
-    let Ok(p) = RedPayload::parse(payload) else {
-        return; // validated on arrival; unreachable in practice
-    };
-    let gens = p.redundant_count();
-    let take = recover.min(gens);
-    for block in p.redundant_blocks().skip(gens - take) {
-        if recover != usize::MAX {
-            stats.recovered += 1;
+impl Register {
+    /// Whether a packet's earliest text starts with U+FEFF, which T.140 sends first in a
+    /// session.
+    fn starts_session(&self, a: &Arrival<'_>) -> bool {
+        const BOM: &[u8] = "\u{feff}".as_bytes();
+        if !a.red {
+            return a.payload.starts_with(BOM);
         }
-        out(Piece::Text(block.data));
+        let Ok(p) = RedPayload::parse_as(a.payload, self.format) else {
+            return false;
+        };
+        p.redundant_blocks()
+            .map(|b| b.data)
+            .chain(std::iter::once(p.primary().data))
+            .find(|d| !d.is_empty())
+            .is_some_and(|d| d.starts_with(BOM))
     }
-    out(Piece::Text(p.primary().data));
+
+    /// Emits a packet's text: the newest `recover` redundant generations (placed by counting
+    /// back sequence numbers, RFC 4103 4.2, not by timestamp offset, which real senders get
+    /// wrong), then the primary. `usize::MAX` takes all generations as the stream's head.
+    /// Packets placed by timestamp go out whole, with `gap` lost packets before them.
+    fn deliver(&mut self, a: &Arrival<'_>, recover: usize, gap: usize, out: Out<'_>) {
+        if a.by_ts {
+            out(
+                a.tag,
+                Piece::Packet {
+                    ts: a.ts,
+                    red: a.red,
+                    payload: a.payload,
+                    gap,
+                },
+            );
+            return;
+        }
+        if !a.red {
+            out(a.tag, Piece::Text(a.payload));
+            return;
+        }
+        let Ok(p) = RedPayload::parse_as(a.payload, self.format) else {
+            return; // validated on arrival; unreachable in practice
+        };
+        let gens = p.redundant_count();
+        let take = recover.min(gens);
+        for block in p.redundant_blocks().skip(gens - take) {
+            if recover != usize::MAX {
+                self.stats.recovered += 1;
+            }
+            out(a.tag, Piece::Text(block.data));
+        }
+        out(a.tag, Piece::Text(p.primary().data));
+    }
 }
 
 #[cfg(test)]
@@ -366,23 +445,31 @@ mod tests {
             }
         }
 
-        fn sink(text: &mut String) -> impl FnMut(Piece<'_>) + '_ {
-            move |p| match p {
+        fn sink(text: &mut String) -> impl FnMut(u16, Piece<'_>) + '_ {
+            move |_, p| match p {
                 Piece::Text(t) => text.push_str(std::str::from_utf8(t).unwrap()),
                 Piece::Lost => text.push('~'),
+                Piece::Packet { .. } => unreachable!(),
+            }
+        }
+
+        fn arrival(seq: u16, marker: bool, red: bool, payload: &[u8]) -> Arrival<'_> {
+            Arrival {
+                seq,
+                ts: 0,
+                marker,
+                red,
+                tag: 0,
+                by_ts: false,
+                payload,
             }
         }
 
         fn plain(&mut self, ms: u64, seq: u16, marker: bool, t: &str) -> Outcome {
+            let a = Self::arrival(seq, marker, false, t.as_bytes());
+            let mut sink = Self::sink(&mut self.text);
             self.reg
-                .receive(
-                    Time::from_millis(ms),
-                    seq,
-                    marker,
-                    false,
-                    t.as_bytes(),
-                    &mut Self::sink(&mut self.text),
-                )
+                .receive(Time::from_millis(ms), a, &mut sink)
                 .unwrap()
         }
 
@@ -391,15 +478,10 @@ mod tests {
             let blocks: Vec<(u16, &[u8])> = gens.iter().map(|g| (300, g.as_bytes())).collect();
             let mut p = Vec::new();
             write_payload(&mut p, 98, &blocks, t.as_bytes());
+            let a = Self::arrival(seq, marker, true, &p);
+            let mut sink = Self::sink(&mut self.text);
             self.reg
-                .receive(
-                    Time::from_millis(ms),
-                    seq,
-                    marker,
-                    true,
-                    &p,
-                    &mut Self::sink(&mut self.text),
-                )
+                .receive(Time::from_millis(ms), a, &mut sink)
                 .unwrap()
         }
 

@@ -1,31 +1,13 @@
-//! One received T.140 stream: sequence tracking, RED recovery of gaps, T.140 decoding and
-//! chunking. A stream is keyed by SSRC scoped to its source address (RFC 3550 section 8.2:
-//! SSRCs are only unique within a session, and we do not trust a remote to pick unique ones).
+//! One received RTP stream: its receive register and its speakers. A stream is keyed by SSRC
+//! scoped to its source address (RFC 3550 section 8.2: SSRCs are only unique within a session,
+//! and we do not trust a remote to pick unique ones).
 
 use std::net::SocketAddr;
 
-use std::time::Duration;
-
-use crate::chunker::{Chunk, Chunker, FlushCause};
-use crate::red::RedError;
-use crate::register::{Outcome, Piece, Register};
-use crate::t140::Decoder;
+use crate::red::RedFormat;
+use crate::register::Register;
+use crate::speaker::{Speaker, Voice};
 use crate::time::Time;
-
-fn feed(
-    decoder: &mut Decoder,
-    chunker: &mut Chunker,
-    last_text: &mut Time,
-    now: Time,
-    p: Piece<'_>,
-) {
-    match p {
-        Piece::Text([]) => return,
-        Piece::Text(t) => decoder.feed(t, chunker),
-        Piece::Lost => decoder.mark_loss(chunker),
-    }
-    *last_text = now;
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct StreamKey {
@@ -50,126 +32,70 @@ impl StreamKey {
     }
 }
 
-/// Per-stream counters, folded into the gateway totals when the stream ends.
+/// Per-stream counters.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct StreamStats {
     pub packets: u64,
     pub bytes: u64,
 }
 
+/// Speakers one stream may carry; more are spoken for by the stream's own voice.
+pub const MAX_SPEAKERS: usize = 32;
+
 #[derive(Debug)]
 pub struct Stream {
     pub key: StreamKey,
-    pub participant: String,
-    /// Display name: derived from the stream until RTCP SDES gives a CNAME (rank 1) or NAME (2).
-    pub name: String,
-    pub name_rank: u8,
     /// Creation order, for shutdown flushing in a stable order.
     pub serial: u64,
     pub created: Time,
     pub last_packet: Time,
-    /// Last time text changed the buffer; the idle flush counts from here.
-    pub last_text: Time,
     /// Deadline this stream has in the timer heap, if any.
     pub timer: Option<Time>,
-    pub chunks_sent: u64,
-    pub decoder: Decoder,
-    pub chunker: Chunker,
     pub stats: StreamStats,
     pub register: Register,
-    /// Number and content of the last chunk sent (0: none or removed): a backspace reaching past
-    /// the buffer corrects it. The buffer is reused, so remembering costs a copy, not an
-    /// allocation, per chunk.
-    pub last_sent: u64,
-    pub last_sent_text: String,
+    pub format: RedFormat,
+    /// In creation order; index is the register tag.
+    pub speakers: Vec<Speaker>,
 }
 
 impl Stream {
-    pub fn new(key: StreamKey, serial: u64, now: Time, max_chunk_chars: usize) -> Self {
+    pub fn new(
+        key: StreamKey,
+        serial: u64,
+        now: Time,
+        format: RedFormat,
+        assume_start: bool,
+    ) -> Self {
         Stream {
             key,
-            participant: key.participant_id(),
-            name: key.display_name(),
-            name_rank: 0,
             serial,
             created: now,
             last_packet: now,
-            last_text: now,
             timer: None,
-            chunks_sent: 0,
-            decoder: Decoder::new(),
-            chunker: Chunker::new(max_chunk_chars),
             stats: StreamStats::default(),
-            register: Register::new(),
-            last_sent: 0,
-            last_sent_text: String::new(),
+            register: Register::with_sender(format, assume_start),
+            format,
+            speakers: Vec::new(),
         }
     }
 
-    /// Unique context key within the session: participant, stream start, counter.
-    pub fn next_key(&mut self) -> String {
-        self.chunks_sent += 1;
-        self.key(self.chunks_sent)
-    }
-
-    /// The context key of this stream's `n`th chunk.
-    pub fn key(&self, n: u64) -> String {
-        format!("{}/{}/{}", self.participant, self.created.as_millis(), n)
-    }
-
-    /// One RTP payload (plain T.140 or RED) through the register into the decoder and chunker.
-    pub fn receive(
-        &mut self,
-        now: Time,
-        seq: u16,
-        marker: bool,
-        red: bool,
-        payload: &[u8],
-    ) -> Result<Outcome, RedError> {
-        let Stream {
-            register,
-            decoder,
-            chunker,
-            last_text,
-            ..
-        } = self;
-        register.receive(now, seq, marker, red, payload, &mut |p| {
-            feed(decoder, chunker, last_text, now, p)
-        })
-    }
-
-    /// Gives up gaps whose reorder wait has expired.
-    pub fn expire(&mut self, now: Time, wait: Duration) {
-        let Stream {
-            register,
-            decoder,
-            chunker,
-            last_text,
-            ..
-        } = self;
-        register.expire(now, wait, &mut |p| {
-            feed(decoder, chunker, last_text, now, p)
-        });
-    }
-
-    /// The stream ends: held packets are given up (recovered or marked) and an incomplete
-    /// character becomes U+FFFD. Chunks this cuts wait in the chunker for the caller.
-    pub fn finish_input(&mut self) {
-        let now = self.last_packet;
-        let Stream {
-            register,
-            decoder,
-            chunker,
-            last_text,
-            ..
-        } = self;
-        register.finish(&mut |p| feed(decoder, chunker, last_text, now, p));
-        decoder.finish(chunker);
-    }
-
-    /// Cuts everything buffered (idle, end).
-    pub fn flush(&mut self, cause: FlushCause) -> Option<Chunk> {
-        self.chunker.flush(cause)
+    /// The speaker for `voice`, and whether it is new (and must join). Beyond
+    /// [`MAX_SPEAKERS`] the stream's own voice speaks for the rest.
+    pub fn speaker(&mut self, voice: Voice, now: Time, max_chunk_chars: usize) -> (usize, bool) {
+        if let Some(i) = self.speakers.iter().position(|s| s.voice == voice) {
+            return (i, false);
+        }
+        let voice = if self.speakers.len() >= MAX_SPEAKERS {
+            Voice::Ssrc
+        } else {
+            voice
+        };
+        if let Some(i) = self.speakers.iter().position(|s| s.voice == voice) {
+            return (i, false);
+        }
+        self.speakers
+            .push(Speaker::new(voice, &self.key, now, max_chunk_chars));
+        (self.speakers.len() - 1, true)
     }
 }
 
@@ -177,23 +103,41 @@ impl Stream {
 mod tests {
     use super::*;
 
-    fn stream() -> Stream {
-        let key = StreamKey {
+    #[test]
+    fn ids_are_derived_from_the_stream() {
+        let k = StreamKey {
             source: "127.0.0.1:4000".parse().unwrap(),
             ssrc: 0xabcdef01,
         };
-        Stream::new(key, 0, Time(0), 500)
-    }
-
-    #[test]
-    fn ids_are_derived_from_the_stream() {
-        let s = stream();
-        assert_eq!(s.participant, "t140:abcdef01@127.0.0.1:4000");
+        assert_eq!(k.participant_id(), "t140:abcdef01@127.0.0.1:4000");
+        assert_eq!(
+            Voice::Csrc(2).participant_id(&k),
+            "t140:abcdef01@127.0.0.1:4000/csrc:00000002"
+        );
+        assert_eq!(
+            Voice::Named("bob".into()).participant_id(&k),
+            "t140:abcdef01@127.0.0.1:4000/bob"
+        );
         let k6 = StreamKey {
             source: "[::1]:5".parse().unwrap(),
             ssrc: 1,
         };
         assert_eq!(k6.participant_id(), "t140:00000001@[::1]:5");
         assert_eq!(k6.source_uri(), "rtp://[::1]:5?ssrc=0x00000001");
+    }
+
+    #[test]
+    fn speakers_are_bounded() {
+        let k = StreamKey {
+            source: "127.0.0.1:4000".parse().unwrap(),
+            ssrc: 1,
+        };
+        let mut s = Stream::new(k, 0, Time(0), RedFormat::Rfc2198, false);
+        assert_eq!(s.speaker(Voice::Ssrc, Time(0), 10), (0, true));
+        assert_eq!(s.speaker(Voice::Ssrc, Time(0), 10), (0, false));
+        for c in 0..100 {
+            s.speaker(Voice::Csrc(c), Time(0), 10);
+        }
+        assert_eq!(s.speakers.len(), MAX_SPEAKERS);
     }
 }

@@ -545,3 +545,213 @@ fn sentences_cut_while_a_stream_ends_are_not_lost() {
         .collect();
     assert_eq!(adds, ["One\u{fffd}.", "Two.", "Three"]);
 }
+
+fn with_csrc(seq: u16, ts: u32, ssrc: u32, csrc: u32, pt: u8, payload: &[u8]) -> Vec<u8> {
+    let mut d = vec![0x81, pt | if seq == 1 { 0x80 } else { 0 }, 0, 0];
+    d[2..4].copy_from_slice(&seq.to_be_bytes());
+    d.extend_from_slice(&ts.to_be_bytes());
+    d.extend_from_slice(&ssrc.to_be_bytes());
+    d.extend_from_slice(&csrc.to_be_bytes());
+    d.extend_from_slice(payload);
+    d
+}
+
+fn adds(out: &[Envelope]) -> Vec<(String, String)> {
+    out.iter()
+        .filter(|e| e.kind == "context.add")
+        .map(|e| {
+            (
+                e.sender.clone(),
+                e.payload["content"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_mixer_csrc_names_the_speaker_and_redundancy_is_placed_by_timestamp() {
+    let mut gw = Gateway::new(Config::default());
+    let red = |gens: &[(u16, &str)], p: &str| {
+        let g: Vec<(u16, &[u8])> = gens.iter().map(|(o, t)| (*o, t.as_bytes())).collect();
+        let mut out = Vec::new();
+        red::write_payload(&mut out, 98, &g, p.as_bytes());
+        out
+    };
+    // RFC 9071: one mixer stream (SSRC 9), speakers A (CSRC 1) and B (CSRC 2) interleaved; each
+    // packet's redundancy is that speaker's own earlier text.
+    let pkts = [
+        with_csrc(1, 1000, 9, 1, 100, &red(&[(0, ""), (0, "")], "Alpha ")),
+        with_csrc(2, 1100, 9, 2, 100, &red(&[(0, ""), (0, "")], "Bravo ")),
+        with_csrc(
+            3,
+            1300,
+            9,
+            1,
+            100,
+            &red(&[(0, ""), (300, "Alpha ")], "one. "),
+        ),
+        with_csrc(
+            4,
+            1400,
+            9,
+            2,
+            100,
+            &red(&[(0, ""), (300, "Bravo ")], "two. "),
+        ),
+    ];
+    // Packet 3 (A's "one. ") is lost; A's next packet carries it by timestamp.
+    let a5 = with_csrc(
+        5,
+        1600,
+        9,
+        1,
+        100,
+        &red(&[(600, "Alpha "), (300, "one. ")], "More"),
+    );
+    for (i, p) in pkts.iter().enumerate() {
+        if i != 2 {
+            gw.handle_datagram(at(i as u64 * 100), addr(5000), p);
+        }
+    }
+    gw.handle_datagram(at(500), addr(5000), &a5);
+    gw.handle_timeout(at(2000));
+    gw.shutdown(at(3000));
+    let out = drain(&mut gw);
+    let a = "t140:00000009@127.0.0.1:5000/csrc:00000001";
+    let b = "t140:00000009@127.0.0.1:5000/csrc:00000002";
+    let joins: Vec<&str> = out
+        .iter()
+        .filter(|e| e.kind == "session.join")
+        .map(|e| e.sender.as_str())
+        .collect();
+    assert_eq!(joins, [a, b]);
+    let got = adds(&out);
+    assert!(
+        got.contains(&(b.to_owned(), "Bravo two.".to_owned())),
+        "{got:?}"
+    );
+    let a_text: Vec<&str> = got
+        .iter()
+        .filter(|(s, _)| s == a)
+        .map(|(_, t)| t.as_str())
+        .collect();
+    assert_eq!(a_text.concat(), "Alpha one.More");
+    assert_eq!(gw.stats().recovered, 1);
+    assert_eq!(gw.stats().lost, 0);
+}
+
+#[test]
+fn mixer_off_keeps_the_ssrc_as_the_speaker() {
+    let mut gw = Gateway::new(Config {
+        mixer: pvp_t140::MixerMode::Off,
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 0, 9, 1, 98, b"hi. "));
+    let out = drain(&mut gw);
+    assert_eq!(out[0].sender, "t140:00000009@127.0.0.1:5000");
+}
+
+fn t140llm_cfg() -> Config {
+    Config {
+        compat: pvp_t140::Compat::T140llm,
+        t140_pt: 96,
+        red_pt: 98,
+        ..Config::default()
+    }
+}
+
+/// t140llm RED: 16-bit offset, 8-bit length, newest first (docs/t140llm.md section 5).
+fn t140llm_red(seq: u16, gens_newest_first: &[&str], primary: &str) -> Vec<u8> {
+    let mut p = Vec::new();
+    for (k, g) in gens_newest_first.iter().enumerate() {
+        p.push(0x80 | 96);
+        p.extend_from_slice(&(160 * (k as u16 + 1)).to_be_bytes());
+        p.push(g.len() as u8);
+    }
+    p.push(96);
+    for g in gens_newest_first {
+        p.extend_from_slice(g.as_bytes());
+    }
+    p.extend_from_slice(primary.as_bytes());
+    let mut d = Vec::new();
+    rtp::write_packet(&mut d, false, 98, seq, u32::from(seq) * 160, 0x11223344, &p);
+    d
+}
+
+#[test]
+fn t140llm_red_is_recovered_in_age_order_without_a_false_head_mark() {
+    let mut gw = Gateway::new(t140llm_cfg());
+    let mut first = Vec::new();
+    rtp::write_packet(&mut first, false, 96, 0, 0, 0x11223344, b"Hel");
+    gw.handle_datagram(at(0), addr(6000), &first);
+    // seq 1 ("lo ") and 2 ("fro") lost; seq 3 carries them newest first.
+    gw.handle_datagram(
+        at(300),
+        addr(6000),
+        &t140llm_red(3, &["fro", "lo ", "Hel"], "m t140llm."),
+    );
+    gw.shutdown(at(400));
+    let got = adds(&drain(&mut gw));
+    assert_eq!(got[0].1, "Hello from t140llm.");
+    let s = gw.stats();
+    assert_eq!((s.recovered, s.lost, s.head_lost), (2, 0, 0));
+    assert_eq!(s.red_newest_first, 1);
+}
+
+#[test]
+fn t140llm_fec_metadata_and_multiplex_prefixes() {
+    let mut gw = Gateway::new(t140llm_cfg());
+    let pkt = |seq: u16, marker: bool, pt: u8, payload: &[u8]| {
+        let mut d = Vec::new();
+        rtp::write_packet(&mut d, marker, pt, seq, u32::from(seq) * 160, 0x55, payload);
+        d
+    };
+    gw.handle_datagram(at(0), addr(6000), &pkt(0, false, 96, b"alpha\x1eHi "));
+    gw.handle_datagram(at(1), addr(6000), &pkt(1, false, 96, b"beta\x1eYo. "));
+    gw.handle_datagram(at(2), addr(6000), &pkt(2, false, 97, b"fec bytes"));
+    gw.handle_datagram(
+        at(3),
+        addr(6000),
+        &pkt(2, true, 96, b"MD:{\"type\":\"metadata\"}"),
+    );
+    gw.handle_datagram(at(4), addr(6000), &pkt(3, false, 96, b"alpha\x1ethere. "));
+    gw.shutdown(at(5));
+    let out = drain(&mut gw);
+    let got = adds(&out);
+    assert_eq!(
+        got,
+        vec![
+            (
+                "t140:00000055@127.0.0.1:6000/beta".to_owned(),
+                "Yo.".to_owned()
+            ),
+            (
+                "t140:00000055@127.0.0.1:6000/alpha".to_owned(),
+                "Hi there.".to_owned()
+            ),
+        ]
+    );
+    let join = out.iter().find(|e| e.kind == "session.join").unwrap();
+    assert_eq!(join.payload["participant"]["name"], "alpha");
+    let s = gw.stats();
+    assert_eq!(s.drops(DropReason::T140llmFec), 1);
+    assert_eq!(s.metadata, 1);
+    assert_eq!(
+        s.lost, 0,
+        "the metadata packet's sequence number is not a loss"
+    );
+}
+
+#[test]
+fn newest_first_red_from_a_conformant_port_is_still_put_in_age_order() {
+    // Without compat, a RED packet whose offsets increase along the headers is reversed.
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "a"));
+    let mut p = Vec::new();
+    red::write_payload(&mut p, 98, &[(300, b"c"), (600, b"b")], b"d. ");
+    let mut d = Vec::new();
+    rtp::write_packet(&mut d, false, 100, 4, 1200, 7, &p);
+    gw.handle_datagram(at(900), addr(4000), &d);
+    let got = adds(&drain(&mut gw));
+    assert_eq!(got[0].1, "abcd.");
+}

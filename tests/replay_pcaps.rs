@@ -30,10 +30,15 @@ fn project(e: &Value) -> Value {
 }
 
 fn replay(capture: &Path) -> Vec<Value> {
+    replay_with(capture, &[])
+}
+
+fn replay_with(capture: &Path, args: &[&str]) -> Vec<Value> {
     let out = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
         .arg("replay")
         .arg(capture)
         .args(["--session", "replay-test"])
+        .args(args)
         .output()
         .expect("run pvp-t140 replay");
     assert!(
@@ -59,7 +64,11 @@ fn expected(name: &str) -> Vec<Value> {
 }
 
 fn check(capture: &str, name: &str) {
-    let envelopes = replay(&pcaps().join(capture));
+    check_with(capture, name, &[]);
+}
+
+fn check_with(capture: &str, name: &str, args: &[&str]) {
+    let envelopes = replay_with(&pcaps().join(capture), args);
     for e in &envelopes {
         assert_eq!(e["v"], 1);
         assert_eq!(e["session"], "replay-test");
@@ -124,7 +133,8 @@ fn sequence_number_wraparound() {
 
 #[test]
 fn malformed_datagrams_are_dropped_and_valid_text_survives() {
-    check("malformed.pcap", "malformed");
+    // One valid packet there carries a CSRC from a plain sender, not a mixer.
+    check_with("malformed.pcap", "malformed", &["--mixer", "off"]);
 }
 
 #[test]

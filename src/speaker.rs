@@ -1,0 +1,252 @@
+//! A speaker: one virtual participant's text. Usually one per RTP stream; an RTP mixer
+//! (RFC 9071: one CSRC names who speaks) or a multiplexing sender carries several in one stream.
+
+use crate::chunker::Chunker;
+use crate::red::{RedFormat, RedPayload};
+use crate::register::Piece;
+use crate::stream::StreamKey;
+use crate::t140::Decoder;
+use crate::time::Time;
+
+/// Who speaks, within a stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Voice {
+    /// The stream's own source (the SSRC).
+    Ssrc,
+    /// A contributing source named by a mixer's single CSRC (RFC 9071 section 3).
+    Csrc(u32),
+    /// An in-band stream id (t140llm's `<id>\x1E` prefix).
+    Named(String),
+}
+
+/// Longest in-band stream id accepted; longer prefixes are taken as text.
+pub const MAX_NAMED_ID: usize = 64;
+
+impl Voice {
+    pub fn participant_id(&self, key: &StreamKey) -> String {
+        let base = key.participant_id();
+        match self {
+            Voice::Ssrc => base,
+            Voice::Csrc(c) => format!("{base}/csrc:{c:08x}"),
+            Voice::Named(id) => format!("{base}/{id}"),
+        }
+    }
+
+    pub fn display_name(&self, key: &StreamKey) -> String {
+        match self {
+            Voice::Ssrc => key.display_name(),
+            Voice::Csrc(c) => format!("T.140 {c:08x} via {}", key.display_name()),
+            Voice::Named(id) => id.clone(),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Speaker {
+    pub voice: Voice,
+    pub participant: String,
+    /// Display name: derived from the stream until RTCP SDES gives a CNAME (rank 1) or NAME (2).
+    pub name: String,
+    pub name_rank: u8,
+    pub decoder: Decoder,
+    pub chunker: Chunker,
+    /// Last time text changed the buffer; the idle flush counts from here.
+    pub last_text: Time,
+    pub chunks_sent: u64,
+    /// Number and content of the last chunk sent (0: none or removed): a backspace reaching
+    /// past the buffer corrects it. The buffer is reused, so remembering costs a copy, not an
+    /// allocation, per chunk.
+    pub last_sent: u64,
+    pub last_sent_text: String,
+    /// Newest RTP timestamp delivered, for redundancy placed by timestamp (mixer streams).
+    pub last_ts: Option<u32>,
+    /// Blocks recovered, and losses marked, by timestamp placement.
+    pub recovered: u64,
+    pub lost: u64,
+}
+
+impl Speaker {
+    pub fn new(voice: Voice, key: &StreamKey, now: Time, max_chunk_chars: usize) -> Self {
+        Speaker {
+            participant: voice.participant_id(key),
+            name: voice.display_name(key),
+            voice,
+            name_rank: 0,
+            decoder: Decoder::new(),
+            chunker: Chunker::new(max_chunk_chars),
+            last_text: now,
+            chunks_sent: 0,
+            last_sent: 0,
+            last_sent_text: String::new(),
+            last_ts: None,
+            recovered: 0,
+            lost: 0,
+        }
+    }
+
+    /// The context key of this speaker's `n`th chunk: participant, stream start, counter.
+    pub fn key(&self, created: Time, n: u64) -> String {
+        format!("{}/{}/{}", self.participant, created.as_millis(), n)
+    }
+
+    /// Text or a loss mark into the decoder and chunker.
+    pub fn feed(&mut self, now: Time, piece: Piece<'_>, format: RedFormat) {
+        match piece {
+            Piece::Text([]) => return,
+            Piece::Text(t) => self.decoder.feed(t, &mut self.chunker),
+            Piece::Lost => self.decoder.mark_loss(&mut self.chunker),
+            Piece::Packet {
+                ts,
+                red,
+                payload,
+                gap,
+            } => return self.place_by_ts(now, ts, red, payload, gap, format),
+        }
+        self.last_text = now;
+    }
+
+    /// RFC 9071: in a mixed stream consecutive packets carry different speakers, and each
+    /// packet's redundancy is its own speaker's earlier text, so a redundant block is placed by
+    /// its timestamp (packet timestamp minus offset) against what this speaker already
+    /// delivered: newer is recovered text, older or equal is a repeat.
+    ///
+    /// Loss marks: the mixer's sequence gap (`gap`) does not say whose packets were lost. With
+    /// redundancy, this speaker's own losses show up as new generations; when every non-empty
+    /// generation is new, older text may be missing too, and one U+FFFD marks it. Without
+    /// redundancy nothing tells, so the gap is marked here.
+    fn place_by_ts(
+        &mut self,
+        now: Time,
+        ts: u32,
+        red: bool,
+        payload: &[u8],
+        gap: usize,
+        format: RedFormat,
+    ) {
+        let newer = |t: u32, last: Option<u32>| last.is_none_or(|l| (t.wrapping_sub(l) as i32) > 0);
+        let started = self.last_ts.is_some();
+        let primary = if red {
+            let Ok(p) = RedPayload::parse_as(payload, format) else {
+                return;
+            };
+            let held = |b: &crate::red::RedBlock<'_>| !b.data.is_empty() && b.ts_offset != 0;
+            let gens = p.redundant_blocks().filter(held).count();
+            let fresh = p
+                .redundant_blocks()
+                .filter(|b| held(b) && newer(ts.wrapping_sub(u32::from(b.ts_offset)), self.last_ts))
+                .count();
+            if started && gap > 0 && gens > 0 && fresh == gens {
+                self.lost += 1;
+                self.decoder.mark_loss(&mut self.chunker);
+                self.last_text = now;
+            }
+            for b in p.redundant_blocks().filter(held) {
+                let orig = ts.wrapping_sub(u32::from(b.ts_offset));
+                if !newer(orig, self.last_ts) {
+                    continue;
+                }
+                if started {
+                    self.recovered += 1;
+                }
+                self.decoder.feed(b.data, &mut self.chunker);
+                self.last_ts = Some(orig);
+                self.last_text = now;
+            }
+            p.primary().data
+        } else {
+            for _ in 0..gap {
+                self.lost += 1;
+                self.decoder.mark_loss(&mut self.chunker);
+                self.last_text = now;
+            }
+            payload
+        };
+        if newer(ts, self.last_ts) {
+            if !primary.is_empty() {
+                self.decoder.feed(primary, &mut self.chunker);
+                self.last_text = now;
+            }
+            self.last_ts = Some(ts);
+        }
+    }
+}
+
+/// Splits t140llm's multiplex prefix `<id>\x1E<text>` (docs/t140llm.md section 6).
+pub fn split_named(block: &[u8]) -> Option<(&str, &[u8])> {
+    let at = block
+        .iter()
+        .take(MAX_NAMED_ID + 1)
+        .position(|&b| b == 0x1e)?;
+    let id = std::str::from_utf8(&block[..at]).ok()?;
+    let ok = !id.is_empty() && id.chars().all(|c| !c.is_control() && c != '/');
+    ok.then(|| (id, &block[at + 1..]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::red::write_payload;
+
+    fn speaker() -> Speaker {
+        let key = StreamKey {
+            source: "127.0.0.1:4000".parse().unwrap(),
+            ssrc: 1,
+        };
+        Speaker::new(Voice::Csrc(7), &key, Time(0), 500)
+    }
+
+    fn red(gens: &[(u16, &str)], primary: &str) -> Vec<u8> {
+        let g: Vec<(u16, &[u8])> = gens.iter().map(|(o, t)| (*o, t.as_bytes())).collect();
+        let mut p = Vec::new();
+        write_payload(&mut p, 98, &g, primary.as_bytes());
+        p
+    }
+
+    fn feed_packet(s: &mut Speaker, ts: u32, payload: &[u8], gap: usize) {
+        s.feed(
+            Time(0),
+            Piece::Packet {
+                ts,
+                red: true,
+                payload,
+                gap,
+            },
+            RedFormat::Rfc2198,
+        );
+    }
+
+    #[test]
+    fn mixer_redundancy_is_placed_by_timestamp() {
+        let mut s = speaker();
+        feed_packet(&mut s, 1000, &red(&[(0, ""), (0, "")], "a"), 0);
+        // The speaker's packet at 1300 was lost (along with another speaker's packet); the
+        // one at 1600 carries it as redundancy, plus "a" again, which is not repeated.
+        feed_packet(&mut s, 1600, &red(&[(600, "a"), (300, "b")], "c"), 2);
+        assert_eq!(s.chunker.pending(), "abc");
+        assert_eq!((s.recovered, s.lost), (1, 0));
+        // Three of its packets lost: both generations are new, so older text may be missing.
+        feed_packet(&mut s, 2800, &red(&[(600, "e"), (300, "f")], "g"), 4);
+        assert_eq!(s.chunker.pending(), "abc\u{fffd}efg");
+        assert_eq!((s.recovered, s.lost), (3, 1));
+    }
+
+    #[test]
+    fn a_repeat_delivers_nothing() {
+        let mut s = speaker();
+        feed_packet(&mut s, 1000, &red(&[], "a"), 0);
+        feed_packet(&mut s, 1000, &red(&[], "a"), 0);
+        assert_eq!(s.chunker.pending(), "a");
+    }
+
+    #[test]
+    fn named_prefix_is_split() {
+        assert_eq!(split_named(b"alpha\x1eHi"), Some(("alpha", &b"Hi"[..])));
+        assert_eq!(split_named(b"Hi"), None);
+        assert_eq!(split_named(b"\x1eHi"), None);
+        assert_eq!(split_named(b"a/b\x1eHi"), None);
+        let long = [b'x'; 80];
+        let mut d = long.to_vec();
+        d.push(0x1e);
+        assert_eq!(split_named(&d), None);
+    }
+}
