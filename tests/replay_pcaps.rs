@@ -176,3 +176,75 @@ fn not_a_capture_is_a_clear_error() {
         .unwrap();
     assert!(!out.status.success());
 }
+
+// t140llm 0.0.19's real output (interop/t140llm/capture.sh), replayed with --compat t140llm.
+
+#[test]
+fn t140llm_plain_capture() {
+    check_with(
+        "t140llm_plain.pcap",
+        "t140llm_plain",
+        &["--compat", "t140llm"],
+    );
+}
+
+#[test]
+fn t140llm_red_newest_first_capture() {
+    check_with(
+        "t140llm_red3.pcap",
+        "t140llm_red3",
+        &["--compat", "t140llm"],
+    );
+}
+
+#[test]
+fn t140llm_red_with_three_lost_packets_recovers_everything() {
+    check_with(
+        "t140llm_red3_loss.pcap",
+        "t140llm_red3_loss",
+        &["--compat", "t140llm"],
+    );
+}
+
+#[test]
+fn t140llm_red_with_four_lost_packets_marks_the_one_it_cannot_recover() {
+    check_with(
+        "t140llm_red3_loss4.pcap",
+        "t140llm_red3_loss4",
+        &["--compat", "t140llm"],
+    );
+}
+
+#[test]
+fn t140llm_multiplexed_prefix_capture() {
+    check_with(
+        "t140llm_multiplex_prefix.pcap",
+        "t140llm_multiplex_prefix",
+        &["--compat", "t140llm"],
+    );
+}
+
+#[test]
+fn t140llm_multiplexed_csrc_capture() {
+    check_with(
+        "t140llm_multiplex_csrc.pcap",
+        "t140llm_multiplex_csrc",
+        &["--compat", "t140llm"],
+    );
+}
+
+#[test]
+fn t140llm_metadata_capture() {
+    check_with(
+        "t140llm_direct_metadata.pcap",
+        "t140llm_direct_metadata",
+        &["--compat", "t140llm"],
+    );
+}
+
+#[test]
+fn t140llm_without_compat_is_refused_not_misread() {
+    // Its payload types are not the RFC defaults here: counted drops, never garbage text.
+    let envelopes = replay(&pcaps().join("t140llm_plain.pcap"));
+    assert!(envelopes.is_empty(), "{envelopes:?}");
+}
