@@ -32,6 +32,31 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
+    /// Read text from stdin and send it as T.140 over RTP (RFC 4103), the way an STT pipeline
+    /// or an RTT terminal does: buffered about 300 ms, BOM first, RED redundancy when asked.
+    Send {
+        /// Where to send (the gateway's --listen address).
+        #[arg(long, default_value = "127.0.0.1:5004")]
+        to: SocketAddr,
+        /// Redundant generations (RFC 2198 RED); 0 sends plain text/t140.
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(0..=8))]
+        red: u8,
+        /// Characters per second cap (the receiver's SDP `cps`, RFC 4103 section 6).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        cps: Option<u32>,
+        /// SSRC (default: random, RFC 3550 8.1).
+        #[arg(long)]
+        ssrc: Option<u32>,
+        /// RTP payload type of text/t140.
+        #[arg(long, default_value_t = 98, value_parser = clap::value_parser!(u8).range(0..=127))]
+        t140_pt: u8,
+        /// RTP payload type of text/red.
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u8).range(0..=127))]
+        red_pt: u8,
+        /// Do not send an RTCP BYE at the end of input.
+        #[arg(long)]
+        no_bye: bool,
+    },
     /// Replay a pcap/pcapng capture through the gateway, using the capture's timestamps as the
     /// clock, and print the envelopes as NDJSON.
     Replay {
@@ -199,6 +224,28 @@ fn main() -> ExitCode {
     init_logs(cli.log_format);
     let result = match cli.cmd {
         Some(Cmd::Replay { file, port, core }) => run_replay(&file, port, &core),
+        Some(Cmd::Send {
+            to,
+            red,
+            cps,
+            ssrc,
+            t140_pt,
+            red_pt,
+            no_bye,
+        }) => {
+            let seed = random_seed();
+            let cfg = pvp_t140::send::SenderConfig {
+                ssrc: ssrc.unwrap_or(seed as u32),
+                t140_pt,
+                red_pt,
+                redundancy: red,
+                cps,
+                initial_seq: (seed >> 32) as u16,
+                initial_ts: (seed >> 64) as u32,
+                ..Default::default()
+            };
+            run_send(to, cfg, !no_bye)
+        }
         None => run_live(&cli.run),
     };
     match result {
@@ -224,6 +271,28 @@ fn run_replay(file: &std::path::Path, port: Option<u16>, core: &CoreArgs) -> Res
         "replay finished"
     );
     log_stats(&summary.stats);
+    Ok(())
+}
+
+fn run_send(to: SocketAddr, cfg: pvp_t140::send::SenderConfig, bye: bool) -> Result<(), String> {
+    if cfg.t140_pt == cfg.red_pt {
+        return Err(format!("--t140-pt and --red-pt are both {}", cfg.t140_pt));
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    let ssrc = cfg.ssrc;
+    tracing::info!(%to, ssrc = format_args!("{ssrc:08x}"), red = cfg.redundancy, "sending stdin as T.140");
+    let stats = rt
+        .block_on(udp::send_text(to, cfg, tokio::io::stdin(), bye))
+        .map_err(|e| format!("send to {to}: {e}"))?;
+    tracing::info!(
+        packets = stats.packets,
+        chars = stats.chars,
+        bytes = stats.bytes,
+        "sent"
+    );
     Ok(())
 }
 

@@ -95,3 +95,68 @@ pub fn bind(addr: std::net::SocketAddr) -> io::Result<UdpSocket> {
 
 /// Grace period for sinks to deliver the final flushes and leaves on shutdown.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// `pvp-t140 send`: reads text from `input` and sends it as T.140 over RTP to `to`, paced by
+/// the sans-IO [`crate::send::Sender`]; on end of input, waits for the redundancy to drain and
+/// sends an RTCP BYE (rtcp-mux, RFC 5761) so the receiver ends the stream at once.
+pub async fn send_text(
+    to: std::net::SocketAddr,
+    cfg: crate::send::SenderConfig,
+    mut input: impl tokio::io::AsyncRead + Unpin,
+    bye: bool,
+) -> io::Result<crate::send::SenderStats> {
+    use tokio::io::AsyncReadExt;
+    let bind: std::net::SocketAddr = if to.is_ipv6() {
+        "[::]:0".parse()
+    } else {
+        "0.0.0.0:0".parse()
+    }
+    .expect("literal");
+    let socket = UdpSocket::bind(bind).await?;
+    let clock = Clock::new();
+    let ssrc = cfg.ssrc;
+    let mut sender = crate::send::Sender::new(cfg, clock.now());
+    let mut buf = vec![0u8; 4096];
+    // Bytes of a UTF-8 character split across reads.
+    let mut carry: Vec<u8> = Vec::new();
+    let mut eof = false;
+    loop {
+        while let Some(pkt) = sender.poll_packet(clock.now()) {
+            socket.send_to(&pkt, to).await?;
+        }
+        if eof && sender.is_idle() {
+            break;
+        }
+        let deadline = sender.poll_timeout().map(|t| clock.instant_of(t));
+        tokio::select! {
+            n = input.read(&mut buf), if !eof => {
+                let n = n?;
+                if n == 0 {
+                    eof = true;
+                    if !carry.is_empty() {
+                        sender.push_text(clock.now(), &String::from_utf8_lossy(&carry));
+                        carry.clear();
+                    }
+                    continue;
+                }
+                carry.extend_from_slice(&buf[..n]);
+                let valid = match std::str::from_utf8(&carry) {
+                    Ok(s) => s.len(),
+                    Err(e) if e.error_len().is_none() => e.valid_up_to(),
+                    Err(_) => carry.len(),
+                };
+                // T.140's new line is U+2028 (LINE SEPARATOR); terminals and pipes give LF.
+                let text = String::from_utf8_lossy(&carry[..valid]).replace("\r\n", "\n").replace('\n', "\u{2028}");
+                carry.drain(..valid);
+                sender.push_text(clock.now(), &text);
+            }
+            () = sleep_until(deadline) => {}
+        }
+    }
+    if bye {
+        let mut pkt = Vec::new();
+        crate::rtcp::write_bye(&mut pkt, ssrc);
+        socket.send_to(&pkt, to).await?;
+    }
+    Ok(sender.stats())
+}

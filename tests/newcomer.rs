@@ -1,12 +1,12 @@
 //! The README's first screen, followed as written: its run command starts the gateway on the
-//! stdout default, the README's one-line sender sends a datagram, and a `context.add` appears.
+//! stdout default, the README's sender lines send text, and `context.add` lines appear.
 
 mod common;
 
 use std::process::Command;
 use std::time::Duration;
 
-use common::gateway_proc::{Gateway, Sender};
+use common::gateway_proc::Gateway;
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -40,32 +40,50 @@ fn the_readme_run_command_prints_a_context_add_on_stdout() {
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut gw = Gateway::start(&argv);
 
-    // The README's own one-line sender, when python3 is there; the same packet otherwise.
+    // The README's own sender line: `echo "TEXT" | cargo run --release -- send ARGS`.
     let readme = readme();
-    let py = readme.lines().find(|l| l.starts_with("python3 -c"));
-    let sent_by_readme = match (py, Command::new("python3").arg("--version").output()) {
-        (Some(cmd), Ok(o)) if o.status.success() => {
-            let st = Command::new("sh").args(["-c", cmd]).status().unwrap();
-            assert!(st.success(), "README sender failed");
-            true
-        }
-        _ => {
-            eprintln!("python3 not found: sending the README's packet from Rust instead");
-            Sender::new(gw.listen, 0x1234).send("Hello from T.140. ");
-            false
-        }
-    };
+    let send = readme
+        .lines()
+        .find(|l| l.contains("-- send"))
+        .expect("a send line in the README");
+    let text = send.split('"').nth(1).expect("echo \"TEXT\"");
+    let send_args: Vec<&str> = send
+        .split_once("-- send")
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .arg("send")
+        .args(&send_args)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(
+        &mut child.stdin.take().unwrap(),
+        format!("{text}\n").as_bytes(),
+    )
+    .unwrap();
+    assert!(child.wait().unwrap().success());
     let line = gw.wait_stdout(WAIT, "\"context.add\"");
     let env: serde_json::Value = serde_json::from_str(&line).unwrap();
     assert_eq!(env["payload"]["content"], "Hello from T.140.");
     assert_eq!(env["payload"]["content_type"], "audio_transcript");
-    if sent_by_readme {
+    gw.wait_stdout(WAIT, "\"session.leave\"");
+    // The Python one-liner, when python3 is there, is a second participant.
+    if let (Some(cmd), Ok(o)) = (
+        readme.lines().find(|l| l.starts_with("python3 -c")),
+        Command::new("python3").arg("--version").output(),
+    ) && o.status.success()
+    {
         assert!(
-            env["sender"]
-                .as_str()
+            Command::new("sh")
+                .args(["-c", cmd])
+                .status()
                 .unwrap()
-                .starts_with("t140:00001234@127.0.0.1:")
+                .success()
         );
+        gw.wait_stdout(WAIT, "t140:00001234@127.0.0.1:");
     }
     let status = gw.terminate(WAIT);
     assert!(status.success());
@@ -79,7 +97,16 @@ fn the_readme_run_command_prints_a_context_add_on_stdout() {
                 .to_owned()
         })
         .collect();
-    assert_eq!(types, ["session.join", "context.add", "session.leave"]);
+    assert_eq!(
+        types[..4],
+        [
+            "session.join",
+            "context.add",
+            "context.add",
+            "session.leave"
+        ]
+    );
+    assert_eq!(types.last().map(String::as_str), Some("session.leave"));
     // Logs never mix into the NDJSON on stdout.
     assert!(
         gw.stderr_lines()

@@ -1,0 +1,75 @@
+//! `pvp-t140 send` → the gateway, both real processes over loopback UDP: what is typed on the
+//! sender's stdin arrives as context.add, and its RTCP BYE ends the stream at once.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::gateway_proc::Gateway;
+use serde_json::Value;
+
+fn send(to: &str, input: &str, args: &[&str]) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .args(["send", "--to", to])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn typed_text_arrives_and_bye_ends_the_stream() {
+    for args in [&["--red", "2"][..], &["--red", "0", "--cps", "200"][..]] {
+        let mut gw = Gateway::start(&["--listen", "127.0.0.1:0"]);
+        let to = gw.listen.to_string();
+        send(&to, "Hello from send. Café, 日本語 😀!\nLast line", args);
+        // The BYE, not a timeout, ends it: the leave arrives while the gateway runs.
+        let leave = gw.wait_stdout(Duration::from_secs(20), "\"session.leave\"");
+        assert!(leave.contains("rtcp bye"), "{leave}");
+        assert!(gw.terminate(Duration::from_secs(20)).success());
+        let adds: Vec<String> = gw
+            .stdout_lines()
+            .iter()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|e| e["type"] == "context.add")
+            .map(|e| e["payload"]["content"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(
+            adds,
+            ["Hello from send.", "Café, 日本語 😀!", "Last line"],
+            "{args:?}"
+        );
+    }
+}
+
+#[test]
+fn bad_flags_are_clear_errors() {
+    let out = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .args(["send", "--t140-pt", "100", "--red-pt", "100"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("both 100"));
+    let out = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .args(["send", "--red", "99"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+}
