@@ -204,6 +204,34 @@ impl Stats {
         self.chunks[cause as usize]
     }
 
+    /// Adds another gateway's counters (one per receive worker).
+    pub fn merge(&mut self, o: &Stats) {
+        self.datagrams += o.datagrams;
+        self.bytes += o.bytes;
+        self.rtcp += o.rtcp;
+        for (a, b) in self.drops.iter_mut().zip(o.drops) {
+            *a += b;
+        }
+        self.streams_total += o.streams_total;
+        self.streams_live += o.streams_live;
+        self.participants_total += o.participants_total;
+        for (a, b) in self.chunks.iter_mut().zip(o.chunks) {
+            *a += b;
+        }
+        self.envelopes += o.envelopes;
+        self.recovered += o.recovered;
+        self.lost += o.lost;
+        self.reordered += o.reordered;
+        self.restarts += o.restarts;
+        self.head_lost += o.head_lost;
+        self.idle_tail += o.idle_tail;
+        self.red_newest_first += o.red_newest_first;
+        self.metadata += o.metadata;
+        self.corrections += o.corrections;
+        self.erase_unmatched += o.erase_unmatched;
+        self.decode.add(&o.decode);
+    }
+
     fn fold_stream(&mut self, s: &Stream) {
         let r: &RegisterStats = &s.register.stats;
         self.recovered += r.recovered;
@@ -215,12 +243,7 @@ impl Stats {
         for sp in &s.speakers {
             self.recovered += sp.recovered;
             self.lost += sp.lost;
-            let (a, b) = (&mut self.decode, &sp.decoder.stats);
-            a.invalid_utf8 += b.invalid_utf8;
-            a.bom += b.bom;
-            a.backspace_unmatched += b.backspace_unmatched;
-            a.controls_dropped += b.controls_dropped;
-            a.sequences_skipped += b.sequences_skipped;
+            self.decode.add(&sp.decoder.stats);
         }
     }
 }

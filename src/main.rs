@@ -82,6 +82,10 @@ struct RunArgs {
     /// read, RFC 5761). `--rtcp false` to leave that port alone.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     rtcp: bool,
+    /// Receive workers: each has its own SO_REUSEPORT socket and core; the kernel keeps each
+    /// source on one worker, so per-stream order holds.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=256))]
+    workers: u64,
     /// Seconds between the heartbeat.ping each participant's connection sends.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     heartbeat_s: u64,
@@ -298,20 +302,29 @@ fn run_send(to: SocketAddr, cfg: pvp_t140::send::SenderConfig, bye: bool) -> Res
 
 fn run_live(args: &RunArgs) -> Result<(), String> {
     let cfg = args.core.config()?;
-    let rt = tokio::runtime::Builder::new_current_thread()
+    let workers = args.workers.max(1) as usize;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers + 1)
         .enable_all()
         .build()
         .map_err(|e| format!("tokio runtime: {e}"))?;
     rt.block_on(async {
-        let socket = udp::bind(args.listen).map_err(|e| format!("bind {}: {e}", args.listen))?;
-        let local = socket.local_addr().map_err(|e| e.to_string())?;
+        let reuse = workers > 1;
+        let first =
+            udp::bind(args.listen, reuse).map_err(|e| format!("bind {}: {e}", args.listen))?;
+        let local = first.local_addr().map_err(|e| e.to_string())?;
+        let mut sockets = vec![first];
+        for _ in 1..workers {
+            sockets
+                .push(udp::bind(local, true).map_err(|e| format!("bind {local} (worker): {e}"))?);
+        }
         // RTCP on the next port up (RFC 3550 11); rtcp-mux on the RTP port works regardless.
         let rtcp = match (args.rtcp, local.port()) {
             (false, _) | (_, 0 | u16::MAX) => None,
             (true, port) => {
                 let mut addr = local;
                 addr.set_port(port + 1);
-                match udp::bind(addr) {
+                match udp::bind(addr, false) {
                     Ok(s) => Some(s),
                     Err(e) => {
                         tracing::warn!(
@@ -323,7 +336,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
             }
         };
         let rtcp_addr = rtcp.as_ref().and_then(|s| s.local_addr().ok());
-        let mut sink = match &args.server {
+        let sink = match &args.server {
             Some(url) => {
                 if !(url.starts_with("ws://") || url.starts_with("wss://")) {
                     return Err(format!("--server must be a ws:// or wss:// URL, got {url}"));
@@ -340,25 +353,54 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         tracing::info!(
             listen = %local,
             rtcp = %rtcp_addr.map_or("mux only".to_owned(), |a| a.to_string()),
+            workers,
             session = %cfg.session,
             sink = args.server.as_deref().unwrap_or("stdout"),
             "pvp-t140 listening"
         );
-        let mut gw = Gateway::new(cfg);
-        udp::run(
-            &socket,
-            rtcp.as_ref(),
-            &mut gw,
-            &mut sink,
-            shutdown_signal(),
-        )
-        .await
-        .map_err(|e| format!("receive loop: {e}"))?;
-        let sink_stats = sink.close(udp::SHUTDOWN_GRACE).await;
-        log_stats(&gw.stats());
+        let (tx, rx) = tokio::sync::mpsc::channel(udp::SINK_QUEUE);
+        let sink_task = tokio::spawn(udp::run_sink(rx, sink));
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let (rtcp_tx, _) = tokio::sync::broadcast::channel(1024);
+        let mut handles = Vec::new();
+        for (i, socket) in sockets.into_iter().enumerate() {
+            let feed = rtcp.as_ref().map(|_| rtcp_tx.subscribe());
+            let mut wcfg = cfg.clone();
+            // Distinct ULID randomness per worker.
+            wcfg.id_seed = cfg.id_seed.wrapping_add(i as u128 * 0x9e37_79b9_7f4a_7c15);
+            let gw = Gateway::new(wcfg);
+            handles.push(tokio::spawn(udp::run_worker(
+                socket,
+                feed,
+                gw,
+                tx.clone(),
+                stop_rx.clone(),
+            )));
+        }
+        drop(tx);
+        if let Some(sock) = rtcp {
+            tokio::spawn(udp::run_rtcp_reader(sock, rtcp_tx));
+        }
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+        let mut total = Stats::default();
+        let mut full = 0;
+        for h in handles {
+            match h.await {
+                Ok(Ok(report)) => {
+                    total.merge(&report.stats);
+                    full += report.sink_queue_full;
+                }
+                Ok(Err(e)) => tracing::error!("receive worker failed: {e}"),
+                Err(e) => tracing::error!("receive worker panicked: {e}"),
+            }
+        }
+        let sink_stats = sink_task.await.map_err(|e| format!("sink task: {e}"))?;
+        log_stats(&total);
         tracing::info!(
             sent = sink_stats.sent,
             dropped = sink_stats.dropped,
+            sink_queue_full = full,
             "stopped"
         );
         Ok(())

@@ -43,6 +43,16 @@ pub struct DecodeStats {
     pub sequences_skipped: u64,
 }
 
+impl DecodeStats {
+    pub fn add(&mut self, o: &DecodeStats) {
+        self.invalid_utf8 += o.invalid_utf8;
+        self.bom += o.bom;
+        self.backspace_unmatched += o.backspace_unmatched;
+        self.controls_dropped += o.controls_dropped;
+        self.sequences_skipped += o.sequences_skipped;
+    }
+}
+
 const MAX_CSI: u16 = 32;
 /// SOS/DCS/OSC/PM/APC strings are bounded so a missing ST cannot swallow the stream.
 const MAX_STRING: u16 = 256;

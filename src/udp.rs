@@ -1,6 +1,5 @@
 //! The live receive loop: a UDP socket drives the core, the core's envelopes go to a sink.
 
-use std::future::Future;
 use std::io;
 use std::time::Duration;
 
@@ -14,44 +13,122 @@ use crate::sink::Sink;
 /// cannot starve idle flushes.
 const RECV_BUDGET: usize = 1024;
 
-/// Runs until `shutdown` resolves, then flushes every stream, sends their leaves, and returns.
-pub async fn run(
-    socket: &UdpSocket,
-    rtcp: Option<&UdpSocket>,
-    gw: &mut Gateway,
-    sink: &mut Sink,
-    shutdown: impl Future<Output = ()>,
-) -> io::Result<()> {
+/// RTCP datagrams read on the separate RTCP port, shared with every worker: RTCP is rare, and
+/// the kernel's SO_REUSEPORT hash sends a source's RTCP (a different source port) to another
+/// socket than its RTP, so every worker sees it and the one that has the stream acts on it.
+pub type RtcpFeed =
+    tokio::sync::broadcast::Receiver<std::sync::Arc<(std::net::SocketAddr, Vec<u8>)>>;
+
+/// What a worker hands back when it stops.
+#[derive(Debug)]
+pub struct WorkerReport {
+    pub stats: crate::gateway::Stats,
+    /// Envelopes refused because the queue to the sink was full (see [`SINK_QUEUE`]).
+    pub sink_queue_full: u64,
+}
+
+/// Envelopes that may wait between the receive workers and the sink. A PVP server slower than
+/// the speakers for long enough fills it; then new envelopes are refused and counted
+/// (`sink_queue_full`) rather than growing memory without bound or stalling the UDP socket,
+/// which would lose text at the kernel instead, uncounted.
+pub const SINK_QUEUE: usize = 65_536;
+
+/// One receive worker: a socket drives its own core until `shutdown` turns true, then every
+/// stream flushes and leaves. Envelopes go to the sink over a bounded queue.
+pub async fn run_worker(
+    socket: UdpSocket,
+    mut rtcp: Option<RtcpFeed>,
+    mut gw: Gateway,
+    out: tokio::sync::mpsc::Sender<crate::pvp::Envelope>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) -> io::Result<WorkerReport> {
     let clock = Clock::new();
     // One buffer for the life of the loop: the core borrows each datagram from it.
     let mut buf = vec![0u8; 65_536];
-    tokio::pin!(shutdown);
+    let mut full = 0u64;
+    let mut forward = |gw: &mut Gateway| {
+        while let Some(e) = gw.poll_output() {
+            if out.try_send(e).is_err() {
+                full += 1;
+            }
+        }
+    };
     loop {
         let deadline = gw.poll_timeout().map(|t| clock.instant_of(t));
         tokio::select! {
             biased;
-            () = &mut shutdown => break,
+            r = shutdown.changed() => if r.is_err() || *shutdown.borrow() { break },
             r = socket.readable() => {
                 r?;
-                drain_socket(socket, gw, &mut buf, &clock);
+                drain_socket(&socket, &mut gw, &mut buf, &clock);
             }
-            r = readable(rtcp) => {
-                r?;
-                if let Some(rtcp) = rtcp {
-                    drain_socket(rtcp, gw, &mut buf, &clock);
+            d = recv_rtcp(&mut rtcp) => {
+                if let Some(d) = d {
+                    gw.handle_datagram(clock.now(), d.0, &d.1);
                 }
             }
             () = sleep_until(deadline) => gw.handle_timeout(clock.now()),
         }
-        while let Some(e) = gw.poll_output() {
-            sink.send(e);
-        }
+        forward(&mut gw);
     }
     gw.shutdown(clock.now());
-    while let Some(e) = gw.poll_output() {
+    forward(&mut gw);
+    if full > 0 {
+        tracing::warn!(
+            dropped = full,
+            "sink queue was full; envelopes were dropped"
+        );
+    }
+    Ok(WorkerReport {
+        stats: gw.stats(),
+        sink_queue_full: full,
+    })
+}
+
+async fn recv_rtcp(
+    feed: &mut Option<RtcpFeed>,
+) -> Option<std::sync::Arc<(std::net::SocketAddr, Vec<u8>)>> {
+    use tokio::sync::broadcast::error::RecvError;
+    let Some(rx) = feed else {
+        return std::future::pending().await;
+    };
+    loop {
+        match rx.recv().await {
+            Ok(d) => return Some(d),
+            Err(RecvError::Lagged(n)) => tracing::warn!(skipped = n, "RTCP feed lagged"),
+            Err(RecvError::Closed) => {
+                *feed = None;
+                return std::future::pending().await;
+            }
+        }
+    }
+}
+
+/// Reads the RTCP port and shares every datagram with the workers until the socket fails.
+pub async fn run_rtcp_reader(
+    socket: UdpSocket,
+    tx: tokio::sync::broadcast::Sender<std::sync::Arc<(std::net::SocketAddr, Vec<u8>)>>,
+) {
+    let mut buf = vec![0u8; 65_536];
+    loop {
+        match socket.recv_from(&mut buf).await {
+            Ok((n, src)) => {
+                let _ = tx.send(std::sync::Arc::new((src, buf[..n].to_vec())));
+            }
+            Err(e) => tracing::debug!("RTCP recv_from: {e}"),
+        }
+    }
+}
+
+/// Drains the workers' queue into the sink until every worker has stopped, then closes it.
+pub async fn run_sink(
+    mut rx: tokio::sync::mpsc::Receiver<crate::pvp::Envelope>,
+    mut sink: Sink,
+) -> crate::sink::SinkStats {
+    while let Some(e) = rx.recv().await {
         sink.send(e);
     }
-    Ok(())
+    sink.close(SHUTDOWN_GRACE).await
 }
 
 /// Feeds the core what the socket has ready, up to the budget, borrowing each datagram from one
@@ -70,13 +147,6 @@ fn drain_socket(socket: &UdpSocket, gw: &mut Gateway, buf: &mut [u8], clock: &Cl
     }
 }
 
-async fn readable(socket: Option<&UdpSocket>) -> io::Result<()> {
-    match socket {
-        Some(s) => s.readable().await,
-        None => std::future::pending().await,
-    }
-}
-
 async fn sleep_until(deadline: Option<std::time::Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(d.into()).await,
@@ -84,14 +154,30 @@ async fn sleep_until(deadline: Option<std::time::Instant>) {
     }
 }
 
-/// Binds the listening socket with a large receive buffer, so bursts wait in the kernel rather
-/// than being dropped there.
-pub fn bind(addr: std::net::SocketAddr) -> io::Result<UdpSocket> {
-    let std = std::net::UdpSocket::bind(addr)?;
-    std.set_nonblocking(true)?;
-    let socket = UdpSocket::from_std(std)?;
-    Ok(socket)
+/// Binds a listening socket with a large receive buffer, so bursts wait in the kernel rather
+/// than being dropped there. With `reuse_port`, several sockets share the address and the
+/// kernel spreads sources over them by a hash of the 4-tuple, so one source (and so one stream)
+/// always reaches the same worker and per-stream order holds.
+pub fn bind(addr: std::net::SocketAddr, reuse_port: bool) -> io::Result<UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() {
+        // `[::]:5004` takes IPv4 too where the system allows it.
+        let _ = socket.set_only_v6(false);
+    }
+    #[cfg(unix)]
+    if reuse_port {
+        socket.set_reuse_port(true)?;
+    }
+    // Best effort: the kernel caps it at net.core.rmem_max.
+    let _ = socket.set_recv_buffer_size(RECV_BUFFER);
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    UdpSocket::from_std(socket.into())
 }
+
+/// Requested SO_RCVBUF.
+pub const RECV_BUFFER: usize = 8 << 20;
 
 /// Grace period for sinks to deliver the final flushes and leaves on shutdown.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
