@@ -23,6 +23,7 @@ pub mod time;
 // IO shell.
 pub mod capture;
 pub mod clock;
+pub mod metrics;
 pub mod replay;
 pub mod sink;
 pub mod udp;

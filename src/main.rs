@@ -86,6 +86,9 @@ struct RunArgs {
     /// source on one worker, so per-stream order holds.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=256))]
     workers: u64,
+    /// Serve Prometheus metrics on http://ADDR/metrics and readiness on /healthz.
+    #[arg(long)]
+    metrics: Option<SocketAddr>,
     /// Seconds between the heartbeat.ping each participant's connection sends.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     heartbeat_s: u64,
@@ -336,6 +339,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
             }
         };
         let rtcp_addr = rtcp.as_ref().and_then(|s| s.local_addr().ok());
+        let sink_metrics = pvp_t140::metrics::SinkMetrics::default();
         let sink = match &args.server {
             Some(url) => {
                 if !(url.starts_with("ws://") || url.starts_with("wss://")) {
@@ -346,6 +350,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
                     session: cfg.session.clone(),
                     heartbeat: Duration::from_secs(args.heartbeat_s),
                     queue: 4096,
+                    metrics: sink_metrics.clone(),
                 }))
             }
             None => Sink::Stdout(StdoutSink::new(65_536)),
@@ -359,11 +364,15 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
             "pvp-t140 listening"
         );
         let (tx, rx) = tokio::sync::mpsc::channel(udp::SINK_QUEUE);
-        let sink_task = tokio::spawn(udp::run_sink(rx, sink));
+        let sink_task = tokio::spawn(udp::run_sink(rx, sink, sink_metrics.clone()));
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let (rtcp_tx, _) = tokio::sync::broadcast::channel(1024);
         let mut handles = Vec::new();
+        let mut snapshots = Vec::new();
         for (i, socket) in sockets.into_iter().enumerate() {
+            let (stats_tx, stats_rx) = tokio::sync::watch::channel(Stats::default());
+            snapshots.push(stats_rx);
+            let publish = args.metrics.is_some().then_some(stats_tx);
             let feed = rtcp.as_ref().map(|_| rtcp_tx.subscribe());
             let mut wcfg = cfg.clone();
             // Distinct ULID randomness per worker.
@@ -375,9 +384,22 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
                 gw,
                 tx.clone(),
                 stop_rx.clone(),
+                publish,
             )));
         }
         drop(tx);
+        if let Some(addr) = args.metrics {
+            let health = pvp_t140::metrics::Health {
+                bound: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true)),
+                server: args.server.clone(),
+                sink: sink_metrics.clone(),
+            };
+            let registry = pvp_t140::metrics::registry(snapshots, &sink_metrics);
+            let at = pvp_t140::metrics::serve(addr, registry, health)
+                .await
+                .map_err(|e| format!("metrics on {addr}: {e}"))?;
+            tracing::info!(metrics = %at, "serving /metrics and /healthz");
+        }
         if let Some(sock) = rtcp {
             tokio::spawn(udp::run_rtcp_reader(sock, rtcp_tx));
         }

@@ -41,7 +41,10 @@ pub async fn run_worker(
     mut gw: Gateway,
     out: tokio::sync::mpsc::Sender<crate::pvp::Envelope>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
+    publish: Option<tokio::sync::watch::Sender<crate::gateway::Stats>>,
 ) -> io::Result<WorkerReport> {
+    // Counters for the metrics endpoint, published once a second (not per packet).
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
     let clock = Clock::new();
     // One buffer for the life of the loop: the core borrows each datagram from it.
     let mut buf = vec![0u8; 65_536];
@@ -68,6 +71,11 @@ pub async fn run_worker(
                 }
             }
             () = sleep_until(deadline) => gw.handle_timeout(clock.now()),
+            _ = tick.tick(), if publish.is_some() => {
+                if let Some(p) = &publish {
+                    let _ = p.send(gw.stats());
+                }
+            }
         }
         forward(&mut gw);
     }
@@ -124,9 +132,11 @@ pub async fn run_rtcp_reader(
 pub async fn run_sink(
     mut rx: tokio::sync::mpsc::Receiver<crate::pvp::Envelope>,
     mut sink: Sink,
+    metrics: crate::metrics::SinkMetrics,
 ) -> crate::sink::SinkStats {
     while let Some(e) = rx.recv().await {
         sink.send(e);
+        metrics.queue_depth.set(rx.len() as i64);
     }
     sink.close(SHUTDOWN_GRACE).await
 }

@@ -28,10 +28,11 @@ pub struct WsConfig {
     pub heartbeat: Duration,
     /// Envelopes a participant may have waiting for its connection before new ones are refused.
     pub queue: usize,
+    pub metrics: crate::metrics::SinkMetrics,
 }
 
 struct Conn {
-    tx: mpsc::Sender<Envelope>,
+    tx: mpsc::Sender<(std::time::Instant, Envelope)>,
 }
 
 pub struct WsSink {
@@ -73,9 +74,9 @@ impl WsSink {
         }
         let sender = e.sender.clone();
         let conn = &self.conns[&sender];
-        if let Err(err) = conn.tx.try_send(e) {
+        if let Err(err) = conn.tx.try_send((std::time::Instant::now(), e)) {
             self.dropped += 1;
-            let e = match err {
+            let (_, e) = match err {
                 mpsc::error::TrySendError::Full(e) | mpsc::error::TrySendError::Closed(e) => e,
             };
             tracing::warn!(participant = %sender, id = %e.id, kind = %e.kind, "PVP connection queue full or closed; envelope dropped");
@@ -107,22 +108,38 @@ fn now() -> Time {
 async fn connection(
     cfg: Arc<WsConfig>,
     participant: String,
-    mut rx: mpsc::Receiver<Envelope>,
+    mut rx: mpsc::Receiver<(std::time::Instant, Envelope)>,
     sent: Arc<AtomicU64>,
 ) {
+    let m = &cfg.metrics;
+    let mut connected_before = false;
+    let mut failing = false;
     let mut pvp = Builder::new(cfg.session.clone(), None, random_seed());
     let mut join: Option<Envelope> = None;
     // Ids of recent envelopes, so an `error`'s `related_to` can be told in the log.
     let mut recent: VecDeque<(String, String)> = VecDeque::with_capacity(64);
-    let mut pending: Option<Envelope> = None;
+    let mut pending: Option<(std::time::Instant, Envelope)> = None;
     let mut backoff = Duration::from_millis(100);
     'reconnect: loop {
         let ws = match tokio_tungstenite::connect_async(cfg.url.as_str()).await {
             Ok((ws, _)) => {
                 backoff = Duration::from_millis(100);
+                if connected_before || failing {
+                    m.reconnects.inc();
+                }
+                if failing {
+                    m.failing.dec();
+                    failing = false;
+                }
+                connected_before = true;
+                m.connections.inc();
                 ws
             }
             Err(err) => {
+                if !failing {
+                    m.failing.inc();
+                    failing = true;
+                }
                 let jitter = Duration::from_millis(u64::from(now().0 as u32 % 100));
                 tracing::warn!(%participant, url = %cfg.url, "PVP connect failed: {err}; retrying in {backoff:?}");
                 tokio::time::sleep(backoff + jitter).await;
@@ -131,6 +148,7 @@ async fn connection(
             }
         };
         tracing::info!(%participant, url = %cfg.url, "PVP connection open");
+        let _open = ConnGuard(m.connections.clone());
         let (mut write, mut read) = ws.split();
         // After a reconnect the server has forgotten us: join again (a fresh id, same content).
         if let Some(j) = &join {
@@ -187,23 +205,33 @@ async fn connection(
                     }
                 },
             };
-            let Some(e) = next else { continue };
+            let Some((queued, e)) = next else { continue };
             if e.kind == "session.join" {
                 join = Some(e.clone());
             }
             if write.send(Message::text(e.to_json())).await.is_err() {
                 // Not known to be delivered: send it again after reconnecting.
                 if e.kind != "session.join" {
-                    pending = Some(e);
+                    pending = Some((queued, e));
                 }
                 continue 'reconnect;
             }
+            m.send_latency.observe(queued.elapsed().as_secs_f64());
             sent.fetch_add(1, Ordering::Relaxed);
             if recent.len() == 64 {
                 recent.pop_front();
             }
             recent.push_back((e.id, e.kind));
         }
+    }
+}
+
+/// Counts an open connection for as long as it lives.
+struct ConnGuard(prometheus_client::metrics::gauge::Gauge);
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 

@@ -1,0 +1,316 @@
+//! `--metrics ADDR`: Prometheus text exposition (prometheus-client) and `/healthz` (IO shell).
+//!
+//! The sans-IO cores keep plain counters; each receive worker publishes a snapshot once a second
+//! over a watch channel, and a scrape sums the latest snapshots. Nothing on the packet path
+//! touches a lock or an atomic for metrics. Sink-side metrics (queue depth, reconnects, send
+//! latency) are prometheus-client atomics, updated where envelopes are sent.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+
+use crate::chunker::FlushCause;
+use crate::gateway::{DropReason, Stats};
+
+/// Sink-side metrics, shared with the sink and its connections.
+#[derive(Debug, Clone)]
+pub struct SinkMetrics {
+    /// Envelopes waiting between the receive workers and the sink.
+    pub queue_depth: Gauge,
+    /// WebSocket (re)connections made after a failure or a drop.
+    pub reconnects: Counter,
+    /// Open PVP connections.
+    pub connections: Gauge,
+    /// Participant connections currently failing to connect (in backoff).
+    pub failing: Gauge,
+    /// Seconds from an envelope entering the sink to its frame being written.
+    pub send_latency: Histogram,
+}
+
+impl Default for SinkMetrics {
+    fn default() -> Self {
+        SinkMetrics {
+            queue_depth: Gauge::default(),
+            reconnects: Counter::default(),
+            connections: Gauge::default(),
+            failing: Gauge::default(),
+            send_latency: Histogram::new(exponential_buckets(0.0001, 4.0, 10)),
+        }
+    }
+}
+
+/// Sums the workers' latest counters on every scrape.
+#[derive(Debug)]
+struct CoreCollector {
+    workers: Vec<watch::Receiver<Stats>>,
+}
+
+fn counter(enc: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fmt::Result {
+    let c = ConstCounter::new(v);
+    c.encode(enc.encode_descriptor(name, help, None, c.metric_type())?)
+}
+
+impl Collector for CoreCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
+        let mut s = Stats::default();
+        for w in &self.workers {
+            s.merge(&w.borrow());
+        }
+        counter(
+            &mut enc,
+            "pvp_t140_datagrams",
+            "UDP datagrams received.",
+            s.datagrams,
+        )?;
+        counter(
+            &mut enc,
+            "pvp_t140_bytes",
+            "UDP payload bytes received.",
+            s.bytes,
+        )?;
+        counter(
+            &mut enc,
+            "pvp_t140_rtcp_packets",
+            "RTCP compound packets read.",
+            s.rtcp,
+        )?;
+        {
+            let c = ConstCounter::new(0u64);
+            let mut fam = enc.encode_descriptor(
+                "pvp_t140_drops",
+                "Datagrams dropped, by reason.",
+                None,
+                c.metric_type(),
+            )?;
+            for r in DropReason::ALL {
+                ConstCounter::new(s.drops(r))
+                    .encode(fam.encode_family(&[("reason", r.as_str())])?)?;
+            }
+        }
+        counter(
+            &mut enc,
+            "pvp_t140_recovered_packets",
+            "Lost packets recovered from RED.",
+            s.recovered,
+        )?;
+        counter(
+            &mut enc,
+            "pvp_t140_lost_packets",
+            "Lost packets marked with U+FFFD.",
+            s.lost,
+        )?;
+        counter(
+            &mut enc,
+            "pvp_t140_reordered_packets",
+            "Packets that waited for a gap.",
+            s.reordered,
+        )?;
+        counter(
+            &mut enc,
+            "pvp_t140_streams",
+            "RTP streams started.",
+            s.streams_total,
+        )?;
+        counter(
+            &mut enc,
+            "pvp_t140_participants",
+            "Virtual participants joined.",
+            s.participants_total,
+        )?;
+        {
+            let g = ConstGauge::new(s.streams_live as i64);
+            g.encode(enc.encode_descriptor(
+                "pvp_t140_streams_live",
+                "RTP streams live now.",
+                None,
+                g.metric_type(),
+            )?)?;
+        }
+        {
+            let c = ConstCounter::new(0u64);
+            let mut fam = enc.encode_descriptor(
+                "pvp_t140_chunks",
+                "Transcript chunks sent, by flush cause.",
+                None,
+                c.metric_type(),
+            )?;
+            for cause in FlushCause::ALL {
+                ConstCounter::new(s.chunks(cause))
+                    .encode(fam.encode_family(&[("cause", cause.as_str())])?)?;
+            }
+        }
+        counter(
+            &mut enc,
+            "pvp_t140_corrections",
+            "Sent items corrected by backspace.",
+            s.corrections,
+        )?;
+        counter(
+            &mut enc,
+            "pvp_t140_envelopes",
+            "PVP envelopes produced.",
+            s.envelopes,
+        )?;
+        counter(
+            &mut enc,
+            "pvp_t140_invalid_utf8",
+            "Invalid UTF-8 sequences replaced.",
+            s.decode.invalid_utf8,
+        )?;
+        counter(
+            &mut enc,
+            "pvp_t140_controls_dropped",
+            "T.140 controls dropped.",
+            s.decode.controls_dropped,
+        )?;
+        Ok(())
+    }
+}
+
+/// What `/healthz` checks.
+#[derive(Debug, Clone)]
+pub struct Health {
+    pub bound: Arc<AtomicBool>,
+    /// The PVP server, when there is one: ready only while it accepts TCP connections and no
+    /// participant connection is failing.
+    pub server: Option<String>,
+    pub sink: SinkMetrics,
+}
+
+/// Builds the registry over the workers' stat snapshots and the sink metrics.
+pub fn registry(workers: Vec<watch::Receiver<Stats>>, sink: &SinkMetrics) -> Registry {
+    let mut r = Registry::default();
+    r.register_collector(Box::new(CoreCollector { workers }));
+    r.register(
+        "pvp_t140_sink_queue_depth",
+        "Envelopes waiting for the sink.",
+        sink.queue_depth.clone(),
+    );
+    r.register(
+        "pvp_t140_reconnects",
+        "PVP WebSocket reconnections.",
+        sink.reconnects.clone(),
+    );
+    r.register(
+        "pvp_t140_connections",
+        "Open PVP WebSocket connections.",
+        sink.connections.clone(),
+    );
+    r.register(
+        "pvp_t140_connections_failing",
+        "PVP connections in reconnect backoff.",
+        sink.failing.clone(),
+    );
+    r.register(
+        "pvp_t140_send_latency_seconds",
+        "Sink entry to frame written.",
+        sink.send_latency.clone(),
+    );
+    r
+}
+
+/// Serves `/metrics` and `/healthz` on `addr` until the process ends.
+pub async fn serve(
+    addr: SocketAddr,
+    registry: Registry,
+    health: Health,
+) -> std::io::Result<SocketAddr> {
+    use axum::routing::get;
+    let registry = Arc::new(registry);
+    let app = axum::Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let registry = registry.clone();
+                async move {
+                    let mut body = String::new();
+                    match prometheus_client::encoding::text::encode(&mut body, &registry) {
+                        Ok(()) => (
+                            axum::http::StatusCode::OK,
+                            [(
+                                "content-type",
+                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                            )],
+                            body,
+                        ),
+                        Err(_) => (
+                            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                            [("content-type", "text/plain")],
+                            String::new(),
+                        ),
+                    }
+                }
+            }),
+        )
+        .route("/healthz", get(move || healthz(health.clone())));
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!("metrics server: {e}");
+        }
+    });
+    Ok(local)
+}
+
+async fn healthz(h: Health) -> (axum::http::StatusCode, String) {
+    use axum::http::StatusCode;
+    if !h.bound.load(Ordering::Relaxed) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "udp socket not bound\n".into(),
+        );
+    }
+    let Some(url) = h.server else {
+        return (StatusCode::OK, "ready: udp bound, sink stdout\n".into());
+    };
+    if h.sink.failing.get() > 0 {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("PVP connections failing: {}\n", h.sink.failing.get()),
+        );
+    }
+    let hostport = url
+        .split("://")
+        .nth(1)
+        .unwrap_or("")
+        .split('/')
+        .next()
+        .unwrap_or("")
+        .to_owned();
+    let hostport = if hostport.contains(':') && !hostport.ends_with(']') {
+        hostport
+    } else if url.starts_with("wss://") {
+        format!("{hostport}:443")
+    } else {
+        format!("{hostport}:80")
+    };
+    match tokio::time::timeout(
+        Duration::from_secs(1),
+        tokio::net::TcpStream::connect(&hostport),
+    )
+    .await
+    {
+        Ok(Ok(_)) => (
+            StatusCode::OK,
+            format!("ready: udp bound, PVP server {hostport} reachable\n"),
+        ),
+        Ok(Err(e)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("PVP server {hostport}: {e}\n"),
+        ),
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("PVP server {hostport}: connect timed out\n"),
+        ),
+    }
+}

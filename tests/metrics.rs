@@ -1,0 +1,116 @@
+//! `--metrics`: Prometheus text on /metrics with real counters, and /healthz readiness that
+//! follows the PVP server.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use common::gateway_proc::{Gateway, Sender};
+use common::pvp_server::TestPvpServer;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = out.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned();
+    (status, body)
+}
+
+fn metrics_addr(gw: &mut Gateway) -> SocketAddr {
+    let line = gw.wait_stderr(WAIT, "serving /metrics");
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    v["fields"]["metrics"].as_str().unwrap().parse().unwrap()
+}
+
+/// The value of the first sample line starting with `prefix`.
+fn sample(body: &str, prefix: &str) -> Option<f64> {
+    body.lines()
+        .find(|l| l.starts_with(prefix))?
+        .rsplit(' ')
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[test]
+fn metrics_count_what_happened() {
+    let mut gw = Gateway::start(&["--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"]);
+    let m = metrics_addr(&mut gw);
+    let mut s = Sender::new(gw.listen, 77);
+    s.send("One sentence. And");
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .send_to(b"junk", gw.listen)
+        .unwrap();
+    // Counters are published once a second: poll until they show up.
+    let deadline = Instant::now() + WAIT;
+    let body = loop {
+        let (status, body) = get(m, "/metrics");
+        assert_eq!(status, 200);
+        if sample(&body, "pvp_t140_datagrams_total") == Some(2.0) {
+            break body;
+        }
+        assert!(Instant::now() < deadline, "{body}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(
+        sample(&body, "pvp_t140_drops_total{reason=\"rtp_too_short\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&body, "pvp_t140_chunks_total{cause=\"sentence\"}"),
+        Some(1.0)
+    );
+    assert_eq!(sample(&body, "pvp_t140_streams_live"), Some(1.0));
+    assert_eq!(sample(&body, "pvp_t140_participants_total"), Some(1.0));
+    assert!(body.contains("# TYPE pvp_t140_send_latency_seconds histogram"));
+    let (status, text) = get(m, "/healthz");
+    assert_eq!(
+        (status, text.trim()),
+        (200, "ready: udp bound, sink stdout")
+    );
+    assert!(gw.terminate(WAIT).success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_follows_the_pvp_server() {
+    let server = TestPvpServer::start().await;
+    let url = server.url();
+    let mut gw = Gateway::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics",
+        "127.0.0.1:0",
+        "--server",
+        &url,
+    ]);
+    let m = metrics_addr(&mut gw);
+    let (status, body) = tokio::task::spawn_blocking(move || get(m, "/healthz"))
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+    server.stop().await;
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (status, body) = tokio::task::spawn_blocking(move || get(m, "/healthz"))
+            .await
+            .unwrap();
+        if status == 503 {
+            assert!(body.contains("PVP server"), "{body}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "still {status} {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(gw.terminate(WAIT).success());
+}
