@@ -63,7 +63,7 @@ fn many_sources_over_four_workers_keep_per_stream_order() {
     }
     assert_eq!(by_sender.len(), senders.len());
     for (sender, texts) in &by_sender {
-        assert_eq!(texts, &[expected.clone()], "{sender}");
+        assert_eq!(texts, std::slice::from_ref(&expected), "{sender}");
     }
     let stderr = gw.stderr_lines().join("\n");
     assert!(stderr.contains("\"workers\":4"), "{stderr}");
