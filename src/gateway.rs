@@ -165,6 +165,8 @@ pub struct Stats {
     pub streams_live: u64,
     /// Virtual participants (speakers) that joined; more than streams when mixers are in use.
     pub participants_total: u64,
+    /// Streams that never carried text, removed to make room at the stream limit.
+    pub evicted: u64,
     chunks: [u64; FlushCause::ALL.len()],
     pub envelopes: u64,
     /// Lost packets recovered from RED generations.
@@ -215,6 +217,7 @@ impl Stats {
         self.streams_total += o.streams_total;
         self.streams_live += o.streams_live;
         self.participants_total += o.participants_total;
+        self.evicted += o.evicted;
         for (a, b) in self.chunks.iter_mut().zip(o.chunks) {
             *a += b;
         }
@@ -282,14 +285,23 @@ impl Emitter {
         }
     }
 
-    fn join(&mut self, now: Time, key: &StreamKey, sp: &Speaker) {
+    /// pvp-spec 6.3: a participant joins before anything else it sends.
+    fn ensure_joined(&mut self, now: Time, key: &StreamKey, sp: &mut Speaker) {
+        if sp.joined {
+            return;
+        }
+        sp.joined = true;
         let p = self.participant(key, sp);
         let e = self.pvp.join(now, &p);
         self.stats.participants_total += 1;
         self.push(e);
     }
 
+    /// A new name for a participant that already joined (one that has not carries it in its join).
     fn announce(&mut self, now: Time, key: &StreamKey, sp: &Speaker) {
+        if !sp.joined {
+            return;
+        }
         let p = self.participant(key, sp);
         let e = self.pvp.announce(now, &p);
         self.push(e);
@@ -342,6 +354,7 @@ impl Emitter {
     }
 
     fn chunk(&mut self, now: Time, key: &StreamKey, created: Time, sp: &mut Speaker, chunk: Chunk) {
+        self.ensure_joined(now, key, sp);
         sp.chunks_sent += 1;
         sp.last_sent = sp.chunks_sent;
         sp.last_sent_text.clear();
@@ -388,9 +401,9 @@ fn route(
         _ => None,
     };
     let idx = match voice {
-        Some(v) => speaker_index(emit, speakers, key, v, now, max_chunk_chars),
+        Some(v) => speaker_index(speakers, key, v, now, max_chunk_chars),
         None if usize::from(tag) < speakers.len() => usize::from(tag),
-        None => speaker_index(emit, speakers, key, Voice::Ssrc, now, max_chunk_chars),
+        None => speaker_index(speakers, key, Voice::Ssrc, now, max_chunk_chars),
     };
     let sp = &mut speakers[idx];
     sp.feed(now, piece, format);
@@ -398,7 +411,6 @@ fn route(
 }
 
 fn speaker_index(
-    emit: &mut Emitter,
     speakers: &mut Vec<Speaker>,
     key: &StreamKey,
     voice: Voice,
@@ -416,9 +428,7 @@ fn speaker_index(
     if let Some(i) = speakers.iter().position(|s| s.voice == voice) {
         return i;
     }
-    let sp = Speaker::new(voice, key, now, max_chunk_chars);
-    emit.join(now, key, &sp);
-    speakers.push(sp);
+    speakers.push(Speaker::new(voice, key, now, max_chunk_chars));
     speakers.len() - 1
 }
 
@@ -438,6 +448,8 @@ pub struct Gateway {
     serial: u64,
     /// SDES names of sources not seen on RTP yet (bounded, oldest evicted).
     early_names: Vec<(IpAddr, u32, String, u8)>,
+    /// Streams in creation order, as eviction candidates while they have not joined.
+    silent: VecDeque<(u32, u64)>,
 }
 
 const MAX_EARLY_NAMES: usize = 256;
@@ -464,6 +476,7 @@ impl Gateway {
             timers: BinaryHeap::new(),
             serial: 0,
             early_names: Vec::new(),
+            silent: VecDeque::new(),
         }
     }
 
@@ -571,18 +584,9 @@ impl Gateway {
             ..
         } = stream;
         let tag = match (csrc, compat) {
-            (Some(c), _) => speaker_index(
-                &mut self.emit,
-                speakers,
-                key,
-                Voice::Csrc(c),
-                now,
-                max_chunk,
-            ),
+            (Some(c), _) => speaker_index(speakers, key, Voice::Csrc(c), now, max_chunk),
             (None, Compat::T140llm) => usize::from(TAG_UNDECIDED),
-            (None, Compat::None) => {
-                speaker_index(&mut self.emit, speakers, key, Voice::Ssrc, now, max_chunk)
-            }
+            (None, Compat::None) => speaker_index(speakers, key, Voice::Ssrc, now, max_chunk),
         } as u16;
         let arrival = Arrival {
             seq: pkt.sequence,
@@ -617,7 +621,7 @@ impl Gateway {
         if self.ssrc_owner.contains_key(&key.ssrc) {
             return Err(DropReason::SsrcConflict);
         }
-        if self.index.len() >= self.cfg.max_streams {
+        if self.index.len() >= self.cfg.max_streams && !self.evict_silent_stream() {
             return Err(DropReason::StreamLimit);
         }
         self.serial += 1;
@@ -633,7 +637,6 @@ impl Gateway {
             let (idx, _) = stream.speaker(Voice::Ssrc, now, self.cfg.max_chunk_chars);
             stream.speakers[idx].name = name;
             stream.speakers[idx].name_rank = rank;
-            self.emit.join(now, &key, &stream.speakers[idx]);
         }
         let slot = match self.free.pop() {
             Some(s) => {
@@ -646,12 +649,35 @@ impl Gateway {
             }
         };
         self.index.insert(key, slot);
+        self.silent.push_back((slot, self.serial));
         self.ssrc_owner.insert(key.ssrc, key.source);
         self.emit.stats.streams_total += 1;
         self.emit.stats.streams_live += 1;
         tracing::info!(source = %key.source, ssrc = format_args!("{:08x}", key.ssrc), "stream started");
         self.arm(slot);
         Ok(slot)
+    }
+
+    /// At the stream limit, makes room by removing the oldest stream that never joined (never
+    /// carried text), without a trace on the PVP side: a flood of random SSRCs cannot lock out
+    /// a real speaker. Amortised O(1): each stream enters `silent` once.
+    fn evict_silent_stream(&mut self) -> bool {
+        while let Some((slot, serial)) = self.silent.pop_front() {
+            let victim = self.slots[slot as usize]
+                .as_ref()
+                .is_some_and(|s| s.serial == serial && s.speakers.iter().all(|sp| !sp.joined));
+            if victim {
+                let s = self.slots[slot as usize].take().expect("checked");
+                self.index.remove(&s.key);
+                self.ssrc_owner.remove(&s.key.ssrc);
+                self.free.push(slot);
+                self.emit.stats.streams_live -= 1;
+                self.emit.stats.evicted += 1;
+                self.emit.stats.fold_stream(&s);
+                return true;
+            }
+        }
+        false
     }
 
     /// RTCP (RFC 3550 6): SDES NAME (else CNAME) names the participant, BYE ends the stream.
@@ -716,7 +742,7 @@ impl Gateway {
         let s = self.slots[slot as usize].as_mut().expect("live");
         let max_chunk = self.cfg.max_chunk_chars;
         let Stream { speakers, key, .. } = s;
-        let idx = speaker_index(&mut self.emit, speakers, key, Voice::Ssrc, now, max_chunk);
+        let idx = speaker_index(speakers, key, Voice::Ssrc, now, max_chunk);
         let sp = &mut speakers[idx];
         if rank < sp.name_rank || sp.name == name {
             return;
@@ -841,8 +867,10 @@ impl Gateway {
             if let Some(chunk) = sp.chunker.flush(FlushCause::End) {
                 self.emit.chunk(now, &key, created, sp, chunk);
             }
-            let leave = self.emit.pvp.leave(now, &sp.participant, reason);
-            self.emit.push(leave);
+            if sp.joined {
+                let leave = self.emit.pvp.leave(now, &sp.participant, reason);
+                self.emit.push(leave);
+            }
         }
         self.index.remove(&key);
         self.ssrc_owner.remove(&key.ssrc);

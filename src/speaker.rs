@@ -45,6 +45,9 @@ impl Voice {
 pub struct Speaker {
     pub voice: Voice,
     pub participant: String,
+    /// Joined the PVP session: done lazily, before the speaker's first envelope, so a stream
+    /// that never carries text (a scan, a flood of random SSRCs) never becomes a participant.
+    pub joined: bool,
     /// Display name: derived from the stream until RTCP SDES gives a CNAME (rank 1) or NAME (2).
     pub name: String,
     pub name_rank: u8,
@@ -69,6 +72,7 @@ impl Speaker {
     pub fn new(voice: Voice, key: &StreamKey, now: Time, max_chunk_chars: usize) -> Self {
         Speaker {
             participant: voice.participant_id(key),
+            joined: false,
             name: voice.display_name(key),
             voice,
             name_rank: 0,

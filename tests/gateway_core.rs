@@ -95,9 +95,12 @@ fn idle_flush_fires_from_the_timer_at_the_configured_silence() {
     let out = drain(&mut gw);
     assert_eq!(
         summary(&out),
-        vec!["add t140:00000007@127.0.0.1:4000 \"no end yet\" flush:idle"]
+        vec![
+            "session.join t140:00000007@127.0.0.1:4000",
+            "add t140:00000007@127.0.0.1:4000 \"no end yet\" flush:idle"
+        ]
     );
-    assert_eq!(out[0].ts, at(500).to_iso8601());
+    assert_eq!(out[1].ts, at(500).to_iso8601());
     // Nothing buffered: the next deadline is the stream timeout, 60 s after the last packet.
     assert_eq!(gw.poll_timeout(), Some(at(60_000)));
 }
@@ -115,7 +118,10 @@ fn text_arriving_resets_the_idle_timer() {
     gw.handle_timeout(at(900));
     assert_eq!(
         summary(&drain(&mut gw)),
-        vec!["add t140:00000007@127.0.0.1:4000 \"one two\" flush:idle"]
+        vec![
+            "session.join t140:00000007@127.0.0.1:4000",
+            "add t140:00000007@127.0.0.1:4000 \"one two\" flush:idle"
+        ]
     );
 }
 
@@ -135,15 +141,16 @@ fn a_silent_stream_times_out_flushes_and_leaves() {
     assert_eq!(
         summary(&out),
         vec![
+            "session.join t140:00000007@127.0.0.1:4000",
             "add t140:00000007@127.0.0.1:4000 \"half a thought\" flush:end",
             "session.leave t140:00000007@127.0.0.1:4000",
         ]
     );
-    assert_eq!(out[1].payload["reason"], "stream timeout");
+    assert_eq!(out[2].payload["reason"], "stream timeout");
     assert_eq!(gw.live_streams(), 0);
     assert_eq!(gw.poll_timeout(), None);
     // The same sender coming back is a new stream: it joins again.
-    gw.handle_datagram(at(6_000), addr(4000), &t140(2, 7, "back"));
+    gw.handle_datagram(at(6_000), addr(4000), &t140m(2, 7, true, "back. "));
     assert_eq!(drain(&mut gw)[0].kind, "session.join");
 }
 
@@ -158,11 +165,13 @@ fn shutdown_flushes_every_stream_and_leaves_in_creation_order() {
     assert_eq!(
         summary(&drain(&mut gw)),
         vec![
+            "session.join t140:00000002@127.0.0.1:4002",
             "add t140:00000002@127.0.0.1:4002 \"second\" flush:end",
             "session.leave t140:00000002@127.0.0.1:4002",
+            "session.join t140:00000001@127.0.0.1:4001",
             "add t140:00000001@127.0.0.1:4001 \"first\" flush:end",
             "session.leave t140:00000001@127.0.0.1:4001",
-            "session.leave t140:00000003@127.0.0.1:4003",
+            // The white-space-only stream never said anything: it never joined, so no leave.
         ]
     );
     let s = gw.stats();
@@ -307,8 +316,12 @@ fn streams_beyond_the_limit_are_refused_and_existing_ones_keep_working() {
         max_streams: 2,
         ..Config::default()
     });
-    for ssrc in 1..=5 {
-        gw.handle_datagram(at(0), addr(4000), &t140(1, ssrc, "x"));
+    // Two streams that have spoken (joined) fill the table.
+    for ssrc in 1..=2 {
+        gw.handle_datagram(at(0), addr(4000), &t140(1, ssrc, "x. "));
+    }
+    for ssrc in 3..=5 {
+        gw.handle_datagram(at(0), addr(4000), &t140(1, ssrc, "z"));
     }
     assert_eq!(gw.live_streams(), 2);
     assert_eq!(gw.stats().drops(DropReason::StreamLimit), 3);
@@ -317,7 +330,53 @@ fn streams_beyond_the_limit_are_refused_and_existing_ones_keep_working() {
         .into_iter()
         .filter(|e| e.kind == "context.add")
         .collect();
-    assert_eq!(adds[0].payload["content"], "xy.");
+    assert_eq!(adds.last().unwrap().payload["content"], "y.");
+}
+
+#[test]
+fn a_flood_of_random_ssrcs_cannot_lock_out_a_real_speaker() {
+    let mut gw = Gateway::new(Config {
+        max_streams: 100,
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "Before the flood. "));
+    // 100,000 single packets with random SSRCs and no text, from many ports.
+    let mut x: u32 = 12345;
+    for i in 0..100_000u32 {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        let mut d = Vec::new();
+        rtp::write_packet(&mut d, true, 98, x as u16, x, x | 2, b"");
+        gw.handle_datagram(at(1), addr(10_000 + (i % 50_000) as u16), &d);
+    }
+    assert!(gw.live_streams() <= 100);
+    // A new speaker arriving mid-flood still gets a stream; the first one keeps working.
+    gw.handle_datagram(at(2), addr(4001), &t140(1, 3, "New speaker here. "));
+    gw.handle_datagram(at(3), addr(4000), &t140(2, 1, "After the flood. "));
+    gw.shutdown(at(4));
+    let out = drain(&mut gw);
+    let got = adds(&out);
+    assert_eq!(
+        got,
+        vec![
+            (
+                "t140:00000001@127.0.0.1:4000".to_owned(),
+                "Before the flood.".to_owned()
+            ),
+            (
+                "t140:00000003@127.0.0.1:4001".to_owned(),
+                "New speaker here.".to_owned()
+            ),
+            (
+                "t140:00000001@127.0.0.1:4000".to_owned(),
+                "After the flood.".to_owned()
+            ),
+        ]
+    );
+    // Not one junk stream became a participant.
+    assert_eq!(out.iter().filter(|e| e.kind == "session.join").count(), 2);
+    assert!(gw.stats().evicted >= 99_000);
 }
 
 #[test]
@@ -455,16 +514,28 @@ fn sdes_name_before_the_first_packet_goes_into_the_join() {
         &sdes(7, "ada@host", Some("Ada Lovelace")),
     );
     gw.handle_datagram(at(1), addr(4001), &sdes(7, "ada@host", None));
-    gw.handle_datagram(at(2), addr(4000), &t140(1, 7, "hi"));
+    gw.handle_datagram(at(2), addr(4000), &t140(1, 7, "hi. "));
     let out = drain(&mut gw);
     assert_eq!(out[0].kind, "session.join");
     assert_eq!(out[0].payload["participant"]["name"], "Ada Lovelace");
 }
 
 #[test]
+fn sdes_before_the_first_text_also_goes_into_the_join() {
+    // The join waits for the first text, so a name learnt meanwhile needs no announce.
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, ""));
+    gw.handle_datagram(at(1), addr(4000), &sdes(7, "ada@host", Some("Ada")));
+    gw.handle_datagram(at(2), addr(4000), &t140(2, 7, "hi. "));
+    let out = drain(&mut gw);
+    assert_eq!(out[0].payload["participant"]["name"], "Ada");
+    assert!(out.iter().all(|e| e.kind != "participant.announce"));
+}
+
+#[test]
 fn sdes_after_the_join_is_a_participant_announce_and_name_beats_cname() {
     let mut gw = Gateway::new(Config::default());
-    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "hi"));
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "hi. "));
     gw.handle_datagram(at(1), addr(4000), &sdes(7, "ada@host", None));
     gw.handle_datagram(at(2), addr(4000), &sdes(7, "ada@host", Some("Ada")));
     gw.handle_datagram(at(3), addr(4000), &sdes(7, "other@host", None));
@@ -624,7 +695,8 @@ fn a_mixer_csrc_names_the_speaker_and_redundancy_is_placed_by_timestamp() {
         .filter(|e| e.kind == "session.join")
         .map(|e| e.sender.as_str())
         .collect();
-    assert_eq!(joins, [a, b]);
+    // Each speaker joins before its first item: B finished a sentence first.
+    assert_eq!(joins, [b, a]);
     let got = adds(&out);
     assert!(
         got.contains(&(b.to_owned(), "Bravo two.".to_owned())),
@@ -731,7 +803,10 @@ fn t140llm_fec_metadata_and_multiplex_prefixes() {
             ),
         ]
     );
-    let join = out.iter().find(|e| e.kind == "session.join").unwrap();
+    let join = out
+        .iter()
+        .find(|e| e.kind == "session.join" && e.sender.ends_with("/alpha"))
+        .unwrap();
     assert_eq!(join.payload["participant"]["name"], "alpha");
     let s = gw.stats();
     assert_eq!(s.drops(DropReason::T140llmFec), 1);
