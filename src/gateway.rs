@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use crate::admission::{Admission, Refusal};
 use crate::chunker::{Chunk, FlushCause};
 use crate::pvp::{Builder, Envelope, Participant};
 use crate::red::{RedError, RedFormat, RedPayload};
@@ -72,6 +73,10 @@ pub struct Config {
     pub reorder_wait: Duration,
     pub compat: Compat,
     pub mixer: MixerMode,
+    /// Sources allowed to send (empty: any).
+    pub allow: Vec<ipnet::IpNet>,
+    /// Packets per second one source address:port may send (0: no limit); more are dropped.
+    pub max_pps_per_source: u32,
 }
 
 impl Default for Config {
@@ -90,6 +95,8 @@ impl Default for Config {
             reorder_wait: Duration::from_millis(1000),
             compat: Compat::None,
             mixer: MixerMode::Auto,
+            allow: Vec::new(),
+            max_pps_per_source: 1000,
         }
     }
 }
@@ -113,10 +120,14 @@ pub enum DropReason {
     SsrcConflict,
     /// t140llm FEC (compat mode): not RFC 5109, and it reuses media sequence numbers.
     T140llmFec,
+    /// Source outside every `--allow` network.
+    NotAllowed,
+    /// Source above `--max-pps-per-source`.
+    RateLimited,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 15] = [
+    pub const ALL: [DropReason; 17] = [
         DropReason::Rtp(RtpError::TooShort),
         DropReason::Rtp(RtpError::BadVersion),
         DropReason::Rtp(RtpError::CsrcOverrun),
@@ -132,6 +143,8 @@ impl DropReason {
         DropReason::SequenceJump,
         DropReason::SsrcConflict,
         DropReason::T140llmFec,
+        DropReason::NotAllowed,
+        DropReason::RateLimited,
     ];
 
     fn index(self) -> usize {
@@ -149,6 +162,8 @@ impl DropReason {
             DropReason::SequenceJump => "sequence_jump",
             DropReason::SsrcConflict => "ssrc_conflict",
             DropReason::T140llmFec => "t140llm_fec",
+            DropReason::NotAllowed => "not_allowed",
+            DropReason::RateLimited => "rate_limited",
         }
     }
 }
@@ -450,6 +465,7 @@ pub struct Gateway {
     early_names: Vec<(IpAddr, u32, String, u8)>,
     /// Streams in creation order, as eviction candidates while they have not joined.
     silent: VecDeque<(u32, u64)>,
+    admission: Admission,
 }
 
 const MAX_EARLY_NAMES: usize = 256;
@@ -461,7 +477,9 @@ impl Gateway {
     pub fn new(cfg: Config) -> Self {
         let pvp = Builder::new(cfg.session.clone(), cfg.token.clone(), cfg.id_seed);
         let roles = cfg.roles.clone();
+        let admission = Admission::new(cfg.allow.clone(), cfg.max_pps_per_source);
         Gateway {
+            admission,
             cfg,
             emit: Emitter {
                 pvp,
@@ -515,7 +533,11 @@ impl Gateway {
         }
         self.emit.stats.datagrams += 1;
         self.emit.stats.bytes += data.len() as u64;
-        if let Err(reason) = self.receive(now, source, data) {
+        let admitted = self.admission.admit(now, source).map_err(|r| match r {
+            Refusal::NotAllowed => DropReason::NotAllowed,
+            Refusal::RateLimited => DropReason::RateLimited,
+        });
+        if let Err(reason) = admitted.and_then(|()| self.receive(now, source, data)) {
             self.emit.stats.drops[reason.index()] += 1;
             tracing::debug!(%source, len = data.len(), reason = reason.as_str(), "datagram dropped");
         }

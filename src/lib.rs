@@ -7,6 +7,7 @@
 //! it and carries its envelopes away.
 
 // Sans-IO core.
+pub mod admission;
 pub mod chunker;
 pub mod gateway;
 pub mod pvp;

@@ -133,6 +133,13 @@ struct CoreArgs {
     /// missing text is recovered from redundancy or marked lost (RFC 4103 5.4: at most 1 s).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=10_000))]
     reorder_wait_ms: u64,
+    /// Only accept datagrams from these networks (repeatable, e.g. 10.0.0.0/8, ::1/128).
+    #[arg(long = "allow", value_parser = parse_net)]
+    allow: Vec<ipnet::IpNet>,
+    /// Packets per second one source address:port may send before its excess is dropped
+    /// (counted as rate_limited); 0 turns the limit off.
+    #[arg(long, default_value_t = 1000)]
+    max_pps_per_source: u32,
     /// Auth token sent in session.join (prefer the environment variable: it stays out of `ps`).
     #[arg(long, env = "PVP_TOKEN", hide_env_values = true)]
     token: Option<String>,
@@ -199,6 +206,8 @@ impl CoreArgs {
             token: self.token.clone(),
             id_seed: random_seed(),
             reorder_wait: Duration::from_millis(self.reorder_wait_ms),
+            allow: self.allow.clone(),
+            max_pps_per_source: self.max_pps_per_source,
             compat: if t140llm {
                 Compat::T140llm
             } else {
@@ -211,6 +220,13 @@ impl CoreArgs {
             },
         })
     }
+}
+
+/// A network (`10.0.0.0/8`) or a single address (`192.0.2.7`, `::1`).
+fn parse_net(s: &str) -> Result<ipnet::IpNet, String> {
+    s.parse::<ipnet::IpNet>()
+        .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| format!("not an address or CIDR network: {s}"))
 }
 
 fn init_logs(format: LogFormat) {

@@ -830,3 +830,28 @@ fn newest_first_red_from_a_conformant_port_is_still_put_in_age_order() {
     let got = adds(&drain(&mut gw));
     assert_eq!(got[0].1, "abcd.");
 }
+
+#[test]
+fn sources_outside_the_allow_list_and_above_the_rate_are_counted_drops() {
+    let mut gw = Gateway::new(Config {
+        allow: vec!["127.0.0.0/8".parse().unwrap()],
+        max_pps_per_source: 5,
+        ..Config::default()
+    });
+    let outsider: SocketAddr = "192.0.2.9:4000".parse().unwrap();
+    gw.handle_datagram(at(0), outsider, &t140(1, 8, "let me in. "));
+    // 20 packets in the same millisecond from one allowed source: a second's worth pass.
+    for seq in 1..=20u16 {
+        gw.handle_datagram(at(0), addr(4000), &t140(seq, 7, "x"));
+    }
+    // A second later the budget is back.
+    gw.handle_datagram(at(1000), addr(4000), &t140(21, 7, ". "));
+    gw.handle_timeout(at(2000));
+    // What the limit refused is lost text, and marked as such: one U+FFFD per packet.
+    let got = adds(&drain(&mut gw));
+    let text = format!("xxxxx{}.", "\u{fffd}".repeat(15));
+    assert_eq!(got, vec![("t140:00000007@127.0.0.1:4000".to_owned(), text)]);
+    let s = gw.stats();
+    assert_eq!(s.drops(DropReason::NotAllowed), 1);
+    assert_eq!(s.drops(DropReason::RateLimited), 15);
+}
