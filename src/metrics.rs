@@ -34,6 +34,8 @@ pub struct SinkMetrics {
     pub failing: Gauge,
     /// Seconds from an envelope entering the sink to its frame being written.
     pub send_latency: Histogram,
+    /// Participants the server refused (UNAUTHORIZED, SESSION_NOT_FOUND).
+    pub refused: Counter,
 }
 
 impl Default for SinkMetrics {
@@ -44,6 +46,7 @@ impl Default for SinkMetrics {
             connections: Gauge::default(),
             failing: Gauge::default(),
             send_latency: Histogram::new(exponential_buckets(0.0001, 4.0, 10)),
+            refused: Counter::default(),
         }
     }
 }

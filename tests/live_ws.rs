@@ -204,3 +204,65 @@ async fn an_unreachable_server_is_retried_without_blocking_or_crashing() {
     gw.wait_stderr(WAIT, "\"ssrc\":\"00000002\"");
     assert!(gw.terminate(WAIT).success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unauthorized_is_fatal_for_that_participant_and_rate_limited_backs_off() {
+    let server = TestPvpServer::start().await;
+    let url = server.url();
+    let mut gw = Gateway::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--server",
+        &url,
+        "--session",
+        "codes",
+    ]);
+    let mut a = Sender::new(gw.listen, 0xa);
+    let mut b = Sender::new(gw.listen, 0xb);
+    a.send("First from A. ");
+    b.send("First from B. ");
+    let (pa, pb) = (a.participant(), b.participant());
+    server
+        .wait_until(WAIT, "both first sentences", |s| {
+            adds_of(s, &pa).len() == 1 && adds_of(s, &pb).len() == 1
+        })
+        .await;
+    let conn_of = |p: &str| {
+        server
+            .received()
+            .iter()
+            .find(|r| r.envelope["sender"] == p)
+            .unwrap()
+            .conn
+    };
+    let err = |code: &str| {
+        make_envelope(
+            "error",
+            "codes",
+            "system",
+            json!({"code": code, "message": "test", "recoverable": code == "RATE_LIMITED"}),
+            None,
+        )
+    };
+    assert!(server.send_to(conn_of(&pa), err("UNAUTHORIZED")));
+    assert!(server.send_to(conn_of(&pb), err("RATE_LIMITED")));
+    gw.wait_stderr(WAIT, "refused this participant");
+    gw.wait_stderr(WAIT, "rate-limits this participant");
+    server
+        .wait_until(WAIT, "A's connection closed by the gateway", |s| {
+            s.connections_closed() >= 1
+        })
+        .await;
+    a.send("Second from A. ");
+    b.send("Second from B. ");
+    // B is only paused: its text still arrives, in order.
+    server
+        .wait_until(WAIT, "B's second sentence", |s| adds_of(s, &pb).len() == 2)
+        .await;
+    assert_eq!(adds_of(&server, &pb), ["First from B.", "Second from B."]);
+    assert!(gw.terminate(WAIT).success());
+    // A sent nothing after the refusal.
+    assert_eq!(adds_of(&server, &pa), ["First from A."]);
+    server.assert_no_violations();
+    server.stop().await;
+}

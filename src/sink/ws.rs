@@ -119,6 +119,9 @@ async fn connection(
     // Ids of recent envelopes, so an `error`'s `related_to` can be told in the log.
     let mut recent: VecDeque<(String, String)> = VecDeque::with_capacity(64);
     let mut pending: Option<(std::time::Instant, Envelope)> = None;
+    // RATE_LIMITED (pvp-spec 17) pauses sending; the pause doubles while it repeats.
+    let mut paused_until: Option<tokio::time::Instant> = None;
+    let mut rate_backoff = Duration::from_millis(250);
     let mut backoff = Duration::from_millis(100);
     'reconnect: loop {
         let ws = match tokio_tungstenite::connect_async(cfg.url.as_str()).await {
@@ -164,10 +167,14 @@ async fn connection(
         let mut heartbeat =
             tokio::time::interval_at(tokio::time::Instant::now() + cfg.heartbeat, cfg.heartbeat);
         loop {
+            let paused = paused_until.is_some_and(|t| t > tokio::time::Instant::now());
             let next = match pending.take() {
-                Some(e) => Some(e),
-                None => tokio::select! {
-                    e = rx.recv() => match e {
+                Some(e) if !paused => Some(e),
+                held => {
+                    pending = held;
+                    tokio::select! {
+                    () = tokio::time::sleep_until(paused_until.unwrap_or_else(tokio::time::Instant::now)), if paused => None,
+                    e = rx.recv(), if !paused && pending.is_none() => match e {
                         Some(e) => Some(e),
                         None => {
                             // Queue closed: everything is sent. Close politely.
@@ -182,10 +189,31 @@ async fn connection(
                     frame = read.next() => {
                         match frame {
                             Some(Ok(Message::Text(t))) => {
-                                if let Some(reply) = on_frame(&mut pvp, &participant, t.as_str(), &recent)
-                                    && write.send(Message::text(reply.to_json())).await.is_err()
-                                {
-                                    continue 'reconnect;
+                                match on_frame(&mut pvp, &participant, t.as_str(), &recent) {
+                                    Reaction::Reply(reply) => {
+                                        if write.send(Message::text(reply.to_json())).await.is_err() {
+                                            continue 'reconnect;
+                                        }
+                                    }
+                                    Reaction::Fatal(code) => {
+                                        // The server will not take this participant: say so
+                                        // loudly, stop, and count what it can no longer send.
+                                        let _ = write.send(Message::Close(None)).await;
+                                        rx.close();
+                                        let mut lost = u64::from(pending.take().is_some());
+                                        while rx.recv().await.is_some() {
+                                            lost += 1;
+                                        }
+                                        tracing::error!(%participant, %code, undelivered = lost, "PVP server refused this participant; its transcript is not delivered");
+                                        m.refused.inc();
+                                        return;
+                                    }
+                                    Reaction::Backoff => {
+                                        rate_backoff = (rate_backoff * 2).clamp(Duration::from_millis(500), Duration::from_secs(30));
+                                        paused_until = Some(tokio::time::Instant::now() + rate_backoff);
+                                        tracing::warn!(%participant, pause = ?rate_backoff, "PVP server rate-limits this participant; pausing");
+                                    }
+                                    Reaction::None => {}
                                 }
                             }
                             Some(Ok(Message::Close(_))) | None | Some(Err(_)) => {
@@ -203,7 +231,8 @@ async fn connection(
                         }
                         None
                     }
-                },
+                    }
+                }
             };
             let Some((queued, e)) = next else { continue };
             if e.kind == "session.join" {
@@ -235,22 +264,33 @@ impl Drop for ConnGuard {
     }
 }
 
-/// Reacts to one frame from the server: a pong for a ping, a log line for an error.
+/// What a frame from the server asks of the connection.
+enum Reaction {
+    None,
+    Reply(Envelope),
+    /// pvp-spec 17 UNAUTHORIZED or SESSION_NOT_FOUND: this participant cannot go on.
+    Fatal(String),
+    /// RATE_LIMITED: slow down.
+    Backoff,
+}
+
+/// Reacts to one frame from the server: a pong for a ping; for an `error`, a log line that
+/// names the failed message (`related_to`), and what its code calls for.
 fn on_frame(
     pvp: &mut Builder,
     participant: &str,
     text: &str,
     recent: &VecDeque<(String, String)>,
-) -> Option<Envelope> {
+) -> Reaction {
     let env: Envelope = match serde_json::from_str(text) {
         Ok(e) => e,
         Err(err) => {
             tracing::debug!(%participant, "unparseable frame from PVP server: {err}");
-            return None;
+            return Reaction::None;
         }
     };
     match env.kind.as_str() {
-        "heartbeat.ping" => Some(pvp.heartbeat(now(), participant, Some(&env.id))),
+        "heartbeat.ping" => Reaction::Reply(pvp.heartbeat(now(), participant, Some(&env.id))),
         "error" => {
             match serde_json::from_value::<ErrorPayload>(env.payload) {
                 Ok(err) => {
@@ -268,11 +308,16 @@ fn on_frame(
                         related_kind = related_kind.unwrap_or("-"),
                         "PVP server error: {}", err.message
                     );
+                    match err.code.as_str() {
+                        "UNAUTHORIZED" | "SESSION_NOT_FOUND" => return Reaction::Fatal(err.code),
+                        "RATE_LIMITED" => return Reaction::Backoff,
+                        _ => {}
+                    }
                 }
                 Err(e) => tracing::warn!(%participant, "malformed error envelope: {e}"),
             }
-            None
+            Reaction::None
         }
-        _ => None,
+        _ => Reaction::None,
     }
 }
