@@ -527,9 +527,10 @@ impl Gateway {
 
     /// One UDP datagram from `source`, received at `now`.
     pub fn handle_datagram(&mut self, now: Time, source: SocketAddr, data: &[u8]) {
-        // Timers due before this packet fire first, so replay matches what happened on the wire.
-        if self.poll_timeout().is_some_and(|t| t <= now) {
-            self.handle_timeout(now);
+        // Timers due before this packet fire first, each at its own deadline, so replay
+        // matches what happened on the wire (text released and flushes cut when they were due).
+        while let Some(t) = self.poll_timeout().filter(|&t| t <= now) {
+            self.handle_timeout(t);
         }
         self.emit.stats.datagrams += 1;
         self.emit.stats.bytes += data.len() as u64;
@@ -719,15 +720,30 @@ impl Gateway {
                 n += 1;
             }
         });
-        for e in events.into_iter().flatten() {
-            match e {
-                RtcpEvent::Bye { ssrc } => {
-                    if let Some(slot) = self.rtcp_stream(source, ssrc) {
-                        self.close_stream(now, slot, "rtcp bye");
-                    }
-                }
-                RtcpEvent::Name { ssrc, name } => self.name_stream(now, source, ssrc, name, 2),
-                RtcpEvent::Cname { ssrc, cname } => self.name_stream(now, source, ssrc, cname, 1),
+        // Names first, one per source: the best item of the whole compound (NAME, else CNAME),
+        // so an SDES carrying both announces once. Then BYEs.
+        let events: Vec<RtcpEvent<'_>> = events.into_iter().flatten().collect();
+        let mut best: Vec<(u32, &str, u8)> = Vec::new();
+        for e in &events {
+            let (ssrc, name, rank) = match *e {
+                RtcpEvent::Name { ssrc, name } => (ssrc, name, 2),
+                RtcpEvent::Cname { ssrc, cname } => (ssrc, cname, 1),
+                RtcpEvent::Bye { .. } => continue,
+            };
+            match best.iter_mut().find(|b| b.0 == ssrc) {
+                Some(b) if b.2 < rank => *b = (ssrc, name, rank),
+                Some(_) => {}
+                None => best.push((ssrc, name, rank)),
+            }
+        }
+        for (ssrc, name, rank) in best {
+            self.name_stream(now, source, ssrc, name, rank);
+        }
+        for e in events {
+            if let RtcpEvent::Bye { ssrc } = e
+                && let Some(slot) = self.rtcp_stream(source, ssrc)
+            {
+                self.close_stream(now, slot, "rtcp bye");
             }
         }
         if ok {
@@ -778,13 +794,17 @@ impl Gateway {
     /// The earliest moment this stream needs attention.
     fn deadline(&self, s: &Stream) -> Time {
         let mut at = s.last_packet.saturating_add(self.cfg.stream_timeout);
-        for sp in &s.speakers {
-            if !sp.chunker.is_blank() {
-                at = at.min(sp.last_text.saturating_add(self.cfg.idle_flush));
+        match s.register.deadline(self.cfg.reorder_wait) {
+            // Packets waiting behind a gap: the speaker is not silent, so no idle flush
+            // until the gap is settled.
+            Some(gap) => at = at.min(gap),
+            None => {
+                for sp in &s.speakers {
+                    if !sp.chunker.is_blank() {
+                        at = at.min(sp.last_text.saturating_add(self.cfg.idle_flush));
+                    }
+                }
             }
-        }
-        if let Some(gap) = s.register.deadline(self.cfg.reorder_wait) {
-            at = at.min(gap);
         }
         at
     }
@@ -834,9 +854,11 @@ impl Gateway {
                     emit, speakers, &key, created, format, compat, max_chunk, now, tag, piece,
                 )
             });
+            let waiting = register.held() > 0;
             for sp in speakers.iter_mut() {
                 let idle_at = sp.last_text.saturating_add(self.cfg.idle_flush);
-                if idle_at <= now
+                if !waiting
+                    && idle_at <= now
                     && !sp.chunker.is_blank()
                     && let Some(chunk) = sp.chunker.flush(FlushCause::Idle)
                 {

@@ -216,13 +216,18 @@ impl Register {
         }
         if self.head_wait && ahead >= 0x8000 {
             // Earlier than the packet the stream opened with: the head is arriving late.
+            if marker || self.starts_session(&a) {
+                // The session's start (by its own text or its redundancy): deliver it with
+                // every generation, then what waited behind it.
+                self.head_wait = false;
+                self.deliver(&a, usize::MAX, 0, out);
+                self.expected = Some(seq.wrapping_add(1));
+                self.drain(out);
+                return Ok(Outcome::Delivered);
+            }
             self.expected = Some(seq);
             self.hold(now, &a, 0);
-            if marker || self.starts_session(&a) {
-                self.head_wait = false;
-            }
-            self.drain(out);
-            return Ok(Outcome::Delivered);
+            return Ok(Outcome::Held);
         }
         if ahead >= 0x8000 {
             self.stats.stale += 1;

@@ -855,3 +855,54 @@ fn sources_outside_the_allow_list_and_above_the_rate_are_counted_drops() {
     assert_eq!(s.drops(DropReason::NotAllowed), 1);
     assert_eq!(s.drops(DropReason::RateLimited), 15);
 }
+
+#[test]
+fn overdue_timers_fire_at_their_own_deadlines_when_a_late_packet_arrives() {
+    // Replay feeds no timeouts between datagrams: "Hello ", a lost packet, "world", 4 s of
+    // silence, then "Again". The reorder wait (1 s) and the idle flush (2 s after the released
+    // text) must both have happened before "Again", as they would have live.
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello "));
+    gw.handle_datagram(at(300), addr(4000), &t140(3, 7, "world"));
+    gw.handle_datagram(at(4300), addr(4000), &t140(4, 7, "Again"));
+    gw.shutdown(at(4400));
+    let out = drain(&mut gw);
+    let adds: Vec<(&str, &str, &str)> = out
+        .iter()
+        .filter(|e| e.kind == "context.add")
+        .map(|e| {
+            (
+                e.payload["content"].as_str().unwrap(),
+                e.payload["tags"][2].as_str().unwrap(),
+                e.ts.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(adds[0].0, "Hello \u{fffd}world");
+    assert_eq!(adds[0].1, "flush:idle");
+    // Released at 1300 ms (the wait), flushed 2 s later.
+    assert_eq!(adds[0].2, at(3300).to_iso8601());
+    assert_eq!((adds[1].0, adds[1].1), ("Again", "flush:end"));
+}
+
+#[test]
+fn no_idle_flush_while_packets_wait_behind_a_gap() {
+    let mut gw = Gateway::new(Config {
+        idle_flush: Duration::from_millis(500),
+        reorder_wait: Duration::from_millis(1000),
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Plain text "));
+    // 2 and 3 lost; 4 arrives and waits.
+    gw.handle_datagram(at(100), addr(4000), &t140(4, 7, "word."));
+    gw.handle_timeout(at(600));
+    assert!(
+        drain(&mut gw).iter().all(|e| e.kind != "context.add"),
+        "no idle flush mid-gap"
+    );
+    gw.handle_timeout(at(1100));
+    gw.handle_timeout(at(1600));
+    let got = adds(&drain(&mut gw));
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].1, "Plain text \u{fffd}\u{fffd}word.");
+}

@@ -248,3 +248,155 @@ fn t140llm_without_compat_is_refused_not_misread() {
     let envelopes = replay(&pcaps().join("t140llm_plain.pcap"));
     assert!(envelopes.is_empty(), "{envelopes:?}");
 }
+
+// Loss, reordering, restarts, RTCP, mixers and T.140 controls (tools/make_pcaps.py; expected
+// output derived by hand from what was sent, see tools/README-pcaps.md).
+
+/// Envelopes of one type from one sender.
+fn of<'a>(envelopes: &'a [Value], kind: &str, sender: &str) -> Vec<&'a Value> {
+    envelopes
+        .iter()
+        .filter(|e| e["type"] == kind && e["sender"] == sender)
+        .collect()
+}
+
+/// Every context.add content, concatenated.
+fn all_text(envelopes: &[Value]) -> String {
+    envelopes
+        .iter()
+        .filter(|e| e["type"] == "context.add")
+        .map(|e| e["payload"]["content"].as_str().unwrap())
+        .collect()
+}
+
+#[test]
+fn red_loss_recovers_what_redundancy_holds_and_marks_the_one_packet_it_does_not() {
+    // Two lost packets both in the next packet's redundancy; then three lost in a row, of
+    // which only the first is in no later packet: exactly one U+FFFD, in its place.
+    check("loss_red.pcap", "loss_red");
+    let text = all_text(&replay(&pcaps().join("loss_red.pcap")));
+    assert_eq!(text.matches('\u{fffd}').count(), 1, "{text}");
+}
+
+#[test]
+fn plain_loss_is_one_mark_after_the_reorder_wait() {
+    check("loss_plain.pcap", "loss_plain");
+}
+
+#[test]
+fn reordered_and_duplicated_plain_and_red_packets_give_an_exact_transcript() {
+    check("reorder.pcap", "reorder");
+    let text = all_text(&replay(&pcaps().join("reorder.pcap")));
+    assert!(!text.contains('\u{fffd}'), "{text}");
+}
+
+#[test]
+fn a_sender_restarting_with_a_new_ssrc_is_a_second_participant() {
+    check("ssrc_change.pcap", "ssrc_change");
+    let envelopes = replay(&pcaps().join("ssrc_change.pcap"));
+    let ssrcs: Vec<&Value> = envelopes
+        .iter()
+        .filter(|e| e["type"] == "session.join")
+        .map(|e| &e["payload"]["participant"]["metadata"]["ssrc"])
+        .collect();
+    assert_eq!(ssrcs, [&json!("5eed0001"), &json!("5eed0002")]);
+}
+
+#[test]
+fn rtcp_on_the_next_port_names_the_join_and_its_bye_leaves_at_once() {
+    check("rtcp.pcap", "rtcp");
+    let envelopes = replay(&pcaps().join("rtcp.pcap"));
+    let ada = "t140:c0ffee01@127.0.0.1:40000";
+    // SDES (CNAME + NAME) arrived on :5005 before the first RTP packet: NAME is in the join.
+    let join = of(&envelopes, "session.join", ada);
+    assert_eq!(join[0]["payload"]["participant"]["name"], "Ada Lovelace");
+    // The same NAME again later announces nothing; the CNAME-only SDES in the BYE compound
+    // does not demote it.
+    assert!(
+        !envelopes
+            .iter()
+            .any(|e| e["type"] == "participant.announce"),
+        "{envelopes:?}"
+    );
+    // BYE: the pending text is flushed and the participant leaves then, not at the end.
+    let leave = of(&envelopes, "session.leave", ada);
+    assert_eq!(leave[0]["payload"]["reason"], "rtcp bye");
+    let last_add = of(&envelopes, "context.add", ada).pop().unwrap();
+    assert_eq!(last_add["payload"]["content"], "Leaving now");
+    assert_eq!(leave[0]["ts"], last_add["ts"]);
+    let end = envelopes.last().unwrap();
+    assert!(leave[0]["ts"].as_str() < end["ts"].as_str(), "{end}");
+}
+
+#[test]
+fn rtcp_mux_sdes_after_the_first_rtp_packet_announces_the_name() {
+    let envelopes = replay(&pcaps().join("rtcp_mux.pcap"));
+    let (cy, dan) = (
+        "t140:c0ffee03@127.0.0.1:40000",
+        "t140:c0ffee04@127.0.0.1:40002",
+    );
+    // NAME wins over CNAME; a CNAME alone names the participant.
+    let last_name = |sender| {
+        of(&envelopes, "participant.announce", sender)
+            .last()
+            .map(|e| e["payload"]["name"].clone())
+    };
+    assert_eq!(last_name(cy), Some(json!("Cyrus")));
+    assert_eq!(last_name(dan), Some(json!("dan@127.0.0.1")));
+    let leave = of(&envelopes, "session.leave", cy);
+    assert_eq!(leave[0]["payload"]["reason"], "rtcp bye");
+    assert_eq!(
+        of(&envelopes, "session.leave", dan)[0]["payload"]["reason"],
+        "gateway shutdown"
+    );
+}
+
+#[test]
+fn rtcp_mux_capture() {
+    check("rtcp_mux.pcap", "rtcp_mux");
+}
+
+#[test]
+fn rfc9071_mixer_csrcs_are_speakers_and_redundancy_is_placed_per_speaker() {
+    // One SSRC, one sequence, one CSRC per packet; B's lost packet comes back from B's next
+    // packet's redundancy (placed by timestamp), nothing is repeated and nothing is marked.
+    check("mixer.pcap", "mixer");
+    let envelopes = replay(&pcaps().join("mixer.pcap"));
+    let joins: Vec<(&Value, &Value)> = envelopes
+        .iter()
+        .filter(|e| e["type"] == "session.join")
+        .map(|e| {
+            let m = &e["payload"]["participant"]["metadata"];
+            (&m["ssrc"], &m["csrc"])
+        })
+        .collect();
+    assert_eq!(
+        joins,
+        [
+            (&json!("90710000"), &json!("0000000a")),
+            (&json!("90710000"), &json!("0000000b")),
+            (&json!("90710000"), &json!("0000000c")),
+        ]
+    );
+    assert!(!all_text(&envelopes).contains('\u{fffd}'));
+}
+
+#[test]
+fn t140_controls_are_skipped_and_a_backspace_into_sent_text_updates_it() {
+    check("controls.pcap", "controls");
+    let envelopes = replay(&pcaps().join("controls.pcap"));
+    let sender = "t140:c7c7c7c7@127.0.0.1:40000";
+    let sent = of(&envelopes, "context.add", sender)
+        .into_iter()
+        .find(|e| e["payload"]["content"] == "Send it now.")
+        .expect("the sentence that is corrected");
+    let update = of(&envelopes, "context.update", sender);
+    assert_eq!(update.len(), 1);
+    // 5 backspaces: the space after the sentence (never sent), then ".", "w", "o", "n".
+    assert_eq!(update[0]["payload"]["key"], sent["payload"]["key"]);
+    assert_eq!(update[0]["payload"]["new_content"], "Send it");
+    let text = all_text(&envelopes);
+    for debris in ["[", "\u{1b}", "\u{9b}", "hidden", "\u{7}", "\r"] {
+        assert!(!text.contains(debris), "{debris:?} in {text:?}");
+    }
+}

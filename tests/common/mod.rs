@@ -2,4 +2,5 @@
 #![allow(dead_code)]
 
 pub mod gateway_proc;
+pub mod netem;
 pub mod pvp_server;
