@@ -86,6 +86,9 @@ struct RunArgs {
     /// source on one worker, so per-stream order holds.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=256))]
     workers: u64,
+    /// PEM file of CA certificates to trust for a wss:// server, besides the system's roots.
+    #[arg(long)]
+    ca_file: Option<PathBuf>,
     /// Serve Prometheus metrics on http://ADDR/metrics and readiness on /healthz.
     #[arg(long)]
     metrics: Option<SocketAddr>,
@@ -367,6 +370,11 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
                     heartbeat: Duration::from_secs(args.heartbeat_s),
                     queue: 4096,
                     metrics: sink_metrics.clone(),
+                    tls: if url.starts_with("wss://") {
+                        Some(pvp_t140::sink::tls::client_config(args.ca_file.as_deref())?)
+                    } else {
+                        None
+                    },
                 }))
             }
             None => Sink::Stdout(StdoutSink::new(65_536)),

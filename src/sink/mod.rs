@@ -2,6 +2,7 @@
 //! (19.1). Sinks never block the caller: the UDP loop hands an envelope over and moves on.
 
 pub mod stdout;
+pub mod tls;
 pub mod ws;
 
 use std::time::Duration;

@@ -29,6 +29,8 @@ pub struct WsConfig {
     /// Envelopes a participant may have waiting for its connection before new ones are refused.
     pub queue: usize,
     pub metrics: crate::metrics::SinkMetrics,
+    /// For `wss://`: the rustls configuration (system roots plus `--ca-file`).
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 struct Conn {
@@ -124,7 +126,14 @@ async fn connection(
     let mut rate_backoff = Duration::from_millis(250);
     let mut backoff = Duration::from_millis(100);
     'reconnect: loop {
-        let ws = match tokio_tungstenite::connect_async(cfg.url.as_str()).await {
+        let connector = cfg.tls.clone().map(tokio_tungstenite::Connector::Rustls);
+        let connecting = tokio_tungstenite::connect_async_tls_with_config(
+            cfg.url.as_str(),
+            None,
+            false,
+            connector,
+        );
+        let ws = match connecting.await {
             Ok((ws, _)) => {
                 backoff = Duration::from_millis(100);
                 if connected_before || failing {
