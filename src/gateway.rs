@@ -14,6 +14,7 @@ use serde_json::json;
 
 use crate::admission::{Admission, Refusal};
 use crate::chunker::{Chunk, FlushCause};
+use crate::mapping::Decision;
 use crate::pvp::{Builder, Envelope, Participant};
 use crate::red::{RedError, RedFormat, RedPayload};
 use crate::register::{Arrival, Outcome, Piece, RegisterStats};
@@ -77,6 +78,8 @@ pub struct Config {
     pub allow: Vec<ipnet::IpNet>,
     /// Packets per second one source address:port may send (0: no limit); more are dropped.
     pub max_pps_per_source: u32,
+    /// Manual stream mapping (rules, and what to do with unmatched speakers).
+    pub mapping: crate::mapping::Mapping,
 }
 
 impl Default for Config {
@@ -97,6 +100,7 @@ impl Default for Config {
             mixer: MixerMode::Auto,
             allow: Vec::new(),
             max_pps_per_source: 1000,
+            mapping: Default::default(),
         }
     }
 }
@@ -182,6 +186,8 @@ pub struct Stats {
     pub participants_total: u64,
     /// Streams that never carried text, removed to make room at the stream limit.
     pub evicted: u64,
+    /// Chunks of speakers the stream mapping refused (not sent).
+    pub refused_chunks: u64,
     chunks: [u64; FlushCause::ALL.len()],
     pub envelopes: u64,
     /// Lost packets recovered from RED generations.
@@ -233,6 +239,7 @@ impl Stats {
         self.streams_live += o.streams_live;
         self.participants_total += o.participants_total;
         self.evicted += o.evicted;
+        self.refused_chunks += o.refused_chunks;
         for (a, b) in self.chunks.iter_mut().zip(o.chunks) {
             *a += b;
         }
@@ -273,6 +280,7 @@ struct Emitter {
     out: VecDeque<Envelope>,
     stats: Stats,
     roles: Vec<String>,
+    mapping: crate::mapping::Mapping,
 }
 
 impl Emitter {
@@ -295,21 +303,60 @@ impl Emitter {
         Participant {
             id: sp.participant.clone(),
             name: sp.name.clone(),
-            roles: self.roles.clone(),
+            roles: sp.roles.clone().unwrap_or_else(|| self.roles.clone()),
             metadata,
         }
     }
 
-    /// pvp-spec 6.3: a participant joins before anything else it sends.
-    fn ensure_joined(&mut self, now: Time, key: &StreamKey, sp: &mut Speaker) {
-        if sp.joined {
-            return;
+    /// Builds an envelope in the speaker's session (a mapping rule may name another one).
+    fn in_session<R>(&mut self, sp: &Speaker, f: impl FnOnce(&mut Builder) -> R) -> R {
+        let Some(session) = &sp.session else {
+            return f(&mut self.pvp);
+        };
+        let home = std::mem::replace(&mut self.pvp.session, session.clone());
+        let r = f(&mut self.pvp);
+        self.pvp.session = home;
+        r
+    }
+
+    /// pvp-spec 6.3: a participant joins before anything else it sends. The stream mapping
+    /// decides here, once, who the speaker is (its SDES name may be known by now). Returns
+    /// false for a speaker the mapping refused.
+    fn ensure_joined(&mut self, now: Time, key: &StreamKey, sp: &mut Speaker) -> bool {
+        if sp.joined || sp.refused {
+            return sp.joined;
+        }
+        let own = match sp.voice {
+            Voice::Csrc(c) => c,
+            _ => key.ssrc,
+        };
+        let rtcp_name = (sp.name_rank > 0).then_some(sp.name.as_str());
+        match self.mapping.decide(own, key.source.ip(), rtcp_name) {
+            Decision::Refuse => {
+                sp.refused = true;
+                tracing::info!(participant = %sp.participant, "no stream mapping rule matches; refused");
+                return false;
+            }
+            Decision::Rule(rule) => {
+                let rule = rule.clone();
+                if let Some(id) = rule.participant {
+                    sp.participant = id;
+                }
+                if let Some(name) = rule.name {
+                    sp.name = name;
+                    sp.name_rank = u8::MAX;
+                }
+                sp.roles = rule.roles;
+                sp.session = rule.session;
+            }
+            Decision::Auto => {}
         }
         sp.joined = true;
         let p = self.participant(key, sp);
-        let e = self.pvp.join(now, &p);
+        let e = self.in_session(sp, |b| b.join(now, &p));
         self.stats.participants_total += 1;
         self.push(e);
+        true
     }
 
     /// A new name for a participant that already joined (one that has not carries it in its join).
@@ -318,7 +365,7 @@ impl Emitter {
             return;
         }
         let p = self.participant(key, sp);
-        let e = self.pvp.announce(now, &p);
+        let e = self.in_session(sp, |b| b.announce(now, &p));
         self.push(e);
     }
 
@@ -359,30 +406,32 @@ impl Emitter {
         let reason = "T.140 backspace erased transcribed text";
         let e = if sp.last_sent_text.is_empty() {
             sp.last_sent = 0;
-            self.pvp.context_remove(now, &sp.participant, &key, reason)
+            self.in_session(sp, |b| b.context_remove(now, &sp.participant, &key, reason))
         } else {
-            self.pvp
-                .context_update(now, &sp.participant, &key, &sp.last_sent_text, reason)
+            let text = &sp.last_sent_text;
+            self.in_session(sp, |b| {
+                b.context_update(now, &sp.participant, &key, text, reason)
+            })
         };
         self.stats.corrections += 1;
         self.push(e);
     }
 
     fn chunk(&mut self, now: Time, key: &StreamKey, created: Time, sp: &mut Speaker, chunk: Chunk) {
-        self.ensure_joined(now, key, sp);
+        if !self.ensure_joined(now, key, sp) {
+            self.stats.refused_chunks += 1;
+            return;
+        }
         sp.chunks_sent += 1;
         sp.last_sent = sp.chunks_sent;
         sp.last_sent_text.clear();
         sp.last_sent_text.push_str(&chunk.text);
         let item = sp.key(created, sp.chunks_sent);
-        let e = self.pvp.context_add(
-            now,
-            &sp.participant,
-            item,
-            chunk.text,
-            key.source_uri(),
-            chunk.cause.as_str(),
-        );
+        let source = key.source_uri();
+        let cause = chunk.cause.as_str();
+        let e = self.in_session(sp, |b| {
+            b.context_add(now, &sp.participant, item, chunk.text, source, cause)
+        });
         self.stats.chunks[chunk.cause as usize] += 1;
         self.push(e);
     }
@@ -478,6 +527,7 @@ impl Gateway {
         let pvp = Builder::new(cfg.session.clone(), cfg.token.clone(), cfg.id_seed);
         let roles = cfg.roles.clone();
         let admission = Admission::new(cfg.allow.clone(), cfg.max_pps_per_source);
+        let mapping = cfg.mapping.clone();
         Gateway {
             admission,
             cfg,
@@ -486,6 +536,7 @@ impl Gateway {
                 out: VecDeque::new(),
                 stats: Stats::default(),
                 roles,
+                mapping,
             },
             index: HashMap::new(),
             ssrc_owner: HashMap::new(),
@@ -912,7 +963,9 @@ impl Gateway {
                 self.emit.chunk(now, &key, created, sp, chunk);
             }
             if sp.joined {
-                let leave = self.emit.pvp.leave(now, &sp.participant, reason);
+                let leave = self
+                    .emit
+                    .in_session(sp, |b| b.leave(now, &sp.participant, reason));
                 self.emit.push(leave);
             }
         }

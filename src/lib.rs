@@ -10,6 +10,7 @@
 pub mod admission;
 pub mod chunker;
 pub mod gateway;
+pub mod mapping;
 pub mod pvp;
 pub mod red;
 pub mod register;
@@ -24,6 +25,7 @@ pub mod time;
 // IO shell.
 pub mod capture;
 pub mod clock;
+pub mod config_file;
 pub mod metrics;
 pub mod replay;
 pub mod sink;

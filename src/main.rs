@@ -72,6 +72,10 @@ enum Cmd {
 
 #[derive(Args, Debug)]
 struct RunArgs {
+    /// TOML file with any of these settings and `[[stream]]` mapping rules (see README);
+    /// flags on the command line override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
     /// UDP address to receive RTP on (IPv4 or IPv6, e.g. 0.0.0.0:5004 or [::]:5004).
     #[arg(long, default_value = "127.0.0.1:5004")]
     listen: SocketAddr,
@@ -143,6 +147,9 @@ struct CoreArgs {
     /// (counted as rate_limited); 0 turns the limit off.
     #[arg(long, default_value_t = 1000)]
     max_pps_per_source: u32,
+    /// Manual stream mapping, from --config's `[[stream]]` rules.
+    #[arg(skip)]
+    mapping: pvp_t140::mapping::Mapping,
     /// Auth token sent in session.join (prefer the environment variable: it stays out of `ps`).
     #[arg(long, env = "PVP_TOKEN", hide_env_values = true)]
     token: Option<String>,
@@ -211,6 +218,7 @@ impl CoreArgs {
             reorder_wait: Duration::from_millis(self.reorder_wait_ms),
             allow: self.allow.clone(),
             max_pps_per_source: self.max_pps_per_source,
+            mapping: self.mapping.clone(),
             compat: if t140llm {
                 Compat::T140llm
             } else {
@@ -223,6 +231,142 @@ impl CoreArgs {
             },
         })
     }
+}
+
+/// Fills every setting the command line (or environment) did not give from `--config`.
+fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Result<(), String> {
+    use clap::parser::ValueSource;
+    let (f, mapping, allow) = pvp_t140::config_file::load(path)?;
+    let given = |id: &str| {
+        matches!(
+            m.value_source(id),
+            Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+        )
+    };
+    let positive = |v: u64, field: &str| {
+        if v == 0 {
+            Err(format!("{}: {field} must be at least 1", path.display()))
+        } else {
+            Ok(v)
+        }
+    };
+    let enum_value = |v: &str, field: &str, parse: &dyn Fn(&str) -> bool| {
+        if parse(v) {
+            Ok(())
+        } else {
+            Err(format!("{}: {field}: unknown value {v:?}", path.display()))
+        }
+    };
+    let run = &mut cli.run;
+    macro_rules! set {
+        ($field:ident, $dst:expr) => {
+            if let Some(v) = f.$field.clone()
+                && !given(stringify!($field))
+            {
+                $dst = v;
+            }
+        };
+    }
+    set!(listen, run.listen);
+    if let Some(v) = f.server.clone()
+        && !given("server")
+    {
+        run.server = Some(v);
+    }
+    if let Some(v) = f.metrics
+        && !given("metrics")
+    {
+        run.metrics = Some(v);
+    }
+    if let Some(v) = f.ca_file.clone()
+        && !given("ca_file")
+    {
+        run.ca_file = Some(v);
+    }
+    set!(rtcp, run.rtcp);
+    if let Some(v) = f.heartbeat_s
+        && !given("heartbeat_s")
+    {
+        run.heartbeat_s = positive(v, "heartbeat_s")?;
+    }
+    if let Some(v) = f.workers
+        && !given("workers")
+    {
+        run.workers = positive(v, "workers")?;
+    }
+    set!(session, run.core.session);
+    if let Some(v) = f.t140_pt
+        && !given("t140_pt")
+    {
+        run.core.t140_pt = Some(v);
+    }
+    if let Some(v) = f.red_pt
+        && !given("red_pt")
+    {
+        run.core.red_pt = Some(v);
+    }
+    if let Some(v) = f.reorder_wait_ms
+        && !given("reorder_wait_ms")
+    {
+        run.core.reorder_wait_ms = v;
+    }
+    if let Some(v) = f.idle_flush_ms
+        && !given("idle_flush_ms")
+    {
+        run.core.idle_flush_ms = positive(v, "idle_flush_ms")?;
+    }
+    if let Some(v) = f.max_chunk_chars
+        && !given("max_chunk_chars")
+    {
+        run.core.max_chunk_chars = positive(v, "max_chunk_chars")?;
+    }
+    if let Some(v) = f.stream_timeout_s
+        && !given("stream_timeout_s")
+    {
+        run.core.stream_timeout_s = positive(v, "stream_timeout_s")?;
+    }
+    if let Some(v) = f.max_streams
+        && !given("max_streams")
+    {
+        run.core.max_streams = positive(v, "max_streams")?;
+    }
+    set!(max_pps_per_source, run.core.max_pps_per_source);
+    if let Some(v) = f.token.clone()
+        && !given("token")
+    {
+        run.core.token = Some(v);
+    }
+    if !allow.is_empty() && !given("allow") {
+        run.core.allow = allow;
+    }
+    if let Some(roles) = &f.roles
+        && !given("roles")
+    {
+        run.core.roles = roles
+            .iter()
+            .map(|r| Role::from_str(r.get_ref(), true).expect("checked by config_file"))
+            .collect();
+    }
+    if let Some(v) = &f.compat
+        && !given("compat")
+    {
+        enum_value(v, "compat", &|s| CompatArg::from_str(s, true).is_ok())?;
+        run.core.compat = CompatArg::from_str(v, true).expect("checked");
+    }
+    if let Some(v) = &f.mixer
+        && !given("mixer")
+    {
+        enum_value(v, "mixer", &|s| MixerArg::from_str(s, true).is_ok())?;
+        run.core.mixer = MixerArg::from_str(v, true).expect("checked");
+    }
+    run.core.mapping = mapping;
+    if let Some(v) = &f.log_format
+        && !given("log_format")
+    {
+        enum_value(v, "log_format", &|s| LogFormat::from_str(s, true).is_ok())?;
+        cli.log_format = LogFormat::from_str(v, true).expect("checked");
+    }
+    Ok(())
 }
 
 /// A network (`10.0.0.0/8`) or a single address (`192.0.2.7`, `::1`).
@@ -246,7 +390,16 @@ fn init_logs(format: LogFormat) {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if cli.cmd.is_none()
+        && let Some(path) = cli.run.config.clone()
+        && let Err(e) = apply_file(&mut cli, &matches, &path)
+    {
+        eprintln!("pvp-t140: {e}");
+        return ExitCode::FAILURE;
+    }
     init_logs(cli.log_format);
     let result = match cli.cmd {
         Some(Cmd::Replay { file, port, core }) => run_replay(&file, port, &core),

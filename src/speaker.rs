@@ -48,6 +48,11 @@ pub struct Speaker {
     /// Joined the PVP session: done lazily, before the speaker's first envelope, so a stream
     /// that never carries text (a scan, a flood of random SSRCs) never becomes a participant.
     pub joined: bool,
+    /// The stream mapping refused this speaker: it never joins, its text is counted and dropped.
+    pub refused: bool,
+    /// Roles and session from a stream-mapping rule (else the gateway's).
+    pub roles: Option<Vec<String>>,
+    pub session: Option<String>,
     /// Display name: derived from the stream until RTCP SDES gives a CNAME (rank 1) or NAME (2).
     pub name: String,
     pub name_rank: u8,
@@ -73,6 +78,9 @@ impl Speaker {
         Speaker {
             participant: voice.participant_id(key),
             joined: false,
+            refused: false,
+            roles: None,
+            session: None,
             name: voice.display_name(key),
             voice,
             name_rank: 0,

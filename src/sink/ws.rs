@@ -245,6 +245,8 @@ async fn connection(
             };
             let Some((queued, e)) = next else { continue };
             if e.kind == "session.join" {
+                // Heartbeats go to the participant's session (a mapping rule may route it).
+                pvp.session = e.session.clone();
                 join = Some(e.clone());
             }
             if write.send(Message::text(e.to_json())).await.is_err() {

@@ -1,0 +1,260 @@
+//! `--config FILE`: everything the flags have, in TOML, plus manual stream mapping
+//! (`[[stream]]` rules, pvp-implementation-guide STEP 4 `streamMapping: "manual"`). Flags given
+//! on the command line (or by environment variable) override the file. Errors name the line
+//! and the field.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use ipnet::IpNet;
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::mapping::{Mapping, Rule, Unmatched};
+
+/// The file's top level: the flags' names with `-` as `_` (`t140_pt`, `idle_flush_ms`, ...).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub listen: Option<SocketAddr>,
+    pub server: Option<String>,
+    pub session: Option<String>,
+    pub roles: Option<Vec<Spanned<String>>>,
+    pub t140_pt: Option<u8>,
+    pub red_pt: Option<u8>,
+    pub compat: Option<String>,
+    pub mixer: Option<String>,
+    pub reorder_wait_ms: Option<u64>,
+    pub idle_flush_ms: Option<u64>,
+    pub max_chunk_chars: Option<u64>,
+    pub stream_timeout_s: Option<u64>,
+    pub max_streams: Option<u64>,
+    pub heartbeat_s: Option<u64>,
+    pub workers: Option<u64>,
+    pub rtcp: Option<bool>,
+    pub metrics: Option<SocketAddr>,
+    pub ca_file: Option<PathBuf>,
+    pub allow: Option<Vec<Spanned<String>>>,
+    pub max_pps_per_source: Option<u32>,
+    pub token: Option<String>,
+    pub log_format: Option<String>,
+    /// `auto` (default) or `refuse`: what happens to speakers no `[[stream]]` rule matches.
+    pub unmatched: Option<Spanned<String>>,
+    #[serde(default)]
+    pub stream: Vec<StreamRule>,
+}
+
+/// One `[[stream]]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamRule {
+    /// SSRC to match: an integer or a hex string (`"0x1a2b3c4d"`).
+    pub ssrc: Option<Spanned<toml::Value>>,
+    /// Source address or network (`"10.0.0.5"`, `"10.0.0.0/8"`).
+    pub source: Option<Spanned<String>>,
+    /// RTCP SDES NAME (or CNAME) to match.
+    pub rtcp_name: Option<String>,
+    pub participant: Option<String>,
+    pub name: Option<String>,
+    pub roles: Option<Vec<Spanned<String>>>,
+    pub session: Option<String>,
+}
+
+pub const ROLES: [&str; 6] = [
+    "driver",
+    "navigator",
+    "adversary",
+    "observer",
+    "approver",
+    "admin",
+];
+
+/// `path:line: field: message` for a value found at `span` in `text`.
+fn at(path: &Path, text: &str, span: std::ops::Range<usize>, field: &str, msg: &str) -> String {
+    let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+    format!("{}:{line}: {field}: {msg}", path.display())
+}
+
+pub fn parse_net(s: &str) -> Option<IpNet> {
+    s.parse::<IpNet>()
+        .ok()
+        .or_else(|| s.parse::<std::net::IpAddr>().ok().map(IpNet::from))
+}
+
+/// Reads and checks a configuration file.
+pub fn load(path: &Path) -> Result<(FileConfig, Mapping, Vec<IpNet>), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    parse(path, &text)
+}
+
+pub fn parse(path: &Path, text: &str) -> Result<(FileConfig, Mapping, Vec<IpNet>), String> {
+    let file: FileConfig = toml::from_str(text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let check_roles = |roles: &Option<Vec<Spanned<String>>>,
+                       field: &str|
+     -> Result<Option<Vec<String>>, String> {
+        roles
+            .as_ref()
+            .map(|v| {
+                v.iter()
+                    .map(|r| {
+                        if ROLES.contains(&r.get_ref().as_str()) {
+                            Ok(r.get_ref().clone())
+                        } else {
+                            Err(at(
+                                path,
+                                text,
+                                r.span(),
+                                field,
+                                &format!("unknown role {:?} (one of {ROLES:?})", r.get_ref()),
+                            ))
+                        }
+                    })
+                    .collect()
+            })
+            .transpose()
+    };
+    check_roles(&file.roles, "roles")?;
+    let mut allow = Vec::new();
+    for a in file.allow.iter().flatten() {
+        allow.push(parse_net(a.get_ref()).ok_or_else(|| {
+            at(
+                path,
+                text,
+                a.span(),
+                "allow",
+                "not an address or CIDR network",
+            )
+        })?);
+    }
+    let unmatched = match file
+        .unmatched
+        .as_ref()
+        .map(|u| (u.get_ref().as_str(), u.span()))
+    {
+        None | Some(("auto", _)) => Unmatched::Auto,
+        Some(("refuse", _)) => Unmatched::Refuse,
+        Some((_, span)) => {
+            return Err(at(
+                path,
+                text,
+                span,
+                "unmatched",
+                "must be \"auto\" or \"refuse\"",
+            ));
+        }
+    };
+    let mut rules = Vec::new();
+    for (i, r) in file.stream.iter().enumerate() {
+        let field = |f: &str| format!("stream[{i}].{f}");
+        let match_ssrc = match &r.ssrc {
+            None => None,
+            Some(v) => {
+                let parsed = match v.get_ref() {
+                    toml::Value::Integer(n) => u32::try_from(*n).ok(),
+                    toml::Value::String(s) => {
+                        let h = s.trim_start_matches("0x").trim_start_matches("0X");
+                        u32::from_str_radix(h, 16).ok()
+                    }
+                    _ => None,
+                };
+                Some(parsed.ok_or_else(|| {
+                    at(
+                        path,
+                        text,
+                        v.span(),
+                        &field("ssrc"),
+                        "an integer or a hex string like \"0x1a2b3c4d\"",
+                    )
+                })?)
+            }
+        };
+        let match_source = match &r.source {
+            None => None,
+            Some(s) => Some(parse_net(s.get_ref()).ok_or_else(|| {
+                at(
+                    path,
+                    text,
+                    s.span(),
+                    &field("source"),
+                    "not an address or CIDR network",
+                )
+            })?),
+        };
+        if match_ssrc.is_none() && match_source.is_none() && r.rtcp_name.is_none() {
+            return Err(format!(
+                "{}: {}: a rule needs at least one of ssrc, source, rtcp_name",
+                path.display(),
+                field("")
+            ));
+        }
+        rules.push(Rule {
+            match_ssrc,
+            match_source,
+            match_rtcp_name: r.rtcp_name.clone(),
+            participant: r.participant.clone(),
+            name: r.name.clone(),
+            roles: check_roles(&r.roles, &field("roles"))?,
+            session: r.session.clone(),
+        });
+    }
+    Ok((file, Mapping { rules, unmatched }, allow))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(text: &str) -> Result<(FileConfig, Mapping, Vec<IpNet>), String> {
+        parse(Path::new("gw.toml"), text)
+    }
+
+    #[test]
+    fn a_full_file_parses() {
+        let (f, m, allow) = p(r#"
+listen = "0.0.0.0:5004"
+session = "s1"
+roles = ["navigator", "observer"]
+idle_flush_ms = 1500
+allow = ["10.0.0.0/8", "192.0.2.7"]
+unmatched = "refuse"
+
+[[stream]]
+ssrc = "0x1a2b3c4d"
+participant = "alice"
+name = "Alice"
+roles = ["driver"]
+session = "other"
+
+[[stream]]
+source = "10.1.0.0/16"
+rtcp_name = "Bob"
+"#)
+        .unwrap();
+        assert_eq!(f.session.as_deref(), Some("s1"));
+        assert_eq!(f.idle_flush_ms, Some(1500));
+        assert_eq!(allow.len(), 2);
+        assert_eq!(m.unmatched, Unmatched::Refuse);
+        assert_eq!(m.rules[0].match_ssrc, Some(0x1a2b3c4d));
+        assert_eq!(m.rules[0].session.as_deref(), Some("other"));
+        assert_eq!(m.rules[1].match_rtcp_name.as_deref(), Some("Bob"));
+    }
+
+    #[test]
+    fn errors_name_the_line_and_the_field() {
+        let e = p("session = \"s\"\nidle_flush_mss = 5\n").unwrap_err();
+        assert!(e.contains("line 2") && e.contains("idle_flush_mss"), "{e}");
+        let e = p("session = \"s\"\n\n[[stream]]\nssrc = \"zz\"\n").unwrap_err();
+        assert!(e.starts_with("gw.toml:4: stream[0].ssrc:"), "{e}");
+        let e = p("roles = [\"navigator\",\n  \"pilot\"]\n").unwrap_err();
+        assert!(
+            e.starts_with("gw.toml:2: roles: unknown role \"pilot\""),
+            "{e}"
+        );
+        let e = p("allow = [\"10.0.0.0/33\"]").unwrap_err();
+        assert!(e.starts_with("gw.toml:1: allow:"), "{e}");
+        let e = p("idle_flush_ms = \"soon\"").unwrap_err();
+        assert!(e.contains("line 1") && e.contains("idle_flush_ms"), "{e}");
+        let e = p("[[stream]]\nname = \"x\"\n").unwrap_err();
+        assert!(e.contains("stream[0]"), "{e}");
+    }
+}
