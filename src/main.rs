@@ -90,6 +90,10 @@ struct RunArgs {
     /// source on one worker, so per-stream order holds.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=256))]
     workers: u64,
+    /// Journal every envelope for the PVP server in DIR before sending it, so one killed before
+    /// it was written to the server is sent after a restart (requires --server).
+    #[arg(long)]
+    spool: Option<PathBuf>,
     /// PEM file of CA certificates to trust for a wss:// server, besides the system's roots.
     #[arg(long)]
     ca_file: Option<PathBuf>,
@@ -512,12 +516,23 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         };
         let rtcp_addr = rtcp.as_ref().and_then(|s| s.local_addr().ok());
         let sink_metrics = pvp_t140::metrics::SinkMetrics::default();
+        if args.spool.is_some() && args.server.is_none() {
+            return Err("--spool needs --server (stdout is written at once)".into());
+        }
         let sink = match &args.server {
             Some(url) => {
                 if !(url.starts_with("ws://") || url.starts_with("wss://")) {
                     return Err(format!("--server must be a ws:// or wss:// URL, got {url}"));
                 }
-                Sink::Ws(WsSink::new(WsConfig {
+                let (spool, resend) = match &args.spool {
+                    Some(dir) => {
+                        let (s, pending) = pvp_t140::sink::spool::Spool::open(dir)?;
+                        tracing::info!(journal = %s.path().display(), resend = pending.len(), "spool open");
+                        (Some(std::sync::Arc::new(s)), pending)
+                    }
+                    None => (None, Vec::new()),
+                };
+                let mut ws = WsSink::new(WsConfig {
                     url: url.clone(),
                     session: cfg.session.clone(),
                     heartbeat: Duration::from_secs(args.heartbeat_s),
@@ -528,7 +543,12 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
                     } else {
                         None
                     },
-                }))
+                    spool,
+                });
+                for e in resend {
+                    ws.resend(e);
+                }
+                Sink::Ws(ws)
             }
             None => Sink::Stdout(StdoutSink::new(65_536)),
         };

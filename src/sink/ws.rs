@@ -31,6 +31,8 @@ pub struct WsConfig {
     pub metrics: crate::metrics::SinkMetrics,
     /// For `wss://`: the rustls configuration (system roots plus `--ca-file`).
     pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// `--spool`: journal every envelope before sending and mark it once written.
+    pub spool: Option<Arc<super::spool::Spool>>,
 }
 
 struct Conn {
@@ -61,6 +63,18 @@ impl WsSink {
     }
 
     pub fn send(&mut self, e: Envelope) {
+        if let Some(spool) = &self.cfg.spool {
+            spool.added(&e);
+        }
+        self.enqueue(e);
+    }
+
+    /// Sends an envelope the spool already holds (the resend after a restart).
+    pub fn resend(&mut self, e: Envelope) {
+        self.enqueue(e);
+    }
+
+    fn enqueue(&mut self, e: Envelope) {
         let leaving = e.kind == "session.leave";
         if !self.conns.contains_key(&e.sender) {
             let (tx, rx) = mpsc::channel(self.cfg.queue);
@@ -257,6 +271,9 @@ async fn connection(
                 continue 'reconnect;
             }
             m.send_latency.observe(queued.elapsed().as_secs_f64());
+            if let Some(spool) = &cfg.spool {
+                spool.done(&e.id);
+            }
             sent.fetch_add(1, Ordering::Relaxed);
             if recent.len() == 64 {
                 recent.pop_front();

@@ -97,6 +97,12 @@ impl Gateway {
         self.wait_lines(&lines, timeout, needle)
     }
 
+    /// SIGKILL: no flush, no leave, nothing the process could still do.
+    pub fn kill(&mut self) {
+        self.child.kill().expect("SIGKILL");
+        let _ = self.child.wait();
+    }
+
     /// SIGTERM, then waits for the exit status (killing it after `timeout`).
     pub fn terminate(&mut self, timeout: Duration) -> ExitStatus {
         let ok = Command::new("kill")
