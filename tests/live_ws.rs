@@ -266,3 +266,47 @@ async fn unauthorized_is_fatal_for_that_participant_and_rate_limited_backs_off()
     server.assert_no_violations();
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_restart_mid_stream_delivers_every_chunk_once_in_order() {
+    let server = TestPvpServer::start().await;
+    let url = server.url();
+    let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
+    let mut gw = Gateway::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--server",
+        &url,
+        "--session",
+        "restart",
+    ]);
+    let mut a = Sender::new(gw.listen, 0xabc);
+    let p = a.participant();
+    a.send("One. ");
+    server
+        .wait_until(WAIT, "one", |s| adds_of(s, &p) == ["One."])
+        .await;
+    server.stop().await;
+    // While the server is down the gateway queues; nothing is sent into the void.
+    a.send("Two. ");
+    a.send("Three. ");
+    gw.wait_stderr(WAIT, "PVP connect failed");
+    let server = TestPvpServer::start_with(ServerOptions {
+        port,
+        ..ServerOptions::default()
+    })
+    .await;
+    // After the reconnect the participant joins again, then its queued chunks follow in order.
+    server
+        .wait_until(WAIT, "two and three", |s| adds_of(s, &p).len() == 2)
+        .await;
+    a.send("Four. ");
+    server
+        .wait_until(WAIT, "four", |s| adds_of(s, &p).len() == 3)
+        .await;
+    assert_eq!(adds_of(&server, &p), ["Two.", "Three.", "Four."]);
+    assert_eq!(types_of(&server, &p)[0], "session.join");
+    assert!(gw.terminate(WAIT).success());
+    server.assert_no_violations();
+    server.stop().await;
+}

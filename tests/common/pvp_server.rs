@@ -161,6 +161,8 @@ pub struct ServerOptions {
     /// included; `context.add` with `visible_to` only to those participants and the sender).
     /// Off by default, so a client only gets pings, pongs and errors.
     pub broadcast: bool,
+    /// Port to listen on (0: any free one). A restarted server takes its predecessor's port.
+    pub port: u16,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -881,9 +883,9 @@ impl TestPvpServer {
 
     /// Like [`TestPvpServer::start`] with options.
     pub async fn start_with(opts: ServerOptions) -> TestPvpServer {
-        let listener = TcpListener::bind("127.0.0.1:0")
+        let listener = TcpListener::bind(("127.0.0.1", opts.port))
             .await
-            .expect("bind 127.0.0.1:0");
+            .expect("bind 127.0.0.1");
         let addr = listener.local_addr().expect("local_addr");
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
