@@ -94,6 +94,16 @@ struct RunArgs {
     /// it was written to the server is sent after a restart (requires --server).
     #[arg(long)]
     spool: Option<PathBuf>,
+    /// Hold each transcript chunk for approval: a gate.request (action_type "context_change")
+    /// goes out, and the context.add only once the gate passes (requires --server).
+    #[arg(long)]
+    gate_transcripts: bool,
+    /// gate.approve messages a chunk needs (the request's quorum is {type: "any", count}).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    gate_quorum: u32,
+    /// The gate request's timeout_seconds; unanswered chunks are dropped 5 s after it.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    gate_timeout_s: u64,
     /// PEM file of CA certificates to trust for a wss:// server, besides the system's roots.
     #[arg(long)]
     ca_file: Option<PathBuf>,
@@ -516,6 +526,9 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         };
         let rtcp_addr = rtcp.as_ref().and_then(|s| s.local_addr().ok());
         let sink_metrics = pvp_t140::metrics::SinkMetrics::default();
+        if args.gate_transcripts && args.server.is_none() {
+            return Err("--gate-transcripts needs --server (approvals come from the PVP session)".into());
+        }
         if args.spool.is_some() && args.server.is_none() {
             return Err("--spool needs --server (stdout is written at once)".into());
         }
@@ -544,6 +557,10 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
                         None
                     },
                     spool,
+                    gate: args.gate_transcripts.then_some(pvp_t140::sink::gate::GateConfig {
+                        quorum: args.gate_quorum,
+                        timeout: Duration::from_secs(args.gate_timeout_s),
+                    }),
                 });
                 for e in resend {
                     ws.resend(e);

@@ -36,6 +36,8 @@ pub struct SinkMetrics {
     pub send_latency: Histogram,
     /// Participants the server refused (UNAUTHORIZED, SESSION_NOT_FOUND).
     pub refused: Counter,
+    /// Gated chunks rejected or timed out (`--gate-transcripts`).
+    pub gates_refused: Counter,
 }
 
 impl Default for SinkMetrics {
@@ -47,6 +49,7 @@ impl Default for SinkMetrics {
             failing: Gauge::default(),
             send_latency: Histogram::new(exponential_buckets(0.0001, 4.0, 10)),
             refused: Counter::default(),
+            gates_refused: Counter::default(),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Where envelopes go: stdout (pvp-spec 19.4 stdio binding) or a PVP server over WebSocket
 //! (19.1). Sinks never block the caller: the UDP loop hands an envelope over and moves on.
 
+pub mod gate;
 pub mod spool;
 pub mod stdout;
 pub mod tls;

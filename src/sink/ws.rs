@@ -33,6 +33,8 @@ pub struct WsConfig {
     pub tls: Option<Arc<rustls::ClientConfig>>,
     /// `--spool`: journal every envelope before sending and mark it once written.
     pub spool: Option<Arc<super::spool::Spool>>,
+    /// `--gate-transcripts`: chunks wait for approval (see [`super::gate`]).
+    pub gate: Option<super::gate::GateConfig>,
 }
 
 struct Conn {
@@ -138,6 +140,9 @@ async fn connection(
     // RATE_LIMITED (pvp-spec 17) pauses sending; the pause doubles while it repeats.
     let mut paused_until: Option<tokio::time::Instant> = None;
     let mut rate_backoff = Duration::from_millis(250);
+    // Envelopes to send before taking more from the queue (released by gates).
+    let mut outbox: VecDeque<(std::time::Instant, Envelope)> = VecDeque::new();
+    let mut gates = cfg.gate.map(super::gate::Gates::new);
     let mut backoff = Duration::from_millis(100);
     'reconnect: loop {
         let connector = cfg.tls.clone().map(tokio_tungstenite::Connector::Rustls);
@@ -191,16 +196,46 @@ async fn connection(
             tokio::time::interval_at(tokio::time::Instant::now() + cfg.heartbeat, cfg.heartbeat);
         loop {
             let paused = paused_until.is_some_and(|t| t > tokio::time::Instant::now());
+            if pending.is_none() && !paused {
+                pending = outbox.pop_front();
+            }
+            let gate_deadline = gates.as_ref().and_then(super::gate::Gates::next_deadline);
             let next = match pending.take() {
                 Some(e) if !paused => Some(e),
                 held => {
                     pending = held;
                     tokio::select! {
                     () = tokio::time::sleep_until(paused_until.unwrap_or_else(tokio::time::Instant::now)), if paused => None,
+                    () = tokio::time::sleep_until(gate_deadline.map_or_else(tokio::time::Instant::now, Into::into)), if gate_deadline.is_some() => {
+                        if let Some(g) = gates.as_mut() {
+                            settle(g, &mut outbox, &cfg, &participant);
+                        }
+                        None
+                    }
                     e = rx.recv(), if !paused && pending.is_none() => match e {
-                        Some(e) => Some(e),
+                        // A chunk from the core is held for approval: its request goes out.
+                        Some((queued, e)) => match gates.as_mut() {
+                            Some(g) => g.offer(e, &mut pvp, std::time::Instant::now(), now()).map(|out| (queued, out)),
+                            None => Some((queued, e)),
+                        },
                         None => {
-                            // Queue closed: everything is sent. Close politely.
+                            // Queue closed: the gateway is stopping. Chunks still awaiting
+                            // approval will not get it now: they are dropped (and counted), and
+                            // what waited behind them (the leave) goes out.
+                            if let Some(g) = gates.as_mut() {
+                                let (send, dropped) = g.release(std::time::Instant::now() + Duration::from_secs(86_400));
+                                for (e, _) in dropped {
+                                    tracing::warn!(%participant, id = %e.id, "stopping with a chunk still awaiting approval; dropped");
+                                    cfg.metrics.gates_refused.inc();
+                                }
+                                for e in send {
+                                    let _ = write.send(Message::text(e.to_json())).await;
+                                    if let Some(spool) = &cfg.spool {
+                                        spool.done(&e.id);
+                                    }
+                                }
+                            }
+                            // Everything is sent. Close politely.
                             let _ = write.send(Message::Close(None)).await;
                             let _ = tokio::time::timeout(Duration::from_secs(2), async {
                                 while let Some(Ok(_)) = read.next().await {}
@@ -235,6 +270,12 @@ async fn connection(
                                         rate_backoff = (rate_backoff * 2).clamp(Duration::from_millis(500), Duration::from_secs(30));
                                         paused_until = Some(tokio::time::Instant::now() + rate_backoff);
                                         tracing::warn!(%participant, pause = ?rate_backoff, "PVP server rate-limits this participant; pausing");
+                                    }
+                                    Reaction::Gate(env) => {
+                                        if let Some(g) = gates.as_mut() {
+                                            g.on_server(&env);
+                                            settle(g, &mut outbox, &cfg, &participant);
+                                        }
                                     }
                                     Reaction::None => {}
                                 }
@@ -283,6 +324,27 @@ async fn connection(
     }
 }
 
+/// Moves what the gates resolved into the outbox; chunks that will never be sent are logged,
+/// counted, and marked in the spool so a restart does not send them either.
+fn settle(
+    g: &mut super::gate::Gates,
+    outbox: &mut VecDeque<(std::time::Instant, Envelope)>,
+    cfg: &WsConfig,
+    participant: &str,
+) {
+    let (send, dropped) = g.release(std::time::Instant::now());
+    for e in send {
+        outbox.push_back((std::time::Instant::now(), e));
+    }
+    for (e, verdict) in dropped {
+        tracing::info!(%participant, id = %e.id, ?verdict, "transcript chunk not approved; dropped");
+        cfg.metrics.gates_refused.inc();
+        if let Some(spool) = &cfg.spool {
+            spool.done(&e.id);
+        }
+    }
+}
+
 /// Counts an open connection for as long as it lives.
 struct ConnGuard(prometheus_client::metrics::gauge::Gauge);
 
@@ -300,6 +362,8 @@ enum Reaction {
     Fatal(String),
     /// RATE_LIMITED: slow down.
     Backoff,
+    /// A gate decision (`gate.approve`, `gate.reject`, `gate.timeout`).
+    Gate(Envelope),
 }
 
 /// Reacts to one frame from the server: a pong for a ping; for an `error`, a log line that
@@ -319,6 +383,7 @@ fn on_frame(
     };
     match env.kind.as_str() {
         "heartbeat.ping" => Reaction::Reply(pvp.heartbeat(now(), participant, Some(&env.id))),
+        "gate.approve" | "gate.reject" | "gate.timeout" => Reaction::Gate(env),
         "error" => {
             match serde_json::from_value::<ErrorPayload>(env.payload) {
                 Ok(err) => {

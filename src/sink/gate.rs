@@ -1,0 +1,328 @@
+//! `--gate-transcripts` (pvp-implementation-guide STEP 4 `gateTranscripts`): each transcript
+//! chunk is held back and offered for approval with a `gate.request` (pvp-spec 14.1,
+//! `action_type: "context_change"`, `action_ref` = the id of the held `context.add`); it is sent
+//! once `quorum` `gate.approve`s for that gate arrive (or the server's `gate.timeout` says
+//! `auto_approved`), and dropped and counted on a `gate.reject`, a `gate.timeout` that rejects or
+//! escalates, or when no answer comes within the timeout plus a grace period. Whatever the
+//! participant sends after a held chunk (corrections, its leave) waits behind it, so order holds
+//! and a correction of a rejected chunk is dropped with it.
+//!
+//! Plain data in and out (time passed in), driven by the participant's connection task.
+
+use std::collections::{HashSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::pvp::{Builder, Envelope};
+use crate::time::Time;
+
+#[derive(Debug, Clone, Copy)]
+pub struct GateConfig {
+    /// `gate.approve`s needed (the request's quorum is `{type: "any", count}`).
+    pub quorum: u32,
+    /// `timeout_seconds` of the request.
+    pub timeout: Duration,
+}
+
+/// After the request's own timeout, how long to wait for the server's `gate.timeout`.
+const GRACE: Duration = Duration::from_secs(5);
+
+#[derive(Debug)]
+enum Held {
+    Gate {
+        id: String,
+        add: Envelope,
+        approvals: u32,
+        verdict: Option<Verdict>,
+        deadline: Instant,
+    },
+    Plain(Envelope),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Approved,
+    Rejected,
+    TimedOut,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct GateStats {
+    pub requested: u64,
+    pub approved: u64,
+    pub rejected: u64,
+    pub timed_out: u64,
+}
+
+#[derive(Debug)]
+pub struct Gates {
+    cfg: GateConfig,
+    held: VecDeque<Held>,
+    /// Keys of chunks that were not approved: their corrections are dropped too.
+    refused_keys: HashSet<String>,
+    pub stats: GateStats,
+}
+
+impl Gates {
+    pub fn new(cfg: GateConfig) -> Self {
+        Gates {
+            cfg,
+            held: VecDeque::new(),
+            refused_keys: HashSet::new(),
+            stats: GateStats::default(),
+        }
+    }
+
+    /// An envelope from the core. Returns what to send now: a `gate.request` for a chunk, the
+    /// envelope itself when nothing is held, else nothing (it waits its turn).
+    pub fn offer(
+        &mut self,
+        e: Envelope,
+        pvp: &mut Builder,
+        now: Instant,
+        wall: Time,
+    ) -> Option<Envelope> {
+        if e.kind == "context.add" {
+            let preview: String = e.payload["content"]
+                .as_str()
+                .unwrap_or("")
+                .chars()
+                .take(200)
+                .collect();
+            let request = pvp.envelope(
+                wall,
+                &e.sender,
+                "gate.request",
+                json!({
+                    "action_type": "context_change",
+                    "action_ref": e.id,
+                    "quorum": { "type": "any", "count": self.cfg.quorum },
+                    "timeout_seconds": self.cfg.timeout.as_secs(),
+                    "message": format!("Add transcript from {}: {preview}", e.sender),
+                }),
+            );
+            self.stats.requested += 1;
+            self.held.push_back(Held::Gate {
+                id: request.id.clone(),
+                add: e,
+                approvals: 0,
+                verdict: None,
+                deadline: now + self.cfg.timeout + GRACE,
+            });
+            return Some(request);
+        }
+        if self.held.is_empty() {
+            return self.pass(e);
+        }
+        self.held.push_back(Held::Plain(e));
+        None
+    }
+
+    /// A `gate.*` envelope from the server (any of the session's gates; others are ignored).
+    pub fn on_server(&mut self, env: &Envelope) {
+        let Some(gate) = env.payload["gate"].as_str() else {
+            return;
+        };
+        let Some((approvals, verdict)) = self.held.iter_mut().find_map(|h| match h {
+            Held::Gate {
+                id,
+                approvals,
+                verdict,
+                ..
+            } if id == gate => Some((approvals, verdict)),
+            _ => None,
+        }) else {
+            return;
+        };
+        if verdict.is_some() {
+            return;
+        }
+        match env.kind.as_str() {
+            "gate.approve" => {
+                *approvals += 1;
+                if *approvals >= self.cfg.quorum {
+                    *verdict = Some(Verdict::Approved);
+                }
+            }
+            "gate.reject" => *verdict = Some(Verdict::Rejected),
+            "gate.timeout" => {
+                *verdict = Some(if env.payload["resolution"] == "auto_approved" {
+                    Verdict::Approved
+                } else {
+                    Verdict::TimedOut
+                })
+            }
+            _ => {}
+        }
+    }
+
+    /// Resolves what can be resolved at `now`, in order: returns what to send, and the chunks
+    /// (with their verdict) that will never be sent.
+    pub fn release(&mut self, now: Instant) -> (Vec<Envelope>, Vec<(Envelope, Verdict)>) {
+        let (mut send, mut dropped) = (Vec::new(), Vec::new());
+        while let Some(front) = self.held.front_mut() {
+            match front {
+                Held::Gate {
+                    verdict, deadline, ..
+                } => {
+                    if verdict.is_none() && *deadline <= now {
+                        *verdict = Some(Verdict::TimedOut);
+                    }
+                    let Some(v) = *verdict else { break };
+                    let Some(Held::Gate { add, .. }) = self.held.pop_front() else {
+                        unreachable!()
+                    };
+                    match v {
+                        Verdict::Approved => {
+                            self.stats.approved += 1;
+                            send.push(add);
+                        }
+                        other => {
+                            if other == Verdict::Rejected {
+                                self.stats.rejected += 1;
+                            } else {
+                                self.stats.timed_out += 1;
+                            }
+                            if let Some(k) = add.payload["key"].as_str() {
+                                self.refused_keys.insert(k.to_owned());
+                            }
+                            dropped.push((add, other));
+                        }
+                    }
+                }
+                Held::Plain(_) => {
+                    let Some(Held::Plain(e)) = self.held.pop_front() else {
+                        unreachable!()
+                    };
+                    send.extend(self.pass(e));
+                }
+            }
+        }
+        (send, dropped)
+    }
+
+    /// A correction of a chunk that was never approved goes nowhere.
+    fn pass(&self, e: Envelope) -> Option<Envelope> {
+        let refused = matches!(e.kind.as_str(), "context.update" | "context.remove")
+            && e.payload["key"]
+                .as_str()
+                .is_some_and(|k| self.refused_keys.contains(k));
+        (!refused).then_some(e)
+    }
+
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.held.iter().find_map(|h| match h {
+            Held::Gate {
+                verdict: None,
+                deadline,
+                ..
+            } => Some(*deadline),
+            _ => None,
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pvp: &mut Builder, kind: &str, payload: serde_json::Value) -> Envelope {
+        pvp.envelope(Time(0), "p", kind, payload)
+    }
+
+    #[test]
+    fn chunks_wait_for_quorum_in_order_and_rejections_take_their_corrections() {
+        let mut pvp = Builder::new("s".into(), None, 1);
+        let mut g = Gates::new(GateConfig {
+            quorum: 2,
+            timeout: Duration::from_secs(30),
+        });
+        let t = Instant::now();
+        let a = env(
+            &mut pvp,
+            "context.add",
+            json!({"key": "k1", "content": "one"}),
+        );
+        let b = env(
+            &mut pvp,
+            "context.add",
+            json!({"key": "k2", "content": "two"}),
+        );
+        let ra = g.offer(a.clone(), &mut pvp, t, Time(0)).unwrap();
+        assert_eq!(ra.kind, "gate.request");
+        assert_eq!(ra.payload["action_ref"], a.id.as_str());
+        assert_eq!(ra.payload["action_type"], "context_change");
+        let rb = g.offer(b.clone(), &mut pvp, t, Time(0)).unwrap();
+        let upd = env(
+            &mut pvp,
+            "context.update",
+            json!({"key": "k2", "new_content": "tw", "reason": "bs"}),
+        );
+        assert!(
+            g.offer(upd, &mut pvp, t, Time(0)).is_none(),
+            "waits behind the gates"
+        );
+        // b is rejected first; a needs two approvals; nothing goes out before a resolves.
+        g.on_server(&env(
+            &mut pvp,
+            "gate.reject",
+            json!({"gate": rb.id, "rejector": "x", "reason": "no"}),
+        ));
+        g.on_server(&env(
+            &mut pvp,
+            "gate.approve",
+            json!({"gate": ra.id, "approver": "x"}),
+        ));
+        assert!(g.release(t).0.is_empty());
+        g.on_server(&env(
+            &mut pvp,
+            "gate.approve",
+            json!({"gate": ra.id, "approver": "y"}),
+        ));
+        let (send, dropped) = g.release(t);
+        assert_eq!(
+            send.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(),
+            [a.id.as_str()]
+        );
+        assert_eq!(dropped.len(), 1);
+        assert_eq!(dropped[0].1, Verdict::Rejected);
+        assert!(g.is_empty());
+        assert_eq!(
+            g.stats,
+            GateStats {
+                requested: 2,
+                approved: 1,
+                rejected: 1,
+                timed_out: 0
+            }
+        );
+    }
+
+    #[test]
+    fn unanswered_gates_time_out_and_auto_approval_sends() {
+        let mut pvp = Builder::new("s".into(), None, 1);
+        let mut g = Gates::new(GateConfig {
+            quorum: 1,
+            timeout: Duration::from_secs(10),
+        });
+        let t = Instant::now();
+        let a = env(&mut pvp, "context.add", json!({"key": "k1"}));
+        let b = env(&mut pvp, "context.add", json!({"key": "k2"}));
+        g.offer(a, &mut pvp, t, Time(0)).unwrap();
+        let rb = g.offer(b.clone(), &mut pvp, t, Time(0)).unwrap();
+        g.on_server(&env(&mut pvp, "gate.timeout", json!({"gate": rb.id, "resolution": "auto_approved", "approvals_received": 0, "approvals_required": 1})));
+        assert_eq!(g.next_deadline(), Some(t + Duration::from_secs(15)));
+        let (send, dropped) = g.release(t + Duration::from_secs(15));
+        assert_eq!(dropped.len(), 1);
+        assert_eq!(dropped[0].1, Verdict::TimedOut);
+        assert_eq!(
+            send.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(),
+            [b.id.as_str()]
+        );
+    }
+}

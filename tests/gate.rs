@@ -1,0 +1,138 @@
+//! `--gate-transcripts`: each chunk becomes a `gate.request` (pvp-spec 14.1, action_type
+//! "context_change"); the `context.add` follows only once an approver approves, in order, and a
+//! rejected chunk is never added. A real approver client takes part through the test server's
+//! broadcast (as the reference server relays session traffic).
+
+mod common;
+
+use std::time::Duration;
+
+use common::gateway_proc::{Gateway, Sender};
+use common::pvp_server::{ServerOptions, TestPvpServer, make_envelope};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// An approver that approves every gate whose message says "approve", rejects "reject".
+async fn approver(url: String, session: &'static str) {
+    let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+    let join = make_envelope(
+        "session.join",
+        session,
+        "approver-1",
+        json!({
+            "participant": {"id": "approver-1", "name": "Approver", "type": "human", "roles": ["approver"], "transport": "websocket"},
+            "supported_versions": [1]
+        }),
+        None,
+    );
+    ws.send(Message::text(join.to_string())).await.unwrap();
+    tokio::spawn(async move {
+        while let Some(Ok(msg)) = ws.next().await {
+            let Ok(e) = serde_json::from_str::<Value>(msg.to_text().unwrap_or("")) else {
+                continue;
+            };
+            if e["type"] != "gate.request" {
+                continue;
+            }
+            let message = e["payload"]["message"].as_str().unwrap_or("");
+            let gate = e["id"].as_str().unwrap();
+            let reply = if message.contains("reject") {
+                make_envelope(
+                    "gate.reject",
+                    session,
+                    "approver-1",
+                    json!({"gate": gate, "rejector": "approver-1", "reason": "no"}),
+                    Some(gate),
+                )
+            } else {
+                make_envelope(
+                    "gate.approve",
+                    session,
+                    "approver-1",
+                    json!({"gate": gate, "approver": "approver-1"}),
+                    Some(gate),
+                )
+            };
+            ws.send(Message::text(reply.to_string())).await.unwrap();
+        }
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunks_are_added_only_once_approved_and_in_order() {
+    let server = TestPvpServer::start_with(ServerOptions {
+        broadcast: true,
+        ..ServerOptions::default()
+    })
+    .await;
+    approver(server.url(), "gated").await;
+    let url = server.url();
+    let mut gw = Gateway::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--server",
+        &url,
+        "--session",
+        "gated",
+        "--gate-transcripts",
+    ]);
+    let mut s = Sender::new(gw.listen, 0x6a7e);
+    s.send("Please approve this. ");
+    s.send("Please reject this. ");
+    s.send("And approve this too. ");
+    let p = s.participant();
+    let adds = |srv: &TestPvpServer| -> Vec<String> {
+        srv.received_of_type("context.add")
+            .iter()
+            .filter(|e| e["sender"] == p.as_str())
+            .map(|e| e["payload"]["content"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    server
+        .wait_until(WAIT, "two approved chunks", |srv| adds(srv).len() == 2)
+        .await;
+    assert!(gw.terminate(WAIT).success());
+    assert_eq!(
+        adds(&server),
+        ["Please approve this.", "And approve this too."]
+    );
+    let requests = server.received_of_type("gate.request");
+    let mine: Vec<&Value> = requests
+        .iter()
+        .filter(|e| e["sender"] == p.as_str())
+        .collect();
+    assert_eq!(mine.len(), 3);
+    for r in &mine {
+        assert_eq!(r["payload"]["action_type"], "context_change");
+        assert_eq!(r["payload"]["quorum"], json!({"type": "any", "count": 1}));
+    }
+    // Each add is the very message its request referred to.
+    let added_ids: Vec<Value> = server
+        .received_of_type("context.add")
+        .iter()
+        .filter(|e| e["sender"] == p.as_str())
+        .map(|e| e["id"].clone())
+        .collect();
+    assert_eq!(
+        added_ids,
+        [
+            mine[0]["payload"]["action_ref"].clone(),
+            mine[2]["payload"]["action_ref"].clone()
+        ]
+    );
+    server.assert_no_violations();
+    server.stop().await;
+}
+
+#[test]
+fn gating_needs_a_server() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .args(["--listen", "127.0.0.1:0", "--gate-transcripts"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--gate-transcripts needs --server"));
+}
