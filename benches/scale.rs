@@ -1,0 +1,361 @@
+//! Scale of the sans-IO core: memory per stream and timer cost with 100,000 live streams.
+//!
+//! `cargo bench --bench scale` (about 10 s). Plain `main` (no criterion): a counting global
+//! allocator measures the bytes the core holds, which criterion cannot.
+//!
+//! * **memory**: `Gateway` fed N streams (default 100,000; `SCALE_STREAMS` overrides) of one
+//!   kind, with every envelope drained and dropped; live heap bytes after minus before, over N.
+//!   Kinds: `idle` (one packet whose T.140 is only the BOM: a stream that never carried text,
+//!   never joined), `text` (3 RED packets from `send::Sender` carrying a sentence that does not
+//!   end, so the chunker holds it), `flushed` (the same with a finished sentence: joined, chunk
+//!   sent, buffer empty but its capacity kept). "beyond text" subtracts the bytes of text the
+//!   chunker holds.
+//! * **timers**: with 1,000 and with 100,000 idle streams live, each round gives 10 other
+//!   streams text that does not end a sentence and then calls `handle_timeout` at their idle
+//!   flush deadline (10 flushes due, every other stream far from due); also `handle_timeout`
+//!   with nothing due. A scan of all streams would make 100k ~100x dearer than 1k.
+//! * **stats()**: `Gateway::stats()` at 1k and 100k streams (it folds every live stream's
+//!   counters; the live shell calls it once a second per worker when `--metrics` is on).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::hint::black_box;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use pvp_t140::send::{Sender, SenderConfig};
+use pvp_t140::{Config, Gateway, Time, rtp};
+
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+/// While set, the sizes of new allocations (and reallocations) are recorded in `TRACE`.
+static TRACING: AtomicBool = AtomicBool::new(false);
+static TRACE: [AtomicUsize; 64] = [const { AtomicUsize::new(0) }; 64];
+static TRACED: AtomicUsize = AtomicUsize::new(0);
+
+fn trace(size: usize) {
+    if TRACING.load(Ordering::Relaxed) {
+        let i = TRACED.fetch_add(1, Ordering::Relaxed);
+        if i < TRACE.len() {
+            TRACE[i].store(size, Ordering::Relaxed);
+        }
+    }
+}
+
+// SAFETY: forwards to the system allocator unchanged; only counts sizes.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        // SAFETY: same contract as the caller's.
+        let p = unsafe { System.alloc(l) };
+        if !p.is_null() {
+            LIVE.fetch_add(l.size(), Ordering::Relaxed);
+            trace(l.size());
+        }
+        p
+    }
+    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        // SAFETY: same contract as the caller's.
+        let p = unsafe { System.alloc_zeroed(l) };
+        if !p.is_null() {
+            LIVE.fetch_add(l.size(), Ordering::Relaxed);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(p, l) };
+        LIVE.fetch_sub(l.size(), Ordering::Relaxed);
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        // SAFETY: same contract as the caller's.
+        let q = unsafe { System.realloc(p, l, new) };
+        if !q.is_null() {
+            LIVE.fetch_sub(l.size(), Ordering::Relaxed);
+            LIVE.fetch_add(new, Ordering::Relaxed);
+            trace(new);
+        }
+        q
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+fn live() -> usize {
+    LIVE.load(Ordering::Relaxed)
+}
+
+const T0: Time = Time::from_millis(1_700_000_000_000);
+const T140_PT: u8 = 98;
+/// Source ports the streams are spread over (SSRCs stay globally unique).
+const PORTS: u32 = 256;
+
+fn source(i: u32) -> SocketAddr {
+    SocketAddr::new(
+        IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)),
+        (20_000 + i % PORTS) as u16,
+    )
+}
+
+fn ssrc(i: u32) -> u32 {
+    0x1000_0000 + i
+}
+
+fn config() -> Config {
+    Config {
+        max_streams: 1_000_000,
+        // Nothing times out during the measurement: every stream stays live.
+        stream_timeout: Duration::from_secs(3600),
+        idle_flush: Duration::from_secs(2),
+        max_pps_per_source: 0,
+        ..Config::default()
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Idle,
+    Text,
+    Flushed,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Idle => "idle (BOM only, never joined)",
+            Kind::Text => "text held (no sentence end)",
+            Kind::Flushed => "flushed (sentence sent, joined)",
+        }
+    }
+}
+
+fn bom_packet(i: u32) -> Vec<u8> {
+    let mut p = Vec::new();
+    rtp::write_packet(&mut p, true, T140_PT, 1, 0, ssrc(i), "\u{feff}".as_bytes());
+    p
+}
+
+/// The datagrams `send::Sender` (RED, 2 generations) makes for `text`, until it is idle.
+fn sender_packets(i: u32, text: &str) -> Vec<Vec<u8>> {
+    let cfg = SenderConfig {
+        ssrc: ssrc(i),
+        initial_seq: (i as u16).wrapping_mul(7),
+        initial_ts: i.wrapping_mul(1000),
+        ..SenderConfig::default()
+    };
+    let mut s = Sender::new(cfg, T0);
+    s.push_text(T0, text);
+    let mut out = Vec::new();
+    let mut now = T0;
+    while !s.is_idle() {
+        while let Some(p) = s.poll_packet(now) {
+            out.push(p);
+        }
+        match s.poll_timeout() {
+            Some(t) => now = t,
+            None => break,
+        }
+    }
+    out
+}
+
+fn text_for(kind: Kind, i: u32) -> String {
+    match kind {
+        Kind::Idle => String::new(),
+        Kind::Text => format!("Hello from stream {i}, still talking and"),
+        Kind::Flushed => format!("Hello from stream {i}. "),
+    }
+}
+
+fn drain(gw: &mut Gateway) -> u64 {
+    let mut n = 0;
+    while let Some(e) = gw.poll_output() {
+        black_box(e);
+        n += 1;
+    }
+    n
+}
+
+/// Opens `n` streams of `kind` (streams `first..first+n`), all packets at `at`, in stream
+/// order per packet round as a live sender set would interleave them.
+fn open(gw: &mut Gateway, kind: Kind, first: u32, n: u32, at: Time) -> (u64, usize) {
+    let mut envelopes = 0;
+    let mut text_bytes = 0;
+    const BATCH: u32 = 1000;
+    let mut start = first;
+    while start < first + n {
+        let end = (start + BATCH).min(first + n);
+        let per: Vec<Vec<Vec<u8>>> = (start..end)
+            .map(|i| match kind {
+                Kind::Idle => vec![bom_packet(i)],
+                _ => {
+                    let t = text_for(kind, i);
+                    if kind == Kind::Text {
+                        text_bytes += t.len();
+                    }
+                    sender_packets(i, &t)
+                }
+            })
+            .collect();
+        let rounds = per.iter().map(Vec::len).max().unwrap_or(0);
+        for r in 0..rounds {
+            for (k, pkts) in per.iter().enumerate() {
+                if let Some(p) = pkts.get(r) {
+                    gw.handle_datagram(at, source(start + k as u32), p);
+                }
+            }
+            envelopes += drain(gw);
+        }
+        start = end;
+    }
+    (envelopes, text_bytes)
+}
+
+fn memory(kind: Kind, n: u32) {
+    let before = live();
+    let mut gw = Gateway::new(config());
+    let empty = live() - before;
+    let (envelopes, text_bytes) = open(&mut gw, kind, 0, n, T0);
+    let after = live();
+    assert_eq!(gw.live_streams(), n as usize, "every stream is live");
+    let per = (after - before - empty) as f64 / f64::from(n);
+    let beyond = per - text_bytes as f64 / f64::from(n);
+    println!(
+        "memory  {:<34} streams {n:>7}  heap {:>7.1} MiB  {per:>6.0} B/stream  {beyond:>6.0} B/stream beyond text  (envelopes {envelopes})",
+        kind.name(),
+        (after - before) as f64 / 1048576.0,
+    );
+    drop(gw);
+}
+
+/// The heap allocations one more stream of `kind` makes, on a gateway that already holds 1,000
+/// (so no table is at a growth step): where the bytes of a stream go.
+fn one_stream(kind: Kind) {
+    let mut gw = Gateway::new(config());
+    open(&mut gw, kind, 0, 1000, T0);
+    let packets = match kind {
+        Kind::Idle => vec![bom_packet(5000)],
+        _ => sender_packets(5000, &text_for(kind, 5000)),
+    };
+    let before = live();
+    TRACED.store(0, Ordering::Relaxed);
+    TRACING.store(true, Ordering::Relaxed);
+    for p in &packets {
+        gw.handle_datagram(T0, source(5000), p);
+    }
+    TRACING.store(false, Ordering::Relaxed);
+    let after = live();
+    let n = TRACED.load(Ordering::Relaxed).min(TRACE.len());
+    let mut sizes: Vec<usize> = TRACE[..n]
+        .iter()
+        .map(|a| a.load(Ordering::Relaxed))
+        .collect();
+    sizes.sort_unstable_by(|a, b| b.cmp(a));
+    println!(
+        "one     {:<34} +{} B live; allocations (bytes, largest first, envelopes not drained): {sizes:?}",
+        kind.name(),
+        after - before
+    );
+    drain(&mut gw);
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// (ns per handle_timeout with 10 flushes due, ns with nothing due, ns per stats()).
+fn timers(n: u32) -> (f64, f64, f64) {
+    const DUE: u32 = 10;
+    const ROUNDS: u32 = 300;
+    let mut gw = Gateway::new(config());
+    open(&mut gw, Kind::Idle, 0, n, T0);
+    // The streams that become due: opened with the rest, then given text each round.
+    let mut talkers: Vec<(u32, Sender)> = (0..DUE)
+        .map(|k| {
+            let i = 1_000_000 + k;
+            let cfg = SenderConfig {
+                ssrc: ssrc(i),
+                redundancy: 0,
+                ..SenderConfig::default()
+            };
+            (i, Sender::new(cfg, T0))
+        })
+        .collect();
+    let mut due_ns = Vec::new();
+    let mut none_ns = Vec::new();
+    for r in 0..ROUNDS {
+        // 3 s apart: each round's text is flushed (idle, 2 s) before the next arrives.
+        let t = T0.saturating_add(Duration::from_secs(10 + 3 * u64::from(r)));
+        for (i, s) in &mut talkers {
+            s.push_text(t, "still talking and");
+            while let Some(p) = s.poll_packet(t) {
+                gw.handle_datagram(t, source(*i), &p);
+            }
+        }
+        drain(&mut gw);
+        let idle = t.saturating_add(Duration::from_millis(1000));
+        let started = Instant::now();
+        gw.handle_timeout(idle);
+        none_ns.push(started.elapsed().as_nanos() as f64);
+        let flush = t.saturating_add(Duration::from_millis(2001));
+        let started = Instant::now();
+        gw.handle_timeout(flush);
+        due_ns.push(started.elapsed().as_nanos() as f64);
+        let flushed = drain(&mut gw);
+        // Each due stream sends its chunk (and its join the first time).
+        assert!(flushed >= u64::from(DUE), "round {r}: {flushed} envelopes");
+    }
+    let mut stats_ns = Vec::new();
+    for _ in 0..20 {
+        let started = Instant::now();
+        black_box(gw.stats());
+        stats_ns.push(started.elapsed().as_nanos() as f64);
+    }
+    (median(due_ns), median(none_ns), median(stats_ns))
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; nothing to parse.
+    let n: u32 = std::env::var("SCALE_STREAMS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100_000);
+    println!(
+        "sizes: Stream {} B, Speaker {} B, Register {} B, Chunker {} B (inline, before heap parts)",
+        std::mem::size_of::<pvp_t140::stream::Stream>(),
+        std::mem::size_of::<pvp_t140::speaker::Speaker>(),
+        std::mem::size_of::<pvp_t140::register::Register>(),
+        std::mem::size_of::<pvp_t140::chunker::Chunker>(),
+    );
+    for kind in [Kind::Idle, Kind::Text, Kind::Flushed] {
+        memory(kind, n);
+    }
+    for kind in [Kind::Idle, Kind::Text] {
+        one_stream(kind);
+    }
+    let small = timers(1_000);
+    let large = timers(n);
+    println!(
+        "timers  handle_timeout, 10 idle flushes due: {:>8.0} ns with 1k streams, {:>8.0} ns with {}k (x{:.2})",
+        small.0,
+        large.0,
+        n / 1000,
+        large.0 / small.0
+    );
+    println!(
+        "timers  handle_timeout, nothing due:         {:>8.0} ns with 1k streams, {:>8.0} ns with {}k (x{:.2})",
+        small.1,
+        large.1,
+        n / 1000,
+        large.1 / small.1
+    );
+    println!(
+        "stats   Gateway::stats():                    {:>8.0} ns with 1k streams, {:>8.0} ns with {}k (x{:.2})",
+        small.2,
+        large.2,
+        n / 1000,
+        large.2 / small.2
+    );
+}
