@@ -353,6 +353,7 @@ impl Emitter {
         }
         sp.joined = true;
         let p = self.participant(key, sp);
+        tracing::info!(participant = %p.id, name = %p.name, "participant joins");
         let e = self.in_session(sp, |b| b.join(now, &p));
         self.stats.participants_total += 1;
         self.push(e);
@@ -727,19 +728,24 @@ impl Gateway {
         self.ssrc_owner.insert(key.ssrc, key.source);
         self.emit.stats.streams_total += 1;
         self.emit.stats.streams_live += 1;
-        tracing::info!(source = %key.source, ssrc = format_args!("{:08x}", key.ssrc), "stream started");
+        // Debug, not info: a flood of random SSRCs must not become a flood of log lines.
+        tracing::debug!(source = %key.source, ssrc = format_args!("{:08x}", key.ssrc), "stream started");
         self.arm(slot);
         Ok(slot)
     }
 
-    /// At the stream limit, makes room by removing the oldest stream that never joined (never
-    /// carried text), without a trace on the PVP side: a flood of random SSRCs cannot lock out
+    /// At the stream limit, makes room by removing the oldest stream that holds no text and
+    /// never joined (never carried text), without a trace on the PVP side: a flood of random SSRCs cannot lock out
     /// a real speaker. Amortised O(1): each stream enters `silent` once.
     fn evict_silent_stream(&mut self) -> bool {
         while let Some((slot, serial)) = self.silent.pop_front() {
-            let victim = self.slots[slot as usize]
-                .as_ref()
-                .is_some_and(|s| s.serial == serial && s.speakers.iter().all(|sp| !sp.joined));
+            let victim = self.slots[slot as usize].as_ref().is_some_and(|s| {
+                s.serial == serial
+                    && s.register.held() == 0
+                    && s.speakers
+                        .iter()
+                        .all(|sp| !sp.joined && sp.chunker.is_blank())
+            });
             if victim {
                 let s = self.slots[slot as usize].take().expect("checked");
                 self.index.remove(&s.key);
@@ -974,13 +980,15 @@ impl Gateway {
         self.free.push(slot);
         self.emit.stats.streams_live -= 1;
         self.emit.stats.fold_stream(&s);
-        tracing::info!(
-            source = %key.source,
-            ssrc = format_args!("{:08x}", key.ssrc),
-            reason,
-            packets = s.stats.packets,
-            speakers = s.speakers.len(),
-            "stream ended"
-        );
+        if s.speakers.iter().any(|sp| sp.joined) {
+            tracing::info!(
+                source = %key.source,
+                ssrc = format_args!("{:08x}", key.ssrc),
+                reason,
+                packets = s.stats.packets,
+                speakers = s.speakers.len(),
+                "stream ended"
+            );
+        }
     }
 }

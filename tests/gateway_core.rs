@@ -906,3 +906,25 @@ fn no_idle_flush_while_packets_wait_behind_a_gap() {
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(got[0].1, "Plain text \u{fffd}\u{fffd}word.");
 }
+
+#[test]
+fn a_stream_holding_text_is_never_evicted_by_a_flood() {
+    let mut gw = Gateway::new(Config {
+        max_streams: 10,
+        ..Config::default()
+    });
+    // Text buffered but no sentence end yet: not joined, but not silent either.
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "still talking"));
+    for ssrc in 100..1000 {
+        gw.handle_datagram(at(1), addr(5000), &t140(1, ssrc, ""));
+    }
+    gw.handle_datagram(at(2), addr(4000), &t140(2, 1, " and done. "));
+    let got = adds(&drain(&mut gw));
+    assert_eq!(
+        got,
+        vec![(
+            "t140:00000001@127.0.0.1:4000".to_owned(),
+            "still talking and done.".to_owned()
+        )]
+    );
+}

@@ -31,10 +31,15 @@ fn collect(r: impl std::io::Read + Send + 'static) -> Arc<Mutex<Vec<String>>> {
 impl Gateway {
     /// Starts the binary with `args` plus `--log-format json`, and waits for it to listen.
     pub fn start(args: &[&str]) -> Gateway {
+        Self::start_logging(args, "debug,tungstenite=info,tokio_tungstenite=info")
+    }
+
+    /// As [`Gateway::start`], with this `RUST_LOG`.
+    pub fn start_logging(args: &[&str], rust_log: &str) -> Gateway {
         let mut child = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
             .args(args)
             .args(["--log-format", "json"])
-            .env("RUST_LOG", "debug,tungstenite=info,tokio_tungstenite=info")
+            .env("RUST_LOG", rust_log)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -52,6 +57,17 @@ impl Gateway {
         let v: serde_json::Value = serde_json::from_str(&line).expect("JSON log line");
         gw.listen = v["fields"]["listen"].as_str().unwrap().parse().unwrap();
         gw
+    }
+
+    /// The process's peak resident memory (VmHWM), in KiB.
+    pub fn peak_rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
     }
 
     pub fn stdout_lines(&self) -> Vec<String> {
