@@ -287,10 +287,11 @@ async fn a_server_restart_mid_stream_delivers_every_chunk_once_in_order() {
         .wait_until(WAIT, "one", |s| adds_of(s, &p) == ["One."])
         .await;
     server.stop().await;
-    // While the server is down the gateway queues; nothing is sent into the void.
+    // Once the gateway has seen the server go (a frame written into a dying connection cannot
+    // be known lost: PVP has no acknowledgement), what it is given waits for the reconnect.
+    gw.wait_stderr(WAIT, "PVP connect failed");
     a.send("Two. ");
     a.send("Three. ");
-    gw.wait_stderr(WAIT, "PVP connect failed");
     let server = TestPvpServer::start_with(ServerOptions {
         port,
         ..ServerOptions::default()
