@@ -68,7 +68,16 @@ pub fn read_udp_from(
     let mut legacy_nanos = false;
     // pcapng interfaces of the current section: link type, units per second, offset seconds.
     let mut interfaces: Vec<(Linktype, u64, i64)> = Vec::new();
+    let mut le = true;
+    let pcapng = reader.data().starts_with(&[0x0a, 0x0d, 0x0d, 0x0a]);
     loop {
+        // pcap-parser 0.17 subtracts 12 from a pcapng block's length without checking it
+        // (a panic in debug builds): refuse such a block here first.
+        if pcapng && short_pcapng_block(reader.data(), &mut le) {
+            return Err(CaptureError::Format(
+                "pcapng block shorter than its own header".into(),
+            ));
+        }
         match reader.next() {
             Ok((offset, block)) => {
                 let frame = match block {
@@ -148,6 +157,25 @@ pub fn read_udp_from(
         }
     }
     Ok(stats)
+}
+
+/// True when the next pcapng block claims a length under 12 bytes (type, two lengths). Tracks
+/// the section's byte order from each Section Header Block.
+fn short_pcapng_block(data: &[u8], le: &mut bool) -> bool {
+    const SHB: [u8; 4] = [0x0a, 0x0d, 0x0d, 0x0a];
+    if data.len() < 12 {
+        return false;
+    }
+    if data[..4] == SHB {
+        *le = data[8..12] == [0x4d, 0x3c, 0x2b, 0x1a];
+    }
+    let len = [data[4], data[5], data[6], data[7]];
+    let len = if *le {
+        u32::from_le_bytes(len)
+    } else {
+        u32::from_be_bytes(len)
+    };
+    len < 12
 }
 
 fn udp_of(data: &[u8], link: Linktype, caplen: usize) -> Option<(SocketAddr, SocketAddr, &[u8])> {

@@ -891,6 +891,15 @@ impl Gateway {
                 continue; // superseded entry
             }
             s.timer = None;
+            // Entries are re-armed lazily, so this one may be earlier than the stream's real
+            // deadline: put it back at that time, so streams are handled in time order (envelope
+            // timestamps never go backwards when a late call catches up on many at once).
+            let real = self.deadline(self.slots[slot as usize].as_ref().expect("live"));
+            if real > at {
+                self.arm(slot);
+                continue;
+            }
+            let s = self.slots[slot as usize].as_mut().expect("live");
             let timeout_at = s.last_packet.saturating_add(self.cfg.stream_timeout);
             if timeout_at <= now {
                 self.close_stream(timeout_at.max(at), slot, "stream timeout");

@@ -141,7 +141,8 @@ impl Builder {
         let payload = json!({
             "key": key,
             "content_type": "audio_transcript",
-            "content": text,
+            // Moved in, not serialised again: the chunk text is copied once per flush, not twice.
+            "content": Value::String(text),
             "source": source,
             "tags": ["t140", "transcript", format!("flush:{cause}")],
         });

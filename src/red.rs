@@ -144,30 +144,31 @@ impl<'a> RedPayload<'a> {
         }
     }
 
-    /// Block `i` in header order.
-    fn block(&self, i: usize) -> RedBlock<'a> {
-        let mut start = self.data_start;
-        for j in 0..i {
-            start += header(self.format, &self.payload[j * 4..j * 4 + 4]).1;
-        }
-        let h = &self.payload[i * 4..i * 4 + 4];
-        let (ts_offset, len) = header(self.format, h);
-        RedBlock {
-            payload_type: h[0] & 0x7f,
-            ts_offset,
-            data: &self.payload[start..start + len],
-        }
-    }
-
     /// The redundant blocks, oldest first (RFC 2198 section 3 order), whatever the wire order.
+    /// One pass with a running offset: O(blocks), so a datagram packed with empty headers costs
+    /// linear time, not quadratic.
     pub fn redundant_blocks(&self) -> impl Iterator<Item = RedBlock<'a>> + 'a {
         let this = *self;
-        (0..self.redundant).map(move |i| {
-            this.block(if this.newest_first {
-                this.redundant - 1 - i
+        let n = self.redundant;
+        // Forward: data of block i starts after blocks 0..i. Backward: ends before i+1..n.
+        let mut start = self.data_start;
+        let mut end = self.data_start + self.redundant_len;
+        (0..n).map(move |k| {
+            let i = if this.newest_first { n - 1 - k } else { k };
+            let h = &this.payload[i * 4..i * 4 + 4];
+            let (ts_offset, len) = header(this.format, h);
+            let data = if this.newest_first {
+                end -= len;
+                &this.payload[end..end + len]
             } else {
-                i
-            })
+                start += len;
+                &this.payload[start - len..start]
+            };
+            RedBlock {
+                payload_type: h[0] & 0x7f,
+                ts_offset,
+                data,
+            }
         })
     }
 }

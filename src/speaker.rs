@@ -190,7 +190,10 @@ pub fn split_named(block: &[u8]) -> Option<(&str, &[u8])> {
         .take(MAX_NAMED_ID + 1)
         .position(|&b| b == 0x1e)?;
     let id = std::str::from_utf8(&block[..at]).ok()?;
-    let ok = !id.is_empty() && id.chars().all(|c| !c.is_control() && c != '/');
+    // `csrc:` is the mixer speakers' namespace: a stream id may not take it.
+    let ok = !id.is_empty()
+        && !id.starts_with("csrc:")
+        && id.chars().all(|c| !c.is_control() && c != '/');
     ok.then(|| (id, &block[at + 1..]))
 }
 

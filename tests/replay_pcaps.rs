@@ -400,3 +400,22 @@ fn t140_controls_are_skipped_and_a_backspace_into_sent_text_updates_it() {
         assert!(!text.contains(debris), "{debris:?} in {text:?}");
     }
 }
+
+#[test]
+fn a_pcapng_block_shorter_than_its_header_is_an_error_not_a_panic() {
+    // Found by the pcap_read fuzz target: pcap-parser 0.17 underflows on this block.
+    let crash = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/corpus/pcap_read/crash-pcapng-pib-len8-underflow");
+    let out = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .arg("replay")
+        .arg(&crash)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("shorter than its own header"));
+}
