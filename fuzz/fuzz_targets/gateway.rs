@@ -1,0 +1,217 @@
+//! The whole sans-IO gateway driven by an arbitrary sequence of datagrams from a few sources,
+//! time steps and timer wake-ups (format in `src/lib.rs`), then `shutdown`. Checks the protocol
+//! invariants of what comes out, not only the absence of panics.
+#![no_main]
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use libfuzzer_sys::fuzz_target;
+use pvp_t140::gateway::{Compat, MixerMode};
+use pvp_t140::pvp::Envelope;
+use pvp_t140::{Config, Gateway, Time};
+use pvp_t140_fuzz::{decode, source};
+use serde_json::Value;
+
+const MAX_STREAMS: usize = 8;
+const SESSION: &str = "fuzz";
+
+struct Check {
+    max_chunk_chars: usize,
+    ids: HashSet<String>,
+    last_id: String,
+    /// Every context key added, with its sender and whether it was removed since.
+    keys: HashMap<String, (String, bool)>,
+    /// Senders joined and not yet left.
+    active: HashSet<String>,
+    joins: u64,
+    envelopes: u64,
+}
+
+impl Check {
+    fn envelope(&mut self, e: &Envelope) {
+        self.envelopes += 1;
+        let json = e.to_json();
+        let v: Value = serde_json::from_str(&json).expect("envelope JSON parses");
+        assert_eq!(v["v"], 1, "{json}");
+        assert_eq!(v["session"], SESSION, "{json}");
+        let id = v["id"].as_str().expect("id is a string");
+        assert_eq!(id.len(), 26, "ULID id: {json}");
+        assert!(
+            id.bytes()
+                .all(|b| b.is_ascii_digit() || (b.is_ascii_uppercase() && !b"ILOU".contains(&b))),
+            "ULID alphabet: {id}"
+        );
+        assert!(self.ids.insert(id.to_owned()), "duplicate id {id}");
+        assert!(
+            *id > *self.last_id,
+            "ids out of order: {} then {id}",
+            self.last_id
+        );
+        self.last_id = id.to_owned();
+        let back: Envelope = serde_json::from_value(v.clone()).expect("envelope deserializes");
+        assert_eq!(&back, e, "JSON round trip");
+
+        let sender = e.sender.clone();
+        assert!(!sender.is_empty());
+        match e.kind.as_str() {
+            "session.join" => {
+                assert_eq!(v["payload"]["participant"]["id"], sender.as_str(), "{json}");
+                assert!(
+                    self.active.insert(sender),
+                    "joined twice without leaving: {json}"
+                );
+                self.joins += 1;
+            }
+            "participant.announce" => {
+                assert!(
+                    self.active.contains(&sender),
+                    "announce from a non-member: {json}"
+                );
+                assert_eq!(v["payload"]["id"], sender.as_str(), "{json}");
+            }
+            "context.add" => {
+                assert!(
+                    self.active.contains(&sender),
+                    "context.add from a non-member: {json}"
+                );
+                let key = v["payload"]["key"].as_str().expect("key").to_owned();
+                let dup = self.keys.insert(key, (sender, false));
+                assert!(dup.is_none(), "duplicate context key: {json}");
+                self.content(&v["payload"]["content"], &json);
+            }
+            "context.update" | "context.remove" => {
+                assert!(
+                    self.active.contains(&sender),
+                    "{} from a non-member: {json}",
+                    e.kind
+                );
+                let key = v["payload"]["key"].as_str().expect("key");
+                let item = self.keys.get_mut(key);
+                let Some((owner, removed)) = item else {
+                    panic!("{} of a key never added: {json}", e.kind)
+                };
+                assert_eq!(
+                    *owner, sender,
+                    "{} of another sender's item: {json}",
+                    e.kind
+                );
+                assert!(!*removed, "{} of a removed item: {json}", e.kind);
+                if e.kind == "context.update" {
+                    self.content(&v["payload"]["new_content"], &json);
+                } else {
+                    *removed = true;
+                }
+            }
+            "session.leave" => {
+                assert!(self.active.remove(&sender), "leave without join: {json}");
+            }
+            other => panic!("unexpected envelope type {other}: {json}"),
+        }
+    }
+
+    /// Transcript text: trimmed, never empty, within the chunk size.
+    fn content(&self, content: &Value, json: &str) {
+        let content = content.as_str().expect("content is a string");
+        assert!(!content.is_empty() && content == content.trim(), "{json}");
+        assert!(
+            content.chars().count() <= self.max_chunk_chars,
+            "chunk over {} chars: {json}",
+            self.max_chunk_chars
+        );
+    }
+
+    fn drain(&mut self, gw: &mut Gateway) {
+        while let Some(e) = gw.poll_output() {
+            self.envelope(&e);
+        }
+        assert!(gw.live_streams() <= MAX_STREAMS);
+        let s = gw.stats();
+        assert_eq!(s.streams_live, gw.live_streams() as u64);
+        assert!(s.streams_total >= s.streams_live);
+        assert_eq!(
+            s.participants_total, self.joins,
+            "joins vs participants_total"
+        );
+        assert_eq!(s.envelopes, self.envelopes);
+    }
+}
+
+/// The config byte (see `src/lib.rs`): chunk size, mixer mode, t140llm compatibility.
+fn config(b: u8) -> Config {
+    Config {
+        session: SESSION.into(),
+        t140_pt: 98,
+        red_pt: 100,
+        idle_flush: Duration::from_secs(2),
+        max_chunk_chars: 8 + 16 * usize::from(b & 0x1f),
+        stream_timeout: Duration::from_secs(10),
+        max_streams: MAX_STREAMS,
+        id_seed: u128::from(b),
+        reorder_wait: Duration::from_millis(1000),
+        mixer: match b >> 5 & 3 {
+            1 => MixerMode::On,
+            2 => MixerMode::Off,
+            _ => MixerMode::Auto,
+        },
+        compat: if b & 0x80 != 0 {
+            Compat::T140llm
+        } else {
+            Compat::None
+        },
+        ..Config::default()
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let (cfg_byte, events) = decode(data);
+    let cfg = config(cfg_byte);
+    let max_chunk_chars = cfg.max_chunk_chars;
+    let mut gw = Gateway::new(cfg);
+    let mut c = Check {
+        max_chunk_chars,
+        ids: HashSet::new(),
+        last_id: String::new(),
+        keys: HashMap::new(),
+        active: HashSet::new(),
+        joins: 0,
+        envelopes: 0,
+    };
+    let mut now = Time::from_millis(1_700_000_000_000);
+    let mut per_source: HashMap<u8, u64> = HashMap::new();
+    for ev in &events {
+        now = Time(now.0 + ev.step_us);
+        if ev.timeout_first || ev.datagram.is_none() {
+            gw.handle_timeout(now);
+            if let Some(t) = gw.poll_timeout() {
+                assert!(
+                    t > now,
+                    "timer due at {t:?} left after handle_timeout({now:?})"
+                );
+            }
+            c.drain(&mut gw);
+        }
+        if let Some(d) = ev.datagram {
+            *per_source.entry(ev.source).or_default() += 1;
+            gw.handle_datagram(now, source(ev.source), d);
+            if let Some(t) = gw.poll_timeout() {
+                assert!(
+                    t > now,
+                    "timer due at {t:?} left after a datagram at {now:?}"
+                );
+            }
+            c.drain(&mut gw);
+        }
+    }
+    let datagrams: u64 = per_source.values().sum();
+    assert_eq!(gw.stats().datagrams, datagrams);
+    gw.shutdown(now);
+    c.drain(&mut gw);
+    assert!(
+        c.active.is_empty(),
+        "still joined after shutdown: {:?}",
+        c.active
+    );
+    assert_eq!(gw.live_streams(), 0);
+    assert_eq!(gw.poll_timeout(), None);
+});

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Fuzz smoke test: runs every cargo-fuzz target for ${FUZZ_SECONDS:-30} s, on the stable
+# toolchain (-s none: no sanitizer), starting from the committed seed corpus. Fails if any
+# target crashes, panics (a broken invariant), hangs (> 10 s on one input) or runs out of memory.
+#
+#   fuzz/smoke.sh                                   # every target, 30 s each
+#   FUZZ_SECONDS=300 fuzz/smoke.sh                  # longer
+#   FUZZ_TARGETS="gateway rtp_parse" fuzz/smoke.sh  # a subset
+#
+# New inputs found go to a temporary directory, not into fuzz/corpus/, so the committed corpus
+# stays small; crash inputs are written to fuzz/artifacts/<target>/.
+set -euo pipefail
+cd "$(dirname "$0")"
+export CARGO_TERM_COLOR=never
+
+secs=${FUZZ_SECONDS:-30}
+if ! cargo fuzz --version >/dev/null 2>&1; then
+    echo "== installing cargo-fuzz"
+    cargo install cargo-fuzz --locked
+fi
+targets=${FUZZ_TARGETS:-$(cargo fuzz list)}
+
+echo "== build"
+cargo fuzz build -s none
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failed=()
+for t in $targets; do
+    echo "== $t (${secs}s)"
+    mkdir -p "$work/$t"
+    if cargo fuzz run -s none "$t" "$work/$t" "corpus/$t" -- \
+        -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+        >"$work/$t.log" 2>&1; then
+        grep -E '^(Done|stat::number_of_executed_units)' "$work/$t.log" || true
+    else
+        failed+=("$t")
+        echo "!! $t failed:"
+        grep -E -A15 'panicked|ERROR: libFuzzer|SUMMARY' "$work/$t.log" | head -60 || tail -40 "$work/$t.log"
+        grep -E 'Test unit written to' "$work/$t.log" || true
+    fi
+done
+
+if ((${#failed[@]})); then
+    echo "== FAILED: ${failed[*]} (reproduce: cargo fuzz run -s none TARGET fuzz/artifacts/TARGET/crash-...)"
+    exit 1
+fi
+echo "== all targets ran ${secs}s without a crash"

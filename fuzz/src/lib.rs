@@ -1,0 +1,98 @@
+//! The byte format the `gateway` fuzz target reads, shared with the corpus seeder
+//! (`examples/make_corpus.rs`) so seeds built from real captures decode to the same events.
+//!
+//! ```text
+//! input  := config_byte event*
+//! event  := head step len_lo len_hi data[len]      (len is clamped to what is left)
+//! head   := bits 0-2  source index (0-3 IPv4, 4-7 IPv6 addresses)
+//!           bits 3-4  time unit of `step`: 1 us, 1 ms, 100 ms, 1 s
+//!           bit  5    call handle_timeout(now) before the datagram (the shell's timer wake-up)
+//!           bits 6-7  0b11: no datagram, only the time step and a handle_timeout
+//! ```
+//!
+//! `config_byte`: bits 0-4 set `max_chunk_chars` to `8 + 16 * bits`; bits 5-6 the mixer mode
+//! (1 on, 2 off, else auto); bit 7 t140llm compatibility.
+
+/// Config byte of seeds made from standard captures: 504-char chunks, mixer auto, no compat.
+pub const CONFIG_STANDARD: u8 = 0x1f;
+/// The same with t140llm compatibility.
+pub const CONFIG_T140LLM: u8 = 0x9f;
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+/// The sources datagrams come from.
+pub fn source(index: u8) -> SocketAddr {
+    let i = index & 7;
+    let ip = if i < 4 {
+        IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1 + (i & 1)))
+    } else {
+        IpAddr::V6(Ipv6Addr::new(
+            0x2001,
+            0xdb8,
+            0,
+            0,
+            0,
+            0,
+            0,
+            1 + u16::from(i & 1),
+        ))
+    };
+    SocketAddr::new(ip, 5000 + u16::from(i >> 1))
+}
+
+pub const UNITS_US: [u64; 4] = [1, 1_000, 100_000, 1_000_000];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event<'a> {
+    pub source: u8,
+    /// Microseconds to advance before this event.
+    pub step_us: u64,
+    pub timeout_first: bool,
+    /// `None`: a timer wake-up only.
+    pub datagram: Option<&'a [u8]>,
+}
+
+/// Splits a fuzz input into its config byte and events.
+pub fn decode(data: &[u8]) -> (u8, Vec<Event<'_>>) {
+    let Some((&cfg, mut rest)) = data.split_first() else {
+        return (0, Vec::new());
+    };
+    let mut events = Vec::new();
+    while rest.len() >= 4 {
+        let head = rest[0];
+        let step = u64::from(rest[1]) * UNITS_US[usize::from(head >> 3 & 3)];
+        let len = usize::from(u16::from_le_bytes([rest[2], rest[3]])).min(rest.len() - 4);
+        let body = &rest[4..4 + len];
+        rest = &rest[4 + len..];
+        events.push(Event {
+            source: head & 7,
+            step_us: step,
+            timeout_first: head & 0x20 != 0,
+            datagram: (head & 0xc0 != 0xc0).then_some(body),
+        });
+    }
+    (cfg, events)
+}
+
+/// Appends one datagram event; `step_us` is rounded to the coarsest unit that represents it
+/// within 255 steps (longer gaps become several timer-only events).
+pub fn encode_datagram(out: &mut Vec<u8>, source: u8, mut step_us: u64, datagram: &[u8]) {
+    loop {
+        let unit = (0..4u8)
+            .find(|&u| step_us / UNITS_US[usize::from(u)] <= 255)
+            .unwrap_or(3);
+        let n = (step_us / UNITS_US[usize::from(unit)]).min(255);
+        step_us -= n * UNITS_US[usize::from(unit)];
+        let last = step_us < 1_000 || n < 255;
+        let head = (source & 7) | unit << 3 | if last { 0 } else { 0xc0 };
+        out.push(head);
+        out.push(n as u8);
+        if last {
+            let len = datagram.len().min(usize::from(u16::MAX));
+            out.extend_from_slice(&(len as u16).to_le_bytes());
+            out.extend_from_slice(&datagram[..len]);
+            return;
+        }
+        out.extend_from_slice(&[0, 0]);
+    }
+}
