@@ -41,8 +41,10 @@ async fn sigkill_loses_nothing_flushed_and_resends_nothing_delivered() {
         })
         .await;
 
-    // The server goes away; the next sentences can only be journaled.
+    // The server goes away; once the gateway has noticed (a frame written into a dying
+    // connection cannot be known lost), the next sentences can only be journaled.
     first.stop().await;
+    gw.wait_stderr(WAIT, "PVP connect failed");
     a.send("Said while the server was down. And more");
     a.send(". ");
     let journal = dir.join("journal.ndjson");

@@ -205,6 +205,9 @@ async fn connection(
                 held => {
                     pending = held;
                     tokio::select! {
+                    // Frames from the server first: a Close that has already arrived is seen
+                    // before another envelope is written into a connection that is going away.
+                    biased;
                     () = tokio::time::sleep_until(paused_until.unwrap_or_else(tokio::time::Instant::now)), if paused => None,
                     () = tokio::time::sleep_until(gate_deadline.map_or_else(tokio::time::Instant::now, Into::into)), if gate_deadline.is_some() => {
                         if let Some(g) = gates.as_mut() {
@@ -212,38 +215,6 @@ async fn connection(
                         }
                         None
                     }
-                    e = rx.recv(), if !paused && pending.is_none() => match e {
-                        // A chunk from the core is held for approval: its request goes out.
-                        Some((queued, e)) => match gates.as_mut() {
-                            Some(g) => g.offer(e, &mut pvp, std::time::Instant::now(), now()).map(|out| (queued, out)),
-                            None => Some((queued, e)),
-                        },
-                        None => {
-                            // Queue closed: the gateway is stopping. Chunks still awaiting
-                            // approval will not get it now: they are dropped (and counted), and
-                            // what waited behind them (the leave) goes out.
-                            if let Some(g) = gates.as_mut() {
-                                let (send, dropped) = g.release(std::time::Instant::now() + Duration::from_secs(86_400));
-                                for (e, _) in dropped {
-                                    tracing::warn!(%participant, id = %e.id, "stopping with a chunk still awaiting approval; dropped");
-                                    cfg.metrics.gates_refused.inc();
-                                }
-                                for e in send {
-                                    let _ = write.send(Message::text(e.to_json())).await;
-                                    if let Some(spool) = &cfg.spool {
-                                        spool.done(&e.id);
-                                    }
-                                }
-                            }
-                            // Everything is sent. Close politely.
-                            let _ = write.send(Message::Close(None)).await;
-                            let _ = tokio::time::timeout(Duration::from_secs(2), async {
-                                while let Some(Ok(_)) = read.next().await {}
-                            }).await;
-                            tracing::info!(%participant, "PVP connection closed");
-                            return;
-                        }
-                    },
                     frame = read.next() => {
                         match frame {
                             Some(Ok(Message::Text(t))) => {
@@ -288,6 +259,38 @@ async fn connection(
                         }
                         None
                     }
+                    e = rx.recv(), if !paused && pending.is_none() => match e {
+                        // A chunk from the core is held for approval: its request goes out.
+                        Some((queued, e)) => match gates.as_mut() {
+                            Some(g) => g.offer(e, &mut pvp, std::time::Instant::now(), now()).map(|out| (queued, out)),
+                            None => Some((queued, e)),
+                        },
+                        None => {
+                            // Queue closed: the gateway is stopping. Chunks still awaiting
+                            // approval will not get it now: they are dropped (and counted), and
+                            // what waited behind them (the leave) goes out.
+                            if let Some(g) = gates.as_mut() {
+                                let (send, dropped) = g.release(std::time::Instant::now() + Duration::from_secs(86_400));
+                                for (e, _) in dropped {
+                                    tracing::warn!(%participant, id = %e.id, "stopping with a chunk still awaiting approval; dropped");
+                                    cfg.metrics.gates_refused.inc();
+                                }
+                                for e in send {
+                                    let _ = write.send(Message::text(e.to_json())).await;
+                                    if let Some(spool) = &cfg.spool {
+                                        spool.done(&e.id);
+                                    }
+                                }
+                            }
+                            // Everything is sent. Close politely.
+                            let _ = write.send(Message::Close(None)).await;
+                            let _ = tokio::time::timeout(Duration::from_secs(2), async {
+                                while let Some(Ok(_)) = read.next().await {}
+                            }).await;
+                            tracing::info!(%participant, "PVP connection closed");
+                            return;
+                        }
+                    },
                     _ = heartbeat.tick() => {
                         let ping = pvp.heartbeat(now(), &participant, None);
                         if write.send(Message::text(ping.to_json())).await.is_err() {
