@@ -75,7 +75,9 @@ impl Stream {
             stats: StreamStats::default(),
             register: Register::with_sender(format, assume_start),
             format,
-            speakers: Vec::new(),
+            // One speaker is the rule; room for exactly one keeps an idle stream small
+            // (an empty Vec grows to 4 on its first push).
+            speakers: Vec::with_capacity(1),
         }
     }
 

@@ -80,7 +80,13 @@ pub async fn run_worker(
         forward(&mut gw);
     }
     gw.shutdown(clock.now());
-    forward(&mut gw);
+    // The final flushes and leaves wait for room in the queue rather than being refused:
+    // at shutdown, back-pressure is the right answer (SIGTERM must not lose text).
+    while let Some(e) = gw.poll_output() {
+        if out.send(e).await.is_err() {
+            full += 1;
+        }
+    }
     if full > 0 {
         tracing::warn!(
             dropped = full,

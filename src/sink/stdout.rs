@@ -40,17 +40,30 @@ impl StdoutSink {
         }
     }
 
+    /// Hands an envelope to the writer thread. When stdout is not keeping up this waits (the
+    /// sink task, not the UDP loop, waits; the bounded queue in front of the sink then decides,
+    /// and counts, what is refused), so nothing is lost between here and stdout.
     pub fn send(&mut self, e: Envelope) {
-        match self.tx.try_send(e) {
-            Ok(()) => {}
-            Err(TrySendError::Full(e)) => {
-                self.dropped += 1;
-                tracing::warn!(id = %e.id, kind = %e.kind, "stdout is not keeping up; envelope dropped");
-            }
+        let e = match self.tx.try_send(e) {
+            Ok(()) => return,
+            Err(TrySendError::Full(e)) => e,
             Err(TrySendError::Disconnected(e)) => {
                 self.dropped += 1;
                 tracing::error!(id = %e.id, kind = %e.kind, "stdout is closed; envelope dropped");
+                return;
             }
+        };
+        let tx = self.tx.clone();
+        let send = move || tx.send(e).is_ok();
+        let sent = match tokio::runtime::Handle::try_current() {
+            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(send)
+            }
+            _ => send(),
+        };
+        if !sent {
+            self.dropped += 1;
+            tracing::error!("stdout is closed; envelope dropped");
         }
     }
 
