@@ -1,0 +1,1755 @@
+//! Load harness for pvp-t140 (see docs/performance.md for the figures and how to read them).
+//!
+//! ```sh
+//! cargo build --release && cargo build --release --example loadtest
+//! # rate: a null receiver, then the real gateway, each offered the same T.140 traffic
+//! target/release/examples/loadtest --streams 10000 --pps 50000 --seconds 5
+//! target/release/examples/loadtest --streams 10000 --pps 50000 --seconds 4 --step
+//! # scale: 100,000 streams held open, memory per stream, idle CPU
+//! target/release/examples/loadtest scale --streams 100000
+//! # against t140llm's own receiver (needs `cd interop/t140llm && npm install`)
+//! target/release/examples/loadtest t140llm
+//! ```
+//!
+//! Everything goes to 127.0.0.1 only. Receivers run as child processes (the null receiver is
+//! this program re-executed with the hidden `null-receiver` subcommand), so their CPU time and
+//! peak RSS come from `/proc/PID/{stat,status}` the same way. On a machine with 2 or more
+//! cores the receiver is pinned to CPU 0 (`taskset -c 0`) and the sending thread to CPU 1, so
+//! the sender cannot starve the receiver; `--pin false` turns that off.
+//!
+//! Traffic is realistic RFC 4103: every stream is a `pvp_t140::send::Sender` (RED with 2
+//! generations by default, BOM first, marker bit on the first packet), fed one word per 300 ms
+//! of virtual time from sentences, so the gateway cuts a chunk at every sentence end. Streams
+//! have globally unique SSRCs and are spread over `--sockets` source ports (so SO_REUSEPORT
+//! workers get a share each). Streams are round-robin: with N streams at P packets/s each
+//! stream sends P/N packets/s.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use pvp_t140::send::{Sender, SenderConfig};
+use pvp_t140::{Time, rtp};
+
+#[derive(Parser, Debug)]
+#[command(name = "loadtest", about = "Load harness for pvp-t140 (loopback only)")]
+#[command(args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+    #[command(flatten)]
+    rate: RateArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// 100k-stream scale run: streams held open, memory per stream, idle CPU, shutdown.
+    Scale(ScaleArgs),
+    /// pvp-t140's core vs t140llm's T140StreamDemultiplexer over the same datagrams.
+    T140llm(T140llmArgs),
+    /// The null receiver (run as a child by the other modes).
+    #[command(hide = true)]
+    NullReceiver {
+        #[arg(long)]
+        listen: SocketAddr,
+        #[arg(long, default_value_t = 1)]
+        workers: usize,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Target {
+    Null,
+    Gateway,
+}
+
+impl Target {
+    fn name(self) -> &'static str {
+        match self {
+            Target::Null => "null receiver",
+            Target::Gateway => "pvp-t140",
+        }
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+struct Common {
+    /// The gateway binary [default: pvp-t140 next to this example's directory].
+    #[arg(long)]
+    gateway: Option<PathBuf>,
+    /// Receive workers (the gateway's --workers; the null receiver does the same).
+    #[arg(long, default_value_t = 1)]
+    workers: usize,
+    /// Pin the receiver to CPU 0 and the sender to CPU 1 (only with 2+ cores).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pin: bool,
+    /// Source sockets (ports) the streams are spread over.
+    #[arg(long, default_value_t = 256)]
+    sockets: u32,
+    /// RUST_LOG of the gateway (its stderr is read and counted, never shown unless it fails).
+    #[arg(long, default_value = "info")]
+    gateway_log: String,
+}
+
+#[derive(Args, Debug)]
+struct RateArgs {
+    /// Concurrent RTP streams.
+    #[arg(long, default_value_t = 1000)]
+    streams: u32,
+    /// Offered aggregate packets per second (0: as fast as the sender can).
+    #[arg(long, default_value_t = 50_000)]
+    pps: u64,
+    /// Length of each measured window.
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// Step the offered rate up from --pps by --step-factor until a receiver drops or the
+    /// sender cannot keep up; each receiver's sustained rate is its best clean step.
+    #[arg(long)]
+    step: bool,
+    #[arg(long, default_value_t = 1.25)]
+    step_factor: f64,
+    /// Highest rate --step offers.
+    #[arg(long, default_value_t = 3_000_000)]
+    max_pps: u64,
+    /// A step is clean when kernel drops and missing datagrams stay under this fraction.
+    #[arg(long, default_value_t = 0.001)]
+    tolerance: f64,
+    /// RED generations per packet (0: plain text/t140).
+    #[arg(long, default_value_t = 2)]
+    red: u8,
+    /// Receivers to run, in order.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "null,gateway"
+    )]
+    receivers: Vec<Target>,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args, Debug)]
+struct ScaleArgs {
+    #[arg(long, default_value_t = 100_000)]
+    streams: u32,
+    /// What each stream carries: `idle` (one BOM-only packet: never joins), `text` (a sentence
+    /// that does not end: the chunker holds it), `flushed` (a finished sentence: joined, sent).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "idle,text,flushed"
+    )]
+    kinds: Vec<Kind>,
+    /// Packets per second while opening the streams.
+    #[arg(long, default_value_t = 50_000)]
+    pps: u64,
+    /// Seconds of silence over which the gateway's idle CPU is measured.
+    #[arg(long, default_value_t = 5.0)]
+    idle_seconds: f64,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Kind {
+    Idle,
+    Text,
+    Flushed,
+}
+
+#[derive(Args, Debug)]
+struct T140llmArgs {
+    /// t140llm captures (classic pcap, datagrams to --port).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "interop/t140llm/captures/plain.pcap,interop/t140llm/captures/red.pcap,interop/t140llm/captures/multiplex-prefix.pcap"
+    )]
+    captures: Vec<PathBuf>,
+    #[arg(long, default_value_t = 5004)]
+    port: u16,
+    /// The capture is repeated this many times, each copy's sequence numbers, RTP timestamps
+    /// and capture times moved on, so every datagram is new to a receiver that checks order.
+    #[arg(long, default_value_t = 40_000)]
+    copies: u32,
+    /// Runs of each side (alternating); the best of each is kept.
+    #[arg(long, default_value_t = 3)]
+    runs: u32,
+    #[arg(long, default_value = "interop/t140llm/demux.mjs")]
+    demux: PathBuf,
+    #[arg(long, default_value = "node")]
+    node: String,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Some(Cmd::NullReceiver { listen, workers }) => null_receiver(listen, workers),
+        Some(Cmd::Scale(a)) => scale(&a),
+        Some(Cmd::T140llm(a)) => t140llm(&a),
+        None => rate(&cli.rate),
+    };
+    if let Err(e) = r {
+        eprintln!("loadtest: {e}");
+        std::process::exit(1);
+    }
+}
+
+type Res<T> = Result<T, String>;
+
+// ---------------------------------------------------------------------------------------------
+// The null receiver: the gateway's socket setup and drain loop, datagrams counted and discarded.
+
+fn null_receiver(listen: SocketAddr, workers: usize) -> Res<()> {
+    let workers = workers.max(1);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers + 1)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+    rt.block_on(async {
+        let reuse = workers > 1;
+        let first = pvp_t140::udp::bind(listen, reuse).map_err(|e| format!("bind: {e}"))?;
+        let local = first.local_addr().map_err(|e| e.to_string())?;
+        let mut sockets = vec![first];
+        for _ in 1..workers {
+            sockets.push(pvp_t140::udp::bind(local, true).map_err(|e| format!("bind: {e}"))?);
+        }
+        for socket in sockets {
+            let counts = counts.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65_536];
+                loop {
+                    if socket.readable().await.is_err() {
+                        return;
+                    }
+                    // The gateway's drain_socket: up to 1024 datagrams per wake-up.
+                    let (mut n, mut bytes) = (0u64, 0u64);
+                    for _ in 0..1024 {
+                        match socket.try_recv_from(&mut buf) {
+                            Ok((len, _)) => {
+                                n += 1;
+                                bytes += len as u64;
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                    counts[0].fetch_add(n, Ordering::Relaxed);
+                    counts[1].fetch_add(bytes, Ordering::Relaxed);
+                }
+            });
+        }
+        println!("ready {local}");
+        let _ = std::io::stdout().flush();
+        // Control: a line on stdin asks for the counts; end of stdin ends the process.
+        let counts = counts.clone();
+        tokio::task::spawn_blocking(move || {
+            let stdin = std::io::stdin();
+            let mut line = String::new();
+            while stdin.lock().read_line(&mut line).is_ok_and(|n| n > 0) {
+                line.clear();
+                println!(
+                    "{} {}",
+                    counts[0].load(Ordering::Relaxed),
+                    counts[1].load(Ordering::Relaxed)
+                );
+                let _ = std::io::stdout().flush();
+            }
+        })
+        .await
+        .map_err(|e| e.to_string())
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// /proc readings.
+
+fn clk_tck() -> f64 {
+    static TCK: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *TCK.get_or_init(|| {
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+            .unwrap_or(100.0)
+    })
+}
+
+/// utime + stime of a process (all its threads), in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    stat_cpu(&format!("/proc/{pid}/stat"))
+}
+
+/// utime + stime of the calling thread, in seconds.
+fn thread_cpu_seconds() -> f64 {
+    stat_cpu("/proc/thread-self/stat")
+}
+
+fn stat_cpu(path: &str) -> f64 {
+    let Ok(s) = std::fs::read_to_string(path) else {
+        return f64::NAN;
+    };
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = s.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / clk_tck()
+}
+
+/// (VmRSS, VmHWM) in KiB.
+fn memory_kib(pid: u32) -> (u64, u64) {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        s.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// UDP counters of /proc/net/snmp (this network namespace, every socket).
+#[derive(Debug, Clone, Copy, Default)]
+struct Snmp {
+    in_errors: u64,
+    rcvbuf_errors: u64,
+    sndbuf_errors: u64,
+}
+
+fn snmp() -> Snmp {
+    let s = std::fs::read_to_string("/proc/net/snmp").unwrap_or_default();
+    let lines: Vec<&str> = s.lines().filter(|l| l.starts_with("Udp:")).collect();
+    let mut out = Snmp::default();
+    if lines.len() >= 2 {
+        let names: Vec<&str> = lines[0].split_whitespace().collect();
+        let values: Vec<u64> = lines[1]
+            .split_whitespace()
+            .skip(1)
+            .map(|v| v.parse().unwrap_or(0))
+            .collect();
+        for (n, v) in names.iter().skip(1).zip(values) {
+            match *n {
+                "InErrors" => out.in_errors = v,
+                "RcvbufErrors" => out.rcvbuf_errors = v,
+                "SndbufErrors" => out.sndbuf_errors = v,
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// (busy, total, softirq, steal) jiffies of the whole machine, from the first line of /proc/stat (busy leaves
+/// out idle and iowait). Every tenant of the machine counts, not just this process tree.
+fn machine_jiffies() -> (f64, f64, f64, f64) {
+    let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let v: Vec<f64> = s
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    let total: f64 = v.iter().take(8).sum();
+    let at = |i: usize| v.get(i).copied().unwrap_or(0.0);
+    let idle = at(3) + at(4);
+    // busy, total, softirq, steal
+    (total - idle, total, at(6), at(7))
+}
+
+/// CPU seconds of every visible process but `skip` (this process and the receiver), by pid.
+fn process_cpu(skip: &[u32]) -> BTreeMap<u32, (String, f64)> {
+    let mut out = BTreeMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        if skip.contains(&pid) {
+            continue;
+        }
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        out.insert(pid, (comm.trim().to_owned(), cpu_seconds(pid)));
+    }
+    out
+}
+
+/// Other visible processes' CPU between two [`process_cpu`] snapshots: (cores, busiest name).
+fn others_between(
+    a: &BTreeMap<u32, (String, f64)>,
+    b: &BTreeMap<u32, (String, f64)>,
+    secs: f64,
+) -> (f64, String) {
+    let mut total = 0.0;
+    let mut top = (0.0, String::new());
+    for (pid, (name, cpu)) in b {
+        let d = cpu - a.get(pid).map_or(0.0, |x| x.1);
+        if d.is_finite() && d > 0.0 {
+            total += d;
+            if d > top.0 {
+                top = (d, name.clone());
+            }
+        }
+    }
+    (
+        total / secs,
+        if top.0 / secs >= 0.05 {
+            top.1
+        } else {
+            String::new()
+        },
+    )
+}
+
+/// Datagrams the kernel dropped at the sockets bound to 127.0.0.1:`port` (the `drops` column of
+/// /proc/net/udp, summed over SO_REUSEPORT sockets): this receiver's drops only, unlike the
+/// namespace-wide /proc/net/snmp counters.
+fn socket_drops(port: u16) -> u64 {
+    let s = std::fs::read_to_string("/proc/net/udp").unwrap_or_default();
+    let want = format!("0100007F:{port:04X}");
+    s.lines()
+        .skip(1)
+        .filter(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
+        .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+        .sum()
+}
+
+fn pin_current_thread(cpu: usize) -> bool {
+    unsafe extern "C" {
+        fn sched_setaffinity(pid: i32, cpusetsize: usize, mask: *const u64) -> i32;
+    }
+    let mut mask = [0u64; 16];
+    mask[cpu / 64] |= 1 << (cpu % 64);
+    // SAFETY: a 1024-bit cpu_set_t that outlives the call; pid 0 is the calling thread.
+    unsafe { sched_setaffinity(0, std::mem::size_of_val(&mask), mask.as_ptr()) == 0 }
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Receivers as child processes.
+
+fn free_udp_pair() -> Res<u16> {
+    for _ in 0..100 {
+        let a = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+        let port = a.local_addr().map_err(|e| e.to_string())?.port();
+        if port < u16::MAX && UdpSocket::bind(("127.0.0.1", port + 1)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err("no free UDP port pair on 127.0.0.1".into())
+}
+
+fn free_tcp() -> Res<u16> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
+}
+
+fn gateway_path(given: &Option<PathBuf>) -> Res<PathBuf> {
+    let p = match given {
+        Some(p) => p.clone(),
+        None => {
+            let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+            // target/release/examples/loadtest -> target/release/pvp-t140
+            exe.parent()
+                .and_then(Path::parent)
+                .map(|d| d.join("pvp-t140"))
+                .ok_or("cannot locate the gateway binary; pass --gateway")?
+        }
+    };
+    if !p.exists() {
+        return Err(format!(
+            "{} not found: run `cargo build --release` first or pass --gateway",
+            p.display()
+        ));
+    }
+    Ok(p)
+}
+
+struct Child {
+    target: Target,
+    child: std::process::Child,
+    pid: u32,
+    addr: SocketAddr,
+    metrics: Option<SocketAddr>,
+    ctl: Option<(
+        std::process::ChildStdin,
+        BufReader<std::process::ChildStdout>,
+    )>,
+    log_lines: Arc<AtomicU64>,
+    log_tail: Arc<Mutex<VecDeque<String>>>,
+    log_warnings: Arc<Mutex<Vec<String>>>,
+}
+
+fn pinned(cmd: &str, pin: bool) -> Command {
+    if pin && cores() >= 2 && Path::new("/usr/bin/taskset").exists() {
+        let mut c = Command::new("taskset");
+        c.args(["-c", "0", cmd]);
+        c
+    } else {
+        Command::new(cmd)
+    }
+}
+
+impl Child {
+    fn spawn(target: Target, common: &Common, gateway_args: &[String]) -> Res<Child> {
+        let port = free_udp_pair()?;
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("literal");
+        let (mut cmd, metrics) = match target {
+            Target::Null => {
+                let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+                let mut c = pinned(&exe.to_string_lossy(), common.pin);
+                c.args(["null-receiver", "--listen", &addr.to_string()]);
+                c.args(["--workers", &common.workers.to_string()]);
+                c.stdin(Stdio::piped()).stdout(Stdio::piped());
+                (c, None)
+            }
+            Target::Gateway => {
+                let path = gateway_path(&common.gateway)?;
+                let m: SocketAddr = format!("127.0.0.1:{}", free_tcp()?)
+                    .parse()
+                    .expect("literal");
+                let mut c = pinned(&path.to_string_lossy(), common.pin);
+                c.args(["--listen", &addr.to_string(), "--metrics", &m.to_string()]);
+                c.args(["--workers", &common.workers.to_string()]);
+                c.args(["--max-pps-per-source", "0"]);
+                c.args(gateway_args);
+                c.env("RUST_LOG", &common.gateway_log);
+                c.stdin(Stdio::null()).stdout(Stdio::null());
+                (c, Some(m))
+            }
+        };
+        cmd.stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("spawn {}: {e}", target.name()))?;
+        let pid = child.id();
+        let log_lines = Arc::new(AtomicU64::new(0));
+        let log_tail = Arc::new(Mutex::new(VecDeque::new()));
+        let log_warnings = Arc::new(Mutex::new(Vec::new()));
+        let stderr = child.stderr.take().expect("piped");
+        {
+            let (lines, tail, warns) = (log_lines.clone(), log_tail.clone(), log_warnings.clone());
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    lines.fetch_add(1, Ordering::Relaxed);
+                    if line.contains(" WARN ") || line.contains(" ERROR ") {
+                        let mut w = warns.lock().expect("lock");
+                        if w.len() < 20 {
+                            w.push(line.clone());
+                        }
+                    }
+                    let mut t = tail.lock().expect("lock");
+                    if t.len() == 10 {
+                        t.pop_front();
+                    }
+                    t.push_back(line);
+                }
+            });
+        }
+        let ctl = match target {
+            Target::Null => {
+                let stdin = child.stdin.take().expect("piped");
+                let mut out = BufReader::new(child.stdout.take().expect("piped"));
+                let mut line = String::new();
+                out.read_line(&mut line)
+                    .map_err(|e| format!("null receiver: {e}"))?;
+                if !line.starts_with("ready") {
+                    return Err(format!("null receiver did not start: {line:?}"));
+                }
+                Some((stdin, out))
+            }
+            Target::Gateway => None,
+        };
+        let mut c = Child {
+            target,
+            child,
+            pid,
+            addr,
+            metrics,
+            ctl,
+            log_lines,
+            log_tail,
+            log_warnings,
+        };
+        if target == Target::Gateway {
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while c.scrape().is_err() {
+                if Instant::now() > deadline {
+                    return Err(format!(
+                        "gateway did not serve /metrics: {:?}",
+                        c.log_tail.lock().expect("lock")
+                    ));
+                }
+                if let Ok(Some(st)) = c.child.try_wait() {
+                    return Err(format!(
+                        "gateway exited ({st}): {:?}",
+                        c.log_tail.lock().expect("lock")
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Ok(c)
+    }
+
+    /// Prometheus text of the gateway's /metrics, as name{labels} -> value.
+    fn scrape(&self) -> Res<BTreeMap<String, f64>> {
+        let addr = self.metrics.ok_or("no metrics")?;
+        let mut s =
+            TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string())?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))
+            .map_err(|e| e.to_string())?;
+        write!(
+            s,
+            "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        )
+        .map_err(|e| e.to_string())?;
+        let mut body = String::new();
+        s.read_to_string(&mut body).map_err(|e| e.to_string())?;
+        let mut m = BTreeMap::new();
+        for line in body.lines() {
+            if line.starts_with("pvp_t140_")
+                && let Some((k, v)) = line.rsplit_once(' ')
+                && let Ok(v) = v.parse::<f64>()
+            {
+                m.insert(k.to_owned(), v);
+            }
+        }
+        if m.is_empty() {
+            return Err("empty /metrics".into());
+        }
+        Ok(m)
+    }
+
+    /// Datagrams the receiver has taken from its socket so far (the gateway publishes its
+    /// counters once a second, so its figure can be up to a second old).
+    fn delivered(&mut self) -> u64 {
+        match &mut self.ctl {
+            Some((stdin, out)) => {
+                let _ = writeln!(stdin, "c");
+                let _ = stdin.flush();
+                let mut line = String::new();
+                let _ = out.read_line(&mut line);
+                line.split_whitespace()
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0)
+            }
+            None => self
+                .scrape()
+                .ok()
+                .and_then(|m| m.get("pvp_t140_datagrams_total").copied())
+                .unwrap_or(0.0) as u64,
+        }
+    }
+
+    /// Waits until the receiver has counted `expected` datagrams, or its count has not moved
+    /// for a while (then some were lost); returns the count.
+    fn settle(&mut self, expected: u64) -> u64 {
+        let quiet = match self.target {
+            Target::Null => Duration::from_millis(500),
+            Target::Gateway => Duration::from_millis(2500),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut last = self.delivered();
+        let mut since = Instant::now();
+        while last < expected && since.elapsed() < quiet && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+            let now = self.delivered();
+            if now != last {
+                last = now;
+                since = Instant::now();
+            }
+        }
+        last
+    }
+
+    fn cpu(&self) -> f64 {
+        cpu_seconds(self.pid)
+    }
+
+    fn memory(&self) -> (u64, u64) {
+        memory_kib(self.pid)
+    }
+
+    /// SIGTERM (the gateway flushes every stream and exits), SIGKILL after 30 s.
+    fn stop(mut self) -> (String, f64) {
+        let started = Instant::now();
+        if let Some((stdin, _)) = self.ctl.take() {
+            // The null receiver ends when its stdin closes.
+            drop(stdin);
+            for _ in 0..100 {
+                if let Ok(Some(st)) = self.child.try_wait() {
+                    return (st.to_string(), started.elapsed().as_secs_f64());
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.pid.to_string()])
+            .status();
+        let deadline = started + Duration::from_secs(30);
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(st)) => {
+                    // Let the stderr reader catch the last lines.
+                    std::thread::sleep(Duration::from_millis(100));
+                    return (st.to_string(), started.elapsed().as_secs_f64());
+                }
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                _ => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    return ("killed after 30 s".into(), started.elapsed().as_secs_f64());
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Traffic.
+
+/// Words of sentences: each stream types one word per packet; every sentence end cuts a chunk.
+const TEXT: &str = "The quick brown fox jumps over the lazy dog. Real-time text arrives one \
+word at a time, as people type or speak. Captions must never lose a sentence! Is the gateway \
+keeping up with every speaker? It should, at a few packets per second each. ";
+
+const BUFFER_TIME: Duration = Duration::from_millis(300);
+
+struct Talker {
+    sender: Sender,
+    vt: Time,
+    word: usize,
+}
+
+/// Datagrams handed to the kernel per `sendmmsg` call (all from one source socket).
+const BATCH: usize = 32;
+
+/// N streams over M connected source sockets: stream `i` sends from socket `i % M`. Sending
+/// goes socket by socket, a batch of that socket's streams each (each types its next word), so
+/// one `sendmmsg` carries the batch; every stream still sends in order and at the same rate.
+struct Traffic {
+    talkers: Vec<Talker>,
+    socks: Vec<UdpSocket>,
+    words: Vec<String>,
+    /// Next socket in turn, and per socket the next of its streams.
+    sock_turn: usize,
+    next_of: Vec<usize>,
+    sent: u64,
+    bytes: u64,
+    errors: u64,
+    batch: Vec<Vec<u8>>,
+}
+
+const T0: Time = Time::from_millis(1_700_000_000_000);
+
+fn ssrc_of(i: u32) -> u32 {
+    0x5000_0000u32.wrapping_add(i.wrapping_mul(2_654_435_761))
+}
+
+fn sockets_to(to: SocketAddr, n: u32) -> Res<Vec<UdpSocket>> {
+    assert!(to.ip().is_loopback(), "loopback only");
+    (0..n.max(1))
+        .map(|_| {
+            let s = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+            s.connect(to).map_err(|e| e.to_string())?;
+            Ok(s)
+        })
+        .collect()
+}
+
+/// Sends `packets` on a connected socket with one `sendmmsg` (Linux); returns how many went.
+#[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+fn send_many(sock: &UdpSocket, packets: &[Vec<u8>]) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    #[repr(C)]
+    struct IoVec {
+        base: *const u8,
+        len: usize,
+    }
+    #[repr(C)]
+    struct MsgHdr {
+        name: *mut u8,
+        namelen: u32,
+        iov: *mut IoVec,
+        iovlen: usize,
+        control: *mut u8,
+        controllen: usize,
+        flags: i32,
+    }
+    #[repr(C)]
+    struct MMsgHdr {
+        hdr: MsgHdr,
+        len: u32,
+    }
+    unsafe extern "C" {
+        fn sendmmsg(fd: i32, msgvec: *mut MMsgHdr, vlen: u32, flags: i32) -> i32;
+    }
+    let mut iov: Vec<IoVec> = packets
+        .iter()
+        .map(|p| IoVec {
+            base: p.as_ptr(),
+            len: p.len(),
+        })
+        .collect();
+    let mut msgs: Vec<MMsgHdr> = iov
+        .iter_mut()
+        .map(|v| MMsgHdr {
+            hdr: MsgHdr {
+                name: std::ptr::null_mut(),
+                namelen: 0,
+                iov: v,
+                iovlen: 1,
+                control: std::ptr::null_mut(),
+                controllen: 0,
+                flags: 0,
+            },
+            len: 0,
+        })
+        .collect();
+    let mut done = 0;
+    while done < msgs.len() {
+        // SAFETY: `msgs[done..]` are valid mmsghdr structs (Linux x86_64/aarch64 layout) whose
+        // iovecs point into `packets`, all alive for the call; the socket is connected, so
+        // msg_name is null.
+        let n = unsafe {
+            sendmmsg(
+                sock.as_raw_fd(),
+                msgs[done..].as_mut_ptr(),
+                (msgs.len() - done) as u32,
+                0,
+            )
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if done == 0 {
+                return Err(e);
+            }
+            break;
+        }
+        done += n as usize;
+    }
+    Ok(done)
+}
+
+#[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
+fn send_many(sock: &UdpSocket, packets: &[Vec<u8>]) -> std::io::Result<usize> {
+    for p in packets {
+        sock.send(p)?;
+    }
+    Ok(packets.len())
+}
+
+impl Traffic {
+    fn new(to: SocketAddr, streams: u32, sockets: u32, red: u8) -> Res<Traffic> {
+        let talkers = (0..streams)
+            .map(|i| {
+                let cfg = SenderConfig {
+                    ssrc: ssrc_of(i),
+                    redundancy: red,
+                    initial_seq: (i as u16).wrapping_mul(31),
+                    initial_ts: i.wrapping_mul(7919),
+                    ..SenderConfig::default()
+                };
+                Talker {
+                    sender: Sender::new(cfg, T0),
+                    vt: T0,
+                    word: i as usize,
+                }
+            })
+            .collect();
+        let socks = sockets_to(to, sockets.min(streams))?;
+        Ok(Traffic {
+            talkers,
+            next_of: vec![0; socks.len()],
+            socks,
+            words: TEXT.split_inclusive(' ').map(str::to_owned).collect(),
+            sock_turn: 0,
+            sent: 0,
+            bytes: 0,
+            errors: 0,
+            batch: Vec::with_capacity(BATCH),
+        })
+    }
+
+    /// Streams that send from socket `s`.
+    fn count(&self, s: usize) -> usize {
+        (self.talkers.len() - s).div_ceil(self.socks.len())
+    }
+
+    /// The next socket in turn sends up to `max` packets (at most [`BATCH`]), one for each of
+    /// its next streams; returns how many it tried.
+    fn send_batch(&mut self, max: u64) -> u64 {
+        let s = self.sock_turn;
+        self.sock_turn = (s + 1) % self.socks.len();
+        self.send_from(s, max)
+    }
+
+    fn send_from(&mut self, s: usize, max: u64) -> u64 {
+        let m = self.socks.len();
+        let count = self.count(s);
+        self.batch.clear();
+        for _ in 0..(max as usize).clamp(1, BATCH).min(count) {
+            let j = self.next_of[s];
+            self.next_of[s] = (j + 1) % count;
+            // Streams s, s + m, s + 2m, ...
+            let t = &mut self.talkers[s + j * m];
+            t.vt = t.vt.saturating_add(BUFFER_TIME);
+            t.sender
+                .push_text(t.vt, &self.words[t.word % self.words.len()]);
+            t.word += 1;
+            while let Some(p) = t.sender.poll_packet(t.vt) {
+                self.batch.push(p);
+            }
+        }
+        match send_many(&self.socks[s], &self.batch) {
+            Ok(n) => {
+                self.sent += n as u64;
+                self.bytes += self.batch[..n].iter().map(|p| p.len() as u64).sum::<u64>();
+                self.errors += (self.batch.len() - n) as u64;
+            }
+            Err(_) => self.errors += self.batch.len() as u64,
+        }
+        self.batch.len() as u64
+    }
+
+    /// One packet from every stream (opens them all), at about `pps`.
+    fn open_all(&mut self, pps: u64) {
+        let start = Instant::now();
+        let mut done = 0u64;
+        for s in 0..self.socks.len() {
+            let mut left = self.count(s) as u64;
+            while left > 0 {
+                let k = self.send_from(s, left);
+                left -= k;
+                done += k;
+                while done as f64 > start.elapsed().as_secs_f64() * pps as f64 {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+        }
+    }
+}
+
+/// Calls `send(max)` (which sends up to `max` packets and returns how many it sent; 0 when it
+/// has nothing left) to keep to `pps` (0: flat out) for `secs`, then stops hard. Paced in
+/// small bursts. Returns the packets sent and the seconds it took.
+fn blast(mut send: impl FnMut(u64) -> u64, pps: u64, secs: f64, pin: bool) -> (u64, f64, f64) {
+    if pin && cores() >= 2 {
+        pin_current_thread(1);
+    }
+    let cpu0 = thread_cpu_seconds();
+    let dur = Duration::from_secs_f64(secs);
+    let start = Instant::now();
+    let mut sent = 0u64;
+    loop {
+        let el = start.elapsed();
+        if el >= dur {
+            break;
+        }
+        let due = if pps == 0 {
+            sent + BATCH as u64
+        } else {
+            (el.as_secs_f64() * pps as f64) as u64
+        };
+        if sent >= due {
+            std::thread::sleep(Duration::from_micros(100));
+            continue;
+        }
+        let k = send(due - sent);
+        if k == 0 {
+            break;
+        }
+        sent += k;
+    }
+    if std::env::var_os("LOADTEST_DEBUG").is_some() {
+        let st = std::fs::read_to_string("/proc/thread-self/status").unwrap_or_default();
+        let sched = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+        eprintln!(
+            "  sender thread: schedstat (run ns, wait ns, slices) {}; {}",
+            sched.trim(),
+            st.lines()
+                .filter(|l| l.contains("ctxt"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    (
+        sent,
+        start.elapsed().as_secs_f64(),
+        thread_cpu_seconds() - cpu0,
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rate mode.
+
+#[derive(Debug, Clone, Default)]
+struct Step {
+    offered: u64,
+    sent: u64,
+    secs: f64,
+    delivered: u64,
+    /// Drops at the receiver's own socket(s) (/proc/net/udp).
+    socket_drops: u64,
+    kernel_rcvbuf: u64,
+    kernel_in_errors: u64,
+    send_errors: u64,
+    cpu: f64,
+    sender_cpu: f64,
+    /// CPU (in cores) used on the machine during the window by anything but the receiver and
+    /// this process: other tenants of a shared machine.
+    foreign: f64,
+    /// CPU (in cores) of the other processes visible here, and the busiest one's name.
+    visible: f64,
+    busiest: String,
+    /// Softirq and hypervisor steal time on the machine during the window, in cores.
+    softirq: f64,
+    steal: f64,
+    gw_drops: Vec<(String, u64)>,
+    envelopes: u64,
+}
+
+impl Step {
+    fn sent_pps(&self) -> f64 {
+        self.sent as f64 / self.secs
+    }
+    fn delivered_pps(&self) -> f64 {
+        self.delivered as f64 / self.secs
+    }
+    fn sender_bound(&self) -> bool {
+        self.offered > 0 && self.sent_pps() < 0.97 * self.offered as f64
+    }
+    fn clean(&self, tol: f64) -> bool {
+        let lost = self.sent.saturating_sub(self.delivered);
+        (self.socket_drops as f64) <= tol * self.sent as f64
+            && (lost as f64) <= tol * self.sent as f64
+    }
+}
+
+struct Report {
+    target: Target,
+    steps: Vec<Step>,
+    hwm_kib: u64,
+    rss_kib: u64,
+    warm_cpu: f64,
+    exit: String,
+    shutdown_s: f64,
+    log_lines: u64,
+    warnings: Vec<String>,
+}
+
+fn gw_drops(m: &BTreeMap<String, f64>) -> BTreeMap<String, u64> {
+    m.iter()
+        .filter(|(k, _)| k.starts_with("pvp_t140_drops_total"))
+        .map(|(k, v)| (k.clone(), *v as u64))
+        .collect()
+}
+
+fn run_rate(target: Target, a: &RateArgs) -> Res<Report> {
+    let max_streams = (a.streams + 1024).to_string();
+    let mut child = Child::spawn(target, &a.common, &["--max-streams".into(), max_streams])?;
+    let mut traffic = Traffic::new(child.addr, a.streams, a.common.sockets, a.red)?;
+    // Warm-up: every stream sends its first packet (opens the stream), gently.
+    let warm_cpu0 = child.cpu();
+    if a.common.pin && cores() >= 2 {
+        pin_current_thread(1);
+    }
+    traffic.open_all(if a.pps == 0 {
+        20_000
+    } else {
+        a.pps.min(20_000)
+    });
+    let mut base = child.settle(traffic.sent);
+    let warm_cpu = child.cpu() - warm_cpu0;
+    eprintln!(
+        "  {}: {} streams open ({} of {} warm-up datagrams delivered)",
+        target.name(),
+        a.streams,
+        base,
+        traffic.sent
+    );
+    let mut steps = Vec::new();
+    let mut offered = a.pps;
+    loop {
+        let k0 = snmp();
+        let sd0 = socket_drops(child.addr.port());
+        let cpu0 = child.cpu();
+        let m0 = child.scrape().ok();
+        let own0 = cpu_seconds(std::process::id());
+        let mach0 = machine_jiffies();
+        let skip = [std::process::id(), child.pid];
+        let procs0 = process_cpu(&skip);
+        let (sent0, err0) = (traffic.sent, traffic.errors);
+        let (_, secs, sender_cpu) = blast(
+            |max| traffic.send_batch(max),
+            offered,
+            a.seconds,
+            a.common.pin,
+        );
+        let cpu = child.cpu() - cpu0;
+        let own = cpu_seconds(std::process::id()) - own0;
+        let mach1 = machine_jiffies();
+        let (visible, busiest) = others_between(&procs0, &process_cpu(&skip), secs);
+        let cores_of = |d: f64| d / (mach1.1 - mach0.1).max(1.0) * cores() as f64;
+        let foreign = (cores_of(mach1.0 - mach0.0) - (cpu + own) / secs).max(0.0);
+        let softirq = cores_of(mach1.2 - mach0.2);
+        let steal = cores_of(mach1.3 - mach0.3);
+        if std::env::var_os("LOADTEST_DEBUG").is_some() {
+            eprintln!(
+                "  machine: busy {:.2} cores, receiver {:.2}, loadtest {:.2}, window {secs:.2} s",
+                cores_of(mach1.0 - mach0.0),
+                cpu / secs,
+                own / secs
+            );
+        }
+        let sent = traffic.sent - sent0;
+        let got = child.settle(base + sent);
+        let k1 = snmp();
+        let sd1 = socket_drops(child.addr.port());
+        let m1 = child.scrape().ok();
+        let (gw_drops, envelopes) = match (&m0, &m1) {
+            (Some(m0), Some(m1)) => {
+                let (d0, d1) = (gw_drops(m0), gw_drops(m1));
+                let drops = d1
+                    .iter()
+                    .map(|(k, v)| {
+                        let reason = k.split('"').nth(1).unwrap_or(k.as_str()).to_owned();
+                        (reason, v - d0.get(k).copied().unwrap_or(0))
+                    })
+                    .filter(|(_, v)| *v > 0)
+                    .collect();
+                let e = |m: &BTreeMap<String, f64>| {
+                    m.get("pvp_t140_envelopes_total").copied().unwrap_or(0.0) as u64
+                };
+                (drops, e(m1) - e(m0))
+            }
+            _ => (Vec::new(), 0),
+        };
+        let step = Step {
+            offered,
+            sent,
+            secs,
+            delivered: got - base,
+            socket_drops: sd1 - sd0,
+            kernel_rcvbuf: k1.rcvbuf_errors - k0.rcvbuf_errors,
+            kernel_in_errors: k1.in_errors - k0.in_errors,
+            send_errors: traffic.errors - err0,
+            cpu,
+            sender_cpu,
+            foreign,
+            visible,
+            busiest,
+            softirq,
+            steal,
+            gw_drops,
+            envelopes,
+        };
+        base = got;
+        eprintln!(
+            "  {}: offered {:>9} sent {:>9.0}/s delivered {:>9.0}/s kernel drops {:>7} cpu {:>5.1}% sender cpu {:>5.1}% others {:.2} (visible {:.2} {}) softirq {:.2} steal {:.2} cores {}",
+            target.name(),
+            if offered == 0 {
+                "max".to_string()
+            } else {
+                offered.to_string()
+            },
+            step.sent_pps(),
+            step.delivered_pps(),
+            step.socket_drops,
+            100.0 * step.cpu / step.secs,
+            100.0 * step.sender_cpu / step.secs,
+            step.foreign,
+            step.visible,
+            step.busiest,
+            step.softirq,
+            step.steal,
+            if step.clean(a.tolerance) {
+                "clean"
+            } else {
+                "DROPS"
+            }
+        );
+        let stop = !a.step
+            || !step.clean(a.tolerance)
+            || step.sender_bound()
+            || offered == 0
+            || (offered as f64 * a.step_factor) as u64 > a.max_pps;
+        steps.push(step);
+        if stop {
+            break;
+        }
+        offered = (offered as f64 * a.step_factor) as u64;
+    }
+    let (rss, hwm) = child.memory();
+    let log_lines = child.log_lines.load(Ordering::Relaxed);
+    let warns = child.log_warnings.clone();
+    let (exit, shutdown_s) = child.stop();
+    let warnings = warns.lock().expect("lock").clone();
+    Ok(Report {
+        target,
+        steps,
+        hwm_kib: hwm,
+        rss_kib: rss,
+        warm_cpu,
+        exit,
+        shutdown_s,
+        log_lines,
+        warnings,
+    })
+}
+
+/// The best clean step's delivered rate, and whether that figure is only a lower bound (the
+/// sender, not the receiver, stopped the stepping).
+fn sustained(r: &Report, tol: f64) -> (f64, bool) {
+    let best = r
+        .steps
+        .iter()
+        .filter(|s| s.clean(tol))
+        .map(Step::delivered_pps)
+        .fold(0.0, f64::max);
+    let last_clean = r.steps.last().is_some_and(|s| s.clean(tol));
+    (best, last_clean)
+}
+
+fn rate(a: &RateArgs) -> Res<()> {
+    if a.streams == 0 {
+        return Err("--streams must be at least 1".into());
+    }
+    println!(
+        "loadtest: {} streams, {} pps{}, {} s windows, RED {}, workers {}, {} source ports, pin {}",
+        a.streams,
+        if a.pps == 0 {
+            "max".to_string()
+        } else {
+            a.pps.to_string()
+        },
+        if a.step { " stepping" } else { "" },
+        a.seconds,
+        a.red,
+        a.common.workers,
+        a.common.sockets.min(a.streams),
+        a.common.pin && cores() >= 2
+    );
+    println!(
+        "machine: nproc {}, load average {}, net.core.rmem_max {} B",
+        cores(),
+        load_average(),
+        std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+            .unwrap_or_default()
+            .trim()
+    );
+    let mut reports = Vec::new();
+    for t in &a.receivers {
+        reports.push(run_rate(*t, a)?);
+    }
+    println!();
+    println!(
+        "| receiver | offered pps | sent pps | delivered pps | kernel drops (socket) | gateway drops | envelopes | CPU % of a core | CPU µs/datagram | sender CPU % | other processes (cores) | clean |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |");
+    for r in &reports {
+        for s in &r.steps {
+            let drops: Vec<String> = s.gw_drops.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            println!(
+                "| {} | {} | {:.0} | {:.0} | {} | {} | {} | {:.0} | {:.2} | {:.0} | {} | {} |",
+                r.target.name(),
+                if s.offered == 0 {
+                    "max".to_string()
+                } else {
+                    s.offered.to_string()
+                },
+                s.sent_pps(),
+                s.delivered_pps(),
+                s.socket_drops,
+                if r.target == Target::Null {
+                    "n/a".to_string()
+                } else if drops.is_empty() {
+                    "0".to_string()
+                } else {
+                    drops.join(" ")
+                },
+                if r.target == Target::Null {
+                    "n/a".to_string()
+                } else {
+                    s.envelopes.to_string()
+                },
+                100.0 * s.cpu / s.secs,
+                1e6 * s.cpu / s.delivered.max(1) as f64,
+                100.0 * s.sender_cpu / s.secs,
+                if s.busiest.is_empty() {
+                    format!("{:.2}", s.visible)
+                } else {
+                    format!("{:.2} ({})", s.visible, s.busiest)
+                },
+                if s.clean(a.tolerance) { "yes" } else { "no" },
+            );
+            if s.send_errors > 0 || s.kernel_in_errors != s.socket_drops {
+                println!(
+                    "|  (send errors {}; namespace-wide UDP InErrors {} RcvbufErrors {}) | | | | | | | | | | | |",
+                    s.send_errors, s.kernel_in_errors, s.kernel_rcvbuf
+                );
+            }
+        }
+    }
+    println!();
+    for r in &reports {
+        let (best, bounded_by_sender) = sustained(r, a.tolerance);
+        let last = r.steps.last();
+        let micros = last.map_or(0.0, |s| 1e6 * s.cpu / s.delivered.max(1) as f64);
+        println!(
+            "{}: sustained {:.0} pps{}; {:.2} µs CPU/datagram at the last step; peak RSS (VmHWM) {:.1} MiB, RSS {:.1} MiB; warm-up CPU {:.2} s; stderr lines {}; stop (SIGTERM; the null receiver: stdin closed) -> {} in {:.2} s",
+            r.target.name(),
+            best,
+            if bounded_by_sender {
+                " (no drops at the highest rate offered: a lower bound)"
+            } else {
+                ""
+            },
+            micros,
+            r.hwm_kib as f64 / 1024.0,
+            r.rss_kib as f64 / 1024.0,
+            r.warm_cpu,
+            r.log_lines,
+            r.exit,
+            r.shutdown_s
+        );
+        for w in &r.warnings {
+            println!("  warning logged: {w}");
+        }
+    }
+    let get = |t: Target| reports.iter().find(|r| r.target == t);
+    if let (Some(n), Some(g)) = (get(Target::Null), get(Target::Gateway)) {
+        let (ns, nb) = sustained(n, a.tolerance);
+        let (gs, gb) = sustained(g, a.tolerance);
+        let cpu = |r: &Report| {
+            let s = r.steps.last().expect("a step");
+            s.cpu / s.delivered.max(1) as f64
+        };
+        println!(
+            "headline: gateway sustained / null receiver sustained = {:.0} / {:.0} = {:.2}{}; CPU per datagram gateway / null = {:.2}",
+            gs,
+            ns,
+            if ns > 0.0 { gs / ns } else { f64::NAN },
+            match (nb, gb) {
+                (true, true) => " (both lower bounds: the sender was the limit)",
+                (true, false) => " (null figure is a lower bound: ratio is an upper bound)",
+                (false, true) => " (gateway figure is a lower bound)",
+                _ => "",
+            },
+            cpu(g) / cpu(n)
+        );
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scale mode.
+
+/// The datagrams a `send::Sender` (RED 2) makes for `text`, until idle.
+fn sender_packets(i: u32, text: &str) -> Vec<Vec<u8>> {
+    let cfg = SenderConfig {
+        ssrc: ssrc_of(i),
+        initial_seq: (i as u16).wrapping_mul(31),
+        initial_ts: i.wrapping_mul(7919),
+        ..SenderConfig::default()
+    };
+    let mut s = Sender::new(cfg, T0);
+    s.push_text(T0, text);
+    let mut out = Vec::new();
+    let mut now = T0;
+    while !s.is_idle() {
+        while let Some(p) = s.poll_packet(now) {
+            out.push(p);
+        }
+        match s.poll_timeout() {
+            Some(t) => now = t,
+            None => break,
+        }
+    }
+    out
+}
+
+fn scale_packets(kind: Kind, i: u32) -> Vec<Vec<u8>> {
+    match kind {
+        Kind::Idle => {
+            let mut p = Vec::new();
+            rtp::write_packet(&mut p, true, 98, 1, 0, ssrc_of(i), "\u{feff}".as_bytes());
+            vec![p]
+        }
+        Kind::Text => sender_packets(i, &format!("Hello from stream {i}, still talking and")),
+        Kind::Flushed => sender_packets(i, &format!("Hello from stream {i}. ")),
+    }
+}
+
+fn scale(a: &ScaleArgs) -> Res<()> {
+    println!(
+        "scale: {} streams per kind, opened at {} pps, {} source ports; nproc {}, load average {}",
+        a.streams,
+        a.pps,
+        a.common.sockets.min(a.streams),
+        cores(),
+        load_average()
+    );
+    println!();
+    println!(
+        "| kind | streams live | datagrams | kernel drops | RSS before | RSS after | RSS/stream | peak RSS | CPU to open | idle CPU % | envelopes | SIGTERM exit | shutdown s |"
+    );
+    println!(
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"
+    );
+    let mut notes = Vec::new();
+    for &kind in &a.kinds {
+        let n = a.streams;
+        let args: Vec<String> = [
+            "--max-streams",
+            &n.to_string(),
+            "--stream-timeout-s",
+            "600",
+            "--idle-flush-ms",
+            "600000",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let mut child = Child::spawn(Target::Gateway, &a.common, &args)?;
+        std::thread::sleep(Duration::from_millis(1500));
+        let (rss0, _) = child.memory();
+        let per: Vec<Vec<Vec<u8>>> = (0..n).map(|i| scale_packets(kind, i)).collect();
+        let total: u64 = per.iter().map(|p| p.len() as u64).sum();
+        let socks = sockets_to(child.addr, a.common.sockets.min(n))?;
+        let rounds = per.iter().map(Vec::len).max().unwrap_or(0);
+        let k0 = socket_drops(child.addr.port());
+        let cpu0 = child.cpu();
+        let mut queue = (0..rounds).flat_map(|r| (0..n).map(move |i| (r, i)));
+        let mut sent = 0u64;
+        let mut errors = 0u64;
+        // A bound only: the closure stops the sending when every packet is out.
+        let secs = 3.0 * total as f64 / a.pps.max(1) as f64 + 10.0;
+        let (_, took, _) = blast(
+            |max| {
+                let mut k = 0;
+                while k < max.min(BATCH as u64) {
+                    let Some((r, i)) = queue.next() else { break };
+                    if let Some(p) = per[i as usize].get(r) {
+                        match socks[i as usize % socks.len()].send(p) {
+                            Ok(_) => sent += 1,
+                            Err(_) => errors += 1,
+                        }
+                        k += 1;
+                    }
+                }
+                k
+            },
+            a.pps,
+            secs,
+            a.common.pin,
+        );
+        let got = child.settle(total);
+        std::thread::sleep(Duration::from_millis(1500));
+        let cpu_open = child.cpu() - cpu0;
+        let k1 = socket_drops(child.addr.port());
+        let m = child.scrape()?;
+        let live = m.get("pvp_t140_streams_live").copied().unwrap_or(0.0) as u64;
+        let envelopes = m.get("pvp_t140_envelopes_total").copied().unwrap_or(0.0) as u64;
+        let (rss1, _) = child.memory();
+        // Silence: what the gateway spends holding the streams (timers, metrics publishing).
+        let c0 = child.cpu();
+        std::thread::sleep(Duration::from_secs_f64(a.idle_seconds));
+        let idle = (child.cpu() - c0) / a.idle_seconds;
+        let (rss2, hwm) = child.memory();
+        // Read after the stop: shutdown may log (e.g. a full sink queue).
+        let warns = child.log_warnings.clone();
+        let (exit, shutdown_s) = child.stop();
+        let name = format!("{kind:?}").to_lowercase();
+        println!(
+            "| {name} | {live} | {got}/{total} | {} | {:.1} MiB | {:.1} MiB | {:.0} B | {:.1} MiB | {:.2} s | {:.2} | {envelopes} | {exit} | {shutdown_s:.2} |",
+            k1 - k0,
+            rss0 as f64 / 1024.0,
+            rss2 as f64 / 1024.0,
+            (rss1.max(rss2) - rss0) as f64 * 1024.0 / f64::from(n),
+            hwm as f64 / 1024.0,
+            cpu_open,
+            100.0 * idle,
+        );
+        if errors > 0 || took > secs + 1.0 {
+            notes.push(format!(
+                "{name}: {errors} send errors, sending took {took:.1} s"
+            ));
+        }
+        for w in warns.lock().expect("lock").iter() {
+            notes.push(format!("{name}: gateway logged: {w}"));
+        }
+    }
+    for n in notes {
+        println!("note: {n}");
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// t140llm mode.
+
+struct Dgram {
+    time: Time,
+    source: SocketAddr,
+    destination: SocketAddr,
+    payload: Vec<u8>,
+}
+
+fn read_capture(path: &Path, port: u16) -> Res<Vec<Dgram>> {
+    let mut out = Vec::new();
+    pvp_t140::capture::read_udp(path, |d| {
+        if d.destination.port() == port {
+            out.push(Dgram {
+                time: d.time,
+                source: d.source,
+                destination: d.destination,
+                payload: d.payload,
+            });
+        }
+    })
+    .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(out)
+}
+
+/// `copies` of the capture back to back, each copy's RTP sequence numbers, timestamps and
+/// capture times moved past the previous copy's.
+fn expand(d: &[Dgram], copies: u32) -> Vec<Dgram> {
+    let rtp: Vec<&Dgram> = d
+        .iter()
+        .filter(|x| x.payload.len() >= 12 && !rtp::looks_like_rtcp(&x.payload))
+        .collect();
+    let seq = |x: &Dgram| u16::from_be_bytes([x.payload[2], x.payload[3]]);
+    let ts = |x: &Dgram| u32::from_be_bytes(x.payload[4..8].try_into().expect("4 bytes"));
+    let span_seq = rtp
+        .iter()
+        .map(|x| seq(x).wrapping_sub(seq(rtp[0])))
+        .max()
+        .unwrap_or(0)
+        .wrapping_add(1);
+    let span_ts = rtp
+        .iter()
+        .map(|x| ts(x).wrapping_sub(ts(rtp[0])))
+        .max()
+        .unwrap_or(0)
+        .wrapping_add(1000);
+    let t_first = d.first().map_or(T0, |x| x.time);
+    let t_last = d.last().map_or(T0, |x| x.time);
+    // Three seconds between copies: every copy's text is flushed (idle) before the next.
+    let span_t = t_last.saturating_sub(t_first) + Duration::from_secs(3);
+    let mut out = Vec::with_capacity(d.len() * copies as usize);
+    for k in 0..copies {
+        for x in d {
+            let mut p = x.payload.clone();
+            if p.len() >= 12 && !rtp::looks_like_rtcp(&p) {
+                let s = seq(x).wrapping_add(span_seq.wrapping_mul(k as u16));
+                let t = ts(x).wrapping_add(span_ts.wrapping_mul(k));
+                p[2..4].copy_from_slice(&s.to_be_bytes());
+                p[4..8].copy_from_slice(&t.to_be_bytes());
+            }
+            out.push(Dgram {
+                time: x.time.saturating_add(span_t * k),
+                source: x.source,
+                destination: x.destination,
+                payload: p,
+            });
+        }
+    }
+    out
+}
+
+/// Classic pcap, raw IPv4 link type (101), the format demux.mjs reads.
+fn write_pcap(path: &Path, d: &[Dgram]) -> Res<()> {
+    let mut w = std::io::BufWriter::new(std::fs::File::create(path).map_err(|e| e.to_string())?);
+    let mut put = |b: &[u8]| w.write_all(b).map_err(|e| e.to_string());
+    put(&0xa1b2_c3d4u32.to_le_bytes())?;
+    put(&2u16.to_le_bytes())?;
+    put(&4u16.to_le_bytes())?;
+    put(&0i32.to_le_bytes())?;
+    put(&0u32.to_le_bytes())?;
+    put(&65_535u32.to_le_bytes())?;
+    put(&101u32.to_le_bytes())?;
+    for x in d {
+        let (SocketAddr::V4(src), SocketAddr::V4(dst)) = (x.source, x.destination) else {
+            return Err("IPv6 capture: not supported here".into());
+        };
+        let len = 20 + 8 + x.payload.len();
+        put(&((x.time.0 / 1_000_000) as u32).to_le_bytes())?;
+        put(&((x.time.0 % 1_000_000) as u32).to_le_bytes())?;
+        put(&(len as u32).to_le_bytes())?;
+        put(&(len as u32).to_le_bytes())?;
+        let mut ip = [0u8; 20];
+        ip[0] = 0x45;
+        ip[2..4].copy_from_slice(&(len as u16).to_be_bytes());
+        ip[8] = 64;
+        ip[9] = 17;
+        ip[12..16].copy_from_slice(&src.ip().octets());
+        ip[16..20].copy_from_slice(&dst.ip().octets());
+        put(&ip)?;
+        put(&src.port().to_be_bytes())?;
+        put(&dst.port().to_be_bytes())?;
+        put(&((8 + x.payload.len()) as u16).to_be_bytes())?;
+        put(&[0, 0])?;
+        put(&x.payload)?;
+    }
+    w.flush().map_err(|e| e.to_string())
+}
+
+/// Datagrams per second of pvp-t140's core, and envelopes made (with and without NDJSON).
+fn time_core(d: &[Dgram], json: bool) -> (f64, u64, u64) {
+    let cfg = pvp_t140::Config {
+        compat: pvp_t140::Compat::T140llm,
+        t140_pt: 96,
+        red_pt: 98,
+        ..pvp_t140::Config::default()
+    };
+    let mut gw = pvp_t140::Gateway::new(cfg);
+    let mut envelopes = 0u64;
+    let mut bytes = 0u64;
+    let started = Instant::now();
+    for x in d {
+        gw.handle_datagram(x.time, x.source, &x.payload);
+        while let Some(e) = gw.poll_output() {
+            envelopes += 1;
+            if json {
+                bytes += e.to_json().len() as u64;
+            }
+            std::hint::black_box(e);
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    (d.len() as f64 / secs, envelopes, bytes)
+}
+
+/// The same work t140llm's demux does, done by pvp-t140's parts: RTP header parse and T.140
+/// (UTF-8) decode of the payload into a growing string, one decoder per SSRC; no RED, no
+/// sequence checks, no chunking or envelopes.
+fn time_parse_only(d: &[Dgram]) -> f64 {
+    use pvp_t140::t140::Decoder;
+    let mut decoders: std::collections::HashMap<u32, (Decoder, String)> = Default::default();
+    let started = Instant::now();
+    for x in d {
+        if let Ok(p) = rtp::RtpPacket::parse(&x.payload) {
+            let (dec, text) = decoders.entry(p.ssrc).or_default();
+            dec.feed(p.payload, text);
+            if text.len() > 1 << 20 {
+                text.clear();
+            }
+        }
+    }
+    std::hint::black_box(&decoders);
+    d.len() as f64 / started.elapsed().as_secs_f64()
+}
+
+fn time_node(a: &T140llmArgs, pcap: &Path) -> Res<(f64, String)> {
+    let out = Command::new(&a.node)
+        .arg(&a.demux)
+        .arg(pcap)
+        .args(["--port", &a.port.to_string(), "--quiet"])
+        .output()
+        .map_err(|e| format!("{}: {e}", a.node))?;
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    if !out.status.success() {
+        return Err(format!(
+            "demux.mjs failed ({}): {err} (run `cd interop/t140llm && npm install`)",
+            out.status
+        ));
+    }
+    let line = err.lines().last().unwrap_or("").to_owned();
+    let rate = line
+        .split("= ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .ok_or_else(|| format!("unexpected demux.mjs output: {err}"))?;
+    Ok((rate, line))
+}
+
+fn t140llm(a: &T140llmArgs) -> Res<()> {
+    let node_version = Command::new(&a.node)
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_else(|_| "node not found".into());
+    println!(
+        "t140llm: {} copies per capture, best of {} alternating runs each; node {node_version}; nproc {}, load average {}",
+        a.copies,
+        a.runs,
+        cores(),
+        load_average()
+    );
+    println!();
+    println!(
+        "| capture | datagrams | t140llm demux dgram/s | pvp-t140 core dgram/s | ratio | pvp-t140 + NDJSON dgram/s | ratio | envelopes | pvp-t140 parse+decode only dgram/s | ratio |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    let dir = std::env::temp_dir().join(format!("pvp-t140-loadtest-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    for cap in &a.captures {
+        let base = read_capture(cap, a.port)?;
+        if base.is_empty() {
+            println!("| {} | 0 | | | | | | | | |", cap.display());
+            continue;
+        }
+        let big = expand(&base, a.copies);
+        let pcap = dir.join(cap.file_name().unwrap_or_default());
+        write_pcap(&pcap, &big)?;
+        // pvp-t140 reads the very file node reads.
+        let same = read_capture(&pcap, a.port)?;
+        assert_eq!(same.len(), big.len(), "capture round trip");
+        drop(big);
+        let (mut node, mut core, mut core_json, mut parse) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
+        let mut envelopes = 0;
+        for _ in 0..a.runs {
+            node = node.max(time_node(a, &pcap)?.0);
+            let (r, e, _) = time_core(&same, false);
+            core = core.max(r);
+            envelopes = e;
+            core_json = core_json.max(time_core(&same, true).0);
+            parse = parse.max(time_parse_only(&same));
+        }
+        println!(
+            "| {} | {} | {:.0} | {:.0} | {:.1}x | {:.0} | {:.1}x | {} | {:.0} | {:.1}x |",
+            cap.file_name().unwrap_or_default().to_string_lossy(),
+            same.len(),
+            node,
+            core,
+            core / node,
+            core_json,
+            core_json / node,
+            envelopes,
+            parse,
+            parse / node
+        );
+        let _ = std::fs::remove_file(&pcap);
+    }
+    let _ = std::fs::remove_dir(&dir);
+    Ok(())
+}
