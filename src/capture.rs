@@ -163,10 +163,10 @@ pub fn read_udp_from(
 /// the section's byte order from each Section Header Block.
 fn short_pcapng_block(data: &[u8], le: &mut bool) -> bool {
     const SHB: [u8; 4] = [0x0a, 0x0d, 0x0d, 0x0a];
-    if data.len() < 12 {
+    if data.len() < 8 {
         return false;
     }
-    if data[..4] == SHB {
+    if data[..4] == SHB && data.len() >= 12 {
         *le = data[8..12] == [0x4d, 0x3c, 0x2b, 0x1a];
     }
     let len = [data[4], data[5], data[6], data[7]];
@@ -179,6 +179,20 @@ fn short_pcapng_block(data: &[u8], le: &mut bool) -> bool {
 }
 
 fn udp_of(data: &[u8], link: Linktype, caplen: usize) -> Option<(SocketAddr, SocketAddr, &[u8])> {
+    // Only the link types a T.140 capture comes in; pcap-parser 0.17's decoders for others
+    // (Wireshark upper PDU, NFLOG) panic on malformed frames (found by the pcap_read fuzzer).
+    let supported = [
+        Linktype::ETHERNET,
+        Linktype::RAW,
+        Linktype::LINUX_SLL,
+        Linktype::LINUX_SLL2,
+        Linktype::IPV4,
+        Linktype::IPV6,
+        Linktype::NULL,
+    ];
+    if !supported.contains(&link) {
+        return None;
+    }
     let sliced = match get_packetdata(data, link, caplen)? {
         PacketData::L2(frame) => SlicedPacket::from_ethernet(frame).ok()?,
         PacketData::L3(_, packet) => SlicedPacket::from_ip(packet).ok()?,
