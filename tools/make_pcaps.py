@@ -303,9 +303,9 @@ def sc_two_ssrc():
 
 B1 = "t140:22222222@127.0.0.1:40002"
 EXP_TWO_SSRC = [
-    ("join", A1),
     ("join", B1),
     ("add", B1, "Bravo answers!", "sentence"),
+    ("join", A1),
     ("add", A1, "Alpha speaks first.", "sentence"),
     ("add", B1, "Done?", "sentence"),
     ("add", A1, "Then more.", "sentence"),
@@ -1109,6 +1109,10 @@ class Model:
         text = "".join(st["buf"]).strip()
         st["buf"] = []
         if text:
+            # The gateway joins a participant lazily, just before its first item.
+            if not st["joined"]:
+                st["joined"] = True
+                self.out.append(("join", st["id"]))
             self.out.append(("add", st["id"], text, cause))
 
     def packet(self, t, src_host, src_port, datagram):
@@ -1123,9 +1127,8 @@ class Model:
         if key not in self.streams:
             host = f"[{src_host}]" if ":" in src_host else src_host
             sid = f"t140:{ssrc:08x}@{host}:{src_port}"
-            self.streams[key] = dict(id=sid, buf=[], last=t, cr=False,
+            self.streams[key] = dict(id=sid, buf=[], last=t, cr=False, joined=False,
                                      dec=codecs.getincrementaldecoder("utf-8")("replace"))
-            self.out.append(("join", sid))
         st = self.streams[key]
         st["last"] = t
         for ch in st["dec"].decode(payload):
@@ -1156,7 +1159,8 @@ class Model:
     def end(self):
         for st in self.streams.values():
             self.flush(st, "end")
-            self.out.append(("leave", st["id"]))
+            if st["joined"]:
+                self.out.append(("leave", st["id"]))
         return self.out
 
 
