@@ -82,6 +82,11 @@ impl Chunker {
         self.ready.drain(..)
     }
 
+    /// The oldest chunk cut since the last call, if any (no collecting, no allocation).
+    pub fn pop_ready(&mut self) -> Option<Chunk> {
+        (!self.ready.is_empty()).then(|| self.ready.remove(0))
+    }
+
     pub fn has_ready(&self) -> bool {
         !self.ready.is_empty()
     }

@@ -21,7 +21,7 @@ use crate::register::{Arrival, Outcome, Piece, RegisterStats};
 use crate::rtcp::RtcpEvent;
 use crate::rtp::{RtpError, RtpPacket, looks_like_rtcp};
 use crate::speaker::{Speaker, Voice, split_named};
-use crate::stream::{Stream, StreamKey};
+use crate::stream::{Stream, StreamKey, speaker_index};
 use crate::t140::DecodeStats;
 use crate::time::Time;
 
@@ -377,11 +377,8 @@ impl Emitter {
         if erase > 0 {
             self.erase_sent(now, created, sp, erase);
         }
-        while sp.chunker.has_ready() {
-            let ready: Vec<Chunk> = sp.chunker.drain_ready().collect();
-            for chunk in ready {
-                self.chunk(now, key, created, sp, chunk);
-            }
+        while let Some(chunk) = sp.chunker.pop_ready() {
+            self.chunk(now, key, created, sp, chunk);
         }
     }
 
@@ -473,28 +470,6 @@ fn route(
     let sp = &mut speakers[idx];
     sp.feed(now, piece, format);
     emit.after_text(now, key, created, sp);
-}
-
-fn speaker_index(
-    speakers: &mut Vec<Speaker>,
-    key: &StreamKey,
-    voice: Voice,
-    now: Time,
-    max_chunk_chars: usize,
-) -> usize {
-    if let Some(i) = speakers.iter().position(|s| s.voice == voice) {
-        return i;
-    }
-    let voice = if speakers.len() >= crate::stream::MAX_SPEAKERS {
-        Voice::Ssrc
-    } else {
-        voice
-    };
-    if let Some(i) = speakers.iter().position(|s| s.voice == voice) {
-        return i;
-    }
-    speakers.push(Speaker::new(voice, key, now, max_chunk_chars));
-    speakers.len() - 1
 }
 
 /// The sans-IO core.
@@ -611,20 +586,22 @@ impl Gateway {
         let compat = self.cfg.compat;
         let format = self.red_format();
         let mut payload = pkt.payload;
-        let red = if pkt.payload_type == self.cfg.t140_pt {
-            false
+        let parsed = if pkt.payload_type == self.cfg.t140_pt {
+            None
         } else if pkt.payload_type == self.cfg.red_pt {
-            // Validated before a stream is created for it, so junk opens no stream.
+            // Validated before a stream is created for it, so junk opens no stream; the parse
+            // travels with the packet into the register.
             let p = RedPayload::parse_as(payload, format).map_err(DropReason::Red)?;
             if p.was_newest_first() {
                 self.emit.stats.red_newest_first += 1;
             }
-            true
+            Some(p)
         } else if compat == Compat::T140llm && pkt.payload_type == T140LLM_FEC_PT {
             return Err(DropReason::T140llmFec);
         } else {
             return Err(DropReason::UnknownPayloadType);
         };
+        let red = parsed.is_some();
         if compat == Compat::T140llm && !red && pkt.marker && payload.starts_with(b"MD:{") {
             // Metadata, not text: it still takes its sequence number, so it passes as empty.
             self.emit.stats.metadata += 1;
@@ -671,6 +648,7 @@ impl Gateway {
             tag,
             by_ts: csrc.is_some(),
             payload,
+            parsed,
         };
         let (key, created, format) = (*key, *created, *format);
         let emit = &mut self.emit;

@@ -46,6 +46,9 @@ pub struct Arrival<'a> {
     /// Redundancy is placed by timestamp by the caller ([`Piece::Packet`]).
     pub by_ts: bool,
     pub payload: &'a [u8],
+    /// The RED payload, when the caller has already parsed (and so validated) it: a packet is
+    /// parsed once on its way through, not once per look.
+    pub parsed: Option<RedPayload<'a>>,
 }
 
 /// What happened to one packet.
@@ -99,6 +102,7 @@ impl Held {
             tag: self.tag,
             by_ts: self.by_ts,
             payload: &self.payload,
+            parsed: None,
         }
     }
 }
@@ -141,11 +145,20 @@ impl Register {
     }
 
     fn redundancy(&self, a: &Arrival<'_>) -> usize {
-        if a.red && !a.by_ts {
-            RedPayload::parse_as(a.payload, self.format).map_or(0, |p| p.redundant_count())
-        } else {
-            0
+        if a.by_ts {
+            return 0;
         }
+        self.red_of(a).map_or(0, |p| p.redundant_count())
+    }
+
+    /// The packet's RED payload: the caller's parse when it gave one, else parsed here (a held
+    /// packet's copy, validated when it arrived).
+    fn red_of<'p>(&self, a: &Arrival<'p>) -> Option<RedPayload<'p>> {
+        if !a.red {
+            return None;
+        }
+        a.parsed
+            .or_else(|| RedPayload::parse_as(a.payload, self.format).ok())
     }
 
     /// When the oldest held packet stops waiting for its gap.
@@ -170,7 +183,10 @@ impl Register {
     ) -> Result<Outcome, RedError> {
         let Arrival { seq, marker, .. } = a;
         if a.red {
-            let p = RedPayload::parse_as(a.payload, self.format)?;
+            let p = match a.parsed {
+                Some(p) => p,
+                None => RedPayload::parse_as(a.payload, self.format)?,
+            };
             self.generations = self.generations.max(p.redundant_count());
         }
         let Some(expected) = self.expected else {
@@ -382,7 +398,7 @@ impl Register {
         if !a.red {
             return a.payload.starts_with(BOM);
         }
-        let Ok(p) = RedPayload::parse_as(a.payload, self.format) else {
+        let Some(p) = self.red_of(a) else {
             return false;
         };
         p.redundant_blocks()
@@ -413,7 +429,7 @@ impl Register {
             out(a.tag, Piece::Text(a.payload));
             return;
         }
-        let Ok(p) = RedPayload::parse_as(a.payload, self.format) else {
+        let Some(p) = self.red_of(a) else {
             return; // validated on arrival; unreachable in practice
         };
         let gens = p.redundant_count();
@@ -467,6 +483,7 @@ mod tests {
                 tag: 0,
                 by_ts: false,
                 payload,
+                parsed: None,
             }
         }
 

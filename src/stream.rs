@@ -84,21 +84,35 @@ impl Stream {
     /// The speaker for `voice`, and whether it is new (and must join). Beyond
     /// [`MAX_SPEAKERS`] the stream's own voice speaks for the rest.
     pub fn speaker(&mut self, voice: Voice, now: Time, max_chunk_chars: usize) -> (usize, bool) {
-        if let Some(i) = self.speakers.iter().position(|s| s.voice == voice) {
-            return (i, false);
-        }
-        let voice = if self.speakers.len() >= MAX_SPEAKERS {
-            Voice::Ssrc
-        } else {
-            voice
-        };
-        if let Some(i) = self.speakers.iter().position(|s| s.voice == voice) {
-            return (i, false);
-        }
-        self.speakers
-            .push(Speaker::new(voice, &self.key, now, max_chunk_chars));
-        (self.speakers.len() - 1, true)
+        let before = self.speakers.len();
+        let i = speaker_index(&mut self.speakers, &self.key, voice, now, max_chunk_chars);
+        (i, self.speakers.len() > before)
     }
+}
+
+/// The index of `voice` among a stream's speakers, creating it on first use. Beyond
+/// [`MAX_SPEAKERS`] the stream's own voice speaks for the rest. A free function so the gateway
+/// can call it while the stream's register is borrowed.
+pub fn speaker_index(
+    speakers: &mut Vec<Speaker>,
+    key: &StreamKey,
+    voice: Voice,
+    now: Time,
+    max_chunk_chars: usize,
+) -> usize {
+    if let Some(i) = speakers.iter().position(|s| s.voice == voice) {
+        return i;
+    }
+    let voice = if speakers.len() >= MAX_SPEAKERS {
+        Voice::Ssrc
+    } else {
+        voice
+    };
+    if let Some(i) = speakers.iter().position(|s| s.voice == voice) {
+        return i;
+    }
+    speakers.push(Speaker::new(voice, key, now, max_chunk_chars));
+    speakers.len() - 1
 }
 
 #[cfg(test)]

@@ -3,40 +3,8 @@
 //!
 //! `cargo run --manifest-path fuzz/Cargo.toml --example gateway_trace -- INPUT`
 
-use std::time::Duration;
-
-use pvp_t140::gateway::{Compat, MixerMode};
-use pvp_t140::{Config, Gateway, Time};
-use pvp_t140_fuzz::{decode, source};
-
-const MAX_STREAMS: usize = 8;
-const SESSION: &str = "fuzz";
-
-/// Must match `config` in `fuzz_targets/gateway.rs`.
-fn config(b: u8) -> Config {
-    Config {
-        session: SESSION.into(),
-        t140_pt: 98,
-        red_pt: 100,
-        idle_flush: Duration::from_secs(2),
-        max_chunk_chars: 8 + 16 * usize::from(b & 0x1f),
-        stream_timeout: Duration::from_secs(10),
-        max_streams: MAX_STREAMS,
-        id_seed: u128::from(b),
-        reorder_wait: Duration::from_millis(1000),
-        mixer: match b >> 5 & 3 {
-            1 => MixerMode::On,
-            2 => MixerMode::Off,
-            _ => MixerMode::Auto,
-        },
-        compat: if b & 0x80 != 0 {
-            Compat::T140llm
-        } else {
-            Compat::None
-        },
-        ..Config::default()
-    }
-}
+use pvp_t140::{Gateway, Time};
+use pvp_t140_fuzz::{config, decode, source};
 
 fn main() {
     let path = std::env::args().nth(1).expect("usage: gateway_trace INPUT");

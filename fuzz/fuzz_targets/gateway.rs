@@ -4,17 +4,12 @@
 #![no_main]
 
 use std::collections::{HashMap, HashSet};
-use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
-use pvp_t140::gateway::{Compat, MixerMode};
 use pvp_t140::pvp::Envelope;
-use pvp_t140::{Config, Gateway, Time};
-use pvp_t140_fuzz::{decode, source};
+use pvp_t140::{Gateway, Time};
+use pvp_t140_fuzz::{MAX_STREAMS, SESSION, config, decode, source};
 use serde_json::Value;
-
-const MAX_STREAMS: usize = 8;
-const SESSION: &str = "fuzz";
 
 struct Check {
     max_chunk_chars: usize,
@@ -134,32 +129,6 @@ impl Check {
             "joins vs participants_total"
         );
         assert_eq!(s.envelopes, self.envelopes);
-    }
-}
-
-/// The config byte (see `src/lib.rs`): chunk size, mixer mode, t140llm compatibility.
-fn config(b: u8) -> Config {
-    Config {
-        session: SESSION.into(),
-        t140_pt: 98,
-        red_pt: 100,
-        idle_flush: Duration::from_secs(2),
-        max_chunk_chars: 8 + 16 * usize::from(b & 0x1f),
-        stream_timeout: Duration::from_secs(10),
-        max_streams: MAX_STREAMS,
-        id_seed: u128::from(b),
-        reorder_wait: Duration::from_millis(1000),
-        mixer: match b >> 5 & 3 {
-            1 => MixerMode::On,
-            2 => MixerMode::Off,
-            _ => MixerMode::Auto,
-        },
-        compat: if b & 0x80 != 0 {
-            Compat::T140llm
-        } else {
-            Compat::None
-        },
-        ..Config::default()
     }
 }
 

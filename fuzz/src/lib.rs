@@ -19,6 +19,41 @@ pub const CONFIG_STANDARD: u8 = 0x1f;
 pub const CONFIG_T140LLM: u8 = 0x9f;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::Duration;
+
+use pvp_t140::Config;
+use pvp_t140::gateway::{Compat, MixerMode};
+
+/// Streams the fuzzed gateway may hold.
+pub const MAX_STREAMS: usize = 8;
+/// Session of every envelope it emits.
+pub const SESSION: &str = "fuzz";
+
+/// The gateway a fuzz input runs: the config byte sets chunk size, mixer mode, t140llm compat.
+pub fn config(b: u8) -> Config {
+    Config {
+        session: SESSION.into(),
+        t140_pt: 98,
+        red_pt: 100,
+        idle_flush: Duration::from_secs(2),
+        max_chunk_chars: 8 + 16 * usize::from(b & 0x1f),
+        stream_timeout: Duration::from_secs(10),
+        max_streams: MAX_STREAMS,
+        id_seed: u128::from(b),
+        reorder_wait: Duration::from_millis(1000),
+        mixer: match b >> 5 & 3 {
+            1 => MixerMode::On,
+            2 => MixerMode::Off,
+            _ => MixerMode::Auto,
+        },
+        compat: if b & 0x80 != 0 {
+            Compat::T140llm
+        } else {
+            Compat::None
+        },
+        ..Config::default()
+    }
+}
 
 /// The sources datagrams come from.
 pub fn source(index: u8) -> SocketAddr {
