@@ -32,7 +32,7 @@ pub struct Admission {
     /// Packets per second per source; 0 = no limit.
     pps: u64,
     buckets: Box<[Bucket]>,
-    hasher: std::collections::hash_map::RandomState,
+    hasher: crate::stream::KeyHasher,
 }
 
 impl Admission {
@@ -59,11 +59,11 @@ impl Admission {
             return Ok(());
         }
         let mut h = self.hasher.build_hasher();
-        h.write_u16(src.port());
-        match src.ip() {
-            std::net::IpAddr::V4(a) => h.write_u32(a.to_bits()),
-            std::net::IpAddr::V6(a) => h.write_u128(a.to_bits()),
-        }
+        let ip = match src.ip() {
+            std::net::IpAddr::V4(a) => u128::from(a.to_bits()),
+            std::net::IpAddr::V6(a) => a.to_bits(),
+        };
+        h.write_u128(ip ^ u128::from(src.port()) << 96);
         let b = &mut self.buckets[h.finish() as usize % BUCKETS];
         // Refill: pps tokens a second, at most one second's worth (the allowed burst).
         let cap = self.pps * 1000;

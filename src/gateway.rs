@@ -21,7 +21,7 @@ use crate::register::{Arrival, Outcome, Piece, RegisterStats};
 use crate::rtcp::RtcpEvent;
 use crate::rtp::{RtpError, RtpPacket, looks_like_rtcp};
 use crate::speaker::{Speaker, Voice, split_named};
-use crate::stream::{Stream, StreamKey, speaker_index};
+use crate::stream::{KeyHasher, Stream, StreamKey, speaker_index};
 use crate::t140::DecodeStats;
 use crate::time::Time;
 
@@ -476,9 +476,9 @@ fn route(
 pub struct Gateway {
     cfg: Config,
     emit: Emitter,
-    index: HashMap<StreamKey, u32>,
+    index: HashMap<StreamKey, u32, KeyHasher>,
     /// Which source a live SSRC belongs to: only consulted when a stream would be created.
-    ssrc_owner: HashMap<u32, SocketAddr>,
+    ssrc_owner: HashMap<u32, SocketAddr, KeyHasher>,
     /// Slab of streams; `free` lists reusable slots.
     slots: Vec<Option<Stream>>,
     free: Vec<u32>,
@@ -514,8 +514,8 @@ impl Gateway {
                 roles,
                 mapping,
             },
-            index: HashMap::new(),
-            ssrc_owner: HashMap::new(),
+            index: HashMap::default(),
+            ssrc_owner: HashMap::default(),
             slots: Vec::new(),
             free: Vec::new(),
             timers: BinaryHeap::new(),

@@ -9,11 +9,30 @@ use crate::register::Register;
 use crate::speaker::{Speaker, Voice};
 use crate::time::Time;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StreamKey {
     pub source: SocketAddr,
     pub ssrc: u32,
 }
+
+/// Two word writes instead of the derived walk over `SocketAddr`'s enum, octets and port: the
+/// stream index is looked up once per datagram. Equal keys hash equal (IPv6 flow info and scope
+/// only take part in `Eq`).
+impl std::hash::Hash for StreamKey {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        let ip = match self.source.ip() {
+            std::net::IpAddr::V4(a) => u128::from(a.to_bits()),
+            std::net::IpAddr::V6(a) => a.to_bits(),
+        };
+        h.write_u128(ip);
+        h.write_u64(u64::from(self.source.port()) << 32 | u64::from(self.ssrc));
+    }
+}
+
+/// The stream index's hasher: keys are chosen by remote senders, so it is seeded per process
+/// (foldhash: fast on small keys, and seeded against hash flooding); the table is bounded by
+/// `--max-streams` as well.
+pub type KeyHasher = foldhash::fast::RandomState;
 
 impl StreamKey {
     /// Stable participant id derived from the stream: the same sender gets the same id across
