@@ -74,7 +74,9 @@ impl Chunker {
 
     /// True when nothing but white space is buffered (nothing an idle flush would send).
     pub fn is_blank(&self) -> bool {
-        self.buf.trim().is_empty()
+        // Asked for every packet (timer deadline): a buffer starting with text is settled by
+        // its first character, without a trim over the buffer.
+        self.buf.chars().next().is_none_or(char::is_whitespace) && self.buf.trim().is_empty()
     }
 
     /// Chunks cut by sentence or size since the last drain.
@@ -171,6 +173,30 @@ impl TextSink for Chunker {
 
     fn new_line(&mut self) {
         self.push('\n');
+    }
+
+    /// [`Chunker::push`] for printable ASCII, where the only white space is the space and a
+    /// sentence end is the buffer's last byte.
+    fn push_ascii(&mut self, s: &[u8]) {
+        for &b in s {
+            if b == b' ' {
+                if self.buf.is_empty() {
+                    self.unseen_ws += 1;
+                    continue;
+                }
+                if matches!(self.buf.as_bytes().last(), Some(b'.' | b'!' | b'?')) {
+                    self.cut_all(FlushCause::Sentence);
+                    self.unseen_ws = 1;
+                    continue;
+                }
+            }
+            self.unseen_ws = 0;
+            self.buf.push(char::from(b));
+            self.chars += 1;
+            if self.chars >= self.max_chars {
+                self.cut_size();
+            }
+        }
     }
 
     /// Erases the last character typed: buffered text first, then unseen white space, then the
@@ -311,5 +337,39 @@ mod tests {
         let out = feed(&mut ch, "Ok. \u{8}\u{8}\u{8}\u{8}No. ");
         assert_eq!(out, vec![("No.".into(), FlushCause::Sentence)]);
         assert_eq!(ch.take_erase_sent(), 0);
+    }
+
+    /// The printable-ASCII fast path cuts exactly where a character at a time does.
+    #[test]
+    fn ascii_runs_cut_like_single_characters() {
+        let texts = [
+            "  Hello world.  How are you? Fine!Thanks. ",
+            "no sentence end but a long line that must be cut by size somewhere",
+            "a.b. c!  d?e ",
+            "          ",
+            "x",
+        ];
+        for max in [5, 12, 500] {
+            for t in texts {
+                let mut one = Chunker::new(max);
+                let mut run = Chunker::new(max);
+                let mut a = Vec::new();
+                let mut b = Vec::new();
+                // Split the run at every 7th byte, as packets would.
+                for (i, piece) in t.as_bytes().chunks(7).enumerate() {
+                    let piece = std::str::from_utf8(piece).unwrap();
+                    for c in piece.chars() {
+                        one.push_char(c);
+                    }
+                    run.push_ascii(piece.as_bytes());
+                    a.extend(one.drain_ready().map(|c| (c.text, c.cause)));
+                    b.extend(run.drain_ready().map(|c| (c.text, c.cause)));
+                    assert_eq!(a, b, "max {max}, {t:?}, piece {i}");
+                }
+                a.extend(one.flush(FlushCause::End).map(|c| (c.text, c.cause)));
+                b.extend(run.flush(FlushCause::End).map(|c| (c.text, c.cause)));
+                assert_eq!(a, b, "max {max}, {t:?}");
+            }
+        }
     }
 }

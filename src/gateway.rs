@@ -15,13 +15,13 @@ use serde_json::json;
 use crate::admission::{Admission, Refusal};
 use crate::chunker::{Chunk, FlushCause};
 use crate::mapping::Decision;
-use crate::pvp::{Builder, Envelope, Participant};
+use crate::pvp::{AddTemplate, Builder, Envelope, Escaped, Participant};
 use crate::red::{RedError, RedFormat, RedPayload};
 use crate::register::{Arrival, Outcome, Piece, RegisterStats};
 use crate::rtcp::RtcpEvent;
 use crate::rtp::{RtpError, RtpPacket, looks_like_rtcp};
 use crate::speaker::{Speaker, Voice, split_named};
-use crate::stream::{KeyHasher, Stream, StreamKey, speaker_index};
+use crate::stream::{KeyHasher, SourceUri, Stream, StreamKey, speaker_index};
 use crate::t140::DecodeStats;
 use crate::time::Time;
 
@@ -301,7 +301,7 @@ impl Emitter {
             Voice::Named(id) => metadata["stream_id"] = json!(id),
         }
         Participant {
-            id: sp.participant.clone(),
+            id: sp.participant.to_string(),
             name: sp.name.clone(),
             roles: sp.roles.clone().unwrap_or_else(|| self.roles.clone()),
             metadata,
@@ -340,7 +340,7 @@ impl Emitter {
             Decision::Rule(rule) => {
                 let rule = rule.clone();
                 if let Some(id) = rule.participant {
-                    sp.participant = id;
+                    sp.participant = id.into();
                 }
                 if let Some(name) = rule.name {
                     sp.name = name;
@@ -354,7 +354,7 @@ impl Emitter {
         sp.joined = true;
         let p = self.participant(key, sp);
         tracing::info!(participant = %p.id, name = %p.name, "participant joins");
-        let e = self.in_session(sp, |b| b.join(now, &p));
+        let e = self.in_session(sp, |b| b.join(now, sp.participant.clone(), &p));
         self.stats.participants_total += 1;
         self.push(e);
         true
@@ -366,7 +366,7 @@ impl Emitter {
             return;
         }
         let p = self.participant(key, sp);
-        let e = self.in_session(sp, |b| b.announce(now, &p));
+        let e = self.in_session(sp, |b| b.announce(now, sp.participant.clone(), &p));
         self.push(e);
     }
 
@@ -404,11 +404,13 @@ impl Emitter {
         let reason = "T.140 backspace erased transcribed text";
         let e = if sp.last_sent_text.is_empty() {
             sp.last_sent = 0;
-            self.in_session(sp, |b| b.context_remove(now, &sp.participant, &key, reason))
+            self.in_session(sp, |b| {
+                b.context_remove(now, sp.participant.clone(), &key, reason)
+            })
         } else {
             let text = &sp.last_sent_text;
             self.in_session(sp, |b| {
-                b.context_update(now, &sp.participant, &key, text, reason)
+                b.context_update(now, sp.participant.clone(), &key, text, reason)
             })
         };
         self.stats.corrections += 1;
@@ -424,12 +426,23 @@ impl Emitter {
         sp.last_sent = sp.chunks_sent;
         sp.last_sent_text.clear();
         sp.last_sent_text.push_str(&chunk.text);
-        let item = sp.key(created, sp.chunks_sent);
-        let source = key.source_uri();
         let cause = chunk.cause.as_str();
-        let e = self.in_session(sp, |b| {
-            b.context_add(now, &sp.participant, item, chunk.text, source, cause)
+        // Taken out while the builder borrows the speaker, then put back.
+        let template = sp.add_template.take().unwrap_or_else(|| {
+            Box::new(AddTemplate {
+                key_prefix: Escaped::new(format_args!(
+                    "{}/{}/",
+                    sp.participant,
+                    created.as_millis()
+                )),
+                source: Escaped::new(SourceUri(*key)),
+            })
         });
+        let (sender, n) = (sp.participant.clone(), sp.chunks_sent);
+        let e = self.in_session(sp, |b| {
+            b.context_add(now, sender, &template, n, &chunk.text, cause)
+        });
+        sp.add_template = Some(template);
         self.stats.chunks[chunk.cause as usize] += 1;
         self.push(e);
     }
@@ -958,7 +971,7 @@ impl Gateway {
             if sp.joined {
                 let leave = self
                     .emit
-                    .in_session(sp, |b| b.leave(now, &sp.participant, reason));
+                    .in_session(sp, |b| b.leave(now, sp.participant.clone(), reason));
                 self.emit.push(leave);
             }
         }

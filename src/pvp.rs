@@ -2,14 +2,17 @@
 //! data in, data out: ids and timestamps come from the time value passed in, so a replay yields
 //! the same envelopes (but for the random part of the ULIDs) every run.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::time::Time;
 
-/// pvp-spec 4.1 message envelope.
+/// pvp-spec 4.1 message envelope in its general, parsed form: what a server sends us, what the
+/// spool journal holds, and what tests inspect. The gateway itself emits [`Envelope`]s.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Envelope {
+pub struct Message {
     pub v: u32,
     pub id: String,
     pub ts: String,
@@ -22,11 +25,203 @@ pub struct Envelope {
     pub reference: Option<String>,
 }
 
-impl Envelope {
+impl Message {
     pub fn to_json(&self) -> String {
         // Serializing a struct of strings and a Value cannot fail.
         serde_json::to_string(self).unwrap_or_default()
     }
+
+    /// The envelope that sends this message (for messages re-issued from the spool journal or
+    /// rebuilt by a sink). Refuses kinds the gateway never sends and ids that are not ULIDs.
+    pub fn to_envelope(&self) -> Result<Envelope, String> {
+        let kind =
+            Kind::parse(&self.kind).ok_or_else(|| format!("not a kind we send: {}", self.kind))?;
+        let id = ulid::Ulid::from_string(&self.id).map_err(|e| format!("id {}: {e}", self.id))?;
+        Ok(Envelope {
+            id,
+            kind,
+            sender: Arc::from(self.sender.as_str()),
+            json: self.to_json(),
+        })
+    }
+}
+
+/// The message types the gateway sends (pvp-spec 4.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    SessionJoin,
+    SessionLeave,
+    ParticipantAnnounce,
+    ContextAdd,
+    ContextUpdate,
+    ContextRemove,
+    HeartbeatPing,
+    HeartbeatPong,
+    GateRequest,
+}
+
+impl Kind {
+    const ALL: [Kind; 9] = [
+        Kind::SessionJoin,
+        Kind::SessionLeave,
+        Kind::ParticipantAnnounce,
+        Kind::ContextAdd,
+        Kind::ContextUpdate,
+        Kind::ContextRemove,
+        Kind::HeartbeatPing,
+        Kind::HeartbeatPong,
+        Kind::GateRequest,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Kind::SessionJoin => "session.join",
+            Kind::SessionLeave => "session.leave",
+            Kind::ParticipantAnnounce => "participant.announce",
+            Kind::ContextAdd => "context.add",
+            Kind::ContextUpdate => "context.update",
+            Kind::ContextRemove => "context.remove",
+            Kind::HeartbeatPing => "heartbeat.ping",
+            Kind::HeartbeatPong => "heartbeat.pong",
+            Kind::GateRequest => "gate.request",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for Kind {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// An envelope the gateway sends, serialized once when it is built: sinks write [`Envelope::json`]
+/// as it is (a line on stdout, a WebSocket text frame) and route by sender and kind without
+/// parsing. Building one costs one allocation (the JSON text); the sender is shared with its
+/// speaker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Envelope {
+    id: ulid::Ulid,
+    kind: Kind,
+    sender: Arc<str>,
+    json: String,
+}
+
+impl Envelope {
+    pub fn id(&self) -> ulid::Ulid {
+        self.id
+    }
+
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    pub fn sender(&self) -> &Arc<str> {
+        &self.sender
+    }
+
+    /// The envelope as one line of JSON (no newline).
+    pub fn json(&self) -> &str {
+        &self.json
+    }
+
+    pub fn into_json(self) -> String {
+        self.json
+    }
+
+    /// The parsed form (for tests, gates and re-issuing; not on the hot path).
+    pub fn to_message(&self) -> Message {
+        serde_json::from_str(&self.json).expect("an envelope we built is valid JSON")
+    }
+}
+
+/// Text escaped for the inside of a JSON string: built once, written into many envelopes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Escaped(String);
+
+impl Escaped {
+    pub fn new(v: impl std::fmt::Display) -> Self {
+        use std::fmt::Write;
+        let mut s = String::new();
+        // Writing into a String cannot fail.
+        let _ = write!(Escaper(&mut s), "{v}");
+        Escaped(s)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// What every `context.add` of one speaker repeats: its item key prefix and its source URI.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddTemplate {
+    /// `participant/stream-start-ms/`; the chunk counter follows.
+    pub key_prefix: Escaped,
+    pub source: Escaped,
+}
+
+/// Appends `s` as a JSON string (RFC 8259 section 7: quote, backslash and C0 controls escaped).
+pub fn push_json_str(out: &mut String, s: &str) {
+    out.push('"');
+    escape_into(out, s);
+    out.push('"');
+}
+
+struct Escaper<'a>(&'a mut String);
+
+impl std::fmt::Write for Escaper<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        escape_into(self.0, s);
+        Ok(())
+    }
+}
+
+/// Bytes that need an escape in a JSON string: quote, backslash, C0 controls.
+const fn needs_escape(b: u8) -> bool {
+    b < 0x20 || b == b'"' || b == b'\\'
+}
+
+fn escape_into(out: &mut String, s: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        // Most text needs no escape: find the next byte that does, then copy the run at once.
+        let Some(at) = bytes[i..].iter().position(|&b| needs_escape(b)) else {
+            break;
+        };
+        i += at;
+        let b = bytes[i];
+        out.push_str(&s[start..i]);
+        match b {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            0x08 => out.push_str("\\b"),
+            0x0c => out.push_str("\\f"),
+            _ => {
+                out.push_str("\\u00");
+                out.push(char::from(HEX[usize::from(b >> 4)]));
+                out.push(char::from(HEX[usize::from(b & 0xf)]));
+            }
+        }
+        i += 1;
+        start = i;
+    }
+    out.push_str(&s[start..]);
 }
 
 /// Monotonic ULID source (pvp-spec 5.1): time from the value passed in, the random part from a
@@ -47,7 +242,7 @@ impl IdGen {
         }
     }
 
-    pub fn next(&mut self, now: Time) -> String {
+    pub fn next(&mut self, now: Time) -> ulid::Ulid {
         let ms = now.as_millis().max(self.last_ms);
         if ms == self.last_ms {
             self.rand = (self.rand + 1) & RAND_MASK;
@@ -55,7 +250,7 @@ impl IdGen {
             self.last_ms = ms;
             self.rand = splitmix(self.rand ^ u128::from(ms)) & (RAND_MASK >> 1);
         }
-        ulid::Ulid::from_parts(ms, self.rand).to_string()
+        ulid::Ulid::from_parts(ms, self.rand)
     }
 }
 
@@ -98,21 +293,81 @@ impl Builder {
         }
     }
 
-    pub fn envelope(&mut self, now: Time, sender: &str, kind: &str, payload: Value) -> Envelope {
+    /// Writes the envelope up to and including `"payload":`; the caller appends the payload and
+    /// calls [`Builder::finish`]. Field order is pvp-spec 4.1's.
+    fn begin(
+        &mut self,
+        now: Time,
+        sender: &str,
+        kind: Kind,
+        capacity: usize,
+    ) -> (ulid::Ulid, String) {
+        let id = self.ids.next(now);
+        let mut out = String::with_capacity(capacity + 160 + self.session.len() + sender.len());
+        out.push_str("{\"v\":1,\"id\":\"");
+        let mut buf = [0u8; ulid::ULID_LEN];
+        out.push_str(id.array_to_str(&mut buf));
+        out.push_str("\",\"ts\":\"");
+        now.write_iso8601(&mut out);
+        out.push_str("\",\"session\":");
+        push_json_str(&mut out, &self.session);
+        out.push_str(",\"sender\":");
+        push_json_str(&mut out, sender);
+        out.push_str(",\"type\":\"");
+        out.push_str(kind.as_str());
+        out.push_str("\",\"payload\":");
+        (id, out)
+    }
+
+    fn finish(id: ulid::Ulid, kind: Kind, sender: Arc<str>, mut json: String) -> Envelope {
+        json.push('}');
         Envelope {
-            v: 1,
-            id: self.ids.next(now),
-            ts: now.to_iso8601(),
-            session: self.session.clone(),
-            sender: sender.to_owned(),
-            kind: kind.to_owned(),
-            payload,
-            reference: None,
+            id,
+            kind,
+            sender,
+            json,
         }
     }
 
+    /// An envelope with any payload (the less frequent kinds).
+    pub fn envelope(
+        &mut self,
+        now: Time,
+        sender: Arc<str>,
+        kind: Kind,
+        payload: &Value,
+    ) -> Envelope {
+        self.envelope_ref(now, sender, kind, payload, None)
+    }
+
+    fn envelope_ref(
+        &mut self,
+        now: Time,
+        sender: Arc<str>,
+        kind: Kind,
+        payload: &Value,
+        reference: Option<&str>,
+    ) -> Envelope {
+        let payload = serde_json::to_string(payload).unwrap_or_else(|_| "{}".into());
+        let (id, mut out) = self.begin(now, &sender, kind, payload.len());
+        out.push_str(&payload);
+        if let Some(r) = reference {
+            out.push_str(",\"ref\":");
+            push_json_str(&mut out, r);
+        }
+        Self::finish(id, kind, sender, out)
+    }
+
+    /// The same message with a fresh id and timestamp (a join sent again after a reconnect).
+    pub fn reissue(&mut self, now: Time, e: &Envelope) -> Envelope {
+        let mut m = e.to_message();
+        m.id = self.ids.next(now).to_string();
+        m.ts = now.to_iso8601();
+        m.to_envelope().unwrap_or_else(|_| e.clone())
+    }
+
     /// pvp-spec 6.3 `session.join` carrying the 7.1 announcement: a T.140 stream is a human.
-    pub fn join(&mut self, now: Time, p: &Participant) -> Envelope {
+    pub fn join(&mut self, now: Time, sender: Arc<str>, p: &Participant) -> Envelope {
         let mut payload = json!({
             "participant": announce(p),
             "supported_versions": [1],
@@ -120,73 +375,86 @@ impl Builder {
         if let Some(t) = &self.token {
             payload["token"] = Value::String(t.clone());
         }
-        self.envelope(now, &p.id, "session.join", payload)
+        self.envelope(now, sender, Kind::SessionJoin, &payload)
     }
 
     /// pvp-spec 7.1 `participant.announce`, sent again when what we know of a participant changes.
-    pub fn announce(&mut self, now: Time, p: &Participant) -> Envelope {
-        self.envelope(now, &p.id, "participant.announce", announce(p))
+    pub fn announce(&mut self, now: Time, sender: Arc<str>, p: &Participant) -> Envelope {
+        self.envelope(now, sender, Kind::ParticipantAnnounce, &announce(p))
     }
 
-    /// pvp-spec 9.1 `context.add` of one transcript chunk.
+    /// pvp-spec 9.1 `context.add` of one transcript chunk: the hot output, written straight into
+    /// its JSON text (one allocation). The speaker's key prefix and source are escaped once, in
+    /// `template`; the key is the prefix followed by `n`.
     pub fn context_add(
         &mut self,
         now: Time,
-        sender: &str,
-        key: String,
-        text: String,
-        source: String,
+        sender: Arc<str>,
+        template: &AddTemplate,
+        n: u64,
+        text: &str,
         cause: &str,
     ) -> Envelope {
-        let payload = json!({
-            "key": key,
-            "content_type": "audio_transcript",
-            // Moved in, not serialised again: the chunk text is copied once per flush, not twice.
-            "content": Value::String(text),
-            "source": source,
-            "tags": ["t140", "transcript", format!("flush:{cause}")],
-        });
-        self.envelope(now, sender, "context.add", payload)
+        let capacity =
+            sender.len() + template.key_prefix.0.len() + template.source.0.len() + text.len() + 128;
+        let (id, mut out) = self.begin(now, &sender, Kind::ContextAdd, capacity);
+        // Keys in sorted order, as serde_json writes a map.
+        out.push_str("{\"content\":");
+        push_json_str(&mut out, text);
+        out.push_str(",\"content_type\":\"audio_transcript\",\"key\":\"");
+        out.push_str(&template.key_prefix.0);
+        out.push_str(itoa::Buffer::new().format(n));
+        out.push_str("\",\"source\":\"");
+        out.push_str(&template.source.0);
+        out.push_str("\",\"tags\":[\"t140\",\"transcript\",\"flush:");
+        escape_into(&mut out, cause);
+        out.push_str("\"]}");
+        Self::finish(id, Kind::ContextAdd, sender, out)
     }
 
     /// pvp-spec 9.3 `context.update` replacing an item's content.
     pub fn context_update(
         &mut self,
         now: Time,
-        sender: &str,
+        sender: Arc<str>,
         key: &str,
         content: &str,
         reason: &str,
     ) -> Envelope {
         let payload = json!({ "key": key, "new_content": content, "reason": reason });
-        self.envelope(now, sender, "context.update", payload)
+        self.envelope(now, sender, Kind::ContextUpdate, &payload)
     }
 
     /// pvp-spec 9.3 `context.remove`.
-    pub fn context_remove(&mut self, now: Time, sender: &str, key: &str, reason: &str) -> Envelope {
-        self.envelope(
-            now,
-            sender,
-            "context.remove",
-            json!({ "key": key, "reason": reason }),
-        )
+    pub fn context_remove(
+        &mut self,
+        now: Time,
+        sender: Arc<str>,
+        key: &str,
+        reason: &str,
+    ) -> Envelope {
+        let payload = json!({ "key": key, "reason": reason });
+        self.envelope(now, sender, Kind::ContextRemove, &payload)
     }
 
     /// pvp-spec 6.4 `session.leave`.
-    pub fn leave(&mut self, now: Time, sender: &str, reason: &str) -> Envelope {
-        self.envelope(now, sender, "session.leave", json!({ "reason": reason }))
+    pub fn leave(&mut self, now: Time, sender: Arc<str>, reason: &str) -> Envelope {
+        self.envelope(
+            now,
+            sender,
+            Kind::SessionLeave,
+            &json!({ "reason": reason }),
+        )
     }
 
     /// pvp-spec 8.1 heartbeat (both payloads are empty objects).
-    pub fn heartbeat(&mut self, now: Time, sender: &str, pong_to: Option<&str>) -> Envelope {
+    pub fn heartbeat(&mut self, now: Time, sender: Arc<str>, pong_to: Option<&str>) -> Envelope {
         let kind = if pong_to.is_some() {
-            "heartbeat.pong"
+            Kind::HeartbeatPong
         } else {
-            "heartbeat.ping"
+            Kind::HeartbeatPing
         };
-        let mut e = self.envelope(now, sender, kind, json!({}));
-        e.reference = pong_to.map(str::to_owned);
-        e
+        self.envelope_ref(now, sender, kind, &json!({}), pong_to)
     }
 }
 
@@ -221,7 +489,10 @@ mod tests {
         let mut g = IdGen::new(7);
         let t = Time::from_millis(1_700_000_000_000);
         let ids: Vec<String> = (0..100)
-            .map(|i| g.next(Time::from_millis(t.as_millis() + i / 10)))
+            .map(|i| {
+                g.next(Time::from_millis(t.as_millis() + i / 10))
+                    .to_string()
+            })
             .collect();
         for w in ids.windows(2) {
             assert!(w[0] < w[1], "{} !< {}", w[0], w[1]);
@@ -245,8 +516,8 @@ mod tests {
             roles: vec!["navigator".into()],
             metadata: json!({}),
         };
-        let e = b.join(Time::from_millis(1_000), &p);
-        let v: Value = serde_json::from_str(&e.to_json()).unwrap();
+        let e = b.join(Time::from_millis(1_000), p.id.as_str().into(), &p);
+        let v: Value = serde_json::from_str(e.json()).unwrap();
         assert_eq!(v["v"], 1);
         assert_eq!(v["type"], "session.join");
         assert_eq!(v["sender"], p.id.as_str());
@@ -256,7 +527,61 @@ mod tests {
         assert_eq!(v["payload"]["supported_versions"], json!([1]));
         assert_eq!(v["payload"]["token"], "tok");
         assert!(v.get("ref").is_none());
-        let back: Envelope = serde_json::from_value(v).unwrap();
-        assert_eq!(back, e);
+        let back: Message = serde_json::from_value(v).unwrap();
+        assert_eq!(back.to_envelope().unwrap(), e);
+        assert_eq!(back.id, e.id().to_string());
+    }
+
+    /// The hand-written context.add must be exactly what serde_json makes of the same message,
+    /// for any text: every C0 control, quotes, backslashes, non-ASCII, and hostile participant
+    /// ids (a t140llm stream id or a mapping rule can put anything there).
+    #[test]
+    fn context_add_text_equals_serde_json_for_any_content() {
+        let mut text: String = (0u8..0x20).map(char::from).collect();
+        text.push_str("\"quoted\" back\\slash \u{7f} café — 日本 \u{2028} \u{fffd} 🎉");
+        let mut b = Builder::new("s\"ess\n".into(), None, 3);
+        let sender: Arc<str> = "t140:1@[::1]:5/\"evil\\\u{1}".into();
+        let now = Time::from_micros(1_700_000_000_123_456);
+        let template = AddTemplate {
+            key_prefix: Escaped::new(format_args!("{sender}/1/")),
+            source: Escaped::new("rtp://x?\""),
+        };
+        let e = b.context_add(now, sender.clone(), &template, 2, &text, "sentence");
+        let m: Message = serde_json::from_str(e.json()).expect("valid JSON");
+        let expected = Message {
+            v: 1,
+            id: e.id().to_string(),
+            ts: "2023-11-14T22:13:20.123Z".into(),
+            session: "s\"ess\n".into(),
+            sender: sender.to_string(),
+            kind: "context.add".into(),
+            payload: json!({
+                "key": format!("{sender}/1/2"),
+                "content_type": "audio_transcript",
+                "content": text,
+                "source": "rtp://x?\"",
+                "tags": ["t140", "transcript", "flush:sentence"],
+            }),
+            reference: None,
+        };
+        assert_eq!(m, expected);
+        // Byte for byte what serde_json writes (same field order, same escapes).
+        assert_eq!(e.json(), expected.to_json());
+        assert_eq!(e.kind(), Kind::ContextAdd);
+        assert_eq!(&**e.sender(), &*sender);
+    }
+
+    #[test]
+    fn pong_carries_ref_and_kinds_round_trip() {
+        let mut b = Builder::new("s".into(), None, 1);
+        let e = b.heartbeat(Time(0), "p".into(), Some("01ARZ3NDEKTSV4RRFFQ69G5FAV"));
+        let m = e.to_message();
+        assert_eq!(m.kind, "heartbeat.pong");
+        assert_eq!(m.reference.as_deref(), Some("01ARZ3NDEKTSV4RRFFQ69G5FAV"));
+        assert_eq!(m.payload, json!({}));
+        for k in Kind::ALL {
+            assert_eq!(Kind::parse(k.as_str()), Some(k));
+        }
+        assert_eq!(Kind::parse("error"), None);
     }
 }

@@ -50,7 +50,7 @@ pub fn run(
 
 fn drain(gw: &mut Gateway, out: &mut dyn Write) -> io::Result<()> {
     while let Some(e) = gw.poll_output() {
-        out.write_all(e.to_json().as_bytes())?;
+        out.write_all(e.json().as_bytes())?;
         out.write_all(b"\n")?;
     }
     Ok(())

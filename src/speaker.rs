@@ -1,6 +1,8 @@
 //! A speaker: one virtual participant's text. Usually one per RTP stream; an RTP mixer
 //! (RFC 9071: one CSRC names who speaks) or a multiplexing sender carries several in one stream.
 
+use std::sync::Arc;
+
 use crate::chunker::Chunker;
 use crate::red::{RedFormat, RedPayload};
 use crate::register::Piece;
@@ -44,7 +46,8 @@ impl Voice {
 #[derive(Debug)]
 pub struct Speaker {
     pub voice: Voice,
-    pub participant: String,
+    /// Shared with every envelope this speaker sends (the envelope's sender, no copy).
+    pub participant: Arc<str>,
     /// Joined the PVP session: done lazily, before the speaker's first envelope, so a stream
     /// that never carries text (a scan, a flood of random SSRCs) never becomes a participant.
     pub joined: bool,
@@ -66,6 +69,9 @@ pub struct Speaker {
     /// allocation, per chunk.
     pub last_sent: u64,
     pub last_sent_text: String,
+    /// Escaped parts of this speaker's `context.add`s, made at its first chunk (boxed: a
+    /// speaker that never speaks pays one pointer).
+    pub add_template: Option<Box<crate::pvp::AddTemplate>>,
     /// Newest RTP timestamp delivered, for redundancy placed by timestamp (mixer streams).
     pub last_ts: Option<u32>,
     /// Blocks recovered, and losses marked, by timestamp placement.
@@ -76,7 +82,7 @@ pub struct Speaker {
 impl Speaker {
     pub fn new(voice: Voice, key: &StreamKey, now: Time, max_chunk_chars: usize) -> Self {
         Speaker {
-            participant: voice.participant_id(key),
+            participant: voice.participant_id(key).into(),
             joined: false,
             refused: false,
             roles: None,
@@ -90,6 +96,7 @@ impl Speaker {
             chunks_sent: 0,
             last_sent: 0,
             last_sent_text: String::new(),
+            add_template: None,
             last_ts: None,
             recovered: 0,
             lost: 0,
@@ -98,7 +105,7 @@ impl Speaker {
 
     /// The context key of this speaker's `n`th chunk: participant, stream start, counter.
     pub fn key(&self, created: Time, n: u64) -> String {
-        format!("{}/{}/{}", self.participant, created.as_millis(), n)
+        format!("{}/{}/{n}", self.participant, created.as_millis())
     }
 
     /// Text or a loss mark into the decoder and chunker.

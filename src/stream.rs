@@ -47,7 +47,16 @@ impl StreamKey {
 
     /// `source` field of context.add (pvp-spec 9.1): where the text came from.
     pub fn source_uri(&self) -> String {
-        format!("rtp://{}?ssrc=0x{:08x}", self.source, self.ssrc)
+        SourceUri(*self).to_string()
+    }
+}
+
+/// [`StreamKey::source_uri`] to be formatted in place (into an envelope's JSON).
+pub struct SourceUri(pub StreamKey);
+
+impl std::fmt::Display for SourceUri {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "rtp://{}?ssrc=0x{:08x}", self.0.source, self.0.ssrc)
     }
 }
 

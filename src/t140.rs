@@ -14,6 +14,13 @@ pub trait TextSink {
     /// Backspace (T.140 U+0008): erase the last character or new line. Returns false when there
     /// was nothing left to erase in the sink.
     fn backspace(&mut self) -> bool;
+    /// A run of printable ASCII bytes (0x20..=0x7E only): most of any transcript, so sinks may
+    /// take it faster than a character at a time.
+    fn push_ascii(&mut self, s: &[u8]) {
+        for &b in s {
+            self.push_char(char::from(b));
+        }
+    }
 }
 
 impl TextSink for String {
@@ -105,8 +112,24 @@ impl Decoder {
 
     /// Decodes one T140block (an RTP payload or a RED block).
     pub fn feed<S: TextSink + ?Sized>(&mut self, bytes: &[u8], sink: &mut S) {
-        for &b in bytes {
+        let mut rest = bytes;
+        while let Some((&b, tail)) = rest.split_first() {
+            // Fast path: between characters and outside any control sequence, printable ASCII
+            // is text as it is (T.140 section 5: no control among U+0020..U+007E).
+            if self.need == 0 && self.ctl == Ctl::Normal {
+                let run = rest
+                    .iter()
+                    .position(|b| !(0x20..0x7f).contains(b))
+                    .unwrap_or(rest.len());
+                if run > 0 {
+                    let (ascii, tail) = rest.split_at(run);
+                    sink.push_ascii(ascii);
+                    rest = tail;
+                    continue;
+                }
+            }
             self.byte(b, sink);
+            rest = tail;
         }
     }
 

@@ -32,7 +32,12 @@ impl Time {
     }
 
     pub fn saturating_add(self, d: Duration) -> Time {
-        Time(self.0.saturating_add(d.as_micros() as u64))
+        // Without the u128 of `Duration::as_micros`: deadlines are computed for every packet.
+        let us = d
+            .as_secs()
+            .saturating_mul(1_000_000)
+            .saturating_add(u64::from(d.subsec_micros()));
+        Time(self.0.saturating_add(us))
     }
 
     pub fn saturating_sub(self, other: Time) -> Duration {
@@ -41,7 +46,40 @@ impl Time {
 
     /// ISO 8601 UTC with milliseconds (`2026-11-22T19:07:12.123Z`), as pvp-spec 4.2 asks.
     pub fn to_iso8601(self) -> String {
-        humantime::format_rfc3339_millis(self.to_system()).to_string()
+        let mut s = String::with_capacity(24);
+        self.write_iso8601(&mut s);
+        s
+    }
+
+    /// Appends [`Time::to_iso8601`]'s text: every envelope carries one, so no formatter and no
+    /// allocation (civil date from days: H. Hinnant's `civil_from_days`).
+    pub fn write_iso8601(self, out: &mut String) {
+        let ms = self.0 / 1000;
+        let (days, ms_of_day) = (ms / 86_400_000, ms % 86_400_000);
+        let z = days as i64 + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z.rem_euclid(146_097);
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = doy - (153 * mp + 2) / 5 + 1;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 };
+        let year = yoe + era * 400 + i64::from(month <= 2);
+        let mut b = *b"0000-00-00T00:00:00.000Z";
+        let mut put = |at: usize, width: usize, mut v: u64| {
+            for i in (at..at + width).rev() {
+                b[i] = b'0' + (v % 10) as u8;
+                v /= 10;
+            }
+        };
+        put(0, 4, year.clamp(0, 9999) as u64);
+        put(5, 2, month as u64);
+        put(8, 2, day as u64);
+        put(11, 2, ms_of_day / 3_600_000);
+        put(14, 2, ms_of_day / 60_000 % 60);
+        put(17, 2, ms_of_day / 1000 % 60);
+        put(20, 3, ms_of_day % 1000);
+        out.push_str(std::str::from_utf8(&b).unwrap_or_default());
     }
 }
 
@@ -56,5 +94,21 @@ mod tests {
             "2023-11-14T22:13:20.123Z"
         );
         assert_eq!(Time(0).to_iso8601(), "1970-01-01T00:00:00.000Z");
+    }
+
+    #[test]
+    fn iso8601_matches_humantime_across_centuries_and_leap_days() {
+        let mut t = 0u64;
+        // Steps that are not a divisor of a day, so every time of day and date is visited.
+        while t < 253_402_300_799_000_000 {
+            let ours = Time(t).to_iso8601();
+            let theirs = humantime::format_rfc3339_millis(Time(t).to_system()).to_string();
+            assert_eq!(ours, theirs, "at {t} us");
+            t += 86_399_999_937 * 7;
+        }
+        for leap in ["2000-02-29T23:59:59.999Z", "2024-02-29T00:00:00.000Z"] {
+            let st = humantime::parse_rfc3339(leap).unwrap();
+            assert_eq!(Time::from_system(st).to_iso8601(), leap);
+        }
     }
 }

@@ -200,8 +200,10 @@ impl Harness {
         (allocs, bytes)
     }
 
-    fn drain(&mut self) -> Vec<pvp_t140::pvp::Envelope> {
-        std::iter::from_fn(|| self.gw.poll_output()).collect()
+    fn drain(&mut self) -> Vec<pvp_t140::pvp::Message> {
+        std::iter::from_fn(|| self.gw.poll_output())
+            .map(|e| e.to_message())
+            .collect()
     }
 }
 

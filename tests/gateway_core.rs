@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use pvp_t140::chunker::FlushCause;
-use pvp_t140::pvp::Envelope;
+use pvp_t140::pvp::Message as Envelope;
 use pvp_t140::{Config, DropReason, Gateway, Time, red, rtp};
 
 const T0: u64 = 1_700_000_000_000; // ms
@@ -29,7 +29,9 @@ fn t140m(seq: u16, ssrc: u32, marker: bool, text: &str) -> Vec<u8> {
 }
 
 fn drain(gw: &mut Gateway) -> Vec<Envelope> {
-    std::iter::from_fn(|| gw.poll_output()).collect()
+    std::iter::from_fn(|| gw.poll_output())
+        .map(|e| e.to_message())
+        .collect()
 }
 
 fn summary(envs: &[Envelope]) -> Vec<String> {

@@ -789,6 +789,7 @@ fn deliver_by_hand(cfg: SenderConfig, words: &[(u64, &str)], order: &[(u64, usiz
     }
     gw.shutdown(at(10_000));
     let chunks: Vec<String> = std::iter::from_fn(|| gw.poll_output())
+        .map(|e| e.to_message())
         .filter(|e| e.kind == "context.add")
         .map(|e| e.payload["content"].as_str().unwrap().to_owned())
         .collect();

@@ -168,7 +168,7 @@ fn run(cfg: SenderConfig, script: &[(u64, String)], mut net: impl FnMut(usize) -
 }
 
 fn collect(gw: &mut Gateway, chunks: &mut Vec<String>) {
-    while let Some(e) = gw.poll_output() {
+    while let Some(e) = gw.poll_output().map(|e| e.to_message()) {
         if e.kind == "context.add" {
             chunks.push(e.payload["content"].as_str().unwrap().to_owned());
         }

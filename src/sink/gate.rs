@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::pvp::{Builder, Envelope};
+use crate::pvp::{Builder, Envelope, Kind, Message};
 use crate::time::Time;
 
 #[derive(Debug, Clone, Copy)]
@@ -33,6 +33,8 @@ enum Held {
     Gate {
         id: String,
         add: Envelope,
+        /// The held chunk's context key: its corrections are dropped with it.
+        key: Option<String>,
         approvals: u32,
         verdict: Option<Verdict>,
         deadline: Instant,
@@ -83,8 +85,9 @@ impl Gates {
         now: Instant,
         wall: Time,
     ) -> Option<Envelope> {
-        if e.kind == "context.add" {
-            let preview: String = e.payload["content"]
+        if e.kind() == Kind::ContextAdd {
+            let m = e.to_message();
+            let preview: String = m.payload["content"]
                 .as_str()
                 .unwrap_or("")
                 .chars()
@@ -92,19 +95,20 @@ impl Gates {
                 .collect();
             let request = pvp.envelope(
                 wall,
-                &e.sender,
-                "gate.request",
-                json!({
+                e.sender().clone(),
+                Kind::GateRequest,
+                &json!({
                     "action_type": "context_change",
-                    "action_ref": e.id,
+                    "action_ref": m.id,
                     "quorum": { "type": "any", "count": self.cfg.quorum },
                     "timeout_seconds": self.cfg.timeout.as_secs(),
-                    "message": format!("Add transcript from {}: {preview}", e.sender),
+                    "message": format!("Add transcript from {}: {preview}", m.sender),
                 }),
             );
             self.stats.requested += 1;
             self.held.push_back(Held::Gate {
-                id: request.id.clone(),
+                id: request.id().to_string(),
+                key: m.payload["key"].as_str().map(str::to_owned),
                 add: e,
                 approvals: 0,
                 verdict: None,
@@ -120,7 +124,7 @@ impl Gates {
     }
 
     /// A `gate.*` envelope from the server (any of the session's gates; others are ignored).
-    pub fn on_server(&mut self, env: &Envelope) {
+    pub fn on_server(&mut self, env: &Message) {
         let Some(gate) = env.payload["gate"].as_str() else {
             return;
         };
@@ -170,7 +174,7 @@ impl Gates {
                         *verdict = Some(Verdict::TimedOut);
                     }
                     let Some(v) = *verdict else { break };
-                    let Some(Held::Gate { add, .. }) = self.held.pop_front() else {
+                    let Some(Held::Gate { add, key, .. }) = self.held.pop_front() else {
                         unreachable!()
                     };
                     match v {
@@ -184,8 +188,8 @@ impl Gates {
                             } else {
                                 self.stats.timed_out += 1;
                             }
-                            if let Some(k) = add.payload["key"].as_str() {
-                                self.refused_keys.insert(k.to_owned());
+                            if let Some(k) = key {
+                                self.refused_keys.insert(k);
                             }
                             dropped.push((add, other));
                         }
@@ -204,8 +208,9 @@ impl Gates {
 
     /// A correction of a chunk that was never approved goes nowhere.
     fn pass(&self, e: Envelope) -> Option<Envelope> {
-        let refused = matches!(e.kind.as_str(), "context.update" | "context.remove")
-            && e.payload["key"]
+        let refused = matches!(e.kind(), Kind::ContextUpdate | Kind::ContextRemove)
+            && !self.refused_keys.is_empty()
+            && e.to_message().payload["key"]
                 .as_str()
                 .is_some_and(|k| self.refused_keys.contains(k));
         (!refused).then_some(e)
@@ -231,8 +236,22 @@ impl Gates {
 mod tests {
     use super::*;
 
-    fn env(pvp: &mut Builder, kind: &str, payload: serde_json::Value) -> Envelope {
-        pvp.envelope(Time(0), "p", kind, payload)
+    fn env(pvp: &mut Builder, kind: Kind, payload: serde_json::Value) -> Envelope {
+        pvp.envelope(Time(0), "p".into(), kind, &payload)
+    }
+
+    /// A frame from the server.
+    fn server(kind: &str, payload: serde_json::Value) -> Message {
+        Message {
+            v: 1,
+            id: "01JAAAAAAAAAAAAAAAAAAAAAAA".into(),
+            ts: "2026-11-22T00:00:00.000Z".into(),
+            session: "s".into(),
+            sender: "approver".into(),
+            kind: kind.into(),
+            payload,
+            reference: None,
+        }
     }
 
     #[test]
@@ -245,22 +264,23 @@ mod tests {
         let t = Instant::now();
         let a = env(
             &mut pvp,
-            "context.add",
+            Kind::ContextAdd,
             json!({"key": "k1", "content": "one"}),
         );
         let b = env(
             &mut pvp,
-            "context.add",
+            Kind::ContextAdd,
             json!({"key": "k2", "content": "two"}),
         );
         let ra = g.offer(a.clone(), &mut pvp, t, Time(0)).unwrap();
-        assert_eq!(ra.kind, "gate.request");
-        assert_eq!(ra.payload["action_ref"], a.id.as_str());
-        assert_eq!(ra.payload["action_type"], "context_change");
+        assert_eq!(ra.kind(), Kind::GateRequest);
+        let request = ra.to_message();
+        assert_eq!(request.payload["action_ref"], a.id().to_string());
+        assert_eq!(request.payload["action_type"], "context_change");
         let rb = g.offer(b.clone(), &mut pvp, t, Time(0)).unwrap();
         let upd = env(
             &mut pvp,
-            "context.update",
+            Kind::ContextUpdate,
             json!({"key": "k2", "new_content": "tw", "reason": "bs"}),
         );
         assert!(
@@ -268,27 +288,21 @@ mod tests {
             "waits behind the gates"
         );
         // b is rejected first; a needs two approvals; nothing goes out before a resolves.
-        g.on_server(&env(
-            &mut pvp,
+        g.on_server(&server(
             "gate.reject",
-            json!({"gate": rb.id, "rejector": "x", "reason": "no"}),
+            json!({"gate": rb.id().to_string(), "rejector": "x", "reason": "no"}),
         ));
-        g.on_server(&env(
-            &mut pvp,
+        g.on_server(&server(
             "gate.approve",
-            json!({"gate": ra.id, "approver": "x"}),
+            json!({"gate": ra.id().to_string(), "approver": "x"}),
         ));
         assert!(g.release(t).0.is_empty());
-        g.on_server(&env(
-            &mut pvp,
+        g.on_server(&server(
             "gate.approve",
-            json!({"gate": ra.id, "approver": "y"}),
+            json!({"gate": ra.id().to_string(), "approver": "y"}),
         ));
         let (send, dropped) = g.release(t);
-        assert_eq!(
-            send.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(),
-            [a.id.as_str()]
-        );
+        assert_eq!(send.iter().map(Envelope::id).collect::<Vec<_>>(), [a.id()]);
         assert_eq!(dropped.len(), 1);
         assert_eq!(dropped[0].1, Verdict::Rejected);
         assert!(g.is_empty());
@@ -311,18 +325,15 @@ mod tests {
             timeout: Duration::from_secs(10),
         });
         let t = Instant::now();
-        let a = env(&mut pvp, "context.add", json!({"key": "k1"}));
-        let b = env(&mut pvp, "context.add", json!({"key": "k2"}));
+        let a = env(&mut pvp, Kind::ContextAdd, json!({"key": "k1"}));
+        let b = env(&mut pvp, Kind::ContextAdd, json!({"key": "k2"}));
         g.offer(a, &mut pvp, t, Time(0)).unwrap();
         let rb = g.offer(b.clone(), &mut pvp, t, Time(0)).unwrap();
-        g.on_server(&env(&mut pvp, "gate.timeout", json!({"gate": rb.id, "resolution": "auto_approved", "approvals_received": 0, "approvals_required": 1})));
+        g.on_server(&server("gate.timeout", json!({"gate": rb.id().to_string(), "resolution": "auto_approved", "approvals_received": 0, "approvals_required": 1})));
         assert_eq!(g.next_deadline(), Some(t + Duration::from_secs(15)));
         let (send, dropped) = g.release(t + Duration::from_secs(15));
         assert_eq!(dropped.len(), 1);
         assert_eq!(dropped[0].1, Verdict::TimedOut);
-        assert_eq!(
-            send.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(),
-            [b.id.as_str()]
-        );
+        assert_eq!(send.iter().map(Envelope::id).collect::<Vec<_>>(), [b.id()]);
     }
 }

@@ -19,7 +19,7 @@ use std::sync::Mutex;
 
 use serde_json::{Value, json};
 
-use crate::pvp::Envelope;
+use crate::pvp::{Envelope, Message};
 
 #[derive(Debug)]
 pub struct Spool {
@@ -42,7 +42,7 @@ impl Spool {
             let mut f =
                 File::create(&tmp).map_err(|e| format!("--spool {}: {e}", tmp.display()))?;
             for e in &pending {
-                writeln!(f, "{}", json!({ "add": e }))
+                writeln!(f, "{{\"add\":{}}}", e.json())
                     .map_err(|e| format!("--spool {}: {e}", tmp.display()))?;
             }
             f.sync_all()
@@ -65,8 +65,7 @@ impl Spool {
         &self.path
     }
 
-    fn write(&self, record: &Value) {
-        let line = format!("{record}\n");
+    fn write(&self, line: &str) {
         let mut f = self.file.lock().unwrap_or_else(|p| p.into_inner());
         if let Err(e) = f.write_all(line.as_bytes()) {
             self.write_errors
@@ -77,24 +76,24 @@ impl Spool {
 
     /// Before an envelope is sent.
     pub fn added(&self, e: &Envelope) {
-        self.write(&json!({ "add": e }));
+        self.write(&format!("{{\"add\":{}}}\n", e.json()));
     }
 
     /// Once its frame is written to the socket.
-    pub fn done(&self, id: &str) {
-        self.write(&json!({ "done": id }));
+    pub fn done(&self, id: ulid::Ulid) {
+        self.write(&format!("{{\"done\":\"{id}\"}}\n"));
     }
 }
 
 /// The undelivered envelopes, and the last join of every sender (delivered or not).
-fn read_pending(path: &Path) -> Result<(Vec<Envelope>, HashMap<String, Envelope>), String> {
+fn read_pending(path: &Path) -> Result<(Vec<Message>, HashMap<String, Message>), String> {
     let f = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
         Err(e) => return Err(format!("--spool {}: {e}", path.display())),
     };
-    let mut adds: Vec<Envelope> = Vec::new();
-    let mut joins: HashMap<String, Envelope> = HashMap::new();
+    let mut adds: Vec<Message> = Vec::new();
+    let mut joins: HashMap<String, Message> = HashMap::new();
     let mut done: HashSet<String> = HashSet::new();
     for (n, line) in BufReader::new(f).lines().enumerate() {
         let line = line.map_err(|e| format!("--spool {}: {e}", path.display()))?;
@@ -107,7 +106,7 @@ fn read_pending(path: &Path) -> Result<(Vec<Envelope>, HashMap<String, Envelope>
             done.insert(id.to_owned());
         } else if let Some(e) = v
             .get("add")
-            .and_then(|e| serde_json::from_value::<Envelope>(e.clone()).ok())
+            .and_then(|e| serde_json::from_value::<Message>(e.clone()).ok())
         {
             if e.kind == "session.join" {
                 joins.insert(e.sender.clone(), e.clone());
@@ -124,11 +123,11 @@ fn read_pending(path: &Path) -> Result<(Vec<Envelope>, HashMap<String, Envelope>
 /// What to send after a restart: per participant, in the journal's order, a fresh join (its
 /// old connection is gone; a new one is bound by its first frame), the undelivered envelopes,
 /// and a leave (its stream went down with the old process), unless they are already there.
-fn resend_plan((pending, joins): (Vec<Envelope>, HashMap<String, Envelope>)) -> Vec<Envelope> {
+fn resend_plan((pending, joins): (Vec<Message>, HashMap<String, Message>)) -> Vec<Envelope> {
     let mut ids = crate::pvp::IdGen::new(crate::clock::random_seed());
     let now = crate::time::Time::from_system(std::time::SystemTime::now());
     let mut order: Vec<String> = Vec::new();
-    let mut by_sender: HashMap<String, Vec<Envelope>> = HashMap::new();
+    let mut by_sender: HashMap<String, Vec<Message>> = HashMap::new();
     for e in pending {
         if !by_sender.contains_key(&e.sender) {
             order.push(e.sender.clone());
@@ -148,7 +147,7 @@ fn resend_plan((pending, joins): (Vec<Envelope>, HashMap<String, Envelope>)) -> 
             match joins.get(&sender) {
                 Some(j) => {
                     let mut j = j.clone();
-                    j.id = ids.next(now);
+                    j.id = ids.next(now).to_string();
                     j.ts = now.to_iso8601();
                     out.push(j);
                 }
@@ -162,12 +161,18 @@ fn resend_plan((pending, joins): (Vec<Envelope>, HashMap<String, Envelope>)) -> 
         out.extend(list);
         if !ends_with_leave && let Some(mut leave) = template {
             leave.kind = "session.leave".into();
-            leave.id = ids.next(now);
+            leave.id = ids.next(now).to_string();
             leave.ts = now.to_iso8601();
             leave.payload = json!({ "reason": "gateway restarted" });
             leave.reference = None;
             out.push(leave);
         }
     }
-    out
+    out.into_iter()
+        .filter_map(|m| {
+            m.to_envelope()
+                .map_err(|e| tracing::warn!("journal record not re-sent: {e}"))
+                .ok()
+        })
+        .collect()
 }

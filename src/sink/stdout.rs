@@ -49,7 +49,7 @@ impl StdoutSink {
             Err(TrySendError::Full(e)) => e,
             Err(TrySendError::Disconnected(e)) => {
                 self.dropped += 1;
-                tracing::error!(id = %e.id, kind = %e.kind, "stdout is closed; envelope dropped");
+                tracing::error!(id = %e.id(), kind = %e.kind(), "stdout is closed; envelope dropped");
                 return;
             }
         };
@@ -83,13 +83,12 @@ impl StdoutSink {
 
 fn writer(rx: Receiver<Envelope>, out: Box<dyn Write + Send>, sent: &AtomicU64) {
     let mut out = BufWriter::new(out);
-    let mut line = String::new();
     while let Ok(mut e) = rx.recv() {
         loop {
-            line.clear();
-            line.push_str(&e.to_json());
-            line.push('\n');
-            if let Err(err) = out.write_all(line.as_bytes()) {
+            let written = out
+                .write_all(e.json().as_bytes())
+                .and_then(|()| out.write_all(b"\n"));
+            if let Err(err) = written {
                 tracing::error!("writing to stdout failed: {err}");
                 return;
             }

@@ -18,7 +18,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 use super::SinkStats;
 use crate::clock::random_seed;
-use crate::pvp::{Builder, Envelope, ErrorPayload};
+use crate::pvp::{Builder, Envelope, ErrorPayload, Kind};
 use crate::time::Time;
 
 #[derive(Debug, Clone)]
@@ -43,7 +43,7 @@ struct Conn {
 
 pub struct WsSink {
     cfg: Arc<WsConfig>,
-    conns: HashMap<String, Conn>,
+    conns: HashMap<Arc<str>, Conn>,
     tasks: Vec<JoinHandle<()>>,
     sent: Arc<AtomicU64>,
     dropped: u64,
@@ -77,27 +77,27 @@ impl WsSink {
     }
 
     fn enqueue(&mut self, e: Envelope) {
-        let leaving = e.kind == "session.leave";
-        if !self.conns.contains_key(&e.sender) {
+        let leaving = e.kind() == Kind::SessionLeave;
+        if !self.conns.contains_key(&**e.sender()) {
             let (tx, rx) = mpsc::channel(self.cfg.queue);
             let task = tokio::spawn(connection(
                 self.cfg.clone(),
-                e.sender.clone(),
+                e.sender().clone(),
                 rx,
                 self.sent.clone(),
             ));
             self.tasks.push(task);
             self.tasks.retain(|t| !t.is_finished());
-            self.conns.insert(e.sender.clone(), Conn { tx });
+            self.conns.insert(e.sender().clone(), Conn { tx });
         }
-        let sender = e.sender.clone();
+        let sender = e.sender().clone();
         let conn = &self.conns[&sender];
         if let Err(err) = conn.tx.try_send((std::time::Instant::now(), e)) {
             self.dropped += 1;
             let (_, e) = match err {
                 mpsc::error::TrySendError::Full(e) | mpsc::error::TrySendError::Closed(e) => e,
             };
-            tracing::warn!(participant = %sender, id = %e.id, kind = %e.kind, "PVP connection queue full or closed; envelope dropped");
+            tracing::warn!(participant = %sender, id = %e.id(), kind = %e.kind(), "PVP connection queue full or closed; envelope dropped");
         }
         if leaving {
             // Dropping the queue's sender lets the task deliver what is left, then close.
@@ -125,7 +125,7 @@ fn now() -> Time {
 /// One participant's connection: connect (with backoff), send its join first, then the queue.
 async fn connection(
     cfg: Arc<WsConfig>,
-    participant: String,
+    participant: Arc<str>,
     mut rx: mpsc::Receiver<(std::time::Instant, Envelope)>,
     sent: Arc<AtomicU64>,
 ) {
@@ -135,7 +135,7 @@ async fn connection(
     let mut pvp = Builder::new(cfg.session.clone(), None, random_seed());
     let mut join: Option<Envelope> = None;
     // Ids of recent envelopes, so an `error`'s `related_to` can be told in the log.
-    let mut recent: VecDeque<(String, String)> = VecDeque::with_capacity(64);
+    let mut recent: VecDeque<(ulid::Ulid, Kind)> = VecDeque::with_capacity(64);
     let mut pending: Option<(std::time::Instant, Envelope)> = None;
     // RATE_LIMITED (pvp-spec 17) pauses sending; the pause doubles while it repeats.
     let mut paused_until: Option<tokio::time::Instant> = None;
@@ -183,12 +183,8 @@ async fn connection(
         let (mut write, mut read) = ws.split();
         // After a reconnect the server has forgotten us: join again (a fresh id, same content).
         if let Some(j) = &join {
-            let mut again = j.clone();
-            again.id = pvp
-                .envelope(now(), &participant, "session.join", serde_json::json!({}))
-                .id;
-            again.ts = now().to_iso8601();
-            if write.send(Message::text(again.to_json())).await.is_err() {
+            let again = pvp.reissue(now(), j);
+            if write.send(Message::text(again.into_json())).await.is_err() {
                 continue 'reconnect;
             }
         }
@@ -220,7 +216,7 @@ async fn connection(
                             Some(Ok(Message::Text(t))) => {
                                 match on_frame(&mut pvp, &participant, t.as_str(), &recent) {
                                     Reaction::Reply(reply) => {
-                                        if write.send(Message::text(reply.to_json())).await.is_err() {
+                                        if write.send(Message::text(reply.into_json())).await.is_err() {
                                             continue 'reconnect;
                                         }
                                     }
@@ -272,13 +268,14 @@ async fn connection(
                             if let Some(g) = gates.as_mut() {
                                 let (send, dropped) = g.release(std::time::Instant::now() + Duration::from_secs(86_400));
                                 for (e, _) in dropped {
-                                    tracing::warn!(%participant, id = %e.id, "stopping with a chunk still awaiting approval; dropped");
+                                    tracing::warn!(%participant, id = %e.id(), "stopping with a chunk still awaiting approval; dropped");
                                     cfg.metrics.gates_refused.inc();
                                 }
                                 for e in send {
-                                    let _ = write.send(Message::text(e.to_json())).await;
+                                    let id = e.id();
+                                    let _ = write.send(Message::text(e.into_json())).await;
                                     if let Some(spool) = &cfg.spool {
-                                        spool.done(&e.id);
+                                        spool.done(id);
                                     }
                                 }
                             }
@@ -292,8 +289,8 @@ async fn connection(
                         }
                     },
                     _ = heartbeat.tick() => {
-                        let ping = pvp.heartbeat(now(), &participant, None);
-                        if write.send(Message::text(ping.to_json())).await.is_err() {
+                        let ping = pvp.heartbeat(now(), participant.clone(), None);
+                        if write.send(Message::text(ping.into_json())).await.is_err() {
                             continue 'reconnect;
                         }
                         None
@@ -302,27 +299,34 @@ async fn connection(
                 }
             };
             let Some((queued, e)) = next else { continue };
-            if e.kind == "session.join" {
+            let (id, kind) = (e.id(), e.kind());
+            if kind == Kind::SessionJoin {
                 // Heartbeats go to the participant's session (a mapping rule may route it).
-                pvp.session = e.session.clone();
+                pvp.session = e.to_message().session;
                 join = Some(e.clone());
             }
-            if write.send(Message::text(e.to_json())).await.is_err() {
+            // The frame shares the envelope's text only if it is not needed again: a join is
+            // kept for rejoins, anything else is resent from `pending` if the write fails.
+            if write
+                .send(Message::text(e.json().to_owned()))
+                .await
+                .is_err()
+            {
                 // Not known to be delivered: send it again after reconnecting.
-                if e.kind != "session.join" {
+                if kind != Kind::SessionJoin {
                     pending = Some((queued, e));
                 }
                 continue 'reconnect;
             }
             m.send_latency.observe(queued.elapsed().as_secs_f64());
             if let Some(spool) = &cfg.spool {
-                spool.done(&e.id);
+                spool.done(id);
             }
             sent.fetch_add(1, Ordering::Relaxed);
             if recent.len() == 64 {
                 recent.pop_front();
             }
-            recent.push_back((e.id, e.kind));
+            recent.push_back((id, kind));
         }
     }
 }
@@ -340,10 +344,10 @@ fn settle(
         outbox.push_back((std::time::Instant::now(), e));
     }
     for (e, verdict) in dropped {
-        tracing::info!(%participant, id = %e.id, ?verdict, "transcript chunk not approved; dropped");
+        tracing::info!(%participant, id = %e.id(), ?verdict, "transcript chunk not approved; dropped");
         cfg.metrics.gates_refused.inc();
         if let Some(spool) = &cfg.spool {
-            spool.done(&e.id);
+            spool.done(e.id());
         }
     }
 }
@@ -366,18 +370,18 @@ enum Reaction {
     /// RATE_LIMITED: slow down.
     Backoff,
     /// A gate decision (`gate.approve`, `gate.reject`, `gate.timeout`).
-    Gate(Envelope),
+    Gate(crate::pvp::Message),
 }
 
 /// Reacts to one frame from the server: a pong for a ping; for an `error`, a log line that
 /// names the failed message (`related_to`), and what its code calls for.
 fn on_frame(
     pvp: &mut Builder,
-    participant: &str,
+    participant: &Arc<str>,
     text: &str,
-    recent: &VecDeque<(String, String)>,
+    recent: &VecDeque<(ulid::Ulid, Kind)>,
 ) -> Reaction {
-    let env: Envelope = match serde_json::from_str(text) {
+    let env: crate::pvp::Message = match serde_json::from_str(text) {
         Ok(e) => e,
         Err(err) => {
             tracing::debug!(%participant, "unparseable frame from PVP server: {err}");
@@ -385,15 +389,18 @@ fn on_frame(
         }
     };
     match env.kind.as_str() {
-        "heartbeat.ping" => Reaction::Reply(pvp.heartbeat(now(), participant, Some(&env.id))),
+        "heartbeat.ping" => {
+            Reaction::Reply(pvp.heartbeat(now(), participant.clone(), Some(&env.id)))
+        }
         "gate.approve" | "gate.reject" | "gate.timeout" => Reaction::Gate(env),
         "error" => {
             match serde_json::from_value::<ErrorPayload>(env.payload) {
                 Ok(err) => {
                     let related_kind = err.related_to.as_deref().and_then(|id| {
+                        let id = ulid::Ulid::from_string(id).ok()?;
                         recent
                             .iter()
-                            .find(|(i, _)| i == id)
+                            .find(|(i, _)| *i == id)
                             .map(|(_, k)| k.as_str())
                     });
                     tracing::warn!(

@@ -13,7 +13,7 @@ use std::collections::BinaryHeap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use pvp_t140::pvp::Envelope;
+use pvp_t140::pvp::Message as Envelope;
 use pvp_t140::red::RedPayload;
 use pvp_t140::rtp::RtpPacket;
 use pvp_t140::send::{Sender, SenderConfig};
@@ -449,7 +449,7 @@ pub fn run(
         if gw.poll_timeout().is_some_and(|t| t <= now) {
             gw.handle_timeout(now);
         }
-        envelopes.extend(std::iter::from_fn(|| gw.poll_output()));
+        envelopes.extend(std::iter::from_fn(|| gw.poll_output()).map(|e| e.to_message()));
     }
     let end = now.saturating_add(SETTLE);
     while let Some(t) = gw.poll_timeout().filter(|t| *t <= end) {
@@ -458,7 +458,7 @@ pub fn run(
         gw.handle_timeout(t);
     }
     gw.shutdown(end);
-    envelopes.extend(std::iter::from_fn(|| gw.poll_output()));
+    envelopes.extend(std::iter::from_fn(|| gw.poll_output()).map(|e| e.to_message()));
     RunResult {
         transcript: transcript(&envelopes),
         stats: gw.stats(),
