@@ -390,17 +390,36 @@ fn parse_net(s: &str) -> Result<ipnet::IpNet, String> {
         .map_err(|_| format!("not an address or CIDR network: {s}"))
 }
 
-fn init_logs(format: LogFormat) {
+/// Logs go to stderr through a writer thread: a slow reader of stderr (a pipe, journald under
+/// pressure) must not stall a receive worker, which would overflow the UDP socket. Beyond the
+/// writer's bound lines are dropped, and their count reported at exit. The guard flushes what
+/// is left when it drops.
+fn init_logs(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(true)
+        .finish(std::io::stderr());
+    DROPPED_LOG_LINES
+        .set(writer.error_counter())
+        .unwrap_or_else(|_| unreachable!("logging is set up once"));
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
+    guard
+}
+
+static DROPPED_LOG_LINES: std::sync::OnceLock<tracing_appender::non_blocking::ErrorCounter> =
+    std::sync::OnceLock::new();
+
+/// Log lines the writer had no room for (none unless stderr fell far behind).
+fn dropped_log_lines() -> usize {
+    DROPPED_LOG_LINES.get().map_or(0, |c| c.dropped_lines())
 }
 
 fn main() -> ExitCode {
@@ -414,7 +433,7 @@ fn main() -> ExitCode {
         eprintln!("pvp-t140: {e}");
         return ExitCode::FAILURE;
     }
-    init_logs(cli.log_format);
+    let log_guard = init_logs(cli.log_format);
     let result = match cli.cmd {
         Some(Cmd::Replay { file, port, core }) => run_replay(&file, port, &core),
         Some(Cmd::Send {
@@ -441,14 +460,23 @@ fn main() -> ExitCode {
         }
         None => run_live(&cli.run),
     };
-    match result {
+    let code = match &result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");
-            eprintln!("pvp-t140: {e}");
             ExitCode::FAILURE
         }
+    };
+    let dropped = dropped_log_lines();
+    // Everything logged so far reaches stderr before the process ends.
+    drop(log_guard);
+    if dropped > 0 {
+        eprintln!("pvp-t140: {dropped} log lines were dropped (stderr did not keep up)");
     }
+    if let Err(e) = &result {
+        eprintln!("pvp-t140: {e}");
+    }
+    code
 }
 
 fn run_replay(file: &std::path::Path, port: Option<u16>, core: &CoreArgs) -> Result<(), String> {
