@@ -32,6 +32,14 @@ impl Sink {
         }
     }
 
+    /// Several envelopes at once, in order (one hand-off to the stdout writer).
+    pub fn send_batch(&mut self, batch: Vec<Envelope>) {
+        match self {
+            Sink::Stdout(s) => s.send_batch(batch),
+            Sink::Ws(s) => batch.into_iter().for_each(|e| s.send(e)),
+        }
+    }
+
     /// Delivers what is queued (waiting at most `grace`) and closes.
     pub async fn close(self, grace: Duration) -> SinkStats {
         match self {

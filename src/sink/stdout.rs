@@ -1,5 +1,7 @@
 //! NDJSON on stdout: one envelope a line (pvp-spec 19.4). A dedicated thread does the blocking
-//! writes, so a slow reader of our stdout stalls that thread, not the UDP loop.
+//! writes, so a slow reader of our stdout stalls that thread, not the UDP loop. Envelopes cross
+//! to it in batches (what the receive loop produced per wake-up), so a busy gateway wakes the
+//! writer once per batch, not once per envelope.
 
 use std::io::{BufWriter, Write};
 use std::sync::Arc;
@@ -12,14 +14,15 @@ use super::SinkStats;
 use crate::pvp::Envelope;
 
 pub struct StdoutSink {
-    tx: SyncSender<Envelope>,
+    tx: SyncSender<Vec<Envelope>>,
     thread: JoinHandle<()>,
     sent: Arc<AtomicU64>,
     dropped: u64,
 }
 
 impl StdoutSink {
-    /// `capacity` envelopes may wait for the writer; beyond that they are counted drops.
+    /// `capacity` batches may wait for the writer; beyond that the sender waits (see
+    /// [`StdoutSink::send_batch`]).
     pub fn new(capacity: usize) -> Self {
         Self::with_writer(capacity, Box::new(std::io::stdout()))
     }
@@ -40,21 +43,29 @@ impl StdoutSink {
         }
     }
 
-    /// Hands an envelope to the writer thread. When stdout is not keeping up this waits (the
+    pub fn send(&mut self, e: Envelope) {
+        self.send_batch(vec![e]);
+    }
+
+    /// Hands envelopes to the writer thread. When stdout is not keeping up this waits (the
     /// sink task, not the UDP loop, waits; the bounded queue in front of the sink then decides,
     /// and counts, what is refused), so nothing is lost between here and stdout.
-    pub fn send(&mut self, e: Envelope) {
-        let e = match self.tx.try_send(e) {
+    pub fn send_batch(&mut self, batch: Vec<Envelope>) {
+        if batch.is_empty() {
+            return;
+        }
+        let batch = match self.tx.try_send(batch) {
             Ok(()) => return,
-            Err(TrySendError::Full(e)) => e,
-            Err(TrySendError::Disconnected(e)) => {
-                self.dropped += 1;
-                tracing::error!(id = %e.id(), kind = %e.kind(), "stdout is closed; envelope dropped");
+            Err(TrySendError::Full(b)) => b,
+            Err(TrySendError::Disconnected(b)) => {
+                self.dropped += b.len() as u64;
+                tracing::error!(envelopes = b.len(), "stdout is closed; envelopes dropped");
                 return;
             }
         };
+        let n = batch.len() as u64;
         let tx = self.tx.clone();
-        let send = move || tx.send(e).is_ok();
+        let send = move || tx.send(batch).is_ok();
         let sent = match tokio::runtime::Handle::try_current() {
             Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
                 tokio::task::block_in_place(send)
@@ -62,8 +73,8 @@ impl StdoutSink {
             _ => send(),
         };
         if !sent {
-            self.dropped += 1;
-            tracing::error!("stdout is closed; envelope dropped");
+            self.dropped += n;
+            tracing::error!(envelopes = n, "stdout is closed; envelopes dropped");
         }
     }
 
@@ -81,20 +92,22 @@ impl StdoutSink {
     }
 }
 
-fn writer(rx: Receiver<Envelope>, out: Box<dyn Write + Send>, sent: &AtomicU64) {
-    let mut out = BufWriter::new(out);
-    while let Ok(mut e) = rx.recv() {
+fn writer(rx: Receiver<Vec<Envelope>>, out: Box<dyn Write + Send>, sent: &AtomicU64) {
+    let mut out = BufWriter::with_capacity(64 << 10, out);
+    while let Ok(mut batch) = rx.recv() {
         loop {
-            let written = out
-                .write_all(e.json().as_bytes())
-                .and_then(|()| out.write_all(b"\n"));
-            if let Err(err) = written {
-                tracing::error!("writing to stdout failed: {err}");
-                return;
+            for e in &batch {
+                let written = out
+                    .write_all(e.json().as_bytes())
+                    .and_then(|()| out.write_all(b"\n"));
+                if let Err(err) = written {
+                    tracing::error!("writing to stdout failed: {err}");
+                    return;
+                }
             }
-            sent.fetch_add(1, Ordering::Relaxed);
+            sent.fetch_add(batch.len() as u64, Ordering::Relaxed);
             match rx.try_recv() {
-                Ok(next) => e = next,
+                Ok(next) => batch = next,
                 Err(_) => break,
             }
         }
