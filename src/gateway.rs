@@ -17,7 +17,7 @@ use crate::chunker::{Chunk, FlushCause};
 use crate::mapping::Decision;
 use crate::pvp::{AddTemplate, Builder, Envelope, Escaped, Participant};
 use crate::red::{RedError, RedFormat, RedPayload};
-use crate::register::{Arrival, Outcome, Piece, RegisterStats};
+use crate::register::{Arrival, Outcome, Piece, Register, RegisterStats};
 use crate::rtcp::RtcpEvent;
 use crate::rtp::{RtpError, RtpPacket, looks_like_rtcp};
 use crate::speaker::{Speaker, Voice, split_named};
@@ -210,7 +210,7 @@ pub struct Stats {
     pub corrections: u64,
     /// Backspaces that reached further back than the last sent item (not applied).
     pub erase_unmatched: u64,
-    /// Decoder counters of streams that have ended (live ones are added by [`Gateway::stats`]).
+    /// T.140 decoder counters of every stream.
     pub decode: DecodeStats,
 }
 
@@ -257,18 +257,20 @@ impl Stats {
         self.decode.add(&o.decode);
     }
 
-    fn fold_stream(&mut self, s: &Stream) {
-        let r: &RegisterStats = &s.register.stats;
+    /// Moves a stream's counters into these (zeroing them there), after every call that may
+    /// have changed them: so [`Gateway::stats`] is a copy, not a walk over every stream.
+    fn harvest(&mut self, register: &mut Register, speakers: &mut [Speaker]) {
+        let r: RegisterStats = std::mem::take(&mut register.stats);
         self.recovered += r.recovered;
         self.lost += r.lost;
         self.reordered += r.reordered;
         self.restarts += r.restarts;
         self.head_lost += r.head_lost;
         self.idle_tail += r.idle_tail;
-        for sp in &s.speakers {
-            self.recovered += sp.recovered;
-            self.lost += sp.lost;
-            self.decode.add(&sp.decoder.stats);
+        for sp in speakers {
+            self.recovered += std::mem::take(&mut sp.recovered);
+            self.lost += std::mem::take(&mut sp.lost);
+            self.decode.add(&std::mem::take(&mut sp.decoder.stats));
         }
     }
 }
@@ -542,13 +544,9 @@ impl Gateway {
         &self.cfg
     }
 
-    /// Counters, including those of live streams.
+    /// Counters, including those of live streams (harvested as they change: O(1)).
     pub fn stats(&self) -> Stats {
-        let mut s = self.emit.stats.clone();
-        for st in self.slots.iter().flatten() {
-            s.fold_stream(st);
-        }
-        s
+        self.emit.stats.clone()
     }
 
     pub fn live_streams(&self) -> usize {
@@ -671,7 +669,9 @@ impl Gateway {
                     emit, speakers, &key, created, format, compat, max_chunk, now, tag, piece,
                 )
             })
-            .map_err(DropReason::Red)?;
+            .map_err(DropReason::Red);
+        emit.stats.harvest(register, speakers);
+        let outcome = outcome?;
         // Pushes a heap entry only when the deadline moved earlier (text started to be
         // buffered, a packet started to wait for a gap); later deadlines are re-armed lazily
         // when the existing entry fires.
@@ -738,13 +738,13 @@ impl Gateway {
                         .all(|sp| !sp.joined && sp.chunker.is_blank())
             });
             if victim {
-                let s = self.slots[slot as usize].take().expect("checked");
+                let mut s = self.slots[slot as usize].take().expect("checked");
                 self.index.remove(&s.key);
                 self.ssrc_owner.remove(&s.key.ssrc);
                 self.free.push(slot);
                 self.emit.stats.streams_live -= 1;
                 self.emit.stats.evicted += 1;
-                self.emit.stats.fold_stream(&s);
+                self.emit.stats.harvest(&mut s.register, &mut s.speakers);
                 return true;
             }
         }
@@ -922,6 +922,7 @@ impl Gateway {
                     self.emit.chunk(idle_at, &key, created, sp, chunk);
                 }
             }
+            self.emit.stats.harvest(register, speakers);
             self.arm(slot);
         }
     }
@@ -979,7 +980,7 @@ impl Gateway {
         self.ssrc_owner.remove(&key.ssrc);
         self.free.push(slot);
         self.emit.stats.streams_live -= 1;
-        self.emit.stats.fold_stream(&s);
+        self.emit.stats.harvest(&mut s.register, &mut s.speakers);
         if s.speakers.iter().any(|sp| sp.joined) {
             tracing::info!(
                 source = %key.source,
