@@ -5,6 +5,9 @@
 //! # rate: a null receiver, then the real gateway, each offered the same T.140 traffic
 //! target/release/examples/loadtest --streams 10000 --pps 50000 --seconds 5
 //! target/release/examples/loadtest --streams 10000 --pps 50000 --seconds 4 --step
+//! # drain: each receiver stopped (SIGSTOP), 300,000 datagrams queued, then drained on one core:
+//! # datagrams per CPU-second, with no sender competing (raises net.core.rmem_max if root)
+//! target/release/examples/loadtest --streams 10000 --drain 300000 --receivers null,gateway,null,gateway
 //! # scale: 100,000 streams held open, memory per stream, idle CPU
 //! target/release/examples/loadtest scale --streams 100000
 //! # against t140llm's own receiver (needs `cd interop/t140llm && npm install`)
@@ -23,13 +26,22 @@
 //! have globally unique SSRCs and are spread over `--sockets` source ports (so SO_REUSEPORT
 //! workers get a share each). Streams are round-robin: with N streams at P packets/s each
 //! stream sends P/N packets/s.
+//!
+//! Drain mode (`--drain N`) measures capacity rather than a rate: the sender is not the limit
+//! and does not compete. Each receiver opens every stream (the same warm-up), is stopped with
+//! SIGSTOP, gets N datagrams of the same traffic queued in its socket (SO_RCVBUF sized for N
+//! with `--recv-buffer`; any kernel drop while queued makes the figure invalid), and is
+//! continued with SIGCONT. Its CPU time (every thread's `/proc/PID/task/*/schedstat`, in ns)
+//! from SIGCONT until it goes quiet gives datagrams per CPU-second; the wall time is until its
+//! socket's queue (`rx_queue` of /proc/net/udp) is empty. The headline is gateway / null
+//! receiver datagrams per CPU-second, paired in the order the receivers ran.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -60,6 +72,8 @@ enum Cmd {
         listen: SocketAddr,
         #[arg(long, default_value_t = 1)]
         workers: usize,
+        #[arg(long, default_value_t = pvp_t140::udp::RECV_BUFFER)]
+        recv_buffer: usize,
     },
 }
 
@@ -95,6 +109,10 @@ struct Common {
     /// RUST_LOG of the gateway (its stderr is read and counted, never shown unless it fails).
     #[arg(long, default_value = "info")]
     gateway_log: String,
+    /// SO_RCVBUF each receiver asks for, in bytes (the gateway's --recv-buffer; the null
+    /// receiver does the same) [default: the gateway's default, 8 MiB; --drain: N * 2048].
+    #[arg(long)]
+    recv_buffer: Option<u64>,
 }
 
 #[derive(Args, Debug)]
@@ -123,7 +141,11 @@ struct RateArgs {
     /// RED generations per packet (0: plain text/t140).
     #[arg(long, default_value_t = 2)]
     red: u8,
-    /// Receivers to run, in order.
+    /// Drain mode: queue this many datagrams at each receiver while it is stopped, then time
+    /// it draining them on one core (replaces the rate windows; --pps only paces the warm-up).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    drain: Option<u64>,
+    /// Receivers to run, in order (may repeat: null,gateway,null,gateway).
     #[arg(
         long,
         value_enum,
@@ -192,7 +214,11 @@ struct T140llmArgs {
 fn main() {
     let cli = Cli::parse();
     let r = match cli.cmd {
-        Some(Cmd::NullReceiver { listen, workers }) => null_receiver(listen, workers),
+        Some(Cmd::NullReceiver {
+            listen,
+            workers,
+            recv_buffer,
+        }) => null_receiver(listen, workers, recv_buffer),
         Some(Cmd::Scale(a)) => scale(&a),
         Some(Cmd::T140llm(a)) => t140llm(&a),
         None => rate(&cli.rate),
@@ -208,7 +234,7 @@ type Res<T> = Result<T, String>;
 // ---------------------------------------------------------------------------------------------
 // The null receiver: the gateway's socket setup and drain loop, datagrams counted and discarded.
 
-fn null_receiver(listen: SocketAddr, workers: usize) -> Res<()> {
+fn null_receiver(listen: SocketAddr, workers: usize, recv_buffer: usize) -> Res<()> {
     let workers = workers.max(1);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers + 1)
@@ -218,11 +244,19 @@ fn null_receiver(listen: SocketAddr, workers: usize) -> Res<()> {
     let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
     rt.block_on(async {
         let reuse = workers > 1;
-        let first = pvp_t140::udp::bind(listen, reuse).map_err(|e| format!("bind: {e}"))?;
+        let bind = |addr, reuse| {
+            pvp_t140::udp::bind_with_buffer(addr, reuse, recv_buffer)
+                .map_err(|e| format!("bind: {e}"))
+        };
+        let first = bind(listen, reuse)?;
         let local = first.local_addr().map_err(|e| e.to_string())?;
+        // What the kernel granted (SO_RCVBUF, its doubled figure), for the harness to check.
+        let rcvbuf = socket2::SockRef::from(&first)
+            .recv_buffer_size()
+            .map_err(|e| e.to_string())?;
         let mut sockets = vec![first];
         for _ in 1..workers {
-            sockets.push(pvp_t140::udp::bind(local, true).map_err(|e| format!("bind: {e}"))?);
+            sockets.push(bind(local, true)?);
         }
         for socket in sockets {
             let counts = counts.clone();
@@ -248,7 +282,7 @@ fn null_receiver(listen: SocketAddr, workers: usize) -> Res<()> {
                 }
             });
         }
-        println!("ready {local}");
+        println!("ready {local} rcvbuf {rcvbuf}");
         let _ = std::io::stdout().flush();
         // Control: a line on stdin asks for the counts; end of stdin ends the process.
         let counts = counts.clone();
@@ -501,6 +535,19 @@ struct Child {
     log_lines: Arc<AtomicU64>,
     log_tail: Arc<Mutex<VecDeque<String>>>,
     log_warnings: Arc<Mutex<Vec<String>>>,
+    /// SO_RCVBUF the null receiver's socket got (it reports it when ready).
+    rcvbuf: Option<u64>,
+}
+
+/// A receiver an error path leaves behind is killed rather than left running (after
+/// [`Child::stop`] it has been reaped and this does nothing).
+impl Drop for Child {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
 
 fn pinned(cmd: &str, pin: bool) -> Command {
@@ -523,6 +570,9 @@ impl Child {
                 let mut c = pinned(&exe.to_string_lossy(), common.pin);
                 c.args(["null-receiver", "--listen", &addr.to_string()]);
                 c.args(["--workers", &common.workers.to_string()]);
+                if let Some(b) = common.recv_buffer {
+                    c.args(["--recv-buffer", &b.to_string()]);
+                }
                 c.stdin(Stdio::piped()).stdout(Stdio::piped());
                 (c, None)
             }
@@ -535,6 +585,9 @@ impl Child {
                 c.args(["--listen", &addr.to_string(), "--metrics", &m.to_string()]);
                 c.args(["--workers", &common.workers.to_string()]);
                 c.args(["--max-pps-per-source", "0"]);
+                if let Some(b) = common.recv_buffer {
+                    c.args(["--recv-buffer", &b.to_string()]);
+                }
                 c.args(gateway_args);
                 c.env("RUST_LOG", &common.gateway_log);
                 c.stdin(Stdio::null()).stdout(Stdio::null());
@@ -569,6 +622,7 @@ impl Child {
                 }
             });
         }
+        let mut rcvbuf = None;
         let ctl = match target {
             Target::Null => {
                 let stdin = child.stdin.take().expect("piped");
@@ -579,6 +633,8 @@ impl Child {
                 if !line.starts_with("ready") {
                     return Err(format!("null receiver did not start: {line:?}"));
                 }
+                // "ready ADDR rcvbuf BYTES"
+                rcvbuf = line.split_whitespace().nth(3).and_then(|v| v.parse().ok());
                 Some((stdin, out))
             }
             Target::Gateway => None,
@@ -593,6 +649,7 @@ impl Child {
             log_lines,
             log_tail,
             log_warnings,
+            rcvbuf,
         };
         if target == Target::Gateway {
             let deadline = Instant::now() + Duration::from_secs(15);
@@ -1242,6 +1299,9 @@ fn rate(a: &RateArgs) -> Res<()> {
     if a.streams == 0 {
         return Err("--streams must be at least 1".into());
     }
+    if let Some(n) = a.drain {
+        return drain(a, n);
+    }
     println!(
         "loadtest: {} streams, {} pps{}, {} s windows, RED {}, workers {}, {} source ports, pin {}",
         a.streams,
@@ -1365,6 +1425,732 @@ fn rate(a: &RateArgs) -> Res<()> {
             },
             cpu(g) / cpu(n)
         );
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Drain mode.
+
+/// SO_RCVBUF asked for per queued datagram: a small datagram costs about 768-1280 bytes of
+/// truesize in a receive queue, and the kernel doubles the request besides.
+const DRAIN_BYTES_PER_DATAGRAM: u64 = 2048;
+
+/// Truesize assumed per queued datagram when checking a granted buffer before sending.
+const DRAIN_TRUESIZE: u64 = 1280;
+
+/// The kernel's largest SO_RCVBUF request (it doubles it into an int).
+const MAX_RCVBUF_REQUEST: u64 = i32::MAX as u64 / 2;
+
+/// Signal numbers of Linux on x86, ARM and RISC-V (MIPS, SPARC and Alpha differ).
+const SIGHUP: i32 = 1;
+const SIGINT: i32 = 2;
+const SIGTERM: i32 = 15;
+const SIGCONT: i32 = 18;
+const SIGSTOP: i32 = 19;
+
+mod sys {
+    unsafe extern "C" {
+        pub fn kill(pid: i32, sig: i32) -> i32;
+        pub fn signal(signum: i32, handler: usize) -> usize;
+        pub fn raise(sig: i32) -> i32;
+        pub fn pwrite(fd: i32, buf: *const u8, count: usize, offset: i64) -> isize;
+        pub fn geteuid() -> u32;
+    }
+}
+
+/// What a fatal signal (Ctrl-C) must undo: a receiver left stopped (0: none), and
+/// net.core.rmem_max raised for the run (its open file, -1: none, and the old value).
+static STOPPED_PID: AtomicI32 = AtomicI32::new(0);
+static RMEM_FD: AtomicI32 = AtomicI32::new(-1);
+static RMEM_OLD: AtomicU64 = AtomicU64::new(0);
+
+/// Continues (and ends) a stopped receiver and restores net.core.rmem_max, then dies of the
+/// signal as it would have. Only async-signal-safe calls.
+extern "C" fn on_fatal_signal(sig: i32) {
+    let pid = STOPPED_PID.swap(0, Ordering::SeqCst);
+    let fd = RMEM_FD.swap(-1, Ordering::SeqCst);
+    // SAFETY: plain system calls on a pid, an fd this process owns, and a stack buffer.
+    unsafe {
+        if pid > 0 {
+            sys::kill(pid, SIGTERM);
+            sys::kill(pid, SIGCONT);
+        }
+        if fd >= 0 {
+            let mut buf = [0u8; 24];
+            let mut i = buf.len() - 1;
+            buf[i] = b'\n';
+            let mut v = RMEM_OLD.load(Ordering::SeqCst);
+            loop {
+                i -= 1;
+                buf[i] = b'0' + (v % 10) as u8;
+                v /= 10;
+                if v == 0 {
+                    break;
+                }
+            }
+            sys::pwrite(fd, buf[i..].as_ptr(), buf.len() - i, 0);
+        }
+        sys::signal(sig, 0);
+        sys::raise(sig);
+    }
+}
+
+fn install_cleanup_on_signals() {
+    for sig in [SIGHUP, SIGINT, SIGTERM] {
+        // SAFETY: the handler only makes async-signal-safe calls.
+        unsafe {
+            sys::signal(sig, on_fatal_signal as extern "C" fn(i32) as usize);
+        }
+    }
+}
+
+fn read_rmem_max() -> Option<u64> {
+    std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// net.core.rmem_max raised for the run; put back when dropped (errors included) or on a
+/// fatal signal.
+struct RmemMax {
+    old: u64,
+    raised: Option<std::fs::File>,
+}
+
+impl RmemMax {
+    /// Makes sure net.core.rmem_max lets a socket have `want` bytes of SO_RCVBUF: raises it for
+    /// the run when root, else says how. Returns the guard and the value in force.
+    fn ensure(want: u64) -> (RmemMax, u64) {
+        let Some(old) = read_rmem_max() else {
+            eprintln!("loadtest: cannot read /proc/sys/net/core/rmem_max; SO_RCVBUF may be capped");
+            return (
+                RmemMax {
+                    old: 0,
+                    raised: None,
+                },
+                0,
+            );
+        };
+        if old >= want {
+            return (RmemMax { old, raised: None }, old);
+        }
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { sys::geteuid() } == 0;
+        let opened = if root {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open("/proc/sys/net/core/rmem_max")
+        } else {
+            Err(std::io::ErrorKind::PermissionDenied.into())
+        };
+        let written = opened.and_then(|f| {
+            use std::os::unix::fs::FileExt;
+            RMEM_OLD.store(old, Ordering::SeqCst);
+            RMEM_FD.store(std::os::fd::AsRawFd::as_raw_fd(&f), Ordering::SeqCst);
+            match f.write_all_at(format!("{want}\n").as_bytes(), 0) {
+                Ok(()) => Ok(f),
+                Err(e) => {
+                    RMEM_FD.store(-1, Ordering::SeqCst);
+                    Err(e)
+                }
+            }
+        });
+        match written {
+            Ok(f) if read_rmem_max() == Some(want) => {
+                eprintln!(
+                    "loadtest: raised net.core.rmem_max {old} -> {want} for this run (restored at the end; if this process is killed: sysctl -w net.core.rmem_max={old})"
+                );
+                (
+                    RmemMax {
+                        old,
+                        raised: Some(f),
+                    },
+                    want,
+                )
+            }
+            r => {
+                let why = match r {
+                    Ok(_) => "the new value did not take".to_string(),
+                    Err(e) => e.to_string(),
+                };
+                eprintln!(
+                    "loadtest: !!! net.core.rmem_max is {old} B, but {want} B of SO_RCVBUF are wanted; could not raise it ({why}). Run as root:\n    sysctl -w net.core.rmem_max={want}\n  (or pass a smaller --drain); expect kernel drops while queued"
+                );
+                RMEM_FD.store(-1, Ordering::SeqCst);
+                (RmemMax { old, raised: None }, old)
+            }
+        }
+    }
+}
+
+impl Drop for RmemMax {
+    fn drop(&mut self) {
+        if let Some(f) = self.raised.take() {
+            use std::os::unix::fs::FileExt;
+            RMEM_FD.store(-1, Ordering::SeqCst);
+            match f.write_all_at(format!("{}\n", self.old).as_bytes(), 0) {
+                Ok(()) => eprintln!("loadtest: net.core.rmem_max restored to {}", self.old),
+                Err(e) => eprintln!(
+                    "loadtest: !!! could not restore net.core.rmem_max ({e}): sysctl -w net.core.rmem_max={}",
+                    self.old
+                ),
+            }
+        }
+    }
+}
+
+/// A receiver stopped with SIGSTOP; continued (SIGCONT) when dropped.
+struct Stopped(u32);
+
+impl Stopped {
+    fn new(pid: u32) -> Res<Stopped> {
+        STOPPED_PID.store(pid as i32, Ordering::SeqCst);
+        let s = Stopped(pid);
+        // SAFETY: a signal to our own child.
+        if unsafe { sys::kill(pid as i32, SIGSTOP) } != 0 {
+            return Err(format!(
+                "SIGSTOP {pid}: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        // Every thread must be in the group stop before traffic is queued.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !all_threads_stopped(pid) {
+            if Instant::now() > deadline {
+                return Err(format!("receiver {pid} did not stop"));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(s)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        // SAFETY: a signal to our own child.
+        unsafe {
+            sys::kill(self.0 as i32, SIGCONT);
+        }
+        STOPPED_PID.store(0, Ordering::SeqCst);
+    }
+}
+
+/// Every thread of `pid` is stopped (state T).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    dir.flatten().all(|t| {
+        std::fs::read_to_string(t.path().join("stat")).is_ok_and(|s| {
+            s.rsplit_once(')')
+                .and_then(|(_, r)| r.split_whitespace().next())
+                .is_some_and(|st| st == "T" || st == "t")
+        })
+    })
+}
+
+/// Run time of every live thread of a process, in seconds, from
+/// `/proc/PID/task/*/schedstat` (nanoseconds, where /proc/PID/stat counts 10 ms ticks).
+fn sched_cpu_seconds(pid: u32) -> f64 {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return f64::NAN;
+    };
+    let ns: u64 = dir
+        .flatten()
+        .filter_map(|t| {
+            std::fs::read_to_string(t.path().join("schedstat"))
+                .ok()?
+                .split_whitespace()
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    ns as f64 / 1e9
+}
+
+/// Run time of each live thread of a process in seconds, by thread id, with its name.
+fn thread_cpu(pid: u32) -> BTreeMap<u32, (String, f64)> {
+    let mut out = BTreeMap::new();
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for t in dir.flatten() {
+        let Some(tid) = t.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        let ns = std::fs::read_to_string(t.path().join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+            .unwrap_or(0);
+        out.insert(tid, (comm.trim().to_owned(), ns as f64 / 1e9));
+    }
+    out
+}
+
+/// Bytes waiting in the sockets bound to 127.0.0.1:`port` (`rx_queue` of /proc/net/udp, the
+/// truesize of the queued datagrams), summed over SO_REUSEPORT sockets.
+fn socket_rx_queue(port: u16) -> u64 {
+    let s = std::fs::read_to_string("/proc/net/udp").unwrap_or_default();
+    let want = format!("0100007F:{port:04X}");
+    s.lines()
+        .skip(1)
+        .filter(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
+        .filter_map(|l| {
+            let q = l.split_whitespace().nth(4)?;
+            u64::from_str_radix(q.split_once(':')?.1, 16).ok()
+        })
+        .sum()
+}
+
+/// The receive buffer the kernel granted the sockets bound to 127.0.0.1:`port` (sk_rcvbuf,
+/// the doubled figure getsockopt(SO_RCVBUF) reports), from `ss -m`; the smallest if several.
+fn socket_rcvbuf(port: u16) -> Option<u64> {
+    let out = Command::new("ss")
+        .args(["-Huamn", "sport", "=", &format!(":{port}")])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split("skmem:(")
+        .skip(1)
+        .filter_map(|m| {
+            m.split([',', ')'])
+                .find_map(|f| f.strip_prefix("rb"))?
+                .parse::<u64>()
+                .ok()
+        })
+        .min()
+}
+
+#[derive(Debug)]
+struct Drain {
+    target: Target,
+    queued: u64,
+    send_errors: u64,
+    send_secs: f64,
+    /// Kernel drops at the receiver's socket while it was stopped (the figure is then invalid),
+    /// and after it was continued.
+    drops_queued: u64,
+    drops_after: u64,
+    /// Bytes queued when continued, and the receive buffer granted.
+    rx_queue: u64,
+    rcvbuf: Option<u64>,
+    /// CPU seconds from SIGCONT until the receiver went quiet: every thread's schedstat (ns),
+    /// and /proc/PID/stat (10 ms ticks) as a check.
+    cpu: f64,
+    cpu_ticks: f64,
+    /// Seconds from SIGCONT until the socket's queue was empty, and until the CPU went quiet.
+    wall: f64,
+    busy_wall: f64,
+    /// Receiver CPU (cores) while idle before the stop, and CPU seconds in the tail window
+    /// after the drain (the gateway's idle flushes of the drained text).
+    idle: f64,
+    tail_cpu: f64,
+    tail_secs: f64,
+    delivered: u64,
+    envelopes: Option<u64>,
+    gw_drops: Vec<(String, u64)>,
+    /// Envelopes the gateway's receive worker could not hand to the sink (its queue was full),
+    /// from the `stopped` line it logs on SIGTERM (not a metric).
+    sink_queue_full: Option<u64>,
+    hwm_kib: u64,
+    rss_kib: u64,
+    exit: String,
+    log_lines: u64,
+    warnings: Vec<String>,
+}
+
+impl Drain {
+    fn valid(&self) -> bool {
+        self.queued > 0
+            && self.drops_queued == 0
+            && self.drops_after == 0
+            && self.delivered >= self.queued
+            && self.cpu > 0.0
+    }
+    fn per_cpu_second(&self) -> f64 {
+        self.queued as f64 / self.cpu
+    }
+}
+
+/// Seconds of tail after a drain: longer than the gateway's idle flush (2 s) and a metrics
+/// publish (1 s).
+const TAIL: Duration = Duration::from_secs(3);
+
+fn run_drain(target: Target, a: &RateArgs, common: &Common, n: u64) -> Res<Drain> {
+    let max_streams = (a.streams + 1024).to_string();
+    let mut child = Child::spawn(target, common, &["--max-streams".into(), max_streams])?;
+    let mut traffic = Traffic::new(child.addr, a.streams, common.sockets, a.red)?;
+    if common.pin && cores() >= 2 {
+        pin_current_thread(1);
+    }
+    // The rate mode's warm-up: every stream sends its first packet (opens the stream), gently.
+    traffic.open_all(if a.pps == 0 {
+        20_000
+    } else {
+        a.pps.min(20_000)
+    });
+    let base = child.settle(traffic.sent);
+    // The warm-up's text is flushed 2 s after it arrived (the gateway's idle flush): that
+    // happens now, not inside the measurement. Then the receiver's idle CPU, for reference.
+    std::thread::sleep(Duration::from_millis(match target {
+        Target::Null => 200,
+        Target::Gateway => 2500,
+    }));
+    let idle0 = sched_cpu_seconds(child.pid);
+    std::thread::sleep(Duration::from_secs(1));
+    let idle = sched_cpu_seconds(child.pid) - idle0;
+    let m0 = child.scrape().ok();
+    let port = child.addr.port();
+    let rcvbuf = socket_rcvbuf(port).or(child.rcvbuf);
+    eprintln!(
+        "  {}: {} streams open ({} of {} warm-up datagrams delivered); idle CPU {:.1}%; SO_RCVBUF granted {}",
+        target.name(),
+        a.streams,
+        base,
+        traffic.sent,
+        100.0 * idle,
+        rcvbuf.map_or("unknown".into(), |b| format!("{b} B"))
+    );
+    if let Some(b) = rcvbuf
+        && b < n * DRAIN_TRUESIZE
+    {
+        eprintln!(
+            "  !!! {}: a {b} B receive buffer holds about {} datagrams, fewer than --drain {n}: expect drops while queued",
+            target.name(),
+            b / DRAIN_TRUESIZE
+        );
+    }
+    let d0 = socket_drops(port);
+    let stopped = Stopped::new(child.pid)?;
+    let (sent0, err0) = (traffic.sent, traffic.errors);
+    let mut tried = 0u64;
+    let (_, send_secs, _) = blast(
+        |max| {
+            let left = n - tried;
+            if left == 0 {
+                return 0;
+            }
+            let k = traffic.send_batch(max.min(left));
+            tried += k;
+            k
+        },
+        0,
+        600.0,
+        common.pin,
+    );
+    // Loopback delivers in the sender's softirq; let the last of it land.
+    std::thread::sleep(Duration::from_millis(20));
+    let queued = traffic.sent - sent0;
+    let send_errors = traffic.errors - err0;
+    let drops_queued = socket_drops(port) - d0;
+    let rx_queue = socket_rx_queue(port);
+    if drops_queued > 0 {
+        eprintln!(
+            "  !!! {}: the kernel DROPPED {drops_queued} of {queued} datagrams while they were queued (receive buffer {}, {rx_queue} B queued): this run is INVALID. Use a smaller --drain or a larger --recv-buffer / net.core.rmem_max",
+            target.name(),
+            rcvbuf.map_or("unknown".into(), |b| format!("{b} B"))
+        );
+    }
+    let debug = std::env::var_os("LOADTEST_DEBUG").is_some();
+    let threads0 = if debug {
+        thread_cpu(child.pid)
+    } else {
+        BTreeMap::new()
+    };
+    let cpu0 = sched_cpu_seconds(child.pid);
+    let ticks0 = child.cpu();
+    let t0 = Instant::now();
+    drop(stopped);
+    // The receiver drains on CPU 0 alone; this thread, on CPU 1, watches the kernel's queue and
+    // the receiver's CPU time, never asks the receiver anything until it is done.
+    let deadline = t0 + Duration::from_secs(300);
+    while socket_rx_queue(port) > 0 {
+        if Instant::now() > deadline {
+            return Err(format!("{}: did not drain in 300 s", target.name()));
+        }
+        if let Ok(Some(st)) = child.child.try_wait() {
+            return Err(format!("{} exited while draining: {st}", target.name()));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    let at_empty = sched_cpu_seconds(child.pid) - cpu0;
+    // Quiet: 200 ms in which the CPU time grew by less than 1% of a core (or 3x the idle rate)
+    // in every 20 ms sample. The CPU figure ends at the last busy sample.
+    let threshold = (0.01f64).max(3.0 * idle) * 0.02;
+    let (mut cpu1, mut ticks1) = (sched_cpu_seconds(child.pid), child.cpu());
+    let mut busy_at = t0.elapsed().as_secs_f64();
+    let mut last = cpu1;
+    let mut quiet_since = Instant::now();
+    while quiet_since.elapsed() < Duration::from_millis(200) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        let c = sched_cpu_seconds(child.pid);
+        if c - last > threshold {
+            cpu1 = c;
+            ticks1 = child.cpu();
+            busy_at = t0.elapsed().as_secs_f64();
+            quiet_since = Instant::now();
+        }
+        last = c;
+    }
+    if debug {
+        let threads1 = thread_cpu(child.pid);
+        let busy: Vec<String> = threads1
+            .iter()
+            .filter_map(|(tid, (name, c))| {
+                let d = c - threads0.get(tid).map_or(0.0, |x| x.1);
+                (d >= 0.0005).then(|| format!("{name}[{tid}] {d:.3}"))
+            })
+            .collect();
+        eprintln!(
+            "  {}: CPU {at_empty:.3} s when the queue was empty, {:.3} s when quiet; by thread: {}",
+            target.name(),
+            cpu1 - cpu0,
+            busy.join(", ")
+        );
+    }
+    let tail0 = Instant::now();
+    let tail_c0 = sched_cpu_seconds(child.pid);
+    std::thread::sleep(TAIL);
+    let tail_cpu = sched_cpu_seconds(child.pid) - tail_c0;
+    let tail_secs = tail0.elapsed().as_secs_f64();
+    let drops_after = socket_drops(port) - d0 - drops_queued;
+    let (delivered, envelopes, gw_drops) = match target {
+        Target::Null => (child.delivered() - base, None, Vec::new()),
+        Target::Gateway => {
+            let m1 = child.scrape()?;
+            let get = |m: &BTreeMap<String, f64>, k: &str| m.get(k).copied().unwrap_or(0.0) as u64;
+            let m0 = m0.unwrap_or_default();
+            let d0 = gw_drops(&m0);
+            let drops = gw_drops(&m1)
+                .iter()
+                .map(|(k, v)| {
+                    let reason = k.split('"').nth(1).unwrap_or(k.as_str()).to_owned();
+                    (reason, v - d0.get(k).copied().unwrap_or(0))
+                })
+                .filter(|(_, v)| *v > 0)
+                .collect();
+            (
+                get(&m1, "pvp_t140_datagrams_total") - get(&m0, "pvp_t140_datagrams_total"),
+                Some(get(&m1, "pvp_t140_envelopes_total") - get(&m0, "pvp_t140_envelopes_total")),
+                drops,
+            )
+        }
+    };
+    let (rss, hwm) = child.memory();
+    let log_lines = child.log_lines.load(Ordering::Relaxed);
+    let warns = child.log_warnings.clone();
+    let tail = child.log_tail.clone();
+    let (exit, _) = child.stop();
+    let warnings = warns.lock().expect("lock").clone();
+    let sink_queue_full = tail.lock().expect("lock").iter().find_map(|l| {
+        let v = l.split("sink_queue_full=").nth(1)?;
+        v.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+    });
+    let d = Drain {
+        target,
+        queued,
+        send_errors,
+        send_secs,
+        drops_queued,
+        drops_after,
+        rx_queue,
+        rcvbuf,
+        cpu: cpu1 - cpu0,
+        cpu_ticks: ticks1 - ticks0,
+        wall,
+        busy_wall: busy_at,
+        idle,
+        tail_cpu,
+        tail_secs,
+        delivered,
+        envelopes,
+        gw_drops,
+        sink_queue_full,
+        hwm_kib: hwm,
+        rss_kib: rss,
+        exit,
+        log_lines,
+        warnings,
+    };
+    eprintln!(
+        "  {}: {} queued in {:.2} s ({:.0} B each in the queue), drained in {:.3} s wall, {:.3} s CPU: {:.0} datagrams/CPU-s{}",
+        target.name(),
+        d.queued,
+        d.send_secs,
+        d.rx_queue as f64 / d.queued.max(1) as f64,
+        d.wall,
+        d.cpu,
+        d.per_cpu_second(),
+        if d.valid() { "" } else { " (INVALID)" }
+    );
+    Ok(d)
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    Some(if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    })
+}
+
+fn drain(a: &RateArgs, n: u64) -> Res<()> {
+    let want = match a.common.recv_buffer {
+        Some(b) => b,
+        None => (n * DRAIN_BYTES_PER_DATAGRAM)
+            .max(pvp_t140::udp::RECV_BUFFER as u64)
+            .min(MAX_RCVBUF_REQUEST),
+    };
+    let mut common = a.common.clone();
+    common.recv_buffer = Some(want);
+    println!(
+        "loadtest drain: {n} datagrams queued per receiver while it is stopped, then drained alone on {}; {} streams, RED {}, workers {}, {} source ports",
+        if a.common.pin && cores() >= 2 {
+            "CPU 0"
+        } else {
+            "an unpinned core"
+        },
+        a.streams,
+        a.red,
+        a.common.workers,
+        a.common.sockets.min(a.streams),
+    );
+    install_cleanup_on_signals();
+    // Dropped last, after every receiver has stopped: restores net.core.rmem_max.
+    let (_rmem, rmem_max) = RmemMax::ensure(want);
+    println!(
+        "machine: nproc {}, load average {}, net.core.rmem_max {rmem_max} B for the run (was {}), SO_RCVBUF requested {want} B (the kernel grants 2x, capped at 2x rmem_max)",
+        cores(),
+        load_average(),
+        _rmem.old,
+    );
+    let mut runs = Vec::new();
+    for t in &a.receivers {
+        runs.push(run_drain(*t, a, &common, n)?);
+    }
+    println!();
+    println!(
+        "| # | receiver | queued | kernel drops (queued / after) | queue B/datagram | SO_RCVBUF | drain CPU s | datagrams per CPU-second | CPU µs/datagram | CPU s (stat ticks) | wall s (queue empty) | wall s (CPU quiet) | delivered | envelopes | gateway drops | sink queue full | tail CPU s | idle CPU % | peak RSS MiB | valid |"
+    );
+    println!(
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- |"
+    );
+    for (i, d) in runs.iter().enumerate() {
+        let drops: Vec<String> = d.gw_drops.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!(
+            "| {} | {} | {} | {} / {} | {:.0} | {} | {:.3} | {:.0} | {:.2} | {:.2} | {:.3} | {:.3} | {} | {} | {} | {} | {:.2} | {:.1} | {:.1} | {} |",
+            i + 1,
+            d.target.name(),
+            d.queued,
+            d.drops_queued,
+            d.drops_after,
+            d.rx_queue as f64 / d.queued.max(1) as f64,
+            d.rcvbuf.map_or("?".into(), |b| b.to_string()),
+            d.cpu,
+            d.per_cpu_second(),
+            1e6 * d.cpu / d.queued.max(1) as f64,
+            d.cpu_ticks,
+            d.wall,
+            d.busy_wall,
+            d.delivered,
+            d.envelopes.map_or("n/a".into(), |e| e.to_string()),
+            match d.target {
+                Target::Null => "n/a".to_string(),
+                Target::Gateway if drops.is_empty() => "0".to_string(),
+                Target::Gateway => drops.join(" "),
+            },
+            match (d.target, d.sink_queue_full) {
+                (Target::Null, _) => "n/a".to_string(),
+                (Target::Gateway, Some(f)) => f.to_string(),
+                (Target::Gateway, None) => "?".to_string(),
+            },
+            d.tail_cpu,
+            100.0 * d.idle,
+            d.hwm_kib as f64 / 1024.0,
+            if d.valid() { "yes" } else { "NO" },
+        );
+    }
+    println!();
+    for (i, d) in runs.iter().enumerate() {
+        if d.send_errors > 0 {
+            println!("#{}: {} send errors", i + 1, d.send_errors);
+        }
+        if d.delivered < d.queued {
+            println!(
+                "#{}: delivered {} of {} queued (+ {} dropped)",
+                i + 1,
+                d.delivered,
+                d.queued,
+                d.drops_queued + d.drops_after
+            );
+        }
+        println!(
+            "#{}: {}: queued in {:.2} s ({:.0} pps); tail {:.1} s after the drain {:.3} s CPU; RSS {:.1} MiB; stderr lines {}; stop -> {}",
+            i + 1,
+            d.target.name(),
+            d.send_secs,
+            d.queued as f64 / d.send_secs,
+            d.tail_secs,
+            d.tail_cpu,
+            d.rss_kib as f64 / 1024.0,
+            d.log_lines,
+            d.exit
+        );
+        for w in &d.warnings {
+            println!("  warning logged: {w}");
+        }
+    }
+    if runs
+        .iter()
+        .any(|d| d.sink_queue_full.is_some_and(|f| f > 0))
+    {
+        println!(
+            "note: the gateway's sink queue ({} envelopes) overflowed during a drain: envelopes were dropped before the sink, so the sink's share of the work is missing from those runs' CPU",
+            pvp_t140::udp::SINK_QUEUE
+        );
+    }
+    if runs.iter().any(|d| d.drops_queued > 0) {
+        println!(
+            "!!! kernel drops while queued: those runs are INVALID (smaller --drain, or a larger --recv-buffer and net.core.rmem_max)"
+        );
+    }
+    // The k-th null receiver run pairs with the k-th gateway run.
+    let of = |t: Target| runs.iter().enumerate().filter(move |(_, d)| d.target == t);
+    let mut ratios = Vec::new();
+    for ((i, n), (j, g)) in of(Target::Null).zip(of(Target::Gateway)) {
+        let ok = n.valid() && g.valid();
+        let r = g.per_cpu_second() / n.per_cpu_second();
+        println!(
+            "pair #{} null / #{} gateway: {:.0} / {:.0} datagrams per CPU-second: gateway / null = {:.2}{}",
+            i + 1,
+            j + 1,
+            n.per_cpu_second(),
+            g.per_cpu_second(),
+            r,
+            if ok { "" } else { " (INVALID: not counted)" }
+        );
+        if ok {
+            ratios.push(r);
+        }
+    }
+    match median(ratios.clone()) {
+        Some(m) => println!(
+            "headline (drain {n}): gateway datagrams/CPU-s ÷ null receiver datagrams/CPU-s = {m:.2} (median of {} pair{})",
+            ratios.len(),
+            if ratios.len() == 1 { "" } else { "s" }
+        ),
+        None => println!("headline (drain {n}): no valid null/gateway pair"),
     }
     Ok(())
 }

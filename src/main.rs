@@ -90,6 +90,11 @@ struct RunArgs {
     /// source on one worker, so per-stream order holds.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=256))]
     workers: u64,
+    /// Receive buffer (SO_RCVBUF) requested for each RTP socket, in bytes: a burst waits there
+    /// instead of being dropped by the kernel. The kernel caps the request at
+    /// net.core.rmem_max (raise it with `sysctl -w net.core.rmem_max=BYTES`).
+    #[arg(long, default_value_t = udp::RECV_BUFFER as u64, value_parser = clap::value_parser!(u64).range(1..=i32::MAX as u64))]
+    recv_buffer: u64,
     /// Journal every envelope for the PVP server in DIR before sending it, so one killed before
     /// it was written to the server is sent after a restart (requires --server).
     #[arg(long)]
@@ -390,6 +395,10 @@ fn parse_net(s: &str) -> Result<ipnet::IpNet, String> {
         .map_err(|_| format!("not an address or CIDR network: {s}"))
 }
 
+/// Batches (one per receive-loop wake-up, up to 1,024 envelopes) that may wait for the stdout
+/// writer before the sink task waits for it.
+const STDOUT_BATCHES: usize = 64;
+
 /// Logs go to stderr through a writer thread: a slow reader of stderr (a pipe, journald under
 /// pressure) must not stall a receive worker, which would overflow the UDP socket. Beyond the
 /// writer's bound lines are dropped, and their count reported at exit. The guard flushes what
@@ -527,13 +536,16 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         .map_err(|e| format!("tokio runtime: {e}"))?;
     rt.block_on(async {
         let reuse = workers > 1;
-        let first =
-            udp::bind(args.listen, reuse).map_err(|e| format!("bind {}: {e}", args.listen))?;
+        let rcvbuf = args.recv_buffer as usize;
+        let first = udp::bind_with_buffer(args.listen, reuse, rcvbuf)
+            .map_err(|e| format!("bind {}: {e}", args.listen))?;
         let local = first.local_addr().map_err(|e| e.to_string())?;
         let mut sockets = vec![first];
         for _ in 1..workers {
-            sockets
-                .push(udp::bind(local, true).map_err(|e| format!("bind {local} (worker): {e}"))?);
+            sockets.push(
+                udp::bind_with_buffer(local, true, rcvbuf)
+                    .map_err(|e| format!("bind {local} (worker): {e}"))?,
+            );
         }
         // RTCP on the next port up (RFC 3550 11); rtcp-mux on the RTP port works regardless.
         let rtcp = match (args.rtcp, local.port()) {
@@ -595,7 +607,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
                 }
                 Sink::Ws(ws)
             }
-            None => Sink::Stdout(StdoutSink::new(65_536)),
+            None => Sink::Stdout(StdoutSink::new(STDOUT_BATCHES)),
         };
         tracing::info!(
             listen = %local,

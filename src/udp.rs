@@ -140,8 +140,10 @@ pub async fn run_sink(
     mut sink: Sink,
     metrics: crate::metrics::SinkMetrics,
 ) -> crate::sink::SinkStats {
-    while let Some(e) = rx.recv().await {
-        sink.send(e);
+    // Whatever the workers queued since the last wake-up goes on as one batch.
+    let mut batch = Vec::new();
+    while rx.recv_many(&mut batch, RECV_BUDGET).await > 0 {
+        sink.send_batch(std::mem::take(&mut batch));
         metrics.queue_depth.set(rx.len() as i64);
     }
     sink.close(SHUTDOWN_GRACE).await
@@ -175,6 +177,16 @@ async fn sleep_until(deadline: Option<std::time::Instant>) {
 /// kernel spreads sources over them by a hash of the 4-tuple, so one source (and so one stream)
 /// always reaches the same worker and per-stream order holds.
 pub fn bind(addr: std::net::SocketAddr, reuse_port: bool) -> io::Result<UdpSocket> {
+    bind_with_buffer(addr, reuse_port, RECV_BUFFER)
+}
+
+/// [`bind`] asking for `recv_buffer` bytes of SO_RCVBUF instead of [`RECV_BUFFER`] (best effort:
+/// the kernel caps the request at net.core.rmem_max, then doubles it for its own overhead).
+pub fn bind_with_buffer(
+    addr: std::net::SocketAddr,
+    reuse_port: bool,
+    recv_buffer: usize,
+) -> io::Result<UdpSocket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     if addr.is_ipv6() {
@@ -186,13 +198,14 @@ pub fn bind(addr: std::net::SocketAddr, reuse_port: bool) -> io::Result<UdpSocke
         socket.set_reuse_port(true)?;
     }
     // Best effort: the kernel caps it at net.core.rmem_max.
-    let _ = socket.set_recv_buffer_size(RECV_BUFFER);
+    // SO_RCVBUF is a C int: a larger request is clamped rather than wrapped negative.
+    let _ = socket.set_recv_buffer_size(recv_buffer.min(i32::MAX as usize));
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
     UdpSocket::from_std(socket.into())
 }
 
-/// Requested SO_RCVBUF.
+/// Requested SO_RCVBUF by default (`pvp-t140 --recv-buffer`).
 pub const RECV_BUFFER: usize = 8 << 20;
 
 /// Grace period for sinks to deliver the final flushes and leaves on shutdown.
