@@ -20,6 +20,7 @@ use crate::red::{RedError, RedFormat, RedPayload};
 use crate::register::{Arrival, Outcome, Piece, Register, RegisterStats};
 use crate::rtcp::RtcpEvent;
 use crate::rtp::{RtpError, RtpPacket, looks_like_rtcp};
+use crate::slab::Slab;
 use crate::speaker::{Speaker, Voice, split_named};
 use crate::stream::{KeyHasher, SourceUri, Stream, StreamKey, speaker_index};
 use crate::t140::DecodeStats;
@@ -455,7 +456,7 @@ impl Emitter {
 #[allow(clippy::too_many_arguments)]
 fn route(
     emit: &mut Emitter,
-    speakers: &mut Vec<Speaker>,
+    speakers: &mut crate::stream::Speakers,
     key: &StreamKey,
     created: Time,
     format: RedFormat,
@@ -495,8 +496,7 @@ pub struct Gateway {
     /// Which source a live SSRC belongs to: only consulted when a stream would be created.
     ssrc_owner: HashMap<u32, SocketAddr, KeyHasher>,
     /// Slab of streams; `free` lists reusable slots.
-    slots: Vec<Option<Stream>>,
-    free: Vec<u32>,
+    slots: Slab<Stream>,
     /// One live entry per stream (`Stream::timer`), plus stale ones skipped when popped, so
     /// timers cost O(log n) per event and never a scan of all streams.
     timers: BinaryHeap<Reverse<(Time, u32)>>,
@@ -531,8 +531,7 @@ impl Gateway {
             },
             index: HashMap::default(),
             ssrc_owner: HashMap::default(),
-            slots: Vec::new(),
-            free: Vec::new(),
+            slots: Slab::default(),
             timers: BinaryHeap::new(),
             serial: 0,
             early_names: Vec::new(),
@@ -632,9 +631,7 @@ impl Gateway {
             (MixerMode::Auto, _) => None,
         };
         let max_chunk = self.cfg.max_chunk_chars;
-        let stream = self.slots[slot as usize]
-            .as_mut()
-            .expect("indexed slot is live");
+        let stream = self.slots.get_mut(slot).expect("indexed slot is live");
         stream.stats.packets += 1;
         stream.stats.bytes += data.len() as u64;
         stream.last_packet = now;
@@ -704,16 +701,7 @@ impl Gateway {
             stream.speakers[idx].name = name;
             stream.speakers[idx].name_rank = rank;
         }
-        let slot = match self.free.pop() {
-            Some(s) => {
-                self.slots[s as usize] = Some(stream);
-                s
-            }
-            None => {
-                self.slots.push(Some(stream));
-                (self.slots.len() - 1) as u32
-            }
-        };
+        let slot = self.slots.insert(stream);
         self.index.insert(key, slot);
         self.silent.push_back((slot, self.serial));
         self.ssrc_owner.insert(key.ssrc, key.source);
@@ -730,7 +718,7 @@ impl Gateway {
     /// a real speaker. Amortised O(1): each stream enters `silent` once.
     fn evict_silent_stream(&mut self) -> bool {
         while let Some((slot, serial)) = self.silent.pop_front() {
-            let victim = self.slots[slot as usize].as_ref().is_some_and(|s| {
+            let victim = self.slots.get(slot).is_some_and(|s| {
                 s.serial == serial
                     && s.register.held() == 0
                     && s.speakers
@@ -738,10 +726,9 @@ impl Gateway {
                         .all(|sp| !sp.joined && sp.chunker.is_blank())
             });
             if victim {
-                let mut s = self.slots[slot as usize].take().expect("checked");
+                let mut s = self.slots.remove(slot).expect("checked");
                 self.index.remove(&s.key);
                 self.ssrc_owner.remove(&s.key.ssrc);
-                self.free.push(slot);
                 self.emit.stats.streams_live -= 1;
                 self.emit.stats.evicted += 1;
                 self.emit.stats.harvest(&mut s.register, &mut s.speakers);
@@ -825,7 +812,7 @@ impl Gateway {
             self.early_names.push((source.ip(), ssrc, name, rank));
             return;
         };
-        let s = self.slots[slot as usize].as_mut().expect("live");
+        let s = self.slots.get_mut(slot).expect("live");
         let max_chunk = self.cfg.max_chunk_chars;
         let Stream { speakers, key, .. } = s;
         let idx = speaker_index(speakers, key, Voice::Ssrc, now, max_chunk);
@@ -858,12 +845,12 @@ impl Gateway {
     }
 
     fn arm(&mut self, slot: u32) {
-        let s = self.slots[slot as usize].as_ref().expect("live");
+        let s = self.slots.get(slot).expect("live");
         let at = self.deadline(s);
         if s.timer.is_some_and(|t| t <= at) {
             return;
         }
-        self.slots[slot as usize].as_mut().expect("live").timer = Some(at);
+        self.slots.get_mut(slot).expect("live").timer = Some(at);
         self.timers.push(Reverse((at, slot)));
     }
 
@@ -875,7 +862,7 @@ impl Gateway {
                 break;
             }
             self.timers.pop();
-            let Some(s) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) else {
+            let Some(s) = self.slots.get_mut(slot) else {
                 continue;
             };
             if s.timer != Some(at) {
@@ -885,12 +872,12 @@ impl Gateway {
             // Entries are re-armed lazily, so this one may be earlier than the stream's real
             // deadline: put it back at that time, so streams are handled in time order (envelope
             // timestamps never go backwards when a late call catches up on many at once).
-            let real = self.deadline(self.slots[slot as usize].as_ref().expect("live"));
+            let real = self.deadline(self.slots.get(slot).expect("live"));
             if real > at {
                 self.arm(slot);
                 continue;
             }
-            let s = self.slots[slot as usize].as_mut().expect("live");
+            let s = self.slots.get_mut(slot).expect("live");
             let timeout_at = s.last_packet.saturating_add(self.cfg.stream_timeout);
             if timeout_at <= now {
                 self.close_stream(timeout_at.max(at), slot, "stream timeout");
@@ -932,8 +919,7 @@ impl Gateway {
         let mut live: Vec<(u64, u32)> = self
             .slots
             .iter()
-            .enumerate()
-            .filter_map(|(i, s)| s.as_ref().map(|s| (s.serial, i as u32)))
+            .map(|(slot, s)| (s.serial, slot))
             .collect();
         live.sort_unstable();
         for (_, slot) in live {
@@ -945,7 +931,7 @@ impl Gateway {
     /// Ends a stream: held packets are given up, every speaker flushes and leaves.
     fn close_stream(&mut self, now: Time, slot: u32, reason: &str) {
         let (compat, max_chunk) = (self.cfg.compat, self.cfg.max_chunk_chars);
-        let Some(mut s) = self.slots[slot as usize].take() else {
+        let Some(mut s) = self.slots.remove(slot) else {
             return;
         };
         let Stream {
@@ -978,7 +964,6 @@ impl Gateway {
         }
         self.index.remove(&key);
         self.ssrc_owner.remove(&key.ssrc);
-        self.free.push(slot);
         self.emit.stats.streams_live -= 1;
         self.emit.stats.harvest(&mut s.register, &mut s.speakers);
         if s.speakers.iter().any(|sp| sp.joined) {

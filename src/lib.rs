@@ -17,6 +17,7 @@ pub mod register;
 pub mod rtcp;
 pub mod rtp;
 pub mod send;
+pub mod slab;
 pub mod speaker;
 pub mod stream;
 pub mod t140;

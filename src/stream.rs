@@ -34,6 +34,9 @@ impl std::hash::Hash for StreamKey {
 /// `--max-streams` as well.
 pub type KeyHasher = foldhash::fast::RandomState;
 
+/// A stream's speakers: one (inline) unless a mixer or multiplexer carries several.
+pub type Speakers = smallvec::SmallVec<[Speaker; 1]>;
+
 impl StreamKey {
     /// Stable participant id derived from the stream: the same sender gets the same id across
     /// gateway restarts, so a PVP session sees one participant per speaker, not one per run.
@@ -83,7 +86,8 @@ pub struct Stream {
     pub register: Register,
     pub format: RedFormat,
     /// In creation order; index is the register tag.
-    pub speakers: Vec<Speaker>,
+    /// The first speaker lives inline: one stream is one block of memory on the packet path.
+    pub speakers: Speakers,
 }
 
 impl Stream {
@@ -105,7 +109,7 @@ impl Stream {
             format,
             // One speaker is the rule; room for exactly one keeps an idle stream small
             // (an empty Vec grows to 4 on its first push).
-            speakers: Vec::with_capacity(1),
+            speakers: Speakers::new(),
         }
     }
 
@@ -122,7 +126,7 @@ impl Stream {
 /// [`MAX_SPEAKERS`] the stream's own voice speaks for the rest. A free function so the gateway
 /// can call it while the stream's register is borrowed.
 pub fn speaker_index(
-    speakers: &mut Vec<Speaker>,
+    speakers: &mut Speakers,
     key: &StreamKey,
     voice: Voice,
     now: Time,
