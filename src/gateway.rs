@@ -472,14 +472,21 @@ fn route(
         Piece::Text(block) if compat == Compat::T140llm => match split_named(block) {
             Some((id, text)) => {
                 piece = Piece::Text(text);
-                Some(Voice::Named(id.to_owned()))
+                Some(id)
             }
             None => None,
         },
         _ => None,
     };
     let idx = match voice {
-        Some(v) => speaker_index(speakers, key, v, now, max_chunk_chars),
+        // Found by the borrowed id; the id is copied only for a new speaker.
+        Some(id) => speakers
+            .iter()
+            .position(|s| matches!(&s.voice, Voice::Named(n) if n == id))
+            .unwrap_or_else(|| {
+                let v = Voice::Named(id.to_owned());
+                speaker_index(speakers, key, v, now, max_chunk_chars)
+            }),
         None if usize::from(tag) < speakers.len() => usize::from(tag),
         None => speaker_index(speakers, key, Voice::Ssrc, now, max_chunk_chars),
     };
