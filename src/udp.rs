@@ -161,7 +161,9 @@ pub async fn run_sink(
     // Whatever the workers queued since the last wake-up goes on as one batch.
     let mut batch = Vec::new();
     while rx.recv_many(&mut batch, RECV_BUDGET).await > 0 {
-        sink.send_batch(std::mem::take(&mut batch));
+        // The next batch starts at this one's size: no regrowth from empty every time.
+        let size = batch.len();
+        sink.send_batch(std::mem::replace(&mut batch, Vec::with_capacity(size)));
         metrics.queue_depth.set(rx.len() as i64);
     }
     sink.close(SHUTDOWN_GRACE).await
