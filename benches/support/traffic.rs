@@ -1,0 +1,149 @@
+//! Shared by `benches/core.rs` and `examples/core_drive.rs`: senders typing a sentence, three
+//! characters per packet, into one sans-IO `Gateway`, plain or RED, on N interleaved streams.
+#![allow(dead_code)]
+
+use std::hint::black_box;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use pvp_t140::red;
+use pvp_t140::rtp;
+use pvp_t140::{Config, Gateway, Time};
+
+pub const T140_PT: u8 = 98;
+pub const RED_PT: u8 = 100;
+/// 60 characters; the space after the full stop ends the sentence and cuts the chunk.
+pub const SENTENCE: &str = "The quick brown fox jumps over the lazy dog near the river. ";
+pub const CHARS_PER_PACKET: usize = 3;
+/// RFC 4103 section 5.1: text is buffered for 300 ms before it is sent.
+pub const PACKET_INTERVAL_US: u64 = 300_000;
+pub const START: Time = Time::from_millis(1_700_000_000_000);
+
+pub fn sentence_blocks() -> Vec<&'static [u8]> {
+    assert_eq!(SENTENCE.chars().count(), 60);
+    SENTENCE.as_bytes().chunks(CHARS_PER_PACKET).collect()
+}
+
+pub fn plain_packet(seq: u16, ssrc: u32, text: &[u8]) -> Vec<u8> {
+    let mut p = Vec::new();
+    rtp::write_packet(
+        &mut p,
+        false,
+        T140_PT,
+        seq,
+        u32::from(seq) * 300,
+        ssrc,
+        text,
+    );
+    p
+}
+
+pub fn red_packet(seq: u16, ssrc: u32, blocks: &[&[u8]], i: usize) -> Vec<u8> {
+    let n = blocks.len();
+    let mut payload = Vec::new();
+    red::write_payload(
+        &mut payload,
+        T140_PT,
+        &[
+            (600, blocks[(i + n - 2) % n]),
+            (300, blocks[(i + n - 1) % n]),
+        ],
+        blocks[i],
+    );
+    let mut p = Vec::new();
+    rtp::write_packet(
+        &mut p,
+        false,
+        RED_PT,
+        seq,
+        u32::from(seq) * 300,
+        ssrc,
+        &payload,
+    );
+    p
+}
+
+/// `streams` senders typing [`SENTENCE`] in lockstep; `step` sends the next packet round-robin.
+pub struct Traffic {
+    pub gw: Gateway,
+    /// One packet per position in the sentence; sequence number and SSRC are patched per send.
+    pub templates: Vec<Vec<u8>>,
+    sources: Vec<SocketAddr>,
+    /// Next stream to send, and the sentence position / sequence number of the current round.
+    next: usize,
+    round: u64,
+    now: Time,
+    step_us: u64,
+    pub envelopes: u64,
+}
+
+impl Traffic {
+    pub fn new(streams: usize, red: bool) -> Self {
+        let blocks = sentence_blocks();
+        let templates = (0..blocks.len())
+            .map(|i| {
+                if red {
+                    red_packet(0, 0, &blocks, i)
+                } else {
+                    plain_packet(0, 0, blocks[i])
+                }
+            })
+            .collect();
+        let sources = (0..streams)
+            .map(|i| {
+                let ip = Ipv4Addr::new(10, 0, (i >> 8) as u8, i as u8);
+                SocketAddr::new(IpAddr::V4(ip), 20_000 + (i % 40_000) as u16)
+            })
+            .collect();
+        let gw = Gateway::new(Config {
+            session: "bench".into(),
+            t140_pt: T140_PT,
+            red_pt: RED_PT,
+            max_streams: streams + 1,
+            id_seed: 42,
+            ..Config::default()
+        });
+        let mut t = Traffic {
+            gw,
+            templates,
+            sources,
+            next: 0,
+            round: 1,
+            now: START,
+            step_us: (PACKET_INTERVAL_US / streams as u64).max(1),
+            envelopes: 0,
+        };
+        // Pre-warm: create every stream and type two whole sentences on each, so the stream
+        // table, buffers, timer heap and output queue have reached their steady-state size.
+        let warm = streams * 2 * t.templates.len();
+        for _ in 0..warm {
+            t.step();
+        }
+        assert_eq!(t.gw.live_streams(), streams);
+        assert_eq!(t.gw.stats().drops_total(), 0);
+        t
+    }
+
+    #[inline]
+    pub fn step(&mut self) {
+        let phase = (self.round % self.templates.len() as u64) as usize;
+        let seq = self.round as u16;
+        let pkt = &mut self.templates[phase];
+        // RFC 4103 5.2: the marker bit flags the first packet of a stream (else the register
+        // holds it for a possibly late head).
+        pkt[1] = pkt[1] & 0x7f | if self.round == 1 { 0x80 } else { 0 };
+        pkt[2..4].copy_from_slice(&seq.to_be_bytes());
+        pkt[8..12].copy_from_slice(&(0x5000_0000 | self.next as u32).to_be_bytes());
+        self.gw
+            .handle_datagram(self.now, self.sources[self.next], black_box(pkt));
+        while let Some(e) = self.gw.poll_output() {
+            self.envelopes += 1;
+            black_box(e);
+        }
+        self.now = Time(self.now.0 + self.step_us);
+        self.next += 1;
+        if self.next == self.sources.len() {
+            self.next = 0;
+            self.round += 1;
+        }
+    }
+}
