@@ -1,9 +1,9 @@
 //! The live receive loop: a UDP socket drives the core, the core's envelopes go to a sink.
 
-use futures_util::FutureExt;
 use std::io;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use tokio::net::UdpSocket;
 
 use crate::clock::Clock;
