@@ -47,8 +47,8 @@ pub async fn run_worker(
     // Counters for the metrics endpoint, published once a second (not per packet).
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let clock = Clock::new();
-    // One buffer for the life of the loop: the core borrows each datagram from it.
-    let mut buf = vec![0u8; 65_536];
+    // One arena for the life of the loop: the core borrows each datagram from it.
+    let mut buf = vec![0u8; ARENA];
     let mut full = 0u64;
     let mut forward = |gw: &mut Gateway| {
         while let Some(e) = gw.poll_output() {
@@ -169,30 +169,57 @@ pub async fn run_sink(
     sink.close(SHUTDOWN_GRACE).await
 }
 
+/// Datagrams read from the socket before the core sees them: the kernel's receive path and
+/// the core then each run over a batch, not alternately per datagram, so each keeps its code
+/// and data in cache.
+const BATCH: usize = 32;
+
+/// The receive arena: a batch of typical datagrams, plus room for one of the largest UDP
+/// payload, which is the space every read asks for.
+const ARENA: usize = BATCH * 2048 + 65_536;
+
 /// Feeds the core what the socket has ready, up to the budget, borrowing each datagram from one
-/// buffer: no allocation per packet here. Returns how many datagrams it read.
+/// arena: no allocation per packet here. Returns how many datagrams it read.
 ///
-/// The clock is read once per 64 datagrams: a batch is read in well under a millisecond, and
-/// T.140 timing works in hundreds of milliseconds (RFC 4103 5.1, 300 ms buffering).
+/// The clock is read once per batch: a batch is read in well under a millisecond, and T.140
+/// timing works in hundreds of milliseconds (RFC 4103 5.1, 300 ms buffering).
 fn drain_socket(socket: &UdpSocket, gw: &mut Gateway, buf: &mut [u8], clock: &Clock) -> usize {
-    let mut now = clock.now();
-    for i in 0..RECV_BUDGET {
-        match socket.try_recv_from(buf) {
-            Ok((n, src)) => {
-                if i % 64 == 63 {
-                    now = clock.now();
+    let mut read = 0;
+    let mut batch = [(
+        0usize,
+        0usize,
+        std::net::SocketAddr::from(([0, 0, 0, 0], 0)),
+    ); BATCH];
+    loop {
+        // Read a batch: each datagram after the previous one, each read offered 64 KiB.
+        let (mut n, mut used, mut more) = (0, 0, true);
+        while n < BATCH && read + n < RECV_BUDGET && buf.len() - used >= 65_536 {
+            match socket.try_recv_from(&mut buf[used..used + 65_536]) {
+                Ok((len, src)) => {
+                    batch[n] = (used, len, src);
+                    used += len;
+                    n += 1;
                 }
-                gw.handle_datagram(now, src, &buf[..n]);
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return i,
-            // ICMP errors surface here on some platforms; they are not fatal.
-            Err(e) => {
-                tracing::debug!("recv_from: {e}");
-                return i;
+                Err(e) => {
+                    // WouldBlock: drained. ICMP errors surface here on some platforms; they are
+                    // not fatal.
+                    if e.kind() != io::ErrorKind::WouldBlock {
+                        tracing::debug!("recv_from: {e}");
+                    }
+                    more = false;
+                    break;
+                }
             }
         }
+        let now = clock.now();
+        for &(at, len, src) in &batch[..n] {
+            gw.handle_datagram(now, src, &buf[at..at + len]);
+        }
+        read += n;
+        if !more || read >= RECV_BUDGET {
+            return read;
+        }
     }
-    RECV_BUDGET
 }
 
 async fn sleep_until(deadline: Option<std::time::Instant>) {
