@@ -5,6 +5,10 @@
 //! [`red`], [`stream`], [`t140`], [`chunker`], [`pvp`]) take datagrams and time as values and
 //! return envelopes. The IO shell ([`udp`], [`sink`], [`capture`], [`replay`], [`clock`]) feeds
 //! it and carries its envelopes away.
+//!
+//! No `unsafe`: every byte of a datagram is parsed by bounds-checked code.
+
+#![forbid(unsafe_code)]
 
 // Sans-IO core.
 pub mod admission;

@@ -1,5 +1,7 @@
 //! `pvp-t140`: the command line. Thin: parse flags, build the core, wire the shell, run.
 
+#![forbid(unsafe_code)]
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
