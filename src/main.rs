@@ -315,6 +315,18 @@ fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Re
     {
         run.workers = positive(v, "workers")?;
     }
+    if let Some(v) = f.recv_buffer
+        && !given("recv_buffer")
+    {
+        if v > i32::MAX as u64 {
+            return Err(format!(
+                "{}: recv_buffer must be at most {} bytes",
+                path.display(),
+                i32::MAX
+            ));
+        }
+        run.recv_buffer = positive(v, "recv_buffer")?;
+    }
     set!(session, run.core.session);
     if let Some(v) = f.t140_pt
         && !given("t140_pt")

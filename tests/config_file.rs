@@ -101,3 +101,25 @@ fn a_bad_file_is_refused_with_its_line_and_field() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(":4: stream[0].ssrc:"), "{err}");
 }
+
+#[test]
+fn a_receive_buffer_out_of_range_is_refused() {
+    for (name, value, expect) in [
+        ("rcvbuf0", "0", "recv_buffer must be at least 1"),
+        (
+            "rcvbufbig",
+            "3000000000",
+            "recv_buffer must be at most 2147483647 bytes",
+        ),
+    ] {
+        let cfg = write(name, &format!("recv_buffer = {value}\n"));
+        let out = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+            .args(["--config", cfg.to_str().unwrap()])
+            .output()
+            .unwrap();
+        std::fs::remove_file(&cfg).ok();
+        assert!(!out.status.success(), "{value}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(expect), "{value}: {err}");
+    }
+}
