@@ -2168,18 +2168,7 @@ fn sender_packets(i: u32, text: &str) -> Vec<Vec<u8>> {
     };
     let mut s = Sender::new(cfg, T0);
     s.push_text(T0, text);
-    let mut out = Vec::new();
-    let mut now = T0;
-    while !s.is_idle() {
-        while let Some(p) = s.poll_packet(now) {
-            out.push(p);
-        }
-        match s.poll_timeout() {
-            Some(t) => now = t,
-            None => break,
-        }
-    }
-    out
+    s.packets_until_idle(T0)
 }
 
 fn scale_packets(kind: Kind, i: u32) -> Vec<Vec<u8>> {

@@ -182,6 +182,23 @@ impl Sender {
         Some(self.cps_ready_at(due))
     }
 
+    /// Every packet from `now` until idle, each at its own due time (virtual time: for
+    /// benches, load generators and tests that want a text's whole packet sequence at once).
+    pub fn packets_until_idle(&mut self, now: Time) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut now = now;
+        while !self.is_idle() {
+            while let Some(p) = self.poll_packet(now) {
+                out.push(p);
+            }
+            match self.poll_timeout() {
+                Some(t) => now = t,
+                None => break,
+            }
+        }
+        out
+    }
+
     /// Next packet due at or before `now`, as the bytes of a complete RTP datagram; call
     /// repeatedly until `None`.
     pub fn poll_packet(&mut self, now: Time) -> Option<Vec<u8>> {

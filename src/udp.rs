@@ -3,7 +3,6 @@
 use std::io;
 use std::time::Duration;
 
-use futures_util::FutureExt;
 use tokio::net::UdpSocket;
 
 use crate::clock::Clock;
@@ -60,8 +59,10 @@ pub async fn run_worker(
     loop {
         let deadline = gw.poll_timeout().map(|t| clock.instant_of(t));
         let mut busy = false;
+        // Not biased: under sustained load the socket is always readable, and a fixed order
+        // would never reach the RTCP feed or the metrics tick (timers fire inside
+        // handle_datagram either way).
         tokio::select! {
-            biased;
             r = shutdown.changed() => if r.is_err() || *shutdown.borrow() { break },
             r = socket.readable() => {
                 r?;
@@ -81,19 +82,8 @@ pub async fn run_worker(
         }
         forward(&mut gw);
         if busy {
-            // Under sustained load the socket is always readable, so the biased select never
-            // reaches its other branches: serve them here (timers already fire inside
-            // handle_datagram). Then yield, so the sink task, which the queue hand-off may have
-            // woken onto this very worker thread, runs before the next batch.
-            while let Some(Some(d)) = recv_rtcp(&mut rtcp).now_or_never() {
-                gw.handle_datagram(clock.now(), d.0, &d.1);
-            }
-            if let Some(p) = &publish
-                && tick.tick().now_or_never().is_some()
-            {
-                let _ = p.send(gw.stats());
-            }
-            forward(&mut gw);
+            // The sink task, which the queue hand-off may have woken onto this very worker
+            // thread, runs before the next batch.
             tokio::task::yield_now().await;
         }
     }

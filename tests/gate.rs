@@ -70,15 +70,7 @@ async fn chunks_are_added_only_once_approved_and_in_order() {
     .await;
     approver(server.url(), "gated").await;
     let url = server.url();
-    let mut gw = Gateway::start(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--server",
-        &url,
-        "--session",
-        "gated",
-        "--gate-transcripts",
-    ]);
+    let mut gw = Gateway::start_for_server(&url, &["--session", "gated", "--gate-transcripts"]);
     let mut s = Sender::new(gw.listen, 0x6a7e);
     s.send("Please approve this. ");
     s.send("Please reject this. ");

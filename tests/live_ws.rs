@@ -43,20 +43,19 @@ async fn streams_become_participants_on_their_own_connections_and_leave_on_sigte
     })
     .await;
     let url = server.url();
-    let mut gw = Gateway::start(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--server",
+    let mut gw = Gateway::start_for_server(
         &url,
-        "--session",
-        "live-1",
-        "--heartbeat-s",
-        "1",
-        "--role",
-        "navigator",
-        "--role",
-        "observer",
-    ]);
+        &[
+            "--session",
+            "live-1",
+            "--heartbeat-s",
+            "1",
+            "--role",
+            "navigator",
+            "--role",
+            "observer",
+        ],
+    );
     let mut a = Sender::new(gw.listen, 0x0a0a0a0a);
     let mut b = Sender::new(gw.listen, 0x0b0b0b0b);
     a.send("Hello wor");
@@ -169,14 +168,7 @@ async fn an_unknown_session_is_reported_loudly() {
     })
     .await;
     let url = server.url();
-    let mut gw = Gateway::start(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--server",
-        &url,
-        "--session",
-        "nope",
-    ]);
+    let mut gw = Gateway::start_for_server(&url, &["--session", "nope"]);
     let mut a = Sender::new(gw.listen, 1);
     a.send("Anyone there? ");
     let line = gw.wait_stderr(WAIT, "SESSION_NOT_FOUND");
@@ -209,14 +201,7 @@ async fn an_unreachable_server_is_retried_without_blocking_or_crashing() {
 async fn unauthorized_is_fatal_for_that_participant_and_rate_limited_backs_off() {
     let server = TestPvpServer::start().await;
     let url = server.url();
-    let mut gw = Gateway::start(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--server",
-        &url,
-        "--session",
-        "codes",
-    ]);
+    let mut gw = Gateway::start_for_server(&url, &["--session", "codes"]);
     let mut a = Sender::new(gw.listen, 0xa);
     let mut b = Sender::new(gw.listen, 0xb);
     a.send("First from A. ");
@@ -272,14 +257,7 @@ async fn a_server_restart_mid_stream_delivers_every_chunk_once_in_order() {
     let server = TestPvpServer::start().await;
     let url = server.url();
     let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
-    let mut gw = Gateway::start(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--server",
-        &url,
-        "--session",
-        "restart",
-    ]);
+    let mut gw = Gateway::start_for_server(&url, &["--session", "restart"]);
     let mut a = Sender::new(gw.listen, 0xabc);
     let p = a.participant();
     a.send("One. ");

@@ -25,14 +25,7 @@ async fn sigkill_loses_nothing_flushed_and_resends_nothing_delivered() {
 
     let first = TestPvpServer::start().await;
     let url = first.url();
-    let mut gw = Gateway::start(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--server",
-        &url,
-        "--spool",
-        &spool,
-    ]);
+    let mut gw = Gateway::start_for_server(&url, &["--spool", &spool]);
     let mut a = Sender::new(gw.listen, 0x5a);
     a.send("Delivered before the crash. ");
     first
@@ -61,14 +54,7 @@ async fn sigkill_loses_nothing_flushed_and_resends_nothing_delivered() {
     // A new gateway on the same spool, and a server to talk to.
     let second = TestPvpServer::start().await;
     let url = second.url();
-    let mut gw = Gateway::start(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--server",
-        &url,
-        "--spool",
-        &spool,
-    ]);
+    let mut gw = Gateway::start_for_server(&url, &["--spool", &spool]);
     second
         .wait_until(WAIT, "the undelivered sentences, then a leave", |s| {
             !s.received_of_type("session.leave").is_empty()
@@ -94,14 +80,7 @@ async fn sigkill_loses_nothing_flushed_and_resends_nothing_delivered() {
     // A third start has nothing left to send.
     let third = TestPvpServer::start().await;
     let url = third.url();
-    let mut gw = Gateway::start(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--server",
-        &url,
-        "--spool",
-        &spool,
-    ]);
+    let mut gw = Gateway::start_for_server(&url, &["--spool", &spool]);
     let line = gw.wait_stderr(WAIT, "spool open");
     assert!(line.contains("\"resend\":0"), "{line}");
     assert!(gw.terminate(WAIT).success());

@@ -59,14 +59,7 @@ async fn wss_with_a_private_ca_file() {
     let url = format!("wss://localhost:{port}");
 
     // Trusted through --ca-file: the transcript arrives over TLS.
-    let mut gw = Gateway::start(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--server",
-        &url,
-        "--ca-file",
-        ca.to_str().unwrap(),
-    ]);
+    let mut gw = Gateway::start_for_server(&url, &["--ca-file", ca.to_str().unwrap()]);
     Sender::new(gw.listen, 5).send("Over TLS. ");
     let deadline = Instant::now() + WAIT;
     loop {

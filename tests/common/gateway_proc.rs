@@ -34,6 +34,13 @@ impl Gateway {
         Self::start_logging(args, "debug,tungstenite=info,tokio_tungstenite=info")
     }
 
+    /// [`Gateway::start`] on an ephemeral local port, sending to the PVP server at `url`.
+    pub fn start_for_server(url: &str, args: &[&str]) -> Gateway {
+        let mut all = vec!["--listen", "127.0.0.1:0", "--server", url];
+        all.extend_from_slice(args);
+        Self::start(&all)
+    }
+
     /// As [`Gateway::start`], with this `RUST_LOG`.
     pub fn start_logging(args: &[&str], rust_log: &str) -> Gateway {
         let mut child = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
