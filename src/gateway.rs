@@ -15,14 +15,14 @@ use serde_json::json;
 use crate::admission::{Admission, Refusal};
 use crate::chunker::{Chunk, FlushCause};
 use crate::mapping::Decision;
-use crate::pvp::{AddTemplate, Builder, Envelope, Escaped, Participant};
+use crate::pvp::{Builder, Envelope, Participant};
 use crate::red::{RedError, RedFormat, RedPayload};
 use crate::register::{Arrival, Outcome, Piece, Register, RegisterStats};
 use crate::rtcp::RtcpEvent;
 use crate::rtp::{RtpError, RtpPacket, looks_like_rtcp};
 use crate::slab::Slab;
 use crate::speaker::{Speaker, Voice, split_named};
-use crate::stream::{KeyHasher, SourceUri, Stream, StreamKey, speaker_index};
+use crate::stream::{KeyHasher, Stream, StreamKey, speaker_index};
 use crate::t140::DecodeStats;
 use crate::time::Time;
 
@@ -431,16 +431,8 @@ impl Emitter {
         sp.last_sent_text.push_str(&chunk.text);
         let cause = chunk.cause.as_str();
         // Taken out while the builder borrows the speaker, then put back.
-        let template = sp.add_template.take().unwrap_or_else(|| {
-            Box::new(AddTemplate {
-                key_prefix: Escaped::new(format_args!(
-                    "{}/{}/",
-                    sp.participant,
-                    created.as_millis()
-                )),
-                source: Escaped::new(SourceUri(*key)),
-            })
-        });
+        let template = (sp.add_template.take())
+            .unwrap_or_else(|| Box::new(sp.make_add_template(key, created)));
         let (sender, n) = (sp.participant.clone(), sp.chunks_sent);
         let e = self.in_session(sp, |b| {
             b.context_add(now, sender, &template, n, &chunk.text, cause)

@@ -43,6 +43,15 @@ impl Voice {
     }
 }
 
+/// `participant/stream-start-ms/`: the part of a context key before the chunk counter.
+struct KeyPrefix<'a>(&'a str, Time);
+
+impl std::fmt::Display for KeyPrefix<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}/", self.0, self.1.as_millis())
+    }
+}
+
 #[derive(Debug)]
 pub struct Speaker {
     pub voice: Voice,
@@ -105,7 +114,16 @@ impl Speaker {
 
     /// The context key of this speaker's `n`th chunk: participant, stream start, counter.
     pub fn key(&self, created: Time, n: u64) -> String {
-        format!("{}/{}/{n}", self.participant, created.as_millis())
+        format!("{}{n}", KeyPrefix(&self.participant, created))
+    }
+
+    /// What every `context.add` of this speaker repeats, escaped once: the prefix of
+    /// [`Speaker::key`] and the stream's source URI.
+    pub fn make_add_template(&self, key: &StreamKey, created: Time) -> crate::pvp::AddTemplate {
+        crate::pvp::AddTemplate {
+            key_prefix: crate::pvp::Escaped::new(KeyPrefix(&self.participant, created)),
+            source: crate::pvp::Escaped::new(crate::stream::SourceUri(*key)),
+        }
     }
 
     /// Text or a loss mark into the decoder and chunker.
