@@ -25,13 +25,6 @@ pub enum Sink {
 }
 
 impl Sink {
-    pub fn send(&mut self, e: Envelope) {
-        match self {
-            Sink::Stdout(s) => s.send(e),
-            Sink::Ws(s) => s.send(e),
-        }
-    }
-
     /// Several envelopes at once, in order (one hand-off to the stdout writer).
     pub fn send_batch(&mut self, batch: Vec<Envelope>) {
         match self {

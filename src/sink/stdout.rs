@@ -43,10 +43,6 @@ impl StdoutSink {
         }
     }
 
-    pub fn send(&mut self, e: Envelope) {
-        self.send_batch(vec![e]);
-    }
-
     /// Hands envelopes to the writer thread. When stdout is not keeping up this waits (the
     /// sink task, not the UDP loop, waits; the bounded queue in front of the sink then decides,
     /// and counts, what is refused), so nothing is lost between here and stdout.
