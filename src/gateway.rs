@@ -658,6 +658,7 @@ impl Gateway {
             parsed,
         };
         let (key, created, format) = (*key, *created, *format);
+        let gapped = register.held() > 0;
         let emit = &mut self.emit;
         let outcome = register
             .receive(now, arrival, &mut |tag, piece| {
@@ -671,7 +672,9 @@ impl Gateway {
         // Pushes a heap entry only when the deadline moved earlier (text started to be
         // buffered, a packet started to wait for a gap); later deadlines are re-armed lazily
         // when the existing entry fires.
-        self.arm(slot);
+        if !self.timer_covers(now, slot, gapped) {
+            self.arm(slot);
+        }
         match outcome {
             Outcome::Delivered | Outcome::Held => Ok(()),
             Outcome::Stale => Err(DropReason::Stale),
@@ -841,6 +844,20 @@ impl Gateway {
             }
         }
         at
+    }
+
+    /// Whether the stream's timer entry is certain to be no later than its deadline after a
+    /// packet at `now`, so [`Gateway::arm`] need not compute it (most packets). With no gap
+    /// before or after the packet, every deadline the packet can add starts at `now` (the
+    /// stream timeout, an idle flush of text typed now), and those that existed before it were
+    /// covered when the entry was armed. A gap suppresses idle flushes, so while one is or was
+    /// open the deadline is computed.
+    fn timer_covers(&self, now: Time, slot: u32, gapped: bool) -> bool {
+        let s = self.slots.get(slot).expect("live");
+        let soonest = self.cfg.idle_flush.min(self.cfg.stream_timeout);
+        !gapped
+            && s.register.held() == 0
+            && s.timer.is_some_and(|t| t <= now.saturating_add(soonest))
     }
 
     fn arm(&mut self, slot: u32) {

@@ -910,6 +910,32 @@ fn no_idle_flush_while_packets_wait_behind_a_gap() {
 }
 
 #[test]
+fn an_idle_flush_held_back_by_a_gap_is_due_as_soon_as_the_gap_closes() {
+    // The timer entry is re-armed lazily; after a gap it must be recomputed, not trusted.
+    let mut gw = Gateway::new(Config {
+        idle_flush: Duration::from_millis(500),
+        reorder_wait: Duration::from_millis(300),
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Plain text"));
+    // 3 (empty, a keep-alive) overtakes 2: it waits until 700 at most.
+    gw.handle_datagram(at(400), addr(4000), &t140(3, 7, ""));
+    gw.handle_timeout(at(500));
+    assert!(adds(&drain(&mut gw)).is_empty(), "no idle flush mid-gap");
+    assert_eq!(gw.poll_timeout(), Some(at(700)));
+    // 2 (empty too) closes the gap with no new text: the idle flush was due at 500.
+    gw.handle_datagram(at(650), addr(4000), &t140(2, 7, ""));
+    assert_eq!(gw.poll_timeout(), Some(at(500)));
+    gw.handle_timeout(at(650));
+    let out = drain(&mut gw);
+    let got = adds(&out);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].1, "Plain text");
+    let add = out.iter().find(|e| e.kind == "context.add").unwrap();
+    assert_eq!(add.ts, at(500).to_iso8601());
+}
+
+#[test]
 fn a_stream_holding_text_is_never_evicted_by_a_flood() {
     let mut gw = Gateway::new(Config {
         max_streams: 10,
