@@ -191,6 +191,30 @@ const fn needs_escape(b: u8) -> bool {
     b < 0x20 || b == b'"' || b == b'\\'
 }
 
+/// The first byte at or after `from` that needs an escape. Eight bytes at a time while none
+/// does (SWAR: a word has a byte below 0x20 iff `(x - 0x20..) & !x & 0x80..` is non-zero, and
+/// a byte equal to `c` iff `x ^ c..` has a zero byte), then byte by byte.
+fn next_escape(bytes: &[u8], from: usize) -> Option<usize> {
+    const LO: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HI: u64 = u64::from_ne_bytes([0x80; 8]);
+    let below = |x: u64, n: u8| x.wrapping_sub(LO * u64::from(n)) & !x & HI != 0;
+    let mut i = from;
+    for w in bytes[from..].chunks_exact(8) {
+        // A failed conversion (impossible: chunks are 8 bytes) reads as "needs a look".
+        let x = u64::from_ne_bytes(<[u8; 8]>::try_from(w).unwrap_or([0; 8]));
+        let quote = x ^ (LO * u64::from(b'"'));
+        let backslash = x ^ (LO * u64::from(b'\\'));
+        if below(x, 0x20) || below(quote, 1) || below(backslash, 1) {
+            break;
+        }
+        i += 8;
+    }
+    bytes[i..]
+        .iter()
+        .position(|&b| needs_escape(b))
+        .map(|p| i + p)
+}
+
 fn escape_into(out: &mut String, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let bytes = s.as_bytes();
@@ -198,10 +222,10 @@ fn escape_into(out: &mut String, s: &str) {
     let mut i = 0;
     while i < bytes.len() {
         // Most text needs no escape: find the next byte that does, then copy the run at once.
-        let Some(at) = bytes[i..].iter().position(|&b| needs_escape(b)) else {
+        let Some(at) = next_escape(bytes, i) else {
             break;
         };
-        i += at;
+        i = at;
         let b = bytes[i];
         out.push_str(&s[start..i]);
         match b {
@@ -535,6 +559,30 @@ mod tests {
     /// The hand-written context.add must be exactly what serde_json makes of the same message,
     /// for any text: every C0 control, quotes, backslashes, non-ASCII, and hostile participant
     /// ids (a t140llm stream id or a mapping rule can put anything there).
+    #[test]
+    fn the_word_scan_finds_the_same_escapes_as_a_byte_scan() {
+        for b in 0..=255u8 {
+            for len in [1, 7, 8, 9, 16, 23] {
+                for at in 0..len {
+                    let mut v = vec![b'a'; len];
+                    v[at] = b;
+                    v[len - 1] = if at == len - 1 { b } else { 0xc3 };
+                    for from in 0..len {
+                        let slow = v[from..]
+                            .iter()
+                            .position(|&c| needs_escape(c))
+                            .map(|p| from + p);
+                        assert_eq!(
+                            next_escape(&v, from),
+                            slow,
+                            "byte {b:#x} at {at} of {len} from {from}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn context_add_text_equals_serde_json_for_any_content() {
         let mut text: String = (0u8..0x20).map(char::from).collect();
