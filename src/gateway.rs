@@ -657,13 +657,15 @@ impl Gateway {
             payload,
             parsed,
         };
-        let (key, created, format) = (*key, *created, *format);
+        // The key by reference: it sits in the stream's cold tail, read only by a new speaker
+        // or a flush.
+        let (key, created, format) = (&*key, *created, *format);
         let gapped = register.held() > 0;
         let emit = &mut self.emit;
         let outcome = register
             .receive(now, arrival, &mut |tag, piece| {
                 route(
-                    emit, speakers, &key, created, format, compat, max_chunk, now, tag, piece,
+                    emit, speakers, key, created, format, compat, max_chunk, now, tag, piece,
                 )
             })
             .map_err(DropReason::Red);

@@ -79,8 +79,9 @@ enum Ctl {
     StrEsc(u16),
 }
 
-/// Per-stream T.140 decoder state.
+/// Per-stream T.140 decoder state (`repr(C)`: the state a packet reads before the counters).
 #[derive(Debug, Clone)]
+#[repr(C)]
 pub struct Decoder {
     /// Code point accumulated so far and continuation bytes still needed.
     acc: u32,
