@@ -647,6 +647,21 @@ impl Gateway {
             (None, Compat::T140llm) => usize::from(TAG_UNDECIDED),
             (None, Compat::None) => speaker_index(speakers, key, Voice::Ssrc, now, max_chunk),
         } as u16;
+        if csrc.is_none()
+            && compat == Compat::None
+            && register.advance_in_order(pkt.sequence, parsed.as_ref())
+        {
+            // In order, nothing waiting: straight to the speaker, as `route` would send it.
+            let text = parsed.map_or(payload, |p| p.primary().data);
+            let sp = &mut speakers[usize::from(tag)];
+            sp.feed(now, Piece::Text(text), *format);
+            self.emit.after_text(now, key, *created, sp);
+            self.emit.stats.harvest(register, speakers);
+            if !self.timer_covers(now, slot, false) {
+                self.arm(slot);
+            }
+            return Ok(());
+        }
         let arrival = Arrival {
             seq: pkt.sequence,
             ts: pkt.timestamp,

@@ -177,6 +177,23 @@ impl Register {
         self.held.len()
     }
 
+    /// The common case, decided without the full state machine: `seq` is the next expected
+    /// packet and nothing is held or awaited, so it is delivered as it stands, its primary only
+    /// (its redundancy repeats text already delivered), exactly as [`Register::receive`] would.
+    /// Advances past it and returns true; otherwise changes nothing, and the packet goes
+    /// through [`Register::receive`].
+    #[inline]
+    pub fn advance_in_order(&mut self, seq: u16, red: Option<&RedPayload<'_>>) -> bool {
+        if self.expected != Some(seq) || !self.held.is_empty() || self.head_wait {
+            return false;
+        }
+        if let Some(p) = red {
+            self.generations = self.generations.max(p.redundant_count());
+        }
+        self.expected = Some(seq.wrapping_add(1));
+        true
+    }
+
     /// One packet. A malformed RED payload is refused before any state changes.
     pub fn receive(
         &mut self,
