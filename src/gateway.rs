@@ -259,18 +259,29 @@ impl Stats {
     }
 
     /// Moves a stream's counters into these (zeroing them there), after every call that may
-    /// have changed them: so [`Gateway::stats`] is a copy, not a walk over every stream.
+    /// have changed them: so [`Gateway::stats`] is a copy, not a walk over every stream. They
+    /// count anomalies, so they are nearly always zero: that is checked first.
     fn harvest(&mut self, register: &mut Register, speakers: &mut [Speaker]) {
-        let r: RegisterStats = std::mem::take(&mut register.stats);
-        self.recovered += r.recovered;
-        self.lost += r.lost;
-        self.reordered += r.reordered;
-        self.restarts += r.restarts;
-        self.head_lost += r.head_lost;
-        self.idle_tail += r.idle_tail;
+        if register.stats != RegisterStats::default() {
+            let r: RegisterStats = std::mem::take(&mut register.stats);
+            self.recovered += r.recovered;
+            self.lost += r.lost;
+            self.reordered += r.reordered;
+            self.restarts += r.restarts;
+            self.head_lost += r.head_lost;
+            self.idle_tail += r.idle_tail;
+        }
         for sp in speakers {
+            self.harvest_speaker(sp);
+        }
+    }
+
+    fn harvest_speaker(&mut self, sp: &mut Speaker) {
+        if sp.recovered | sp.lost != 0 {
             self.recovered += std::mem::take(&mut sp.recovered);
             self.lost += std::mem::take(&mut sp.lost);
+        }
+        if sp.decoder.stats != DecodeStats::default() {
             self.decode.add(&std::mem::take(&mut sp.decoder.stats));
         }
     }
@@ -645,7 +656,11 @@ impl Gateway {
         let tag = match (csrc, compat) {
             (Some(c), _) => speaker_index(speakers, key, Voice::Csrc(c), now, max_chunk),
             (None, Compat::T140llm) => usize::from(TAG_UNDECIDED),
-            (None, Compat::None) => speaker_index(speakers, key, Voice::Ssrc, now, max_chunk),
+            (None, Compat::None) => match speakers.first() {
+                // The usual stream: one speaker, its own.
+                Some(sp) if matches!(sp.voice, Voice::Ssrc) => 0,
+                _ => speaker_index(speakers, key, Voice::Ssrc, now, max_chunk),
+            },
         } as u16;
         if csrc.is_none()
             && compat == Compat::None
@@ -656,7 +671,8 @@ impl Gateway {
             let sp = &mut speakers[usize::from(tag)];
             sp.feed(now, Piece::Text(text), *format);
             self.emit.after_text(now, key, *created, sp);
-            self.emit.stats.harvest(register, speakers);
+            // Only this speaker's decoder may have counted; the register's path counts nothing.
+            self.emit.stats.harvest_speaker(sp);
             if !self.timer_covers(now, slot, false) {
                 self.arm(slot);
             }

@@ -956,3 +956,23 @@ fn a_stream_holding_text_is_never_evicted_by_a_flood() {
         )]
     );
 }
+
+#[test]
+fn decoder_anomalies_on_in_order_packets_reach_the_stats() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "start "));
+    // Packets 2 and 3 arrive in order (the register's short path): a bell and a stray
+    // continuation byte.
+    gw.handle_datagram(at(300), addr(4000), &t140(2, 7, "ring\u{7} "));
+    let mut bad = Vec::new();
+    rtp::write_packet(&mut bad, false, 98, 3, 900, 7, b"x\x80y");
+    gw.handle_datagram(at(600), addr(4000), &bad);
+    let stats = gw.stats();
+    assert_eq!(stats.decode.controls_dropped, 1);
+    assert_eq!(stats.decode.invalid_utf8, 1);
+    // Counted once: a later packet does not count them again.
+    gw.handle_datagram(at(900), addr(4000), &t140(4, 7, "end. "));
+    assert_eq!(gw.stats().decode, stats.decode);
+    let got = adds(&drain(&mut gw));
+    assert_eq!(got[0].1, "start ring x\u{fffd}yend.");
+}
