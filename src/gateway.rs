@@ -516,6 +516,28 @@ pub struct Gateway {
     /// Streams in creation order, as eviction candidates while they have not joined.
     silent: VecDeque<(u32, u64)>,
     admission: Admission,
+    /// The configured delays in microseconds, converted once: deadlines are computed per packet.
+    delays: Delays,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Delays {
+    idle_flush: u64,
+    stream_timeout: u64,
+    /// The shorter of the two: the soonest deadline a packet can add without a gap.
+    soonest: u64,
+}
+
+impl Delays {
+    fn new(cfg: &Config) -> Self {
+        let us = |d: Duration| Time(0).saturating_add(d).0;
+        let (idle_flush, stream_timeout) = (us(cfg.idle_flush), us(cfg.stream_timeout));
+        Delays {
+            idle_flush,
+            stream_timeout,
+            soonest: idle_flush.min(stream_timeout),
+        }
+    }
 }
 
 const MAX_EARLY_NAMES: usize = 256;
@@ -531,6 +553,7 @@ impl Gateway {
         let mapping = cfg.mapping.clone();
         Gateway {
             admission,
+            delays: Delays::new(&cfg),
             cfg,
             emit: Emitter {
                 pvp,
@@ -863,7 +886,7 @@ impl Gateway {
 
     /// The earliest moment this stream needs attention.
     fn deadline(&self, s: &Stream) -> Time {
-        let mut at = s.last_packet.saturating_add(self.cfg.stream_timeout);
+        let mut at = s.last_packet.plus_us(self.delays.stream_timeout);
         match s.register.deadline(self.cfg.reorder_wait) {
             // Packets waiting behind a gap: the speaker is not silent, so no idle flush
             // until the gap is settled.
@@ -871,7 +894,7 @@ impl Gateway {
             None => {
                 for sp in &s.speakers {
                     if !sp.chunker.is_blank() {
-                        at = at.min(sp.last_text.saturating_add(self.cfg.idle_flush));
+                        at = at.min(sp.last_text.plus_us(self.delays.idle_flush));
                     }
                 }
             }
@@ -887,19 +910,22 @@ impl Gateway {
     /// open the deadline is computed.
     fn timer_covers(&self, now: Time, slot: u32, gapped: bool) -> bool {
         let s = self.slots.get(slot).expect("live");
-        let soonest = self.cfg.idle_flush.min(self.cfg.stream_timeout);
-        !gapped
-            && s.register.held() == 0
-            && s.timer.is_some_and(|t| t <= now.saturating_add(soonest))
+        let soonest = now.plus_us(self.delays.soonest);
+        !gapped && s.register.held() == 0 && s.timer.is_some_and(|t| t <= soonest)
     }
 
     fn arm(&mut self, slot: u32) {
-        let s = self.slots.get(slot).expect("live");
-        let at = self.deadline(s);
+        let at = self.deadline(self.slots.get(slot).expect("live"));
+        self.arm_at(slot, at);
+    }
+
+    /// Pushes a heap entry for the stream's deadline `at` unless its entry is already no later.
+    fn arm_at(&mut self, slot: u32, at: Time) {
+        let s = self.slots.get_mut(slot).expect("live");
         if s.timer.is_some_and(|t| t <= at) {
             return;
         }
-        self.slots.get_mut(slot).expect("live").timer = Some(at);
+        s.timer = Some(at);
         self.timers.push(Reverse((at, slot)));
     }
 
@@ -923,11 +949,11 @@ impl Gateway {
             // timestamps never go backwards when a late call catches up on many at once).
             let real = self.deadline(self.slots.get(slot).expect("live"));
             if real > at {
-                self.arm(slot);
+                self.arm_at(slot, real);
                 continue;
             }
             let s = self.slots.get_mut(slot).expect("live");
-            let timeout_at = s.last_packet.saturating_add(self.cfg.stream_timeout);
+            let timeout_at = s.last_packet.plus_us(self.delays.stream_timeout);
             if timeout_at <= now {
                 self.close_stream(timeout_at.max(at), slot, "stream timeout");
                 continue;
@@ -949,7 +975,7 @@ impl Gateway {
             });
             let waiting = register.held() > 0;
             for sp in speakers.iter_mut() {
-                let idle_at = sp.last_text.saturating_add(self.cfg.idle_flush);
+                let idle_at = sp.last_text.plus_us(self.delays.idle_flush);
                 if !waiting
                     && idle_at <= now
                     && !sp.chunker.is_blank()

@@ -40,6 +40,11 @@ impl Time {
         Time(self.0.saturating_add(us))
     }
 
+    /// [`Time::saturating_add`] for a delay already in microseconds.
+    pub fn plus_us(self, us: u64) -> Time {
+        Time(self.0.saturating_add(us))
+    }
+
     pub fn saturating_sub(self, other: Time) -> Duration {
         Duration::from_micros(self.0.saturating_sub(other.0))
     }
