@@ -165,6 +165,8 @@ impl Escaped {
 /// What every `context.add` of one speaker repeats: its item key prefix and its source URI.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AddTemplate {
+    /// The sender (the participant id).
+    pub sender: Escaped,
     /// `participant/stream-start-ms/`; the chunk counter follows.
     pub key_prefix: Escaped,
     pub source: Escaped,
@@ -300,12 +302,22 @@ pub struct Participant {
     pub metadata: Value,
 }
 
+/// An envelope's sender as given, or already escaped (a speaker's template).
+#[derive(Clone, Copy)]
+enum Sender<'a> {
+    Raw(&'a str),
+    Escaped(&'a str),
+}
+
 /// Builds the envelopes of one PVP session.
 #[derive(Debug, Clone)]
 pub struct Builder {
     pub session: String,
     pub token: Option<String>,
     ids: IdGen,
+    /// `session` as escaped last (raw, escaped): it changes only under a mapping rule.
+    session_escaped: (String, String),
+    ts: crate::time::Iso8601Cache,
 }
 
 impl Builder {
@@ -314,6 +326,8 @@ impl Builder {
             session,
             token,
             ids: IdGen::new(seed),
+            session_escaped: Default::default(),
+            ts: Default::default(),
         }
     }
 
@@ -326,18 +340,41 @@ impl Builder {
         kind: Kind,
         capacity: usize,
     ) -> (ulid::Ulid, String) {
+        self.begin_as(now, Sender::Raw(sender), kind, capacity)
+    }
+
+    fn begin_as(
+        &mut self,
+        now: Time,
+        sender: Sender<'_>,
+        kind: Kind,
+        capacity: usize,
+    ) -> (ulid::Ulid, String) {
         let id = self.ids.next(now);
-        let mut out = String::with_capacity(capacity + 160 + self.session.len() + sender.len());
+        if self.session_escaped.0 != self.session {
+            let (raw, escaped) = &mut self.session_escaped;
+            raw.clear();
+            raw.push_str(&self.session);
+            escaped.clear();
+            escape_into(escaped, &self.session);
+        }
+        let sender_len = match sender {
+            Sender::Raw(s) | Sender::Escaped(s) => s.len(),
+        };
+        let mut out = String::with_capacity(capacity + 160 + self.session.len() + sender_len);
         out.push_str("{\"v\":1,\"id\":\"");
         let mut buf = [0u8; ulid::ULID_LEN];
         out.push_str(id.array_to_str(&mut buf));
         out.push_str("\",\"ts\":\"");
-        now.write_iso8601(&mut out);
-        out.push_str("\",\"session\":");
-        push_json_str(&mut out, &self.session);
-        out.push_str(",\"sender\":");
-        push_json_str(&mut out, sender);
-        out.push_str(",\"type\":\"");
+        self.ts.write(now, &mut out);
+        out.push_str("\",\"session\":\"");
+        out.push_str(&self.session_escaped.1);
+        out.push_str("\",\"sender\":\"");
+        match sender {
+            Sender::Raw(s) => escape_into(&mut out, s),
+            Sender::Escaped(s) => out.push_str(s),
+        }
+        out.push_str("\",\"type\":\"");
         out.push_str(kind.as_str());
         out.push_str("\",\"payload\":");
         (id, out)
@@ -421,7 +458,8 @@ impl Builder {
     ) -> Envelope {
         let capacity =
             sender.len() + template.key_prefix.0.len() + template.source.0.len() + text.len() + 128;
-        let (id, mut out) = self.begin(now, &sender, Kind::ContextAdd, capacity);
+        let escaped = Sender::Escaped(template.sender.as_str());
+        let (id, mut out) = self.begin_as(now, escaped, Kind::ContextAdd, capacity);
         // Keys in sorted order, as serde_json writes a map.
         out.push_str("{\"content\":");
         push_json_str(&mut out, text);
@@ -591,6 +629,7 @@ mod tests {
         let sender: Arc<str> = "t140:1@[::1]:5/\"evil\\\u{1}".into();
         let now = Time::from_micros(1_700_000_000_123_456);
         let template = AddTemplate {
+            sender: Escaped::new(&sender),
             key_prefix: Escaped::new(format_args!("{sender}/1/")),
             source: Escaped::new("rtp://x?\""),
         };

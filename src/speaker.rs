@@ -125,6 +125,7 @@ impl Speaker {
     /// [`Speaker::key`] and the stream's source URI.
     pub fn make_add_template(&self, key: &StreamKey, created: Time) -> crate::pvp::AddTemplate {
         crate::pvp::AddTemplate {
+            sender: crate::pvp::Escaped::new(&self.participant),
             key_prefix: crate::pvp::Escaped::new(KeyPrefix(&self.participant, created)),
             source: crate::pvp::Escaped::new(crate::stream::SourceUri(*key)),
         }

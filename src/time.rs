@@ -59,6 +59,10 @@ impl Time {
     /// Appends [`Time::to_iso8601`]'s text: every envelope carries one, so no formatter and no
     /// allocation (civil date from days: H. Hinnant's `civil_from_days`).
     pub fn write_iso8601(self, out: &mut String) {
+        out.push_str(std::str::from_utf8(&self.iso8601_bytes()).unwrap_or_default());
+    }
+
+    fn iso8601_bytes(self) -> [u8; 24] {
         let ms = self.0 / 1000;
         let (days, ms_of_day) = (ms / 86_400_000, ms % 86_400_000);
         let z = days as i64 + 719_468;
@@ -84,13 +88,67 @@ impl Time {
         put(14, 2, ms_of_day / 60_000 % 60);
         put(17, 2, ms_of_day / 1000 % 60);
         put(20, 3, ms_of_day % 1000);
-        out.push_str(std::str::from_utf8(&b).unwrap_or_default());
+        b
+    }
+}
+
+/// [`Time::write_iso8601`] remembering the last second it wrote: envelopes come in bursts
+/// within one second, and then only the milliseconds differ.
+#[derive(Debug, Clone)]
+pub struct Iso8601Cache {
+    second: u64,
+    text: [u8; 24],
+}
+
+impl Default for Iso8601Cache {
+    fn default() -> Self {
+        Iso8601Cache {
+            second: 0,
+            text: Time(0).iso8601_bytes(),
+        }
+    }
+}
+
+impl Iso8601Cache {
+    pub fn write(&mut self, t: Time, out: &mut String) {
+        let ms = t.0 / 1000;
+        if ms / 1000 != self.second {
+            self.second = ms / 1000;
+            self.text = t.iso8601_bytes();
+        } else {
+            let ms = (ms % 1000) as u16;
+            self.text[20] = b'0' + (ms / 100) as u8;
+            self.text[21] = b'0' + (ms / 10 % 10) as u8;
+            self.text[22] = b'0' + (ms % 10) as u8;
+        }
+        out.push_str(std::str::from_utf8(&self.text).unwrap_or_default());
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cache_writes_what_write_iso8601_writes() {
+        let mut cache = Iso8601Cache::default();
+        // Within a second, across seconds and days, backwards, and at the epoch.
+        let times = [
+            1_700_000_000_123_456u64,
+            1_700_000_000_999_999,
+            1_700_000_000_000_001,
+            1_700_000_001_000_000,
+            1_700_086_400_500_000,
+            1_700_000_000_042_000,
+            0,
+            999,
+        ];
+        for t in times {
+            let mut ours = String::new();
+            cache.write(Time(t), &mut ours);
+            assert_eq!(ours, Time(t).to_iso8601(), "at {t} us");
+        }
+    }
 
     #[test]
     fn formats_iso8601_utc_millis() {
