@@ -71,6 +71,7 @@ impl<'a> RedPayload<'a> {
         let mut pos = 0;
         let mut redundant = 0usize;
         let mut data_len = 0usize;
+        let mut order = Order::default();
         loop {
             let Some(&b) = payload.get(pos) else {
                 return Err(RedError::TruncatedHeader);
@@ -80,49 +81,31 @@ impl<'a> RedPayload<'a> {
                 if data_start + data_len > payload.len() {
                     return Err(RedError::BlockOverrun);
                 }
-                let mut red = RedPayload {
+                return Ok(RedPayload {
                     payload,
                     format,
                     redundant,
                     data_start,
                     redundant_len: data_len,
                     primary_pt: b & 0x7f,
-                    newest_first: format == RedFormat::T140llm,
-                };
-                red.newest_first |= format == RedFormat::Rfc2198 && red.offsets_increase();
-                return Ok(red);
+                    newest_first: match format {
+                        RedFormat::T140llm => true,
+                        RedFormat::Rfc2198 => order.increasing(),
+                    },
+                });
             }
-            if pos + 4 > payload.len() {
+            let Some(h) = payload.get(pos..pos + 4) else {
                 return Err(RedError::TruncatedHeader);
-            }
-            let (_, len) = header(format, &payload[pos..pos + 4]);
+            };
+            let (offset, len) = header(format, h);
             if format == RedFormat::T140llm && len == 255 {
                 return Err(RedError::AmbiguousLength);
             }
+            order.block(offset, len);
             data_len += len;
             redundant += 1;
             pos += 4;
         }
-    }
-
-    /// RFC 4103 4.2 puts redundant blocks in age order, so offsets decrease along the headers.
-    /// Two or more non-empty blocks whose non-zero offsets strictly increase can only be a
-    /// sender writing newest first (t140llm does): a conformant sender never looks like this.
-    fn offsets_increase(&self) -> bool {
-        let mut last = 0u16;
-        let mut seen = 0;
-        for i in 0..self.redundant {
-            let (off, len) = header(self.format, &self.payload[i * 4..i * 4 + 4]);
-            if len == 0 {
-                continue;
-            }
-            if off == 0 || off <= last {
-                return false;
-            }
-            last = off;
-            seen += 1;
-        }
-        seen >= 2
     }
 
     /// Whether the blocks were newest first on the wire (t140llm, or detected).
@@ -170,6 +153,35 @@ impl<'a> RedPayload<'a> {
                 data,
             }
         })
+    }
+}
+
+/// RFC 4103 4.2 puts redundant blocks in age order, so offsets decrease along the headers.
+/// Two or more non-empty blocks whose non-zero offsets strictly increase can only be a sender
+/// writing newest first (t140llm does): a conformant sender never looks like this. Followed
+/// header by header while the payload is parsed.
+#[derive(Default)]
+struct Order {
+    last: u16,
+    seen: u32,
+    broken: bool,
+}
+
+impl Order {
+    fn block(&mut self, offset: u16, len: usize) {
+        if len == 0 || self.broken {
+            return;
+        }
+        if offset == 0 || offset <= self.last {
+            self.broken = true;
+            return;
+        }
+        self.last = offset;
+        self.seen += 1;
+    }
+
+    fn increasing(&self) -> bool {
+        !self.broken && self.seen >= 2
     }
 }
 
