@@ -14,6 +14,7 @@ use serde_json::json;
 
 use crate::admission::{Admission, Refusal};
 use crate::chunker::{Chunk, FlushCause};
+use crate::index::StreamIndex;
 use crate::mapping::Decision;
 use crate::pvp::{Builder, Envelope, Participant};
 use crate::red::{RedError, RedFormat, RedPayload};
@@ -502,7 +503,7 @@ fn route(
 pub struct Gateway {
     cfg: Config,
     emit: Emitter,
-    index: HashMap<StreamKey, u32, KeyHasher>,
+    index: StreamIndex,
     /// Which source a live SSRC belongs to: only consulted when a stream would be created.
     ssrc_owner: HashMap<u32, SocketAddr, KeyHasher>,
     /// Slab of streams; `free` lists reusable slots.
@@ -562,7 +563,7 @@ impl Gateway {
                 roles,
                 mapping,
             },
-            index: HashMap::default(),
+            index: StreamIndex::default(),
             ssrc_owner: HashMap::default(),
             slots: Slab::default(),
             timers: BinaryHeap::new(),
@@ -655,7 +656,7 @@ impl Gateway {
             ssrc: pkt.ssrc,
         };
         let slot = match self.index.get(&key) {
-            Some(&slot) => slot,
+            Some(slot) => slot,
             None => self.open_stream(now, key)?,
         };
         let csrc = match (self.cfg.mixer, pkt.csrcs().len()) {
@@ -850,9 +851,7 @@ impl Gateway {
         let mut rtp = source;
         let by_mux = self.index.get(&StreamKey { source, ssrc });
         rtp.set_port(source.port().wrapping_sub(1));
-        by_mux
-            .or_else(|| self.index.get(&StreamKey { source: rtp, ssrc }))
-            .copied()
+        by_mux.or_else(|| self.index.get(&StreamKey { source: rtp, ssrc }))
     }
 
     /// `rank` 2 for NAME, 1 for CNAME: a NAME is never replaced by a CNAME.

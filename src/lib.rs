@@ -14,6 +14,7 @@
 pub mod admission;
 pub mod chunker;
 pub mod gateway;
+pub mod index;
 pub mod mapping;
 pub mod pvp;
 pub mod red;

@@ -1,0 +1,110 @@
+//! The stream index: (source address, SSRC) to the stream's slot, looked up once per datagram.
+//!
+//! With thousands of streams the lookup's bucket is a cache miss on every packet, and the first
+//! in a chain (the stream's own lines can only be fetched once the slot is known), so buckets
+//! are kept small: an IPv4 source and its SSRC pack into 12 bytes, a 16-byte bucket with the
+//! slot, where a `StreamKey` bucket takes 40. Other sources (IPv6, including v4-mapped ones from
+//! a dual-stack socket) use a map keyed by the whole `StreamKey`.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use crate::stream::{KeyHasher, StreamKey};
+
+/// An IPv4 stream key: address, SSRC, port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct V4Key([u32; 3]);
+
+/// One 128-bit word (foldhash folds it in one multiply); equal keys hash equal.
+impl std::hash::Hash for V4Key {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        let [ip, ssrc, port] = self.0;
+        h.write_u128(u128::from(ip) << 64 | u128::from(ssrc) << 16 | u128::from(port));
+    }
+}
+
+fn v4(key: &StreamKey) -> Option<V4Key> {
+    match key.source {
+        SocketAddr::V4(a) => Some(V4Key([a.ip().to_bits(), key.ssrc, u32::from(a.port())])),
+        SocketAddr::V6(_) => None,
+    }
+}
+
+/// Keyed per process (`KeyHasher`): keys are chosen by remote senders.
+#[derive(Debug, Default)]
+pub struct StreamIndex {
+    v4: HashMap<V4Key, u32, KeyHasher>,
+    other: HashMap<StreamKey, u32, KeyHasher>,
+}
+
+impl StreamIndex {
+    #[inline]
+    pub fn get(&self, key: &StreamKey) -> Option<u32> {
+        match v4(key) {
+            Some(k) => self.v4.get(&k).copied(),
+            None => self.other.get(key).copied(),
+        }
+    }
+
+    pub fn insert(&mut self, key: StreamKey, slot: u32) {
+        match v4(&key) {
+            Some(k) => self.v4.insert(k, slot),
+            None => self.other.insert(key, slot),
+        };
+    }
+
+    pub fn remove(&mut self, key: &StreamKey) -> Option<u32> {
+        match v4(key) {
+            Some(k) => self.v4.remove(&k),
+            None => self.other.remove(key),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.v4.len() + self.other.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(source: &str, ssrc: u32) -> StreamKey {
+        StreamKey {
+            source: source.parse().unwrap(),
+            ssrc,
+        }
+    }
+
+    #[test]
+    fn keys_differing_in_any_part_are_distinct() {
+        let mut ix = StreamIndex::default();
+        let keys = [
+            key("10.0.0.1:5004", 1),
+            key("10.0.0.1:5004", 2),
+            key("10.0.0.1:5006", 1),
+            key("10.0.0.2:5004", 1),
+            key("[::1]:5004", 1),
+            key("[::ffff:10.0.0.1]:5004", 1),
+            key("[::1]:5004", 2),
+        ];
+        for (slot, k) in keys.iter().enumerate() {
+            assert_eq!(ix.get(k), None);
+            ix.insert(*k, slot as u32);
+        }
+        assert_eq!(ix.len(), keys.len());
+        for (slot, k) in keys.iter().enumerate() {
+            assert_eq!(ix.get(k), Some(slot as u32), "{k:?}");
+        }
+        assert_eq!(ix.remove(&keys[0]), Some(0));
+        assert_eq!(ix.remove(&keys[4]), Some(4));
+        assert_eq!(ix.get(&keys[0]), None);
+        assert_eq!(ix.get(&keys[1]), Some(1));
+        assert_eq!(ix.get(&keys[5]), Some(5));
+        assert_eq!(ix.len(), keys.len() - 2);
+    }
+}
