@@ -428,20 +428,30 @@ impl Builder {
     }
 
     /// pvp-spec 6.3 `session.join` carrying the 7.1 announcement: a T.140 stream is a human.
+    /// Written straight into its JSON text, as serde_json would write it (keys sorted): every
+    /// new stream joins, and a flood of new streams should not cost a JSON tree each.
     pub fn join(&mut self, now: Time, sender: Arc<str>, p: &Participant) -> Envelope {
-        let mut payload = json!({
-            "participant": announce(p),
-            "supported_versions": [1],
-        });
+        let mut payload = String::with_capacity(256 + p.id.len() + p.name.len());
+        payload.push_str("{\"participant\":");
+        write_announce(&mut payload, p);
+        payload.push_str(",\"supported_versions\":[1]");
         if let Some(t) = &self.token {
-            payload["token"] = Value::String(t.clone());
+            payload.push_str(",\"token\":");
+            push_json_str(&mut payload, t);
         }
-        self.envelope(now, sender, Kind::SessionJoin, &payload)
+        payload.push('}');
+        let (id, mut out) = self.begin(now, &sender, Kind::SessionJoin, payload.len());
+        out.push_str(&payload);
+        Self::finish(id, Kind::SessionJoin, sender, out)
     }
 
     /// pvp-spec 7.1 `participant.announce`, sent again when what we know of a participant changes.
     pub fn announce(&mut self, now: Time, sender: Arc<str>, p: &Participant) -> Envelope {
-        self.envelope(now, sender, Kind::ParticipantAnnounce, &announce(p))
+        let mut payload = String::with_capacity(192 + p.id.len() + p.name.len());
+        write_announce(&mut payload, p);
+        let (id, mut out) = self.begin(now, &sender, Kind::ParticipantAnnounce, payload.len());
+        out.push_str(&payload);
+        Self::finish(id, Kind::ParticipantAnnounce, sender, out)
     }
 
     /// pvp-spec 9.1 `context.add` of one transcript chunk: the hot output, written straight into
@@ -520,15 +530,23 @@ impl Builder {
     }
 }
 
-fn announce(p: &Participant) -> Value {
-    json!({
-        "id": p.id,
-        "name": p.name,
-        "type": "human",
-        "roles": p.roles,
-        "transport": "t140",
-        "metadata": p.metadata,
-    })
+/// The pvp-spec 7.1 announcement of a T.140 participant (a human), keys in serde_json's order.
+fn write_announce(out: &mut String, p: &Participant) {
+    out.push_str("{\"id\":");
+    push_json_str(out, &p.id);
+    out.push_str(",\"metadata\":");
+    // A Value always serializes (string keys).
+    out.push_str(&serde_json::to_string(&p.metadata).unwrap_or_else(|_| "{}".into()));
+    out.push_str(",\"name\":");
+    push_json_str(out, &p.name);
+    out.push_str(",\"roles\":[");
+    for (i, r) in p.roles.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        push_json_str(out, r);
+    }
+    out.push_str("],\"transport\":\"t140\",\"type\":\"human\"}");
 }
 
 /// pvp-spec 17 `error` payload, as read from a server.
@@ -592,6 +610,48 @@ mod tests {
         let back: Message = serde_json::from_value(v).unwrap();
         assert_eq!(back.to_envelope().unwrap(), e);
         assert_eq!(back.id, e.id().to_string());
+    }
+
+    /// The hand-written join and announce are exactly what serde_json makes of the same JSON.
+    #[test]
+    fn join_and_announce_equal_serde_json() {
+        let hostile = "q\"b\\s\u{1}\n é 日 \u{2028}";
+        let p = Participant {
+            id: format!("t140:1@[::1]:5/{hostile}"),
+            name: hostile.into(),
+            roles: vec!["navigator".into(), hostile.into()],
+            metadata: json!({"ssrc": "00000001", "source": "[::1]:5", "csrc": hostile}),
+        };
+        let announce = json!({
+            "id": p.id,
+            "name": p.name,
+            "type": "human",
+            "roles": p.roles,
+            "transport": "t140",
+            "metadata": p.metadata,
+        });
+        for (token, roles) in [(None, 2), (Some(hostile), 0), (Some("tok"), 1)] {
+            let p = Participant {
+                roles: p.roles[..roles].to_vec(),
+                ..p.clone()
+            };
+            let mut announce = announce.clone();
+            announce["roles"] = json!(p.roles);
+            let mut b = Builder::new("s".into(), token.map(str::to_owned), 1);
+            let now = Time::from_millis(1_000);
+            let e = b.join(now, p.id.as_str().into(), &p);
+            let mut payload = json!({"participant": announce, "supported_versions": [1]});
+            if let Some(t) = token {
+                payload["token"] = json!(t);
+            }
+            let m = e.to_message();
+            assert_eq!(m.payload, payload);
+            assert_eq!(e.json(), m.to_json());
+            let e = b.announce(now, p.id.as_str().into(), &p);
+            let m = e.to_message();
+            assert_eq!(m.payload, announce);
+            assert_eq!(e.json(), m.to_json());
+        }
     }
 
     /// The hand-written context.add must be exactly what serde_json makes of the same message,
