@@ -53,6 +53,10 @@ pub struct Chunker {
     /// Backspaces that reached past everything buffered or ready: they erase text already
     /// sent, which the caller corrects on the PVP side (context.update).
     erase_sent: usize,
+    /// The buffer's last byte (0 when empty), kept here so the ASCII path decides a sentence
+    /// end without loading the buffer: with thousands of streams that load is a cache miss
+    /// per packet, and stores to the buffer do not stall as loads do.
+    tail: u8,
 }
 
 impl Chunker {
@@ -64,6 +68,7 @@ impl Chunker {
             ready: Vec::new(),
             unseen_ws: 0,
             erase_sent: 0,
+            tail: 0,
         }
     }
 
@@ -105,6 +110,7 @@ impl Chunker {
         let chunk = make_chunk(&self.buf, cause);
         self.unseen_ws = if chunk.is_some() { trailing } else { 0 };
         self.buf.clear();
+        self.tail = 0;
         self.chars = 0;
         chunk
     }
@@ -133,12 +139,17 @@ impl Chunker {
         }
         self.unseen_ws = 0;
         self.buf.push(c);
+        self.sync_tail();
         self.chars += 1;
         if matches!(c, '。' | '！' | '？') {
             self.cut_all(FlushCause::Sentence);
         } else if self.chars >= self.max_chars {
             self.cut_size();
         }
+    }
+
+    fn sync_tail(&mut self) {
+        self.tail = self.buf.as_bytes().last().copied().unwrap_or(0);
     }
 
     /// Size cut at the last white space, keeping the word in progress for the next chunk.
@@ -150,6 +161,7 @@ impl Chunker {
                     self.ready.push(c);
                 }
                 self.buf.replace_range(..at + ws_len, "");
+                self.sync_tail();
                 self.chars = self.buf.chars().count();
             }
             None => self.cut_all(FlushCause::Size),
@@ -184,7 +196,8 @@ impl TextSink for Chunker {
                     self.unseen_ws += 1;
                     continue;
                 }
-                if matches!(self.buf.as_bytes().last(), Some(b'.' | b'!' | b'?')) {
+                debug_assert_eq!(self.tail, self.buf.as_bytes().last().copied().unwrap_or(0));
+                if matches!(self.tail, b'.' | b'!' | b'?') {
                     self.cut_all(FlushCause::Sentence);
                     self.unseen_ws = 1;
                     continue;
@@ -193,6 +206,7 @@ impl TextSink for Chunker {
             self.unseen_ws = 0;
             // `& 0x7f` is a no-op on ASCII that lets the compiler emit a one-byte push.
             self.buf.push(char::from(b & 0x7f));
+            self.tail = b;
             self.chars += 1;
             if self.chars >= self.max_chars {
                 self.cut_size();
@@ -205,6 +219,7 @@ impl TextSink for Chunker {
     /// text.
     fn backspace(&mut self) -> bool {
         if self.buf.pop().is_some() {
+            self.sync_tail();
             self.chars -= 1;
             return true;
         }
@@ -216,6 +231,7 @@ impl TextSink for Chunker {
             // Cut in this packet but not handed out yet: reopen it as the buffer.
             self.buf.push_str(&last.text);
             self.buf.pop();
+            self.sync_tail();
             self.chars = self.buf.chars().count();
             return true;
         }
