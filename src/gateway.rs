@@ -686,17 +686,26 @@ impl Gateway {
                 _ => speaker_index(speakers, key, Voice::Ssrc, now, max_chunk),
             },
         } as u16;
-        if csrc.is_none()
-            && compat == Compat::None
-            && register.advance_in_order(pkt.sequence, parsed.as_ref())
-        {
-            // In order, nothing waiting: straight to the speaker, as `route` would send it.
+        if csrc.is_none() && register.advance_in_order(pkt.sequence, parsed.as_ref()) {
+            // In order, nothing waiting: the primary block straight to its speaker.
             let text = parsed.map_or(payload, |p| p.primary().data);
-            let sp = &mut speakers[usize::from(tag)];
-            sp.feed(now, Piece::Text(text), *format);
-            self.emit.after_text(now, key, *created, sp);
-            // Only this speaker's decoder may have counted; the register's path counts nothing.
-            self.emit.stats.harvest_speaker(sp);
+            let (created, format) = (*created, *format);
+            if compat == Compat::None {
+                // As `route` would send it, and only this speaker's decoder may have counted
+                // (the register's short path counts nothing).
+                let sp = &mut speakers[usize::from(tag)];
+                sp.feed(now, Piece::Text(text), format);
+                self.emit.after_text(now, key, created, sp);
+                self.emit.stats.harvest_speaker(sp);
+            } else {
+                // A multiplexing sender names the speaker in the block.
+                let piece = Piece::Text(text);
+                let emit = &mut self.emit;
+                route(
+                    emit, speakers, key, created, format, compat, max_chunk, now, tag, piece,
+                );
+                emit.stats.harvest(register, speakers);
+            }
             if !self.timer_covers(now, slot, false) {
                 self.arm(slot);
             }
