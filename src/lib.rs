@@ -2,7 +2,7 @@
 //! Pair Vibecoding Protocol.
 //!
 //! The protocol core is sans-IO: [`gateway::Gateway`] and the modules it drives ([`rtp`],
-//! [`red`], [`stream`], [`t140`], [`chunker`], [`pvp`]) take datagrams and time as values and
+//! [`red`], [`stream`], [`index`], [`t140`], [`chunker`], [`pvp`]) take datagrams and time as values and
 //! return envelopes. The IO shell ([`udp`], [`sink`], [`capture`], [`replay`], [`clock`]) feeds
 //! it and carries its envelopes away.
 //!
