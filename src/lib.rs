@@ -2,8 +2,8 @@
 //! Pair Vibecoding Protocol.
 //!
 //! The protocol core is sans-IO: [`gateway::Gateway`] and the modules it drives ([`rtp`],
-//! [`red`], [`stream`], [`index`], [`t140`], [`chunker`], [`pvp`]) take datagrams and time as values and
-//! return envelopes. The IO shell ([`udp`], [`sink`], [`capture`], [`replay`], [`clock`]) feeds
+//! [`red`], [`stream`], [`index`], [`t140`], [`chunker`], [`pvp`]) take datagrams and time as
+//! values and return envelopes. The IO shell ([`udp`], [`sink`], [`capture`], [`replay`], [`clock`]) feeds
 //! it and carries its envelopes away.
 //!
 //! No `unsafe`: every byte of a datagram is parsed by bounds-checked code.
