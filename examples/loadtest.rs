@@ -717,9 +717,7 @@ impl Child {
             }
             None => self
                 .scrape()
-                .ok()
-                .and_then(|m| m.get("pvp_t140_datagrams_total").copied())
-                .unwrap_or(0.0) as u64,
+                .map_or(0, |m| counter(&m, "pvp_t140_datagrams_total")),
         }
     }
 
@@ -1122,10 +1120,20 @@ struct Report {
     warnings: Vec<String>,
 }
 
-fn gw_drops(m: &BTreeMap<String, f64>) -> BTreeMap<String, u64> {
-    m.iter()
+/// A counter from a scrape of the gateway's /metrics (0 when absent).
+fn counter(m: &BTreeMap<String, f64>, name: &str) -> u64 {
+    m.get(name).copied().unwrap_or(0.0) as u64
+}
+
+/// The gateway's drops between two scrapes, by reason (only reasons that moved).
+fn gw_drops(m0: &BTreeMap<String, f64>, m1: &BTreeMap<String, f64>) -> Vec<(String, u64)> {
+    m1.iter()
         .filter(|(k, _)| k.starts_with("pvp_t140_drops_total"))
-        .map(|(k, v)| (k.clone(), *v as u64))
+        .map(|(k, _)| {
+            let reason = k.split('"').nth(1).unwrap_or(k.as_str()).to_owned();
+            (reason, counter(m1, k) - counter(m0, k))
+        })
+        .filter(|(_, v)| *v > 0)
         .collect()
 }
 
@@ -1193,19 +1201,8 @@ fn run_rate(target: Target, a: &RateArgs) -> Res<Report> {
         let m1 = child.scrape().ok();
         let (gw_drops, envelopes) = match (&m0, &m1) {
             (Some(m0), Some(m1)) => {
-                let (d0, d1) = (gw_drops(m0), gw_drops(m1));
-                let drops = d1
-                    .iter()
-                    .map(|(k, v)| {
-                        let reason = k.split('"').nth(1).unwrap_or(k.as_str()).to_owned();
-                        (reason, v - d0.get(k).copied().unwrap_or(0))
-                    })
-                    .filter(|(_, v)| *v > 0)
-                    .collect();
-                let e = |m: &BTreeMap<String, f64>| {
-                    m.get("pvp_t140_envelopes_total").copied().unwrap_or(0.0) as u64
-                };
-                (drops, e(m1) - e(m0))
+                let e = "pvp_t140_envelopes_total";
+                (gw_drops(m0, m1), counter(m1, e) - counter(m0, e))
             }
             _ => (Vec::new(), 0),
         };
@@ -1924,21 +1921,12 @@ fn run_drain(target: Target, a: &RateArgs, common: &Common, n: u64) -> Res<Drain
         Target::Null => (child.delivered() - base, None, Vec::new()),
         Target::Gateway => {
             let m1 = child.scrape()?;
-            let get = |m: &BTreeMap<String, f64>, k: &str| m.get(k).copied().unwrap_or(0.0) as u64;
             let m0 = m0.unwrap_or_default();
-            let d0 = gw_drops(&m0);
-            let drops = gw_drops(&m1)
-                .iter()
-                .map(|(k, v)| {
-                    let reason = k.split('"').nth(1).unwrap_or(k.as_str()).to_owned();
-                    (reason, v - d0.get(k).copied().unwrap_or(0))
-                })
-                .filter(|(_, v)| *v > 0)
-                .collect();
+            let delta = |k| counter(&m1, k) - counter(&m0, k);
             (
-                get(&m1, "pvp_t140_datagrams_total") - get(&m0, "pvp_t140_datagrams_total"),
-                Some(get(&m1, "pvp_t140_envelopes_total") - get(&m0, "pvp_t140_envelopes_total")),
-                drops,
+                delta("pvp_t140_datagrams_total"),
+                Some(delta("pvp_t140_envelopes_total")),
+                gw_drops(&m0, &m1),
             )
         }
     };
@@ -2251,8 +2239,8 @@ fn scale(a: &ScaleArgs) -> Res<()> {
         let cpu_open = child.cpu() - cpu0;
         let k1 = socket_drops(child.addr.port());
         let m = child.scrape()?;
-        let live = m.get("pvp_t140_streams_live").copied().unwrap_or(0.0) as u64;
-        let envelopes = m.get("pvp_t140_envelopes_total").copied().unwrap_or(0.0) as u64;
+        let live = counter(&m, "pvp_t140_streams_live");
+        let envelopes = counter(&m, "pvp_t140_envelopes_total");
         let (rss1, _) = child.memory();
         // Silence: what the gateway spends holding the streams (timers, metrics publishing).
         let c0 = child.cpu();

@@ -126,15 +126,25 @@ impl Chunker {
         std::mem::take(&mut self.erase_sent)
     }
 
-    fn push(&mut self, c: char) {
-        if self.buf.is_empty() && c.is_whitespace() {
-            // Leading white space of a chunk carries nothing.
+    /// White space that is not kept: leading white space of a chunk carries nothing, and white
+    /// space after `.`, `!` or `?` ends the sentence (the chunk is cut). Returns false for
+    /// white space that goes into the buffer.
+    fn white_space_taken(&mut self) -> bool {
+        if self.buf.is_empty() {
             self.unseen_ws += 1;
-            return;
+            return true;
         }
-        if c.is_whitespace() && self.buf.ends_with(['.', '!', '?']) {
+        debug_assert_eq!(self.tail, self.buf.as_bytes().last().copied().unwrap_or(0));
+        if matches!(self.tail, b'.' | b'!' | b'?') {
             self.cut_all(FlushCause::Sentence);
             self.unseen_ws = 1;
+            return true;
+        }
+        false
+    }
+
+    fn push(&mut self, c: char) {
+        if c.is_whitespace() && self.white_space_taken() {
             return;
         }
         self.unseen_ws = 0;
@@ -187,21 +197,12 @@ impl TextSink for Chunker {
         self.push('\n');
     }
 
-    /// [`Chunker::push`] for printable ASCII, where the only white space is the space and a
-    /// sentence end is the buffer's last byte.
+    /// [`Chunker::push`] for printable ASCII, where the only white space is the space and no
+    /// character is an ideographic sentence end.
     fn push_ascii(&mut self, s: &[u8]) {
         for &b in s {
-            if b == b' ' {
-                if self.buf.is_empty() {
-                    self.unseen_ws += 1;
-                    continue;
-                }
-                debug_assert_eq!(self.tail, self.buf.as_bytes().last().copied().unwrap_or(0));
-                if matches!(self.tail, b'.' | b'!' | b'?') {
-                    self.cut_all(FlushCause::Sentence);
-                    self.unseen_ws = 1;
-                    continue;
-                }
+            if b == b' ' && self.white_space_taken() {
+                continue;
             }
             self.unseen_ws = 0;
             // `& 0x7f` is a no-op on ASCII that lets the compiler emit a one-byte push.

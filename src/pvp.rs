@@ -312,21 +312,19 @@ enum Sender<'a> {
 /// Builds the envelopes of one PVP session.
 #[derive(Debug, Clone)]
 pub struct Builder {
-    pub session: String,
+    /// The session envelopes are built in, escaped once (a mapping rule may swap it).
+    pub session: Escaped,
     pub token: Option<String>,
     ids: IdGen,
-    /// `session` as escaped last (raw, escaped): it changes only under a mapping rule.
-    session_escaped: (String, String),
     ts: crate::time::Iso8601Cache,
 }
 
 impl Builder {
     pub fn new(session: String, token: Option<String>, seed: u128) -> Self {
         Builder {
-            session,
+            session: Escaped::new(session),
             token,
             ids: IdGen::new(seed),
-            session_escaped: Default::default(),
             ts: Default::default(),
         }
     }
@@ -351,24 +349,17 @@ impl Builder {
         capacity: usize,
     ) -> (ulid::Ulid, String) {
         let id = self.ids.next(now);
-        if self.session_escaped.0 != self.session {
-            let (raw, escaped) = &mut self.session_escaped;
-            raw.clear();
-            raw.push_str(&self.session);
-            escaped.clear();
-            escape_into(escaped, &self.session);
-        }
         let sender_len = match sender {
             Sender::Raw(s) | Sender::Escaped(s) => s.len(),
         };
-        let mut out = String::with_capacity(capacity + 160 + self.session.len() + sender_len);
+        let mut out = String::with_capacity(capacity + 160 + self.session.0.len() + sender_len);
         out.push_str("{\"v\":1,\"id\":\"");
         let mut buf = [0u8; ulid::ULID_LEN];
         out.push_str(id.array_to_str(&mut buf));
         out.push_str("\",\"ts\":\"");
         self.ts.write(now, &mut out);
         out.push_str("\",\"session\":\"");
-        out.push_str(&self.session_escaped.1);
+        out.push_str(self.session.as_str());
         out.push_str("\",\"sender\":\"");
         match sender {
             Sender::Raw(s) => escape_into(&mut out, s),
@@ -431,26 +422,24 @@ impl Builder {
     /// Written straight into its JSON text, as serde_json would write it (keys sorted): every
     /// new stream joins, and a flood of new streams should not cost a JSON tree each.
     pub fn join(&mut self, now: Time, sender: Arc<str>, p: &Participant) -> Envelope {
-        let mut payload = String::with_capacity(256 + p.id.len() + p.name.len());
-        payload.push_str("{\"participant\":");
-        write_announce(&mut payload, p);
-        payload.push_str(",\"supported_versions\":[1]");
+        let capacity = 256 + p.id.len() + p.name.len();
+        let (id, mut out) = self.begin(now, &sender, Kind::SessionJoin, capacity);
+        out.push_str("{\"participant\":");
+        write_announce(&mut out, p);
+        out.push_str(",\"supported_versions\":[1]");
         if let Some(t) = &self.token {
-            payload.push_str(",\"token\":");
-            push_json_str(&mut payload, t);
+            out.push_str(",\"token\":");
+            push_json_str(&mut out, t);
         }
-        payload.push('}');
-        let (id, mut out) = self.begin(now, &sender, Kind::SessionJoin, payload.len());
-        out.push_str(&payload);
+        out.push('}');
         Self::finish(id, Kind::SessionJoin, sender, out)
     }
 
     /// pvp-spec 7.1 `participant.announce`, sent again when what we know of a participant changes.
     pub fn announce(&mut self, now: Time, sender: Arc<str>, p: &Participant) -> Envelope {
-        let mut payload = String::with_capacity(192 + p.id.len() + p.name.len());
-        write_announce(&mut payload, p);
-        let (id, mut out) = self.begin(now, &sender, Kind::ParticipantAnnounce, payload.len());
-        out.push_str(&payload);
+        let capacity = 192 + p.id.len() + p.name.len();
+        let (id, mut out) = self.begin(now, &sender, Kind::ParticipantAnnounce, capacity);
+        write_announce(&mut out, p);
         Self::finish(id, Kind::ParticipantAnnounce, sender, out)
     }
 

@@ -21,10 +21,37 @@ pub enum Voice {
     Named(String),
 }
 
+/// A [`Voice`] to look a speaker up by, borrowing a t140llm id from the datagram: the id is
+/// copied only when it names a new speaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VoiceRef<'a> {
+    Ssrc,
+    Csrc(u32),
+    Named(&'a str),
+}
+
+impl VoiceRef<'_> {
+    pub fn to_voice(self) -> Voice {
+        match self {
+            VoiceRef::Ssrc => Voice::Ssrc,
+            VoiceRef::Csrc(c) => Voice::Csrc(c),
+            VoiceRef::Named(id) => Voice::Named(id.to_owned()),
+        }
+    }
+}
+
 /// Longest in-band stream id accepted; longer prefixes are taken as text.
 pub const MAX_NAMED_ID: usize = 64;
 
 impl Voice {
+    pub fn as_ref(&self) -> VoiceRef<'_> {
+        match self {
+            Voice::Ssrc => VoiceRef::Ssrc,
+            Voice::Csrc(c) => VoiceRef::Csrc(*c),
+            Voice::Named(id) => VoiceRef::Named(id),
+        }
+    }
+
     pub fn participant_id(&self, key: &StreamKey) -> String {
         let base = key.participant_id();
         match self {
@@ -76,7 +103,7 @@ pub struct Speaker {
     pub participant: Arc<str>,
     /// Roles and session from a stream-mapping rule (else the gateway's).
     pub roles: Option<Vec<String>>,
-    pub session: Option<String>,
+    pub session: Option<crate::pvp::Escaped>,
     /// Display name: derived from the stream until RTCP SDES gives a CNAME (rank 1) or NAME (2).
     pub name: String,
     pub chunks_sent: u64,

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use crate::red::RedFormat;
 use crate::register::Register;
-use crate::speaker::{Speaker, Voice};
+use crate::speaker::{Speaker, VoiceRef};
 use crate::time::Time;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,7 +120,12 @@ impl Stream {
 
     /// The speaker for `voice`, and whether it is new (and must join). Beyond
     /// [`MAX_SPEAKERS`] the stream's own voice speaks for the rest.
-    pub fn speaker(&mut self, voice: Voice, now: Time, max_chunk_chars: usize) -> (usize, bool) {
+    pub fn speaker(
+        &mut self,
+        voice: VoiceRef<'_>,
+        now: Time,
+        max_chunk_chars: usize,
+    ) -> (usize, bool) {
         let before = self.speakers.len();
         let i = speaker_index(&mut self.speakers, &self.key, voice, now, max_chunk_chars);
         (i, self.speakers.len() > before)
@@ -129,32 +134,46 @@ impl Stream {
 
 /// The index of `voice` among a stream's speakers, creating it on first use. Beyond
 /// [`MAX_SPEAKERS`] the stream's own voice speaks for the rest. A free function so the gateway
-/// can call it while the stream's register is borrowed.
+/// can call it while the stream's register is borrowed. Looked up once per packet, so the
+/// lookup is inlined and borrows; a new speaker (which owns its voice) is made out of line.
+#[inline]
 pub fn speaker_index(
     speakers: &mut Speakers,
     key: &StreamKey,
-    voice: Voice,
+    voice: VoiceRef<'_>,
     now: Time,
     max_chunk_chars: usize,
 ) -> usize {
-    if let Some(i) = speakers.iter().position(|s| s.voice == voice) {
-        return i;
+    match speakers.iter().position(|s| s.voice.as_ref() == voice) {
+        Some(i) => i,
+        None => new_speaker(speakers, key, voice, now, max_chunk_chars),
     }
+}
+
+#[cold]
+fn new_speaker(
+    speakers: &mut Speakers,
+    key: &StreamKey,
+    voice: VoiceRef<'_>,
+    now: Time,
+    max_chunk_chars: usize,
+) -> usize {
     let voice = if speakers.len() >= MAX_SPEAKERS {
-        Voice::Ssrc
+        VoiceRef::Ssrc
     } else {
         voice
     };
-    if let Some(i) = speakers.iter().position(|s| s.voice == voice) {
+    if let Some(i) = speakers.iter().position(|s| s.voice.as_ref() == voice) {
         return i;
     }
-    speakers.push(Speaker::new(voice, key, now, max_chunk_chars));
+    speakers.push(Speaker::new(voice.to_voice(), key, now, max_chunk_chars));
     speakers.len() - 1
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::speaker::Voice;
 
     #[test]
     fn ids_are_derived_from_the_stream() {
@@ -186,10 +205,10 @@ mod tests {
             ssrc: 1,
         };
         let mut s = Stream::new(k, 0, Time(0), RedFormat::Rfc2198, false);
-        assert_eq!(s.speaker(Voice::Ssrc, Time(0), 10), (0, true));
-        assert_eq!(s.speaker(Voice::Ssrc, Time(0), 10), (0, false));
+        assert_eq!(s.speaker(VoiceRef::Ssrc, Time(0), 10), (0, true));
+        assert_eq!(s.speaker(VoiceRef::Ssrc, Time(0), 10), (0, false));
         for c in 0..100 {
-            s.speaker(Voice::Csrc(c), Time(0), 10);
+            s.speaker(VoiceRef::Csrc(c), Time(0), 10);
         }
         assert_eq!(s.speakers.len(), MAX_SPEAKERS);
     }

@@ -42,7 +42,7 @@ impl Spool {
             let mut f =
                 File::create(&tmp).map_err(|e| format!("--spool {}: {e}", tmp.display()))?;
             for e in &pending {
-                writeln!(f, "{{\"add\":{}}}", e.json())
+                f.write_all(add_record(e).as_bytes())
                     .map_err(|e| format!("--spool {}: {e}", tmp.display()))?;
             }
             f.sync_all()
@@ -76,13 +76,18 @@ impl Spool {
 
     /// Before an envelope is sent.
     pub fn added(&self, e: &Envelope) {
-        self.write(&format!("{{\"add\":{}}}\n", e.json()));
+        self.write(&add_record(e));
     }
 
     /// Once its frame is written to the socket.
     pub fn done(&self, id: ulid::Ulid) {
         self.write(&format!("{{\"done\":\"{id}\"}}\n"));
     }
+}
+
+/// A journal line recording an envelope about to be sent.
+fn add_record(e: &Envelope) -> String {
+    format!("{{\"add\":{}}}\n", e.json())
 }
 
 /// The undelivered envelopes, and the last join of every sender (delivered or not).
