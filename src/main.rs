@@ -415,12 +415,14 @@ const STDOUT_BATCHES: usize = 64;
 
 /// Logs go to stderr through a writer thread: a slow reader of stderr (a pipe, journald under
 /// pressure) must not stall a receive worker, which would overflow the UDP socket. Beyond the
-/// writer's bound lines are dropped, and their count reported at exit. The guard flushes what
-/// is left when it drops.
+/// writer's bound lines are dropped, and their count reported at exit. The writer thread
+/// buffers and flushes whenever its queue runs empty: a burst of lines (10,000 streams joining)
+/// costs a few writes, not one or two system calls a line. The guard flushes what is left when
+/// it drops.
 fn init_logs(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
     let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
         .lossy(true)
-        .finish(std::io::stderr());
+        .finish(std::io::BufWriter::new(std::io::stderr()));
     DROPPED_LOG_LINES
         .set(writer.error_counter())
         .unwrap_or_else(|_| unreachable!("logging is set up once"));
