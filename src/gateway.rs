@@ -391,13 +391,13 @@ impl Emitter {
 
     /// After text reached a speaker's chunker: first correct sent text that backspaces erased
     /// (they came before any chunk cut since), then send the chunks cut.
-    fn after_text(&mut self, now: Time, key: &StreamKey, created: Time, sp: &mut Speaker) {
+    fn after_text(&mut self, now: Time, key: &StreamKey, created: &Time, sp: &mut Speaker) {
         let erase = sp.chunker.take_erase_sent();
         if erase > 0 {
-            self.erase_sent(now, created, sp, erase);
+            self.erase_sent(now, *created, sp, erase);
         }
         while let Some(chunk) = sp.chunker.pop_ready() {
-            self.chunk(now, key, created, sp, chunk);
+            self.chunk(now, key, *created, sp, chunk);
         }
     }
 
@@ -469,7 +469,7 @@ fn route(
     emit: &mut Emitter,
     speakers: &mut crate::stream::Speakers,
     key: &StreamKey,
-    created: Time,
+    created: &Time,
     format: RedFormat,
     compat: Compat,
     max_chunk_chars: usize,
@@ -686,7 +686,7 @@ impl Gateway {
         if csrc.is_none() && register.advance_in_order(pkt.sequence, parsed.as_ref()) {
             // In order, nothing waiting: the primary block straight to its speaker.
             let text = parsed.map_or(payload, |p| p.primary().data);
-            let (created, format, piece) = (*created, *format, Piece::Text(text));
+            let (format, piece) = (*format, Piece::Text(text));
             let emit = &mut self.emit;
             route(
                 emit, speakers, key, created, format, compat, max_chunk, now, tag, piece,
@@ -706,7 +706,7 @@ impl Gateway {
         };
         // The key by reference: it sits in the stream's cold tail, read only by a new speaker
         // or a flush.
-        let (key, created, format) = (&*key, *created, *format);
+        let (key, created, format) = (&*key, &*created, *format);
         let gapped = register.held() > 0;
         let emit = &mut self.emit;
         let outcome = register
@@ -960,7 +960,7 @@ impl Gateway {
             let emit = &mut self.emit;
             register.expire(now, self.cfg.reorder_wait, &mut |tag, piece| {
                 route(
-                    emit, speakers, &key, created, format, compat, max_chunk, now, tag, piece,
+                    emit, speakers, &key, &created, format, compat, max_chunk, now, tag, piece,
                 )
             });
             let waiting = register.held() > 0;
@@ -1011,12 +1011,12 @@ impl Gateway {
         let emit = &mut self.emit;
         register.finish(&mut |tag, piece| {
             route(
-                emit, speakers, &key, created, format, compat, max_chunk, now, tag, piece,
+                emit, speakers, &key, &created, format, compat, max_chunk, now, tag, piece,
             )
         });
         for sp in speakers.iter_mut() {
             sp.decoder.finish(&mut sp.chunker);
-            self.emit.after_text(now, &key, created, sp);
+            self.emit.after_text(now, &key, &created, sp);
             if let Some(chunk) = sp.chunker.flush(FlushCause::End) {
                 self.emit.chunk(now, &key, created, sp, chunk);
             }

@@ -73,23 +73,26 @@ pub struct StreamStats {
 /// Speakers one stream may carry; more are spoken for by the stream's own voice.
 pub const MAX_SPEAKERS: usize = 32;
 
-/// `repr(C)`, hot fields first (timer, clock, counters, register, then the first speaker
-/// inline): with thousands of streams each packet finds its stream cold in the cache, and a
-/// packet should touch as few of its lines as it can. The key and serial, read only when a
-/// speaker is created, a chunk is sent or the stream ends, come last.
+/// `repr(C)`, hot fields first: with thousands of streams each packet finds its stream cold in
+/// the cache, and a packet should touch as few of its lines as it can. The first speaker (inline)
+/// comes right after the timer, clock and counters, so its decoder and chunker share their
+/// lines; the register, whose hot head is followed by cold counters, comes after the speakers.
+/// The creation time, key and serial, read only when a speaker is created, a chunk is sent or
+/// the stream ends, come last. Aligned to a cache line, so every stream has the same layout in
+/// lines (callgrind, 10,000 streams: 10.6 to 9.8 last-level misses a packet).
 #[derive(Debug)]
-#[repr(C)]
+#[repr(C, align(64))]
 pub struct Stream {
     /// Deadline this stream has in the timer heap, if any.
     pub timer: Option<Time>,
     pub last_packet: Time,
     pub stats: StreamStats,
-    pub created: Time,
     pub format: RedFormat,
-    pub register: Register,
     /// In creation order; index is the register tag.
     /// The first speaker lives inline: one stream is one block of memory on the packet path.
     pub speakers: Speakers,
+    pub register: Register,
+    pub created: Time,
     pub key: StreamKey,
     /// Creation order, for shutdown flushing in a stable order.
     pub serial: u64,
