@@ -43,16 +43,16 @@ pub struct Chunk {
 pub struct Chunker {
     buf: String,
     /// Characters in `buf` (not bytes): the size limit counts what a reader sees.
-    chars: usize,
-    max_chars: usize,
+    chars: u32,
+    max_chars: u32,
     /// Chunks cut while feeding the current packet, drained by the caller.
     ready: Vec<Chunk>,
     /// White space typed since the last cut that is not in `buf` (leading white space, the
     /// space that ended a sentence, trimmed trailing white space): a backspace erases it first.
-    unseen_ws: usize,
+    unseen_ws: u32,
     /// Backspaces that reached past everything buffered or ready: they erase text already
     /// sent, which the caller corrects on the PVP side (context.update).
-    erase_sent: usize,
+    erase_sent: u32,
     /// The buffer's last byte (0 when empty), kept here so the ASCII path decides a sentence
     /// end without loading the buffer: with thousands of streams that load is a cache miss
     /// per packet, and stores to the buffer do not stall as loads do.
@@ -64,7 +64,7 @@ impl Chunker {
         Chunker {
             buf: String::new(),
             chars: 0,
-            max_chars: max_chars.max(1),
+            max_chars: clamp(max_chars.max(1)),
             ready: Vec::new(),
             unseen_ws: 0,
             erase_sent: 0,
@@ -108,7 +108,7 @@ impl Chunker {
             .take_while(|c| c.is_whitespace())
             .count();
         let chunk = make_chunk(&self.buf, cause);
-        self.unseen_ws = if chunk.is_some() { trailing } else { 0 };
+        self.unseen_ws = if chunk.is_some() { clamp(trailing) } else { 0 };
         self.buf.clear();
         self.tail = 0;
         self.chars = 0;
@@ -123,7 +123,7 @@ impl Chunker {
 
     /// Backspaces that erased text already handed out as chunks, since the last call.
     pub fn take_erase_sent(&mut self) -> usize {
-        std::mem::take(&mut self.erase_sent)
+        std::mem::take(&mut self.erase_sent) as usize
     }
 
     /// White space that is not kept: leading white space of a chunk carries nothing, and white
@@ -131,7 +131,7 @@ impl Chunker {
     /// white space that goes into the buffer.
     fn white_space_taken(&mut self) -> bool {
         if self.buf.is_empty() {
-            self.unseen_ws += 1;
+            self.unseen_ws = self.unseen_ws.saturating_add(1);
             return true;
         }
         debug_assert_eq!(self.tail, self.buf.as_bytes().last().copied().unwrap_or(0));
@@ -172,11 +172,17 @@ impl Chunker {
                 }
                 self.buf.replace_range(..at + ws_len, "");
                 self.sync_tail();
-                self.chars = self.buf.chars().count();
+                self.chars = clamp(self.buf.chars().count());
             }
             None => self.cut_all(FlushCause::Size),
         }
     }
+}
+
+/// Counts are kept in 32 bits (a chunker sits in its stream's hot cache lines); a count
+/// beyond that saturates.
+fn clamp(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 fn make_chunk(text: &str, cause: FlushCause) -> Option<Chunk> {
@@ -233,10 +239,10 @@ impl TextSink for Chunker {
             self.buf.push_str(&last.text);
             self.buf.pop();
             self.sync_tail();
-            self.chars = self.buf.chars().count();
+            self.chars = clamp(self.buf.chars().count());
             return true;
         }
-        self.erase_sent += 1;
+        self.erase_sent = self.erase_sent.saturating_add(1);
         true
     }
 }

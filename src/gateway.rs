@@ -24,7 +24,7 @@ use crate::rtp::{RtpError, RtpPacket, looks_like_rtcp};
 use crate::slab::Slab;
 use crate::speaker::{Speaker, Voice, VoiceRef, split_named};
 use crate::stream::{KeyHasher, Stream, StreamKey, speaker_index};
-use crate::t140::DecodeStats;
+use crate::t140::{DecodeCounts, DecodeStats};
 use crate::time::Time;
 
 /// Senders whose deviations from RFC 4103 need explicit accommodation.
@@ -283,11 +283,12 @@ impl Stats {
 
     fn harvest_speaker(&mut self, sp: &mut Speaker) {
         if sp.recovered | sp.lost != 0 {
-            self.recovered += std::mem::take(&mut sp.recovered);
-            self.lost += std::mem::take(&mut sp.lost);
+            self.recovered += u64::from(std::mem::take(&mut sp.recovered));
+            self.lost += u64::from(std::mem::take(&mut sp.lost));
         }
-        if sp.decoder.stats != DecodeStats::default() {
-            self.decode.add(&std::mem::take(&mut sp.decoder.stats));
+        if sp.decoder.stats != DecodeCounts::default() {
+            self.decode
+                .add_counts(&std::mem::take(&mut sp.decoder.stats));
         }
     }
 }
@@ -320,16 +321,20 @@ impl Emitter {
             Voice::Named(id) => metadata["stream_id"] = json!(id),
         }
         Participant {
-            id: sp.participant.to_string(),
-            name: sp.name.clone(),
-            roles: sp.roles.clone().unwrap_or_else(|| self.roles.clone()),
+            id: sp.profile.participant.to_string(),
+            name: sp.profile.name.clone(),
+            roles: sp
+                .profile
+                .roles
+                .clone()
+                .unwrap_or_else(|| self.roles.clone()),
             metadata,
         }
     }
 
     /// Builds an envelope in the speaker's session (a mapping rule may name another one).
     fn in_session<R>(&mut self, sp: &Speaker, f: impl FnOnce(&mut Builder) -> R) -> R {
-        let Some(session) = &sp.session else {
+        let Some(session) = &sp.profile.session else {
             return f(&mut self.pvp);
         };
         let home = std::mem::replace(&mut self.pvp.session, session.clone());
@@ -349,31 +354,31 @@ impl Emitter {
             Voice::Csrc(c) => c,
             _ => key.ssrc,
         };
-        let rtcp_name = (sp.name_rank > 0).then_some(sp.name.as_str());
+        let rtcp_name = (sp.profile.name_rank > 0).then_some(sp.profile.name.as_str());
         match self.mapping.decide(own, key.source.ip(), rtcp_name) {
             Decision::Refuse => {
                 sp.refused = true;
-                tracing::info!(participant = %sp.participant, "no stream mapping rule matches; refused");
+                tracing::info!(participant = %sp.profile.participant, "no stream mapping rule matches; refused");
                 return false;
             }
             Decision::Rule(rule) => {
                 let rule = rule.clone();
                 if let Some(id) = rule.participant {
-                    sp.participant = id.into();
+                    sp.profile.participant = id.into();
                 }
                 if let Some(name) = rule.name {
-                    sp.name = name;
-                    sp.name_rank = u8::MAX;
+                    sp.profile.name = name;
+                    sp.profile.name_rank = u8::MAX;
                 }
-                sp.roles = rule.roles;
-                sp.session = rule.session.as_deref().map(crate::pvp::Escaped::new);
+                sp.profile.roles = rule.roles;
+                sp.profile.session = rule.session.as_deref().map(crate::pvp::Escaped::new);
             }
             Decision::Auto => {}
         }
         sp.joined = true;
         let p = self.participant(key, sp);
         tracing::info!(participant = %p.id, name = %p.name, "participant joins");
-        let e = self.in_session(sp, |b| b.join(now, sp.participant.clone(), &p));
+        let e = self.in_session(sp, |b| b.join(now, sp.profile.participant.clone(), &p));
         self.stats.participants_total += 1;
         self.push(e);
         true
@@ -385,7 +390,7 @@ impl Emitter {
             return;
         }
         let p = self.participant(key, sp);
-        let e = self.in_session(sp, |b| b.announce(now, sp.participant.clone(), &p));
+        let e = self.in_session(sp, |b| b.announce(now, sp.profile.participant.clone(), &p));
         self.push(e);
     }
 
@@ -405,11 +410,11 @@ impl Emitter {
     /// speaker erased, so the last item is replaced (pvp-spec 9.3 `context.update`), or removed
     /// when nothing is left. Erasing further back than the last item is counted, not applied.
     fn erase_sent(&mut self, now: Time, created: Time, sp: &mut Speaker, count: usize) {
-        if sp.last_sent == 0 {
+        if sp.profile.last_sent == 0 {
             self.stats.erase_unmatched += count as u64;
             return;
         }
-        let text = &mut sp.last_sent_text;
+        let text = &mut sp.profile.last_sent_text;
         let mut erased = 0;
         while erased < count && text.pop().is_some() {
             erased += 1;
@@ -419,17 +424,17 @@ impl Emitter {
             return;
         }
         text.truncate(text.trim_end().len());
-        let key = sp.key(created, sp.last_sent);
+        let key = sp.key(created, sp.profile.last_sent);
         let reason = "T.140 backspace erased transcribed text";
-        let e = if sp.last_sent_text.is_empty() {
-            sp.last_sent = 0;
+        let e = if sp.profile.last_sent_text.is_empty() {
+            sp.profile.last_sent = 0;
             self.in_session(sp, |b| {
-                b.context_remove(now, sp.participant.clone(), &key, reason)
+                b.context_remove(now, sp.profile.participant.clone(), &key, reason)
             })
         } else {
-            let text = &sp.last_sent_text;
+            let text = &sp.profile.last_sent_text;
             self.in_session(sp, |b| {
-                b.context_update(now, sp.participant.clone(), &key, text, reason)
+                b.context_update(now, sp.profile.participant.clone(), &key, text, reason)
             })
         };
         self.stats.corrections += 1;
@@ -441,19 +446,19 @@ impl Emitter {
             self.stats.refused_chunks += 1;
             return;
         }
-        sp.chunks_sent += 1;
-        sp.last_sent = sp.chunks_sent;
-        sp.last_sent_text.clear();
-        sp.last_sent_text.push_str(&chunk.text);
+        sp.profile.chunks_sent += 1;
+        sp.profile.last_sent = sp.profile.chunks_sent;
+        sp.profile.last_sent_text.clear();
+        sp.profile.last_sent_text.push_str(&chunk.text);
         let cause = chunk.cause.as_str();
         // Taken out while the builder borrows the speaker, then put back.
-        let template = (sp.add_template.take())
+        let template = (sp.profile.add_template.take())
             .unwrap_or_else(|| Box::new(sp.make_add_template(key, created)));
-        let (sender, n) = (sp.participant.clone(), sp.chunks_sent);
+        let (sender, n) = (sp.profile.participant.clone(), sp.profile.chunks_sent);
         let e = self.in_session(sp, |b| {
             b.context_add(now, sender, &template, n, &chunk.text, cause)
         });
-        sp.add_template = Some(template);
+        sp.profile.add_template = Some(template);
         self.stats.chunks[chunk.cause as usize] += 1;
         self.push(e);
     }
@@ -745,8 +750,8 @@ impl Gateway {
         {
             let (_, _, name, rank) = self.early_names.remove(i);
             let (idx, _) = stream.speaker(VoiceRef::Ssrc, now, self.cfg.max_chunk_chars);
-            stream.speakers[idx].name = name;
-            stream.speakers[idx].name_rank = rank;
+            stream.speakers[idx].profile.name = name;
+            stream.speakers[idx].profile.name_rank = rank;
         }
         let slot = self.slots.insert(stream);
         self.index.insert(key, slot);
@@ -862,11 +867,11 @@ impl Gateway {
         let Stream { speakers, key, .. } = s;
         let idx = speaker_index(speakers, key, VoiceRef::Ssrc, now, max_chunk);
         let sp = &mut speakers[idx];
-        if rank < sp.name_rank || sp.name == name {
+        if rank < sp.profile.name_rank || sp.profile.name == name {
             return;
         }
-        sp.name = name;
-        sp.name_rank = rank;
+        sp.profile.name = name;
+        sp.profile.name_rank = rank;
         // The join already went out with the old name: announce the new one (pvp-spec 7.1).
         self.emit.announce(now, key, sp);
     }
@@ -898,7 +903,7 @@ impl Gateway {
     fn arm_after_packet(&mut self, now: Time, slot: u32, gapped: bool) {
         let s = self.slots.get(slot).expect("live");
         let soonest = now.plus_us(self.delays.soonest);
-        let covered = !gapped && s.register.held() == 0 && s.timer.is_some_and(|t| t <= soonest);
+        let covered = !gapped && s.register.held() == 0 && s.timer <= soonest;
         if !covered {
             self.arm(slot);
         }
@@ -912,10 +917,10 @@ impl Gateway {
     /// Pushes a heap entry for the stream's deadline `at` unless its entry is already no later.
     fn arm_at(&mut self, slot: u32, at: Time) {
         let s = self.slots.get_mut(slot).expect("live");
-        if s.timer.is_some_and(|t| t <= at) {
+        if s.timer <= at {
             return;
         }
-        s.timer = Some(at);
+        s.timer = at;
         self.timers.push(Reverse((at, slot)));
     }
 
@@ -930,10 +935,10 @@ impl Gateway {
             let Some(s) = self.slots.get_mut(slot) else {
                 continue;
             };
-            if s.timer != Some(at) {
+            if s.timer != at {
                 continue; // superseded entry
             }
-            s.timer = None;
+            s.timer = Time::NEVER;
             // Entries are re-armed lazily, so this one may be earlier than the stream's real
             // deadline: put it back at that time, so streams are handled in time order (envelope
             // timestamps never go backwards when a late call catches up on many at once).
@@ -1023,7 +1028,7 @@ impl Gateway {
             if sp.joined {
                 let leave = self
                     .emit
-                    .in_session(sp, |b| b.leave(now, sp.participant.clone(), reason));
+                    .in_session(sp, |b| b.leave(now, sp.profile.participant.clone(), reason));
                 self.emit.push(leave);
             }
         }

@@ -125,8 +125,9 @@ pub struct Register {
     format: RedFormat,
     /// The sender never marks a session start (t140llm): take the first packet as one.
     assume_start: bool,
-    /// Most redundant generations seen on this stream.
-    generations: usize,
+    /// Most redundant generations seen on this stream, capped at 255 (RFC 4103 senders use 2
+    /// or 3): a byte keeps the register's hot head small.
+    generations: u8,
     /// Sorted by distance from `expected`.
     held: Vec<Held>,
     pub stats: RegisterStats,
@@ -134,7 +135,17 @@ pub struct Register {
     spare: Vec<Vec<u8>>,
 }
 
+/// A packet's redundant generation count, as the register keeps it.
+#[inline]
+fn generations(p: &RedPayload<'_>) -> u8 {
+    u8::try_from(p.redundant_count()).unwrap_or(u8::MAX)
+}
+
 impl Register {
+    /// Bytes of the register's head, what the in-order path reads (position, held packets);
+    /// counters and spare buffers follow.
+    pub const HOT_BYTES: usize = std::mem::offset_of!(Register, stats);
+
     pub fn new() -> Self {
         Self::default()
     }
@@ -188,7 +199,7 @@ impl Register {
             return false;
         }
         if let Some(p) = red {
-            self.generations = self.generations.max(p.redundant_count());
+            self.generations = self.generations.max(generations(p));
         }
         self.expected = Some(seq.wrapping_add(1));
         true
@@ -207,7 +218,7 @@ impl Register {
                 Some(p) => p,
                 None => RedPayload::parse_as(a.payload, self.format)?,
             };
-            self.generations = self.generations.max(p.redundant_count());
+            self.generations = self.generations.max(generations(&p));
         }
         let Some(expected) = self.expected else {
             // First packet. The marker bit (RFC 4103 5.2) or a leading BOM (T.140 starts a
@@ -372,7 +383,7 @@ impl Register {
             // sends `generations` packets with empty primaries to carry the last text's
             // redundancy; losing those loses no text. Those the marker packet's own redundancy
             // does not already account for are presumed to be that tail, not marked.
-            let tail = unrecovered.min(self.generations.saturating_sub(carried));
+            let tail = unrecovered.min(usize::from(self.generations).saturating_sub(carried));
             self.stats.idle_tail += tail as u64;
             unrecovered -= tail;
         }

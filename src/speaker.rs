@@ -80,8 +80,10 @@ impl std::fmt::Display for KeyPrefix<'_> {
 }
 
 /// `repr(C)`, what a packet touches first (voice, decoder, chunker, idle clock, counters to
-/// harvest, joined), then what only a flush or a join reads: with thousands of streams the
-/// packet path finds its speaker cold in the cache, and fewer lines are fewer misses.
+/// harvest), then the join flags; who the speaker is to PVP and what it sent last, read only
+/// when it joins or a chunk is sent, is boxed ([`Profile`]). The stream keeps its first speaker
+/// inline, and with thousands of streams every packet finds it cold in the cache: this way the
+/// speaker's hot part and the stream's register share four lines.
 #[derive(Debug)]
 #[repr(C)]
 pub struct Speaker {
@@ -91,21 +93,30 @@ pub struct Speaker {
     /// Last time text changed the buffer; the idle flush counts from here.
     pub last_text: Time,
     /// Blocks recovered, and losses marked, by timestamp placement.
-    pub recovered: u64,
-    pub lost: u64,
+    /// 32 bits: harvested after every packet (see `DecodeCounts`).
+    pub recovered: u32,
+    pub lost: u32,
+    /// Newest RTP timestamp delivered, for redundancy placed by timestamp (mixer streams).
+    pub last_ts: Option<u32>,
     /// Joined the PVP session: done lazily, before the speaker's first envelope, so a stream
     /// that never carries text (a scan, a flood of random SSRCs) never becomes a participant.
     pub joined: bool,
     /// The stream mapping refused this speaker: it never joins, its text is counted and dropped.
     pub refused: bool,
-    pub name_rank: u8,
+    pub profile: Box<Profile>,
+}
+
+/// Who a speaker is to PVP, and what it sent last.
+#[derive(Debug)]
+pub struct Profile {
     /// Shared with every envelope this speaker sends (the envelope's sender, no copy).
     pub participant: Arc<str>,
+    /// Display name: derived from the stream until RTCP SDES gives a CNAME (rank 1) or NAME (2).
+    pub name: String,
+    pub name_rank: u8,
     /// Roles and session from a stream-mapping rule (else the gateway's).
     pub roles: Option<Vec<String>>,
     pub session: Option<crate::pvp::Escaped>,
-    /// Display name: derived from the stream until RTCP SDES gives a CNAME (rank 1) or NAME (2).
-    pub name: String,
     pub chunks_sent: u64,
     /// Number and content of the last chunk sent (0: none or removed): a backspace reaching
     /// past the buffer corrects it. The buffer is reused, so remembering costs a copy, not an
@@ -115,45 +126,45 @@ pub struct Speaker {
     /// Escaped parts of this speaker's `context.add`s, made at its first chunk (boxed: a
     /// speaker that never speaks pays one pointer).
     pub add_template: Option<Box<crate::pvp::AddTemplate>>,
-    /// Newest RTP timestamp delivered, for redundancy placed by timestamp (mixer streams).
-    pub last_ts: Option<u32>,
 }
 
 impl Speaker {
     pub fn new(voice: Voice, key: &StreamKey, now: Time, max_chunk_chars: usize) -> Self {
         Speaker {
-            participant: voice.participant_id(key).into(),
-            joined: false,
-            refused: false,
-            roles: None,
-            session: None,
-            name: voice.display_name(key),
+            profile: Box::new(Profile {
+                participant: voice.participant_id(key).into(),
+                name: voice.display_name(key),
+                name_rank: 0,
+                roles: None,
+                session: None,
+                chunks_sent: 0,
+                last_sent: 0,
+                last_sent_text: String::new(),
+                add_template: None,
+            }),
             voice,
-            name_rank: 0,
             decoder: Decoder::new(),
             chunker: Chunker::new(max_chunk_chars),
             last_text: now,
-            chunks_sent: 0,
-            last_sent: 0,
-            last_sent_text: String::new(),
-            add_template: None,
-            last_ts: None,
             recovered: 0,
             lost: 0,
+            last_ts: None,
+            joined: false,
+            refused: false,
         }
     }
 
     /// The context key of this speaker's `n`th chunk: participant, stream start, counter.
     pub fn key(&self, created: Time, n: u64) -> String {
-        format!("{}{n}", KeyPrefix(&self.participant, created))
+        format!("{}{n}", KeyPrefix(&self.profile.participant, created))
     }
 
     /// What every `context.add` of this speaker repeats, escaped once: the prefix of
     /// [`Speaker::key`] and the stream's source URI.
     pub fn make_add_template(&self, key: &StreamKey, created: Time) -> crate::pvp::AddTemplate {
         crate::pvp::AddTemplate {
-            sender: crate::pvp::Escaped::new(&self.participant),
-            key_prefix: crate::pvp::Escaped::new(KeyPrefix(&self.participant, created)),
+            sender: crate::pvp::Escaped::new(&self.profile.participant),
+            key_prefix: crate::pvp::Escaped::new(KeyPrefix(&self.profile.participant, created)),
             source: crate::pvp::Escaped::new(crate::stream::SourceUri(*key)),
         }
     }
@@ -205,7 +216,7 @@ impl Speaker {
                 .filter(|b| held(b) && newer(ts.wrapping_sub(u32::from(b.ts_offset)), self.last_ts))
                 .count();
             if started && gap > 0 && gens > 0 && fresh == gens {
-                self.lost += 1;
+                self.lost = self.lost.saturating_add(1);
                 self.decoder.mark_loss(&mut self.chunker);
                 self.last_text = now;
             }
@@ -215,7 +226,7 @@ impl Speaker {
                     continue;
                 }
                 if started {
-                    self.recovered += 1;
+                    self.recovered = self.recovered.saturating_add(1);
                 }
                 self.decoder.feed(b.data, &mut self.chunker);
                 self.last_ts = Some(orig);
@@ -224,7 +235,7 @@ impl Speaker {
             p.primary().data
         } else {
             for _ in 0..gap {
-                self.lost += 1;
+                self.lost = self.lost.saturating_add(1);
                 self.decoder.mark_loss(&mut self.chunker);
                 self.last_text = now;
             }

@@ -83,8 +83,8 @@ pub const MAX_SPEAKERS: usize = 32;
 #[derive(Debug)]
 #[repr(C, align(64))]
 pub struct Stream {
-    /// Deadline this stream has in the timer heap, if any.
-    pub timer: Option<Time>,
+    /// Deadline this stream has in the timer heap ([`Time::NEVER`]: none).
+    pub timer: Time,
     pub last_packet: Time,
     pub stats: StreamStats,
     pub format: RedFormat,
@@ -111,7 +111,7 @@ impl Stream {
             serial,
             created: now,
             last_packet: now,
-            timer: None,
+            timer: Time::NEVER,
             stats: StreamStats::default(),
             register: Register::with_sender(format, assume_start),
             format,
@@ -199,6 +199,15 @@ mod tests {
         };
         assert_eq!(k6.participant_id(), "t140:00000001@[::1]:5");
         assert_eq!(k6.source_uri(), "rtp://[::1]:5?ssrc=0x00000001");
+    }
+
+    /// An in-order packet reads the stream's header, its first speaker (all but the boxed
+    /// profile) and the register's head: they must stay within four cache lines.
+    #[test]
+    fn the_packet_path_fits_in_four_cache_lines() {
+        let end = std::mem::offset_of!(Stream, register) + Register::HOT_BYTES;
+        assert!(end <= 4 * 64, "the register's head ends at byte {end}");
+        assert_eq!(std::mem::align_of::<Stream>(), 64);
     }
 
     #[test]

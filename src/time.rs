@@ -8,6 +8,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub struct Time(pub u64);
 
 impl Time {
+    /// Later than any time a clock gives: "no deadline", in a field that would otherwise need
+    /// an `Option` (twice the size).
+    pub const NEVER: Time = Time(u64::MAX);
+
     pub const fn from_micros(us: u64) -> Self {
         Time(us)
     }
