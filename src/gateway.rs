@@ -451,14 +451,15 @@ impl Emitter {
         sp.profile.last_sent_text.clear();
         sp.profile.last_sent_text.push_str(&chunk.text);
         let cause = chunk.cause.as_str();
-        // Taken out while the builder borrows the speaker, then put back.
-        let template = (sp.profile.add_template.take())
-            .unwrap_or_else(|| Box::new(sp.make_add_template(key, created)));
+        if sp.profile.add_template.is_none() {
+            sp.profile.add_template = Some(Box::new(sp.make_add_template(key, created)));
+        }
+        let sp = &*sp;
         let (sender, n) = (sp.profile.participant.clone(), sp.profile.chunks_sent);
         let e = self.in_session(sp, |b| {
-            b.context_add(now, sender, &template, n, &chunk.text, cause)
+            let template = sp.profile.add_template.as_deref().expect("made above");
+            b.context_add(now, sender, template, n, &chunk.text, cause)
         });
-        sp.profile.add_template = Some(template);
         self.stats.chunks[chunk.cause as usize] += 1;
         self.push(e);
     }
