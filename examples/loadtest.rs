@@ -34,7 +34,8 @@
 //! continued with SIGCONT. Its CPU time (every thread's `/proc/PID/task/*/schedstat`, in ns)
 //! from SIGCONT until it goes quiet gives datagrams per CPU-second; the wall time is until its
 //! socket's queue (`rx_queue` of /proc/net/udp) is empty. The headline is gateway / null
-//! receiver datagrams per CPU-second, paired in the order the receivers ran.
+//! receiver datagrams per CPU-second, paired in the order the receivers ran. One uncounted
+//! null-receiver drain runs first (`--warmup-drains`): the first drain of a run is faster.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -153,6 +154,11 @@ struct RateArgs {
         default_value = "null,gateway"
     )]
     receivers: Vec<Target>,
+    /// Drain mode: uncounted null-receiver drains run first. The first receiver of a run drains
+    /// 12-15% faster than the later ones, whichever kind it is (docs/performance.md, section
+    /// 6), which would favour whatever is listed first.
+    #[arg(long, default_value_t = 1)]
+    warmup_drains: u32,
     #[command(flatten)]
     common: Common,
 }
@@ -2023,6 +2029,14 @@ fn drain(a: &RateArgs, n: u64) -> Res<()> {
         load_average(),
         _rmem.old,
     );
+    for i in 0..a.warmup_drains {
+        let d = run_drain(Target::Null, a, &common, n)?;
+        println!(
+            "  warm-up drain {} (not counted): {:.2} µs CPU per datagram",
+            i + 1,
+            1e6 / d.per_cpu_second()
+        );
+    }
     let mut runs = Vec::new();
     for t in &a.receivers {
         runs.push(run_drain(*t, a, &common, n)?);
