@@ -68,6 +68,20 @@ impl<'a> RedPayload<'a> {
     }
 
     pub fn parse_as(payload: &'a [u8], format: RedFormat) -> Result<Self, RedError> {
+        // One loop per layout, so the header decoding has no format branch per block.
+        match format {
+            RedFormat::Rfc2198 => Self::parse_layout::<false>(payload),
+            RedFormat::T140llm => Self::parse_layout::<true>(payload),
+        }
+    }
+
+    #[inline(always)]
+    fn parse_layout<const T140LLM: bool>(payload: &'a [u8]) -> Result<Self, RedError> {
+        let format = if T140LLM {
+            RedFormat::T140llm
+        } else {
+            RedFormat::Rfc2198
+        };
         let mut pos = 0;
         let mut redundant = 0usize;
         let mut data_len = 0usize;
@@ -88,17 +102,14 @@ impl<'a> RedPayload<'a> {
                     data_start,
                     redundant_len: data_len,
                     primary_pt: b & 0x7f,
-                    newest_first: match format {
-                        RedFormat::T140llm => true,
-                        RedFormat::Rfc2198 => order.increasing(),
-                    },
+                    newest_first: T140LLM || order.increasing(),
                 });
             }
-            let Some(h) = payload.get(pos..pos + 4) else {
+            let Some(h) = payload[pos..].first_chunk::<4>() else {
                 return Err(RedError::TruncatedHeader);
             };
-            let (offset, len) = header(format, h);
-            if format == RedFormat::T140llm && len == 255 {
+            let (offset, len) = header_of::<T140LLM>(h);
+            if T140LLM && len == 255 {
                 return Err(RedError::AmbiguousLength);
             }
             order.block(offset, len);
@@ -139,7 +150,7 @@ impl<'a> RedPayload<'a> {
         (0..n).map(move |k| {
             let i = if this.newest_first { n - 1 - k } else { k };
             let h = &this.payload[i * 4..i * 4 + 4];
-            let (ts_offset, len) = header(this.format, h);
+            let (ts_offset, len) = header(this.format, [h[0], h[1], h[2], h[3]]);
             let data = if this.newest_first {
                 end -= len;
                 &this.payload[end..end + len]
@@ -186,13 +197,22 @@ impl Order {
 }
 
 /// `(timestamp offset, length)` of a 4-byte redundant block header.
-fn header(format: RedFormat, h: &[u8]) -> (u16, usize) {
+fn header(format: RedFormat, h: [u8; 4]) -> (u16, usize) {
     match format {
-        RedFormat::Rfc2198 => (
-            u16::from_be_bytes([h[1], h[2]]) >> 2,
-            usize::from(u16::from_be_bytes([h[2], h[3]]) & 0x03ff),
-        ),
-        RedFormat::T140llm => (u16::from_be_bytes([h[1], h[2]]), usize::from(h[3])),
+        RedFormat::Rfc2198 => header_of::<false>(&h),
+        RedFormat::T140llm => header_of::<true>(&h),
+    }
+}
+
+/// [`header`] for one layout, read as one big-endian word: RFC 2198 is `F | PT:7 | offset:14 |
+/// length:10`, t140llm `F | PT:7 | offset:16 | length:8`.
+#[inline(always)]
+fn header_of<const T140LLM: bool>(h: &[u8; 4]) -> (u16, usize) {
+    let v = u32::from_be_bytes(*h);
+    if T140LLM {
+        ((v >> 8) as u16, (v & 0xff) as usize)
+    } else {
+        (((v >> 10) & 0x3fff) as u16, (v & 0x03ff) as usize)
     }
 }
 
