@@ -10,13 +10,11 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use serde_json::json;
-
 use crate::admission::{Admission, Refusal};
 use crate::chunker::{Chunk, FlushCause};
 use crate::index::StreamIndex;
 use crate::mapping::Decision;
-use crate::pvp::{Builder, Envelope, Participant};
+use crate::pvp::{Builder, Envelope, Metadata, Participant};
 use crate::red::{RedError, RedFormat, RedPayload};
 use crate::register::{Arrival, Outcome, Piece, Register, RegisterStats};
 use crate::rtcp::RtcpEvent;
@@ -310,15 +308,17 @@ impl Emitter {
     }
 
     fn participant(&self, key: &StreamKey, sp: &Speaker) -> Participant {
-        let mut metadata = json!({
-            "ssrc": format!("{:08x}", key.ssrc),
-            "source": key.source.to_string(),
-            "gateway": concat!("pvp-t140/", env!("CARGO_PKG_VERSION")),
-        });
-        match &sp.voice {
-            Voice::Ssrc => {}
-            Voice::Csrc(c) => metadata["csrc"] = json!(format!("{c:08x}")),
-            Voice::Named(id) => metadata["stream_id"] = json!(id),
+        // Keys in ascending order (`Metadata::field`).
+        let mut metadata = Metadata::default();
+        if let Voice::Csrc(c) = &sp.voice {
+            metadata = metadata.field("csrc", format_args!("{c:08x}"));
+        }
+        metadata = metadata
+            .field("gateway", concat!("pvp-t140/", env!("CARGO_PKG_VERSION")))
+            .field("source", key.source)
+            .field("ssrc", format_args!("{:08x}", key.ssrc));
+        if let Voice::Named(id) = &sp.voice {
+            metadata = metadata.field("stream_id", id);
         }
         Participant {
             id: sp.profile.participant.to_string(),
