@@ -115,6 +115,9 @@ impl Chunker {
         chunk
     }
 
+    /// Out of line: a sentence end is rare next to the characters that pass the checks above it,
+    /// and inlined, the cut weighs on the per-character path's code.
+    #[inline(never)]
     fn cut_all(&mut self, cause: FlushCause) {
         if let Some(c) = self.flush(cause) {
             self.ready.push(c);
@@ -129,6 +132,7 @@ impl Chunker {
     /// White space that is not kept: leading white space of a chunk carries nothing, and white
     /// space after `.`, `!` or `?` ends the sentence (the chunk is cut). Returns false for
     /// white space that goes into the buffer.
+    #[inline]
     fn white_space_taken(&mut self) -> bool {
         if self.buf.is_empty() {
             self.unseen_ws = self.unseen_ws.saturating_add(1);
