@@ -285,8 +285,7 @@ impl Stats {
             self.lost += u64::from(std::mem::take(&mut sp.lost));
         }
         if sp.decoder.stats != DecodeCounts::default() {
-            self.decode
-                .add_counts(&std::mem::take(&mut sp.decoder.stats));
+            self.decode.add(&std::mem::take(&mut sp.decoder.stats));
         }
     }
 }

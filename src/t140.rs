@@ -35,50 +35,36 @@ impl TextSink for String {
     }
 }
 
-/// Anomalies and controls the decoder saw, for metrics. Plain counters, never reset.
+/// Anomalies and controls the decoder saw, for metrics. Plain counters, never reset: 64 bits
+/// in the gateway's totals, 32 in a decoder ([`DecodeCounts`]).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct DecodeStats {
+pub struct DecodeStats<C = u64> {
     /// Invalid UTF-8 sequences, each replaced by U+FFFD.
-    pub invalid_utf8: u64,
+    pub invalid_utf8: C,
     /// Byte-order marks dropped (T.140 allows U+FEFF anywhere as a no-op).
-    pub bom: u64,
+    pub bom: C,
     /// Backspaces that found nothing to erase in the sink (the text was already flushed).
-    pub backspace_unmatched: u64,
+    pub backspace_unmatched: C,
     /// C0/C1 controls dropped (BEL, HT, DEL, ...).
-    pub controls_dropped: u64,
+    pub controls_dropped: C,
     /// Escape sequences (ESC x, CSI ... final, SOS/DCS/OSC ... ST) skipped.
-    pub sequences_skipped: u64,
+    pub sequences_skipped: C,
 }
+
+/// A decoder's own counters, in 32 bits: the gateway moves them into its totals after every
+/// packet, and a decoder sits in the stream's hot cache lines, where 20 bytes less lets the
+/// stream's register share them. They saturate rather than wrap.
+pub type DecodeCounts = DecodeStats<u32>;
 
 impl DecodeStats {
-    pub fn add(&mut self, o: &DecodeStats) {
-        self.invalid_utf8 += o.invalid_utf8;
-        self.bom += o.bom;
-        self.backspace_unmatched += o.backspace_unmatched;
-        self.controls_dropped += o.controls_dropped;
-        self.sequences_skipped += o.sequences_skipped;
+    /// Adds another set of counters (a decoder's, or another worker's totals).
+    pub fn add<C: Copy + Into<u64>>(&mut self, o: &DecodeStats<C>) {
+        self.invalid_utf8 += o.invalid_utf8.into();
+        self.bom += o.bom.into();
+        self.backspace_unmatched += o.backspace_unmatched.into();
+        self.controls_dropped += o.controls_dropped.into();
+        self.sequences_skipped += o.sequences_skipped.into();
     }
-
-    /// Adds a decoder's own counters.
-    pub fn add_counts(&mut self, o: &DecodeCounts) {
-        self.invalid_utf8 += u64::from(o.invalid_utf8);
-        self.bom += u64::from(o.bom);
-        self.backspace_unmatched += u64::from(o.backspace_unmatched);
-        self.controls_dropped += u64::from(o.controls_dropped);
-        self.sequences_skipped += u64::from(o.sequences_skipped);
-    }
-}
-
-/// A decoder's own counters, as [`DecodeStats`] in 32 bits: the gateway moves them into its
-/// totals after every packet, and a decoder sits in the stream's hot cache lines, where 20
-/// bytes less lets the stream's register share them. They saturate rather than wrap.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct DecodeCounts {
-    pub invalid_utf8: u32,
-    pub bom: u32,
-    pub backspace_unmatched: u32,
-    pub controls_dropped: u32,
-    pub sequences_skipped: u32,
 }
 
 /// One more of a counted anomaly.
