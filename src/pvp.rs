@@ -337,7 +337,7 @@ impl Metadata {
         self.json.push_str(":\"");
         use std::fmt::Write;
         // Escaping writer: writing to a String cannot fail.
-        let _ = write!(EscapeWriter(&mut self.json), "{value}");
+        let _ = write!(Escaper(&mut self.json), "{value}");
         self.json.push('"');
         self
     }
@@ -345,16 +345,6 @@ impl Metadata {
     fn write_to(&self, out: &mut String) {
         out.push_str(&self.json);
         out.push('}');
-    }
-}
-
-/// Escapes what is written through it into a JSON string's content.
-struct EscapeWriter<'a>(&'a mut String);
-
-impl std::fmt::Write for EscapeWriter<'_> {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        escape_into(self.0, s);
-        Ok(())
     }
 }
 
