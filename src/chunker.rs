@@ -37,6 +37,9 @@ pub struct Chunk {
     pub cause: FlushCause,
 }
 
+/// Bytes the text buffer first allocates: a typical sentence (the benchmarks' is 60 characters).
+const FIRST_CAPACITY: usize = 64;
+
 /// Per-stream text buffer. The buffer's capacity is kept across flushes, so steady-state text
 /// costs no allocation until a chunk is cut.
 #[derive(Debug)]
@@ -152,6 +155,7 @@ impl Chunker {
             return;
         }
         self.unseen_ws = 0;
+        self.room_for(c.len_utf8());
         self.buf.push(c);
         self.sync_tail();
         self.chars += 1;
@@ -160,6 +164,23 @@ impl Chunker {
         } else if self.chars >= self.max_chars {
             self.cut_size();
         }
+    }
+
+    /// Makes room for `bytes` more. The buffer's first allocation holds a sentence: grown from
+    /// empty one push at a time, a 60-character sentence took a `malloc` and three `realloc`s,
+    /// each a copy (10,000-stream drain profile: 1.3% of the gateway's samples). The capacity
+    /// is kept across cuts, so this only matters for a stream's first sentences.
+    #[inline]
+    fn room_for(&mut self, bytes: usize) {
+        if self.buf.capacity() - self.buf.len() < bytes {
+            self.grow(bytes);
+        }
+    }
+
+    #[cold]
+    fn grow(&mut self, bytes: usize) {
+        self.buf
+            .reserve(bytes.max(FIRST_CAPACITY.saturating_sub(self.buf.len())));
     }
 
     fn sync_tail(&mut self) {
@@ -210,6 +231,7 @@ impl TextSink for Chunker {
     /// [`Chunker::push`] for printable ASCII, where the only white space is the space and no
     /// character is an ideographic sentence end.
     fn push_ascii(&mut self, s: &[u8]) {
+        self.room_for(s.len());
         for &b in s {
             if b == b' ' && self.white_space_taken() {
                 continue;
@@ -264,6 +286,30 @@ mod tests {
             }
         }
         ch.drain_ready().map(|c| (c.text, c.cause)).collect()
+    }
+
+    /// A sentence typed three characters a packet fills one allocation: no regrowth (and copy)
+    /// on the way, and the next sentence reuses it.
+    #[test]
+    fn a_sentence_fits_the_first_allocation() {
+        let mut ch = Chunker::new(500);
+        let sentence = b"The quick brown fox jumps over the lazy dog near the river. ";
+        assert_eq!(sentence.len(), FIRST_CAPACITY - 4);
+        ch.push_ascii(&sentence[..3]);
+        let first = ch.buf.as_ptr();
+        assert_eq!(ch.buf.capacity(), FIRST_CAPACITY);
+        for round in 0..2 {
+            for piece in sentence.chunks(3).skip(1 - round.min(1)) {
+                ch.push_ascii(piece);
+                assert_eq!(ch.buf.as_ptr(), first, "{:?}", ch.buf);
+            }
+        }
+        assert_eq!(ch.buf.capacity(), FIRST_CAPACITY);
+        let cut: Vec<_> = ch.drain_ready().map(|c| c.text).collect();
+        assert_eq!(cut.len(), 2);
+        // Beyond it, growth doubles as before.
+        ch.push_ascii(&[b'x'; 65]);
+        assert_eq!(ch.buf.capacity(), 2 * FIRST_CAPACITY);
     }
 
     #[test]

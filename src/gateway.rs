@@ -447,13 +447,10 @@ impl Emitter {
         }
         sp.profile.chunks_sent += 1;
         sp.profile.last_sent = sp.profile.chunks_sent;
-        sp.profile.last_sent_text.clear();
-        sp.profile.last_sent_text.push_str(&chunk.text);
         let cause = chunk.cause.as_str();
         if sp.profile.add_template.is_none() {
             sp.profile.add_template = Some(Box::new(sp.make_add_template(key, created)));
         }
-        let sp = &*sp;
         let (sender, n) = (sp.profile.participant.clone(), sp.profile.chunks_sent);
         let e = self.in_session(sp, |b| {
             let template = sp.profile.add_template.as_deref().expect("made above");
@@ -461,6 +458,8 @@ impl Emitter {
         });
         self.stats.chunks[chunk.cause as usize] += 1;
         self.push(e);
+        // Kept for corrections (a backspace past the buffer): moved, not copied.
+        sp.profile.last_sent_text = chunk.text;
     }
 }
 

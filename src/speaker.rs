@@ -119,8 +119,8 @@ pub struct Profile {
     pub session: Option<crate::pvp::Escaped>,
     pub chunks_sent: u64,
     /// Number and content of the last chunk sent (0: none or removed): a backspace reaching
-    /// past the buffer corrects it. The buffer is reused, so remembering costs a copy, not an
-    /// allocation, per chunk.
+    /// past the buffer corrects it. The chunk's own text is moved here once its envelope is
+    /// made: remembering costs neither a copy nor an allocation.
     pub last_sent: u64,
     pub last_sent_text: String,
     /// Escaped parts of this speaker's `context.add`s, made at its first chunk (boxed: a
