@@ -96,18 +96,19 @@ impl Time {
     }
 }
 
-/// [`Time::write_iso8601`] remembering the last second it wrote: envelopes come in bursts
-/// within one second, and then only the milliseconds differ.
+/// [`Time::write_iso8601`] remembering the last minute it wrote: within it only the seconds
+/// and milliseconds differ, five digits instead of a calendar computation. Envelopes come in
+/// bursts, and one speaker's chunks a few seconds apart (a sentence a chunk).
 #[derive(Debug, Clone)]
 pub struct Iso8601Cache {
-    second: u64,
+    minute: u64,
     text: [u8; 24],
 }
 
 impl Default for Iso8601Cache {
     fn default() -> Self {
         Iso8601Cache {
-            second: 0,
+            minute: 0,
             text: Time(0).iso8601_bytes(),
         }
     }
@@ -116,11 +117,14 @@ impl Default for Iso8601Cache {
 impl Iso8601Cache {
     pub fn write(&mut self, t: Time, out: &mut String) {
         let ms = t.0 / 1000;
-        if ms / 1000 != self.second {
-            self.second = ms / 1000;
+        if ms / 60_000 != self.minute {
+            self.minute = ms / 60_000;
             self.text = t.iso8601_bytes();
         } else {
-            let ms = (ms % 1000) as u16;
+            let ms = (ms % 60_000) as u16;
+            let (s, ms) = (ms / 1000, ms % 1000);
+            self.text[17] = b'0' + (s / 10) as u8;
+            self.text[18] = b'0' + (s % 10) as u8;
             self.text[20] = b'0' + (ms / 100) as u8;
             self.text[21] = b'0' + (ms / 10 % 10) as u8;
             self.text[22] = b'0' + (ms % 10) as u8;
@@ -136,12 +140,18 @@ mod tests {
     #[test]
     fn the_cache_writes_what_write_iso8601_writes() {
         let mut cache = Iso8601Cache::default();
-        // Within a second, across seconds and days, backwards, and at the epoch.
+        // Within a second, across seconds, minutes and days, backwards, and at the epoch.
         let times = [
             1_700_000_000_123_456u64,
             1_700_000_000_999_999,
             1_700_000_000_000_001,
             1_700_000_001_000_000,
+            1_700_000_019_876_000,
+            1_700_000_039_000_999,
+            1_700_000_040_000_000,
+            1_700_000_099_999_000,
+            1_700_000_100_000_000,
+            1_700_000_059_000_000,
             1_700_086_400_500_000,
             1_700_000_000_042_000,
             0,
