@@ -149,8 +149,10 @@ impl<'a> RedPayload<'a> {
         let mut end = self.data_start + self.redundant_len;
         (0..n).map(move |k| {
             let i = if this.newest_first { n - 1 - k } else { k };
-            let h = &this.payload[i * 4..i * 4 + 4];
-            let (ts_offset, len) = header(this.format, [h[0], h[1], h[2], h[3]]);
+            let h = this.payload[i * 4..]
+                .first_chunk::<4>()
+                .expect("parse_as checked every header");
+            let (ts_offset, len) = header(this.format, h);
             let data = if this.newest_first {
                 end -= len;
                 &this.payload[end..end + len]
@@ -197,10 +199,10 @@ impl Order {
 }
 
 /// `(timestamp offset, length)` of a 4-byte redundant block header.
-fn header(format: RedFormat, h: [u8; 4]) -> (u16, usize) {
+fn header(format: RedFormat, h: &[u8; 4]) -> (u16, usize) {
     match format {
-        RedFormat::Rfc2198 => header_of::<false>(&h),
-        RedFormat::T140llm => header_of::<true>(&h),
+        RedFormat::Rfc2198 => header_of::<false>(h),
+        RedFormat::T140llm => header_of::<true>(h),
     }
 }
 

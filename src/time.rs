@@ -79,21 +79,30 @@ impl Time {
         let month = if mp < 10 { mp + 3 } else { mp - 9 };
         let year = yoe + era * 400 + i64::from(month <= 2);
         let mut b = *b"0000-00-00T00:00:00.000Z";
-        let mut put = |at: usize, width: usize, mut v: u64| {
-            for i in (at..at + width).rev() {
-                b[i] = b'0' + (v % 10) as u8;
-                v /= 10;
-            }
-        };
-        put(0, 4, year.clamp(0, 9999) as u64);
-        put(5, 2, month as u64);
-        put(8, 2, day as u64);
-        put(11, 2, ms_of_day / 3_600_000);
-        put(14, 2, ms_of_day / 60_000 % 60);
-        put(17, 2, ms_of_day / 1000 % 60);
-        put(20, 3, ms_of_day % 1000);
+        put_digits(&mut b, 0, 4, year.clamp(0, 9999) as u64);
+        put_digits(&mut b, 5, 2, month as u64);
+        put_digits(&mut b, 8, 2, day as u64);
+        put_digits(&mut b, 11, 2, ms_of_day / 3_600_000);
+        put_digits(&mut b, 14, 2, ms_of_day / 60_000 % 60);
+        put_seconds(&mut b, ms_of_day % 60_000);
         b
     }
+}
+
+/// Writes `v` as `width` decimal digits ending at `at + width`.
+#[inline]
+fn put_digits(b: &mut [u8; 24], at: usize, width: usize, mut v: u64) {
+    for i in (at..at + width).rev() {
+        b[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+    }
+}
+
+/// Writes the seconds and milliseconds (`SS.mmm`) of `ms_of_minute`.
+#[inline]
+fn put_seconds(b: &mut [u8; 24], ms_of_minute: u64) {
+    put_digits(b, 17, 2, ms_of_minute / 1000);
+    put_digits(b, 20, 3, ms_of_minute % 1000);
 }
 
 /// [`Time::write_iso8601`] remembering the last minute it wrote: within it only the seconds
@@ -121,13 +130,7 @@ impl Iso8601Cache {
             self.minute = ms / 60_000;
             self.text = t.iso8601_bytes();
         } else {
-            let ms = (ms % 60_000) as u16;
-            let (s, ms) = (ms / 1000, ms % 1000);
-            self.text[17] = b'0' + (s / 10) as u8;
-            self.text[18] = b'0' + (s % 10) as u8;
-            self.text[20] = b'0' + (ms / 100) as u8;
-            self.text[21] = b'0' + (ms / 10 % 10) as u8;
-            self.text[22] = b'0' + (ms % 10) as u8;
+            put_seconds(&mut self.text, ms % 60_000);
         }
         out.push_str(std::str::from_utf8(&self.text).unwrap_or_default());
     }
