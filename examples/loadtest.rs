@@ -219,6 +219,8 @@ struct T140llmArgs {
 
 fn main() {
     let cli = Cli::parse();
+    // Before any thread pins itself (see `cores`).
+    cores();
     let r = match cli.cmd {
         Some(Cmd::NullReceiver {
             listen,
@@ -478,8 +480,13 @@ fn pin_current_thread(cpu: usize) -> bool {
     unsafe { sched_setaffinity(0, std::mem::size_of_val(&mask), mask.as_ptr()) == 0 }
 }
 
+/// The machine's cores, counted once at start-up: `available_parallelism` follows the calling
+/// thread's affinity, so asked after the sender pinned itself to CPU 1 it said 1, and every
+/// receiver after the first was spawned unpinned on the sender's CPU (each child inherits the
+/// affinity of the thread that spawns it).
 fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 fn load_average() -> String {
