@@ -596,6 +596,11 @@ impl Gateway {
         self.emit.out.pop_front()
     }
 
+    /// Envelopes made and not yet taken by [`Gateway::poll_output`].
+    pub fn pending_output(&self) -> usize {
+        self.emit.out.len()
+    }
+
     /// When [`Gateway::handle_timeout`] next has work (reorder wait, idle flush, timeout).
     pub fn poll_timeout(&self) -> Option<Time> {
         self.timers.peek().map(|Reverse((t, _))| *t)
