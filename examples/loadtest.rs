@@ -35,7 +35,8 @@
 //! from SIGCONT until it goes quiet gives datagrams per CPU-second; the wall time is until its
 //! socket's queue (`rx_queue` of /proc/net/udp) is empty. The headline is gateway / null
 //! receiver datagrams per CPU-second, paired in the order the receivers ran. One uncounted
-//! null-receiver drain runs first (`--warmup-drains`): the first drain of a run is faster.
+//! null-receiver drain runs first (`--warmup-drains`): the first drain of a run used to be
+//! faster (most likely because it was the only one on CPU 0; see `cores`).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -154,9 +155,10 @@ struct RateArgs {
         default_value = "null,gateway"
     )]
     receivers: Vec<Target>,
-    /// Drain mode: uncounted null-receiver drains run first. The first receiver of a run drains
-    /// 12-15% faster than the later ones, whichever kind it is (docs/performance.md, section
-    /// 6), which would favour whatever is listed first.
+    /// Drain mode: uncounted null-receiver drains run first. The first receiver of a run used
+    /// to drain 12-15% faster than the later ones, most likely because it was the only one
+    /// pinned to CPU 0 (docs/performance.md, sections 6 and 8). Kept so runs compare with
+    /// earlier ones.
     #[arg(long, default_value_t = 1)]
     warmup_drains: u32,
     #[command(flatten)]
