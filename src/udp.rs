@@ -33,12 +33,12 @@ pub struct WorkerReport {
 /// which would lose text at the kernel instead, uncounted.
 pub const SINK_QUEUE: usize = 65_536;
 
-/// Envelopes a worker gathers before it hands them to the sink in one go, and the longest the
-/// first of them waits for company. Each hand-off wakes the sink task and the writer behind it:
-/// handed over as made, a gateway taking 200,000 datagrams a second woke them some 25,000 times
-/// a second, and the wake-ups and context switches cost it more CPU than its packet path
-/// (docs/performance.md, section 8). A few milliseconds is nothing beside T.140's own 300 ms
-/// buffering (RFC 4103 section 5.1) and a chunk that waited for a sentence end.
+/// Envelopes a worker gathers before it hands them to the sink in one go, and about the longest
+/// the first of them waits for company. Each hand-off wakes the sink task and the writer behind
+/// it: handed over as made, a gateway taking 200,000 datagrams a second woke them some 25,000
+/// times a second, 7-12% of its CPU (docs/performance.md, section 8). A few milliseconds is
+/// nothing beside T.140's own 300 ms buffering (RFC 4103 section 5.1) and a chunk that waited
+/// for a sentence end.
 const HAND_OFF_AT: usize = 64;
 /// See [`HAND_OFF_AT`].
 const LINGER: Duration = Duration::from_millis(2);
@@ -66,15 +66,12 @@ pub async fn run_worker(
             }
         }
     };
-    // When the oldest envelope not yet handed to the sink was made (None: none waiting).
+    // Since when envelopes have been waiting for the hand-off (None: none waiting).
     let mut held_since: Option<std::time::Instant> = None;
     loop {
         let deadline = gw.poll_timeout().map(|t| clock.instant_of(t));
         let linger = held_since.map(|t| t + LINGER);
-        let wake = match (deadline, linger) {
-            (Some(d), Some(l)) => Some(d.min(l)),
-            (d, l) => d.or(l),
-        };
+        let wake = [deadline, linger].into_iter().flatten().min();
         let mut busy = false;
         // Not biased: under sustained load the socket is always readable, and a fixed order
         // would never reach the RTCP feed or the metrics tick (timers fire inside
