@@ -55,7 +55,10 @@ fn a_stream_joins_before_its_first_chunk_and_sentences_flush_at_once() {
         ..Config::default()
     });
     gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "\u{feff}Hello there. How"));
+    // What the receive loop reads to decide whether to hand over a batch yet.
+    assert_eq!(gw.pending_output(), 2);
     let out = drain(&mut gw);
+    assert_eq!(gw.pending_output(), 0);
     assert_eq!(
         summary(&out),
         vec![
