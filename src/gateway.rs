@@ -448,14 +448,16 @@ impl Emitter {
         sp.profile.chunks_sent += 1;
         sp.profile.last_sent = sp.profile.chunks_sent;
         let cause = chunk.cause.as_str();
-        if sp.profile.add_template.is_none() {
-            sp.profile.add_template = Some(Box::new(sp.make_add_template(key, created)));
-        }
+        // Taken out while the builder borrows the speaker, put back after: a pointer move.
+        let template = match sp.profile.add_template.take() {
+            Some(t) => t,
+            None => Box::new(sp.make_add_template(key, created)),
+        };
         let (sender, n) = (sp.profile.participant.clone(), sp.profile.chunks_sent);
         let e = self.in_session(sp, |b| {
-            let template = sp.profile.add_template.as_deref().expect("made above");
-            b.context_add(now, sender, template, n, &chunk.text, cause)
+            b.context_add(now, sender, &template, n, &chunk.text, cause)
         });
+        sp.profile.add_template = Some(template);
         self.stats.chunks[chunk.cause as usize] += 1;
         self.push(e);
         // Kept for corrections (a backspace past the buffer): moved, not copied.
