@@ -272,6 +272,12 @@ impl Register {
                 self.drain(out);
                 return Ok(Outcome::Delivered);
             }
+            if self.held.len() >= MAX_HELD {
+                // The wait for the head is bounded like any other: a sender walking its
+                // sequence numbers backwards would otherwise be held (copied) without limit.
+                self.stats.stale += 1;
+                return Ok(Outcome::Stale);
+            }
             self.expected = Some(seq);
             self.hold(now, &a, 0);
             return Ok(Outcome::Held);
@@ -710,6 +716,31 @@ mod tests {
         assert_eq!(r.plain(4, 9, false, "!"), Outcome::Jump);
         assert_eq!(r.plain(5, 40_003, false, "w"), Outcome::Delivered);
         assert_eq!(r.text, "a~yzw");
+    }
+
+    #[test]
+    fn a_head_walking_backwards_is_bounded() {
+        // Opened without a start, so the register waits for an earlier head; every packet
+        // further back is a candidate, but only as many as the hold has room for.
+        let mut r = Rig::new();
+        assert_eq!(r.plain(0, 30_000, false, "z"), Outcome::Held);
+        let mut refused = 0;
+        for i in 1..2_000u16 {
+            // Stale while the hold is full; a jump once further back than RFC 3550 allows.
+            match r.plain(1, 30_000 - i, false, "x") {
+                Outcome::Held => {}
+                Outcome::Stale | Outcome::Jump => refused += 1,
+                o => panic!("{o:?}"),
+            }
+        }
+        assert_eq!(r.reg.held(), MAX_HELD);
+        assert_eq!(refused, 2_000 - MAX_HELD as u64);
+        assert_eq!(r.reg.stats.stale + r.reg.stats.jumps, refused);
+        assert!(r.reg.stats.stale > 0);
+        // The wait still ends: the oldest held is given up as the head, the rest follow.
+        r.expire(2_000);
+        assert_eq!(r.reg.held(), 0);
+        assert_eq!(r.text, format!("~{}z", "x".repeat(MAX_HELD - 1)));
     }
 
     #[test]
