@@ -16,7 +16,7 @@ use crate::index::StreamIndex;
 use crate::mapping::Decision;
 use crate::pvp::{Builder, Envelope, Metadata, Participant};
 use crate::red::{RedError, RedFormat, RedPayload};
-use crate::register::{Arrival, Outcome, Piece, Register, RegisterStats};
+use crate::register::{Arrival, Outcome, Piece, Register};
 use crate::rtcp::RtcpEvent;
 use crate::rtp::{RtpError, RtpPacket, looks_like_rtcp};
 use crate::slab::Slab;
@@ -268,8 +268,7 @@ impl Stats {
     }
 
     fn harvest_register(&mut self, register: &mut Register) {
-        if register.stats != RegisterStats::default() {
-            let r: RegisterStats = std::mem::take(&mut register.stats);
+        if let Some(r) = register.take_stats() {
             self.recovered += r.recovered;
             self.lost += r.lost;
             self.reordered += r.reordered;
@@ -485,6 +484,7 @@ impl Emitter {
 fn route(
     emit: &mut Emitter,
     speakers: &mut crate::stream::Speakers,
+    own: &mut u8,
     key: &StreamKey,
     created: &Time,
     format: RedFormat,
@@ -507,9 +507,16 @@ fn route(
         _ => None,
     };
     let idx = match voice {
-        Some(id) => speaker_index(speakers, key, VoiceRef::Named(id), now, max_chunk_chars),
+        Some(id) => speaker_index(
+            speakers,
+            own,
+            key,
+            VoiceRef::Named(id),
+            now,
+            max_chunk_chars,
+        ),
         None if usize::from(tag) < speakers.len() => usize::from(tag),
-        None => speaker_index(speakers, key, VoiceRef::Ssrc, now, max_chunk_chars),
+        None => speaker_index(speakers, own, key, VoiceRef::Ssrc, now, max_chunk_chars),
     };
     let sp = &mut speakers[idx];
     sp.feed(now, piece, format);
@@ -695,15 +702,18 @@ impl Gateway {
         let Stream {
             register,
             speakers,
+            own,
             key,
             created,
             format,
             ..
         } = stream;
         let tag = match (csrc, compat) {
-            (Some(c), _) => speaker_index(speakers, key, VoiceRef::Csrc(c), now, max_chunk),
+            (Some(c), _) => speaker_index(speakers, own, key, VoiceRef::Csrc(c), now, max_chunk),
             (None, Compat::T140llm) => usize::from(TAG_UNDECIDED),
-            (None, Compat::None) => speaker_index(speakers, key, VoiceRef::Ssrc, now, max_chunk),
+            (None, Compat::None) => {
+                speaker_index(speakers, own, key, VoiceRef::Ssrc, now, max_chunk)
+            }
         } as u16;
         if csrc.is_none() && register.advance_in_order(pkt.sequence, parsed.as_ref()) {
             // In order, nothing waiting: the primary block straight to its speaker.
@@ -711,7 +721,7 @@ impl Gateway {
             let (format, piece) = (*format, Piece::Text(text));
             let emit = &mut self.emit;
             route(
-                emit, speakers, key, created, format, compat, max_chunk, now, tag, piece,
+                emit, speakers, own, key, created, format, compat, max_chunk, now, tag, piece,
             );
             self.arm_after_packet(now, slot, false);
             return Ok(());
@@ -734,7 +744,7 @@ impl Gateway {
         let outcome = register
             .receive(now, arrival, &mut |tag, piece| {
                 route(
-                    emit, speakers, key, created, format, compat, max_chunk, now, tag, piece,
+                    emit, speakers, own, key, created, format, compat, max_chunk, now, tag, piece,
                 )
             })
             .map_err(DropReason::Red);
@@ -881,8 +891,10 @@ impl Gateway {
         };
         let s = self.slots.get_mut(slot).expect("live");
         let max_chunk = self.cfg.max_chunk_chars;
-        let Stream { speakers, key, .. } = s;
-        let idx = speaker_index(speakers, key, VoiceRef::Ssrc, now, max_chunk);
+        let Stream {
+            speakers, own, key, ..
+        } = s;
+        let idx = speaker_index(speakers, own, key, VoiceRef::Ssrc, now, max_chunk);
         let sp = &mut speakers[idx];
         if rank < sp.profile.name_rank || sp.profile.name == name {
             return;
@@ -973,6 +985,7 @@ impl Gateway {
             let Stream {
                 register,
                 speakers,
+                own,
                 key,
                 created,
                 format,
@@ -982,7 +995,7 @@ impl Gateway {
             let emit = &mut self.emit;
             register.expire(now, self.cfg.reorder_wait, &mut |tag, piece| {
                 route(
-                    emit, speakers, &key, &created, format, compat, max_chunk, now, tag, piece,
+                    emit, speakers, own, &key, &created, format, compat, max_chunk, now, tag, piece,
                 )
             });
             let waiting = register.held() > 0;
@@ -1024,6 +1037,7 @@ impl Gateway {
         let Stream {
             register,
             speakers,
+            own,
             key,
             created,
             format,
@@ -1033,7 +1047,7 @@ impl Gateway {
         let emit = &mut self.emit;
         register.finish(&mut |tag, piece| {
             route(
-                emit, speakers, &key, &created, format, compat, max_chunk, now, tag, piece,
+                emit, speakers, own, &key, &created, format, compat, max_chunk, now, tag, piece,
             )
         });
         for sp in speakers.iter_mut() {

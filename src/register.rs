@@ -110,8 +110,10 @@ impl Held {
 /// Where a register's pieces go: `(tag of the packet, piece)`.
 pub type Out<'o> = &'o mut dyn FnMut(u16, Piece<'_>);
 
-/// `repr(C)`, hot fields first: with thousands of streams every packet finds its stream cold in
-/// the cache, so what a packet reads (position, held count, counters to harvest) shares lines.
+/// `repr(C)`: with thousands of streams every packet finds its stream cold in the cache, so
+/// the register keeps inline only what an in-order packet reads (position, flags, how many
+/// packets are held: 16 bytes), and boxes the rest (held packets, counters, spare buffers),
+/// which only loss, reordering and RED recovery reach.
 #[derive(Debug, Default)]
 #[repr(C)]
 pub struct Register {
@@ -128,12 +130,23 @@ pub struct Register {
     /// Most redundant generations seen on this stream, capped at 255 (RFC 4103 senders use 2
     /// or 3): a byte keeps the register's hot head small.
     generations: u8,
+    /// `cold.held.len()`, kept here so the in-order test does not reach the box (at most
+    /// [`MAX_HELD`]).
+    holding: u8,
+    cold: Box<Cold>,
+}
+
+/// The part of a register that only loss, reordering and recovery reach.
+#[derive(Debug, Default)]
+struct Cold {
     /// Sorted by distance from `expected`.
     held: Vec<Held>,
-    pub stats: RegisterStats,
+    stats: RegisterStats,
     /// Buffers of delivered held packets, reused.
     spare: Vec<Vec<u8>>,
 }
+
+const _: () = assert!(MAX_HELD <= u8::MAX as usize);
 
 /// A packet's redundant generation count, as the register keeps it.
 #[inline]
@@ -142,9 +155,18 @@ fn generations(p: &RedPayload<'_>) -> u8 {
 }
 
 impl Register {
-    /// Bytes of the register's head, what the in-order path reads (position, held packets);
-    /// counters and spare buffers follow.
-    pub const HOT_BYTES: usize = std::mem::offset_of!(Register, stats);
+    /// Bytes of the register's head, what the in-order path reads; the box follows.
+    pub const HOT_BYTES: usize = std::mem::offset_of!(Register, cold);
+
+    /// Counters since they were last taken.
+    pub fn stats(&self) -> &RegisterStats {
+        &self.cold.stats
+    }
+
+    /// The counters, zeroed here; `None` (without a write) when nothing was counted.
+    pub fn take_stats(&mut self) -> Option<RegisterStats> {
+        (self.cold.stats != RegisterStats::default()).then(|| std::mem::take(&mut self.cold.stats))
+    }
 
     pub fn new() -> Self {
         Self::default()
@@ -177,7 +199,8 @@ impl Register {
 
     /// When the oldest held packet stops waiting for its gap.
     pub fn deadline(&self, wait: std::time::Duration) -> Option<Time> {
-        self.held
+        self.cold
+            .held
             .iter()
             .map(|h| h.at)
             .min()
@@ -185,7 +208,7 @@ impl Register {
     }
 
     pub fn held(&self) -> usize {
-        self.held.len()
+        usize::from(self.holding)
     }
 
     /// The common case, decided without the full state machine: `seq` is the next expected
@@ -195,7 +218,7 @@ impl Register {
     /// through [`Register::receive`].
     #[inline]
     pub fn advance_in_order(&mut self, seq: u16, red: Option<&RedPayload<'_>>) -> bool {
-        if self.expected != Some(seq) || !self.held.is_empty() || self.head_wait {
+        if self.expected != Some(seq) || self.holding != 0 || self.head_wait {
             return false;
         }
         if let Some(p) = red {
@@ -232,7 +255,7 @@ impl Register {
             self.head_wait = true;
             self.expected = Some(seq);
             self.hold(now, &a, 0);
-            self.stats.reordered += 1;
+            self.cold.stats.reordered += 1;
             return Ok(Outcome::Held);
         };
         let ahead = seq.wrapping_sub(expected);
@@ -240,25 +263,25 @@ impl Register {
         if ahead >= MAX_DROPOUT && behind > MAX_MISORDER {
             if self.bad_seq == Some(seq) {
                 // Two sequential packets after a jump: the sender restarted its sequence.
-                self.stats.restarts += 1;
+                self.cold.stats.restarts += 1;
                 self.give_up_all(out);
                 self.bad_seq = None;
                 if a.by_ts {
                     self.deliver(&a, 0, 1, out);
                 } else {
-                    self.stats.lost += 1;
+                    self.cold.stats.lost += 1;
                     out(a.tag, Piece::Lost);
                     self.deliver(&a, 0, 0, out);
                 }
                 self.expected = Some(seq.wrapping_add(1));
                 return Ok(Outcome::Delivered);
             }
-            self.stats.jumps += 1;
+            self.cold.stats.jumps += 1;
             self.bad_seq = Some(seq.wrapping_add(1));
             return Ok(Outcome::Jump);
         }
-        if self.held.iter().any(|h| h.seq == seq) {
-            self.stats.stale += 1;
+        if self.cold.held.iter().any(|h| h.seq == seq) {
+            self.cold.stats.stale += 1;
             return Ok(Outcome::Stale);
         }
         if self.head_wait && ahead >= 0x8000 {
@@ -272,10 +295,10 @@ impl Register {
                 self.drain(out);
                 return Ok(Outcome::Delivered);
             }
-            if self.held.len() >= MAX_HELD {
+            if self.cold.held.len() >= MAX_HELD {
                 // The wait for the head is bounded like any other: a sender walking its
                 // sequence numbers backwards would otherwise be held (copied) without limit.
-                self.stats.stale += 1;
+                self.cold.stats.stale += 1;
                 return Ok(Outcome::Stale);
             }
             self.expected = Some(seq);
@@ -283,7 +306,7 @@ impl Register {
             return Ok(Outcome::Held);
         }
         if ahead >= 0x8000 {
-            self.stats.stale += 1;
+            self.cold.stats.stale += 1;
             return Ok(Outcome::Stale);
         }
         if ahead == 0 {
@@ -293,17 +316,17 @@ impl Register {
             return Ok(Outcome::Delivered);
         }
         // Ahead of a gap: hold a copy, then see whether redundancy already closes the gap.
-        if self.held.len() >= MAX_HELD {
+        if self.cold.held.len() >= MAX_HELD {
             self.give_up_oldest(out);
         }
         let exp = self.expected.unwrap_or(seq);
         self.hold(now, &a, exp);
-        let before = self.held.len();
+        let before = self.cold.held.len();
         self.drain(out);
-        Ok(if self.held.len() < before {
+        Ok(if self.cold.held.len() < before {
             Outcome::Delivered
         } else {
-            self.stats.reordered += 1;
+            self.cold.stats.reordered += 1;
             Outcome::Held
         })
     }
@@ -311,7 +334,7 @@ impl Register {
     /// Keeps a copy of a packet, in order of distance from `from`.
     fn hold(&mut self, now: Time, a: &Arrival<'_>, from: u16) {
         let seq = a.seq;
-        let mut buf = self.spare.pop().unwrap_or_default();
+        let mut buf = self.cold.spare.pop().unwrap_or_default();
         buf.clear();
         buf.extend_from_slice(a.payload);
         let from = if self.head_wait {
@@ -320,9 +343,10 @@ impl Register {
             from
         };
         let pos = self
+            .cold
             .held
             .partition_point(|h| h.seq.wrapping_sub(from) < seq.wrapping_sub(from));
-        self.held.insert(
+        self.cold.held.insert(
             pos,
             Held {
                 seq,
@@ -335,6 +359,7 @@ impl Register {
                 payload: buf,
             },
         );
+        self.holding += 1;
     }
 
     /// Gives up on gaps whose wait has expired: recovers what redundancy holds, marks the rest.
@@ -350,17 +375,18 @@ impl Register {
     }
 
     fn give_up_all(&mut self, out: Out<'_>) {
-        while !self.held.is_empty() {
+        while !self.cold.held.is_empty() {
             self.give_up_oldest(out);
         }
     }
 
     /// Delivers the first held packet, giving up the gap in front of it.
     fn give_up_oldest(&mut self, out: Out<'_>) {
-        let (Some(expected), false) = (self.expected, self.held.is_empty()) else {
+        let (Some(expected), false) = (self.expected, self.cold.held.is_empty()) else {
             return;
         };
-        let h = self.held.remove(0);
+        let h = self.cold.held.remove(0);
+        self.holding -= 1;
         if self.head_wait {
             // Nothing earlier came: the stream's head was lost (RFC 4103 5.3: mark it), unless
             // this packet's redundancy reaches back to the session's start.
@@ -368,14 +394,14 @@ impl Register {
             let a = h.arrival();
             let head_lost = !a.marker && !self.starts_session(&a);
             if head_lost {
-                self.stats.head_lost += 1;
+                self.cold.stats.head_lost += 1;
             }
             if head_lost && !a.by_ts {
                 out(a.tag, Piece::Lost);
             }
             self.deliver(&a, usize::MAX, usize::from(head_lost), out);
             self.expected = Some(h.seq.wrapping_add(1));
-            self.spare.push(h.payload);
+            self.cold.spare.push(h.payload);
             self.drain(out);
             return;
         }
@@ -390,21 +416,21 @@ impl Register {
             // redundancy; losing those loses no text. Those the marker packet's own redundancy
             // does not already account for are presumed to be that tail, not marked.
             let tail = unrecovered.min(usize::from(self.generations).saturating_sub(carried));
-            self.stats.idle_tail += tail as u64;
+            self.cold.stats.idle_tail += tail as u64;
             unrecovered -= tail;
         }
         if a.by_ts {
             // Whose text the gap held is the speakers' to tell (they count what they mark).
             self.deliver(&a, 0, unrecovered, out);
         } else {
-            self.stats.lost += unrecovered as u64;
+            self.cold.stats.lost += unrecovered as u64;
             for _ in 0..unrecovered {
                 out(a.tag, Piece::Lost);
             }
             self.deliver(&a, covered, 0, out);
         }
         self.expected = Some(h.seq.wrapping_add(1));
-        self.spare.push(h.payload);
+        self.cold.spare.push(h.payload);
         self.drain(out);
     }
 
@@ -414,15 +440,16 @@ impl Register {
         if self.head_wait {
             return;
         }
-        while let (Some(expected), Some(h)) = (self.expected, self.held.first()) {
+        while let (Some(expected), Some(h)) = (self.expected, self.cold.held.first()) {
             let gap = usize::from(h.seq.wrapping_sub(expected));
             if gap > self.redundancy(&h.arrival()) {
                 break;
             }
-            let h = self.held.remove(0);
+            let h = self.cold.held.remove(0);
+            self.holding -= 1;
             self.deliver(&h.arrival(), gap, 0, out);
             self.expected = Some(h.seq.wrapping_add(1));
-            self.spare.push(h.payload);
+            self.cold.spare.push(h.payload);
         }
     }
 }
@@ -473,7 +500,7 @@ impl Register {
         let take = recover.min(gens);
         for block in p.redundant_blocks().skip(gens - take) {
             if recover != usize::MAX {
-                self.stats.recovered += 1;
+                self.cold.stats.recovered += 1;
             }
             out(a.tag, Piece::Text(block.data));
         }
@@ -569,7 +596,7 @@ mod tests {
         assert_eq!(r.reg.deadline(WAIT), Some(Time::from_millis(1001)));
         assert_eq!(r.plain(3, 2, false, "b"), Outcome::Delivered);
         assert_eq!(r.text, "abcd");
-        assert_eq!(r.reg.stats.lost, 0);
+        assert_eq!(r.reg.stats().lost, 0);
         // Late duplicates of delivered packets are stale.
         assert_eq!(r.plain(4, 3, false, "c"), Outcome::Stale);
     }
@@ -583,7 +610,7 @@ mod tests {
         assert_eq!(r.text, "a");
         r.expire(1100);
         assert_eq!(r.text, "a~~d");
-        assert_eq!(r.reg.stats.lost, 2);
+        assert_eq!(r.reg.stats().lost, 2);
         // The late packet now is stale: its place was already marked.
         assert_eq!(r.plain(1200, 2, false, "b"), Outcome::Stale);
     }
@@ -595,7 +622,7 @@ mod tests {
         // 2 and 3 lost; 4 carries them.
         assert_eq!(r.red(900, 4, false, &["b", "c"], "d"), Outcome::Delivered);
         assert_eq!(r.text, "abcd");
-        assert_eq!(r.reg.stats.recovered, 2);
+        assert_eq!(r.reg.stats().recovered, 2);
         // 3 arrives late: nothing repeats.
         assert_eq!(r.red(901, 3, false, &["a", "b"], "c"), Outcome::Stale);
         assert_eq!(r.text, "abcd");
@@ -609,7 +636,7 @@ mod tests {
         assert_eq!(r.red(300, 5, false, &["c", "d"], "e"), Outcome::Held);
         r.expire(1300);
         assert_eq!(r.text, "a~cde");
-        assert_eq!((r.reg.stats.lost, r.reg.stats.recovered), (1, 2));
+        assert_eq!((r.reg.stats().lost, r.reg.stats().recovered), (1, 2));
     }
 
     #[test]
@@ -623,7 +650,7 @@ mod tests {
         r.red(5000, 4, true, &["", ""], "yo");
         r.expire(6000);
         assert_eq!(r.text, "hiyo");
-        assert_eq!(r.reg.stats.lost, 0);
+        assert_eq!(r.reg.stats().lost, 0);
     }
 
     #[test]
@@ -634,7 +661,7 @@ mod tests {
         r.red(5000, 4, true, &[], "yo");
         r.expire(6000);
         assert_eq!(r.text, "hiyo");
-        assert_eq!(r.reg.stats.idle_tail, 2);
+        assert_eq!(r.reg.stats().idle_tail, 2);
         // Without the marker the same gap is loss.
         let mut r = Rig::new();
         r.red(0, 1, true, &["", ""], "hi");
@@ -651,7 +678,7 @@ mod tests {
         r.red(5000, 5, true, &["", ""], "b");
         r.expire(6000);
         assert_eq!(r.text, "a~b");
-        assert_eq!(r.reg.stats.lost, 1);
+        assert_eq!(r.reg.stats().lost, 1);
     }
 
     #[test]
@@ -670,7 +697,7 @@ mod tests {
         assert_eq!(r.text, "");
         r.expire(1000);
         assert_eq!(r.text, "~xyz");
-        assert_eq!(r.reg.stats.head_lost, 1);
+        assert_eq!(r.reg.stats().head_lost, 1);
     }
 
     #[test]
@@ -679,7 +706,7 @@ mod tests {
         assert_eq!(r.plain(0, 11, false, " world"), Outcome::Held);
         assert_eq!(r.plain(10, 10, true, "\u{feff}Hello"), Outcome::Delivered);
         assert_eq!(r.text, "\u{feff}Hello world");
-        assert_eq!(r.reg.stats.head_lost, 0);
+        assert_eq!(r.reg.stats().head_lost, 0);
     }
 
     #[test]
@@ -691,7 +718,7 @@ mod tests {
             Outcome::Delivered
         );
         assert_eq!(r.text, "\u{feff}Hi there");
-        assert_eq!(r.reg.stats.head_lost, 0);
+        assert_eq!(r.reg.stats().head_lost, 0);
     }
 
     #[test]
@@ -711,7 +738,7 @@ mod tests {
         assert_eq!(r.plain(2, 40_001, false, "y"), Outcome::Delivered);
         assert_eq!(r.plain(3, 40_002, false, "z"), Outcome::Delivered);
         assert_eq!(r.text, "a~yz");
-        assert_eq!(r.reg.stats.restarts, 1);
+        assert_eq!(r.reg.stats().restarts, 1);
         // A single stray far-off packet is dropped and changes nothing.
         assert_eq!(r.plain(4, 9, false, "!"), Outcome::Jump);
         assert_eq!(r.plain(5, 40_003, false, "w"), Outcome::Delivered);
@@ -735,8 +762,8 @@ mod tests {
         }
         assert_eq!(r.reg.held(), MAX_HELD);
         assert_eq!(refused, 2_000 - MAX_HELD as u64);
-        assert_eq!(r.reg.stats.stale + r.reg.stats.jumps, refused);
-        assert!(r.reg.stats.stale > 0);
+        assert_eq!(r.reg.stats().stale + r.reg.stats().jumps, refused);
+        assert!(r.reg.stats().stale > 0);
         // The wait still ends: the oldest held is given up as the head, the rest follow.
         r.expire(2_000);
         assert_eq!(r.reg.held(), 0);

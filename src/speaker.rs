@@ -79,16 +79,15 @@ impl std::fmt::Display for KeyPrefix<'_> {
     }
 }
 
-/// `repr(C)`, what a packet touches first (voice, decoder, chunker, idle clock, counters to
-/// harvest), then the join flags; who the speaker is to PVP and what it sent last, read only
-/// when it joins or a chunk is sent, is boxed ([`Profile`]). The stream keeps its first speaker
-/// inline, and with thousands of streams every packet finds it cold in the cache: this way the
-/// speaker's hot part and the stream's register share four lines.
+/// `repr(C)`, what an in-order packet touches first (chunker, idle clock, counters to
+/// harvest, decoder), then what it does not: the voice (the stream remembers which speaker is
+/// its own, `Stream::own`), mixer timestamps and join flags; who the speaker is to PVP and what
+/// it sent last, read only when it joins or a chunk is sent, is boxed ([`Profile`]). The stream
+/// keeps its first speaker inline, and with thousands of streams every packet finds it cold in
+/// the cache: this way the speaker's hot part and the stream's head share three lines.
 #[derive(Debug)]
 #[repr(C)]
 pub struct Speaker {
-    pub voice: Voice,
-    pub decoder: Decoder,
     pub chunker: Chunker,
     /// Last time text changed the buffer; the idle flush counts from here.
     pub last_text: Time,
@@ -96,6 +95,9 @@ pub struct Speaker {
     /// 32 bits: harvested after every packet (see `DecodeCounts`).
     pub recovered: u32,
     pub lost: u32,
+    /// Last of the hot part: its counters, read after every packet, end it.
+    pub decoder: Decoder,
+    pub voice: Voice,
     /// Newest RTP timestamp delivered, for redundancy placed by timestamp (mixer streams).
     pub last_ts: Option<u32>,
     /// Joined the PVP session: done lazily, before the speaker's first envelope, so a stream
@@ -104,6 +106,11 @@ pub struct Speaker {
     /// The stream mapping refused this speaker: it never joins, its text is counted and dropped.
     pub refused: bool,
     pub profile: Box<Profile>,
+}
+
+impl Speaker {
+    /// Bytes of the part an in-order packet reads.
+    pub const HOT_BYTES: usize = std::mem::offset_of!(Speaker, voice);
 }
 
 /// Who a speaker is to PVP, and what it sent last.
