@@ -935,6 +935,12 @@ impl Gateway {
         let covered = !gapped && s.register.held() == 0 && s.timer <= soonest;
         if !covered {
             self.arm(slot);
+            // A packet that closes a gap can leave an idle flush the gap held back overdue:
+            // it fires now, at its own deadline, as the timers due before the packet did, so
+            // no timer is left behind the clock (`poll_timeout` stays ahead of `now`).
+            while let Some(t) = self.poll_timeout().filter(|&t| t <= now) {
+                self.handle_timeout(t);
+            }
         }
     }
 

@@ -926,10 +926,10 @@ fn an_idle_flush_held_back_by_a_gap_is_due_as_soon_as_the_gap_closes() {
     gw.handle_timeout(at(500));
     assert!(adds(&drain(&mut gw)).is_empty(), "no idle flush mid-gap");
     assert_eq!(gw.poll_timeout(), Some(at(700)));
-    // 2 (empty too) closes the gap with no new text: the idle flush was due at 500.
+    // 2 (empty too) closes the gap with no new text: the idle flush was due at 500, so it
+    // fires with the packet, and no timer is left behind the clock.
     gw.handle_datagram(at(650), addr(4000), &t140(2, 7, ""));
-    assert_eq!(gw.poll_timeout(), Some(at(500)));
-    gw.handle_timeout(at(650));
+    assert!(gw.poll_timeout().is_some_and(|t| t > at(650)));
     let out = drain(&mut gw);
     let got = adds(&out);
     assert_eq!(got.len(), 1, "{got:?}");
