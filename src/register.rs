@@ -208,6 +208,7 @@ impl Register {
     }
 
     pub fn held(&self) -> usize {
+        debug_assert_eq!(usize::from(self.holding), self.cold.held.len());
         usize::from(self.holding)
     }
 
