@@ -361,6 +361,8 @@ impl Register {
             },
         );
         self.holding += 1;
+        // Every path that holds checks the bound first (fuzzing runs with debug assertions).
+        debug_assert!(self.cold.held.len() <= MAX_HELD);
     }
 
     /// Gives up on gaps whose wait has expired: recovers what redundancy holds, marks the rest.
