@@ -630,9 +630,7 @@ impl Gateway {
     pub fn handle_datagram(&mut self, now: Time, source: SocketAddr, data: &[u8]) {
         // Timers due before this packet fire first, each at its own deadline, so replay
         // matches what happened on the wire (text released and flushes cut when they were due).
-        while let Some(t) = self.poll_timeout().filter(|&t| t <= now) {
-            self.handle_timeout(t);
-        }
+        self.fire_due(now);
         self.emit.stats.datagrams += 1;
         self.emit.stats.bytes += data.len() as u64;
         let admitted = self.admission.admit(now, source).map_err(|r| match r {
@@ -936,11 +934,26 @@ impl Gateway {
         if !covered {
             self.arm(slot);
             // A packet that closes a gap can leave an idle flush the gap held back overdue:
-            // it fires now, at its own deadline, as the timers due before the packet did, so
-            // no timer is left behind the clock (`poll_timeout` stays ahead of `now`).
-            while let Some(t) = self.poll_timeout().filter(|&t| t <= now) {
-                self.handle_timeout(t);
-            }
+            // it fires now, as the timers due before the packet did, so no timer is left
+            // behind the clock (`poll_timeout` stays ahead of `now`).
+            self.fire_due(now);
+        }
+    }
+
+    /// Fires every timer due by `now`, each at its own deadline (in time order), so envelope
+    /// timestamps are those of the deadlines, not of when the gateway noticed them. The test
+    /// is inline; the firing, rare per packet, is not, so it stays out of the packet path.
+    #[inline]
+    fn fire_due(&mut self, now: Time) {
+        if self.poll_timeout().is_some_and(|t| t <= now) {
+            self.fire_due_from(now);
+        }
+    }
+
+    #[inline(never)]
+    fn fire_due_from(&mut self, now: Time) {
+        while let Some(t) = self.poll_timeout().filter(|&t| t <= now) {
+            self.handle_timeout(t);
         }
     }
 
