@@ -127,12 +127,12 @@ impl Chunker {
         }
     }
 
-    /// Backspaces that erased text already handed out as chunks, since the last call.
     /// Backspaces past the buffer wait to be taken ([`Chunker::take_erase_sent`]).
     pub fn erase_pending(&self) -> bool {
         self.erase_sent > 0
     }
 
+    /// Backspaces that erased text already handed out as chunks, since the last call.
     pub fn take_erase_sent(&mut self) -> usize {
         std::mem::take(&mut self.erase_sent) as usize
     }

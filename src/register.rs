@@ -365,6 +365,13 @@ impl Register {
         debug_assert!(self.cold.held.len() <= MAX_HELD);
     }
 
+    /// Takes the first held packet out; with [`Register::hold`] the only places that change
+    /// the held packets, so `holding` follows them.
+    fn unhold_first(&mut self) -> Held {
+        self.holding -= 1;
+        self.cold.held.remove(0)
+    }
+
     /// Gives up on gaps whose wait has expired: recovers what redundancy holds, marks the rest.
     pub fn expire(&mut self, now: Time, wait: std::time::Duration, out: Out<'_>) {
         while self.deadline(wait).is_some_and(|d| d <= now) {
@@ -388,8 +395,7 @@ impl Register {
         let (Some(expected), false) = (self.expected, self.cold.held.is_empty()) else {
             return;
         };
-        let h = self.cold.held.remove(0);
-        self.holding -= 1;
+        let h = self.unhold_first();
         if self.head_wait {
             // Nothing earlier came: the stream's head was lost (RFC 4103 5.3: mark it), unless
             // this packet's redundancy reaches back to the session's start.
@@ -448,8 +454,7 @@ impl Register {
             if gap > self.redundancy(&h.arrival()) {
                 break;
             }
-            let h = self.cold.held.remove(0);
-            self.holding -= 1;
+            let h = self.unhold_first();
             self.deliver(&h.arrival(), gap, 0, out);
             self.expected = Some(h.seq.wrapping_add(1));
             self.cold.spare.push(h.payload);

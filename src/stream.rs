@@ -207,6 +207,14 @@ mod tests {
     use super::*;
     use crate::speaker::Voice;
 
+    fn stream() -> Stream {
+        let k = StreamKey {
+            source: "127.0.0.1:4000".parse().unwrap(),
+            ssrc: 1,
+        };
+        Stream::new(k, 0, Time(0), RedFormat::Rfc2198, false)
+    }
+
     #[test]
     fn ids_are_derived_from_the_stream() {
         let k = StreamKey {
@@ -234,11 +242,7 @@ mod tests {
     /// speaker's hot part: they must stay within three cache lines.
     #[test]
     fn the_packet_path_fits_in_three_cache_lines() {
-        let k = StreamKey {
-            source: "127.0.0.1:4000".parse().unwrap(),
-            ssrc: 1,
-        };
-        let mut s = Stream::new(k, 0, Time(0), RedFormat::Rfc2198, false);
+        let mut s = stream();
         s.speaker(VoiceRef::Ssrc, Time(0), 10);
         let base = &s as *const Stream as usize;
         let speaker = &s.speakers[0] as *const Speaker as usize - base;
@@ -254,11 +258,7 @@ mod tests {
 
     #[test]
     fn the_own_speaker_is_found_by_index() {
-        let k = StreamKey {
-            source: "127.0.0.1:4000".parse().unwrap(),
-            ssrc: 1,
-        };
-        let mut s = Stream::new(k, 0, Time(0), RedFormat::Rfc2198, false);
+        let mut s = stream();
         assert_eq!(s.own, NO_SPEAKER);
         // A mixer's speaker first: the stream's own voice comes second.
         assert_eq!(s.speaker(VoiceRef::Csrc(7), Time(0), 10), (0, true));
@@ -277,11 +277,7 @@ mod tests {
 
     #[test]
     fn speakers_are_bounded() {
-        let k = StreamKey {
-            source: "127.0.0.1:4000".parse().unwrap(),
-            ssrc: 1,
-        };
-        let mut s = Stream::new(k, 0, Time(0), RedFormat::Rfc2198, false);
+        let mut s = stream();
         assert_eq!(s.speaker(VoiceRef::Ssrc, Time(0), 10), (0, true));
         assert_eq!(s.speaker(VoiceRef::Ssrc, Time(0), 10), (0, false));
         for c in 0..100 {
