@@ -115,6 +115,19 @@ struct Common {
     /// receiver does the same) [default: the gateway's default, 8 MiB; --drain: N * 2048].
     #[arg(long)]
     recv_buffer: Option<u64>,
+    /// Order in which the streams first reach the receiver, and so where the gateway keeps
+    /// them. `sweep`: socket by socket, so every later batch from a socket visits streams the
+    /// gateway keeps side by side, which the hardware prefetcher follows. `shuffled`: a fixed
+    /// random order, so a batch visits streams scattered over the gateway's memory, as
+    /// independent senders do (docs/performance.md, section 10).
+    #[arg(long, value_enum, default_value_t = OpenOrder::Sweep)]
+    open_order: OpenOrder,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum OpenOrder {
+    Sweep,
+    Shuffled,
 }
 
 #[derive(Args, Debug)]
@@ -989,15 +1002,32 @@ impl Traffic {
             let j = self.next_of[s];
             self.next_of[s] = (j + 1) % count;
             // Streams s, s + m, s + 2m, ...
-            let t = &mut self.talkers[s + j * m];
-            t.vt = t.vt.saturating_add(BUFFER_TIME);
-            t.sender
-                .push_text(t.vt, &self.words[t.word % self.words.len()]);
-            t.word += 1;
-            while let Some(p) = t.sender.poll_packet(t.vt) {
-                self.batch.push(p);
-            }
+            self.type_next(s + j * m);
         }
+        self.send_batch_on(s)
+    }
+
+    /// Stream `i`'s next packet, alone (its socket is `i % sockets`).
+    fn send_one(&mut self, i: usize) -> u64 {
+        self.batch.clear();
+        self.type_next(i);
+        self.send_batch_on(i % self.socks.len())
+    }
+
+    /// Stream `i` types its next word: its packets join the batch.
+    fn type_next(&mut self, i: usize) {
+        let t = &mut self.talkers[i];
+        t.vt = t.vt.saturating_add(BUFFER_TIME);
+        t.sender
+            .push_text(t.vt, &self.words[t.word % self.words.len()]);
+        t.word += 1;
+        while let Some(p) = t.sender.poll_packet(t.vt) {
+            self.batch.push(p);
+        }
+    }
+
+    /// Sends the batch on socket `s`; returns how many packets it held.
+    fn send_batch_on(&mut self, s: usize) -> u64 {
         match send_many(&self.socks[s], &self.batch) {
             Ok(n) => {
                 self.sent += n as u64;
@@ -1009,9 +1039,28 @@ impl Traffic {
         self.batch.len() as u64
     }
 
-    /// One packet from every stream (opens them all), at about `pps`.
-    fn open_all(&mut self, pps: u64) {
+    /// One packet from every stream (opens them all), at about `pps`, socket by socket or in a
+    /// fixed random order.
+    fn open_all(&mut self, pps: u64, order: OpenOrder) {
         let start = Instant::now();
+        if order == OpenOrder::Shuffled {
+            let mut streams: Vec<usize> = (0..self.talkers.len()).collect();
+            // Fisher-Yates with a fixed xorshift: the same order every run.
+            let mut x = 0x9e37_79b9_7f4a_7c15u64;
+            for i in (1..streams.len()).rev() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                streams.swap(i, (x % (i as u64 + 1)) as usize);
+            }
+            for (done, i) in streams.into_iter().enumerate() {
+                self.send_one(i);
+                while done as f64 > start.elapsed().as_secs_f64() * pps as f64 {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+            return;
+        }
         let mut done = 0u64;
         for s in 0..self.socks.len() {
             let mut left = self.count(s) as u64;
@@ -1161,11 +1210,14 @@ fn run_rate(target: Target, a: &RateArgs) -> Res<Report> {
     if a.common.pin && cores() >= 2 {
         pin_current_thread(1);
     }
-    traffic.open_all(if a.pps == 0 {
-        20_000
-    } else {
-        a.pps.min(20_000)
-    });
+    traffic.open_all(
+        if a.pps == 0 {
+            20_000
+        } else {
+            a.pps.min(20_000)
+        },
+        a.common.open_order,
+    );
     let mut base = child.settle(traffic.sent);
     let warm_cpu = child.cpu() - warm_cpu0;
     eprintln!(
@@ -1315,8 +1367,9 @@ fn rate(a: &RateArgs) -> Res<()> {
         return drain(a, n);
     }
     println!(
-        "loadtest: {} streams, {} pps{}, {} s windows, RED {}, workers {}, {} source ports, pin {}",
+        "loadtest: {} streams (opened {:?}), {} pps{}, {} s windows, RED {}, workers {}, {} source ports, pin {}",
         a.streams,
+        a.common.open_order,
         if a.pps == 0 {
             "max".to_string()
         } else {
@@ -1801,11 +1854,14 @@ fn run_drain(target: Target, a: &RateArgs, common: &Common, n: u64) -> Res<Drain
         pin_current_thread(1);
     }
     // The rate mode's warm-up: every stream sends its first packet (opens the stream), gently.
-    traffic.open_all(if a.pps == 0 {
-        20_000
-    } else {
-        a.pps.min(20_000)
-    });
+    traffic.open_all(
+        if a.pps == 0 {
+            20_000
+        } else {
+            a.pps.min(20_000)
+        },
+        common.open_order,
+    );
     let base = child.settle(traffic.sent);
     // The warm-up's text is flushed 2 s after it arrived (the gateway's idle flush): that
     // happens now, not inside the measurement. Then the receiver's idle CPU, for reference.
@@ -2018,13 +2074,14 @@ fn drain(a: &RateArgs, n: u64) -> Res<()> {
     let mut common = a.common.clone();
     common.recv_buffer = Some(want);
     println!(
-        "loadtest drain: {n} datagrams queued per receiver while it is stopped, then drained alone on {}; {} streams, RED {}, workers {}, {} source ports",
+        "loadtest drain: {n} datagrams queued per receiver while it is stopped, then drained alone on {}; {} streams (opened {:?}), RED {}, workers {}, {} source ports",
         if a.common.pin && cores() >= 2 {
             "CPU 0"
         } else {
             "an unpinned core"
         },
         a.streams,
+        a.common.open_order,
         a.red,
         a.common.workers,
         a.common.sockets.min(a.streams),
