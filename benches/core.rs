@@ -133,6 +133,26 @@ fn bench_gateway(c: &mut Criterion) {
             );
         }
     }
+    // Arrivals in a random order, as a gateway with thousands of independent senders sees
+    // them: the hardware prefetcher cannot follow from one stream's memory to the next as it
+    // follows the sweep above, so each packet pays its misses. One at a time, and in batches
+    // of 32 loaded together first (`Gateway::warm`), which is how the UDP loop feeds the core.
+    for red in [false, true] {
+        let streams = 10_000;
+        let kind = if red { "red2" } else { "plain" };
+        let mut t = Traffic::shuffled(streams, red);
+        g.throughput(Throughput::Elements(1));
+        g.bench_function(format!("{kind}_{streams}streams_shuffled"), |b| {
+            b.iter(|| t.step())
+        });
+        g.throughput(Throughput::Elements(32));
+        g.bench_function(
+            format!("{kind}_{streams}streams_shuffled_batch32_warm"),
+            |b| b.iter(|| t.step_batch(32, true)),
+        );
+        assert_eq!(t.gw.stats().drops_total(), 0);
+        assert_eq!(t.gw.stats().streams_live, streams as u64);
+    }
     g.finish();
 }
 

@@ -17,7 +17,7 @@ mod traffic;
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let usage = "usage: core_drive STREAMS plain|red PACKETS";
+    let usage = "usage: core_drive STREAMS plain|red PACKETS [shuffled]";
     let streams: usize = args.next().and_then(|a| a.parse().ok()).expect(usage);
     let red = match args.next().as_deref() {
         Some("red") => true,
@@ -25,10 +25,26 @@ fn main() {
         _ => panic!("{usage}"),
     };
     let packets: usize = args.next().and_then(|a| a.parse().ok()).expect(usage);
-    let mut t = traffic::Traffic::new(streams, red);
+    let mut t = match args.next().as_deref() {
+        None => traffic::Traffic::new(streams, red),
+        Some("sweep") => traffic::Traffic::new(streams, red),
+        Some("shuffled") => traffic::Traffic::shuffled(streams, red),
+        Some(o) => panic!("unknown order {o}: {usage}"),
+    };
+    let batch = args.next();
     let started = std::time::Instant::now();
-    for _ in 0..packets {
-        t.step();
+    match batch.as_deref() {
+        None | Some("single") => {
+            for _ in 0..packets {
+                t.step();
+            }
+        }
+        Some(b) => {
+            let warm = b == "warm";
+            for _ in 0..packets / 32 {
+                t.step_batch(32, warm);
+            }
+        }
     }
     let ns = started.elapsed().as_nanos() as f64 / packets.max(1) as f64;
     eprintln!(

@@ -63,6 +63,13 @@ pub struct Chunker {
 }
 
 impl Chunker {
+    /// Loads the buffer's last byte, which shares a cache line with where the next text is
+    /// stored: see [`crate::stream::Stream::touch`].
+    #[inline]
+    pub fn touch(&self) -> u8 {
+        self.buf.as_bytes().last().copied().unwrap_or(self.tail)
+    }
+
     pub fn new(max_chars: usize) -> Self {
         Chunker {
             buf: String::new(),

@@ -132,6 +132,17 @@ impl Stream {
         }
     }
 
+    /// Loads a value from each of the three cache lines an in-order packet of this stream
+    /// reads (the timer and register head; the own speaker's chunker; its idle clock and
+    /// decoder) and folds them into one, for [`crate::Gateway::warm`]. Also returns the own
+    /// speaker, whose text buffer is a fourth line, loaded once this one's have arrived.
+    #[inline]
+    pub fn touch(&self) -> (u64, Option<&Speaker>) {
+        let own = self.speakers.get(usize::from(self.own));
+        let v = own.map_or(0, |s| s.last_text.0);
+        (self.timer.0 ^ v, own)
+    }
+
     /// The speaker for `voice`, and whether it is new (and must join). Beyond
     /// [`MAX_SPEAKERS`] the stream's own voice speaks for the rest.
     pub fn speaker(

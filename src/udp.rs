@@ -185,8 +185,8 @@ pub async fn run_sink(
 
 /// Datagrams read from the socket before the core sees them: the kernel's receive path and
 /// the core then each run over a batch, not alternately per datagram, so each keeps its code
-/// and data in cache.
-const BATCH: usize = 32;
+/// and data in cache, and the core loads the batch's streams together (`Gateway::warm`).
+const BATCH: usize = crate::gateway::WARM_BATCH;
 
 /// The receive arena: a batch of typical datagrams, plus room for one of the largest UDP
 /// payload, which is the space every read asks for.
@@ -226,8 +226,14 @@ fn drain_socket(socket: &UdpSocket, gw: &mut Gateway, buf: &mut [u8], clock: &Cl
             }
         }
         let now = clock.now();
-        for &(at, len, src) in &batch[..n] {
-            gw.handle_datagram(now, src, &buf[at..at + len]);
+        let datagrams = batch[..n]
+            .iter()
+            .map(|&(at, len, src)| (src, &buf[at..at + len]));
+        // The batch's streams are loaded together before any is handled, so their cache
+        // misses overlap (`Gateway::warm`).
+        gw.warm(datagrams.clone());
+        for (src, datagram) in datagrams {
+            gw.handle_datagram(now, src, datagram);
         }
         read += n;
         if !more || read >= RECV_BUDGET {

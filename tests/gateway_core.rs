@@ -979,3 +979,58 @@ fn decoder_anomalies_on_in_order_packets_reach_the_stats() {
     let got = adds(&drain(&mut gw));
     assert_eq!(got[0].1, "start ring x\u{fffd}yend.");
 }
+
+/// `Gateway::warm` is a hint for batches: with enough streams for it to do its work, a gateway
+/// warmed before every batch (junk datagrams included) emits byte for byte what one that is
+/// never warmed emits, and counts the same.
+#[test]
+fn warming_a_batch_changes_nothing() {
+    let streams = pvp_t140::gateway::WARM_FROM as u32 + 100;
+    let cfg = || Config {
+        session: "warm".into(),
+        max_streams: streams as usize + 1,
+        max_pps_per_source: 0,
+        id_seed: 7,
+        ..Config::default()
+    };
+    let (mut plain, mut warmed) = (Gateway::new(cfg()), Gateway::new(cfg()));
+    let words = ["Hi ", "there. ", "Bye", "\u{8}", "! "];
+    let mut datagrams: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
+    for round in 0..words.len() as u16 {
+        for s in 0..streams {
+            let source = SocketAddr::from(([10, 1, (s >> 8) as u8, s as u8], 5004));
+            // Streams in a scrambled order, and junk among them: too short, and an unknown SSRC.
+            let ssrc = (s * 7919) % streams;
+            datagrams.push((source, t140(round + 1, ssrc, words[usize::from(round)])));
+            if s % 97 == 0 {
+                datagrams.push((source, vec![0x80; 7]));
+                datagrams.push((source, t140(1, 0xdead_0000 | s, "")));
+            }
+        }
+    }
+    let mut now = at(0);
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for batch in datagrams.chunks(pvp_t140::gateway::WARM_BATCH) {
+        warmed.warm(batch.iter().map(|(s, d)| (*s, &d[..])));
+        for (source, d) in batch {
+            plain.handle_datagram(now, *source, d);
+            warmed.handle_datagram(now, *source, d);
+        }
+        a.extend(std::iter::from_fn(|| plain.poll_output()));
+        b.extend(std::iter::from_fn(|| warmed.poll_output()));
+        now = now.plus_us(100);
+    }
+    plain.shutdown(now);
+    warmed.shutdown(now);
+    a.extend(std::iter::from_fn(|| plain.poll_output()));
+    b.extend(std::iter::from_fn(|| warmed.poll_output()));
+    assert!(plain.live_streams() == 0 && a.len() > streams as usize * 2);
+    let json =
+        |v: &[pvp_t140::pvp::Envelope]| v.iter().map(|e| e.json().to_owned()).collect::<Vec<_>>();
+    assert_eq!(json(&a), json(&b));
+    assert_eq!(
+        format!("{:?}", plain.stats()),
+        format!("{:?}", warmed.stats())
+    );
+    assert!(plain.stats().drops_total() > 0, "the junk was counted");
+}

@@ -83,6 +83,10 @@ pub struct Traffic {
     now: Time,
     step_us: u64,
     pub envelopes: u64,
+    /// The order streams send in within a round, when not 0, 1, 2, ... ([`Traffic::shuffled`]).
+    order: Option<Vec<u32>>,
+    /// Datagrams of the current batch ([`Traffic::step_batch`]), as a receive loop holds them.
+    batch: Vec<(SocketAddr, Vec<u8>)>,
 }
 
 impl Traffic {
@@ -114,6 +118,8 @@ impl Traffic {
             now: START,
             step_us: (PACKET_INTERVAL_US / streams as u64).max(1),
             envelopes: 0,
+            order: None,
+            batch: Vec::new(),
         };
         // Pre-warm: create every stream and type two whole sentences on each, so the stream
         // table, buffers, timer heap and output queue have reached their steady-state size.
@@ -126,6 +132,64 @@ impl Traffic {
         t
     }
 
+    /// Like [`Traffic::new`], but every round visits the streams in one fixed pseudo-random
+    /// order instead of by slot: arrivals as a busy gateway sees them, which the hardware
+    /// prefetcher cannot follow from one stream's memory to the next as it can a sweep.
+    pub fn shuffled(streams: usize, red: bool) -> Self {
+        let mut t = Traffic::new(streams, red);
+        let mut order: Vec<u32> = (0..streams as u32).collect();
+        // Fisher-Yates with a fixed xorshift: the same order every run.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for i in (1..order.len()).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            order.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+        t.order = Some(order);
+        t
+    }
+
+    /// The next `n` packets as the gateway's receive loop feeds them: read into a batch first,
+    /// then handled one after another, each batch's streams first touched with
+    /// `Gateway::warm` when `warm` is set.
+    pub fn step_batch(&mut self, n: usize, warm: bool) {
+        while self.batch.len() < n {
+            self.batch.push((source(0), Vec::with_capacity(64)));
+        }
+        for i in 0..n {
+            let stream = match &self.order {
+                Some(order) => order[self.next] as usize,
+                None => self.next,
+            };
+            let (src, buf) = &mut self.batch[i];
+            let phase = (self.round % self.templates.len() as u64) as usize;
+            buf.clear();
+            buf.extend_from_slice(&self.templates[phase]);
+            buf[1] = buf[1] & 0x7f | if self.round == 1 { 0x80 } else { 0 };
+            buf[2..4].copy_from_slice(&(self.round as u16).to_be_bytes());
+            buf[8..12].copy_from_slice(&(0x5000_0000 | stream as u32).to_be_bytes());
+            *src = source(stream);
+            self.next += 1;
+            if self.next == self.streams {
+                self.next = 0;
+                self.round += 1;
+            }
+        }
+        if warm {
+            let batch = self.batch[..n].iter().map(|(s, b)| (*s, &b[..]));
+            self.gw.warm(black_box(batch));
+        }
+        for (src, buf) in &self.batch[..n] {
+            self.gw.handle_datagram(self.now, *src, black_box(buf));
+            while let Some(e) = self.gw.poll_output() {
+                self.envelopes += 1;
+                black_box(e);
+            }
+            self.now = Time(self.now.0 + self.step_us);
+        }
+    }
+
     #[inline]
     pub fn step(&mut self) {
         let phase = (self.round % self.templates.len() as u64) as usize;
@@ -135,9 +199,13 @@ impl Traffic {
         // holds it for a possibly late head).
         pkt[1] = pkt[1] & 0x7f | if self.round == 1 { 0x80 } else { 0 };
         pkt[2..4].copy_from_slice(&seq.to_be_bytes());
-        pkt[8..12].copy_from_slice(&(0x5000_0000 | self.next as u32).to_be_bytes());
+        let stream = match &self.order {
+            Some(order) => order[self.next] as usize,
+            None => self.next,
+        };
+        pkt[8..12].copy_from_slice(&(0x5000_0000 | stream as u32).to_be_bytes());
         self.gw
-            .handle_datagram(self.now, source(self.next), black_box(pkt));
+            .handle_datagram(self.now, source(stream), black_box(pkt));
         while let Some(e) = self.gw.poll_output() {
             self.envelopes += 1;
             black_box(e);
