@@ -10,14 +10,18 @@
 //! ```
 //!
 //! Instructions per packet = (second total - first total) / 200,000. Arguments: streams,
-//! `plain` or `red`, packets. Add `--cache-sim=yes` for D1/LL misses (slow with 10,000 streams).
+//! `plain` or `red`, packets, then optionally the order (`sweep`: streams in slot order, which
+//! the hardware prefetcher follows; `shuffled`: a fixed random order, as independent senders
+//! arrive) and the feeding (`single`: one packet at a time; `nowarm`: batches of 32;
+//! `warm`: batches of 32, each first passed to `Gateway::warm`, as the UDP loop does). Add
+//! `--cache-sim=yes` for D1/LL misses (slow with 10,000 streams).
 
 #[path = "../benches/support/traffic.rs"]
 mod traffic;
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let usage = "usage: core_drive STREAMS plain|red PACKETS [shuffled]";
+    let usage = "usage: core_drive STREAMS plain|red PACKETS [sweep|shuffled [single|nowarm|warm]]";
     let streams: usize = args.next().and_then(|a| a.parse().ok()).expect(usage);
     let red = match args.next().as_deref() {
         Some("red") => true,
@@ -26,21 +30,24 @@ fn main() {
     };
     let packets: usize = args.next().and_then(|a| a.parse().ok()).expect(usage);
     let mut t = match args.next().as_deref() {
-        None => traffic::Traffic::new(streams, red),
-        Some("sweep") => traffic::Traffic::new(streams, red),
+        None | Some("sweep") => traffic::Traffic::new(streams, red),
         Some("shuffled") => traffic::Traffic::shuffled(streams, red),
         Some(o) => panic!("unknown order {o}: {usage}"),
     };
-    let batch = args.next();
+    let warm = match args.next().as_deref() {
+        None | Some("single") => None,
+        Some("nowarm") => Some(false),
+        Some("warm") => Some(true),
+        Some(f) => panic!("unknown feeding {f}: {usage}"),
+    };
     let started = std::time::Instant::now();
-    match batch.as_deref() {
-        None | Some("single") => {
+    match warm {
+        None => {
             for _ in 0..packets {
                 t.step();
             }
         }
-        Some(b) => {
-            let warm = b == "warm";
+        Some(warm) => {
             for _ in 0..packets / 32 {
                 t.step_batch(32, warm);
             }
