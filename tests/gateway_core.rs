@@ -981,8 +981,8 @@ fn decoder_anomalies_on_in_order_packets_reach_the_stats() {
 }
 
 /// `Gateway::warm` is a hint for batches: with enough streams for it to do its work, a gateway
-/// warmed before every batch (junk datagrams included) emits byte for byte what one that is
-/// never warmed emits, and counts the same.
+/// warmed before every batch (junk datagrams included, timers falling due) emits byte for byte
+/// what one that is never warmed emits, and counts the same.
 #[test]
 fn warming_a_batch_changes_nothing() {
     let streams = pvp_t140::gateway::WARM_FROM as u32 + 100;
@@ -1018,7 +1018,9 @@ fn warming_a_batch_changes_nothing() {
         }
         a.extend(std::iter::from_fn(|| plain.poll_output()));
         b.extend(std::iter::from_fn(|| warmed.poll_output()));
-        now = now.plus_us(100);
+        // Batches 50 ms apart: idle flushes fall due between a stream's words, so timers fire
+        // between warmed batches too.
+        now = now.plus_us(50_000);
     }
     plain.shutdown(now);
     warmed.shutdown(now);
@@ -1033,4 +1035,8 @@ fn warming_a_batch_changes_nothing() {
         format!("{:?}", warmed.stats())
     );
     assert!(plain.stats().drops_total() > 0, "the junk was counted");
+    assert!(
+        plain.stats().chunks(FlushCause::Idle) > 0,
+        "idle flushes fired between batches"
+    );
 }

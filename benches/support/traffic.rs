@@ -151,8 +151,8 @@ impl Traffic {
     }
 
     /// The next `n` packets as the gateway's receive loop feeds them: read into a batch first,
-    /// then handled one after another, each batch's streams first touched with
-    /// `Gateway::warm` when `warm` is set.
+    /// then handled one after another at one clock reading, each batch's streams first loaded
+    /// with `Gateway::warm` when `warm` is set.
     pub fn step_batch(&mut self, n: usize, warm: bool) {
         while self.batch.len() < n {
             self.batch.push((source(0), Vec::with_capacity(64)));
@@ -176,18 +176,20 @@ impl Traffic {
                 self.round += 1;
             }
         }
+        // One clock reading for the batch, as the UDP loop takes.
+        let now = self.now;
         if warm {
             let batch = self.batch[..n].iter().map(|(s, b)| (*s, &b[..]));
             self.gw.warm(black_box(batch));
         }
         for (src, buf) in &self.batch[..n] {
-            self.gw.handle_datagram(self.now, *src, black_box(buf));
+            self.gw.handle_datagram(now, *src, black_box(buf));
             while let Some(e) = self.gw.poll_output() {
                 self.envelopes += 1;
                 black_box(e);
             }
-            self.now = Time(self.now.0 + self.step_us);
         }
+        self.now = Time(self.now.0 + self.step_us * n as u64);
     }
 
     #[inline]
