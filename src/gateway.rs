@@ -575,8 +575,9 @@ const TAG_UNDECIDED: u16 = u16::MAX;
 pub const WARM_BATCH: usize = 32;
 
 /// Streams from which [`Gateway::warm`] does its work. Measured here (`examples/core_drive`,
-/// arrivals in random order, 2 MiB of L2 across two cores, 32 MiB L3): with 1,000 and 3,000
-/// streams it cost about 20 ns a packet, with 10,000 it saved about half.
+/// arrivals in random order, 1 MiB of L2 per core, 32 MiB of L3 shared with other guests):
+/// with 1,000 and 3,000 streams it cost about 20 ns a packet; with 10,000 it saved 0-50%, the
+/// more the busier the machine's memory was.
 pub const WARM_FROM: usize = 4096;
 
 impl Gateway {
