@@ -10,6 +10,8 @@
 //!    and its `context.add` envelope), the same for a 16-byte and a 30,001-byte chunk;
 //! 3. 9,000 RED packets with every 10th packet lost (recovered from redundancy) cause zero
 //!    allocations.
+//! 4. `Gateway::warm`, which the UDP loop calls on every batch, allocates nothing with 4,160
+//!    streams (enough for it to do its work).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -331,4 +333,36 @@ fn steady_state_packets_do_not_allocate() {
     for f in &figures {
         eprintln!("{f}");
     }
+}
+
+/// The UDP loop passes every batch to `Gateway::warm` before handling it: with enough streams
+/// for it to do its work, warming allocates nothing either.
+#[test]
+fn warming_a_batch_does_not_allocate() {
+    let streams = pvp_t140::gateway::WARM_FROM + 64;
+    let mut gw = Gateway::new(Config {
+        t140_pt: T140_PT,
+        red_pt: RED_PT,
+        max_streams: streams + 1,
+        ..Config::default()
+    });
+    let batch: Vec<(SocketAddr, Vec<u8>)> = (0..streams as u32)
+        .map(|i| {
+            let source = SocketAddr::from(([10, 2, (i >> 8) as u8, i as u8], 5004));
+            let mut p = Vec::new();
+            rtp::write_packet(&mut p, true, T140_PT, 1, 0, 0x7000_0000 | i, b"hi ");
+            (source, p)
+        })
+        .collect();
+    let now = Time::from_millis(1_700_000_000_000);
+    for (source, p) in &batch {
+        gw.handle_datagram(now, *source, p);
+    }
+    assert_eq!(gw.live_streams(), streams);
+    let (allocs, bytes, ()) = count(|| {
+        for part in batch.chunks(pvp_t140::gateway::WARM_BATCH) {
+            gw.warm(part.iter().map(|(s, p)| (*s, &p[..])));
+        }
+    });
+    assert_eq!((allocs, bytes), (0, 0), "warming {streams} streams");
 }
