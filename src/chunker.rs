@@ -64,7 +64,7 @@ pub struct Chunker {
 
 impl Chunker {
     /// Loads the buffer's last byte, which shares a cache line with where the next text is
-    /// stored: see [`crate::stream::Stream::touch`].
+    /// stored: see [`crate::Gateway::warm`].
     #[inline]
     pub fn touch(&self) -> u8 {
         self.buf.as_bytes().last().copied().unwrap_or(self.tail)
@@ -241,7 +241,7 @@ impl TextSink for Chunker {
         self.push('\n');
     }
 
-    /// [`Chunker::push`] for printable ASCII, where the only white space is the space and no
+    /// `Chunker::push` for printable ASCII, where the only white space is the space and no
     /// character is an ideographic sentence end.
     fn push_ascii(&mut self, s: &[u8]) {
         self.first_room(s.len());
