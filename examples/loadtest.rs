@@ -48,6 +48,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// The benches' traffic: only its [`bench_traffic::shuffled_order`] is used here.
+#[path = "../benches/support/traffic.rs"]
+mod bench_traffic;
 use pvp_t140::send::{Sender, SenderConfig};
 use pvp_t140::{Time, rtp};
 
@@ -1043,21 +1047,18 @@ impl Traffic {
     /// fixed random order.
     fn open_all(&mut self, pps: u64, order: OpenOrder) {
         let start = Instant::now();
-        if order == OpenOrder::Shuffled {
-            let mut streams: Vec<usize> = (0..self.talkers.len()).collect();
-            // Fisher-Yates with a fixed xorshift: the same order every run.
-            let mut x = 0x9e37_79b9_7f4a_7c15u64;
-            for i in (1..streams.len()).rev() {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                streams.swap(i, (x % (i as u64 + 1)) as usize);
+        let pace = |done: u64| {
+            while done as f64 > start.elapsed().as_secs_f64() * pps as f64 {
+                std::thread::sleep(Duration::from_micros(200));
             }
-            for (done, i) in streams.into_iter().enumerate() {
-                self.send_one(i);
-                while done as f64 > start.elapsed().as_secs_f64() * pps as f64 {
-                    std::thread::sleep(Duration::from_micros(200));
-                }
+        };
+        if order == OpenOrder::Shuffled {
+            for (done, i) in bench_traffic::shuffled_order(self.talkers.len())
+                .into_iter()
+                .enumerate()
+            {
+                self.send_one(i as usize);
+                pace(done as u64);
             }
             return;
         }
@@ -1068,9 +1069,7 @@ impl Traffic {
                 let k = self.send_from(s, left);
                 left -= k;
                 done += k;
-                while done as f64 > start.elapsed().as_secs_f64() * pps as f64 {
-                    std::thread::sleep(Duration::from_micros(200));
-                }
+                pace(done);
             }
         }
     }

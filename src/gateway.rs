@@ -651,14 +651,10 @@ impl Gateway {
         }
         let mut streams: [Option<&Stream>; WARM_BATCH] = [None; WARM_BATCH];
         for (found, (source, data)) in streams.iter_mut().zip(batch) {
-            // The SSRC where RTP keeps it (RFC 3550 5.1); anything else is found by nobody.
-            let Some(&[a, b, c, d]) = data.get(8..12) else {
+            let Some(ssrc) = crate::rtp::peek_ssrc(data) else {
                 continue;
             };
-            let key = StreamKey {
-                source,
-                ssrc: u32::from_be_bytes([a, b, c, d]),
-            };
+            let key = StreamKey { source, ssrc };
             *found = self.index.get(&key).and_then(|slot| self.slots.get(slot));
         }
         let mut folded = 0u64;

@@ -296,7 +296,7 @@ impl Register {
                 self.drain(out);
                 return Ok(Outcome::Delivered);
             }
-            if self.cold.held.len() >= MAX_HELD {
+            if self.held() >= MAX_HELD {
                 // The wait for the head is bounded like any other: a sender walking its
                 // sequence numbers backwards would otherwise be held (copied) without limit.
                 self.cold.stats.stale += 1;
@@ -317,14 +317,14 @@ impl Register {
             return Ok(Outcome::Delivered);
         }
         // Ahead of a gap: hold a copy, then see whether redundancy already closes the gap.
-        if self.cold.held.len() >= MAX_HELD {
+        if self.held() >= MAX_HELD {
             self.give_up_oldest(out);
         }
         let exp = self.expected.unwrap_or(seq);
         self.hold(now, &a, exp);
-        let before = self.cold.held.len();
+        let before = self.held();
         self.drain(out);
-        Ok(if self.cold.held.len() < before {
+        Ok(if self.held() < before {
             Outcome::Delivered
         } else {
             self.cold.stats.reordered += 1;
@@ -385,14 +385,14 @@ impl Register {
     }
 
     fn give_up_all(&mut self, out: Out<'_>) {
-        while !self.cold.held.is_empty() {
+        while self.held() > 0 {
             self.give_up_oldest(out);
         }
     }
 
     /// Delivers the first held packet, giving up the gap in front of it.
     fn give_up_oldest(&mut self, out: Out<'_>) {
-        let (Some(expected), false) = (self.expected, self.cold.held.is_empty()) else {
+        let (Some(expected), false) = (self.expected, self.held() == 0) else {
             return;
         };
         let h = self.unhold_first();

@@ -111,6 +111,17 @@ impl<'a> RtpPacket<'a> {
     }
 }
 
+/// The SSRC where an RTP header keeps it (RFC 3550 5.1), without parsing the rest: a hint
+/// for looking a stream up ahead of its packet ([`crate::Gateway::warm`]); junk gives a value
+/// no stream has, or `None` when too short.
+#[inline]
+pub fn peek_ssrc(data: &[u8]) -> Option<u32> {
+    let &[a, b, c, d] = data.get(8..12)? else {
+        return None;
+    };
+    Some(u32::from_be_bytes([a, b, c, d]))
+}
+
 /// RFC 5761 section 4: with rtcp-mux, a second byte of 192..=223 (marker bit plus payload type
 /// 64..=95) is RTCP, since those RTP payload types are reserved to avoid exactly this clash.
 pub fn looks_like_rtcp(data: &[u8]) -> bool {

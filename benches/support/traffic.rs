@@ -1,5 +1,6 @@
 //! Shared by `benches/core.rs` and `examples/core_drive.rs`: senders typing a sentence, three
 //! characters per packet, into one sans-IO `Gateway`, plain or RED, on N interleaved streams.
+//! `examples/loadtest.rs` takes [`shuffled_order`] from here.
 #![allow(dead_code)]
 
 use std::hint::black_box;
@@ -137,16 +138,7 @@ impl Traffic {
     /// prefetcher cannot follow from one stream's memory to the next as it can a sweep.
     pub fn shuffled(streams: usize, red: bool) -> Self {
         let mut t = Traffic::new(streams, red);
-        let mut order: Vec<u32> = (0..streams as u32).collect();
-        // Fisher-Yates with a fixed xorshift: the same order every run.
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        for i in (1..order.len()).rev() {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            order.swap(i, (x % (i as u64 + 1)) as usize);
-        }
-        t.order = Some(order);
+        t.order = Some(shuffled_order(streams));
         t
     }
 
@@ -158,23 +150,12 @@ impl Traffic {
             self.batch.push((source(0), Vec::with_capacity(64)));
         }
         for i in 0..n {
-            let stream = match &self.order {
-                Some(order) => order[self.next] as usize,
-                None => self.next,
-            };
+            let (stream, phase, round) = self.advance();
             let (src, buf) = &mut self.batch[i];
-            let phase = (self.round % self.templates.len() as u64) as usize;
             buf.clear();
             buf.extend_from_slice(&self.templates[phase]);
-            buf[1] = buf[1] & 0x7f | if self.round == 1 { 0x80 } else { 0 };
-            buf[2..4].copy_from_slice(&(self.round as u16).to_be_bytes());
-            buf[8..12].copy_from_slice(&(0x5000_0000 | stream as u32).to_be_bytes());
+            patch(buf, round, stream);
             *src = source(stream);
-            self.next += 1;
-            if self.next == self.streams {
-                self.next = 0;
-                self.round += 1;
-            }
         }
         // One clock reading for the batch, as the UDP loop takes.
         let now = self.now;
@@ -182,41 +163,75 @@ impl Traffic {
             let batch = self.batch[..n].iter().map(|(s, b)| (*s, &b[..]));
             self.gw.warm(black_box(batch));
         }
-        for (src, buf) in &self.batch[..n] {
+        for i in 0..n {
+            let (src, buf) = &self.batch[i];
             self.gw.handle_datagram(now, *src, black_box(buf));
-            while let Some(e) = self.gw.poll_output() {
-                self.envelopes += 1;
-                black_box(e);
-            }
+            self.drain();
         }
         self.now = Time(self.now.0 + self.step_us * n as u64);
     }
 
     #[inline]
     pub fn step(&mut self) {
-        let phase = (self.round % self.templates.len() as u64) as usize;
-        let seq = self.round as u16;
+        let (stream, phase, round) = self.advance();
         let pkt = &mut self.templates[phase];
-        // RFC 4103 5.2: the marker bit flags the first packet of a stream (else the register
-        // holds it for a possibly late head).
-        pkt[1] = pkt[1] & 0x7f | if self.round == 1 { 0x80 } else { 0 };
-        pkt[2..4].copy_from_slice(&seq.to_be_bytes());
+        patch(pkt, round, stream);
+        self.gw
+            .handle_datagram(self.now, source(stream), black_box(pkt));
+        self.drain();
+        self.now = Time(self.now.0 + self.step_us);
+    }
+
+    /// The stream whose turn it is, with the sentence position and round of its packet; moves
+    /// the turn on.
+    #[inline]
+    fn advance(&mut self) -> (usize, usize, u64) {
         let stream = match &self.order {
             Some(order) => order[self.next] as usize,
             None => self.next,
         };
-        pkt[8..12].copy_from_slice(&(0x5000_0000 | stream as u32).to_be_bytes());
-        self.gw
-            .handle_datagram(self.now, source(stream), black_box(pkt));
-        while let Some(e) = self.gw.poll_output() {
-            self.envelopes += 1;
-            black_box(e);
-        }
-        self.now = Time(self.now.0 + self.step_us);
+        let (phase, round) = (
+            (self.round % self.templates.len() as u64) as usize,
+            self.round,
+        );
         self.next += 1;
         if self.next == self.streams {
             self.next = 0;
             self.round += 1;
         }
+        (stream, phase, round)
     }
+
+    /// Takes the envelopes the last packet made.
+    #[inline]
+    fn drain(&mut self) {
+        while let Some(e) = self.gw.poll_output() {
+            self.envelopes += 1;
+            black_box(e);
+        }
+    }
+}
+
+/// Makes a template packet `stream`'s packet of `round`.
+#[inline]
+fn patch(pkt: &mut [u8], round: u64, stream: usize) {
+    // RFC 4103 5.2: the marker bit flags the first packet of a stream (else the register holds
+    // it for a possibly late head).
+    pkt[1] = pkt[1] & 0x7f | if round == 1 { 0x80 } else { 0 };
+    pkt[2..4].copy_from_slice(&(round as u16).to_be_bytes());
+    pkt[8..12].copy_from_slice(&(0x5000_0000 | stream as u32).to_be_bytes());
+}
+
+/// 0..n in one fixed pseudo-random order (Fisher-Yates with a fixed xorshift): the same order
+/// every run. `examples/loadtest.rs` opens its streams in it too.
+pub fn shuffled_order(n: usize) -> Vec<u32> {
+    let mut order: Vec<u32> = (0..n as u32).collect();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for i in (1..order.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        order.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    order
 }
