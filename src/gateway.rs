@@ -5,8 +5,7 @@
 //! [`Gateway::poll_output`], and sleeps until [`Gateway::poll_timeout`]. No sockets, clocks or
 //! tasks live here, so the UDP loop, pcap replay, fuzzers and benches all drive the same code.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
@@ -24,6 +23,7 @@ use crate::speaker::{Speaker, Voice, VoiceRef, split_named};
 use crate::stream::{KeyHasher, Stream, StreamKey, speaker_index};
 use crate::t140::{DecodeCounts, DecodeStats};
 use crate::time::Time;
+use crate::timers::Timers;
 
 /// Senders whose deviations from RFC 4103 need explicit accommodation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -533,9 +533,8 @@ pub struct Gateway {
     ssrc_owner: HashMap<u32, SocketAddr, KeyHasher>,
     /// Slab of streams; `free` lists reusable slots.
     slots: Slab<Stream>,
-    /// One live entry per stream (`Stream::timer`), plus stale ones skipped when popped, so
-    /// timers cost O(log n) per event and never a scan of all streams.
-    timers: BinaryHeap<Reverse<(Time, u32)>>,
+    /// When each stream next needs attention, by slot.
+    timers: Timers,
     serial: u64,
     /// SDES names of sources not seen on RTP yet (bounded, oldest evicted).
     early_names: Vec<(IpAddr, u32, String, u8)>,
@@ -550,19 +549,32 @@ pub struct Gateway {
 struct Delays {
     idle_flush: u64,
     stream_timeout: u64,
-    /// The shorter of the two: the soonest deadline a packet can add without a gap.
-    soonest: u64,
 }
 
 impl Delays {
     fn new(cfg: &Config) -> Self {
         let us = |d: Duration| Time(0).saturating_add(d).0;
-        let (idle_flush, stream_timeout) = (us(cfg.idle_flush), us(cfg.stream_timeout));
         Delays {
-            idle_flush,
-            stream_timeout,
-            soonest: idle_flush.min(stream_timeout),
+            idle_flush: us(cfg.idle_flush),
+            stream_timeout: us(cfg.stream_timeout),
         }
+    }
+
+    /// A stream's deadline after a packet at `now` left nothing held, or a lower bound of it,
+    /// from lines the packet has just read: the stream timeout from now, and each speaker's
+    /// idle flush as if it held text (whether it does would read its text buffer, unless the
+    /// flush is past). A speaker holding none is found out when its bound falls due, once per
+    /// silence.
+    #[inline]
+    fn after_packet(self, now: Time, speakers: &crate::stream::Speakers) -> Time {
+        let mut at = now.plus_us(self.stream_timeout);
+        for sp in speakers {
+            let idle_at = sp.last_text.plus_us(self.idle_flush);
+            if idle_at < at && (idle_at > now || !sp.chunker.is_blank()) {
+                at = idle_at;
+            }
+        }
+        at
     }
 }
 
@@ -600,7 +612,7 @@ impl Gateway {
             index: StreamIndex::default(),
             ssrc_owner: HashMap::default(),
             slots: Slab::default(),
-            timers: BinaryHeap::new(),
+            timers: Timers::default(),
             serial: 0,
             early_names: Vec::new(),
             silent: VecDeque::new(),
@@ -632,7 +644,7 @@ impl Gateway {
 
     /// When [`Gateway::handle_timeout`] next has work (reorder wait, idle flush, timeout).
     pub fn poll_timeout(&self) -> Option<Time> {
-        self.timers.peek().map(|Reverse((t, _))| *t)
+        self.timers.next()
     }
 
     /// A hint for a driver holding a batch of datagrams, called before
@@ -649,20 +661,23 @@ impl Gateway {
         if self.index.len() < WARM_FROM {
             return;
         }
-        let mut streams: [Option<&Stream>; WARM_BATCH] = [None; WARM_BATCH];
+        let mut streams: [Option<(u32, &Stream)>; WARM_BATCH] = [None; WARM_BATCH];
         for (found, (source, data)) in streams.iter_mut().zip(batch) {
             let Some(ssrc) = crate::rtp::peek_ssrc(data) else {
                 continue;
             };
             let key = StreamKey { source, ssrc };
-            *found = self.index.get(&key).and_then(|slot| self.slots.get(slot));
+            *found = self
+                .index
+                .get(&key)
+                .and_then(|slot| Some((slot, self.slots.get(slot)?)));
         }
         let mut folded = 0u64;
         let mut speakers: [Option<&Speaker>; WARM_BATCH] = [None; WARM_BATCH];
         for (stream, speaker) in streams.iter().zip(&mut speakers) {
-            if let Some(s) = stream {
+            if let Some((slot, s)) = stream {
                 let (v, own) = s.touch();
-                folded ^= v;
+                folded ^= v ^ self.timers.touch(*slot);
                 *speaker = own;
             }
         }
@@ -767,7 +782,8 @@ impl Gateway {
             route(
                 emit, speakers, own, key, created, format, compat, max_chunk, now, tag, piece,
             );
-            self.arm_after_packet(now, slot, false);
+            let due = self.delays.after_packet(now, speakers);
+            self.arm_after_packet(now, slot, due);
             return Ok(());
         }
         let arrival = Arrival {
@@ -783,7 +799,6 @@ impl Gateway {
         // The key by reference: it sits in the stream's cold tail, read only by a new speaker
         // or a flush.
         let (key, created, format) = (&*key, &*created, *format);
-        let gapped = register.held() > 0;
         let emit = &mut self.emit;
         let outcome = register
             .receive(now, arrival, &mut |tag, piece| {
@@ -794,8 +809,13 @@ impl Gateway {
             .map_err(DropReason::Red);
         // Speakers were harvested as `route` fed them; the register counts here.
         emit.stats.harvest_register(register);
+        // Armed whatever the outcome: the packet may have opened the stream.
+        let due = match register.held() {
+            0 => self.delays.after_packet(now, speakers),
+            _ => self.deadline(self.slots.get(slot).expect("live")),
+        };
+        self.arm_after_packet(now, slot, due);
         let outcome = outcome?;
-        self.arm_after_packet(now, slot, gapped);
         match outcome {
             Outcome::Delivered | Outcome::Held => Ok(()),
             Outcome::Stale => Err(DropReason::Stale),
@@ -832,7 +852,7 @@ impl Gateway {
         self.emit.stats.streams_live += 1;
         // Debug, not info: a flood of random SSRCs must not become a flood of log lines.
         tracing::debug!(source = %key.source, ssrc = format_args!("{:08x}", key.ssrc), "stream started");
-        self.arm(slot);
+        // Its timer is armed by the packet that opened it, as by every packet.
         Ok(slot)
     }
 
@@ -850,6 +870,7 @@ impl Gateway {
             });
             if victim {
                 let mut s = self.slots.remove(slot).expect("checked");
+                self.timers.remove(slot);
                 self.index.remove(&s.key);
                 self.ssrc_owner.remove(&s.key.ssrc);
                 self.emit.stats.streams_live -= 1;
@@ -967,22 +988,16 @@ impl Gateway {
         at
     }
 
-    /// Arms the stream's timer after a packet at `now`, unless its entry is certain to be no
-    /// later than its deadline, so the deadline need not be computed (most packets). With no
-    /// gap before or after the packet, every deadline the packet can add starts at `now` (the
-    /// stream timeout, an idle flush of text typed now), and those that existed before it were
-    /// covered when the entry was armed. A gap suppresses idle flushes, so while one is or was
-    /// open the deadline is computed. Later deadlines are re-armed lazily when the entry fires.
-    fn arm_after_packet(&mut self, now: Time, slot: u32, gapped: bool) {
-        let s = self.slots.get(slot).expect("live");
-        let soonest = now.plus_us(self.delays.soonest);
-        let covered = !gapped && s.register.held() == 0 && s.timer <= soonest;
-        if !covered {
-            self.arm(slot);
+    /// Records the stream's deadline after a packet at `now` (see [`Delays::after_packet`]), so
+    /// that a lazy timer entry can be re-armed from the timer table without reading the stream.
+    #[inline]
+    fn arm_after_packet(&mut self, now: Time, slot: u32, due: Time) {
+        self.timers.set(slot, due);
+        if due <= now {
             // A packet that closes a gap can leave an idle flush the gap held back overdue:
             // it fires now, as the timers due before the packet did, so no timer is left
             // behind the clock (`poll_timeout` stays ahead of `now`).
-            self.fire_due(now);
+            self.fire_due_from(now);
         }
     }
 
@@ -1005,40 +1020,23 @@ impl Gateway {
 
     fn arm(&mut self, slot: u32) {
         let at = self.deadline(self.slots.get(slot).expect("live"));
-        self.arm_at(slot, at);
-    }
-
-    /// Pushes a heap entry for the stream's deadline `at` unless its entry is already no later.
-    fn arm_at(&mut self, slot: u32, at: Time) {
-        let s = self.slots.get_mut(slot).expect("live");
-        if s.timer <= at {
-            return;
-        }
-        s.timer = at;
-        self.timers.push(Reverse((at, slot)));
+        self.timers.set(slot, at);
     }
 
     /// Fires every timer due at `now`: reorder waits, idle flushes and stream timeouts.
     pub fn handle_timeout(&mut self, now: Time) {
         let (compat, max_chunk) = (self.cfg.compat, self.cfg.max_chunk_chars);
-        while let Some(&Reverse((at, slot))) = self.timers.peek() {
-            if at > now {
-                break;
-            }
-            self.timers.pop();
-            let Some(s) = self.slots.get_mut(slot) else {
+        while let Some((at, slot)) = self.timers.pop_due(now) {
+            let Some(s) = self.slots.get(slot) else {
                 continue;
             };
-            if s.timer != at {
-                continue; // superseded entry
-            }
-            s.timer = Time::NEVER;
-            // Entries are re-armed lazily, so this one may be earlier than the stream's real
-            // deadline: put it back at that time, so streams are handled in time order (envelope
-            // timestamps never go backwards when a late call catches up on many at once).
-            let real = self.deadline(self.slots.get(slot).expect("live"));
+            // The recorded deadline may be earlier than the real one (a chunk sent on a
+            // sentence end leaves no idle flush): put the entry back at the real time, so
+            // streams are handled in time order (envelope timestamps never go backwards when a
+            // late call catches up on many at once).
+            let real = self.deadline(s);
             if real > at {
-                self.arm_at(slot, real);
+                self.timers.set(slot, real);
                 continue;
             }
             let s = self.slots.get_mut(slot).expect("live");
@@ -1099,6 +1097,7 @@ impl Gateway {
         let Some(mut s) = self.slots.remove(slot) else {
             return;
         };
+        self.timers.remove(slot);
         let Stream {
             register,
             speakers,

@@ -2,7 +2,7 @@
 //! Pair Vibecoding Protocol.
 //!
 //! The protocol core is sans-IO: [`gateway::Gateway`] and the modules it drives ([`rtp`],
-//! [`red`], [`stream`], [`index`], [`t140`], [`chunker`], [`pvp`]) take datagrams and time as
+//! [`red`], [`stream`], [`index`], [`timers`], [`t140`], [`chunker`], [`pvp`]) take datagrams and time as
 //! values and return envelopes. The IO shell ([`udp`], [`sink`], [`capture`], [`replay`], [`clock`]) feeds
 //! it and carries its envelopes away.
 //!
@@ -27,6 +27,7 @@ pub mod speaker;
 pub mod stream;
 pub mod t140;
 pub mod time;
+pub mod timers;
 
 // IO shell.
 pub mod capture;

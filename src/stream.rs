@@ -75,7 +75,7 @@ pub const MAX_SPEAKERS: usize = 32;
 
 /// `repr(C)`, hot fields first: with thousands of streams each packet finds its stream cold in
 /// the cache, and a packet should touch as few of its lines as it can. An in-order packet reads
-/// the timer, clock and counters, the register's head and the inline first speaker's hot part
+/// the clock and counters, the register's head and the inline first speaker's hot part
 /// (its chunker, idle clock and decoder), all within the first three lines (a test holds this);
 /// the register's held packets and counters (boxed), the speaker's voice and profile, the
 /// creation time, key and serial, read only when a speaker is created, a chunk is sent or the
@@ -85,8 +85,6 @@ pub const MAX_SPEAKERS: usize = 32;
 #[derive(Debug)]
 #[repr(C, align(64))]
 pub struct Stream {
-    /// Deadline this stream has in the timer heap ([`Time::NEVER`]: none).
-    pub timer: Time,
     pub last_packet: Time,
     pub stats: StreamStats,
     pub format: RedFormat,
@@ -121,7 +119,6 @@ impl Stream {
             serial,
             created: now,
             last_packet: now,
-            timer: Time::NEVER,
             own: NO_SPEAKER,
             stats: StreamStats::default(),
             register: Register::with_sender(format, assume_start),
@@ -133,14 +130,14 @@ impl Stream {
     }
 
     /// Loads a value from each of the three cache lines an in-order packet of this stream
-    /// reads (the timer and register head; the own speaker's chunker; its idle clock and
+    /// reads (the clock and register head; the own speaker's chunker; its idle clock and
     /// decoder) and folds them into one, for [`crate::Gateway::warm`]. Also returns the own
     /// speaker, whose text buffer is a fourth line, loaded once this one's have arrived.
     #[inline]
     pub fn touch(&self) -> (u64, Option<&Speaker>) {
         let own = self.speakers.get(usize::from(self.own));
         let v = own.map_or(0, |s| s.last_text.0);
-        (self.timer.0 ^ v, own)
+        (self.last_packet.0 ^ v, own)
     }
 
     /// The speaker for `voice`, and whether it is new (and must join). Beyond

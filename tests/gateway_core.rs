@@ -130,6 +130,42 @@ fn text_arriving_resets_the_idle_timer() {
     );
 }
 
+/// After a packet the gateway records a lower bound of the stream's deadline (each speaker's
+/// idle flush as if it held text), found out when it falls due. A speaker whose sentence went
+/// out holds none: keep-alives through its silence must not flush, close or leave a timer
+/// behind the clock, and the stream times out exactly `stream_timeout` after its last packet.
+#[test]
+fn keep_alives_after_a_sentence_keep_the_stream_without_a_flush() {
+    let mut gw = Gateway::new(Config {
+        idle_flush: Duration::from_millis(500),
+        stream_timeout: Duration::from_millis(2_000),
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Done. "));
+    let mut last = 0;
+    for seq in 2..=21 {
+        last = u64::from(seq - 1) * 300;
+        gw.handle_datagram(at(last), addr(4000), &t140(seq, 7, ""));
+        assert!(gw.poll_timeout().is_some_and(|t| t > at(last)), "at {last}");
+        gw.handle_timeout(at(last + 150));
+    }
+    assert_eq!(gw.live_streams(), 1);
+    gw.handle_timeout(at(last + 1_999));
+    assert_eq!(gw.live_streams(), 1, "not before the timeout");
+    gw.handle_timeout(at(last + 2_000));
+    assert_eq!(gw.live_streams(), 0);
+    let out = drain(&mut gw);
+    assert_eq!(
+        summary(&out),
+        vec![
+            "session.join t140:00000007@127.0.0.1:4000",
+            "add t140:00000007@127.0.0.1:4000 \"Done.\" flush:sentence",
+            "session.leave t140:00000007@127.0.0.1:4000",
+        ]
+    );
+    assert_eq!(out[2].ts, at(last + 2_000).to_iso8601());
+}
+
 #[test]
 fn a_silent_stream_times_out_flushes_and_leaves() {
     let mut gw = Gateway::new(Config {
