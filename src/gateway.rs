@@ -651,35 +651,37 @@ impl Gateway {
     /// [`Gateway::handle_datagram`] handles them: loads the cache lines each datagram's stream
     /// will read. With thousands of streams arriving in no particular order every packet finds
     /// its stream cold, and one miss after another dominates its cost; here the batch's
-    /// misses overlap instead (docs/performance.md, section 10). In three passes, so that
+    /// misses overlap instead (docs/performance.md, sections 10 and 11). In passes, so that
     /// few instructions stand between the loads of different streams: the index lookups
-    /// (small enough to stay cached), the streams' lines, then their text buffers, whose
-    /// address is in a stream line. Looks at the first [`WARM_BATCH`] datagrams. Changes
+    /// (small enough to stay cached) giving slots only, the streams' lines and their timer
+    /// slots, then their text buffers, whose address is in a stream line. Looks at the first
+    /// [`WARM_BATCH`] datagrams. Changes
     /// nothing: skipping it changes only speed. Below [`WARM_FROM`] streams it returns at
     /// once, since the lines are cached and the lookups would cost more than they save.
     pub fn warm<'a>(&self, batch: impl IntoIterator<Item = (SocketAddr, &'a [u8])>) {
         if self.index.len() < WARM_FROM {
             return;
         }
-        let mut streams: [Option<(u32, &Stream)>; WARM_BATCH] = [None; WARM_BATCH];
-        for (found, (source, data)) in streams.iter_mut().zip(batch) {
+        // Slots only: reading a stream here would put a miss in every long iteration (the
+        // key's hash), and few would be in flight at once.
+        let mut slots: [Option<u32>; WARM_BATCH] = [None; WARM_BATCH];
+        for (found, (source, data)) in slots.iter_mut().zip(batch) {
             let Some(ssrc) = crate::rtp::peek_ssrc(data) else {
                 continue;
             };
-            let key = StreamKey { source, ssrc };
-            *found = self
-                .index
-                .get(&key)
-                .and_then(|slot| Some((slot, self.slots.get(slot)?)));
+            *found = self.index.get(&StreamKey { source, ssrc });
         }
         let mut folded = 0u64;
         let mut speakers: [Option<&Speaker>; WARM_BATCH] = [None; WARM_BATCH];
-        for (stream, speaker) in streams.iter().zip(&mut speakers) {
-            if let Some((slot, s)) = stream {
+        for (slot, speaker) in slots.iter().zip(&mut speakers) {
+            if let Some(s) = slot.and_then(|slot| self.slots.get(slot)) {
                 let (v, own) = s.touch();
-                folded ^= v ^ self.timers.touch(*slot);
+                folded ^= v;
                 *speaker = own;
             }
+        }
+        for slot in slots.iter().flatten() {
+            folded ^= self.timers.touch(*slot);
         }
         for s in speakers.iter().flatten() {
             folded ^= u64::from(s.chunker.touch());
