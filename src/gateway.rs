@@ -655,9 +655,9 @@ impl Gateway {
     /// few instructions stand between the loads of different streams: the index lookups
     /// (small enough to stay cached) giving slots only, the streams' lines and their timer
     /// slots, then their text buffers, whose address is in a stream line. Looks at the first
-    /// [`WARM_BATCH`] datagrams. Changes
-    /// nothing: skipping it changes only speed. Below [`WARM_FROM`] streams it returns at
-    /// once, since the lines are cached and the lookups would cost more than they save.
+    /// [`WARM_BATCH`] datagrams. Changes nothing: skipping it changes only speed. Below
+    /// [`WARM_FROM`] streams it returns at once, since the lines are cached and the lookups
+    /// would cost more than they save.
     pub fn warm<'a>(&self, batch: impl IntoIterator<Item = (SocketAddr, &'a [u8])>) {
         if self.index.len() < WARM_FROM {
             return;

@@ -2,9 +2,9 @@
 //! Pair Vibecoding Protocol.
 //!
 //! The protocol core is sans-IO: [`gateway::Gateway`] and the modules it drives ([`rtp`],
-//! [`red`], [`stream`], [`index`], [`timers`], [`t140`], [`chunker`], [`pvp`]) take datagrams and time as
-//! values and return envelopes. The IO shell ([`udp`], [`sink`], [`capture`], [`replay`], [`clock`]) feeds
-//! it and carries its envelopes away.
+//! [`red`], [`stream`], [`index`], [`timers`], [`t140`], [`chunker`], [`pvp`]) take datagrams
+//! and time as values and return envelopes. The IO shell ([`udp`], [`sink`], [`capture`],
+//! [`replay`], [`clock`]) feeds it and carries its envelopes away.
 //!
 //! No `unsafe`: every byte of a datagram is parsed by bounds-checked code.
 
