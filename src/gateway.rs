@@ -560,17 +560,23 @@ impl Delays {
         }
     }
 
-    /// A stream's deadline after a packet at `now` left nothing held, or a lower bound of it,
-    /// from lines the packet has just read: the stream timeout from now, and each speaker's
-    /// idle flush as if it held text (whether it does would read its text buffer, unless the
-    /// flush is past). A speaker holding none is found out when its bound falls due, once per
-    /// silence.
+    /// A stream's deadline while it holds no packet behind a gap: the stream timeout after its
+    /// last packet, or the idle flush of a speaker holding text, whichever is first. Whether a
+    /// speaker holds text reads its text buffer, a cold line with thousands of streams; an
+    /// idle flush later than `assume_text_after` is counted without asking, which gives a lower
+    /// bound (a speaker holding none is found out when its bound falls due, once per silence).
+    /// [`Time::NEVER`] asks every speaker: the exact deadline.
     #[inline]
-    fn after_packet(self, now: Time, speakers: &crate::stream::Speakers) -> Time {
-        let mut at = now.plus_us(self.stream_timeout);
+    fn without_gap(
+        self,
+        last_packet: Time,
+        speakers: &crate::stream::Speakers,
+        assume_text_after: Time,
+    ) -> Time {
+        let mut at = last_packet.plus_us(self.stream_timeout);
         for sp in speakers {
             let idle_at = sp.last_text.plus_us(self.idle_flush);
-            if idle_at < at && (idle_at > now || !sp.chunker.is_blank()) {
+            if idle_at < at && (idle_at > assume_text_after || !sp.chunker.is_blank()) {
                 at = idle_at;
             }
         }
@@ -673,15 +679,14 @@ impl Gateway {
         }
         let mut folded = 0u64;
         let mut speakers: [Option<&Speaker>; WARM_BATCH] = [None; WARM_BATCH];
-        for (slot, speaker) in slots.iter().zip(&mut speakers) {
-            if let Some(s) = slot.and_then(|slot| self.slots.get(slot)) {
+        for (&slot, speaker) in slots.iter().zip(&mut speakers) {
+            let Some(slot) = slot else { continue };
+            folded ^= self.timers.touch(slot);
+            if let Some(s) = self.slots.get(slot) {
                 let (v, own) = s.touch();
                 folded ^= v;
                 *speaker = own;
             }
-        }
-        for slot in slots.iter().flatten() {
-            folded ^= self.timers.touch(*slot);
         }
         for s in speakers.iter().flatten() {
             folded ^= u64::from(s.chunker.touch());
@@ -784,7 +789,7 @@ impl Gateway {
             route(
                 emit, speakers, own, key, created, format, compat, max_chunk, now, tag, piece,
             );
-            let due = self.delays.after_packet(now, speakers);
+            let due = self.delays.without_gap(now, speakers, now);
             self.arm_after_packet(now, slot, due);
             return Ok(());
         }
@@ -813,7 +818,7 @@ impl Gateway {
         emit.stats.harvest_register(register);
         // Armed whatever the outcome: the packet may have opened the stream.
         let due = match register.held() {
-            0 => self.delays.after_packet(now, speakers),
+            0 => self.delays.without_gap(now, speakers, now),
             _ => self.deadline(self.slots.get(slot).expect("live")),
         };
         self.arm_after_packet(now, slot, due);
@@ -974,24 +979,19 @@ impl Gateway {
 
     /// The earliest moment this stream needs attention.
     fn deadline(&self, s: &Stream) -> Time {
-        let mut at = s.last_packet.plus_us(self.delays.stream_timeout);
         match s.register.deadline(self.cfg.reorder_wait) {
             // Packets waiting behind a gap: the speaker is not silent, so no idle flush
             // until the gap is settled.
-            Some(gap) => at = at.min(gap),
-            None => {
-                for sp in &s.speakers {
-                    if !sp.chunker.is_blank() {
-                        at = at.min(sp.last_text.plus_us(self.delays.idle_flush));
-                    }
-                }
-            }
+            Some(gap) => gap.min(s.last_packet.plus_us(self.delays.stream_timeout)),
+            None => self
+                .delays
+                .without_gap(s.last_packet, &s.speakers, Time::NEVER),
         }
-        at
     }
 
-    /// Records the stream's deadline after a packet at `now` (see [`Delays::after_packet`]), so
-    /// that a lazy timer entry can be re-armed from the timer table without reading the stream.
+    /// Records the stream's deadline after a packet at `now` (with nothing held, the lower
+    /// bound of [`Delays::without_gap`]), so that a lazy timer entry can be re-armed from the
+    /// timer table without reading the stream.
     #[inline]
     fn arm_after_packet(&mut self, now: Time, slot: u32, due: Time) {
         self.timers.set(slot, due);

@@ -129,10 +129,12 @@ impl Stream {
         }
     }
 
-    /// Loads a value from each of the three cache lines an in-order packet of this stream
-    /// reads (the clock and register head; the own speaker's chunker; its idle clock and
-    /// decoder) and folds them into one, for [`crate::Gateway::warm`]. Also returns the own
-    /// speaker, whose text buffer is a fourth line, loaded once this one's have arrived.
+    /// Loads the stream's first line (clock, register head, which speaker is its own) and its
+    /// own speaker's idle clock and decoder (the third), and folds them into one, for
+    /// [`crate::Gateway::warm`]. Also returns the own speaker: its chunker (the second line)
+    /// holds the text buffer's address, which `warm` follows once these lines have arrived.
+    /// (Loading the second line here as well measured no faster: docs/performance.md,
+    /// section 11.)
     #[inline]
     pub fn touch(&self) -> (u64, Option<&Speaker>) {
         let own = self.speakers.get(usize::from(self.own));

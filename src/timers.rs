@@ -131,8 +131,9 @@ impl Timers {
         self.slots.clear();
     }
 
-    /// Heap entries, live and superseded: what the timers hold in memory.
-    pub fn entries(&self) -> usize {
+    /// Heap entries, live and superseded.
+    #[cfg(test)]
+    fn entries(&self) -> usize {
         self.heap.len()
     }
 }
