@@ -357,14 +357,20 @@ fn thread_cpu_seconds() -> f64 {
 }
 
 fn stat_cpu(path: &str) -> f64 {
+    let (user, sys) = stat_user_sys(path);
+    user + sys
+}
+
+/// (utime, stime) of /proc/.../stat, in seconds: user space against the kernel.
+fn stat_user_sys(path: &str) -> (f64, f64) {
     let Ok(s) = std::fs::read_to_string(path) else {
-        return f64::NAN;
+        return (f64::NAN, f64::NAN);
     };
     // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
     let rest = s.rsplit_once(')').map_or("", |(_, r)| r);
     let f: Vec<&str> = rest.split_whitespace().collect();
     let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / clk_tck()
+    (ticks(11) / clk_tck(), ticks(12) / clk_tck())
 }
 
 /// (VmRSS, VmHWM) in KiB.
@@ -1931,6 +1937,7 @@ fn run_drain(target: Target, a: &RateArgs, common: &Common, n: u64) -> Res<Drain
     };
     let cpu0 = sched_cpu_seconds(child.pid);
     let ticks0 = child.cpu();
+    let split0 = stat_user_sys(&format!("/proc/{}/stat", child.pid));
     let t0 = Instant::now();
     drop(stopped);
     // The receiver drains on CPU 0 alone; this thread, on CPU 1, watches the kernel's queue and
@@ -1974,10 +1981,13 @@ fn run_drain(target: Target, a: &RateArgs, common: &Common, n: u64) -> Res<Drain
                 (d >= 0.0005).then(|| format!("{name}[{tid}] {d:.3}"))
             })
             .collect();
+        let split1 = stat_user_sys(&format!("/proc/{}/stat", child.pid));
         eprintln!(
-            "  {}: CPU {at_empty:.3} s when the queue was empty, {:.3} s when quiet; by thread: {}",
+            "  {}: CPU {at_empty:.3} s when the queue was empty, {:.3} s when quiet (user {:.2} s, kernel {:.2} s); by thread: {}",
             target.name(),
             cpu1 - cpu0,
+            split1.0 - split0.0,
+            split1.1 - split0.1,
             busy.join(", ")
         );
     }

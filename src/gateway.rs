@@ -458,18 +458,13 @@ impl Emitter {
         sp.profile.chunks_sent += 1;
         sp.profile.last_sent = sp.profile.chunks_sent;
         let cause = chunk.cause.as_str();
-        // Taken out while the builder borrows the speaker, put back after: a pointer move.
-        let template = match sp.profile.add_template.take() {
-            Some(t) => t,
-            None => Box::new(sp.make_add_template(key, created)),
-        };
-        let (sender, n) = (sp.profile.participant.clone(), sp.profile.chunks_sent);
-        let e = self.in_session(sp, |b| {
-            b.context_add(now, sender, &template, n, &chunk.text, cause)
-        });
-        sp.profile.add_template = Some(template);
+        sp.ensure_template(key, created);
+        let (sender, n) = (&sp.profile.participant, sp.profile.chunks_sent);
+        let e = self.in_session(sp, |b| b.context_add(now, sender, n, &chunk.text, cause));
         self.stats.chunks[chunk.cause as usize] += 1;
-        self.push(e);
+        if let Some(e) = e {
+            self.push(e);
+        }
         // Kept for corrections (a backspace past the buffer): moved, not copied.
         sp.profile.last_sent_text = chunk.text;
     }

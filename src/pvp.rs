@@ -40,7 +40,7 @@ impl Message {
         Ok(Envelope {
             id,
             kind,
-            sender: Arc::from(self.sender.as_str()),
+            sender: SenderId::from(self.sender.as_str()),
             json: self.to_json(),
         })
     }
@@ -112,7 +112,7 @@ impl PartialEq<&str> for Kind {
 pub struct Envelope {
     id: ulid::Ulid,
     kind: Kind,
-    sender: Arc<str>,
+    sender: SenderId,
     json: String,
 }
 
@@ -125,7 +125,7 @@ impl Envelope {
         self.kind
     }
 
-    pub fn sender(&self) -> &Arc<str> {
+    pub fn sender(&self) -> &SenderId {
         &self.sender
     }
 
@@ -162,14 +162,146 @@ impl Escaped {
     }
 }
 
-/// What every `context.add` of one speaker repeats: its item key prefix and its source URI.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AddTemplate {
+/// Who sends an envelope: a participant id, shared by every envelope its speaker sends (one
+/// `Arc`, no copy), which sinks route by. Once the speaker has a chunk to send, the same
+/// allocation also holds what every `context.add` of that speaker repeats, escaped once
+/// ([`SenderId::with_template`]). A flush then reads its sender's reference count, id and
+/// template from one block of adjacent lines: as four blocks (the `Arc`, a boxed template and
+/// its three strings) they were four cache misses a flush with thousands of streams
+/// (docs/performance.md section 12).
+#[derive(Clone)]
+pub struct SenderId {
+    /// The id; with a template, then the escaped id (empty when escaping changes nothing),
+    /// the escaped key prefix and the escaped source.
+    all: Arc<str>,
+    /// End of the id in `all`.
+    id: usize,
+    /// Ends of the escaped id and of the key prefix, with a template.
+    parts: Option<[usize; 2]>,
+}
+
+impl SenderId {
+    pub fn as_str(&self) -> &str {
+        &self.all[..self.id]
+    }
+
+    pub fn has_template(&self) -> bool {
+        self.parts.is_some()
+    }
+
+    /// The escaped parts of this sender's `context.add`s, if [`SenderId::with_template`] made
+    /// them.
+    pub fn template(&self) -> Option<AddTemplate<'_>> {
+        let [sender, key] = self.parts?;
+        Some(AddTemplate {
+            sender: if sender == self.id {
+                self.as_str()
+            } else {
+                &self.all[self.id..sender]
+            },
+            key_prefix: &self.all[sender..key],
+            source: &self.all[key..],
+        })
+    }
+
+    /// The same id in a new allocation that also holds its `context.add` template: the item key
+    /// prefix (the chunk counter follows it) and the source URI, each escaped for a JSON string.
+    pub fn with_template(
+        &self,
+        key_prefix: impl std::fmt::Display,
+        source: impl std::fmt::Display,
+    ) -> SenderId {
+        use std::fmt::Write;
+        let id = self.as_str();
+        let mut all = String::with_capacity(3 * id.len() + 64);
+        all.push_str(id);
+        escape_into(&mut all, id);
+        if all[id.len()..] == *id {
+            all.truncate(id.len());
+        }
+        let sender = all.len();
+        // Writing into a String cannot fail.
+        let _ = write!(Escaper(&mut all), "{key_prefix}");
+        let key = all.len();
+        let _ = write!(Escaper(&mut all), "{source}");
+        SenderId {
+            all: all.into(),
+            id: id.len(),
+            parts: Some([sender, key]),
+        }
+    }
+}
+
+impl From<&str> for SenderId {
+    fn from(id: &str) -> Self {
+        SenderId {
+            all: id.into(),
+            id: id.len(),
+            parts: None,
+        }
+    }
+}
+
+impl From<String> for SenderId {
+    fn from(id: String) -> Self {
+        SenderId {
+            id: id.len(),
+            all: id.into(),
+            parts: None,
+        }
+    }
+}
+
+impl std::ops::Deref for SenderId {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+/// Sinks key maps by sender and look them up by `&str`.
+impl std::borrow::Borrow<str> for SenderId {
+    fn borrow(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl PartialEq for SenderId {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for SenderId {}
+
+impl std::hash::Hash for SenderId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl std::fmt::Display for SenderId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::fmt::Debug for SenderId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+/// What every `context.add` of one speaker repeats, escaped for the inside of a JSON string:
+/// its sender, its item key prefix and its source URI ([`SenderId::template`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AddTemplate<'a> {
     /// The sender (the participant id).
-    pub sender: Escaped,
+    pub sender: &'a str,
     /// `participant/stream-start-ms/`; the chunk counter follows.
-    pub key_prefix: Escaped,
-    pub source: Escaped,
+    pub key_prefix: &'a str,
+    pub source: &'a str,
 }
 
 /// Appends `s` as a JSON string (RFC 8259 section 7: quote, backslash and C0 controls escaped).
@@ -417,7 +549,7 @@ impl Builder {
         (id, out)
     }
 
-    fn finish(id: ulid::Ulid, kind: Kind, sender: Arc<str>, mut json: String) -> Envelope {
+    fn finish(id: ulid::Ulid, kind: Kind, sender: SenderId, mut json: String) -> Envelope {
         json.push('}');
         Envelope {
             id,
@@ -431,7 +563,7 @@ impl Builder {
     pub fn envelope(
         &mut self,
         now: Time,
-        sender: Arc<str>,
+        sender: SenderId,
         kind: Kind,
         payload: &Value,
     ) -> Envelope {
@@ -441,7 +573,7 @@ impl Builder {
     fn envelope_ref(
         &mut self,
         now: Time,
-        sender: Arc<str>,
+        sender: SenderId,
         kind: Kind,
         payload: &Value,
         reference: Option<&str>,
@@ -467,7 +599,7 @@ impl Builder {
     /// pvp-spec 6.3 `session.join` carrying the 7.1 announcement: a T.140 stream is a human.
     /// Written straight into its JSON text, as serde_json would write it (keys sorted): every
     /// new stream joins, and a flood of new streams should not cost a JSON tree each.
-    pub fn join(&mut self, now: Time, sender: Arc<str>, p: &Participant) -> Envelope {
+    pub fn join(&mut self, now: Time, sender: SenderId, p: &Participant) -> Envelope {
         let capacity = 256 + p.id.len() + p.name.len();
         let (id, mut out) = self.begin(now, &sender, Kind::SessionJoin, capacity);
         out.push_str("{\"participant\":");
@@ -482,7 +614,7 @@ impl Builder {
     }
 
     /// pvp-spec 7.1 `participant.announce`, sent again when what we know of a participant changes.
-    pub fn announce(&mut self, now: Time, sender: Arc<str>, p: &Participant) -> Envelope {
+    pub fn announce(&mut self, now: Time, sender: SenderId, p: &Participant) -> Envelope {
         let capacity = 192 + p.id.len() + p.name.len();
         let (id, mut out) = self.begin(now, &sender, Kind::ParticipantAnnounce, capacity);
         write_announce(&mut out, p);
@@ -490,40 +622,40 @@ impl Builder {
     }
 
     /// pvp-spec 9.1 `context.add` of one transcript chunk: the hot output, written straight into
-    /// its JSON text (one allocation). The speaker's key prefix and source are escaped once, in
-    /// `template`; the key is the prefix followed by `n`.
+    /// its JSON text (one allocation). The speaker's key prefix and source were escaped once,
+    /// into the sender's template ([`SenderId::with_template`]); the key is the prefix followed
+    /// by `n`. `None` for a sender without a template.
     pub fn context_add(
         &mut self,
         now: Time,
-        sender: Arc<str>,
-        template: &AddTemplate,
+        sender: &SenderId,
         n: u64,
         text: &str,
         cause: &str,
-    ) -> Envelope {
-        let capacity =
-            sender.len() + template.key_prefix.0.len() + template.source.0.len() + text.len() + 128;
-        let escaped = Sender::Escaped(template.sender.as_str());
+    ) -> Option<Envelope> {
+        let template = sender.template()?;
+        let capacity = sender.all.len() + text.len() + 128;
+        let escaped = Sender::Escaped(template.sender);
         let (id, mut out) = self.begin_as(now, escaped, Kind::ContextAdd, capacity);
         // Keys in sorted order, as serde_json writes a map.
         out.push_str("{\"content\":");
         push_json_str(&mut out, text);
         out.push_str(",\"content_type\":\"audio_transcript\",\"key\":\"");
-        out.push_str(&template.key_prefix.0);
+        out.push_str(template.key_prefix);
         out.push_str(itoa::Buffer::new().format(n));
         out.push_str("\",\"source\":\"");
-        out.push_str(&template.source.0);
+        out.push_str(template.source);
         out.push_str("\",\"tags\":[\"t140\",\"transcript\",\"flush:");
         escape_into(&mut out, cause);
         out.push_str("\"]}");
-        Self::finish(id, Kind::ContextAdd, sender, out)
+        Some(Self::finish(id, Kind::ContextAdd, sender.clone(), out))
     }
 
     /// pvp-spec 9.3 `context.update` replacing an item's content.
     pub fn context_update(
         &mut self,
         now: Time,
-        sender: Arc<str>,
+        sender: SenderId,
         key: &str,
         content: &str,
         reason: &str,
@@ -536,7 +668,7 @@ impl Builder {
     pub fn context_remove(
         &mut self,
         now: Time,
-        sender: Arc<str>,
+        sender: SenderId,
         key: &str,
         reason: &str,
     ) -> Envelope {
@@ -545,7 +677,7 @@ impl Builder {
     }
 
     /// pvp-spec 6.4 `session.leave`.
-    pub fn leave(&mut self, now: Time, sender: Arc<str>, reason: &str) -> Envelope {
+    pub fn leave(&mut self, now: Time, sender: SenderId, reason: &str) -> Envelope {
         self.envelope(
             now,
             sender,
@@ -555,7 +687,7 @@ impl Builder {
     }
 
     /// pvp-spec 8.1 heartbeat (both payloads are empty objects).
-    pub fn heartbeat(&mut self, now: Time, sender: Arc<str>, pong_to: Option<&str>) -> Envelope {
+    pub fn heartbeat(&mut self, now: Time, sender: SenderId, pong_to: Option<&str>) -> Envelope {
         let kind = if pong_to.is_some() {
             Kind::HeartbeatPong
         } else {
@@ -726,14 +858,14 @@ mod tests {
         let mut text: String = (0u8..0x20).map(char::from).collect();
         text.push_str("\"quoted\" back\\slash \u{7f} café — 日本 \u{2028} \u{fffd} 🎉");
         let mut b = Builder::new("s\"ess\n".into(), None, 3);
-        let sender: Arc<str> = "t140:1@[::1]:5/\"evil\\\u{1}".into();
+        let sender: SenderId = "t140:1@[::1]:5/\"evil\\\u{1}".into();
         let now = Time::from_micros(1_700_000_000_123_456);
-        let template = AddTemplate {
-            sender: Escaped::new(&sender),
-            key_prefix: Escaped::new(format_args!("{sender}/1/")),
-            source: Escaped::new("rtp://x?\""),
-        };
-        let e = b.context_add(now, sender.clone(), &template, 2, &text, "sentence");
+        // No template yet: no context.add.
+        assert!(b.context_add(now, &sender, 2, &text, "sentence").is_none());
+        let sender = sender.with_template(format_args!("{sender}/1/"), "rtp://x?\"");
+        let e = b
+            .context_add(now, &sender, 2, &text, "sentence")
+            .expect("a sender with a template");
         let m: Message = serde_json::from_str(e.json()).expect("valid JSON");
         let expected = Message {
             v: 1,
@@ -756,6 +888,38 @@ mod tests {
         assert_eq!(e.json(), expected.to_json());
         assert_eq!(e.kind(), Kind::ContextAdd);
         assert_eq!(&**e.sender(), &*sender);
+    }
+
+    /// The template travels in the id's allocation but is not part of the id: equality, hash,
+    /// display and map lookups by `&str` see the id alone.
+    #[test]
+    fn sender_id_with_template_is_the_same_id() {
+        use std::collections::HashMap;
+        for id in ["t140:deadbeef@10.0.0.1:5004", "odd \"id\"\n"] {
+            let plain = SenderId::from(id);
+            assert!(plain.template().is_none());
+            let full = plain.with_template(format_args!("{id}/7/"), "rtp://10.0.0.1:5004");
+            assert_eq!(full, plain);
+            assert_eq!(full.as_str(), id);
+            assert_eq!(full.to_string(), id);
+            assert_eq!(format!("{full:?}"), format!("{id:?}"));
+            let t = full.template().expect("template");
+            let escaped = |v: &str| {
+                let mut s = String::new();
+                escape_into(&mut s, v);
+                s
+            };
+            assert_eq!(t.sender, escaped(id));
+            assert_eq!(t.key_prefix, escaped(&format!("{id}/7/")));
+            assert_eq!(t.source, "rtp://10.0.0.1:5004");
+            let mut map = HashMap::new();
+            map.insert(plain.clone(), 1);
+            assert_eq!(map.get(id), Some(&1));
+            assert_eq!(map.get(&full), Some(&1));
+            // A template made again from a templated id is the same.
+            let again = full.with_template(format_args!("{id}/7/"), "rtp://10.0.0.1:5004");
+            assert_eq!(again.template(), full.template());
+        }
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! A speaker: one virtual participant's text. Usually one per RTP stream; an RTP mixer
 //! (RFC 9071: one CSRC names who speaks) or a multiplexing sender carries several in one stream.
 
-use std::sync::Arc;
+use crate::pvp::SenderId;
 
 use crate::chunker::Chunker;
 use crate::red::{RedFormat, RedPayload};
@@ -116,8 +116,9 @@ impl Speaker {
 /// Who a speaker is to PVP, and what it sent last.
 #[derive(Debug)]
 pub struct Profile {
-    /// Shared with every envelope this speaker sends (the envelope's sender, no copy).
-    pub participant: Arc<str>,
+    /// Shared with every envelope this speaker sends (the envelope's sender, no copy); from the
+    /// first chunk on it also holds the `context.add` template ([`Speaker::ensure_template`]).
+    pub participant: SenderId,
     /// Display name: derived from the stream until RTCP SDES gives a CNAME (rank 1) or NAME (2).
     pub name: String,
     pub name_rank: u8,
@@ -130,9 +131,6 @@ pub struct Profile {
     /// made: remembering costs neither a copy nor an allocation.
     pub last_sent: u64,
     pub last_sent_text: String,
-    /// Escaped parts of this speaker's `context.add`s, made at its first chunk (boxed: a
-    /// speaker that never speaks pays one pointer).
-    pub add_template: Option<Box<crate::pvp::AddTemplate>>,
 }
 
 impl Speaker {
@@ -147,7 +145,6 @@ impl Speaker {
                 chunks_sent: 0,
                 last_sent: 0,
                 last_sent_text: String::new(),
-                add_template: None,
             }),
             voice,
             decoder: Decoder::new(),
@@ -166,13 +163,14 @@ impl Speaker {
         format!("{}{n}", KeyPrefix(&self.profile.participant, created))
     }
 
-    /// What every `context.add` of this speaker repeats, escaped once: the prefix of
-    /// [`Speaker::key`] and the stream's source URI.
-    pub fn make_add_template(&self, key: &StreamKey, created: Time) -> crate::pvp::AddTemplate {
-        crate::pvp::AddTemplate {
-            sender: crate::pvp::Escaped::new(&self.profile.participant),
-            key_prefix: crate::pvp::Escaped::new(KeyPrefix(&self.profile.participant, created)),
-            source: crate::pvp::Escaped::new(crate::stream::SourceUri(*key)),
+    /// Gives the participant id its `context.add` template, once, at the first chunk: the
+    /// prefix of [`Speaker::key`] and the stream's source URI, escaped. Made lazily, so a
+    /// speaker that never speaks holds its id alone.
+    pub fn ensure_template(&mut self, key: &StreamKey, created: Time) {
+        let id = &self.profile.participant;
+        if !id.has_template() {
+            self.profile.participant =
+                id.with_template(KeyPrefix(id, created), crate::stream::SourceUri(*key));
         }
     }
 

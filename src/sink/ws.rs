@@ -18,7 +18,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 use super::SinkStats;
 use crate::clock::random_seed;
-use crate::pvp::{Builder, Envelope, ErrorPayload, Kind};
+use crate::pvp::{Builder, Envelope, ErrorPayload, Kind, SenderId};
 use crate::time::Time;
 
 #[derive(Debug, Clone)]
@@ -43,7 +43,7 @@ struct Conn {
 
 pub struct WsSink {
     cfg: Arc<WsConfig>,
-    conns: HashMap<Arc<str>, Conn>,
+    conns: HashMap<SenderId, Conn>,
     tasks: Vec<JoinHandle<()>>,
     sent: Arc<AtomicU64>,
     dropped: u64,
@@ -125,7 +125,7 @@ fn now() -> Time {
 /// One participant's connection: connect (with backoff), send its join first, then the queue.
 async fn connection(
     cfg: Arc<WsConfig>,
-    participant: Arc<str>,
+    participant: SenderId,
     mut rx: mpsc::Receiver<(std::time::Instant, Envelope)>,
     sent: Arc<AtomicU64>,
 ) {
@@ -377,7 +377,7 @@ enum Reaction {
 /// names the failed message (`related_to`), and what its code calls for.
 fn on_frame(
     pvp: &mut Builder,
-    participant: &Arc<str>,
+    participant: &SenderId,
     text: &str,
     recent: &VecDeque<(ulid::Ulid, Kind)>,
 ) -> Reaction {
