@@ -136,7 +136,7 @@ fn bench_gateway(c: &mut Criterion) {
     // Arrivals in a random order, as a gateway with thousands of independent senders sees
     // them: the hardware prefetcher cannot follow from one stream's memory to the next as it
     // follows the sweep above, so each packet pays its misses. One at a time, and in batches
-    // of 32 loaded together first (`Gateway::warm`), which is how the UDP loop feeds the core.
+    // of 32 handled together (`Gateway::handle_batch`), which is how the UDP loop feeds the core.
     for red in [false, true] {
         let streams = 10_000;
         let kind = if red { "red2" } else { "plain" };

@@ -35,6 +35,8 @@ fn v4(key: &StreamKey) -> Option<V4Key> {
 pub struct StreamIndex {
     v4: HashMap<V4Key, u32, KeyHasher>,
     other: HashMap<StreamKey, u32, KeyHasher>,
+    /// Inserts and removals so far: a slot found while this is unchanged is still the key's.
+    changes: u64,
 }
 
 impl StreamIndex {
@@ -47,6 +49,7 @@ impl StreamIndex {
     }
 
     pub fn insert(&mut self, key: StreamKey, slot: u32) {
+        self.changes = self.changes.wrapping_add(1);
         match v4(&key) {
             Some(k) => self.v4.insert(k, slot),
             None => self.other.insert(key, slot),
@@ -54,10 +57,17 @@ impl StreamIndex {
     }
 
     pub fn remove(&mut self, key: &StreamKey) -> Option<u32> {
+        self.changes = self.changes.wrapping_add(1);
         match v4(key) {
             Some(k) => self.v4.remove(&k),
             None => self.other.remove(key),
         }
+    }
+
+    /// Changes when a key is inserted or removed, so that a lookup's answer can be kept for
+    /// as long as this stays the same ([`crate::Gateway::handle_batch`]).
+    pub fn changes(&self) -> u64 {
+        self.changes
     }
 
     pub fn len(&self) -> usize {

@@ -226,15 +226,13 @@ fn drain_socket(socket: &UdpSocket, gw: &mut Gateway, buf: &mut [u8], clock: &Cl
             }
         }
         let now = clock.now();
-        let datagrams = batch[..n]
-            .iter()
-            .map(|&(at, len, src)| (src, &buf[at..at + len]));
-        // The batch's streams are loaded together before any is handled, so their cache
-        // misses overlap (`Gateway::warm`).
-        gw.warm(datagrams.clone());
-        for (src, datagram) in datagrams {
-            gw.handle_datagram(now, src, datagram);
+        let mut datagrams: [(std::net::SocketAddr, &[u8]); BATCH] = [(batch[0].2, &[]); BATCH];
+        for (d, &(at, len, src)) in datagrams.iter_mut().zip(&batch[..n]) {
+            *d = (src, &buf[at..at + len]);
         }
+        // The batch's streams are loaded together before any is handled, so their cache
+        // misses overlap (`Gateway::handle_batch`).
+        gw.handle_batch(now, &datagrams[..n]);
         read += n;
         if !more || read >= RECV_BUDGET {
             return read;

@@ -10,8 +10,8 @@
 //!    and its `context.add` envelope), the same for a 16-byte and a 30,001-byte chunk;
 //! 3. 9,000 RED packets with every 10th packet lost (recovered from redundancy) cause zero
 //!    allocations.
-//! 4. `Gateway::warm`, which the UDP loop calls on every batch, allocates nothing with 4,160
-//!    streams (enough for it to do its work).
+//! 4. `Gateway::warm`, and `Gateway::handle_batch`, which the UDP loop calls on every batch,
+//!    allocate nothing with 4,160 streams (enough for warming to do its work).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -335,8 +335,8 @@ fn steady_state_packets_do_not_allocate() {
     }
 }
 
-/// The UDP loop passes every batch to `Gateway::warm` before handling it: with enough streams
-/// for it to do its work, warming allocates nothing either.
+/// The UDP loop passes every batch to `Gateway::handle_batch`, which warms it first: with
+/// enough streams for warming to do its work, neither allocates.
 #[test]
 fn warming_a_batch_does_not_allocate() {
     let streams = pvp_t140::gateway::WARM_FROM + 64;
@@ -365,4 +365,30 @@ fn warming_a_batch_does_not_allocate() {
         }
     });
     assert_eq!((allocs, bytes), (0, 0), "warming {streams} streams");
+    // The UDP loop's own call: warming, then handling each batch with warming's lookups. Every
+    // stream's next packet, a word without a sentence end, goes into its buffer.
+    let next: Vec<(SocketAddr, Vec<u8>)> = batch
+        .iter()
+        .enumerate()
+        .map(|(i, (source, _))| {
+            let mut p = Vec::new();
+            let ssrc = 0x7000_0000 | i as u32;
+            rtp::write_packet(&mut p, false, T140_PT, 2, 300, ssrc, b"yo ");
+            (*source, p)
+        })
+        .collect();
+    let views: Vec<(SocketAddr, &[u8])> = next.iter().map(|(s, p)| (*s, &p[..])).collect();
+    let before = gw.stats().datagrams;
+    let (allocs, bytes, ()) = count(|| {
+        for part in views.chunks(pvp_t140::gateway::WARM_BATCH) {
+            gw.handle_batch(now, part);
+        }
+    });
+    assert_eq!(gw.stats().datagrams - before, streams as u64);
+    assert_eq!(gw.stats().drops_total(), 0);
+    assert_eq!(
+        (allocs, bytes),
+        (0, 0),
+        "handling batches of {streams} streams"
+    );
 }

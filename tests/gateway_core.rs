@@ -1018,7 +1018,9 @@ fn decoder_anomalies_on_in_order_packets_reach_the_stats() {
 
 /// `Gateway::warm` is a hint for batches: with enough streams for it to do its work, a gateway
 /// warmed before every batch (junk datagrams included, timers falling due) emits byte for byte
-/// what one that is never warmed emits, and counts the same.
+/// what one that is never warmed emits, and counts the same. So does one fed whole batches
+/// (`Gateway::handle_batch`), which keeps warming's lookups: streams opened and ended inside a
+/// batch (an RTCP BYE, then the same stream's next packet) must not be found where they were.
 #[test]
 fn warming_a_batch_changes_nothing() {
     let streams = pvp_t140::gateway::WARM_FROM as u32 + 100;
@@ -1029,7 +1031,11 @@ fn warming_a_batch_changes_nothing() {
         id_seed: 7,
         ..Config::default()
     };
-    let (mut plain, mut warmed) = (Gateway::new(cfg()), Gateway::new(cfg()));
+    let (mut plain, mut warmed, mut batched) = (
+        Gateway::new(cfg()),
+        Gateway::new(cfg()),
+        Gateway::new(cfg()),
+    );
     let words = ["Hi ", "there. ", "Bye", "\u{8}", "! "];
     let mut datagrams: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
     for round in 0..words.len() as u16 {
@@ -1042,37 +1048,58 @@ fn warming_a_batch_changes_nothing() {
                 datagrams.push((source, vec![0x80; 7]));
                 datagrams.push((source, t140(1, 0xdead_0000 | s, "")));
             }
+            if round == 2 && s % 89 == 0 {
+                // The stream ends (muxed BYE) and starts again at once, in the same batch.
+                let mut bye = Vec::new();
+                pvp_t140::rtcp::write_bye(&mut bye, ssrc);
+                datagrams.push((source, bye));
+                datagrams.push((source, t140(100, ssrc, "again ")));
+            }
         }
     }
     let mut now = at(0);
-    let (mut a, mut b) = (Vec::new(), Vec::new());
+    let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
     for batch in datagrams.chunks(pvp_t140::gateway::WARM_BATCH) {
         warmed.warm(batch.iter().map(|(s, d)| (*s, &d[..])));
         for (source, d) in batch {
             plain.handle_datagram(now, *source, d);
             warmed.handle_datagram(now, *source, d);
         }
+        let views: Vec<(SocketAddr, &[u8])> = batch.iter().map(|(s, d)| (*s, &d[..])).collect();
+        batched.handle_batch(now, &views);
         a.extend(std::iter::from_fn(|| plain.poll_output()));
         b.extend(std::iter::from_fn(|| warmed.poll_output()));
+        c.extend(std::iter::from_fn(|| batched.poll_output()));
         // Batches 50 ms apart: idle flushes fall due between a stream's words, so timers fire
         // between warmed batches too.
         now = now.plus_us(50_000);
     }
-    plain.shutdown(now);
-    warmed.shutdown(now);
+    for gw in [&mut plain, &mut warmed, &mut batched] {
+        gw.shutdown(now);
+    }
     a.extend(std::iter::from_fn(|| plain.poll_output()));
     b.extend(std::iter::from_fn(|| warmed.poll_output()));
+    c.extend(std::iter::from_fn(|| batched.poll_output()));
     assert!(plain.live_streams() == 0 && a.len() > streams as usize * 2);
     let json =
         |v: &[pvp_t140::pvp::Envelope]| v.iter().map(|e| e.json().to_owned()).collect::<Vec<_>>();
     assert_eq!(json(&a), json(&b));
-    assert_eq!(
-        format!("{:?}", plain.stats()),
-        format!("{:?}", warmed.stats())
-    );
+    assert_eq!(json(&a), json(&c));
+    for other in [&warmed, &batched] {
+        assert_eq!(
+            format!("{:?}", plain.stats()),
+            format!("{:?}", other.stats())
+        );
+    }
     assert!(plain.stats().drops_total() > 0, "the junk was counted");
     assert!(
         plain.stats().chunks(FlushCause::Idle) > 0,
         "idle flushes fired between batches"
     );
+    assert!(
+        a.iter().any(|e| e.json().contains("rtcp bye")),
+        "streams ended inside batches"
+    );
+    let again = a.iter().filter(|e| e.json().contains("again")).count();
+    assert_eq!(again, streams.div_ceil(89) as usize, "and started again");
 }

@@ -6,6 +6,7 @@
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
+use pvp_t140::gateway::WARM_BATCH;
 use pvp_t140::red;
 use pvp_t140::rtp;
 use pvp_t140::{Config, Gateway, Time};
@@ -143,8 +144,8 @@ impl Traffic {
     }
 
     /// The next `n` packets as the gateway's receive loop feeds them: read into a batch first,
-    /// then handled one after another at one clock reading, each batch's streams first loaded
-    /// with `Gateway::warm` when `warm` is set.
+    /// then handled one after another at one clock reading; with `warm`, as the UDP loop does,
+    /// by `Gateway::handle_batch` (at most `WARM_BATCH` datagrams a batch).
     pub fn step_batch(&mut self, n: usize, warm: bool) {
         while self.batch.len() < n {
             self.batch.push((source(0), Vec::with_capacity(64)));
@@ -160,13 +161,23 @@ impl Traffic {
         // One clock reading for the batch, as the UDP loop takes.
         let now = self.now;
         if warm {
-            let batch = self.batch[..n].iter().map(|(s, b)| (*s, &b[..]));
-            self.gw.warm(black_box(batch));
-        }
-        for i in 0..n {
-            let (src, buf) = &self.batch[i];
-            self.gw.handle_datagram(now, *src, black_box(buf));
+            // As the UDP loop holds them: borrowed from one buffer, handled as a batch.
+            let mut views = [(source(0), &[][..]); WARM_BATCH];
+            for (v, (s, b)) in views.iter_mut().zip(&self.batch[..n]) {
+                *v = (*s, &b[..]);
+            }
+            assert!(
+                n <= WARM_BATCH,
+                "a batch holds at most {WARM_BATCH} datagrams"
+            );
+            self.gw.handle_batch(now, black_box(&views[..n]));
             self.drain();
+        } else {
+            for i in 0..n {
+                let (src, buf) = &self.batch[i];
+                self.gw.handle_datagram(now, *src, black_box(buf));
+                self.drain();
+            }
         }
         self.now = Time(self.now.0 + self.step_us * n as u64);
     }
