@@ -166,8 +166,8 @@ impl Escaped {
 /// `Arc`, no copy), which sinks route by. Once the speaker has a chunk to send, the same
 /// allocation also holds what every `context.add` of that speaker repeats, escaped once
 /// ([`SenderId::with_template`]). A flush then reads its sender's reference count, id and
-/// template from one block of adjacent lines: as four blocks (the `Arc`, a boxed template and
-/// its three strings) they were four cache misses a flush with thousands of streams
+/// template from one block of adjacent lines: as five blocks (the `Arc`, a boxed template and
+/// its three strings) they were up to five cache misses a flush with thousands of streams
 /// (docs/performance.md section 12).
 #[derive(Clone)]
 pub struct SenderId {
