@@ -20,8 +20,12 @@ secs=${FUZZ_SECONDS:-30}
 runs_for() {
     case $1 in
         rtp_parse) echo 3000000 ;; red_parse) echo 1500000 ;; t140_decode) echo 400000 ;;
-        pcap_read) echo 2000000 ;; gateway) echo 25000 ;; *) echo 100000 ;;
+        pcap_read) echo 2000000 ;; gateway) echo 25000 ;; batch) echo 1000 ;; *) echo 100000 ;;
     esac
+}
+# `batch` reads the `gateway` target's input format, and starts from its seeds.
+corpus_of() {
+    case $1 in batch) echo corpus/gateway ;; *) echo "corpus/$1" ;; esac
 }
 if ! cargo fuzz --version >/dev/null 2>&1; then
     echo "== installing cargo-fuzz"
@@ -40,7 +44,7 @@ for t in $targets; do
     mkdir -p "$work/$t"
     fixed=()
     if [ -n "${FUZZ_SEED:-}" ]; then fixed=(-seed="$FUZZ_SEED" -runs="$(runs_for "$t")"); fi
-    if cargo fuzz run -s none "$t" "$work/$t" "corpus/$t" -- "${fixed[@]}" \
+    if cargo fuzz run -s none "$t" "$work/$t" "$(corpus_of "$t")" -- "${fixed[@]}" \
         -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
         >"$work/$t.log" 2>&1; then
         grep -E '^(Done|stat::number_of_executed_units)' "$work/$t.log" || true
