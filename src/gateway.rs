@@ -709,8 +709,7 @@ impl Gateway {
             let slots = self.warm_slots(run.iter().copied());
             let at = self.index.changes();
             for (&(source, data), &slot) in run.iter().zip(&slots) {
-                let hint = slot.filter(|_| self.index.changes() == at);
-                self.handle_hinted(now, source, data, hint);
+                self.handle_hinted(now, source, data, slot.map(|s| (s, at)));
             }
         }
     }
@@ -720,10 +719,17 @@ impl Gateway {
         self.handle_hinted(now, source, data, None);
     }
 
-    /// `slot`: where the datagram's stream is, if known (looked up with the index unchanged
-    /// since); else it is looked up.
+    /// `hint`: where the datagram's stream was found, and [`StreamIndex::changes`] then. The
+    /// slot is used only if the index is still unchanged where the stream is needed, after
+    /// the timers due have fired (they may end the stream); else the stream is looked up.
     #[inline(always)]
-    fn handle_hinted(&mut self, now: Time, source: SocketAddr, data: &[u8], slot: Option<u32>) {
+    fn handle_hinted(
+        &mut self,
+        now: Time,
+        source: SocketAddr,
+        data: &[u8],
+        hint: Option<(u32, u64)>,
+    ) {
         // Timers due before this packet fire first, each at its own deadline, so replay
         // matches what happened on the wire (text released and flushes cut when they were due).
         self.fire_due(now);
@@ -733,7 +739,7 @@ impl Gateway {
             Refusal::NotAllowed => DropReason::NotAllowed,
             Refusal::RateLimited => DropReason::RateLimited,
         });
-        if let Err(reason) = admitted.and_then(|()| self.receive(now, source, data, slot)) {
+        if let Err(reason) = admitted.and_then(|()| self.receive(now, source, data, hint)) {
             self.emit.stats.drops[reason.index()] += 1;
             tracing::debug!(%source, len = data.len(), reason = reason.as_str(), "datagram dropped");
         }
@@ -751,7 +757,7 @@ impl Gateway {
         now: Time,
         source: SocketAddr,
         data: &[u8],
-        hint: Option<u32>,
+        hint: Option<(u32, u64)>,
     ) -> Result<(), DropReason> {
         if looks_like_rtcp(data) {
             return self.receive_rtcp(now, source, data);
@@ -785,7 +791,9 @@ impl Gateway {
             source,
             ssrc: pkt.ssrc,
         };
-        let slot = match hint.or_else(|| self.index.get(&key)) {
+        // A slot found before this datagram's timers fired holds only if none ended a stream.
+        let found = hint.filter(|&(_, at)| self.index.changes() == at);
+        let slot = match found.map(|(slot, _)| slot).or_else(|| self.index.get(&key)) {
             Some(slot) => slot,
             None => self.open_stream(now, key)?,
         };

@@ -1103,3 +1103,56 @@ fn warming_a_batch_changes_nothing() {
     let again = a.iter().filter(|e| e.json().contains("again")).count();
     assert_eq!(again, streams.div_ceil(89) as usize, "and started again");
 }
+
+/// `handle_batch` warms a batch before its datagrams' timers fire. Here every stream has timed
+/// out by the batch's time: warming still finds them, the first datagram's timers then end them
+/// all, and each datagram must open its stream anew, as one at a time does (the slot warming
+/// found is gone by then).
+#[test]
+fn a_batch_after_its_streams_timed_out_opens_them_again() {
+    let streams = pvp_t140::gateway::WARM_FROM as u32 + 4;
+    let cfg = || Config {
+        session: "timeout".into(),
+        max_streams: streams as usize + 1,
+        max_pps_per_source: 0,
+        stream_timeout: Duration::from_secs(10),
+        id_seed: 3,
+        ..Config::default()
+    };
+    let (mut one, mut batched) = (Gateway::new(cfg()), Gateway::new(cfg()));
+    let packet = |s: u32, seq: u16, text: &str| {
+        let source = SocketAddr::from(([10, 3, (s >> 8) as u8, s as u8], 5004));
+        (source, t140(seq, 0x3000_0000 | s, text))
+    };
+    let first: Vec<_> = (0..streams).map(|s| packet(s, 1, "")).collect();
+    let later: Vec<_> = (0..40).map(|s| packet(s, 2, "back. ")).collect();
+    let mut out = (Vec::new(), Vec::new());
+    for (t, batch) in [(at(0), &first), (at(11_000), &later)] {
+        for (source, d) in batch {
+            one.handle_datagram(t, *source, d);
+        }
+        let refs: Vec<(SocketAddr, &[u8])> = batch.iter().map(|(s, d)| (*s, &d[..])).collect();
+        batched.handle_batch(t, &refs);
+        out.0.extend(std::iter::from_fn(|| one.poll_output()));
+        out.1.extend(std::iter::from_fn(|| batched.poll_output()));
+    }
+    // The new streams' text is released once they have waited for their first packet.
+    one.handle_timeout(at(14_000));
+    batched.handle_timeout(at(14_000));
+    out.0.extend(std::iter::from_fn(|| one.poll_output()));
+    out.1.extend(std::iter::from_fn(|| batched.poll_output()));
+    let json =
+        |v: &[pvp_t140::pvp::Envelope]| v.iter().map(|e| e.json().to_owned()).collect::<Vec<_>>();
+    assert_eq!(json(&out.0), json(&out.1));
+    assert_eq!(
+        format!("{:?}", one.stats()),
+        format!("{:?}", batched.stats())
+    );
+    // Every stream timed out; the 40 that sent again are new streams with their text.
+    assert_eq!(batched.live_streams(), 40);
+    assert_eq!(batched.stats().streams_total, u64::from(streams) + 40);
+    assert_eq!(
+        out.1.iter().filter(|e| e.json().contains("back.")).count(),
+        40
+    );
+}
