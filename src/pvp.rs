@@ -242,13 +242,10 @@ impl From<&str> for SenderId {
     }
 }
 
+/// `Arc<str>` copies a `String` into its own allocation either way.
 impl From<String> for SenderId {
     fn from(id: String) -> Self {
-        SenderId {
-            id: id.len(),
-            all: id.into(),
-            parts: None,
-        }
+        SenderId::from(id.as_str())
     }
 }
 

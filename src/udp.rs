@@ -185,7 +185,7 @@ pub async fn run_sink(
 
 /// Datagrams read from the socket before the core sees them: the kernel's receive path and
 /// the core then each run over a batch, not alternately per datagram, so each keeps its code
-/// and data in cache, and the core loads the batch's streams together (`Gateway::warm`).
+/// and data in cache, and the core loads the batch's streams together (`Gateway::handle_batch`).
 const BATCH: usize = crate::gateway::WARM_BATCH;
 
 /// The receive arena: a batch of typical datagrams, plus room for one of the largest UDP
@@ -199,19 +199,18 @@ const ARENA: usize = BATCH * 2048 + 65_536;
 /// timing works in hundreds of milliseconds (RFC 4103 5.1, 300 ms buffering).
 fn drain_socket(socket: &UdpSocket, gw: &mut Gateway, buf: &mut [u8], clock: &Clock) -> usize {
     let mut read = 0;
-    let mut batch = [(
-        0usize,
-        0usize,
-        std::net::SocketAddr::from(([0, 0, 0, 0], 0)),
-    ); BATCH];
     loop {
-        // Read a batch: each datagram after the previous one, each read offered 64 KiB.
-        let (mut n, mut used, mut more) = (0, 0, true);
-        while n < BATCH && read + n < RECV_BUDGET && buf.len() - used >= 65_536 {
-            match socket.try_recv_from(&mut buf[used..used + 65_536]) {
+        // Read a batch: each datagram after the previous one, each read offered 64 KiB. A
+        // datagram is split off the arena's free part as it lands, so it is borrowed from there.
+        let unspecified = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
+        let mut datagrams: [(std::net::SocketAddr, &[u8]); BATCH] = [(unspecified, &[]); BATCH];
+        let (mut n, mut free, mut more) = (0, &mut *buf, true);
+        while n < BATCH && read + n < RECV_BUDGET && free.len() >= 65_536 {
+            match socket.try_recv_from(&mut free[..65_536]) {
                 Ok((len, src)) => {
-                    batch[n] = (used, len, src);
-                    used += len;
+                    let (datagram, rest) = std::mem::take(&mut free).split_at_mut(len);
+                    datagrams[n] = (src, datagram);
+                    free = rest;
                     n += 1;
                 }
                 Err(e) => {
@@ -225,14 +224,9 @@ fn drain_socket(socket: &UdpSocket, gw: &mut Gateway, buf: &mut [u8], clock: &Cl
                 }
             }
         }
-        let now = clock.now();
-        let mut datagrams: [(std::net::SocketAddr, &[u8]); BATCH] = [(batch[0].2, &[]); BATCH];
-        for (d, &(at, len, src)) in datagrams.iter_mut().zip(&batch[..n]) {
-            *d = (src, &buf[at..at + len]);
-        }
         // The batch's streams are loaded together before any is handled, so their cache
         // misses overlap (`Gateway::handle_batch`).
-        gw.handle_batch(now, &datagrams[..n]);
+        gw.handle_batch(clock.now(), &datagrams[..n]);
         read += n;
         if !more || read >= RECV_BUDGET {
             return read;

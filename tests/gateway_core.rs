@@ -1016,6 +1016,35 @@ fn decoder_anomalies_on_in_order_packets_reach_the_stats() {
     assert_eq!(got[0].1, "start ring x\u{fffd}yend.");
 }
 
+/// Room for `streams` streams (enough for `Gateway::warm` to do its work), no per-source rate
+/// limit (a test source sends for many streams), and a fixed id seed: two gateways fed the same
+/// datagrams emit the same envelopes, byte for byte.
+fn batch_config(session: &str, streams: u32) -> Config {
+    Config {
+        session: session.into(),
+        max_streams: streams as usize + 1,
+        max_pps_per_source: 0,
+        id_seed: 7,
+        ..Config::default()
+    }
+}
+
+/// What `gw` has to send, as JSON lines.
+fn json_lines(gw: &mut Gateway) -> Vec<String> {
+    std::iter::from_fn(|| gw.poll_output())
+        .map(|e| e.json().to_owned())
+        .collect()
+}
+
+/// Datagrams borrowed as a driver hands a batch over.
+fn views(batch: &[(SocketAddr, Vec<u8>)]) -> Vec<(SocketAddr, &[u8])> {
+    batch.iter().map(|(s, d)| (*s, &d[..])).collect()
+}
+
+fn assert_same_stats(a: &Gateway, b: &Gateway) {
+    assert_eq!(format!("{:?}", a.stats()), format!("{:?}", b.stats()));
+}
+
 /// `Gateway::warm` is a hint for batches: with enough streams for it to do its work, a gateway
 /// warmed before every batch (junk datagrams included, timers falling due) emits byte for byte
 /// what one that is never warmed emits, and counts the same. So does one fed whole batches
@@ -1024,13 +1053,7 @@ fn decoder_anomalies_on_in_order_packets_reach_the_stats() {
 #[test]
 fn warming_a_batch_changes_nothing() {
     let streams = pvp_t140::gateway::WARM_FROM as u32 + 100;
-    let cfg = || Config {
-        session: "warm".into(),
-        max_streams: streams as usize + 1,
-        max_pps_per_source: 0,
-        id_seed: 7,
-        ..Config::default()
-    };
+    let cfg = || batch_config("warm", streams);
     let (mut plain, mut warmed, mut batched) = (
         Gateway::new(cfg()),
         Gateway::new(cfg()),
@@ -1060,16 +1083,16 @@ fn warming_a_batch_changes_nothing() {
     let mut now = at(0);
     let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
     for batch in datagrams.chunks(pvp_t140::gateway::WARM_BATCH) {
-        warmed.warm(batch.iter().map(|(s, d)| (*s, &d[..])));
-        for (source, d) in batch {
-            plain.handle_datagram(now, *source, d);
-            warmed.handle_datagram(now, *source, d);
+        let batch = views(batch);
+        warmed.warm(batch.iter().copied());
+        for &(source, d) in &batch {
+            plain.handle_datagram(now, source, d);
+            warmed.handle_datagram(now, source, d);
         }
-        let views: Vec<(SocketAddr, &[u8])> = batch.iter().map(|(s, d)| (*s, &d[..])).collect();
-        batched.handle_batch(now, &views);
-        a.extend(std::iter::from_fn(|| plain.poll_output()));
-        b.extend(std::iter::from_fn(|| warmed.poll_output()));
-        c.extend(std::iter::from_fn(|| batched.poll_output()));
+        batched.handle_batch(now, &batch);
+        a.extend(json_lines(&mut plain));
+        b.extend(json_lines(&mut warmed));
+        c.extend(json_lines(&mut batched));
         // Batches 50 ms apart: idle flushes fall due between a stream's words, so timers fire
         // between warmed batches too.
         now = now.plus_us(50_000);
@@ -1077,30 +1100,24 @@ fn warming_a_batch_changes_nothing() {
     for gw in [&mut plain, &mut warmed, &mut batched] {
         gw.shutdown(now);
     }
-    a.extend(std::iter::from_fn(|| plain.poll_output()));
-    b.extend(std::iter::from_fn(|| warmed.poll_output()));
-    c.extend(std::iter::from_fn(|| batched.poll_output()));
+    a.extend(json_lines(&mut plain));
+    b.extend(json_lines(&mut warmed));
+    c.extend(json_lines(&mut batched));
     assert!(plain.live_streams() == 0 && a.len() > streams as usize * 2);
-    let json =
-        |v: &[pvp_t140::pvp::Envelope]| v.iter().map(|e| e.json().to_owned()).collect::<Vec<_>>();
-    assert_eq!(json(&a), json(&b));
-    assert_eq!(json(&a), json(&c));
-    for other in [&warmed, &batched] {
-        assert_eq!(
-            format!("{:?}", plain.stats()),
-            format!("{:?}", other.stats())
-        );
-    }
+    assert_eq!(a, b);
+    assert_eq!(a, c);
+    assert_same_stats(&plain, &warmed);
+    assert_same_stats(&plain, &batched);
     assert!(plain.stats().drops_total() > 0, "the junk was counted");
     assert!(
         plain.stats().chunks(FlushCause::Idle) > 0,
         "idle flushes fired between batches"
     );
     assert!(
-        a.iter().any(|e| e.json().contains("rtcp bye")),
+        a.iter().any(|e| e.contains("rtcp bye")),
         "streams ended inside batches"
     );
-    let again = a.iter().filter(|e| e.json().contains("again")).count();
+    let again = a.iter().filter(|e| e.contains("again")).count();
     assert_eq!(again, streams.div_ceil(89) as usize, "and started again");
 }
 
@@ -1112,12 +1129,8 @@ fn warming_a_batch_changes_nothing() {
 fn a_batch_after_its_streams_timed_out_opens_them_again() {
     let streams = pvp_t140::gateway::WARM_FROM as u32 + 4;
     let cfg = || Config {
-        session: "timeout".into(),
-        max_streams: streams as usize + 1,
-        max_pps_per_source: 0,
         stream_timeout: Duration::from_secs(10),
-        id_seed: 3,
-        ..Config::default()
+        ..batch_config("timeout", streams)
     };
     let (mut one, mut batched) = (Gateway::new(cfg()), Gateway::new(cfg()));
     let packet = |s: u32, seq: u16, text: &str| {
@@ -1128,31 +1141,23 @@ fn a_batch_after_its_streams_timed_out_opens_them_again() {
     let later: Vec<_> = (0..40).map(|s| packet(s, 2, "back. ")).collect();
     let mut out = (Vec::new(), Vec::new());
     for (t, batch) in [(at(0), &first), (at(11_000), &later)] {
-        for (source, d) in batch {
-            one.handle_datagram(t, *source, d);
+        let batch = views(batch);
+        for &(source, d) in &batch {
+            one.handle_datagram(t, source, d);
         }
-        let refs: Vec<(SocketAddr, &[u8])> = batch.iter().map(|(s, d)| (*s, &d[..])).collect();
-        batched.handle_batch(t, &refs);
-        out.0.extend(std::iter::from_fn(|| one.poll_output()));
-        out.1.extend(std::iter::from_fn(|| batched.poll_output()));
+        batched.handle_batch(t, &batch);
+        out.0.extend(json_lines(&mut one));
+        out.1.extend(json_lines(&mut batched));
     }
     // The new streams' text is released once they have waited for their first packet.
     one.handle_timeout(at(14_000));
     batched.handle_timeout(at(14_000));
-    out.0.extend(std::iter::from_fn(|| one.poll_output()));
-    out.1.extend(std::iter::from_fn(|| batched.poll_output()));
-    let json =
-        |v: &[pvp_t140::pvp::Envelope]| v.iter().map(|e| e.json().to_owned()).collect::<Vec<_>>();
-    assert_eq!(json(&out.0), json(&out.1));
-    assert_eq!(
-        format!("{:?}", one.stats()),
-        format!("{:?}", batched.stats())
-    );
+    out.0.extend(json_lines(&mut one));
+    out.1.extend(json_lines(&mut batched));
+    assert_eq!(out.0, out.1);
+    assert_same_stats(&one, &batched);
     // Every stream timed out; the 40 that sent again are new streams with their text.
     assert_eq!(batched.live_streams(), 40);
     assert_eq!(batched.stats().streams_total, u64::from(streams) + 40);
-    assert_eq!(
-        out.1.iter().filter(|e| e.json().contains("back.")).count(),
-        40
-    );
+    assert_eq!(out.1.iter().filter(|e| e.contains("back.")).count(), 40);
 }

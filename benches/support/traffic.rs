@@ -161,15 +161,15 @@ impl Traffic {
         // One clock reading for the batch, as the UDP loop takes.
         let now = self.now;
         if warm {
-            // As the UDP loop holds them: borrowed from one buffer, handled as a batch.
-            let mut views = [(source(0), &[][..]); WARM_BATCH];
-            for (v, (s, b)) in views.iter_mut().zip(&self.batch[..n]) {
-                *v = (*s, &b[..]);
-            }
             assert!(
                 n <= WARM_BATCH,
                 "a batch holds at most {WARM_BATCH} datagrams"
             );
+            // As the UDP loop holds them: borrowed, handed over as one batch.
+            let mut views = [(source(0), &[][..]); WARM_BATCH];
+            for (v, (s, b)) in views.iter_mut().zip(&self.batch[..n]) {
+                *v = (*s, &b[..]);
+            }
             self.gw.handle_batch(now, black_box(&views[..n]));
             self.drain();
         } else {
