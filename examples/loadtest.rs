@@ -263,72 +263,77 @@ type Res<T> = Result<T, String>;
 
 fn null_receiver(listen: SocketAddr, workers: usize, recv_buffer: usize) -> Res<()> {
     let workers = workers.max(1);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers + 1)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
     let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
-    rt.block_on(async {
-        let reuse = workers > 1;
-        let bind = |addr, reuse| {
-            pvp_t140::udp::bind_with_buffer(addr, reuse, recv_buffer)
-                .map_err(|e| format!("bind: {e}"))
-        };
-        let first = bind(listen, reuse)?;
-        let local = first.local_addr().map_err(|e| e.to_string())?;
-        // What the kernel granted (SO_RCVBUF, its doubled figure), for the harness to check.
-        let rcvbuf = socket2::SockRef::from(&first)
-            .recv_buffer_size()
-            .map_err(|e| e.to_string())?;
-        let mut sockets = vec![first];
-        for _ in 1..workers {
-            sockets.push(bind(local, true)?);
-        }
-        for socket in sockets {
-            let counts = counts.clone();
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 65_536];
-                loop {
-                    if socket.readable().await.is_err() {
-                        return;
-                    }
-                    // The gateway's drain_socket: up to 1024 datagrams per wake-up.
-                    let (mut n, mut bytes) = (0u64, 0u64);
-                    for _ in 0..1024 {
-                        match socket.try_recv_from(&mut buf) {
-                            Ok((len, _)) => {
-                                n += 1;
-                                bytes += len as u64;
+    let reuse = workers > 1;
+    let bind = |addr, reuse| {
+        pvp_t140::udp::bind_std(addr, reuse, recv_buffer).map_err(|e| format!("bind: {e}"))
+    };
+    let first = bind(listen, reuse)?;
+    let local = first.local_addr().map_err(|e| e.to_string())?;
+    // What the kernel granted (SO_RCVBUF, its doubled figure), for the harness to check.
+    let rcvbuf = socket2::SockRef::from(&first)
+        .recv_buffer_size()
+        .map_err(|e| e.to_string())?;
+    let mut sockets = vec![first];
+    for _ in 1..workers {
+        sockets.push(bind(local, true)?);
+    }
+    // As the gateway's workers run (`udp::spawn_worker`): a thread each, with a single-threaded
+    // runtime that owns the socket.
+    for (i, socket) in sockets.into_iter().enumerate() {
+        let counts = counts.clone();
+        std::thread::Builder::new()
+            .name(format!("null-rx-{i}"))
+            .spawn(move || -> Res<()> {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                rt.block_on(async move {
+                    let socket =
+                        tokio::net::UdpSocket::from_std(socket).map_err(|e| e.to_string())?;
+                    let mut buf = vec![0u8; 65_536];
+                    loop {
+                        if socket.readable().await.is_err() {
+                            return Ok(());
+                        }
+                        // The gateway's drain_socket: up to 1024 datagrams per wake-up.
+                        let (mut n, mut bytes) = (0u64, 0u64);
+                        for _ in 0..1024 {
+                            match socket.try_recv_from(&mut buf) {
+                                Ok((len, _)) => {
+                                    n += 1;
+                                    bytes += len as u64;
+                                }
+                                Err(_) => break,
                             }
-                            Err(_) => break,
+                        }
+                        counts[0].fetch_add(n, Ordering::Relaxed);
+                        counts[1].fetch_add(bytes, Ordering::Relaxed);
+                        if n == 1024 {
+                            // As the gateway's worker does after a full budget.
+                            tokio::task::yield_now().await;
                         }
                     }
-                    counts[0].fetch_add(n, Ordering::Relaxed);
-                    counts[1].fetch_add(bytes, Ordering::Relaxed);
-                }
-            });
-        }
-        println!("ready {local} rcvbuf {rcvbuf}");
+                })
+            })
+            .map_err(|e| e.to_string())?;
+    }
+    println!("ready {local} rcvbuf {rcvbuf}");
+    let _ = std::io::stdout().flush();
+    // Control: a line on stdin asks for the counts; end of stdin ends the process.
+    let stdin = std::io::stdin();
+    let mut line = String::new();
+    while stdin.lock().read_line(&mut line).is_ok_and(|n| n > 0) {
+        line.clear();
+        println!(
+            "{} {}",
+            counts[0].load(Ordering::Relaxed),
+            counts[1].load(Ordering::Relaxed)
+        );
         let _ = std::io::stdout().flush();
-        // Control: a line on stdin asks for the counts; end of stdin ends the process.
-        let counts = counts.clone();
-        tokio::task::spawn_blocking(move || {
-            let stdin = std::io::stdin();
-            let mut line = String::new();
-            while stdin.lock().read_line(&mut line).is_ok_and(|n| n > 0) {
-                line.clear();
-                println!(
-                    "{} {}",
-                    counts[0].load(Ordering::Relaxed),
-                    counts[1].load(Ordering::Relaxed)
-                );
-                let _ = std::io::stdout().flush();
-            }
-        })
-        .await
-        .map_err(|e| e.to_string())
-    })
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -545,21 +545,23 @@ fn run_send(to: SocketAddr, cfg: pvp_t140::send::SenderConfig, bye: bool) -> Res
 fn run_live(args: &RunArgs) -> Result<(), String> {
     let cfg = args.core.config()?;
     let workers = args.workers.max(1) as usize;
+    // The receive workers run on threads of their own (`udp::spawn_worker`); this runtime
+    // carries the rest: the sink, the RTCP reader, metrics and signals.
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers + 1)
+        .worker_threads(1)
         .enable_all()
         .build()
         .map_err(|e| format!("tokio runtime: {e}"))?;
     rt.block_on(async {
         let reuse = workers > 1;
         let rcvbuf = args.recv_buffer as usize;
-        let first = udp::bind_with_buffer(args.listen, reuse, rcvbuf)
+        let first = udp::bind_std(args.listen, reuse, rcvbuf)
             .map_err(|e| format!("bind {}: {e}", args.listen))?;
         let local = first.local_addr().map_err(|e| e.to_string())?;
         let mut sockets = vec![first];
         for _ in 1..workers {
             sockets.push(
-                udp::bind_with_buffer(local, true, rcvbuf)
+                udp::bind_std(local, true, rcvbuf)
                     .map_err(|e| format!("bind {local} (worker): {e}"))?,
             );
         }
@@ -633,7 +635,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
             sink = args.server.as_deref().unwrap_or("stdout"),
             "pvp-t140 listening"
         );
-        let (tx, rx) = tokio::sync::mpsc::channel(udp::SINK_QUEUE);
+        let (tx, rx) = pvp_t140::handoff::queue(udp::SINK_QUEUE);
         let sink_task = tokio::spawn(udp::run_sink(rx, sink, sink_metrics.clone()));
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let (rtcp_tx, _) = tokio::sync::broadcast::channel(1024);
@@ -648,14 +650,16 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
             // Distinct ULID randomness per worker.
             wcfg.id_seed = cfg.id_seed.wrapping_add(i as u128 * 0x9e37_79b9_7f4a_7c15);
             let gw = Gateway::new(wcfg);
-            handles.push(tokio::spawn(udp::run_worker(
-                socket,
-                feed,
-                gw,
-                tx.clone(),
-                stop_rx.clone(),
+            let links = udp::WorkerLinks {
+                rtcp: feed,
+                out: tx.clone(),
+                shutdown: stop_rx.clone(),
                 publish,
-            )));
+            };
+            handles.push(
+                udp::spawn_worker(i, socket, gw, links)
+                    .map_err(|e| format!("receive worker {i}: {e}"))?,
+            );
         }
         drop(tx);
         if let Some(addr) = args.metrics {
@@ -678,13 +682,18 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         let mut total = Stats::default();
         let mut full = 0;
         for h in handles {
-            match h.await {
+            // Joined off the runtime's threads: the sink must go on taking the workers' last
+            // envelopes meanwhile.
+            let joined = tokio::task::spawn_blocking(move || h.join())
+                .await
+                .map_err(|e| format!("joining a receive worker: {e}"))?;
+            match joined {
                 Ok(Ok(report)) => {
                     total.merge(&report.stats);
                     full += report.sink_queue_full;
                 }
                 Ok(Err(e)) => tracing::error!("receive worker failed: {e}"),
-                Err(e) => tracing::error!("receive worker panicked: {e}"),
+                Err(_) => tracing::error!("receive worker panicked"),
             }
         }
         let sink_stats = sink_task.await.map_err(|e| format!("sink task: {e}"))?;

@@ -49,7 +49,7 @@ pub async fn run_worker(
     socket: UdpSocket,
     mut rtcp: Option<RtcpFeed>,
     mut gw: Gateway,
-    out: tokio::sync::mpsc::Sender<crate::pvp::Envelope>,
+    out: crate::handoff::Sender,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
     publish: Option<tokio::sync::watch::Sender<crate::gateway::Stats>>,
 ) -> io::Result<WorkerReport> {
@@ -59,12 +59,9 @@ pub async fn run_worker(
     // One arena for the life of the loop: the core borrows each datagram from it.
     let mut buf = vec![0u8; ARENA];
     let mut full = 0u64;
+    // One message, one wake-up of the sink, per hand-off.
     let mut forward = |gw: &mut Gateway| {
-        while let Some(e) = gw.poll_output() {
-            if out.try_send(e).is_err() {
-                full += 1;
-            }
-        }
+        full += out.offer(take_output(gw)) as u64;
     };
     // Since when envelopes have been waiting for the hand-off (None: none waiting).
     let mut held_since: Option<std::time::Instant> = None;
@@ -106,19 +103,14 @@ pub async fn run_worker(
             }
         }
         if busy {
-            // The sink task, which the queue hand-off may have woken onto this very worker
-            // thread, runs before the next batch.
+            // A full budget: let the runtime poll its I/O and timers before the next batch.
             tokio::task::yield_now().await;
         }
     }
     gw.shutdown(clock.now());
-    // The final flushes and leaves wait for room in the queue rather than being refused:
-    // at shutdown, back-pressure is the right answer (SIGTERM must not lose text).
-    while let Some(e) = gw.poll_output() {
-        if out.send(e).await.is_err() {
-            full += 1;
-        }
-    }
+    // The final flushes and leaves are not refused for want of room (`handoff::Sender::force`):
+    // SIGTERM must not lose text.
+    full += out.force(take_output(&mut gw)) as u64;
     if full > 0 {
         tracing::warn!(
             dropped = full,
@@ -129,6 +121,54 @@ pub async fn run_worker(
         stats: gw.stats(),
         sink_queue_full: full,
     })
+}
+
+/// What [`spawn_worker`] needs besides the socket and the core: where envelopes go, when to
+/// stop, and optionally the RTCP feed and where to publish counters.
+pub struct WorkerLinks {
+    pub rtcp: Option<RtcpFeed>,
+    pub out: crate::handoff::Sender,
+    pub shutdown: tokio::sync::watch::Receiver<bool>,
+    pub publish: Option<tokio::sync::watch::Sender<crate::gateway::Stats>>,
+}
+
+/// Starts receive worker `index` ([`run_worker`]) on a thread of its own, named `pvp-rx-N`,
+/// with a single-threaded runtime that owns its socket: the loop and its streams' memory never
+/// move to another thread (as a task of a shared work-stealing runtime could), two workers
+/// never share a thread while another idles, and a wake-up of the sink runs the sink on its
+/// own runtime rather than between this worker's batches. What passes between threads (the
+/// sink queue, the stop signal, the RTCP feed, the counters) are tokio channels, which work
+/// across runtimes. The thread ends with the worker; join it for the report.
+pub fn spawn_worker(
+    index: usize,
+    socket: std::net::UdpSocket,
+    gw: Gateway,
+    links: WorkerLinks,
+) -> io::Result<std::thread::JoinHandle<io::Result<WorkerReport>>> {
+    std::thread::Builder::new()
+        .name(format!("pvp-rx-{index}"))
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(async move {
+                let socket = UdpSocket::from_std(socket)?;
+                let WorkerLinks {
+                    rtcp,
+                    out,
+                    shutdown,
+                    publish,
+                } = links;
+                run_worker(socket, rtcp, gw, out, shutdown, publish).await
+            })
+        })
+}
+
+/// Every envelope the core has made, oldest first, in one allocation.
+fn take_output(gw: &mut Gateway) -> Vec<crate::pvp::Envelope> {
+    let mut batch = Vec::with_capacity(gw.pending_output());
+    batch.extend(std::iter::from_fn(|| gw.poll_output()));
+    batch
 }
 
 async fn recv_rtcp(
@@ -168,17 +208,14 @@ pub async fn run_rtcp_reader(
 
 /// Drains the workers' queue into the sink until every worker has stopped, then closes it.
 pub async fn run_sink(
-    mut rx: tokio::sync::mpsc::Receiver<crate::pvp::Envelope>,
+    mut rx: crate::handoff::Receiver,
     mut sink: Sink,
     metrics: crate::metrics::SinkMetrics,
 ) -> crate::sink::SinkStats {
     // Whatever the workers queued since the last wake-up goes on as one batch.
-    let mut batch = Vec::new();
-    while rx.recv_many(&mut batch, RECV_BUDGET).await > 0 {
-        // The next batch starts at this one's size: no regrowth from empty every time.
-        let size = batch.len();
-        sink.send_batch(std::mem::replace(&mut batch, Vec::with_capacity(size)));
-        metrics.queue_depth.set(rx.len() as i64);
+    while let Some(batch) = rx.recv(RECV_BUDGET).await {
+        sink.send_batch(batch);
+        metrics.queue_depth.set(rx.depth() as i64);
     }
     sink.close(SHUTDOWN_GRACE).await
 }
@@ -256,6 +293,16 @@ pub fn bind_with_buffer(
     reuse_port: bool,
     recv_buffer: usize,
 ) -> io::Result<UdpSocket> {
+    UdpSocket::from_std(bind_std(addr, reuse_port, recv_buffer)?)
+}
+
+/// [`bind_with_buffer`]'s socket before a runtime owns it (non-blocking already), for a
+/// receive worker that registers it with its own runtime on its own thread ([`spawn_worker`]).
+pub fn bind_std(
+    addr: std::net::SocketAddr,
+    reuse_port: bool,
+    recv_buffer: usize,
+) -> io::Result<std::net::UdpSocket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     if addr.is_ipv6() {
@@ -271,7 +318,7 @@ pub fn bind_with_buffer(
     let _ = socket.set_recv_buffer_size(recv_buffer.min(i32::MAX as usize));
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
-    UdpSocket::from_std(socket.into())
+    Ok(socket.into())
 }
 
 /// Requested SO_RCVBUF by default (`pvp-t140 --recv-buffer`).

@@ -1,5 +1,5 @@
-//! `--workers N`: several SO_REUSEPORT receive loops, each with its own core. Many sources at
-//! once: every stream's transcript arrives whole and in order, whichever worker it landed on.
+//! `--workers N`: several SO_REUSEPORT receive loops, each on a thread of its own. Many sources
+//! at once: every stream's transcript arrives whole and in order, whichever worker it landed on.
 
 mod common;
 
@@ -50,6 +50,13 @@ fn many_sources_over_four_workers_keep_per_stream_order() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    // One thread per receive worker, each named for it.
+    let rx: Vec<String> = gw
+        .thread_names()
+        .into_iter()
+        .filter(|n| n.starts_with("pvp-rx-"))
+        .collect();
+    assert_eq!(rx, ["pvp-rx-0", "pvp-rx-1", "pvp-rx-2", "pvp-rx-3"]);
     assert!(gw.terminate(Duration::from_secs(20)).success());
     let mut by_sender: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for l in gw.stdout_lines() {

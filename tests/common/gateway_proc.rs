@@ -77,6 +77,20 @@ impl Gateway {
             .unwrap_or(0)
     }
 
+    /// The names of the process's threads (`/proc/PID/task/*/comm`), sorted.
+    pub fn thread_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", self.child.id()))
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+                    .map(|n| n.trim().to_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+
     pub fn stdout_lines(&self) -> Vec<String> {
         self.stdout.lock().unwrap().clone()
     }

@@ -1,0 +1,180 @@
+//! The queue from the receive workers to the sink. Each worker runs on a thread of its own
+//! (`udp::spawn_worker`), so every hand-off that wakes the sink may cost a context switch; a
+//! worker therefore hands over a whole batch of envelopes as one message, one wake-up, instead
+//! of one message per envelope (which woke the sink at the first and let it take them one at a
+//! time). The bound counts envelopes, not messages, whatever the batches' sizes.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::sync::mpsc;
+
+use crate::pvp::Envelope;
+
+/// A queue of at most `bound` envelopes (see `udp::SINK_QUEUE` for the one the gateway uses).
+pub fn queue(bound: usize) -> (Sender, Receiver) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let queued = Arc::new(AtomicUsize::new(0));
+    (
+        Sender {
+            tx,
+            queued: queued.clone(),
+            bound,
+        },
+        Receiver { rx, queued },
+    )
+}
+
+/// A worker's end; cloned for each worker.
+#[derive(Debug, Clone)]
+pub struct Sender {
+    tx: mpsc::UnboundedSender<Vec<Envelope>>,
+    /// Envelopes handed over and not yet taken by the sink.
+    queued: Arc<AtomicUsize>,
+    bound: usize,
+}
+
+impl Sender {
+    /// Hands over as much of `batch`, in order, as there is room for. Returns how many
+    /// envelopes were refused: the newest, for lack of room (or all, with the sink gone).
+    pub fn offer(&self, mut batch: Vec<Envelope>) -> usize {
+        let n = batch.len();
+        if n == 0 {
+            return 0;
+        }
+        // Claim room first, give back what does not fit: concurrent workers never together
+        // exceed the bound.
+        let before = self.queued.fetch_add(n, Ordering::AcqRel);
+        let room = self.bound.saturating_sub(before).min(n);
+        if room < n {
+            self.queued.fetch_sub(n - room, Ordering::AcqRel);
+            batch.truncate(room);
+        }
+        if room == 0 {
+            return n;
+        }
+        match self.tx.send(batch) {
+            Ok(()) => n - room,
+            Err(_) => {
+                self.queued.fetch_sub(room, Ordering::AcqRel);
+                n
+            }
+        }
+    }
+
+    /// Hands over all of `batch` whatever the bound, for the final flushes and leaves at
+    /// shutdown: SIGTERM must not lose text. They already sit in memory, in the core's output
+    /// (`Gateway::shutdown` makes them all at once, a few per live stream), and move here
+    /// without a copy. Returns how many were lost because the sink is gone.
+    pub fn force(&self, batch: Vec<Envelope>) -> usize {
+        let n = batch.len();
+        if n == 0 {
+            return 0;
+        }
+        self.queued.fetch_add(n, Ordering::AcqRel);
+        match self.tx.send(batch) {
+            Ok(()) => 0,
+            Err(_) => {
+                self.queued.fetch_sub(n, Ordering::AcqRel);
+                n
+            }
+        }
+    }
+}
+
+/// The sink's end.
+#[derive(Debug)]
+pub struct Receiver {
+    rx: mpsc::UnboundedReceiver<Vec<Envelope>>,
+    queued: Arc<AtomicUsize>,
+}
+
+impl Receiver {
+    /// The next envelopes, with whatever else is already waiting appended (up to `most`
+    /// envelopes in all, one batch always whole), oldest first; `None` once every sender is
+    /// gone and the queue is empty.
+    pub async fn recv(&mut self, most: usize) -> Option<Vec<Envelope>> {
+        let mut batch = self.rx.recv().await?;
+        while batch.len() < most {
+            match self.rx.try_recv() {
+                Ok(more) => batch.extend(more),
+                Err(_) => break,
+            }
+        }
+        self.queued.fetch_sub(batch.len(), Ordering::AcqRel);
+        Some(batch)
+    }
+
+    /// Envelopes waiting.
+    pub fn depth(&self) -> usize {
+        self.queued.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pvp::{Builder, Kind, SenderId};
+    use crate::time::Time;
+
+    fn envelopes(n: usize) -> Vec<Envelope> {
+        let mut b = Builder::new("s".into(), None, 1);
+        (0..n)
+            .map(|i| {
+                b.envelope(
+                    Time::from_millis(i as u64),
+                    SenderId::from(format!("p{i}")),
+                    Kind::SessionLeave,
+                    &serde_json::json!({ "i": i }),
+                )
+            })
+            .collect()
+    }
+
+    fn ids(batch: &[Envelope]) -> Vec<String> {
+        batch.iter().map(|e| e.id().to_string()).collect()
+    }
+
+    #[tokio::test]
+    async fn the_bound_counts_envelopes_and_refuses_the_newest() {
+        let (tx, mut rx) = queue(5);
+        assert_eq!(tx.offer(envelopes(3)), 0);
+        let more = envelopes(4);
+        let expect_kept = ids(&more[..2]);
+        assert_eq!(tx.offer(more), 2, "room for 2 of 4");
+        assert_eq!(rx.depth(), 5);
+        assert_eq!(tx.offer(envelopes(1)), 1, "full");
+        let got = rx.recv(usize::MAX).await.unwrap();
+        assert_eq!(got.len(), 5, "both waiting batches in one");
+        assert_eq!(ids(&got[3..]), expect_kept);
+        assert_eq!(rx.depth(), 0);
+        assert_eq!(tx.offer(envelopes(5)), 0, "room again");
+        assert_eq!(rx.recv(1).await.unwrap().len(), 5, "a batch is never split");
+    }
+
+    #[tokio::test]
+    async fn force_ignores_the_bound_and_everything_arrives_in_order() {
+        let (tx, mut rx) = queue(2);
+        let a = envelopes(2);
+        let b = envelopes(3);
+        let want: Vec<String> = ids(&a).into_iter().chain(ids(&b)).collect();
+        assert_eq!(tx.offer(a), 0);
+        assert_eq!(tx.force(b), 0);
+        assert_eq!(rx.depth(), 5);
+        drop(tx);
+        let mut got = Vec::new();
+        while let Some(batch) = rx.recv(1).await {
+            got.extend(ids(&batch));
+        }
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn with_the_sink_gone_everything_is_refused_and_nothing_stays_counted() {
+        let (tx, rx) = queue(10);
+        drop(rx);
+        assert_eq!(tx.offer(envelopes(3)), 3);
+        assert_eq!(tx.force(envelopes(2)), 2);
+        assert_eq!(tx.queued.load(Ordering::Acquire), 0);
+    }
+}
