@@ -40,8 +40,10 @@ pub struct Chunk {
 /// Bytes the text buffer first allocates: a typical sentence (the benchmarks' is 60 characters).
 const FIRST_CAPACITY: usize = 64;
 
-/// Per-stream text buffer. The buffer's capacity is kept across flushes, so steady-state text
-/// costs no allocation until a chunk is cut.
+/// Per-stream text buffer. A chunk cut from the whole buffer takes the buffer itself (trimmed
+/// in place, no copy); the caller hands the allocation of the chunk before it back
+/// ([`Chunker::recycle`]) once it has no more use for it, so a speaker's text circulates
+/// between two allocations and steady-state text costs no allocation even when a chunk is cut.
 #[derive(Debug)]
 pub struct Chunker {
     buf: String,
@@ -117,12 +119,43 @@ impl Chunker {
             .rev()
             .take_while(|c| c.is_whitespace())
             .count();
-        let chunk = make_chunk(&self.buf, cause);
+        let chunk = self.take_chunk(cause);
         self.unseen_ws = if chunk.is_some() { clamp(trailing) } else { 0 };
-        self.buf.clear();
         self.tail = 0;
         self.chars = 0;
         chunk
+    }
+
+    /// The whole buffer as a chunk, trimmed in place: the chunk takes the allocation, and the
+    /// buffer is left without one until [`Chunker::recycle`] or the next text gives it one.
+    /// White space only is cleared and kept as the buffer.
+    fn take_chunk(&mut self, cause: FlushCause) -> Option<Chunk> {
+        let mut text = std::mem::take(&mut self.buf);
+        text.truncate(text.trim_end().len());
+        // Leading white space never enters the buffer (`white_space_taken`) save after a size
+        // cut, so this is rare.
+        let lead = text.len() - text.trim_start().len();
+        if lead > 0 {
+            text.drain(..lead);
+        }
+        if text.is_empty() {
+            self.buf = text;
+            return None;
+        }
+        Some(Chunk { text, cause })
+    }
+
+    /// Gives the buffer an allocation no longer needed, typically the text of the chunk sent
+    /// before the one just cut (docs/performance.md, section 13: the `free` of that old text
+    /// and the `malloc` of a new buffer were two of the flush path's cold lines). Kept only if
+    /// the buffer has none; else it is dropped. A speaker so holds at most two allocations,
+    /// each sized by chunks it sent (a chunk is at most `max_chars` characters), as it did when
+    /// the buffer kept its capacity and the sent text was a copy.
+    pub fn recycle(&mut self, mut spare: String) {
+        if self.buf.capacity() == 0 {
+            spare.clear();
+            self.buf = spare;
+        }
     }
 
     /// Out of line: a sentence end is rare next to the characters that pass the checks above it,
@@ -302,28 +335,82 @@ mod tests {
     }
 
     /// A sentence typed three characters a packet fills one allocation: no regrowth (and copy)
-    /// on the way, and the next sentence reuses it.
+    /// on the way. The chunk takes that allocation, and a recycled one serves the next
+    /// sentence: two allocations circulate.
     #[test]
-    fn a_sentence_fits_the_first_allocation() {
+    fn a_sentence_fits_the_first_allocation_and_allocations_circulate() {
         let mut ch = Chunker::new(500);
         let sentence = b"The quick brown fox jumps over the lazy dog near the river. ";
         assert_eq!(sentence.len(), FIRST_CAPACITY - 4);
-        ch.push_ascii(&sentence[..3]);
-        let first = ch.buf.as_ptr();
-        assert_eq!(ch.buf.capacity(), FIRST_CAPACITY);
-        for round in 0..2 {
-            // The first round's first piece went in above.
-            for piece in sentence.chunks(3).skip(usize::from(round == 0)) {
+        let mut kept: Option<String> = None;
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            ch.push_ascii(&sentence[..3]);
+            let at = ch.buf.as_ptr();
+            assert_eq!(ch.buf.capacity(), FIRST_CAPACITY);
+            // The space after the full stop cuts the chunk.
+            for piece in sentence.chunks(3).skip(1) {
                 ch.push_ascii(piece);
-                assert_eq!(ch.buf.as_ptr(), first, "{:?}", ch.buf);
+                if ch.has_ready() {
+                    break;
+                }
+                assert_eq!(ch.buf.as_ptr(), at, "{:?}", ch.buf);
+            }
+            let cut = ch.pop_ready().expect("a sentence");
+            assert_eq!(cut.text, sentence.trim_ascii().escape_ascii().to_string());
+            assert_eq!(cut.text.as_ptr(), at, "the chunk took the buffer, no copy");
+            assert_eq!(ch.buf.capacity(), 0);
+            seen.push(at);
+            // As the gateway does once the chunk's envelope is made.
+            if let Some(old) = kept.replace(cut.text) {
+                ch.recycle(old);
             }
         }
-        assert_eq!(ch.buf.capacity(), FIRST_CAPACITY);
-        let cut: Vec<_> = ch.drain_ready().map(|c| c.text).collect();
-        assert_eq!(cut.len(), 2);
-        // Beyond it, growth doubles as before.
+        assert_eq!(seen[2], seen[0], "{seen:?}");
+        assert_eq!(seen[3], seen[1], "{seen:?}");
+        // Beyond the first allocation, growth doubles as before.
         ch.push_ascii(&[b'x'; 65]);
         assert_eq!(ch.buf.capacity(), 2 * FIRST_CAPACITY);
+    }
+
+    #[test]
+    fn recycling_keeps_only_what_the_buffer_can_use() {
+        let mut ch = Chunker::new(500);
+        ch.push_ascii(b"typing");
+        let at = ch.buf.as_ptr();
+        ch.recycle(String::with_capacity(64));
+        assert_eq!(ch.buf.as_ptr(), at, "a buffer in use is not replaced");
+        assert_eq!(ch.pending(), "typing");
+        let mut ch = Chunker::new(500);
+        let mut old = String::with_capacity(100);
+        old.push_str("sent before");
+        ch.recycle(old);
+        assert!(ch.buf.capacity() >= 100);
+        assert_eq!(ch.pending(), "", "recycled text is cleared");
+        assert_eq!(
+            feed(&mut ch, "Next one. "),
+            [("Next one.".into(), FlushCause::Sentence)]
+        );
+    }
+
+    #[test]
+    fn a_cut_trims_in_place() {
+        let mut ch = Chunker::new(500);
+        assert_eq!(
+            feed(&mut ch, "  spaced   words \n\n"),
+            Vec::<(String, FlushCause)>::new()
+        );
+        assert_eq!(
+            ch.flush(FlushCause::Idle).map(|c| c.text),
+            Some("spaced   words".into())
+        );
+        // White space only: nothing is cut, and the buffer keeps its allocation.
+        feed(&mut ch, "x");
+        ch.backspace();
+        feed(&mut ch, "   ");
+        let cap = ch.buf.capacity();
+        assert_eq!(ch.flush(FlushCause::Idle), None);
+        assert_eq!(ch.buf.capacity(), cap);
     }
 
     #[test]

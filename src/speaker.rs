@@ -166,11 +166,11 @@ impl Speaker {
     /// Gives the participant id its `context.add` template, once, at the first chunk: the
     /// prefix of [`Speaker::key`] and the stream's source URI, escaped. Made lazily, so a
     /// speaker that never speaks holds its id alone.
-    pub fn ensure_template(&mut self, key: &StreamKey, created: Time) {
+    pub fn ensure_template(&mut self, key: &StreamKey, created: &Time) {
         let id = &self.profile.participant;
         if !id.has_template() {
             self.profile.participant =
-                id.with_template(KeyPrefix(id, created), crate::stream::SourceUri(*key));
+                id.with_template(KeyPrefix(id, *created), crate::stream::SourceUri(*key));
         }
     }
 

@@ -276,9 +276,10 @@ fn steady_state_packets_do_not_allocate() {
     assert_eq!(after.drops_total(), 0);
     assert_eq!(after.envelopes, before.envelopes);
 
-    // 2. A packet that completes a sentence allocates a bounded, small number of times: the
-    // chunk's text and its envelope. The count must not depend on how long the chunk is: here
-    // one chunk holds N*3 characters, the next only a few words.
+    // 2. A packet that completes a sentence allocates a bounded, small number of times: its
+    // envelope's JSON (the chunk takes the text buffer as it is, and the buffer takes the
+    // allocation of the chunk sent before). The count must not depend on how long the chunk
+    // is: here one chunk holds N*3 characters, the next only a few words.
     const MAX_FLUSH_ALLOCS: u64 = 40;
     for (name, s) in [("plain", &mut plain), ("red", &mut redund)] {
         let mut per_flush = Vec::new();
@@ -300,7 +301,7 @@ fn steady_state_packets_do_not_allocate() {
                 (1..=MAX_FLUSH_ALLOCS).contains(&allocs),
                 "{name}: a sentence flush made {allocs} allocations"
             );
-            // Besides the chunk itself, the envelope's allocations are small.
+            // The envelope carries the chunk's text; besides it, its allocations are small.
             assert!(
                 bytes <= content as u64 * 2 + 4096,
                 "{name}: a sentence flush of {content} bytes allocated {bytes} bytes"
