@@ -263,6 +263,24 @@ mod tests {
         );
         let end = speaker + Speaker::HOT_BYTES;
         assert!(end <= 3 * 64, "the speaker's hot part ends at byte {end}");
+        // The speakers vector's own word (its length or capacity, read by every lookup of the
+        // inline speaker) sits before or after the inline speaker, as the compiler lays it out:
+        // after it, it took a fourth line (callgrind, 10,000 streams: 5.66 -> 6.77 misses a
+        // packet, when the speaker shrank by 8 bytes).
+        let vec_at = std::mem::offset_of!(Stream, speakers);
+        let word = if speaker == vec_at {
+            vec_at + std::mem::size_of::<Speaker>()
+        } else {
+            vec_at
+        };
+        assert!(
+            word + 8 <= 3 * 64,
+            "the speakers vector's word sits at byte {word}"
+        );
+        assert_eq!(
+            std::mem::size_of::<Speakers>(),
+            std::mem::size_of::<Speaker>() + 8
+        );
         assert_eq!(std::mem::align_of::<Stream>(), 64);
     }
 
