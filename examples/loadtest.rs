@@ -262,62 +262,43 @@ type Res<T> = Result<T, String>;
 // The null receiver: the gateway's socket setup and drain loop, datagrams counted and discarded.
 
 fn null_receiver(listen: SocketAddr, workers: usize, recv_buffer: usize) -> Res<()> {
-    let workers = workers.max(1);
     let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
-    let reuse = workers > 1;
-    let bind = |addr, reuse| {
-        pvp_t140::udp::bind_std(addr, reuse, recv_buffer).map_err(|e| format!("bind: {e}"))
-    };
-    let first = bind(listen, reuse)?;
-    let local = first.local_addr().map_err(|e| e.to_string())?;
+    let sockets = pvp_t140::udp::bind_group(listen, workers.max(1), recv_buffer)
+        .map_err(|e| e.to_string())?;
+    let local = sockets[0].local_addr().map_err(|e| e.to_string())?;
     // What the kernel granted (SO_RCVBUF, its doubled figure), for the harness to check.
-    let rcvbuf = socket2::SockRef::from(&first)
+    let rcvbuf = socket2::SockRef::from(&sockets[0])
         .recv_buffer_size()
         .map_err(|e| e.to_string())?;
-    let mut sockets = vec![first];
-    for _ in 1..workers {
-        sockets.push(bind(local, true)?);
-    }
     // As the gateway's workers run (`udp::spawn_worker`): a thread each, with a single-threaded
     // runtime that owns the socket.
     for (i, socket) in sockets.into_iter().enumerate() {
         let counts = counts.clone();
-        std::thread::Builder::new()
-            .name(format!("null-rx-{i}"))
-            .spawn(move || -> Res<()> {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| e.to_string())?;
-                rt.block_on(async move {
-                    let socket =
-                        tokio::net::UdpSocket::from_std(socket).map_err(|e| e.to_string())?;
-                    let mut buf = vec![0u8; 65_536];
-                    loop {
-                        if socket.readable().await.is_err() {
-                            return Ok(());
+        pvp_t140::udp::spawn_loop(format!("null-rx-{i}"), move || async move {
+            let socket = tokio::net::UdpSocket::from_std(socket)?;
+            let mut buf = vec![0u8; 65_536];
+            while socket.readable().await.is_ok() {
+                // The gateway's drain_socket: up to 1024 datagrams per wake-up.
+                let (mut n, mut bytes) = (0u64, 0u64);
+                for _ in 0..1024 {
+                    match socket.try_recv_from(&mut buf) {
+                        Ok((len, _)) => {
+                            n += 1;
+                            bytes += len as u64;
                         }
-                        // The gateway's drain_socket: up to 1024 datagrams per wake-up.
-                        let (mut n, mut bytes) = (0u64, 0u64);
-                        for _ in 0..1024 {
-                            match socket.try_recv_from(&mut buf) {
-                                Ok((len, _)) => {
-                                    n += 1;
-                                    bytes += len as u64;
-                                }
-                                Err(_) => break,
-                            }
-                        }
-                        counts[0].fetch_add(n, Ordering::Relaxed);
-                        counts[1].fetch_add(bytes, Ordering::Relaxed);
-                        if n == 1024 {
-                            // As the gateway's worker does after a full budget.
-                            tokio::task::yield_now().await;
-                        }
+                        Err(_) => break,
                     }
-                })
-            })
-            .map_err(|e| e.to_string())?;
+                }
+                counts[0].fetch_add(n, Ordering::Relaxed);
+                counts[1].fetch_add(bytes, Ordering::Relaxed);
+                if n == 1024 {
+                    // As the gateway's worker does after a full budget.
+                    tokio::task::yield_now().await;
+                }
+            }
+            Ok(())
+        })
+        .map_err(|e| e.to_string())?;
     }
     println!("ready {local} rcvbuf {rcvbuf}");
     let _ = std::io::stdout().flush();

@@ -113,25 +113,22 @@ impl Chunker {
     /// Cuts everything buffered (idle, end). Returns `None` for white-space-only text, which is
     /// discarded.
     pub fn flush(&mut self, cause: FlushCause) -> Option<Chunk> {
-        let trailing = self
-            .buf
-            .chars()
-            .rev()
-            .take_while(|c| c.is_whitespace())
-            .count();
-        let chunk = self.take_chunk(cause);
+        let (chunk, trailing) = self.take_chunk(cause);
         self.unseen_ws = if chunk.is_some() { clamp(trailing) } else { 0 };
         self.tail = 0;
         self.chars = 0;
         chunk
     }
 
-    /// The whole buffer as a chunk, trimmed in place: the chunk takes the allocation, and the
-    /// buffer is left without one until [`Chunker::recycle`] or the next text gives it one.
-    /// White space only is cleared and kept as the buffer.
-    fn take_chunk(&mut self, cause: FlushCause) -> Option<Chunk> {
+    /// The whole buffer as a chunk, trimmed in place, and the white-space characters trimmed
+    /// from its end: the chunk takes the allocation, and the buffer is left without one until
+    /// [`Chunker::recycle`] or the next text gives it one. White space only is cleared and kept
+    /// as the buffer.
+    fn take_chunk(&mut self, cause: FlushCause) -> (Option<Chunk>, usize) {
         let mut text = std::mem::take(&mut self.buf);
-        text.truncate(text.trim_end().len());
+        let end = text.trim_end().len();
+        let trailing = text[end..].chars().count();
+        text.truncate(end);
         // Leading white space never enters the buffer (`white_space_taken`) save after a size
         // cut, so this is rare.
         let lead = text.len() - text.trim_start().len();
@@ -140,9 +137,9 @@ impl Chunker {
         }
         if text.is_empty() {
             self.buf = text;
-            return None;
+            return (None, trailing);
         }
-        Some(Chunk { text, cause })
+        (Some(Chunk { text, cause }), trailing)
     }
 
     /// Gives the buffer an allocation no longer needed, typically the text of the chunk sent

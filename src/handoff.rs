@@ -39,9 +39,6 @@ impl Sender {
     /// envelopes were refused: the newest, for lack of room (or all, with the sink gone).
     pub fn offer(&self, mut batch: Vec<Envelope>) -> usize {
         let n = batch.len();
-        if n == 0 {
-            return 0;
-        }
         // Claim room first, give back what does not fit: concurrent workers never together
         // exceed the bound.
         let before = self.queued.fetch_add(n, Ordering::AcqRel);
@@ -50,16 +47,7 @@ impl Sender {
             self.queued.fetch_sub(n - room, Ordering::AcqRel);
             batch.truncate(room);
         }
-        if room == 0 {
-            return n;
-        }
-        match self.tx.send(batch) {
-            Ok(()) => n - room,
-            Err(_) => {
-                self.queued.fetch_sub(room, Ordering::AcqRel);
-                n
-            }
-        }
+        (n - room) + self.deliver(batch)
     }
 
     /// Hands over all of `batch` whatever the bound, for the final flushes and leaves at
@@ -67,18 +55,19 @@ impl Sender {
     /// (`Gateway::shutdown` makes them all at once, a few per live stream), and move here
     /// without a copy. Returns how many were lost because the sink is gone.
     pub fn force(&self, batch: Vec<Envelope>) -> usize {
+        self.queued.fetch_add(batch.len(), Ordering::AcqRel);
+        self.deliver(batch)
+    }
+
+    /// Sends `batch`, whose room is claimed; with the sink gone, gives the room back and
+    /// returns how many were lost.
+    fn deliver(&self, batch: Vec<Envelope>) -> usize {
         let n = batch.len();
-        if n == 0 {
+        if n == 0 || self.tx.send(batch).is_ok() {
             return 0;
         }
-        self.queued.fetch_add(n, Ordering::AcqRel);
-        match self.tx.send(batch) {
-            Ok(()) => 0,
-            Err(_) => {
-                self.queued.fetch_sub(n, Ordering::AcqRel);
-                n
-            }
-        }
+        self.queued.fetch_sub(n, Ordering::AcqRel);
+        n
     }
 }
 

@@ -553,18 +553,9 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         .build()
         .map_err(|e| format!("tokio runtime: {e}"))?;
     rt.block_on(async {
-        let reuse = workers > 1;
-        let rcvbuf = args.recv_buffer as usize;
-        let first = udp::bind_std(args.listen, reuse, rcvbuf)
-            .map_err(|e| format!("bind {}: {e}", args.listen))?;
-        let local = first.local_addr().map_err(|e| e.to_string())?;
-        let mut sockets = vec![first];
-        for _ in 1..workers {
-            sockets.push(
-                udp::bind_std(local, true, rcvbuf)
-                    .map_err(|e| format!("bind {local} (worker): {e}"))?,
-            );
-        }
+        let sockets = udp::bind_group(args.listen, workers, args.recv_buffer as usize)
+            .map_err(|e| e.to_string())?;
+        let local = sockets[0].local_addr().map_err(|e| e.to_string())?;
         // RTCP on the next port up (RFC 3550 11); rtcp-mux on the RTP port works regardless.
         let rtcp = match (args.rtcp, local.port()) {
             (false, _) | (_, 0 | u16::MAX) => None,

@@ -43,16 +43,19 @@ const HAND_OFF_AT: usize = 64;
 /// See [`HAND_OFF_AT`].
 const LINGER: Duration = Duration::from_millis(2);
 
-/// One receive worker: a socket drives its own core until `shutdown` turns true, then every
-/// stream flushes and leaves. Envelopes go to the sink over a bounded queue.
+/// One receive worker: a socket drives its own core until `links.shutdown` turns true, then
+/// every stream flushes and leaves. Envelopes go to the sink over a bounded queue.
 pub async fn run_worker(
     socket: UdpSocket,
-    mut rtcp: Option<RtcpFeed>,
     mut gw: Gateway,
-    out: crate::handoff::Sender,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
-    publish: Option<tokio::sync::watch::Sender<crate::gateway::Stats>>,
+    links: WorkerLinks,
 ) -> io::Result<WorkerReport> {
+    let WorkerLinks {
+        mut rtcp,
+        out,
+        mut shutdown,
+        publish,
+    } = links;
     // Counters for the metrics endpoint, published once a second (not per packet).
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let clock = Clock::new();
@@ -123,7 +126,7 @@ pub async fn run_worker(
     })
 }
 
-/// What [`spawn_worker`] needs besides the socket and the core: where envelopes go, when to
+/// What [`run_worker`] needs besides the socket and the core: where envelopes go, when to
 /// stop, and optionally the RTCP feed and where to publish counters.
 pub struct WorkerLinks {
     pub rtcp: Option<RtcpFeed>,
@@ -132,36 +135,41 @@ pub struct WorkerLinks {
     pub publish: Option<tokio::sync::watch::Sender<crate::gateway::Stats>>,
 }
 
-/// Starts receive worker `index` ([`run_worker`]) on a thread of its own, named `pvp-rx-N`,
-/// with a single-threaded runtime that owns its socket: the loop and its streams' memory never
-/// move to another thread (as a task of a shared work-stealing runtime could), two workers
-/// never share a thread while another idles, and a wake-up of the sink runs the sink on its
-/// own runtime rather than between this worker's batches. What passes between threads (the
-/// sink queue, the stop signal, the RTCP feed, the counters) are tokio channels, which work
-/// across runtimes. The thread ends with the worker; join it for the report.
+/// Starts receive worker `index` ([`run_worker`]) on a thread of its own, named `pvp-rx-N`
+/// ([`spawn_loop`]). What passes between threads (the sink queue, the stop signal, the RTCP
+/// feed, the counters) are tokio channels, which work across runtimes. The thread ends with
+/// the worker; join it for the report.
 pub fn spawn_worker(
     index: usize,
     socket: std::net::UdpSocket,
     gw: Gateway,
     links: WorkerLinks,
 ) -> io::Result<std::thread::JoinHandle<io::Result<WorkerReport>>> {
-    std::thread::Builder::new()
-        .name(format!("pvp-rx-{index}"))
-        .spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            rt.block_on(async move {
-                let socket = UdpSocket::from_std(socket)?;
-                let WorkerLinks {
-                    rtcp,
-                    out,
-                    shutdown,
-                    publish,
-                } = links;
-                run_worker(socket, rtcp, gw, out, shutdown, publish).await
-            })
-        })
+    spawn_loop(format!("pvp-rx-{index}"), move || async move {
+        run_worker(UdpSocket::from_std(socket)?, gw, links).await
+    })
+}
+
+/// Runs the future `make` gives on a thread of its own, named `name`, with a single-threaded
+/// runtime that owns what the future registers (a receive loop's socket): the loop and its
+/// streams' memory never move to another thread (as a task of a shared work-stealing runtime
+/// could), two loops never share a thread while another idles, and what the loop wakes (the
+/// sink) runs on its own runtime rather than between the loop's batches. The gateway's
+/// workers and the load harness's null receiver both run this way.
+pub fn spawn_loop<T, Fut>(
+    name: String,
+    make: impl FnOnce() -> Fut + Send + 'static,
+) -> io::Result<std::thread::JoinHandle<io::Result<T>>>
+where
+    Fut: std::future::Future<Output = io::Result<T>>,
+    T: Send + 'static,
+{
+    std::thread::Builder::new().name(name).spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(make())
+    })
 }
 
 /// Every envelope the core has made, oldest first, in one allocation.
@@ -296,8 +304,30 @@ pub fn bind_with_buffer(
     UdpSocket::from_std(bind_std(addr, reuse_port, recv_buffer)?)
 }
 
+/// `workers` sockets on `addr` for as many receive loops ([`bind_std`], SO_REUSEPORT when more
+/// than one): the first binds `addr`, the rest the address it got (its port, if `addr` asked
+/// for any). The errors say which bind failed.
+pub fn bind_group(
+    addr: std::net::SocketAddr,
+    workers: usize,
+    recv_buffer: usize,
+) -> io::Result<Vec<std::net::UdpSocket>> {
+    let context = |e: io::Error, what: String| io::Error::new(e.kind(), format!("{what}: {e}"));
+    let first =
+        bind_std(addr, workers > 1, recv_buffer).map_err(|e| context(e, format!("bind {addr}")))?;
+    let local = first.local_addr()?;
+    let mut sockets = vec![first];
+    for _ in 1..workers {
+        sockets.push(
+            bind_std(local, true, recv_buffer)
+                .map_err(|e| context(e, format!("bind {local} (worker)")))?,
+        );
+    }
+    Ok(sockets)
+}
+
 /// [`bind_with_buffer`]'s socket before a runtime owns it (non-blocking already), for a
-/// receive worker that registers it with its own runtime on its own thread ([`spawn_worker`]).
+/// receive loop that registers it with its own runtime on its own thread ([`spawn_loop`]).
 pub fn bind_std(
     addr: std::net::SocketAddr,
     reuse_port: bool,
