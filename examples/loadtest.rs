@@ -276,17 +276,22 @@ fn null_receiver(listen: SocketAddr, workers: usize, recv_buffer: usize) -> Res<
         let counts = counts.clone();
         pvp_t140::udp::spawn_loop(format!("null-rx-{i}"), move || async move {
             let socket = tokio::net::UdpSocket::from_std(socket)?;
-            let mut buf = vec![0u8; 65_536];
+            // As the gateway's drain_socket reads: a batch per system call, up to 1024
+            // datagrams per wake-up.
+            let mut reader = pvp_t140::recv::BatchReader::new();
+            let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
             while socket.readable().await.is_ok() {
-                // The gateway's drain_socket: up to 1024 datagrams per wake-up.
                 let (mut n, mut bytes) = (0u64, 0u64);
-                for _ in 0..1024 {
-                    match socket.try_recv_from(&mut buf) {
-                        Ok((len, _)) => {
-                            n += 1;
-                            bytes += len as u64;
-                        }
-                        Err(_) => break,
+                while n < 1024 && reader.read(&socket, 1024 - n as usize).is_ok() {
+                    let mut datagrams = [(unspecified, &[][..]); pvp_t140::recv::BATCH];
+                    let got = reader.datagrams(&mut datagrams);
+                    n += got as u64;
+                    bytes += datagrams[..got]
+                        .iter()
+                        .map(|d| d.1.len() as u64)
+                        .sum::<u64>();
+                    if got == 0 {
+                        break;
                     }
                 }
                 counts[0].fetch_add(n, Ordering::Relaxed);

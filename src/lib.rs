@@ -35,6 +35,7 @@ pub mod clock;
 pub mod config_file;
 pub mod handoff;
 pub mod metrics;
+pub mod recv;
 pub mod replay;
 pub mod sink;
 pub mod udp;

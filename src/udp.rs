@@ -7,6 +7,7 @@ use tokio::net::UdpSocket;
 
 use crate::clock::Clock;
 use crate::gateway::Gateway;
+use crate::recv::BatchReader;
 use crate::sink::Sink;
 
 /// Datagrams handled per wake-up before timers and output get a turn, so a flood on the socket
@@ -59,8 +60,8 @@ pub async fn run_worker(
     // Counters for the metrics endpoint, published once a second (not per packet).
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let clock = Clock::new();
-    // One arena for the life of the loop: the core borrows each datagram from it.
-    let mut buf = vec![0u8; ARENA];
+    // Buffers for the life of the loop: the core borrows each datagram from them.
+    let mut reader = BatchReader::new();
     let mut full = 0u64;
     // One message, one wake-up of the sink, per hand-off.
     let mut forward = |gw: &mut Gateway| {
@@ -80,7 +81,7 @@ pub async fn run_worker(
             r = shutdown.changed() => if r.is_err() || *shutdown.borrow() { break },
             r = socket.readable() => {
                 r?;
-                busy = drain_socket(&socket, &mut gw, &mut buf, &clock) == RECV_BUDGET;
+                busy = drain_socket(&socket, &mut gw, &mut reader, &clock) == RECV_BUDGET;
             }
             d = recv_rtcp(&mut rtcp) => {
                 if let Some(d) = d {
@@ -228,55 +229,40 @@ pub async fn run_sink(
     sink.close(SHUTDOWN_GRACE).await
 }
 
-/// Datagrams read from the socket before the core sees them: the kernel's receive path and
-/// the core then each run over a batch, not alternately per datagram, so each keeps its code
-/// and data in cache, and the core loads the batch's streams together (`Gateway::handle_batch`).
-const BATCH: usize = crate::gateway::WARM_BATCH;
-
-/// The receive arena: a batch of typical datagrams, plus room for one of the largest UDP
-/// payload, which is the space every read asks for.
-const ARENA: usize = BATCH * 2048 + 65_536;
-
-/// Feeds the core what the socket has ready, up to the budget, borrowing each datagram from one
-/// arena: no allocation per packet here. Returns how many datagrams it read.
+/// Feeds the core what the socket has ready, up to the budget, a batch per system call
+/// ([`BatchReader`]); the core borrows each datagram from the reader's buffers: no allocation
+/// per packet here. The kernel's receive path and the core then each run over a batch, not
+/// alternately per datagram, so each keeps its code and data in cache, and the core loads the
+/// batch's streams together (`Gateway::handle_batch`). Returns how many datagrams it read.
 ///
 /// The clock is read once per batch: a batch is read in well under a millisecond, and T.140
 /// timing works in hundreds of milliseconds (RFC 4103 5.1, 300 ms buffering).
-fn drain_socket(socket: &UdpSocket, gw: &mut Gateway, buf: &mut [u8], clock: &Clock) -> usize {
+fn drain_socket(
+    socket: &UdpSocket,
+    gw: &mut Gateway,
+    reader: &mut BatchReader,
+    clock: &Clock,
+) -> usize {
     let mut read = 0;
-    loop {
-        // Read a batch: each datagram after the previous one, each read offered 64 KiB. A
-        // datagram is split off the arena's free part as it lands, so it is borrowed from there.
-        let unspecified = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
-        let mut datagrams: [(std::net::SocketAddr, &[u8]); BATCH] = [(unspecified, &[]); BATCH];
-        let (mut n, mut free, mut more) = (0, &mut *buf, true);
-        while n < BATCH && read + n < RECV_BUDGET && free.len() >= 65_536 {
-            match socket.try_recv_from(&mut free[..65_536]) {
-                Ok((len, src)) => {
-                    let (datagram, rest) = std::mem::take(&mut free).split_at_mut(len);
-                    datagrams[n] = (src, datagram);
-                    free = rest;
-                    n += 1;
-                }
-                Err(e) => {
-                    // WouldBlock: drained. ICMP errors surface here on some platforms; they are
-                    // not fatal.
-                    if e.kind() != io::ErrorKind::WouldBlock {
-                        tracing::debug!("recv_from: {e}");
-                    }
-                    more = false;
-                    break;
-                }
+    while read < RECV_BUDGET {
+        if let Err(e) = reader.read(socket, RECV_BUDGET - read) {
+            // WouldBlock: drained. ICMP errors surface here on some platforms; they are not
+            // fatal.
+            if e.kind() != io::ErrorKind::WouldBlock {
+                tracing::debug!("recvmmsg: {e}");
             }
+            break;
         }
-        // The batch's streams are loaded together before any is handled, so their cache
-        // misses overlap (`Gateway::handle_batch`).
+        let unspecified = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
+        let mut datagrams = [(unspecified, &[][..]); crate::recv::BATCH];
+        let n = reader.datagrams(&mut datagrams);
+        if n == 0 {
+            break;
+        }
         gw.handle_batch(clock.now(), &datagrams[..n]);
         read += n;
-        if !more || read >= RECV_BUDGET {
-            return read;
-        }
     }
+    read
 }
 
 async fn sleep_until(deadline: Option<std::time::Instant>) {
