@@ -88,12 +88,27 @@ impl BatchReader {
     /// is drained, so that its next `readable()` waits. The datagrams stay until the next read
     /// ([`BatchReader::datagrams`]).
     pub fn read(&mut self, socket: &tokio::net::UdpSocket, max: usize) -> io::Result<usize> {
+        self.read_by(socket, max, Self::read_now)
+    }
+
+    /// [`BatchReader::read`], with the reading done by `how`.
+    fn read_by(
+        &mut self,
+        socket: &tokio::net::UdpSocket,
+        max: usize,
+        how: fn(&mut Self, &tokio::net::UdpSocket, usize) -> io::Result<usize>,
+    ) -> io::Result<usize> {
         self.n = 0;
         self.joined.clear();
         let max = max.clamp(1, BATCH);
-        let n = socket.try_io(tokio::io::Interest::READABLE, || self.read_now(socket, max))?;
+        let n = socket.try_io(tokio::io::Interest::READABLE, || how(self, socket, max))?;
         self.n = n;
         Ok(n)
+    }
+
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    fn read_now(&mut self, socket: &tokio::net::UdpSocket, max: usize) -> io::Result<usize> {
+        self.read_each(socket, max)
     }
 
     #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -156,12 +171,15 @@ impl BatchReader {
     }
 
     /// One `recv_from` per datagram, into a buffer of the largest size, then copied to its
-    /// place.
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    fn read_now(&mut self, socket: &tokio::net::UdpSocket, max: usize) -> io::Result<usize> {
+    /// place: where `recvmmsg` is missing. Compiled everywhere, so Linux tests it too.
+    #[cfg_attr(
+        all(any(target_os = "linux", target_os = "android"), not(test)),
+        allow(dead_code)
+    )]
+    fn read_each(&mut self, socket: &tokio::net::UdpSocket, max: usize) -> io::Result<usize> {
         let mut n = 0;
         while n < max {
-            let whole = &mut self.overflow[..];
+            let whole = &mut self.overflow[..LARGEST];
             match socket.try_recv_from(whole) {
                 Ok((len, source)) => {
                     self.got[n] = if len > SLOT {
@@ -212,11 +230,26 @@ mod tests {
         reader: &mut BatchReader,
         want: usize,
     ) -> (Vec<(SocketAddr, Vec<u8>)>, Vec<usize>) {
+        read_all_with(socket, reader, want, false).await
+    }
+
+    /// [`read_all`], with `each`: through the one-at-a-time fallback instead.
+    async fn read_all_with(
+        socket: &tokio::net::UdpSocket,
+        reader: &mut BatchReader,
+        want: usize,
+        each: bool,
+    ) -> (Vec<(SocketAddr, Vec<u8>)>, Vec<usize>) {
         let (mut got, mut batches) = (Vec::new(), Vec::new());
         let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
         while got.len() < want {
             socket.readable().await.unwrap();
-            match reader.read(socket, BATCH) {
+            let r = if each {
+                reader.read_by(socket, BATCH, BatchReader::read_each)
+            } else {
+                reader.read(socket, BATCH)
+            };
+            match r {
                 Ok(_) => {
                     let mut views = [(unspecified, &[][..]); BATCH];
                     let n = reader.datagrams(&mut views);
@@ -231,6 +264,15 @@ mod tests {
 
     #[tokio::test]
     async fn datagrams_of_every_size_arrive_whole_in_order_with_their_sources() {
+        every_size(false).await;
+    }
+
+    #[tokio::test]
+    async fn the_fallback_reads_every_size_whole_too() {
+        every_size(true).await;
+    }
+
+    async fn every_size(each: bool) {
         let rx = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
         let to = rx.local_addr().unwrap();
         let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -258,7 +300,7 @@ mod tests {
             sent.push((from.local_addr().unwrap(), data));
         }
         let mut reader = BatchReader::new();
-        let (got, _) = read_all(&rx, &mut reader, sent.len()).await;
+        let (got, _) = read_all_with(&rx, &mut reader, sent.len(), each).await;
         assert_eq!(got.len(), sent.len());
         for (i, (g, s)) in got.iter().zip(&sent).enumerate() {
             assert_eq!(g.0, s.0, "source of datagram {i}");
