@@ -21,7 +21,7 @@ use crate::rtp::{RtpError, RtpPacket, looks_like_rtcp};
 use crate::slab::Slab;
 use crate::speaker::{Speaker, Voice, VoiceRef, split_named};
 use crate::stream::{KeyHasher, Stream, StreamKey, speaker_index};
-use crate::t140::{DecodeCounts, DecodeStats};
+use crate::t140::DecodeStats;
 use crate::time::Time;
 use crate::timers::Timers;
 
@@ -283,7 +283,7 @@ impl Stats {
             self.recovered += u64::from(std::mem::take(&mut sp.recovered));
             self.lost += u64::from(std::mem::take(&mut sp.lost));
         }
-        if sp.decoder.stats != DecodeCounts::default() {
+        if !sp.decoder.stats.is_zero() {
             self.decode.add(&std::mem::take(&mut sp.decoder.stats));
         }
     }
