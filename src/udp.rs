@@ -249,7 +249,7 @@ fn drain_socket(
             // WouldBlock: drained. ICMP errors surface here on some platforms; they are not
             // fatal.
             if e.kind() != io::ErrorKind::WouldBlock {
-                tracing::debug!("recvmmsg: {e}");
+                tracing::debug!("receive: {e}");
             }
             break;
         }
