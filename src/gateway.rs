@@ -483,29 +483,29 @@ impl Emitter {
     }
 }
 
+/// What [`route`] needs of one stream: its speakers, what a new speaker or a flush reads (the
+/// key and creation time, from the stream's cold tail, by reference), and how its payloads are
+/// read.
+struct Voices<'a> {
+    speakers: &'a mut crate::stream::Speakers,
+    own: &'a mut u8,
+    key: &'a StreamKey,
+    created: &'a Time,
+    format: RedFormat,
+    compat: Compat,
+    max_chunk_chars: usize,
+}
+
 /// Hands one register piece to the speaker it belongs to (creating and announcing speakers on
 /// first use), then sends what that completed and harvests the speaker's counters. Every
 /// in-order packet passes here: inlined, it costs what a copy of it at the call site would
 /// (callgrind: 28 instructions a packet less than the call).
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn route(
-    emit: &mut Emitter,
-    speakers: &mut crate::stream::Speakers,
-    own: &mut u8,
-    key: &StreamKey,
-    created: &Time,
-    format: RedFormat,
-    compat: Compat,
-    max_chunk_chars: usize,
-    now: Time,
-    tag: u16,
-    piece: Piece<'_>,
-) {
+fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Piece<'_>) {
     let mut piece = piece;
     let voice = match piece {
         // t140llm multiplexing names the stream in front of every block.
-        Piece::Text(block) if compat == Compat::T140llm => match split_named(block) {
+        Piece::Text(block) if v.compat == Compat::T140llm => match split_named(block) {
             Some((id, text)) => {
                 piece = Piece::Text(text);
                 Some(id)
@@ -516,19 +516,26 @@ fn route(
     };
     let idx = match voice {
         Some(id) => speaker_index(
-            speakers,
-            own,
-            key,
+            v.speakers,
+            v.own,
+            v.key,
             VoiceRef::Named(id),
             now,
-            max_chunk_chars,
+            v.max_chunk_chars,
         ),
-        None if usize::from(tag) < speakers.len() => usize::from(tag),
-        None => speaker_index(speakers, own, key, VoiceRef::Ssrc, now, max_chunk_chars),
+        None if usize::from(tag) < v.speakers.len() => usize::from(tag),
+        None => speaker_index(
+            v.speakers,
+            v.own,
+            v.key,
+            VoiceRef::Ssrc,
+            now,
+            v.max_chunk_chars,
+        ),
     };
-    let sp = &mut speakers[idx];
-    sp.feed(now, piece, format);
-    emit.after_text(now, key, created, sp);
+    let sp = &mut v.speakers[idx];
+    sp.feed(now, piece, v.format);
+    emit.after_text(now, v.key, v.created, sp);
     emit.stats.harvest_speaker(sp);
 }
 
@@ -839,12 +846,17 @@ impl Gateway {
         if csrc.is_none() && register.advance_in_order(pkt.sequence, parsed.as_ref()) {
             // In order, nothing waiting: the primary block straight to its speaker.
             let text = parsed.map_or(payload, |p| p.primary().data);
-            let (format, piece) = (*format, Piece::Text(text));
-            let emit = &mut self.emit;
-            route(
-                emit, speakers, own, key, created, format, compat, max_chunk, now, tag, piece,
-            );
-            let due = self.delays.without_gap(now, speakers, now);
+            let mut voices = Voices {
+                speakers,
+                own,
+                key,
+                created,
+                format: *format,
+                compat,
+                max_chunk_chars: max_chunk,
+            };
+            route(&mut self.emit, &mut voices, now, tag, Piece::Text(text));
+            let due = self.delays.without_gap(now, voices.speakers, now);
             self.arm_after_packet(now, slot, due);
             return Ok(());
         }
@@ -860,15 +872,22 @@ impl Gateway {
         };
         // The key by reference: it sits in the stream's cold tail, read only by a new speaker
         // or a flush.
-        let (key, created, format) = (&*key, &*created, *format);
+        let mut voices = Voices {
+            speakers,
+            own,
+            key,
+            created,
+            format: *format,
+            compat,
+            max_chunk_chars: max_chunk,
+        };
         let emit = &mut self.emit;
         let outcome = register
             .receive(now, arrival, &mut |tag, piece| {
-                route(
-                    emit, speakers, own, key, created, format, compat, max_chunk, now, tag, piece,
-                )
+                route(emit, &mut voices, now, tag, piece)
             })
             .map_err(DropReason::Red);
+        let speakers = voices.speakers;
         // Speakers were harvested as `route` fed them; the register counts here.
         emit.stats.harvest_register(register);
         // Armed whatever the outcome: the packet may have opened the stream.
@@ -1111,13 +1130,21 @@ impl Gateway {
                 format,
                 ..
             } = s;
-            let (key, created, format) = (*key, *created, *format);
+            let (key, created) = (*key, *created);
+            let mut voices = Voices {
+                speakers,
+                own,
+                key: &key,
+                created: &created,
+                format: *format,
+                compat,
+                max_chunk_chars: max_chunk,
+            };
             let emit = &mut self.emit;
             register.expire(now, self.cfg.reorder_wait, &mut |tag, piece| {
-                route(
-                    emit, speakers, own, &key, &created, format, compat, max_chunk, now, tag, piece,
-                )
+                route(emit, &mut voices, now, tag, piece)
             });
+            let speakers = voices.speakers;
             let waiting = register.held() > 0;
             for sp in speakers.iter_mut() {
                 let idle_at = sp.last_text.plus_us(self.delays.idle_flush);
@@ -1164,13 +1191,19 @@ impl Gateway {
             format,
             ..
         } = &mut s;
-        let (key, created, format) = (*key, *created, *format);
+        let (key, created) = (*key, *created);
+        let mut voices = Voices {
+            speakers,
+            own,
+            key: &key,
+            created: &created,
+            format: *format,
+            compat,
+            max_chunk_chars: max_chunk,
+        };
         let emit = &mut self.emit;
-        register.finish(&mut |tag, piece| {
-            route(
-                emit, speakers, own, &key, &created, format, compat, max_chunk, now, tag, piece,
-            )
-        });
+        register.finish(&mut |tag, piece| route(emit, &mut voices, now, tag, piece));
+        let speakers = voices.speakers;
         for sp in speakers.iter_mut() {
             sp.decoder.finish(&mut sp.chunker);
             self.emit.after_text(now, &key, &created, sp);
