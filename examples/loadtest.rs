@@ -279,20 +279,15 @@ fn null_receiver(listen: SocketAddr, workers: usize, recv_buffer: usize) -> Res<
             // As the gateway's drain_socket reads: a batch per system call, up to 1024
             // datagrams per wake-up.
             let mut reader = pvp_t140::recv::BatchReader::new();
-            let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
             while socket.readable().await.is_ok() {
                 let (mut n, mut bytes) = (0u64, 0u64);
                 while n < 1024 && reader.read(&socket, 1024 - n as usize).is_ok() {
-                    let mut datagrams = [(unspecified, &[][..]); pvp_t140::recv::BATCH];
-                    let got = reader.datagrams(&mut datagrams);
-                    n += got as u64;
-                    bytes += datagrams[..got]
-                        .iter()
-                        .map(|d| d.1.len() as u64)
-                        .sum::<u64>();
-                    if got == 0 {
+                    let batch = reader.datagrams();
+                    if batch.is_empty() {
                         break;
                     }
+                    n += batch.len() as u64;
+                    bytes += batch.iter().map(|d| d.1.len() as u64).sum::<u64>();
                 }
                 counts[0].fetch_add(n, Ordering::Relaxed);
                 counts[1].fetch_add(bytes, Ordering::Relaxed);

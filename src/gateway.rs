@@ -496,6 +496,49 @@ struct Voices<'a> {
     max_chunk_chars: usize,
 }
 
+impl<'a> Voices<'a> {
+    /// Splits `stream` into its register and the voices the register's pieces go to.
+    #[inline(always)]
+    fn of(
+        stream: &'a mut Stream,
+        compat: Compat,
+        max_chunk_chars: usize,
+    ) -> (&'a mut Register, Self) {
+        let Stream {
+            register,
+            speakers,
+            own,
+            key,
+            created,
+            format,
+            ..
+        } = stream;
+        let voices = Voices {
+            speakers,
+            own,
+            key,
+            created,
+            format: *format,
+            compat,
+            max_chunk_chars,
+        };
+        (register, voices)
+    }
+
+    /// The index of `voice` among the speakers, creating it on first use ([`speaker_index`]).
+    #[inline(always)]
+    fn speaker(&mut self, voice: VoiceRef<'_>, now: Time) -> usize {
+        speaker_index(
+            self.speakers,
+            self.own,
+            self.key,
+            voice,
+            now,
+            self.max_chunk_chars,
+        )
+    }
+}
+
 /// Hands one register piece to the speaker it belongs to (creating and announcing speakers on
 /// first use), then sends what that completed and harvests the speaker's counters. Every
 /// in-order packet passes here: inlined, it costs what a copy of it at the call site would
@@ -515,23 +558,9 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
         _ => None,
     };
     let idx = match voice {
-        Some(id) => speaker_index(
-            v.speakers,
-            v.own,
-            v.key,
-            VoiceRef::Named(id),
-            now,
-            v.max_chunk_chars,
-        ),
+        Some(id) => v.speaker(VoiceRef::Named(id), now),
         None if usize::from(tag) < v.speakers.len() => usize::from(tag),
-        None => speaker_index(
-            v.speakers,
-            v.own,
-            v.key,
-            VoiceRef::Ssrc,
-            now,
-            v.max_chunk_chars,
-        ),
+        None => v.speaker(VoiceRef::Ssrc, now),
     };
     let sp = &mut v.speakers[idx];
     sp.feed(now, piece, v.format);
@@ -827,6 +856,9 @@ impl Gateway {
         stream.stats.packets += 1;
         stream.stats.bytes += data.len() as u64;
         stream.last_packet = now;
+        // Not `Voices::of`: looking the tag's speaker up on the fields first, then bundling
+        // them, measured 10 instructions a packet fewer (callgrind, 1 stream). The key goes by
+        // reference: it sits in the stream's cold tail, read only by a new speaker or a flush.
         let Stream {
             register,
             speakers,
@@ -843,18 +875,18 @@ impl Gateway {
                 speaker_index(speakers, own, key, VoiceRef::Ssrc, now, max_chunk)
             }
         } as u16;
+        let mut voices = Voices {
+            speakers,
+            own,
+            key,
+            created,
+            format: *format,
+            compat,
+            max_chunk_chars: max_chunk,
+        };
         if csrc.is_none() && register.advance_in_order(pkt.sequence, parsed.as_ref()) {
             // In order, nothing waiting: the primary block straight to its speaker.
             let text = parsed.map_or(payload, |p| p.primary().data);
-            let mut voices = Voices {
-                speakers,
-                own,
-                key,
-                created,
-                format: *format,
-                compat,
-                max_chunk_chars: max_chunk,
-            };
             route(&mut self.emit, &mut voices, now, tag, Piece::Text(text));
             let due = self.delays.without_gap(now, voices.speakers, now);
             self.arm_after_packet(now, slot, due);
@@ -869,17 +901,6 @@ impl Gateway {
             by_ts: csrc.is_some(),
             payload,
             parsed,
-        };
-        // The key by reference: it sits in the stream's cold tail, read only by a new speaker
-        // or a flush.
-        let mut voices = Voices {
-            speakers,
-            own,
-            key,
-            created,
-            format: *format,
-            compat,
-            max_chunk_chars: max_chunk,
         };
         let emit = &mut self.emit;
         let outcome = register
@@ -1121,30 +1142,17 @@ impl Gateway {
                 self.close_stream(timeout_at.max(at), slot, "stream timeout");
                 continue;
             }
-            let Stream {
-                register,
-                speakers,
-                own,
-                key,
-                created,
-                format,
-                ..
-            } = s;
-            let (key, created) = (*key, *created);
-            let mut voices = Voices {
-                speakers,
-                own,
-                key: &key,
-                created: &created,
-                format: *format,
-                compat,
-                max_chunk_chars: max_chunk,
-            };
+            let (register, mut voices) = Voices::of(s, compat, max_chunk);
             let emit = &mut self.emit;
             register.expire(now, self.cfg.reorder_wait, &mut |tag, piece| {
                 route(emit, &mut voices, now, tag, piece)
             });
-            let speakers = voices.speakers;
+            let Voices {
+                speakers,
+                key,
+                created,
+                ..
+            } = voices;
             let waiting = register.held() > 0;
             for sp in speakers.iter_mut() {
                 let idle_at = sp.last_text.plus_us(self.delays.idle_flush);
@@ -1153,7 +1161,7 @@ impl Gateway {
                     && !sp.chunker.is_blank()
                     && let Some(chunk) = sp.chunker.flush(FlushCause::Idle)
                 {
-                    self.emit.chunk(idle_at, &key, &created, sp, chunk);
+                    self.emit.chunk(idle_at, key, created, sp, chunk);
                 }
             }
             self.emit.stats.harvest(register, speakers);
@@ -1182,33 +1190,20 @@ impl Gateway {
             return;
         };
         self.timers.remove(slot);
-        let Stream {
-            register,
-            speakers,
-            own,
-            key,
-            created,
-            format,
-            ..
-        } = &mut s;
-        let (key, created) = (*key, *created);
-        let mut voices = Voices {
-            speakers,
-            own,
-            key: &key,
-            created: &created,
-            format: *format,
-            compat,
-            max_chunk_chars: max_chunk,
-        };
+        let (register, mut voices) = Voices::of(&mut s, compat, max_chunk);
         let emit = &mut self.emit;
         register.finish(&mut |tag, piece| route(emit, &mut voices, now, tag, piece));
-        let speakers = voices.speakers;
+        let Voices {
+            speakers,
+            key,
+            created,
+            ..
+        } = voices;
         for sp in speakers.iter_mut() {
             sp.decoder.finish(&mut sp.chunker);
-            self.emit.after_text(now, &key, &created, sp);
+            self.emit.after_text(now, key, created, sp);
             if let Some(chunk) = sp.chunker.flush(FlushCause::End) {
-                self.emit.chunk(now, &key, &created, sp, chunk);
+                self.emit.chunk(now, key, created, sp, chunk);
             }
             if sp.joined {
                 let leave = self
@@ -1217,17 +1212,19 @@ impl Gateway {
                 self.emit.push(leave);
             }
         }
+        let key = *key;
         self.index.remove(&key);
         self.ssrc_owner.remove(&key.ssrc);
         self.emit.stats.streams_live -= 1;
-        self.emit.stats.harvest(&mut s.register, &mut s.speakers);
-        if s.speakers.iter().any(|sp| sp.joined) {
+        self.emit.stats.harvest(register, speakers);
+        let (joined, count) = (speakers.iter().any(|sp| sp.joined), speakers.len());
+        if joined {
             tracing::info!(
                 source = %key.source,
                 ssrc = format_args!("{:08x}", key.ssrc),
                 reason,
                 packets = s.stats.packets,
-                speakers = s.speakers.len(),
+                speakers = count,
                 "stream ended"
             );
         }

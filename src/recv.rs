@@ -33,6 +33,12 @@ const OVERFLOW: usize = BATCH * (LARGEST - SLOT);
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 const OVERFLOW: usize = LARGEST;
 
+/// Fills the unused entries of a batch.
+const UNSPECIFIED: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
+    std::net::Ipv4Addr::UNSPECIFIED,
+    0,
+));
+
 /// Where a datagram of the last batch is.
 #[derive(Debug, Clone, Copy)]
 enum Place {
@@ -40,6 +46,25 @@ enum Place {
     Slot(usize, usize),
     /// Joined from its slot and overflow into `joined[.0...0 + .1]`.
     Joined(usize, usize),
+}
+
+/// Slot `i`'s first `len` bytes, in [`BatchReader::slots`].
+fn slot(i: usize, len: usize) -> std::ops::Range<usize> {
+    i * STRIDE..i * STRIDE + len
+}
+
+/// The datagrams of the last read, in the order they were read, borrowed from the reader: a
+/// slice of (source, bytes) through `Deref`.
+pub struct Datagrams<'a> {
+    views: [(SocketAddr, &'a [u8]); BATCH],
+    n: usize,
+}
+
+impl<'a> std::ops::Deref for Datagrams<'a> {
+    type Target = [(SocketAddr, &'a [u8])];
+    fn deref(&self) -> &Self::Target {
+        &self.views[..self.n]
+    }
 }
 
 /// Reads a socket's datagrams a batch at a time into buffers allocated once, so reading
@@ -70,7 +95,6 @@ impl Default for BatchReader {
 
 impl BatchReader {
     pub fn new() -> Self {
-        let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
         BatchReader {
             #[cfg(any(target_os = "linux", target_os = "android"))]
             headers: nix::sys::socket::MultiHeaders::preallocate(BATCH, None),
@@ -78,7 +102,7 @@ impl BatchReader {
             // Zeroed by the allocator's fresh pages: only a long datagram ever touches them.
             overflow: vec![0u8; OVERFLOW].into_boxed_slice(),
             joined: Vec::new(),
-            got: [(unspecified, Place::Slot(0, 0)); BATCH],
+            got: [(UNSPECIFIED, Place::Slot(0, 0)); BATCH],
             n: 0,
         }
     }
@@ -125,13 +149,15 @@ impl BatchReader {
             ..
         } = self;
         let mut n = 0;
+        // Datagrams longer than a slot: where each goes in `got`, its slot and its length.
+        let (mut split, mut splits) = ([(0, 0, 0); BATCH], 0);
         {
             // Each datagram: its slot, then its overflow, as one scatter list.
-            let mut slot = slots.chunks_exact_mut(STRIDE);
+            let mut slots = slots.chunks_exact_mut(STRIDE);
             let mut over = overflow.chunks_exact_mut(LARGEST - SLOT);
             let mut iovs: [[IoSliceMut<'_>; 2]; BATCH] = std::array::from_fn(|_| {
                 [
-                    IoSliceMut::new(slot.next().map_or(&mut [][..], |s| &mut s[..SLOT])),
+                    IoSliceMut::new(slots.next().map_or(&mut [][..], |s| &mut s[..SLOT])),
                     IoSliceMut::new(over.next().unwrap_or(&mut [][..])),
                 ]
             });
@@ -149,23 +175,22 @@ impl BatchReader {
                 let Some(source) = m.address.as_ref().and_then(socket_addr) else {
                     continue;
                 };
-                got[n] = if m.bytes > SLOT {
-                    (source, Place::Joined(i, m.bytes))
-                } else {
-                    (source, Place::Slot(i, m.bytes))
-                };
+                // A longer one is placed once joined, below.
+                got[n] = (source, Place::Slot(i, m.bytes.min(SLOT)));
+                if m.bytes > SLOT {
+                    split[splits] = (n, i, m.bytes);
+                    splits += 1;
+                }
                 n += 1;
             }
         }
         // Rare: a datagram longer than a slot is joined with its overflow, whole.
-        for (_, at) in &mut got[..n] {
-            if let Place::Joined(i, len) = *at {
-                let start = joined.len();
-                joined.extend_from_slice(&slots[i * STRIDE..i * STRIDE + SLOT]);
-                let rest = i * (LARGEST - SLOT);
-                joined.extend_from_slice(&overflow[rest..rest + (len - SLOT)]);
-                *at = Place::Joined(start, len);
-            }
+        for &(k, i, len) in &split[..splits] {
+            let start = joined.len();
+            joined.extend_from_slice(&slots[slot(i, SLOT)]);
+            let rest = i * (LARGEST - SLOT);
+            joined.extend_from_slice(&overflow[rest..rest + (len - SLOT)]);
+            got[k].1 = Place::Joined(start, len);
         }
         Ok(n)
     }
@@ -187,7 +212,7 @@ impl BatchReader {
                         self.joined.extend_from_slice(&whole[..len]);
                         (source, Place::Joined(start, len))
                     } else {
-                        self.slots[n * STRIDE..n * STRIDE + len].copy_from_slice(&whole[..len]);
+                        self.slots[slot(n, len)].copy_from_slice(&whole[..len]);
                         (source, Place::Slot(n, len))
                     };
                     n += 1;
@@ -199,19 +224,20 @@ impl BatchReader {
         Ok(n)
     }
 
-    /// The datagrams of the last read, in the order they were read, borrowed: fills `out` and
-    /// returns how many it filled.
-    pub fn datagrams<'a>(&'a self, out: &mut [(SocketAddr, &'a [u8]); BATCH]) -> usize {
-        for (o, &(source, place)) in out.iter_mut().zip(&self.got[..self.n]) {
+    /// The datagrams of the last read, in the order they were read, borrowed.
+    pub fn datagrams(&self) -> Datagrams<'_> {
+        let mut views = [(UNSPECIFIED, &[][..]); BATCH];
+        for (v, &(source, place)) in views.iter_mut().zip(&self.got[..self.n]) {
             let data = match place {
-                Place::Slot(i, len) => &self.slots[i * STRIDE..i * STRIDE + len],
+                Place::Slot(i, len) => &self.slots[slot(i, len)],
                 Place::Joined(start, len) => &self.joined[start..start + len],
             };
-            *o = (source, data);
+            *v = (source, data);
         }
-        self.n
+        Datagrams { views, n: self.n }
     }
 }
+
 #[cfg(any(target_os = "linux", target_os = "android"))]
 fn socket_addr(s: &nix::sys::socket::SockaddrStorage) -> Option<SocketAddr> {
     if let Some(v4) = s.as_sockaddr_in() {
@@ -241,7 +267,6 @@ mod tests {
         each: bool,
     ) -> (Vec<(SocketAddr, Vec<u8>)>, Vec<usize>) {
         let (mut got, mut batches) = (Vec::new(), Vec::new());
-        let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
         while got.len() < want {
             socket.readable().await.unwrap();
             let r = if each {
@@ -251,10 +276,9 @@ mod tests {
             };
             match r {
                 Ok(_) => {
-                    let mut views = [(unspecified, &[][..]); BATCH];
-                    let n = reader.datagrams(&mut views);
-                    batches.push(n);
-                    got.extend(views[..n].iter().map(|(s, d)| (*s, d.to_vec())));
+                    let batch = reader.datagrams();
+                    batches.push(batch.len());
+                    got.extend(batch.iter().map(|(s, d)| (*s, d.to_vec())));
                 }
                 Err(e) => assert_eq!(e.kind(), io::ErrorKind::WouldBlock),
             }
@@ -322,14 +346,13 @@ mod tests {
             tx.send_to(&(i as u32).to_be_bytes(), to).unwrap();
         }
         let mut reader = BatchReader::new();
-        let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
         rx.readable().await.unwrap();
         // Asked for 3: 3, the first three.
         let n = reader.read(&rx, 3).unwrap();
         assert_eq!(n, 3);
-        let mut views = [(unspecified, &[][..]); BATCH];
-        assert_eq!(reader.datagrams(&mut views), 3);
-        assert_eq!(views[2].1, &2u32.to_be_bytes()[..]);
+        let batch = reader.datagrams();
+        assert_eq!(batch.len(), 3);
+        assert_eq!(batch[2].1, &2u32.to_be_bytes()[..]);
         // The rest, never more than a batch at a time, in order.
         let (rest, batches) = read_all(&rx, &mut reader, total - 3).await;
         assert!(batches.iter().all(|&n| n <= BATCH), "{batches:?}");

@@ -253,14 +253,12 @@ fn drain_socket(
             }
             break;
         }
-        let unspecified = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
-        let mut datagrams = [(unspecified, &[][..]); crate::recv::BATCH];
-        let n = reader.datagrams(&mut datagrams);
-        if n == 0 {
+        let batch = reader.datagrams();
+        if batch.is_empty() {
             break;
         }
-        gw.handle_batch(clock.now(), &datagrams[..n]);
-        read += n;
+        gw.handle_batch(clock.now(), &batch);
+        read += batch.len();
     }
     read
 }
