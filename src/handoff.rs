@@ -83,7 +83,24 @@ impl Receiver {
     /// envelopes in all, one batch always whole), oldest first; `None` once every sender is
     /// gone and the queue is empty.
     pub async fn recv(&mut self, most: usize) -> Option<Vec<Envelope>> {
-        let mut batch = self.rx.recv().await?;
+        let first = self.rx.recv().await?;
+        Some(self.gather(first, most))
+    }
+
+    /// [`Receiver::recv`] for a plain thread (the stdout writer), which waits without a
+    /// runtime. Must not be called from async code.
+    pub fn blocking_recv(&mut self, most: usize) -> Option<Vec<Envelope>> {
+        let first = self.rx.blocking_recv()?;
+        Some(self.gather(first, most))
+    }
+
+    /// [`Receiver::recv`] without waiting: `None` when nothing is queued.
+    pub fn try_recv(&mut self, most: usize) -> Option<Vec<Envelope>> {
+        let first = self.rx.try_recv().ok()?;
+        Some(self.gather(first, most))
+    }
+
+    fn gather(&mut self, mut batch: Vec<Envelope>, most: usize) -> Vec<Envelope> {
         while batch.len() < most {
             match self.rx.try_recv() {
                 Ok(more) => batch.extend(more),
@@ -91,7 +108,7 @@ impl Receiver {
             }
         }
         self.queued.fetch_sub(batch.len(), Ordering::AcqRel);
-        Some(batch)
+        batch
     }
 
     /// Envelopes waiting.

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use pvp_t140::clock::random_seed;
-use pvp_t140::sink::{Sink, stdout::StdoutSink, ws::WsConfig, ws::WsSink};
+use pvp_t140::sink::{Sink, ws::WsConfig, ws::WsSink};
 use pvp_t140::{
     Compat, Config, DropReason, Gateway, MixerMode, Stats, chunker::FlushCause, replay, udp,
 };
@@ -409,10 +409,6 @@ fn parse_net(s: &str) -> Result<ipnet::IpNet, String> {
         .map_err(|_| format!("not an address or CIDR network: {s}"))
 }
 
-/// Batches (one per receive-loop wake-up, up to 1,024 envelopes) that may wait for the stdout
-/// writer before the sink task waits for it.
-const STDOUT_BATCHES: usize = 64;
-
 /// Logs go to stderr through a writer thread: a slow reader of stderr (a pipe, journald under
 /// pressure) must not stall a receive worker, which would overflow the UDP socket. Beyond the
 /// writer's bound lines are dropped, and their count reported at exit. The writer thread
@@ -581,7 +577,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         if args.spool.is_some() && args.server.is_none() {
             return Err("--spool needs --server (stdout is written at once)".into());
         }
-        let sink = match &args.server {
+        let ws = match &args.server {
             Some(url) => {
                 if !(url.starts_with("ws://") || url.starts_with("wss://")) {
                     return Err(format!("--server must be a ws:// or wss:// URL, got {url}"));
@@ -614,9 +610,9 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
                 for e in resend {
                     ws.resend(e);
                 }
-                Sink::Ws(ws)
+                Some(ws)
             }
-            None => Sink::Stdout(StdoutSink::new(STDOUT_BATCHES)),
+            None => None,
         };
         tracing::info!(
             listen = %local,
@@ -627,7 +623,8 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
             "pvp-t140 listening"
         );
         let (tx, rx) = pvp_t140::handoff::queue(udp::SINK_QUEUE);
-        let sink_task = tokio::spawn(udp::run_sink(rx, sink, sink_metrics.clone()));
+        let sink = Sink::start(rx, ws, sink_metrics.clone(), udp::SHUTDOWN_GRACE)
+            .map_err(|e| format!("starting the sink: {e}"))?;
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let (rtcp_tx, _) = tokio::sync::broadcast::channel(1024);
         let mut handles = Vec::new();
@@ -687,7 +684,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
                 Err(_) => tracing::error!("receive worker panicked"),
             }
         }
-        let sink_stats = sink_task.await.map_err(|e| format!("sink task: {e}"))?;
+        let sink_stats = sink.finish().await?;
         log_stats(&total);
         tracing::info!(
             sent = sink_stats.sent,

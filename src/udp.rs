@@ -8,7 +8,6 @@ use tokio::net::UdpSocket;
 use crate::clock::Clock;
 use crate::gateway::Gateway;
 use crate::recv::BatchReader;
-use crate::sink::Sink;
 
 /// Datagrams handled per wake-up before timers and output get a turn, so a flood on the socket
 /// cannot starve idle flushes.
@@ -35,9 +34,9 @@ pub struct WorkerReport {
 pub const SINK_QUEUE: usize = 65_536;
 
 /// Envelopes a worker gathers before it hands them to the sink in one go, and about the longest
-/// the first of them waits for company. Each hand-off wakes the sink task and the writer behind
-/// it: handed over as made, a gateway taking 200,000 datagrams a second woke them some 25,000
-/// times a second, 7-12% of its CPU (docs/performance.md, section 8). A few milliseconds is
+/// the first of them waits for company. Each hand-off wakes the sink (the stdout writer thread,
+/// or the WebSocket sink's task): handed over as made, a gateway taking 200,000 datagrams a
+/// second woke it some 25,000 times a second, 7-12% of its CPU (docs/performance.md, section 8). A few milliseconds is
 /// nothing beside T.140's own 300 ms buffering (RFC 4103 section 5.1) and a chunk that waited
 /// for a sentence end.
 const HAND_OFF_AT: usize = 64;
@@ -213,20 +212,6 @@ pub async fn run_rtcp_reader(
             Err(e) => tracing::debug!("RTCP recv_from: {e}"),
         }
     }
-}
-
-/// Drains the workers' queue into the sink until every worker has stopped, then closes it.
-pub async fn run_sink(
-    mut rx: crate::handoff::Receiver,
-    mut sink: Sink,
-    metrics: crate::metrics::SinkMetrics,
-) -> crate::sink::SinkStats {
-    // Whatever the workers queued since the last wake-up goes on as one batch.
-    while let Some(batch) = rx.recv(RECV_BUDGET).await {
-        sink.send_batch(batch);
-        metrics.queue_depth.set(rx.depth() as i64);
-    }
-    sink.close(SHUTDOWN_GRACE).await
 }
 
 /// Feeds the core what the socket has ready, up to the budget, a batch per system call

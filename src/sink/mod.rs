@@ -1,5 +1,6 @@
 //! Where envelopes go: stdout (pvp-spec 19.4 stdio binding) or a PVP server over WebSocket
-//! (19.1). Sinks never block the caller: the UDP loop hands an envelope over and moves on.
+//! (19.1). Sinks never block the receive workers: a worker hands its envelopes to the bounded
+//! queue in front of the sink ([`handoff`]) and moves on.
 
 pub mod gate;
 pub mod spool;
@@ -9,7 +10,8 @@ pub mod ws;
 
 use std::time::Duration;
 
-use crate::pvp::Envelope;
+use crate::handoff;
+use crate::metrics::SinkMetrics;
 
 /// Counters every sink keeps.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -19,25 +21,53 @@ pub struct SinkStats {
     pub dropped: u64,
 }
 
+/// A running sink: it takes the receive workers' envelopes from the hand-off queue until every
+/// worker has gone.
 pub enum Sink {
+    /// The stdout writer thread, which reads the queue itself.
     Stdout(stdout::StdoutSink),
-    Ws(ws::WsSink),
+    /// A task moving the queue's envelopes into the WebSocket sink, then closing it.
+    Ws(tokio::task::JoinHandle<SinkStats>),
 }
 
+/// Envelopes taken from the queue at most at once.
+const TAKE: usize = 1024;
+
 impl Sink {
-    /// Several envelopes at once, in order (one hand-off to the stdout writer).
-    pub fn send_batch(&mut self, batch: Vec<Envelope>) {
-        match self {
-            Sink::Stdout(s) => s.send_batch(batch),
-            Sink::Ws(s) => batch.into_iter().for_each(|e| s.send(e)),
-        }
+    /// Starts taking from `rx`: into `ws` when given, else to stdout. `grace` bounds how long
+    /// the end waits for what is still queued to go out.
+    pub fn start(
+        rx: handoff::Receiver,
+        ws: Option<ws::WsSink>,
+        metrics: SinkMetrics,
+        grace: Duration,
+    ) -> std::io::Result<Sink> {
+        Ok(match ws {
+            None => Sink::Stdout(stdout::StdoutSink::spawn(rx, metrics, grace)?),
+            Some(ws) => Sink::Ws(tokio::spawn(feed_ws(rx, ws, metrics, grace))),
+        })
     }
 
-    /// Delivers what is queued (waiting at most `grace`) and closes.
-    pub async fn close(self, grace: Duration) -> SinkStats {
+    /// Waits for the sink to deliver what is queued and stop, once every worker's sender is
+    /// gone.
+    pub async fn finish(self) -> Result<SinkStats, String> {
         match self {
-            Sink::Stdout(s) => s.close(grace).await,
-            Sink::Ws(s) => s.close(grace).await,
+            Sink::Stdout(s) => Ok(s.close().await),
+            Sink::Ws(task) => task.await.map_err(|e| format!("sink task: {e}")),
         }
     }
+}
+
+async fn feed_ws(
+    mut rx: handoff::Receiver,
+    mut ws: ws::WsSink,
+    metrics: SinkMetrics,
+    grace: Duration,
+) -> SinkStats {
+    // Whatever the workers queued since the last wake-up goes on as one batch.
+    while let Some(batch) = rx.recv(TAKE).await {
+        batch.into_iter().for_each(|e| ws.send(e));
+        metrics.queue_depth.set(rx.depth() as i64);
+    }
+    ws.close(grace).await
 }

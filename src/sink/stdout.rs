@@ -1,116 +1,306 @@
-//! NDJSON on stdout: one envelope a line (pvp-spec 19.4). A dedicated thread does the blocking
-//! writes, so a slow reader of our stdout stalls that thread, not the UDP loop. Envelopes cross
-//! to it in batches (what the receive loop produced per wake-up), so a busy gateway wakes the
-//! writer once per batch, not once per envelope.
+//! NDJSON on stdout: one envelope a line (pvp-spec 19.4). A thread of its own does the blocking
+//! writes, so a slow reader of our stdout stalls that thread, not a receive worker: the bounded
+//! queue in front of it then fills, and the workers refuse and count what does not fit
+//! (`sink_queue_full`).
+//!
+//! The thread takes the workers' hand-offs straight from that queue ([`handoff::Receiver`]),
+//! with no task between: each hand-off wakes one thread, not a sink task and then a writer
+//! behind it (docs/performance.md, section 15).
 
-use std::io::{BufWriter, Write};
+use std::io::{self, BufWriter, Write};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::SinkStats;
-use crate::pvp::Envelope;
+use crate::handoff;
+use crate::metrics::SinkMetrics;
 
+/// Envelopes taken from the queue at most at once: what is written between two looks at it.
+const TAKE: usize = 1024;
+
+/// The running writer thread.
 pub struct StdoutSink {
-    tx: SyncSender<Vec<Envelope>>,
     thread: JoinHandle<()>,
-    sent: Arc<AtomicU64>,
-    dropped: u64,
+    counts: Arc<Counts>,
+    grace: Duration,
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    sent: AtomicU64,
+    dropped: AtomicU64,
 }
 
 impl StdoutSink {
-    /// `capacity` batches may wait for the writer; beyond that the sender waits (see
-    /// [`StdoutSink::send_batch`]).
-    pub fn new(capacity: usize) -> Self {
-        Self::with_writer(capacity, Box::new(std::io::stdout()))
+    /// Writes what `rx` delivers to stdout until every sender is gone; at the end
+    /// ([`StdoutSink::close`]) waits at most `grace` for the rest to be written.
+    pub fn spawn(rx: handoff::Receiver, metrics: SinkMetrics, grace: Duration) -> io::Result<Self> {
+        Self::with_writer(rx, metrics, grace, Box::new(io::stdout()))
     }
 
-    pub fn with_writer(capacity: usize, out: Box<dyn Write + Send>) -> Self {
-        let (tx, rx) = sync_channel(capacity);
-        let sent = Arc::new(AtomicU64::new(0));
-        let counter = sent.clone();
+    /// [`StdoutSink::spawn`] with another writer (tests).
+    pub fn with_writer(
+        rx: handoff::Receiver,
+        metrics: SinkMetrics,
+        grace: Duration,
+        out: Box<dyn Write + Send>,
+    ) -> io::Result<Self> {
+        let counts = Arc::new(Counts::default());
+        let shared = counts.clone();
         let thread = std::thread::Builder::new()
             .name("stdout-sink".into())
-            .spawn(move || writer(rx, out, &counter))
-            .expect("spawn stdout writer thread");
-        StdoutSink {
-            tx,
+            .spawn(move || writer(rx, out, &metrics, &shared))?;
+        Ok(StdoutSink {
             thread,
-            sent,
-            dropped: 0,
-        }
+            counts,
+            grace,
+        })
     }
 
-    /// Hands envelopes to the writer thread. When stdout is not keeping up this waits (the
-    /// sink task, not the UDP loop, waits; the bounded queue in front of the sink then decides,
-    /// and counts, what is refused), so nothing is lost between here and stdout.
-    pub fn send_batch(&mut self, batch: Vec<Envelope>) {
-        if batch.is_empty() {
-            return;
-        }
-        let batch = match self.tx.try_send(batch) {
-            Ok(()) => return,
-            Err(TrySendError::Full(b)) => b,
-            Err(TrySendError::Disconnected(b)) => {
-                self.dropped += b.len() as u64;
-                tracing::error!(envelopes = b.len(), "stdout is closed; envelopes dropped");
-                return;
-            }
-        };
-        let n = batch.len() as u64;
-        let tx = self.tx.clone();
-        let send = move || tx.send(batch).is_ok();
-        let sent = match tokio::runtime::Handle::try_current() {
-            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-                tokio::task::block_in_place(send)
-            }
-            _ => send(),
-        };
-        if !sent {
-            self.dropped += n;
-            tracing::error!(envelopes = n, "stdout is closed; envelopes dropped");
-        }
-    }
-
-    pub async fn close(self, grace: Duration) -> SinkStats {
-        drop(self.tx);
+    /// Waits, at most the grace given at the start, for the writer to write what is queued; it
+    /// ends once every sender is gone (the workers have stopped) and the queue is empty.
+    pub async fn close(self) -> SinkStats {
+        let grace = self.grace;
         let thread = self.thread;
         let joined = tokio::task::spawn_blocking(move || thread.join());
-        if tokio::time::timeout(grace, joined).await.is_err() {
-            tracing::warn!("stdout writer did not finish within {grace:?}");
+        match tokio::time::timeout(grace, joined).await {
+            Err(_) => tracing::warn!("stdout writer did not finish within {grace:?}"),
+            Ok(Ok(Err(_))) => tracing::error!("stdout writer panicked"),
+            Ok(_) => {}
         }
         SinkStats {
-            sent: self.sent.load(Ordering::Relaxed),
-            dropped: self.dropped,
+            sent: self.counts.sent.load(Ordering::Relaxed),
+            dropped: self.counts.dropped.load(Ordering::Relaxed),
         }
     }
 }
 
-fn writer(rx: Receiver<Vec<Envelope>>, out: Box<dyn Write + Send>, sent: &AtomicU64) {
-    let mut out = BufWriter::with_capacity(64 << 10, out);
-    while let Ok(mut batch) = rx.recv() {
-        loop {
-            for e in &batch {
-                let written = out
-                    .write_all(e.json().as_bytes())
-                    .and_then(|()| out.write_all(b"\n"));
-                if let Err(err) = written {
-                    tracing::error!("writing to stdout failed: {err}");
-                    return;
+fn writer(
+    mut rx: handoff::Receiver,
+    out: Box<dyn Write + Send>,
+    metrics: &SinkMetrics,
+    counts: &Counts,
+) {
+    let mut out = Lines {
+        out: BufWriter::with_capacity(64 << 10, out),
+        unflushed: 0,
+        failed: false,
+        counts,
+    };
+    loop {
+        let batch = match rx.try_recv(TAKE) {
+            Some(b) => b,
+            None => {
+                // The queue is empty: flush. Under load this is once per many batches; when
+                // quiet, lines go out as soon as they are made.
+                out.flush();
+                match rx.blocking_recv(TAKE) {
+                    Some(b) => b,
+                    None => break,
                 }
             }
-            sent.fetch_add(batch.len() as u64, Ordering::Relaxed);
-            match rx.try_recv() {
-                Ok(next) => batch = next,
-                Err(_) => break,
+        };
+        metrics.queue_depth.set(rx.depth() as i64);
+        for (i, e) in batch.iter().enumerate() {
+            if !out.line(e.json()) {
+                out.drop_rest((batch.len() - i) as u64);
+                break;
             }
         }
-        // Flush once the queue is empty: batches under load, prompt lines when quiet.
-        if let Err(err) = out.flush() {
-            tracing::error!("writing to stdout failed: {err}");
+    }
+    out.flush();
+}
+
+/// The writer's buffer and its accounting. A line counts as sent once a flush after it has
+/// succeeded; once stdout has failed (its reader went away), the lines not known to have
+/// reached it, and every later one, count as dropped, and the queue is still drained, so the
+/// workers are not left refusing envelopes.
+struct Lines<'a> {
+    out: BufWriter<Box<dyn Write + Send>>,
+    /// Lines written to the buffer since the last flush that succeeded.
+    unflushed: u64,
+    failed: bool,
+    counts: &'a Counts,
+}
+
+impl Lines<'_> {
+    fn line(&mut self, json: &str) -> bool {
+        if self.failed {
+            return false;
+        }
+        match self
+            .out
+            .write_all(json.as_bytes())
+            .and_then(|()| self.out.write_all(b"\n"))
+        {
+            Ok(()) => {
+                self.unflushed += 1;
+                true
+            }
+            Err(err) => {
+                self.fail(&err);
+                false
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        if self.failed {
             return;
         }
+        match self.out.flush() {
+            Ok(()) => {
+                let n = std::mem::take(&mut self.unflushed);
+                self.counts.sent.fetch_add(n, Ordering::Relaxed);
+            }
+            Err(err) => self.fail(&err),
+        }
+    }
+
+    fn fail(&mut self, err: &io::Error) {
+        tracing::error!("writing to stdout failed: {err}; envelopes from now on are dropped");
+        self.failed = true;
+        let lost = std::mem::take(&mut self.unflushed);
+        self.drop_rest(lost);
+    }
+
+    fn drop_rest(&mut self, n: u64) {
+        self.counts.dropped.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::pvp::{Builder, Envelope, Kind, SenderId};
+    use crate::time::Time;
+
+    const GRACE: Duration = Duration::from_secs(30);
+
+    fn envelopes(from: usize, n: usize) -> Vec<Envelope> {
+        let mut b = Builder::new("s".into(), None, 1);
+        (from..from + n)
+            .map(|i| {
+                b.envelope(
+                    Time::from_millis(i as u64),
+                    SenderId::from(format!("p{i}")),
+                    Kind::SessionLeave,
+                    &serde_json::json!({ "i": i }),
+                )
+            })
+            .collect()
+    }
+
+    /// A writer the test reads back; after `fail_after` bytes every write fails, as stdout does
+    /// when its reader has gone.
+    #[derive(Clone)]
+    struct Shared {
+        bytes: Arc<Mutex<Vec<u8>>>,
+        fail_after: usize,
+    }
+
+    impl Write for Shared {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            let mut b = self.bytes.lock().unwrap();
+            if b.len() + buf.len() > self.fail_after {
+                return Err(io::Error::from(io::ErrorKind::BrokenPipe));
+            }
+            b.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn numbers(bytes: &[u8]) -> Vec<u64> {
+        String::from_utf8(bytes.to_vec())
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                v["payload"]["i"].as_u64().unwrap()
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn every_hand_off_is_written_in_order_as_one_line_each() {
+        let (tx, rx) = handoff::queue(1000);
+        let out = Shared {
+            bytes: Arc::default(),
+            fail_after: usize::MAX,
+        };
+        let sink =
+            StdoutSink::with_writer(rx, SinkMetrics::default(), GRACE, Box::new(out.clone()))
+                .unwrap();
+        let other = tx.clone();
+        assert_eq!(tx.offer(envelopes(0, 3)), 0);
+        assert_eq!(other.offer(envelopes(3, 2)), 0);
+        assert_eq!(tx.force(envelopes(5, 4)), 0);
+        drop((tx, other));
+        let stats = sink.close().await;
+        assert_eq!(
+            stats,
+            SinkStats {
+                sent: 9,
+                dropped: 0
+            }
+        );
+        assert_eq!(
+            numbers(&out.bytes.lock().unwrap()),
+            (0..9).collect::<Vec<_>>()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_closed_stdout_counts_the_rest_as_dropped_and_still_drains_the_queue() {
+        let (tx, rx) = handoff::queue(100_000);
+        let first = envelopes(0, 10);
+        let ten_lines: usize = first.iter().map(|e| e.json().len() + 1).sum();
+        // Room for the first ten lines and part of the next.
+        let out = Shared {
+            bytes: Arc::default(),
+            fail_after: ten_lines + 10,
+        };
+        let sink =
+            StdoutSink::with_writer(rx, SinkMetrics::default(), GRACE, Box::new(out.clone()))
+                .unwrap();
+        assert_eq!(tx.offer(first), 0);
+        // The writer flushes once the queue is empty: wait for those ten lines to arrive.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while out.bytes.lock().unwrap().len() < ten_lines {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "first batch never written"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        // Then enough to overflow the 64 KiB buffer twice: its writes fail.
+        let batches = 2 * (64 << 10) / ten_lines + 1;
+        for i in 0..batches {
+            assert_eq!(
+                tx.offer(envelopes(10 + i * 10, 10)),
+                0,
+                "the queue is drained"
+            );
+        }
+        drop(tx);
+        let stats = sink.close().await;
+        assert_eq!(
+            stats,
+            SinkStats {
+                sent: 10,
+                dropped: 10 * batches as u64
+            }
+        );
+        assert_eq!(
+            numbers(&out.bytes.lock().unwrap()),
+            (0..10).collect::<Vec<_>>()
+        );
     }
 }
