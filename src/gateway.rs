@@ -467,7 +467,7 @@ impl Emitter {
         }
         sp.profile.chunks_sent += 1;
         sp.profile.last_sent = sp.profile.chunks_sent;
-        let cause = chunk.cause.as_str();
+        let cause = chunk.cause;
         sp.ensure_template(key, created);
         let (sender, n) = (&sp.profile.participant, sp.profile.chunks_sent);
         let e = self.in_session(sp, |b| b.context_add(now, sender, n, &chunk.text, cause));

@@ -628,7 +628,7 @@ impl Builder {
         sender: &SenderId,
         n: u64,
         text: &str,
-        cause: &str,
+        cause: crate::chunker::FlushCause,
     ) -> Option<Envelope> {
         let template = sender.template()?;
         let capacity = sender.all.len() + text.len() + 128;
@@ -643,7 +643,8 @@ impl Builder {
         out.push_str("\",\"source\":\"");
         out.push_str(template.source);
         out.push_str("\",\"tags\":[\"t140\",\"transcript\",\"flush:");
-        escape_into(&mut out, cause);
+        // One of `FlushCause::as_str`'s words: nothing to escape.
+        out.push_str(cause.as_str());
         out.push_str("\"]}");
         Some(Self::finish(id, Kind::ContextAdd, sender.clone(), out))
     }
@@ -726,6 +727,7 @@ pub struct ErrorPayload {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chunker::FlushCause;
 
     #[test]
     fn ids_are_valid_monotonic_ulids() {
@@ -858,10 +860,13 @@ mod tests {
         let sender: SenderId = "t140:1@[::1]:5/\"evil\\\u{1}".into();
         let now = Time::from_micros(1_700_000_000_123_456);
         // No template yet: no context.add.
-        assert!(b.context_add(now, &sender, 2, &text, "sentence").is_none());
+        assert!(
+            b.context_add(now, &sender, 2, &text, FlushCause::Sentence)
+                .is_none()
+        );
         let sender = sender.with_template(format_args!("{sender}/1/"), "rtp://x?\"");
         let e = b
-            .context_add(now, &sender, 2, &text, "sentence")
+            .context_add(now, &sender, 2, &text, FlushCause::Sentence)
             .expect("a sender with a template");
         let m: Message = serde_json::from_str(e.json()).expect("valid JSON");
         let expected = Message {
