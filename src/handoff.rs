@@ -118,14 +118,19 @@ impl Receiver {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::pvp::{Builder, Kind, SenderId};
     use crate::time::Time;
 
     fn envelopes(n: usize) -> Vec<Envelope> {
+        numbered(0, n)
+    }
+
+    /// `n` envelopes whose payloads count up from `from` (`{"i": from}`, ...).
+    pub(crate) fn numbered(from: usize, n: usize) -> Vec<Envelope> {
         let mut b = Builder::new("s".into(), None, 1);
-        (0..n)
+        (from..from + n)
             .map(|i| {
                 b.envelope(
                     Time::from_millis(i as u64),

@@ -176,24 +176,9 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
-    use crate::pvp::{Builder, Envelope, Kind, SenderId};
-    use crate::time::Time;
+    use crate::handoff::tests::numbered;
 
     const GRACE: Duration = Duration::from_secs(30);
-
-    fn envelopes(from: usize, n: usize) -> Vec<Envelope> {
-        let mut b = Builder::new("s".into(), None, 1);
-        (from..from + n)
-            .map(|i| {
-                b.envelope(
-                    Time::from_millis(i as u64),
-                    SenderId::from(format!("p{i}")),
-                    Kind::SessionLeave,
-                    &serde_json::json!({ "i": i }),
-                )
-            })
-            .collect()
-    }
 
     /// A writer the test reads back; after `fail_after` bytes every write fails, as stdout does
     /// when its reader has gone.
@@ -239,9 +224,9 @@ mod tests {
             StdoutSink::with_writer(rx, SinkMetrics::default(), GRACE, Box::new(out.clone()))
                 .unwrap();
         let other = tx.clone();
-        assert_eq!(tx.offer(envelopes(0, 3)), 0);
-        assert_eq!(other.offer(envelopes(3, 2)), 0);
-        assert_eq!(tx.force(envelopes(5, 4)), 0);
+        assert_eq!(tx.offer(numbered(0, 3)), 0);
+        assert_eq!(other.offer(numbered(3, 2)), 0);
+        assert_eq!(tx.force(numbered(5, 4)), 0);
         drop((tx, other));
         let stats = sink.close().await;
         assert_eq!(
@@ -260,7 +245,7 @@ mod tests {
     #[tokio::test]
     async fn a_closed_stdout_counts_the_rest_as_dropped_and_still_drains_the_queue() {
         let (tx, rx) = handoff::queue(100_000);
-        let first = envelopes(0, 10);
+        let first = numbered(0, 10);
         let ten_lines: usize = first.iter().map(|e| e.json().len() + 1).sum();
         // Room for the first ten lines and part of the next.
         let out = Shared {
@@ -284,7 +269,7 @@ mod tests {
         let batches = 2 * (64 << 10) / ten_lines + 1;
         for i in 0..batches {
             assert_eq!(
-                tx.offer(envelopes(10 + i * 10, 10)),
+                tx.offer(numbered(10 + i * 10, 10)),
                 0,
                 "the queue is drained"
             );
