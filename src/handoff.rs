@@ -115,6 +115,12 @@ impl Receiver {
     pub fn depth(&self) -> usize {
         self.queued.load(Ordering::Acquire)
     }
+
+    /// [`Receiver::depth`]'s counter, to read after the receiver has moved (the stdout writer's
+    /// thread owns it).
+    pub fn queued(&self) -> Arc<AtomicUsize> {
+        self.queued.clone()
+    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,6 @@
 use std::io::{self, BufWriter, Write};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::SinkStats;
@@ -22,13 +21,18 @@ const TAKE: usize = 1024;
 
 /// The running writer thread.
 pub struct StdoutSink {
-    thread: JoinHandle<()>,
+    /// Fires when the writer thread ends (dropped with it, even on a panic).
+    done: tokio::sync::oneshot::Receiver<()>,
     counts: Arc<Counts>,
+    /// Envelopes still in the queue in front of the writer.
+    queued: Arc<std::sync::atomic::AtomicUsize>,
     grace: Duration,
 }
 
 #[derive(Debug, Default)]
 struct Counts {
+    /// Envelopes taken from the queue.
+    taken: AtomicU64,
     sent: AtomicU64,
     dropped: AtomicU64,
 }
@@ -49,31 +53,45 @@ impl StdoutSink {
     ) -> io::Result<Self> {
         let counts = Arc::new(Counts::default());
         let shared = counts.clone();
-        let thread = std::thread::Builder::new()
+        let queued = rx.queued();
+        let (finished, done) = tokio::sync::oneshot::channel();
+        // Not joined: a writer blocked on a stdout nobody reads must not keep the process from
+        // exiting once the grace has passed (a join, even from a blocking task, would).
+        std::thread::Builder::new()
             .name("stdout-sink".into())
-            .spawn(move || writer(rx, out, &metrics, &shared))?;
+            .spawn(move || {
+                let _finished = finished;
+                writer(rx, out, &metrics, &shared);
+            })?;
         Ok(StdoutSink {
-            thread,
+            done,
             counts,
+            queued,
             grace,
         })
     }
 
     /// Waits, at most the grace given at the start, for the writer to write what is queued; it
-    /// ends once every sender is gone (the workers have stopped) and the queue is empty.
+    /// ends once every sender is gone (the workers have stopped) and the queue is empty. What
+    /// is still unwritten after the grace (stdout blocked) counts as dropped.
     pub async fn close(self) -> SinkStats {
         let grace = self.grace;
-        let thread = self.thread;
-        let joined = tokio::task::spawn_blocking(move || thread.join());
-        match tokio::time::timeout(grace, joined).await {
-            Err(_) => tracing::warn!("stdout writer did not finish within {grace:?}"),
-            Ok(Ok(Err(_))) => tracing::error!("stdout writer panicked"),
-            Ok(_) => {}
+        let finished = tokio::time::timeout(grace, self.done).await.is_ok();
+        let c = &self.counts;
+        let sent = c.sent.load(Ordering::Relaxed);
+        let mut dropped = c.dropped.load(Ordering::Relaxed);
+        if !finished {
+            let taken = c.taken.load(Ordering::Relaxed);
+            let queued = self.queued.load(Ordering::Acquire) as u64;
+            let unwritten = taken.saturating_sub(sent + dropped) + queued;
+            tracing::warn!(
+                unwritten,
+                "stdout writer did not finish within {grace:?} (is stdout read?); envelopes not \
+                 written count as dropped"
+            );
+            dropped += unwritten;
         }
-        SinkStats {
-            sent: self.counts.sent.load(Ordering::Relaxed),
-            dropped: self.counts.dropped.load(Ordering::Relaxed),
-        }
+        SinkStats { sent, dropped }
     }
 }
 
@@ -103,6 +121,9 @@ fn writer(
             }
         };
         metrics.queue_depth.set(rx.depth() as i64);
+        counts
+            .taken
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
         for (i, e) in batch.iter().enumerate() {
             if !out.line(e.json()) {
                 out.drop_rest((batch.len() - i) as u64);
@@ -287,5 +308,46 @@ mod tests {
             numbers(&out.bytes.lock().unwrap()),
             (0..10).collect::<Vec<_>>()
         );
+    }
+
+    /// Stdout that nobody reads: every write waits until the test lets it fail.
+    struct Blocked(std::sync::mpsc::Receiver<()>);
+
+    impl Write for Blocked {
+        fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+            let _ = self.0.recv();
+            Err(io::Error::from(io::ErrorKind::BrokenPipe))
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_blocked_stdout_ends_after_the_grace_and_counts_what_it_holds_as_dropped() {
+        let (tx, rx) = handoff::queue(1000);
+        let (release, blocked) = std::sync::mpsc::channel();
+        let grace = Duration::from_millis(200);
+        let sink = StdoutSink::with_writer(
+            rx,
+            SinkMetrics::default(),
+            grace,
+            Box::new(Blocked(blocked)),
+        )
+        .unwrap();
+        assert_eq!(tx.offer(numbered(0, 10)), 0);
+        assert_eq!(tx.offer(numbered(10, 5)), 0);
+        drop(tx);
+        // The writer is stuck in its first write, however far it got: nothing was written, and
+        // close returns without it.
+        let stats = sink.close().await;
+        assert_eq!(
+            stats,
+            SinkStats {
+                sent: 0,
+                dropped: 15
+            }
+        );
+        drop(release);
     }
 }

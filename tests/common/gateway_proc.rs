@@ -12,6 +12,8 @@ pub struct Gateway {
     pub listen: SocketAddr,
     stdout: Arc<Mutex<Vec<String>>>,
     stderr: Arc<Mutex<Vec<String>>>,
+    /// [`Gateway::start_unread`]: the pipe, held open and never read.
+    _unread: Option<std::process::ChildStdout>,
 }
 
 fn collect(r: impl std::io::Read + Send + 'static) -> Arc<Mutex<Vec<String>>> {
@@ -43,6 +45,17 @@ impl Gateway {
 
     /// As [`Gateway::start`], with this `RUST_LOG`.
     pub fn start_logging(args: &[&str], rust_log: &str) -> Gateway {
+        Self::spawn(args, rust_log, true)
+    }
+
+    /// As [`Gateway::start`], with a stdout nobody reads: once the pipe is full, the
+    /// gateway's writes to it block.
+    #[allow(dead_code)]
+    pub fn start_unread(args: &[&str]) -> Gateway {
+        Self::spawn(args, "info", false)
+    }
+
+    fn spawn(args: &[&str], rust_log: &str, read_stdout: bool) -> Gateway {
         let mut child = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
             .args(args)
             .args(["--log-format", "json"])
@@ -52,13 +65,19 @@ impl Gateway {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn pvp-t140");
-        let stdout = collect(child.stdout.take().unwrap());
+        let out = child.stdout.take().unwrap();
+        let (stdout, unread) = if read_stdout {
+            (collect(out), None)
+        } else {
+            (Arc::default(), Some(out))
+        };
         let stderr = collect(child.stderr.take().unwrap());
         let mut gw = Gateway {
             child,
             listen: "0.0.0.0:0".parse().unwrap(),
             stdout,
             stderr,
+            _unread: unread,
         };
         let line = gw.wait_stderr(Duration::from_secs(20), "pvp-t140 listening");
         let v: serde_json::Value = serde_json::from_str(&line).expect("JSON log line");
