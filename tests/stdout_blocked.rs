@@ -22,11 +22,18 @@ fn sigterm_with_an_unread_stdout_exits_after_the_grace_and_counts_the_unwritten(
     let mut gw = Gateway::start_unread(&["--listen", "127.0.0.1:0", "--rtcp", "false"]);
     let mut a = Sender::new(gw.listen, 0x5eed_0001);
     // 400 chunks of about 500 bytes of JSON each: more than the pipe (64 KiB) and the writer's
-    // buffer (64 KiB) hold together.
-    for i in 0..400 {
-        a.send(&format!(
-            "Sentence number {i} is here, and it is long enough to fill the pipe quickly. "
-        ));
+    // buffer (64 KiB) hold together. Ten sentences a datagram, so that the burst fits even a
+    // default-sized socket buffer (net.core.rmem_max 208 KiB).
+    for i in 0..40 {
+        let text: String = (0..10)
+            .map(|j| {
+                format!(
+                    "Sentence number {} is here, and it is long enough to fill the pipe. ",
+                    i * 10 + j
+                )
+            })
+            .collect();
+        a.send(&text);
     }
     // Datagrams are handled in arrival order: once a later sender's chunk makes it join, all
     // 400 chunks have been made.
