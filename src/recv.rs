@@ -33,6 +33,12 @@ const OVERFLOW: usize = BATCH * (LARGEST - SLOT);
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 const OVERFLOW: usize = LARGEST;
 
+/// Reads in a row without a datagram longer than a slot, after one, before the memory long
+/// datagrams used is given back ([`BatchReader::give_back`]). Long enough that traffic mixing
+/// them does not reallocate over and over; short enough that a flood's 2 + 2 MiB do not stay
+/// for the worker's life.
+const RELEASE_AFTER: u32 = 1024;
+
 /// Fills the unused entries of a batch.
 const UNSPECIFIED: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
     std::net::Ipv4Addr::UNSPECIFIED,
@@ -79,6 +85,9 @@ pub struct BatchReader {
     joined: Vec<u8>,
     got: [(SocketAddr, Place); BATCH],
     n: usize,
+    /// Reads since the last one with a long datagram; `None` once the memory is given back (or
+    /// before any long datagram).
+    since_long: Option<u32>,
 }
 
 impl std::fmt::Debug for BatchReader {
@@ -104,6 +113,7 @@ impl BatchReader {
             joined: Vec::new(),
             got: [(UNSPECIFIED, Place::Slot(0, 0)); BATCH],
             n: 0,
+            since_long: None,
         }
     }
 
@@ -127,7 +137,42 @@ impl BatchReader {
         let max = max.clamp(1, BATCH);
         let n = socket.try_io(tokio::io::Interest::READABLE, || how(self, socket, max))?;
         self.n = n;
+        self.count_long();
         Ok(n)
+    }
+
+    /// After each read: a long datagram (it was joined) starts the count, and
+    /// [`RELEASE_AFTER`] reads without one give the memory back.
+    fn count_long(&mut self) {
+        self.since_long = match (self.joined.is_empty(), self.since_long) {
+            (false, _) => Some(0),
+            (true, Some(k)) if k + 1 >= RELEASE_AFTER => {
+                self.give_back();
+                None
+            }
+            (true, k) => k.map(|k| k + 1),
+        };
+    }
+
+    /// Frees the joining buffer (a flood of long datagrams grows it up to 2 MiB) and, on Linux,
+    /// replaces the overflow with fresh memory: the pages long datagrams were written to stay
+    /// resident until their allocation is freed (the crate uses no `unsafe`, so no
+    /// `madvise`). The new overflow's pages, like the first one's, are only faulted in by a
+    /// long datagram. Called after a read that had no long datagram, so neither buffer holds
+    /// one of its datagrams.
+    #[cold]
+    fn give_back(&mut self) {
+        self.joined = Vec::new();
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        {
+            self.overflow = vec![0u8; OVERFLOW].into_boxed_slice();
+        }
+    }
+
+    /// Whether memory used for long datagrams is still held (tests).
+    #[cfg(test)]
+    fn holds_long(&self) -> bool {
+        self.since_long.is_some() || self.joined.capacity() > 0
     }
 
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
@@ -374,5 +419,37 @@ mod tests {
         tx.send_to(b"hello", rx.local_addr().unwrap()).unwrap();
         let (got, _) = read_all(&rx, &mut BatchReader::new(), 1).await;
         assert_eq!(got, vec![(tx.local_addr().unwrap(), b"hello".to_vec())]);
+    }
+
+    /// A long datagram's memory is given back after [`RELEASE_AFTER`] reads without one, and a
+    /// long datagram after that still arrives whole.
+    #[tokio::test]
+    async fn memory_for_long_datagrams_is_given_back_when_they_stop() {
+        let rx = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let to = rx.local_addr().unwrap();
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let long: Vec<u8> = (0..30_000).map(|k| (k % 251) as u8).collect();
+        let mut reader = BatchReader::new();
+        assert!(!reader.holds_long());
+        tx.send_to(&long, to).unwrap();
+        let (got, _) = read_all(&rx, &mut reader, 1).await;
+        assert!(got[0].1 == long);
+        assert!(reader.holds_long());
+        // One short datagram a read: the count is of reads, not datagrams.
+        for i in 0..RELEASE_AFTER {
+            tx.send_to(&i.to_be_bytes(), to).unwrap();
+            let (got, _) = read_all(&rx, &mut reader, 1).await;
+            assert_eq!(got[0].1, i.to_be_bytes());
+            assert_eq!(
+                reader.holds_long(),
+                i + 1 < RELEASE_AFTER,
+                "after {} reads",
+                i + 1
+            );
+        }
+        tx.send_to(&long, to).unwrap();
+        let (got, _) = read_all(&rx, &mut reader, 1).await;
+        assert!(got[0].1 == long, "whole after the release");
+        assert!(reader.holds_long());
     }
 }
