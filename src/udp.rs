@@ -36,9 +36,9 @@ pub const SINK_QUEUE: usize = 65_536;
 /// Envelopes a worker gathers before it hands them to the sink in one go, and about the longest
 /// the first of them waits for company. Each hand-off wakes the sink (the stdout writer thread,
 /// or the WebSocket sink's task): handed over as made, a gateway taking 200,000 datagrams a
-/// second woke it some 25,000 times a second, 7-12% of its CPU (docs/performance.md, section 8). A few milliseconds is
-/// nothing beside T.140's own 300 ms buffering (RFC 4103 section 5.1) and a chunk that waited
-/// for a sentence end.
+/// second woke it some 25,000 times a second, 7-12% of its CPU (docs/performance.md, section
+/// 8). A few milliseconds is nothing beside T.140's own 300 ms buffering (RFC 4103 section 5.1)
+/// and a chunk that waited for a sentence end.
 const HAND_OFF_AT: usize = 64;
 /// See [`HAND_OFF_AT`].
 const LINGER: Duration = Duration::from_millis(2);
