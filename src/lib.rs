@@ -33,6 +33,7 @@ pub mod timers;
 pub mod capture;
 pub mod clock;
 pub mod config_file;
+pub mod fdlimit;
 pub mod handoff;
 pub mod metrics;
 pub mod recv;

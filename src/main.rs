@@ -443,6 +443,30 @@ fn dropped_log_lines() -> usize {
     DROPPED_LOG_LINES.get().map_or(0, |c| c.dropped_lines())
 }
 
+/// One descriptor a participant's connection ([`pvp_t140::fdlimit`]): raise the soft limit so
+/// `--max-streams` participants can connect, and say so if the hard limit does not allow it.
+fn raise_fd_limit(max_streams: u64) {
+    match pvp_t140::fdlimit::raise(max_streams) {
+        Ok(l) => {
+            if l.now > l.before {
+                tracing::info!(from = l.before, to = l.now, "open-file limit raised");
+            }
+            if l.participants() < max_streams {
+                tracing::warn!(
+                    limit = l.now,
+                    max_streams,
+                    "the open-file limit leaves room for about {} PVP connections, fewer than \
+                     --max-streams: participants beyond that retry their connect and may drop \
+                     transcripts. Raise the hard limit (`ulimit -Hn`, systemd `LimitNOFILE=`) \
+                     or lower --max-streams",
+                    l.participants()
+                );
+            }
+        }
+        Err(e) => tracing::warn!("open-file limit not raised: {e}"),
+    }
+}
+
 fn main() -> ExitCode {
     use clap::{CommandFactory, FromArgMatches};
     let matches = Cli::command().get_matches();
@@ -610,6 +634,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
                 for e in resend {
                     ws.resend(e);
                 }
+                raise_fd_limit(cfg.max_streams as u64);
                 Some(ws)
             }
             None => None,

@@ -55,8 +55,28 @@ impl Gateway {
         Self::spawn(args, "info", false)
     }
 
+    /// As [`Gateway::start`], started with a soft open-file limit of `soft` (the shell's
+    /// `ulimit -Sn`, then `exec`, so the process is the gateway itself).
+    #[allow(dead_code)]
+    pub fn start_with_fd_limit(soft: u64, args: &[&str]) -> Gateway {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", &format!("ulimit -Sn {soft} && exec \"$0\" \"$@\"")])
+            .arg(env!("CARGO_BIN_EXE_pvp-t140"));
+        Self::spawn_command(cmd, args, "info", true)
+    }
+
     fn spawn(args: &[&str], rust_log: &str, read_stdout: bool) -> Gateway {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        let cmd = Command::new(env!("CARGO_BIN_EXE_pvp-t140"));
+        Self::spawn_command(cmd, args, rust_log, read_stdout)
+    }
+
+    fn spawn_command(
+        mut cmd: Command,
+        args: &[&str],
+        rust_log: &str,
+        read_stdout: bool,
+    ) -> Gateway {
+        let mut child = cmd
             .args(args)
             .args(["--log-format", "json"])
             .env("RUST_LOG", rust_log)

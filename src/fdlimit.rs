@@ -1,0 +1,66 @@
+//! The open-file limit. With `--server` every virtual participant holds a WebSocket of its own
+//! (a PVP server binds a connection to one sender, pvp-spec 19.1), so a gateway with thousands
+//! of streams needs thousands of descriptors. The common soft limit is 1,024 (systemd's default
+//! for services and most login shells), which would turn the thousandth participant's connect
+//! into "Too many open files" retries while its transcript waits and then drops. So at start
+//! the soft limit is raised as far as `--max-streams` needs (the hard limit permitting), as
+//! network servers commonly do, and a hard limit that is still too low is said once, loudly.
+
+use std::io;
+
+/// Descriptors kept for everything besides the participants' connections: the RTP and RTCP
+/// sockets, the metrics listener and its clients, the spool, the runtime's own.
+pub const RESERVED: u64 = 64;
+
+/// The soft limit before and after [`raise`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit {
+    pub before: u64,
+    pub now: u64,
+}
+
+impl Limit {
+    /// Participants that can hold a connection at the same time.
+    pub fn participants(&self) -> u64 {
+        self.now.saturating_sub(RESERVED)
+    }
+}
+
+/// Raises the soft open-file limit to what `participants` connections need, or to the hard
+/// limit if that is lower. Never lowers it.
+#[cfg(unix)]
+pub fn raise(participants: u64) -> io::Result<Limit> {
+    let (before, _) = rlimit::getrlimit(rlimit::Resource::NOFILE)?;
+    let now = rlimit::increase_nofile_limit(participants.saturating_add(RESERVED))?;
+    Ok(Limit {
+        before,
+        now: now.max(before),
+    })
+}
+
+/// No per-process open-file limit to raise here.
+#[cfg(not(unix))]
+pub fn raise(_participants: u64) -> io::Result<Limit> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "no open-file limit on this platform",
+    ))
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raising_never_lowers_the_limit() {
+        let (soft, _) = rlimit::getrlimit(rlimit::Resource::NOFILE).unwrap();
+        // Asking for fewer than the process has must leave the limit where it is.
+        let l = raise(0).unwrap();
+        assert_eq!(l.before, soft);
+        assert!(l.now >= soft, "{l:?}");
+        assert_eq!(
+            rlimit::getrlimit(rlimit::Resource::NOFILE).unwrap().0,
+            l.now
+        );
+    }
+}
