@@ -194,6 +194,34 @@ async fn an_unreachable_server_is_retried_without_blocking_or_crashing() {
     let mut b = Sender::new(gw.listen, 2);
     b.send("Me too. ");
     gw.wait_stderr(WAIT, "\"ssrc\":\"00000002\"");
+    // Retries go on (waits of 50-100 ms, then 100-200, 200-400 ...), but each participant's
+    // outage is logged once at warn level; the retries are at debug.
+    let failures = |gw: &Gateway| -> Vec<String> {
+        let lines = gw.stderr_lines();
+        lines
+            .into_iter()
+            .filter(|l| l.contains("PVP connect failed"))
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + WAIT;
+    while failures(&gw).len() < 6 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "fewer than 6 failed connects in {WAIT:?}: {:?}",
+            failures(&gw)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let warned = failures(&gw)
+        .iter()
+        .filter(|l| l.contains("\"WARN\""))
+        .count();
+    assert_eq!(
+        warned,
+        2,
+        "one warning per participant: {:?}",
+        failures(&gw)
+    );
     assert!(gw.terminate(WAIT).success());
 }
 

@@ -144,6 +144,7 @@ async fn connection(
     let mut outbox: VecDeque<(std::time::Instant, Envelope)> = VecDeque::new();
     let mut gates = cfg.gate.map(super::gate::Gates::new);
     let mut backoff = Duration::from_millis(100);
+    let mut jitter = Jitter::new(random_seed() as u64);
     'reconnect: loop {
         let connector = cfg.tls.clone().map(tokio_tungstenite::Connector::Rustls);
         let connecting = tokio_tungstenite::connect_async_tls_with_config(
@@ -167,13 +168,17 @@ async fn connection(
                 ws
             }
             Err(err) => {
-                if !failing {
+                let wait = retry_delay(backoff, jitter.next());
+                // Once an outage at warn level, its retries at debug: thousands of participants
+                // retrying for minutes would otherwise flood the log (`failing` counts them).
+                if failing {
+                    tracing::debug!(%participant, url = %cfg.url, "PVP connect failed: {err}; retrying in {wait:?}");
+                } else {
                     m.failing.inc();
                     failing = true;
+                    tracing::warn!(%participant, url = %cfg.url, "PVP connect failed: {err}; retrying in {wait:?}, then at doubling intervals (logged at debug level)");
                 }
-                let jitter = Duration::from_millis(u64::from(now().0 as u32 % 100));
-                tracing::warn!(%participant, url = %cfg.url, "PVP connect failed: {err}; retrying in {backoff:?}");
-                tokio::time::sleep(backoff + jitter).await;
+                tokio::time::sleep(wait).await;
                 backoff = (backoff * 2).min(Duration::from_secs(10));
                 continue;
             }
@@ -331,6 +336,31 @@ async fn connection(
     }
 }
 
+/// The wait before reconnect attempt: half the backoff plus up to the other half at random
+/// ("equal jitter"). Participants that lost their server together, in a restart, then come
+/// back spread over the window instead of all within one instant of each doubling step.
+fn retry_delay(backoff: Duration, random: u64) -> Duration {
+    let half = backoff / 2;
+    let spread = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX - 1);
+    half + Duration::from_nanos(random % (spread + 1))
+}
+
+/// xorshift64*: a connection's own random numbers for [`retry_delay`].
+struct Jitter(u64);
+
+impl Jitter {
+    fn new(seed: u64) -> Self {
+        Jitter(seed | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
 /// Moves what the gates resolved into the outbox; chunks that will never be sent are logged,
 /// counted, and marked in the spool so a restart does not send them either.
 fn settle(
@@ -422,5 +452,33 @@ fn on_frame(
             Reaction::None
         }
         _ => Reaction::None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconnect_waits_spread_over_the_upper_half_of_the_backoff() {
+        let backoff = Duration::from_secs(10);
+        let mut quarters = [0u32; 2];
+        for seed in 0..1_000u64 {
+            // Each connection seeds its own generator; their first waits must differ.
+            let wait = retry_delay(backoff, Jitter::new(random_seed() as u64 ^ seed).next());
+            assert!(wait >= backoff / 2 && wait <= backoff, "{wait:?}");
+            quarters[usize::from(wait >= backoff * 3 / 4)] += 1;
+        }
+        // 1,000 connections that failed together: both halves of the window get a share
+        // (each is 500 +- 16 in expectation; below 350 is a broken generator).
+        assert!(quarters.iter().all(|&n| n > 350), "{quarters:?}");
+        assert_eq!(
+            retry_delay(Duration::from_millis(100), 0),
+            Duration::from_millis(50)
+        );
+        assert_eq!(
+            retry_delay(Duration::from_millis(100), 50_000_000),
+            Duration::from_millis(100)
+        );
     }
 }
