@@ -120,6 +120,10 @@ struct RunArgs {
     /// Seconds between the heartbeat.ping each participant's connection sends.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     heartbeat_s: u64,
+    /// Seconds a participant's connect to the PVP server (TCP, TLS and the WebSocket handshake)
+    /// may take before it counts as failed and is retried.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    connect_timeout_s: u64,
     #[command(flatten)]
     core: CoreArgs,
 }
@@ -309,6 +313,11 @@ fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Re
         && !given("heartbeat_s")
     {
         run.heartbeat_s = positive(v, "heartbeat_s")?;
+    }
+    if let Some(v) = f.connect_timeout_s
+        && !given("connect_timeout_s")
+    {
+        run.connect_timeout_s = positive(v, "connect_timeout_s")?;
     }
     if let Some(v) = f.workers
         && !given("workers")
@@ -618,6 +627,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
                     url: url.clone(),
                     session: cfg.session.clone(),
                     heartbeat: Duration::from_secs(args.heartbeat_s),
+                    connect_timeout: Duration::from_secs(args.connect_timeout_s),
                     queue: 4096,
                     metrics: sink_metrics.clone(),
                     tls: if url.starts_with("wss://") {

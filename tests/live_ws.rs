@@ -225,6 +225,37 @@ async fn an_unreachable_server_is_retried_without_blocking_or_crashing() {
     assert!(gw.terminate(WAIT).success());
 }
 
+#[test]
+fn a_server_that_accepts_and_never_answers_times_out_and_is_retried() {
+    // A real listener that takes the TCP connection and then says nothing: no WebSocket
+    // handshake ever comes back.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let held = std::thread::spawn(move || {
+        let mut conns = Vec::new();
+        for c in listener.incoming().take(2) {
+            conns.push(c.unwrap());
+        }
+        conns
+    });
+    let mut gw = Gateway::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--server",
+        &url,
+        "--connect-timeout-s",
+        "1",
+    ]);
+    let mut a = Sender::new(gw.listen, 1);
+    a.send("Anyone there? ");
+    let failed = gw.wait_stderr(WAIT, "PVP connect failed");
+    assert!(failed.contains("no answer within 1s"), "{failed}");
+    // It tried again: a second connection reached the listener.
+    let conns = held.join().unwrap();
+    assert_eq!(conns.len(), 2);
+    assert!(gw.terminate(WAIT).success());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unauthorized_is_fatal_for_that_participant_and_rate_limited_backs_off() {
     let server = TestPvpServer::start().await;

@@ -26,6 +26,10 @@ pub struct WsConfig {
     pub url: String,
     pub session: String,
     pub heartbeat: Duration,
+    /// A connect (TCP, TLS, handshake) that takes longer failed: a blackholed address or a
+    /// server that accepts and never answers would otherwise hold the participant for the
+    /// kernel's TCP timeouts (minutes) or for ever.
+    pub connect_timeout: Duration,
     /// Envelopes a participant may have waiting for its connection before new ones are refused.
     pub queue: usize,
     pub metrics: crate::metrics::SinkMetrics,
@@ -153,7 +157,11 @@ async fn connection(
             false,
             connector,
         );
-        let ws = match connecting.await {
+        let connected = match tokio::time::timeout(cfg.connect_timeout, connecting).await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err(format!("no answer within {:?}", cfg.connect_timeout)),
+        };
+        let ws = match connected {
             Ok((ws, _)) => {
                 backoff = Duration::from_millis(100);
                 if connected_before || failing {
