@@ -31,6 +31,7 @@ pub struct FileConfig {
     pub max_streams: Option<u64>,
     pub heartbeat_s: Option<u64>,
     pub connect_timeout_s: Option<u64>,
+    pub write_timeout_s: Option<u64>,
     pub workers: Option<u64>,
     pub recv_buffer: Option<u64>,
     pub rtcp: Option<bool>,

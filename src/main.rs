@@ -124,6 +124,10 @@ struct RunArgs {
     /// may take before it counts as failed and is retried.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     connect_timeout_s: u64,
+    /// Seconds a frame may wait to be taken by the PVP server's connection before the server
+    /// counts as no longer reading, and the participant reconnects (and sends it again).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    write_timeout_s: u64,
     #[command(flatten)]
     core: CoreArgs,
 }
@@ -318,6 +322,11 @@ fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Re
         && !given("connect_timeout_s")
     {
         run.connect_timeout_s = positive(v, "connect_timeout_s")?;
+    }
+    if let Some(v) = f.write_timeout_s
+        && !given("write_timeout_s")
+    {
+        run.write_timeout_s = positive(v, "write_timeout_s")?;
     }
     if let Some(v) = f.workers
         && !given("workers")
@@ -628,6 +637,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
                     session: cfg.session.clone(),
                     heartbeat: Duration::from_secs(args.heartbeat_s),
                     connect_timeout: Duration::from_secs(args.connect_timeout_s),
+                    write_timeout: Duration::from_secs(args.write_timeout_s),
                     queue: 4096,
                     metrics: sink_metrics.clone(),
                     tls: if url.starts_with("wss://") {

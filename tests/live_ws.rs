@@ -257,6 +257,70 @@ fn a_server_that_accepts_and_never_answers_times_out_and_is_retried() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_stops_reading_is_left_and_joined_again() {
+    use futures_util::StreamExt;
+    use socket2::{Domain, Socket, Type};
+    // A real WebSocket server that reads each connection's first frame (the join) and then
+    // nothing more. Its receive buffer is small, so the gateway's writes soon stall.
+    let sock = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    sock.bind(
+        &"127.0.0.1:0"
+            .parse::<std::net::SocketAddr>()
+            .unwrap()
+            .into(),
+    )
+    .unwrap();
+    sock.listen(16).unwrap();
+    sock.set_nonblocking(true).unwrap();
+    let listener = tokio::net::TcpListener::from_std(sock.into()).unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let (tx, mut firsts) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((tcp, _)) = listener.accept().await {
+            let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                continue;
+            };
+            if let Some(Ok(m)) = ws.next().await {
+                let _ = tx.send(serde_json::from_str(m.to_text().unwrap()).unwrap());
+            }
+            held.push(ws);
+        }
+    });
+    let mut gw = Gateway::start_for_server(
+        &url,
+        &["--write-timeout-s", "1", "--max-pps-per-source", "0"],
+    );
+    let mut a = Sender::new(gw.listen, 7);
+    // 6.5 MB of transcript, beyond what the two sockets' buffers hold (the sender's grows to
+    // 4 MiB on loopback), paced so that the gateway's UDP buffer never overflows.
+    let text = format!("{}. ", "Words and more words".repeat(65));
+    for i in 0..5_000 {
+        a.send(&text);
+        if i % 50 == 49 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    let next = async |firsts: &mut tokio::sync::mpsc::UnboundedReceiver<Value>| {
+        tokio::time::timeout(WAIT, firsts.recv())
+            .await
+            .expect("a connection's first frame")
+            .expect("server running")
+    };
+    let join = next(&mut firsts).await;
+    assert_eq!(join["type"], "session.join");
+    let stalled = gw.wait_stderr(WAIT, "stopped reading");
+    assert!(stalled.contains(&a.participant()), "{stalled}");
+    // It left the stalled connection and made a new one, joining again first.
+    let again = next(&mut firsts).await;
+    assert_eq!(again["type"], "session.join");
+    assert_eq!(again["sender"], join["sender"]);
+    assert_ne!(again["id"], join["id"]);
+    gw.kill();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unauthorized_is_fatal_for_that_participant_and_rate_limited_backs_off() {
     let server = TestPvpServer::start().await;
     let url = server.url();

@@ -30,6 +30,9 @@ pub struct WsConfig {
     /// server that accepts and never answers would otherwise hold the participant for the
     /// kernel's TCP timeouts (minutes) or for ever.
     pub connect_timeout: Duration,
+    /// A frame the connection has not taken within this long means the server stopped
+    /// reading: the connection is dropped and made again ([`send_frame`]).
+    pub write_timeout: Duration,
     /// Envelopes a participant may have waiting for its connection before new ones are refused.
     pub queue: usize,
     pub metrics: crate::metrics::SinkMetrics,
@@ -197,7 +200,14 @@ async fn connection(
         // After a reconnect the server has forgotten us: join again (a fresh id, same content).
         if let Some(j) = &join {
             let again = pvp.reissue(now(), j);
-            if write.send(Message::text(again.into_json())).await.is_err() {
+            if !send_frame(
+                &mut write,
+                Message::text(again.into_json()),
+                &cfg,
+                &participant,
+            )
+            .await
+            {
                 continue 'reconnect;
             }
         }
@@ -229,14 +239,14 @@ async fn connection(
                             Some(Ok(Message::Text(t))) => {
                                 match on_frame(&mut pvp, &participant, t.as_str(), &recent) {
                                     Reaction::Reply(reply) => {
-                                        if write.send(Message::text(reply.into_json())).await.is_err() {
+                                        if !send_frame(&mut write, Message::text(reply.into_json()), &cfg, &participant).await {
                                             continue 'reconnect;
                                         }
                                     }
                                     Reaction::Fatal(code) => {
                                         // The server will not take this participant: say so
                                         // loudly, stop, and count what it can no longer send.
-                                        let _ = write.send(Message::Close(None)).await;
+                                        send_frame(&mut write, Message::Close(None), &cfg, &participant).await;
                                         rx.close();
                                         let mut lost = u64::from(pending.take().is_some());
                                         while rx.recv().await.is_some() {
@@ -286,14 +296,14 @@ async fn connection(
                                 }
                                 for e in send {
                                     let id = e.id();
-                                    let _ = write.send(Message::text(e.into_json())).await;
+                                    send_frame(&mut write, Message::text(e.into_json()), &cfg, &participant).await;
                                     if let Some(spool) = &cfg.spool {
                                         spool.done(id);
                                     }
                                 }
                             }
                             // Everything is sent. Close politely.
-                            let _ = write.send(Message::Close(None)).await;
+                            send_frame(&mut write, Message::Close(None), &cfg, &participant).await;
                             let _ = tokio::time::timeout(Duration::from_secs(2), async {
                                 while let Some(Ok(_)) = read.next().await {}
                             }).await;
@@ -303,7 +313,7 @@ async fn connection(
                     },
                     _ = heartbeat.tick() => {
                         let ping = pvp.heartbeat(now(), participant.clone(), None);
-                        if write.send(Message::text(ping.into_json())).await.is_err() {
+                        if !send_frame(&mut write, Message::text(ping.into_json()), &cfg, &participant).await {
                             continue 'reconnect;
                         }
                         None
@@ -320,10 +330,13 @@ async fn connection(
             }
             // The frame shares the envelope's text only if it is not needed again: a join is
             // kept for rejoins, anything else is resent from `pending` if the write fails.
-            if write
-                .send(Message::text(e.json().to_owned()))
-                .await
-                .is_err()
+            if !send_frame(
+                &mut write,
+                Message::text(e.json().to_owned()),
+                &cfg,
+                &participant,
+            )
+            .await
             {
                 // Not known to be delivered: send it again after reconnecting.
                 if kind != Kind::SessionJoin {
@@ -340,6 +353,22 @@ async fn connection(
                 recent.pop_front();
             }
             recent.push_back((id, kind));
+        }
+    }
+}
+
+/// Writes one frame, or gives up after `--write-timeout-s`: a server that has stopped reading
+/// (hung, or gone without a FIN) would otherwise hold the participant until TCP gives up, many
+/// minutes later, while its transcript queues and then drops. False: reconnect.
+async fn send_frame<S>(write: &mut S, frame: Message, cfg: &WsConfig, participant: &str) -> bool
+where
+    S: futures_util::Sink<Message> + Unpin,
+{
+    match tokio::time::timeout(cfg.write_timeout, write.send(frame)).await {
+        Ok(r) => r.is_ok(),
+        Err(_) => {
+            tracing::warn!(%participant, url = %cfg.url, "PVP server took no frame for {:?}: it has stopped reading; reconnecting", cfg.write_timeout);
+            false
         }
     }
 }
