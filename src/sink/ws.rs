@@ -440,6 +440,17 @@ enum Reaction {
     Gate(crate::pvp::Message),
 }
 
+/// The one field a connection reads of every frame before deciding whether to read it whole.
+/// A server in the reference's style echoes each participant's messages to every member of the
+/// session, so with N participants each message reaches the gateway N times, and most frames
+/// are other participants' traffic: their type is read (borrowed, nothing allocated) and the
+/// rest skipped.
+#[derive(serde::Deserialize)]
+struct Head<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: std::borrow::Cow<'a, str>,
+}
+
 /// Reacts to one frame from the server: a pong for a ping; for an `error`, a log line that
 /// names the failed message (`related_to`), and what its code calls for.
 fn on_frame(
@@ -448,6 +459,18 @@ fn on_frame(
     text: &str,
     recent: &VecDeque<(ulid::Ulid, Kind)>,
 ) -> Reaction {
+    match serde_json::from_str::<Head>(text) {
+        Ok(h)
+            if matches!(
+                &*h.kind,
+                "heartbeat.ping" | "gate.approve" | "gate.reject" | "gate.timeout" | "error"
+            ) => {}
+        Ok(_) => return Reaction::None,
+        Err(err) => {
+            tracing::debug!(%participant, "unparseable frame from PVP server: {err}");
+            return Reaction::None;
+        }
+    }
     let env: crate::pvp::Message = match serde_json::from_str(text) {
         Ok(e) => e,
         Err(err) => {
@@ -495,6 +518,52 @@ fn on_frame(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `context.add` as a reference-style server echoes it to every member of the session.
+    fn echoed_add(from: &str) -> String {
+        let mut b = Builder::new("s1".into(), None, 7);
+        let text = "Someone else said this, and it came back to every connection. ".repeat(4);
+        let e = b.envelope(
+            Time::from_micros(1_700_000_000_000_000),
+            from.into(),
+            Kind::ContextAdd,
+            &serde_json::json!({"key": "k", "content_type": "audio_transcript", "content": text,
+                "tags": ["t140", "flush:sentence"], "source": {"type": "t140"}}),
+        );
+        e.json().to_owned()
+    }
+
+    #[test]
+    fn frames_for_other_participants_are_skipped_and_ours_answered() {
+        let mut pvp = Builder::new("s1".into(), None, 1);
+        let me: SenderId = "t140:00000001@127.0.0.1:5000".into();
+        let recent = VecDeque::new();
+        let other = echoed_add("t140:00000002@127.0.0.1:5002");
+        assert!(matches!(
+            on_frame(&mut pvp, &me, &other, &recent),
+            Reaction::None
+        ));
+        let ping = r#"{"v":1,"id":"01HZY3Q6W8V0J5N7Q2R4S6T8V0","ts":"2024-01-01T00:00:00.000Z","session":"s1","sender":"server","type":"heartbeat.ping","payload":{}}"#;
+        let Reaction::Reply(pong) = on_frame(&mut pvp, &me, ping, &recent) else {
+            panic!("a ping is answered");
+        };
+        assert_eq!(pong.kind(), Kind::HeartbeatPong);
+        assert!(
+            pong.json()
+                .contains(r#""ref":"01HZY3Q6W8V0J5N7Q2R4S6T8V0""#),
+            "{}",
+            pong.json()
+        );
+        let refused = r#"{"v":1,"id":"01HZY3Q6W8V0J5N7Q2R4S6T8V1","ts":"2024-01-01T00:00:00.000Z","session":"s1","sender":"server","type":"error","payload":{"code":"UNAUTHORIZED","message":"no","recoverable":false}}"#;
+        assert!(matches!(
+            on_frame(&mut pvp, &me, refused, &recent),
+            Reaction::Fatal(c) if c == "UNAUTHORIZED"
+        ));
+        assert!(matches!(
+            on_frame(&mut pvp, &me, "{\"type\":", &recent),
+            Reaction::None
+        ));
+    }
 
     #[test]
     fn reconnect_waits_spread_over_the_upper_half_of_the_backoff() {
