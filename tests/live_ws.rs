@@ -321,6 +321,52 @@ async fn a_server_that_stops_reading_is_left_and_joined_again() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_message_from_the_server_is_refused_and_the_connection_made_again() {
+    let server = TestPvpServer::start().await;
+    let url = server.url();
+    let mut gw = Gateway::start_for_server(&url, &["--session", "big"]);
+    let mut a = Sender::new(gw.listen, 0x0b16);
+    a.send("Hello. ");
+    let pa = a.participant();
+    server
+        .wait_until(WAIT, "the first sentence", |s| {
+            adds_of(s, &pa) == ["Hello."]
+        })
+        .await;
+    let conn = server
+        .received()
+        .iter()
+        .find(|r| r.envelope["sender"] == pa.as_str())
+        .unwrap()
+        .conn;
+    // 2 MiB of context: far beyond any PVP envelope, and what a faulty server could otherwise
+    // make each of thousands of connections hold.
+    let huge = make_envelope(
+        "context.add",
+        "big",
+        "someone",
+        json!({"key": "k", "content_type": "text", "content": "x".repeat(2 << 20)}),
+        None,
+    );
+    assert!(server.send_to(conn, huge));
+    let failed = gw.wait_stderr(WAIT, "PVP connection failed");
+    assert!(failed.contains("Message too long"), "{failed}");
+    // Made again: the participant joins once more and its text still arrives.
+    server
+        .wait_until(WAIT, "a second join", |s| {
+            s.received_of_type("session.join").len() == 2
+        })
+        .await;
+    a.send("Still here. ");
+    server
+        .wait_until(WAIT, "the second sentence", |s| {
+            adds_of(s, &pa) == ["Hello.", "Still here."]
+        })
+        .await;
+    assert!(gw.terminate(WAIT).success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unauthorized_is_fatal_for_that_participant_and_rate_limited_backs_off() {
     let server = TestPvpServer::start().await;
     let url = server.url();

@@ -156,7 +156,7 @@ async fn connection(
         let connector = cfg.tls.clone().map(tokio_tungstenite::Connector::Rustls);
         let connecting = tokio_tungstenite::connect_async_tls_with_config(
             cfg.url.as_str(),
-            None,
+            Some(socket_config()),
             false,
             connector,
         );
@@ -270,8 +270,12 @@ async fn connection(
                                     Reaction::None => {}
                                 }
                             }
-                            Some(Ok(Message::Close(_))) | None | Some(Err(_)) => {
+                            Some(Ok(Message::Close(_))) | None => {
                                 tracing::warn!(%participant, "PVP server closed the connection; reconnecting");
+                                continue 'reconnect;
+                            }
+                            Some(Err(err)) => {
+                                tracing::warn!(%participant, "PVP connection failed: {err}; reconnecting");
                                 continue 'reconnect;
                             }
                             Some(Ok(_)) => {}
@@ -356,6 +360,23 @@ async fn connection(
         }
     }
 }
+
+/// A participant's connection reads little (pings, errors, gate decisions, and whatever the
+/// server echoes) and there may be thousands: tungstenite allocates its read buffer eagerly,
+/// 128 KiB by default, and accepts messages of up to 64 MiB, so a faulty server could make
+/// every connection hold that much. PVP envelopes are small; a larger one is an error that
+/// closes the connection (and it is made again).
+fn socket_config() -> tokio_tungstenite::tungstenite::protocol::WebSocketConfig {
+    tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+        .read_buffer_size(READ_BUFFER)
+        .max_message_size(Some(MAX_MESSAGE))
+        .max_frame_size(Some(MAX_MESSAGE))
+}
+
+/// Bytes a connection reads at once.
+const READ_BUFFER: usize = 8 * 1024;
+/// The largest frame or message a server may send.
+const MAX_MESSAGE: usize = 1 << 20;
 
 /// Writes one frame, or gives up after `--write-timeout-s`: a server that has stopped reading
 /// (hung, or gone without a FIN) would otherwise hold the participant until TCP gives up, many
