@@ -12,6 +12,8 @@
 //! target/release/examples/loadtest scale --streams 100000
 //! # against t140llm's own receiver (needs `cd interop/t140llm && npm install`)
 //! target/release/examples/loadtest t140llm
+//! # ws: 1,000 participants over WebSocket to a PVP server in this process (examples/support/ws.rs)
+//! target/release/examples/loadtest ws --streams 1000
 //! ```
 //!
 //! Everything goes to 127.0.0.1 only. Receivers run as child processes (the null receiver is
@@ -52,6 +54,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// The benches' traffic: only its [`bench_traffic::shuffled_order`] is used here.
 #[path = "../benches/support/traffic.rs"]
 mod bench_traffic;
+/// `loadtest ws`: the gateway against a PVP WebSocket server in this process.
+#[path = "support/ws.rs"]
+mod ws;
 use pvp_t140::send::{Sender, SenderConfig};
 use pvp_t140::{Time, rtp};
 
@@ -71,6 +76,9 @@ enum Cmd {
     Scale(ScaleArgs),
     /// pvp-t140's core vs t140llm's T140StreamDemultiplexer over the same datagrams.
     T140llm(T140llmArgs),
+    /// Many participants over WebSocket: a PVP server in this process, sentences' latency to
+    /// it, the gateway's control runtime CPU and memory per participant.
+    Ws(ws::WsArgs),
     /// The null receiver (run as a child by the other modes).
     #[command(hide = true)]
     NullReceiver {
@@ -248,6 +256,7 @@ fn main() {
         }) => null_receiver(listen, workers, recv_buffer),
         Some(Cmd::Scale(a)) => scale(&a),
         Some(Cmd::T140llm(a)) => t140llm(&a),
+        Some(Cmd::Ws(a)) => ws::run(&a),
         None => rate(&cli.rate),
     };
     if let Err(e) = r {
