@@ -31,7 +31,7 @@ pub struct WsConfig {
     /// kernel's TCP timeouts (minutes) or for ever.
     pub connect_timeout: Duration,
     /// A frame the connection has not taken within this long means the server stopped
-    /// reading: the connection is dropped and made again ([`send_frame`]).
+    /// reading: the connection is dropped and made again.
     pub write_timeout: Duration,
     /// Envelopes a participant may have waiting for its connection before new ones are refused.
     pub queue: usize,
