@@ -24,6 +24,7 @@
 //! `--echo` makes the server route like the reference PVP server: every envelope but
 //! heartbeats goes back to every open connection, so N participants in one session receive
 //! each message N times, and the gateway's control runtime reads N^2 frames for N joins.
+//! `--tls` serves `wss://` with a self-signed certificate the gateway trusts via `--ca-file`.
 
 use std::borrow::Cow;
 use std::cmp::Reverse;
@@ -73,6 +74,10 @@ pub struct WsArgs {
     /// Keep N in the hundreds: the echo is N times the traffic for the server too.
     #[arg(long)]
     echo: bool,
+    /// `wss://`: the server speaks TLS with a self-signed certificate the gateway trusts
+    /// through `--ca-file`, as most deployments would (TLS state is per participant).
+    #[arg(long)]
+    tls: bool,
     #[command(flatten)]
     common: Common,
 }
@@ -212,6 +217,8 @@ fn sentences_in(content: &str) -> Vec<(u32, u32)> {
 
 struct PvpServer {
     addr: SocketAddr,
+    /// With `--tls`: the PEM file of the server's self-signed certificate.
+    ca_file: Option<std::path::PathBuf>,
     counts: Arc<Counts>,
     rt: Option<tokio::runtime::Runtime>,
 }
@@ -221,6 +228,9 @@ impl Drop for PvpServer {
         if let Some(rt) = self.rt.take() {
             rt.shutdown_background();
         }
+        if let Some(f) = &self.ca_file {
+            let _ = std::fs::remove_file(f);
+        }
     }
 }
 
@@ -228,7 +238,7 @@ impl PvpServer {
     /// Binds 127.0.0.1:0 (backlog 4096: a ramp of connects must not overflow the accept
     /// queue, whose SYN retries would show as one-second latencies) and serves on a runtime
     /// of its own, its threads on CPUs 1.. with `pin`.
-    fn start(pin: bool, echo: bool) -> Res<PvpServer> {
+    fn start(pin: bool, echo: bool, tls: bool) -> Res<PvpServer> {
         let threads = cores().saturating_sub(1).max(1);
         let pin = pin && cores() >= 2;
         let next = AtomicUsize::new(0);
@@ -255,9 +265,16 @@ impl PvpServer {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let counts = Arc::new(Counts::default());
         let echo = echo.then(|| tokio::sync::broadcast::channel(ECHO_QUEUE).0);
-        rt.spawn(accept_loop(listener, counts.clone(), echo));
+        let (acceptor, ca_file) = if tls {
+            let (a, f) = tls_acceptor()?;
+            (Some(a), Some(f))
+        } else {
+            (None, None)
+        };
+        rt.spawn(accept_loop(listener, counts.clone(), echo, acceptor));
         Ok(PvpServer {
             addr,
+            ca_file,
             counts,
             rt: Some(rt),
         })
@@ -269,12 +286,51 @@ const ECHO_QUEUE: usize = 1 << 16;
 
 type Echo = tokio::sync::broadcast::Sender<Arc<str>>;
 
-async fn accept_loop(listener: tokio::net::TcpListener, c: Arc<Counts>, echo: Option<Echo>) {
+/// A self-signed certificate for `localhost`, its PEM written where the gateway's
+/// `--ca-file` can read it.
+fn tls_acceptor() -> Res<(tokio_rustls::TlsAcceptor, std::path::PathBuf)> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()])
+        .map_err(|e| format!("certificate: {e}"))?;
+    let key = rustls_pki_types::PrivateKeyDer::Pkcs8(cert.signing_key.serialize_der().into());
+    let config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.cert.der().clone()], key)
+        .map_err(|e| format!("TLS config: {e}"))?;
+    let path = std::env::temp_dir().join(format!("loadtest-ws-ca-{}.pem", std::process::id()));
+    std::fs::write(&path, cert.cert.pem()).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok((tokio_rustls::TlsAcceptor::from(Arc::new(config)), path))
+}
+
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    c: Arc<Counts>,
+    echo: Option<Echo>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) {
     loop {
         match listener.accept().await {
             Ok((tcp, _)) => {
                 c.accepted.fetch_add(1, Ordering::Relaxed);
-                tokio::spawn(serve(tcp, c.clone(), echo.clone()));
+                let _ = tcp.set_nodelay(true);
+                let (c, echo) = (c.clone(), echo.clone());
+                match &tls {
+                    None => {
+                        tokio::spawn(serve(tcp, c, echo, Instant::now()));
+                    }
+                    Some(acceptor) => {
+                        let acceptor = acceptor.clone();
+                        tokio::spawn(async move {
+                            let accepted = Instant::now();
+                            match acceptor.accept(tcp).await {
+                                Ok(s) => serve(s, c, echo, accepted).await,
+                                Err(_) => {
+                                    c.handshake_failed.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
+                        });
+                    }
+                }
             }
             Err(_) => {
                 // EMFILE and the like: count, back off a little, go on.
@@ -286,9 +342,10 @@ async fn accept_loop(listener: tokio::net::TcpListener, c: Arc<Counts>, echo: Op
 }
 
 /// One participant's connection: handshake, then count frames until it closes.
-async fn serve(tcp: tokio::net::TcpStream, c: Arc<Counts>, echo: Option<Echo>) {
-    let accepted = Instant::now();
-    let _ = tcp.set_nodelay(true);
+async fn serve<S>(tcp: S, c: Arc<Counts>, echo: Option<Echo>, accepted: Instant)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     // tungstenite's default read buffer is 128 KiB, zero-filled before every read: 5,000
     // frames a second of that is CPU the instrument would spend for nothing.
     let config = WebSocketConfig::default().read_buffer_size(8 * 1024);
@@ -646,15 +703,17 @@ pub fn run(a: &WsArgs) -> Res<()> {
     if !fd_note.is_empty() {
         notes.push(fd_note);
     }
-    let server = PvpServer::start(pin, a.echo)?;
+    let server = PvpServer::start(pin, a.echo, a.tls)?;
     let c = server.counts.clone();
     println!(
-        "ws: {n} streams (participants), one sentence each per {} ms, {} s window, RED {}, gateway --heartbeat-s {}; PVP server {} in this process; {}; nproc {}, load average {}",
+        "ws: {n} streams (participants), one sentence each per {} ms, {} s window, RED {}, gateway --heartbeat-s {}; PVP server {}{}{} in this process; {}; nproc {}, load average {}",
         a.sentence_every_ms,
         a.seconds,
         a.red,
         a.heartbeat_s,
         server.addr,
+        if a.tls { " (TLS)" } else { "" },
+        if a.echo { " (echoing)" } else { "" },
         if pin {
             "gateway pinned to CPU 0, server and sender to the other CPUs"
         } else {
@@ -663,9 +722,13 @@ pub fn run(a: &WsArgs) -> Res<()> {
         cores(),
         load_average()
     );
-    let gw_args: Vec<String> = [
+    let url = match &server.ca_file {
+        Some(_) => format!("wss://localhost:{}", server.addr.port()),
+        None => format!("ws://{}", server.addr),
+    };
+    let mut gw_args: Vec<String> = [
         "--server",
-        &format!("ws://{}", server.addr),
+        &url,
         "--session",
         "load",
         "--heartbeat-s",
@@ -676,6 +739,9 @@ pub fn run(a: &WsArgs) -> Res<()> {
     .iter()
     .map(|s| s.to_string())
     .collect();
+    if let Some(ca) = &server.ca_file {
+        gw_args.extend(["--ca-file".to_owned(), ca.display().to_string()]);
+    }
     let child = Child::spawn(Target::Gateway, &a.common, &gw_args)?;
     let pid = child.pid;
     std::thread::sleep(Duration::from_millis(500));
