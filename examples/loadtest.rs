@@ -954,22 +954,24 @@ fn send_many(sock: &UdpSocket, packets: &[Vec<u8>]) -> std::io::Result<usize> {
     Ok(packets.len())
 }
 
+/// Stream `i`'s sender: its SSRC, and sequence numbers and timestamps that start apart.
+fn sender_config(i: u32, red: u8) -> SenderConfig {
+    SenderConfig {
+        ssrc: ssrc_of(i),
+        redundancy: red,
+        initial_seq: (i as u16).wrapping_mul(31),
+        initial_ts: i.wrapping_mul(7919),
+        ..SenderConfig::default()
+    }
+}
+
 impl Traffic {
     fn new(to: SocketAddr, streams: u32, sockets: u32, red: u8) -> Res<Traffic> {
         let talkers = (0..streams)
-            .map(|i| {
-                let cfg = SenderConfig {
-                    ssrc: ssrc_of(i),
-                    redundancy: red,
-                    initial_seq: (i as u16).wrapping_mul(31),
-                    initial_ts: i.wrapping_mul(7919),
-                    ..SenderConfig::default()
-                };
-                Talker {
-                    sender: Sender::new(cfg, T0),
-                    vt: T0,
-                    word: i as usize,
-                }
+            .map(|i| Talker {
+                sender: Sender::new(sender_config(i, red), T0),
+                vt: T0,
+                word: i as usize,
             })
             .collect();
         let socks = sockets_to(to, sockets.min(streams))?;

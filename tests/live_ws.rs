@@ -11,6 +11,16 @@ use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(20);
 
+/// The server's number for the connection `sender` sent its first envelope on.
+fn conn_of(server: &TestPvpServer, sender: &str) -> usize {
+    server
+        .received()
+        .iter()
+        .find(|r| r.envelope["sender"] == sender)
+        .unwrap()
+        .conn
+}
+
 fn adds_of(server: &TestPvpServer, sender: &str) -> Vec<String> {
     server
         .received_of_type("context.add")
@@ -106,12 +116,7 @@ async fn streams_become_participants_on_their_own_connections_and_leave_on_sigte
         .as_str()
         .unwrap()
         .to_owned();
-    let conn = server
-        .received()
-        .iter()
-        .find(|r| r.envelope["sender"] == pa.as_str())
-        .unwrap()
-        .conn;
+    let conn = conn_of(&server, &pa);
     let err = make_envelope(
         "error",
         "live-1",
@@ -333,12 +338,7 @@ async fn an_oversized_message_from_the_server_is_refused_and_the_connection_made
             adds_of(s, &pa) == ["Hello."]
         })
         .await;
-    let conn = server
-        .received()
-        .iter()
-        .find(|r| r.envelope["sender"] == pa.as_str())
-        .unwrap()
-        .conn;
+    let conn = conn_of(&server, &pa);
     // 2 MiB of context: far beyond any PVP envelope, and what a faulty server could otherwise
     // make each of thousands of connections hold.
     let huge = make_envelope(
@@ -381,14 +381,6 @@ async fn unauthorized_is_fatal_for_that_participant_and_rate_limited_backs_off()
             adds_of(s, &pa).len() == 1 && adds_of(s, &pb).len() == 1
         })
         .await;
-    let conn_of = |p: &str| {
-        server
-            .received()
-            .iter()
-            .find(|r| r.envelope["sender"] == p)
-            .unwrap()
-            .conn
-    };
     let err = |code: &str| {
         make_envelope(
             "error",
@@ -398,8 +390,8 @@ async fn unauthorized_is_fatal_for_that_participant_and_rate_limited_backs_off()
             None,
         )
     };
-    assert!(server.send_to(conn_of(&pa), err("UNAUTHORIZED")));
-    assert!(server.send_to(conn_of(&pb), err("RATE_LIMITED")));
+    assert!(server.send_to(conn_of(&server, &pa), err("UNAUTHORIZED")));
+    assert!(server.send_to(conn_of(&server, &pb), err("RATE_LIMITED")));
     gw.wait_stderr(WAIT, "refused this participant");
     gw.wait_stderr(WAIT, "rate-limits this participant");
     server

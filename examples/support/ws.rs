@@ -36,13 +36,13 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use futures_util::{SinkExt, StreamExt};
-use pvp_t140::send::{Sender, SenderConfig};
+use pvp_t140::send::Sender;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
 use super::{
     BUFFER_TIME, Child, Common, Res, T0, Target, cores, counter, load_average, memory_kib,
-    pin_current_thread, sockets_to, ssrc_of, thread_cpu,
+    pin_current_thread, sender_config, sockets_to, thread_cpu,
 };
 
 #[derive(Args, Debug)]
@@ -478,23 +478,14 @@ impl Streams {
     fn new(to: SocketAddr, n: u32, sockets: u32, red: u8) -> Res<Streams> {
         let epoch = Instant::now();
         let talkers = (0..n)
-            .map(|i| {
-                let cfg = SenderConfig {
-                    ssrc: ssrc_of(i),
-                    redundancy: red,
-                    initial_seq: (i as u16).wrapping_mul(31),
-                    initial_ts: i.wrapping_mul(7919),
-                    ..SenderConfig::default()
-                };
-                Talker {
-                    sender: Sender::new(cfg, T0),
-                    groups: VecDeque::new(),
-                    next_group: epoch,
-                    k: 0,
-                    next_k: 0,
-                    next_sentence: epoch,
-                    completing: None,
-                }
+            .map(|i| Talker {
+                sender: Sender::new(sender_config(i, red), T0),
+                groups: VecDeque::new(),
+                next_group: epoch,
+                k: 0,
+                next_k: 0,
+                next_sentence: epoch,
+                completing: None,
             })
             .collect();
         Ok(Streams {
