@@ -305,8 +305,11 @@ async fn connection(
                                 }
                                 for e in send {
                                     let id = e.id();
-                                    send_frame(&mut write, Message::text(e.into_json()), &cfg, &participant).await;
-                                    if let Some(spool) = &cfg.spool {
+                                    // Marked in the spool only once written: one that was not
+                                    // is sent again after a restart.
+                                    if send_frame(&mut write, Message::text(e.into_json()), &cfg, &participant).await
+                                        && let Some(spool) = &cfg.spool
+                                    {
                                         spool.done(id);
                                     }
                                 }
