@@ -142,7 +142,7 @@ async fn connection(
     let mut pvp = Builder::new(cfg.session.clone(), None, random_seed());
     let mut join: Option<Envelope> = None;
     // Ids of recent envelopes, so an `error`'s `related_to` can be told in the log.
-    let mut recent: VecDeque<(ulid::Ulid, Kind)> = VecDeque::with_capacity(64);
+    let mut recent: VecDeque<(ulid::Ulid, Kind)> = VecDeque::with_capacity(RECENT);
     let mut pending: Option<(std::time::Instant, Envelope)> = None;
     // RATE_LIMITED (pvp-spec 17) pauses sending; the pause doubles while it repeats.
     let mut paused_until: Option<tokio::time::Instant> = None;
@@ -361,7 +361,7 @@ async fn connection(
                 spool.done(id);
             }
             sent.fetch_add(1, Ordering::Relaxed);
-            if recent.len() == 64 {
+            if recent.len() == RECENT {
                 recent.pop_front();
             }
             recent.push_back((id, kind));
@@ -380,6 +380,11 @@ fn socket_config() -> tokio_tungstenite::tungstenite::protocol::WebSocketConfig 
         .max_message_size(Some(MAX_MESSAGE))
         .max_frame_size(Some(MAX_MESSAGE))
 }
+
+/// Envelopes a connection remembers, to name the one a server's `error` relates to. A server
+/// answers within moments, while a participant sends a few envelopes a second at most; each
+/// entry is 32 bytes a participant.
+const RECENT: usize = 16;
 
 /// Bytes a connection reads at once (tungstenite zero-fills them before each read, so they are
 /// all resident).
