@@ -409,7 +409,9 @@ impl IdGen {
     }
 }
 
-fn splitmix(x: u128) -> u128 {
+/// SplitMix64 over a 128-bit word: a well-mixed value from any input (ULID randomness, and the
+/// PVP connections' reconnect jitter).
+pub(crate) fn splitmix(x: u128) -> u128 {
     let mut z = (x as u64 ^ (x >> 64) as u64).wrapping_add(0x9e37_79b9_7f4a_7c15);
     let mut out = 0u128;
     for _ in 0..2 {

@@ -181,19 +181,16 @@ struct Payload<'a> {
     content: Option<Cow<'a, str>>,
 }
 
-/// A `heartbeat.pong` answering ping `id` (pvp-spec 8.1; the gateway does not require it).
+/// A `heartbeat.pong` answering ping `id` (pvp-spec 8.1; the gateway does not require it),
+/// built as the gateway builds its own.
 fn pong(session: &str, id: &str) -> String {
-    serde_json::json!({
-        "v": 1,
-        "id": ulid::Ulid::generate().to_string(),
-        "ts": humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
-        "session": session,
-        "sender": "system",
-        "type": "heartbeat.pong",
-        "payload": {},
-        "ref": id,
-    })
-    .to_string()
+    pvp_t140::pvp::Builder::new(session.to_owned(), None, pvp_t140::clock::random_seed())
+        .heartbeat(
+            pvp_t140::Time::from_system(std::time::SystemTime::now()),
+            "system".into(),
+            Some(id),
+        )
+        .into_json()
 }
 
 /// Stream `i`'s sentence `k`, as the word groups typed one per packet. The closing `. ` makes
@@ -677,11 +674,12 @@ fn role(name: &str) -> &'static str {
     }
 }
 
-/// Opens the process's own file limit for the server's side of N connections.
+/// Opens the process's own file limit for the server's side of N connections, as the gateway
+/// opens its own (`pvp_t140::fdlimit`).
 fn raise_nofile(n: u64) -> String {
-    match rlimit::increase_nofile_limit(n) {
-        Ok(l) if l >= n => String::new(),
-        Ok(l) => format!("open-file limit {l} < {n} needed by this process"),
+    match pvp_t140::fdlimit::raise(n) {
+        Ok(l) if l.now >= n => String::new(),
+        Ok(l) => format!("open-file limit {} < {n} needed by this process", l.now),
         Err(e) => format!("open-file limit: {e}"),
     }
 }

@@ -18,7 +18,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 use super::SinkStats;
 use crate::clock::random_seed;
-use crate::pvp::{Builder, Envelope, ErrorPayload, Kind, SenderId};
+use crate::pvp::{Builder, Envelope, ErrorPayload, Kind, SenderId, splitmix};
 use crate::time::Time;
 
 #[derive(Debug, Clone)]
@@ -151,7 +151,8 @@ async fn connection(
     let mut outbox: VecDeque<(std::time::Instant, Envelope)> = VecDeque::new();
     let mut gates = cfg.gate.map(super::gate::Gates::new);
     let mut backoff = Duration::from_millis(100);
-    let mut jitter = Jitter::new(random_seed() as u64);
+    // The connection's own random numbers for `retry_delay`.
+    let mut jitter = random_seed();
     'reconnect: loop {
         let connector = cfg.tls.clone().map(tokio_tungstenite::Connector::Rustls);
         // Boxed: the handshake's state (10 KB) is then held only while connecting, not for
@@ -184,7 +185,8 @@ async fn connection(
                 ws
             }
             Err(err) => {
-                let wait = retry_delay(backoff, jitter.next());
+                jitter = splitmix(jitter);
+                let wait = retry_delay(backoff, jitter as u64);
                 // Once an outage at warn level, its retries at debug: thousands of participants
                 // retrying for minutes would otherwise flood the log (`failing` counts them).
                 if failing {
@@ -417,22 +419,6 @@ fn retry_delay(backoff: Duration, random: u64) -> Duration {
     half + Duration::from_nanos(random % (spread + 1))
 }
 
-/// xorshift64*: a connection's own random numbers for [`retry_delay`].
-struct Jitter(u64);
-
-impl Jitter {
-    fn new(seed: u64) -> Self {
-        Jitter(seed | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-}
-
 /// Moves what the gates resolved into the outbox; chunks that will never be sent are logged,
 /// counted, and marked in the spool so a restart does not send them either.
 fn settle(
@@ -606,7 +592,7 @@ mod tests {
         let mut quarters = [0u32; 2];
         for seed in 0..1_000u64 {
             // Each connection seeds its own generator; their first waits must differ.
-            let wait = retry_delay(backoff, Jitter::new(random_seed() as u64 ^ seed).next());
+            let wait = retry_delay(backoff, splitmix(random_seed() ^ u128::from(seed)) as u64);
             assert!(wait >= backoff / 2 && wait <= backoff, "{wait:?}");
             quarters[usize::from(wait >= backoff * 3 / 4)] += 1;
         }
