@@ -32,6 +32,7 @@ pub struct FileConfig {
     pub heartbeat_s: Option<u64>,
     pub connect_timeout_s: Option<u64>,
     pub write_timeout_s: Option<u64>,
+    pub server_silence_s: Option<u64>,
     pub workers: Option<u64>,
     pub recv_buffer: Option<u64>,
     pub rtcp: Option<bool>,

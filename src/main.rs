@@ -128,6 +128,11 @@ struct RunArgs {
     /// counts as no longer reading, and the participant reconnects (and sends it again).
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     write_timeout_s: u64,
+    /// Seconds with nothing from the PVP server (the connection sends a WebSocket ping each
+    /// silent heartbeat interval) before the server counts as gone, and the participant
+    /// reconnects. At least two heartbeat intervals.
+    #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u64).range(1..))]
+    server_silence_s: u64,
     #[command(flatten)]
     core: CoreArgs,
 }
@@ -327,6 +332,11 @@ fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Re
         && !given("write_timeout_s")
     {
         run.write_timeout_s = positive(v, "write_timeout_s")?;
+    }
+    if let Some(v) = f.server_silence_s
+        && !given("server_silence_s")
+    {
+        run.server_silence_s = positive(v, "server_silence_s")?;
     }
     if let Some(v) = f.workers
         && !given("workers")
@@ -638,6 +648,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
                     heartbeat: Duration::from_secs(args.heartbeat_s),
                     connect_timeout: Duration::from_secs(args.connect_timeout_s),
                     write_timeout: Duration::from_secs(args.write_timeout_s),
+                    silence: Duration::from_secs(args.server_silence_s),
                     queue: 4096,
                     metrics: sink_metrics.clone(),
                     tls: if url.starts_with("wss://") {

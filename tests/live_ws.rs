@@ -460,3 +460,165 @@ async fn a_server_restart_mid_stream_delivers_every_chunk_once_in_order() {
     server.assert_no_violations();
     server.stop().await;
 }
+
+/// What a server that completed the WebSocket handshake itself and then only reads saw on one
+/// connection: the client's frames, as (opcode, payload), in order.
+async fn read_raw_frames(mut tcp: tokio::net::TcpStream) -> Vec<(u8, Vec<u8>)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        let n = tcp.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "closed during the handshake");
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+    };
+    let request = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let key = request
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("sec-websocket-key")
+                .then(|| value.trim().to_owned())
+        })
+        .expect("a WebSocket key");
+    let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+    let response = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
+    );
+    tcp.write_all(response.as_bytes()).await.unwrap();
+    buf.drain(..head_end);
+    // RFC 6455 5.2: the client's frames, masked; read until the client closes the TCP
+    // connection. Nothing is ever written back.
+    let mut frames = Vec::new();
+    loop {
+        while buf.len() >= 2 {
+            let (opcode, short) = (buf[0] & 0x0f, usize::from(buf[1] & 0x7f));
+            let (len, at) = match short {
+                126 if buf.len() >= 4 => (usize::from(u16::from_be_bytes([buf[2], buf[3]])), 4),
+                127 if buf.len() >= 10 => (
+                    u64::from_be_bytes(buf[2..10].try_into().unwrap()) as usize,
+                    10,
+                ),
+                126 | 127 => break,
+                n => (n, 2),
+            };
+            if buf.len() < at + 4 + len {
+                break;
+            }
+            let mask: [u8; 4] = buf[at..at + 4].try_into().unwrap();
+            let payload = buf[at + 4..at + 4 + len]
+                .iter()
+                .enumerate()
+                .map(|(i, b)| b ^ mask[i % 4])
+                .collect();
+            frames.push((opcode, payload));
+            buf.drain(..at + 4 + len);
+        }
+        match tcp.read(&mut chunk).await {
+            Ok(0) | Err(_) => return frames,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_gone_silent_is_pinged_then_left_and_joined_again() {
+    // A real WebSocket server that accepts the handshake and reads every frame, but never
+    // sends one, not even the pong RFC 6455 requires: a server gone without a FIN, as the
+    // gateway sees it.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let (tx, mut conns) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let _ = tx.send(read_raw_frames(tcp).await);
+            });
+        }
+    });
+    let mut gw =
+        Gateway::start_for_server(&url, &["--heartbeat-s", "1", "--server-silence-s", "3"]);
+    let mut a = Sender::new(gw.listen, 11);
+    a.send("Is anybody listening? ");
+    // The first connection ends when the gateway leaves it.
+    let first = tokio::time::timeout(WAIT, conns.recv())
+        .await
+        .expect("the gateway left the silent connection")
+        .unwrap();
+    let text = |f: &(u8, Vec<u8>)| -> Option<Value> {
+        (f.0 == 0x1).then(|| serde_json::from_slice(&f.1).unwrap())
+    };
+    let join = text(&first[0]).expect("a text frame first");
+    assert_eq!(join["type"], "session.join");
+    assert_eq!(join["sender"], a.participant());
+    // Before leaving it probed with WebSocket pings (opcode 0x9): one each silent second
+    // until the third.
+    let pings = first.iter().filter(|f| f.0 == 0x9).count();
+    assert_eq!(pings, 2, "{first:?}");
+    let left = gw.wait_stderr(WAIT, "PVP server silent");
+    assert!(left.contains(&a.participant()), "{left}");
+    // It connected again and joined first.
+    a.send("Hello again. ");
+    gw.wait_stderr(WAIT, "PVP connection open");
+    gw.kill();
+    let second = tokio::time::timeout(WAIT, conns.recv())
+        .await
+        .expect("the second connection ends with the gateway")
+        .unwrap();
+    let again = text(&second[0]).expect("a text frame first");
+    assert_eq!(again["type"], "session.join");
+    assert_eq!(again["sender"], join["sender"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_server_that_answers_websocket_pings_is_kept() {
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    // A real WebSocket server that never sends a PVP frame but answers WebSocket pings, as
+    // every WebSocket library does on its own.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (tx, mut pings) = tokio::sync::mpsc::unbounded_channel();
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                    return;
+                };
+                while let Some(Ok(m)) = ws.next().await {
+                    if matches!(m, Message::Ping(_)) {
+                        let _ = tx.send(());
+                    }
+                }
+            });
+        }
+    });
+    let mut gw =
+        Gateway::start_for_server(&url, &["--heartbeat-s", "1", "--server-silence-s", "3"]);
+    let mut a = Sender::new(gw.listen, 12);
+    a.send("Quiet in here. ");
+    // Three silent intervals and more: each ping was answered, so the connection stays.
+    for _ in 0..3 {
+        tokio::time::timeout(WAIT, pings.recv())
+            .await
+            .expect("a WebSocket ping")
+            .unwrap();
+    }
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert!(
+        !gw.stderr_lines()
+            .iter()
+            .any(|l| l.contains("PVP server silent")),
+        "{:?}",
+        gw.stderr_lines()
+    );
+    assert!(gw.terminate(WAIT).success());
+}

@@ -4,7 +4,9 @@
 //! announce `session.leave` per connection), so each T.140 stream gets its own connection,
 //! opened lazily with its `session.join`. Each connection is a task fed by a bounded queue: the
 //! UDP loop never waits on a socket. A connection answers `heartbeat.ping`, sends its own ping
-//! every `heartbeat` so its participant stays active, and logs every `error` it is sent.
+//! every `heartbeat` so its participant stays active, and logs every `error` it is sent. A
+//! server that has gone quiet is probed with a WebSocket ping and left once `silence` passes
+//! ([`Liveness`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -33,6 +35,10 @@ pub struct WsConfig {
     /// A frame the connection has not taken within this long means the server stopped
     /// reading: the connection is dropped and made again.
     pub write_timeout: Duration,
+    /// Nothing heard from the server for this long (not a frame, not the answer to the
+    /// WebSocket ping sent after each silent heartbeat interval) means it is gone: the
+    /// connection is dropped and made again.
+    pub silence: Duration,
     /// Envelopes a participant may have waiting for its connection before new ones are refused.
     pub queue: usize,
     pub metrics: crate::metrics::SinkMetrics,
@@ -220,6 +226,7 @@ async fn connection(
         }
         let mut heartbeat =
             tokio::time::interval_at(tokio::time::Instant::now() + cfg.heartbeat, cfg.heartbeat);
+        let mut alive = Liveness::new(cfg.heartbeat, cfg.silence);
         loop {
             let paused = paused_until.is_some_and(|t| t > tokio::time::Instant::now());
             if pending.is_none() && !paused {
@@ -242,6 +249,7 @@ async fn connection(
                         None
                     }
                     frame = read.next() => {
+                        alive.heard();
                         match frame {
                             Some(Ok(Message::Text(t))) => {
                                 match on_frame(&mut pvp, &participant, t.as_str(), &recent) {
@@ -326,6 +334,19 @@ async fn connection(
                         }
                     },
                     _ = heartbeat.tick() => {
+                        match alive.tick() {
+                            Tick::Heard => {}
+                            Tick::Probe => {
+                                // RFC 6455 5.5.2: the server must answer, whatever PVP does.
+                                if !send_frame(&mut write, Message::Ping(Default::default()), &cfg, &participant).await {
+                                    continue 'reconnect;
+                                }
+                            }
+                            Tick::Dead => {
+                                tracing::warn!(%participant, url = %cfg.url, "PVP server silent for {:?}, not even answering a WebSocket ping: it is gone; reconnecting", cfg.silence);
+                                continue 'reconnect;
+                            }
+                        }
                         let ping = pvp.heartbeat(now(), participant.clone(), None);
                         if !send_frame(&mut write, Message::text(ping.into_json()), &cfg, &participant).await {
                             continue 'reconnect;
@@ -406,6 +427,61 @@ where
         Err(_) => {
             tracing::warn!(%participant, url = %cfg.url, "PVP server took no frame for {:?}: it has stopped reading; reconnecting", cfg.write_timeout);
             false
+        }
+    }
+}
+
+/// Whether the server is still there. A server can vanish without a FIN or a reset (a host
+/// gone, a NAT or firewall that forgot the flow) while the gateway has nothing to write, and
+/// pvp-spec 8.1's server pings are not something every server sends: each heartbeat interval
+/// in which nothing arrived, the connection sends a WebSocket ping, which every server must
+/// answer (RFC 6455 5.5.2), and once nothing has arrived for `silence` it gives up. Counted in
+/// heartbeat ticks, so a frame costs an increment, not a clock read.
+struct Liveness {
+    heard: u64,
+    at_last_tick: u64,
+    silent_ticks: u32,
+    /// Silent ticks that make the server gone: `silence` in whole heartbeat intervals, at
+    /// least two, so a ping always has an interval to be answered in.
+    limit: u32,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Tick {
+    /// Something arrived since the last tick.
+    Heard,
+    /// Nothing since the last tick: ping the server.
+    Probe,
+    /// Nothing for `silence`: leave the connection.
+    Dead,
+}
+
+impl Liveness {
+    fn new(heartbeat: Duration, silence: Duration) -> Self {
+        let intervals = silence.as_nanos().div_ceil(heartbeat.as_nanos().max(1));
+        Liveness {
+            heard: 0,
+            at_last_tick: 0,
+            silent_ticks: 0,
+            limit: u32::try_from(intervals).unwrap_or(u32::MAX).max(2),
+        }
+    }
+
+    fn heard(&mut self) {
+        self.heard = self.heard.wrapping_add(1);
+    }
+
+    fn tick(&mut self) -> Tick {
+        if self.heard != self.at_last_tick {
+            self.at_last_tick = self.heard;
+            self.silent_ticks = 0;
+            return Tick::Heard;
+        }
+        self.silent_ticks += 1;
+        if self.silent_ticks >= self.limit {
+            Tick::Dead
+        } else {
+            Tick::Probe
         }
     }
 }
@@ -584,6 +660,31 @@ mod tests {
             on_frame(&mut pvp, &me, "{\"type\":", &recent),
             Reaction::None
         ));
+    }
+
+    #[test]
+    fn a_silent_server_is_pinged_each_interval_and_left_after_the_silence() {
+        let hb = Duration::from_secs(30);
+        // 90 s of silence is three intervals: two pings, then the connection is left.
+        let mut l = Liveness::new(hb, Duration::from_secs(90));
+        assert_eq!(l.tick(), Tick::Probe);
+        assert_eq!(l.tick(), Tick::Probe);
+        assert_eq!(l.tick(), Tick::Dead);
+        // Anything heard (a pong, an echo) starts the count again.
+        let mut l = Liveness::new(hb, Duration::from_secs(90));
+        assert_eq!(l.tick(), Tick::Probe);
+        l.heard();
+        assert_eq!(l.tick(), Tick::Heard);
+        assert_eq!(l.tick(), Tick::Probe);
+        assert_eq!(l.tick(), Tick::Probe);
+        l.heard();
+        l.heard();
+        assert_eq!(l.tick(), Tick::Heard);
+        assert_eq!(l.tick(), Tick::Probe);
+        // A part interval counts as a whole one, and a ping always gets an interval to be
+        // answered: never left on the first silent tick.
+        assert_eq!(Liveness::new(hb, Duration::from_secs(61)).limit, 3);
+        assert_eq!(Liveness::new(hb, Duration::from_secs(1)).limit, 2);
     }
 
     #[test]
