@@ -461,9 +461,17 @@ async fn a_server_restart_mid_stream_delivers_every_chunk_once_in_order() {
     server.stop().await;
 }
 
-/// What a server that completed the WebSocket handshake itself and then only reads saw on one
-/// connection: the client's frames, as (opcode, payload), in order.
-async fn read_raw_frames(mut tcp: tokio::net::TcpStream) -> Vec<(u8, Vec<u8>)> {
+/// A frame a client sent on a connection numbered in accept order, as (opcode, payload), or
+/// `None` when the client closed that connection.
+type RawFrame = (usize, Option<(u8, Vec<u8>)>);
+
+/// A server that completes the WebSocket handshake itself and then only reads: it reports
+/// each frame the client sends on `conn`, and the connection's end.
+async fn read_raw_frames(
+    mut tcp: tokio::net::TcpStream,
+    conn: usize,
+    out: tokio::sync::mpsc::UnboundedSender<RawFrame>,
+) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
@@ -492,7 +500,6 @@ async fn read_raw_frames(mut tcp: tokio::net::TcpStream) -> Vec<(u8, Vec<u8>)> {
     buf.drain(..head_end);
     // RFC 6455 5.2: the client's frames, masked; read until the client closes the TCP
     // connection. Nothing is ever written back.
-    let mut frames = Vec::new();
     loop {
         while buf.len() >= 2 {
             let (opcode, short) = (buf[0] & 0x0f, usize::from(buf[1] & 0x7f));
@@ -514,11 +521,14 @@ async fn read_raw_frames(mut tcp: tokio::net::TcpStream) -> Vec<(u8, Vec<u8>)> {
                 .enumerate()
                 .map(|(i, b)| b ^ mask[i % 4])
                 .collect();
-            frames.push((opcode, payload));
+            let _ = out.send((conn, Some((opcode, payload))));
             buf.drain(..at + 4 + len);
         }
         match tcp.read(&mut chunk).await {
-            Ok(0) | Err(_) => return frames,
+            Ok(0) | Err(_) => {
+                let _ = out.send((conn, None));
+                return;
+            }
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
         }
     }
@@ -531,28 +541,38 @@ async fn a_server_gone_silent_is_pinged_then_left_and_joined_again() {
     // gateway sees it.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("ws://{}", listener.local_addr().unwrap());
-    let (tx, mut conns) = tokio::sync::mpsc::unbounded_channel();
+    let (tx, mut frames) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
+        let mut conn = 0;
         while let Ok((tcp, _)) = listener.accept().await {
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let _ = tx.send(read_raw_frames(tcp).await);
-            });
+            tokio::spawn(read_raw_frames(tcp, conn, tx.clone()));
+            conn += 1;
         }
     });
+    let mut next = async || {
+        tokio::time::timeout(WAIT, frames.recv())
+            .await
+            .expect("a frame or a connection's end")
+            .unwrap()
+    };
     let mut gw =
         Gateway::start_for_server(&url, &["--heartbeat-s", "1", "--server-silence-s", "3"]);
     let mut a = Sender::new(gw.listen, 11);
     a.send("Is anybody listening? ");
-    // The first connection ends when the gateway leaves it.
-    let first = tokio::time::timeout(WAIT, conns.recv())
-        .await
-        .expect("the gateway left the silent connection")
-        .unwrap();
-    let text = |f: &(u8, Vec<u8>)| -> Option<Value> {
-        (f.0 == 0x1).then(|| serde_json::from_slice(&f.1).unwrap())
+    let text = |f: &(u8, Vec<u8>)| -> Value {
+        assert_eq!(f.0, 0x1, "a text frame");
+        serde_json::from_slice(&f.1).unwrap()
     };
-    let join = text(&first[0]).expect("a text frame first");
+    // The first connection, until the gateway leaves it.
+    let mut first = Vec::new();
+    loop {
+        match next().await {
+            (0, Some(f)) => first.push(f),
+            (0, None) => break,
+            other => panic!("{other:?} before the first connection ended"),
+        }
+    }
+    let join = text(&first[0]);
     assert_eq!(join["type"], "session.join");
     assert_eq!(join["sender"], a.participant());
     // Before leaving it probed with WebSocket pings (opcode 0x9): one each silent second
@@ -563,17 +583,14 @@ async fn a_server_gone_silent_is_pinged_then_left_and_joined_again() {
     assert!(left.contains(&a.participant()), "{left}");
     // It connected again and joined first.
     a.send("Hello again. ");
-    gw.wait_stderr(WAIT, "PVP connection open");
-    gw.kill();
-    let second = tokio::time::timeout(WAIT, conns.recv())
-        .await
-        .expect("the second connection ends with the gateway")
-        .unwrap();
-    let again = text(&second[0]).expect("a text frame first");
+    let (conn, f) = next().await;
+    assert_eq!(conn, 1);
+    let again = text(&f.expect("the rejoin"));
     assert_eq!(again["type"], "session.join");
     assert_eq!(again["sender"], join["sender"]);
+    assert_ne!(again["id"], join["id"]);
+    gw.kill();
 }
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quiet_server_that_answers_websocket_pings_is_kept() {
     use futures_util::StreamExt;
