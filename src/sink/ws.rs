@@ -209,12 +209,15 @@ async fn connection(
         };
         tracing::info!(%participant, url = %cfg.url, "PVP connection open");
         let _open = ConnGuard(m.connections.clone());
-        let (mut write, mut read) = ws.split();
+        // One stream for reading and writing, not split: `select!` drops its futures before a
+        // branch's handler runs, so the handler may write, and a split's lock would cost
+        // every frame read (with an echoing server, every envelope N times).
+        let mut ws = ws;
         // After a reconnect the server has forgotten us: join again (a fresh id, same content).
         if let Some(j) = &join {
             let again = pvp.reissue(now(), j);
             if !send_frame(
-                &mut write,
+                &mut ws,
                 Message::text(again.into_json()),
                 &cfg,
                 &participant,
@@ -241,27 +244,30 @@ async fn connection(
                     // Frames from the server first: a Close that has already arrived is seen
                     // before another envelope is written into a connection that is going away.
                     biased;
-                    () = tokio::time::sleep_until(paused_until.unwrap_or_else(tokio::time::Instant::now)), if paused => None,
-                    () = tokio::time::sleep_until(gate_deadline.map_or_else(tokio::time::Instant::now, Into::into)), if gate_deadline.is_some() => {
+                    // The timers are made only when polled: `select!` evaluates a disabled
+                    // branch's expression too, and a `Sleep` made on every pass read the clock
+                    // and took a reference to the runtime for each frame read.
+                    () = async { if let Some(t) = paused_until { tokio::time::sleep_until(t).await } }, if paused => None,
+                    () = async { if let Some(t) = gate_deadline { tokio::time::sleep_until(t.into()).await } }, if gate_deadline.is_some() => {
                         if let Some(g) = gates.as_mut() {
                             settle(g, &mut outbox, &cfg, &participant);
                         }
                         None
                     }
-                    frame = read.next() => {
+                    frame = ws.next() => {
                         alive.heard();
                         match frame {
                             Some(Ok(Message::Text(t))) => {
                                 match on_frame(&mut pvp, &participant, t.as_str(), &recent) {
                                     Reaction::Reply(reply) => {
-                                        if !send_frame(&mut write, Message::text(reply.into_json()), &cfg, &participant).await {
+                                        if !send_frame(&mut ws, Message::text(reply.into_json()), &cfg, &participant).await {
                                             continue 'reconnect;
                                         }
                                     }
                                     Reaction::Fatal(code) => {
                                         // The server will not take this participant: say so
                                         // loudly, stop, and count what it can no longer send.
-                                        send_frame(&mut write, Message::Close(None), &cfg, &participant).await;
+                                        send_frame(&mut ws, Message::Close(None), &cfg, &participant).await;
                                         rx.close();
                                         let mut lost = u64::from(pending.take().is_some());
                                         while rx.recv().await.is_some() {
@@ -317,7 +323,7 @@ async fn connection(
                                     let id = e.id();
                                     // Marked in the spool only once written: one that was not
                                     // is sent again after a restart.
-                                    if send_frame(&mut write, Message::text(e.into_json()), &cfg, &participant).await
+                                    if send_frame(&mut ws, Message::text(e.into_json()), &cfg, &participant).await
                                         && let Some(spool) = &cfg.spool
                                     {
                                         spool.done(id);
@@ -325,9 +331,9 @@ async fn connection(
                                 }
                             }
                             // Everything is sent. Close politely.
-                            send_frame(&mut write, Message::Close(None), &cfg, &participant).await;
+                            send_frame(&mut ws, Message::Close(None), &cfg, &participant).await;
                             let _ = tokio::time::timeout(Duration::from_secs(2), async {
-                                while let Some(Ok(_)) = read.next().await {}
+                                while let Some(Ok(_)) = ws.next().await {}
                             }).await;
                             tracing::info!(%participant, "PVP connection closed");
                             return;
@@ -338,7 +344,7 @@ async fn connection(
                             Tick::Heard => {}
                             Tick::Probe => {
                                 // RFC 6455 5.5.2: the server must answer, whatever PVP does.
-                                if !send_frame(&mut write, Message::Ping(Default::default()), &cfg, &participant).await {
+                                if !send_frame(&mut ws, Message::Ping(Default::default()), &cfg, &participant).await {
                                     continue 'reconnect;
                                 }
                             }
@@ -348,7 +354,7 @@ async fn connection(
                             }
                         }
                         let ping = pvp.heartbeat(now(), participant.clone(), None);
-                        if !send_frame(&mut write, Message::text(ping.into_json()), &cfg, &participant).await {
+                        if !send_frame(&mut ws, Message::text(ping.into_json()), &cfg, &participant).await {
                             continue 'reconnect;
                         }
                         None
@@ -366,7 +372,7 @@ async fn connection(
             // The frame shares the envelope's text only if it is not needed again: a join is
             // kept for rejoins, anything else is resent from `pending` if the write fails.
             if !send_frame(
-                &mut write,
+                &mut ws,
                 Message::text(e.json().to_owned()),
                 &cfg,
                 &participant,
