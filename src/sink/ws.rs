@@ -229,6 +229,9 @@ async fn connection(
         }
         let mut heartbeat =
             tokio::time::interval_at(tokio::time::Instant::now() + cfg.heartbeat, cfg.heartbeat);
+        // After a long stretch of sending, one tick, not the missed ones in a burst: each
+        // silent tick must give the ping sent at the one before it an interval to be answered.
+        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut alive = Liveness::new(cfg.heartbeat, cfg.silence);
         loop {
             let paused = paused_until.is_some_and(|t| t > tokio::time::Instant::now());
