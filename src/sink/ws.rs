@@ -6,7 +6,7 @@
 //! UDP loop never waits on a socket. A connection answers `heartbeat.ping`, sends its own ping
 //! every `heartbeat` so its participant stays active, and logs every `error` it is sent. A
 //! server that has gone quiet is probed with a WebSocket ping and left once `silence` passes
-//! ([`Liveness`]).
+//! (`Liveness`).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
