@@ -150,10 +150,10 @@ impl Spool {
         if j.untracked || j.size < j.compact_at || j.kept_bytes() > j.size / 2 {
             return;
         }
-        let before = j.size;
+        let (before, started) = (j.size, std::time::Instant::now());
         match j.compact(&self.path) {
             Ok(()) => {
-                tracing::debug!(path = %self.path.display(), before, after = j.size, "spool journal compacted")
+                tracing::info!(path = %self.path.display(), before, after = j.size, took = ?started.elapsed(), "spool journal compacted")
             }
             Err(e) => {
                 // The old journal is still whole and still appended to: nothing is lost,
@@ -228,21 +228,34 @@ impl Journal {
 
     /// Rewrites the journal with only what a restart needs: each participant's latest join
     /// (as a `join` record, never resent itself) and the undelivered envelopes in order. The
-    /// new file replaces the old one only once it is whole and synced; until then, and if
-    /// anything fails, the old one is kept and appended to.
+    /// new file replaces the old one only once it is whole; until then, and if anything fails,
+    /// the old one is kept and appended to. Not synced: like every record, it is to survive the
+    /// process, not a power cut, and a sync here stalled the connections' thread (a 2,000
+    /// participant run's worst latency went from 18 to 80 ms).
     fn compact(&mut self, path: &Path) -> std::io::Result<()> {
         let tmp = path.with_extension("ndjson.new");
-        let mut file = File::create(&tmp)?;
+        let mut out = std::io::BufWriter::with_capacity(64 << 10, File::create(&tmp)?);
         let mut size = 0;
         let joins = self.joins.values().map(|(_, r)| r);
         for r in joins.chain(self.live.values().map(|l| &l.record)) {
-            file.write_all(r.as_bytes())?;
+            out.write_all(r.as_bytes())?;
             size += r.len() as u64;
         }
-        file.sync_all()?;
+        let file = out
+            .into_inner()
+            .map_err(std::io::IntoInnerError::into_error)?;
         std::fs::rename(&tmp, path)?;
-        // The handle written through is the journal now; it goes on at its end.
-        self.file = file;
+        // The handle written through is the journal now; it goes on at its end. Closing the
+        // old one frees the replaced file, tens of MB: done on a thread of its own, so as not to
+        // stall the connections' thread.
+        let old = std::mem::replace(&mut self.file, file);
+        if std::thread::Builder::new()
+            .name("spool-free".into())
+            .spawn(move || drop(old))
+            .is_err()
+        {
+            tracing::debug!("spool: no thread to close the old journal; closed here");
+        }
         self.size = size;
         Ok(())
     }
