@@ -45,6 +45,13 @@ fn types_of(server: &TestPvpServer, sender: &str) -> Vec<String> {
         .collect()
 }
 
+/// `again` is the same participant joining anew (a fresh envelope, not a resend of `join`).
+fn assert_rejoined(again: &Value, join: &Value) {
+    assert_eq!(again["type"], "session.join");
+    assert_eq!(again["sender"], join["sender"]);
+    assert_ne!(again["id"], join["id"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_become_participants_on_their_own_connections_and_leave_on_sigterm() {
     let server = TestPvpServer::start_with(ServerOptions {
@@ -328,10 +335,7 @@ async fn a_server_that_stops_reading_is_left_and_joined_again() {
     let join = next(&mut firsts).await;
     assert_eq!(join["type"], "session.join");
     // It left the stalled connection and made a new one, joining again first.
-    let again = next(&mut firsts).await;
-    assert_eq!(again["type"], "session.join");
-    assert_eq!(again["sender"], join["sender"]);
-    assert_ne!(again["id"], join["id"]);
+    assert_rejoined(&next(&mut firsts).await, &join);
     gw.kill();
 }
 
@@ -585,10 +589,7 @@ async fn a_server_gone_silent_is_pinged_then_left_and_joined_again() {
     a.send("Hello again. ");
     let (conn, f) = next().await;
     assert_eq!(conn, 1);
-    let again = text(&f.expect("the rejoin"));
-    assert_eq!(again["type"], "session.join");
-    assert_eq!(again["sender"], join["sender"]);
-    assert_ne!(again["id"], join["id"]);
+    assert_rejoined(&text(&f.expect("the rejoin")), &join);
     gw.kill();
 }
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
