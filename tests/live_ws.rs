@@ -640,3 +640,28 @@ async fn a_quiet_server_that_answers_websocket_pings_is_kept() {
     );
     assert!(gw.terminate(WAIT).success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_participant_costs_the_info_log_its_join_and_no_connection_lines() {
+    // Thousands of participants each writing four info lines (join, connection open and
+    // closed, stream end) flooded operators' logs; the connection's own lines are at debug
+    // level unless it was made again after a drop.
+    let server = TestPvpServer::start().await;
+    let url = server.url();
+    let mut gw = Gateway::start_logging(&["--listen", "127.0.0.1:0", "--server", &url], "info");
+    let mut a = Sender::new(gw.listen, 21);
+    a.send("Logged once. ");
+    server
+        .wait_until(WAIT, "the sentence", |s| {
+            adds_of(s, &a.participant()) == ["Logged once."]
+        })
+        .await;
+    assert!(gw.terminate(WAIT).success());
+    let about: Vec<String> = gw
+        .stderr_lines()
+        .into_iter()
+        .filter(|l| l.contains(&a.participant()))
+        .collect();
+    assert_eq!(about.len(), 1, "{about:#?}");
+    assert!(about[0].contains("participant joins"), "{about:#?}");
+}

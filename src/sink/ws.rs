@@ -179,8 +179,14 @@ async fn connection(
         let ws = match connected {
             Ok((ws, _)) => {
                 backoff = Duration::from_millis(100);
+                // A participant's first connection is logged at debug level (its join is at
+                // info already: two lines a participant, not four); one made again after a drop
+                // or a failure, at info.
                 if connected_before || failing {
                     m.reconnects.inc();
+                    tracing::info!(%participant, url = %cfg.url, "PVP connection open again");
+                } else {
+                    tracing::debug!(%participant, url = %cfg.url, "PVP connection open");
                 }
                 if failing {
                     m.failing.dec();
@@ -207,7 +213,6 @@ async fn connection(
                 continue;
             }
         };
-        tracing::info!(%participant, url = %cfg.url, "PVP connection open");
         let _open = ConnGuard(m.connections.clone());
         // One stream for reading and writing, not split: `select!` drops its futures before a
         // branch's handler runs, so the handler may write, and a split's lock would cost
@@ -338,7 +343,7 @@ async fn connection(
                             let _ = tokio::time::timeout(Duration::from_secs(2), async {
                                 while let Some(Ok(_)) = ws.next().await {}
                             }).await;
-                            tracing::info!(%participant, "PVP connection closed");
+                            tracing::debug!(%participant, "PVP connection closed");
                             return;
                         }
                     },
