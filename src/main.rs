@@ -292,6 +292,8 @@ fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Re
         }
     };
     let run = &mut cli.run;
+    // A key given in the file and not on the command line sets its flag: as it is, wrapped in
+    // `Some`, or through a check that names the key in its error.
     macro_rules! set {
         ($field:ident, $dst:expr) => {
             if let Some(v) = f.$field.clone()
@@ -300,49 +302,31 @@ fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Re
                 $dst = v;
             }
         };
+        ($field:ident, $dst:expr, Some) => {
+            if let Some(v) = f.$field.clone()
+                && !given(stringify!($field))
+            {
+                $dst = Some(v);
+            }
+        };
+        ($field:ident, $dst:expr, $check:ident) => {
+            if let Some(v) = f.$field
+                && !given(stringify!($field))
+            {
+                $dst = $check(v, stringify!($field))?;
+            }
+        };
     }
     set!(listen, run.listen);
-    if let Some(v) = f.server.clone()
-        && !given("server")
-    {
-        run.server = Some(v);
-    }
-    if let Some(v) = f.metrics
-        && !given("metrics")
-    {
-        run.metrics = Some(v);
-    }
-    if let Some(v) = f.ca_file.clone()
-        && !given("ca_file")
-    {
-        run.ca_file = Some(v);
-    }
+    set!(server, run.server, Some);
+    set!(metrics, run.metrics, Some);
+    set!(ca_file, run.ca_file, Some);
     set!(rtcp, run.rtcp);
-    if let Some(v) = f.heartbeat_s
-        && !given("heartbeat_s")
-    {
-        run.heartbeat_s = positive(v, "heartbeat_s")?;
-    }
-    if let Some(v) = f.connect_timeout_s
-        && !given("connect_timeout_s")
-    {
-        run.connect_timeout_s = positive(v, "connect_timeout_s")?;
-    }
-    if let Some(v) = f.write_timeout_s
-        && !given("write_timeout_s")
-    {
-        run.write_timeout_s = positive(v, "write_timeout_s")?;
-    }
-    if let Some(v) = f.server_silence_s
-        && !given("server_silence_s")
-    {
-        run.server_silence_s = positive(v, "server_silence_s")?;
-    }
-    if let Some(v) = f.workers
-        && !given("workers")
-    {
-        run.workers = positive(v, "workers")?;
-    }
+    set!(heartbeat_s, run.heartbeat_s, positive);
+    set!(connect_timeout_s, run.connect_timeout_s, positive);
+    set!(write_timeout_s, run.write_timeout_s, positive);
+    set!(server_silence_s, run.server_silence_s, positive);
+    set!(workers, run.workers, positive);
     if let Some(v) = f.recv_buffer
         && !given("recv_buffer")
     {
@@ -356,47 +340,15 @@ fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Re
         run.recv_buffer = positive(v, "recv_buffer")?;
     }
     set!(session, run.core.session);
-    if let Some(v) = f.t140_pt
-        && !given("t140_pt")
-    {
-        run.core.t140_pt = Some(v);
-    }
-    if let Some(v) = f.red_pt
-        && !given("red_pt")
-    {
-        run.core.red_pt = Some(v);
-    }
-    if let Some(v) = f.reorder_wait_ms
-        && !given("reorder_wait_ms")
-    {
-        run.core.reorder_wait_ms = v;
-    }
-    if let Some(v) = f.idle_flush_ms
-        && !given("idle_flush_ms")
-    {
-        run.core.idle_flush_ms = positive(v, "idle_flush_ms")?;
-    }
-    if let Some(v) = f.max_chunk_chars
-        && !given("max_chunk_chars")
-    {
-        run.core.max_chunk_chars = positive(v, "max_chunk_chars")?;
-    }
-    if let Some(v) = f.stream_timeout_s
-        && !given("stream_timeout_s")
-    {
-        run.core.stream_timeout_s = positive(v, "stream_timeout_s")?;
-    }
-    if let Some(v) = f.max_streams
-        && !given("max_streams")
-    {
-        run.core.max_streams = positive(v, "max_streams")?;
-    }
+    set!(t140_pt, run.core.t140_pt, Some);
+    set!(red_pt, run.core.red_pt, Some);
+    set!(reorder_wait_ms, run.core.reorder_wait_ms);
+    set!(idle_flush_ms, run.core.idle_flush_ms, positive);
+    set!(max_chunk_chars, run.core.max_chunk_chars, positive);
+    set!(stream_timeout_s, run.core.stream_timeout_s, positive);
+    set!(max_streams, run.core.max_streams, positive);
     set!(max_pps_per_source, run.core.max_pps_per_source);
-    if let Some(v) = f.token.clone()
-        && !given("token")
-    {
-        run.core.token = Some(v);
-    }
+    set!(token, run.core.token, Some);
     if !allow.is_empty() && !given("allow") {
         run.core.allow = allow;
     }
