@@ -232,11 +232,7 @@ async fn connection(
                 continue 'reconnect;
             }
         }
-        let mut heartbeat =
-            tokio::time::interval_at(tokio::time::Instant::now() + cfg.heartbeat, cfg.heartbeat);
-        // After a long stretch of sending, one tick, not the missed ones in a burst: each
-        // silent tick must give the ping sent at the one before it an interval to be answered.
-        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut heartbeat = heartbeat_ticks(cfg.heartbeat);
         let mut alive = Liveness::new(cfg.heartbeat, cfg.silence);
         loop {
             let paused = paused_until.is_some_and(|t| t > tokio::time::Instant::now());
@@ -443,6 +439,15 @@ where
             false
         }
     }
+}
+
+/// A connection's heartbeat, first one interval after it opens. After a long stretch of
+/// sending, it ticks once, not the missed ticks in a burst: each silent tick must give the
+/// ping sent at the one before it an interval to be answered ([`Liveness`]).
+fn heartbeat_ticks(every: Duration) -> tokio::time::Interval {
+    let mut t = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    t
 }
 
 /// Whether the server is still there. A server can vanish without a FIN or a reset (a host
@@ -699,6 +704,24 @@ mod tests {
         // answered: never left on the first silent tick.
         assert_eq!(Liveness::new(hb, Duration::from_secs(61)).limit, 3);
         assert_eq!(Liveness::new(hb, Duration::from_secs(1)).limit, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_a_long_stretch_of_sending_silent_ticks_still_come_an_interval_apart() {
+        let every = Duration::from_secs(30);
+        let start = tokio::time::Instant::now();
+        let mut ticks = heartbeat_ticks(every);
+        ticks.tick().await;
+        assert_eq!(start.elapsed(), every);
+        // The connection was busy writing for four intervals and polled no tick.
+        tokio::time::advance(every * 4).await;
+        let busy_until = start.elapsed();
+        ticks.tick().await;
+        assert_eq!(start.elapsed(), busy_until);
+        // The next tick is a whole interval later, not at once: a ping sent at the first has
+        // time to be answered before the second counts as silent too.
+        ticks.tick().await;
+        assert_eq!(start.elapsed(), busy_until + every);
     }
 
     #[test]
