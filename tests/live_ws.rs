@@ -502,31 +502,25 @@ async fn read_raw_frames(
     );
     tcp.write_all(response.as_bytes()).await.unwrap();
     buf.drain(..head_end);
-    // RFC 6455 5.2: the client's frames, masked; read until the client closes the TCP
-    // connection. Nothing is ever written back.
+    // RFC 6455 5.2: the client's frames, masked, each header read by tungstenite's own parser;
+    // read until the client closes the TCP connection. Nothing is ever written back.
+    use tokio_tungstenite::tungstenite::protocol::frame::FrameHeader;
     loop {
-        while buf.len() >= 2 {
-            let (opcode, short) = (buf[0] & 0x0f, usize::from(buf[1] & 0x7f));
-            let (len, at) = match short {
-                126 if buf.len() >= 4 => (usize::from(u16::from_be_bytes([buf[2], buf[3]])), 4),
-                127 if buf.len() >= 10 => (
-                    u64::from_be_bytes(buf[2..10].try_into().unwrap()) as usize,
-                    10,
-                ),
-                126 | 127 => break,
-                n => (n, 2),
-            };
-            if buf.len() < at + 4 + len {
+        let mut cursor = std::io::Cursor::new(&buf);
+        while let Some((header, len)) = FrameHeader::parse(&mut cursor).expect("a frame header") {
+            let at = cursor.position() as usize;
+            let Some(masked) = buf.get(at..at + len as usize) else {
                 break;
-            }
-            let mask: [u8; 4] = buf[at..at + 4].try_into().unwrap();
-            let payload = buf[at + 4..at + 4 + len]
+            };
+            let mask = header.mask.expect("a client masks its frames");
+            let payload = masked
                 .iter()
                 .enumerate()
                 .map(|(i, b)| b ^ mask[i % 4])
                 .collect();
-            let _ = out.send((conn, Some((opcode, payload))));
-            buf.drain(..at + 4 + len);
+            let _ = out.send((conn, Some((u8::from(header.opcode), payload))));
+            buf.drain(..at + len as usize);
+            cursor = std::io::Cursor::new(&buf);
         }
         match tcp.read(&mut chunk).await {
             Ok(0) | Err(_) => {

@@ -8,6 +8,8 @@
 //! being killed (not a power cut: there is no fsync per record). On start the journal is read,
 //! the envelopes without `done` are handed to the sink again (each participant rejoins first
 //! and leaves after, since its stream is gone), and the journal starts over with just those.
+//! While running, a journal grown large is rewritten the same way (`COMPACT_AT`), with
+//! `{"join":ENVELOPE}` records keeping each present participant's join for a rejoin.
 //! A frame written in the instant before a kill, before its `done` record, is sent twice: the
 //! delivery is at least once, with that window as the only duplicate.
 
@@ -84,7 +86,7 @@ impl Spool {
         std::fs::create_dir_all(dir).map_err(|e| format!("--spool {}: {e}", dir.display()))?;
         let path = dir.join("journal.ndjson");
         let pending = resend_plan(read_pending(&path)?);
-        let tmp = path.with_extension("ndjson.new");
+        let tmp = staging(&path);
         let err = |e: std::io::Error| format!("--spool {}: {e}", tmp.display());
         // The resend is journaled as it would be when added, in a new journal that replaces
         // the old one once whole and synced.
@@ -233,7 +235,7 @@ impl Journal {
     /// process, not a power cut, and a sync here stalled the connections' thread (a 2,000
     /// participant run's worst latency went from 18 to 80 ms).
     fn compact(&mut self, path: &Path) -> std::io::Result<()> {
-        let tmp = path.with_extension("ndjson.new");
+        let tmp = staging(path);
         let mut out = std::io::BufWriter::with_capacity(64 << 10, File::create(&tmp)?);
         let mut size = 0;
         let joins = self.joins.values().map(|(_, r)| r);
@@ -259,6 +261,11 @@ impl Journal {
         self.size = size;
         Ok(())
     }
+}
+
+/// Where a new journal is written before it replaces `path`, whole.
+fn staging(path: &Path) -> PathBuf {
+    path.with_extension("ndjson.new")
 }
 
 /// A journal line recording an envelope about to be sent.
@@ -370,10 +377,36 @@ mod tests {
     use crate::pvp::Builder;
     use crate::time::Time;
 
-    fn dir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("pvp-t140-spool-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        d
+    /// A spool directory of its own, with the thresholds a test wants, removed afterwards even
+    /// when the test fails.
+    struct Scratch {
+        dir: PathBuf,
+        compact_at: u64,
+        live_cap: u64,
+    }
+
+    impl Scratch {
+        fn new(name: &str, compact_at: u64, live_cap: u64) -> Self {
+            let dir =
+                std::env::temp_dir().join(format!("pvp-t140-spool-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            Scratch {
+                dir,
+                compact_at,
+                live_cap,
+            }
+        }
+
+        /// The spool as a (re)started gateway opens it.
+        fn open(&self) -> (Spool, Vec<Envelope>) {
+            Spool::open_with(&self.dir, self.compact_at, self.live_cap).unwrap()
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 
     struct Talk {
@@ -428,8 +461,8 @@ mod tests {
 
     #[test]
     fn a_long_run_keeps_the_journal_small_and_a_restart_resends_only_the_undelivered() {
-        let d = dir("compact");
-        let (spool, resend) = Spool::open_with(&d, 16 << 10, 1 << 20).unwrap();
+        let d = Scratch::new("compact", 16 << 10, 1 << 20);
+        let (spool, resend) = d.open();
         assert!(resend.is_empty());
         let mut talk = Talk::new();
         // Alice joined long ago; Bob came and went.
@@ -451,7 +484,7 @@ mod tests {
             spool.added(&talk.add("alice", text));
         }
         drop(spool);
-        let (spool, resend) = Spool::open_with(&d, 16 << 10, 1 << 20).unwrap();
+        let (spool, resend) = d.open();
         // Her join was compacted into a join record: she rejoins, then the two, then leaves.
         // Bob left: nothing of his.
         assert_eq!(
@@ -465,15 +498,14 @@ mod tests {
         );
         // The new journal holds the resend, so another crash loses nothing either.
         drop(spool);
-        let (_, again) = Spool::open_with(&d, 16 << 10, 1 << 20).unwrap();
+        let (_, again) = d.open();
         assert_eq!(summary(&again), summary(&resend));
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
     fn a_participant_that_joined_again_after_leaving_keeps_its_new_join() {
-        let d = dir("rejoin");
-        let (spool, _) = Spool::open_with(&d, 4 << 10, 1 << 20).unwrap();
+        let d = Scratch::new("rejoin", 4 << 10, 1 << 20);
+        let (spool, _) = d.open();
         let mut talk = Talk::new();
         let first = talk.join("carol");
         deliver(&spool, &first);
@@ -492,7 +524,7 @@ mod tests {
         }
         spool.added(&talk.add("carol", "After coming back."));
         drop(spool);
-        let (_, resend) = Spool::open_with(&d, 4 << 10, 1 << 20).unwrap();
+        let (_, resend) = d.open();
         assert_eq!(
             summary(&resend),
             [
@@ -502,14 +534,13 @@ mod tests {
             ]
         );
         assert_eq!(resend[0].to_message().payload, second.to_message().payload);
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
     fn past_the_memory_cap_the_journal_only_grows_and_loses_nothing() {
-        let d = dir("cap");
         // Compaction due from 2 KB on, but no more than 4 KB undelivered kept in memory.
-        let (spool, _) = Spool::open_with(&d, 2 << 10, 4 << 10).unwrap();
+        let d = Scratch::new("cap", 2 << 10, 4 << 10);
+        let (spool, _) = d.open();
         let mut talk = Talk::new();
         for who in ["erin", "frank"] {
             let j = talk.join(who);
@@ -531,11 +562,10 @@ mod tests {
         let size = std::fs::metadata(spool.path()).unwrap().len();
         assert!(size > 20 << 10, "{size}");
         drop(spool);
-        let (_, resend) = Spool::open_with(&d, 2 << 10, 4 << 10).unwrap();
+        let (_, resend) = d.open();
         let got = summary(&resend);
         assert_eq!(got.first().map(String::as_str), Some("erin session.join"));
         assert_eq!(&got[1..101], &said[..]);
         assert_eq!(got[101..], ["erin session.leave"]);
-        let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -176,7 +176,10 @@ async fn connection(
             Ok(r) => r.map_err(|e| e.to_string()),
             Err(_) => Err(format!("no answer within {:?}", cfg.connect_timeout)),
         };
-        let ws = match connected {
+        // One stream for reading and writing, not split: `select!` drops its futures before a
+        // branch's handler runs, so the handler may write, and a split's lock would cost
+        // every frame read (with an echoing server, every envelope N times).
+        let mut ws = match connected {
             Ok((ws, _)) => {
                 backoff = Duration::from_millis(100);
                 // A participant's first connection is logged at debug level (its join is at
@@ -214,10 +217,6 @@ async fn connection(
             }
         };
         let _open = ConnGuard(m.connections.clone());
-        // One stream for reading and writing, not split: `select!` drops its futures before a
-        // branch's handler runs, so the handler may write, and a split's lock would cost
-        // every frame read (with an echoing server, every envelope N times).
-        let mut ws = ws;
         // After a reconnect the server has forgotten us: join again (a fresh id, same content).
         if let Some(j) = &join {
             let again = pvp.reissue(now(), j);
@@ -455,10 +454,10 @@ fn heartbeat_ticks(every: Duration) -> tokio::time::Interval {
 /// pvp-spec 8.1's server pings are not something every server sends: each heartbeat interval
 /// in which nothing arrived, the connection sends a WebSocket ping, which every server must
 /// answer (RFC 6455 5.5.2), and once nothing has arrived for `silence` it gives up. Counted in
-/// heartbeat ticks, so a frame costs an increment, not a clock read.
+/// heartbeat ticks, so a frame costs setting a flag, not a clock read.
 struct Liveness {
-    heard: u64,
-    at_last_tick: u64,
+    /// Something arrived since the last tick.
+    heard: bool,
     silent_ticks: u32,
     /// Silent ticks that make the server gone: `silence` in whole heartbeat intervals, at
     /// least two, so a ping always has an interval to be answered in.
@@ -479,20 +478,18 @@ impl Liveness {
     fn new(heartbeat: Duration, silence: Duration) -> Self {
         let intervals = silence.as_nanos().div_ceil(heartbeat.as_nanos().max(1));
         Liveness {
-            heard: 0,
-            at_last_tick: 0,
+            heard: false,
             silent_ticks: 0,
             limit: u32::try_from(intervals).unwrap_or(u32::MAX).max(2),
         }
     }
 
     fn heard(&mut self) {
-        self.heard = self.heard.wrapping_add(1);
+        self.heard = true;
     }
 
     fn tick(&mut self) -> Tick {
-        if self.heard != self.at_last_tick {
-            self.at_last_tick = self.heard;
+        if std::mem::take(&mut self.heard) {
             self.silent_ticks = 0;
             return Tick::Heard;
         }
