@@ -22,10 +22,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
-use pvp_t140::chunker::Chunker;
+use pvp_t140::chunker::{Chunker, Cuts};
 use pvp_t140::red::{self, RedPayload};
 use pvp_t140::rtp::{self, RtpPacket};
-use pvp_t140::t140::{Decoder, TextSink};
+use pvp_t140::t140::{DecodeStats, Decoder, TextSink};
 use pvp_t140::{Config, Gateway, Time};
 
 #[path = "support/traffic.rs"]
@@ -86,24 +86,27 @@ fn bench_parsers(c: &mut Criterion) {
     ] {
         let mut d = Decoder::new();
         let mut sink = Count::default();
+        let mut counts = DecodeStats::default();
         g.bench_function(name, |b| {
             b.iter(|| {
-                d.feed(black_box(payload), &mut sink);
+                d.feed(black_box(payload), &mut sink, &mut counts);
             })
         });
         black_box(sink.0);
     }
 
     // One 3-character packet's worth of chars into the chunker, sentence cuts included.
-    let mut ch = Chunker::new(500);
+    let mut ch = Chunker::new();
+    let mut cuts = Cuts::new(500);
     let mut i = 0usize;
     g.bench_function("chunker_3chars", |b| {
         b.iter(|| {
+            let mut sink = ch.fed(&mut cuts);
             for &byte in blocks[i] {
-                ch.push_char(char::from(byte));
+                sink.push_char(char::from(byte));
             }
             i = (i + 1) % blocks.len();
-            for chunk in ch.drain_ready() {
+            for chunk in cuts.drain() {
                 black_box(chunk);
             }
         })

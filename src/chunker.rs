@@ -40,18 +40,50 @@ pub struct Chunk {
 /// Bytes the text buffer first allocates: a typical sentence (the benchmarks' is 60 characters).
 const FIRST_CAPACITY: usize = 64;
 
+/// The chunks cut while one speaker's text is fed, and the size at which text is cut: one per
+/// gateway, not one per stream. The gateway takes a speaker's chunks before it feeds the next
+/// speaker, so no stream needs a list of its own, and the speaker's hot part keeps to one
+/// cache line (docs/performance.md, section 18).
+#[derive(Debug)]
+pub struct Cuts {
+    ready: Vec<Chunk>,
+    /// Most characters (not bytes) in a chunk: the size limit counts what a reader sees.
+    max_chars: u32,
+}
+
+impl Cuts {
+    pub fn new(max_chars: usize) -> Self {
+        Cuts {
+            ready: Vec::new(),
+            max_chars: clamp(max_chars.max(1)),
+        }
+    }
+
+    /// The oldest chunk cut and not yet taken (no collecting, no allocation).
+    pub fn pop(&mut self) -> Option<Chunk> {
+        (!self.ready.is_empty()).then(|| self.ready.remove(0))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ready.is_empty()
+    }
+
+    /// Every chunk cut and not yet taken, oldest first.
+    pub fn drain(&mut self) -> std::vec::Drain<'_, Chunk> {
+        self.ready.drain(..)
+    }
+}
+
 /// Per-stream text buffer. A chunk cut from the whole buffer takes the buffer itself (trimmed
 /// in place, no copy); the caller hands the allocation of the chunk before it back
 /// ([`Chunker::recycle`]) once it has no more use for it, so a speaker's text circulates
 /// between two allocations and steady-state text costs no allocation even when a chunk is cut.
-#[derive(Debug)]
+/// Text goes in through [`Chunker::fed`], which cuts into the gateway's [`Cuts`].
+#[derive(Debug, Default)]
 pub struct Chunker {
     buf: String,
-    /// Characters in `buf` (not bytes): the size limit counts what a reader sees.
+    /// Characters in `buf` (not bytes).
     chars: u32,
-    max_chars: u32,
-    /// Chunks cut while feeding the current packet, drained by the caller.
-    ready: Vec<Chunk>,
     /// White space typed since the last cut that is not in `buf` (leading white space, the
     /// space that ended a sentence, trimmed trailing white space): a backspace erases it first.
     unseen_ws: u32,
@@ -64,6 +96,12 @@ pub struct Chunker {
     tail: u8,
 }
 
+/// A chunker taking text, with where its chunks go: the decoder's [`TextSink`].
+pub struct Fed<'a> {
+    ch: &'a mut Chunker,
+    cuts: &'a mut Cuts,
+}
+
 impl Chunker {
     /// Loads the buffer's last byte, which shares a cache line with where the next text is
     /// stored: see [`crate::Gateway::warm`].
@@ -72,16 +110,14 @@ impl Chunker {
         self.buf.as_bytes().last().copied().unwrap_or(self.tail)
     }
 
-    pub fn new(max_chars: usize) -> Self {
-        Chunker {
-            buf: String::new(),
-            chars: 0,
-            max_chars: clamp(max_chars.max(1)),
-            ready: Vec::new(),
-            unseen_ws: 0,
-            erase_sent: 0,
-            tail: 0,
-        }
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// This chunker as a sink for decoded text, cutting chunks into `cuts`.
+    #[inline]
+    pub fn fed<'a>(&'a mut self, cuts: &'a mut Cuts) -> Fed<'a> {
+        Fed { ch: self, cuts }
     }
 
     /// The text buffered and not yet flushed.
@@ -94,20 +130,6 @@ impl Chunker {
         // Asked for every packet (timer deadline): a buffer starting with text is settled by
         // its first character, without a trim over the buffer.
         self.buf.chars().next().is_none_or(char::is_whitespace) && self.buf.trim().is_empty()
-    }
-
-    /// Chunks cut by sentence or size since the last drain.
-    pub fn drain_ready(&mut self) -> std::vec::Drain<'_, Chunk> {
-        self.ready.drain(..)
-    }
-
-    /// The oldest chunk cut since the last call, if any (no collecting, no allocation).
-    pub fn pop_ready(&mut self) -> Option<Chunk> {
-        (!self.ready.is_empty()).then(|| self.ready.remove(0))
-    }
-
-    pub fn has_ready(&self) -> bool {
-        !self.ready.is_empty()
     }
 
     /// Cuts everything buffered (idle, end). Returns `None` for white-space-only text, which is
@@ -155,25 +177,6 @@ impl Chunker {
         }
     }
 
-    /// Out of line: a sentence end is rare next to the characters that pass the checks above it,
-    /// and inlined, the cut weighs on the per-character path's code.
-    #[inline(never)]
-    fn cut_all(&mut self, cause: FlushCause) {
-        if let Some(c) = self.flush(cause) {
-            self.push_ready(c);
-        }
-    }
-
-    /// A packet usually cuts at most one chunk, taken before the next packet: the list gets
-    /// room for one, not the four a `Vec` first grows to. With 100,000 streams that have each
-    /// sent a chunk, 96 bytes a stream (`cargo bench --bench scale`).
-    fn push_ready(&mut self, c: Chunk) {
-        if self.ready.capacity() == 0 {
-            self.ready.reserve_exact(1);
-        }
-        self.ready.push(c);
-    }
-
     /// Backspaces past the buffer wait to be taken ([`Chunker::take_erase_sent`]).
     pub fn erase_pending(&self) -> bool {
         self.erase_sent > 0
@@ -182,40 +185,6 @@ impl Chunker {
     /// Backspaces that erased text already handed out as chunks, since the last call.
     pub fn take_erase_sent(&mut self) -> usize {
         std::mem::take(&mut self.erase_sent) as usize
-    }
-
-    /// White space that is not kept: leading white space of a chunk carries nothing, and white
-    /// space after `.`, `!` or `?` ends the sentence (the chunk is cut). Returns false for
-    /// white space that goes into the buffer.
-    #[inline]
-    fn white_space_taken(&mut self) -> bool {
-        if self.buf.is_empty() {
-            self.unseen_ws = self.unseen_ws.saturating_add(1);
-            return true;
-        }
-        debug_assert_eq!(self.tail, self.buf.as_bytes().last().copied().unwrap_or(0));
-        if matches!(self.tail, b'.' | b'!' | b'?') {
-            self.cut_all(FlushCause::Sentence);
-            self.unseen_ws = 1;
-            return true;
-        }
-        false
-    }
-
-    fn push(&mut self, c: char) {
-        if c.is_whitespace() && self.white_space_taken() {
-            return;
-        }
-        self.unseen_ws = 0;
-        self.first_room(c.len_utf8());
-        self.buf.push(c);
-        self.sync_tail();
-        self.chars += 1;
-        if matches!(c, '。' | '！' | '？') {
-            self.cut_all(FlushCause::Sentence);
-        } else if self.chars >= self.max_chars {
-            self.cut_size();
-        }
     }
 
     /// Gives an empty buffer its first allocation, a sentence. Grown from empty one push at a
@@ -239,26 +208,78 @@ impl Chunker {
     fn sync_tail(&mut self) {
         self.tail = self.buf.as_bytes().last().copied().unwrap_or(0);
     }
+}
+
+impl Fed<'_> {
+    /// White space that is not kept: leading white space of a chunk carries nothing, and white
+    /// space after `.`, `!` or `?` ends the sentence (the chunk is cut). Returns false for
+    /// white space that goes into the buffer.
+    #[inline]
+    fn white_space_taken(&mut self) -> bool {
+        if self.ch.buf.is_empty() {
+            self.ch.unseen_ws = self.ch.unseen_ws.saturating_add(1);
+            return true;
+        }
+        debug_assert_eq!(
+            self.ch.tail,
+            self.ch.buf.as_bytes().last().copied().unwrap_or(0)
+        );
+        if matches!(self.ch.tail, b'.' | b'!' | b'?') {
+            self.cut_all(FlushCause::Sentence);
+            self.ch.unseen_ws = 1;
+            return true;
+        }
+        false
+    }
+
+    fn push(&mut self, c: char) {
+        if c.is_whitespace() && self.white_space_taken() {
+            return;
+        }
+        self.ch.unseen_ws = 0;
+        self.ch.first_room(c.len_utf8());
+        self.ch.buf.push(c);
+        self.ch.sync_tail();
+        self.ch.chars += 1;
+        if matches!(c, '。' | '！' | '？') {
+            self.cut_all(FlushCause::Sentence);
+        } else if self.ch.chars >= self.cuts.max_chars {
+            self.cut_size();
+        }
+    }
+
+    /// Out of line: a sentence end is rare next to the characters that pass the checks above it,
+    /// and inlined, the cut weighs on the per-character path's code.
+    #[inline(never)]
+    fn cut_all(&mut self, cause: FlushCause) {
+        if let Some(c) = self.ch.flush(cause) {
+            self.push_ready(c);
+        }
+    }
+
+    fn push_ready(&mut self, c: Chunk) {
+        self.cuts.ready.push(c);
+    }
 
     /// Size cut at the last white space, keeping the word in progress for the next chunk.
     fn cut_size(&mut self) {
-        match self.buf.rfind(char::is_whitespace) {
+        match self.ch.buf.rfind(char::is_whitespace) {
             Some(at) => {
-                let ws_len = self.buf[at..].chars().next().map_or(1, char::len_utf8);
-                if let Some(c) = make_chunk(&self.buf[..at], FlushCause::Size) {
+                let ws_len = self.ch.buf[at..].chars().next().map_or(1, char::len_utf8);
+                if let Some(c) = make_chunk(&self.ch.buf[..at], FlushCause::Size) {
                     self.push_ready(c);
                 }
-                self.buf.replace_range(..at + ws_len, "");
-                self.sync_tail();
-                self.chars = clamp(self.buf.chars().count());
+                self.ch.buf.replace_range(..at + ws_len, "");
+                self.ch.sync_tail();
+                self.ch.chars = clamp(self.ch.buf.chars().count());
             }
             None => self.cut_all(FlushCause::Size),
         }
     }
 }
 
-/// Counts are kept in 32 bits (a chunker sits in its stream's hot cache lines); a count
-/// beyond that saturates.
+/// Counts are kept in 32 bits (a chunker sits in its stream's hot cache line); a count beyond
+/// that saturates.
 fn clamp(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
@@ -271,7 +292,7 @@ fn make_chunk(text: &str, cause: FlushCause) -> Option<Chunk> {
     })
 }
 
-impl TextSink for Chunker {
+impl TextSink for Fed<'_> {
     #[inline]
     fn push_char(&mut self, c: char) {
         self.push(c);
@@ -284,17 +305,17 @@ impl TextSink for Chunker {
     /// `Chunker::push` for printable ASCII, where the only white space is the space and no
     /// character is an ideographic sentence end.
     fn push_ascii(&mut self, s: &[u8]) {
-        self.first_room(s.len());
+        self.ch.first_room(s.len());
         for &b in s {
             if b == b' ' && self.white_space_taken() {
                 continue;
             }
-            self.unseen_ws = 0;
+            self.ch.unseen_ws = 0;
             // `& 0x7f` is a no-op on ASCII that lets the compiler emit a one-byte push.
-            self.buf.push(char::from(b & 0x7f));
-            self.tail = b;
-            self.chars += 1;
-            if self.chars >= self.max_chars {
+            self.ch.buf.push(char::from(b & 0x7f));
+            self.ch.tail = b;
+            self.ch.chars += 1;
+            if self.ch.chars >= self.cuts.max_chars {
                 self.cut_size();
             }
         }
@@ -304,24 +325,24 @@ impl TextSink for Chunker {
     /// chunk cut in this packet (not yet handed out, so reopened), then, as `erase_sent`, sent
     /// text.
     fn backspace(&mut self) -> bool {
-        if self.buf.pop().is_some() {
-            self.sync_tail();
-            self.chars -= 1;
+        if self.ch.buf.pop().is_some() {
+            self.ch.sync_tail();
+            self.ch.chars -= 1;
             return true;
         }
-        if self.unseen_ws > 0 {
-            self.unseen_ws -= 1;
+        if self.ch.unseen_ws > 0 {
+            self.ch.unseen_ws -= 1;
             return true;
         }
-        if let Some(last) = self.ready.pop() {
+        if let Some(last) = self.cuts.ready.pop() {
             // Cut in this packet but not handed out yet: reopen it as the buffer.
-            self.buf.push_str(&last.text);
-            self.buf.pop();
-            self.sync_tail();
-            self.chars = clamp(self.buf.chars().count());
+            self.ch.buf.push_str(&last.text);
+            self.ch.buf.pop();
+            self.ch.sync_tail();
+            self.ch.chars = clamp(self.ch.buf.chars().count());
             return true;
         }
-        self.erase_sent = self.erase_sent.saturating_add(1);
+        self.ch.erase_sent = self.ch.erase_sent.saturating_add(1);
         true
     }
 }
@@ -330,29 +351,45 @@ impl TextSink for Chunker {
 mod tests {
     use super::*;
 
-    fn feed(ch: &mut Chunker, s: &str) -> Vec<(String, FlushCause)> {
-        for c in s.chars() {
-            if c == '\u{8}' {
-                ch.backspace();
-            } else {
-                ch.push_char(c);
-            }
-        }
-        ch.drain_ready().map(|c| (c.text, c.cause)).collect()
+    /// A chunker with its own [`Cuts`], as one speaker of a gateway.
+    struct Pair {
+        ch: Chunker,
+        cuts: Cuts,
     }
 
-    /// What an idle speaker keeps after its chunks were taken counts against 1 KiB a stream:
-    /// the ready list holds room for one chunk, and grows only when a packet cuts two.
+    impl Pair {
+        fn new(max_chars: usize) -> Self {
+            Pair {
+                ch: Chunker::new(),
+                cuts: Cuts::new(max_chars),
+            }
+        }
+
+        fn s(&mut self) -> Fed<'_> {
+            self.ch.fed(&mut self.cuts)
+        }
+    }
+
+    fn feed(ch: &mut Pair, s: &str) -> Vec<(String, FlushCause)> {
+        for c in s.chars() {
+            if c == '\u{8}' {
+                ch.s().backspace();
+            } else {
+                ch.s().push_char(c);
+            }
+        }
+        ch.cuts.drain().map(|c| (c.text, c.cause)).collect()
+    }
+
     #[test]
-    fn the_ready_list_keeps_room_for_one_chunk() {
-        let mut ch = Chunker::new(10);
-        ch.push_ascii(b"One. ");
-        assert_eq!(ch.ready.capacity(), 1);
-        assert!(ch.pop_ready().is_some());
-        assert_eq!(ch.ready.capacity(), 1, "kept for the next cut");
+    fn chunks_cut_in_one_packet_are_taken_in_order() {
+        let mut ch = Pair::new(10);
+        ch.s().push_ascii(b"One. ");
+        assert_eq!(ch.cuts.pop().map(|c| c.text).as_deref(), Some("One."));
+        assert!(ch.cuts.is_empty());
         // A size cut and a sentence end in one packet: both kept, in order.
-        ch.push_ascii(b"abcd efgh ijkl. ");
-        let cut: Vec<String> = std::iter::from_fn(|| ch.pop_ready().map(|c| c.text)).collect();
+        ch.s().push_ascii(b"abcd efgh ijkl. ");
+        let cut: Vec<String> = std::iter::from_fn(|| ch.cuts.pop().map(|c| c.text)).collect();
         assert_eq!(cut, ["abcd efgh", "ijkl."]);
     }
 
@@ -361,54 +398,54 @@ mod tests {
     /// sentence: two allocations circulate.
     #[test]
     fn a_sentence_fits_the_first_allocation_and_allocations_circulate() {
-        let mut ch = Chunker::new(500);
+        let mut ch = Pair::new(500);
         let sentence = b"The quick brown fox jumps over the lazy dog near the river. ";
         assert_eq!(sentence.len(), FIRST_CAPACITY - 4);
         let mut kept: Option<String> = None;
         let mut seen = Vec::new();
         for _ in 0..4 {
-            ch.push_ascii(&sentence[..3]);
-            let at = ch.buf.as_ptr();
-            assert_eq!(ch.buf.capacity(), FIRST_CAPACITY);
+            ch.s().push_ascii(&sentence[..3]);
+            let at = ch.ch.buf.as_ptr();
+            assert_eq!(ch.ch.buf.capacity(), FIRST_CAPACITY);
             // The space after the full stop cuts the chunk.
             for piece in sentence.chunks(3).skip(1) {
-                ch.push_ascii(piece);
-                if ch.has_ready() {
+                ch.s().push_ascii(piece);
+                if !ch.cuts.is_empty() {
                     break;
                 }
-                assert_eq!(ch.buf.as_ptr(), at, "{:?}", ch.buf);
+                assert_eq!(ch.ch.buf.as_ptr(), at, "{:?}", ch.ch.buf);
             }
-            let cut = ch.pop_ready().expect("a sentence");
+            let cut = ch.cuts.pop().expect("a sentence");
             assert_eq!(cut.text, sentence.trim_ascii().escape_ascii().to_string());
             assert_eq!(cut.text.as_ptr(), at, "the chunk took the buffer, no copy");
-            assert_eq!(ch.buf.capacity(), 0);
+            assert_eq!(ch.ch.buf.capacity(), 0);
             seen.push(at);
             // As the gateway does once the chunk's envelope is made.
             if let Some(old) = kept.replace(cut.text) {
-                ch.recycle(old);
+                ch.ch.recycle(old);
             }
         }
         assert_eq!(seen[2], seen[0], "{seen:?}");
         assert_eq!(seen[3], seen[1], "{seen:?}");
         // Beyond the first allocation, growth doubles as before.
-        ch.push_ascii(&[b'x'; 65]);
-        assert_eq!(ch.buf.capacity(), 2 * FIRST_CAPACITY);
+        ch.s().push_ascii(&[b'x'; 65]);
+        assert_eq!(ch.ch.buf.capacity(), 2 * FIRST_CAPACITY);
     }
 
     #[test]
     fn recycling_keeps_only_what_the_buffer_can_use() {
-        let mut ch = Chunker::new(500);
-        ch.push_ascii(b"typing");
-        let at = ch.buf.as_ptr();
-        ch.recycle(String::with_capacity(64));
-        assert_eq!(ch.buf.as_ptr(), at, "a buffer in use is not replaced");
-        assert_eq!(ch.pending(), "typing");
-        let mut ch = Chunker::new(500);
+        let mut ch = Pair::new(500);
+        ch.s().push_ascii(b"typing");
+        let at = ch.ch.buf.as_ptr();
+        ch.ch.recycle(String::with_capacity(64));
+        assert_eq!(ch.ch.buf.as_ptr(), at, "a buffer in use is not replaced");
+        assert_eq!(ch.ch.pending(), "typing");
+        let mut ch = Pair::new(500);
         let mut old = String::with_capacity(100);
         old.push_str("sent before");
-        ch.recycle(old);
-        assert!(ch.buf.capacity() >= 100);
-        assert_eq!(ch.pending(), "", "recycled text is cleared");
+        ch.ch.recycle(old);
+        assert!(ch.ch.buf.capacity() >= 100);
+        assert_eq!(ch.ch.pending(), "", "recycled text is cleared");
         assert_eq!(
             feed(&mut ch, "Next one. "),
             [("Next one.".into(), FlushCause::Sentence)]
@@ -417,27 +454,27 @@ mod tests {
 
     #[test]
     fn a_cut_trims_in_place() {
-        let mut ch = Chunker::new(500);
+        let mut ch = Pair::new(500);
         assert_eq!(
             feed(&mut ch, "  spaced   words \n\n"),
             Vec::<(String, FlushCause)>::new()
         );
         assert_eq!(
-            ch.flush(FlushCause::Idle).map(|c| c.text),
+            ch.ch.flush(FlushCause::Idle).map(|c| c.text),
             Some("spaced   words".into())
         );
         // White space only: nothing is cut, and the buffer keeps its allocation.
         feed(&mut ch, "x");
-        ch.backspace();
+        ch.s().backspace();
         feed(&mut ch, "   ");
-        let cap = ch.buf.capacity();
-        assert_eq!(ch.flush(FlushCause::Idle), None);
-        assert_eq!(ch.buf.capacity(), cap);
+        let cap = ch.ch.buf.capacity();
+        assert_eq!(ch.ch.flush(FlushCause::Idle), None);
+        assert_eq!(ch.ch.buf.capacity(), cap);
     }
 
     #[test]
     fn sentence_ends_flush_but_decimals_and_abbreviations_mid_word_do_not() {
-        let mut ch = Chunker::new(500);
+        let mut ch = Pair::new(500);
         let out = feed(&mut ch, "Pi is 3.14 e.g.x here. Really? Yes! ");
         assert_eq!(
             out,
@@ -447,37 +484,37 @@ mod tests {
                 ("Yes!".into(), FlushCause::Sentence),
             ]
         );
-        assert_eq!(ch.pending(), "");
+        assert_eq!(ch.ch.pending(), "");
     }
 
     #[test]
     fn newline_after_terminator_ends_a_sentence_and_inner_newlines_stay() {
-        let mut ch = Chunker::new(500);
+        let mut ch = Pair::new(500);
         let out = feed(&mut ch, "line one\nline two.\nnext");
         assert_eq!(
             out,
             vec![("line one\nline two.".into(), FlushCause::Sentence)]
         );
-        assert_eq!(ch.pending(), "next");
+        assert_eq!(ch.ch.pending(), "next");
     }
 
     #[test]
     fn terminator_at_end_waits_for_idle() {
-        let mut ch = Chunker::new(500);
+        let mut ch = Pair::new(500);
         assert!(feed(&mut ch, "Done.").is_empty());
         assert_eq!(
-            ch.flush(FlushCause::Idle),
+            ch.ch.flush(FlushCause::Idle),
             Some(Chunk {
                 text: "Done.".into(),
                 cause: FlushCause::Idle
             })
         );
-        assert_eq!(ch.flush(FlushCause::End), None);
+        assert_eq!(ch.ch.flush(FlushCause::End), None);
     }
 
     #[test]
     fn ideographic_terminators_cut_at_once() {
-        let mut ch = Chunker::new(500);
+        let mut ch = Pair::new(500);
         let out = feed(&mut ch, "日本語です。次！");
         assert_eq!(
             out,
@@ -490,50 +527,50 @@ mod tests {
 
     #[test]
     fn size_cut_at_last_word_boundary() {
-        let mut ch = Chunker::new(10);
+        let mut ch = Pair::new(10);
         let out = feed(&mut ch, "abc defgh ijk");
         assert_eq!(out, vec![("abc defgh".into(), FlushCause::Size)]);
-        assert_eq!(ch.pending(), "ijk");
+        assert_eq!(ch.ch.pending(), "ijk");
         // No boundary: cut whole, counting characters, not bytes.
-        let mut ch = Chunker::new(4);
+        let mut ch = Pair::new(4);
         let out = feed(&mut ch, "日本語😀x");
         assert_eq!(out, vec![("日本語😀".into(), FlushCause::Size)]);
-        assert_eq!(ch.pending(), "x");
+        assert_eq!(ch.ch.pending(), "x");
     }
 
     #[test]
     fn white_space_only_is_never_a_chunk() {
-        let mut ch = Chunker::new(500);
+        let mut ch = Pair::new(500);
         assert!(feed(&mut ch, "   \n  ").is_empty());
-        assert_eq!(ch.flush(FlushCause::End), None);
+        assert_eq!(ch.ch.flush(FlushCause::End), None);
         assert!(feed(&mut ch, "ab\u{8}\u{8}").is_empty());
-        assert_eq!(ch.flush(FlushCause::Idle), None);
+        assert_eq!(ch.ch.flush(FlushCause::Idle), None);
     }
 
     #[test]
     fn backspace_past_the_buffer_is_reported_as_erasing_sent_text() {
-        let mut ch = Chunker::new(500);
-        ch.backspace();
-        assert_eq!(ch.take_erase_sent(), 1);
+        let mut ch = Pair::new(500);
+        ch.s().backspace();
+        assert_eq!(ch.ch.take_erase_sent(), 1);
         feed(&mut ch, "x");
-        ch.backspace();
-        ch.backspace();
-        assert_eq!(ch.take_erase_sent(), 1);
-        assert_eq!(ch.take_erase_sent(), 0);
+        ch.s().backspace();
+        ch.s().backspace();
+        assert_eq!(ch.ch.take_erase_sent(), 1);
+        assert_eq!(ch.ch.take_erase_sent(), 0);
     }
 
     #[test]
     fn backspace_erases_the_space_that_ended_a_sentence_first() {
-        let mut ch = Chunker::new(500);
+        let mut ch = Pair::new(500);
         // "Hi. " then two backspaces: the space, then the '.' of the chunk not yet handed out.
         let out = feed(&mut ch, "Hi. \u{8}\u{8}!");
         assert!(out.is_empty(), "{out:?}");
-        assert_eq!(ch.pending(), "Hi!");
+        assert_eq!(ch.ch.pending(), "Hi!");
         // Backspacing over a whole ready chunk removes it.
-        let mut ch = Chunker::new(500);
+        let mut ch = Pair::new(500);
         let out = feed(&mut ch, "Ok. \u{8}\u{8}\u{8}\u{8}No. ");
         assert_eq!(out, vec![("No.".into(), FlushCause::Sentence)]);
-        assert_eq!(ch.take_erase_sent(), 0);
+        assert_eq!(ch.ch.take_erase_sent(), 0);
     }
 
     /// The printable-ASCII fast path cuts exactly where a character at a time does.
@@ -548,23 +585,23 @@ mod tests {
         ];
         for max in [5, 12, 500] {
             for t in texts {
-                let mut one = Chunker::new(max);
-                let mut run = Chunker::new(max);
+                let mut one = Pair::new(max);
+                let mut run = Pair::new(max);
                 let mut a = Vec::new();
                 let mut b = Vec::new();
                 // Split the run at every 7th byte, as packets would.
                 for (i, piece) in t.as_bytes().chunks(7).enumerate() {
                     let piece = std::str::from_utf8(piece).unwrap();
                     for c in piece.chars() {
-                        one.push_char(c);
+                        one.s().push_char(c);
                     }
-                    run.push_ascii(piece.as_bytes());
-                    a.extend(one.drain_ready().map(|c| (c.text, c.cause)));
-                    b.extend(run.drain_ready().map(|c| (c.text, c.cause)));
+                    run.s().push_ascii(piece.as_bytes());
+                    a.extend(one.cuts.drain().map(|c| (c.text, c.cause)));
+                    b.extend(run.cuts.drain().map(|c| (c.text, c.cause)));
                     assert_eq!(a, b, "max {max}, {t:?}, piece {i}");
                 }
-                a.extend(one.flush(FlushCause::End).map(|c| (c.text, c.cause)));
-                b.extend(run.flush(FlushCause::End).map(|c| (c.text, c.cause)));
+                a.extend(one.ch.flush(FlushCause::End).map(|c| (c.text, c.cause)));
+                b.extend(run.ch.flush(FlushCause::End).map(|c| (c.text, c.cause)));
                 assert_eq!(a, b, "max {max}, {t:?}");
             }
         }

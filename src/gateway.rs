@@ -19,7 +19,7 @@ use crate::register::{Arrival, Outcome, Piece, Register};
 use crate::rtcp::RtcpEvent;
 use crate::rtp::{RtpError, RtpPacket, looks_like_rtcp};
 use crate::slab::Slab;
-use crate::speaker::{Speaker, Voice, VoiceRef, split_named};
+use crate::speaker::{Output, Speaker, Voice, VoiceRef, split_named};
 use crate::stream::{KeyHasher, Stream, StreamKey, speaker_index};
 use crate::t140::DecodeStats;
 use crate::time::Time;
@@ -257,17 +257,11 @@ impl Stats {
         self.decode.add(&o.decode);
     }
 
-    /// Moves a stream's counters into these (zeroing them there), after every call that may
-    /// have changed them: so [`Gateway::stats`] is a copy, not a walk over every stream. They
-    /// count anomalies, so they are nearly always zero: that is checked first.
-    fn harvest(&mut self, register: &mut Register, speakers: &mut [Speaker]) {
-        self.harvest_register(register);
-        for sp in speakers {
-            self.harvest_speaker(sp);
-        }
-    }
-
-    fn harvest_register(&mut self, register: &mut Register) {
+    /// Moves a stream's register counters into these (zeroing them there), after every call
+    /// that may have changed them: so [`Gateway::stats`] is a copy, not a walk over every
+    /// stream. They count anomalies, so they are nearly always zero: that is checked first.
+    /// (Speakers count straight into the gateway's [`Output`].)
+    fn harvest(&mut self, register: &mut Register) {
         if let Some(r) = register.take_stats() {
             self.recovered += r.recovered;
             self.lost += r.lost;
@@ -275,16 +269,6 @@ impl Stats {
             self.restarts += r.restarts;
             self.head_lost += r.head_lost;
             self.idle_tail += r.idle_tail;
-        }
-    }
-
-    fn harvest_speaker(&mut self, sp: &mut Speaker) {
-        if sp.recovered | sp.lost != 0 {
-            self.recovered += u64::from(std::mem::take(&mut sp.recovered));
-            self.lost += u64::from(std::mem::take(&mut sp.lost));
-        }
-        if !sp.decoder.stats.is_zero() {
-            self.decode.add(&std::mem::take(&mut sp.decoder.stats));
         }
     }
 }
@@ -295,6 +279,8 @@ struct Emitter {
     pvp: Builder,
     out: VecDeque<Envelope>,
     stats: Stats,
+    /// Chunks a speaker's text cut, taken before the next speaker is fed, and its counters.
+    said: Output,
     roles: Vec<String>,
     mapping: crate::mapping::Mapping,
 }
@@ -396,7 +382,7 @@ impl Emitter {
     /// (they came before any chunk cut since), then send the chunks cut.
     #[inline]
     fn after_text(&mut self, now: Time, key: &StreamKey, created: &Time, sp: &mut Speaker) {
-        if sp.chunker.erase_pending() || sp.chunker.has_ready() {
+        if sp.chunker.erase_pending() || !self.said.cuts.is_empty() {
             self.send_text(now, key, created, sp);
         }
     }
@@ -410,7 +396,7 @@ impl Emitter {
         if erase > 0 {
             self.erase_sent(now, *created, sp, erase);
         }
-        while let Some(chunk) = sp.chunker.pop_ready() {
+        while let Some(chunk) = self.said.cuts.pop() {
             self.chunk(now, key, created, sp, chunk);
         }
     }
@@ -465,11 +451,11 @@ impl Emitter {
             self.stats.refused_chunks += 1;
             return;
         }
-        sp.profile.chunks_sent += 1;
-        sp.profile.last_sent = sp.profile.chunks_sent;
+        sp.chunks_sent += 1;
+        sp.profile.last_sent = sp.chunks_sent;
         let cause = chunk.cause;
         sp.ensure_template(key, created);
-        let (sender, n) = (&sp.profile.participant, sp.profile.chunks_sent);
+        let (sender, n) = (&sp.profile.participant, sp.chunks_sent);
         let e = self.in_session(sp, |b| b.context_add(now, sender, n, &chunk.text, cause));
         self.stats.chunks[chunk.cause as usize] += 1;
         if let Some(e) = e {
@@ -493,17 +479,12 @@ struct Voices<'a> {
     created: &'a Time,
     format: RedFormat,
     compat: Compat,
-    max_chunk_chars: usize,
 }
 
 impl<'a> Voices<'a> {
     /// Splits `stream` into its register and the voices the register's pieces go to.
     #[inline(always)]
-    fn of(
-        stream: &'a mut Stream,
-        compat: Compat,
-        max_chunk_chars: usize,
-    ) -> (&'a mut Register, Self) {
+    fn of(stream: &'a mut Stream, compat: Compat) -> (&'a mut Register, Self) {
         let Stream {
             register,
             speakers,
@@ -520,7 +501,6 @@ impl<'a> Voices<'a> {
             created,
             format: *format,
             compat,
-            max_chunk_chars,
         };
         (register, voices)
     }
@@ -528,19 +508,12 @@ impl<'a> Voices<'a> {
     /// The index of `voice` among the speakers, creating it on first use ([`speaker_index`]).
     #[inline(always)]
     fn speaker(&mut self, voice: VoiceRef<'_>, now: Time) -> usize {
-        speaker_index(
-            self.speakers,
-            self.own,
-            self.key,
-            voice,
-            now,
-            self.max_chunk_chars,
-        )
+        speaker_index(self.speakers, self.own, self.key, voice, now)
     }
 }
 
 /// Hands one register piece to the speaker it belongs to (creating and announcing speakers on
-/// first use), then sends what that completed and harvests the speaker's counters. Every
+/// first use), then sends what that completed. Every
 /// in-order packet passes here: inlined, it costs what a copy of it at the call site would
 /// (callgrind: 28 instructions a packet less than the call).
 #[inline(always)]
@@ -563,9 +536,8 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
         None => v.speaker(VoiceRef::Ssrc, now),
     };
     let sp = &mut v.speakers[idx];
-    sp.feed(now, piece, v.format);
+    sp.feed(now, piece, v.format, &mut emit.said);
     emit.after_text(now, v.key, v.created, sp);
-    emit.stats.harvest_speaker(sp);
 }
 
 /// The sans-IO core.
@@ -648,6 +620,7 @@ impl Gateway {
         let roles = cfg.roles.clone();
         let admission = Admission::new(cfg.allow.clone(), cfg.max_pps_per_source);
         let mapping = cfg.mapping.clone();
+        let said = Output::new(cfg.max_chunk_chars);
         Gateway {
             admission,
             delays: Delays::new(&cfg),
@@ -656,6 +629,7 @@ impl Gateway {
                 pvp,
                 out: VecDeque::new(),
                 stats: Stats::default(),
+                said,
                 roles,
                 mapping,
             },
@@ -675,7 +649,12 @@ impl Gateway {
 
     /// Counters, including those of live streams (harvested as they change: O(1)).
     pub fn stats(&self) -> Stats {
-        self.emit.stats.clone()
+        let mut s = self.emit.stats.clone();
+        let said = &self.emit.said;
+        s.decode.add(&said.decode);
+        s.recovered += said.recovered;
+        s.lost += said.lost;
+        s
     }
 
     pub fn live_streams(&self) -> usize {
@@ -851,7 +830,6 @@ impl Gateway {
             (MixerMode::Auto, 1) | (MixerMode::On, _) => pkt.csrcs().next(),
             (MixerMode::Auto, _) => None,
         };
-        let max_chunk = self.cfg.max_chunk_chars;
         let stream = self.slots.get_mut(slot).expect("indexed slot is live");
         stream.stats.packets += 1;
         stream.stats.bytes += data.len() as u64;
@@ -869,11 +847,9 @@ impl Gateway {
             ..
         } = stream;
         let tag = match (csrc, compat) {
-            (Some(c), _) => speaker_index(speakers, own, key, VoiceRef::Csrc(c), now, max_chunk),
+            (Some(c), _) => speaker_index(speakers, own, key, VoiceRef::Csrc(c), now),
             (None, Compat::T140llm) => usize::from(TAG_UNDECIDED),
-            (None, Compat::None) => {
-                speaker_index(speakers, own, key, VoiceRef::Ssrc, now, max_chunk)
-            }
+            (None, Compat::None) => speaker_index(speakers, own, key, VoiceRef::Ssrc, now),
         } as u16;
         let mut voices = Voices {
             speakers,
@@ -882,7 +858,6 @@ impl Gateway {
             created,
             format: *format,
             compat,
-            max_chunk_chars: max_chunk,
         };
         if csrc.is_none() && register.advance_in_order(pkt.sequence, parsed.as_ref()) {
             // In order, nothing waiting: the primary block straight to its speaker.
@@ -910,7 +885,7 @@ impl Gateway {
             .map_err(DropReason::Red);
         let speakers = voices.speakers;
         // Speakers were harvested as `route` fed them; the register counts here.
-        emit.stats.harvest_register(register);
+        emit.stats.harvest(register);
         // Armed whatever the outcome: the packet may have opened the stream.
         let due = match register.held() {
             0 => self.delays.without_gap(now, speakers, now),
@@ -942,7 +917,7 @@ impl Gateway {
             .position(|(ip, ssrc, _, _)| *ip == key.source.ip() && *ssrc == key.ssrc)
         {
             let (_, _, name, rank) = self.early_names.remove(i);
-            let (idx, _) = stream.speaker(VoiceRef::Ssrc, now, self.cfg.max_chunk_chars);
+            let (idx, _) = stream.speaker(VoiceRef::Ssrc, now);
             stream.speakers[idx].profile.name = name;
             stream.speakers[idx].profile.name_rank = rank;
         }
@@ -977,7 +952,7 @@ impl Gateway {
                 self.ssrc_owner.remove(&s.key.ssrc);
                 self.emit.stats.streams_live -= 1;
                 self.emit.stats.evicted += 1;
-                self.emit.stats.harvest(&mut s.register, &mut s.speakers);
+                self.emit.stats.harvest(&mut s.register);
                 return true;
             }
         }
@@ -1057,11 +1032,10 @@ impl Gateway {
             return;
         };
         let s = self.slots.get_mut(slot).expect("live");
-        let max_chunk = self.cfg.max_chunk_chars;
         let Stream {
             speakers, own, key, ..
         } = s;
-        let idx = speaker_index(speakers, own, key, VoiceRef::Ssrc, now, max_chunk);
+        let idx = speaker_index(speakers, own, key, VoiceRef::Ssrc, now);
         let sp = &mut speakers[idx];
         if rank < sp.profile.name_rank || sp.profile.name == name {
             return;
@@ -1122,7 +1096,7 @@ impl Gateway {
 
     /// Fires every timer due at `now`: reorder waits, idle flushes and stream timeouts.
     pub fn handle_timeout(&mut self, now: Time) {
-        let (compat, max_chunk) = (self.cfg.compat, self.cfg.max_chunk_chars);
+        let compat = self.cfg.compat;
         while let Some((at, slot)) = self.timers.pop_due(now) {
             let Some(s) = self.slots.get(slot) else {
                 continue;
@@ -1142,7 +1116,7 @@ impl Gateway {
                 self.close_stream(timeout_at.max(at), slot, "stream timeout");
                 continue;
             }
-            let (register, mut voices) = Voices::of(s, compat, max_chunk);
+            let (register, mut voices) = Voices::of(s, compat);
             let emit = &mut self.emit;
             register.expire(now, self.cfg.reorder_wait, &mut |tag, piece| {
                 route(emit, &mut voices, now, tag, piece)
@@ -1164,7 +1138,7 @@ impl Gateway {
                     self.emit.chunk(idle_at, key, created, sp, chunk);
                 }
             }
-            self.emit.stats.harvest(register, speakers);
+            self.emit.stats.harvest(register);
             self.arm(slot);
         }
     }
@@ -1185,12 +1159,12 @@ impl Gateway {
 
     /// Ends a stream: held packets are given up, every speaker flushes and leaves.
     fn close_stream(&mut self, now: Time, slot: u32, reason: &str) {
-        let (compat, max_chunk) = (self.cfg.compat, self.cfg.max_chunk_chars);
+        let compat = self.cfg.compat;
         let Some(mut s) = self.slots.remove(slot) else {
             return;
         };
         self.timers.remove(slot);
-        let (register, mut voices) = Voices::of(&mut s, compat, max_chunk);
+        let (register, mut voices) = Voices::of(&mut s, compat);
         let emit = &mut self.emit;
         register.finish(&mut |tag, piece| route(emit, &mut voices, now, tag, piece));
         let Voices {
@@ -1200,7 +1174,9 @@ impl Gateway {
             ..
         } = voices;
         for sp in speakers.iter_mut() {
-            sp.decoder.finish(&mut sp.chunker);
+            let said = &mut self.emit.said;
+            sp.decoder
+                .finish(&mut sp.chunker.fed(&mut said.cuts), &mut said.decode);
             self.emit.after_text(now, key, created, sp);
             if let Some(chunk) = sp.chunker.flush(FlushCause::End) {
                 self.emit.chunk(now, key, created, sp, chunk);
@@ -1216,7 +1192,7 @@ impl Gateway {
         self.index.remove(&key);
         self.ssrc_owner.remove(&key.ssrc);
         self.emit.stats.streams_live -= 1;
-        self.emit.stats.harvest(register, speakers);
+        self.emit.stats.harvest(register);
         let (joined, count) = (speakers.iter().any(|sp| sp.joined), speakers.len());
         if joined {
             tracing::info!(

@@ -3,11 +3,11 @@
 
 use crate::pvp::SenderId;
 
-use crate::chunker::Chunker;
+use crate::chunker::{Chunker, Cuts};
 use crate::red::{RedFormat, RedPayload};
 use crate::register::Piece;
 use crate::stream::StreamKey;
-use crate::t140::Decoder;
+use crate::t140::{DecodeStats, Decoder};
 use crate::time::Time;
 
 /// Who speaks, within a stream.
@@ -79,23 +79,48 @@ impl std::fmt::Display for KeyPrefix<'_> {
     }
 }
 
-/// `repr(C)`, what an in-order packet touches first (chunker, idle clock, counters to
-/// harvest, decoder), then what it does not: the voice (the stream remembers which speaker is
-/// its own, `Stream::own`), mixer timestamps and join flags; who the speaker is to PVP and what
-/// it sent last, read only when it joins or a chunk is sent, is boxed ([`Profile`]). The stream
-/// keeps its first speaker inline, and with thousands of streams every packet finds it cold in
-/// the cache: this way the speaker's hot part and the stream's head share three lines.
+/// What feeding speakers makes besides their own state, one for all of a gateway's speakers:
+/// the chunks cut, which the gateway takes before it feeds the next speaker, and counters,
+/// which are the gateway's totals. None of it sits in a speaker, so the speaker's hot part is
+/// one cache line (docs/performance.md, section 18).
+#[derive(Debug)]
+pub struct Output {
+    pub cuts: Cuts,
+    pub decode: DecodeStats,
+    /// Blocks recovered, and losses marked, by timestamp placement (mixer streams).
+    pub recovered: u64,
+    pub lost: u64,
+}
+
+impl Output {
+    pub fn new(max_chunk_chars: usize) -> Self {
+        Output {
+            cuts: Cuts::new(max_chunk_chars),
+            decode: DecodeStats::default(),
+            recovered: 0,
+            lost: 0,
+        }
+    }
+}
+
+/// `repr(C)`, what an in-order packet touches first (chunker, idle clock, decoder: one cache
+/// line), then what it does not: the voice (the stream remembers which speaker is its own,
+/// `Stream::own`), mixer timestamps and join flags; who the speaker is to PVP and what it sent
+/// last, read only when it joins or a chunk is sent, is boxed ([`Profile`]). The stream keeps
+/// its first speaker inline, and with thousands of streams every packet finds it cold in the
+/// cache: this way the speaker's hot part and the stream's head share two lines.
+///
+/// The size is an odd multiple of 8 bytes (120): rustc then places the `SmallVec`'s word
+/// before its inline speaker, in the stream's first line. At 112 it placed it after, in a third
+/// line every packet reads (`stream::tests::the_packet_path_fits_in_two_cache_lines` holds
+/// this).
 #[derive(Debug)]
 #[repr(C)]
 pub struct Speaker {
     pub chunker: Chunker,
     /// Last time text changed the buffer; the idle flush counts from here.
     pub last_text: Time,
-    /// Blocks recovered, and losses marked, by timestamp placement.
-    /// 32 bits: harvested after every packet (see `DecodeCounts`).
-    pub recovered: u32,
-    pub lost: u32,
-    /// Last of the hot part: its counters, read after every packet, end it.
+    /// Last of the hot part.
     pub decoder: Decoder,
     pub voice: Voice,
     /// Newest RTP timestamp delivered, for redundancy placed by timestamp (mixer streams).
@@ -105,6 +130,8 @@ pub struct Speaker {
     pub joined: bool,
     /// The stream mapping refused this speaker: it never joins, its text is counted and dropped.
     pub refused: bool,
+    /// Chunks sent, and the number of the next chunk's context key.
+    pub chunks_sent: u64,
     pub profile: Box<Profile>,
 }
 
@@ -125,7 +152,6 @@ pub struct Profile {
     /// Roles and session from a stream-mapping rule (else the gateway's).
     pub roles: Option<Vec<String>>,
     pub session: Option<crate::pvp::Escaped>,
-    pub chunks_sent: u64,
     /// Number and content of the last chunk sent (0: none or removed): a backspace reaching
     /// past the buffer corrects it. The chunk's own text is moved here once its envelope is
     /// made: remembering costs neither a copy nor an allocation.
@@ -134,7 +160,7 @@ pub struct Profile {
 }
 
 impl Speaker {
-    pub fn new(voice: Voice, key: &StreamKey, now: Time, max_chunk_chars: usize) -> Self {
+    pub fn new(voice: Voice, key: &StreamKey, now: Time) -> Self {
         Speaker {
             profile: Box::new(Profile {
                 participant: voice.participant_id(key).into(),
@@ -142,19 +168,17 @@ impl Speaker {
                 name_rank: 0,
                 roles: None,
                 session: None,
-                chunks_sent: 0,
                 last_sent: 0,
                 last_sent_text: String::new(),
             }),
             voice,
             decoder: Decoder::new(),
-            chunker: Chunker::new(max_chunk_chars),
+            chunker: Chunker::new(),
             last_text: now,
-            recovered: 0,
-            lost: 0,
             last_ts: None,
             joined: false,
             refused: false,
+            chunks_sent: 0,
         }
     }
 
@@ -174,18 +198,19 @@ impl Speaker {
         }
     }
 
-    /// Text or a loss mark into the decoder and chunker.
-    pub fn feed(&mut self, now: Time, piece: Piece<'_>, format: RedFormat) {
+    /// Text or a loss mark into the decoder and chunker; chunks cut go to `out`.
+    pub fn feed(&mut self, now: Time, piece: Piece<'_>, format: RedFormat, out: &mut Output) {
+        let sink = &mut self.chunker.fed(&mut out.cuts);
         match piece {
             Piece::Text([]) => return,
-            Piece::Text(t) => self.decoder.feed(t, &mut self.chunker),
-            Piece::Lost => self.decoder.mark_loss(&mut self.chunker),
+            Piece::Text(t) => self.decoder.feed(t, sink, &mut out.decode),
+            Piece::Lost => self.decoder.mark_loss(sink),
             Piece::Packet {
                 ts,
                 red,
                 payload,
                 gap,
-            } => return self.place_by_ts(now, ts, red, payload, gap, format),
+            } => return self.place_by_ts(now, ts, red, payload, gap, format, out),
         }
         self.last_text = now;
     }
@@ -199,6 +224,7 @@ impl Speaker {
     /// redundancy, this speaker's own losses show up as new generations; when every non-empty
     /// generation is new, older text may be missing too, and one U+FFFD marks it. Without
     /// redundancy nothing tells, so the gap is marked here.
+    #[allow(clippy::too_many_arguments)]
     fn place_by_ts(
         &mut self,
         now: Time,
@@ -207,7 +233,9 @@ impl Speaker {
         payload: &[u8],
         gap: usize,
         format: RedFormat,
+        out: &mut Output,
     ) {
+        let sink = &mut self.chunker.fed(&mut out.cuts);
         let newer = |t: u32, last: Option<u32>| last.is_none_or(|l| (t.wrapping_sub(l) as i32) > 0);
         let started = self.last_ts.is_some();
         let primary = if red {
@@ -221,8 +249,8 @@ impl Speaker {
                 .filter(|b| held(b) && newer(ts.wrapping_sub(u32::from(b.ts_offset)), self.last_ts))
                 .count();
             if started && gap > 0 && gens > 0 && fresh == gens {
-                self.lost = self.lost.saturating_add(1);
-                self.decoder.mark_loss(&mut self.chunker);
+                out.lost += 1;
+                self.decoder.mark_loss(sink);
                 self.last_text = now;
             }
             for b in p.redundant_blocks().filter(held) {
@@ -231,24 +259,24 @@ impl Speaker {
                     continue;
                 }
                 if started {
-                    self.recovered = self.recovered.saturating_add(1);
+                    out.recovered += 1;
                 }
-                self.decoder.feed(b.data, &mut self.chunker);
+                self.decoder.feed(b.data, sink, &mut out.decode);
                 self.last_ts = Some(orig);
                 self.last_text = now;
             }
             p.primary().data
         } else {
             for _ in 0..gap {
-                self.lost = self.lost.saturating_add(1);
-                self.decoder.mark_loss(&mut self.chunker);
+                out.lost += 1;
+                self.decoder.mark_loss(sink);
                 self.last_text = now;
             }
             payload
         };
         if newer(ts, self.last_ts) {
             if !primary.is_empty() {
-                self.decoder.feed(primary, &mut self.chunker);
+                self.decoder.feed(primary, sink, &mut out.decode);
                 self.last_text = now;
             }
             self.last_ts = Some(ts);
@@ -280,7 +308,7 @@ mod tests {
             source: "127.0.0.1:4000".parse().unwrap(),
             ssrc: 1,
         };
-        Speaker::new(Voice::Csrc(7), &key, Time(0), 500)
+        Speaker::new(Voice::Csrc(7), &key, Time(0))
     }
 
     fn red(gens: &[(u16, &str)], primary: &str) -> Vec<u8> {
@@ -290,7 +318,7 @@ mod tests {
         p
     }
 
-    fn feed_packet(s: &mut Speaker, ts: u32, payload: &[u8], gap: usize) {
+    fn feed_packet(s: &mut Speaker, out: &mut Output, ts: u32, payload: &[u8], gap: usize) {
         s.feed(
             Time(0),
             Piece::Packet {
@@ -300,29 +328,30 @@ mod tests {
                 gap,
             },
             RedFormat::Rfc2198,
+            out,
         );
     }
 
     #[test]
     fn mixer_redundancy_is_placed_by_timestamp() {
-        let mut s = speaker();
-        feed_packet(&mut s, 1000, &red(&[(0, ""), (0, "")], "a"), 0);
+        let (mut s, o) = (speaker(), &mut Output::new(500));
+        feed_packet(&mut s, o, 1000, &red(&[(0, ""), (0, "")], "a"), 0);
         // The speaker's packet at 1300 was lost (along with another speaker's packet); the
         // one at 1600 carries it as redundancy, plus "a" again, which is not repeated.
-        feed_packet(&mut s, 1600, &red(&[(600, "a"), (300, "b")], "c"), 2);
+        feed_packet(&mut s, o, 1600, &red(&[(600, "a"), (300, "b")], "c"), 2);
         assert_eq!(s.chunker.pending(), "abc");
-        assert_eq!((s.recovered, s.lost), (1, 0));
+        assert_eq!((o.recovered, o.lost), (1, 0));
         // Three of its packets lost: both generations are new, so older text may be missing.
-        feed_packet(&mut s, 2800, &red(&[(600, "e"), (300, "f")], "g"), 4);
+        feed_packet(&mut s, o, 2800, &red(&[(600, "e"), (300, "f")], "g"), 4);
         assert_eq!(s.chunker.pending(), "abc\u{fffd}efg");
-        assert_eq!((s.recovered, s.lost), (3, 1));
+        assert_eq!((o.recovered, o.lost), (3, 1));
     }
 
     #[test]
     fn a_repeat_delivers_nothing() {
-        let mut s = speaker();
-        feed_packet(&mut s, 1000, &red(&[], "a"), 0);
-        feed_packet(&mut s, 1000, &red(&[], "a"), 0);
+        let (mut s, o) = (speaker(), &mut Output::new(500));
+        feed_packet(&mut s, o, 1000, &red(&[], "a"), 0);
+        feed_packet(&mut s, o, 1000, &red(&[], "a"), 0);
         assert_eq!(s.chunker.pending(), "a");
     }
 

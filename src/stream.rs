@@ -76,12 +76,12 @@ pub const MAX_SPEAKERS: usize = 32;
 /// `repr(C)`, hot fields first: with thousands of streams each packet finds its stream cold in
 /// the cache, and a packet should touch as few of its lines as it can. An in-order packet reads
 /// the clock and counters, the register's head and the inline first speaker's hot part
-/// (its chunker, idle clock and decoder), all within the first three lines (a test holds this);
+/// (its chunker, idle clock and decoder), all within the first two lines (a test holds this);
 /// the register's held packets and counters (boxed), the speaker's voice and profile, the
 /// creation time, key and serial, read only when a speaker is created, a chunk is sent or the
 /// stream ends, follow. Aligned to a cache line, so every stream has the same layout in lines
 /// (callgrind, 10,000 streams: 10.6 -> 8.8 last-level misses a packet with four lines, 6.1 with
-/// three and no cold load ahead of its test).
+/// three and no cold load ahead of its test; docs/performance.md, section 18, for two).
 #[derive(Debug)]
 #[repr(C, align(64))]
 pub struct Stream {
@@ -129,12 +129,10 @@ impl Stream {
         }
     }
 
-    /// Loads the stream's first line (clock, register head, which speaker is its own) and its
-    /// own speaker's idle clock and decoder (the third), and folds them into one, for
-    /// [`crate::Gateway::warm`]. Also returns the own speaker: its chunker (the second line)
-    /// holds the text buffer's address, which `warm` follows once these lines have arrived.
-    /// (Loading the second line here as well measured no faster: docs/performance.md,
-    /// section 11.)
+    /// Loads the stream's two hot lines (the first: clock, register head, which speaker is its
+    /// own; the second: that speaker's chunker, idle clock and decoder), and folds them into
+    /// one, for [`crate::Gateway::warm`]. Also returns the own speaker: its chunker holds the
+    /// text buffer's address, which `warm` follows once these lines have arrived.
     #[inline]
     pub fn touch(&self) -> (u64, Option<&Speaker>) {
         let own = self.speakers.get(usize::from(self.own));
@@ -144,21 +142,9 @@ impl Stream {
 
     /// The speaker for `voice`, and whether it is new (and must join). Beyond
     /// [`MAX_SPEAKERS`] the stream's own voice speaks for the rest.
-    pub fn speaker(
-        &mut self,
-        voice: VoiceRef<'_>,
-        now: Time,
-        max_chunk_chars: usize,
-    ) -> (usize, bool) {
+    pub fn speaker(&mut self, voice: VoiceRef<'_>, now: Time) -> (usize, bool) {
         let before = self.speakers.len();
-        let i = speaker_index(
-            &mut self.speakers,
-            &mut self.own,
-            &self.key,
-            voice,
-            now,
-            max_chunk_chars,
-        );
+        let i = speaker_index(&mut self.speakers, &mut self.own, &self.key, voice, now);
         (i, self.speakers.len() > before)
     }
 }
@@ -175,7 +161,6 @@ pub fn speaker_index(
     key: &StreamKey,
     voice: VoiceRef<'_>,
     now: Time,
-    max_chunk_chars: usize,
 ) -> usize {
     let is_own = voice == VoiceRef::Ssrc;
     if is_own && *own != NO_SPEAKER {
@@ -183,7 +168,7 @@ pub fn speaker_index(
     }
     let i = match speakers.iter().position(|s| s.voice.as_ref() == voice) {
         Some(i) => i,
-        None => new_speaker(speakers, key, voice, now, max_chunk_chars),
+        None => new_speaker(speakers, key, voice, now),
     };
     if is_own {
         // Speakers are never removed, so the index stays valid; at most MAX_SPEAKERS + 1.
@@ -193,13 +178,7 @@ pub fn speaker_index(
 }
 
 #[cold]
-fn new_speaker(
-    speakers: &mut Speakers,
-    key: &StreamKey,
-    voice: VoiceRef<'_>,
-    now: Time,
-    max_chunk_chars: usize,
-) -> usize {
+fn new_speaker(speakers: &mut Speakers, key: &StreamKey, voice: VoiceRef<'_>, now: Time) -> usize {
     let voice = if speakers.len() >= MAX_SPEAKERS {
         VoiceRef::Ssrc
     } else {
@@ -208,7 +187,7 @@ fn new_speaker(
     if let Some(i) = speakers.iter().position(|s| s.voice.as_ref() == voice) {
         return i;
     }
-    speakers.push(Speaker::new(voice.to_voice(), key, now, max_chunk_chars));
+    speakers.push(Speaker::new(voice.to_voice(), key, now));
     speakers.len() - 1
 }
 
@@ -249,11 +228,11 @@ mod tests {
     }
 
     /// An in-order packet reads the stream's header, the register's head and its first
-    /// speaker's hot part: they must stay within three cache lines.
+    /// speaker's hot part: they must stay within two cache lines.
     #[test]
-    fn the_packet_path_fits_in_three_cache_lines() {
+    fn the_packet_path_fits_in_two_cache_lines() {
         let mut s = stream();
-        s.speaker(VoiceRef::Ssrc, Time(0), 10);
+        s.speaker(VoiceRef::Ssrc, Time(0));
         let base = &s as *const Stream as usize;
         let speaker = &s.speakers[0] as *const Speaker as usize - base;
         let register_end = std::mem::offset_of!(Stream, register) + Register::HOT_BYTES;
@@ -262,11 +241,11 @@ mod tests {
             "the speaker follows the register's head"
         );
         let end = speaker + Speaker::HOT_BYTES;
-        assert!(end <= 3 * 64, "the speaker's hot part ends at byte {end}");
+        assert!(end <= 2 * 64, "the speaker's hot part ends at byte {end}");
         // The speakers vector's own word (its length or capacity, read by every lookup of the
         // inline speaker) sits before or after the inline speaker, as the compiler lays it out:
-        // after it, it took a fourth line (callgrind, 10,000 streams: 5.66 -> 6.77 misses a
-        // packet, when the speaker shrank by 8 bytes).
+        // after it, it took another line (callgrind, 10,000 streams: 5.66 -> 6.77 misses a
+        // packet, when the speaker shrank by 8 bytes; docs/performance.md, section 13).
         let vec_at = std::mem::offset_of!(Stream, speakers);
         let word = if speaker == vec_at {
             vec_at + std::mem::size_of::<Speaker>()
@@ -274,7 +253,7 @@ mod tests {
             vec_at
         };
         assert!(
-            word + 8 <= 3 * 64,
+            word + 8 <= 2 * 64,
             "the speakers vector's word sits at byte {word}"
         );
         assert_eq!(
@@ -289,27 +268,27 @@ mod tests {
         let mut s = stream();
         assert_eq!(s.own, NO_SPEAKER);
         // A mixer's speaker first: the stream's own voice comes second.
-        assert_eq!(s.speaker(VoiceRef::Csrc(7), Time(0), 10), (0, true));
+        assert_eq!(s.speaker(VoiceRef::Csrc(7), Time(0)), (0, true));
         assert_eq!(s.own, NO_SPEAKER);
-        assert_eq!(s.speaker(VoiceRef::Ssrc, Time(0), 10), (1, true));
+        assert_eq!(s.speaker(VoiceRef::Ssrc, Time(0)), (1, true));
         assert_eq!(s.own, 1);
-        assert_eq!(s.speaker(VoiceRef::Ssrc, Time(0), 10), (1, false));
+        assert_eq!(s.speaker(VoiceRef::Ssrc, Time(0)), (1, false));
         assert_eq!(s.speakers[1].voice, Voice::Ssrc);
         // Past the bound the own voice speaks for the rest, and is found where it is.
         for c in 0..100 {
-            s.speaker(VoiceRef::Csrc(c), Time(0), 10);
+            s.speaker(VoiceRef::Csrc(c), Time(0));
         }
         assert_eq!(s.own, 1);
-        assert_eq!(s.speaker(VoiceRef::Csrc(1000), Time(0), 10), (1, false));
+        assert_eq!(s.speaker(VoiceRef::Csrc(1000), Time(0)), (1, false));
     }
 
     #[test]
     fn speakers_are_bounded() {
         let mut s = stream();
-        assert_eq!(s.speaker(VoiceRef::Ssrc, Time(0), 10), (0, true));
-        assert_eq!(s.speaker(VoiceRef::Ssrc, Time(0), 10), (0, false));
+        assert_eq!(s.speaker(VoiceRef::Ssrc, Time(0)), (0, true));
+        assert_eq!(s.speaker(VoiceRef::Ssrc, Time(0)), (0, false));
         for c in 0..100 {
-            s.speaker(VoiceRef::Csrc(c), Time(0), 10);
+            s.speaker(VoiceRef::Csrc(c), Time(0));
         }
         assert_eq!(s.speakers.len(), MAX_SPEAKERS);
     }

@@ -4,20 +4,21 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pvp_t140::chunker::{Chunker, FlushCause};
-use pvp_t140::t140::{Decoder, TextSink};
+use pvp_t140::chunker::{Chunker, Cuts, FlushCause};
+use pvp_t140::t140::{DecodeStats, Decoder, TextSink};
 
 fn decode_split(data: &[u8], cuts: &[u8]) -> String {
     let mut d = Decoder::new();
     let mut s = String::new();
+    let n = &mut DecodeStats::default();
     let mut rest = data;
     for &c in cuts {
         let (a, b) = rest.split_at(usize::from(c).min(rest.len()));
-        d.feed(a, &mut s);
+        d.feed(a, &mut s, n);
         rest = b;
     }
-    d.feed(rest, &mut s);
-    d.finish(&mut s);
+    d.feed(rest, &mut s, n);
+    d.finish(&mut s, n);
     s
 }
 
@@ -46,14 +47,16 @@ fuzz_target!(|input: &[u8]| {
 
     // Through the chunker, with a loss mark in the middle.
     let max = usize::from(head >> 3) + 1;
-    let mut ch = Chunker::new(max);
+    let mut ch = Chunker::new();
+    let mut out = Cuts::new(max);
+    let n = &mut DecodeStats::default();
     let mut d = Decoder::new();
     let (a, b) = data.split_at(data.len() / 2);
-    d.feed(a, &mut ch);
-    d.mark_loss(&mut ch);
-    d.feed(b, &mut ch);
-    d.finish(&mut ch);
-    let mut chunks: Vec<_> = ch.drain_ready().collect();
+    d.feed(a, &mut ch.fed(&mut out), n);
+    d.mark_loss(&mut ch.fed(&mut out));
+    d.feed(b, &mut ch.fed(&mut out), n);
+    d.finish(&mut ch.fed(&mut out), n);
+    let mut chunks: Vec<_> = out.drain().collect();
     chunks.extend(ch.flush(FlushCause::End));
     for c in &chunks {
         assert!(!c.text.is_empty());
@@ -65,5 +68,5 @@ fuzz_target!(|input: &[u8]| {
         );
     }
     assert!(ch.is_blank() && ch.pending().is_empty());
-    let _ = ch.backspace();
+    let _ = ch.fed(&mut out).backspace();
 });
