@@ -535,7 +535,7 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
         None if usize::from(tag) < v.speakers.len() => usize::from(tag),
         None => v.speaker(VoiceRef::Ssrc, now),
     };
-    let sp = &mut v.speakers[idx];
+    let sp = &mut v.speakers.as_mut_slice()[idx];
     sp.feed(now, piece, v.format, &mut emit.said);
     emit.after_text(now, v.key, v.created, sp);
 }
