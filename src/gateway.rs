@@ -451,11 +451,11 @@ impl Emitter {
             self.stats.refused_chunks += 1;
             return;
         }
-        sp.chunks_sent += 1;
-        sp.profile.last_sent = sp.chunks_sent;
+        sp.profile.chunks_sent += 1;
+        sp.profile.last_sent = sp.profile.chunks_sent;
         let cause = chunk.cause;
         sp.ensure_template(key, created);
-        let (sender, n) = (&sp.profile.participant, sp.chunks_sent);
+        let (sender, n) = (&sp.profile.participant, sp.profile.chunks_sent);
         let e = self.in_session(sp, |b| b.context_add(now, sender, n, &chunk.text, cause));
         self.stats.chunks[chunk.cause as usize] += 1;
         if let Some(e) = e {
@@ -833,8 +833,7 @@ impl Gateway {
             (MixerMode::Auto, _) => None,
         };
         let stream = self.slots.get_mut(slot).expect("indexed slot is live");
-        stream.stats.packets += 1;
-        stream.stats.bytes += data.len() as u64;
+        stream.packets += 1;
         stream.last_packet = now;
         // Not `Voices::of`: looking the tag's speaker up on the fields first, then bundling
         // them, measured 10 instructions a packet fewer (callgrind, 1 stream). The key goes by
@@ -1202,7 +1201,7 @@ impl Gateway {
                 source = %key.source,
                 ssrc = format_args!("{:08x}", key.ssrc),
                 reason,
-                packets = s.stats.packets,
+                packets = s.packets,
                 speakers = count,
                 "stream ended"
             );

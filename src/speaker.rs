@@ -103,14 +103,15 @@ impl Output {
     }
 }
 
-/// `repr(C)`, what an in-order packet touches first (chunker, idle clock, decoder: one cache
-/// line), then what it does not: the voice (the stream remembers which speaker is its own,
-/// `Stream::own`), mixer timestamps and join flags; who the speaker is to PVP and what it sent
-/// last, read only when it joins or a chunk is sent, is boxed ([`Profile`]). The stream keeps
-/// its first speaker inline, and with thousands of streams every packet finds it cold in the
-/// cache: this way the speaker's hot part and the stream's head share two lines.
+/// `repr(C)`, what an in-order packet touches first (chunker, idle clock, decoder), then what
+/// a chunk sent reads first (join flags and the profile's address), then what neither reads:
+/// the voice (the stream remembers which speaker is its own, `Stream::own`) and mixer
+/// timestamps. Who the speaker is to PVP and what it sent last, read only when it joins or a
+/// chunk is sent, is boxed ([`Profile`]). The stream keeps its first speaker inline, and with
+/// thousands of streams every packet finds it cold in the cache: this way the speaker's hot
+/// part and the stream's head share two lines, and a flush's first read is in them too.
 ///
-/// The size is an odd multiple of 8 bytes (120): rustc then places the `SmallVec`'s word
+/// The size is an odd multiple of 8 bytes (104): rustc then places the `SmallVec`'s word
 /// before its inline speaker, in the stream's first line. At 112 it placed it after, in a third
 /// line every packet reads (`stream::tests::the_packet_path_fits_in_two_cache_lines` holds
 /// this).
@@ -120,23 +121,22 @@ pub struct Speaker {
     pub chunker: Chunker,
     /// Last time text changed the buffer; the idle flush counts from here.
     pub last_text: Time,
-    /// Last of the hot part.
     pub decoder: Decoder,
-    pub voice: Voice,
-    /// Newest RTP timestamp delivered, for redundancy placed by timestamp (mixer streams).
-    pub last_ts: Option<u32>,
     /// Joined the PVP session: done lazily, before the speaker's first envelope, so a stream
     /// that never carries text (a scan, a flood of random SSRCs) never becomes a participant.
     pub joined: bool,
     /// The stream mapping refused this speaker: it never joins, its text is counted and dropped.
     pub refused: bool,
-    /// Chunks sent, and the number of the next chunk's context key.
-    pub chunks_sent: u64,
+    /// Last of the hot part: with the flags above, the first thing a chunk sent reads, so the
+    /// flush finds it in a line the packet already loaded.
     pub profile: Box<Profile>,
+    pub voice: Voice,
+    /// Newest RTP timestamp delivered, for redundancy placed by timestamp (mixer streams).
+    pub last_ts: Option<u32>,
 }
 
 impl Speaker {
-    /// Bytes of the part an in-order packet reads.
+    /// Bytes of the part an in-order packet reads, and a flush first.
     pub const HOT_BYTES: usize = std::mem::offset_of!(Speaker, voice);
 }
 
@@ -152,6 +152,8 @@ pub struct Profile {
     /// Roles and session from a stream-mapping rule (else the gateway's).
     pub roles: Option<Vec<String>>,
     pub session: Option<crate::pvp::Escaped>,
+    /// Chunks sent, and the number of the next chunk's context key.
+    pub chunks_sent: u64,
     /// Number and content of the last chunk sent (0: none or removed): a backspace reaching
     /// past the buffer corrects it. The chunk's own text is moved here once its envelope is
     /// made: remembering costs neither a copy nor an allocation.
@@ -168,6 +170,7 @@ impl Speaker {
                 name_rank: 0,
                 roles: None,
                 session: None,
+                chunks_sent: 0,
                 last_sent: 0,
                 last_sent_text: String::new(),
             }),
@@ -178,7 +181,6 @@ impl Speaker {
             last_ts: None,
             joined: false,
             refused: false,
-            chunks_sent: 0,
         }
     }
 

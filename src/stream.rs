@@ -63,13 +63,6 @@ impl std::fmt::Display for SourceUri {
     }
 }
 
-/// Per-stream counters.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct StreamStats {
-    pub packets: u64,
-    pub bytes: u64,
-}
-
 /// Speakers one stream may carry; more are spoken for by the stream's own voice.
 pub const MAX_SPEAKERS: usize = 32;
 
@@ -86,7 +79,8 @@ pub const MAX_SPEAKERS: usize = 32;
 #[repr(C, align(64))]
 pub struct Stream {
     pub last_packet: Time,
-    pub stats: StreamStats,
+    /// Packets received, for the log line at the stream's end.
+    pub packets: u64,
     pub format: RedFormat,
     /// Index of the speaker that is the stream's own voice ([`VoiceRef::Ssrc`]), or
     /// [`NO_SPEAKER`]: the common packet finds its speaker without reading a voice, which sits
@@ -120,7 +114,7 @@ impl Stream {
             created: now,
             last_packet: now,
             own: NO_SPEAKER,
-            stats: StreamStats::default(),
+            packets: 0,
             register: Register::with_sender(format, assume_start),
             format,
             // One speaker is the rule; room for exactly one keeps an idle stream small
