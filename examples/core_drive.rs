@@ -48,8 +48,9 @@ fn main() {
             }
         }
         Some(warm) => {
-            for _ in 0..packets / 32 {
-                t.step_batch(32, warm);
+            let n = pvp_t140::gateway::WARM_BATCH;
+            for _ in 0..packets / n {
+                t.step_batch(n, warm);
             }
         }
     }
