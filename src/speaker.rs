@@ -201,7 +201,8 @@ impl Speaker {
     }
 
     /// Text or a loss mark into the decoder and chunker; chunks cut go to `out`. Inlined for
-    /// the text of an in-order packet, the piece every packet brings.
+    /// the text of an in-order packet, the piece every packet brings; a mixer's packet is
+    /// placed out of line.
     #[inline]
     pub fn feed(&mut self, now: Time, piece: Piece<'_>, format: RedFormat, out: &mut Output) {
         match piece {
@@ -211,25 +212,17 @@ impl Speaker {
                     .feed(t, &mut self.chunker.fed(&mut out.cuts), &mut out.decode);
                 self.last_text = now;
             }
-            _ => self.feed_other(now, piece, format, out),
-        }
-    }
-
-    /// A loss mark, or a mixer's packet placed by timestamp.
-    #[inline(never)]
-    fn feed_other(&mut self, now: Time, piece: Piece<'_>, format: RedFormat, out: &mut Output) {
-        let sink = &mut self.chunker.fed(&mut out.cuts);
-        match piece {
-            Piece::Text(_) => return,
-            Piece::Lost => self.decoder.mark_loss(sink),
+            Piece::Lost => {
+                self.decoder.mark_loss(&mut self.chunker.fed(&mut out.cuts));
+                self.last_text = now;
+            }
             Piece::Packet {
                 ts,
                 red,
                 payload,
                 gap,
-            } => return self.place_by_ts(now, ts, red, payload, gap, format, out),
+            } => self.place_by_ts(now, ts, red, payload, gap, format, out),
         }
-        self.last_text = now;
     }
 
     /// RFC 9071: in a mixed stream consecutive packets carry different speakers, and each
@@ -242,6 +235,7 @@ impl Speaker {
     /// generation is new, older text may be missing too, and one U+FFFD marks it. Without
     /// redundancy nothing tells, so the gap is marked here.
     #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
     fn place_by_ts(
         &mut self,
         now: Time,
