@@ -588,7 +588,10 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
                 }
                 let (spool, resend) = match &args.spool {
                     Some(dir) => {
-                        let (s, pending) = pvp_t140::sink::spool::Spool::open(dir)?;
+                        let (s, pending) = pvp_t140::sink::spool::Spool::open(
+                            dir,
+                            sink_metrics.spool_write_errors.clone(),
+                        )?;
                         tracing::info!(journal = %s.path().display(), resend = pending.len(), "spool open");
                         (Some(std::sync::Arc::new(s)), pending)
                     }

@@ -38,6 +38,8 @@ pub struct SinkMetrics {
     pub refused: Counter,
     /// Gated chunks rejected or timed out (`--gate-transcripts`).
     pub gates_refused: Counter,
+    /// `--spool` journal writes that failed (disk full, I/O error).
+    pub spool_write_errors: Counter,
 }
 
 impl Default for SinkMetrics {
@@ -50,6 +52,7 @@ impl Default for SinkMetrics {
             send_latency: Histogram::new(exponential_buckets(0.0001, 4.0, 10)),
             refused: Counter::default(),
             gates_refused: Counter::default(),
+            spool_write_errors: Counter::default(),
         }
     }
 }
@@ -221,6 +224,21 @@ pub fn registry(workers: Vec<watch::Receiver<Stats>>, sink: &SinkMetrics) -> Reg
         "Sink entry to frame written.",
         sink.send_latency.clone(),
     );
+    r.register(
+        "pvp_t140_participants_refused",
+        "Participants the PVP server refused (UNAUTHORIZED, SESSION_NOT_FOUND).",
+        sink.refused.clone(),
+    );
+    r.register(
+        "pvp_t140_gated_chunks_refused",
+        "Gated transcript chunks rejected, timed out or dropped at shutdown.",
+        sink.gates_refused.clone(),
+    );
+    r.register(
+        "pvp_t140_spool_write_errors",
+        "Spool journal writes that failed (disk full, I/O error).",
+        sink.spool_write_errors.clone(),
+    );
     r
 }
 
@@ -318,5 +336,28 @@ async fn healthz(h: Health) -> (axum::http::StatusCode, String) {
             StatusCode::SERVICE_UNAVAILABLE,
             format!("PVP server {hostport}: connect timed out\n"),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every sink counter the README lists is in the exposition, under its documented name.
+    #[test]
+    fn the_sink_counters_are_exposed() {
+        let sink = SinkMetrics::default();
+        sink.refused.inc();
+        sink.gates_refused.inc_by(2);
+        sink.spool_write_errors.inc_by(3);
+        let mut body = String::new();
+        prometheus_client::encoding::text::encode(&mut body, &registry(Vec::new(), &sink)).unwrap();
+        for line in [
+            "pvp_t140_participants_refused_total 1",
+            "pvp_t140_gated_chunks_refused_total 2",
+            "pvp_t140_spool_write_errors_total 3",
+        ] {
+            assert!(body.lines().any(|l| l == line), "{line} not in\n{body}");
+        }
     }
 }

@@ -667,6 +667,8 @@ fn role(name: &str) -> &'static str {
         "log writer"
     } else if name.starts_with("pvp-rx-") {
         "UDP receive worker"
+    } else if name == "pvp-spool" {
+        "--spool journal writer"
     } else if name == "pvp-t140" {
         "main (block_on: signals)"
     } else {

@@ -1,14 +1,16 @@
 //! `--spool DIR`: an append-only journal of what the PVP sink was given and what it wrote, so a
-//! gateway killed with SIGKILL resends, on restart, exactly what it had not yet written — and
-//! nothing it had.
+//! gateway killed with SIGKILL resends, on restart, exactly what it had journaled and not yet
+//! written — and nothing it had.
 //!
 //! `journal.ndjson` holds one JSON record a line: `{"add":ENVELOPE}` when an envelope enters the
-//! sink (before any attempt to send it), `{"done":"ID"}` once its frame is written to the
-//! socket. Records are written with `write(2)` as they happen, so they survive the process
-//! being killed (not a power cut: there is no fsync per record). On start the journal is read,
-//! the envelopes without `done` are handed to the sink again (each participant rejoins first
-//! and leaves after, since its stream is gone), and the journal starts over with just those.
-//! While running, a journal grown large is rewritten the same way (`COMPACT_AT`), with
+//! sink (handed over before any attempt to send it), `{"done":"ID"}` once its frame is written
+//! to the socket. A writer thread of its own writes the records with `write(2)` in the order
+//! they were handed over, so they survive the process being killed (not a power cut: there is
+//! no fsync per record); what it had not yet written when killed is lost with the rest of the
+//! process's memory. On start the journal is read, the envelopes without `done` are handed to
+//! the sink again (each participant rejoins first and leaves after, since its stream is gone),
+//! and the journal starts over with just those. While running, a journal grown large, or one a
+//! write failed on, is rewritten the same way from memory (`COMPACT_AT`), with
 //! `{"join":ENVELOPE}` records keeping each present participant's join for a rejoin.
 //! A frame written in the instant before a kill, before its `done` record, is sent twice: the
 //! delivery is at least once, with that window as the only duplicate.
@@ -17,8 +19,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
+use prometheus_client::metrics::counter::Counter;
 use serde_json::{Value, json};
 
 use crate::pvp::{Envelope, Kind, Message, SenderId};
@@ -32,13 +36,50 @@ const COMPACT_AT: u64 = 64 << 20;
 /// this much (a long outage with much traffic), compacting stops until the next start and the
 /// journal grows as an append-only file, so memory stays bounded.
 const LIVE_CAP: u64 = 256 << 20;
+/// Records waiting for the journal's writer thread. Past this many (a disk that stalls for
+/// seconds under heavy traffic), handing one over waits for the writer: the journal is then
+/// what slows the sink down, rather than records being skipped.
+const QUEUE: usize = 1 << 16;
+/// How long the writer lets records gather after the first of a batch. It bounds how much
+/// later than before (when each record was written at once) a record reaches the file, so
+/// what a SIGKILL can catch unwritten.
+const COALESCE: Duration = Duration::from_millis(1);
+/// After a failed write, how long the writer waits before it tries again to rewrite the
+/// journal whole from memory (a full disk is not retried on every record).
+const REPAIR_EVERY: Duration = Duration::from_secs(1);
 
+/// The journal of the PVP sink. Records are written by a thread of their own, in the order
+/// they are handed over (`added` before the frame is sent, `done` after it was written), a
+/// batch a write(2): the writes, and the stalls a busy disk gives them, stay off the thread
+/// that serves the PVP connections. With 10,000 participants that cut what the spool costs
+/// that thread by about 60% (docs/performance.md, section 19).
 #[derive(Debug)]
 pub struct Spool {
     path: PathBuf,
-    journal: Mutex<Journal>,
+    tx: Option<mpsc::SyncSender<Record>>,
+    writer: Option<std::thread::JoinHandle<()>>,
     /// Records that could not be written (disk full, I/O error): logged loudly, counted.
-    pub write_errors: std::sync::atomic::AtomicU64,
+    write_errors: Counter,
+}
+
+/// What the sink hands the journal's writer.
+#[derive(Debug)]
+enum Record {
+    /// An envelope about to be sent: its `add` line, made on the sink's thread (the envelope
+    /// itself goes on to its connection).
+    Add {
+        id: ulid::Ulid,
+        kind: Kind,
+        sender: SenderId,
+        line: String,
+    },
+    /// An envelope whose frame was written.
+    Done(ulid::Ulid),
+    /// Answered once everything handed over before it is written.
+    Flush(mpsc::Sender<()>),
+    /// Tests: the journal's open file is replaced (by `/dev/full`, a disk that is full).
+    #[cfg(all(test, any(target_os = "linux", target_os = "android")))]
+    Swap(File),
 }
 
 /// The open journal, and what a compaction keeps of it: the envelopes not yet written to the
@@ -46,6 +87,7 @@ pub struct Spool {
 /// rejoins with it before resending).
 #[derive(Debug)]
 struct Journal {
+    path: PathBuf,
     file: File,
     /// Bytes in the journal file.
     size: u64,
@@ -62,6 +104,10 @@ struct Journal {
     joins_bytes: u64,
     /// Past `live_cap`: compacting stopped for this run (see [`LIVE_CAP`]).
     untracked: bool,
+    /// A write failed: the file may lack records or end in part of one. Set until the
+    /// journal is rewritten whole from memory; when the last attempt was.
+    damaged: Option<Option<Instant>>,
+    repair_every: Duration,
 }
 
 #[derive(Debug)]
@@ -73,15 +119,17 @@ struct Live {
 impl Spool {
     /// Opens (creating) `dir/journal.ndjson` and returns the envelopes it had not delivered,
     /// in order, ready to be handed to the sink again. The journal is rewritten to hold only
-    /// those, so a crash during the resend loses nothing either.
-    pub fn open(dir: &Path) -> Result<(Spool, Vec<Envelope>), String> {
-        Self::open_with(dir, COMPACT_AT, LIVE_CAP)
+    /// those, so a crash during the resend loses nothing either. Writes that fail later are
+    /// counted in `write_errors`.
+    pub fn open(dir: &Path, write_errors: Counter) -> Result<(Spool, Vec<Envelope>), String> {
+        Self::open_with(dir, COMPACT_AT, LIVE_CAP, write_errors)
     }
 
     fn open_with(
         dir: &Path,
         compact_at: u64,
         live_cap: u64,
+        write_errors: Counter,
     ) -> Result<(Spool, Vec<Envelope>), String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("--spool {}: {e}", dir.display()))?;
         let path = dir.join("journal.ndjson");
@@ -91,6 +139,7 @@ impl Spool {
         // The resend is journaled as it would be when added, in a new journal that replaces
         // the old one once whole and synced.
         let mut journal = Journal {
+            path: path.clone(),
             file: File::create(&tmp).map_err(err)?,
             size: 0,
             compact_at,
@@ -102,16 +151,30 @@ impl Spool {
             joins: HashMap::new(),
             joins_bytes: 0,
             untracked: false,
+            damaged: None,
+            repair_every: REPAIR_EVERY,
         };
+        let mut lines = String::new();
         for e in &pending {
-            journal.add(e).map_err(err)?;
+            let line = add_record(e);
+            lines.push_str(&line);
+            journal.add(e.id(), e.kind(), e.sender().clone(), line);
         }
+        journal.file.write_all(lines.as_bytes()).map_err(err)?;
+        journal.size = lines.len() as u64;
         journal.file.sync_all().map_err(err)?;
         std::fs::rename(&tmp, &path).map_err(|e| format!("--spool {}: {e}", path.display()))?;
+        let (tx, rx) = mpsc::sync_channel(QUEUE);
+        let errors = write_errors.clone();
+        let writer = std::thread::Builder::new()
+            .name("pvp-spool".into())
+            .spawn(move || journal.run(&rx, &errors))
+            .map_err(|e| format!("--spool: starting its writer thread: {e}"))?;
         let spool = Spool {
             path,
-            journal: Mutex::new(journal),
-            write_errors: Default::default(),
+            tx: Some(tx),
+            writer: Some(writer),
+            write_errors,
         };
         Ok((spool, pending))
     }
@@ -120,78 +183,161 @@ impl Spool {
         &self.path
     }
 
-    fn journal(&self) -> std::sync::MutexGuard<'_, Journal> {
-        self.journal.lock().unwrap_or_else(|p| p.into_inner())
+    /// Records that could not be written so far.
+    pub fn write_errors(&self) -> u64 {
+        self.write_errors.get()
     }
 
-    fn failed(&self, e: &std::io::Error) {
-        self.write_errors
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        tracing::error!(path = %self.path.display(), "spool write failed ({e}): this envelope would not survive a crash");
+    fn hand_over(&self, r: Record) {
+        let Some(tx) = &self.tx else { return };
+        let r = match tx.try_send(r) {
+            Ok(()) => return,
+            Err(mpsc::TrySendError::Full(r)) => {
+                tracing::warn!(path = %self.path.display(), "spool journal {QUEUE} records behind the sink (a slow disk): the sink waits for it");
+                r
+            }
+            Err(mpsc::TrySendError::Disconnected(_)) => {
+                self.write_errors.inc();
+                tracing::error!(path = %self.path.display(), "spool writer gone: this envelope would not survive a crash");
+                return;
+            }
+        };
+        if tx.send(r).is_err() {
+            self.write_errors.inc();
+        }
     }
 
     /// Before an envelope is sent.
     pub fn added(&self, e: &Envelope) {
-        let mut j = self.journal();
-        if let Err(err) = j.add(e) {
-            self.failed(&err);
-        }
-        self.compact_if_due(&mut j);
+        self.hand_over(Record::Add {
+            id: e.id(),
+            kind: e.kind(),
+            sender: e.sender().clone(),
+            line: add_record(e),
+        });
     }
 
     /// Once its frame is written to the socket.
     pub fn done(&self, id: ulid::Ulid) {
-        let mut j = self.journal();
-        if let Err(err) = j.done(id) {
-            self.failed(&err);
-        }
-        self.compact_if_due(&mut j);
+        self.hand_over(Record::Done(id));
     }
 
-    fn compact_if_due(&self, j: &mut Journal) {
-        if j.untracked || j.size < j.compact_at || j.kept_bytes() > j.size / 2 {
-            return;
-        }
-        let (before, started) = (j.size, std::time::Instant::now());
-        match j.compact(&self.path) {
-            Ok(()) => {
-                tracing::info!(path = %self.path.display(), before, after = j.size, took = ?started.elapsed(), "spool journal compacted")
-            }
-            Err(e) => {
-                // The old journal is still whole and still appended to: nothing is lost,
-                // it only stays large. Tried again at the next threshold.
-                j.compact_at = j.size.saturating_add(j.compact_at);
-                tracing::error!(path = %self.path.display(), "spool journal not compacted ({e}); it keeps growing");
-            }
+    /// Waits until everything handed over so far is written (or failed to be). Blocks: for
+    /// the end of a run, off the connections' thread, and for tests.
+    pub fn flush(&self) {
+        let (tx, rx) = mpsc::channel();
+        self.hand_over(Record::Flush(tx));
+        let _ = rx.recv();
+    }
+
+    /// Tests: from now on the journal's writes go to `file`, and a failed one is repaired
+    /// at the next batch.
+    #[cfg(all(test, any(target_os = "linux", target_os = "android")))]
+    fn swap_file(&self, file: File) {
+        self.hand_over(Record::Swap(file));
+        self.flush();
+    }
+}
+
+/// The writer finishes what was handed over before the spool goes.
+impl Drop for Spool {
+    fn drop(&mut self) {
+        drop(self.tx.take());
+        if let Some(w) = self.writer.take()
+            && w.join().is_err()
+        {
+            tracing::error!(path = %self.path.display(), "spool writer panicked");
         }
     }
 }
 
 impl Journal {
-    fn write(&mut self, record: &str) -> std::io::Result<()> {
-        self.file.write_all(record.as_bytes())?;
-        self.size += record.len() as u64;
-        Ok(())
+    /// The writer thread: takes what is handed over, as many records as are waiting at once,
+    /// and writes them with one write(2).
+    fn run(mut self, rx: &mpsc::Receiver<Record>, errors: &Counter) {
+        let mut batch = String::with_capacity(64 << 10);
+        let mut flushed = Vec::new();
+        while let Ok(first) = rx.recv() {
+            // Records coming one by one from the connections are written together: the sink
+            // pays no wake-up of this thread for the ones that arrive meanwhile, and this
+            // thread one write(2) for all of them.
+            if !matches!(first, Record::Flush(_)) {
+                std::thread::sleep(COALESCE);
+            }
+            let mut next = Some(first);
+            while let Some(r) = next {
+                match r {
+                    Record::Add {
+                        id,
+                        kind,
+                        sender,
+                        line,
+                    } => {
+                        batch.push_str(&line);
+                        self.add(id, kind, sender, line);
+                    }
+                    Record::Done(id) => {
+                        batch.push_str("{\"done\":\"");
+                        batch.push_str(id.array_to_str(&mut [0; ulid::ULID_LEN]));
+                        batch.push_str("\"}\n");
+                        self.done(id);
+                    }
+                    Record::Flush(tx) => flushed.push(tx),
+                    #[cfg(all(test, any(target_os = "linux", target_os = "android")))]
+                    Record::Swap(file) => {
+                        self.file = file;
+                        self.repair_every = Duration::ZERO;
+                    }
+                }
+                next = if batch.len() < 1 << 20 {
+                    rx.try_recv().ok()
+                } else {
+                    None
+                };
+            }
+            self.write(&batch, errors);
+            batch.clear();
+            self.repair_or_compact();
+            flushed.drain(..).for_each(|tx| {
+                let _ = tx.send(());
+            });
+        }
     }
 
-    fn add(&mut self, e: &Envelope) -> std::io::Result<()> {
-        let record = add_record(e);
-        let written = self.write(&record);
+    fn write(&mut self, records: &str, errors: &Counter) {
+        if records.is_empty() {
+            return;
+        }
+        match self.file.write_all(records.as_bytes()) {
+            Ok(()) => self.size += records.len() as u64,
+            Err(e) => {
+                errors.inc();
+                tracing::error!(path = %self.path.display(), "spool write failed ({e}): until the journal is rewritten whole, what was not written would not survive a crash");
+                // Part of it may have been written: the size is no longer known.
+                self.size = self.file.metadata().map_or(self.size, |m| m.len());
+                if self.damaged.is_none() {
+                    self.damaged = Some(None);
+                }
+            }
+        }
+    }
+
+    fn add(&mut self, id: ulid::Ulid, kind: Kind, sender: SenderId, record: String) {
         if self.untracked {
-            return written;
+            return;
         }
         let n = self.next;
         self.next += 1;
-        if e.kind() == Kind::SessionJoin {
-            let join = format!("{{\"join\":{}}}\n", e.json());
+        if kind == Kind::SessionJoin {
+            let join = join_record(&record);
             self.joins_bytes += join.len() as u64;
-            if let Some((_, old)) = self.joins.insert(e.sender().clone(), (n, join)) {
+            if let Some((_, old)) = self.joins.insert(sender.clone(), (n, join)) {
                 self.joins_bytes -= old.len() as u64;
             }
         }
-        let leave_of = (e.kind() == Kind::SessionLeave).then(|| e.sender().clone());
+        let leave_of = (kind == Kind::SessionLeave).then_some(sender);
         self.live_bytes += record.len() as u64;
-        self.order.insert(e.id(), n);
+        self.order.insert(id, n);
         self.live.insert(n, Live { record, leave_of });
         if self.live_bytes > self.live_cap {
             tracing::warn!(
@@ -203,11 +349,9 @@ impl Journal {
             self.order = HashMap::new();
             self.joins = HashMap::new();
         }
-        written
     }
 
-    fn done(&mut self, id: ulid::Ulid) -> std::io::Result<()> {
-        let written = self.write(&format!("{{\"done\":\"{id}\"}}\n"));
+    fn done(&mut self, id: ulid::Ulid) {
         if let Some(n) = self.order.remove(&id)
             && let Some(l) = self.live.remove(&n)
         {
@@ -220,7 +364,6 @@ impl Journal {
                 self.joins_bytes -= old.len() as u64;
             }
         }
-        written
     }
 
     /// Bytes a compaction would write.
@@ -228,14 +371,52 @@ impl Journal {
         self.live_bytes + self.joins_bytes
     }
 
+    /// After a batch: a journal a write failed on is rewritten whole from memory (at most once
+    /// a [`REPAIR_EVERY`]), which puts back what the failed writes lost; a large one, mostly
+    /// delivered, is compacted.
+    fn repair_or_compact(&mut self) {
+        if self.untracked {
+            return;
+        }
+        let repair = match self.damaged {
+            Some(last) => last.is_none_or(|t| t.elapsed() >= self.repair_every),
+            None => false,
+        };
+        let due = self.size >= self.compact_at && self.kept_bytes() <= self.size / 2;
+        if !repair && !due {
+            return;
+        }
+        let (before, started) = (self.size, Instant::now());
+        match self.compact() {
+            Ok(()) if repair => {
+                self.damaged = None;
+                tracing::warn!(path = %self.path.display(), after = self.size, "spool journal rewritten whole after failed writes");
+            }
+            Ok(()) => {
+                tracing::info!(path = %self.path.display(), before, after = self.size, took = ?started.elapsed(), "spool journal compacted")
+            }
+            Err(e) if repair => {
+                self.damaged = Some(Some(Instant::now()));
+                tracing::error!(path = %self.path.display(), "spool journal could not be rewritten after failed writes ({e}); tried again in {:?}", self.repair_every);
+            }
+            Err(e) => {
+                // The old journal is still whole and still appended to: nothing is lost,
+                // it only stays large. Tried again at the next threshold.
+                self.compact_at = self.size.saturating_add(self.compact_at);
+                tracing::error!(path = %self.path.display(), "spool journal not compacted ({e}); it keeps growing");
+            }
+        }
+    }
+
     /// Rewrites the journal with only what a restart needs: each participant's latest join
     /// (as a `join` record, never resent itself) and the undelivered envelopes in order. The
     /// new file replaces the old one only once it is whole; until then, and if anything fails,
     /// the old one is kept and appended to. Not synced: like every record, it is to survive the
     /// process, not a power cut, and a sync here stalled the connections' thread (a 2,000
-    /// participant run's worst latency went from 18 to 80 ms).
-    fn compact(&mut self, path: &Path) -> std::io::Result<()> {
-        let tmp = staging(path);
+    /// participant run's worst latency went from 18 to 80 ms, when the journal was written on
+    /// that thread).
+    fn compact(&mut self) -> std::io::Result<()> {
+        let tmp = staging(&self.path);
         let mut out = std::io::BufWriter::with_capacity(64 << 10, File::create(&tmp)?);
         let mut size = 0;
         let joins = self.joins.values().map(|(_, r)| r);
@@ -246,10 +427,10 @@ impl Journal {
         let file = out
             .into_inner()
             .map_err(std::io::IntoInnerError::into_error)?;
-        std::fs::rename(&tmp, path)?;
+        std::fs::rename(&tmp, &self.path)?;
         // The handle written through is the journal now; it goes on at its end. Closing the
-        // old one frees the replaced file, tens of MB: done on a thread of its own, so as not to
-        // stall the connections' thread.
+        // old one frees the replaced file, tens of MB: done on a thread of its own, so as not
+        // to hold up the records behind.
         let old = std::mem::replace(&mut self.file, file);
         if std::thread::Builder::new()
             .name("spool-free".into())
@@ -271,6 +452,15 @@ fn staging(path: &Path) -> PathBuf {
 /// A journal line recording an envelope about to be sent.
 fn add_record(e: &Envelope) -> String {
     format!("{{\"add\":{}}}\n", e.json())
+}
+
+/// The `join` line a compaction keeps of a join's `add` line.
+fn join_record(add: &str) -> String {
+    let envelope = add
+        .strip_prefix("{\"add\":")
+        .and_then(|r| r.strip_suffix("}\n"))
+        .unwrap_or("null");
+    format!("{{\"join\":{envelope}}}\n")
 }
 
 /// The undelivered envelopes, and the last join of every sender (delivered or not).
@@ -399,7 +589,13 @@ mod tests {
 
         /// The spool as a (re)started gateway opens it.
         fn open(&self) -> (Spool, Vec<Envelope>) {
-            Spool::open_with(&self.dir, self.compact_at, self.live_cap).unwrap()
+            Spool::open_with(
+                &self.dir,
+                self.compact_at,
+                self.live_cap,
+                Counter::default(),
+            )
+            .unwrap()
         }
     }
 
@@ -476,6 +672,7 @@ mod tests {
         for i in 0..2000 {
             let e = talk.add("alice", &format!("Sentence {i} of a long day."));
             deliver(&spool, &e);
+            spool.flush();
             largest = largest.max(std::fs::metadata(spool.path()).unwrap().len());
         }
         assert!(largest < 17 << 10, "the journal reached {largest} bytes");
@@ -559,6 +756,7 @@ mod tests {
             );
             deliver(&spool, &e);
         }
+        spool.flush();
         let size = std::fs::metadata(spool.path()).unwrap().len();
         assert!(size > 20 << 10, "{size}");
         drop(spool);
@@ -567,5 +765,78 @@ mod tests {
         assert_eq!(got.first().map(String::as_str), Some("erin session.join"));
         assert_eq!(&got[1..101], &said[..]);
         assert_eq!(got[101..], ["erin session.leave"]);
+    }
+
+    /// A full disk: `/dev/full` fails every write with ENOSPC, as a filesystem with no room does.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    fn full_disk() -> File {
+        File::options().write(true).open("/dev/full").unwrap()
+    }
+
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    fn journal_text(spool: &Spool) -> String {
+        spool.flush();
+        std::fs::read_to_string(spool.path()).unwrap()
+    }
+
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[test]
+    fn a_full_disk_is_counted_and_the_journal_is_rewritten_whole_once_there_is_room() {
+        let d = Scratch::new("full", 64 << 20, 1 << 20);
+        let (spool, _) = d.open();
+        let mut talk = Talk::new();
+        let j = talk.join("grace");
+        deliver(&spool, &j);
+        assert!(journal_text(&spool).contains("grace"));
+        // The disk fills up, and no new journal can be written either (its staging name is
+        // taken by a directory, so creating it fails as a full disk's would).
+        let staging = staging(spool.path());
+        std::fs::create_dir(&staging).unwrap();
+        spool.swap_file(full_disk());
+        spool.added(&talk.add("grace", "Said while the disk was full."));
+        let delivered = talk.add("grace", "Delivered while the disk was full.");
+        deliver(&spool, &delivered);
+        spool.flush();
+        // Counted once a batch; nothing of it reached the journal, which a repair could not
+        // rewrite.
+        let failed = spool.write_errors();
+        assert!(failed >= 1, "{failed}");
+        let text = std::fs::read_to_string(spool.path()).unwrap();
+        assert!(!text.contains("disk was full"), "{text}");
+        // Room again: the next batch's write still fails (the open file is the full one), and
+        // the journal is rewritten whole from memory, with what the failed writes lost.
+        std::fs::remove_dir(&staging).unwrap();
+        spool.added(&talk.add("grace", "Said once there was room."));
+        let text = journal_text(&spool);
+        assert_eq!(spool.write_errors(), failed + 1);
+        assert!(text.contains("Said while the disk was full."), "{text}");
+        assert!(text.contains("Said once there was room."), "{text}");
+        // The envelope delivered meanwhile is not in it: a restart does not send it again.
+        assert!(!text.contains("Delivered while"), "{text}");
+        drop(spool);
+        let (_, resend) = d.open();
+        assert_eq!(
+            summary(&resend),
+            [
+                "grace session.join",
+                "grace context.add Said while the disk was full.",
+                "grace context.add Said once there was room.",
+                "grace session.leave",
+            ]
+        );
+    }
+
+    #[test]
+    fn what_is_handed_over_is_written_by_the_time_the_spool_is_dropped() {
+        let d = Scratch::new("drop", 64 << 20, 1 << 20);
+        let (spool, _) = d.open();
+        let mut talk = Talk::new();
+        spool.added(&talk.join("heidi"));
+        for i in 0..1000 {
+            spool.added(&talk.add("heidi", &format!("Sentence {i}.")));
+        }
+        drop(spool);
+        let (_, resend) = d.open();
+        assert_eq!(resend.len(), 1 + 1000 + 1);
     }
 }

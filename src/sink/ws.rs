@@ -124,6 +124,11 @@ impl WsSink {
         if tokio::time::timeout(grace, all).await.is_err() {
             tracing::warn!("PVP connections did not finish within {grace:?}");
         }
+        if let Some(spool) = self.cfg.spool.clone() {
+            // The journal's last records (the leaves' marks) are on disk before the process
+            // goes; waited for off this thread, which still serves any connection left.
+            let _ = tokio::task::spawn_blocking(move || spool.flush()).await;
+        }
         SinkStats {
             sent: self.sent.load(Ordering::Relaxed),
             dropped: self.dropped,
