@@ -302,6 +302,12 @@ impl Journal {
                 let _ = tx.send(());
             });
         }
+        // The spool is going (the gateway stops): a journal still damaged gets a last chance
+        // to be whole for the next start, whenever the last attempt was.
+        if self.damaged.is_some() {
+            self.damaged = Some(None);
+            self.repair_or_compact();
+        }
     }
 
     fn write(&mut self, records: &str, errors: &Counter) {
@@ -822,6 +828,35 @@ mod tests {
                 "grace context.add Said while the disk was full.",
                 "grace context.add Said once there was room.",
                 "grace session.leave",
+            ]
+        );
+    }
+
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[test]
+    fn a_journal_still_damaged_when_the_gateway_stops_is_rewritten_then() {
+        let d = Scratch::new("stop", 64 << 20, 1 << 20);
+        let (spool, _) = d.open();
+        let mut talk = Talk::new();
+        let j = talk.join("ivan");
+        deliver(&spool, &j);
+        let staging = staging(spool.path());
+        std::fs::create_dir(&staging).unwrap();
+        spool.swap_file(full_disk());
+        spool.added(&talk.add("ivan", "Said as the disk filled."));
+        let text = journal_text(&spool);
+        assert!(!text.contains("disk filled"), "{text}");
+        assert!(spool.write_errors() >= 1);
+        // Room again, and nothing more is said before the gateway stops.
+        std::fs::remove_dir(&staging).unwrap();
+        drop(spool);
+        let (_, resend) = d.open();
+        assert_eq!(
+            summary(&resend),
+            [
+                "ivan session.join",
+                "ivan context.add Said as the disk filled.",
+                "ivan session.leave",
             ]
         );
     }
