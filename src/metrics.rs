@@ -224,21 +224,25 @@ pub fn registry(workers: Vec<watch::Receiver<Stats>>, sink: &SinkMetrics) -> Reg
         "Sink entry to frame written.",
         sink.send_latency.clone(),
     );
-    r.register(
-        "pvp_t140_participants_refused",
-        "Participants the PVP server refused (UNAUTHORIZED, SESSION_NOT_FOUND).",
-        sink.refused.clone(),
-    );
-    r.register(
-        "pvp_t140_gated_chunks_refused",
-        "Gated transcript chunks rejected, timed out or dropped at shutdown.",
-        sink.gates_refused.clone(),
-    );
-    r.register(
-        "pvp_t140_spool_write_errors",
-        "Spool journal writes that failed (disk full, I/O error).",
-        sink.spool_write_errors.clone(),
-    );
+    for (name, help, counter) in [
+        (
+            "pvp_t140_participants_refused",
+            "Participants the PVP server refused (UNAUTHORIZED, SESSION_NOT_FOUND).",
+            &sink.refused,
+        ),
+        (
+            "pvp_t140_gated_chunks_refused",
+            "Gated transcript chunks rejected, timed out or dropped at shutdown.",
+            &sink.gates_refused,
+        ),
+        (
+            "pvp_t140_spool_write_errors",
+            "Spool journal writes that failed (disk full, I/O error).",
+            &sink.spool_write_errors,
+        ),
+    ] {
+        r.register(name, help, counter.clone());
+    }
     r
 }
 

@@ -773,10 +773,16 @@ mod tests {
         assert_eq!(got[101..], ["erin session.leave"]);
     }
 
-    /// A full disk: `/dev/full` fails every write with ENOSPC, as a filesystem with no room does.
+    /// The disk fills up: the journal's writes go to `/dev/full`, which fails every write with
+    /// ENOSPC as a filesystem with no room does, and no new journal can be written either (its
+    /// staging name is taken by a directory, so creating it fails as on a full disk). Room
+    /// comes back when the returned directory is removed.
     #[cfg(any(target_os = "linux", target_os = "android"))]
-    fn full_disk() -> File {
-        File::options().write(true).open("/dev/full").unwrap()
+    fn fill_disk(spool: &Spool) -> PathBuf {
+        let staging = staging(spool.path());
+        std::fs::create_dir(&staging).unwrap();
+        spool.swap_file(File::options().write(true).open("/dev/full").unwrap());
+        staging
     }
 
     #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -794,11 +800,7 @@ mod tests {
         let j = talk.join("grace");
         deliver(&spool, &j);
         assert!(journal_text(&spool).contains("grace"));
-        // The disk fills up, and no new journal can be written either (its staging name is
-        // taken by a directory, so creating it fails as a full disk's would).
-        let staging = staging(spool.path());
-        std::fs::create_dir(&staging).unwrap();
-        spool.swap_file(full_disk());
+        let staging = fill_disk(&spool);
         spool.added(&talk.add("grace", "Said while the disk was full."));
         let delivered = talk.add("grace", "Delivered while the disk was full.");
         deliver(&spool, &delivered);
@@ -840,9 +842,7 @@ mod tests {
         let mut talk = Talk::new();
         let j = talk.join("ivan");
         deliver(&spool, &j);
-        let staging = staging(spool.path());
-        std::fs::create_dir(&staging).unwrap();
-        spool.swap_file(full_disk());
+        let staging = fill_disk(&spool);
         spool.added(&talk.add("ivan", "Said as the disk filled."));
         let text = journal_text(&spool);
         assert!(!text.contains("disk filled"), "{text}");
