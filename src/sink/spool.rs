@@ -52,7 +52,7 @@ const REPAIR_EVERY: Duration = Duration::from_secs(1);
 /// they are handed over (`added` before the frame is sent, `done` after it was written), a
 /// batch a write(2): the writes, and the stalls a busy disk gives them, stay off the thread
 /// that serves the PVP connections. With 10,000 participants that cut what the spool costs
-/// that thread by about 60% (docs/performance.md, section 19).
+/// that thread by 54-79% (docs/performance.md, section 19).
 #[derive(Debug)]
 pub struct Spool {
     path: PathBuf,
