@@ -114,3 +114,62 @@ async fn healthz_follows_the_pvp_server() {
     }
     assert!(gw.terminate(WAIT).success());
 }
+
+/// A participant the PVP server refuses (UNAUTHORIZED) is counted on /metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_participant_the_server_refuses_is_counted() {
+    let server = TestPvpServer::start().await;
+    let url = server.url();
+    let mut gw =
+        Gateway::start_for_server(&url, &["--metrics", "127.0.0.1:0", "--session", "counted"]);
+    let m = metrics_addr(&mut gw);
+    let mut a = Sender::new(gw.listen, 0xc0);
+    a.send("Hello there. ");
+    let p = a.participant();
+    server
+        .wait_until(WAIT, "the first sentence", |s| {
+            !s.received_of_type("context.add").is_empty()
+        })
+        .await;
+    let (_, body) = tokio::task::spawn_blocking(move || get(m, "/metrics"))
+        .await
+        .unwrap();
+    assert_eq!(
+        sample(&body, "pvp_t140_participants_refused_total"),
+        Some(0.0),
+        "{body}"
+    );
+    let conn = server
+        .received()
+        .iter()
+        .find(|r| r.envelope["sender"] == p.as_str())
+        .unwrap()
+        .conn;
+    let refusal = common::pvp_server::make_envelope(
+        "error",
+        "counted",
+        "system",
+        serde_json::json!({"code": "UNAUTHORIZED", "message": "test", "recoverable": false}),
+        None,
+    );
+    assert!(server.send_to(conn, refusal));
+    gw.wait_stderr(WAIT, "refused this participant");
+    let (_, body) = tokio::task::spawn_blocking(move || get(m, "/metrics"))
+        .await
+        .unwrap();
+    assert_eq!(
+        sample(&body, "pvp_t140_participants_refused_total"),
+        Some(1.0),
+        "{body}"
+    );
+    assert!(
+        body.contains("pvp_t140_gated_chunks_refused_total 0"),
+        "{body}"
+    );
+    assert!(
+        body.contains("pvp_t140_spool_write_errors_total 0"),
+        "{body}"
+    );
+    assert!(gw.terminate(WAIT).success());
+    server.stop().await;
+}

@@ -281,8 +281,9 @@ async fn connection(
                                         while rx.recv().await.is_some() {
                                             lost += 1;
                                         }
-                                        tracing::error!(%participant, %code, undelivered = lost, "PVP server refused this participant; its transcript is not delivered");
+                                        // Counted before it is logged: whoever reads the log finds it counted.
                                         m.refused.inc();
+                                        tracing::error!(%participant, %code, undelivered = lost, "PVP server refused this participant; its transcript is not delivered");
                                         return;
                                     }
                                     Reaction::Backoff => {
