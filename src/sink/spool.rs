@@ -19,6 +19,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -60,6 +61,8 @@ pub struct Spool {
     writer: Option<std::thread::JoinHandle<()>>,
     /// Records that could not be written (disk full, I/O error): logged loudly, counted.
     write_errors: Counter,
+    /// The writer's queue was found full and has not had room since (logged once a stall).
+    behind: AtomicBool,
 }
 
 /// What the sink hands the journal's writer.
@@ -175,6 +178,7 @@ impl Spool {
             tx: Some(tx),
             writer: Some(writer),
             write_errors,
+            behind: AtomicBool::new(false),
         };
         Ok((spool, pending))
     }
@@ -191,9 +195,18 @@ impl Spool {
     fn hand_over(&self, r: Record) {
         let Some(tx) = &self.tx else { return };
         let r = match tx.try_send(r) {
-            Ok(()) => return,
+            Ok(()) => {
+                if self.behind.load(Ordering::Relaxed) && self.behind.swap(false, Ordering::Relaxed)
+                {
+                    tracing::info!(path = %self.path.display(), "spool journal caught up with the sink");
+                }
+                return;
+            }
             Err(mpsc::TrySendError::Full(r)) => {
-                tracing::warn!(path = %self.path.display(), "spool journal {QUEUE} records behind the sink (a slow disk): the sink waits for it");
+                // Once a stall, not once a record: a stalled disk would flood the log.
+                if !self.behind.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(path = %self.path.display(), "spool journal {QUEUE} records behind the sink (a slow disk): the sink waits for it");
+                }
                 r
             }
             Err(mpsc::TrySendError::Disconnected(_)) => {
