@@ -874,6 +874,74 @@ mod tests {
         );
     }
 
+    /// A disk that stalls: the journal's writes go into a FIFO nobody reads yet, so the writer
+    /// blocks once the pipe is full, its queue fills, and handing over waits. Nothing is
+    /// skipped and the order holds once the disk moves again.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[test]
+    fn a_stalled_disk_makes_the_sink_wait_and_skips_nothing() {
+        use std::io::Read;
+        use std::sync::atomic::AtomicUsize;
+        let d = Scratch::new("stall", u64::MAX, 1 << 30);
+        let (spool, _) = d.open();
+        let fifo = d.dir.join("stalled-disk");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        // Read and write: opening does not wait for a reader, and writes block when full.
+        spool.swap_file(File::options().read(true).write(true).open(&fifo).unwrap());
+        let mut talk = Talk::new();
+        // More than the queue, a full batch (1 MiB) and the pipe (64 KiB) can hold.
+        let ids: Vec<ulid::Ulid> = (0..QUEUE + (1 << 20) / 38 + (64 << 10) / 38 + 10_000)
+            .map(|_| talk.add("judy", "x").id())
+            .collect();
+        let (spool, ids) = (std::sync::Arc::new(spool), std::sync::Arc::new(ids));
+        let handed = std::sync::Arc::new(AtomicUsize::new(0));
+        // Not a scoped thread: if an assertion below fails, the test must not wait for it.
+        let producer = std::thread::spawn({
+            let (spool, ids, handed) = (spool.clone(), ids.clone(), handed.clone());
+            move || {
+                for &id in ids.iter() {
+                    spool.done(id);
+                    handed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !spool.behind.load(Ordering::Relaxed) {
+            assert!(Instant::now() < deadline, "the queue never filled");
+            std::thread::yield_now();
+        }
+        // The sink waits: it cannot have handed everything over while the disk is stalled.
+        assert!(handed.load(Ordering::Relaxed) < ids.len());
+        assert!(!producer.is_finished());
+        // The disk moves again.
+        let reader = std::thread::spawn(move || {
+            let mut text = String::new();
+            File::open(&fifo)
+                .unwrap()
+                .read_to_string(&mut text)
+                .unwrap();
+            text
+        });
+        producer.join().unwrap();
+        spool.flush();
+        assert_eq!(spool.write_errors(), 0);
+        // The writer closes the FIFO as the spool goes (this is its last holder), which ends
+        // the reader's read.
+        drop(spool);
+        let text = reader.join().unwrap();
+        let written: Vec<&str> = text.lines().collect();
+        let expected: Vec<String> = ids
+            .iter()
+            .map(|id| format!("{{\"done\":\"{id}\"}}"))
+            .collect();
+        assert_eq!(written.len(), expected.len());
+        assert!(written.iter().zip(&expected).all(|(w, e)| w == e));
+    }
+
     #[test]
     fn what_is_handed_over_is_written_by_the_time_the_spool_is_dropped() {
         let d = Scratch::new("drop", 64 << 20, 1 << 20);
