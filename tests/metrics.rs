@@ -131,9 +131,12 @@ async fn a_participant_the_server_refuses_is_counted() {
             !s.received_of_type("context.add").is_empty()
         })
         .await;
-    let (_, body) = tokio::task::spawn_blocking(move || get(m, "/metrics"))
-        .await
-        .unwrap();
+    let scrape = || async move {
+        tokio::task::spawn_blocking(move || get(m, "/metrics").1)
+            .await
+            .unwrap()
+    };
+    let body = scrape().await;
     assert_eq!(
         sample(&body, "pvp_t140_participants_refused_total"),
         Some(0.0),
@@ -154,9 +157,7 @@ async fn a_participant_the_server_refuses_is_counted() {
     );
     assert!(server.send_to(conn, refusal));
     gw.wait_stderr(WAIT, "refused this participant");
-    let (_, body) = tokio::task::spawn_blocking(move || get(m, "/metrics"))
-        .await
-        .unwrap();
+    let body = scrape().await;
     assert_eq!(
         sample(&body, "pvp_t140_participants_refused_total"),
         Some(1.0),

@@ -107,9 +107,9 @@ struct Journal {
     joins_bytes: u64,
     /// Past `live_cap`: compacting stopped for this run (see [`LIVE_CAP`]).
     untracked: bool,
-    /// A write failed: the file may lack records or end in part of one. Set until the
-    /// journal is rewritten whole from memory; when the last attempt was.
-    damaged: Option<Option<Instant>>,
+    /// A write failed: the file may lack records or end in part of one. Until the journal is
+    /// rewritten whole from memory, when that may next be tried.
+    damaged: Option<Instant>,
     repair_every: Duration,
 }
 
@@ -318,7 +318,7 @@ impl Journal {
         // The spool is going (the gateway stops): a journal still damaged gets a last chance
         // to be whole for the next start, whenever the last attempt was.
         if self.damaged.is_some() {
-            self.damaged = Some(None);
+            self.damaged = Some(Instant::now());
             self.repair_or_compact();
         }
     }
@@ -334,9 +334,7 @@ impl Journal {
                 tracing::error!(path = %self.path.display(), "spool write failed ({e}): until the journal is rewritten whole, what was not written would not survive a crash");
                 // Part of it may have been written: the size is no longer known.
                 self.size = self.file.metadata().map_or(self.size, |m| m.len());
-                if self.damaged.is_none() {
-                    self.damaged = Some(None);
-                }
+                self.damaged.get_or_insert_with(Instant::now);
             }
         }
     }
@@ -397,25 +395,22 @@ impl Journal {
         if self.untracked {
             return;
         }
-        let repair = match self.damaged {
-            Some(last) => last.is_none_or(|t| t.elapsed() >= self.repair_every),
-            None => false,
-        };
+        let repair = self.damaged.is_some_and(|at| Instant::now() >= at);
         let due = self.size >= self.compact_at && self.kept_bytes() <= self.size / 2;
         if !repair && !due {
             return;
         }
         let (before, started) = (self.size, Instant::now());
         match self.compact() {
-            Ok(()) if repair => {
-                self.damaged = None;
+            // Either way the journal is whole now.
+            Ok(()) if self.damaged.take().is_some() => {
                 tracing::warn!(path = %self.path.display(), after = self.size, "spool journal rewritten whole after failed writes");
             }
             Ok(()) => {
                 tracing::info!(path = %self.path.display(), before, after = self.size, took = ?started.elapsed(), "spool journal compacted")
             }
             Err(e) if repair => {
-                self.damaged = Some(Some(Instant::now()));
+                self.damaged = Some(Instant::now() + self.repair_every);
                 tracing::error!(path = %self.path.display(), "spool journal could not be rewritten after failed writes ({e}); tried again in {:?}", self.repair_every);
             }
             Err(e) => {
@@ -798,6 +793,17 @@ mod tests {
         staging
     }
 
+    /// A fresh spool (no compaction due) in which `who` has joined, the join delivered.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    fn joined(name: &str, who: &str) -> (Scratch, Spool, Talk) {
+        let d = Scratch::new(name, 64 << 20, 1 << 20);
+        let (spool, _) = d.open();
+        let mut talk = Talk::new();
+        let j = talk.join(who);
+        deliver(&spool, &j);
+        (d, spool, talk)
+    }
+
     #[cfg(any(target_os = "linux", target_os = "android"))]
     fn journal_text(spool: &Spool) -> String {
         spool.flush();
@@ -807,11 +813,7 @@ mod tests {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     #[test]
     fn a_full_disk_is_counted_and_the_journal_is_rewritten_whole_once_there_is_room() {
-        let d = Scratch::new("full", 64 << 20, 1 << 20);
-        let (spool, _) = d.open();
-        let mut talk = Talk::new();
-        let j = talk.join("grace");
-        deliver(&spool, &j);
+        let (d, spool, mut talk) = joined("full", "grace");
         assert!(journal_text(&spool).contains("grace"));
         let staging = fill_disk(&spool);
         spool.added(&talk.add("grace", "Said while the disk was full."));
@@ -850,11 +852,7 @@ mod tests {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     #[test]
     fn a_journal_still_damaged_when_the_gateway_stops_is_rewritten_then() {
-        let d = Scratch::new("stop", 64 << 20, 1 << 20);
-        let (spool, _) = d.open();
-        let mut talk = Talk::new();
-        let j = talk.join("ivan");
-        deliver(&spool, &j);
+        let (d, spool, mut talk) = joined("stop", "ivan");
         let staging = fill_disk(&spool);
         spool.added(&talk.add("ivan", "Said as the disk filled."));
         let text = journal_text(&spool);
