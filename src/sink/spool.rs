@@ -159,9 +159,13 @@ impl Spool {
         };
         let mut lines = String::new();
         for e in &pending {
-            let line = add_record(e);
-            lines.push_str(&line);
-            journal.add(e.id(), e.kind(), e.sender().clone(), line);
+            journal.add(
+                &mut lines,
+                e.id(),
+                e.kind(),
+                e.sender().clone(),
+                add_record(e),
+            );
         }
         journal.file.write_all(lines.as_bytes()).map_err(err)?;
         journal.size = lines.len() as u64;
@@ -187,8 +191,9 @@ impl Spool {
         &self.path
     }
 
-    /// Records that could not be written so far.
-    pub fn write_errors(&self) -> u64 {
+    /// Records that could not be written so far (tests; the gateway reads the counter).
+    #[cfg(all(test, any(target_os = "linux", target_os = "android")))]
+    fn write_errors(&self) -> u64 {
         self.write_errors.get()
     }
 
@@ -285,16 +290,8 @@ impl Journal {
                         kind,
                         sender,
                         line,
-                    } => {
-                        batch.push_str(&line);
-                        self.add(id, kind, sender, line);
-                    }
-                    Record::Done(id) => {
-                        batch.push_str("{\"done\":\"");
-                        batch.push_str(id.array_to_str(&mut [0; ulid::ULID_LEN]));
-                        batch.push_str("\"}\n");
-                        self.done(id);
-                    }
+                    } => self.add(&mut batch, id, kind, sender, line),
+                    Record::Done(id) => self.done(&mut batch, id),
                     Record::Flush(tx) => flushed.push(tx),
                     #[cfg(all(test, any(target_os = "linux", target_os = "android")))]
                     Record::Swap(file) => {
@@ -339,7 +336,17 @@ impl Journal {
         }
     }
 
-    fn add(&mut self, id: ulid::Ulid, kind: Kind, sender: SenderId, record: String) {
+    /// An envelope's `add` record, appended to `batch` (what is written next) and kept for
+    /// compacting.
+    fn add(
+        &mut self,
+        batch: &mut String,
+        id: ulid::Ulid,
+        kind: Kind,
+        sender: SenderId,
+        record: String,
+    ) {
+        batch.push_str(&record);
         if self.untracked {
             return;
         }
@@ -368,7 +375,11 @@ impl Journal {
         }
     }
 
-    fn done(&mut self, id: ulid::Ulid) {
+    /// A frame's `done` record, appended to `batch`; its envelope is no longer kept.
+    fn done(&mut self, batch: &mut String, id: ulid::Ulid) {
+        batch.push_str("{\"done\":\"");
+        batch.push_str(id.array_to_str(&mut [0; ulid::ULID_LEN]));
+        batch.push_str("\"}\n");
         if let Some(n) = self.order.remove(&id)
             && let Some(l) = self.live.remove(&n)
         {
