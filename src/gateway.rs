@@ -355,7 +355,7 @@ impl Emitter {
                     sp.profile.name_rank = u8::MAX;
                 }
                 sp.profile.roles = rule.roles;
-                sp.profile.session = rule.session.as_deref().map(crate::pvp::Escaped::new);
+                sp.profile.session = rule.session.as_deref().map(crate::pvp::SessionText::new);
             }
             Decision::Auto => {}
         }

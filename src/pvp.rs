@@ -90,6 +90,26 @@ impl Kind {
     pub fn parse(s: &str) -> Option<Kind> {
         Kind::ALL.into_iter().find(|k| k.as_str() == s)
     }
+
+    /// What follows the sender in an envelope of this kind, up to its payload: one append.
+    const fn type_and_payload_key(self) -> &'static str {
+        macro_rules! tail {
+            ($kind:literal) => {
+                concat!("\",\"type\":\"", $kind, "\",\"payload\":")
+            };
+        }
+        match self {
+            Kind::SessionJoin => tail!("session.join"),
+            Kind::SessionLeave => tail!("session.leave"),
+            Kind::ParticipantAnnounce => tail!("participant.announce"),
+            Kind::ContextAdd => tail!("context.add"),
+            Kind::ContextUpdate => tail!("context.update"),
+            Kind::ContextRemove => tail!("context.remove"),
+            Kind::HeartbeatPing => tail!("heartbeat.ping"),
+            Kind::HeartbeatPong => tail!("heartbeat.pong"),
+            Kind::GateRequest => tail!("gate.request"),
+        }
+    }
 }
 
 impl std::fmt::Display for Kind {
@@ -144,21 +164,27 @@ impl Envelope {
     }
 }
 
-/// Text escaped for the inside of a JSON string: built once, written into many envelopes.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Escaped(String);
+/// A session id as every envelope carries it: escaped for a JSON string once, with the keys
+/// around it (`","session":"ID","sender":"`), so that an envelope copies it in one append.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionText(String);
 
-impl Escaped {
-    pub fn new(v: impl std::fmt::Display) -> Self {
+impl SessionText {
+    const BEFORE: &str = "\",\"session\":\"";
+    const AFTER: &str = "\",\"sender\":\"";
+
+    pub fn new(id: impl std::fmt::Display) -> Self {
         use std::fmt::Write;
-        let mut s = String::new();
+        let mut s = String::from(Self::BEFORE);
         // Writing into a String cannot fail.
-        let _ = write!(Escaper(&mut s), "{v}");
-        Escaped(s)
+        let _ = write!(Escaper(&mut s), "{id}");
+        s.push_str(Self::AFTER);
+        SessionText(s)
     }
 
+    /// The id, escaped.
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.0[Self::BEFORE.len()..self.0.len() - Self::AFTER.len()]
     }
 }
 
@@ -489,20 +515,103 @@ enum Sender<'a> {
 /// Builds the envelopes of one PVP session.
 #[derive(Debug, Clone)]
 pub struct Builder {
-    /// The session envelopes are built in, escaped once (a mapping rule may swap it).
-    pub session: Escaped,
+    /// The session envelopes are built in (a mapping rule may swap it).
+    pub session: SessionText,
     pub token: Option<String>,
     ids: IdGen,
+    stamp: Stamp,
+}
+
+/// The end of a `context.add`: its tags, the flush cause among them, and the closing braces.
+const fn tags_to_end(cause: crate::chunker::FlushCause) -> &'static str {
+    use crate::chunker::FlushCause;
+    macro_rules! tags {
+        ($cause:literal) => {
+            concat!(
+                "\",\"tags\":[\"t140\",\"transcript\",\"flush:",
+                $cause,
+                "\"]}}"
+            )
+        };
+    }
+    match cause {
+        FlushCause::Sentence => tags!("sentence"),
+        FlushCause::Idle => tags!("idle"),
+        FlushCause::Size => tags!("size"),
+        FlushCause::End => tags!("end"),
+    }
+}
+
+/// Crockford's base32 as ULIDs are written (the `ulid` crate's alphabet).
+const BASE32: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+const STAMP_HEAD: &[u8] = b"{\"v\":1,\"id\":\"";
+const STAMP_TS_KEY: &[u8] = b"\",\"ts\":\"";
+const STAMP_ID: usize = STAMP_HEAD.len();
+const STAMP_TS: usize = STAMP_ID + ulid::ULID_LEN + STAMP_TS_KEY.len();
+const STAMP_LEN: usize = STAMP_TS + 24;
+
+/// How every envelope starts, `{"v":1,"id":"ULID","ts":"TIME`, kept as text and rewritten in
+/// place: the id's first ten characters (its millisecond) only when they change, its last
+/// sixteen (the random part) each time, the time as [`crate::time::Iso8601Cache`] writes it.
+/// An envelope then copies it in one append, where it took five appends and a whole ULID
+/// encoding with its UTF-8 check (docs/performance.md section 20).
+#[derive(Debug, Clone)]
+struct Stamp {
+    text: [u8; STAMP_LEN],
+    /// The millisecond the id's first ten characters hold.
+    id_ms: Option<u64>,
     ts: crate::time::Iso8601Cache,
+}
+
+impl Default for Stamp {
+    fn default() -> Self {
+        let mut text = [b'0'; STAMP_LEN];
+        text[..STAMP_ID].copy_from_slice(STAMP_HEAD);
+        text[STAMP_TS - STAMP_TS_KEY.len()..STAMP_TS].copy_from_slice(STAMP_TS_KEY);
+        Stamp {
+            text,
+            id_ms: None,
+            ts: Default::default(),
+        }
+    }
+}
+
+impl Stamp {
+    #[inline]
+    fn render(&mut self, id: ulid::Ulid, now: Time) -> &str {
+        let ms = id.timestamp_ms();
+        let (time, random) = self.text[STAMP_ID..STAMP_ID + ulid::ULID_LEN].split_at_mut(10);
+        if self.id_ms != Some(ms) {
+            self.id_ms = Some(ms);
+            put_base32(time, ms);
+        }
+        // 80 bits: the last twelve characters take the low 60, the first four the rest.
+        let r = id.random();
+        let (high, low) = random.split_at_mut(4);
+        put_base32(high, (r >> 60) as u64);
+        put_base32(low, r as u64);
+        self.text[STAMP_TS..].copy_from_slice(self.ts.bytes(now));
+        // Only ASCII is ever written into it.
+        std::str::from_utf8(&self.text).unwrap_or_default()
+    }
+}
+
+/// Writes the low `5 * out.len()` bits of `v` into `out` in base32, most significant first.
+#[inline]
+fn put_base32(out: &mut [u8], mut v: u64) {
+    for c in out.iter_mut().rev() {
+        *c = BASE32[(v & 31) as usize];
+        v >>= 5;
+    }
 }
 
 impl Builder {
     pub fn new(session: String, token: Option<String>, seed: u128) -> Self {
         Builder {
-            session: Escaped::new(session),
+            session: SessionText::new(session),
             token,
             ids: IdGen::new(seed),
-            ts: Default::default(),
+            stamp: Stamp::default(),
         }
     }
 
@@ -515,14 +624,20 @@ impl Builder {
         kind: Kind,
         capacity: usize,
     ) -> (ulid::Ulid, String) {
-        self.begin_as(now, Sender::Raw(sender), kind, capacity)
+        self.begin_as(
+            now,
+            Sender::Raw(sender),
+            kind.type_and_payload_key(),
+            capacity,
+        )
     }
 
+    /// [`Builder::begin`] with what follows the sender given as text (`tail`).
     fn begin_as(
         &mut self,
         now: Time,
         sender: Sender<'_>,
-        kind: Kind,
+        tail: &str,
         capacity: usize,
     ) -> (ulid::Ulid, String) {
         let id = self.ids.next(now);
@@ -530,21 +645,13 @@ impl Builder {
             Sender::Raw(s) | Sender::Escaped(s) => s.len(),
         };
         let mut out = String::with_capacity(capacity + 160 + self.session.0.len() + sender_len);
-        out.push_str("{\"v\":1,\"id\":\"");
-        let mut buf = [0u8; ulid::ULID_LEN];
-        out.push_str(id.array_to_str(&mut buf));
-        out.push_str("\",\"ts\":\"");
-        self.ts.write(now, &mut out);
-        out.push_str("\",\"session\":\"");
-        out.push_str(self.session.as_str());
-        out.push_str("\",\"sender\":\"");
+        out.push_str(self.stamp.render(id, now));
+        out.push_str(&self.session.0);
         match sender {
             Sender::Raw(s) => escape_into(&mut out, s),
             Sender::Escaped(s) => out.push_str(s),
         }
-        out.push_str("\",\"type\":\"");
-        out.push_str(kind.as_str());
-        out.push_str("\",\"payload\":");
+        out.push_str(tail);
         (id, out)
     }
 
@@ -635,20 +742,26 @@ impl Builder {
         let template = sender.template()?;
         let capacity = sender.all.len() + text.len() + 128;
         let escaped = Sender::Escaped(template.sender);
-        let (id, mut out) = self.begin_as(now, escaped, Kind::ContextAdd, capacity);
         // Keys in sorted order, as serde_json writes a map.
-        out.push_str("{\"content\":");
-        push_json_str(&mut out, text);
-        out.push_str(",\"content_type\":\"audio_transcript\",\"key\":\"");
+        let (id, mut out) = self.begin_as(
+            now,
+            escaped,
+            "\",\"type\":\"context.add\",\"payload\":{\"content\":\"",
+            capacity,
+        );
+        escape_into(&mut out, text);
+        out.push_str("\",\"content_type\":\"audio_transcript\",\"key\":\"");
         out.push_str(template.key_prefix);
         out.push_str(itoa::Buffer::new().format(n));
         out.push_str("\",\"source\":\"");
         out.push_str(template.source);
-        out.push_str("\",\"tags\":[\"t140\",\"transcript\",\"flush:");
-        // One of `FlushCause::as_str`'s words: nothing to escape.
-        out.push_str(cause.as_str());
-        out.push_str("\"]}");
-        Some(Self::finish(id, Kind::ContextAdd, sender.clone(), out))
+        out.push_str(tags_to_end(cause));
+        Some(Envelope {
+            id,
+            kind: Kind::ContextAdd,
+            sender: sender.clone(),
+            json: out,
+        })
     }
 
     /// pvp-spec 9.3 `context.update` replacing an item's content.
@@ -752,6 +865,22 @@ mod tests {
         let a = g.next(Time::from_millis(1_800_000_000_000));
         let b = g.next(Time::from_millis(1_000));
         assert!(a < b);
+    }
+
+    /// The stamp rewritten in place writes what a whole encoding writes: within a millisecond,
+    /// across milliseconds, minutes and days, and with a clock that steps back.
+    #[test]
+    fn the_stamp_writes_each_envelopes_id_and_time() {
+        let mut g = IdGen::new(11);
+        let mut stamp = Stamp::default();
+        let base = 1_700_000_000_000u64;
+        let times = [0, 0, 0, 1, 999, 1_000, 59_999, 60_000, 86_400_000, 5];
+        for (i, &dt) in times.iter().enumerate() {
+            let now = Time::from_millis(base + dt).plus_us(i as u64 * 7);
+            let id = g.next(now);
+            let want = format!("{{\"v\":1,\"id\":\"{id}\",\"ts\":\"{}", now.to_iso8601());
+            assert_eq!(stamp.render(id, now), want, "time {i}");
+        }
     }
 
     #[test]

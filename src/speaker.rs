@@ -151,7 +151,7 @@ pub struct Profile {
     pub name_rank: u8,
     /// Roles and session from a stream-mapping rule (else the gateway's).
     pub roles: Option<Vec<String>>,
-    pub session: Option<crate::pvp::Escaped>,
+    pub session: Option<crate::pvp::SessionText>,
     /// Chunks sent, and the number of the next chunk's context key.
     pub chunks_sent: u64,
     /// Number and content of the last chunk sent (0: none or removed): a backspace reaching

@@ -125,6 +125,13 @@ impl Default for Iso8601Cache {
 
 impl Iso8601Cache {
     pub fn write(&mut self, t: Time, out: &mut String) {
+        let text = self.bytes(t);
+        out.push_str(std::str::from_utf8(text).unwrap_or_default());
+    }
+
+    /// The timestamp's 24 ASCII bytes, for a caller that assembles them with others.
+    #[inline]
+    pub fn bytes(&mut self, t: Time) -> &[u8; 24] {
         let ms = t.0 / 1000;
         if ms / 60_000 != self.minute {
             self.minute = ms / 60_000;
@@ -132,7 +139,7 @@ impl Iso8601Cache {
         } else {
             put_seconds(&mut self.text, ms % 60_000);
         }
-        out.push_str(std::str::from_utf8(&self.text).unwrap_or_default());
+        &self.text
     }
 }
 

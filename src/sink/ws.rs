@@ -375,7 +375,7 @@ async fn connection(
             let (id, kind) = (e.id(), e.kind());
             if kind == Kind::SessionJoin {
                 // Heartbeats go to the participant's session (a mapping rule may route it).
-                pvp.session = crate::pvp::Escaped::new(e.to_message().session);
+                pvp.session = crate::pvp::SessionText::new(e.to_message().session);
                 join = Some(e.clone());
             }
             // The frame shares the envelope's text only if it is not needed again: a join is
