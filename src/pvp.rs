@@ -181,11 +181,6 @@ impl SessionText {
         s.push_str(Self::AFTER);
         SessionText(s)
     }
-
-    /// The id, escaped.
-    pub fn as_str(&self) -> &str {
-        &self.0[Self::BEFORE.len()..self.0.len() - Self::AFTER.len()]
-    }
 }
 
 /// Who sends an envelope: a participant id, shared by every envelope its speaker sends (one
@@ -881,6 +876,24 @@ mod tests {
             let want = format!("{{\"v\":1,\"id\":\"{id}\",\"ts\":\"{}", now.to_iso8601());
             assert_eq!(stamp.render(id, now), want, "time {i}");
         }
+    }
+
+    /// The literals written whole stay what the kind and cause names would give.
+    #[test]
+    fn the_literal_tails_spell_each_kind_and_cause() {
+        for k in Kind::ALL {
+            let want = format!("\",\"type\":\"{}\",\"payload\":", k.as_str());
+            assert_eq!(k.type_and_payload_key(), want);
+        }
+        for c in crate::chunker::FlushCause::ALL {
+            let want = format!(
+                "\",\"tags\":[\"t140\",\"transcript\",\"flush:{}\"]}}}}",
+                c.as_str()
+            );
+            assert_eq!(tags_to_end(c), want);
+        }
+        let s = SessionText::new("a\"b");
+        assert_eq!(s.0, "\",\"session\":\"a\\\"b\",\"sender\":\"");
     }
 
     #[test]

@@ -124,12 +124,8 @@ impl Default for Iso8601Cache {
 }
 
 impl Iso8601Cache {
-    pub fn write(&mut self, t: Time, out: &mut String) {
-        let text = self.bytes(t);
-        out.push_str(std::str::from_utf8(text).unwrap_or_default());
-    }
-
-    /// The timestamp's 24 ASCII bytes, for a caller that assembles them with others.
+    /// The timestamp's 24 ASCII bytes, for a caller that assembles them with others
+    /// (`pvp::Stamp`).
     #[inline]
     pub fn bytes(&mut self, t: Time) -> &[u8; 24] {
         let ms = t.0 / 1000;
@@ -168,9 +164,8 @@ mod tests {
             999,
         ];
         for t in times {
-            let mut ours = String::new();
-            cache.write(Time(t), &mut ours);
-            assert_eq!(ours, Time(t).to_iso8601(), "at {t} us");
+            let ours = cache.bytes(Time(t));
+            assert_eq!(ours, Time(t).to_iso8601().as_bytes(), "at {t} us");
         }
     }
 
