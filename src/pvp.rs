@@ -349,14 +349,15 @@ const fn needs_escape(b: u8) -> bool {
 fn next_escape(bytes: &[u8], from: usize) -> Option<usize> {
     const LO: u64 = u64::from_ne_bytes([0x01; 8]);
     const HI: u64 = u64::from_ne_bytes([0x80; 8]);
-    let below = |x: u64, n: u8| x.wrapping_sub(LO * u64::from(n)) & !x & HI != 0;
+    // The three tests' flags are combined before the one branch a word.
+    let below = |x: u64, n: u8| x.wrapping_sub(LO * u64::from(n)) & !x;
     let mut i = from;
     for w in bytes[from..].chunks_exact(8) {
         // A failed conversion (impossible: chunks are 8 bytes) reads as "needs a look".
         let x = u64::from_ne_bytes(<[u8; 8]>::try_from(w).unwrap_or([0; 8]));
         let quote = x ^ (LO * u64::from(b'"'));
         let backslash = x ^ (LO * u64::from(b'\\'));
-        if below(x, 0x20) || below(quote, 1) || below(backslash, 1) {
+        if (below(x, 0x20) | below(quote, 1) | below(backslash, 1)) & HI != 0 {
             break;
         }
         i += 8;
