@@ -20,7 +20,7 @@ use crate::rtcp::RtcpEvent;
 use crate::rtp::{RtpError, RtpPacket, looks_like_rtcp};
 use crate::slab::Slab;
 use crate::speaker::{Output, Speaker, Voice, VoiceRef, split_named};
-use crate::stream::{KeyHasher, Stream, StreamKey, speaker_index};
+use crate::stream::{Hex8, KeyHasher, SourceText, Stream, StreamKey, speaker_index};
 use crate::t140::DecodeStats;
 use crate::time::Time;
 use crate::timers::Timers;
@@ -295,12 +295,12 @@ impl Emitter {
         // Keys in ascending order (`Metadata::field`).
         let mut metadata = Metadata::default();
         if let Voice::Csrc(c) = &sp.voice {
-            metadata = metadata.field("csrc", format_args!("{c:08x}"));
+            metadata = metadata.field("csrc", Hex8::new(*c));
         }
         metadata = metadata
             .field("gateway", concat!("pvp-t140/", env!("CARGO_PKG_VERSION")))
-            .field("source", key.source)
-            .field("ssrc", format_args!("{:08x}", key.ssrc));
+            .field("source", SourceText(&key.source))
+            .field("ssrc", Hex8::new(key.ssrc));
         if let Voice::Named(id) = &sp.voice {
             metadata = metadata.field("stream_id", id);
         }
@@ -1198,8 +1198,8 @@ impl Gateway {
         let (joined, count) = (speakers.iter().any(|sp| sp.joined), speakers.len());
         if joined {
             tracing::info!(
-                source = %key.source,
-                ssrc = format_args!("{:08x}", key.ssrc),
+                source = %SourceText(&key.source),
+                ssrc = %Hex8::new(key.ssrc),
                 reason,
                 packets = s.packets,
                 speakers = count,

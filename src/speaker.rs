@@ -6,7 +6,7 @@ use crate::pvp::SenderId;
 use crate::chunker::{Chunker, Cuts};
 use crate::red::{RedFormat, RedPayload};
 use crate::register::Piece;
-use crate::stream::StreamKey;
+use crate::stream::{Hex8, StreamKey};
 use crate::t140::{DecodeStats, Decoder};
 use crate::time::Time;
 
@@ -53,18 +53,25 @@ impl Voice {
     }
 
     pub fn participant_id(&self, key: &StreamKey) -> String {
-        let base = key.participant_id();
+        let mut id = key.participant_id();
         match self {
-            Voice::Ssrc => base,
-            Voice::Csrc(c) => format!("{base}/csrc:{c:08x}"),
-            Voice::Named(id) => format!("{base}/{id}"),
+            Voice::Ssrc => {}
+            Voice::Csrc(c) => {
+                id.push_str("/csrc:");
+                id.push_str(Hex8::new(*c).as_str());
+            }
+            Voice::Named(name) => {
+                id.push('/');
+                id.push_str(name);
+            }
         }
+        id
     }
 
     pub fn display_name(&self, key: &StreamKey) -> String {
         match self {
             Voice::Ssrc => key.display_name(),
-            Voice::Csrc(c) => format!("T.140 {c:08x} via {}", key.display_name()),
+            Voice::Csrc(c) => format!("T.140 {} via {}", Hex8::new(*c), key.display_name()),
             Voice::Named(id) => id.clone(),
         }
     }
@@ -75,7 +82,10 @@ struct KeyPrefix<'a>(&'a str, Time);
 
 impl std::fmt::Display for KeyPrefix<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}/", self.0, self.1.as_millis())
+        f.write_str(self.0)?;
+        f.write_str("/")?;
+        f.write_str(itoa::Buffer::new().format(self.1.as_millis()))?;
+        f.write_str("/")
     }
 }
 
