@@ -616,6 +616,22 @@ pub const WARM_BATCH: usize = 32;
 /// more the busier the machine's memory was.
 pub const WARM_FROM: usize = 4096;
 
+/// The address a source is known by. A dual-stack listener (`--listen [::]:5004`) reports
+/// IPv4 senders as v4-mapped IPv6 addresses (`[::ffff:10.0.0.1]:4000`, RFC 4291 section
+/// 2.5.5.2); the core takes them as the IPv4 addresses they are, so `--allow 10.0.0.0/8` and a
+/// mapping rule's IPv4 network match them, a sender's participant id does not depend on which
+/// listener it reached, and the stream index keeps them in its packed IPv4 map.
+#[inline(always)]
+pub fn canonical(source: SocketAddr) -> SocketAddr {
+    match source {
+        SocketAddr::V6(a) => match a.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(v4.into(), a.port()),
+            None => source,
+        },
+        v4 => v4,
+    }
+}
+
 impl Gateway {
     pub fn new(cfg: Config) -> Self {
         let pvp = Builder::new(cfg.session.clone(), cfg.token.clone(), cfg.id_seed);
@@ -709,6 +725,7 @@ impl Gateway {
             let Some(ssrc) = crate::rtp::peek_ssrc(data) else {
                 continue;
             };
+            let source = canonical(source);
             *found = self.index.get(&StreamKey { source, ssrc });
         }
         let mut folded = 0u64;
@@ -760,6 +777,7 @@ impl Gateway {
         data: &[u8],
         hint: Option<(u32, u64)>,
     ) {
+        let source = canonical(source);
         // Timers due before this packet fire first, each at its own deadline, so replay
         // matches what happened on the wire (text released and flushes cut when they were due).
         self.fire_due(now);

@@ -897,6 +897,34 @@ fn sources_outside_the_allow_list_and_above_the_rate_are_counted_drops() {
     assert_eq!(s.drops(DropReason::RateLimited), 15);
 }
 
+/// A dual-stack listener reports IPv4 senders as v4-mapped IPv6 addresses: the core takes them
+/// as their IPv4 addresses, for the allow list, the stream key and the participant id.
+#[test]
+fn v4_mapped_sources_are_known_by_their_ipv4_addresses() {
+    let mut gw = Gateway::new(Config {
+        allow: vec!["10.0.0.0/8".parse().unwrap()],
+        ..Config::default()
+    });
+    let mapped: SocketAddr = "[::ffff:10.0.0.1]:4000".parse().unwrap();
+    let plain: SocketAddr = "10.0.0.1:4000".parse().unwrap();
+    let outsider: SocketAddr = "[::ffff:192.0.2.9]:4000".parse().unwrap();
+    let v6: SocketAddr = "[2001:db8::1]:4000".parse().unwrap();
+    gw.handle_datagram(at(0), mapped, &t140(1, 7, "Hello "));
+    gw.handle_datagram(at(10), plain, &t140(2, 7, "there. "));
+    gw.handle_datagram(at(20), outsider, &t140(1, 8, "let me in. "));
+    gw.handle_datagram(at(30), v6, &t140(1, 9, "me too. "));
+    assert_eq!(gw.live_streams(), 1);
+    let got = adds(&drain(&mut gw));
+    assert_eq!(
+        got,
+        vec![(
+            "t140:00000007@10.0.0.1:4000".to_owned(),
+            "Hello there.".to_owned()
+        )]
+    );
+    assert_eq!(gw.stats().drops(DropReason::NotAllowed), 2);
+}
+
 #[test]
 fn overdue_timers_fire_at_their_own_deadlines_when_a_late_packet_arrives() {
     // Replay feeds no timeouts between datagrams: "Hello ", a lost packet, "world", 4 s of
