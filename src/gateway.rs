@@ -624,11 +624,18 @@ pub const WARM_FROM: usize = 4096;
 #[inline(always)]
 pub fn canonical(source: SocketAddr) -> SocketAddr {
     match source {
-        SocketAddr::V6(a) => match a.ip().to_ipv4_mapped() {
-            Some(v4) => SocketAddr::new(v4.into(), a.port()),
-            None => source,
-        },
+        SocketAddr::V6(a) => unmapped(a),
         v4 => v4,
+    }
+}
+
+/// Out of line: the IPv4 path stays a test of the address family.
+#[cold]
+#[inline(never)]
+fn unmapped(a: std::net::SocketAddrV6) -> SocketAddr {
+    match a.ip().to_ipv4_mapped() {
+        Some(v4) => SocketAddr::new(v4.into(), a.port()),
+        None => SocketAddr::V6(a),
     }
 }
 
