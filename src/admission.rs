@@ -49,10 +49,18 @@ impl Admission {
         }
     }
 
+    /// Out of line: only with an allow list. An IPv4 sender to a dual-stack listener is checked
+    /// by its IPv4 address ([`crate::stream::canonical`]).
+    #[inline(never)]
+    fn allowed(&self, src: SocketAddr) -> bool {
+        let ip = crate::stream::canonical(src).ip();
+        self.allow.iter().any(|n| n.contains(&ip))
+    }
+
     /// Admits or refuses one datagram from `src` at `now`.
     #[inline]
     pub fn admit(&mut self, now: Time, src: SocketAddr) -> Result<(), Refusal> {
-        if !self.allow.is_empty() && !self.allow.iter().any(|n| n.contains(&src.ip())) {
+        if !self.allow.is_empty() && !self.allowed(src) {
             return Err(Refusal::NotAllowed);
         }
         if self.pps == 0 {

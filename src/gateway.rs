@@ -20,7 +20,7 @@ use crate::rtcp::RtcpEvent;
 use crate::rtp::{RtpError, RtpPacket, looks_like_rtcp};
 use crate::slab::Slab;
 use crate::speaker::{Output, Speaker, Voice, VoiceRef, split_named};
-use crate::stream::{Hex8, KeyHasher, SourceText, Stream, StreamKey, speaker_index};
+use crate::stream::{Hex8, KeyHasher, SourceText, Stream, StreamKey, canonical, speaker_index};
 use crate::t140::DecodeStats;
 use crate::time::Time;
 use crate::timers::Timers;
@@ -616,29 +616,6 @@ pub const WARM_BATCH: usize = 32;
 /// more the busier the machine's memory was.
 pub const WARM_FROM: usize = 4096;
 
-/// The address a source is known by. A dual-stack listener (`--listen [::]:5004`) reports
-/// IPv4 senders as v4-mapped IPv6 addresses (`[::ffff:10.0.0.1]:4000`, RFC 4291 section
-/// 2.5.5.2); the core takes them as the IPv4 addresses they are, so `--allow 10.0.0.0/8` and a
-/// mapping rule's IPv4 network match them, a sender's participant id does not depend on which
-/// listener it reached, and the stream index keeps them in its packed IPv4 map.
-#[inline(always)]
-pub fn canonical(source: SocketAddr) -> SocketAddr {
-    match source {
-        SocketAddr::V6(a) => unmapped(a),
-        v4 => v4,
-    }
-}
-
-/// Out of line: the IPv4 path stays a test of the address family.
-#[cold]
-#[inline(never)]
-fn unmapped(a: std::net::SocketAddrV6) -> SocketAddr {
-    match a.ip().to_ipv4_mapped() {
-        Some(v4) => SocketAddr::new(v4.into(), a.port()),
-        None => SocketAddr::V6(a),
-    }
-}
-
 impl Gateway {
     pub fn new(cfg: Config) -> Self {
         let pvp = Builder::new(cfg.session.clone(), cfg.token.clone(), cfg.id_seed);
@@ -732,7 +709,6 @@ impl Gateway {
             let Some(ssrc) = crate::rtp::peek_ssrc(data) else {
                 continue;
             };
-            let source = canonical(source);
             *found = self.index.get(&StreamKey { source, ssrc });
         }
         let mut folded = 0u64;
@@ -784,7 +760,6 @@ impl Gateway {
         data: &[u8],
         hint: Option<(u32, u64)>,
     ) {
-        let source = canonical(source);
         // Timers due before this packet fire first, each at its own deadline, so replay
         // matches what happened on the wire (text released and flushes cut when they were due).
         self.fire_due(now);
@@ -928,6 +903,13 @@ impl Gateway {
     }
 
     fn open_stream(&mut self, now: Time, key: StreamKey) -> Result<u32, DropReason> {
+        // The stream is known by its source's own address ([`canonical`]): its participant
+        // id, the mapping rules and the SSRC's owner see IPv4 senders to a dual-stack
+        // listener as IPv4.
+        let key = StreamKey {
+            source: canonical(key.source),
+            ..key
+        };
         if self.ssrc_owner.contains_key(&key.ssrc) {
             return Err(DropReason::SsrcConflict);
         }
@@ -994,6 +976,7 @@ impl Gateway {
         source: SocketAddr,
         data: &[u8],
     ) -> Result<(), DropReason> {
+        let source = canonical(source);
         self.emit.stats.rtcp += 1;
         let mut events = [None; 8];
         let mut n = 0;

@@ -3,8 +3,9 @@
 //! With thousands of streams the lookup's bucket is a cache miss on every packet, and the first
 //! in a chain (the stream's own lines can only be fetched once the slot is known), so buckets
 //! are kept small: an IPv4 source and its SSRC pack into 12 bytes, a 16-byte bucket with the
-//! slot, where a `StreamKey` bucket takes 40. Other sources (IPv6, including v4-mapped ones from
-//! a dual-stack socket) use a map keyed by the whole `StreamKey`.
+//! slot, where a `StreamKey` bucket takes 40. A v4-mapped source from a dual-stack socket is
+//! its IPv4 address here (`stream::canonical`); other IPv6 sources use a map keyed by the whole
+//! `StreamKey`.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -28,6 +29,15 @@ fn v4(key: &StreamKey) -> Option<V4Key> {
         SocketAddr::V4(a) => Some(V4Key([a.ip().to_bits(), key.ssrc, u32::from(a.port())])),
         SocketAddr::V6(_) => None,
     }
+}
+
+/// As [`v4`], for a v4-mapped IPv6 source too ([`crate::stream::canonical`]): a dual-stack
+/// listener's IPv4 sender is the same stream as that sender to an IPv4 listener.
+fn v4_or_mapped(key: &StreamKey) -> Option<V4Key> {
+    v4(&StreamKey {
+        source: crate::stream::canonical(key.source),
+        ssrc: key.ssrc,
+    })
 }
 
 /// Keyed per process (`KeyHasher`): keys are chosen by remote senders.
@@ -54,12 +64,15 @@ impl StreamIndex {
     #[cold]
     #[inline(never)]
     fn get_other(&self, key: &StreamKey) -> Option<u32> {
-        self.other.get(key).copied()
+        match v4_or_mapped(key) {
+            Some(k) => self.v4.get(&k).copied(),
+            None => self.other.get(key).copied(),
+        }
     }
 
     pub fn insert(&mut self, key: StreamKey, slot: u32) {
         self.changes = self.changes.wrapping_add(1);
-        match v4(&key) {
+        match v4_or_mapped(&key) {
             Some(k) => self.v4.insert(k, slot),
             None => self.other.insert(key, slot),
         };
@@ -67,7 +80,7 @@ impl StreamIndex {
 
     pub fn remove(&mut self, key: &StreamKey) -> Option<u32> {
         self.changes = self.changes.wrapping_add(1);
-        match v4(key) {
+        match v4_or_mapped(key) {
             Some(k) => self.v4.remove(&k),
             None => self.other.remove(key),
         }
@@ -108,7 +121,7 @@ mod tests {
             key("10.0.0.1:5006", 1),
             key("10.0.0.2:5004", 1),
             key("[::1]:5004", 1),
-            key("[::ffff:10.0.0.1]:5004", 1),
+            key("[::ffff:10.0.0.3]:5004", 1),
             key("[::1]:5004", 2),
         ];
         for (slot, k) in keys.iter().enumerate() {
@@ -125,5 +138,22 @@ mod tests {
         assert_eq!(ix.get(&keys[1]), Some(1));
         assert_eq!(ix.get(&keys[5]), Some(5));
         assert_eq!(ix.len(), keys.len() - 2);
+    }
+
+    /// A dual-stack socket's v4-mapped source and the same IPv4 source are one key, whichever
+    /// form inserted it; a real IPv6 source is not.
+    #[test]
+    fn a_v4_mapped_key_is_its_ipv4_key() {
+        let mut ix = StreamIndex::default();
+        ix.insert(key("10.0.0.1:5004", 1), 7);
+        assert_eq!(ix.get(&key("[::ffff:10.0.0.1]:5004", 1)), Some(7));
+        assert_eq!(ix.get(&key("[::ffff:10.0.0.1]:5004", 2)), None);
+        ix.insert(key("[::ffff:10.0.0.9]:5004", 1), 8);
+        assert_eq!(ix.get(&key("10.0.0.9:5004", 1)), Some(8));
+        assert_eq!(ix.len(), 2);
+        assert_eq!(ix.remove(&key("[::ffff:10.0.0.1]:5004", 1)), Some(7));
+        assert_eq!(ix.get(&key("10.0.0.1:5004", 1)), None);
+        assert_eq!(ix.get(&key("[::a00:9]:5004", 1)), None);
+        assert_eq!(ix.len(), 1);
     }
 }

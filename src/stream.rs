@@ -65,6 +65,25 @@ impl StreamKey {
     }
 }
 
+/// The address a source is known by. A dual-stack listener (`--listen [::]:5004`) reports
+/// IPv4 senders as v4-mapped IPv6 addresses (`[::ffff:10.0.0.1]:4000`, RFC 4291 section
+/// 2.5.5.2); the gateway takes them as the IPv4 addresses they are, so `--allow 10.0.0.0/8`
+/// and a mapping rule's IPv4 network match them, a sender's participant id does not depend on
+/// which listener it reached, and the stream index keeps them in its packed IPv4 map. Applied
+/// where a stream is opened, an address is checked against the allow list, and the index
+/// meets an IPv6 key, not to every packet: on the packet path it cost 6 instructions a packet
+/// with 10,000 streams, and about 6% of the time (`core_drive 10000 plain N shuffled warm`).
+#[inline]
+pub fn canonical(source: SocketAddr) -> SocketAddr {
+    match source {
+        SocketAddr::V6(a) => match a.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(v4.into(), a.port()),
+            None => source,
+        },
+        v4 => v4,
+    }
+}
+
 /// [`StreamKey::source_uri`] to be formatted in place (into an envelope's JSON).
 pub struct SourceUri(pub StreamKey);
 
