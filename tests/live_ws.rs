@@ -625,13 +625,7 @@ async fn a_quiet_server_that_answers_websocket_pings_is_kept() {
             .unwrap();
     }
     assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
-    assert!(
-        !gw.stderr_lines()
-            .iter()
-            .any(|l| l.contains("PVP server silent")),
-        "{:?}",
-        gw.stderr_lines()
-    );
+    gw.assert_stderr_lacks("PVP server silent");
     assert!(gw.terminate(WAIT).success());
 }
 

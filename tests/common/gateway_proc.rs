@@ -138,6 +138,16 @@ impl Gateway {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// Fails, showing stderr, if a stderr line so far contains `needle`.
+    #[allow(dead_code)]
+    pub fn assert_stderr_lacks(&self, needle: &str) {
+        let lines = self.stderr_lines();
+        assert!(
+            !lines.iter().any(|l| l.contains(needle)),
+            "a stderr line contains {needle:?}: {lines:?}"
+        );
+    }
+
     fn wait_lines(
         &mut self,
         which: &Arc<Mutex<Vec<String>>>,
