@@ -50,7 +50,9 @@ pub struct StreamIndex {
 }
 
 impl StreamIndex {
-    #[inline]
+    /// Always inlined: the packet path's lookup, and the inliner's choice moved with unrelated
+    /// cold code (callgrind, 1 stream: a call cost 6 instructions a packet).
+    #[inline(always)]
     pub fn get(&self, key: &StreamKey) -> Option<u32> {
         match v4(key) {
             Some(k) => self.v4.get(&k).copied(),

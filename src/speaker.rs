@@ -54,6 +54,24 @@ impl Voice {
 
     pub fn participant_id(&self, key: &StreamKey) -> String {
         let mut id = key.participant_id();
+        self.push_suffix(&mut id);
+        id
+    }
+
+    pub fn display_name(&self, key: &StreamKey) -> String {
+        self.name_from(key.display_name())
+    }
+
+    /// [`Voice::participant_id`] and [`Voice::display_name`] together, as a new speaker needs
+    /// them: the stream's address is spelled once ([`StreamKey::participant_id_and_name`]).
+    pub fn id_and_name(&self, key: &StreamKey) -> (String, String) {
+        let (mut id, stream_name) = key.participant_id_and_name();
+        self.push_suffix(&mut id);
+        (id, self.name_from(stream_name))
+    }
+
+    /// What this voice adds to the stream's participant id.
+    fn push_suffix(&self, id: &mut String) {
         match self {
             Voice::Ssrc => {}
             Voice::Csrc(c) => {
@@ -65,13 +83,13 @@ impl Voice {
                 id.push_str(name);
             }
         }
-        id
     }
 
-    pub fn display_name(&self, key: &StreamKey) -> String {
+    /// This voice's display name, given the stream's.
+    fn name_from(&self, stream_name: String) -> String {
         match self {
-            Voice::Ssrc => key.display_name(),
-            Voice::Csrc(c) => format!("T.140 {} via {}", Hex8::new(*c), key.display_name()),
+            Voice::Ssrc => stream_name,
+            Voice::Csrc(c) => format!("T.140 {} via {stream_name}", Hex8::new(*c)),
             Voice::Named(id) => id.clone(),
         }
     }
@@ -173,10 +191,11 @@ pub struct Profile {
 
 impl Speaker {
     pub fn new(voice: Voice, key: &StreamKey, now: Time) -> Self {
+        let (id, name) = voice.id_and_name(key);
         Speaker {
             profile: Box::new(Profile {
-                participant: voice.participant_id(key).into(),
-                name: voice.display_name(key),
+                participant: id.into(),
+                name,
                 name_rank: 0,
                 roles: None,
                 session: None,
@@ -330,6 +349,34 @@ mod tests {
             ssrc: 1,
         };
         Speaker::new(Voice::Csrc(7), &key, Time(0))
+    }
+
+    /// The template spells the key prefix as [`Speaker::key`] does and the source as
+    /// [`StreamKey::source_uri`] does, escaped for JSON (a t140llm stream id may need it).
+    #[test]
+    fn the_template_spells_the_key_prefix_and_source_uri() {
+        let created = Time::from_millis(1_700_000_000_123);
+        for (source, voice) in [
+            ("10.1.2.3:5004", Voice::Ssrc),
+            ("[2001:db8::7%2]:40000", Voice::Csrc(0xfeed)),
+            ("127.0.0.1:4000", Voice::Named("a\"b\\c".into())),
+        ] {
+            let key = StreamKey {
+                source: source.parse().unwrap(),
+                ssrc: 0xabcdef01,
+            };
+            let mut sp = Speaker::new(voice, &key, created);
+            sp.ensure_template(&key, &created);
+            let t = sp.profile.participant.template().expect("a template");
+            let json = |s: &str| serde_json::to_string(s).unwrap();
+            let unquoted = |s: String| s[1..s.len() - 1].to_owned();
+            assert_eq!(
+                format!("{}9", t.key_prefix),
+                unquoted(json(&sp.key(created, 9))),
+                "{source}"
+            );
+            assert_eq!(t.source, unquoted(json(&key.source_uri())), "{source}");
+        }
     }
 
     fn red(gens: &[(u16, &str)], primary: &str) -> Vec<u8> {

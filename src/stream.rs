@@ -59,6 +59,27 @@ impl StreamKey {
         s
     }
 
+    /// [`StreamKey::participant_id`] and [`StreamKey::display_name`] together, the address
+    /// spelled once: the name is made of the id's parts (`t140:SSRC@ADDR` gives
+    /// `T.140 SSRC (ADDR)`).
+    pub fn participant_id_and_name(&self) -> (String, String) {
+        let id = self.participant_id();
+        // `t140:` and eight hex digits, then `@`: ASCII, so these are character boundaries.
+        let name = match (id.get(5..13), id.get(14..)) {
+            (Some(ssrc), Some(source)) => {
+                let mut name = String::with_capacity(id.len() + 3);
+                name.push_str("T.140 ");
+                name.push_str(ssrc);
+                name.push_str(" (");
+                name.push_str(source);
+                name.push(')');
+                name
+            }
+            _ => self.display_name(),
+        };
+        (id, name)
+    }
+
     /// `source` field of context.add (pvp-spec 9.1): where the text came from.
     pub fn source_uri(&self) -> String {
         SourceUri(*self).to_string()
@@ -332,6 +353,17 @@ mod tests {
         };
         assert_eq!(k6.participant_id(), "t140:00000001@[::1]:5");
         assert_eq!(k6.source_uri(), "rtp://[::1]:5?ssrc=0x00000001");
+        // Made together, the id and name are the ones made apart, for every voice.
+        for key in [k, k6] {
+            for voice in [Voice::Ssrc, Voice::Csrc(2), Voice::Named("bob".into())] {
+                assert_eq!(
+                    voice.id_and_name(&key),
+                    (voice.participant_id(&key), voice.display_name(&key))
+                );
+            }
+        }
+        assert_eq!(k.display_name(), "T.140 abcdef01 (127.0.0.1:4000)");
+        assert_eq!(k6.display_name(), "T.140 00000001 ([::1]:5)");
     }
 
     /// The hand-spelled address and hex digits match what `Display` and `{:08x}` write, at
