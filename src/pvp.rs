@@ -46,6 +46,14 @@ impl Message {
     }
 }
 
+/// `","type":"KIND","payload":`, the text between an envelope's sender and its payload, as a
+/// literal ([`Kind::type_and_payload_key`], and `context.add`'s longer head).
+macro_rules! tail {
+    ($kind:literal) => {
+        concat!("\",\"type\":\"", $kind, "\",\"payload\":")
+    };
+}
+
 /// The message types the gateway sends (pvp-spec 4.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
@@ -93,11 +101,6 @@ impl Kind {
 
     /// What follows the sender in an envelope of this kind, up to its payload: one append.
     const fn type_and_payload_key(self) -> &'static str {
-        macro_rules! tail {
-            ($kind:literal) => {
-                concat!("\",\"type\":\"", $kind, "\",\"payload\":")
-            };
-        }
         match self {
             Kind::SessionJoin => tail!("session.join"),
             Kind::SessionLeave => tail!("session.leave"),
@@ -742,7 +745,7 @@ impl Builder {
         let (id, mut out) = self.begin_as(
             now,
             escaped,
-            "\",\"type\":\"context.add\",\"payload\":{\"content\":\"",
+            concat!(tail!("context.add"), "{\"content\":\""),
             capacity,
         );
         escape_into(&mut out, text);

@@ -49,14 +49,9 @@ impl StreamKey {
         s
     }
 
+    /// `T.140 SSRC (ADDR)`: made from the participant id's parts.
     pub fn display_name(&self) -> String {
-        let mut s = String::with_capacity(40);
-        s.push_str("T.140 ");
-        s.push_str(Hex8::new(self.ssrc).as_str());
-        s.push_str(" (");
-        SourceText(&self.source).push_to(&mut s);
-        s.push(')');
-        s
+        self.participant_id_and_name().1
     }
 
     /// [`StreamKey::participant_id`] and [`StreamKey::display_name`] together, the address
@@ -65,18 +60,13 @@ impl StreamKey {
     pub fn participant_id_and_name(&self) -> (String, String) {
         let id = self.participant_id();
         // `t140:` and eight hex digits, then `@`: ASCII, so these are character boundaries.
-        let name = match (id.get(5..13), id.get(14..)) {
-            (Some(ssrc), Some(source)) => {
-                let mut name = String::with_capacity(id.len() + 3);
-                name.push_str("T.140 ");
-                name.push_str(ssrc);
-                name.push_str(" (");
-                name.push_str(source);
-                name.push(')');
-                name
-            }
-            _ => self.display_name(),
-        };
+        let (ssrc, source) = id.get(5..13).zip(id.get(14..)).unwrap_or_default();
+        let mut name = String::with_capacity(id.len() + 3);
+        name.push_str("T.140 ");
+        name.push_str(ssrc);
+        name.push_str(" (");
+        name.push_str(source);
+        name.push(')');
         (id, name)
     }
 
