@@ -147,9 +147,20 @@ impl Traffic {
     /// then handled one after another at one clock reading; with `warm`, as the UDP loop does,
     /// by `Gateway::handle_batch` (at most `WARM_BATCH` datagrams a batch).
     pub fn step_batch(&mut self, n: usize, warm: bool) {
+        self.fill_batch(n);
+        self.handle_filled(warm);
+    }
+
+    /// Puts the next `n` datagrams in the batch, as the kernel puts them in the receive loop's
+    /// buffer: copied from their templates and patched (sequence number, SSRC, marker). Not the
+    /// core's work, so a caller timing the core leaves it out (`benches/core.rs`'s `_core`
+    /// benchmarks) and callgrind counts only [`Traffic::handle_filled`]
+    /// (`--toggle-collect='*handle_filled*'`).
+    pub fn fill_batch(&mut self, n: usize) {
         while self.batch.len() < n {
             self.batch.push((source(0), Vec::with_capacity(64)));
         }
+        self.batch.truncate(n);
         for i in 0..n {
             let (stream, phase, round) = self.advance();
             let (src, buf) = &mut self.batch[i];
@@ -158,7 +169,14 @@ impl Traffic {
             patch(buf, round, stream);
             *src = source(stream);
         }
-        // One clock reading for the batch, as the UDP loop takes.
+    }
+
+    /// Handles the batch [`Traffic::fill_batch`] made, at one clock reading as the UDP loop
+    /// takes, and takes the envelopes it made; then moves the clock on. Out of line, so that
+    /// callgrind can count it alone.
+    #[inline(never)]
+    pub fn handle_filled(&mut self, warm: bool) {
+        let n = self.batch.len();
         let now = self.now;
         if warm {
             assert!(
@@ -167,7 +185,7 @@ impl Traffic {
             );
             // As the UDP loop holds them: borrowed, handed over as one batch.
             let mut views = [(source(0), &[][..]); WARM_BATCH];
-            for (v, (s, b)) in views.iter_mut().zip(&self.batch[..n]) {
+            for (v, (s, b)) in views.iter_mut().zip(&self.batch) {
                 *v = (*s, &b[..]);
             }
             self.gw.handle_batch(now, black_box(&views[..n]));
