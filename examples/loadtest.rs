@@ -1739,6 +1739,25 @@ fn sched_cpu_seconds(pid: u32) -> f64 {
     ns as f64 / 1e9
 }
 
+/// Times a process's threads were put on a CPU (the third field of every thread's
+/// `schedstat`): each wake-up of a thread is one, and on one core each costs a switch away from
+/// the thread that was running.
+fn sched_switches(pid: u32) -> u64 {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    dir.flatten()
+        .filter_map(|t| {
+            std::fs::read_to_string(t.path().join("schedstat"))
+                .ok()?
+                .split_whitespace()
+                .nth(2)?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
 /// Run time of each live thread of a process in seconds, by thread id, with its name.
 fn thread_cpu(pid: u32) -> BTreeMap<u32, (String, f64)> {
     let mut out = BTreeMap::new();
@@ -1933,6 +1952,7 @@ fn run_drain(target: Target, a: &RateArgs, common: &Common, n: u64) -> Res<Drain
         BTreeMap::new()
     };
     let cpu0 = sched_cpu_seconds(child.pid);
+    let switches0 = sched_switches(child.pid);
     let ticks0 = child.cpu();
     let split0 = stat_user_sys(&format!("/proc/{}/stat", child.pid));
     let t0 = Instant::now();
@@ -1980,11 +2000,12 @@ fn run_drain(target: Target, a: &RateArgs, common: &Common, n: u64) -> Res<Drain
             .collect();
         let split1 = stat_user_sys(&format!("/proc/{}/stat", child.pid));
         eprintln!(
-            "  {}: CPU {at_empty:.3} s when the queue was empty, {:.3} s when quiet (user {:.2} s, kernel {:.2} s); by thread: {}",
+            "  {}: CPU {at_empty:.3} s when the queue was empty, {:.3} s when quiet (user {:.2} s, kernel {:.2} s); threads put on a CPU {} times; by thread: {}",
             target.name(),
             cpu1 - cpu0,
             split1.0 - split0.0,
             split1.1 - split0.1,
+            sched_switches(child.pid) - switches0,
             busy.join(", ")
         );
     }
