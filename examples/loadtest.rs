@@ -1722,40 +1722,32 @@ fn all_threads_stopped(pid: u32) -> bool {
 /// Run time of every live thread of a process, in seconds, from
 /// `/proc/PID/task/*/schedstat` (nanoseconds, where /proc/PID/stat counts 10 ms ticks).
 fn sched_cpu_seconds(pid: u32) -> f64 {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return f64::NAN;
-    };
-    let ns: u64 = dir
-        .flatten()
-        .filter_map(|t| {
-            std::fs::read_to_string(t.path().join("schedstat"))
-                .ok()?
-                .split_whitespace()
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum();
-    ns as f64 / 1e9
+    schedstat_sum(pid, 0).map_or(f64::NAN, |ns| ns as f64 / 1e9)
 }
 
 /// Times a process's threads were put on a CPU (the third field of every thread's
 /// `schedstat`): each wake-up of a thread is one, and on one core each costs a switch away from
 /// the thread that was running.
 fn sched_switches(pid: u32) -> u64 {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
-    };
-    dir.flatten()
-        .filter_map(|t| {
-            std::fs::read_to_string(t.path().join("schedstat"))
-                .ok()?
-                .split_whitespace()
-                .nth(2)?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
+    schedstat_sum(pid, 2).unwrap_or(0)
+}
+
+/// Field `field` of every live thread's `/proc/PID/task/TID/schedstat`, summed (0: run time in
+/// ns, 1: wait time in ns, 2: times put on a CPU); `None` when the process is gone.
+fn schedstat_sum(pid: u32, field: usize) -> Option<u64> {
+    let dir = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    Some(
+        dir.flatten()
+            .filter_map(|t| {
+                std::fs::read_to_string(t.path().join("schedstat"))
+                    .ok()?
+                    .split_whitespace()
+                    .nth(field)?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum(),
+    )
 }
 
 /// Run time of each live thread of a process in seconds, by thread id, with its name.
