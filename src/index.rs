@@ -36,7 +36,7 @@ fn v4(key: &StreamKey) -> Option<V4Key> {
 fn v4_or_mapped(key: &StreamKey) -> Option<V4Key> {
     v4(&StreamKey {
         source: crate::stream::canonical(key.source),
-        ssrc: key.ssrc,
+        ..*key
     })
 }
 
