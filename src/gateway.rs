@@ -1087,6 +1087,9 @@ impl Gateway {
     /// is inline; the firing, rare per packet, is not, so it stays out of the packet path.
     #[inline]
     fn fire_due(&mut self, now: Time) {
+        // Keeps the timer wheel's ticks up with the clock (a compare, and once a tick a step),
+        // so deadlines ahead go into the wheel and not its overflow heap.
+        self.timers.advance(now);
         if self.poll_timeout().is_some_and(|t| t <= now) {
             self.fire_due_from(now);
         }

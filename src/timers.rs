@@ -1,14 +1,23 @@
-//! When each stream next needs attention: a min-heap of (deadline, slot) entries, so timers cost
-//! O(log n) per event and never a scan of all streams, plus a small table by slot of the time
-//! each stream's entry holds and of its deadline as last computed.
+//! When each stream next needs attention: a timing wheel of 16 ms ticks spanning 67 s for the
+//! deadlines ahead, a small min-heap for those within the current tick (and any beyond the
+//! wheel), plus a small table by slot of the time each stream's entry holds and of its deadline
+//! as last computed. Timers cost O(1) per entry and never a scan of all streams; deadlines fire
+//! exactly at their own microsecond, in (time, slot) order.
 //!
 //! Entries are re-armed lazily. A packet usually moves its stream's deadline later (the stream
-//! timeout, an idle flush), and moving the heap entry each time would cost a sift per packet;
-//! instead the table takes the new deadline and the old entry stays. When it falls due, the
-//! table says the deadline has moved and the entry is pushed again at it, without reading the
-//! stream: with thousands of streams a stream is cold in the cache, and a timer reading six of
-//! its lines for every lazy entry was most of the misses not in a packet's own lines
-//! (docs/performance.md, section 11). The table is 16 bytes a stream, dense, so it stays cached.
+//! timeout, an idle flush), and moving the entry each time would cost work per packet; instead
+//! the table takes the new deadline and the old entry stays. When its tick comes round, the
+//! table says the deadline has moved and the entry is put in the wheel again at it, without
+//! reading the stream: with thousands of streams a stream is cold in the cache, and a timer
+//! reading six of its lines for every lazy entry was most of the misses not in a packet's own
+//! lines (docs/performance.md, section 11). The table is 16 bytes a stream, dense, so it stays
+//! cached.
+//!
+//! Why a wheel: with 10,000 streams typing, a lazy entry falls due every six or seven packets,
+//! and popping it from a heap of every stream's entry (a sift through 14 levels, the lower ones
+//! out of the first-level cache) and pushing it back was about 350 instructions and a sixth of a
+//! packet's time (docs/performance.md, section 23). Through the wheel it is a copy between two
+//! blocks of entries that are read in order.
 //!
 //! The recorded deadline must never be later than the stream's real one (it may be earlier:
 //! the stream is then read, and the entry re-armed at the real time). The gateway records it
@@ -19,14 +28,24 @@ use std::collections::BinaryHeap;
 
 use crate::time::Time;
 
-/// Heap entries reserved per slot: one live, and room for as many superseded (an entry is
+/// Entries reserved per slot: one live, and room for as many superseded (an entry is
 /// superseded when a deadline moves earlier, as when text follows an idle flush).
 const ROOM_PER_SLOT: usize = 2;
 
+/// A tick is 2^14 µs (16.4 ms): with 10,000 streams typing, about 80 entries fall in a tick.
+const TICK_SHIFT: u32 = 14;
+/// Ticks in the wheel: 4,096 ticks span 67 s, longer than the default stream timeout (60 s), so
+/// every deadline the defaults give is in the wheel, not the heap.
+const WHEEL: u64 = 4096;
+/// Entries in a block: a block is one cache line.
+const PER_BLOCK: usize = 4;
+/// No block.
+const NIL: u32 = u32::MAX;
+
 #[derive(Debug, Clone, Copy)]
 struct Slot {
-    /// The time of this slot's live heap entry ([`Time::NEVER`]: none). Entries with another
-    /// time are superseded and skipped when popped.
+    /// The time of this slot's live entry ([`Time::NEVER`]: none). Entries with another time
+    /// are superseded and skipped when reached.
     entry: Time,
     /// The stream's deadline as last recorded: no later than the real one.
     due: Time,
@@ -37,51 +56,310 @@ const EMPTY: Slot = Slot {
     due: Time::NEVER,
 };
 
-#[derive(Debug, Default)]
+/// Up to [`PER_BLOCK`] entries of one tick's bucket, and the next block of the bucket.
+#[derive(Debug, Clone, Copy)]
+#[repr(align(64))]
+struct Block {
+    at: [Time; PER_BLOCK],
+    slot: [u32; PER_BLOCK],
+    len: u32,
+    next: u32,
+}
+
+const FRESH: Block = Block {
+    at: [Time::NEVER; PER_BLOCK],
+    slot: [0; PER_BLOCK],
+    len: 0,
+    next: NIL,
+};
+
+/// One tick's entries: a chain of blocks, appended at the tail.
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    head: u32,
+    tail: u32,
+    /// The earliest entry in the bucket.
+    min: Time,
+}
+
+const EMPTY_BUCKET: Bucket = Bucket {
+    head: NIL,
+    tail: NIL,
+    min: Time::NEVER,
+};
+
+#[derive(Debug)]
 pub struct Timers {
-    heap: BinaryHeap<Reverse<(Time, u32)>>,
     slots: Vec<Slot>,
+    /// Entries of ticks before `cursor` (due now or within the current tick), and any beyond
+    /// the wheel's span: exactly ordered.
+    heap: BinaryHeap<Reverse<(Time, u32)>>,
+    /// Bucket `tick % WHEEL` holds the entries of `tick`, for ticks in
+    /// `cursor..cursor + WHEEL` (allocated at the first entry).
+    buckets: Vec<Bucket>,
+    /// A bit per bucket: set when it holds entries.
+    occupied: Vec<u64>,
+    /// The blocks of every bucket, and free ones chained from `free`. Reserved as slots are
+    /// added, so that no entry ever allocates.
+    blocks: Vec<Block>,
+    free: u32,
+    /// The first tick the wheel holds.
+    cursor: u64,
+    /// Entries in the wheel.
+    in_wheel: usize,
+    /// The earliest entry in the wheel ([`Time::NEVER`]: none).
+    wheel_min: Time,
+}
+
+impl Default for Timers {
+    fn default() -> Self {
+        Timers {
+            slots: Vec::new(),
+            heap: BinaryHeap::new(),
+            buckets: Vec::new(),
+            occupied: Vec::new(),
+            blocks: Vec::new(),
+            free: NIL,
+            cursor: 0,
+            in_wheel: 0,
+            wheel_min: Time::NEVER,
+        }
+    }
 }
 
 impl Timers {
-    /// The earliest entry: no later than any recorded deadline (it may be a lazy one, which
-    /// then only re-arms).
+    /// The earliest entry: no later than any recorded deadline (it may be a lazy or superseded
+    /// one, which then only re-arms or is dropped).
+    #[inline]
     pub fn next(&self) -> Option<Time> {
-        self.heap.peek().map(|Reverse((t, _))| *t)
+        let heap = self.heap.peek().map_or(Time::NEVER, |Reverse((t, _))| *t);
+        let t = heap.min(self.wheel_min);
+        (t != Time::NEVER).then_some(t)
     }
 
-    /// Records `slot`'s deadline, and pushes an entry for it unless the slot's entry is already
+    /// Records `slot`'s deadline, and adds an entry for it unless the slot's entry is already
     /// no later.
     #[inline]
     pub fn set(&mut self, slot: u32, due: Time) {
         let i = slot as usize;
         if i >= self.slots.len() {
             // Once per slot the slab hands out: a stream's creation, not a packet.
-            self.slots.resize(i + 1, EMPTY);
-            let room = ROOM_PER_SLOT * self.slots.len();
-            self.heap.reserve(room.saturating_sub(self.heap.len()));
+            self.grow(i + 1);
         }
         let s = &mut self.slots[i];
         s.due = due;
         if s.entry > due {
             s.entry = due;
-            if self.heap.len() == self.heap.capacity() {
+            if self.heap.len() + self.in_wheel == self.capacity() {
                 self.compact();
             }
-            self.heap.push(Reverse((due, slot)));
+            self.insert(due, slot);
         }
     }
 
-    /// Drops superseded entries. Called when the heap is full: it has room for
+    /// Entries the reserved room holds.
+    fn capacity(&self) -> usize {
+        ROOM_PER_SLOT * self.slots.len()
+    }
+
+    /// Room for `slots` slots: their table, and entries enough that neither the heap nor the
+    /// blocks ever grow on a packet (every bucket's chain has at most one block not full).
+    #[cold]
+    fn grow(&mut self, slots: usize) {
+        self.slots.resize(slots, EMPTY);
+        let room = self.capacity();
+        self.heap.reserve(room.saturating_sub(self.heap.len()));
+        let blocks = room / PER_BLOCK + room.min(WHEEL as usize) + 1;
+        self.blocks
+            .reserve(blocks.saturating_sub(self.blocks.len()));
+    }
+
+    /// An entry at `at` for `slot`: in the heap if its tick is before the wheel's or beyond its
+    /// span, else in its tick's bucket.
+    #[inline]
+    fn insert(&mut self, at: Time, slot: u32) {
+        let tick = at.0 >> TICK_SHIFT;
+        if tick < self.cursor || tick - self.cursor >= WHEEL {
+            self.heap.push(Reverse((at, slot)));
+            return;
+        }
+        if self.buckets.is_empty() {
+            self.buckets = vec![EMPTY_BUCKET; WHEEL as usize];
+            self.occupied = vec![0; WHEEL as usize / 64];
+        }
+        let b = (tick % WHEEL) as usize;
+        let tail = self.buckets[b].tail;
+        let block = if tail != NIL && (self.blocks[tail as usize].len as usize) < PER_BLOCK {
+            tail
+        } else {
+            let new = self.take_block();
+            if tail == NIL {
+                self.buckets[b].head = new;
+                self.occupied[b / 64] |= 1 << (b % 64);
+            } else {
+                self.blocks[tail as usize].next = new;
+            }
+            self.buckets[b].tail = new;
+            new
+        };
+        let blk = &mut self.blocks[block as usize];
+        let k = blk.len as usize;
+        blk.at[k] = at;
+        blk.slot[k] = slot;
+        blk.len += 1;
+        let bucket = &mut self.buckets[b];
+        bucket.min = bucket.min.min(at);
+        self.wheel_min = self.wheel_min.min(at);
+        self.in_wheel += 1;
+    }
+
+    fn take_block(&mut self) -> u32 {
+        if self.free == NIL {
+            // Within the room `grow` reserved: no allocation.
+            self.blocks.push(FRESH);
+            return (self.blocks.len() - 1) as u32;
+        }
+        let b = self.free;
+        self.free = self.blocks[b as usize].next;
+        self.blocks[b as usize] = FRESH;
+        b
+    }
+
+    /// Detaches bucket `b`'s chain, leaving the bucket empty.
+    fn detach(&mut self, b: usize) -> u32 {
+        let head = self.buckets[b].head;
+        self.buckets[b] = EMPTY_BUCKET;
+        self.occupied[b / 64] &= !(1 << (b % 64));
+        head
+    }
+
+    /// Takes the entries out of a detached block and frees it.
+    fn release(&mut self, block: u32) -> (usize, [Time; PER_BLOCK], [u32; PER_BLOCK], u32) {
+        let blk = &mut self.blocks[block as usize];
+        let out = (blk.len as usize, blk.at, blk.slot, blk.next);
+        blk.next = self.free;
+        self.free = block;
+        self.in_wheel -= out.0;
+        out
+    }
+
+    /// The first tick at or after the cursor whose bucket holds entries.
+    fn first_occupied(&self) -> Option<u64> {
+        if self.in_wheel == 0 {
+            return None;
+        }
+        let start = (self.cursor % WHEEL) as usize;
+        let words = self.occupied.len();
+        let (w0, bit0) = (start / 64, start % 64);
+        // The first word from `start`'s bit, the others whole, then the first word's low bits.
+        let first = self.occupied[w0] & (!0u64 << bit0);
+        if first != 0 {
+            let b = w0 * 64 + first.trailing_zeros() as usize;
+            return Some(self.cursor + (b - start) as u64);
+        }
+        for k in 1..=words {
+            let w = (w0 + k) % words;
+            let bits = self.occupied[w];
+            if bits != 0 {
+                let b = w * 64 + bits.trailing_zeros() as usize;
+                let distance = (b + WHEEL as usize - start) % WHEEL as usize;
+                return Some(self.cursor + distance as u64);
+            }
+        }
+        None
+    }
+
+    /// Moves the wheel past `now`'s tick: the entries of every tick up to it go to the heap
+    /// (lazy ones back into the wheel at their recorded deadline, superseded ones nowhere), so
+    /// that everything due by `now` is in the heap, in order.
+    #[inline]
+    pub fn advance(&mut self, now: Time) {
+        let target = (now.0 >> TICK_SHIFT) + 1;
+        if target > self.cursor {
+            self.advance_to(target);
+        }
+    }
+
+    #[cold]
+    fn advance_to(&mut self, target: u64) {
+        while let Some(tick) = self.first_occupied().filter(|&t| t < target) {
+            self.cursor = tick + 1;
+            let b = (tick % WHEEL) as usize;
+            let mut block = self.detach(b);
+            while block != NIL {
+                let (n, at, slot, next) = self.release(block);
+                for k in 0..n {
+                    self.reach(at[k], slot[k]);
+                }
+                block = next;
+            }
+        }
+        self.cursor = self.cursor.max(target);
+        self.wheel_min = match self.first_occupied() {
+            Some(t) => self.buckets[(t % WHEEL) as usize].min,
+            None => Time::NEVER,
+        };
+    }
+
+    /// An entry whose tick the wheel has reached: superseded, dropped; lazy, added again at its
+    /// slot's recorded deadline; else into the heap, to fire in order.
+    #[inline]
+    fn reach(&mut self, at: Time, slot: u32) {
+        let Some(s) = self.slots.get_mut(slot as usize) else {
+            return;
+        };
+        if s.entry != at {
+            return;
+        }
+        if s.due > at {
+            s.entry = s.due;
+            let due = s.due;
+            self.insert(due, slot);
+        } else {
+            self.heap.push(Reverse((at, slot)));
+        }
+    }
+
+    /// Drops superseded entries. Called when the room is full: it has room for
     /// [`ROOM_PER_SLOT`] entries a slot and each slot has at most one live entry, so at least
-    /// half of them are superseded, and the pushes that superseded them pay for the O(n) pass.
-    /// The heap never grows on a packet.
+    /// half of them are superseded, and the additions that superseded them pay for the O(n)
+    /// pass. Nothing grows on a packet.
     #[cold]
     fn compact(&mut self) {
         let slots = &self.slots;
         self.heap.retain(|Reverse((at, slot))| {
             slots.get(*slot as usize).is_some_and(|s| s.entry == *at)
         });
+        let mut w = 0;
+        while w < self.occupied.len() {
+            let bits = self.occupied[w];
+            w += 1;
+            let mut bits = bits;
+            while bits != 0 {
+                let b = (w - 1) * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                // Each block is freed before its live entries go back: the chain never needs
+                // more blocks than it had.
+                let mut block = self.detach(b);
+                while block != NIL {
+                    let (n, at, slot, next) = self.release(block);
+                    for k in 0..n {
+                        let live = self
+                            .slots
+                            .get(slot[k] as usize)
+                            .is_some_and(|s| s.entry == at[k]);
+                        if live {
+                            self.insert(at[k], slot[k]);
+                        }
+                    }
+                    block = next;
+                }
+            }
+        }
+        self.wheel_min = match self.first_occupied() {
+            Some(t) => self.buckets[(t % WHEEL) as usize].min,
+            None => Time::NEVER,
+        };
     }
 
     /// The slot's stream is gone: its entries are skipped from now on.
@@ -93,9 +371,10 @@ impl Timers {
 
     /// The next entry due by `now` whose recorded deadline is due too, as `(deadline, slot)`,
     /// in time order. The slot is left without an entry: the caller does the stream's work and
-    /// records its next deadline. Superseded entries are dropped, and lazy ones pushed again at
+    /// records its next deadline. Superseded entries are dropped, and lazy ones added again at
     /// their recorded deadline, on the way.
     pub fn pop_due(&mut self, now: Time) -> Option<(Time, u32)> {
+        self.advance(now);
         while let Some(&Reverse((at, slot))) = self.heap.peek() {
             if at > now {
                 return None;
@@ -109,7 +388,8 @@ impl Timers {
             }
             if s.due > at {
                 s.entry = s.due;
-                self.heap.push(Reverse((s.due, slot)));
+                let due = s.due;
+                self.insert(due, slot);
                 continue;
             }
             s.entry = Time::NEVER;
@@ -127,14 +407,13 @@ impl Timers {
 
     /// No stream left (shutdown).
     pub fn clear(&mut self) {
-        self.heap.clear();
-        self.slots.clear();
+        *self = Timers::default();
     }
 
-    /// Heap entries, live and superseded.
+    /// Entries, live and superseded.
     #[cfg(test)]
     fn entries(&self) -> usize {
-        self.heap.len()
+        self.heap.len() + self.in_wheel
     }
 }
 
@@ -206,19 +485,86 @@ mod tests {
     }
 
     #[test]
-    fn superseded_entries_are_dropped_instead_of_growing_the_heap() {
-        let mut t = Timers::default();
-        t.set(0, Time(1_000));
-        t.set(1, Time(1_000));
-        let capacity = t.heap.capacity();
-        // Each deadline moved earlier supersedes an entry: far more than the heap holds.
-        for k in 0..100 {
-            t.set(0, Time(900 - k));
-            t.set(1, Time(900 - k));
+    fn superseded_entries_are_dropped_instead_of_growing_the_room() {
+        for base in [1_000, 10_000_000] {
+            let mut t = Timers::default();
+            t.set(0, Time(base));
+            t.set(1, Time(base));
+            let capacity = (t.heap.capacity(), t.blocks.capacity());
+            // Each deadline moved earlier supersedes an entry: far more than the room holds,
+            // in the wheel (`base` 10 s) and in the heap (the wheel not yet started).
+            for k in 0..100 {
+                t.set(0, Time(base - 100 - k));
+                t.set(1, Time(base - 100 - k));
+            }
+            assert_eq!((t.heap.capacity(), t.blocks.capacity()), capacity);
+            assert!(t.entries() <= ROOM_PER_SLOT * 2);
+            let last = base - 199;
+            assert_eq!(drain(&mut t, base * 2), vec![(last, 0), (last, 1)]);
         }
-        assert_eq!(t.heap.capacity(), capacity);
-        assert!(t.entries() <= capacity);
-        assert_eq!(drain(&mut t, 2_000), vec![(801, 0), (801, 1)]);
+    }
+
+    /// Against a model (each slot's recorded deadline fires once due, in (time, slot) order):
+    /// random deadlines within a tick, across ticks, beyond the wheel's span, moved later and
+    /// earlier, removed, with the clock stepping a little or jumping far.
+    #[test]
+    fn the_wheel_fires_as_a_sorted_model_would() {
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let tick = 1u64 << TICK_SHIFT;
+        for round in 0..20 {
+            let mut t = Timers::default();
+            let mut model: std::collections::BTreeMap<u32, u64> = Default::default();
+            let mut now = 1_000_000_000 + round * 7;
+            for _ in 0..3_000 {
+                let slot = (next() % 40) as u32;
+                match next() % 10 {
+                    0..=5 => {
+                        let ahead = match next() % 4 {
+                            0 => next() % tick,
+                            1 => next() % (8 * tick),
+                            2 => next() % (WHEEL * tick),
+                            _ => next() % (3 * WHEEL * tick),
+                        };
+                        t.set(slot, Time(now + ahead));
+                        model.insert(slot, now + ahead);
+                    }
+                    6 => {
+                        t.remove(slot);
+                        model.remove(&slot);
+                    }
+                    _ => {
+                        now += match next() % 8 {
+                            0 => WHEEL * tick + next() % (WHEEL * tick),
+                            1..=3 => next() % (4 * tick),
+                            _ => next() % 2_000,
+                        };
+                        let mut want: Vec<(u64, u32)> = model
+                            .iter()
+                            .filter(|(_, at)| **at <= now)
+                            .map(|(slot, at)| (*at, *slot))
+                            .collect();
+                        want.sort();
+                        for (_, slot) in &want {
+                            model.remove(slot);
+                        }
+                        assert_eq!(drain(&mut t, now), want, "round {round} at {now}");
+                    }
+                }
+                let earliest = model.values().min().copied();
+                match (t.next(), earliest) {
+                    (Some(n), Some(e)) => assert!(n.0 <= e, "next {} after {e}", n.0),
+                    (_, None) => {}
+                    (None, Some(e)) => panic!("no entry for a deadline at {e}"),
+                }
+                assert!(t.entries() <= t.capacity());
+            }
+        }
     }
 
     #[test]
