@@ -1073,7 +1073,7 @@ impl Gateway {
     /// timer table without reading the stream.
     #[inline]
     fn arm_after_packet(&mut self, now: Time, slot: u32, due: Time) {
-        self.timers.set(slot, due);
+        self.timers.set(slot, due, now);
         if due <= now {
             // A packet that closes a gap can leave an idle flush the gap held back overdue:
             // it fires now, as the timers due before the packet did, so no timer is left
@@ -1087,9 +1087,6 @@ impl Gateway {
     /// is inline; the firing, rare per packet, is not, so it stays out of the packet path.
     #[inline]
     fn fire_due(&mut self, now: Time) {
-        // Keeps the timer wheel's ticks up with the clock (a compare, and once a tick a step),
-        // so deadlines ahead go into the wheel and not its overflow heap.
-        self.timers.advance(now);
         if self.poll_timeout().is_some_and(|t| t <= now) {
             self.fire_due_from(now);
         }
@@ -1102,9 +1099,9 @@ impl Gateway {
         }
     }
 
-    fn arm(&mut self, slot: u32) {
+    fn arm(&mut self, now: Time, slot: u32) {
         let at = self.deadline(self.slots.get(slot).expect("live"));
-        self.timers.set(slot, at);
+        self.timers.set(slot, at, now);
     }
 
     /// Fires every timer due at `now`: reorder waits, idle flushes and stream timeouts.
@@ -1120,7 +1117,7 @@ impl Gateway {
             // late call catches up on many at once).
             let real = self.deadline(s);
             if real > at {
-                self.timers.set(slot, real);
+                self.timers.set(slot, real, now);
                 continue;
             }
             let s = self.slots.get_mut(slot).expect("live");
@@ -1152,7 +1149,7 @@ impl Gateway {
                 }
             }
             self.emit.stats.harvest(register);
-            self.arm(slot);
+            self.arm(now, slot);
         }
     }
 

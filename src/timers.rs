@@ -37,10 +37,16 @@ const TICK_SHIFT: u32 = 14;
 /// Ticks in the wheel: 4,096 ticks span 67 s, longer than the default stream timeout (60 s), so
 /// every deadline the defaults give is in the wheel, not the heap.
 const WHEEL: u64 = 4096;
+/// `Timers::summary` has a bit per 64 buckets.
+const _: () = assert!(WHEEL / 64 <= 64);
 /// Entries in a block: a block is one cache line.
 const PER_BLOCK: usize = 4;
 /// No block.
 const NIL: u32 = u32::MAX;
+/// Entries the heap takes before the wheel is used: a heap this small is a few levels in the
+/// first-level cache, cheaper than a trip through the wheel for a gateway with few streams
+/// (the heap may hold any entry; only the wheel's are bound to its range).
+const HEAP_FIRST: usize = 64;
 
 #[derive(Debug, Clone, Copy)]
 struct Slot {
@@ -99,6 +105,9 @@ pub struct Timers {
     buckets: Vec<Bucket>,
     /// A bit per bucket: set when it holds entries.
     occupied: Vec<u64>,
+    /// A bit per word of `occupied`: set when the word is not 0, so the next bucket with
+    /// entries is found in a few steps however sparse the wheel is.
+    summary: u64,
     /// The blocks of every bucket, and free ones chained from `free`. Reserved as slots are
     /// added, so that no entry ever allocates.
     blocks: Vec<Block>,
@@ -118,6 +127,7 @@ impl Default for Timers {
             heap: BinaryHeap::new(),
             buckets: Vec::new(),
             occupied: Vec::new(),
+            summary: 0,
             blocks: Vec::new(),
             free: NIL,
             cursor: 0,
@@ -138,9 +148,9 @@ impl Timers {
     }
 
     /// Records `slot`'s deadline, and adds an entry for it unless the slot's entry is already
-    /// no later.
+    /// no later. `now` keeps the wheel's range up with the clock.
     #[inline]
-    pub fn set(&mut self, slot: u32, due: Time) {
+    pub fn set(&mut self, slot: u32, due: Time, now: Time) {
         let i = slot as usize;
         if i >= self.slots.len() {
             // Once per slot the slab hands out: a stream's creation, not a packet.
@@ -150,11 +160,19 @@ impl Timers {
         s.due = due;
         if s.entry > due {
             s.entry = due;
-            if self.heap.len() + self.in_wheel == self.capacity() {
-                self.compact();
-            }
-            self.insert(due, slot);
+            self.add(due, slot, now);
         }
+    }
+
+    /// [`Timers::set`]'s new entry, out of line: a packet that moves its deadline later (the
+    /// common case) does not carry this code.
+    #[inline(never)]
+    fn add(&mut self, due: Time, slot: u32, now: Time) {
+        if self.heap.len() + self.in_wheel == self.capacity() {
+            self.compact();
+        }
+        self.follow(now);
+        self.insert(due, slot);
     }
 
     /// Entries the reserved room holds.
@@ -179,7 +197,7 @@ impl Timers {
     #[inline]
     fn insert(&mut self, at: Time, slot: u32) {
         let tick = at.0 >> TICK_SHIFT;
-        if tick < self.cursor || tick - self.cursor >= WHEEL {
+        if tick < self.cursor || tick - self.cursor >= WHEEL || self.heap.len() < HEAP_FIRST {
             self.heap.push(Reverse((at, slot)));
             return;
         }
@@ -196,6 +214,7 @@ impl Timers {
             if tail == NIL {
                 self.buckets[b].head = new;
                 self.occupied[b / 64] |= 1 << (b % 64);
+                self.summary |= 1 << (b / 64);
             } else {
                 self.blocks[tail as usize].next = new;
             }
@@ -220,8 +239,10 @@ impl Timers {
             return (self.blocks.len() - 1) as u32;
         }
         let b = self.free;
-        self.free = self.blocks[b as usize].next;
-        self.blocks[b as usize] = FRESH;
+        let blk = &mut self.blocks[b as usize];
+        self.free = blk.next;
+        blk.len = 0;
+        blk.next = NIL;
         b
     }
 
@@ -230,6 +251,9 @@ impl Timers {
         let head = self.buckets[b].head;
         self.buckets[b] = EMPTY_BUCKET;
         self.occupied[b / 64] &= !(1 << (b % 64));
+        if self.occupied[b / 64] == 0 {
+            self.summary &= !(1 << (b / 64));
+        }
         head
     }
 
@@ -249,24 +273,33 @@ impl Timers {
             return None;
         }
         let start = (self.cursor % WHEEL) as usize;
-        let words = self.occupied.len();
         let (w0, bit0) = (start / 64, start % 64);
-        // The first word from `start`'s bit, the others whole, then the first word's low bits.
-        let first = self.occupied[w0] & (!0u64 << bit0);
-        if first != 0 {
-            let b = w0 * 64 + first.trailing_zeros() as usize;
-            return Some(self.cursor + (b - start) as u64);
+        // In order from `start`: the rest of its word, the later words, then (the wheel's range
+        // wraps round) the earlier words and the first bits of `start`'s own word.
+        let b = if let Some(bits) = Some(self.occupied[w0] & (!0u64 << bit0)).filter(|&x| x != 0) {
+            w0 * 64 + bits.trailing_zeros() as usize
+        } else {
+            let later = self.summary & (!1u64).checked_shl(w0 as u32).unwrap_or(0);
+            let w = if later != 0 {
+                later.trailing_zeros()
+            } else {
+                self.summary.trailing_zeros()
+            } as usize;
+            w * 64 + self.occupied.get(w)?.trailing_zeros() as usize
+        };
+        let distance = (b + WHEEL as usize - start) % WHEEL as usize;
+        Some(self.cursor + distance as u64)
+    }
+
+    /// Moves the wheel's range up to `now`'s tick if no entry in the wheel is before it (then
+    /// no bucket has to be emptied): a gateway whose timers rarely fall due still puts the
+    /// deadlines ahead in the wheel, not in the heap as beyond its range.
+    #[inline]
+    fn follow(&mut self, now: Time) {
+        let target = (now.0 >> TICK_SHIFT) + 1;
+        if target > self.cursor && self.wheel_min.0 >> TICK_SHIFT >= target {
+            self.cursor = target;
         }
-        for k in 1..=words {
-            let w = (w0 + k) % words;
-            let bits = self.occupied[w];
-            if bits != 0 {
-                let b = w * 64 + bits.trailing_zeros() as usize;
-                let distance = (b + WHEEL as usize - start) % WHEEL as usize;
-                return Some(self.cursor + distance as u64);
-            }
-        }
-        None
     }
 
     /// Moves the wheel past `now`'s tick: the entries of every tick up to it go to the heap
@@ -276,29 +309,40 @@ impl Timers {
     pub fn advance(&mut self, now: Time) {
         let target = (now.0 >> TICK_SHIFT) + 1;
         if target > self.cursor {
-            self.advance_to(target);
+            if self.wheel_min.0 >> TICK_SHIFT >= target {
+                // No entry of the ticks passed: the wheel's range moves on, its buckets stay.
+                self.cursor = target;
+            } else {
+                self.advance_to(target);
+            }
         }
     }
 
     #[cold]
     fn advance_to(&mut self, target: u64) {
-        while let Some(tick) = self.first_occupied().filter(|&t| t < target) {
-            self.cursor = tick + 1;
-            let b = (tick % WHEEL) as usize;
-            let mut block = self.detach(b);
-            while block != NIL {
-                let (n, at, slot, next) = self.release(block);
-                for k in 0..n {
-                    self.reach(at[k], slot[k]);
+        loop {
+            match self.first_occupied() {
+                Some(tick) if tick < target => {
+                    self.cursor = tick + 1;
+                    let b = (tick % WHEEL) as usize;
+                    let mut block = self.detach(b);
+                    while block != NIL {
+                        let (n, at, slot, next) = self.release(block);
+                        for k in 0..n {
+                            self.reach(at[k], slot[k]);
+                        }
+                        block = next;
+                    }
                 }
-                block = next;
+                first => {
+                    // The earliest bucket left is the wheel's earliest entry's.
+                    self.cursor = self.cursor.max(target);
+                    self.wheel_min =
+                        first.map_or(Time::NEVER, |t| self.buckets[(t % WHEEL) as usize].min);
+                    return;
+                }
             }
         }
-        self.cursor = self.cursor.max(target);
-        self.wheel_min = match self.first_occupied() {
-            Some(t) => self.buckets[(t % WHEEL) as usize].min,
-            None => Time::NEVER,
-        };
     }
 
     /// An entry whose tick the wheel has reached: superseded, dropped; lazy, added again at its
@@ -421,6 +465,13 @@ impl Timers {
 mod tests {
     use super::*;
 
+    impl Timers {
+        /// [`Timers::set`] with the clock at 0: the tests move the wheel by draining it.
+        fn set_at(&mut self, slot: u32, due: Time) {
+            self.set(slot, due, Time(0));
+        }
+    }
+
     fn drain(t: &mut Timers, now: u64) -> Vec<(u64, u32)> {
         std::iter::from_fn(|| t.pop_due(Time(now)))
             .map(|(at, slot)| (at.0, slot))
@@ -430,9 +481,9 @@ mod tests {
     #[test]
     fn deadlines_fire_in_time_order_and_only_when_due() {
         let mut t = Timers::default();
-        t.set(2, Time(30));
-        t.set(0, Time(10));
-        t.set(1, Time(20));
+        t.set_at(2, Time(30));
+        t.set_at(0, Time(10));
+        t.set_at(1, Time(20));
         assert_eq!(t.next(), Some(Time(10)));
         assert_eq!(drain(&mut t, 5), vec![]);
         assert_eq!(drain(&mut t, 20), vec![(10, 0), (20, 1)]);
@@ -443,8 +494,8 @@ mod tests {
     #[test]
     fn a_later_deadline_rearms_lazily_and_fires_at_its_own_time() {
         let mut t = Timers::default();
-        t.set(0, Time(10));
-        t.set(0, Time(25)); // a packet moved it: no new entry yet
+        t.set_at(0, Time(10));
+        t.set_at(0, Time(25)); // a packet moved it: no new entry yet
         assert_eq!(t.entries(), 1);
         assert_eq!(t.next(), Some(Time(10)));
         assert_eq!(drain(&mut t, 20), vec![]);
@@ -455,8 +506,8 @@ mod tests {
     #[test]
     fn an_earlier_deadline_supersedes_the_entry() {
         let mut t = Timers::default();
-        t.set(0, Time(50));
-        t.set(0, Time(15));
+        t.set_at(0, Time(50));
+        t.set_at(0, Time(15));
         assert_eq!(t.entries(), 2);
         // The old entry is skipped: the slot fires once.
         assert_eq!(drain(&mut t, 100), vec![(15, 0)]);
@@ -466,21 +517,21 @@ mod tests {
     #[test]
     fn a_lazy_entry_overtaken_by_others_keeps_time_order() {
         let mut t = Timers::default();
-        t.set(0, Time(10));
-        t.set(1, Time(12));
-        t.set(0, Time(14));
+        t.set_at(0, Time(10));
+        t.set_at(1, Time(12));
+        t.set_at(0, Time(14));
         assert_eq!(drain(&mut t, 100), vec![(12, 1), (14, 0)]);
     }
 
     #[test]
     fn removed_slots_never_fire_even_when_reused() {
         let mut t = Timers::default();
-        t.set(3, Time(10));
+        t.set_at(3, Time(10));
         t.remove(3);
         assert_eq!(drain(&mut t, 100), vec![]);
-        t.set(3, Time(40));
+        t.set_at(3, Time(40));
         t.remove(3);
-        t.set(3, Time(60)); // a new stream in the slot
+        t.set_at(3, Time(60)); // a new stream in the slot
         assert_eq!(drain(&mut t, 100), vec![(60, 3)]);
     }
 
@@ -488,14 +539,14 @@ mod tests {
     fn superseded_entries_are_dropped_instead_of_growing_the_room() {
         for base in [1_000, 10_000_000] {
             let mut t = Timers::default();
-            t.set(0, Time(base));
-            t.set(1, Time(base));
+            t.set_at(0, Time(base));
+            t.set_at(1, Time(base));
             let capacity = (t.heap.capacity(), t.blocks.capacity());
             // Each deadline moved earlier supersedes an entry: far more than the room holds,
             // in the wheel (`base` 10 s) and in the heap (the wheel not yet started).
             for k in 0..100 {
-                t.set(0, Time(base - 100 - k));
-                t.set(1, Time(base - 100 - k));
+                t.set_at(0, Time(base - 100 - k));
+                t.set_at(1, Time(base - 100 - k));
             }
             assert_eq!((t.heap.capacity(), t.blocks.capacity()), capacity);
             assert!(t.entries() <= ROOM_PER_SLOT * 2);
@@ -531,7 +582,7 @@ mod tests {
                             2 => next() % (WHEEL * tick),
                             _ => next() % (3 * WHEEL * tick),
                         };
-                        t.set(slot, Time(now + ahead));
+                        t.set(slot, Time(now + ahead), Time(now));
                         model.insert(slot, now + ahead);
                     }
                     6 => {
@@ -570,11 +621,11 @@ mod tests {
     #[test]
     fn a_fired_slot_is_armed_again_by_its_next_deadline() {
         let mut t = Timers::default();
-        t.set(0, Time(10));
+        t.set_at(0, Time(10));
         assert_eq!(drain(&mut t, 10), vec![(10, 0)]);
-        t.set(0, Time(20));
+        t.set_at(0, Time(20));
         assert_eq!(drain(&mut t, 30), vec![(20, 0)]);
-        t.set(0, Time::NEVER);
+        t.set_at(0, Time::NEVER);
         assert_eq!(t.next(), None);
     }
 }
