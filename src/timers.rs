@@ -537,22 +537,63 @@ mod tests {
 
     #[test]
     fn superseded_entries_are_dropped_instead_of_growing_the_room() {
-        for base in [1_000, 10_000_000] {
+        let tick = 1u64 << TICK_SHIFT;
+        let now = 1_000 * tick;
+        for in_wheel in [false, true] {
             let mut t = Timers::default();
-            t.set_at(0, Time(base));
-            t.set_at(1, Time(base));
+            let mut first = 0;
+            if in_wheel {
+                // The first heap full of deadlines beyond the wheel: the next go into it.
+                for slot in 0..HEAP_FIRST as u32 {
+                    t.set(slot, Time(now + 3 * WHEEL * tick), Time(now));
+                }
+                first = HEAP_FIRST as u32;
+            }
+            let (a, b, c) = (first, first + 1, first + 2);
+            let base = now + 500 * tick;
+            t.set(a, Time(base), Time(now));
+            t.set(b, Time(base), Time(now));
+            // Set once: its entry must outlive every compaction.
+            t.set(c, Time(base + 7), Time(now));
             let capacity = (t.heap.capacity(), t.blocks.capacity());
-            // Each deadline moved earlier supersedes an entry: far more than the room holds,
-            // in the wheel (`base` 10 s) and in the heap (the wheel not yet started).
+            // Each deadline moved earlier (a tick at a time) supersedes an entry: far more
+            // than the room holds.
             for k in 0..100 {
-                t.set_at(0, Time(base - 100 - k));
-                t.set_at(1, Time(base - 100 - k));
+                t.set(a, Time(base - 100 - k * tick), Time(now));
+                t.set(b, Time(base - 100 - k * tick), Time(now));
             }
             assert_eq!((t.heap.capacity(), t.blocks.capacity()), capacity);
-            assert!(t.entries() <= ROOM_PER_SLOT * 2);
-            let last = base - 199;
-            assert_eq!(drain(&mut t, base * 2), vec![(last, 0), (last, 1)]);
+            assert!(t.entries() <= t.capacity());
+            let last = base - 100 - 99 * tick;
+            assert_eq!(
+                drain(&mut t, base * 2),
+                vec![(last, a), (last, b), (base + 7, c)]
+            );
         }
+    }
+
+    /// The next bucket is found past the cursor's own word and before the wheel's range wraps
+    /// round to its lower indices.
+    #[test]
+    fn the_next_bucket_is_the_first_after_the_cursor_not_the_lowest_index() {
+        let tick = 1u64 << TICK_SHIFT;
+        let now = 100 * tick;
+        let mut t = Timers::default();
+        // The first heap full of deadlines beyond the wheel, so the next two go into it.
+        for slot in 0..HEAP_FIRST as u32 {
+            t.set(slot, Time(now + 3 * WHEEL * tick), Time(now));
+        }
+        let (a, b) = (HEAP_FIRST as u32, HEAP_FIRST as u32 + 1);
+        // Bucket 300 (a word after the cursor's) and bucket 4 (tick 4,100: the range wrapped).
+        t.set(a, Time(300 * tick + 5), Time(now));
+        t.set(b, Time(4_100 * tick + 7), Time(now));
+        assert_eq!(t.heap.len(), HEAP_FIRST);
+        assert_eq!(t.in_wheel, 2);
+        assert_eq!(drain(&mut t, 150 * tick), vec![]);
+        assert_eq!(t.next(), Some(Time(300 * tick + 5)));
+        assert_eq!(drain(&mut t, 300 * tick + 5), vec![(300 * tick + 5, a)]);
+        assert_eq!(t.next(), Some(Time(4_100 * tick + 7)));
+        assert_eq!(drain(&mut t, 5_000 * tick), vec![(4_100 * tick + 7, b)]);
     }
 
     /// Against a model (each slot's recorded deadline fires once due, in (time, slot) order):
@@ -572,8 +613,9 @@ mod tests {
             let mut t = Timers::default();
             let mut model: std::collections::BTreeMap<u32, u64> = Default::default();
             let mut now = 1_000_000_000 + round * 7;
-            for _ in 0..3_000 {
-                let slot = (next() % 40) as u32;
+            for _ in 0..6_000 {
+                // Enough slots that most entries pass through the wheel, not the first heap.
+                let slot = (next() % (4 * HEAP_FIRST as u64)) as u32;
                 match next() % 10 {
                     0..=5 => {
                         let ahead = match next() % 4 {
