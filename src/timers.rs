@@ -97,8 +97,8 @@ const EMPTY_BUCKET: Bucket = Bucket {
 #[derive(Debug)]
 pub struct Timers {
     slots: Vec<Slot>,
-    /// Entries of ticks before `cursor` (due now or within the current tick), and any beyond
-    /// the wheel's span: exactly ordered.
+    /// Entries of ticks before `cursor` (due now or within the current tick), any beyond the
+    /// wheel's span, and the first [`HEAP_FIRST`] whatever their time: exactly ordered.
     heap: BinaryHeap<Reverse<(Time, u32)>>,
     /// Bucket `tick % WHEEL` holds the entries of `tick`, for ticks in
     /// `cursor..cursor + WHEEL` (allocated at the first entry).
@@ -276,10 +276,12 @@ impl Timers {
         let (w0, bit0) = (start / 64, start % 64);
         // In order from `start`: the rest of its word, the later words, then (the wheel's range
         // wraps round) the earlier words and the first bits of `start`'s own word.
-        let b = if let Some(bits) = Some(self.occupied[w0] & (!0u64 << bit0)).filter(|&x| x != 0) {
-            w0 * 64 + bits.trailing_zeros() as usize
+        let rest = self.occupied[w0] & (!0u64 << bit0);
+        let b = if rest != 0 {
+            w0 * 64 + rest.trailing_zeros() as usize
         } else {
-            let later = self.summary & (!1u64).checked_shl(w0 as u32).unwrap_or(0);
+            // Words after `w0` (`w0` < 64, so the shift keeps at most bits 1-63).
+            let later = self.summary & ((!1u64) << w0);
             let w = if later != 0 {
                 later.trailing_zeros()
             } else {
@@ -345,23 +347,33 @@ impl Timers {
         }
     }
 
-    /// An entry whose tick the wheel has reached: superseded, dropped; lazy, added again at its
-    /// slot's recorded deadline; else into the heap, to fire in order.
+    /// An entry whose tick the wheel has reached: if [`Timers::due_at`], into the heap, to
+    /// fire in order.
     #[inline]
     fn reach(&mut self, at: Time, slot: u32) {
+        if self.due_at(at, slot) {
+            self.heap.push(Reverse((at, slot)));
+        }
+    }
+
+    /// Whether an entry taken out (of a bucket or the heap) is its slot's live one and its
+    /// recorded deadline is its time. A superseded entry is dropped; a lazy one (the deadline
+    /// has moved later) is added again at the recorded deadline.
+    #[inline]
+    fn due_at(&mut self, at: Time, slot: u32) -> bool {
         let Some(s) = self.slots.get_mut(slot as usize) else {
-            return;
+            return false;
         };
         if s.entry != at {
-            return;
+            return false;
         }
         if s.due > at {
             s.entry = s.due;
             let due = s.due;
             self.insert(due, slot);
-        } else {
-            self.heap.push(Reverse((at, slot)));
+            return false;
         }
+        true
     }
 
     /// Drops superseded entries. Called when the room is full: it has room for
@@ -424,20 +436,10 @@ impl Timers {
                 return None;
             }
             self.heap.pop();
-            let Some(s) = self.slots.get_mut(slot as usize) else {
-                continue;
-            };
-            if s.entry != at {
-                continue;
+            if self.due_at(at, slot) {
+                self.slots[slot as usize].entry = Time::NEVER;
+                return Some((at, slot));
             }
-            if s.due > at {
-                s.entry = s.due;
-                let due = s.due;
-                self.insert(due, slot);
-                continue;
-            }
-            s.entry = Time::NEVER;
-            return Some((at, slot));
         }
         None
     }
