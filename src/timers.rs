@@ -308,15 +308,12 @@ impl Timers {
     /// (lazy ones back into the wheel at their recorded deadline, superseded ones nowhere), so
     /// that everything due by `now` is in the heap, in order.
     #[inline]
-    pub fn advance(&mut self, now: Time) {
+    fn advance(&mut self, now: Time) {
+        // With no entry in the ticks passed, the range just moves on.
+        self.follow(now);
         let target = (now.0 >> TICK_SHIFT) + 1;
         if target > self.cursor {
-            if self.wheel_min.0 >> TICK_SHIFT >= target {
-                // No entry of the ticks passed: the wheel's range moves on, its buckets stay.
-                self.cursor = target;
-            } else {
-                self.advance_to(target);
-            }
+            self.advance_to(target);
         }
     }
 
