@@ -108,6 +108,8 @@ pub struct Timers {
     /// A bit per word of `occupied`: set when the word is not 0, so the next bucket with
     /// entries is found in a few steps however sparse the wheel is.
     summary: u64,
+    /// A bit per slot, for [`Timers::compact`] (reserved with the slots).
+    kept: Vec<u64>,
     /// The blocks of every bucket, and free ones chained from `free`. Reserved as slots are
     /// added, so that no entry ever allocates.
     blocks: Vec<Block>,
@@ -128,6 +130,7 @@ impl Default for Timers {
             buckets: Vec::new(),
             occupied: Vec::new(),
             summary: 0,
+            kept: Vec::new(),
             blocks: Vec::new(),
             free: NIL,
             cursor: 0,
@@ -185,6 +188,7 @@ impl Timers {
     #[cold]
     fn grow(&mut self, slots: usize) {
         self.slots.resize(slots, EMPTY);
+        self.kept.resize(slots.div_ceil(64), 0);
         let room = self.capacity();
         self.heap.reserve(room.saturating_sub(self.heap.len()));
         let blocks = room / PER_BLOCK + room.min(WHEEL as usize) + 1;
@@ -379,17 +383,13 @@ impl Timers {
     /// pass. Nothing grows on a packet.
     #[cold]
     fn compact(&mut self) {
-        let slots = &self.slots;
-        self.heap.retain(|Reverse((at, slot))| {
-            slots.get(*slot as usize).is_some_and(|s| s.entry == *at)
-        });
-        let mut w = 0;
-        while w < self.occupied.len() {
-            let bits = self.occupied[w];
-            w += 1;
-            let mut bits = bits;
+        let (slots, kept) = (&self.slots, &mut self.kept);
+        self.heap
+            .retain(|Reverse((at, slot))| keep_once(slots, kept, *at, *slot));
+        for w in 0..self.occupied.len() {
+            let mut bits = self.occupied[w];
             while bits != 0 {
-                let b = (w - 1) * 64 + bits.trailing_zeros() as usize;
+                let b = w * 64 + bits.trailing_zeros() as usize;
                 bits &= bits - 1;
                 // Each block is freed before its live entries go back: the chain never needs
                 // more blocks than it had.
@@ -397,11 +397,7 @@ impl Timers {
                 while block != NIL {
                     let (n, at, slot, next) = self.release(block);
                     for k in 0..n {
-                        let live = self
-                            .slots
-                            .get(slot[k] as usize)
-                            .is_some_and(|s| s.entry == at[k]);
-                        if live {
+                        if keep_once(&self.slots, &mut self.kept, at[k], slot[k]) {
                             self.insert(at[k], slot[k]);
                         }
                     }
@@ -409,6 +405,7 @@ impl Timers {
                 }
             }
         }
+        self.kept.fill(0);
         self.wheel_min = match self.first_occupied() {
             Some(t) => self.buckets[(t % WHEEL) as usize].min,
             None => Time::NEVER,
@@ -458,6 +455,21 @@ impl Timers {
     fn entries(&self) -> usize {
         self.heap.len() + self.in_wheel
     }
+}
+
+/// For [`Timers::compact`]: whether the entry is its slot's live one, the first time that slot
+/// is seen (`kept` marks it). A superseded entry revived by a lazy re-arm landing on its time
+/// is live too, and a slot can hold several such twins; keeping one keeps the room's premise
+/// of at most one live entry a slot, so compaction always frees half the room.
+fn keep_once(slots: &[Slot], kept: &mut [u64], at: Time, slot: u32) -> bool {
+    let i = slot as usize;
+    let live = slots.get(i).is_some_and(|s| s.entry == at);
+    let bit = 1u64 << (i % 64);
+    if !live || kept[i / 64] & bit != 0 {
+        return false;
+    }
+    kept[i / 64] |= bit;
+    true
 }
 
 #[cfg(test)]
@@ -568,6 +580,36 @@ mod tests {
                 drain(&mut t, base * 2),
                 vec![(last, a), (last, b), (base + 7, c)]
             );
+        }
+    }
+
+    /// A lazy re-arm that lands on the time of a superseded entry revives it: the slot has two
+    /// live entries at one time (harmless when they fire: the second is skipped). Compaction
+    /// keeps one, so its premise, at most one live entry a slot, holds.
+    #[test]
+    fn compaction_keeps_one_of_revived_twins() {
+        let tick = 1u64 << TICK_SHIFT;
+        let now = 1_000 * tick;
+        for in_wheel in [false, true] {
+            let mut t = Timers::default();
+            let mut first = 0;
+            if in_wheel {
+                for slot in 0..HEAP_FIRST as u32 {
+                    t.set(slot, Time(now + 3 * WHEEL * tick), Time(now));
+                }
+                first = HEAP_FIRST as u32;
+            }
+            let (a, far, near) = (first, Time(now + 500 * tick), Time(now + tick));
+            t.set(a, far, Time(now));
+            t.set(a, near, Time(now)); // earlier: a new entry, the far one superseded
+            t.set(a, far, Time(now)); // later again: lazy
+            // At `near` the lazy entry goes back at `far`, beside the superseded one.
+            assert_eq!(drain(&mut t, near.0), vec![]);
+            let others = first as usize;
+            assert_eq!(t.entries(), others + 2, "twins");
+            t.compact();
+            assert_eq!(t.entries(), others + 1);
+            assert_eq!(drain(&mut t, far.0), vec![(far.0, a)]);
         }
     }
 
