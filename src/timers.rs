@@ -338,10 +338,8 @@ impl Timers {
                     }
                 }
                 first => {
-                    // The earliest bucket left is the wheel's earliest entry's.
                     self.cursor = self.cursor.max(target);
-                    self.wheel_min =
-                        first.map_or(Time::NEVER, |t| self.buckets[(t % WHEEL) as usize].min);
+                    self.wheel_min = self.bucket_min(first);
                     return;
                 }
             }
@@ -406,10 +404,13 @@ impl Timers {
             }
         }
         self.kept.fill(0);
-        self.wheel_min = match self.first_occupied() {
-            Some(t) => self.buckets[(t % WHEEL) as usize].min,
-            None => Time::NEVER,
-        };
+        self.wheel_min = self.bucket_min(self.first_occupied());
+    }
+
+    /// The earliest entry of the bucket of `tick` ([`Time::NEVER`]: none). Of the first
+    /// occupied bucket, that is the wheel's earliest entry.
+    fn bucket_min(&self, tick: Option<u64>) -> Time {
+        tick.map_or(Time::NEVER, |t| self.buckets[(t % WHEEL) as usize].min)
     }
 
     /// The slot's stream is gone: its entries are skipped from now on.
@@ -483,6 +484,23 @@ mod tests {
         }
     }
 
+    /// Timers whose first heap is full of deadlines beyond the wheel, so the next entries go
+    /// into the wheel; returns them and the first free slot.
+    fn heap_full(now: u64) -> (Timers, u32) {
+        let tick = 1u64 << TICK_SHIFT;
+        let mut t = Timers::default();
+        for slot in 0..HEAP_FIRST as u32 {
+            t.set(slot, Time(now + 3 * WHEEL * tick), Time(now));
+        }
+        (t, HEAP_FIRST as u32)
+    }
+
+    /// Empty timers (the next entries go into the first heap) and [`heap_full`] ones (into
+    /// the wheel), each with its first free slot.
+    fn heap_then_wheel(now: u64) -> [(Timers, u32); 2] {
+        [(Timers::default(), 0), heap_full(now)]
+    }
+
     fn drain(t: &mut Timers, now: u64) -> Vec<(u64, u32)> {
         std::iter::from_fn(|| t.pop_due(Time(now)))
             .map(|(at, slot)| (at.0, slot))
@@ -550,16 +568,7 @@ mod tests {
     fn superseded_entries_are_dropped_instead_of_growing_the_room() {
         let tick = 1u64 << TICK_SHIFT;
         let now = 1_000 * tick;
-        for in_wheel in [false, true] {
-            let mut t = Timers::default();
-            let mut first = 0;
-            if in_wheel {
-                // The first heap full of deadlines beyond the wheel: the next go into it.
-                for slot in 0..HEAP_FIRST as u32 {
-                    t.set(slot, Time(now + 3 * WHEEL * tick), Time(now));
-                }
-                first = HEAP_FIRST as u32;
-            }
+        for (mut t, first) in heap_then_wheel(now) {
             let (a, b, c) = (first, first + 1, first + 2);
             let base = now + 500 * tick;
             t.set(a, Time(base), Time(now));
@@ -590,15 +599,7 @@ mod tests {
     fn compaction_keeps_one_of_revived_twins() {
         let tick = 1u64 << TICK_SHIFT;
         let now = 1_000 * tick;
-        for in_wheel in [false, true] {
-            let mut t = Timers::default();
-            let mut first = 0;
-            if in_wheel {
-                for slot in 0..HEAP_FIRST as u32 {
-                    t.set(slot, Time(now + 3 * WHEEL * tick), Time(now));
-                }
-                first = HEAP_FIRST as u32;
-            }
+        for (mut t, first) in heap_then_wheel(now) {
             let (a, far, near) = (first, Time(now + 500 * tick), Time(now + tick));
             t.set(a, far, Time(now));
             t.set(a, near, Time(now)); // earlier: a new entry, the far one superseded
@@ -619,12 +620,8 @@ mod tests {
     fn the_next_bucket_is_the_first_after_the_cursor_not_the_lowest_index() {
         let tick = 1u64 << TICK_SHIFT;
         let now = 100 * tick;
-        let mut t = Timers::default();
-        // The first heap full of deadlines beyond the wheel, so the next two go into it.
-        for slot in 0..HEAP_FIRST as u32 {
-            t.set(slot, Time(now + 3 * WHEEL * tick), Time(now));
-        }
-        let (a, b) = (HEAP_FIRST as u32, HEAP_FIRST as u32 + 1);
+        let (mut t, a) = heap_full(now);
+        let b = a + 1;
         // Bucket 300 (a word after the cursor's) and bucket 4 (tick 4,100: the range wrapped).
         t.set(a, Time(300 * tick + 5), Time(now));
         t.set(b, Time(4_100 * tick + 7), Time(now));
