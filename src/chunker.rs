@@ -606,4 +606,54 @@ mod tests {
             }
         }
     }
+
+    /// The same on random text (words, runs of spaces, sentence ends, words longer than the
+    /// size limit) split at random, comparing the whole state after every piece: the ASCII
+    /// path must leave the counters, the last byte and the buffer as a character at a time
+    /// does, which the chunks alone do not show (a white space left uncounted changes only
+    /// what a later backspace erases).
+    #[test]
+    fn ascii_words_leave_the_state_single_characters_leave() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        const BYTES: &[u8] = b"abcdefghij    .!?,XYZ0123";
+        for round in 0..400 {
+            let max = [1, 2, 3, 7, 16, 64, 500][round % 7];
+            let text: Vec<u8> = (0..next(120))
+                .map(|_| BYTES[next(BYTES.len() as u64) as usize])
+                .collect();
+            let (mut one, mut run) = (Pair::new(max), Pair::new(max));
+            let mut rest = &text[..];
+            while !rest.is_empty() {
+                let (piece, after) = rest.split_at((1 + next(12) as usize).min(rest.len()));
+                rest = after;
+                for &b in piece {
+                    one.s().push_char(char::from(b));
+                }
+                run.s().push_ascii(piece);
+                let text = String::from_utf8_lossy(&text);
+                let cut = |p: &mut Pair| {
+                    p.cuts
+                        .drain()
+                        .map(|c| (c.text, c.cause))
+                        .collect::<Vec<_>>()
+                };
+                assert_eq!(cut(&mut one), cut(&mut run), "max {max}, {text:?}");
+                let state = |p: &Pair| {
+                    (
+                        p.ch.pending().to_owned(),
+                        p.ch.chars,
+                        p.ch.unseen_ws,
+                        p.ch.tail,
+                    )
+                };
+                assert_eq!(state(&one), state(&run), "max {max}, {text:?}");
+            }
+        }
+    }
 }
