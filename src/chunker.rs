@@ -629,6 +629,7 @@ mod tests {
                 .collect();
             let (mut one, mut run) = (Pair::new(max), Pair::new(max));
             let mut rest = &text[..];
+            let shown = String::from_utf8_lossy(&text);
             while !rest.is_empty() {
                 let (piece, after) = rest.split_at((1 + next(12) as usize).min(rest.len()));
                 rest = after;
@@ -636,14 +637,13 @@ mod tests {
                     one.s().push_char(char::from(b));
                 }
                 run.s().push_ascii(piece);
-                let text = String::from_utf8_lossy(&text);
                 let cut = |p: &mut Pair| {
                     p.cuts
                         .drain()
                         .map(|c| (c.text, c.cause))
                         .collect::<Vec<_>>()
                 };
-                assert_eq!(cut(&mut one), cut(&mut run), "max {max}, {text:?}");
+                assert_eq!(cut(&mut one), cut(&mut run), "max {max}, {shown:?}");
                 let state = |p: &Pair| {
                     (
                         p.ch.pending().to_owned(),
@@ -652,7 +652,7 @@ mod tests {
                         p.ch.tail,
                     )
                 };
-                assert_eq!(state(&one), state(&run), "max {max}, {text:?}");
+                assert_eq!(state(&one), state(&run), "max {max}, {shown:?}");
             }
         }
     }

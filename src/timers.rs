@@ -101,7 +101,7 @@ pub struct Timers {
     /// wheel's span, and the first [`HEAP_FIRST`] whatever their time: exactly ordered.
     heap: BinaryHeap<Reverse<(Time, u32)>>,
     /// Bucket `tick % WHEEL` holds the entries of `tick`, for ticks in
-    /// `cursor..cursor + WHEEL` (allocated at the first entry).
+    /// `cursor..cursor + WHEEL` (made by `grow` once the room can reach the wheel).
     buckets: Vec<Bucket>,
     /// A bit per bucket: set when it holds entries.
     occupied: Vec<u64>,
@@ -194,6 +194,12 @@ impl Timers {
         let blocks = room / PER_BLOCK + room.min(WHEEL as usize) + 1;
         self.blocks
             .reserve(blocks.saturating_sub(self.blocks.len()));
+        // The wheel is reached once the first heap holds HEAP_FIRST entries, which needs this
+        // much room: its buckets are made with the room, not by the entry that first needs them.
+        if room >= HEAP_FIRST && self.buckets.is_empty() {
+            self.buckets = vec![EMPTY_BUCKET; WHEEL as usize];
+            self.occupied = vec![0; WHEEL as usize / 64];
+        }
     }
 
     /// An entry at `at` for `slot`: in the heap if its tick is before the wheel's or beyond its
@@ -205,10 +211,7 @@ impl Timers {
             self.heap.push(Reverse((at, slot)));
             return;
         }
-        if self.buckets.is_empty() {
-            self.buckets = vec![EMPTY_BUCKET; WHEEL as usize];
-            self.occupied = vec![0; WHEEL as usize / 64];
-        }
+        debug_assert!(!self.buckets.is_empty(), "made by grow with the room");
         let b = (tick % WHEEL) as usize;
         let tail = self.buckets[b].tail;
         let block = if tail != NIL && (self.blocks[tail as usize].len as usize) < PER_BLOCK {
@@ -261,14 +264,22 @@ impl Timers {
         head
     }
 
-    /// Takes the entries out of a detached block and frees it.
-    fn release(&mut self, block: u32) -> (usize, [Time; PER_BLOCK], [u32; PER_BLOCK], u32) {
-        let blk = &mut self.blocks[block as usize];
-        let out = (blk.len as usize, blk.at, blk.slot, blk.next);
-        blk.next = self.free;
-        self.free = block;
-        self.in_wheel -= out.0;
-        out
+    /// Empties bucket `b`, handing each entry to `each` (which may insert entries again).
+    /// Each block is freed before its entries are handed out, so the chain never needs more
+    /// blocks than it had.
+    fn empty_bucket(&mut self, b: usize, mut each: impl FnMut(&mut Self, Time, u32)) {
+        let mut block = self.detach(b);
+        while block != NIL {
+            let blk = &mut self.blocks[block as usize];
+            let (n, at, slot, next) = (blk.len as usize, blk.at, blk.slot, blk.next);
+            blk.next = self.free;
+            self.free = block;
+            self.in_wheel -= n;
+            for k in 0..n {
+                each(self, at[k], slot[k]);
+            }
+            block = next;
+        }
     }
 
     /// The first tick at or after the cursor whose bucket holds entries.
@@ -327,15 +338,7 @@ impl Timers {
             match self.first_occupied() {
                 Some(tick) if tick < target => {
                     self.cursor = tick + 1;
-                    let b = (tick % WHEEL) as usize;
-                    let mut block = self.detach(b);
-                    while block != NIL {
-                        let (n, at, slot, next) = self.release(block);
-                        for k in 0..n {
-                            self.reach(at[k], slot[k]);
-                        }
-                        block = next;
-                    }
+                    self.empty_bucket((tick % WHEEL) as usize, Self::reach);
                 }
                 first => {
                     self.cursor = self.cursor.max(target);
@@ -389,18 +392,11 @@ impl Timers {
             while bits != 0 {
                 let b = w * 64 + bits.trailing_zeros() as usize;
                 bits &= bits - 1;
-                // Each block is freed before its live entries go back: the chain never needs
-                // more blocks than it had.
-                let mut block = self.detach(b);
-                while block != NIL {
-                    let (n, at, slot, next) = self.release(block);
-                    for k in 0..n {
-                        if keep_once(&self.slots, &mut self.kept, at[k], slot[k]) {
-                            self.insert(at[k], slot[k]);
-                        }
+                self.empty_bucket(b, |t, at, slot| {
+                    if keep_once(&t.slots, &mut t.kept, at, slot) {
+                        t.insert(at, slot);
                     }
-                    block = next;
-                }
+                });
             }
         }
         self.kept.fill(0);
