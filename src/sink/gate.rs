@@ -32,6 +32,9 @@ const GRACE: Duration = Duration::from_secs(5);
 enum Held {
     Gate {
         id: String,
+        /// The `gate.request`, kept to offer again on a new connection: a server that lost the
+        /// connection (or restarted) may have lost the gate with it.
+        request: Envelope,
         add: Envelope,
         /// The held chunk's context key: its corrections are dropped with it.
         key: Option<String>,
@@ -64,6 +67,10 @@ pub struct Gates {
     /// Keys of chunks that were not approved: their corrections are dropped too.
     refused_keys: HashSet<String>,
     pub stats: GateStats,
+    /// Envelopes from the core dropped since [`Gates::take_gone`] last asked: chunks not
+    /// approved and corrections of them. The connection counts them as settled, so that what
+    /// is left unsettled at shutdown is what was lost.
+    gone: u64,
 }
 
 impl Gates {
@@ -73,6 +80,7 @@ impl Gates {
             held: VecDeque::new(),
             refused_keys: HashSet::new(),
             stats: GateStats::default(),
+            gone: 0,
         }
     }
 
@@ -108,6 +116,7 @@ impl Gates {
             self.stats.requested += 1;
             self.held.push_back(Held::Gate {
                 id: request.id().to_string(),
+                request: request.clone(),
                 key: m.payload["key"].as_str().map(str::to_owned),
                 add: e,
                 approvals: 0,
@@ -191,6 +200,7 @@ impl Gates {
                             if let Some(k) = key {
                                 self.refused_keys.insert(k);
                             }
+                            self.gone += 1;
                             dropped.push((add, other));
                         }
                     }
@@ -207,13 +217,45 @@ impl Gates {
     }
 
     /// A correction of a chunk that was never approved goes nowhere.
-    fn pass(&self, e: Envelope) -> Option<Envelope> {
+    fn pass(&mut self, e: Envelope) -> Option<Envelope> {
         let refused = matches!(e.kind(), Kind::ContextUpdate | Kind::ContextRemove)
             && !self.refused_keys.is_empty()
             && e.to_message().payload["key"]
                 .as_str()
                 .is_some_and(|k| self.refused_keys.contains(k));
+        self.gone += u64::from(refused);
         (!refused).then_some(e)
+    }
+
+    /// How many envelopes from the core were dropped since the last call.
+    pub fn take_gone(&mut self) -> u64 {
+        std::mem::take(&mut self.gone)
+    }
+
+    /// Everything held, given up (the server refused the participant): the envelopes from the
+    /// core, oldest first.
+    pub fn abandon(&mut self) -> Vec<Envelope> {
+        self.held
+            .drain(..)
+            .map(|h| match h {
+                Held::Gate { add, .. } => add,
+                Held::Plain(e) => e,
+            })
+            .collect()
+    }
+
+    /// The requests of the gates still awaiting a decision, oldest first, to send again (the
+    /// same envelopes, so a server that still has a gate can tell the copy) after the
+    /// connection is made again and the participant has rejoined.
+    pub fn undecided(&self) -> impl Iterator<Item = &Envelope> {
+        self.held.iter().filter_map(|h| match h {
+            Held::Gate {
+                request,
+                verdict: None,
+                ..
+            } => Some(request),
+            _ => None,
+        })
     }
 
     pub fn next_deadline(&self) -> Option<Instant> {

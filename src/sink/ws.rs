@@ -52,14 +52,27 @@ pub struct WsConfig {
 
 struct Conn {
     tx: mpsc::Sender<(std::time::Instant, Envelope)>,
+    task: JoinHandle<()>,
 }
 
 pub struct WsSink {
     cfg: Arc<WsConfig>,
     conns: HashMap<SenderId, Conn>,
-    tasks: Vec<JoinHandle<()>>,
+    /// Connections of participants that have left, still delivering what they hold (their
+    /// leave last). A participant that joins again (the same stream back after a timeout, or
+    /// a restart's resend beside live traffic) gets a new connection that waits for this one
+    /// to finish: two connections of one sender are otherwise unordered, and the old leave
+    /// could reach the server after the new join (pvp-spec 19.5: per-sender order).
+    leaving: HashMap<SenderId, JoinHandle<()>>,
+    /// `leaving`'s size at which finished connections are next swept from it.
+    sweep_at: usize,
     sent: Arc<AtomicU64>,
     dropped: u64,
+    /// Envelopes taken into a connection's queue, and of them those each connection has
+    /// settled: written, or given up on and counted where it gave up. What is unsettled when
+    /// the shutdown's grace ends was lost, and is counted as dropped.
+    accepted: u64,
+    settled: Arc<AtomicU64>,
 }
 
 impl WsSink {
@@ -67,9 +80,12 @@ impl WsSink {
         WsSink {
             cfg: Arc::new(cfg),
             conns: HashMap::new(),
-            tasks: Vec::new(),
+            leaving: HashMap::new(),
+            sweep_at: SWEEP_FROM,
             sent: Arc::new(AtomicU64::new(0)),
             dropped: 0,
+            accepted: 0,
+            settled: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -93,15 +109,18 @@ impl WsSink {
         let leaving = e.kind() == Kind::SessionLeave;
         if !self.conns.contains_key(&**e.sender()) {
             let (tx, rx) = mpsc::channel(self.cfg.queue);
+            let before = self.leaving.remove(&**e.sender());
             let task = tokio::spawn(connection(
                 self.cfg.clone(),
                 e.sender().clone(),
                 rx,
-                self.sent.clone(),
+                Counts {
+                    sent: self.sent.clone(),
+                    settled: self.settled.clone(),
+                },
+                before,
             ));
-            self.tasks.push(task);
-            self.tasks.retain(|t| !t.is_finished());
-            self.conns.insert(e.sender().clone(), Conn { tx });
+            self.conns.insert(e.sender().clone(), Conn { tx, task });
         }
         let sender = e.sender().clone();
         let conn = &self.conns[&sender];
@@ -110,19 +129,45 @@ impl WsSink {
             let (_, e) = match err {
                 mpsc::error::TrySendError::Full(e) | mpsc::error::TrySendError::Closed(e) => e,
             };
+            // Given up on, so not resent after a restart either, where it would come after
+            // what this participant said later.
+            if let Some(spool) = &self.cfg.spool {
+                spool.done(e.id());
+            }
             tracing::warn!(participant = %sender, id = %e.id(), kind = %e.kind(), "PVP connection queue full or closed; envelope dropped");
+        } else {
+            self.accepted += 1;
         }
-        if leaving {
+        if leaving && let Some(conn) = self.conns.remove(&sender) {
             // Dropping the queue's sender lets the task deliver what is left, then close.
-            self.conns.remove(&sender);
+            self.leaving.insert(sender, conn.task);
+            if self.leaving.len() >= self.sweep_at {
+                self.leaving.retain(|_, t| !t.is_finished());
+                self.sweep_at = (2 * self.leaving.len()).max(SWEEP_FROM);
+            }
         }
     }
 
     pub async fn close(mut self, grace: Duration) -> SinkStats {
-        self.conns.clear();
-        let all = futures_util::future::join_all(self.tasks.drain(..));
+        let tasks = self
+            .conns
+            .drain()
+            .map(|(_, c)| c.task)
+            .chain(self.leaving.drain().map(|(_, t)| t));
+        let all = futures_util::future::join_all(tasks);
         if tokio::time::timeout(grace, all).await.is_err() {
             tracing::warn!("PVP connections did not finish within {grace:?}");
+        }
+        let lost = self
+            .accepted
+            .saturating_sub(self.settled.load(Ordering::Relaxed));
+        if lost > 0 {
+            // Without --spool they are gone; with it, the next start sends them.
+            tracing::warn!(
+                undelivered = lost,
+                "envelopes still waiting for their PVP connection when the shutdown's grace ended"
+            );
+            self.dropped += lost;
         }
         if let Some(spool) = self.cfg.spool.clone() {
             // The journal's last records (the leaves' marks) are on disk before the process
@@ -140,13 +185,39 @@ fn now() -> Time {
     Time::from_system(SystemTime::now())
 }
 
-/// One participant's connection: connect (with backoff), send its join first, then the queue.
+/// Finished connections are swept from [`WsSink::leaving`] once it has grown to twice its
+/// size after the last sweep, and not below this: a sweep a leave would cost a scan of every
+/// participant still delivering, on the sink's thread.
+const SWEEP_FROM: usize = 64;
+
+/// The sink's counters a connection adds to.
+struct Counts {
+    /// Frames written that carried an envelope (a gate's request included).
+    sent: Arc<AtomicU64>,
+    /// Envelopes from the queue written or given up on (see [`WsSink::settled`]).
+    settled: Arc<AtomicU64>,
+}
+
+impl Counts {
+    fn settled(&self, n: u64) {
+        self.settled.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// One participant's connection: after its previous connection has finished (`before`, if it
+/// left and came back), connect (with backoff), send its join first, then the queue.
 async fn connection(
     cfg: Arc<WsConfig>,
     participant: SenderId,
     mut rx: mpsc::Receiver<(std::time::Instant, Envelope)>,
-    sent: Arc<AtomicU64>,
+    counts: Counts,
+    before: Option<JoinHandle<()>>,
 ) {
+    if let Some(before) = before {
+        // Its result does not matter (a refusal ends it early too): only that it has written
+        // all it will write.
+        let _ = before.await;
+    }
     let m = &cfg.metrics;
     let mut connected_before = false;
     let mut failing = false;
@@ -235,6 +306,24 @@ async fn connection(
             {
                 continue 'reconnect;
             }
+            // Chunks held for approval are asked about again: a decision for a request the
+            // old connection carried may never come now (a restarted server has no gate).
+            // One whose request was never written is still `pending`, and goes out from there.
+            let unsent = pending
+                .as_ref()
+                .filter(|(_, e)| e.kind() == Kind::GateRequest)
+                .map(|(_, e)| e.id());
+            let again: Vec<String> = gates
+                .iter()
+                .flat_map(super::gate::Gates::undecided)
+                .filter(|r| Some(r.id()) != unsent)
+                .map(|r| r.json().to_owned())
+                .collect();
+            for request in again {
+                if !send_frame(&mut ws, Message::text(request), &cfg, &participant).await {
+                    continue 'reconnect;
+                }
+            }
         }
         let mut heartbeat = heartbeat_ticks(cfg.heartbeat);
         let mut alive = Liveness::new(cfg.heartbeat, cfg.silence);
@@ -258,7 +347,7 @@ async fn connection(
                     () = async { if let Some(t) = paused_until { tokio::time::sleep_until(t).await } }, if paused => None,
                     () = async { if let Some(t) = gate_deadline { tokio::time::sleep_until(t.into()).await } }, if gate_deadline.is_some() => {
                         if let Some(g) = gates.as_mut() {
-                            settle(g, &mut outbox, &cfg, &participant);
+                            settle(g, &mut outbox, &cfg, &participant, &counts);
                         }
                         None
                     }
@@ -277,10 +366,27 @@ async fn connection(
                                         // loudly, stop, and count what it can no longer send.
                                         send_frame(&mut ws, Message::Close(None), &cfg, &participant).await;
                                         rx.close();
-                                        let mut lost = u64::from(pending.take().is_some());
-                                        while rx.recv().await.is_some() {
+                                        // Given up on: not resent after a restart either.
+                                        let mut lost = 0u64;
+                                        let mut give_up = |e: Envelope| {
                                             lost += 1;
+                                            if let Some(spool) = &cfg.spool {
+                                                spool.done(e.id());
+                                            }
+                                        };
+                                        // A gate's request is not from the queue: not counted.
+                                        for (_, e) in pending.take().into_iter().chain(outbox.drain(..)) {
+                                            if e.kind() != Kind::GateRequest {
+                                                give_up(e);
+                                            }
                                         }
+                                        for e in gates.as_mut().map(super::gate::Gates::abandon).unwrap_or_default() {
+                                            give_up(e);
+                                        }
+                                        while let Some((_, e)) = rx.recv().await {
+                                            give_up(e);
+                                        }
+                                        counts.settled(lost);
                                         // Counted before it is logged: whoever reads the log finds it counted.
                                         m.refused.inc();
                                         tracing::error!(%participant, %code, undelivered = lost, "PVP server refused this participant; its transcript is not delivered");
@@ -294,7 +400,7 @@ async fn connection(
                                     Reaction::Gate(env) => {
                                         if let Some(g) = gates.as_mut() {
                                             g.on_server(&env);
-                                            settle(g, &mut outbox, &cfg, &participant);
+                                            settle(g, &mut outbox, &cfg, &participant, &counts);
                                         }
                                     }
                                     Reaction::None => {}
@@ -315,7 +421,11 @@ async fn connection(
                     e = rx.recv(), if !paused && pending.is_none() => match e {
                         // A chunk from the core is held for approval: its request goes out.
                         Some((queued, e)) => match gates.as_mut() {
-                            Some(g) => g.offer(e, &mut pvp, std::time::Instant::now(), now()).map(|out| (queued, out)),
+                            Some(g) => {
+                                let out = g.offer(e, &mut pvp, std::time::Instant::now(), now());
+                                counts.settled(g.take_gone());
+                                out.map(|out| (queued, out))
+                            }
                             None => Some((queued, e)),
                         },
                         None => {
@@ -328,14 +438,17 @@ async fn connection(
                                     tracing::warn!(%participant, id = %e.id(), "stopping with a chunk still awaiting approval; dropped");
                                     cfg.metrics.gates_refused.inc();
                                 }
+                                counts.settled(g.take_gone());
                                 for e in send {
                                     let id = e.id();
                                     // Marked in the spool only once written: one that was not
                                     // is sent again after a restart.
-                                    if send_frame(&mut ws, Message::text(e.into_json()), &cfg, &participant).await
-                                        && let Some(spool) = &cfg.spool
-                                    {
-                                        spool.done(id);
+                                    if send_frame(&mut ws, Message::text(e.into_json()), &cfg, &participant).await {
+                                        counts.settled(1);
+                                        counts.sent.fetch_add(1, Ordering::Relaxed);
+                                        if let Some(spool) = &cfg.spool {
+                                            spool.done(id);
+                                        }
                                     }
                                 }
                             }
@@ -388,8 +501,14 @@ async fn connection(
             )
             .await
             {
-                // Not known to be delivered: send it again after reconnecting.
-                if kind != Kind::SessionJoin {
+                // Not known to be delivered: send it again after reconnecting. A join is not:
+                // the rejoin made after reconnecting stands for it.
+                if kind == Kind::SessionJoin {
+                    counts.settled(1);
+                    if let Some(spool) = &cfg.spool {
+                        spool.done(id);
+                    }
+                } else {
                     pending = Some((queued, e));
                 }
                 continue 'reconnect;
@@ -398,7 +517,11 @@ async fn connection(
             if let Some(spool) = &cfg.spool {
                 spool.done(id);
             }
-            sent.fetch_add(1, Ordering::Relaxed);
+            counts.sent.fetch_add(1, Ordering::Relaxed);
+            // A gate's request is made here, not taken from the queue.
+            if kind != Kind::GateRequest {
+                counts.settled(1);
+            }
             if recent.len() == RECENT {
                 recent.pop_front();
             }
@@ -524,8 +647,10 @@ fn settle(
     outbox: &mut VecDeque<(std::time::Instant, Envelope)>,
     cfg: &WsConfig,
     participant: &str,
+    counts: &Counts,
 ) {
     let (send, dropped) = g.release(std::time::Instant::now());
+    counts.settled(g.take_gone());
     for e in send {
         outbox.push_back((std::time::Instant::now(), e));
     }
