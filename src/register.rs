@@ -146,7 +146,8 @@ struct Cold {
     spare: Vec<Vec<u8>>,
 }
 
-const _: () = assert!(MAX_HELD <= u8::MAX as usize);
+// `holding` counts one over the bound for a moment (`Register::receive`).
+const _: () = assert!(MAX_HELD < u8::MAX as usize);
 
 /// A packet's redundant generation count, as the register keeps it.
 #[inline]
@@ -274,9 +275,14 @@ impl Register {
                 if a.by_ts {
                     self.deliver(&a, 0, 1, out);
                 } else {
-                    self.cold.stats.lost += 1;
-                    out(a.tag, Piece::Lost);
-                    self.deliver(&a, 0, 0, out);
+                    // The jump's packet was dropped; this one's newest redundant generation
+                    // is its text (RFC 4103 4.2), often the restarted session's start.
+                    let recovered = self.redundancy(&a).min(1);
+                    if recovered == 0 {
+                        self.cold.stats.lost += 1;
+                        out(a.tag, Piece::Lost);
+                    }
+                    self.deliver(&a, recovered, 0, out);
                 }
                 self.expected = Some(seq.wrapping_add(1));
                 return Ok(Outcome::Delivered);
@@ -321,18 +327,21 @@ impl Register {
             return Ok(Outcome::Delivered);
         }
         // Ahead of a gap: hold a copy, then see whether redundancy already closes the gap.
-        if self.held() >= MAX_HELD {
-            self.give_up_oldest(out);
-        }
+        // With the hold full, the oldest gap is given up only once the packet is in place: it
+        // may be the one that fills that gap (a late arrival behind those held), and is then
+        // delivered in its place. Given up first, its gap would be marked lost and the packet
+        // held behind the new position, never to drain.
         let exp = self.expected.unwrap_or(seq);
         self.hold(now, &a, exp);
-        let before = self.held();
+        if self.held() > MAX_HELD {
+            self.give_up_oldest(out);
+        }
         self.drain(out);
-        Ok(if self.held() < before {
-            Outcome::Delivered
-        } else {
+        Ok(if self.cold.held.iter().any(|h| h.seq == seq) {
             self.cold.stats.reordered += 1;
             Outcome::Held
+        } else {
+            Outcome::Delivered
         })
     }
 
@@ -365,8 +374,9 @@ impl Register {
             },
         );
         self.holding += 1;
-        // Every path that holds checks the bound first (fuzzing runs with debug assertions).
-        debug_assert!(self.cold.held.len() <= MAX_HELD);
+        // Every path that holds checks the bound (fuzzing runs with debug assertions): before
+        // holding, or at once after it, the one packet over the bound ([`Register::receive`]).
+        debug_assert!(self.cold.held.len() <= MAX_HELD + 1);
     }
 
     /// Takes the first held packet out; with [`Register::hold`] the only places that change
@@ -791,5 +801,73 @@ mod tests {
         }
         assert!(r.reg.held() <= MAX_HELD);
         assert!(r.text.starts_with('~'));
+    }
+
+    /// With the hold full, a late packet that fills the gap in front of everything held is
+    /// delivered in its place: only the packet still missing is marked (RFC 4103 5.3: a mark
+    /// a lost packet), and the stream goes on in order. Giving up the oldest gap before placing
+    /// it marked both packets, then held the late one behind the delivery point, where it
+    /// stalled everything behind it and, at the wait's end, was taken for 65,000 lost packets.
+    #[test]
+    fn a_late_packet_filling_the_gap_before_a_full_hold_is_delivered_in_place() {
+        let mut r = Rig::new();
+        r.plain(0, 1, true, "a");
+        // 2 and 3 missing; 4..=67 held: the hold is full.
+        for s in 4..=67u16 {
+            assert_eq!(r.plain(10, s, false, "x"), Outcome::Held);
+        }
+        assert_eq!(r.reg.held(), MAX_HELD);
+        // 3 arrives late, within the wait: 2 is given up, 3 and all held behind it delivered.
+        assert_eq!(r.plain(20, 3, false, "c"), Outcome::Delivered);
+        assert_eq!(r.reg.held(), 0);
+        assert_eq!(r.text, format!("a~c{}", "x".repeat(64)));
+        assert_eq!(r.reg.stats().lost, 1);
+        // The stream goes on in order.
+        assert_eq!(r.plain(30, 68, false, "y"), Outcome::Delivered);
+        assert!(r.text.ends_with("xy"));
+    }
+
+    /// Past a full hold, a packet later than those held still gives up the oldest gap, and is
+    /// itself held: the bound holds after every packet.
+    #[test]
+    fn past_a_full_hold_a_later_packet_gives_up_the_oldest_gap() {
+        let mut r = Rig::new();
+        r.plain(0, 1, true, "a");
+        for s in 3..=66u16 {
+            assert_eq!(r.plain(10, s, false, "x"), Outcome::Held);
+        }
+        // 68 (67 missing): 2 is given up, 3..=66 delivered, 68 waits for 67.
+        assert_eq!(r.plain(20, 68, false, "z"), Outcome::Held);
+        assert_eq!(r.reg.held(), 1);
+        assert_eq!(r.text, format!("a~{}", "x".repeat(64)));
+        r.expire(5_000);
+        assert_eq!(r.text, format!("a~{}~z", "x".repeat(64)));
+    }
+
+    /// A sender that restarts its sequence numbers: RFC 3550 A.1 drops the jump's packet and
+    /// takes the next as the new sequence. With redundancy, the next packet's newest generation
+    /// is the dropped packet's text (RFC 4103 4.2), often the restarted session's start: it is
+    /// delivered, not marked lost.
+    #[test]
+    fn a_restart_recovers_the_dropped_first_packet_from_redundancy() {
+        let mut r = Rig::new();
+        r.red(0, 100, true, &["", ""], "a");
+        assert_eq!(
+            r.red(1, 40_000, true, &["", ""], "\u{feff}x"),
+            Outcome::Jump
+        );
+        assert_eq!(
+            r.red(2, 40_001, false, &["", "\u{feff}x"], "y"),
+            Outcome::Delivered
+        );
+        assert_eq!(r.text, "a\u{feff}xy");
+        assert_eq!(r.reg.stats().lost, 0);
+        assert_eq!(r.reg.stats().restarts, 1);
+        // Without redundancy the dropped packet is marked.
+        let mut r = Rig::new();
+        r.plain(0, 100, true, "a");
+        assert_eq!(r.plain(1, 40_000, true, "x"), Outcome::Jump);
+        assert_eq!(r.plain(2, 40_001, false, "y"), Outcome::Delivered);
+        assert_eq!(r.text, "a~y");
     }
 }
