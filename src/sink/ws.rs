@@ -522,6 +522,11 @@ async fn connection(
             if kind != Kind::GateRequest {
                 counts.settled(1);
             }
+            if kind == Kind::SessionLeave {
+                // Gone: a reconnect before the queue's end is seen (a server closing right
+                // after the leave) must not join it again.
+                join = None;
+            }
             if recent.len() == RECENT {
                 recent.pop_front();
             }
