@@ -2,7 +2,9 @@
 //!
 //! pvp-implementation-guide STEP 4: flush on sentence boundaries, after a silence, and at a size
 //! threshold. A sentence ends at `.`, `!` or `?` followed by white space (so `3.14` and `e.g.x`
-//! do not split), or at an ideographic `。`, `！`, `？` at once (CJK text has no spaces). The size
+//! do not split), or at an ideographic `。`, `！`, `？` followed by anything but another of them
+//! (CJK text has no spaces; `？！` and `。。。` end one sentence). A no-break space (U+00A0,
+//! U+2007, U+202F) joins its neighbours: it ends no sentence and is no word boundary. The size
 //! cut falls on the last word boundary and never inside a character. Idle and end flushes are
 //! driven from outside (the stream table owns the clock).
 
@@ -35,6 +37,10 @@ impl FlushCause {
 pub struct Chunk {
     pub text: String,
     pub cause: FlushCause,
+    /// White space typed between the chunk before and this one's text: restored as the
+    /// chunker's `unseen_ws` when a backspace reopens the chunk, so the next backspaces erase
+    /// it before the chunk before.
+    space_before: u32,
 }
 
 /// Bytes the text buffer first allocates: a typical sentence (the benchmarks' is 60 characters).
@@ -84,8 +90,10 @@ pub struct Chunker {
     buf: String,
     /// Characters in `buf` (not bytes).
     chars: u32,
-    /// White space typed since the last cut that is not in `buf` (leading white space, the
-    /// space that ended a sentence, trimmed trailing white space): a backspace erases it first.
+    /// White space typed between the last cut and `buf` that is in neither (leading white
+    /// space, the space that ended a sentence, the space a size cut split at, trimmed trailing
+    /// white space). Kept while `buf` fills: once a backspace empties `buf`, it erases this
+    /// before the chunk cut (T.140: backspace erases the last character typed).
     unseen_ws: u32,
     /// Backspaces that reached past everything buffered or ready: they erase text already
     /// sent, which the caller corrects on the PVP side (context.update).
@@ -136,7 +144,9 @@ impl Chunker {
     /// discarded.
     pub fn flush(&mut self, cause: FlushCause) -> Option<Chunk> {
         let (chunk, trailing) = self.take_chunk(cause);
-        self.unseen_ws = if chunk.is_some() { clamp(trailing) } else { 0 };
+        // Nothing cut: the white space still lies between the last cut and what comes next.
+        let before = if chunk.is_some() { 0 } else { self.unseen_ws };
+        self.unseen_ws = before.saturating_add(clamp(trailing));
         self.tail = 0;
         self.chars = 0;
         chunk
@@ -151,17 +161,26 @@ impl Chunker {
         let end = text.trim_end().len();
         let trailing = text[end..].chars().count();
         text.truncate(end);
-        // Leading white space never enters the buffer (`white_space_taken`) save after a size
-        // cut, so this is rare.
+        // Leading white space never enters the buffer (`white_space_taken`) save as a no-break
+        // space after the space a size cut split at, so this is rare.
         let lead = text.len() - text.trim_start().len();
+        let mut space_before = self.unseen_ws;
         if lead > 0 {
+            space_before = space_before.saturating_add(clamp(text[..lead].chars().count()));
             text.drain(..lead);
         }
         if text.is_empty() {
             self.buf = text;
             return (None, trailing);
         }
-        (Some(Chunk { text, cause }), trailing)
+        (
+            Some(Chunk {
+                text,
+                cause,
+                space_before,
+            }),
+            trailing,
+        )
     }
 
     /// Gives the buffer an allocation no longer needed, typically the text of the chunk sent
@@ -212,10 +231,11 @@ impl Chunker {
 
 impl Fed<'_> {
     /// White space that is not kept: leading white space of a chunk carries nothing, and white
-    /// space after `.`, `!` or `?` ends the sentence (the chunk is cut). Returns false for
-    /// white space that goes into the buffer.
+    /// space after `.`, `!` or `?` ends the sentence (the chunk is cut) unless it is a no-break
+    /// space (`breaks` false), which binds `Dr.` to the name after it. Returns false for white
+    /// space that goes into the buffer.
     #[inline]
-    fn white_space_taken(&mut self) -> bool {
+    fn white_space_taken(&mut self, breaks: bool) -> bool {
         if self.ch.buf.is_empty() {
             self.ch.unseen_ws = self.ch.unseen_ws.saturating_add(1);
             return true;
@@ -224,7 +244,7 @@ impl Fed<'_> {
             self.ch.tail,
             self.ch.buf.as_bytes().last().copied().unwrap_or(0)
         );
-        if matches!(self.ch.tail, b'.' | b'!' | b'?') {
+        if breaks && matches!(self.ch.tail, b'.' | b'!' | b'?') {
             self.cut_all(FlushCause::Sentence);
             self.ch.unseen_ws = 1;
             return true;
@@ -233,18 +253,28 @@ impl Fed<'_> {
     }
 
     fn push(&mut self, c: char) {
-        if c.is_whitespace() && self.white_space_taken() {
+        if may_end_ideographic(self.ch.tail) && !is_ideographic_end(c) {
+            self.cut_ideographic_end();
+        }
+        if c.is_whitespace() && self.white_space_taken(!is_no_break(c)) {
             return;
         }
-        self.ch.unseen_ws = 0;
         self.ch.first_room(c.len_utf8());
         self.ch.buf.push(c);
         self.ch.sync_tail();
         self.ch.chars += 1;
-        if matches!(c, '。' | '！' | '？') {
-            self.cut_all(FlushCause::Sentence);
-        } else if self.ch.chars >= self.cuts.max_chars {
+        if self.ch.chars >= self.cuts.max_chars {
             self.cut_size();
+        }
+    }
+
+    /// Cuts a buffer ending in an ideographic sentence end, before a character that is not one:
+    /// the end is held until then so that `？！` or `。。。` stays one sentence end, as `?!`
+    /// waits for its space.
+    #[inline(never)]
+    fn cut_ideographic_end(&mut self) {
+        if self.ch.buf.ends_with(is_ideographic_end) {
+            self.cut_all(FlushCause::Sentence);
         }
     }
 
@@ -261,13 +291,29 @@ impl Fed<'_> {
         self.cuts.ready.push(c);
     }
 
-    /// Size cut at the last white space, keeping the word in progress for the next chunk.
+    /// Size cut at the last white space that breaks, keeping the word in progress for the next
+    /// chunk. The white space dropped there (the space cut at and any trimmed before it) is
+    /// counted as unseen, so backspaces erase it before the chunk.
     fn cut_size(&mut self) {
-        match self.ch.buf.rfind(char::is_whitespace) {
+        match self.ch.buf.rfind(is_break_space) {
             Some(at) => {
                 let ws_len = self.ch.buf[at..].chars().next().map_or(1, char::len_utf8);
-                if let Some(c) = make_chunk(&self.ch.buf[..at], FlushCause::Size) {
+                let head = &self.ch.buf[..at];
+                let body = head.trim_end();
+                let dropped = clamp(head[body.len()..].chars().count() + 1);
+                let text = body.trim_start();
+                let lead = clamp(body[..body.len() - text.len()].chars().count());
+                let before = self.ch.unseen_ws.saturating_add(lead);
+                if text.is_empty() {
+                    self.ch.unseen_ws = before.saturating_add(dropped);
+                } else {
+                    let c = Chunk {
+                        text: text.to_owned(),
+                        cause: FlushCause::Size,
+                        space_before: before,
+                    };
                     self.push_ready(c);
+                    self.ch.unseen_ws = dropped;
                 }
                 self.ch.buf.replace_range(..at + ws_len, "");
                 self.ch.sync_tail();
@@ -284,12 +330,26 @@ fn clamp(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
-fn make_chunk(text: &str, cause: FlushCause) -> Option<Chunk> {
-    let t = text.trim();
-    (!t.is_empty()).then(|| Chunk {
-        text: t.to_owned(),
-        cause,
-    })
+/// Ends a sentence with no white space after it (CJK text has none).
+fn is_ideographic_end(c: char) -> bool {
+    matches!(c, '。' | '！' | '？')
+}
+
+/// The last bytes of `。` (E3 80 82), `！` (EF BC 81) and `？` (EF BC 9F): a buffer whose last
+/// byte is none of them does not end a sentence so, and is not read to find out.
+#[inline]
+fn may_end_ideographic(tail: u8) -> bool {
+    matches!(tail, 0x81 | 0x82 | 0x9f)
+}
+
+/// No-break spaces: white space that keeps its neighbours together (Unicode line breaking class
+/// GL), so neither a sentence end nor a place to cut.
+fn is_no_break(c: char) -> bool {
+    matches!(c, '\u{a0}' | '\u{2007}' | '\u{202f}')
+}
+
+fn is_break_space(c: char) -> bool {
+    c.is_whitespace() && !is_no_break(c)
 }
 
 impl TextSink for Fed<'_> {
@@ -303,14 +363,16 @@ impl TextSink for Fed<'_> {
     }
 
     /// `Chunker::push` for printable ASCII, where the only white space is the space and no
-    /// character is an ideographic sentence end.
+    /// character is an ideographic sentence end (so one held is cut before the run).
     fn push_ascii(&mut self, s: &[u8]) {
+        if may_end_ideographic(self.ch.tail) {
+            self.cut_ideographic_end();
+        }
         self.ch.first_room(s.len());
         for &b in s {
-            if b == b' ' && self.white_space_taken() {
+            if b == b' ' && self.white_space_taken(true) {
                 continue;
             }
-            self.ch.unseen_ws = 0;
             // `& 0x7f` is a no-op on ASCII that lets the compiler emit a one-byte push.
             self.ch.buf.push(char::from(b & 0x7f));
             self.ch.tail = b;
@@ -321,8 +383,9 @@ impl TextSink for Fed<'_> {
         }
     }
 
-    /// Erases the last character typed: buffered text first, then unseen white space, then the
-    /// chunk cut in this packet (not yet handed out, so reopened), then, as `erase_sent`, sent
+    /// Erases the last character typed (T.140 U+0008): buffered text first, then the white
+    /// space typed before it, then the chunk cut in this packet (not yet handed out, so
+    /// reopened, with the white space typed before it as unseen), then, as `erase_sent`, sent
     /// text.
     fn backspace(&mut self) -> bool {
         if self.ch.buf.pop().is_some() {
@@ -340,6 +403,7 @@ impl TextSink for Fed<'_> {
             self.ch.buf.pop();
             self.ch.sync_tail();
             self.ch.chars = clamp(self.ch.buf.chars().count());
+            self.ch.unseen_ws = last.space_before;
             return true;
         }
         self.ch.erase_sent = self.ch.erase_sent.saturating_add(1);
@@ -503,26 +567,28 @@ mod tests {
         let mut ch = Pair::new(500);
         assert!(feed(&mut ch, "Done.").is_empty());
         assert_eq!(
-            ch.ch.flush(FlushCause::Idle),
-            Some(Chunk {
-                text: "Done.".into(),
-                cause: FlushCause::Idle
-            })
+            ch.ch.flush(FlushCause::Idle).map(|c| (c.text, c.cause)),
+            Some(("Done.".into(), FlushCause::Idle))
         );
         assert_eq!(ch.ch.flush(FlushCause::End), None);
     }
 
+    /// CJK text has no space after a sentence: an ideographic end is cut before the next
+    /// character, whatever it is, where `.` waits for white space. Last in the text, it waits
+    /// for the idle flush, as `Done.` does.
     #[test]
-    fn ideographic_terminators_cut_at_once() {
+    fn ideographic_terminators_cut_at_the_next_character() {
         let mut ch = Pair::new(500);
         let out = feed(&mut ch, "日本語です。次！");
-        assert_eq!(
-            out,
-            vec![
-                ("日本語です。".into(), FlushCause::Sentence),
-                ("次！".into(), FlushCause::Sentence)
-            ]
-        );
+        assert_eq!(out, vec![("日本語です。".into(), FlushCause::Sentence)]);
+        assert_eq!(ch.ch.pending(), "次！");
+        // ASCII text after it (the fast path) and a new line cut it too.
+        let mut ch = Pair::new(500);
+        feed(&mut ch, "はい。");
+        ch.s().push_ascii(b"OK");
+        let out: Vec<String> = feed(&mut ch, "？\n").into_iter().map(|c| c.0).collect();
+        assert_eq!(out, ["はい。", "OK？"]);
+        assert_eq!(ch.ch.pending(), "");
     }
 
     #[test]
@@ -611,7 +677,9 @@ mod tests {
     /// size limit) split at random, comparing the whole state after every piece: the ASCII
     /// path must leave the counters, the last byte and the buffer as a character at a time
     /// does, which the chunks alone do not show (a white space left uncounted changes only
-    /// what a later backspace erases).
+    /// what a later backspace erases). A piece may follow an ideographic sentence end or a
+    /// no-break space, fed a character at a time to both: the ASCII path cuts a held end as
+    /// the character path does.
     #[test]
     fn ascii_words_leave_the_state_single_characters_leave() {
         let mut seed = 0x2545_f491_4f6c_dd1du64;
@@ -633,6 +701,10 @@ mod tests {
             while !rest.is_empty() {
                 let (piece, after) = rest.split_at((1 + next(12) as usize).min(rest.len()));
                 rest = after;
+                if let Some(&c) = ['。', '！', '\u{a0}'].get(next(8) as usize) {
+                    one.s().push_char(c);
+                    run.s().push_char(c);
+                }
                 for &b in piece {
                     one.s().push_char(char::from(b));
                 }
@@ -655,5 +727,103 @@ mod tests {
                 assert_eq!(state(&one), state(&run), "max {max}, {shown:?}");
             }
         }
+    }
+
+    /// T.140 backspace erases the last character typed. After "Yes. I" the last three are
+    /// "I", the space and "." : the space, cut with the sentence, is remembered while "I" is
+    /// buffered, so the second backspace erases it and not the full stop already sent.
+    #[test]
+    fn backspace_erases_the_space_before_the_buffer_before_a_sent_chunk() {
+        let mut ch = Pair::new(500);
+        // Packet 1: the sentence is cut (and, in the gateway, sent at once).
+        assert_eq!(
+            feed(&mut ch, "Yes. I"),
+            [("Yes.".into(), FlushCause::Sentence)]
+        );
+        // Packet 2: erase "I" and the space: the sent "Yes." is untouched.
+        feed(&mut ch, "\u{8}\u{8}");
+        assert_eq!(ch.ch.pending(), "");
+        assert_eq!(
+            ch.ch.take_erase_sent(),
+            0,
+            "the second backspace erased the space"
+        );
+    }
+
+    /// The same within one packet, where the chunk is not handed out yet: "Hi. x" and two
+    /// backspaces is "Hi.", so the chunk comes out whole, not reopened without its full stop.
+    #[test]
+    fn backspace_erases_the_space_before_the_buffer_before_a_ready_chunk() {
+        let mut ch = Pair::new(500);
+        let out = feed(&mut ch, "Hi. x\u{8}\u{8}");
+        // "Hi. x" minus "x" and " " is "Hi.": nothing of "Hi." is erased.
+        let mut seen: Vec<String> = out.into_iter().map(|c| c.0).collect();
+        seen.extend(ch.ch.flush(FlushCause::End).map(|c| c.text));
+        assert_eq!(seen.concat(), "Hi.");
+    }
+
+    /// A size cut drops the white space it splits at from both chunks; it was still typed, so
+    /// a backspace past the next chunk's first word erases it (T.140), not the size chunk's
+    /// last letter.
+    #[test]
+    fn backspace_after_a_size_cut_erases_the_white_space_cut_at() {
+        let mut ch = Pair::new(10);
+        assert_eq!(
+            feed(&mut ch, "abc defgh ijk"),
+            [("abc defgh".into(), FlushCause::Size)]
+        );
+        // Erase "ijk" and the space before it.
+        feed(&mut ch, "\u{8}\u{8}\u{8}\u{8}");
+        assert_eq!(ch.ch.pending(), "");
+        assert_eq!(
+            ch.ch.take_erase_sent(),
+            0,
+            "the fourth backspace erased the space"
+        );
+    }
+
+    /// "？！" (and "。。。", the common CJK ellipsis) is one sentence end, as "?!" is: the second
+    /// mark must not become a chunk of its own.
+    #[test]
+    fn ideographic_terminators_in_a_row_are_one_sentence_end() {
+        let mut ch = Pair::new(500);
+        let mut out = feed(&mut ch, "本当？！えっと。。。");
+        out.extend(ch.ch.flush(FlushCause::End).map(|c| (c.text, c.cause)));
+        let texts: Vec<&str> = out.iter().map(|c| c.0.as_str()).collect();
+        assert!(
+            !texts.iter().any(|t| matches!(*t, "！" | "。" | "。。")),
+            "a lone punctuation chunk: {texts:?}"
+        );
+    }
+
+    /// A no-break space exists to keep its neighbours together (Unicode class GL):
+    /// "Dr.\u{a0}Who" is not a sentence end.
+    #[test]
+    fn no_break_space_after_an_abbreviation_does_not_end_a_sentence() {
+        let mut ch = Pair::new(500);
+        let out = feed(&mut ch, "Ask Dr.\u{a0}Who");
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(ch.ch.pending(), "Ask Dr.\u{a0}Who");
+    }
+
+    /// The same for a size cut: it splits at the last space, not at the no-break space after
+    /// it, so "de\u{a0}fgh" stays together.
+    #[test]
+    fn no_break_space_is_not_where_a_size_cut_splits() {
+        let mut ch = Pair::new(10);
+        let out = feed(&mut ch, "abc de\u{a0}fghi");
+        assert_eq!(out, [("abc".into(), FlushCause::Size)]);
+        assert_eq!(ch.ch.pending(), "de\u{a0}fghi");
+    }
+
+    /// A reopened chunk brings back the white space typed before it: in "A. B. C" the fifth
+    /// backspace erases the space after "A.", and "A." is cut whole.
+    #[test]
+    fn backspace_through_a_reopened_chunk_erases_the_space_before_it() {
+        let mut ch = Pair::new(500);
+        let out = feed(&mut ch, "A. B. C\u{8}\u{8}\u{8}\u{8}\u{8}");
+        assert_eq!(out, [("A.".into(), FlushCause::Sentence)]);
+        assert_eq!(ch.ch.pending(), "");
+        assert_eq!(ch.ch.take_erase_sent(), 0);
     }
 }

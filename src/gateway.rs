@@ -404,30 +404,34 @@ impl Emitter {
     /// T.140 backspace reaching text already sent: a transcript must not keep characters the
     /// speaker erased, so the last item is replaced (pvp-spec 9.3 `context.update`), or removed
     /// when nothing is left. Erasing further back than the last item is counted, not applied.
+    /// The stored text keeps the white space the erasing exposes, since each later backspace
+    /// erases one of those spaces first; only the item sent is trimmed, and erasing nothing but
+    /// such spaces changes no item.
     fn erase_sent(&mut self, now: Time, created: Time, sp: &mut Speaker, count: usize) {
         if sp.profile.last_sent == 0 {
             self.stats.erase_unmatched += count as u64;
             return;
         }
         let text = &mut sp.profile.last_sent_text;
+        let shown_before = text.trim_end().len();
         let mut erased = 0;
         while erased < count && text.pop().is_some() {
             erased += 1;
         }
         self.stats.erase_unmatched += (count - erased) as u64;
-        if erased == 0 {
+        let shown = text.trim_end().len();
+        if shown == shown_before {
             return;
         }
-        text.truncate(text.trim_end().len());
         let key = sp.key(created, sp.profile.last_sent);
         let reason = "T.140 backspace erased transcribed text";
-        let e = if sp.profile.last_sent_text.is_empty() {
+        let e = if shown == 0 {
             sp.profile.last_sent = 0;
             self.in_session(sp, |b| {
                 b.context_remove(now, sp.profile.participant.clone(), &key, reason)
             })
         } else {
-            let text = &sp.profile.last_sent_text;
+            let text = &sp.profile.last_sent_text[..shown];
             self.in_session(sp, |b| {
                 b.context_update(now, sp.profile.participant.clone(), &key, text, reason)
             })

@@ -70,7 +70,6 @@ fn count(c: &mut u64) {
     *c += 1;
 }
 
-const MAX_CSI: u16 = 32;
 /// SOS/DCS/OSC/PM/APC strings are bounded so a missing ST cannot swallow the stream.
 const MAX_STRING: u16 = 256;
 
@@ -81,8 +80,10 @@ enum Ctl {
     AfterCr,
     /// Just saw ESC.
     Esc,
-    /// Inside a control sequence (ESC [ or U+009B), with its length so far.
-    Csi(u16),
+    /// Inside a control sequence (ESC [ or U+009B). Unbounded in length (a 24-bit colour SGR
+    /// for foreground and background has 33 parameter bytes) yet in no state but this: every
+    /// byte is swallowed until the final byte, and a byte no sequence can hold ends it.
+    Csi,
     /// Inside a control string (SOS, DCS, OSC, PM, APC) until ST, with its length so far.
     Str(u16),
     /// Inside a control string, just saw ESC (possible `ESC \` = ST).
@@ -214,7 +215,7 @@ impl Decoder {
         match self.ctl {
             Ctl::Esc => {
                 self.ctl = match c {
-                    '[' => Ctl::Csi(0),
+                    '[' => Ctl::Csi,
                     'X' | 'P' | ']' | '^' | '_' => Ctl::Str(0),
                     _ => {
                         count(&mut counts.sequences_skipped);
@@ -223,13 +224,14 @@ impl Decoder {
                 };
                 return;
             }
-            Ctl::Csi(n) => {
+            Ctl::Csi => {
                 self.ctl = match c {
                     '\u{40}'..='\u{7e}' => {
                         count(&mut counts.sequences_skipped);
                         Ctl::Normal
                     }
-                    '\u{20}'..='\u{3f}' if n < MAX_CSI => Ctl::Csi(n + 1),
+                    // ECMA-48 5.4: parameter (0x30-0x3F) and intermediate (0x20-0x2F) bytes.
+                    '\u{20}'..='\u{3f}' => Ctl::Csi,
                     // Not a valid sequence byte: abandon the sequence and read the char as text.
                     _ => {
                         count(&mut counts.sequences_skipped);
@@ -270,7 +272,7 @@ impl Decoder {
                 }
             }
             '\u{1b}' => self.ctl = Ctl::Esc,
-            '\u{9b}' => self.ctl = Ctl::Csi(0),
+            '\u{9b}' => self.ctl = Ctl::Csi,
             '\u{90}' | '\u{98}' | '\u{9d}' | '\u{9e}' | '\u{9f}' => self.ctl = Ctl::Str(0),
             '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' => count(&mut counts.controls_dropped),
             _ => sink.push_char(c),
@@ -375,5 +377,29 @@ mod tests {
         let (s, _) = decode(&[&input]);
         assert!(s.ends_with("visible"), "{s}");
         assert!(s.len() < 60);
+    }
+
+    /// A 24-bit colour SGR for foreground and background (ITU T.416 parameters, 33 parameter
+    /// bytes) is a well-formed control sequence (ECMA-48 5.4, which bounds no length): it is
+    /// skipped whole, and none of it, such as its last "5m", is read as text.
+    #[test]
+    fn a_control_sequence_of_any_length_leaves_no_debris() {
+        let (s, st) = decode(&[b"a\x1b[38;2;255;255;255;48;2;255;255;255mb"]);
+        assert_eq!(s, "ab");
+        assert_eq!(st.sequences_skipped, 1);
+        // Split across packets, and longer still: the same, in no more state.
+        let mut long = b"x\xc2\x9b".to_vec();
+        long.extend(std::iter::repeat_n(b'1', 1000));
+        let (s, _) = decode(&[
+            b"a\x1b[38;2;",
+            b"255;255;255;48;2;255;25",
+            b"5;255mb",
+            &long,
+            b"Hy",
+        ]);
+        assert_eq!(s, "abxy");
+        // A byte no sequence holds still ends one early, and is read afresh.
+        let (s, _) = decode(&[b"a\x1b[38;2\nb"]);
+        assert_eq!(s, "a\nb");
     }
 }

@@ -1,0 +1,100 @@
+//! T.140 backspace (U+0008: erase the last character typed) reaching text the gateway already
+//! sent, driven through the sans-IO gateway: the correction (pvp-spec 9.3 `context.update`)
+//! must erase exactly what the speaker erased, white space included.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use pvp_t140::pvp::Message as Envelope;
+use pvp_t140::{Config, Gateway, Time, rtp};
+
+const T0: u64 = 1_700_000_000_000; // ms
+
+fn at(ms: u64) -> Time {
+    Time::from_millis(T0 + ms)
+}
+
+fn addr(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+fn t140(seq: u16, ssrc: u32, text: &str) -> Vec<u8> {
+    let mut d = Vec::new();
+    rtp::write_packet(
+        &mut d,
+        seq == 1,
+        98,
+        seq,
+        u32::from(seq) * 300,
+        ssrc,
+        text.as_bytes(),
+    );
+    d
+}
+
+fn drain(gw: &mut Gateway) -> Vec<Envelope> {
+    std::iter::from_fn(|| gw.poll_output())
+        .map(|e| e.to_message())
+        .collect()
+}
+
+/// What a reader of the context items sees: every add, update and remove applied in order.
+fn shown(out: &[Envelope]) -> Vec<String> {
+    let mut items: Vec<(String, String)> = Vec::new();
+    for e in out {
+        match e.kind.as_str() {
+            "context.add" => items.push((
+                e.payload["key"].as_str().unwrap().into(),
+                e.payload["content"].as_str().unwrap().into(),
+            )),
+            "context.update" => {
+                let k = e.payload["key"].as_str().unwrap();
+                let it = items.iter_mut().find(|i| i.0 == k).unwrap();
+                it.1 = e.payload["new_content"].as_str().unwrap().into();
+            }
+            "context.remove" => {
+                let k = e.payload["key"].as_str().unwrap();
+                items.retain(|i| i.0 != k);
+            }
+            _ => {}
+        }
+    }
+    items.into_iter().map(|i| i.1).collect()
+}
+
+/// "Yes. I", then three backspaces (erasing "I", the space, the ".") and "! ": the speaker's
+/// text is "Yes!". The space after the sent "Yes." is remembered while "I" is buffered, so
+/// only the third backspace reaches the sent item, and takes its "." alone.
+#[test]
+fn backspace_over_the_space_after_a_sent_sentence_erases_the_space() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Yes. I"));
+    gw.handle_datagram(at(300), addr(4000), &t140(2, 7, "\u{8}\u{8}\u{8}! "));
+    let out = drain(&mut gw);
+    assert_eq!(shown(&out), ["Yes", "!"]);
+}
+
+/// Sent "Hello world" (idle flush). Five backspaces erase "world": the update shows "Hello",
+/// trimmed, but the space stays in what the gateway remembers was typed, so the sixth
+/// backspace erases the space (no update) and not the "o".
+#[test]
+fn a_correction_trims_what_it_sends_and_keeps_the_space_for_the_next_backspace() {
+    let mut gw = Gateway::new(Config {
+        idle_flush: Duration::from_millis(500),
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello world"));
+    gw.handle_timeout(at(500));
+    gw.handle_datagram(
+        at(1000),
+        addr(4000),
+        &t140(2, 7, "\u{8}\u{8}\u{8}\u{8}\u{8}"),
+    );
+    gw.handle_datagram(at(1300), addr(4000), &t140(3, 7, "\u{8}"));
+    let out = drain(&mut gw);
+    // Six backspaces typed after "Hello world" leave "Hello", corrected once: erasing the
+    // space changes nothing shown.
+    assert_eq!(shown(&out), ["Hello"]);
+    let updates = out.iter().filter(|e| e.kind == "context.update").count();
+    assert_eq!(updates, 1);
+}
