@@ -265,7 +265,10 @@ impl Decoder {
                 sink.new_line();
                 self.ctl = Ctl::AfterCr;
             }
-            '\n' | '\u{2028}' | '\u{2029}' => sink.new_line(),
+            // NEL (ISO 6429 next line) as the other new lines: what a sender means is plain.
+            '\n' | '\u{2028}' | '\u{2029}' | '\u{85}' => sink.new_line(),
+            // A tab separates words: dropped, it joined them ("a\tb" read "ab").
+            '\t' => sink.push_char(' '),
             '\u{8}' => {
                 if !sink.backspace() {
                     count(&mut counts.backspace_unmatched);
@@ -345,8 +348,11 @@ mod tests {
 
     #[test]
     fn new_lines_in_every_form_and_backspace() {
-        let (s, _) = decode(&[b"a\r\nb\rc\nd\xe2\x80\xa8e"]);
-        assert_eq!(s, "a\nb\nc\nd\ne");
+        let (s, _) = decode(&[b"a\r\nb\rc\nd\xe2\x80\xa8e\xc2\x85f"]);
+        assert_eq!(s, "a\nb\nc\nd\ne\nf");
+        // A tab keeps the words it separates apart.
+        let (s, st) = decode(&[b"one\ttwo"]);
+        assert_eq!((s.as_str(), st.controls_dropped), ("one two", 0));
         // CR LF split across packets is still one new line, erased by one backspace.
         let (s, _) = decode(&[b"x\r", b"\n\x08y"]);
         assert_eq!(s, "xy");
@@ -361,8 +367,8 @@ mod tests {
         let (s, st) = decode(&[
             b"a\x07b\x1b[1;31mc\xc2\x9b0md\x1bce\x1bXhidden\x1b\\f\xc2\x98x\xc2\x9cg\tH\x7f",
         ]);
-        assert_eq!(s, "abcdefgH");
-        assert_eq!(st.controls_dropped, 3);
+        assert_eq!(s, "abcdefg H");
+        assert_eq!(st.controls_dropped, 2);
         assert_eq!(st.sequences_skipped, 5);
         // A sequence split across packets.
         let (s, _) = decode(&[b"a\x1b", b"[3", b"1m", b"b"]);
