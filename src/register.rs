@@ -121,6 +121,8 @@ pub struct Register {
     expected: Option<u16>,
     /// RFC 3550 A.1 `bad_seq`: a jump is accepted as a restart when the next packet follows it.
     bad_seq: Option<u16>,
+    /// Sequential packets seen since the jump `bad_seq` follows.
+    bad_run: u8,
     /// The stream opened without a session start: earlier packets may still arrive.
     head_wait: bool,
     /// RED layout of this sender.
@@ -267,19 +269,30 @@ impl Register {
         let ahead = seq.wrapping_sub(expected);
         let behind = expected.wrapping_sub(seq);
         if ahead >= MAX_DROPOUT && behind > MAX_MISORDER {
-            if self.bad_seq == Some(seq) {
-                // Two sequential packets after a jump: the sender restarted its sequence.
+            // RFC 3550 A.1 believes a restart after two sequential packets. A jump back of at
+            // most MAX_DROPOUT is more likely late duplicates, which would be delivered again
+            // and move the stream back (its live packets then waiting, and marked): it needs
+            // three. (A restart's new sequence lands there 1 time in 22.)
+            let needed = if behind <= MAX_DROPOUT { 3 } else { 2 };
+            self.bad_run = if self.bad_seq == Some(seq) {
+                self.bad_run.saturating_add(1)
+            } else {
+                1
+            };
+            if self.bad_run >= needed {
+                // The sender restarted its sequence.
                 self.cold.stats.restarts += 1;
                 self.give_up_all(out);
                 self.bad_seq = None;
+                let dropped = usize::from(self.bad_run - 1);
                 if a.by_ts {
-                    self.deliver(&a, 0, 1, out);
+                    self.deliver(&a, 0, dropped, out);
                 } else {
-                    // The jump's packet was dropped; this one's newest redundant generation
-                    // is its text (RFC 4103 4.2), often the restarted session's start.
-                    let recovered = self.redundancy(&a).min(1);
-                    if recovered == 0 {
-                        self.cold.stats.lost += 1;
+                    // The jump's packets were dropped; this one's newest redundant generations
+                    // are their text (RFC 4103 4.2), often the restarted session's start.
+                    let recovered = self.redundancy(&a).min(dropped);
+                    self.cold.stats.lost += (dropped - recovered) as u64;
+                    for _ in recovered..dropped {
                         out(a.tag, Piece::Lost);
                     }
                     self.deliver(&a, recovered, 0, out);
@@ -869,5 +882,54 @@ mod tests {
         assert_eq!(r.plain(1, 40_000, true, "x"), Outcome::Jump);
         assert_eq!(r.plain(2, 40_001, false, "y"), Outcome::Delivered);
         assert_eq!(r.text, "a~y");
+    }
+
+    /// Two late duplicates in a row, more than MAX_MISORDER behind: RFC 3550 A.1 read
+    /// literally takes them for a restart, which delivered the second's text again and moved
+    /// the stream back, so the live packets after it waited and were marked lost (about 150
+    /// marks here). A jump back that short needs a third sequential packet.
+    #[test]
+    fn two_late_duplicates_far_behind_are_not_a_restart() {
+        let mut r = Rig::new();
+        r.plain(0, 1000, true, "");
+        for s in 1001..=1200u16 {
+            let t = match s {
+                1050 => "A",
+                1051 => "B",
+                _ => ".",
+            };
+            r.plain(u64::from(s), s, false, t);
+        }
+        let before = r.text.clone();
+        assert_eq!(r.plain(2000, 1050, false, "A"), Outcome::Jump);
+        assert_eq!(r.plain(2001, 1051, false, "B"), Outcome::Jump);
+        assert_eq!(r.plain(2002, 1201, false, "x"), Outcome::Delivered);
+        assert_eq!(r.plain(2003, 1202, false, "y"), Outcome::Delivered);
+        r.expire(10_000);
+        assert_eq!(&r.text[before.len()..], "xy");
+        assert_eq!(r.reg.stats().restarts, 0);
+    }
+
+    /// A restart whose new sequence lands a little behind the old one is believed at its third
+    /// sequential packet; with RFC 4103's two generations of redundancy that packet carries
+    /// both dropped packets' text, and nothing is lost.
+    #[test]
+    fn a_restart_a_little_behind_is_believed_at_its_third_packet_and_loses_nothing() {
+        let mut r = Rig::new();
+        r.red(0, 5000, true, &["", ""], "a");
+        assert_eq!(r.red(1, 4000, true, &["", ""], "\u{feff}x"), Outcome::Jump);
+        assert_eq!(
+            r.red(2, 4001, false, &["", "\u{feff}x"], "y"),
+            Outcome::Jump
+        );
+        assert_eq!(
+            r.red(3, 4002, false, &["\u{feff}x", "y"], "z"),
+            Outcome::Delivered
+        );
+        assert_eq!(r.text, "a\u{feff}xyz");
+        assert_eq!(r.reg.stats().restarts, 1);
+        assert_eq!(r.reg.stats().lost, 0);
+        assert_eq!(r.red(4, 4003, false, &["y", "z"], "!"), Outcome::Delivered);
+        assert_eq!(r.text, "a\u{feff}xyz!");
     }
 }
