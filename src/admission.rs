@@ -52,6 +52,11 @@ impl Admission {
     /// Out of line: only with an allow list. An IPv4 sender to a dual-stack listener is checked
     /// by its IPv4 address ([`crate::stream::canonical`]).
     #[inline(never)]
+    /// Whether `src` passes the allow list (no rate limit, nothing counted).
+    pub fn allows(&self, src: SocketAddr) -> bool {
+        self.allow.is_empty() || self.allowed(src)
+    }
+
     fn allowed(&self, src: SocketAddr) -> bool {
         let ip = crate::stream::canonical(src).ip();
         self.allow.iter().any(|n| n.contains(&ip))
@@ -74,9 +79,14 @@ impl Admission {
         h.write_u128(ip ^ u128::from(src.port()) << 96);
         let b = &mut self.buckets[h.finish() as usize % BUCKETS];
         // Refill: pps tokens a second, at most one second's worth (the allowed burst).
-        let cap = self.pps * 1000;
-        let elapsed_us = now.0.saturating_sub(b.last.0);
-        b.milli = (b.milli + elapsed_us * self.pps / 1000).min(cap);
+        // A second fills any bucket: longer (a new bucket's `last` is the epoch) is clamped,
+        // and the products saturate, so no rate overflows them.
+        let cap = self.pps.saturating_mul(1000);
+        let elapsed_us = now.0.saturating_sub(b.last.0).min(1_000_000);
+        b.milli = b
+            .milli
+            .saturating_add(elapsed_us.saturating_mul(self.pps) / 1000)
+            .min(cap);
         b.last = now;
         if b.milli < 1000 {
             return Err(Refusal::RateLimited);
@@ -114,5 +124,22 @@ mod tests {
         assert_eq!((0..50).filter(|_| a.admit(t1, src).is_ok()).count(), 5);
         // Another source has its own budget.
         assert!(a.admit(t1, "192.0.2.2:4000".parse().unwrap()).is_ok());
+    }
+
+    /// A high rate: a new bucket (last refilled at the epoch) multiplied decades of
+    /// microseconds by the rate, which overflowed above about 10,500 a second (a panic in a
+    /// debug build, a wrapped count in release).
+    #[test]
+    fn a_high_rate_neither_overflows_nor_refuses_the_first_datagram() {
+        let now = Time(1_764_000_000_000_000);
+        for pps in [20_000, 10_000_000, u32::MAX] {
+            let mut a = Admission::new(Vec::new(), pps);
+            assert_eq!(a.admit(now, "10.1.2.3:5".parse().unwrap()), Ok(()), "{pps}");
+        }
+        // The limit still holds: 20,000 a second is a burst of 20,000, then refusals.
+        let mut a = Admission::new(Vec::new(), 20_000);
+        let src = "10.1.2.3:5".parse().unwrap();
+        let admitted = (0..30_000).filter(|_| a.admit(now, src).is_ok()).count();
+        assert_eq!(admitted, 20_000);
     }
 }

@@ -79,10 +79,22 @@ fn at(path: &Path, text: &str, span: std::ops::Range<usize>, field: &str, msg: &
     format!("{}:{line}: {field}: {msg}", path.display())
 }
 
+/// A network or a single address. An IPv4-mapped IPv6 network (`::ffff:10.0.0.0/104`, the
+/// form a dual-stack socket shows its IPv4 peers in) is taken as the IPv4 network it maps:
+/// senders are known by their IPv4 address (`stream::canonical`), so as written it could never
+/// match one.
 pub fn parse_net(s: &str) -> Option<IpNet> {
-    s.parse::<IpNet>()
+    let net = s
+        .parse::<IpNet>()
         .ok()
-        .or_else(|| s.parse::<std::net::IpAddr>().ok().map(IpNet::from))
+        .or_else(|| s.parse::<std::net::IpAddr>().ok().map(IpNet::from))?;
+    Some(match net {
+        IpNet::V6(n) if n.prefix_len() >= 96 => match n.addr().to_ipv4_mapped() {
+            Some(v4) => IpNet::new(v4.into(), n.prefix_len() - 96).unwrap_or(net),
+            None => net,
+        },
+        _ => net,
+    })
 }
 
 /// Reads and checks a configuration file.

@@ -753,6 +753,21 @@ impl Gateway {
         self.handle_hinted(now, source, data, None);
     }
 
+    /// A datagram from the RTCP port (RFC 3550 11: the RTP port + 1). It comes from the
+    /// sender's RTCP port, not the one its RTP arrives from, so which receive worker holds its
+    /// stream is unknown: every worker is handed it and acts on it for the streams it holds,
+    /// and only the one that `counts` counts it (and rate-limits it), so it shows once.
+    pub fn handle_rtcp_port(&mut self, now: Time, source: SocketAddr, data: &[u8], counts: bool) {
+        if counts {
+            return self.handle_datagram(now, source, data);
+        }
+        self.fire_due(now);
+        if self.admission.allows(source) && looks_like_rtcp(data) {
+            // Its malformed parts are counted by the worker that counts.
+            let _ = self.receive_rtcp(now, source, data);
+        }
+    }
+
     /// `hint`: where the datagram's stream was found, and [`StreamIndex::changes`] then. The
     /// slot is used only if the index is still unchanged where the stream is needed, after
     /// the timers due have fired (they may end the stream); else the stream is looked up.
@@ -794,6 +809,7 @@ impl Gateway {
         hint: Option<(u32, u64)>,
     ) -> Result<(), DropReason> {
         if looks_like_rtcp(data) {
+            self.emit.stats.rtcp += 1;
             return self.receive_rtcp(now, source, data);
         }
         let pkt = RtpPacket::parse(data).map_err(DropReason::Rtp)?;
@@ -981,18 +997,12 @@ impl Gateway {
         data: &[u8],
     ) -> Result<(), DropReason> {
         let source = canonical(source);
-        self.emit.stats.rtcp += 1;
-        let mut events = [None; 8];
-        let mut n = 0;
-        let ok = crate::rtcp::parse(data, &mut |e| {
-            if n < events.len() {
-                events[n] = Some(e);
-                n += 1;
-            }
-        });
+        // Every event of the compound, however many: a mixer's SDES has a chunk for each of its
+        // sources, and the BYE comes last (RFC 3550 6.1). The datagram bounds them.
+        let mut events: smallvec::SmallVec<[RtcpEvent<'_>; 8]> = smallvec::SmallVec::new();
+        let ok = crate::rtcp::parse(data, &mut |e| events.push(e));
         // Names first, one per source: the best item of the whole compound (NAME, else CNAME),
         // so an SDES carrying both announces once. Then BYEs.
-        let events: Vec<RtcpEvent<'_>> = events.into_iter().flatten().collect();
         let mut best: Vec<(u32, &str, u8)> = Vec::new();
         for e in &events {
             let (ssrc, name, rank) = match *e {
@@ -1032,7 +1042,17 @@ impl Gateway {
 
     /// `rank` 2 for NAME, 1 for CNAME: a NAME is never replaced by a CNAME.
     fn name_stream(&mut self, now: Time, source: SocketAddr, ssrc: u32, name: &str, rank: u8) {
-        let name: String = name.chars().take(MAX_NAME_CHARS).collect();
+        // Controls out, as from the text: a name reaches PVP clients' screens and the log line
+        // of the join, where an escape sequence or a new line could pass for something else.
+        let name: String = name
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(MAX_NAME_CHARS)
+            .collect();
+        let name = name.trim().to_owned();
+        if name.is_empty() {
+            return;
+        }
         let Some(slot) = self.rtcp_stream(source, ssrc) else {
             let same = |e: &(IpAddr, u32, String, u8)| e.0 == source.ip() && e.1 == ssrc;
             if self.early_names.iter().any(|e| same(e) && e.3 > rank) {

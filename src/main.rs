@@ -109,7 +109,7 @@ struct RunArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     gate_quorum: u32,
     /// The gate request's timeout_seconds; unanswered chunks are dropped 5 s after it.
-    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     gate_timeout_s: u64,
     /// PEM file of CA certificates to trust for a wss:// server, besides the system's roots.
     #[arg(long)]
@@ -118,20 +118,20 @@ struct RunArgs {
     #[arg(long)]
     metrics: Option<SocketAddr>,
     /// Seconds between the heartbeat.ping each participant's connection sends.
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     heartbeat_s: u64,
     /// Seconds a participant's connect to the PVP server (TCP, TLS and the WebSocket handshake)
     /// may take before it counts as failed and is retried.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     connect_timeout_s: u64,
     /// Seconds a frame may wait to be taken by the PVP server's connection before the server
     /// counts as no longer reading, and the participant reconnects (and sends it again).
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     write_timeout_s: u64,
     /// Seconds with nothing from the PVP server (the connection sends a WebSocket ping each
     /// silent heartbeat interval) before the server counts as gone, and the participant
     /// reconnects. At least two heartbeat intervals.
-    #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     server_silence_s: u64,
     #[command(flatten)]
     core: CoreArgs,
@@ -159,13 +159,13 @@ struct CoreArgs {
     #[arg(long, value_enum, default_value_t = MixerArg::Auto)]
     mixer: MixerArg,
     /// Flush a stream's text after this many milliseconds without new text.
-    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
     idle_flush_ms: u64,
     /// Flush when a stream's buffer reaches this many characters.
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     max_chunk_chars: u64,
     /// A stream silent this long is flushed and leaves the session.
-    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     stream_timeout_s: u64,
     /// Streams beyond this many are refused (counted); existing streams keep working.
     #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
@@ -226,6 +226,32 @@ impl CoreArgs {
         if t140_pt == red_pt {
             return Err(format!("--t140-pt and --red-pt are both {t140_pt}"));
         }
+        // Checked here, after the configuration file's values are in, as clap checks the
+        // command line's: the file's keys are the flags' (`t140_pt` for --t140-pt).
+        for (flag, pt) in [("--t140-pt", t140_pt), ("--red-pt", red_pt)] {
+            if pt > 127 {
+                return Err(format!("{flag} {pt}: an RTP payload type is 0-127"));
+            }
+            if (64..=95).contains(&pt) {
+                // RFC 5761 4: the port also takes RTCP, told apart by this byte; a marked
+                // packet of payload type 64-95 reads as RTCP (types 192-223) and was lost.
+                return Err(format!(
+                    "{flag} {pt}: payload types 64-95 cannot be told from RTCP on the same port (RFC 5761 section 4); use a dynamic type, 96-127"
+                ));
+            }
+        }
+        if self.reorder_wait_ms > 10_000 {
+            return Err(format!(
+                "--reorder-wait-ms {}: at most 10000",
+                self.reorder_wait_ms
+            ));
+        }
+        if self.max_chunk_chars > 1_000_000 {
+            return Err(format!(
+                "--max-chunk-chars {}: at most 1000000",
+                self.max_chunk_chars
+            ));
+        }
         if self.session.is_empty() {
             return Err("--session must not be empty".into());
         }
@@ -284,6 +310,25 @@ fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Re
             Ok(v)
         }
     };
+    // Times have the bounds their flags have (a day): far larger ones overflowed the
+    // deadlines made from them.
+    let seconds = |v: u64, field: &str| {
+        if v > 86_400 {
+            Err(format!("{}: {field} must be at most 86400", path.display()))
+        } else {
+            positive(v, field)
+        }
+    };
+    let millis = |v: u64, field: &str| {
+        if v > 86_400_000 {
+            Err(format!(
+                "{}: {field} must be at most 86400000",
+                path.display()
+            ))
+        } else {
+            positive(v, field)
+        }
+    };
     let enum_value = |v: &str, field: &str, parse: &dyn Fn(&str) -> bool| {
         if parse(v) {
             Ok(())
@@ -322,11 +367,14 @@ fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Re
     set!(metrics, run.metrics, Some);
     set!(ca_file, run.ca_file, Some);
     set!(rtcp, run.rtcp);
-    set!(heartbeat_s, run.heartbeat_s, positive);
-    set!(connect_timeout_s, run.connect_timeout_s, positive);
-    set!(write_timeout_s, run.write_timeout_s, positive);
-    set!(server_silence_s, run.server_silence_s, positive);
+    set!(heartbeat_s, run.heartbeat_s, seconds);
+    set!(connect_timeout_s, run.connect_timeout_s, seconds);
+    set!(write_timeout_s, run.write_timeout_s, seconds);
+    set!(server_silence_s, run.server_silence_s, seconds);
     set!(workers, run.workers, positive);
+    if run.workers > 256 {
+        return Err(format!("{}: workers must be at most 256", path.display()));
+    }
     if let Some(v) = f.recv_buffer
         && !given("recv_buffer")
     {
@@ -343,9 +391,9 @@ fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Re
     set!(t140_pt, run.core.t140_pt, Some);
     set!(red_pt, run.core.red_pt, Some);
     set!(reorder_wait_ms, run.core.reorder_wait_ms);
-    set!(idle_flush_ms, run.core.idle_flush_ms, positive);
+    set!(idle_flush_ms, run.core.idle_flush_ms, millis);
     set!(max_chunk_chars, run.core.max_chunk_chars, positive);
-    set!(stream_timeout_s, run.core.stream_timeout_s, positive);
+    set!(stream_timeout_s, run.core.stream_timeout_s, seconds);
     set!(max_streams, run.core.max_streams, positive);
     set!(max_pps_per_source, run.core.max_pps_per_source);
     set!(token, run.core.token, Some);
@@ -384,9 +432,8 @@ fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Re
 
 /// A network (`10.0.0.0/8`) or a single address (`192.0.2.7`, `::1`).
 fn parse_net(s: &str) -> Result<ipnet::IpNet, String> {
-    s.parse::<ipnet::IpNet>()
-        .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
-        .map_err(|_| format!("not an address or CIDR network: {s}"))
+    pvp_t140::config_file::parse_net(s)
+        .ok_or_else(|| format!("not an address or CIDR network: {s}"))
 }
 
 /// Logs go to stderr through a writer thread: a slow reader of stderr (a pipe, journald under
@@ -553,6 +600,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         .build()
         .map_err(|e| format!("tokio runtime: {e}"))?;
     rt.block_on(async {
+        let signals = Signals::install();
         let sockets = udp::bind_group(args.listen, workers, args.recv_buffer as usize)
             .map_err(|e| e.to_string())?;
         let local = sockets[0].local_addr().map_err(|e| e.to_string())?;
@@ -651,6 +699,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
             let gw = Gateway::new(wcfg);
             let links = udp::WorkerLinks {
                 rtcp: feed,
+                counts_rtcp: i == 0,
                 out: tx.clone(),
                 shutdown: stop_rx.clone(),
                 publish,
@@ -676,7 +725,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         if let Some(sock) = rtcp {
             tokio::spawn(udp::run_rtcp_reader(sock, rtcp_tx));
         }
-        shutdown_signal().await;
+        signals.wait().await;
         let _ = stop_tx.send(true);
         let mut total = Stats::default();
         let mut full = 0;
@@ -707,26 +756,60 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
     })
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// SIGINT and SIGTERM, caught from the moment [`Signals::install`] runs, which is before the
+/// sockets are bound: a supervisor that stops the gateway as soon as it says it listens gets a
+/// graceful shutdown, not the signal's default action (death, with nothing flushed).
+struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = ctrl_c => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = ctrl_c.await;
+    int: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    term: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    /// Inside the runtime.
+    fn install() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Signals {
+                int: signal(SignalKind::interrupt()).ok(),
+                term: signal(SignalKind::terminate()).ok(),
             }
         }
+        #[cfg(not(unix))]
+        Signals {}
     }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
-    tracing::info!("shutting down: flushing streams");
+
+    async fn wait(self) {
+        #[cfg(unix)]
+        {
+            let Signals { mut int, mut term } = self;
+            tokio::select! {
+                () = async {
+                    match &mut int {
+                        Some(s) => {
+                            s.recv().await;
+                        }
+                        None => {
+                            let _ = tokio::signal::ctrl_c().await;
+                        }
+                    }
+                } => {}
+                () = async {
+                    match &mut term {
+                        Some(s) => {
+                            s.recv().await;
+                        }
+                        None => std::future::pending().await,
+                    }
+                } => {}
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down: flushing streams");
+    }
 }
 
 fn log_stats(s: &Stats) {

@@ -40,6 +40,8 @@ pub struct SinkMetrics {
     pub gates_refused: Counter,
     /// `--spool` journal writes that failed (disk full, I/O error).
     pub spool_write_errors: Counter,
+    /// 1 once stdout has failed (its reader went away): every envelope is dropped from then on.
+    pub stdout_failed: Gauge,
 }
 
 impl Default for SinkMetrics {
@@ -53,6 +55,7 @@ impl Default for SinkMetrics {
             refused: Counter::default(),
             gates_refused: Counter::default(),
             spool_write_errors: Counter::default(),
+            stdout_failed: Gauge::default(),
         }
     }
 }
@@ -243,6 +246,11 @@ pub fn registry(workers: Vec<watch::Receiver<Stats>>, sink: &SinkMetrics) -> Reg
     ] {
         r.register(name, help, counter.clone());
     }
+    r.register(
+        "pvp_t140_stdout_failed",
+        "1 once stdout has failed (its reader went away): envelopes are dropped from then on.",
+        sink.stdout_failed.clone(),
+    );
     r
 }
 
@@ -299,6 +307,12 @@ async fn healthz(h: Health) -> (axum::http::StatusCode, String) {
         );
     }
     let Some(url) = h.server else {
+        if h.sink.stdout_failed.get() > 0 {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "stdout failed: envelopes are dropped\n".into(),
+            );
+        }
         return (StatusCode::OK, "ready: udp bound, sink stdout\n".into());
     };
     if h.sink.failing.get() > 0 {

@@ -52,6 +52,7 @@ pub async fn run_worker(
 ) -> io::Result<WorkerReport> {
     let WorkerLinks {
         mut rtcp,
+        counts_rtcp,
         out,
         mut shutdown,
         publish,
@@ -84,7 +85,7 @@ pub async fn run_worker(
             }
             d = recv_rtcp(&mut rtcp) => {
                 if let Some(d) = d {
-                    gw.handle_datagram(clock.now(), d.0, &d.1);
+                    gw.handle_rtcp_port(clock.now(), d.0, &d.1, counts_rtcp);
                 }
             }
             // The core's next timer or the linger, whichever is first (a timer not yet due
@@ -130,6 +131,8 @@ pub async fn run_worker(
 /// stop, and optionally the RTCP feed and where to publish counters.
 pub struct WorkerLinks {
     pub rtcp: Option<RtcpFeed>,
+    /// This worker counts what the RTCP feed brings (every worker is handed it; one counts).
+    pub counts_rtcp: bool,
     pub out: crate::handoff::Sender,
     pub shutdown: tokio::sync::watch::Receiver<bool>,
     pub publish: Option<tokio::sync::watch::Sender<crate::gateway::Stats>>,
@@ -282,6 +285,14 @@ pub fn bind_group(
     recv_buffer: usize,
 ) -> io::Result<Vec<std::net::UdpSocket>> {
     let context = |e: io::Error, what: String| io::Error::new(e.kind(), format!("{what}: {e}"));
+    let mut addr = addr;
+    if workers > 1 {
+        // SO_REUSEPORT would let this group join one already on the port (another gateway of
+        // the same user: a deploy that overlaps the old instance), and the kernel would split
+        // the senders between the two. A plain bind first finds the port taken.
+        let probe = bind_std(addr, false, 0).map_err(|e| context(e, format!("bind {addr}")))?;
+        addr = probe.local_addr()?;
+    }
     let first =
         bind_std(addr, workers > 1, recv_buffer).map_err(|e| context(e, format!("bind {addr}")))?;
     let local = first.local_addr()?;

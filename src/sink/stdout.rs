@@ -106,6 +106,7 @@ fn writer(
         unflushed: 0,
         failed: false,
         counts,
+        failed_gauge: &metrics.stdout_failed,
     };
     loop {
         let batch = match rx.try_recv(TAKE) {
@@ -144,6 +145,8 @@ struct Lines<'a> {
     unflushed: u64,
     failed: bool,
     counts: &'a Counts,
+    /// Shown on /metrics and by /healthz, which is not ready once stdout has failed.
+    failed_gauge: &'a prometheus_client::metrics::gauge::Gauge,
 }
 
 impl Lines<'_> {
@@ -183,6 +186,7 @@ impl Lines<'_> {
     fn fail(&mut self, err: &io::Error) {
         tracing::error!("writing to stdout failed: {err}; envelopes from now on are dropped");
         self.failed = true;
+        self.failed_gauge.set(1);
         let lost = std::mem::take(&mut self.unflushed);
         self.drop_rest(lost);
     }

@@ -1,0 +1,389 @@
+//! The IO shell (main.rs, udp.rs, admission.rs, metrics.rs, sink/stdout.rs) against the real
+//! binary and real sockets on 127.0.0.1: ports, the RTCP port with several workers, health,
+//! rate limits, the configuration file's bounds and signals at start-up. Each test failed
+//! before the fix it pins.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::gateway_proc::{Gateway, Sender};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = out.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned();
+    (status, body)
+}
+
+fn log_field(line: &str, name: &str) -> String {
+    let v: serde_json::Value = serde_json::from_str(line).expect("JSON log line");
+    v["fields"][name].as_str().unwrap().to_owned()
+}
+
+fn metrics_addr(gw: &mut Gateway) -> SocketAddr {
+    log_field(&gw.wait_stderr(WAIT, "serving /metrics"), "metrics")
+        .parse()
+        .unwrap()
+}
+
+fn sample(body: &str, prefix: &str) -> Option<f64> {
+    body.lines()
+        .find(|l| l.starts_with(prefix))?
+        .rsplit(' ')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Runs the binary with `args` and waits at most `timeout` for it to exit; `None` (and the
+/// process killed) if it was still running, else its exit success and stderr.
+fn run_briefly(args: &[&str], timeout: Duration) -> Option<(bool, String)> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            return Some((st.success(), err));
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// With `--workers N` (N > 1) the sockets are bound with SO_REUSEPORT, which would let a second
+/// gateway on the same port (a deploy that starts the new instance before the old one is gone,
+/// a typo in a unit file) join the first's group, the kernel quietly splitting the senders
+/// between the two. It is refused with "address in use", as with one worker.
+#[test]
+fn a_second_gateway_on_a_port_in_use_is_refused_even_with_workers() {
+    let gw = Gateway::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "2",
+        "--rtcp",
+        "false",
+    ]);
+    let listen = gw.listen.to_string();
+    let second = run_briefly(
+        &["--listen", &listen, "--workers", "2", "--rtcp", "false"],
+        Duration::from_secs(5),
+    );
+    match second {
+        Some((ok, err)) => {
+            assert!(!ok, "the second gateway exited 0: {err}");
+            assert!(err.contains("in use"), "{err}");
+        }
+        None => panic!(
+            "a second gateway with --workers 2 started on {listen}, already taken by a running \
+             gateway, and ran: the kernel now shares that port's senders between the two"
+        ),
+    }
+}
+
+/// RTCP read on the separate RTCP port (port + 1) is handed to every worker, each acting on it
+/// for its own streams; one counts it. (Each counted it: with `--workers 4`, one RTCP datagram
+/// showed as 4 on /metrics and in the final counters.)
+#[test]
+fn an_rtcp_datagram_on_the_rtcp_port_is_counted_once_with_workers() {
+    let mut gw = Gateway::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "4",
+        "--metrics",
+        "127.0.0.1:0",
+    ]);
+    let m = metrics_addr(&mut gw);
+    let listening = gw.wait_stderr(WAIT, "pvp-t140 listening");
+    let rtcp: SocketAddr = log_field(&listening, "rtcp").parse().unwrap();
+    let mut sdes = Vec::new();
+    pvp_t140::rtcp::write_sdes(&mut sdes, 0xabcd, "alice@example.org", Some("Alice"));
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .send_to(&sdes, rtcp)
+        .unwrap();
+    // Workers publish once a second: wait until something shows, then two more seconds so
+    // every worker has published.
+    let deadline = Instant::now() + WAIT;
+    while sample(&get(m, "/metrics").1, "pvp_t140_rtcp_packets_total").unwrap_or(0.0) == 0.0 {
+        assert!(Instant::now() < deadline, "the RTCP datagram never counted");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(2500));
+    let body = get(m, "/metrics").1;
+    assert_eq!(
+        (
+            sample(&body, "pvp_t140_datagrams_total"),
+            sample(&body, "pvp_t140_rtcp_packets_total"),
+            sample(&body, "pvp_t140_bytes_total"),
+        ),
+        (Some(1.0), Some(1.0), Some(sdes.len() as f64)),
+        "one datagram was sent\n{body}"
+    );
+    assert!(gw.terminate(WAIT).success());
+}
+
+/// Once stdout is gone (its reader exited: EPIPE), every envelope is dropped from then on, and
+/// /healthz says so (503), where it kept answering 200 "ready: udp bound, sink stdout".
+#[test]
+fn healthz_is_not_ready_once_stdout_is_gone() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+        ])
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader of stdout goes away at once.
+    drop(child.stdout.take());
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let sink = lines.clone();
+    let err = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(err).lines().map_while(Result::ok) {
+            sink.lock().unwrap().push(l);
+        }
+    });
+    let wait_for = |needle: &str| -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(l) = lines.lock().unwrap().iter().find(|l| l.contains(needle)) {
+                return l.clone();
+            }
+            assert!(Instant::now() < deadline, "no {needle:?} on stderr");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let listen: SocketAddr = log_field(&wait_for("pvp-t140 listening"), "listen")
+        .parse()
+        .unwrap();
+    let m: SocketAddr = log_field(&wait_for("serving /metrics"), "metrics")
+        .parse()
+        .unwrap();
+    Sender::new(listen, 0xe1).send("Hello. ");
+    wait_for("writing to stdout failed");
+    let (status, body) = get(m, "/healthz");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_ne!(
+        status, 200,
+        "stdout is gone and every envelope is dropped, yet /healthz says: {body}"
+    );
+}
+
+/// `--max-pps-per-source` above about 10,500 killed the receive worker at its first datagram:
+/// a fresh rate bucket's `last` is the Unix epoch, and `elapsed_us * pps` overflowed u64 (a
+/// panic in a debug build, which `cargo test` runs; a wrapped product in release).
+#[test]
+fn a_high_max_pps_per_source_does_not_kill_the_receive_worker() {
+    let mut gw = Gateway::start(&["--listen", "127.0.0.1:0", "--max-pps-per-source", "20000"]);
+    Sender::new(gw.listen, 0x20000).send("Hello. ");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !gw
+        .stdout_lines()
+        .iter()
+        .any(|l| l.contains("\"context.add\""))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no transcript; stderr:\n{}",
+            gw.stderr_lines()
+                .iter()
+                .filter(|l| !l.starts_with("  "))
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(gw.terminate(WAIT).success());
+}
+
+/// On a dual-stack listener an IPv4 sender arrives as `::ffff:a.b.c.d`, and the gateway knows
+/// it by its IPv4 address. An `--allow` rule written in that mapped form (the form `ss` shows
+/// for the listener's peers) is taken as the IPv4 address it maps; as written it matched
+/// nothing, and refused the very sender it names.
+#[test]
+fn an_ipv4_mapped_allow_rule_admits_its_ipv4_sender_on_a_dual_stack_listener() {
+    let mut gw = Gateway::start(&["--listen", "[::]:0", "--allow", "::ffff:127.0.0.1"]);
+    let to = SocketAddr::from(([127, 0, 0, 1], gw.listen.port()));
+    Sender::new(to, 0x4545).send("Mapped hello. ");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !gw
+        .stdout_lines()
+        .iter()
+        .any(|l| l.contains("Mapped hello."))
+    {
+        if Instant::now() > deadline {
+            let refused = gw.stderr_lines().iter().any(|l| l.contains("not_allowed"));
+            panic!("--allow ::ffff:127.0.0.1 refused 127.0.0.1 (not_allowed logged: {refused})");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(gw.terminate(WAIT).success());
+}
+
+fn config_file(name: &str, text: &str) -> std::path::PathBuf {
+    let p = std::env::temp_dir().join(format!(
+        "pvp-t140-review-{}-{name}.toml",
+        std::process::id()
+    ));
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// `--config` values have the range checks of the flags they stand for. They skipped them:
+/// `t140_pt = 200` was taken (an RTP payload type has 7 bits, so every datagram was dropped as
+/// unknown_payload_type), `reorder_wait_ms = 600000` held text behind a gap for 10 minutes
+/// (the flag's limit is 10,000; RFC 4103 5.4 asks at most 1 s), and the same for `red_pt`,
+/// `max_chunk_chars` and `workers`. Payload types 64-95 are refused either way: on a port that
+/// also takes RTCP they cannot be told from it (RFC 5761 section 4), and every marked packet
+/// was dropped as malformed RTCP, its text lost.
+#[test]
+fn the_config_files_values_are_checked_as_the_flags_are() {
+    for (key, text) in [
+        ("t140_pt", "t140_pt = 200\n"),
+        ("red_pt", "red_pt = 228\n"),
+        ("t140_pt", "t140_pt = 80\n"),
+        ("reorder_wait_ms", "reorder_wait_ms = 600000\n"),
+        ("max_chunk_chars", "max_chunk_chars = 5000000\n"),
+        ("workers", "workers = 1000\n"),
+    ] {
+        let cfg = config_file(key, text);
+        let file = run_briefly(
+            &["--listen", "127.0.0.1:0", "--config", cfg.to_str().unwrap()],
+            Duration::from_secs(10),
+        );
+        std::fs::remove_file(&cfg).ok();
+        let flag = format!("--{}", key.replace('_', "-"));
+        assert!(
+            matches!(&file, Some((false, err)) if err.contains(key) || err.contains(&flag)),
+            "{text:?} in --config: {file:?}"
+        );
+    }
+    for args in [
+        ["--t140-pt", "200"],
+        ["--t140-pt", "80"],
+        ["--red-pt", "72"],
+    ] {
+        let mut all = vec!["--listen", "127.0.0.1:0"];
+        all.extend(args);
+        let flag = run_briefly(&all, Duration::from_secs(10));
+        assert!(
+            matches!(&flag, Some((false, err)) if err.contains(args[0])),
+            "{args:?}: {flag:?}"
+        );
+    }
+}
+
+/// A time far too large is refused (a day at most), on the command line and in the file: a
+/// huge `--heartbeat-s` was accepted and then panicked each participant's connection task
+/// (`Instant + Duration` overflow), so no transcript reached the server.
+#[test]
+fn a_huge_heartbeat_is_refused() {
+    let huge = u64::MAX.to_string();
+    let flag = run_briefly(
+        &["--listen", "127.0.0.1:0", "--heartbeat-s", &huge],
+        Duration::from_secs(5),
+    );
+    assert!(
+        matches!(&flag, Some((false, err)) if err.contains("--heartbeat-s")),
+        "{flag:?}"
+    );
+    let cfg = config_file("heartbeat", "heartbeat_s = 99999999\n");
+    let file = run_briefly(
+        &["--listen", "127.0.0.1:0", "--config", cfg.to_str().unwrap()],
+        Duration::from_secs(5),
+    );
+    std::fs::remove_file(&cfg).ok();
+    assert!(
+        matches!(&file, Some((false, err)) if err.contains("heartbeat_s must be at most 86400")),
+        "{file:?}"
+    );
+}
+
+/// SIGINT and SIGTERM are caught from before the sockets are bound. They were caught only at
+/// the end of start-up, after "pvp-t140 listening": a SIGTERM in between took the default
+/// action (death by the signal, exit status 143, nothing flushed), which a supervisor that
+/// stops the gateway as soon as it says it listens hit about 1 start in 10.
+#[test]
+fn sigterm_right_after_listening_still_shuts_down_gracefully() {
+    let mut killed = 0;
+    for _ in 0..30 {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+            .args(["--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        while err.read_line(&mut line).unwrap() > 0 {
+            if line.contains("pvp-t140 listening") {
+                break;
+            }
+            line.clear();
+        }
+        // As a supervisor would: SIGTERM as soon as the gateway says it listens.
+        let pid = child.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let mut rest = String::new();
+        let _ = err.read_to_string(&mut rest);
+        let status = child.wait().unwrap();
+        if !status.success() {
+            killed += 1;
+            assert!(!rest.contains("stopped"), "{rest}");
+        }
+    }
+    assert_eq!(
+        killed, 0,
+        "{killed} of 30 gateways died by SIGTERM instead of shutting down (exit 0)"
+    );
+}
