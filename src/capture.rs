@@ -10,7 +10,7 @@ use std::path::Path;
 
 use etherparse::{NetSlice, SlicedPacket, TransportSlice};
 use pcap_parser::data::{PacketData, get_packetdata};
-use pcap_parser::pcapng::Block;
+use pcap_parser::pcapng::{Block, InterfaceDescriptionBlock, OptionCode};
 use pcap_parser::{Linktype, PcapBlockOwned, PcapError, create_reader};
 
 use crate::time::Time;
@@ -29,7 +29,8 @@ pub struct Datagram {
 pub struct CaptureStats {
     pub frames: u64,
     pub udp: u64,
-    /// Frames that are not UDP over IP (ARP, TCP, ICMP, fragments, unsupported link types).
+    /// Frames that are not UDP over IP (ARP, TCP, ICMP, fragments, unsupported link types),
+    /// or whose datagram the snap length cut short.
     pub skipped: u64,
 }
 
@@ -56,18 +57,120 @@ pub fn read_udp(path: &Path, mut each: impl FnMut(Datagram)) -> Result<CaptureSt
     read_udp_from(file, &mut each)
 }
 
+/// The reader's buffer to start with: every datagram an Ethernet capture holds fits.
+const INITIAL_BUFFER: usize = 1 << 16;
+
+/// The most the reader's buffer grows to. A record (a frame, or any pcapng block) must fit in
+/// it whole: Linux loopback's 65536-byte MTU makes frames just over 64 KiB, so the buffer
+/// grows for them, but a record this big is a corrupt length, not a packet.
+const MAX_BUFFER: usize = 16 << 20;
+
+/// pcapng's obsolete Packet Block (spec appendix A): still written by old tools.
+const PACKET_BLOCK: u32 = 2;
+
+/// A pcapng interface, as its Interface Description Block says.
+#[derive(Debug, Clone, Copy)]
+struct Interface {
+    link: Linktype,
+    /// Timestamp units per second (`if_tsresol`).
+    units_per_s: u64,
+    /// Seconds added to every timestamp (`if_tsoffset`).
+    offset_s: i64,
+}
+
+impl Interface {
+    /// Reads the options in the section's byte order: pcap-parser 0.17 reads `if_tsoffset`
+    /// little-endian in every section, and takes a binary `if_tsresol` (top bit set, 2^-n s)
+    /// for invalid.
+    fn new(idb: &InterfaceDescriptionBlock<'_>, big_endian: bool) -> Self {
+        let mut iface = Interface {
+            link: idb.linktype,
+            units_per_s: 1_000_000,
+            offset_s: 0,
+        };
+        for o in &idb.options {
+            let Ok(v) = o.as_bytes() else { continue };
+            if o.code == OptionCode::IfTsresol && !v.is_empty() {
+                // pcapng 4.2: 10^-n s, or with the top bit set 2^-n s. An exponent past
+                // what a u64 holds keeps microseconds.
+                let n = u32::from(v[0] & 0x7f);
+                let units = if v[0] & 0x80 == 0 {
+                    10u64.checked_pow(n)
+                } else {
+                    1u64.checked_shl(n)
+                };
+                iface.units_per_s = units.unwrap_or(1_000_000);
+            } else if o.code == OptionCode::IfTsoffset
+                && let Ok(b) = <[u8; 8]>::try_from(v)
+            {
+                iface.offset_s = if big_endian {
+                    i64::from_be_bytes(b)
+                } else {
+                    i64::from_le_bytes(b)
+                };
+            }
+        }
+        iface
+    }
+
+    /// A packet's timestamp (the 64-bit count of units) as a [`Time`], saturating.
+    fn time(&self, high: u32, low: u32) -> Time {
+        let units = (u64::from(high) << 32) | u64::from(low);
+        let us = u128::from(units) * 1_000_000 / u128::from(self.units_per_s);
+        let us = u64::try_from(us).unwrap_or(u64::MAX);
+        Time(us.saturating_add_signed(self.offset_s.saturating_mul(1_000_000)))
+    }
+}
+
+/// An unknown block's type: pcap-parser reads it little-endian in every section.
+fn block_type(read_le: u32, big_endian: bool) -> u32 {
+    if big_endian {
+        read_le.swap_bytes()
+    } else {
+        read_le
+    }
+}
+
+/// An obsolete Packet Block's body: interface id, timestamp and the captured bytes (caplen of
+/// them), or `None` when the block is too short for what it claims.
+fn packet_block(body: &[u8], big_endian: bool) -> Option<(usize, u32, u32, &[u8])> {
+    let u16_at = |i: usize| -> Option<u16> {
+        let b = body.get(i..i + 2)?.try_into().ok()?;
+        Some(if big_endian {
+            u16::from_be_bytes(b)
+        } else {
+            u16::from_le_bytes(b)
+        })
+    };
+    let u32_at = |i: usize| -> Option<u32> {
+        let b = body.get(i..i + 4)?.try_into().ok()?;
+        Some(if big_endian {
+            u32::from_be_bytes(b)
+        } else {
+            u32::from_le_bytes(b)
+        })
+    };
+    // interface id (16 bits), drops count (16), timestamp high, low, captured, original length.
+    let if_id = usize::from(u16_at(0)?);
+    let (high, low, caplen) = (u32_at(4)?, u32_at(8)?, u32_at(12)?);
+    let data = body.get(20..)?.get(..usize::try_from(caplen).ok()?)?;
+    Some((if_id, high, low, data))
+}
+
 /// As [`read_udp`], from any reader (fuzzing feeds bytes here).
 pub fn read_udp_from(
     reader: impl io::Read + Send,
     each: &mut dyn FnMut(Datagram),
 ) -> Result<CaptureStats, CaptureError> {
-    let mut reader =
-        create_reader(1 << 16, reader).map_err(|e| CaptureError::Format(format!("{e:?}")))?;
+    let mut reader = create_reader(INITIAL_BUFFER, reader)
+        .map_err(|e| CaptureError::Format(format!("{e:?}")))?;
+    let mut capacity = INITIAL_BUFFER;
     let mut stats = CaptureStats::default();
     let mut legacy_link = Linktype::ETHERNET;
     let mut legacy_nanos = false;
-    // pcapng interfaces of the current section: link type, units per second, offset seconds.
-    let mut interfaces: Vec<(Linktype, u64, i64)> = Vec::new();
+    // The current pcapng section's interfaces and byte order.
+    let mut interfaces: Vec<Interface> = Vec::new();
+    let mut big_endian = false;
     let mut le = true;
     let pcapng = reader.data().starts_with(&[0x0a, 0x0d, 0x0d, 0x0a]);
     loop {
@@ -80,6 +183,11 @@ pub fn read_udp_from(
         }
         match reader.next() {
             Ok((offset, block)) => {
+                // A packet on an interface the section did not describe is counted, skipped.
+                let on = |if_id: usize, high: u32, low: u32, data| {
+                    let iface = interfaces.get(if_id)?;
+                    Some((iface.time(high, low), iface.link, data))
+                };
                 let frame = match block {
                     PcapBlockOwned::LegacyHeader(h) => {
                         legacy_link = h.network;
@@ -93,47 +201,41 @@ pub fn read_udp_from(
                             u64::from(b.ts_usec)
                         };
                         let t = Time(u64::from(b.ts_sec) * 1_000_000 + frac);
-                        Some((t, legacy_link, b.data, b.caplen as usize))
+                        Some(Some((t, legacy_link, captured(b.data, b.caplen))))
                     }
-                    PcapBlockOwned::NG(Block::SectionHeader(_)) => {
+                    PcapBlockOwned::NG(Block::SectionHeader(shb)) => {
                         interfaces.clear();
+                        big_endian = shb.big_endian();
                         None
                     }
                     PcapBlockOwned::NG(Block::InterfaceDescription(idb)) => {
-                        interfaces.push((
-                            idb.linktype,
-                            idb.ts_resolution().unwrap_or(1_000_000).max(1),
-                            idb.ts_offset(),
-                        ));
+                        interfaces.push(Interface::new(&idb, big_endian));
                         None
                     }
                     PcapBlockOwned::NG(Block::EnhancedPacket(epb)) => {
-                        match interfaces.get(epb.if_id as usize) {
-                            Some(&(link, resol, off)) => {
-                                let units = (u64::from(epb.ts_high) << 32) | u64::from(epb.ts_low);
-                                let us = (u128::from(units) * 1_000_000 / u128::from(resol)) as u64;
-                                let us = us.saturating_add_signed(off.saturating_mul(1_000_000));
-                                Some((Time(us), link, epb.data, epb.caplen as usize))
-                            }
-                            None => {
-                                stats.frames += 1;
-                                stats.skipped += 1;
-                                None
-                            }
-                        }
+                        // `epb.data` holds the padding to 32 bits: cut to what was captured,
+                        // or a datagram cut by the snap length by 1-3 bytes ends in zeros
+                        // and reads as whole.
+                        let data = captured(epb.data, epb.caplen);
+                        Some(on(epb.if_id as usize, epb.ts_high, epb.ts_low, data))
+                    }
+                    PcapBlockOwned::NG(Block::Unknown(b))
+                        if block_type(b.block_type, big_endian) == PACKET_BLOCK =>
+                    {
+                        let packet = packet_block(b.data, big_endian);
+                        Some(packet.and_then(|(id, high, low, data)| on(id, high, low, data)))
                     }
                     PcapBlockOwned::NG(Block::SimplePacket(_)) => {
                         // No timestamp: useless for a time-driven replay.
-                        stats.frames += 1;
-                        stats.skipped += 1;
-                        None
+                        Some(None)
                     }
                     PcapBlockOwned::NG(_) => None,
                 };
-                if let Some((time, link, data, caplen)) = frame {
+                // None: not a packet; Some(None): a packet we cannot use.
+                if let Some(frame) = frame {
                     stats.frames += 1;
-                    match udp_of(data, link, caplen.min(data.len())) {
-                        Some((source, destination, payload)) => {
+                    match frame.and_then(|(time, link, data)| Some((time, udp_of(data, link)?))) {
+                        Some((time, (source, destination, payload))) => {
                             stats.udp += 1;
                             each(Datagram {
                                 time,
@@ -153,10 +255,30 @@ pub fn read_udp_from(
                     .refill()
                     .map_err(|e| CaptureError::Format(format!("{e:?}")))?;
             }
+            Err(PcapError::BufferTooSmall) => {
+                // The next record does not fit: grow, then read on.
+                if capacity >= MAX_BUFFER {
+                    return Err(CaptureError::Format(format!(
+                        "a record of more than {} MiB (a corrupt length?)",
+                        MAX_BUFFER >> 20
+                    )));
+                }
+                capacity = (capacity * 2).min(MAX_BUFFER);
+                reader.grow(capacity);
+                reader
+                    .refill()
+                    .map_err(|e| CaptureError::Format(format!("{e:?}")))?;
+            }
             Err(e) => return Err(CaptureError::Format(format!("{e:?}"))),
         }
     }
     Ok(stats)
+}
+
+/// The bytes a record captured: its data cut to its captured length (pcapng pads to 32 bits).
+fn captured(data: &[u8], caplen: u32) -> &[u8] {
+    let caplen = usize::try_from(caplen).unwrap_or(usize::MAX);
+    &data[..caplen.min(data.len())]
 }
 
 /// True when the next pcapng block claims a length under 12 bytes (type, two lengths). Tracks
@@ -178,7 +300,7 @@ fn short_pcapng_block(data: &[u8], le: &mut bool) -> bool {
     len < 12
 }
 
-fn udp_of(data: &[u8], link: Linktype, caplen: usize) -> Option<(SocketAddr, SocketAddr, &[u8])> {
+fn udp_of(data: &[u8], link: Linktype) -> Option<(SocketAddr, SocketAddr, &[u8])> {
     // Only the link types a T.140 capture comes in; pcap-parser 0.17's decoders for others
     // (Wireshark upper PDU, NFLOG) panic on malformed frames (found by the pcap_read fuzzer).
     let supported = [
@@ -193,7 +315,7 @@ fn udp_of(data: &[u8], link: Linktype, caplen: usize) -> Option<(SocketAddr, Soc
     if !supported.contains(&link) {
         return None;
     }
-    let sliced = match get_packetdata(data, link, caplen)? {
+    let sliced = match get_packetdata(data, link, data.len())? {
         PacketData::L2(frame) => SlicedPacket::from_ethernet(frame).ok()?,
         PacketData::L3(_, packet) => SlicedPacket::from_ip(packet).ok()?,
         PacketData::L4(..) | PacketData::Unsupported(_) => return None,

@@ -64,7 +64,8 @@ enum Cmd {
     Replay {
         /// The capture file (pcap or pcapng; Ethernet, Linux SLL/SLL2 or raw IP).
         file: PathBuf,
-        /// Only UDP datagrams to this destination port (default: all).
+        /// Only UDP datagrams to this destination port and the RTCP port after it, as a live
+        /// gateway on it reads by default (default: all).
         #[arg(long)]
         port: Option<u16>,
         #[command(flatten)]

@@ -14,8 +14,45 @@ pub struct ReplaySummary {
     pub stats: Stats,
 }
 
-/// Replays the UDP datagrams of `path` (only those to `port`, when given) through a gateway and
-/// writes every envelope as one JSON line (pvp-spec 19.4) to `out`.
+/// A step back in the capture's clock at least this long is the clock being set (an NTP step,
+/// captures joined with `mergecap -a`): replay shifts everything after it forward, so later
+/// pauses keep their length. A shorter one is taken as reordering (the interfaces of a pcapng
+/// stamp their packets apart) and held at the newest time: an offset for each would add up
+/// and run the clock fast.
+const CLOCK_STEP: u64 = 1_000_000;
+
+/// The replay's clock: the capture's timestamps, never going back, and with the time a clock
+/// step went back added to everything after it.
+#[derive(Debug, Default)]
+struct ReplayClock {
+    last: Time,
+    offset: u64,
+}
+
+impl ReplayClock {
+    fn at(&mut self, captured: Time) -> Time {
+        let t = captured.0.saturating_add(self.offset);
+        if t.saturating_add(CLOCK_STEP) <= self.last.0 {
+            self.offset = self.offset.saturating_add(self.last.0 - t);
+        }
+        self.last = self.last.max(Time(t));
+        self.last
+    }
+}
+
+/// The RTCP port a live gateway listening on `port` also reads, by default (RFC 3550 11: the
+/// next one up; none for 0 or 65535). Must match `run_live` in main.rs.
+fn rtcp_port(port: u16) -> Option<u16> {
+    match port {
+        0 | u16::MAX => None,
+        p => Some(p + 1),
+    }
+}
+
+/// Replays the UDP datagrams of `path` through a gateway and writes every envelope as one JSON
+/// line (pvp-spec 19.4) to `out`. With `port`, only datagrams to that port and to the RTCP port
+/// after it (none after 0 or 65535): what a live gateway on that port reads by default, so
+/// both give the same envelopes.
 pub fn run(
     path: &Path,
     cfg: Config,
@@ -23,15 +60,14 @@ pub fn run(
     out: &mut dyn Write,
 ) -> Result<ReplaySummary, CaptureError> {
     let mut gw = Gateway::new(cfg);
-    let mut last = Time(0);
+    let mut clock = ReplayClock::default();
     let mut write_err: Option<io::Error> = None;
     let capture = capture::read_udp(path, |d| {
-        if write_err.is_some() || port.is_some_and(|p| d.destination.port() != p) {
+        let to = d.destination.port();
+        if write_err.is_some() || port.is_some_and(|p| to != p && rtcp_port(p) != Some(to)) {
             return;
         }
-        // Captures can step back in time (multi-interface pcapng); the core's clock must not.
-        last = last.max(d.time);
-        gw.handle_datagram(last, d.source, &d.payload);
+        gw.handle_datagram(clock.at(d.time), d.source, &d.payload);
         if let Err(e) = drain(&mut gw, out) {
             write_err = Some(e);
         }
@@ -39,7 +75,7 @@ pub fn run(
     if let Some(e) = write_err {
         return Err(CaptureError::Io(e));
     }
-    gw.shutdown(last);
+    gw.shutdown(clock.last);
     drain(&mut gw, out).map_err(CaptureError::Io)?;
     out.flush().map_err(CaptureError::Io)?;
     Ok(ReplaySummary {
@@ -54,4 +90,33 @@ fn drain(gw: &mut Gateway, out: &mut dyn Write) -> io::Result<()> {
         out.write_all(b"\n")?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clock_step_back_keeps_later_gaps_and_reordering_is_held() {
+        let mut c = ReplayClock::default();
+        let s = |t: u64| Time(t * 1_000_000);
+        let t0 = 1_700_000_000;
+        assert_eq!(c.at(s(t0)), s(t0));
+        // An hour back: from here on an hour later, so the 10 s between packets stay.
+        assert_eq!(c.at(s(t0 - 3600)), s(t0));
+        assert_eq!(c.at(s(t0 - 3590)), s(t0 + 10));
+        // Half a second back (two interfaces): held, and no offset is added.
+        assert_eq!(c.at(Time(s(t0 - 3590).0 - 500_000)), s(t0 + 10));
+        assert_eq!(c.at(s(t0 - 3589)), s(t0 + 11));
+        // A second back is a step again.
+        assert_eq!(c.at(s(t0 - 3590)), s(t0 + 11));
+        assert_eq!(c.at(s(t0 - 3589)), s(t0 + 12));
+    }
+
+    #[test]
+    fn the_rtcp_port_is_the_next_one_up() {
+        assert_eq!(rtcp_port(5004), Some(5005));
+        assert_eq!(rtcp_port(0), None);
+        assert_eq!(rtcp_port(u16::MAX), None);
+    }
 }

@@ -80,7 +80,7 @@ impl Voice {
             }
             Voice::Named(name) => {
                 id.push('/');
-                id.push_str(name);
+                push_id_escaped(id, name);
             }
         }
     }
@@ -91,6 +91,19 @@ impl Voice {
             Voice::Ssrc => stream_name,
             Voice::Csrc(c) => format!("T.140 {} via {stream_name}", Hex8::new(*c)),
             Voice::Named(id) => id.clone(),
+        }
+    }
+}
+
+/// A t140llm stream id as the last part of a participant id: `/` (which separates the parts:
+/// `openai/gpt-4o` is a model's natural id) and `%` (so two ids never give one participant)
+/// percent-encoded, the rest as it is. Runs once per new speaker, not per packet.
+fn push_id_escaped(id: &mut String, name: &str) {
+    for c in name.chars() {
+        match c {
+            '/' => id.push_str("%2F"),
+            '%' => id.push_str("%25"),
+            c => id.push(c),
         }
     }
 }
@@ -324,7 +337,10 @@ impl Speaker {
     }
 }
 
-/// Splits t140llm's multiplex prefix `<id>\x1E<text>` (docs/t140llm.md section 6).
+/// Splits t140llm's multiplex prefix `<id>\x1E<text>` (docs/t140llm.md section 6). Any id
+/// t140llm takes is one, `/` included (`openai/gpt-4o`; the participant id escapes it), but
+/// not an empty or over-long one, one with a control character, or one in the mixer's `csrc:`
+/// namespace: those are text.
 pub fn split_named(block: &[u8]) -> Option<(&str, &[u8])> {
     let at = block
         .iter()
@@ -332,9 +348,7 @@ pub fn split_named(block: &[u8]) -> Option<(&str, &[u8])> {
         .position(|&b| b == 0x1e)?;
     let id = std::str::from_utf8(&block[..at]).ok()?;
     // `csrc:` is the mixer speakers' namespace: a stream id may not take it.
-    let ok = !id.is_empty()
-        && !id.starts_with("csrc:")
-        && id.chars().all(|c| !c.is_control() && c != '/');
+    let ok = !id.is_empty() && !id.starts_with("csrc:") && id.chars().all(|c| !c.is_control());
     ok.then(|| (id, &block[at + 1..]))
 }
 
@@ -423,12 +437,33 @@ mod tests {
         assert_eq!(s.chunker.pending(), "a");
     }
 
+    /// A stream id's `/` and `%` are escaped in the participant id, so each id gives its own
+    /// participant and the id's parts stay separated by `/` alone; the name keeps the id.
+    #[test]
+    fn a_stream_id_is_escaped_in_the_participant_id() {
+        let key = StreamKey {
+            source: "127.0.0.1:4000".parse().unwrap(),
+            ssrc: 0x11223344,
+        };
+        let id = |name: &str| Voice::Named(name.into()).id_and_name(&key);
+        let base = "t140:11223344@127.0.0.1:4000/";
+        assert_eq!(id("alpha").0, format!("{base}alpha"));
+        assert_eq!(
+            id("openai/gpt-4o"),
+            (format!("{base}openai%2Fgpt-4o"), "openai/gpt-4o".into())
+        );
+        assert_eq!(id("a%2Fb").0, format!("{base}a%252Fb"));
+        assert_eq!(id("x/csrc:1").0, format!("{base}x%2Fcsrc:1"));
+    }
+
     #[test]
     fn named_prefix_is_split() {
         assert_eq!(split_named(b"alpha\x1eHi"), Some(("alpha", &b"Hi"[..])));
         assert_eq!(split_named(b"Hi"), None);
         assert_eq!(split_named(b"\x1eHi"), None);
-        assert_eq!(split_named(b"a/b\x1eHi"), None);
+        assert_eq!(split_named(b"a/b\x1eHi"), Some(("a/b", &b"Hi"[..])));
+        assert_eq!(split_named(b"a\tb\x1eHi"), None);
+        assert_eq!(split_named(b"csrc:1\x1eHi"), None);
         let long = [b'x'; 80];
         let mut d = long.to_vec();
         d.push(0x1e);

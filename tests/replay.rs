@@ -1,0 +1,239 @@
+//! `pvp-t140 replay` on captures written byte by byte: the replay clock, and `--compat t140llm`
+//! multiplexing cases the real captures in `pcaps/` do not hold.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+/// One RTP packet.
+fn rtp(pt: u8, marker: bool, seq: u16, ts: u32, ssrc: u32, payload: &[u8]) -> Vec<u8> {
+    let mut p = vec![0x80, (u8::from(marker) << 7) | pt];
+    p.extend_from_slice(&seq.to_be_bytes());
+    p.extend_from_slice(&ts.to_be_bytes());
+    p.extend_from_slice(&ssrc.to_be_bytes());
+    p.extend_from_slice(payload);
+    p
+}
+
+/// A loopback (LINKTYPE_NULL) IPv4/UDP frame from 127.0.0.1:40000 to 127.0.0.1:5004.
+fn frame(payload: &[u8]) -> Vec<u8> {
+    let total = 20 + 8 + payload.len();
+    let mut f = 2u32.to_le_bytes().to_vec();
+    f.extend_from_slice(&[
+        0x45,
+        0,
+        (total >> 8) as u8,
+        total as u8,
+        0,
+        1,
+        0x40,
+        0,
+        64,
+        17,
+        0,
+        0,
+    ]);
+    f.extend_from_slice(&[127, 0, 0, 1, 127, 0, 0, 1]);
+    f.extend_from_slice(&40000u16.to_be_bytes());
+    f.extend_from_slice(&5004u16.to_be_bytes());
+    f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(payload);
+    f
+}
+
+/// A classic microsecond pcap of (time in µs, UDP payload).
+fn pcap(packets: &[(u64, Vec<u8>)]) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
+    f.extend_from_slice(&2u16.to_le_bytes());
+    f.extend_from_slice(&4u16.to_le_bytes());
+    f.extend_from_slice(&[0; 8]);
+    f.extend_from_slice(&262_144u32.to_le_bytes());
+    f.extend_from_slice(&0u32.to_le_bytes()); // LINKTYPE_NULL
+    for (us, payload) in packets {
+        let data = frame(payload);
+        f.extend_from_slice(&((us / 1_000_000) as u32).to_le_bytes());
+        f.extend_from_slice(&((us % 1_000_000) as u32).to_le_bytes());
+        f.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        f.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        f.extend_from_slice(&data);
+    }
+    f
+}
+
+fn replay(name: &str, packets: &[(u64, Vec<u8>)], args: &[&str]) -> Vec<Value> {
+    let path: PathBuf = std::env::temp_dir().join(format!(
+        "pvp-t140-replay-{name}-{}.pcap",
+        std::process::id()
+    ));
+    std::fs::write(&path, pcap(packets)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .arg("replay")
+        .arg(&path)
+        .args(args)
+        .output()
+        .expect("run pvp-t140 replay");
+    std::fs::remove_file(&path).ok();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// (sender, content) of every context.add.
+fn adds(envelopes: &[Value]) -> Vec<(String, String)> {
+    envelopes
+        .iter()
+        .filter(|e| e["type"] == "context.add")
+        .map(|e| {
+            (
+                e["sender"].as_str().unwrap().to_owned(),
+                e["payload"]["content"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+const T0: u64 = 1_700_000_000_000_000;
+
+/// A capture whose clock steps back (an NTP correction while tcpdump runs, or two captures
+/// concatenated with `mergecap -a`): after the step the capture still shows 10 s between
+/// words, and those pauses must still be idle flushes. Pinning every later packet to the time
+/// before the step would let no time pass for as long as the step (here an hour): one merged
+/// chunk, all with one timestamp.
+#[test]
+fn after_the_capture_clock_steps_back_later_pauses_still_count() {
+    let ssrc = 0x5eed_0001;
+    let back = T0 - 3_600_000_000;
+    let packets = vec![
+        (T0, rtp(98, true, 1, 0, ssrc, b"Hi.")),
+        (back, rtp(98, false, 2, 1000, ssrc, b" one")),
+        (back + 10_000_000, rtp(98, false, 3, 2000, ssrc, b" two")),
+        (back + 20_000_000, rtp(98, false, 4, 3000, ssrc, b" three")),
+    ];
+    let envelopes = replay("clockstep", &packets, &[]);
+    let texts: Vec<String> = adds(&envelopes).into_iter().map(|(_, t)| t).collect();
+    assert_eq!(
+        texts,
+        ["Hi.", "one", "two", "three"],
+        "10 s pauses after the step are idle flushes"
+    );
+}
+
+const RS: u8 = 0x1e;
+
+fn named(id: &str, text: &str) -> Vec<u8> {
+    let mut p = id.as_bytes().to_vec();
+    p.push(RS);
+    p.extend_from_slice(text.as_bytes());
+    p
+}
+
+/// t140llm multiplexing (docs/t140llm.md section 6) takes any string as a stream id, and a
+/// model name is the natural one: `openai/gpt-4o`. Each id must be its own participant, its
+/// `/` percent-encoded in the participant id (where `/` separates the parts), and no id may
+/// show in the text. Refusing the id would read the whole payload as text: both streams
+/// merged into the SSRC's participant, the ids spliced into the transcript.
+#[test]
+fn t140llm_stream_ids_with_a_slash_are_still_separate_participants() {
+    let ssrc = 0x1122_3344;
+    let packets = vec![
+        (
+            T0,
+            rtp(96, false, 0, 0, ssrc, &named("openai/gpt-4o", "Hi ")),
+        ),
+        (
+            T0 + 1000,
+            rtp(96, false, 1, 160, ssrc, &named("anthropic/claude", "Yo ")),
+        ),
+        (
+            T0 + 100_000,
+            rtp(96, false, 2, 320, ssrc, &named("openai/gpt-4o", "A.")),
+        ),
+        (
+            T0 + 101_000,
+            rtp(96, false, 3, 480, ssrc, &named("anthropic/claude", "B.")),
+        ),
+    ];
+    let envelopes = replay("slash", &packets, &["--compat", "t140llm"]);
+    let got = adds(&envelopes);
+    for (_, text) in &got {
+        assert!(
+            !text.contains("openai") && !text.contains("anthropic"),
+            "ids in the text: {got:?}"
+        );
+    }
+    let senders: std::collections::BTreeSet<&str> = got.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(
+        senders,
+        [
+            "t140:11223344@127.0.0.1:40000/anthropic%2Fclaude",
+            "t140:11223344@127.0.0.1:40000/openai%2Fgpt-4o"
+        ]
+        .into(),
+        "two streams, two participants: {got:?}"
+    );
+    let names: Vec<&str> = envelopes
+        .iter()
+        .filter(|e| e["type"] == "session.join")
+        .map(|e| {
+            e["payload"]["participant"]["metadata"]["stream_id"]
+                .as_str()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        names,
+        ["openai/gpt-4o", "anthropic/claude"],
+        "the id as sent"
+    );
+}
+
+/// In t140llm's multiplex mode all streams share one SSRC and one sequence. A lost packet's
+/// mark must not go to the stream's SSRC speaker, a participant that does not exist (it would
+/// join the session only to say U+FFFD, and leave). Not fixed yet: the loss is routed in
+/// `gateway.rs` (`route`), and which named stream lost the packet is not known.
+#[test]
+#[ignore = "known bug: a multiplexed stream's loss mark goes to a phantom SSRC participant"]
+fn t140llm_multiplex_loss_does_not_invent_a_participant() {
+    let ssrc = 0x1122_3344;
+    let packets = vec![
+        (T0, rtp(96, false, 0, 0, ssrc, &named("alpha", "Hi "))),
+        (
+            T0 + 1000,
+            rtp(96, false, 1, 160, ssrc, &named("beta", "Hi ")),
+        ),
+        // seq 2 (alpha "A.") lost
+        (
+            T0 + 101_000,
+            rtp(96, false, 3, 480, ssrc, &named("beta", "B.")),
+        ),
+        (
+            T0 + 200_000,
+            rtp(96, false, 4, 640, ssrc, &named("alpha", "C.")),
+        ),
+    ];
+    let envelopes = replay("muxloss", &packets, &["--compat", "t140llm"]);
+    let joined: Vec<&str> = envelopes
+        .iter()
+        .filter(|e| e["type"] == "session.join")
+        .map(|e| e["sender"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        joined,
+        [
+            "t140:11223344@127.0.0.1:40000/alpha",
+            "t140:11223344@127.0.0.1:40000/beta"
+        ],
+        "{:?}",
+        adds(&envelopes)
+    );
+}
