@@ -608,6 +608,19 @@ impl Delays {
 
 const MAX_EARLY_NAMES: usize = 256;
 const MAX_NAME_CHARS: usize = 128;
+
+/// An SDES name as a participant's name: controls out, as from the text (a name reaches PVP
+/// clients' screens and the log line of the join, where an escape sequence or a new line could
+/// pass for something else), at most [`MAX_NAME_CHARS`], trimmed; `None` when nothing is left.
+fn clean_name(name: &str) -> Option<String> {
+    let name: String = name
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(MAX_NAME_CHARS)
+        .collect();
+    let name = name.trim();
+    (!name.is_empty()).then(|| name.to_owned())
+}
 /// Register tag for "no speaker decided at arrival": resolved per block when delivered.
 const TAG_UNDECIDED: u16 = u16::MAX;
 
@@ -1008,7 +1021,7 @@ impl Gateway {
             let (ssrc, name, rank) = match *e {
                 RtcpEvent::Name { ssrc, name } => (ssrc, name, 2),
                 RtcpEvent::Cname { ssrc, cname } => (ssrc, cname, 1),
-                RtcpEvent::Bye { .. } => continue,
+                RtcpEvent::Bye { .. } | RtcpEvent::Report { .. } => continue,
             };
             match best.iter_mut().find(|b| b.0 == ssrc) {
                 Some(b) if b.2 < rank => *b = (ssrc, name, rank),
@@ -1016,14 +1029,35 @@ impl Gateway {
                 None => best.push((ssrc, name, rank)),
             }
         }
+        // The compound's own stream: the first of its sources that is one (a mixer's, whose
+        // CNAME every compound carries, RFC 3550 6.1). A mixer forwards its sources' SDES and
+        // BYE with their CSRCs as the SSRC (RFC 3550 6.5, 6.6, 7.3): those name, or end, that
+        // stream's speakers of those CSRCs.
+        let home = events.iter().find_map(|e| {
+            let (RtcpEvent::Cname { ssrc, .. }
+            | RtcpEvent::Name { ssrc, .. }
+            | RtcpEvent::Bye { ssrc }
+            | RtcpEvent::Report { ssrc }) = *e;
+            self.rtcp_stream(source, ssrc)
+        });
         for (ssrc, name, rank) in best {
-            self.name_stream(now, source, ssrc, name, rank);
+            let mixed = match (self.rtcp_stream(source, ssrc), home) {
+                (None, Some(h)) => self.csrc_speaker(h, ssrc).map(|i| (h, i)),
+                _ => None,
+            };
+            match mixed {
+                Some((h, i)) => self.name_speaker(now, h, i, name, rank),
+                None => self.name_stream(now, source, ssrc, name, rank),
+            }
         }
         for e in events {
-            if let RtcpEvent::Bye { ssrc } = e
-                && let Some(slot) = self.rtcp_stream(source, ssrc)
-            {
+            let RtcpEvent::Bye { ssrc } = e else { continue };
+            if let Some(slot) = self.rtcp_stream(source, ssrc) {
                 self.close_stream(now, slot, "rtcp bye");
+            } else if let Some(h) = home
+                && let Some(i) = self.csrc_speaker(h, ssrc)
+            {
+                self.end_speaker(now, h, i, "rtcp bye");
             }
         }
         if ok {
@@ -1040,19 +1074,64 @@ impl Gateway {
         by_mux.or_else(|| self.index.get(&StreamKey { source: rtp, ssrc }))
     }
 
-    /// `rank` 2 for NAME, 1 for CNAME: a NAME is never replaced by a CNAME.
-    fn name_stream(&mut self, now: Time, source: SocketAddr, ssrc: u32, name: &str, rank: u8) {
-        // Controls out, as from the text: a name reaches PVP clients' screens and the log line
-        // of the join, where an escape sequence or a new line could pass for something else.
-        let name: String = name
-            .chars()
-            .filter(|c| !c.is_control())
-            .take(MAX_NAME_CHARS)
-            .collect();
-        let name = name.trim().to_owned();
-        if name.is_empty() {
+    /// The speaker of stream `slot` whose voice is CSRC `csrc` (a mixer's source), if any.
+    fn csrc_speaker(&self, slot: u32, csrc: u32) -> Option<usize> {
+        let s = self.slots.get(slot)?;
+        s.speakers
+            .iter()
+            .position(|sp| sp.voice.as_ref() == VoiceRef::Csrc(csrc))
+    }
+
+    /// A mixer's source named in the mixer's SDES: as [`Gateway::name_stream`] for a stream's
+    /// own voice.
+    fn name_speaker(&mut self, now: Time, slot: u32, i: usize, name: &str, rank: u8) {
+        let Some(name) = clean_name(name) else { return };
+        let Some(s) = self.slots.get_mut(slot) else {
+            return;
+        };
+        let Stream { speakers, key, .. } = s;
+        let sp = &mut speakers[i];
+        if rank < sp.profile.name_rank || sp.profile.name == name {
             return;
         }
+        sp.profile.name = name;
+        sp.profile.name_rank = rank;
+        self.emit.announce(now, key, sp);
+    }
+
+    /// A mixer's source that left (a BYE for its CSRC): what it said and has not been sent
+    /// goes out, then its leave; the mixer's stream and its other speakers go on. Should the
+    /// source speak again, it joins again.
+    fn end_speaker(&mut self, now: Time, slot: u32, i: usize, reason: &str) {
+        let Some(s) = self.slots.get_mut(slot) else {
+            return;
+        };
+        let Stream {
+            speakers,
+            key,
+            created,
+            ..
+        } = s;
+        let sp = &mut speakers[i];
+        let said = &mut self.emit.said;
+        sp.decoder
+            .finish(&mut sp.chunker.fed(&mut said.cuts), &mut said.decode);
+        self.emit.after_text(now, key, created, sp);
+        if let Some(chunk) = sp.chunker.flush(FlushCause::End) {
+            self.emit.chunk(now, key, created, sp, chunk);
+        }
+        if sp.joined {
+            let leave = self
+                .emit
+                .in_session(sp, |b| b.leave(now, sp.profile.participant.clone(), reason));
+            self.emit.push(leave);
+            sp.joined = false;
+        }
+    }
+
+    /// `rank` 2 for NAME, 1 for CNAME: a NAME is never replaced by a CNAME.
+    fn name_stream(&mut self, now: Time, source: SocketAddr, ssrc: u32, name: &str, rank: u8) {
+        let Some(name) = clean_name(name) else { return };
         let Some(slot) = self.rtcp_stream(source, ssrc) else {
             let same = |e: &(IpAddr, u32, String, u8)| e.0 == source.ip() && e.1 == ssrc;
             if self.early_names.iter().any(|e| same(e) && e.3 > rank) {

@@ -11,8 +11,13 @@ pub enum RtcpEvent<'a> {
     Name { ssrc: u32, name: &'a str },
     /// BYE: the source is leaving (RFC 3550 6.6).
     Bye { ssrc: u32 },
+    /// The sender of an SR or RR, which starts every compound (RFC 3550 6.1): a mixer's
+    /// compound is known by it when it carries its sources' SDES or BYE.
+    Report { ssrc: u32 },
 }
 
+const SR: u8 = 200;
+const RR: u8 = 201;
 const SDES: u8 = 202;
 const BYE: u8 = 203;
 
@@ -42,6 +47,10 @@ pub fn parse<'a>(data: &'a [u8], each: &mut dyn FnMut(RtcpEvent<'a>)) -> bool {
         let ok = match pt {
             SDES => sdes(body, count, each),
             BYE => bye(body, count, each),
+            SR | RR if body.len() >= 4 => {
+                each(RtcpEvent::Report { ssrc: be32(body) });
+                true
+            }
             _ => true,
         };
         if !ok {
@@ -159,6 +168,7 @@ mod tests {
         assert_eq!(
             ev,
             vec![
+                RtcpEvent::Report { ssrc: 9 },
                 RtcpEvent::Cname {
                     ssrc: 9,
                     cname: "user@host"

@@ -158,11 +158,10 @@ fn one_participant_id_given_to_two_speakers_joins_once_and_keeps_keys_unique() {
 }
 
 /// RFC 3550 6.5/7.3: a mixer forwards the SDES items of its contributing sources (chunk SSRC
-/// = the CSRC). README: "SDES NAME (else CNAME) becomes the participant's name". The gateway
-/// looks a named SSRC up only as a stream's own SSRC, so a CSRC speaker's NAME is parked among
-/// the "early names" and never reaches the speaker: it joins as "T.140 00000001 via ...".
+/// = the CSRC), in its own compound. A CSRC speaker's NAME names that speaker. (The gateway
+/// looked a named SSRC up as a stream's own SSRC only, so the NAME was parked among the "early
+/// names" and never reached the speaker: it joined as "T.140 00000001 via ...".)
 #[test]
-#[ignore = "known limitation: a mixer forwards its sources' SDES with the CSRC as the chunk's SSRC (RFC 3550 6.5, 7.3); names are looked up by stream SSRC only"]
 fn a_mixer_speakers_sdes_name_names_that_speaker() {
     let mut gw = Gateway::new(Config::default());
     gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b""));
@@ -183,11 +182,10 @@ fn a_mixer_speakers_sdes_name_names_that_speaker() {
 
 /// RFC 3550 6.6: "If a BYE packet is received by a mixer, the mixer SHOULD forward the BYE
 /// packet with the SSRC/CSRC identifier(s) unchanged." A BYE naming a mixer's contributing
-/// source is that speaker leaving; the gateway ignores it (it only looks the id up as a
-/// stream's SSRC), so the speaker's pending text is not flushed and it never leaves until the
-/// whole mixer stream ends.
+/// source, in the mixer's compound, is that speaker leaving: its pending text is flushed and
+/// it leaves, while the mixer and its other speakers go on. (The gateway looked the id up as a
+/// stream's SSRC only, so the speaker stayed until the whole mixer stream ended.)
 #[test]
-#[ignore = "known limitation: a BYE naming a mixer's CSRC (RFC 3550 6.6) is looked up by stream SSRC only; the speaker leaves with the mixer stream"]
 fn a_bye_for_a_mixer_csrc_flushes_and_ends_that_speaker() {
     let mut gw = Gateway::new(Config::default());
     gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha. "));
@@ -197,7 +195,8 @@ fn a_bye_for_a_mixer_csrc_flushes_and_ends_that_speaker() {
         &with_csrc(2, 1100, 9, 2, b"Bravo pending"),
     );
     drain(&mut gw);
-    let mut bye = Vec::new();
+    // The mixer's compound (RFC 3550 6.1): its RR first, then the BYE it forwards.
+    let mut bye = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
     pvp_t140::rtcp::write_bye(&mut bye, 2);
     gw.handle_datagram(at(20), addr(5000), &bye);
     let out = drain(&mut gw);
