@@ -348,6 +348,8 @@ impl Emitter {
             Decision::Rule(rule) => {
                 let rule = rule.clone();
                 if let Some(id) = rule.participant {
+                    // Other speakers may match the same rule: their keys stay apart.
+                    sp.profile.key_scope = Some((*sp.profile.participant).into());
                     sp.profile.participant = id.into();
                 }
                 if let Some(name) = rule.name {

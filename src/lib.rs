@@ -16,6 +16,7 @@ pub mod chunker;
 pub mod gateway;
 pub mod index;
 pub mod mapping;
+pub mod presence;
 pub mod pvp;
 pub mod red;
 pub mod register;

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use crate::capture::{self, CaptureError, CaptureStats};
 use crate::gateway::{Config, Gateway, Stats};
+use crate::presence::Presence;
 use crate::time::Time;
 
 #[derive(Debug)]
@@ -62,13 +63,14 @@ pub fn run(
     let mut gw = Gateway::new(cfg);
     let mut clock = ReplayClock::default();
     let mut write_err: Option<io::Error> = None;
+    let mut presence = Presence::default();
     let capture = capture::read_udp(path, |d| {
         let to = d.destination.port();
         if write_err.is_some() || port.is_some_and(|p| to != p && rtcp_port(p) != Some(to)) {
             return;
         }
         gw.handle_datagram(clock.at(d.time), d.source, &d.payload);
-        if let Err(e) = drain(&mut gw, out) {
+        if let Err(e) = drain(&mut gw, &mut presence, out) {
             write_err = Some(e);
         }
     })?;
@@ -76,7 +78,7 @@ pub fn run(
         return Err(CaptureError::Io(e));
     }
     gw.shutdown(clock.last);
-    drain(&mut gw, out).map_err(CaptureError::Io)?;
+    drain(&mut gw, &mut presence, out).map_err(CaptureError::Io)?;
     out.flush().map_err(CaptureError::Io)?;
     Ok(ReplaySummary {
         capture,
@@ -84,8 +86,12 @@ pub fn run(
     })
 }
 
-fn drain(gw: &mut Gateway, out: &mut dyn Write) -> io::Result<()> {
+/// As a sink writes them: one join and one leave a participant id ([`Presence`]).
+fn drain(gw: &mut Gateway, presence: &mut Presence, out: &mut dyn Write) -> io::Result<()> {
     while let Some(e) = gw.poll_output() {
+        if !presence.admit(&e) {
+            continue;
+        }
         out.write_all(e.json().as_bytes())?;
         out.write_all(b"\n")?;
     }

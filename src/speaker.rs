@@ -108,14 +108,20 @@ fn push_id_escaped(id: &mut String, name: &str) {
     }
 }
 
-/// `participant/stream-start-ms/`: the part of a context key before the chunk counter.
-struct KeyPrefix<'a>(&'a str, Time);
+/// `participant/[scope/]stream-start-ms/`: the part of a context key before the chunk
+/// counter. The scope is the speaker's own id when a mapping rule gave it a participant id that
+/// other speakers may share, whose keys must differ (pvp-spec 9.1: unique in the session).
+struct KeyPrefix<'a>(&'a str, Option<&'a str>, Time);
 
 impl std::fmt::Display for KeyPrefix<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.0)?;
         f.write_str("/")?;
-        f.write_str(itoa::Buffer::new().format(self.1.as_millis()))?;
+        if let Some(scope) = self.1 {
+            f.write_str(scope)?;
+            f.write_str("/")?;
+        }
+        f.write_str(itoa::Buffer::new().format(self.2.as_millis()))?;
         f.write_str("/")
     }
 }
@@ -200,6 +206,9 @@ pub struct Profile {
     /// made: remembering costs neither a copy nor an allocation.
     pub last_sent: u64,
     pub last_sent_text: String,
+    /// The speaker's own id (`t140:SSRC@ADDR...`) when a mapping rule replaced it with one
+    /// that several speakers may share: it keeps their context keys apart.
+    pub key_scope: Option<Box<str>>,
 }
 
 impl Speaker {
@@ -215,6 +224,7 @@ impl Speaker {
                 chunks_sent: 0,
                 last_sent: 0,
                 last_sent_text: String::new(),
+                key_scope: None,
             }),
             voice,
             decoder: Decoder::new(),
@@ -228,17 +238,24 @@ impl Speaker {
 
     /// The context key of this speaker's `n`th chunk: participant, stream start, counter.
     pub fn key(&self, created: Time, n: u64) -> String {
-        format!("{}{n}", KeyPrefix(&self.profile.participant, created))
+        let p = &self.profile;
+        format!(
+            "{}{n}",
+            KeyPrefix(&p.participant, p.key_scope.as_deref(), created)
+        )
     }
 
     /// Gives the participant id its `context.add` template, once, at the first chunk: the
     /// prefix of [`Speaker::key`] and the stream's source URI, escaped. Made lazily, so a
     /// speaker that never speaks holds its id alone.
     pub fn ensure_template(&mut self, key: &StreamKey, created: &Time) {
-        let id = &self.profile.participant;
+        let p = &mut self.profile;
+        let id = &p.participant;
         if !id.has_template() {
-            self.profile.participant =
-                id.with_template(KeyPrefix(id, *created), crate::stream::SourceUri(*key));
+            p.participant = id.with_template(
+                KeyPrefix(id, p.key_scope.as_deref(), *created),
+                crate::stream::SourceUri(*key),
+            );
         }
     }
 

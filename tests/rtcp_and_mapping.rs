@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 
 use pvp_t140::mapping::{Mapping, Rule};
+use pvp_t140::presence::Presence;
 use pvp_t140::pvp::Message as Envelope;
 use pvp_t140::{Config, Gateway, Time, rtp};
 
@@ -122,13 +123,13 @@ fn a_bye_listing_nine_sources_ends_the_ninth() {
 }
 
 /// A `[[stream]]` rule matching a network (README: `source = "10.1.0.0/16"`) with a fixed
-/// `participant` id: with an RFC 9071 mixer every CSRC speaker of the stream takes that id.
-/// Each joins on its own (the same participant joins twice) and both speakers' chunks get the
-/// same context key `<participant>/<stream start ms>/1` (pvp-spec 9.1: a key is unique within
-/// the session; README promises it), so one item overwrites or collides with the other and a
-/// backspace correction of one would target the other's item.
+/// `participant` id: every stream from it, and every CSRC speaker of a mixer there, takes that
+/// id. To the session they are one participant: it joins once and leaves with the last of them
+/// (as the envelopes leave the gateway: every sink and replay pass them through one
+/// `Presence`), and their context keys differ (pvp-spec 9.1: unique within the session), each
+/// scoped by the speaker's own id. (Each speaker joined on its own, and both speakers' first
+/// chunks had the key `room/<stream start ms>/1`.)
 #[test]
-#[ignore = "known limitation: a mapping rule's fixed participant id matching several speakers joins once per speaker, and speakers of one stream share its key prefix"]
 fn one_participant_id_given_to_two_speakers_joins_once_and_keeps_keys_unique() {
     let mut gw = Gateway::new(Config {
         mapping: Mapping {
@@ -141,19 +142,39 @@ fn one_participant_id_given_to_two_speakers_joins_once_and_keeps_keys_unique() {
         },
         ..Config::default()
     });
+    // A mixer's two sources, and a stream of its own from another port.
     gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha. "));
     gw.handle_datagram(at(100), addr(5000), &with_csrc(2, 1100, 9, 2, b"Bravo. "));
-    let out = drain(&mut gw);
-    let joins = out.iter().filter(|e| e.kind == "session.join").count();
-    let keys: Vec<String> = out
-        .iter()
-        .filter(|e| e.kind == "context.add")
-        .map(|e| e.payload["key"].as_str().unwrap().to_owned())
+    gw.handle_datagram(at(200), addr(5002), &t140(1, 7, "Charlie. "));
+    gw.shutdown(at(300));
+    let mut presence = Presence::default();
+    let out: Vec<Envelope> = std::iter::from_fn(|| gw.poll_output())
+        .filter(|e| presence.admit(e))
+        .map(|e| e.to_message())
         .collect();
-    assert_eq!(keys.len(), 2);
-    assert!(
-        keys[0] != keys[1] && joins == 1,
-        "participant 'room' joined {joins} times; keys {keys:?}"
+    let kinds: Vec<&str> = out.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "session.join",
+            "context.add",
+            "context.add",
+            "context.add",
+            "session.leave"
+        ]
+    );
+    assert!(out.iter().all(|e| e.sender == "room"));
+    let keys: Vec<&str> = out
+        .iter()
+        .filter_map(|e| e.payload["key"].as_str())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "room/t140:00000009@127.0.0.1:5000/csrc:00000001/1700000000000/1",
+            "room/t140:00000009@127.0.0.1:5000/csrc:00000002/1700000000000/1",
+            "room/t140:00000007@127.0.0.1:5002/1700000000200/1",
+        ]
     );
 }
 

@@ -108,8 +108,10 @@ fn writer(
         counts,
         failed_gauge: &metrics.stdout_failed,
     };
+    // One join and one leave a participant id, whatever the speakers sharing it.
+    let mut presence = crate::presence::Presence::default();
     loop {
-        let batch = match rx.try_recv(TAKE) {
+        let mut batch = match rx.try_recv(TAKE) {
             Some(b) => b,
             None => {
                 // The queue is empty: flush. Under load this is once per many batches; when
@@ -122,6 +124,7 @@ fn writer(
             }
         };
         metrics.queue_depth.set(rx.depth() as i64);
+        batch.retain(|e| presence.admit(e));
         counts
             .taken
             .fetch_add(batch.len() as u64, Ordering::Relaxed);

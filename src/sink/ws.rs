@@ -68,6 +68,8 @@ pub struct WsSink {
     sweep_at: usize,
     sent: Arc<AtomicU64>,
     dropped: u64,
+    /// One join and one leave a participant id, whatever the speakers sharing it.
+    presence: crate::presence::Presence,
     /// Envelopes taken into a connection's queue, and of them those each connection has
     /// settled: written, or given up on and counted where it gave up. What is unsettled when
     /// the shutdown's grace ends was lost, and is counted as dropped.
@@ -84,6 +86,7 @@ impl WsSink {
             sweep_at: SWEEP_FROM,
             sent: Arc::new(AtomicU64::new(0)),
             dropped: 0,
+            presence: Default::default(),
             accepted: 0,
             settled: Arc::new(AtomicU64::new(0)),
         }
@@ -94,6 +97,9 @@ impl WsSink {
     }
 
     pub fn send(&mut self, e: Envelope) {
+        if !self.presence.admit(&e) {
+            return;
+        }
         if let Some(spool) = &self.cfg.spool {
             spool.added(&e);
         }
