@@ -562,6 +562,10 @@ pub struct Gateway {
     serial: u64,
     /// SDES names of sources not seen on RTP yet (bounded, oldest evicted).
     early_names: Vec<(IpAddr, u32, String, u8)>,
+    /// The last streams ended, with the millisecond each started in: one started again under
+    /// its key (a BYE, then the sender's next packet, in one batch) starts a millisecond later,
+    /// so its context keys (`participant/start ms/n`) are not the ended one's (pvp-spec 9.1).
+    ended: VecDeque<(StreamKey, u64)>,
     /// Streams in creation order, as eviction candidates while they have not joined.
     silent: VecDeque<(u32, u64)>,
     admission: Admission,
@@ -610,6 +614,9 @@ impl Delays {
 
 const MAX_EARLY_NAMES: usize = 256;
 const MAX_NAME_CHARS: usize = 128;
+
+/// Ended streams [`Gateway::ended`] remembers: enough for a batch's worth of restarts.
+const ENDED_KEPT: usize = 32;
 
 /// An SDES name as a participant's name: controls out, as from the text (a name reaches PVP
 /// clients' screens and the log line of the join, where an escape sequence or a new line could
@@ -660,6 +667,7 @@ impl Gateway {
             timers: Timers::default(),
             serial: 0,
             early_names: Vec::new(),
+            ended: VecDeque::new(),
             silent: VecDeque::new(),
         }
     }
@@ -954,6 +962,16 @@ impl Gateway {
         self.serial += 1;
         let assume_start = self.cfg.compat == Compat::T140llm;
         let mut stream = Stream::new(key, self.serial, now, self.red_format(), assume_start);
+        if let Some(ms) = self
+            .ended
+            .iter()
+            .filter(|(k, _)| *k == key)
+            .map(|&(_, ms)| ms)
+            .max()
+            && ms >= now.as_millis()
+        {
+            stream.created = Time::from_millis(ms + 1);
+        }
         // An SDES that arrived before the first RTP packet names the participant in its join.
         if let Some(i) = self
             .early_names
@@ -1304,6 +1322,10 @@ impl Gateway {
             }
         }
         let key = *key;
+        if self.ended.len() == ENDED_KEPT {
+            self.ended.pop_front();
+        }
+        self.ended.push_back((key, created.as_millis()));
         self.index.remove(&key);
         self.ssrc_owner.remove(&key.ssrc);
         self.emit.stats.streams_live -= 1;

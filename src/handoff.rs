@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::mpsc;
 
-use crate::pvp::Envelope;
+use crate::pvp::{Envelope, Kind};
 
 /// A queue of at most `bound` envelopes (see `udp::SINK_QUEUE` for the one the gateway uses).
 pub fn queue(bound: usize) -> (Sender, Receiver) {
@@ -35,19 +35,29 @@ pub struct Sender {
 }
 
 impl Sender {
-    /// Hands over as much of `batch`, in order, as there is room for. Returns how many
-    /// envelopes were refused: the newest, for lack of room (or all, with the sink gone).
+    /// Hands over as much of `batch`, in order, as there is room for, and its joins and leaves
+    /// whatever the room. Returns how many envelopes were refused: the newest that are neither,
+    /// for lack of room (or all, with the sink gone).
+    ///
+    /// A refused join would leave every later envelope of its participant without one, which a
+    /// server refuses (pvp-spec 6.3): one envelope lost would lose the speaker's transcript. A
+    /// refused leave would keep the participant in the session for good. They are two a
+    /// participant, so what they add to the queue is bounded by the streams.
     pub fn offer(&self, mut batch: Vec<Envelope>) -> usize {
         let n = batch.len();
         // Claim room first, give back what does not fit: concurrent workers never together
-        // exceed the bound.
+        // exceed the bound (save by membership envelopes).
         let before = self.queued.fetch_add(n, Ordering::AcqRel);
         let room = self.bound.saturating_sub(before).min(n);
         if room < n {
-            self.queued.fetch_sub(n - room, Ordering::AcqRel);
-            batch.truncate(room);
+            let mut at = 0;
+            batch.retain(|e| {
+                at += 1;
+                at <= room || matches!(e.kind(), Kind::SessionJoin | Kind::SessionLeave)
+            });
+            self.queued.fetch_sub(n - batch.len(), Ordering::AcqRel);
         }
-        (n - room) + self.deliver(batch)
+        (n - batch.len()) + self.deliver(batch)
     }
 
     /// Hands over all of `batch` whatever the bound, for the final flushes and leaves at
@@ -141,7 +151,7 @@ pub(crate) mod tests {
                 b.envelope(
                     Time::from_millis(i as u64),
                     SenderId::from(format!("p{i}")),
-                    Kind::SessionLeave,
+                    Kind::ContextAdd,
                     &serde_json::json!({ "i": i }),
                 )
             })
@@ -167,6 +177,27 @@ pub(crate) mod tests {
         assert_eq!(rx.depth(), 0);
         assert_eq!(tx.offer(envelopes(5)), 0, "room again");
         assert_eq!(rx.recv(1).await.unwrap().len(), 5, "a batch is never split");
+    }
+
+    /// Joins and leaves pass a full queue, the rest of their batch is refused as before: a
+    /// refused join would leave its participant's later envelopes without one.
+    #[tokio::test]
+    async fn joins_and_leaves_pass_a_full_queue() {
+        let (tx, mut rx) = queue(2);
+        assert_eq!(tx.offer(envelopes(2)), 0);
+        let mut b = Builder::new("s".into(), None, 2);
+        let mut env = |kind| b.envelope(Time(0), SenderId::from("q"), kind, &serde_json::json!({}));
+        let batch = vec![
+            env(Kind::SessionJoin),
+            env(Kind::ContextAdd),
+            env(Kind::SessionLeave),
+        ];
+        let want = vec![batch[0].id(), batch[2].id()];
+        assert_eq!(tx.offer(batch), 1, "only the context.add");
+        assert_eq!(rx.depth(), 4);
+        let got = rx.recv(usize::MAX).await.unwrap();
+        assert_eq!(got[2..].iter().map(Envelope::id).collect::<Vec<_>>(), want);
+        assert_eq!(rx.depth(), 0);
     }
 
     #[tokio::test]

@@ -414,6 +414,8 @@ pub struct IdGen {
 
 const RAND_MASK: u128 = (1 << 80) - 1;
 
+const ULID_MAX_MS: u64 = (1 << 48) - 1;
+
 impl IdGen {
     pub fn new(seed: u128) -> Self {
         IdGen {
@@ -423,7 +425,9 @@ impl IdGen {
     }
 
     pub fn next(&mut self, now: Time) -> ulid::Ulid {
-        let ms = now.as_millis().max(self.last_ms);
+        // A ULID holds 48 bits of milliseconds (to the year 10889): a later time keeps the
+        // last, so ids stay ordered rather than wrap to 1970.
+        let ms = now.as_millis().min(ULID_MAX_MS).max(self.last_ms);
         if ms == self.last_ms {
             self.rand = (self.rand + 1) & RAND_MASK;
         } else {
@@ -640,6 +644,10 @@ impl Builder {
         capacity: usize,
     ) -> (ulid::Ulid, String) {
         let id = self.ids.next(now);
+        // Never before the id's time, which never goes back: an envelope made late for an
+        // earlier moment (an idle flush a gap held back) is dated when it is made, so one
+        // sender's timestamps, like its ids, follow the order it sends in (pvp-spec 4.2, 19.5).
+        let now = now.max(Time::from_millis(id.timestamp_ms()));
         let sender_len = match sender {
             Sender::Raw(s) | Sender::Escaped(s) => s.len(),
         };

@@ -67,7 +67,7 @@ impl Time {
     }
 
     fn iso8601_bytes(self) -> [u8; 24] {
-        let ms = self.0 / 1000;
+        let ms = (self.0 / 1000).min(LAST_WRITABLE_MS);
         let (days, ms_of_day) = (ms / 86_400_000, ms % 86_400_000);
         let z = days as i64 + 719_468;
         let era = z.div_euclid(146_097);
@@ -88,6 +88,11 @@ impl Time {
         b
     }
 }
+
+/// 9999-12-31T23:59:59.999Z in milliseconds, the last instant RFC 3339's four-digit year can
+/// write: a later time (a capture with a wrong timestamp resolution) is written as it, never as
+/// an earlier instant (clamping the year alone wrote 10000-06-15 as 9999-06-15).
+const LAST_WRITABLE_MS: u64 = 253_402_300_799_999;
 
 /// Writes `v` as `width` decimal digits ending at `at + width`.
 #[inline]
@@ -128,10 +133,10 @@ impl Iso8601Cache {
     /// (`pvp::Stamp`).
     #[inline]
     pub fn bytes(&mut self, t: Time) -> &[u8; 24] {
-        let ms = t.0 / 1000;
+        let ms = (t.0 / 1000).min(LAST_WRITABLE_MS);
         if ms / 60_000 != self.minute {
             self.minute = ms / 60_000;
-            self.text = t.iso8601_bytes();
+            self.text = Time(ms * 1000).iso8601_bytes();
         } else {
             put_seconds(&mut self.text, ms % 60_000);
         }
