@@ -79,14 +79,12 @@ impl Admission {
         h.write_u128(ip ^ u128::from(src.port()) << 96);
         let b = &mut self.buckets[h.finish() as usize % BUCKETS];
         // Refill: pps tokens a second, at most one second's worth (the allowed burst).
-        // A second fills any bucket: longer (a new bucket's `last` is the epoch) is clamped,
-        // and the products saturate, so no rate overflows them.
-        let cap = self.pps.saturating_mul(1000);
+        // A second fills any bucket, so a longer wait (a new bucket's `last` is the epoch) is
+        // clamped to one: with the rate a u32, no product then overflows (1e6 us * 2^32 <
+        // 2^64), where decades of microseconds times a rate above about 10,500 did.
+        let cap = self.pps * 1000;
         let elapsed_us = now.0.saturating_sub(b.last.0).min(1_000_000);
-        b.milli = b
-            .milli
-            .saturating_add(elapsed_us.saturating_mul(self.pps) / 1000)
-            .min(cap);
+        b.milli = (b.milli + elapsed_us * self.pps / 1000).min(cap);
         b.last = now;
         if b.milli < 1000 {
             return Err(Refusal::RateLimited);

@@ -945,6 +945,9 @@ impl Gateway {
         }
     }
 
+    /// Out of line: a stream opens once, and its set-up (the SSRC's owner, the limit, early
+    /// names, a restart's start) would otherwise sit in the packet path's code.
+    #[inline(never)]
     fn open_stream(&mut self, now: Time, key: StreamKey) -> Result<u32, DropReason> {
         // The stream is known by its source's own address ([`canonical`]): its participant
         // id, the mapping rules and the SSRC's owner see IPv4 senders to a dual-stack
