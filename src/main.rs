@@ -49,11 +49,11 @@ enum Cmd {
         /// SSRC (default: random, RFC 3550 8.1).
         #[arg(long)]
         ssrc: Option<u32>,
-        /// RTP payload type of text/t140.
-        #[arg(long, default_value_t = 98, value_parser = clap::value_parser!(u8).range(0..=127))]
+        /// RTP payload type of text/t140 (not 64-95: taken for RTCP, RFC 5761 section 4).
+        #[arg(long, default_value_t = 98, value_parser = send_payload_type)]
         t140_pt: u8,
-        /// RTP payload type of text/red.
-        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u8).range(0..=127))]
+        /// RTP payload type of text/red (not 64-95: taken for RTCP, RFC 5761 section 4).
+        #[arg(long, default_value_t = 100, value_parser = send_payload_type)]
         red_pt: u8,
         /// Do not send an RTCP BYE at the end of input.
         #[arg(long)]
@@ -71,6 +71,17 @@ enum Cmd {
         #[command(flatten)]
         core: CoreArgs,
     },
+}
+
+/// `send --t140-pt/--red-pt`: an RTP payload type, 0-127, and not 64-95. The sender's RTCP
+/// goes to the RTP port (RFC 5761), and the receiver tells the two apart by the second byte: a
+/// marked packet of type 64-95 reads as RTCP (RFC 5761 section 4) and is lost.
+fn send_payload_type(s: &str) -> Result<u8, String> {
+    match s.parse::<u8>() {
+        Ok(64..=95) => Err("payload types 64-95 cannot be told from RTCP on the same port (RFC 5761 section 4); use a dynamic type, 96-127".into()),
+        Ok(pt @ 0..=127) => Ok(pt),
+        _ => Err("an RTP payload type is 0-127".into()),
+    }
 }
 
 #[derive(Args, Debug)]

@@ -127,7 +127,13 @@ pub fn write_sdes(out: &mut Vec<u8>, ssrc: u32, cname: &str, name: Option<&str>)
     out.extend_from_slice(&ssrc.to_be_bytes());
     for (kind, text) in [(1u8, Some(cname)), (2, name)] {
         if let Some(t) = text {
-            let t = &t.as_bytes()[..t.len().min(255)];
+            // At most 255 octets, cut between characters: an item that is not UTF-8 is dropped
+            // by receivers (this gateway's `parse` among them).
+            let mut end = t.len().min(255);
+            while !t.is_char_boundary(end) {
+                end -= 1;
+            }
+            let t = &t.as_bytes()[..end];
             out.push(kind);
             out.push(t.len() as u8);
             out.extend_from_slice(t);
@@ -139,6 +145,13 @@ pub fn write_sdes(out: &mut Vec<u8>, ssrc: u32, cname: &str, name: Option<&str>)
     }
     let words = ((out.len() - start) / 4 - 1) as u16;
     out[start + 2..start + 4].copy_from_slice(&words.to_be_bytes());
+}
+
+/// Builds an empty RR (no report blocks) for one source: the report packet every compound
+/// starts with (RFC 3550 6.1), for a sender with nothing to report on.
+pub fn write_rr(out: &mut Vec<u8>, ssrc: u32) {
+    out.extend_from_slice(&[0x80, RR, 0, 1]);
+    out.extend_from_slice(&ssrc.to_be_bytes());
 }
 
 /// Builds a BYE packet for one source.
@@ -160,7 +173,9 @@ mod tests {
     #[test]
     fn compound_rr_sdes_bye() {
         // An empty RR, then SDES, then BYE, as RFC 3550 6.1 compounds them.
-        let mut d = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
+        let mut d = Vec::new();
+        write_rr(&mut d, 9);
+        assert_eq!(d, [0x80, 201, 0, 1, 0, 0, 0, 9]);
         write_sdes(&mut d, 9, "user@host", Some("Ada Lovelace"));
         write_bye(&mut d, 9);
         let (ev, ok) = events(&d);

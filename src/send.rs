@@ -12,11 +12,13 @@
 //!   primaries of the previous N packets, oldest first, so a receiver can place them by counting
 //!   back sequence numbers; a generation with no packet behind it is an empty block.
 //! - 5.1: text is buffered for `buffer_time` (300 ms recommended; T.140 allows at most 500 ms) and
-//!   packets are never closer than that; text arriving after an idle period goes out as soon as
-//!   that allows (at once, when the last packet is a buffer time old).
-//! - 5.2: with redundancy, packets with an empty primary keep coming every `buffer_time` until
-//!   the last text has been sent as every generation, then the sender goes idle. The marker bit
-//!   is set on the first packet of the session and on the first packet after an idle period.
+//!   packets of a transmission are never closer than that.
+//! - 5.2: one buffer time after the last text, with nothing new, an empty T140block begins the
+//!   idle period, so a receiver sees the sequence gap if the last text packet was lost. With
+//!   redundancy, packets with an empty primary keep coming every `buffer_time` until the last
+//!   text has been sent as every generation (the first of them is that empty block). Then the
+//!   sender is idle, and new text goes out at once (RECOMMENDED), with the marker bit, which is
+//!   also set on the first packet of the session.
 //! - 6: `cps` caps the characters sent; it is enforced over every sliding one-second window,
 //!   which is at least as strict as the averaging the receiver's `cps` asks for.
 //! - T.140: the first text of a session is preceded by U+FEFF (ZERO WIDTH NO-BREAK SPACE).
@@ -107,8 +109,10 @@ pub struct Sender {
     queued_at: Option<Time>,
     /// `(timestamp, primary)` of the last `redundancy` packets, oldest first.
     history: VecDeque<(u32, Vec<u8>)>,
-    /// Packets with an empty primary still owed so the last text goes out as every generation.
-    redundancy_left: u8,
+    /// Packets with an empty primary still owed after the last text (RFC 4103 5.2): with
+    /// redundancy, until it has gone out as every generation; without, the one empty block that
+    /// begins the idle period. Zero: idle.
+    tail_left: u8,
     /// `(sent at, characters)` of recent packets, for the `cps` window.
     window: VecDeque<(Time, u32)>,
     stats: SenderStats,
@@ -133,7 +137,7 @@ impl Sender {
             pending: String::new(),
             queued_at: None,
             history: VecDeque::with_capacity(n + 1),
-            redundancy_left: 0,
+            tail_left: 0,
             window: VecDeque::new(),
             stats: SenderStats::default(),
         }
@@ -159,9 +163,10 @@ impl Sender {
         self.pending.push_str(text);
     }
 
-    /// True when all queued text and all redundant retransmissions have been sent.
+    /// True when all queued text and the empty packets that follow it (redundancy, the idle
+    /// period's empty block) have been sent.
     pub fn is_idle(&self) -> bool {
-        self.pending.is_empty() && self.redundancy_left == 0
+        self.pending.is_empty() && self.tail_left == 0
     }
 
     /// When [`Sender::poll_packet`] next has something to send (`None` when idle with nothing
@@ -171,11 +176,16 @@ impl Sender {
             .last_send
             .map(|l| l.saturating_add(self.cfg.buffer_time));
         if self.pending.is_empty() {
-            return if self.redundancy_left > 0 { tick } else { None };
+            return if self.tail_left > 0 { tick } else { None };
         }
         let queued = self.queued_at.unwrap_or(self.start);
-        let due = tick.map_or(queued, |t| t.max(queued));
-        if self.redundancy_left > 0 {
+        // RFC 4103 5.2: text after an idle period is sent as soon as possible; within a
+        // transmission, a buffer time after the last packet.
+        let due = match tick {
+            Some(t) if self.tail_left > 0 => t.max(queued),
+            _ => queued,
+        };
+        if self.tail_left > 0 && self.cfg.redundancy > 0 {
             // Redundancy goes out on time; the text rides along as far as `cps` allows.
             return Some(due);
         }
@@ -237,9 +247,10 @@ impl Sender {
         }
 
         if primary.is_empty() {
-            self.redundancy_left = self.redundancy_left.saturating_sub(1);
+            self.tail_left = self.tail_left.saturating_sub(1);
         } else {
-            self.redundancy_left = self.cfg.redundancy;
+            // Without redundancy, still the one empty block that begins the idle period.
+            self.tail_left = self.cfg.redundancy.max(1);
             self.stats.text_packets += 1;
         }
         if n > 0 {
@@ -263,21 +274,13 @@ impl Sender {
         Some(out)
     }
 
-    /// RFC 4103 section 5.2: is the next packet the first after an idle period? Without
-    /// redundancy an idle period begins at a transmission tick with no text to send; with it,
-    /// once the last text has gone out as every generation.
+    /// RFC 4103 section 5.2: is the next packet the first after an idle period? One began once
+    /// the empty packets after the last text had gone out; text queued since then is new.
     fn after_idle(&self) -> bool {
         let Some(last) = self.last_send else {
             return true;
         };
-        let Some(queued) = self.queued_at else {
-            return false;
-        };
-        if self.cfg.redundancy == 0 {
-            queued > last.saturating_add(self.cfg.buffer_time)
-        } else {
-            self.redundancy_left == 0 && queued > last
-        }
+        self.tail_left == 0 && self.queued_at.is_some_and(|queued| queued > last)
     }
 
     /// RFC 4103 section 3: 1000 Hz clock from `now`; sequential packets never share a timestamp.
@@ -507,6 +510,14 @@ mod tests {
             (true, 98, 1000, 5040)
         );
         assert_eq!(p[0].primary, "\u{feff}hi");
+        // One buffer time later, the empty block that begins the idle period (RFC 4103 5.2).
+        assert!(!s.is_idle());
+        assert_eq!(s.poll_timeout(), Some(at(340)));
+        let p = drain(&mut s, at(340));
+        assert_eq!(
+            (p[0].marker, p[0].seq, p[0].primary.as_str()),
+            (false, 1001, "")
+        );
         assert!(s.is_idle());
         assert_eq!(s.poll_timeout(), None);
         // Only the session's first text carries the BOM.
@@ -532,12 +543,19 @@ mod tests {
         assert_eq!(s.poll_timeout(), Some(at(600)));
         let p = drain(&mut s, at(600));
         assert_eq!((p[0].marker, p[0].seq, p[0].ts), (false, 1002, 5600));
-        // The tick at 900 passed with nothing to send: an idle period began. Text after it goes
-        // out at once, with the marker (RFC 4103 5.1, 5.2).
-        s.push_text(at(1500), "e");
-        assert_eq!(s.poll_timeout(), Some(at(1500)));
-        let p = drain(&mut s, at(1500));
-        assert_eq!((p[0].marker, p[0].seq, p[0].ts), (true, 1003, 6500));
+        // Nothing new by the tick at 900: an empty block begins the idle period. Text after it
+        // goes out at once, with the marker (RFC 4103 5.2), even before the next tick.
+        assert_eq!(s.poll_timeout(), Some(at(900)));
+        let p = drain(&mut s, at(900));
+        assert_eq!(
+            (p[0].marker, p[0].seq, p[0].primary.as_str()),
+            (false, 1003, "")
+        );
+        assert!(s.is_idle());
+        s.push_text(at(1000), "e");
+        assert_eq!(s.poll_timeout(), Some(at(1000)));
+        let p = drain(&mut s, at(1000));
+        assert_eq!((p[0].marker, p[0].seq, p[0].ts), (true, 1004, 6000));
     }
 
     #[test]
@@ -631,13 +649,15 @@ mod tests {
         assert_eq!(tail.len(), 2);
         assert!(tail.iter().all(|(_, p)| !p.marker));
         assert_eq!(tail.last().unwrap().0, 1200);
-        // Idle since the last redundancy packet at 1200: the next text is marked. It arrives
-        // before the next tick, so it waits for it (packets stay a buffer time apart).
+        // Idle since the last redundancy packet at 1200: the next text is marked. It once waited
+        // for the next tick (1500); RFC 4103 5.2 recommends sending text after an idle period as
+        // soon as possible, and the buffer time spaces packets within a transmission only.
         s.push_text(at(1300), "c");
-        assert_eq!(s.poll_timeout(), Some(at(1500)));
-        let p = drain(&mut s, at(1500));
+        assert_eq!(s.poll_timeout(), Some(at(1300)));
+        let p = drain(&mut s, at(1300));
         assert!(p[0].marker);
-        assert_eq!(p[0].gens, gens(&[(600, ""), (300, "")]));
+        // The generations are the empty primaries of the packets at 900 and 1200.
+        assert_eq!(p[0].gens, gens(&[(400, ""), (100, "")]));
         // Long after: sent at once, marked.
         run(&mut s);
         s.push_text(at(9000), "d");

@@ -338,8 +338,15 @@ pub const RECV_BUFFER: usize = 8 << 20;
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// `pvp-t140 send`: reads text from `input` and sends it as T.140 over RTP to `to`, paced by
-/// the sans-IO [`crate::send::Sender`]; on end of input, waits for the redundancy to drain and
-/// sends an RTCP BYE (rtcp-mux, RFC 5761) so the receiver ends the stream at once.
+/// the sans-IO [`crate::send::Sender`]; on end of input, waits for the redundancy (or the idle
+/// period's empty block) to go out, then sends an RTCP BYE so the receiver ends the stream at
+/// once. The BYE is in a compound, as RFC 3550 6.1 requires of all RTCP: an empty RR, an SDES
+/// with a CNAME, then the BYE. It goes to the RTP port (rtcp-mux, RFC 5761), which this gateway
+/// reads for RTCP too.
+///
+/// Input is UTF-8: an invalid byte becomes U+FFFD, a character split across reads is kept
+/// whole. New lines (LF, CR LF) become T.140's U+2028 (LINE SEPARATOR); a CR that ends a read
+/// waits for the next one, which may bring its LF.
 pub async fn send_text(
     to: std::net::SocketAddr,
     cfg: crate::send::SenderConfig,
@@ -358,7 +365,7 @@ pub async fn send_text(
     let ssrc = cfg.ssrc;
     let mut sender = crate::send::Sender::new(cfg, clock.now());
     let mut buf = vec![0u8; 4096];
-    // Bytes of a UTF-8 character split across reads.
+    // Bytes read and not yet sent: an incomplete UTF-8 character, or a CR, that ended a read.
     let mut carry: Vec<u8> = Vec::new();
     let mut eof = false;
     loop {
@@ -372,32 +379,77 @@ pub async fn send_text(
         tokio::select! {
             n = input.read(&mut buf), if !eof => {
                 let n = n?;
-                if n == 0 {
-                    eof = true;
-                    if !carry.is_empty() {
-                        sender.push_text(clock.now(), &String::from_utf8_lossy(&carry));
-                        carry.clear();
-                    }
-                    continue;
-                }
+                eof = n == 0;
                 carry.extend_from_slice(&buf[..n]);
-                let valid = match std::str::from_utf8(&carry) {
-                    Ok(s) => s.len(),
-                    Err(e) if e.error_len().is_none() => e.valid_up_to(),
-                    Err(_) => carry.len(),
-                };
+                let text = decode(&mut carry, eof);
                 // T.140's new line is U+2028 (LINE SEPARATOR); terminals and pipes give LF.
-                let text = String::from_utf8_lossy(&carry[..valid]).replace("\r\n", "\n").replace('\n', "\u{2028}");
-                carry.drain(..valid);
+                let text = text.replace("\r\n", "\n").replace('\n', "\u{2028}");
                 sender.push_text(clock.now(), &text);
             }
             () = sleep_until(deadline) => {}
         }
     }
     if bye {
+        // RFC 3550 6.5.1: "user@host", host the numeric address the RTP goes out from.
+        let host = local_ip_towards(to).unwrap_or(bind.ip());
         let mut pkt = Vec::new();
+        crate::rtcp::write_rr(&mut pkt, ssrc);
+        crate::rtcp::write_sdes(&mut pkt, ssrc, &format!("pvp-t140@{host}"), None);
         crate::rtcp::write_bye(&mut pkt, ssrc);
         socket.send_to(&pkt, to).await?;
     }
     Ok(sender.stats())
+}
+
+/// Takes the text at the front of `carry`: valid UTF-8 as is, each invalid sequence as one
+/// U+FFFD. Left in `carry` for the next read: an incomplete character at the end, and a CR at
+/// the end (its LF may come next; CR LF is one new line). At end of input nothing is left.
+fn decode(carry: &mut Vec<u8>, eof: bool) -> String {
+    let mut text = String::with_capacity(carry.len());
+    let mut rest = carry.as_slice();
+    while !rest.is_empty() {
+        let (valid, error) = match std::str::from_utf8(rest) {
+            Ok(s) => (s, None),
+            Err(e) => (
+                std::str::from_utf8(&rest[..e.valid_up_to()]).unwrap_or_default(),
+                Some(e),
+            ),
+        };
+        text.push_str(valid);
+        rest = &rest[valid.len()..];
+        match error.map(|e| e.error_len()) {
+            None => break,
+            Some(Some(bad)) => {
+                text.push('\u{fffd}');
+                rest = &rest[bad.min(rest.len())..];
+            }
+            // Incomplete at the end: the next read may finish it.
+            Some(None) if !eof => break,
+            Some(None) => {
+                text.push('\u{fffd}');
+                rest = &[];
+            }
+        }
+    }
+    let mut left = rest.to_vec();
+    if !eof && left.is_empty() && text.ends_with('\r') {
+        text.pop();
+        left.insert(0, b'\r');
+    }
+    *carry = left;
+    text
+}
+
+/// The local address the system would send to `to` from (no packet is sent: connecting a UDP
+/// socket only picks the route).
+fn local_ip_towards(to: std::net::SocketAddr) -> Option<std::net::IpAddr> {
+    let any: std::net::SocketAddr = if to.is_ipv6() {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    };
+    let probe = std::net::UdpSocket::bind(any).ok()?;
+    probe.connect(to).ok()?;
+    let ip = probe.local_addr().ok()?.ip();
+    (!ip.is_unspecified()).then_some(ip)
 }

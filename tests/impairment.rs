@@ -636,15 +636,17 @@ fn duplication_and_reordering_alone_lose_and_repeat_nothing() {
     assert!(dups > 0);
     assert_eq!(overtaken, 0, "without jitter nothing overtakes");
 
-    // Jitter up to 900 ms against >= 300 ms spacing, under the gateway's 1 s reorder wait. A
-    // packet overtakes at most two neighbours, so with 2 generations the packet that overtakes
-    // always carries the late ones: redundancy repairs it at once, the late copy is stale.
+    // Jitter up to 900 ms, under the gateway's 1 s reorder wait. Within a transmission packets
+    // are >= 300 ms apart, so a packet overtakes at most two neighbours and with 2 generations
+    // carries the late ones: redundancy repairs it at once, the late copy is stale. Text after
+    // an idle period goes out at once (RFC 4103 5.2), possibly less than 300 ms after the last
+    // redundancy packet: that packet can overtake a third, not carried, and is held for the
+    // gap until it arrives. Either way the transcript is exact (checked in `lossless`).
     let jitter = Duration::from_millis(900);
-    let (_, overtaken, reordered) = lossless("900 ms jitter", sender(), |seed| {
+    let (_, overtaken, _) = lossless("900 ms jitter", sender(), |seed| {
         NetemConfig::default().seed(seed).jitter(jitter)
     });
     assert!(overtaken > 0, "the jitter must reorder");
-    assert_eq!(reordered, 0, "2 generations bridge any 900 ms overtake");
 
     let (dups, overtaken, _) = lossless("20% duplication + 900 ms jitter", sender(), |seed| {
         NetemConfig::default()

@@ -97,15 +97,20 @@ fn the_readme_run_command_prints_a_context_add_on_stdout() {
                 .to_owned()
         })
         .collect();
+    // The sender's BYE comes in a compound with its SDES CNAME (RFC 3550 6.1), which names the
+    // participant just before it leaves.
     assert_eq!(
-        types[..4],
+        types[..5],
         [
             "session.join",
             "context.add",
             "context.add",
+            "participant.announce",
             "session.leave"
         ]
     );
+    let announce: serde_json::Value = serde_json::from_str(&out[3]).unwrap();
+    assert_eq!(announce["payload"]["name"], "pvp-t140@127.0.0.1");
     assert_eq!(types.last().map(String::as_str), Some("session.leave"));
     // Logs never mix into the NDJSON on stdout.
     assert!(

@@ -1,0 +1,436 @@
+//! The T.140 sender (`send::Sender`, the `pvp-t140 send` shell `udp::send_text`, the RTCP
+//! writers) against RFC 4103, RFC 3550, RFC 5761 and T.140: the idle period's empty block, text
+//! after an idle period, the BYE's compound packet, input split across reads, SDES item length
+//! and the payload types `send` accepts.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use pvp_t140::red::RedPayload;
+use pvp_t140::rtcp;
+use pvp_t140::rtp::RtpPacket;
+use pvp_t140::send::{Sender, SenderConfig};
+use pvp_t140::{Config, Gateway, Time};
+
+const T0: u64 = 1_700_000_000_000; // ms
+
+fn at(ms: u64) -> Time {
+    Time::from_millis(T0 + ms)
+}
+
+fn cfg(redundancy: u8) -> SenderConfig {
+    SenderConfig {
+        ssrc: 0x5443_3134,
+        redundancy,
+        initial_seq: 1000,
+        initial_ts: 5000,
+        ..SenderConfig::default()
+    }
+}
+
+/// `(ms, marker, primary text)` of a datagram.
+fn primary(d: &[u8]) -> (bool, String) {
+    let p = RtpPacket::parse(d).expect("valid RTP");
+    let data = if p.payload_type == 100 {
+        RedPayload::parse(p.payload)
+            .expect("valid RED")
+            .primary()
+            .data
+    } else {
+        p.payload
+    };
+    (p.marker, String::from_utf8(data.to_vec()).expect("UTF-8"))
+}
+
+/// Runs the sender on its own timeouts until idle: `(sent at ms, marker, primary)`.
+fn run(s: &mut Sender) -> Vec<(u64, bool, String)> {
+    let mut out = Vec::new();
+    while let Some(t) = s.poll_timeout() {
+        while let Some(d) = s.poll_packet(t) {
+            let (m, text) = primary(&d);
+            out.push((t.as_millis() - T0, m, text));
+        }
+        assert!(out.len() < 10_000, "sender never goes idle");
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// The idle period's empty block.
+
+/// Without redundancy, one buffer time after the last text an empty T140block goes out, not
+/// marked. RFC 4103 5.2: "When valid T.140 data has been sent and no new T.140 data is
+/// available for transmission after the selected buffering time, an empty T140block SHOULD be
+/// transmitted. This situation is regarded as the beginning of an idle period." That is not
+/// tied to redundancy (with it, the redundancy tail's first packet is that block).
+#[test]
+fn without_redundancy_an_empty_block_begins_the_idle_period() {
+    let mut s = Sender::new(cfg(0), at(0));
+    s.push_text(at(0), "hi");
+    let sent = run(&mut s);
+    assert_eq!(
+        sent,
+        vec![
+            (0, true, "\u{feff}hi".to_string()),
+            (300, false, String::new()),
+        ],
+        "after the buffering time with nothing new, one empty T140block marks the idle start"
+    );
+}
+
+/// Without redundancy, the loss of a burst's last text packet shows at the gateway as U+FFFD
+/// (RFC 4103 5.4 / T.140 loss marking): the idle period's empty block (RFC 4103 5.2) follows
+/// it and reveals the sequence gap. Without that block nothing followed the lost packet, and
+/// the loss went unnoticed.
+#[test]
+fn without_redundancy_a_lost_last_text_packet_is_marked_at_the_gateway() {
+    let source = SocketAddr::from(([192, 0, 2, 7], 5004));
+    let mut gw = Gateway::new(Config::default());
+    let mut s = Sender::new(cfg(0), at(0));
+    s.push_text(at(0), "Hello there.");
+    let mut sent: Vec<(Time, Vec<u8>)> = Vec::new();
+    let mut now = at(0);
+    let mut pushed = false;
+    loop {
+        while let Some(d) = s.poll_packet(now) {
+            sent.push((now, d));
+        }
+        if !pushed && now >= at(1000) {
+            s.push_text(now, " Bye now.");
+            pushed = true;
+            continue;
+        }
+        match s.poll_timeout() {
+            Some(t) => now = t,
+            None if !pushed => now = at(1000),
+            None => break,
+        }
+    }
+    // Packet 1 (" Bye now.") is lost; everything else arrives.
+    let text_idx = sent
+        .iter()
+        .position(|(_, d)| primary(d).1.contains("Bye"))
+        .unwrap();
+    for (i, (t, d)) in sent.iter().enumerate() {
+        if i != text_idx {
+            gw.handle_datagram(*t, source, d);
+            gw.handle_timeout(*t);
+        }
+    }
+    let end = at(10_000);
+    gw.handle_timeout(end);
+    gw.shutdown(end);
+    let mut shown = String::new();
+    while let Some(e) = gw.poll_output().map(|e| e.to_message()) {
+        if e.kind == "context.add" {
+            shown.push_str(e.payload["content"].as_str().unwrap());
+        }
+    }
+    assert!(
+        shown.contains('\u{fffd}'),
+        "text lost at the end of a burst went unmarked: {shown:?} ({} packets sent)",
+        sent.len()
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Text after an idle period.
+
+/// With or without redundancy, text typed once the sender is idle (its last empty packet sent)
+/// goes out at once, marked, not on the next 300 ms tick. RFC 4103 5.2: "When new text is
+/// available for transmission after an idle period, it is RECOMMENDED to send it as soon as
+/// possible." The buffer time spaces the packets of a transmission (5.1), not the first one.
+#[test]
+fn text_after_an_idle_period_goes_out_at_once() {
+    for (n, tail_done) in [(2u8, 600u64), (0, 300)] {
+        let mut s = Sender::new(cfg(n), at(0));
+        s.push_text(at(0), "a");
+        let sent = run(&mut s);
+        assert_eq!(sent.last().unwrap().0, tail_done, "n={n}: idle from here");
+        assert!(s.is_idle());
+        s.push_text(at(tail_done + 100), "b");
+        assert_eq!(
+            s.poll_timeout(),
+            Some(at(tail_done + 100)),
+            "n={n}: text after the idle period waited for the next tick"
+        );
+        let sent = run(&mut s);
+        assert_eq!(sent[0], (tail_done + 100, true, "b".to_string()), "n={n}");
+        // Then the transmission's own pace again: the next packet a buffer time later.
+        assert_eq!(sent[1].0, tail_done + 400, "n={n}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Known gaps, not fixed: kept as ignored tests so that they stay written down.
+
+/// A sender that is told no `cps` keeps to 30 characters a second. RFC 4103 section 6 (the
+/// text/t140 registration): "cps: The maximum number of characters that may be received per
+/// second. The default value is 30." The sender's default (and `pvp-t140 send` without
+/// `--cps`) has no cap at all.
+#[test]
+#[ignore = "known gap: no default cps; a default of 30 would change `send` and the load tools"]
+fn default_sender_respects_the_default_cps_of_30() {
+    let mut s = Sender::new(SenderConfig::default(), at(0));
+    s.push_text(at(0), &"x".repeat(200));
+    let sent = run(&mut s);
+    let counts: Vec<(u64, usize)> = sent
+        .iter()
+        .map(|(ms, _, p)| (*ms, p.trim_start_matches('\u{feff}').chars().count()))
+        .collect();
+    for &(t, _) in &counts {
+        let in_window: usize = counts
+            .iter()
+            .filter(|(u, _)| *u <= t && *u + 1000 > t)
+            .map(|(_, c)| c)
+            .sum();
+        assert!(
+            in_window <= 30,
+            "{in_window} characters within one second: {counts:?}"
+        );
+    }
+}
+
+/// A base letter and its combining accent are never cut apart at the block size limit. RFC
+/// 4103 3.3 (the T140block): "Any composite character sequence (CCS) SHOULD be placed within
+/// one block."
+#[test]
+#[ignore = "known gap: blocks are cut between characters, not between combining sequences"]
+fn a_combining_sequence_is_not_split_across_blocks() {
+    let mut s = Sender::new(cfg(0), at(0));
+    // Block cap without RED is 1188 bytes; the BOM takes 3, "a" x 1184 and "e" fill it exactly,
+    // so U+0301 COMBINING ACUTE ACCENT lands in the next block.
+    let text = format!("{}e\u{301}", "a".repeat(1184));
+    s.push_text(at(0), &text);
+    let sent = run(&mut s);
+    for (_, _, p) in &sent {
+        assert!(
+            !p.starts_with('\u{301}'),
+            "a block starts with a combining mark cut from its base: {:?}",
+            sent.iter().map(|(_, _, p)| p.len()).collect::<Vec<_>>()
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// `pvp-t140 send` over loopback.
+
+/// An input that hands out the given chunks one `read` at a time, then EOF.
+struct Chunks(VecDeque<Vec<u8>>);
+
+impl tokio::io::AsyncRead for Chunks {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if let Some(c) = self.0.pop_front() {
+            buf.put_slice(&c);
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// Runs `udp::send_text` over loopback with the input in `chunks`; every datagram received.
+fn send_chunks(chunks: &[&[u8]], redundancy: u8, bye: bool) -> Vec<Vec<u8>> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let rx = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let to = rx.local_addr().unwrap();
+        let input = Chunks(chunks.iter().map(|c| c.to_vec()).collect());
+        let cfg = SenderConfig {
+            redundancy,
+            ..cfg(redundancy)
+        };
+        pvp_t140::udp::send_text(to, cfg, input, bye).await.unwrap();
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 65_536];
+        while let Ok(Ok((n, _))) =
+            tokio::time::timeout(Duration::from_millis(200), rx.recv_from(&mut buf)).await
+        {
+            got.push(buf[..n].to_vec());
+        }
+        got
+    })
+}
+
+fn is_rtcp(d: &[u8]) -> bool {
+    d.len() >= 8 && (200..=204).contains(&d[1])
+}
+
+/// The BYE at the end of input goes out in one compound packet: an empty RR, an SDES with the
+/// sender's CNAME, then the BYE, all for the sender's SSRC, to the RTP port. RFC 3550 6.1: "all
+/// RTCP packets MUST be sent in a compound packet of at least two individual packets ... The
+/// first RTCP packet in the compound packet MUST always be a report packet ... even if the only
+/// other RTCP packet in the compound packet is a BYE. ... An SDES packet containing a CNAME item
+/// MUST be included in each compound RTCP packet". A receiver that validates compounds drops a
+/// lone BYE, and the stream then lingers until its timeout.
+#[test]
+fn bye_is_sent_in_a_compound_of_rr_sdes_cname_and_bye() {
+    let got = send_chunks(&[b"hi"], 0, true);
+    let rtcp_pkts: Vec<&Vec<u8>> = got.iter().filter(|d| is_rtcp(d)).collect();
+    assert_eq!(rtcp_pkts.len(), 1);
+    let d = rtcp_pkts[0];
+    // Packet types along the compound packet.
+    let mut types = Vec::new();
+    let mut rest = &d[..];
+    while rest.len() >= 4 {
+        types.push(rest[1]);
+        let len = (usize::from(u16::from_be_bytes([rest[2], rest[3]])) + 1) * 4;
+        rest = &rest[len.min(rest.len())..];
+    }
+    assert!(
+        matches!(types.first(), Some(200 | 201)),
+        "compound RTCP must start with SR/RR: {types:?}"
+    );
+    assert_eq!(types, [201, 202, 203], "RR, SDES, BYE");
+    let mut events = Vec::new();
+    assert!(rtcp::parse(d, &mut |e| events.push(format!("{e:?}"))));
+    let ssrc = cfg(0).ssrc;
+    assert_eq!(events.len(), 3, "{events:?}");
+    assert_eq!(events[0], format!("{:?}", rtcp::RtcpEvent::Report { ssrc }));
+    assert!(
+        events[1].starts_with(&format!(
+            "Cname {{ ssrc: {ssrc}, cname: \"pvp-t140@127.0.0.1\""
+        )),
+        "the CNAME names the address the RTP goes out from: {events:?}"
+    );
+    assert_eq!(events[2], format!("{:?}", rtcp::RtcpEvent::Bye { ssrc }));
+    // It came last, after the text and the idle period's empty block.
+    assert!(is_rtcp(got.last().unwrap()));
+}
+
+fn sent_text(got: &[Vec<u8>]) -> String {
+    got.iter()
+        .filter(|d| !is_rtcp(d))
+        .map(|d| primary(d).1)
+        .collect()
+}
+
+/// A CR LF split across two reads is one new line, U+2028. T.140 takes CR LF as one new line
+/// and the shell maps it to U+2028 (LINE SEPARATOR); a pipe delivers a CR LF file in 4 KiB
+/// reads, and mapped per read the CR and the LF became two new lines at the receiver (the
+/// gateway takes CR and U+2028 each as one).
+#[test]
+fn crlf_split_across_reads_is_one_new_line() {
+    let got = send_chunks(&[b"one\r", b"\ntwo"], 0, false);
+    assert_eq!(sent_text(&got), "\u{feff}one\u{2028}two");
+}
+
+/// A character split across reads arrives whole even when an invalid byte came earlier in the
+/// same read: only the invalid byte becomes U+FFFD. RFC 4103 3 / T.140: the text is UTF-8 and
+/// a block holds whole characters; the whole read was once converted lossily, and the split
+/// character's first bytes became U+FFFD before its last byte arrived.
+#[test]
+fn a_character_split_across_reads_survives_an_earlier_invalid_byte() {
+    let got = send_chunks(&[b"x\xff\xc3", b"\xa9y"], 0, false);
+    assert_eq!(sent_text(&got), "\u{feff}x\u{fffd}\u{e9}y");
+}
+
+/// At the end of input nothing is held back: a trailing CR is sent as it is, and an incomplete
+/// character as one U+FFFD (no text is lost, and the sender still ends).
+#[test]
+fn a_trailing_cr_and_an_incomplete_character_are_sent_at_the_end_of_input() {
+    let got = send_chunks(&[b"a\r"], 0, false);
+    assert_eq!(sent_text(&got), "\u{feff}a\r");
+    let got = send_chunks(&[b"b\xe6\x97"], 0, false);
+    assert_eq!(sent_text(&got), "\u{feff}b\u{fffd}");
+}
+
+/// However the input is cut into reads, the same text is sent: what decoding the whole input
+/// at once gives (invalid bytes as U+FFFD, CR LF and LF as U+2028). Reads are a pipe's or a
+/// terminal's accident and must not change the text (T.140: one new line per CR LF).
+#[test]
+fn the_text_sent_does_not_depend_on_how_the_input_is_cut_into_reads() {
+    let input: &[u8] = b"a\r\nb\xc3\xa9\r\r\n\xff\xe6\x97\xa5\xf0\x9f\x98\x80\xe6\x97x\r\n\ny\r";
+    let whole = String::from_utf8_lossy(input)
+        .replace("\r\n", "\n")
+        .replace('\n', "\u{2028}");
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..6 {
+        // Reads of 1-4 bytes at random (xorshift64).
+        let mut chunks: Vec<&[u8]> = Vec::new();
+        let mut rest = input;
+        while !rest.is_empty() {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let n = 1 + (seed % 4) as usize;
+            let (c, r) = rest.split_at(n.min(rest.len()));
+            chunks.push(c);
+            rest = r;
+        }
+        let got = send_chunks(&chunks, 0, false);
+        assert_eq!(sent_text(&got), format!("\u{feff}{whole}"), "{chunks:?}");
+    }
+    let bytes: Vec<&[u8]> = input.chunks(1).collect();
+    let got = send_chunks(&bytes, 0, false);
+    assert_eq!(
+        sent_text(&got),
+        format!("\u{feff}{whole}"),
+        "a byte per read"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// RTCP writers and flags.
+
+/// An SDES item longer than 255 octets is cut between characters, so it stays UTF-8 and
+/// reaches the gateway. RFC 3550 6.5: item text is UTF-8, at most 255 octets; cut at byte 255
+/// through a character, the item was not UTF-8 and the gateway's own parser dropped the NAME.
+#[test]
+fn a_long_sdes_name_is_cut_on_a_character_boundary() {
+    let name = "\u{e9}".repeat(200); // 400 bytes
+    let mut d = vec![0x80, 201, 0, 1, 0, 0, 0, 9]; // empty RR first
+    rtcp::write_sdes(&mut d, 9, "user@host", Some(&name));
+    let mut got = None;
+    assert!(rtcp::parse(&d, &mut |e| {
+        if let rtcp::RtcpEvent::Name { name, .. } = e {
+            got = Some(name.to_string());
+        }
+    }));
+    let got = got.expect("the NAME item is valid UTF-8 and reaches the gateway");
+    assert!(name.starts_with(&got) && got.len() >= 254, "{}", got.len());
+}
+
+/// `send` refuses `--t140-pt`/`--red-pt` 64-95 with an error that says why, as the gateway's
+/// own flags do. RFC 5761 section 4: with RTP and RTCP on one port, payload types 64-95 must
+/// not be used (the marker bit makes their second byte 192-223, read as RTCP). The sender
+/// multiplexes (its BYE goes to the RTP port), so its first packet (marked) was taken for RTCP
+/// and dropped.
+#[test]
+fn send_refuses_payload_types_that_collide_with_rtcp() {
+    for flag in ["--red-pt", "--t140-pt"] {
+        for pt in ["64", "72", "95"] {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+                .args(["send", "--to", "127.0.0.1:9", "--no-bye", flag, pt])
+                .stdin(std::process::Stdio::null())
+                .output()
+                .unwrap();
+            assert!(!out.status.success(), "{flag} {pt} accepted");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains(flag) && err.contains("RFC 5761"), "{err}");
+        }
+    }
+    // Either side of the range, and the dynamic types, are taken.
+    for pt in ["63", "96", "127"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+            .args(["send", "--to", "127.0.0.1:9", "--no-bye", "--t140-pt", pt])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "--t140-pt {pt} refused");
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .args(["send", "--t140-pt", "128"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "--t140-pt 128 accepted");
+}
