@@ -370,6 +370,30 @@ impl Emitter {
         true
     }
 
+    /// A speaker's end (its stream's, or its own BYE in a mixer's): what it said and has not
+    /// been sent goes out, then its leave.
+    fn speaker_ends(
+        &mut self,
+        now: Time,
+        key: &StreamKey,
+        created: &Time,
+        sp: &mut Speaker,
+        reason: &str,
+    ) {
+        let said = &mut self.said;
+        sp.decoder
+            .finish(&mut sp.chunker.fed(&mut said.cuts), &mut said.decode);
+        self.after_text(now, key, created, sp);
+        if let Some(chunk) = sp.chunker.flush(FlushCause::End) {
+            self.chunk(now, key, created, sp, chunk);
+        }
+        if sp.joined {
+            let leave =
+                self.in_session(sp, |b| b.leave(now, sp.profile.participant.clone(), reason));
+            self.push(leave);
+        }
+    }
+
     /// A new name for a participant that already joined (one that has not carries it in its join).
     fn announce(&mut self, now: Time, key: &StreamKey, sp: &Speaker) {
         if !sp.joined {
@@ -1136,20 +1160,8 @@ impl Gateway {
             ..
         } = s;
         let sp = &mut speakers[i];
-        let said = &mut self.emit.said;
-        sp.decoder
-            .finish(&mut sp.chunker.fed(&mut said.cuts), &mut said.decode);
-        self.emit.after_text(now, key, created, sp);
-        if let Some(chunk) = sp.chunker.flush(FlushCause::End) {
-            self.emit.chunk(now, key, created, sp, chunk);
-        }
-        if sp.joined {
-            let leave = self
-                .emit
-                .in_session(sp, |b| b.leave(now, sp.profile.participant.clone(), reason));
-            self.emit.push(leave);
-            sp.joined = false;
-        }
+        self.emit.speaker_ends(now, key, created, sp, reason);
+        sp.joined = false;
     }
 
     /// `rank` 2 for NAME, 1 for CNAME: a NAME is never replaced by a CNAME.
@@ -1310,19 +1322,7 @@ impl Gateway {
             ..
         } = voices;
         for sp in speakers.iter_mut() {
-            let said = &mut self.emit.said;
-            sp.decoder
-                .finish(&mut sp.chunker.fed(&mut said.cuts), &mut said.decode);
-            self.emit.after_text(now, key, created, sp);
-            if let Some(chunk) = sp.chunker.flush(FlushCause::End) {
-                self.emit.chunk(now, key, created, sp, chunk);
-            }
-            if sp.joined {
-                let leave = self
-                    .emit
-                    .in_session(sp, |b| b.leave(now, sp.profile.participant.clone(), reason));
-                self.emit.push(leave);
-            }
+            self.emit.speaker_ends(now, key, created, sp, reason);
         }
         let key = *key;
         if self.ended.len() == ENDED_KEPT {

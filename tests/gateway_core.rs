@@ -5,34 +5,11 @@ use std::time::Duration;
 
 use pvp_t140::chunker::FlushCause;
 use pvp_t140::pvp::Message as Envelope;
-use pvp_t140::{Config, DropReason, Gateway, Time, red, rtp};
+use pvp_t140::{Config, DropReason, Gateway, red, rtp};
 
-const T0: u64 = 1_700_000_000_000; // ms
-
-fn at(ms: u64) -> Time {
-    Time::from_millis(T0 + ms)
-}
-
-fn addr(port: u16) -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], port))
-}
-
-fn t140(seq: u16, ssrc: u32, text: &str) -> Vec<u8> {
-    t140m(seq, ssrc, seq == 1, text)
-}
-
-fn t140m(seq: u16, ssrc: u32, marker: bool, text: &str) -> Vec<u8> {
-    let mut d = Vec::new();
-    let ts = u32::from(seq) * 300;
-    rtp::write_packet(&mut d, marker, 98, seq, ts, ssrc, text.as_bytes());
-    d
-}
-
-fn drain(gw: &mut Gateway) -> Vec<Envelope> {
-    std::iter::from_fn(|| gw.poll_output())
-        .map(|e| e.to_message())
-        .collect()
-}
+#[path = "common/core.rs"]
+mod core_helpers;
+use core_helpers::*;
 
 fn summary(envs: &[Envelope]) -> Vec<String> {
     envs.iter()

@@ -3,49 +3,17 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::gateway_proc::{Gateway, Sender};
+use common::gateway_proc::{Gateway, Sender, http_get, sample};
 use common::pvp_server::TestPvpServer;
 
 const WAIT: Duration = Duration::from_secs(20);
 
-fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let status = out.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let body = out.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned();
-    (status, body)
-}
-
-fn metrics_addr(gw: &mut Gateway) -> SocketAddr {
-    let line = gw.wait_stderr(WAIT, "serving /metrics");
-    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
-    v["fields"]["metrics"].as_str().unwrap().parse().unwrap()
-}
-
-/// The value of the first sample line starting with `prefix`.
-fn sample(body: &str, prefix: &str) -> Option<f64> {
-    body.lines()
-        .find(|l| l.starts_with(prefix))?
-        .rsplit(' ')
-        .next()?
-        .parse()
-        .ok()
-}
-
 #[test]
 fn metrics_count_what_happened() {
     let mut gw = Gateway::start(&["--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"]);
-    let m = metrics_addr(&mut gw);
+    let m = gw.metrics_addr();
     let mut s = Sender::new(gw.listen, 77);
     s.send("One sentence. And");
     std::net::UdpSocket::bind("127.0.0.1:0")
@@ -55,7 +23,7 @@ fn metrics_count_what_happened() {
     // Counters are published once a second: poll until they show up.
     let deadline = Instant::now() + WAIT;
     let body = loop {
-        let (status, body) = get(m, "/metrics");
+        let (status, body) = http_get(m, "/metrics");
         assert_eq!(status, 200);
         if sample(&body, "pvp_t140_datagrams_total") == Some(2.0) {
             break body;
@@ -74,7 +42,7 @@ fn metrics_count_what_happened() {
     assert_eq!(sample(&body, "pvp_t140_streams_live"), Some(1.0));
     assert_eq!(sample(&body, "pvp_t140_participants_total"), Some(1.0));
     assert!(body.contains("# TYPE pvp_t140_send_latency_seconds histogram"));
-    let (status, text) = get(m, "/healthz");
+    let (status, text) = http_get(m, "/healthz");
     assert_eq!(
         (status, text.trim()),
         (200, "ready: udp bound, sink stdout")
@@ -94,15 +62,15 @@ async fn healthz_follows_the_pvp_server() {
         "--server",
         &url,
     ]);
-    let m = metrics_addr(&mut gw);
-    let (status, body) = tokio::task::spawn_blocking(move || get(m, "/healthz"))
+    let m = gw.metrics_addr();
+    let (status, body) = tokio::task::spawn_blocking(move || http_get(m, "/healthz"))
         .await
         .unwrap();
     assert_eq!(status, 200, "{body}");
     server.stop().await;
     let deadline = Instant::now() + WAIT;
     loop {
-        let (status, body) = tokio::task::spawn_blocking(move || get(m, "/healthz"))
+        let (status, body) = tokio::task::spawn_blocking(move || http_get(m, "/healthz"))
             .await
             .unwrap();
         if status == 503 {
@@ -122,7 +90,7 @@ async fn a_participant_the_server_refuses_is_counted() {
     let url = server.url();
     let mut gw =
         Gateway::start_for_server(&url, &["--metrics", "127.0.0.1:0", "--session", "counted"]);
-    let m = metrics_addr(&mut gw);
+    let m = gw.metrics_addr();
     let mut a = Sender::new(gw.listen, 0xc0);
     a.send("Hello there. ");
     let p = a.participant();
@@ -132,7 +100,7 @@ async fn a_participant_the_server_refuses_is_counted() {
         })
         .await;
     let scrape = || async move {
-        tokio::task::spawn_blocking(move || get(m, "/metrics").1)
+        tokio::task::spawn_blocking(move || http_get(m, "/metrics").1)
             .await
             .unwrap()
     };

@@ -10,35 +10,9 @@ use pvp_t140::pvp::{Builder, Message, Metadata, Participant, SenderId};
 use pvp_t140::{Config, Gateway, Time, rtp};
 use serde_json::{Value, json};
 
-const T0: u64 = 1_700_000_000_000; // ms
-
-fn at(ms: u64) -> Time {
-    Time::from_millis(T0 + ms)
-}
-
-fn addr(port: u16) -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], port))
-}
-
-fn t140(seq: u16, ssrc: u32, text: &str) -> Vec<u8> {
-    let mut d = Vec::new();
-    rtp::write_packet(
-        &mut d,
-        seq == 1,
-        98,
-        seq,
-        u32::from(seq) * 300,
-        ssrc,
-        text.as_bytes(),
-    );
-    d
-}
-
-fn drain(gw: &mut Gateway) -> Vec<Message> {
-    std::iter::from_fn(|| gw.poll_output())
-        .map(|e| e.to_message())
-        .collect()
-}
+#[path = "common/core.rs"]
+mod core_helpers;
+use core_helpers::*;
 
 /// xorshift64*: deterministic pseudo-random strings without a dev-dependency.
 struct Rng(u64);

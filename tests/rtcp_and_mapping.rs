@@ -7,37 +7,11 @@ use std::net::SocketAddr;
 use pvp_t140::mapping::{Mapping, Rule};
 use pvp_t140::presence::Presence;
 use pvp_t140::pvp::Message as Envelope;
-use pvp_t140::{Config, Gateway, Time, rtp};
+use pvp_t140::{Config, Gateway};
 
-const T0: u64 = 1_700_000_000_000; // ms
-
-fn at(ms: u64) -> Time {
-    Time::from_millis(T0 + ms)
-}
-
-fn addr(port: u16) -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], port))
-}
-
-fn t140(seq: u16, ssrc: u32, text: &str) -> Vec<u8> {
-    let mut d = Vec::new();
-    rtp::write_packet(
-        &mut d,
-        seq == 1,
-        98,
-        seq,
-        u32::from(seq) * 300,
-        ssrc,
-        text.as_bytes(),
-    );
-    d
-}
-
-fn drain(gw: &mut Gateway) -> Vec<Envelope> {
-    std::iter::from_fn(|| gw.poll_output())
-        .map(|e| e.to_message())
-        .collect()
-}
+#[path = "common/core.rs"]
+mod core_helpers;
+use core_helpers::*;
 
 /// An RTP packet with one CSRC (an RFC 9071 mixer's), T.140 payload type 98.
 fn with_csrc(seq: u16, ts: u32, ssrc: u32, csrc: u32, payload: &[u8]) -> Vec<u8> {

@@ -5,49 +5,15 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::io::{BufRead, BufReader, Read};
+use std::net::{SocketAddr, UdpSocket};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::gateway_proc::{Gateway, Sender};
+use common::gateway_proc::{Gateway, Sender, http_get, log_field, sample};
 
 const WAIT: Duration = Duration::from_secs(20);
-
-fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let status = out.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let body = out.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned();
-    (status, body)
-}
-
-fn log_field(line: &str, name: &str) -> String {
-    let v: serde_json::Value = serde_json::from_str(line).expect("JSON log line");
-    v["fields"][name].as_str().unwrap().to_owned()
-}
-
-fn metrics_addr(gw: &mut Gateway) -> SocketAddr {
-    log_field(&gw.wait_stderr(WAIT, "serving /metrics"), "metrics")
-        .parse()
-        .unwrap()
-}
-
-fn sample(body: &str, prefix: &str) -> Option<f64> {
-    body.lines()
-        .find(|l| l.starts_with(prefix))?
-        .rsplit(' ')
-        .next()?
-        .parse()
-        .ok()
-}
 
 /// Runs the binary with `args` and waits at most `timeout` for it to exit; `None` (and the
 /// process killed) if it was still running, else its exit success and stderr.
@@ -124,7 +90,7 @@ fn an_rtcp_datagram_on_the_rtcp_port_is_counted_once_with_workers() {
         "--metrics",
         "127.0.0.1:0",
     ]);
-    let m = metrics_addr(&mut gw);
+    let m = gw.metrics_addr();
     let listening = gw.wait_stderr(WAIT, "pvp-t140 listening");
     let rtcp: SocketAddr = log_field(&listening, "rtcp").parse().unwrap();
     let mut sdes = Vec::new();
@@ -136,12 +102,12 @@ fn an_rtcp_datagram_on_the_rtcp_port_is_counted_once_with_workers() {
     // Workers publish once a second: wait until something shows, then two more seconds so
     // every worker has published.
     let deadline = Instant::now() + WAIT;
-    while sample(&get(m, "/metrics").1, "pvp_t140_rtcp_packets_total").unwrap_or(0.0) == 0.0 {
+    while sample(&http_get(m, "/metrics").1, "pvp_t140_rtcp_packets_total").unwrap_or(0.0) == 0.0 {
         assert!(Instant::now() < deadline, "the RTCP datagram never counted");
         std::thread::sleep(Duration::from_millis(100));
     }
     std::thread::sleep(Duration::from_millis(2500));
-    let body = get(m, "/metrics").1;
+    let body = http_get(m, "/metrics").1;
     assert_eq!(
         (
             sample(&body, "pvp_t140_datagrams_total"),
@@ -201,7 +167,7 @@ fn healthz_is_not_ready_once_stdout_is_gone() {
         .unwrap();
     Sender::new(listen, 0xe1).send("Hello. ");
     wait_for("writing to stdout failed");
-    let (status, body) = get(m, "/healthz");
+    let (status, body) = http_get(m, "/healthz");
     let _ = child.kill();
     let _ = child.wait();
     assert_ne!(

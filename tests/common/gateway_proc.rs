@@ -275,3 +275,47 @@ impl Sender {
         self.socket.send_to(&d, self.to).unwrap();
     }
 }
+
+/// `GET path` over a fresh connection to the gateway's metrics endpoint: status and body.
+pub fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = out.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned();
+    (status, body)
+}
+
+/// A field of a JSON log line (`--log-format json`).
+pub fn log_field(line: &str, name: &str) -> String {
+    let v: serde_json::Value = serde_json::from_str(line).expect("JSON log line");
+    v["fields"][name].as_str().unwrap().to_owned()
+}
+
+/// The value of the first Prometheus sample line starting with `prefix`.
+pub fn sample(body: &str, prefix: &str) -> Option<f64> {
+    body.lines()
+        .find(|l| l.starts_with(prefix))?
+        .rsplit(' ')
+        .next()?
+        .parse()
+        .ok()
+}
+
+impl Gateway {
+    /// Where it serves /metrics, from its log line (started with `--metrics 127.0.0.1:0`).
+    pub fn metrics_addr(&mut self) -> SocketAddr {
+        log_field(
+            &self.wait_stderr(Duration::from_secs(20), "serving /metrics"),
+            "metrics",
+        )
+        .parse()
+        .unwrap()
+    }
+}

@@ -1,0 +1,42 @@
+//! Helpers for the tests that drive the sans-IO core directly (datagrams and time in,
+//! envelopes out); included by path, so such a test builds none of the other helpers.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+
+use pvp_t140::pvp::Message;
+use pvp_t140::{Gateway, Time, rtp};
+
+/// The tests' epoch, in milliseconds (2023-11-14).
+pub const T0: u64 = 1_700_000_000_000;
+
+/// `ms` milliseconds after [`T0`].
+pub fn at(ms: u64) -> Time {
+    Time::from_millis(T0 + ms)
+}
+
+/// 127.0.0.1:`port`.
+pub fn addr(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// A plain T.140 packet (payload type 98, 300 ms of timestamp a sequence number), marked when
+/// it is the first.
+pub fn t140(seq: u16, ssrc: u32, text: &str) -> Vec<u8> {
+    t140m(seq, ssrc, seq == 1, text)
+}
+
+/// [`t140`] with the marker bit given.
+pub fn t140m(seq: u16, ssrc: u32, marker: bool, text: &str) -> Vec<u8> {
+    let mut d = Vec::new();
+    let ts = u32::from(seq) * 300;
+    rtp::write_packet(&mut d, marker, 98, seq, ts, ssrc, text.as_bytes());
+    d
+}
+
+/// Every envelope the core has made, parsed.
+pub fn drain(gw: &mut Gateway) -> Vec<Message> {
+    std::iter::from_fn(|| gw.poll_output())
+        .map(|e| e.to_message())
+        .collect()
+}
