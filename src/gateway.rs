@@ -848,6 +848,7 @@ impl Gateway {
         }
     }
 
+    #[inline(never)]
     fn receive(
         &mut self,
         now: Time,
