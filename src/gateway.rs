@@ -394,6 +394,18 @@ impl Emitter {
         }
     }
 
+    /// An SDES name (`rank` 2 for NAME, 1 for CNAME: a NAME is never replaced by a CNAME) for
+    /// a speaker. The join already went out with the old name: the new one is announced
+    /// (pvp-spec 7.1).
+    fn rename(&mut self, now: Time, key: &StreamKey, sp: &mut Speaker, name: String, rank: u8) {
+        if rank < sp.profile.name_rank || sp.profile.name == name {
+            return;
+        }
+        sp.profile.name = name;
+        sp.profile.name_rank = rank;
+        self.announce(now, key, sp);
+    }
+
     /// A new name for a participant that already joined (one that has not carries it in its join).
     fn announce(&mut self, now: Time, key: &StreamKey, sp: &Speaker) {
         if !sp.joined {
@@ -1138,13 +1150,7 @@ impl Gateway {
             return;
         };
         let Stream { speakers, key, .. } = s;
-        let sp = &mut speakers[i];
-        if rank < sp.profile.name_rank || sp.profile.name == name {
-            return;
-        }
-        sp.profile.name = name;
-        sp.profile.name_rank = rank;
-        self.emit.announce(now, key, sp);
+        self.emit.rename(now, key, &mut speakers[i], name, rank);
     }
 
     /// A mixer's source that left (a BYE for its CSRC): what it said and has not been sent
@@ -1185,14 +1191,7 @@ impl Gateway {
             speakers, own, key, ..
         } = s;
         let idx = speaker_index(speakers, own, key, VoiceRef::Ssrc, now);
-        let sp = &mut speakers[idx];
-        if rank < sp.profile.name_rank || sp.profile.name == name {
-            return;
-        }
-        sp.profile.name = name;
-        sp.profile.name_rank = rank;
-        // The join already went out with the old name: announce the new one (pvp-spec 7.1).
-        self.emit.announce(now, key, sp);
+        self.emit.rename(now, key, &mut speakers[idx], name, rank);
     }
 
     /// The earliest moment this stream needs attention.
