@@ -5,35 +5,12 @@ use std::net::SocketAddr;
 
 use pvp_t140::capture::{CaptureStats, Datagram, read_udp_from};
 
+#[path = "common/frames.rs"]
+mod frames;
+use frames::udp_ipv4;
+
 const LINKTYPE_ETHERNET: u16 = 1;
 const LINKTYPE_LINUX_SLL2: u16 = 276;
-
-fn udp_ipv4(src: [u8; 4], sport: u16, dst: [u8; 4], dport: u16, payload: &[u8]) -> Vec<u8> {
-    let total = 20 + 8 + payload.len();
-    let mut p = vec![
-        0x45,
-        0,
-        (total >> 8) as u8,
-        total as u8,
-        0,
-        1,
-        0x40,
-        0,
-        64,
-        17,
-        0,
-        0,
-    ];
-    p.extend_from_slice(&src);
-    p.extend_from_slice(&dst);
-    let ulen = 8 + payload.len();
-    p.extend_from_slice(&sport.to_be_bytes());
-    p.extend_from_slice(&dport.to_be_bytes());
-    p.extend_from_slice(&(ulen as u16).to_be_bytes());
-    p.extend_from_slice(&[0, 0]); // no checksum
-    p.extend_from_slice(payload);
-    p
-}
 
 fn ethernet(ip: &[u8]) -> Vec<u8> {
     let mut f = vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x08, 0x00];

@@ -6,6 +6,10 @@ use std::process::Command;
 
 use serde_json::Value;
 
+#[path = "common/frames.rs"]
+mod frames;
+use frames::udp_ipv4;
+
 /// One RTP packet.
 fn rtp(pt: u8, marker: bool, seq: u16, ts: u32, ssrc: u32, payload: &[u8]) -> Vec<u8> {
     let mut p = vec![0x80, (u8::from(marker) << 7) | pt];
@@ -18,28 +22,14 @@ fn rtp(pt: u8, marker: bool, seq: u16, ts: u32, ssrc: u32, payload: &[u8]) -> Ve
 
 /// A loopback (LINKTYPE_NULL) IPv4/UDP frame from 127.0.0.1:40000 to 127.0.0.1:5004.
 fn frame(payload: &[u8]) -> Vec<u8> {
-    let total = 20 + 8 + payload.len();
     let mut f = 2u32.to_le_bytes().to_vec();
-    f.extend_from_slice(&[
-        0x45,
-        0,
-        (total >> 8) as u8,
-        total as u8,
-        0,
-        1,
-        0x40,
-        0,
-        64,
-        17,
-        0,
-        0,
-    ]);
-    f.extend_from_slice(&[127, 0, 0, 1, 127, 0, 0, 1]);
-    f.extend_from_slice(&40000u16.to_be_bytes());
-    f.extend_from_slice(&5004u16.to_be_bytes());
-    f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-    f.extend_from_slice(&[0, 0]);
-    f.extend_from_slice(payload);
+    f.extend(udp_ipv4(
+        [127, 0, 0, 1],
+        40000,
+        [127, 0, 0, 1],
+        5004,
+        payload,
+    ));
     f
 }
 

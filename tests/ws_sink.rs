@@ -19,10 +19,28 @@ const WAIT: Duration = Duration::from_secs(20);
 /// connection's number (accept order).
 type Log = Arc<Mutex<Vec<(usize, Value)>>>;
 
+/// What a test server does after recording a frame from connection `conn`.
+enum Answer {
+    Nothing,
+    /// Closes the connection (the server goes down).
+    Close,
+    Send(Value),
+}
+
 /// A WebSocket server on `listener` that records every text frame. The handshake of the
 /// connections numbered in `slow` is answered only after `delay` (a server busy after a
 /// restart, with many clients reconnecting at once, answers handshakes in no set order).
 fn serve(listener: tokio::net::TcpListener, slow: &'static [usize], delay: Duration) -> Log {
+    serve_answering(listener, slow, delay, |_, _| Answer::Nothing)
+}
+
+/// [`serve`], answering each frame as `answer` says.
+fn serve_answering(
+    listener: tokio::net::TcpListener,
+    slow: &'static [usize],
+    delay: Duration,
+    answer: fn(usize, &Value) -> Answer,
+) -> Log {
     let log: Log = Arc::default();
     let out = log.clone();
     tokio::spawn(async move {
@@ -38,10 +56,21 @@ fn serve(listener: tokio::net::TcpListener, slow: &'static [usize], delay: Durat
                     return;
                 };
                 while let Some(Ok(m)) = ws.next().await {
-                    if let Ok(t) = m.to_text()
-                        && let Ok(v) = serde_json::from_str::<Value>(t)
-                    {
-                        log.lock().unwrap().push((conn, v));
+                    let Ok(v) = serde_json::from_str::<Value>(m.to_text().unwrap_or("")) else {
+                        continue;
+                    };
+                    let reply = answer(conn, &v);
+                    log.lock().unwrap().push((conn, v));
+                    match reply {
+                        Answer::Nothing => {}
+                        Answer::Close => {
+                            let _ = ws.close(None).await;
+                            return;
+                        }
+                        Answer::Send(v) => {
+                            let text = tokio_tungstenite::tungstenite::Message::text(v.to_string());
+                            let _ = ws.send(text).await;
+                        }
                     }
                 }
             });
@@ -234,48 +263,22 @@ async fn envelopes_dropped_for_a_full_queue_are_not_resent_out_of_order_after_a_
 async fn a_chunk_awaiting_approval_is_offered_again_after_a_reconnect() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("ws://{}", listener.local_addr().unwrap());
-    let log: Log = Arc::default();
-    let out = log.clone();
-    tokio::spawn(async move {
-        let mut n = 0;
-        while let Ok((tcp, _)) = listener.accept().await {
-            let (conn, log) = (n, out.clone());
-            n += 1;
-            tokio::spawn(async move {
-                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
-                    return;
-                };
-                while let Some(Ok(m)) = ws.next().await {
-                    let Ok(v) = serde_json::from_str::<Value>(m.to_text().unwrap_or("")) else {
-                        continue;
-                    };
-                    let request = (v["type"] == "gate.request").then(|| v["id"].clone());
-                    log.lock().unwrap().push((conn, v));
-                    match request {
-                        // The first server goes down once the chunk's gate is requested.
-                        Some(_) if conn == 0 => {
-                            let _ = ws.close(None).await;
-                            return;
-                        }
-                        // The second approves what it is asked.
-                        Some(gate) => {
-                            let approve = json!({
-                                "v": 1, "id": "01JQAAAAAAAAAAAAAAAAAAAAAA",
-                                "ts": "2026-11-25T00:00:00.000Z", "session": "s",
-                                "sender": "approver", "type": "gate.approve",
-                                "ref": gate, "payload": {"gate": gate, "approver": "approver"},
-                            });
-                            let _ = ws
-                                .send(tokio_tungstenite::tungstenite::Message::text(
-                                    approve.to_string(),
-                                ))
-                                .await;
-                        }
-                        None => {}
-                    }
-                }
-            });
+    let log = serve_answering(listener, &[], Duration::ZERO, |conn, v| {
+        if v["type"] != "gate.request" {
+            return Answer::Nothing;
         }
+        // The first server goes down once the chunk's gate is requested; the second approves
+        // what it is asked.
+        if conn == 0 {
+            return Answer::Close;
+        }
+        let gate = &v["id"];
+        Answer::Send(json!({
+            "v": 1, "id": "01JQAAAAAAAAAAAAAAAAAAAAAA",
+            "ts": "2026-11-25T00:00:00.000Z", "session": "s",
+            "sender": "approver", "type": "gate.approve",
+            "ref": gate, "payload": {"gate": gate, "approver": "approver"},
+        }))
     });
     let mut cfg = config(url, 64, None);
     cfg.gate = Some(pvp_t140::sink::gate::GateConfig {
