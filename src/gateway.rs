@@ -192,8 +192,12 @@ pub struct Stats {
     pub envelopes: u64,
     /// Lost packets recovered from RED generations.
     pub recovered: u64,
-    /// Lost packets marked with U+FFFD.
+    /// Lost packets beyond recovery, marked with U+FFFD (RFC 4103 5.3) where their speaker
+    /// is known.
     pub lost: u64,
+    /// Of those, marks no speaker could be named for (t140llm multiplexing with several
+    /// named streams): counted here, not written into anyone's text.
+    pub lost_unattributed: u64,
     /// Packets that arrived ahead of a gap and waited in the reorder buffer.
     pub reordered: u64,
     /// Sequence restarts accepted (RFC 3550 A.1 bad_seq confirmed).
@@ -246,6 +250,7 @@ impl Stats {
         self.envelopes += o.envelopes;
         self.recovered += o.recovered;
         self.lost += o.lost;
+        self.lost_unattributed += o.lost_unattributed;
         self.reordered += o.reordered;
         self.restarts += o.restarts;
         self.head_lost += o.head_lost;
@@ -575,6 +580,13 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
     let idx = match voice {
         Some(id) => v.speaker(VoiceRef::Named(id), now),
         None if usize::from(tag) < v.speakers.len() => usize::from(tag),
+        None if tag == TAG_UNDECIDED && matches!(piece, Piece::Lost) => match lost_speaker(v) {
+            Some(idx) => idx,
+            None => {
+                emit.stats.lost_unattributed += 1;
+                return;
+            }
+        },
         None => v.speaker(VoiceRef::Ssrc, now),
     };
     let sp = &mut v.speakers.as_mut_slice()[idx];
@@ -582,6 +594,22 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
     debug_assert!(emit.said.cuts.is_empty());
     sp.feed(now, piece, v.format, &mut emit.said);
     emit.after_text(now, v.key, v.created, sp);
+}
+
+/// Whose text a packet lost beyond recovery was, when its stream names its speakers in the
+/// text (t140llm multiplexing: one SSRC and one sequence for many named streams, each block
+/// prefixed with its name). The name went with the packet, so the mark goes where it cannot be
+/// wrong: to the stream's own (unnamed) voice if that has spoken, or to the one named voice if
+/// there is only one. Otherwise it is nobody's for certain, and marking it on the SSRC's voice
+/// would make a participant no one speaks as (joining only to say U+FFFD): the caller counts
+/// it instead ([`Stats::lost_unattributed`]).
+#[cold]
+#[inline(never)]
+fn lost_speaker(v: &Voices<'_>) -> Option<usize> {
+    if *v.own != crate::stream::NO_SPEAKER {
+        return Some(usize::from(*v.own));
+    }
+    (v.speakers.len() == 1).then_some(0)
 }
 
 /// The sans-IO core.

@@ -117,8 +117,14 @@ impl Collector for CoreCollector {
         counter(
             &mut enc,
             "pvp_t140_lost_packets",
-            "Lost packets marked with U+FFFD.",
+            "Lost packets beyond recovery (marked with U+FFFD where their speaker is known).",
             s.lost,
+        )?;
+        counter(
+            &mut enc,
+            "pvp_t140_lost_unattributed_packets",
+            "Lost packets no speaker could be named for (t140llm multiplexing), not marked.",
+            s.lost_unattributed,
         )?;
         counter(
             &mut enc,

@@ -1166,3 +1166,60 @@ fn a_batch_after_its_streams_timed_out_opens_them_again() {
     assert_eq!(batched.stats().streams_total, u64::from(streams) + 40);
     assert_eq!(out.1.iter().filter(|e| e.contains("back.")).count(), 40);
 }
+
+/// t140llm multiplexing puts every named stream on one SSRC and one sequence; the name of a
+/// packet lost beyond recovery went with it. With one named stream the loss can only be its
+/// own; with several, no one's text is marked (a guess would put U+FFFD into the wrong
+/// participant's transcript, and the SSRC's own voice would be a participant no one speaks
+/// as): the loss is counted as unattributed.
+#[test]
+fn t140llm_multiplex_loss_is_marked_only_where_its_speaker_is_certain() {
+    let pkt = |seq: u16, payload: &[u8]| {
+        let mut d = Vec::new();
+        rtp::write_packet(&mut d, false, 96, seq, u32::from(seq) * 160, 0x55, payload);
+        d
+    };
+    let run = |packets: &[(u16, &[u8])]| {
+        let mut gw = Gateway::new(t140llm_cfg());
+        for (i, (seq, payload)) in packets.iter().enumerate() {
+            gw.handle_datagram(at(i as u64 * 10), addr(6000), &pkt(*seq, payload));
+        }
+        gw.shutdown(at(1000));
+        let out = drain(&mut gw);
+        let joins: Vec<String> = out
+            .iter()
+            .filter(|e| e.kind == "session.join")
+            .map(|e| e.sender.clone())
+            .collect();
+        (
+            joins,
+            adds(&out),
+            gw.stats().lost,
+            gw.stats().lost_unattributed,
+        )
+    };
+    let sender = |name: &str| format!("t140:00000055@127.0.0.1:6000{name}");
+
+    // One named stream: seq 1 lost is alpha's.
+    let (joins, got, lost, unattributed) = run(&[(0, b"alpha\x1eHi "), (2, b"alpha\x1ethere.")]);
+    assert_eq!(joins, [sender("/alpha")]);
+    assert_eq!(got, [(sender("/alpha"), "Hi \u{FFFD}there.".to_owned())]);
+    assert_eq!((lost, unattributed), (1, 0));
+
+    // Two named streams: seq 2 lost is alpha's or beta's.
+    let (joins, got, lost, unattributed) = run(&[
+        (0, b"alpha\x1eHi "),
+        (1, b"beta\x1eYo "),
+        (3, b"beta\x1eB."),
+        (4, b"alpha\x1eA."),
+    ]);
+    assert_eq!(joins, [sender("/alpha"), sender("/beta")]);
+    assert!(got.iter().all(|(_, t)| !t.contains('\u{FFFD}')), "{got:?}");
+    assert_eq!((lost, unattributed), (1, 1));
+
+    // Unnamed blocks (t140llm without multiplexing): the stream's own voice.
+    let (joins, got, lost, unattributed) = run(&[(0, b"Hi "), (2, b"there.")]);
+    assert_eq!(joins, [sender("")]);
+    assert_eq!(got, [(sender(""), "Hi \u{FFFD}there.".to_owned())]);
+    assert_eq!((lost, unattributed), (1, 0));
+}

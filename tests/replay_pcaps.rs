@@ -443,10 +443,9 @@ fn t140llm_multiplexed_ids_with_a_slash_are_separate_participants() {
 }
 
 /// `t140llm_multiplex_prefix.pcap` with its third packet (alpha "A.") removed (editcap): the
-/// loss must not make a participant of the stream's SSRC, which no one speaks as. Not fixed
-/// yet (`tests/replay.rs`, `t140llm_multiplex_loss_does_not_invent_a_participant`).
+/// loss must not make a participant of the stream's SSRC, which no one speaks as (also
+/// `tests/replay.rs`, `t140llm_multiplex_loss_does_not_invent_a_participant`).
 #[test]
-#[ignore = "known bug: a multiplexed stream's loss mark goes to a phantom SSRC participant"]
 fn t140llm_multiplex_loss_does_not_add_a_phantom_participant() {
     let envelopes = replay_with(
         &pcaps().join("t140llm_multiplex_prefix_loss.pcap"),
