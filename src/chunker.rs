@@ -256,6 +256,9 @@ impl Fed<'_> {
         if may_end_ideographic(self.ch.tail) && !is_ideographic_end(c) {
             self.cut_ideographic_end();
         }
+        if self.ch.chars >= self.cuts.max_chars {
+            self.end_held_cut(c);
+        }
         if c.is_whitespace() && self.white_space_taken(!is_no_break(c)) {
             return;
         }
@@ -264,7 +267,20 @@ impl Fed<'_> {
         self.ch.sync_tail();
         self.ch.chars += 1;
         if self.ch.chars >= self.cuts.max_chars {
-            self.cut_size();
+            self.cut_size(true);
+        }
+    }
+
+    /// A size cut held for the character after a full buffer with no white space to cut at
+    /// ([`Fed::cut_size`]): made now, before `c`, unless `c` continues the buffer's last
+    /// grapheme cluster (UAX #29: a combining mark, a ZWJ sequence, a flag's second half) and
+    /// the hold has not run [`MAX_HELD`] characters past the limit.
+    #[cold]
+    #[inline(never)]
+    fn end_held_cut(&mut self, c: char) {
+        let over = self.ch.chars - self.cuts.max_chars;
+        if c.is_whitespace() || over >= MAX_HELD || !continues_cluster(&mut self.ch.buf, c) {
+            self.cut_all(FlushCause::Size);
         }
     }
 
@@ -293,8 +309,10 @@ impl Fed<'_> {
 
     /// Size cut at the last white space that breaks, keeping the word in progress for the next
     /// chunk. The white space dropped there (the space cut at and any trimmed before it) is
-    /// counted as unseen, so backspaces erase it before the chunk.
-    fn cut_size(&mut self) {
+    /// counted as unseen, so backspaces erase it before the chunk. With no such white space the
+    /// whole buffer is cut, but between grapheme clusters: when `hold`, the next character may
+    /// still belong to the last one, so the cut waits for it ([`Fed::end_held_cut`]).
+    fn cut_size(&mut self, hold: bool) {
         match self.ch.buf.rfind(is_break_space) {
             Some(at) => {
                 let ws_len = self.ch.buf[at..].chars().next().map_or(1, char::len_utf8);
@@ -319,9 +337,28 @@ impl Fed<'_> {
                 self.ch.sync_tail();
                 self.ch.chars = clamp(self.ch.buf.chars().count());
             }
+            None if hold => {}
             None => self.cut_all(FlushCause::Size),
         }
     }
+}
+
+/// Characters a held size cut may run past the limit: Unicode's stream-safe text format (UAX
+/// #15) has at most 30 combining characters in a row, and a ZWJ emoji sequence is shorter.
+const MAX_HELD: u32 = 32;
+
+/// Whether `c` would continue the last grapheme cluster of `buf` (UAX #29), rather than start
+/// one. Asked only of a held size cut.
+fn continues_cluster(buf: &mut String, c: char) -> bool {
+    use unicode_segmentation::UnicodeSegmentation;
+    let len = buf.len();
+    buf.push(c);
+    let joins = buf
+        .grapheme_indices(true)
+        .next_back()
+        .is_some_and(|(at, _)| at < len);
+    buf.truncate(len);
+    joins
 }
 
 /// Counts are kept in 32 bits (a chunker sits in its stream's hot cache line); a count beyond
@@ -368,8 +405,11 @@ impl TextSink for Fed<'_> {
         if may_end_ideographic(self.ch.tail) {
             self.cut_ideographic_end();
         }
+        if let (true, Some(&b)) = (self.ch.chars >= self.cuts.max_chars, s.first()) {
+            self.end_held_cut(char::from(b));
+        }
         self.ch.first_room(s.len());
-        for &b in s {
+        for (i, &b) in s.iter().enumerate() {
             if b == b' ' && self.white_space_taken(true) {
                 continue;
             }
@@ -378,7 +418,8 @@ impl TextSink for Fed<'_> {
             self.ch.tail = b;
             self.ch.chars += 1;
             if self.ch.chars >= self.cuts.max_chars {
-                self.cut_size();
+                // Mid-run the next character is ASCII after ASCII: a cluster boundary.
+                self.cut_size(i + 1 == s.len());
             }
         }
     }
@@ -602,6 +643,76 @@ mod tests {
         let out = feed(&mut ch, "日本語😀x");
         assert_eq!(out, vec![("日本語😀".into(), FlushCause::Size)]);
         assert_eq!(ch.ch.pending(), "x");
+    }
+
+    /// A size cut with no white space to cut at falls between user-perceived characters
+    /// (UAX #29 grapheme clusters), not between a letter and the combining accent typed after
+    /// it (decomposed text, as an STT pipeline may send), an emoji and its ZWJ sequence, or the
+    /// two halves of a flag. The cut waits for the character that starts the next cluster.
+    #[test]
+    fn size_cut_keeps_grapheme_clusters_whole() {
+        let mut ch = Pair::new(4);
+        let out = feed(&mut ch, "abce\u{301}fg");
+        assert_eq!(out, vec![("abce\u{301}".into(), FlushCause::Size)]);
+        assert_eq!(ch.ch.pending(), "fg");
+
+        // The same through the ASCII path, the accent arriving in a later packet.
+        let mut ch = Pair::new(4);
+        ch.s().push_ascii(b"abce");
+        assert!(ch.cuts.is_empty(), "held for a combining mark");
+        ch.s().push_char('\u{301}');
+        ch.s().push_ascii(b"fg");
+        let out: Vec<_> = ch.cuts.drain().map(|c| (c.text, c.cause)).collect();
+        assert_eq!(out, vec![("abce\u{301}".into(), FlushCause::Size)]);
+        assert_eq!(ch.ch.pending(), "fg");
+        // Mid-run, the next ASCII character starts a cluster: cut at once.
+        let mut ch = Pair::new(4);
+        ch.s().push_ascii(b"abcdefgh");
+        let out: Vec<_> = ch.cuts.drain().map(|c| c.text).collect();
+        assert_eq!(out, ["abcd"]);
+        assert_eq!(ch.ch.pending(), "efgh");
+
+        let mut ch = Pair::new(3);
+        let out = feed(&mut ch, "ab\u{1F469}\u{200D}\u{1F4BB}c");
+        assert_eq!(
+            out,
+            vec![("ab\u{1F469}\u{200D}\u{1F4BB}".into(), FlushCause::Size)]
+        );
+        assert_eq!(ch.ch.pending(), "c");
+
+        let mut ch = Pair::new(1);
+        let out = feed(&mut ch, "\u{1F1EB}\u{1F1F7}\u{1F1E9}\u{1F1EA}");
+        assert_eq!(out, vec![("\u{1F1EB}\u{1F1F7}".into(), FlushCause::Size)]);
+        assert_eq!(ch.ch.pending(), "\u{1F1E9}\u{1F1EA}");
+
+        // White space ends a held chunk as it ends any other (and is not kept).
+        let mut ch = Pair::new(4);
+        let out = feed(&mut ch, "abcd ef");
+        assert_eq!(out, vec![("abcd".into(), FlushCause::Size)]);
+        assert_eq!(ch.ch.pending(), "ef");
+    }
+
+    /// An endless run of combining marks (no text has more than 30 in a row: UAX #15's
+    /// stream-safe format) cannot hold a chunk open past the limit by more than that.
+    #[test]
+    fn a_held_size_cut_is_bounded() {
+        let mut ch = Pair::new(4);
+        let text: String = "abcd"
+            .chars()
+            .chain(std::iter::repeat_n('\u{301}', 100))
+            .collect();
+        let out = feed(&mut ch, &text);
+        assert!(!out.is_empty());
+        for (chunk, cause) in &out {
+            assert_eq!(*cause, FlushCause::Size);
+            assert!(
+                chunk.chars().count() <= 4 + MAX_HELD as usize,
+                "{}",
+                chunk.len()
+            );
+        }
+        let total: usize = out.iter().map(|(c, _)| c.chars().count()).sum();
+        assert_eq!(total + ch.ch.pending().chars().count(), 104, "nothing lost");
     }
 
     #[test]
