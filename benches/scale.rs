@@ -148,6 +148,7 @@ fn sender_packets(i: u32, text: &str) -> Vec<Vec<u8>> {
         ssrc: ssrc(i),
         initial_seq: (i as u16).wrapping_mul(7),
         initial_ts: i.wrapping_mul(1000),
+        cps: None,
         ..SenderConfig::default()
     };
     let mut s = Sender::new(cfg, T0);
@@ -278,6 +279,7 @@ fn steady_allocs(streams: u32, sentences: bool) -> (f64, f64, f64) {
         .map(|i| {
             let cfg = SenderConfig {
                 ssrc: ssrc(i),
+                cps: None,
                 ..SenderConfig::default()
             };
             (Sender::new(cfg, T0), T0)
@@ -340,6 +342,7 @@ fn timers(n: u32) -> (f64, f64, f64) {
             let cfg = SenderConfig {
                 ssrc: ssrc(i),
                 redundancy: 0,
+                cps: None,
                 ..SenderConfig::default()
             };
             (i, Sender::new(cfg, T0))

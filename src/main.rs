@@ -43,9 +43,10 @@ enum Cmd {
         /// Redundant generations (RFC 2198 RED); 0 sends plain text/t140.
         #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(0..=8))]
         red: u8,
-        /// Characters per second cap (the receiver's SDP `cps`, RFC 4103 section 6).
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-        cps: Option<u32>,
+        /// Characters per second cap: the receiver's SDP `cps` (RFC 4103 section 6), 30 when
+        /// it gave none; 0 sends as fast as text comes (a receiver known to take any rate).
+        #[arg(long, default_value_t = pvp_t140::send::DEFAULT_CPS)]
+        cps: u32,
         /// SSRC (default: random, RFC 3550 8.1).
         #[arg(long)]
         ssrc: Option<u32>,
@@ -535,7 +536,7 @@ fn main() -> ExitCode {
                 t140_pt,
                 red_pt,
                 redundancy: red,
-                cps,
+                cps: (cps > 0).then_some(cps),
                 initial_seq: (seed >> 32) as u16,
                 initial_ts: (seed >> 64) as u32,
                 ..Default::default()

@@ -32,6 +32,11 @@ use crate::time::Time;
 
 /// Sent once, before the first text of the session (T.140); receivers ignore it.
 const BOM: &str = "\u{feff}";
+
+/// Characters in `s`, as `cps` counts them.
+fn count(s: &str) -> u32 {
+    u32::try_from(s.chars().count()).unwrap_or(u32::MAX)
+}
 /// RFC 2198 section 3: the timestamp offset field is 14 bits.
 const MAX_TS_OFFSET: u32 = 0x3fff;
 /// RFC 2198 section 3: the block length field is 10 bits.
@@ -43,6 +48,10 @@ const RTP_HEADER: usize = 12;
 /// A block always has room for the BOM and a few 4-byte characters, whatever `redundancy` says.
 const MIN_BLOCK: usize = 16;
 const CPS_WINDOW: Duration = Duration::from_secs(1);
+
+/// RFC 4103 section 6: "cps: The maximum number of characters that may be received per second.
+/// The default value is 30."
+pub const DEFAULT_CPS: u32 = 30;
 
 /// Sender settings; the `send` subcommand maps its flags onto this.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,7 +66,9 @@ pub struct SenderConfig {
     pub redundancy: u8,
     /// How long text is collected before it is sent (RFC 4103 section 5.1: 300 ms).
     pub buffer_time: Duration,
-    /// Characters per second the receiver accepts (RFC 4103 section 6 `cps`); `None` = no cap.
+    /// Characters per second the receiver accepts (RFC 4103 section 6 `cps`): 30 unless the
+    /// receiver said otherwise, the registration's default. `None` = no cap (a load tool, or a
+    /// receiver known to take any rate).
     pub cps: Option<u32>,
     pub initial_seq: u16,
     pub initial_ts: u32,
@@ -71,7 +82,7 @@ impl Default for SenderConfig {
             red_pt: 100,
             redundancy: 2,
             buffer_time: Duration::from_millis(300),
-            cps: None,
+            cps: Some(DEFAULT_CPS),
             initial_seq: 0,
             initial_ts: 0,
         }
@@ -189,7 +200,7 @@ impl Sender {
             // Redundancy goes out on time; the text rides along as far as `cps` allows.
             return Some(due);
         }
-        Some(self.cps_ready_at(due))
+        Some(self.cps_ready_at(due, self.next_cluster_chars()))
     }
 
     /// Every packet from `now` until idle, each at its own due time (virtual time: for
@@ -294,9 +305,14 @@ impl Sender {
         }
     }
 
-    /// Cuts the next T140block from the queue: whole characters only, at most `block_cap` bytes
-    /// and as many characters as `cps` allows at `now`. The BOM leads the first block.
+    /// Cuts the next T140block from the queue: whole grapheme clusters (UAX #29), at most
+    /// `block_cap` bytes and as many characters as `cps` allows at `now`. RFC 4103 3.3: "Any
+    /// composite character sequence (CCS) SHOULD be placed within one block": a letter and its
+    /// combining accent, or a ZWJ emoji sequence, are not cut apart. Only a cluster that could
+    /// never fit (more characters than `cps`, more bytes than a block) is cut, between its
+    /// characters. The BOM leads the first block.
     fn take_block(&mut self, now: Time) -> (Vec<u8>, u32) {
+        use unicode_segmentation::UnicodeSegmentation;
         let budget = self.cps_budget(now);
         if self.pending.is_empty() || budget == 0 {
             return (Vec::new(), 0);
@@ -309,16 +325,40 @@ impl Sender {
         let room = self.block_cap - block.len();
         let mut end = 0;
         let mut chars = 0u32;
-        for c in self.pending.chars() {
-            if chars >= budget || end + c.len_utf8() > room {
-                break;
+        for cluster in self.pending.graphemes(true) {
+            let n = count(cluster);
+            if chars + n <= budget && end + cluster.len() <= room {
+                end += cluster.len();
+                chars += n;
+                continue;
             }
-            end += c.len_utf8();
-            chars += 1;
+            if end == 0 && (n > self.cps_limit() || cluster.len() > self.block_cap - BOM.len()) {
+                for c in cluster.chars() {
+                    if chars >= budget || end + c.len_utf8() > room {
+                        break;
+                    }
+                    end += c.len_utf8();
+                    chars += 1;
+                }
+            }
+            break;
         }
         block.extend_from_slice(&self.pending.as_bytes()[..end]);
         self.pending.drain(..end);
         (block, chars)
+    }
+
+    /// Characters of the cluster the next block starts with, as far as `cps` could ever allow
+    /// them in one packet: what the `cps` window must have room for before it is sent.
+    fn next_cluster_chars(&self) -> u32 {
+        use unicode_segmentation::UnicodeSegmentation;
+        let first = self.pending.graphemes(true).next().map_or(1, count);
+        first.clamp(1, self.cps_limit())
+    }
+
+    /// The `cps` cap, or no cap (`u32::MAX`).
+    fn cps_limit(&self) -> u32 {
+        self.cfg.cps.map_or(u32::MAX, |cps| cps.max(1))
     }
 
     /// The redundant generations of a packet stamped `ts`, oldest first (RFC 2198 section 3).
@@ -355,10 +395,10 @@ impl Sender {
 
     /// Characters `cps` still allows in a packet sent at `at` (RFC 4103 section 6).
     fn cps_budget(&self, at: Time) -> u32 {
-        let Some(cps) = self.cfg.cps else {
+        if self.cfg.cps.is_none() {
             return u32::MAX;
-        };
-        cps.max(1).saturating_sub(self.window_used(at))
+        }
+        self.cps_limit().saturating_sub(self.window_used(at))
     }
 
     fn window_used(&self, at: Time) -> u32 {
@@ -369,14 +409,15 @@ impl Sender {
             .sum()
     }
 
-    /// The earliest moment at or after `at` when `cps` allows at least one character.
-    fn cps_ready_at(&self, at: Time) -> Time {
-        let Some(cps) = self.cfg.cps else {
+    /// The earliest moment at or after `at` when `cps` allows `need` characters more (at most
+    /// the cap itself: [`Sender::next_cluster_chars`]).
+    fn cps_ready_at(&self, at: Time, need: u32) -> Time {
+        if self.cfg.cps.is_none() {
             return at;
-        };
-        let limit = cps.max(1);
+        }
+        let allowed = self.cps_limit().saturating_sub(need);
         let mut used = self.window_used(at);
-        if used < limit {
+        if used <= allowed {
             return at;
         }
         for (t, c) in &self.window {
@@ -385,7 +426,7 @@ impl Sender {
                 continue;
             }
             used -= c;
-            if used < limit {
+            if used <= allowed {
                 return leaves;
             }
         }
@@ -422,6 +463,8 @@ mod tests {
             redundancy,
             initial_seq: 1000,
             initial_ts: 5000,
+            // Block and timing behaviour, not pacing: no `cps` cap unless a test sets one.
+            cps: None,
             ..SenderConfig::default()
         }
     }
@@ -775,6 +818,43 @@ mod tests {
                     ]
                 );
             }
+        }
+    }
+
+    /// Under `cps`, a letter with its combining accent waits until the window has room for
+    /// both, then goes out in one block (RFC 4103 3.3); a cluster longer than `cps` itself
+    /// could never fit, so it is cut rather than left to wait forever.
+    #[test]
+    fn cps_keeps_a_cluster_whole_and_never_stalls_on_one() {
+        for n in [0u8, 2] {
+            let mut s = Sender::new(
+                SenderConfig {
+                    cps: Some(3),
+                    ..cfg(n)
+                },
+                at(0),
+            );
+            // The BOM is not counted; "ab" leaves room for one character, not for "e\u{301}".
+            s.push_text(at(0), "abe\u{301}c");
+            let sent = run(&mut s);
+            let blocks: Vec<&str> = sent
+                .iter()
+                .map(|(_, p)| p.primary.as_str())
+                .filter(|b| !b.is_empty())
+                .collect();
+            assert_eq!(blocks, ["\u{feff}ab", "e\u{301}c"], "n={n}");
+
+            let mut s = Sender::new(
+                SenderConfig {
+                    cps: Some(1),
+                    ..cfg(n)
+                },
+                at(0),
+            );
+            s.push_text(at(0), "e\u{301}");
+            let sent = run(&mut s);
+            let got: String = sent.iter().map(|(_, p)| p.primary.as_str()).collect();
+            assert_eq!(got, "\u{feff}e\u{301}", "n={n}");
         }
     }
 
