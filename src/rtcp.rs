@@ -147,6 +147,27 @@ pub fn write_sdes(out: &mut Vec<u8>, ssrc: u32, cname: &str, name: Option<&str>)
     out[start + 2..start + 4].copy_from_slice(&words.to_be_bytes());
 }
 
+/// Builds a sender report with no reception report blocks (RFC 3550 6.4.1): the report an
+/// active sender's compound starts with. `ntp` is the wall-clock time ([`ntp_time`]) that
+/// `rtp_ts` stands for; `octets` counts RTP payload octets, headers not included.
+pub fn write_sr(out: &mut Vec<u8>, ssrc: u32, ntp: u64, rtp_ts: u32, packets: u32, octets: u32) {
+    out.extend_from_slice(&[0x80, SR, 0, 6]);
+    out.extend_from_slice(&ssrc.to_be_bytes());
+    out.extend_from_slice(&ntp.to_be_bytes());
+    out.extend_from_slice(&rtp_ts.to_be_bytes());
+    out.extend_from_slice(&packets.to_be_bytes());
+    out.extend_from_slice(&octets.to_be_bytes());
+}
+
+/// RFC 3550 4: an NTP timestamp, seconds since 1900-01-01 UTC in 32.32 fixed point (the
+/// seconds wrap in 2036, as NTP's era 0 does).
+pub fn ntp_time(t: crate::time::Time) -> u64 {
+    const UNIX_TO_NTP_SECS: u64 = 2_208_988_800;
+    let secs = (t.0 / 1_000_000).wrapping_add(UNIX_TO_NTP_SECS);
+    let frac = ((t.0 % 1_000_000) << 32) / 1_000_000;
+    (secs << 32) | frac
+}
+
 /// Builds an empty RR (no report blocks) for one source: the report packet every compound
 /// starts with (RFC 3550 6.1), for a sender with nothing to report on.
 pub fn write_rr(out: &mut Vec<u8>, ssrc: u32) {
@@ -168,6 +189,32 @@ mod tests {
         let mut v = Vec::new();
         let ok = parse(data, &mut |e| v.push(e));
         (v, ok)
+    }
+
+    #[test]
+    fn sender_report_layout_and_ntp_time() {
+        // 2026-11-25T00:00:00.5Z: 1,795,564,800 s after 1970, 2,208,988,800 s more after 1900.
+        let t = crate::time::Time(1_795_564_800_500_000);
+        let ntp = ntp_time(t);
+        assert_eq!(ntp >> 32, 4_004_553_600);
+        assert_eq!(ntp & 0xffff_ffff, 1 << 31, "half a second");
+        let mut out = Vec::new();
+        write_sr(&mut out, 0x1234_5678, ntp, 0xdead_beef, 7, 300);
+        assert_eq!(out.len(), 28);
+        assert_eq!(&out[..4], &[0x80, 200, 0, 6], "V=2, no blocks, 7 words");
+        assert_eq!(&out[8..16], &ntp.to_be_bytes());
+        assert_eq!(
+            &out[16..],
+            &[0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 7, 0, 0, 1, 44]
+        );
+        // A compound that starts with it parses: the SR is a report like an RR.
+        write_sdes(&mut out, 0x1234_5678, "me@host", None);
+        let (ev, ok) = events(&out);
+        assert!(ok);
+        assert!(ev.contains(&RtcpEvent::Cname {
+            ssrc: 0x1234_5678,
+            cname: "me@host"
+        }));
     }
 
     #[test]

@@ -27,8 +27,13 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::red;
+use crate::rtcp;
 use crate::rtp;
 use crate::time::Time;
+
+/// RFC 3550 6.2: the minimum RTCP interval, and half of it before the first report.
+const REPORT_MIN: Duration = Duration::from_secs(5);
+const FIRST_REPORT_MIN: Duration = Duration::from_millis(2500);
 
 /// Sent once, before the first text of the session (T.140); receivers ignore it.
 const BOM: &str = "\u{feff}";
@@ -72,6 +77,10 @@ pub struct SenderConfig {
     pub cps: Option<u32>,
     pub initial_seq: u16,
     pub initial_ts: u32,
+    /// The CNAME of RTCP reports (RFC 3550 6.5.1, `user@host`). With one, the sender makes a
+    /// compound report on RTCP's schedule ([`Sender::poll_rtcp`]); without, only the
+    /// [`Sender::bye`] that ends the session, named `pvp-t140`.
+    pub cname: Option<String>,
 }
 
 impl Default for SenderConfig {
@@ -85,6 +94,7 @@ impl Default for SenderConfig {
             cps: Some(DEFAULT_CPS),
             initial_seq: 0,
             initial_ts: 0,
+            cname: None,
         }
     }
 }
@@ -127,6 +137,12 @@ pub struct Sender {
     /// `(sent at, characters)` of recent packets, for the `cps` window.
     window: VecDeque<(Time, u32)>,
     stats: SenderStats,
+    /// RTP payload octets sent, for the sender report.
+    octets: u64,
+    /// When the next RTCP compound is due (`None` without a CNAME, or after the BYE).
+    next_report: Option<Time>,
+    /// xorshift state for RTCP's randomized interval.
+    rng: u64,
 }
 
 impl Sender {
@@ -137,7 +153,8 @@ impl Sender {
         if n > 0 {
             block_cap = block_cap.min(MAX_RED_BLOCK);
         }
-        Sender {
+        let cfg_seed = (cfg.ssrc, u32::from(cfg.initial_seq) << 16 ^ cfg.initial_ts);
+        let mut sender = Sender {
             next_seq: cfg.initial_seq,
             block_cap: block_cap.max(MIN_BLOCK),
             cfg,
@@ -151,7 +168,74 @@ impl Sender {
             tail_left: 0,
             window: VecDeque::new(),
             stats: SenderStats::default(),
+            octets: 0,
+            next_report: None,
+            rng: (u64::from(cfg_seed.0) << 32 | u64::from(cfg_seed.1)) | 1,
+        };
+        if sender.cfg.cname.is_some() {
+            let first = sender.report_interval(FIRST_REPORT_MIN);
+            sender.next_report = Some(now.saturating_add(first));
         }
+        sender
+    }
+
+    /// When the next RTCP compound is due: [`Sender::poll_rtcp`] (`None`: none is).
+    pub fn rtcp_timeout(&self) -> Option<Time> {
+        self.next_report
+    }
+
+    /// The RTCP compound due at or before `now`, if any (RFC 3550 6.1): a report (a sender
+    /// report once RTP has gone out, else an empty RR), then an SDES with the CNAME. Reports
+    /// run for the whole session, text or not, on RFC 3550's schedule (6.2, 6.3): a first after
+    /// half the 5 s minimum, then every 5 s, each interval randomized over [0.5, 1.5] and
+    /// divided by e - 3/2 (6.3.1), so senders started together do not report together.
+    pub fn poll_rtcp(&mut self, now: Time) -> Option<Vec<u8>> {
+        if self.next_report? > now {
+            return None;
+        }
+        let out = self.compound(now);
+        self.next_report = Some(now.saturating_add(self.report_interval(REPORT_MIN)));
+        Some(out)
+    }
+
+    /// The compound that ends the session (RFC 3550 6.1, 6.3.7): report, SDES CNAME, BYE. No
+    /// report follows it.
+    pub fn bye(&mut self, now: Time) -> Vec<u8> {
+        let mut out = self.compound(now);
+        rtcp::write_bye(&mut out, self.cfg.ssrc);
+        self.next_report = None;
+        out
+    }
+
+    fn compound(&self, now: Time) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64);
+        if self.stats.packets > 0 {
+            // The RTP timestamp of `now` on the stream's 1000 Hz clock; the counts wrap (6.4.1).
+            let ms = now.saturating_sub(self.start).as_millis() as u32;
+            rtcp::write_sr(
+                &mut out,
+                self.cfg.ssrc,
+                rtcp::ntp_time(now),
+                self.cfg.initial_ts.wrapping_add(ms),
+                self.stats.packets as u32,
+                self.octets as u32,
+            );
+        } else {
+            rtcp::write_rr(&mut out, self.cfg.ssrc);
+        }
+        let cname = self.cfg.cname.as_deref().unwrap_or("pvp-t140");
+        rtcp::write_sdes(&mut out, self.cfg.ssrc, cname, None);
+        out
+    }
+
+    /// RFC 3550 6.3.1: the deterministic interval `min` (one sender, a few hundred bytes a
+    /// second: the minimum governs) times a random factor in [0.5, 1.5], divided by e - 3/2.
+    fn report_interval(&mut self, min: Duration) -> Duration {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        let factor = 0.5 + (self.rng >> 11) as f64 / (1u64 << 53) as f64;
+        min.mul_f64(factor / (std::f64::consts::E - 1.5))
     }
 
     pub fn config(&self) -> &SenderConfig {
@@ -282,6 +366,7 @@ impl Sender {
         self.next_seq = self.next_seq.wrapping_add(1);
         self.stats.packets += 1;
         self.stats.bytes += out.len() as u64;
+        self.octets += (out.len() - RTP_HEADER) as u64;
         Some(out)
     }
 

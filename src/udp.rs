@@ -340,9 +340,10 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// `pvp-t140 send`: reads text from `input` and sends it as T.140 over RTP to `to`, paced by
 /// the sans-IO [`crate::send::Sender`]; on end of input, waits for the redundancy (or the idle
 /// period's empty block) to go out, then sends an RTCP BYE so the receiver ends the stream at
-/// once. The BYE is in a compound, as RFC 3550 6.1 requires of all RTCP: an empty RR, an SDES
-/// with a CNAME, then the BYE. It goes to the RTP port (rtcp-mux, RFC 5761), which this gateway
-/// reads for RTCP too.
+/// once. RTCP goes to the RTP port (rtcp-mux, RFC 5761), which this gateway reads for RTCP
+/// too: compound reports with the CNAME on RFC 3550's schedule while the session runs (so a
+/// long session is named early: the gateway names the participant by it), and the BYE in a
+/// compound after a report and the CNAME (RFC 3550 6.1).
 ///
 /// Input is UTF-8: an invalid byte becomes U+FFFD, a character split across reads is kept
 /// whole. New lines (LF, CR LF) become T.140's U+2028 (LINE SEPARATOR); a CR that ends a read
@@ -362,20 +363,32 @@ pub async fn send_text(
     .expect("literal");
     let socket = UdpSocket::bind(bind).await?;
     let clock = Clock::new();
-    let ssrc = cfg.ssrc;
+    // RFC 3550 6.5.1: "user@host", host the numeric address the RTP goes out from.
+    let host = local_ip_towards(to).unwrap_or(bind.ip());
+    let cfg = crate::send::SenderConfig {
+        cname: Some(format!("pvp-t140@{host}")),
+        ..cfg
+    };
     let mut sender = crate::send::Sender::new(cfg, clock.now());
     let mut buf = vec![0u8; 4096];
     // Bytes read and not yet sent: an incomplete UTF-8 character, or a CR, that ended a read.
     let mut carry: Vec<u8> = Vec::new();
     let mut eof = false;
     loop {
+        if let Some(report) = sender.poll_rtcp(clock.now()) {
+            socket.send_to(&report, to).await?;
+        }
         while let Some(pkt) = sender.poll_packet(clock.now()) {
             socket.send_to(&pkt, to).await?;
         }
         if eof && sender.is_idle() {
             break;
         }
-        let deadline = sender.poll_timeout().map(|t| clock.instant_of(t));
+        let next = match (sender.poll_timeout(), sender.rtcp_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let deadline = next.map(|t| clock.instant_of(t));
         tokio::select! {
             n = input.read(&mut buf), if !eof => {
                 let n = n?;
@@ -390,13 +403,7 @@ pub async fn send_text(
         }
     }
     if bye {
-        // RFC 3550 6.5.1: "user@host", host the numeric address the RTP goes out from.
-        let host = local_ip_towards(to).unwrap_or(bind.ip());
-        let mut pkt = Vec::new();
-        crate::rtcp::write_rr(&mut pkt, ssrc);
-        crate::rtcp::write_sdes(&mut pkt, ssrc, &format!("pvp-t140@{host}"), None);
-        crate::rtcp::write_bye(&mut pkt, ssrc);
-        socket.send_to(&pkt, to).await?;
+        socket.send_to(&sender.bye(clock.now()), to).await?;
     }
     Ok(sender.stats())
 }

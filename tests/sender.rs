@@ -139,6 +139,122 @@ fn without_redundancy_a_lost_last_text_packet_is_marked_at_the_gateway() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// RTCP reports.
+
+/// Packet types along a compound RTCP packet.
+fn rtcp_types(d: &[u8]) -> Vec<u8> {
+    let mut types = Vec::new();
+    let mut rest = d;
+    while rest.len() >= 4 {
+        types.push(rest[1]);
+        let len = (usize::from(u16::from_be_bytes([rest[2], rest[3]])) + 1) * 4;
+        rest = &rest[len.min(rest.len())..];
+    }
+    types
+}
+
+/// RFC 3550 6.2 and 6.3.1: a sender with a CNAME reports for the whole session, the first
+/// report after half the 5 s minimum and the rest after the minimum, each randomized over
+/// [0.5, 1.5] and divided by e - 3/2; an empty RR before any RTP, a sender report after, each
+/// with an SDES CNAME (6.1). The SR's counts are the packets and payload octets sent so far,
+/// its RTP timestamp that of its NTP time on the 1000 Hz clock. After the BYE, no report.
+#[test]
+fn reports_follow_rfc_3550s_schedule_and_carry_the_cname() {
+    let e = std::f64::consts::E - 1.5;
+    for ssrc in [1u32, 0x5443_3134, 0xdead_beef] {
+        let mut s = Sender::new(
+            SenderConfig {
+                ssrc,
+                cname: Some("ada@192.0.2.7".into()),
+                ..cfg(2)
+            },
+            at(0),
+        );
+        let first = s.rtcp_timeout().expect("reports are scheduled");
+        let ms = first.as_millis() - at(0).as_millis();
+        assert!(
+            (1250.0 / e) as u64 <= ms && ms <= (3750.0 / e) as u64 + 1,
+            "first report {ms} ms in"
+        );
+        assert!(s.poll_rtcp(at(ms - 1)).is_none(), "not before it is due");
+        let rr = s.poll_rtcp(first).unwrap();
+        assert_eq!(rtcp_types(&rr), [201, 202], "nothing sent yet: RR, SDES");
+        let mut names = Vec::new();
+        assert!(rtcp::parse(&rr, &mut |e| names.push(format!("{e:?}"))));
+        assert!(names[1].contains("ada@192.0.2.7"), "{names:?}");
+
+        s.push_text(first, "Hello.");
+        let mut packets = 0u32;
+        let mut octets = 0u32;
+        while let Some(d) = s.poll_packet(first) {
+            packets += 1;
+            octets += d.len() as u32 - 12;
+        }
+        let mut prev = first;
+        for _ in 0..20 {
+            let next = s.rtcp_timeout().unwrap();
+            let gap = next.as_millis() - prev.as_millis();
+            assert!(
+                (2500.0 / e) as u64 <= gap && gap <= (7500.0 / e) as u64 + 1,
+                "interval {gap} ms"
+            );
+            // Drain the packets due before the report, as a shell does.
+            while let Some(t) = s.poll_timeout().filter(|&t| t <= next) {
+                while let Some(d) = s.poll_packet(t) {
+                    packets += 1;
+                    octets += d.len() as u32 - 12;
+                }
+            }
+            let sr = s.poll_rtcp(next).unwrap();
+            assert_eq!(rtcp_types(&sr), [200, 202], "SR, SDES");
+            let word = |i: usize| u32::from_be_bytes(sr[i..i + 4].try_into().unwrap());
+            assert_eq!(word(4), ssrc);
+            let ms_in = (next.as_millis() - at(0).as_millis()) as u32;
+            assert_eq!(word(16), cfg(2).initial_ts.wrapping_add(ms_in), "RTP time");
+            assert_eq!((word(20), word(24)), (packets, octets), "counts");
+            prev = next;
+        }
+        let bye = s.bye(prev);
+        assert_eq!(rtcp_types(&bye), [200, 202, 203]);
+        assert_eq!(s.rtcp_timeout(), None, "nothing after the BYE");
+    }
+}
+
+/// The point of reporting from the start: a report that reaches the gateway before the first
+/// text names the participant in its `session.join`, instead of a rename later (before, the
+/// CNAME came only with the BYE, renaming the participant just as it left).
+#[test]
+fn a_report_before_the_first_text_names_the_participant_in_its_join() {
+    let source = SocketAddr::from(([192, 0, 2, 7], 5004));
+    let mut gw = Gateway::new(Config::default());
+    let mut s = Sender::new(
+        SenderConfig {
+            cname: Some("ada@192.0.2.7".into()),
+            ..cfg(0)
+        },
+        at(0),
+    );
+    let first = s.rtcp_timeout().unwrap();
+    gw.handle_datagram(first, source, &s.poll_rtcp(first).unwrap());
+    s.push_text(first, "Hello there. ");
+    while let Some(d) = s.poll_packet(first) {
+        gw.handle_datagram(first, source, &d);
+    }
+    gw.shutdown(at(10_000));
+    let out: Vec<_> = std::iter::from_fn(|| gw.poll_output().map(|e| e.to_message())).collect();
+    assert_eq!(out[0].kind, "session.join");
+    assert_eq!(
+        out[0].payload["participant"]["name"], "ada@192.0.2.7",
+        "{:?}",
+        out[0].payload
+    );
+    assert!(
+        out.iter().all(|e| e.kind != "participant.announce"),
+        "no rename"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 // Text after an idle period.
 
 /// With or without redundancy, text typed once the sender is idle (its last empty packet sent)
@@ -271,11 +387,12 @@ fn is_rtcp(d: &[u8]) -> bool {
 /// MUST be included in each compound RTCP packet". A receiver that validates compounds drops a
 /// lone BYE, and the stream then lingers until its timeout.
 #[test]
-fn bye_is_sent_in_a_compound_of_rr_sdes_cname_and_bye() {
+fn bye_is_sent_in_a_compound_of_sr_sdes_cname_and_bye() {
     let got = send_chunks(&[b"hi"], 0, true);
     let rtcp_pkts: Vec<&Vec<u8>> = got.iter().filter(|d| is_rtcp(d)).collect();
-    assert_eq!(rtcp_pkts.len(), 1);
-    let d = rtcp_pkts[0];
+    // A report may precede it if the machine stalled past the first report time (about 1 s
+    // at the earliest); the BYE's compound is the last.
+    let d = *rtcp_pkts.last().expect("a BYE");
     // Packet types along the compound packet.
     let mut types = Vec::new();
     let mut rest = &d[..];
@@ -288,7 +405,7 @@ fn bye_is_sent_in_a_compound_of_rr_sdes_cname_and_bye() {
         matches!(types.first(), Some(200 | 201)),
         "compound RTCP must start with SR/RR: {types:?}"
     );
-    assert_eq!(types, [201, 202, 203], "RR, SDES, BYE");
+    assert_eq!(types, [200, 202, 203], "SR (RTP went out), SDES, BYE");
     let mut events = Vec::new();
     assert!(rtcp::parse(d, &mut |e| events.push(format!("{e:?}"))));
     let ssrc = cfg(0).ssrc;
