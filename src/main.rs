@@ -701,6 +701,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         let (rtcp_tx, _) = tokio::sync::broadcast::channel(1024);
         let mut handles = Vec::new();
         let mut snapshots = Vec::new();
+        let running = prometheus_client::metrics::gauge::Gauge::default();
         for (i, socket) in sockets.into_iter().enumerate() {
             let (stats_tx, stats_rx) = tokio::sync::watch::channel(Stats::default());
             snapshots.push(stats_rx);
@@ -716,6 +717,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
                 out: tx.clone(),
                 shutdown: stop_rx.clone(),
                 publish,
+                running: running.clone(),
             };
             handles.push(
                 udp::spawn_worker(i, socket, gw, links)
@@ -725,11 +727,12 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         drop(tx);
         if let Some(addr) = args.metrics {
             let health = pvp_t140::metrics::Health {
-                bound: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true)),
+                running: running.clone(),
+                workers: handles.len(),
                 server: args.server.clone(),
                 sink: sink_metrics.clone(),
             };
-            let registry = pvp_t140::metrics::registry(snapshots, &sink_metrics);
+            let registry = pvp_t140::metrics::registry(snapshots, &running, &sink_metrics);
             let at = pvp_t140::metrics::serve(addr, registry, health)
                 .await
                 .map_err(|e| format!("metrics on {addr}: {e}"))?;

@@ -7,7 +7,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
@@ -197,7 +196,10 @@ impl Collector for CoreCollector {
 /// What `/healthz` checks.
 #[derive(Debug, Clone)]
 pub struct Health {
-    pub bound: Arc<AtomicBool>,
+    /// Receive workers running ([`crate::udp::WorkerLinks::running`]), of `workers` started:
+    /// one that ended took its socket with it, and the streams it held.
+    pub running: Gauge,
+    pub workers: usize,
     /// The PVP server, when there is one: ready only while it accepts TCP connections and no
     /// participant connection is failing.
     pub server: Option<String>,
@@ -205,9 +207,18 @@ pub struct Health {
 }
 
 /// Builds the registry over the workers' stat snapshots and the sink metrics.
-pub fn registry(workers: Vec<watch::Receiver<Stats>>, sink: &SinkMetrics) -> Registry {
+pub fn registry(
+    workers: Vec<watch::Receiver<Stats>>,
+    running: &Gauge,
+    sink: &SinkMetrics,
+) -> Registry {
     let mut r = Registry::default();
     r.register_collector(Box::new(CoreCollector { workers }));
+    r.register(
+        "pvp_t140_receive_workers_running",
+        "Receive workers running; fewer than --workers means one ended and its socket is not read.",
+        running.clone(),
+    );
     r.register(
         "pvp_t140_sink_queue_depth",
         "Envelopes waiting for the sink.",
@@ -306,10 +317,14 @@ pub async fn serve(
 
 async fn healthz(h: Health) -> (axum::http::StatusCode, String) {
     use axum::http::StatusCode;
-    if !h.bound.load(Ordering::Relaxed) {
+    let running = h.running.get();
+    if running < h.workers as i64 {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
-            "udp socket not bound\n".into(),
+            format!(
+                "receive workers running: {running} of {}: a socket is not read\n",
+                h.workers
+            ),
         );
     }
     let Some(url) = h.server else {
@@ -375,13 +390,49 @@ mod tests {
         sink.gates_refused.inc_by(2);
         sink.spool_write_errors.inc_by(3);
         let mut body = String::new();
-        prometheus_client::encoding::text::encode(&mut body, &registry(Vec::new(), &sink)).unwrap();
+        let running = Gauge::default();
+        running.set(2);
+        prometheus_client::encoding::text::encode(
+            &mut body,
+            &registry(Vec::new(), &running, &sink),
+        )
+        .unwrap();
         for line in [
             "pvp_t140_participants_refused_total 1",
             "pvp_t140_gated_chunks_refused_total 2",
             "pvp_t140_spool_write_errors_total 3",
+            "pvp_t140_receive_workers_running 2",
         ] {
             assert!(body.lines().any(|l| l == line), "{line} not in\n{body}");
         }
+    }
+
+    /// A receive worker that ended (its thread returned or panicked) took its socket and its
+    /// streams with it: not ready, with the reason, until every worker started runs.
+    #[test]
+    fn healthz_is_not_ready_while_a_receive_worker_is_down() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let running = Gauge::default();
+        let health = Health {
+            running: running.clone(),
+            workers: 2,
+            server: None,
+            sink: SinkMetrics::default(),
+        };
+        running.set(1);
+        let (status, body) = rt.block_on(healthz(health.clone()));
+        assert_eq!(status.as_u16(), 503);
+        assert_eq!(
+            body,
+            "receive workers running: 1 of 2: a socket is not read\n"
+        );
+        running.set(2);
+        let (status, body) = rt.block_on(healthz(health));
+        assert_eq!(
+            (status.as_u16(), body.as_str()),
+            (200, "ready: udp bound, sink stdout\n")
+        );
     }
 }

@@ -56,6 +56,7 @@ pub async fn run_worker(
         out,
         mut shutdown,
         publish,
+        running: _,
     } = links;
     // Counters for the metrics endpoint, published once a second (not per packet).
     let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -69,6 +70,7 @@ pub async fn run_worker(
     };
     // Since when envelopes have been waiting for the hand-off (None: none waiting).
     let mut held_since: Option<std::time::Instant> = None;
+    let mut failed = None;
     loop {
         let deadline = gw.poll_timeout().map(|t| clock.instant_of(t));
         let linger = held_since.map(|t| t + LINGER);
@@ -80,7 +82,13 @@ pub async fn run_worker(
         tokio::select! {
             r = shutdown.changed() => if r.is_err() || *shutdown.borrow() { break },
             r = socket.readable() => {
-                r?;
+                if let Err(e) = r {
+                    // The socket can no longer be read: end as a stop would, flushing what
+                    // the streams hold, so that nothing already accepted is lost.
+                    tracing::error!("receive worker: socket failed, stopping: {e}");
+                    failed = Some(e);
+                    break;
+                }
                 busy = drain_socket(&socket, &mut gw, &mut reader, &clock) == RECV_BUDGET;
             }
             d = recv_rtcp(&mut rtcp) => {
@@ -121,6 +129,9 @@ pub async fn run_worker(
             "sink queue was full; envelopes were dropped"
         );
     }
+    if let Some(e) = failed {
+        return Err(e);
+    }
     Ok(WorkerReport {
         stats: gw.stats(),
         sink_queue_full: full,
@@ -136,6 +147,19 @@ pub struct WorkerLinks {
     pub out: crate::handoff::Sender,
     pub shutdown: tokio::sync::watch::Receiver<bool>,
     pub publish: Option<tokio::sync::watch::Sender<crate::gateway::Stats>>,
+    /// Receive workers running: [`spawn_worker`] counts this one in, and out when its thread
+    /// ends by any path, a panic included, so `/healthz` sees a worker that died.
+    pub running: prometheus_client::metrics::gauge::Gauge,
+}
+
+/// Counts a worker out of [`WorkerLinks::running`] when dropped: at the end of its thread,
+/// returned or unwound.
+struct Running(prometheus_client::metrics::gauge::Gauge);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 /// Starts receive worker `index` ([`run_worker`]) on a thread of its own, named `pvp-rx-N`
@@ -148,7 +172,10 @@ pub fn spawn_worker(
     gw: Gateway,
     links: WorkerLinks,
 ) -> io::Result<std::thread::JoinHandle<io::Result<WorkerReport>>> {
+    links.running.inc();
+    let running = Running(links.running.clone());
     spawn_loop(format!("pvp-rx-{index}"), move || async move {
+        let _running = running;
         run_worker(UdpSocket::from_std(socket)?, gw, links).await
     })
 }
@@ -459,4 +486,44 @@ fn local_ip_towards(to: std::net::SocketAddr) -> Option<std::net::IpAddr> {
     probe.connect(to).ok()?;
     let ip = probe.local_addr().ok()?.ip();
     (!ip.is_unspecified()).then_some(ip)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prometheus_client::metrics::gauge::Gauge;
+
+    /// A worker is counted in while its thread runs and out when it ends, by a stop or by a
+    /// panic (the guard drops as the thread unwinds): `/healthz` reads the count.
+    #[test]
+    fn a_worker_is_counted_out_when_its_thread_ends_by_any_path() {
+        let running = Gauge::default();
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket.set_nonblocking(true).unwrap();
+        let (out, _rx) = crate::handoff::queue(16);
+        let (stop, shutdown) = tokio::sync::watch::channel(false);
+        let links = WorkerLinks {
+            rtcp: None,
+            counts_rtcp: true,
+            out,
+            shutdown,
+            publish: None,
+            running: running.clone(),
+        };
+        let gw = Gateway::new(crate::gateway::Config::default());
+        let h = spawn_worker(0, socket, gw, links).unwrap();
+        assert_eq!(running.get(), 1);
+        stop.send(true).unwrap();
+        assert!(h.join().unwrap().is_ok());
+        assert_eq!(running.get(), 0);
+
+        running.inc();
+        let guard = Running(running.clone());
+        let died = std::thread::spawn(move || {
+            let _guard = guard;
+            panic!("a receive worker's bug");
+        });
+        assert!(died.join().is_err());
+        assert_eq!(running.get(), 0);
+    }
 }

@@ -41,6 +41,7 @@ fn metrics_count_what_happened() {
     );
     assert_eq!(sample(&body, "pvp_t140_streams_live"), Some(1.0));
     assert_eq!(sample(&body, "pvp_t140_participants_total"), Some(1.0));
+    assert_eq!(sample(&body, "pvp_t140_receive_workers_running"), Some(1.0));
     assert!(body.contains("# TYPE pvp_t140_send_latency_seconds histogram"));
     let (status, text) = http_get(m, "/healthz");
     assert_eq!(
