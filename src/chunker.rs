@@ -345,7 +345,7 @@ impl Fed<'_> {
 
 /// Characters a held size cut may run past the limit: Unicode's stream-safe text format (UAX
 /// #15) has at most 30 combining characters in a row, and a ZWJ emoji sequence is shorter.
-const MAX_HELD: u32 = 32;
+pub const MAX_HELD: u32 = 32;
 
 /// Whether `c` would continue the last grapheme cluster of `buf` (UAX #29), rather than start
 /// one. Asked only of a held size cut.

@@ -117,11 +117,9 @@ impl Check {
     fn content(&self, content: &Value, json: &str) {
         let content = content.as_str().expect("content is a string");
         assert!(!content.is_empty() && content == content.trim(), "{json}");
-        assert!(
-            content.chars().count() <= self.max_chunk_chars,
-            "chunk over {} chars: {json}",
-            self.max_chunk_chars
-        );
+        if let Err(e) = pvp_t140_fuzz::check_chunk_size(content, self.max_chunk_chars) {
+            panic!("chunk size: {e}: {json}");
+        }
     }
 
     fn drain(&mut self, gw: &mut Gateway) {

@@ -61,11 +61,9 @@ fuzz_target!(|input: &[u8]| {
     for c in &chunks {
         assert!(!c.text.is_empty());
         assert_eq!(c.text, c.text.trim(), "untrimmed chunk");
-        assert!(
-            c.text.chars().count() <= max,
-            "{} chars > {max}",
-            c.text.chars().count()
-        );
+        if let Err(e) = pvp_t140_fuzz::check_chunk_size(&c.text, max) {
+            panic!("chunk size: {e}: {:?}", c.text);
+        }
     }
     assert!(ch.is_blank() && ch.pending().is_empty());
     let _ = ch.fed(&mut out).backspace();

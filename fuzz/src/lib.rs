@@ -131,3 +131,27 @@ pub fn encode_datagram(out: &mut Vec<u8>, source: u8, mut step_us: u64, datagram
         out.extend_from_slice(&[0, 0]);
     }
 }
+
+/// A chunk's size, as the chunker promises it: at most `max` characters, except that a size
+/// cut with no white space to cut at waits for the end of the last grapheme cluster (UAX #29),
+/// at most [`pvp_t140::chunker::MAX_HELD`] characters past `max`; so a longer chunk's last
+/// cluster starts within the limit.
+pub fn check_chunk_size(text: &str, max: usize) -> Result<(), String> {
+    use unicode_segmentation::UnicodeSegmentation;
+    let chars = text.chars().count();
+    if chars <= max {
+        return Ok(());
+    }
+    let held = pvp_t140::chunker::MAX_HELD as usize;
+    if chars > max + held {
+        return Err(format!("{chars} chars > {max} + {held}"));
+    }
+    let last = text.graphemes(true).next_back().unwrap_or("");
+    let last_starts = chars - last.chars().count();
+    if last_starts >= max {
+        return Err(format!(
+            "{chars} chars > {max}, and the last cluster starts at char {last_starts}"
+        ));
+    }
+    Ok(())
+}
