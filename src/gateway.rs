@@ -580,6 +580,9 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
     let idx = match voice {
         Some(id) => v.speaker(VoiceRef::Named(id), now),
         None if usize::from(tag) < v.speakers.len() => usize::from(tag),
+        // An empty block (the idle period's, a t140llm `MD:` packet's remains) names no one:
+        // it must not make the stream's own voice a speaker.
+        None if tag == TAG_UNDECIDED && matches!(piece, Piece::Text([])) => return,
         None if tag == TAG_UNDECIDED && matches!(piece, Piece::Lost) => match lost_speaker(v) {
             Some(idx) => idx,
             None => {
@@ -599,16 +602,13 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
 /// Whose text a packet lost beyond recovery was, when its stream names its speakers in the
 /// text (t140llm multiplexing: one SSRC and one sequence for many named streams, each block
 /// prefixed with its name). The name went with the packet, so the mark goes where it cannot be
-/// wrong: to the stream's own (unnamed) voice if that has spoken, or to the one named voice if
-/// there is only one. Otherwise it is nobody's for certain, and marking it on the SSRC's voice
-/// would make a participant no one speaks as (joining only to say U+FFFD): the caller counts
-/// it instead ([`Stats::lost_unattributed`]).
+/// wrong: to the stream's one voice, named or not, if it has only one that spoke. Otherwise
+/// (several, or none yet) it is nobody's for certain, and marking it on the SSRC's voice would
+/// make a participant no one speaks as (joining only to say U+FFFD): the caller counts it
+/// instead ([`Stats::lost_unattributed`]).
 #[cold]
 #[inline(never)]
 fn lost_speaker(v: &Voices<'_>) -> Option<usize> {
-    if *v.own != crate::stream::NO_SPEAKER {
-        return Some(usize::from(*v.own));
-    }
     (v.speakers.len() == 1).then_some(0)
 }
 

@@ -143,6 +143,9 @@ pub struct Sender {
     next_report: Option<Time>,
     /// xorshift state for RTCP's randomized interval.
     rng: u64,
+    /// Packets sent when the report before last and the last report went out: a report is
+    /// a sender report only if RTP went out since the one before last (RFC 3550 6.4).
+    sent_at_reports: (u64, u64),
 }
 
 impl Sender {
@@ -170,6 +173,7 @@ impl Sender {
             stats: SenderStats::default(),
             octets: 0,
             next_report: None,
+            sent_at_reports: (0, 0),
             rng: (u64::from(cfg_seed.0) << 32 | u64::from(cfg_seed.1)) | 1,
         };
         if sender.cfg.cname.is_some() {
@@ -185,7 +189,8 @@ impl Sender {
     }
 
     /// The RTCP compound due at or before `now`, if any (RFC 3550 6.1): a report (a sender
-    /// report once RTP has gone out, else an empty RR), then an SDES with the CNAME. Reports
+    /// report if RTP went out since the report before last, else an empty RR), then an SDES
+    /// with the CNAME. Reports
     /// run for the whole session, text or not, on RFC 3550's schedule (6.2, 6.3): a first after
     /// half the 5 s minimum, then every 5 s, each interval randomized over [0.5, 1.5] and
     /// divided by e - 3/2 (6.3.1), so senders started together do not report together.
@@ -194,6 +199,7 @@ impl Sender {
             return None;
         }
         let out = self.compound(now);
+        self.sent_at_reports = (self.sent_at_reports.1, self.stats.packets);
         self.next_report = Some(now.saturating_add(self.report_interval(REPORT_MIN)));
         Some(out)
     }
@@ -207,9 +213,11 @@ impl Sender {
         out
     }
 
+    /// RFC 3550 6.4: "The SR is issued if a site has sent any data packets during the interval
+    /// since issuing the last report or the previous one, otherwise the RR is issued."
     fn compound(&self, now: Time) -> Vec<u8> {
         let mut out = Vec::with_capacity(64);
-        if self.stats.packets > 0 {
+        if self.stats.packets > self.sent_at_reports.0 {
             // The RTP timestamp of `now` on the stream's 1000 Hz clock; the counts wrap (6.4.1).
             let ms = now.saturating_sub(self.start).as_millis() as u32;
             rtcp::write_sr(

@@ -1223,3 +1223,70 @@ fn t140llm_multiplex_loss_is_marked_only_where_its_speaker_is_certain() {
     assert_eq!(got, [(sender(""), "Hi \u{FFFD}there.".to_owned())]);
     assert_eq!((lost, unattributed), (1, 0));
 }
+
+/// An empty block is no voice speaking: RFC 4103 5.2's empty T140block that begins an idle
+/// period, or a t140llm `MD:{...}` metadata packet (which passes as empty, so it keeps its
+/// sequence number), carries no name and no text. Yet routing it as unnamed creates the
+/// stream's own (SSRC) voice, and `lost_speaker` then takes that voice as "the stream's own
+/// voice, which has spoken": a later loss is marked on a participant no one speaks as, which
+/// joins only to say U+FFFD. With one named stream the mark belongs in its text
+/// ("Hi \u{FFFD}there."); with two it is nobody's for certain and must only be counted
+/// (`lost_unattributed`), as it is when no empty packet came first.
+#[test]
+fn t140llm_multiplex_loss_after_an_empty_block_is_not_given_to_a_phantom_voice() {
+    let pkt = |seq: u16, payload: &[u8]| {
+        let mut d = Vec::new();
+        let marker = payload.starts_with(b"MD:{");
+        rtp::write_packet(&mut d, marker, 96, seq, u32::from(seq) * 160, 0x55, payload);
+        d
+    };
+    let run = |packets: &[(u16, &[u8])]| {
+        let mut gw = Gateway::new(t140llm_cfg());
+        for (i, (seq, payload)) in packets.iter().enumerate() {
+            gw.handle_datagram(at(i as u64 * 10), addr(6000), &pkt(*seq, payload));
+        }
+        gw.shutdown(at(1000));
+        let out = drain(&mut gw);
+        let joins: Vec<String> = out
+            .iter()
+            .filter(|e| e.kind == "session.join")
+            .map(|e| e.sender.clone())
+            .collect();
+        (
+            joins,
+            adds(&out),
+            gw.stats().lost,
+            gw.stats().lost_unattributed,
+        )
+    };
+    let sender = |name: &str| format!("t140:00000055@127.0.0.1:6000{name}");
+
+    // One named stream and t140llm's metadata packet: seq 2 lost is alpha's.
+    let (joins, got, lost, unattributed) = run(&[
+        (0, b"alpha\x1eHi "),
+        (1, b"MD:{\"type\":\"metadata\"}"),
+        (3, b"alpha\x1ethere."),
+    ]);
+    assert_eq!(
+        got,
+        [(sender("/alpha"), "Hi \u{FFFD}there.".to_owned())],
+        "one named stream"
+    );
+    assert_eq!(joins, [sender("/alpha")]);
+    assert_eq!((lost, unattributed), (1, 0));
+
+    // Two named streams and the idle period's empty block: seq 4 lost is alpha's or beta's.
+    let (joins, got, lost, unattributed) = run(&[
+        (0, b"alpha\x1eHi "),
+        (1, b"beta\x1eYo "),
+        (2, b""),
+        (3, b"beta\x1eB "),
+        (5, b"alpha\x1eA."),
+    ]);
+    assert!(
+        got.iter().all(|(_, t)| !t.contains('\u{FFFD}')),
+        "two named streams: {got:?}"
+    );
+    assert_eq!(joins, [sender("/alpha"), sender("/beta")]);
+    assert_eq!((lost, unattributed), (1, 1));
+}

@@ -191,7 +191,14 @@ fn reports_follow_rfc_3550s_schedule_and_carry_the_cname() {
             octets += d.len() as u32 - 12;
         }
         let mut prev = first;
-        for _ in 0..20 {
+        // Packets sent at the last two reports: an SR only with RTP since the one before last.
+        let mut at_reports = (0u32, 0u32);
+        let mut kinds = (0, 0);
+        for i in 0..20 {
+            if i % 5 == 4 {
+                // Now and then more text, so reports are SRs and RRs in turn.
+                s.push_text(prev, "More.");
+            }
             let next = s.rtcp_timeout().unwrap();
             let gap = next.as_millis() - prev.as_millis();
             assert!(
@@ -205,18 +212,66 @@ fn reports_follow_rfc_3550s_schedule_and_carry_the_cname() {
                     octets += d.len() as u32 - 12;
                 }
             }
-            let sr = s.poll_rtcp(next).unwrap();
-            assert_eq!(rtcp_types(&sr), [200, 202], "SR, SDES");
-            let word = |i: usize| u32::from_be_bytes(sr[i..i + 4].try_into().unwrap());
+            let report = s.poll_rtcp(next).unwrap();
+            let active = packets > at_reports.0;
+            at_reports = (at_reports.1, packets);
+            prev = next;
+            if !active {
+                assert_eq!(rtcp_types(&report), [201, 202], "RR, SDES: report {i}");
+                kinds.1 += 1;
+                continue;
+            }
+            kinds.0 += 1;
+            assert_eq!(rtcp_types(&report), [200, 202], "SR, SDES: report {i}");
+            let word = |i: usize| u32::from_be_bytes(report[i..i + 4].try_into().unwrap());
             assert_eq!(word(4), ssrc);
             let ms_in = (next.as_millis() - at(0).as_millis()) as u32;
             assert_eq!(word(16), cfg(2).initial_ts.wrapping_add(ms_in), "RTP time");
             assert_eq!((word(20), word(24)), (packets, octets), "counts");
-            prev = next;
         }
+        assert!(kinds.0 > 0 && kinds.1 > 0, "SRs and RRs: {kinds:?}");
         let bye = s.bye(prev);
-        assert_eq!(rtcp_types(&bye), [200, 202, 203]);
+        let kind = if packets > at_reports.0 { 200 } else { 201 };
+        assert_eq!(rtcp_types(&bye), [kind, 202, 203]);
         assert_eq!(s.rtcp_timeout(), None, "nothing after the BYE");
+    }
+}
+
+/// RFC 3550 6.4: "The SR is issued if a site has sent any data packets during the interval
+/// since issuing the last report or the previous one, otherwise the RR is issued" (and 6.4.2:
+/// "An empty RR packet (RC = 0) is put at the head of a compound RTCP packet when there is no
+/// data transmission or reception to report"). A `send` session whose text went out at the
+/// start and then stayed quiet (a terminal user reading, an STT pipeline in a pause) is no
+/// longer an active sender two reports later, yet it keeps sending SRs for the rest of the
+/// session (and in its BYE compound), claiming to be one.
+#[test]
+fn a_sender_quiet_for_two_report_intervals_reports_with_an_rr() {
+    let mut s = Sender::new(
+        SenderConfig {
+            cname: Some("ada@192.0.2.7".into()),
+            ..cfg(2)
+        },
+        at(0),
+    );
+    s.push_text(at(0), "Hello.");
+    let sent = run(&mut s);
+    let last_rtp = sent.last().unwrap().0;
+    assert!(last_rtp < 1000, "all RTP within the first second: {sent:?}");
+    // Every report for a minute, none of it with RTP.
+    let mut reports = Vec::new();
+    while let Some(t) = s.rtcp_timeout().filter(|&t| t <= at(60_000)) {
+        let d = s.poll_rtcp(t).unwrap();
+        reports.push((t.as_millis() - T0, rtcp_types(&d)));
+    }
+    assert!(reports.len() >= 6, "{reports:?}");
+    // The first report (and the one after it) cover the text; from the third on, no RTP went
+    // out since the report before the last: an RR.
+    for (ms, types) in &reports[2..] {
+        assert_eq!(
+            types,
+            &[201, 202],
+            "report at {ms} ms, last RTP at {last_rtp} ms: {reports:?}"
+        );
     }
 }
 
