@@ -273,13 +273,20 @@ impl Fed<'_> {
 
     /// A size cut held for the character after a full buffer with no white space to cut at
     /// ([`Fed::cut_size`]): made now, before `c`, unless `c` continues the buffer's last
-    /// grapheme cluster (UAX #29: a combining mark, a ZWJ sequence, a flag's second half) and
-    /// the hold has not run [`MAX_HELD`] characters past the limit.
+    /// grapheme cluster (UAX #29: a combining mark, a ZWJ sequence, a flag's second half) or
+    /// its ideographic sentence end (`？！`), and the hold has not run [`MAX_HELD`] characters
+    /// past the limit. White space is left to the usual path, which cuts there: after `.`,
+    /// `!` or `?` as a sentence end, else as the size cut at that space.
     #[cold]
     #[inline(never)]
     fn end_held_cut(&mut self, c: char) {
+        if c.is_whitespace() {
+            return;
+        }
         let over = self.ch.chars - self.cuts.max_chars;
-        if c.is_whitespace() || over >= MAX_HELD || !continues_cluster(&mut self.ch.buf, c) {
+        let joins = (is_ideographic_end(c) && self.ch.buf.ends_with(is_ideographic_end))
+            || continues_cluster(&mut self.ch.buf, c);
+        if over >= MAX_HELD || !joins {
             self.cut_all(FlushCause::Size);
         }
     }
@@ -418,8 +425,10 @@ impl TextSink for Fed<'_> {
             self.ch.tail = b;
             self.ch.chars += 1;
             if self.ch.chars >= self.cuts.max_chars {
-                // Mid-run the next character is ASCII after ASCII: a cluster boundary.
-                self.cut_size(i + 1 == s.len());
+                // Mid-run the next character is ASCII after ASCII: a cluster boundary, so
+                // the cut is made now unless the next is the space, which cuts as it would
+                // (a sentence end after `.`); at the run's end, the next may join the cluster.
+                self.cut_size(s.get(i + 1).is_none_or(|&n| n == b' '));
             }
         }
     }
@@ -685,11 +694,30 @@ mod tests {
         assert_eq!(out, vec![("\u{1F1EB}\u{1F1F7}".into(), FlushCause::Size)]);
         assert_eq!(ch.ch.pending(), "\u{1F1E9}\u{1F1EA}");
 
-        // White space ends a held chunk as it ends any other (and is not kept).
+        // White space ends a held chunk as it ends any other (and is not kept): a sentence
+        // end after `.`, else a size cut at that space.
         let mut ch = Pair::new(4);
         let out = feed(&mut ch, "abcd ef");
         assert_eq!(out, vec![("abcd".into(), FlushCause::Size)]);
         assert_eq!(ch.ch.pending(), "ef");
+        let mut ch = Pair::new(4);
+        let out = feed(&mut ch, "abc. ef");
+        assert_eq!(out, vec![("abc.".into(), FlushCause::Sentence)]);
+        assert_eq!(ch.ch.pending(), "ef");
+        let mut ch = Pair::new(4);
+        ch.s().push_ascii(b"abc.");
+        ch.s().push_ascii(b" ef");
+        let out: Vec<_> = ch.cuts.drain().map(|c| (c.text, c.cause)).collect();
+        assert_eq!(out, vec![("abc.".into(), FlushCause::Sentence)]);
+        // `？！` at the limit stays one sentence end.
+        let mut ch = Pair::new(4);
+        let out = feed(&mut ch, "はい？！x");
+        assert_eq!(
+            out,
+            vec![("はい？！".into(), FlushCause::Sentence)],
+            "not a lone ！"
+        );
+        assert_eq!(ch.ch.pending(), "x");
     }
 
     /// An endless run of combining marks (no text has more than 30 in a row: UAX #15's
