@@ -214,6 +214,9 @@ pub struct Stats {
     pub corrections: u64,
     /// Backspaces that reached further back than the last sent item (not applied).
     pub erase_unmatched: u64,
+    /// Chunks of nothing but loss marks from speakers that had not joined (not sent): their
+    /// first text was lost, or they were junk; the losses are in `lost`.
+    pub marks_only_chunks: u64,
     /// T.140 decoder counters of every stream.
     pub decode: DecodeStats,
 }
@@ -259,6 +262,7 @@ impl Stats {
         self.metadata += o.metadata;
         self.corrections += o.corrections;
         self.erase_unmatched += o.erase_unmatched;
+        self.marks_only_chunks += o.marks_only_chunks;
         self.decode.add(&o.decode);
     }
 
@@ -494,6 +498,19 @@ impl Emitter {
         sp: &mut Speaker,
         chunk: Chunk,
     ) {
+        if !sp.joined
+            && chunk
+                .text
+                .chars()
+                .all(|c| c == '\u{fffd}' || c.is_whitespace())
+        {
+            // Loss marks and nothing else from a speaker that has said nothing yet (its first
+            // text lost, or a junk SSRC's unmarked empty packet taken for a lost start): no
+            // transcript to mark, and no participant should join only to say U+FFFD.
+            self.stats.marks_only_chunks += 1;
+            sp.chunker.recycle(chunk.text);
+            return;
+        }
         if !self.ensure_joined(now, key, sp) {
             self.stats.refused_chunks += 1;
             return;
@@ -610,6 +627,14 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
 #[inline(never)]
 fn lost_speaker(v: &Voices<'_>) -> Option<usize> {
     (v.speakers.len() == 1).then_some(0)
+}
+
+/// Whether a stream carried text: a speaker joined, or holds text not yet sent. Such a stream
+/// is never evicted to make room ([`Gateway::evict_silent_stream`]).
+fn carried_text(s: &Stream) -> bool {
+    s.speakers
+        .iter()
+        .any(|sp| sp.joined || !sp.chunker.is_blank())
 }
 
 /// The sans-IO core.
@@ -1053,6 +1078,9 @@ impl Gateway {
         }
         let slot = self.slots.insert(stream);
         self.index.insert(key, slot);
+        if self.silent.len() > 2 * self.index.len() + 64 {
+            self.prune_silent();
+        }
         self.silent.push_back((slot, self.serial));
         self.ssrc_owner.insert(key.ssrc, key.source);
         self.emit.stats.streams_total += 1;
@@ -1063,28 +1091,49 @@ impl Gateway {
         Ok(slot)
     }
 
+    /// Forgets the `silent` entries of streams that ended or carried text (neither can be
+    /// evicted again), so that streams coming and going below the limit leave nothing behind.
+    /// Called when the queue is twice the live streams: amortised O(1) a stream.
+    #[cold]
+    #[inline(never)]
+    fn prune_silent(&mut self) {
+        let slots = &self.slots;
+        self.silent.retain(|&(slot, serial)| {
+            slots
+                .get(slot)
+                .is_some_and(|s| s.serial == serial && !carried_text(s))
+        });
+    }
+
     /// At the stream limit, makes room by removing the oldest stream that holds no text and
-    /// never joined (never carried text), without a trace on the PVP side: a flood of random SSRCs cannot lock out
-    /// a real speaker. Amortised O(1): each stream enters `silent` once.
+    /// never joined (never carried text), without a trace on the PVP side: a flood of random
+    /// SSRCs cannot lock out a real speaker. A stream still waiting for its start (its first
+    /// packet unmarked, RFC 4103 5.2) with text in what it holds may yet speak: it goes back
+    /// to the end of the queue. Amortised O(1): each entry is looked at once a call, and each
+    /// stream leaves the queue once it ended or carried text.
     fn evict_silent_stream(&mut self) -> bool {
-        while let Some((slot, serial)) = self.silent.pop_front() {
-            let victim = self.slots.get(slot).is_some_and(|s| {
-                s.serial == serial
-                    && s.register.held() == 0
-                    && s.speakers
-                        .iter()
-                        .all(|sp| !sp.joined && sp.chunker.is_blank())
-            });
-            if victim {
-                let mut s = self.slots.remove(slot).expect("checked");
-                self.timers.remove(slot);
-                self.index.remove(&s.key);
-                self.ssrc_owner.remove(&s.key.ssrc);
-                self.emit.stats.streams_live -= 1;
-                self.emit.stats.evicted += 1;
-                self.emit.stats.harvest(&mut s.register);
-                return true;
+        for _ in 0..self.silent.len() {
+            let Some((slot, serial)) = self.silent.pop_front() else {
+                break;
+            };
+            let Some(s) = self.slots.get(slot).filter(|s| s.serial == serial) else {
+                continue;
+            };
+            if carried_text(s) {
+                continue;
             }
+            if s.register.holds_text() {
+                self.silent.push_back((slot, serial));
+                continue;
+            }
+            let mut s = self.slots.remove(slot).expect("checked");
+            self.timers.remove(slot);
+            self.index.remove(&s.key);
+            self.ssrc_owner.remove(&s.key.ssrc);
+            self.emit.stats.streams_live -= 1;
+            self.emit.stats.evicted += 1;
+            self.emit.stats.harvest(&mut s.register);
+            return true;
         }
         false
     }

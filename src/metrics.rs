@@ -121,6 +121,12 @@ impl Collector for CoreCollector {
         )?;
         counter(
             &mut enc,
+            "pvp_t140_marks_only_chunks",
+            "Chunks of nothing but loss marks from participants yet to join: not sent.",
+            s.marks_only_chunks,
+        )?;
+        counter(
+            &mut enc,
             "pvp_t140_lost_unattributed_packets",
             "Lost packets no speaker could be named for (t140llm multiplexing), not marked.",
             s.lost_unattributed,

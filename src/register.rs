@@ -214,6 +214,23 @@ impl Register {
             .map(|t| t.saturating_add(wait))
     }
 
+    /// Whether a held packet carries text (a block other than empty or a lone BOM): a stream
+    /// that holds only empty packets, waiting for its start, never carried text, and may make
+    /// room at the stream limit.
+    pub fn holds_text(&self) -> bool {
+        const BOM: &[u8] = "\u{feff}".as_bytes();
+        let text = |b: &[u8]| !b.is_empty() && b != BOM;
+        self.cold.held.iter().any(|h| {
+            if !h.red {
+                return text(&h.payload);
+            }
+            match RedPayload::parse_as(&h.payload, self.format) {
+                Ok(p) => text(p.primary().data) || p.redundant_blocks().any(|b| text(b.data)),
+                Err(_) => !h.payload.is_empty(),
+            }
+        })
+    }
+
     pub fn held(&self) -> usize {
         debug_assert_eq!(usize::from(self.holding), self.cold.held.len());
         usize::from(self.holding)

@@ -28,6 +28,14 @@ thread_local! {
     static ARMED: Cell<bool> = const { Cell::new(false) };
     static ALLOCS: Cell<u64> = const { Cell::new(0) };
     static BYTES: Cell<u64> = const { Cell::new(0) };
+    /// Bytes allocated less bytes freed while armed (realloc counts its change in size).
+    static LIVE: Cell<i64> = const { Cell::new(0) };
+}
+
+fn note_live(delta: i64) {
+    if ARMED.try_with(Cell::get).unwrap_or(false) {
+        let _ = LIVE.try_with(|c| c.set(c.get() + delta));
+    }
 }
 
 fn note(size: usize) {
@@ -43,18 +51,22 @@ fn note(size: usize) {
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         note(layout.size());
+        note_live(layout.size() as i64);
         unsafe { System.alloc(layout) }
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         note(layout.size());
+        note_live(layout.size() as i64);
         unsafe { System.alloc_zeroed(layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // A growth is an allocation as far as the hot path is concerned.
         note(new_size);
+        note_live(new_size as i64 - layout.size() as i64);
         unsafe { System.realloc(ptr, layout, new_size) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        note_live(-(layout.size() as i64));
         unsafe { System.dealloc(ptr, layout) }
     }
 }
@@ -70,6 +82,15 @@ fn count<R>(f: impl FnOnce() -> R) -> (u64, u64, R) {
     let r = f();
     ARMED.with(|a| a.set(false));
     (ALLOCS.with(Cell::get), BYTES.with(Cell::get), r)
+}
+
+/// Net bytes this thread's `f` left allocated (allocated less freed).
+fn retained<R>(f: impl FnOnce() -> R) -> (i64, R) {
+    LIVE.with(|c| c.set(0));
+    ARMED.with(|a| a.set(true));
+    let r = f();
+    ARMED.with(|a| a.set(false));
+    (LIVE.with(Cell::get), r)
 }
 
 const T140_PT: u8 = 98;
@@ -391,5 +412,49 @@ fn warming_a_batch_does_not_allocate() {
         (allocs, bytes),
         (0, 0),
         "handling batches of {streams} streams"
+    );
+}
+
+/// Streams that come and go below `max_streams` (here: junk SSRCs that each send one empty
+/// packet and time out, as a flood of random SSRCs slower than the limit does, or any churn of
+/// calls over weeks) must leave nothing behind: the table holds at most its live streams.
+/// But every opened stream is pushed onto the eviction queue (`Gateway::silent`), which is only
+/// ever popped when a stream is evicted at the limit; below the limit nothing removes the
+/// entries of streams that ended, so the queue grows by 16 bytes for every stream ever opened,
+/// without bound (about 1.4 GB a day for one source sending 1,000 new SSRCs a second). A user
+/// expects memory to level off with the number of live streams.
+#[test]
+fn streams_that_end_below_the_limit_leave_no_memory_behind() {
+    let mut gw = Gateway::new(Config {
+        t140_pt: T140_PT,
+        stream_timeout: Duration::from_secs(1),
+        max_pps_per_source: 0,
+        ..Config::default()
+    });
+    let source: SocketAddr = "10.9.0.1:5004".parse().unwrap();
+    let mut now = Time::from_millis(1_700_000_000_000);
+    let mut ssrc = 0x5000_0000u32;
+    // One new stream a millisecond; each times out a second later: about 1,000 live at once.
+    let mut churn = |gw: &mut Gateway, n: u32| {
+        let mut p = Vec::new();
+        for _ in 0..n {
+            ssrc += 1;
+            p.clear();
+            rtp::write_packet(&mut p, true, T140_PT, 1, 0, ssrc, b"");
+            now = Time(now.0 + 1_000);
+            gw.handle_datagram(now, source, &p);
+        }
+    };
+    // Warm-up: the table, index, timers and eviction queue reach their steady size (some
+    // grow once more between 20,000 and 70,000 streams: about 74 KiB, then nothing).
+    churn(&mut gw, 100_000);
+    let live = gw.live_streams();
+    assert!((900..=1_100).contains(&live), "{live} live streams");
+    let (grew, ()) = retained(|| churn(&mut gw, 200_000));
+    assert_eq!(gw.live_streams(), live);
+    assert_eq!(gw.stats().drops_total(), 0);
+    assert!(
+        grew < 64 * 1024,
+        "200,000 streams that came and went left {grew} bytes allocated with {live} live"
     );
 }

@@ -979,6 +979,64 @@ fn an_idle_flush_held_back_by_a_gap_is_due_as_soon_as_the_gap_closes() {
     assert_eq!(add.ts, at(500).to_iso8601());
 }
 
+/// The flood above, with the marker bit clear on every junk packet (one bit for an attacker to
+/// flip). A first packet without the marker waits `reorder_wait` for the stream's head, so
+/// each junk stream "holds a packet" (an empty one) and is not evicted; eviction also drops
+/// every stream it skips from its queue for good, so after one pass nothing is evictable and
+/// a real speaker arriving mid-flood is refused with `StreamLimit`. When the holds are given
+/// up the junk streams mark a lost head (U+FFFD) and join as participants. A user expects the
+/// same as with marked junk: the new speaker gets a stream and no junk stream joins.
+#[test]
+fn a_flood_without_marker_bits_cannot_lock_out_a_real_speaker() {
+    let mut gw = Gateway::new(Config {
+        max_streams: 100,
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "Before the flood. "));
+    // 10,000 single packets with random SSRCs, no text and no marker bit, from many ports.
+    let mut x: u32 = 12345;
+    for i in 0..10_000u32 {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        let mut d = Vec::new();
+        rtp::write_packet(&mut d, false, 98, x as u16, x, x | 2, b"");
+        gw.handle_datagram(at(1), addr(10_000 + i as u16), &d);
+    }
+    assert!(gw.live_streams() <= 100);
+    // A new speaker arriving mid-flood still gets a stream; the first one keeps working.
+    let refused = gw.stats().drops(DropReason::StreamLimit);
+    gw.handle_datagram(at(2), addr(4001), &t140(1, 3, "New speaker here. "));
+    assert_eq!(
+        gw.stats().drops(DropReason::StreamLimit),
+        refused,
+        "the new speaker was refused: no junk stream was evicted (evicted {})",
+        gw.stats().evicted
+    );
+    gw.handle_datagram(at(3), addr(4000), &t140(2, 1, "After the flood. "));
+    gw.shutdown(at(4));
+    let out = drain(&mut gw);
+    assert_eq!(
+        adds(&out),
+        vec![
+            (
+                "t140:00000001@127.0.0.1:4000".to_owned(),
+                "Before the flood.".to_owned()
+            ),
+            (
+                "t140:00000003@127.0.0.1:4001".to_owned(),
+                "New speaker here.".to_owned()
+            ),
+            (
+                "t140:00000001@127.0.0.1:4000".to_owned(),
+                "After the flood.".to_owned()
+            ),
+        ]
+    );
+    // Not one junk stream became a participant.
+    assert_eq!(out.iter().filter(|e| e.kind == "session.join").count(), 2);
+}
+
 #[test]
 fn a_stream_holding_text_is_never_evicted_by_a_flood() {
     let mut gw = Gateway::new(Config {
