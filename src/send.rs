@@ -425,7 +425,7 @@ impl Sender {
                 chars += n;
                 continue;
             }
-            if end == 0 && (n > self.cps_limit() || cluster.len() > self.block_cap - BOM.len()) {
+            if end == 0 && (n > self.cps_limit() || cluster.len() > self.block_cap) {
                 for c in cluster.chars() {
                     if chars >= budget || end + c.len_utf8() > room {
                         break;
@@ -949,6 +949,24 @@ mod tests {
             let got: String = sent.iter().map(|(_, p)| p.primary.as_str()).collect();
             assert_eq!(got, "\u{feff}e\u{301}", "n={n}");
         }
+    }
+
+    /// A cluster that fits a block but not the first block's room after the BOM goes whole in
+    /// the next block: only a cluster larger than any block is cut.
+    #[test]
+    fn a_cluster_too_big_for_the_first_block_waits_for_the_next() {
+        let mut s = Sender::new(cfg(0), at(0));
+        let cluster: String = std::iter::once('e')
+            .chain(std::iter::repeat_n('\u{301}', 593))
+            .collect();
+        assert!(cluster.len() > s.block_cap - BOM.len() && cluster.len() <= s.block_cap);
+        s.push_text(at(0), &cluster);
+        let blocks: Vec<String> = run(&mut s)
+            .into_iter()
+            .map(|(_, p)| p.primary)
+            .filter(|b| !b.is_empty())
+            .collect();
+        assert_eq!(blocks, ["\u{feff}".to_string(), cluster]);
     }
 
     #[test]
