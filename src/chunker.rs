@@ -416,7 +416,10 @@ impl TextSink for Fed<'_> {
             self.end_held_cut(char::from(b));
         }
         self.ch.first_room(s.len());
-        for (i, &b) in s.iter().enumerate() {
+        let mut rest = s;
+        while let [b, tail @ ..] = rest {
+            let b = *b;
+            rest = tail;
             if b == b' ' && self.white_space_taken(true) {
                 continue;
             }
@@ -428,7 +431,7 @@ impl TextSink for Fed<'_> {
                 // Mid-run the next character is ASCII after ASCII: a cluster boundary, so
                 // the cut is made now unless the next is the space, which cuts as it would
                 // (a sentence end after `.`); at the run's end, the next may join the cluster.
-                self.cut_size(s.get(i + 1).is_none_or(|&n| n == b' '));
+                self.cut_size(rest.first().is_none_or(|&n| n == b' '));
             }
         }
     }
