@@ -597,17 +597,20 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
     let idx = match voice {
         Some(id) => v.speaker(VoiceRef::Named(id), now),
         None if usize::from(tag) < v.speakers.len() => usize::from(tag),
-        // An empty block (the idle period's, a t140llm `MD:` packet's remains) names no one:
-        // it must not make the stream's own voice a speaker.
-        None if tag == TAG_UNDECIDED && matches!(piece, Piece::Text([])) => return,
-        None if tag == TAG_UNDECIDED && matches!(piece, Piece::Lost) => match lost_speaker(v) {
-            Some(idx) => idx,
-            None => {
-                emit.stats.lost_unattributed += 1;
-                return;
-            }
+        // Undecided at arrival (t140llm) and not named: the stream's own voice, but a loss
+        // only if that is certain, and an empty block (the idle period's, a t140llm `MD:`
+        // packet's remains) names no one, so it does not make the own voice a speaker.
+        None => match piece {
+            Piece::Lost => match lost_speaker(v) {
+                Some(idx) => idx,
+                None => {
+                    emit.stats.lost_unattributed += 1;
+                    return;
+                }
+            },
+            Piece::Text([]) if *v.own == crate::stream::NO_SPEAKER => return,
+            _ => v.speaker(VoiceRef::Ssrc, now),
         },
-        None => v.speaker(VoiceRef::Ssrc, now),
     };
     let sp = &mut v.speakers.as_mut_slice()[idx];
     // The chunks cut are one speaker's: the last speaker's were all taken.
