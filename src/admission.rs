@@ -14,8 +14,9 @@ const BUCKETS: usize = 4096;
 
 #[derive(Debug, Clone, Copy, Default)]
 struct Bucket {
-    /// Tokens in thousandths of a packet.
-    milli: u64,
+    /// Tokens in millionths of a packet: a microsecond's refill (`pps` of them) is exact, so a
+    /// source sending faster than a packet a microsecond still gets its `pps`.
+    micro: u64,
     last: Time,
 }
 
@@ -82,14 +83,14 @@ impl Admission {
         // A second fills any bucket, so a longer wait (a new bucket's `last` is the epoch) is
         // clamped to one: with the rate a u32, no product then overflows (1e6 us * 2^32 <
         // 2^64), where decades of microseconds times a rate above about 10,500 did.
-        let cap = self.pps * 1000;
+        let cap = self.pps * 1_000_000;
         let elapsed_us = now.0.saturating_sub(b.last.0).min(1_000_000);
-        b.milli = (b.milli + elapsed_us * self.pps / 1000).min(cap);
+        b.micro = (b.micro + elapsed_us * self.pps).min(cap);
         b.last = now;
-        if b.milli < 1000 {
+        if b.micro < 1_000_000 {
             return Err(Refusal::RateLimited);
         }
-        b.milli -= 1000;
+        b.micro -= 1_000_000;
         Ok(())
     }
 }
@@ -127,6 +128,24 @@ mod tests {
     /// A high rate: a new bucket (last refilled at the epoch) multiplied decades of
     /// microseconds by the rate, which overflowed above about 10,500 a second (a panic in a
     /// debug build, a wrapped count in release).
+    /// A source sending more than a thousand times its rate (here 1,000,000 packets a second
+    /// against 10) still gets its 10 a second: the refill of each microsecond was rounded down
+    /// to nothing, so after its first second's burst it was refused for good.
+    #[test]
+    fn a_flood_far_over_the_rate_still_gets_the_rate() {
+        let mut a = Admission::new(vec![], 10);
+        let src: SocketAddr = "192.0.2.1:4000".parse().unwrap();
+        let t0 = Time::from_millis(1_000_000).0;
+        let admitted = (0..=2_000_000u64)
+            .filter(|us| a.admit(Time(t0 + us), src).is_ok())
+            .count();
+        assert_eq!(
+            admitted,
+            10 + 20,
+            "a second's burst, then 10 a second for 2 s"
+        );
+    }
+
     #[test]
     fn a_high_rate_neither_overflows_nor_refuses_the_first_datagram() {
         let now = Time(1_764_000_000_000_000);
