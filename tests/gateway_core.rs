@@ -1225,6 +1225,41 @@ fn a_batch_after_its_streams_timed_out_opens_them_again() {
     assert_eq!(out.1.iter().filter(|e| e.contains("back.")).count(), 40);
 }
 
+/// One t140llm multiplexed stream (SSRC 0x55, PT 96; a `MD:{` metadata packet marked, as
+/// t140llm sends it), its packets `(seq, payload)` 10 ms apart, then a shutdown: the senders
+/// joined, the items added, and the `lost` and `lost_unattributed` counts.
+fn mux_run(packets: &[(u16, &[u8])]) -> (Vec<String>, Vec<(String, String)>, u64, u64) {
+    let mut gw = Gateway::new(t140llm_cfg());
+    for (i, (seq, payload)) in packets.iter().enumerate() {
+        let mut d = Vec::new();
+        let marker = payload.starts_with(b"MD:{");
+        rtp::write_packet(
+            &mut d,
+            marker,
+            96,
+            *seq,
+            u32::from(*seq) * 160,
+            0x55,
+            payload,
+        );
+        gw.handle_datagram(at(i as u64 * 10), addr(6000), &d);
+    }
+    gw.shutdown(at(1000));
+    let out = drain(&mut gw);
+    let joins: Vec<String> = out
+        .iter()
+        .filter(|e| e.kind == "session.join")
+        .map(|e| e.sender.clone())
+        .collect();
+    let s = gw.stats();
+    (joins, adds(&out), s.lost, s.lost_unattributed)
+}
+
+/// The participant id of [`mux_run`]'s stream, or of its named stream `/name`.
+fn mux_sender(name: &str) -> String {
+    format!("t140:00000055@127.0.0.1:6000{name}")
+}
+
 /// t140llm multiplexing puts every named stream on one SSRC and one sequence; the name of a
 /// packet lost beyond recovery went with it. With one named stream the loss can only be its
 /// own; with several, no one's text is marked (a guess would put U+FFFD into the wrong
@@ -1232,53 +1267,31 @@ fn a_batch_after_its_streams_timed_out_opens_them_again() {
 /// as): the loss is counted as unattributed.
 #[test]
 fn t140llm_multiplex_loss_is_marked_only_where_its_speaker_is_certain() {
-    let pkt = |seq: u16, payload: &[u8]| {
-        let mut d = Vec::new();
-        rtp::write_packet(&mut d, false, 96, seq, u32::from(seq) * 160, 0x55, payload);
-        d
-    };
-    let run = |packets: &[(u16, &[u8])]| {
-        let mut gw = Gateway::new(t140llm_cfg());
-        for (i, (seq, payload)) in packets.iter().enumerate() {
-            gw.handle_datagram(at(i as u64 * 10), addr(6000), &pkt(*seq, payload));
-        }
-        gw.shutdown(at(1000));
-        let out = drain(&mut gw);
-        let joins: Vec<String> = out
-            .iter()
-            .filter(|e| e.kind == "session.join")
-            .map(|e| e.sender.clone())
-            .collect();
-        (
-            joins,
-            adds(&out),
-            gw.stats().lost,
-            gw.stats().lost_unattributed,
-        )
-    };
-    let sender = |name: &str| format!("t140:00000055@127.0.0.1:6000{name}");
-
     // One named stream: seq 1 lost is alpha's.
-    let (joins, got, lost, unattributed) = run(&[(0, b"alpha\x1eHi "), (2, b"alpha\x1ethere.")]);
-    assert_eq!(joins, [sender("/alpha")]);
-    assert_eq!(got, [(sender("/alpha"), "Hi \u{FFFD}there.".to_owned())]);
+    let (joins, got, lost, unattributed) =
+        mux_run(&[(0, b"alpha\x1eHi "), (2, b"alpha\x1ethere.")]);
+    assert_eq!(joins, [mux_sender("/alpha")]);
+    assert_eq!(
+        got,
+        [(mux_sender("/alpha"), "Hi \u{FFFD}there.".to_owned())]
+    );
     assert_eq!((lost, unattributed), (1, 0));
 
     // Two named streams: seq 2 lost is alpha's or beta's.
-    let (joins, got, lost, unattributed) = run(&[
+    let (joins, got, lost, unattributed) = mux_run(&[
         (0, b"alpha\x1eHi "),
         (1, b"beta\x1eYo "),
         (3, b"beta\x1eB."),
         (4, b"alpha\x1eA."),
     ]);
-    assert_eq!(joins, [sender("/alpha"), sender("/beta")]);
+    assert_eq!(joins, [mux_sender("/alpha"), mux_sender("/beta")]);
     assert!(got.iter().all(|(_, t)| !t.contains('\u{FFFD}')), "{got:?}");
     assert_eq!((lost, unattributed), (1, 1));
 
     // Unnamed blocks (t140llm without multiplexing): the stream's own voice.
-    let (joins, got, lost, unattributed) = run(&[(0, b"Hi "), (2, b"there.")]);
-    assert_eq!(joins, [sender("")]);
-    assert_eq!(got, [(sender(""), "Hi \u{FFFD}there.".to_owned())]);
+    let (joins, got, lost, unattributed) = mux_run(&[(0, b"Hi "), (2, b"there.")]);
+    assert_eq!(joins, [mux_sender("")]);
+    assert_eq!(got, [(mux_sender(""), "Hi \u{FFFD}there.".to_owned())]);
     assert_eq!((lost, unattributed), (1, 0));
 }
 
@@ -1292,49 +1305,22 @@ fn t140llm_multiplex_loss_is_marked_only_where_its_speaker_is_certain() {
 /// (`lost_unattributed`), as it is when no empty packet came first.
 #[test]
 fn t140llm_multiplex_loss_after_an_empty_block_is_not_given_to_a_phantom_voice() {
-    let pkt = |seq: u16, payload: &[u8]| {
-        let mut d = Vec::new();
-        let marker = payload.starts_with(b"MD:{");
-        rtp::write_packet(&mut d, marker, 96, seq, u32::from(seq) * 160, 0x55, payload);
-        d
-    };
-    let run = |packets: &[(u16, &[u8])]| {
-        let mut gw = Gateway::new(t140llm_cfg());
-        for (i, (seq, payload)) in packets.iter().enumerate() {
-            gw.handle_datagram(at(i as u64 * 10), addr(6000), &pkt(*seq, payload));
-        }
-        gw.shutdown(at(1000));
-        let out = drain(&mut gw);
-        let joins: Vec<String> = out
-            .iter()
-            .filter(|e| e.kind == "session.join")
-            .map(|e| e.sender.clone())
-            .collect();
-        (
-            joins,
-            adds(&out),
-            gw.stats().lost,
-            gw.stats().lost_unattributed,
-        )
-    };
-    let sender = |name: &str| format!("t140:00000055@127.0.0.1:6000{name}");
-
     // One named stream and t140llm's metadata packet: seq 2 lost is alpha's.
-    let (joins, got, lost, unattributed) = run(&[
+    let (joins, got, lost, unattributed) = mux_run(&[
         (0, b"alpha\x1eHi "),
         (1, b"MD:{\"type\":\"metadata\"}"),
         (3, b"alpha\x1ethere."),
     ]);
     assert_eq!(
         got,
-        [(sender("/alpha"), "Hi \u{FFFD}there.".to_owned())],
+        [(mux_sender("/alpha"), "Hi \u{FFFD}there.".to_owned())],
         "one named stream"
     );
-    assert_eq!(joins, [sender("/alpha")]);
+    assert_eq!(joins, [mux_sender("/alpha")]);
     assert_eq!((lost, unattributed), (1, 0));
 
     // Two named streams and the idle period's empty block: seq 4 lost is alpha's or beta's.
-    let (joins, got, lost, unattributed) = run(&[
+    let (joins, got, lost, unattributed) = mux_run(&[
         (0, b"alpha\x1eHi "),
         (1, b"beta\x1eYo "),
         (2, b""),
@@ -1345,6 +1331,6 @@ fn t140llm_multiplex_loss_after_an_empty_block_is_not_given_to_a_phantom_voice()
         got.iter().all(|(_, t)| !t.contains('\u{FFFD}')),
         "two named streams: {got:?}"
     );
-    assert_eq!(joins, [sender("/alpha"), sender("/beta")]);
+    assert_eq!(joins, [mux_sender("/alpha"), mux_sender("/beta")]);
     assert_eq!((lost, unattributed), (1, 1));
 }
