@@ -49,7 +49,8 @@ pub struct DecodeStats {
     pub backspace_unmatched: u64,
     /// C0/C1 controls dropped (BEL, HT, DEL, ...).
     pub controls_dropped: u64,
-    /// Escape sequences (ESC x, CSI ... final, SOS/DCS/OSC ... ST) skipped.
+    /// Escape sequences (ESC [intermediates] final, CSI ... final, SOS/DCS/OSC/PM/APC ... ST
+    /// or BEL) skipped.
     pub sequences_skipped: u64,
 }
 
@@ -80,6 +81,9 @@ enum Ctl {
     AfterCr,
     /// Just saw ESC.
     Esc,
+    /// After ESC and intermediate bytes (02/00..02/15), awaiting the final byte (ECMA-35
+    /// 13.2: `ESC ( B`, `ESC # 8`, `ESC SP F`).
+    EscInter,
     /// Inside a control sequence (ESC [ or U+009B). Unbounded in length (a 24-bit colour SGR
     /// for foreground and background has 33 parameter bytes) yet in no state but this: every
     /// byte is swallowed until the final byte, and a byte no sequence can hold ends it.
@@ -213,13 +217,23 @@ impl Decoder {
     /// One decoded character through the T.140 control interpretation.
     fn char<S: TextSink + ?Sized>(&mut self, c: char, sink: &mut S, counts: &mut DecodeStats) {
         match self.ctl {
-            Ctl::Esc => {
+            Ctl::Esc | Ctl::EscInter => {
+                let first = self.ctl == Ctl::Esc;
                 self.ctl = match c {
-                    '[' => Ctl::Csi,
-                    'X' | 'P' | ']' | '^' | '_' => Ctl::Str(0),
-                    _ => {
+                    '[' if first => Ctl::Csi,
+                    'X' | 'P' | ']' | '^' | '_' if first => Ctl::Str(0),
+                    '\u{20}'..='\u{2f}' => Ctl::EscInter,
+                    '\u{30}'..='\u{7e}' => {
                         count(&mut counts.sequences_skipped);
                         Ctl::Normal
+                    }
+                    // No escape sequence holds a control, DEL or a non-ASCII character: the
+                    // sequence is abandoned and the character read as what it is (a stray
+                    // ESC before a backspace still erases).
+                    _ => {
+                        count(&mut counts.sequences_skipped);
+                        self.ctl = Ctl::Normal;
+                        return self.char(c, sink, counts);
                     }
                 };
                 return;
@@ -243,7 +257,10 @@ impl Decoder {
             }
             Ctl::Str(n) | Ctl::StrEsc(n) => {
                 let was_esc = matches!(self.ctl, Ctl::StrEsc(_));
-                self.ctl = if c == '\u{9c}' || (was_esc && c == '\\') || n >= MAX_STRING {
+                // ST ends a string; so does BEL, which no command string may hold (ECMA-48
+                // 5.6) and which xterm-style senders end an OSC title with.
+                let end = c == '\u{9c}' || c == '\u{7}' || (was_esc && c == '\\');
+                self.ctl = if end || n >= MAX_STRING {
                     count(&mut counts.sequences_skipped);
                     Ctl::Normal
                 } else if c == '\u{1b}' {
@@ -407,5 +424,47 @@ mod tests {
         // A byte no sequence holds still ends one early, and is read afresh.
         let (s, _) = decode(&[b"a\x1b[38;2\nb"]);
         assert_eq!(s, "a\nb");
+    }
+
+    /// An escape sequence with intermediate bytes (ECMA-35 13.2 / ECMA-48 5.3: `ESC`, any
+    /// number of intermediates 02/00..02/15, then one final byte 03/00..07/14), such as
+    /// `ESC ( B` (designate ASCII as G0, common in text that passed through a terminal),
+    /// `ESC # 8` or `ESC SP F` (S7C1T), is one sequence. The decoder takes `ESC` plus one
+    /// character as the whole sequence, so the final byte leaks into the transcript as text
+    /// ("aBb"), against the README's promise that escape sequences are skipped.
+    #[test]
+    fn an_escape_sequence_with_intermediate_bytes_leaves_no_debris() {
+        assert_eq!(decode(&[b"a\x1b(Bb"]).0, "ab");
+        assert_eq!(decode(&[b"a\x1b#8b"]).0, "ab");
+        assert_eq!(decode(&[b"a\x1b F", b"b"]).0, "ab");
+    }
+
+    /// An OSC string ended by BEL (`ESC ] 0 ; title BEL`, how xterm-style senders set a
+    /// title): ECMA-48 5.6 allows only 00/08..00/13 and 02/00..07/14 in a command string, so
+    /// BEL cannot be part of it; it ends the string (as xterm reads it) or at least abandons it.
+    /// The decoder keeps swallowing every character after it as part of the string, up to 256
+    /// of them: the speaker's next sentence vanishes from the transcript.
+    #[test]
+    fn an_osc_string_ended_by_bel_does_not_swallow_the_text_after_it() {
+        assert_eq!(
+            decode(&[b"\x1b]0;my title\x07Hello world, how are you?"]).0,
+            "Hello world, how are you?"
+        );
+    }
+
+    /// Only 02/00..07/14 can follow ESC in an escape sequence (ECMA-35 13.2, ECMA-48 5.3); a
+    /// C0 control there is executed, not swallowed (the DEC/ECMA-48 parser's "execute" in its
+    /// escape state), and a character outside the range is no sequence at all. The decoder
+    /// takes whatever comes after ESC as the sequence's final byte: a backspace after a stray
+    /// ESC no longer erases ("ab" stays, the speaker erased the "b"), and a letter such as
+    /// "é" vanishes from the transcript. Its own CSI state reads such a byte afresh
+    /// ("A byte no sequence holds still ends one early"): the ESC state does not.
+    #[test]
+    fn a_byte_no_escape_sequence_holds_is_not_swallowed_after_esc() {
+        assert_eq!(decode(&["ab\x1b\x08".as_bytes()]).0, "a");
+        assert_eq!(
+            decode(&["a\x1b\u{e9}t\u{e9}".as_bytes()]).0,
+            "a\u{e9}t\u{e9}"
+        );
     }
 }
