@@ -539,6 +539,7 @@ impl Emitter {
 struct Voices<'a> {
     speakers: &'a mut crate::stream::Speakers,
     own: &'a mut u8,
+    unplaced: &'a mut u16,
     key: &'a StreamKey,
     created: &'a Time,
     format: RedFormat,
@@ -553,6 +554,7 @@ impl<'a> Voices<'a> {
             register,
             speakers,
             own,
+            unplaced,
             key,
             created,
             format,
@@ -561,6 +563,7 @@ impl<'a> Voices<'a> {
         let voices = Voices {
             speakers,
             own,
+            unplaced,
             key,
             created,
             format: *format,
@@ -612,10 +615,31 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
             _ => v.speaker(VoiceRef::Ssrc, now),
         },
     };
+    // A mixer's packet placed by timestamp also accounts for the stream's earlier unplaced
+    // losses (constant-folded away where `piece` is known to be text).
+    let placed = matches!(piece, Piece::Packet { .. });
+    if let Piece::Packet {
+        ts,
+        red,
+        payload,
+        gap,
+    } = piece
+    {
+        let gap = gap.saturating_add(usize::from(*v.unplaced));
+        piece = Piece::Packet {
+            ts,
+            red,
+            payload,
+            gap,
+        };
+    }
     let sp = &mut v.speakers.as_mut_slice()[idx];
     // The chunks cut are one speaker's: the last speaker's were all taken.
     debug_assert!(emit.said.cuts.is_empty());
     sp.feed(now, piece, v.format, &mut emit.said);
+    if placed {
+        *v.unplaced = u16::try_from(emit.said.unplaced).unwrap_or(u16::MAX);
+    }
     emit.after_text(now, v.key, v.created, sp);
 }
 
@@ -978,6 +1002,7 @@ impl Gateway {
             register,
             speakers,
             own,
+            unplaced,
             key,
             created,
             format,
@@ -991,6 +1016,7 @@ impl Gateway {
         let mut voices = Voices {
             speakers,
             own,
+            unplaced,
             key,
             created,
             format: *format,

@@ -137,6 +137,9 @@ pub struct Output {
     /// Blocks recovered, and losses marked, by timestamp placement (mixer streams).
     pub recovered: u64,
     pub lost: u64,
+    /// A mixer stream's lost packets not yet placed, after the last packet placed by
+    /// timestamp: the caller keeps them with the stream for its next speaker to account for.
+    pub unplaced: usize,
 }
 
 impl Output {
@@ -146,6 +149,7 @@ impl Output {
             decode: DecodeStats::default(),
             recovered: 0,
             lost: 0,
+            unplaced: 0,
         }
     }
 }
@@ -289,10 +293,13 @@ impl Speaker {
     /// its timestamp (packet timestamp minus offset) against what this speaker already
     /// delivered: newer is recovered text, older or equal is a repeat.
     ///
-    /// Loss marks: the mixer's sequence gap (`gap`) does not say whose packets were lost. With
-    /// redundancy, this speaker's own losses show up as new generations; when every non-empty
-    /// generation is new, older text may be missing too, and one U+FFFD marks it. Without
-    /// redundancy nothing tells, so the gap is marked here.
+    /// Loss marks: the mixer's sequence gap does not say whose packets were lost. `gap` is the
+    /// stream's lost packets not yet accounted for (this packet's gap, and those earlier
+    /// speakers' packets did not account for). With redundancy, this speaker's own losses show
+    /// up as new generations, each one lost packet accounted for; when every non-empty
+    /// generation is new and lost packets remain, this speaker's older text may be missing
+    /// too, and one U+FFFD marks it. What remains unaccounted is left in `out.unplaced` for
+    /// the stream's next speaker. Without redundancy nothing tells, so the gap is marked here.
     #[allow(clippy::too_many_arguments)]
     #[inline(never)]
     fn place_by_ts(
@@ -318,11 +325,18 @@ impl Speaker {
                 .redundant_blocks()
                 .filter(|b| held(b) && newer(ts.wrapping_sub(u32::from(b.ts_offset)), self.last_ts))
                 .count();
-            if started && gap > 0 && gens > 0 && fresh == gens {
+            let mut left = if started {
+                gap.saturating_sub(fresh)
+            } else {
+                gap
+            };
+            if started && left > 0 && gens > 0 && fresh == gens {
                 out.lost += 1;
                 self.decoder.mark_loss(sink);
                 self.last_text = now;
+                left -= 1;
             }
+            out.unplaced = left;
             for b in p.redundant_blocks().filter(held) {
                 let orig = ts.wrapping_sub(u32::from(b.ts_offset));
                 if !newer(orig, self.last_ts) {
@@ -342,6 +356,7 @@ impl Speaker {
                 self.decoder.mark_loss(sink);
                 self.last_text = now;
             }
+            out.unplaced = 0;
             payload
         };
         if newer(ts, self.last_ts) {

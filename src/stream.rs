@@ -213,6 +213,9 @@ pub struct Stream {
     /// [`NO_SPEAKER`]: the common packet finds its speaker without reading a voice, which sits
     /// in the speaker's cold part.
     pub own: u8,
+    /// A mixer stream's lost packets no speaker has accounted for yet (RFC 9071 placement by
+    /// timestamp, [`crate::speaker::Output::unplaced`]).
+    pub unplaced: u16,
     pub register: Register,
     /// In creation order; index is the register tag.
     /// The first speaker lives inline: one stream is one block of memory on the packet path.
@@ -241,6 +244,7 @@ impl Stream {
             created: now,
             last_packet: now,
             own: NO_SPEAKER,
+            unplaced: 0,
             packets: 0,
             register: Register::with_sender(format, assume_start),
             format,

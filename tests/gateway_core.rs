@@ -1334,3 +1334,82 @@ fn t140llm_multiplex_loss_after_an_empty_block_is_not_given_to_a_phantom_voice()
     assert_eq!(joins, [mux_sender("/alpha"), mux_sender("/beta")]);
     assert_eq!((lost, unattributed), (1, 1));
 }
+
+/// RFC 9071 mixer, RFC 4103 5.3: speaker A loses three packets in a row ("one ", "two ",
+/// "three "); the mixer's next packet that arrives is speaker B's, then A's next packet, whose
+/// two generations recover "two " and "three ". "one " is lost beyond recovery and must be
+/// marked with U+FFFD in A's transcript: by the speaker's own rule (src/speaker.rs,
+/// `place_by_ts`), every non-empty generation being new means older text may be missing. But
+/// the mixer's sequence gap is handed only to the packet right after it, B's, whose empty
+/// redundancy says nothing; A's packet arrives with a gap of 0 and marks nothing. A's lost
+/// text disappears without a trace, where the same loss with B's packet also lost is marked.
+#[test]
+fn a_mixer_speakers_loss_is_marked_even_when_another_speakers_packet_follows_the_gap() {
+    let mut gw = Gateway::new(Config::default());
+    let red = |gens: &[(u16, &str)], p: &str| {
+        let g: Vec<(u16, &[u8])> = gens.iter().map(|(o, t)| (*o, t.as_bytes())).collect();
+        let mut out = Vec::new();
+        red::write_payload(&mut out, 98, &g, p.as_bytes());
+        out
+    };
+    let a1 = with_csrc(1, 1000, 9, 1, 100, &red(&[(0, ""), (0, "")], "Alpha "));
+    // 2 ("one "), 3 ("two ") and 4 ("three "), all A's, are lost.
+    let b5 = with_csrc(5, 2000, 9, 2, 100, &red(&[(0, ""), (0, "")], "Bravo. "));
+    let a6 = with_csrc(
+        6,
+        2200,
+        9,
+        1,
+        100,
+        &red(&[(600, "two "), (300, "three ")], "four. "),
+    );
+    gw.handle_datagram(at(0), addr(5000), &a1);
+    gw.handle_datagram(at(1000), addr(5000), &b5);
+    gw.handle_datagram(at(1200), addr(5000), &a6);
+    gw.handle_timeout(at(3000));
+    gw.shutdown(at(4000));
+    let got = adds(&drain(&mut gw));
+    let a = "t140:00000009@127.0.0.1:5000/csrc:00000001";
+    let a_text: String = got
+        .iter()
+        .filter(|(s, _)| s == a)
+        .map(|(_, t)| t.as_str())
+        .collect();
+    assert_eq!(a_text, "Alpha \u{fffd}two three four.");
+}
+
+/// RFC 4103 5.3 marks text lost beyond recovery, and only that. An RFC 9071 mixer stream loses
+/// two packets in a row (2 and 3), both speaker A's; A's next packet (4) carries both as its
+/// two redundant generations, each newer than anything A delivered. Two packets were lost and
+/// two of A's own packets are recovered, so every lost packet is accounted for and no text is
+/// missing. The gateway still writes a U+FFFD in A's transcript (`place_by_ts` marks whenever
+/// every generation is new and the mixer's sequence had a gap, without comparing the two), in
+/// the middle of a sentence that arrived whole.
+#[test]
+fn a_mixer_gap_fully_recovered_by_the_speakers_redundancy_is_not_marked() {
+    let mut gw = Gateway::new(Config::default());
+    let red = |gens: &[(u16, &str)], p: &str| {
+        let g: Vec<(u16, &[u8])> = gens.iter().map(|(o, t)| (*o, t.as_bytes())).collect();
+        let mut out = Vec::new();
+        red::write_payload(&mut out, 98, &g, p.as_bytes());
+        out
+    };
+    let a1 = with_csrc(1, 1000, 9, 1, 100, &red(&[(0, ""), (0, "")], "Alpha "));
+    // 2 ("one ", ts 1300) and 3 ("two ", ts 1600) are lost; 4 carries both.
+    let a4 = with_csrc(
+        4,
+        1900,
+        9,
+        1,
+        100,
+        &red(&[(600, "one "), (300, "two ")], "three. "),
+    );
+    gw.handle_datagram(at(0), addr(5000), &a1);
+    gw.handle_datagram(at(900), addr(5000), &a4);
+    gw.handle_timeout(at(3000));
+    gw.shutdown(at(4000));
+    let got = adds(&drain(&mut gw));
+    let text: String = got.iter().map(|(_, t)| t.as_str()).collect();
+    assert_eq!(text, "Alpha one two three.");
+    assert_eq!(gw.stats().lost, 0);
+}
