@@ -678,9 +678,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
                         timeout: Duration::from_secs(args.gate_timeout_s),
                     }),
                 });
-                for e in resend {
-                    ws.resend(e);
-                }
+                ws.resend(resend);
                 raise_fd_limit(cfg.max_streams as u64);
                 Some(ws)
             }

@@ -25,6 +25,10 @@ enum Answer {
     /// Closes the connection (the server goes down).
     Close,
     Send(Value),
+    /// Sends these, in order.
+    SendAll(Vec<Value>),
+    /// Sends this after a pause (an approver taking a moment to decide).
+    Later(Duration, Value),
 }
 
 /// A WebSocket server on `listener` that records every text frame. The handshake of the
@@ -68,6 +72,18 @@ fn serve_answering(
                             return;
                         }
                         Answer::Send(v) => {
+                            let text = tokio_tungstenite::tungstenite::Message::text(v.to_string());
+                            let _ = ws.send(text).await;
+                        }
+                        Answer::SendAll(all) => {
+                            for v in all {
+                                let text =
+                                    tokio_tungstenite::tungstenite::Message::text(v.to_string());
+                                let _ = ws.send(text).await;
+                            }
+                        }
+                        Answer::Later(pause, v) => {
+                            tokio::time::sleep(pause).await;
                             let text = tokio_tungstenite::tungstenite::Message::text(v.to_string());
                             let _ = ws.send(text).await;
                         }
@@ -346,4 +362,375 @@ async fn what_is_still_queued_when_the_grace_ends_counts_as_dropped() {
     ws.send(talk.leave(p));
     let stats = ws.close(Duration::from_millis(300)).await;
     assert_eq!((stats.sent, stats.dropped), (0, 3), "{stats:?}");
+}
+
+/// A server's answer to a `gate.request`: a `gate.reject` or `gate.approve` of it.
+fn gate_reply(gate: &Value, kind: &str) -> Answer {
+    Answer::Send(gate_answer(gate, kind, "01JQAAAAAAAAAAAAAAAAAAAAAB"))
+}
+
+/// A `gate.approve` or `gate.reject` of `gate` from the approver "approver-1", with this id.
+fn gate_answer(gate: &Value, kind: &str, id: &str) -> Value {
+    json!({
+        "v": 1, "id": id,
+        "ts": "2026-11-25T00:00:00.000Z", "session": "s",
+        "sender": "approver-1", "type": kind,
+        "ref": gate, "payload": {"gate": gate, "approver": "approver-1",
+            "rejector": "approver-1", "reason": "no"},
+    })
+}
+
+/// What a restart on `dir`'s journal would send, as "type content".
+fn resent(dir: &std::path::Path) -> Vec<String> {
+    let (_spool, resend) = Spool::open(dir, Default::default()).unwrap();
+    resend
+        .iter()
+        .map(|e| {
+            let m = e.to_message();
+            let about = m.payload["content"]
+                .as_str()
+                .or(m.payload["key"].as_str())
+                .unwrap_or("");
+            format!("{} {about}", m.kind)
+        })
+        .collect()
+}
+
+/// `--gate-transcripts` with `--spool`, stopped with SIGTERM while a chunk still awaits
+/// approval: the README says that chunk is dropped ("or when the gateway stops, a pending chunk
+/// is dropped"), it is logged and counted as refused (`gated_chunks_refused_total`), and the
+/// participant's leave goes out after it. But the connection's shutdown path drops it without
+/// marking it in the journal (unlike a reject or a timeout, `settle`), so the journal keeps it
+/// as undelivered and the next start resends it: the participant, which had left, joins again
+/// and asks for approval of text from before its leave, and the text counted as refused may
+/// yet be added. A user expects a chunk given up on (and counted so) not to be resent: "Envelopes
+/// the sink gives up on ... are marked in the journal as well, and not resent on the next start".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_dropped_unapproved_at_shutdown_is_not_resent_after_a_restart() {
+    let dir =
+        std::env::temp_dir().join(format!("pvp-t140-review-gate-stop-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    // Nobody approves anything.
+    let log = serve(listener, &[], Duration::ZERO);
+    let (spool, _) = Spool::open(&dir, Default::default()).unwrap();
+    let spool = Arc::new(spool);
+    let mut cfg = config(url, 64, Some(spool.clone()));
+    cfg.gate = Some(pvp_t140::sink::gate::GateConfig {
+        quorum: 1,
+        timeout: Duration::from_secs(60),
+    });
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000beef@127.0.0.1:40010";
+    ws.send(talk.join(p));
+    ws.send(talk.add(p, "Still awaiting approval at the stop."));
+    wait_for(&log, "the gate request", |l| {
+        l.lock()
+            .unwrap()
+            .iter()
+            .any(|(_, v)| v["type"] == "gate.request")
+    })
+    .await;
+    // The gateway stops: the stream's leave, then the sink closes.
+    ws.send(talk.leave(p));
+    ws.close(Duration::from_secs(5)).await;
+    assert_eq!(
+        said(&log, p),
+        ["join", "leave"],
+        "the chunk was dropped, the leave sent"
+    );
+    spool.flush();
+    drop(spool);
+    let again = resent(&dir);
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(
+        again.is_empty(),
+        "the chunk dropped (and counted refused) at the stop is resent by the next start: {again:?}"
+    );
+}
+
+/// `--gate-transcripts` with `--spool`: a chunk is rejected, then the speaker backspaces into
+/// it, so the core sends a `context.update` of its key. The gate drops the correction with its
+/// chunk (as the README says), but only counts it: it is never marked in the journal, so the
+/// next start resends it: the participant, long gone, rejoins and sends a `context.update` of
+/// an item that was never added (the server answers with an error), then leaves again. A user
+/// expects nothing of a rejected chunk, its corrections included, to reach the session, then or
+/// after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_correction_of_a_rejected_chunk_is_not_resent_after_a_restart() {
+    let dir =
+        std::env::temp_dir().join(format!("pvp-t140-review-gate-corr-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let log = serve_answering(listener, &[], Duration::ZERO, |_, v| {
+        if v["type"] == "gate.request" {
+            gate_reply(&v["id"], "gate.reject")
+        } else {
+            Answer::Nothing
+        }
+    });
+    let (spool, _) = Spool::open(&dir, Default::default()).unwrap();
+    let spool = Arc::new(spool);
+    let mut cfg = config(url, 64, Some(spool.clone()));
+    cfg.gate = Some(pvp_t140::sink::gate::GateConfig {
+        quorum: 1,
+        timeout: Duration::from_secs(60),
+    });
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000c0de@127.0.0.1:40012";
+    ws.send(talk.join(p));
+    // `Talk::add` keys the item "k-<text>".
+    let add = talk.add(p, "Rejected.");
+    let add_id = add.id().to_string();
+    ws.send(add);
+    // The reject is applied: the chunk is marked in the journal as given up.
+    let journal = dir.join("journal.ndjson");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        spool.flush();
+        let text = std::fs::read_to_string(&journal).unwrap_or_default();
+        if text.contains(&format!("{{\"done\":\"{add_id}\"}}")) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the reject never applied: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Then the speaker backspaces into the sentence already cut.
+    ws.send(talk.env(
+        p,
+        Kind::ContextUpdate,
+        json!({"key": "k-Rejected.", "new_content": "Rejected", "reason": "backspace"}),
+    ));
+    ws.send(talk.leave(p));
+    wait_for(&log, "the leave", |l| {
+        said(l, p).last().is_some_and(|s| s == "leave")
+    })
+    .await;
+    ws.close(Duration::from_secs(5)).await;
+    let updates = log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, v)| v["type"] == "context.update")
+        .count();
+    assert_eq!(
+        (said(&log, p), updates),
+        (vec!["join".to_owned(), "leave".to_owned()], 0)
+    );
+    spool.flush();
+    drop(spool);
+    let again = resent(&dir);
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(
+        again.is_empty(),
+        "the correction of the rejected chunk is resent by the next start: {again:?}"
+    );
+}
+
+/// `--spool` after a long outage: a participant's connection queue (4,096, as `main.rs` sets
+/// it) held the most the sink keeps for it, all journaled and undelivered, when the gateway was
+/// killed. The restart's resend is that plus the rejoin before and the leave after
+/// (`resend_plan`), 4,098 envelopes, pushed into a fresh queue of the same 4,096 before its
+/// connection can take any (here the server is still down at the restart, as after an outage):
+/// the last sentence and the leave are refused as
+/// "queue full" and marked done in the journal. The README promises the restart "resends ...
+/// what it had journaled and not written — each participant rejoins first and leaves after";
+/// the user loses the newest text the journal held, and the participant never says leave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_resends_everything_a_full_participant_queue_held() {
+    const QUEUE: usize = 4096;
+    let dir =
+        std::env::temp_dir().join(format!("pvp-t140-review-spool-full-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("ws://127.0.0.1:{port}");
+    let mut talk = Talk::new();
+    let p = "t140:0000f00d@127.0.0.1:40014";
+    // The journal of the killed gateway: the join delivered before the server went down, then
+    // a full queue's worth of sentences journaled and never written.
+    {
+        let (spool, _) = Spool::open(&dir, Default::default()).unwrap();
+        let j = talk.join(p);
+        spool.added(&j);
+        spool.done(j.id());
+        for i in 0..QUEUE {
+            spool.added(&talk.add(p, &format!("Said during the outage, {i}.")));
+        }
+    }
+    // The restart, as main.rs does it: the resend goes into the sink before anything else.
+    let (spool, resend) = Spool::open(&dir, Default::default()).unwrap();
+    assert_eq!(resend.len(), QUEUE + 2, "rejoin, the sentences, leave");
+    let spool = Arc::new(spool);
+    let mut ws = WsSink::new(config(url, QUEUE, Some(spool.clone())));
+    ws.resend(resend);
+    // The server is back.
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let log = serve(listener, &[], Duration::ZERO);
+    let stats = ws.close(Duration::from_secs(20)).await;
+    wait_for(&log, "every frame written", |l| {
+        said(l, p).len() as u64 >= stats.sent
+    })
+    .await;
+    let got = said(&log, p);
+    let sentences = got.iter().filter(|s| s.starts_with("Said")).count();
+    drop(spool);
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(
+        (sentences, got.last().map(String::as_str), stats.dropped),
+        (QUEUE, Some("leave"), 0),
+        "after the restart: {sentences} sentences of {QUEUE}, then {:?}; {stats:?}",
+        &got[got.len().saturating_sub(2)..]
+    );
+}
+
+/// A server that accepts every connection and closes it at once (one restarting behind a
+/// proxy, one shedding load, one that closes on the join it will not take): the README
+/// promises reconnects "with exponential backoff (the backoff doubles from 100 ms to 10 s;
+/// each wait is half of it plus a random part ...)". But the backoff is reset to 100 ms as soon
+/// as a handshake succeeds, and a connection the server closes is made again at once, with no
+/// wait at all: each participant reconnects as fast as the handshakes go (a TCP connect, a
+/// handshake, a rejoin, an info log line, each time), thousands of participants in a hot loop
+/// against a server that is struggling. Six connections need at least five waits of 50 ms (the
+/// least any backoff here allows, even one reset every time); here they come within a few ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_closes_every_connection_is_not_reconnected_in_a_hot_loop() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let log = serve_answering(listener, &[], Duration::ZERO, |_, v| {
+        if v["type"] == "session.join" {
+            Answer::Close
+        } else {
+            Answer::Nothing
+        }
+    });
+    let mut ws = WsSink::new(config(url, 64, None));
+    let mut talk = Talk::new();
+    let p = "t140:0000d00d@127.0.0.1:40016";
+    let start = tokio::time::Instant::now();
+    ws.send(talk.join(p));
+    ws.send(talk.add(p, "Hello."));
+    let joins = |l: &Log| {
+        l.lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, v)| v["type"] == "session.join")
+            .count()
+    };
+    wait_for(&log, "six connections", |l| joins(l) >= 6).await;
+    let took = start.elapsed();
+    let so_far = joins(&log);
+    ws.close(Duration::from_millis(100)).await;
+    assert!(
+        took >= Duration::from_millis(250),
+        "six connections (five reconnects) within {took:?}; {so_far} joins by then"
+    );
+}
+
+/// `--gate-transcripts`: a speaker's last sentence is still held for approval when its stream
+/// ends (the sender's RTCP BYE, which `pvp-t140 send` sends as its input ends, or
+/// `--stream-timeout-s`): the core hands over the chunk and the leave together. The README
+/// says "anything else the participant sends (its leave) waits behind pending chunks", and a
+/// chunk is dropped only when rejected, timed out (`--gate-timeout-s` plus 5 s) or when the
+/// gateway stops. But the sink drops the participant's queue on its leave, and the connection
+/// takes the closed queue for the gateway stopping: the chunk is dropped at once ("stopping
+/// with a chunk still awaiting approval"), counted refused, and the leave goes out; the
+/// approval that comes a moment later finds nothing. Every speaker that ends its stream right
+/// after speaking loses its last sentences; a user expects them added once approved, then the
+/// leave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_awaiting_approval_when_its_participant_leaves_is_added_once_approved() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    // The approver approves every request, after a moment.
+    let log = serve_answering(listener, &[], Duration::ZERO, |_, v| {
+        if v["type"] != "gate.request" {
+            return Answer::Nothing;
+        }
+        Answer::Later(
+            Duration::from_millis(300),
+            gate_answer(&v["id"], "gate.approve", "01JQAAAAAAAAAAAAAAAAAAAAAC"),
+        )
+    });
+    let mut cfg = config(url, 64, None);
+    cfg.gate = Some(pvp_t140::sink::gate::GateConfig {
+        quorum: 1,
+        timeout: Duration::from_secs(60),
+    });
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000b1e5@127.0.0.1:40018";
+    ws.send(talk.join(p));
+    // The last sentence and the stream's end, as the core hands them over after a BYE.
+    ws.send(talk.add(p, "My last sentence."));
+    ws.send(talk.leave(p));
+    wait_for(&log, "the leave", |l| {
+        said(l, p).last().is_some_and(|s| s == "leave")
+    })
+    .await;
+    let stats = ws.close(Duration::from_secs(5)).await;
+    assert_eq!(
+        said(&log, p),
+        ["join", "My last sentence.", "leave"],
+        "the approved chunk before the leave; {stats:?}"
+    );
+}
+
+/// `--gate-quorum 2`: pvp-spec 14.2's `{type: "any", count: N}` is "any N participants with
+/// approve capability", and the README's request says so (`"quorum": {"type": "any", "count":
+/// --gate-quorum}`). But the gate counts `gate.approve` messages, not approvers: one approver
+/// approving twice (a double click, or approving again the same request the gateway offers
+/// anew after a reconnect, which README says it does) meets a quorum of two, and the chunk is
+/// added with one person's consent. A user who asked for two approvers expects the chunk to
+/// wait for a second one. (A `heartbeat.ping` after the approvals tells when the connection
+/// has read them: its pong comes after anything they released.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_approver_approving_twice_does_not_meet_a_quorum_of_two() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let log = serve_answering(listener, &[], Duration::ZERO, |_, v| {
+        if v["type"] != "gate.request" {
+            return Answer::Nothing;
+        }
+        let gate = &v["id"];
+        Answer::SendAll(vec![
+            gate_answer(gate, "gate.approve", "01JQAAAAAAAAAAAAAAAAAAAAAD"),
+            gate_answer(gate, "gate.approve", "01JQAAAAAAAAAAAAAAAAAAAAAE"),
+            json!({"v": 1, "id": "01JQAAAAAAAAAAAAAAAAAAAAAF",
+                "ts": "2026-11-25T00:00:00.000Z", "session": "s",
+                "sender": "server", "type": "heartbeat.ping", "payload": {}}),
+        ])
+    });
+    let mut cfg = config(url, 64, None);
+    cfg.gate = Some(pvp_t140::sink::gate::GateConfig {
+        quorum: 2,
+        timeout: Duration::from_secs(60),
+    });
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000a221@127.0.0.1:40020";
+    ws.send(talk.join(p));
+    ws.send(talk.add(p, "Needs two approvers."));
+    wait_for(&log, "the pong after the approvals", |l| {
+        l.lock()
+            .unwrap()
+            .iter()
+            .any(|(_, v)| v["type"] == "heartbeat.pong")
+    })
+    .await;
+    let got = said(&log, p);
+    ws.close(Duration::from_millis(100)).await;
+    assert_eq!(got, ["join"], "added with one approver's two approvals");
 }

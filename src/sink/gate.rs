@@ -38,7 +38,9 @@ enum Held {
         add: Envelope,
         /// The held chunk's context key: its corrections are dropped with it.
         key: Option<String>,
-        approvals: u32,
+        /// Who approved so far: the quorum counts participants (pvp-spec 14.2), so one
+        /// approver approving twice (a re-offered request after a reconnect) counts once.
+        approvers: Vec<String>,
         verdict: Option<Verdict>,
         deadline: Instant,
     },
@@ -71,6 +73,10 @@ pub struct Gates {
     /// approved and corrections of them. The connection counts them as settled, so that what
     /// is left unsettled at shutdown is what was lost.
     gone: u64,
+    /// Of those, the corrections of refused chunks, by id: the connection marks them done in
+    /// the spool (the refused chunks themselves it is handed by [`Gates::release`]), so that a
+    /// restart does not resend a `context.update` for an item never added.
+    dropped_corrections: Vec<ulid::Ulid>,
 }
 
 impl Gates {
@@ -81,6 +87,7 @@ impl Gates {
             refused_keys: HashSet::new(),
             stats: GateStats::default(),
             gone: 0,
+            dropped_corrections: Vec::new(),
         }
     }
 
@@ -119,7 +126,7 @@ impl Gates {
                 request: request.clone(),
                 key: m.payload["key"].as_str().map(str::to_owned),
                 add: e,
-                approvals: 0,
+                approvers: Vec::new(),
                 verdict: None,
                 deadline: now + self.cfg.timeout + GRACE,
             });
@@ -137,13 +144,13 @@ impl Gates {
         let Some(gate) = env.payload["gate"].as_str() else {
             return;
         };
-        let Some((approvals, verdict)) = self.held.iter_mut().find_map(|h| match h {
+        let Some((approvers, verdict)) = self.held.iter_mut().find_map(|h| match h {
             Held::Gate {
                 id,
-                approvals,
+                approvers,
                 verdict,
                 ..
-            } if id == gate => Some((approvals, verdict)),
+            } if id == gate => Some((approvers, verdict)),
             _ => None,
         }) else {
             return;
@@ -153,8 +160,11 @@ impl Gates {
         }
         match env.kind.as_str() {
             "gate.approve" => {
-                *approvals += 1;
-                if *approvals >= self.cfg.quorum {
+                let who = env.payload["approver"].as_str().unwrap_or(&env.sender);
+                if !approvers.iter().any(|a| a == who) {
+                    approvers.push(who.to_owned());
+                }
+                if approvers.len() >= self.cfg.quorum as usize {
                     *verdict = Some(Verdict::Approved);
                 }
             }
@@ -223,8 +233,17 @@ impl Gates {
             && e.to_message().payload["key"]
                 .as_str()
                 .is_some_and(|k| self.refused_keys.contains(k));
-        self.gone += u64::from(refused);
-        (!refused).then_some(e)
+        if refused {
+            self.gone += 1;
+            self.dropped_corrections.push(e.id());
+            return None;
+        }
+        Some(e)
+    }
+
+    /// The corrections dropped since the last call (counted in [`Gates::take_gone`] too).
+    pub fn take_dropped_corrections(&mut self) -> Vec<ulid::Ulid> {
+        std::mem::take(&mut self.dropped_corrections)
     }
 
     /// How many envelopes from the core were dropped since the last call.

@@ -75,6 +75,9 @@ pub struct WsSink {
     /// the shutdown's grace ends was lost, and is counted as dropped.
     accepted: u64,
     settled: Arc<AtomicU64>,
+    /// Set when the sink closes: a connection whose participant has left but whose chunks
+    /// still await approval stops waiting for the decisions then.
+    stop: tokio::sync::watch::Sender<bool>,
 }
 
 impl WsSink {
@@ -89,6 +92,7 @@ impl WsSink {
             presence: Default::default(),
             accepted: 0,
             settled: Arc::new(AtomicU64::new(0)),
+            stop: tokio::sync::watch::channel(false).0,
         }
     }
 
@@ -106,15 +110,30 @@ impl WsSink {
         self.enqueue(e);
     }
 
-    /// Sends an envelope the spool already holds (the resend after a restart).
-    pub fn resend(&mut self, e: Envelope) {
-        self.enqueue(e);
+    /// Sends the envelopes the spool already holds (the resend after a restart), oldest first.
+    /// Each participant's queue is made room for its share at once: after an outage the spool
+    /// may hold a full queue's worth for one participant, and its rejoin and leave with them.
+    pub fn resend(&mut self, envelopes: Vec<Envelope>) {
+        let mut share: HashMap<SenderId, usize> = HashMap::new();
+        for e in &envelopes {
+            *share.entry(e.sender().clone()).or_default() += 1;
+        }
+        for e in envelopes {
+            let extra = share.get(&**e.sender()).copied().unwrap_or(0);
+            self.enqueue_with_room(e, self.cfg.queue + extra);
+        }
     }
 
     fn enqueue(&mut self, e: Envelope) {
+        self.enqueue_with_room(e, self.cfg.queue);
+    }
+
+    /// Queues `e` on its participant's connection, opening one whose queue holds `room` if it
+    /// has none.
+    fn enqueue_with_room(&mut self, e: Envelope, room: usize) {
         let leaving = e.kind() == Kind::SessionLeave;
         if !self.conns.contains_key(&**e.sender()) {
-            let (tx, rx) = mpsc::channel(self.cfg.queue);
+            let (tx, rx) = mpsc::channel(room);
             let before = self.leaving.remove(&**e.sender());
             let task = tokio::spawn(connection(
                 self.cfg.clone(),
@@ -125,6 +144,7 @@ impl WsSink {
                     settled: self.settled.clone(),
                 },
                 before,
+                self.stop.subscribe(),
             ));
             self.conns.insert(e.sender().clone(), Conn { tx, task });
         }
@@ -155,6 +175,7 @@ impl WsSink {
     }
 
     pub async fn close(mut self, grace: Duration) -> SinkStats {
+        self.stop.send_replace(true);
         let tasks = self
             .conns
             .drain()
@@ -196,6 +217,10 @@ fn now() -> Time {
 /// participant still delivering, on the sink's thread.
 const SWEEP_FROM: usize = 64;
 
+/// How long a connection must have lived for its end to reconnect at once, with the backoff
+/// reset: a server that accepts and then closes every connection is not hammered.
+const STABLE: Duration = Duration::from_secs(10);
+
 /// The sink's counters a connection adds to.
 struct Counts {
     /// Frames written that carried an envelope (a gate's request included).
@@ -218,6 +243,7 @@ async fn connection(
     mut rx: mpsc::Receiver<(std::time::Instant, Envelope)>,
     counts: Counts,
     before: Option<JoinHandle<()>>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     if let Some(before) = before {
         // Its result does not matter (a refusal ends it early too): only that it has written
@@ -241,7 +267,23 @@ async fn connection(
     let mut backoff = Duration::from_millis(100);
     // The connection's own random numbers for `retry_delay`.
     let mut jitter = random_seed();
+    // When the last connection opened: one that ends soon after (a server accepting and then
+    // closing, or failing) is made again after the backoff, not at once, and the backoff
+    // grows; one that lived `STABLE` resets it.
+    let mut opened: Option<tokio::time::Instant> = None;
+    // False once the queue has closed: the participant left (its leave is queued, behind any
+    // chunk awaiting approval) or the gateway stops.
+    let mut queue_open = true;
     'reconnect: loop {
+        if let Some(at) = opened.take() {
+            if at.elapsed() >= STABLE {
+                backoff = Duration::from_millis(100);
+            } else {
+                jitter = splitmix(jitter);
+                tokio::time::sleep(retry_delay(backoff, jitter as u64)).await;
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+            }
+        }
         let connector = cfg.tls.clone().map(tokio_tungstenite::Connector::Rustls);
         // Boxed: the handshake's state (10 KB) is then held only while connecting, not for
         // the connection's life inside every participant's task.
@@ -263,7 +305,7 @@ async fn connection(
         // every frame read (with an echoing server, every envelope N times).
         let mut ws = match connected {
             Ok((ws, _)) => {
-                backoff = Duration::from_millis(100);
+                opened = Some(tokio::time::Instant::now());
                 // A participant's first connection is logged at debug level (its join is at
                 // info already: two lines a participant, not four); one made again after a drop
                 // or a failure, at info.
@@ -337,6 +379,11 @@ async fn connection(
             let paused = paused_until.is_some_and(|t| t > tokio::time::Instant::now());
             if pending.is_none() && !paused {
                 pending = outbox.pop_front();
+            }
+            if !queue_open && pending.is_none() && gates.as_ref().is_none_or(|g| g.is_empty()) {
+                // The participant left, and what waited for approval is settled and sent.
+                close_politely(&mut ws, &cfg, &participant).await;
+                return;
             }
             let gate_deadline = gates.as_ref().and_then(super::gate::Gates::next_deadline);
             let next = match pending.take() {
@@ -424,47 +471,34 @@ async fn connection(
                         }
                         None
                     }
-                    e = rx.recv(), if !paused && pending.is_none() => match e {
+                    r = stop.changed(), if !queue_open => {
+                        // The gateway stops while chunks of a participant that left still
+                        // await approval: they will not get it now.
+                        let _ = r;
+                        stopping(&mut ws, &mut gates, &cfg, &participant, &counts).await;
+                        return;
+                    }
+                    e = rx.recv(), if queue_open && !paused && pending.is_none() => match e {
                         // A chunk from the core is held for approval: its request goes out.
                         Some((queued, e)) => match gates.as_mut() {
                             Some(g) => {
                                 let out = g.offer(e, &mut pvp, std::time::Instant::now(), now());
-                                counts.settled(g.take_gone());
+                                gone(g, &cfg, &counts);
                                 out.map(|out| (queued, out))
                             }
                             None => Some((queued, e)),
                         },
                         None => {
-                            // Queue closed: the gateway is stopping. Chunks still awaiting
-                            // approval will not get it now: they are dropped (and counted), and
-                            // what waited behind them (the leave) goes out.
-                            if let Some(g) = gates.as_mut() {
-                                let (send, dropped) = g.release(std::time::Instant::now() + Duration::from_secs(86_400));
-                                for (e, _) in dropped {
-                                    tracing::warn!(%participant, id = %e.id(), "stopping with a chunk still awaiting approval; dropped");
-                                    cfg.metrics.gates_refused.inc();
-                                }
-                                counts.settled(g.take_gone());
-                                for e in send {
-                                    let id = e.id();
-                                    // Marked in the spool only once written: one that was not
-                                    // is sent again after a restart.
-                                    if send_frame(&mut ws, Message::text(e.into_json()), &cfg, &participant).await {
-                                        counts.settled(1);
-                                        counts.sent.fetch_add(1, Ordering::Relaxed);
-                                        if let Some(spool) = &cfg.spool {
-                                            spool.done(id);
-                                        }
-                                    }
-                                }
+                            // Queue closed. The participant left: chunks awaiting approval
+                            // keep waiting for their decisions, the leave behind them (the
+                            // loop ends once they are settled). The gateway stops: they will
+                            // not get one now.
+                            queue_open = false;
+                            if *stop.borrow() || gates.as_ref().is_none_or(|g| g.is_empty()) {
+                                stopping(&mut ws, &mut gates, &cfg, &participant, &counts).await;
+                                return;
                             }
-                            // Everything is sent. Close politely.
-                            send_frame(&mut ws, Message::Close(None), &cfg, &participant).await;
-                            let _ = tokio::time::timeout(Duration::from_secs(2), async {
-                                while let Some(Ok(_)) = ws.next().await {}
-                            }).await;
-                            tracing::debug!(%participant, "PVP connection closed");
-                            return;
+                            None
                         }
                     },
                     _ = heartbeat.tick() => {
@@ -653,6 +687,71 @@ fn retry_delay(backoff: Duration, random: u64) -> Duration {
 
 /// Moves what the gates resolved into the outbox; chunks that will never be sent are logged,
 /// counted, and marked in the spool so a restart does not send them either.
+/// A frame read from the server.
+type WsResult = Result<Message, tokio_tungstenite::tungstenite::Error>;
+
+/// The end of a connection whose queue has closed: chunks still awaiting approval are dropped
+/// (counted, and marked done in the spool: a restart must not offer them again), what waited
+/// behind them (the leave) goes out, and the connection closes.
+async fn stopping<S>(
+    ws: &mut S,
+    gates: &mut Option<super::gate::Gates>,
+    cfg: &WsConfig,
+    participant: &str,
+    counts: &Counts,
+) where
+    S: futures_util::Sink<Message> + futures_util::Stream<Item = WsResult> + Unpin,
+{
+    if let Some(g) = gates.as_mut() {
+        let (send, dropped) = g.release(std::time::Instant::now() + Duration::from_secs(86_400));
+        for (e, _) in dropped {
+            tracing::warn!(%participant, id = %e.id(), "stopping with a chunk still awaiting approval; dropped");
+            cfg.metrics.gates_refused.inc();
+            if let Some(spool) = &cfg.spool {
+                spool.done(e.id());
+            }
+        }
+        gone(g, cfg, counts);
+        for e in send {
+            let id = e.id();
+            // Marked in the spool only once written: one that was not is sent again after a
+            // restart.
+            if send_frame(ws, Message::text(e.into_json()), cfg, participant).await {
+                counts.settled(1);
+                counts.sent.fetch_add(1, Ordering::Relaxed);
+                if let Some(spool) = &cfg.spool {
+                    spool.done(id);
+                }
+            }
+        }
+    }
+    close_politely(ws, cfg, participant).await;
+}
+
+/// Everything is sent: a Close, and up to 2 s for the server's.
+async fn close_politely<S>(ws: &mut S, cfg: &WsConfig, participant: &str)
+where
+    S: futures_util::Sink<Message> + futures_util::Stream<Item = WsResult> + Unpin,
+{
+    send_frame(ws, Message::Close(None), cfg, participant).await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        while let Some(Ok(_)) = ws.next().await {}
+    })
+    .await;
+    tracing::debug!(%participant, "PVP connection closed");
+}
+
+/// Counts what the gates dropped from the core since the last call as settled, and marks the
+/// dropped corrections done in the spool (a dropped chunk is marked where it is handed over).
+fn gone(g: &mut super::gate::Gates, cfg: &WsConfig, counts: &Counts) {
+    counts.settled(g.take_gone());
+    for id in g.take_dropped_corrections() {
+        if let Some(spool) = &cfg.spool {
+            spool.done(id);
+        }
+    }
+}
+
 fn settle(
     g: &mut super::gate::Gates,
     outbox: &mut VecDeque<(std::time::Instant, Envelope)>,
@@ -661,7 +760,7 @@ fn settle(
     counts: &Counts,
 ) {
     let (send, dropped) = g.release(std::time::Instant::now());
-    counts.settled(g.take_gone());
+    gone(g, cfg, counts);
     for e in send {
         outbox.push_back((std::time::Instant::now(), e));
     }
