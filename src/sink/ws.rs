@@ -221,6 +221,19 @@ const SWEEP_FROM: usize = 64;
 /// reset: a server that accepts and then closes every connection is not hammered.
 const STABLE: Duration = Duration::from_secs(10);
 
+/// A participant not rate-limited for this long starts its next pause at the smallest again:
+/// the pause doubles while RATE_LIMITED repeats, not for the rest of the connection's life.
+const RATE_CALM: Duration = Duration::from_secs(60);
+
+/// The pause after a RATE_LIMITED (pvp-spec 17): double the last, from 500 ms to 30 s, or the
+/// smallest again when the last came `since` ago, at least [`RATE_CALM`].
+fn rate_pause(last: Duration, since: Option<Duration>) -> Duration {
+    if since.is_some_and(|s| s >= RATE_CALM) {
+        return Duration::from_millis(500);
+    }
+    (last * 2).clamp(Duration::from_millis(500), Duration::from_secs(30))
+}
+
 /// The sink's counters a connection adds to.
 struct Counts {
     /// Frames written that carried an envelope (a gate's request included).
@@ -261,6 +274,8 @@ async fn connection(
     // RATE_LIMITED (pvp-spec 17) pauses sending; the pause doubles while it repeats.
     let mut paused_until: Option<tokio::time::Instant> = None;
     let mut rate_backoff = Duration::from_millis(250);
+    // When the server last rate-limited: after a calm minute the pause starts small again.
+    let mut rate_limited_at: Option<tokio::time::Instant> = None;
     // Envelopes to send before taking more from the queue (released by gates).
     let mut outbox: VecDeque<(std::time::Instant, Envelope)> = VecDeque::new();
     let mut gates = cfg.gate.map(super::gate::Gates::new);
@@ -446,7 +461,9 @@ async fn connection(
                                         return;
                                     }
                                     Reaction::Backoff => {
-                                        rate_backoff = (rate_backoff * 2).clamp(Duration::from_millis(500), Duration::from_secs(30));
+                                        let now = tokio::time::Instant::now();
+                                        rate_backoff = rate_pause(rate_backoff, rate_limited_at.map(|t| now - t));
+                                        rate_limited_at = Some(now);
                                         paused_until = Some(tokio::time::Instant::now() + rate_backoff);
                                         tracing::warn!(%participant, pause = ?rate_backoff, "PVP server rate-limits this participant; pausing");
                                     }
@@ -960,6 +977,25 @@ mod tests {
         // time to be answered before the second counts as silent too.
         ticks.tick().await;
         assert_eq!(start.elapsed(), busy_until + every);
+    }
+
+    /// The pause doubles while RATE_LIMITED repeats, up to 30 s, and starts small again after
+    /// a calm minute: a few rate limits early in a long session do not pause it 30 s for good.
+    #[test]
+    fn the_rate_limit_pause_doubles_while_it_repeats_and_shrinks_after_a_calm() {
+        let s = Duration::from_secs;
+        let mut pause = Duration::from_millis(250);
+        let mut seen = Vec::new();
+        for since in [None, Some(s(1)), Some(s(1)), Some(s(5)), Some(s(59))] {
+            pause = rate_pause(pause, since);
+            seen.push(pause.as_millis());
+        }
+        assert_eq!(seen, [500, 1000, 2000, 4000, 8000]);
+        for _ in 0..10 {
+            pause = rate_pause(pause, Some(s(1)));
+        }
+        assert_eq!(pause, s(30));
+        assert_eq!(rate_pause(pause, Some(s(60))), Duration::from_millis(500));
     }
 
     #[test]
