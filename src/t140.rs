@@ -49,7 +49,7 @@ pub struct DecodeStats {
     pub backspace_unmatched: u64,
     /// C0/C1 controls dropped (BEL, HT, DEL, ...).
     pub controls_dropped: u64,
-    /// Escape sequences (ESC [intermediates] final, CSI ... final, SOS/DCS/OSC/PM/APC ... ST
+    /// Escape sequences (ESC, intermediates, final; CSI ... final; SOS/DCS/OSC/PM/APC ... ST
     /// or BEL) skipped.
     pub sequences_skipped: u64,
 }
