@@ -42,10 +42,37 @@ pub struct FileConfig {
     pub max_pps_per_source: Option<u32>,
     pub token: Option<String>,
     pub log_format: Option<String>,
+    pub spool: Option<PathBuf>,
+    pub gate_transcripts: Option<bool>,
+    pub gate_quorum: Option<u64>,
+    pub gate_timeout_s: Option<u64>,
     /// `auto` (default) or `refuse`: what happens to speakers no `[[stream]]` rule matches.
     pub unmatched: Option<Spanned<String>>,
     #[serde(default)]
     pub stream: Vec<StreamRule>,
+    /// The file's path and text, so that a value checked later is named by its line.
+    #[serde(skip)]
+    pub source: (PathBuf, String),
+}
+
+impl FileConfig {
+    /// `path:line: key` for a top-level `key`, the start of an error about its value (the
+    /// line of its first `key =` before any table; the file alone if not found).
+    pub fn locate(&self, key: &str) -> String {
+        let (path, text) = &self.source;
+        let line = text
+            .lines()
+            .take_while(|l| !l.trim_start().starts_with('['))
+            .position(|l| {
+                l.trim_start()
+                    .strip_prefix(key)
+                    .is_some_and(|rest| rest.trim_start().starts_with('='))
+            });
+        match line {
+            Some(i) => format!("{}:{}: {key}", path.display(), i + 1),
+            None => format!("{}: {key}", path.display()),
+        }
+    }
 }
 
 /// One `[[stream]]` table.
@@ -104,7 +131,9 @@ pub fn load(path: &Path) -> Result<(FileConfig, Mapping, Vec<IpNet>), String> {
 }
 
 pub fn parse(path: &Path, text: &str) -> Result<(FileConfig, Mapping, Vec<IpNet>), String> {
-    let file: FileConfig = toml::from_str(text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut file: FileConfig =
+        toml::from_str(text).map_err(|e| format!("{}: {e}", path.display()))?;
+    file.source = (path.to_owned(), text.to_owned());
     let check_roles = |roles: &Option<Vec<Spanned<String>>>,
                        field: &str|
      -> Result<Option<Vec<String>>, String> {
@@ -196,6 +225,15 @@ pub fn parse(path: &Path, text: &str) -> Result<(FileConfig, Mapping, Vec<IpNet>
                 )
             })?),
         };
+        for (key, value) in [("participant", &r.participant), ("session", &r.session)] {
+            if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
+                return Err(format!(
+                    "{}: {}: must not be empty (pvp-spec 4.1: it names the {key} of every envelope)",
+                    path.display(),
+                    field(key)
+                ));
+            }
+        }
         if match_ssrc.is_none() && match_source.is_none() && r.rtcp_name.is_none() {
             return Err(format!(
                 "{}: {}: a rule needs at least one of ssrc, source, rtcp_name",

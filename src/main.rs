@@ -316,9 +316,11 @@ fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Re
             Some(ValueSource::CommandLine | ValueSource::EnvVariable)
         )
     };
+    // An error names the file, the key's line and the key (`path:line: key: ...`).
+    let bad = |field: &str, msg: &str| format!("{}: {msg}", f.locate(field));
     let positive = |v: u64, field: &str| {
         if v == 0 {
-            Err(format!("{}: {field} must be at least 1", path.display()))
+            Err(bad(field, "must be at least 1"))
         } else {
             Ok(v)
         }
@@ -327,17 +329,14 @@ fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Re
     // deadlines made from them.
     let seconds = |v: u64, field: &str| {
         if v > 86_400 {
-            Err(format!("{}: {field} must be at most 86400", path.display()))
+            Err(bad(field, "must be at most 86400"))
         } else {
             positive(v, field)
         }
     };
     let millis = |v: u64, field: &str| {
         if v > 86_400_000 {
-            Err(format!(
-                "{}: {field} must be at most 86400000",
-                path.display()
-            ))
+            Err(bad(field, "must be at most 86400000"))
         } else {
             positive(v, field)
         }
@@ -346,7 +345,7 @@ fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Re
         if parse(v) {
             Ok(())
         } else {
-            Err(format!("{}: {field}: unknown value {v:?}", path.display()))
+            Err(bad(field, &format!("unknown value {v:?}")))
         }
     };
     let run = &mut cli.run;
@@ -368,7 +367,7 @@ fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Re
             }
         };
         ($field:ident, $dst:expr, $check:ident) => {
-            if let Some(v) = f.$field
+            if let Some(v) = f.$field.clone()
                 && !given(stringify!($field))
             {
                 $dst = $check(v, stringify!($field))?;
@@ -386,26 +385,67 @@ fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Re
     set!(server_silence_s, run.server_silence_s, seconds);
     set!(workers, run.workers, positive);
     if run.workers > 256 {
-        return Err(format!("{}: workers must be at most 256", path.display()));
+        return Err(bad("workers", "must be at most 256"));
     }
     if let Some(v) = f.recv_buffer
         && !given("recv_buffer")
     {
         if v > i32::MAX as u64 {
-            return Err(format!(
-                "{}: recv_buffer must be at most {} bytes",
-                path.display(),
-                i32::MAX
+            return Err(bad(
+                "recv_buffer",
+                &format!("must be at most {} bytes", i32::MAX),
             ));
         }
         run.recv_buffer = positive(v, "recv_buffer")?;
     }
-    set!(session, run.core.session);
-    set!(t140_pt, run.core.t140_pt, Some);
-    set!(red_pt, run.core.red_pt, Some);
-    set!(reorder_wait_ms, run.core.reorder_wait_ms);
+    // The bounds `CoreArgs::config` checks of the flags, checked here first so that the error
+    // names the file's line, not a flag the user never typed.
+    let nonempty = |v: String, field: &str| {
+        if v.trim().is_empty() {
+            Err(bad(field, "must not be empty"))
+        } else {
+            Ok(v)
+        }
+    };
+    let payload_type = |v: u8, field: &str| match v {
+        128.. => Err(bad(field, &format!("{v}: an RTP payload type is 0-127"))),
+        64..=95 => Err(bad(
+            field,
+            &format!(
+                "{v}: payload types 64-95 cannot be told from RTCP on the same port (RFC 5761 section 4); use a dynamic type, 96-127"
+            ),
+        )),
+        _ => Ok(Some(v)),
+    };
+    let at_most = |max: u64| {
+        move |v: u64, field: &str| {
+            if v > max {
+                Err(bad(field, &format!("must be at most {max}")))
+            } else {
+                Ok(v)
+            }
+        }
+    };
+    let (reorder, chunk) = (at_most(10_000), at_most(1_000_000));
+    set!(session, run.core.session, nonempty);
+    set!(t140_pt, run.core.t140_pt, payload_type);
+    set!(red_pt, run.core.red_pt, payload_type);
+    set!(reorder_wait_ms, run.core.reorder_wait_ms, reorder);
     set!(idle_flush_ms, run.core.idle_flush_ms, millis);
-    set!(max_chunk_chars, run.core.max_chunk_chars, positive);
+    if let Some(v) = f.max_chunk_chars
+        && !given("max_chunk_chars")
+    {
+        run.core.max_chunk_chars = chunk(positive(v, "max_chunk_chars")?, "max_chunk_chars")?;
+    }
+    set!(spool, run.spool, Some);
+    set!(gate_transcripts, run.gate_transcripts);
+    if let Some(v) = f.gate_quorum
+        && !given("gate_quorum")
+    {
+        let v = positive(v, "gate_quorum")?;
+        run.gate_quorum = u32::try_from(v).map_err(|_| bad("gate_quorum", "too large"))?;
+    }
+    set!(gate_timeout_s, run.gate_timeout_s, seconds);
     set!(stream_timeout_s, run.core.stream_timeout_s, seconds);
     set!(max_streams, run.core.max_streams, positive);
     set!(max_pps_per_source, run.core.max_pps_per_source);

@@ -11,27 +11,29 @@ use crate::pvp::{Envelope, Kind, SenderId};
 
 #[derive(Debug, Default)]
 pub struct Presence {
-    /// Speakers joined under each participant id; only ids with at least one.
-    joined: HashMap<SenderId, u32>,
+    /// Speakers joined under each participant id, by session (a mapping rule may give one id
+    /// in several sessions: one participant in each); only those with at least one.
+    joined: HashMap<(String, SenderId), u32>,
 }
 
 impl Presence {
     /// Whether `e` goes out: false for a join of a participant already in, and for a leave
     /// while another of its speakers is still in. Anything else goes out.
     pub fn admit(&mut self, e: &Envelope) -> bool {
+        let key = || (e.session_json().to_owned(), e.sender().clone());
         match e.kind() {
             Kind::SessionJoin => {
-                let n = self.joined.entry(e.sender().clone()).or_insert(0);
+                let n = self.joined.entry(key()).or_insert(0);
                 *n += 1;
                 *n == 1
             }
-            Kind::SessionLeave => match self.joined.get_mut(&**e.sender()) {
+            Kind::SessionLeave => match self.joined.get_mut(&key()) {
                 Some(n) if *n > 1 => {
                     *n -= 1;
                     false
                 }
                 Some(_) => {
-                    self.joined.remove(&**e.sender());
+                    self.joined.remove(&key());
                     true
                 }
                 // A leave for no join seen (the spool's resend of one made before a restart).

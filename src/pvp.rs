@@ -152,6 +152,18 @@ impl Envelope {
         &self.sender
     }
 
+    /// The envelope's session id as its JSON has it (escaped, without the quotes): enough to
+    /// tell sessions apart without parsing. An escaped id holds no unescaped quote, so the key
+    /// after it is found by its text.
+    pub fn session_json(&self) -> &str {
+        const KEY: &str = "\"session\":\"";
+        let Some(start) = self.json.find(KEY).map(|i| i + KEY.len()) else {
+            return "";
+        };
+        let len = self.json[start..].find("\",\"sender\":\"").unwrap_or(0);
+        &self.json[start..start + len]
+    }
+
     /// The envelope as one line of JSON (no newline).
     pub fn json(&self) -> &str {
         &self.json
@@ -704,8 +716,10 @@ impl Builder {
     /// The same message with a fresh id and timestamp (a join sent again after a reconnect).
     pub fn reissue(&mut self, now: Time, e: &Envelope) -> Envelope {
         let mut m = e.to_message();
-        m.id = self.ids.next(now).to_string();
-        m.ts = now.to_iso8601();
+        let id = self.ids.next(now);
+        m.id = id.to_string();
+        // Dated no earlier than its id, as every envelope (`Builder::begin_as`).
+        m.ts = now.max(Time::from_millis(id.timestamp_ms())).to_iso8601();
         m.to_envelope().unwrap_or_else(|_| e.clone())
     }
 
@@ -1078,6 +1092,37 @@ mod tests {
             let again = full.with_template(format_args!("{id}/7/"), "rtp://10.0.0.1:5004");
             assert_eq!(again.template(), full.template());
         }
+    }
+
+    /// pvp-spec 4.2 / 19.5, and the rule `Builder::begin_as` keeps for every other envelope:
+    /// an envelope is never dated before its id's time, which never goes back, so one
+    /// sender's `ts`, like its ids, follow the order it sends in. `Builder::reissue` (the join a
+    /// participant's connection sends again after a reconnect, `sink/ws.rs`) takes its id from
+    /// the same `IdGen` but writes `now` as it is: after the wall clock stepped back (an NTP
+    /// step), the rejoin's ULID says 5 s and its `ts` 4 s, a second before the ping the same
+    /// connection sent earlier.
+    #[test]
+    fn a_reissued_join_is_not_dated_before_its_id_or_the_envelope_before_it() {
+        let mut b = Builder::new("s".into(), None, 1);
+        let p = Participant {
+            id: "p".into(),
+            name: "p".into(),
+            roles: vec!["navigator".into()],
+            metadata: Metadata::default(),
+        };
+        let join = b.join(Time::from_millis(1_000), "p".into(), &p);
+        let ping = b.heartbeat(Time::from_millis(5_000), "p".into(), None);
+        // The clock steps back a second before the reconnect.
+        let again = b.reissue(Time::from_millis(4_000), &join);
+        let (ping, again) = (ping.to_message(), again.to_message());
+        let id_ms = ulid::Ulid::from_string(&again.id).unwrap().timestamp_ms();
+        let id_time = Time::from_millis(id_ms).to_iso8601();
+        assert!(
+            again.ts >= ping.ts && again.ts >= id_time,
+            "rejoin ts {} (id's time {id_time}) after a ping dated {}",
+            again.ts,
+            ping.ts
+        );
     }
 
     #[test]

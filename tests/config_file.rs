@@ -105,11 +105,11 @@ fn a_bad_file_is_refused_with_its_line_and_field() {
 #[test]
 fn a_receive_buffer_out_of_range_is_refused() {
     for (name, value, expect) in [
-        ("rcvbuf0", "0", "recv_buffer must be at least 1"),
+        ("rcvbuf0", "0", ":1: recv_buffer: must be at least 1"),
         (
             "rcvbufbig",
             "3000000000",
-            "recv_buffer must be at most 2147483647 bytes",
+            ":1: recv_buffer: must be at most 2147483647 bytes",
         ),
     ] {
         let cfg = write(name, &format!("recv_buffer = {value}\n"));
@@ -122,4 +122,245 @@ fn a_receive_buffer_out_of_range_is_refused() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(expect), "{value}: {err}");
     }
+}
+
+/// Runs the binary with `--config FILE` and `args` (stdout and stdin closed) and waits at most
+/// `timeout` for it to exit: `None` (and the process killed) if it was still running, else its
+/// exit success and stderr.
+fn run_briefly(cfg: &std::path::Path, args: &[&str], timeout: Duration) -> Option<(bool, String)> {
+    use std::io::Read;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .arg("--config")
+        .arg(cfg)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            return Some((st.success(), err));
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// README, "Configuration file": "`--config gateway.toml` takes every flag as a key (`-` as
+/// `_`)". `--spool`, `--gate-transcripts`, `--gate-quorum` and `--gate-timeout-s` are flags in
+/// the README's table, but `FileConfig` has no field for them and denies unknown fields, so a
+/// file with `spool = "..."` or `gate_transcripts = true` is refused as a TOML error ("unknown
+/// field"): delivery settings cannot live in the configuration file at all. Each key must be
+/// read; the two that need `--server` then say so, as their flags do.
+#[test]
+fn every_flag_in_the_readme_table_is_a_configuration_file_key() {
+    let spool = std::env::temp_dir().join(format!("pvp-t140-{}-spooldir", std::process::id()));
+    let cases = [
+        (
+            "gate",
+            "gate_transcripts = true\n".to_owned(),
+            Some("--gate-transcripts needs --server"),
+        ),
+        (
+            "spool",
+            format!("spool = {:?}\n", spool.to_str().unwrap()),
+            Some("--spool needs --server"),
+        ),
+        (
+            "quorum",
+            "gate_quorum = 2\ngate_timeout_s = 30\n".to_owned(),
+            None,
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (name, text, expect) in cases {
+        let cfg = write(name, &text);
+        let run = run_briefly(&cfg, &["--listen", "127.0.0.1:0"], Duration::from_secs(3));
+        std::fs::remove_file(&cfg).ok();
+        match (run, expect) {
+            // Still running: the file was taken.
+            (None, None) => {}
+            (Some((false, err)), Some(e)) if err.contains(e) => {}
+            (run, _) => wrong.push(format!("{}: {run:?}", text.trim())),
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "keys of README flags refused in the configuration file:\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// README, "Configuration file": "an error names the file, line and field. The file's values
+/// have the bounds their flags have". The bounds of `t140_pt`, `reorder_wait_ms` and
+/// `session` are checked only after the file's values were copied into the flags
+/// (`CoreArgs::config`), and the error speaks of a flag the user never typed
+/// (`--t140-pt 200: an RTP payload type is 0-127`), naming neither the file nor the line; the
+/// bounds `apply_file` checks (`heartbeat_s`) name the file but not the line.
+#[test]
+fn a_file_value_out_of_range_is_refused_naming_the_file_line_and_key() {
+    let mut wrong = Vec::new();
+    for (name, text, key) in [
+        ("pt", "session = \"s\"\nt140_pt = 200\n", "t140_pt"),
+        (
+            "reorder",
+            "session = \"s\"\nreorder_wait_ms = 20000\n",
+            "reorder_wait_ms",
+        ),
+        ("emptysession", "rtcp = true\nsession = \"\"\n", "session"),
+        (
+            "hb",
+            "session = \"s\"\nheartbeat_s = 100000\n",
+            "heartbeat_s",
+        ),
+    ] {
+        let cfg = write(name, text);
+        let out = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+            .args(["--config", cfg.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        let err = err.lines().last().unwrap_or("").to_owned();
+        assert!(!out.status.success(), "{text:?} accepted");
+        let want = format!("{}:2: {key}", cfg.display());
+        std::fs::remove_file(&cfg).ok();
+        if !err.contains(&want) {
+            wrong.push(format!(
+                "{:?}: error {err:?} lacks {want:?}",
+                text.lines().nth(1).unwrap()
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// `--session ""` is refused ("--session must not be empty"), but a `[[stream]]` rule's
+/// `session = ""` (and `participant = ""`) is taken as it is: the gateway starts and its
+/// mapped speaker sends every envelope with `"session":""` (or `"sender":""`), which no PVP
+/// session has (pvp-spec 4.1: `session` and `sender` identify the session and participant).
+/// A bad value accepted silently: the file's rule should be refused at start, naming it.
+#[test]
+fn a_stream_rule_with_an_empty_session_or_participant_is_refused() {
+    let mut wrong = Vec::new();
+    for (name, field) in [
+        ("rulesession", "session"),
+        ("ruleparticipant", "participant"),
+    ] {
+        let cfg = write(
+            name,
+            &format!("[[stream]]\nssrc = 7\nparticipant = \"p\"\n{field} = \"\"\n")
+                .replace("participant = \"p\"\nparticipant", "participant"),
+        );
+        // Bound and dropped: a free port for the gateway.
+        let port = std::net::UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+            .args(["--config", cfg.to_str().unwrap(), "--rtcp", "false"])
+            .args(["--listen", &port.to_string(), "--idle-flush-ms", "100"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(1500));
+        if child.try_wait().unwrap().is_none() {
+            Sender::new(port, 7).send("Hello. ");
+            std::thread::sleep(Duration::from_millis(1000));
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+        }
+        let out = child.wait_with_output().unwrap();
+        std::fs::remove_file(&cfg).ok();
+        let err = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() || !err.contains(field) {
+            let first = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_owned();
+            wrong.push(format!(
+                "rule with {field} = \"\" accepted (exit {:?}); first envelope: {first}",
+                out.status.code()
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// README: "one gateway can feed several sessions" (`[[stream]] session`), and speakers a
+/// rule gives one participant id are one participant. Two rules that give the same participant
+/// id in two different sessions (one captioning box feeding two meetings) make two
+/// participants, one per session, each of which must join its session before its
+/// `context.add` (pvp-spec 6.3) and leave it (6.4). The sinks' `Presence` counts joins by
+/// sender alone, across sessions: the join in the second session is held back as a duplicate,
+/// so `captions` adds items to `room-b` without ever joining it, and only one of the two
+/// sessions sees it leave.
+#[test]
+fn one_participant_id_mapped_into_two_sessions_joins_and_leaves_each() {
+    let cfg = write(
+        "twosessions",
+        r#"
+[[stream]]
+ssrc = 1
+participant = "captions"
+session = "room-a"
+
+[[stream]]
+ssrc = 2
+participant = "captions"
+session = "room-b"
+"#,
+    );
+    let mut gw = Gateway::start(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--rtcp",
+        "false",
+    ]);
+    Sender::new(gw.listen, 1).send("For room A. ");
+    gw.wait_stdout(WAIT, "For room A.");
+    Sender::new(gw.listen, 2).send("For room B. ");
+    gw.wait_stdout(WAIT, "For room B.");
+    assert!(gw.terminate(WAIT).success());
+    std::fs::remove_file(&cfg).ok();
+    let out: Vec<Value> = gw
+        .stdout_lines()
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let sent: Vec<(&str, Vec<&str>)> = ["room-a", "room-b"]
+        .into_iter()
+        .map(|room| {
+            let kinds = out
+                .iter()
+                .filter(|e| e["session"] == room)
+                .map(|e| e["type"].as_str().unwrap())
+                .collect();
+            (room, kinds)
+        })
+        .collect();
+    let each = vec!["session.join", "context.add", "session.leave"];
+    assert_eq!(
+        sent,
+        [("room-a", each.clone()), ("room-b", each)],
+        "what `captions` sent to each session"
+    );
 }

@@ -302,7 +302,7 @@ fn a_huge_heartbeat_is_refused() {
     );
     std::fs::remove_file(&cfg).ok();
     assert!(
-        matches!(&file, Some((false, err)) if err.contains("heartbeat_s must be at most 86400")),
+        matches!(&file, Some((false, err)) if err.contains(":1: heartbeat_s: must be at most 86400")),
         "{file:?}"
     );
 }

@@ -41,7 +41,7 @@ impl StdoutSink {
     /// Writes what `rx` delivers to stdout until every sender is gone; at the end
     /// ([`StdoutSink::close`]) waits at most `grace` for the rest to be written.
     pub fn spawn(rx: handoff::Receiver, metrics: SinkMetrics, grace: Duration) -> io::Result<Self> {
-        Self::with_writer(rx, metrics, grace, Box::new(io::stdout()))
+        Self::with_writer(rx, metrics, grace, Box::new(Patient(io::stdout())))
     }
 
     /// [`StdoutSink::spawn`] with another writer (tests).
@@ -136,6 +136,36 @@ fn writer(
         }
     }
     out.flush();
+}
+
+/// stdout written as a blocking descriptor would be, even when it is not: a parent may hand
+/// over a non-blocking one (O_NONBLOCK is shared by every process holding the pipe), and then
+/// a full pipe answers EAGAIN, which is the reader being slow, not gone. The writer thread
+/// waits for room, polling every millisecond, as a blocking write would wait.
+struct Patient<W>(W);
+
+impl<W: Write> Patient<W> {
+    fn again<T>(&mut self, mut op: impl FnMut(&mut W) -> io::Result<T>) -> io::Result<T> {
+        loop {
+            match op(&mut self.0) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                r => return r,
+            }
+        }
+    }
+}
+
+impl<W: Write> Write for Patient<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.again(|w| w.write(buf))
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.again(|w| w.flush())
+    }
 }
 
 /// The writer's buffer and its accounting. A line counts as sent once a flush after it has
