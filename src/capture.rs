@@ -32,6 +32,9 @@ pub struct CaptureStats {
     /// Frames that are not UDP over IP (ARP, TCP, ICMP, fragments, unsupported link types),
     /// or whose datagram the snap length cut short.
     pub skipped: u64,
+    /// The file ended inside a record (a capture still being written, or its writer killed):
+    /// every whole record before it was read, as Wireshark reads such a file.
+    pub cut_short: bool,
 }
 
 #[derive(Debug)]
@@ -250,11 +253,18 @@ pub fn read_udp_from(
                 reader.consume(offset);
             }
             Err(PcapError::Eof) => break,
-            Err(PcapError::Incomplete(_)) => {
-                reader
-                    .refill()
-                    .map_err(|e| CaptureError::Format(format!("{e:?}")))?;
+            Err(PcapError::UnexpectedEof) => {
+                stats.cut_short = true;
+                break;
             }
+            Err(PcapError::Incomplete(_)) => match reader.refill() {
+                Ok(()) => {}
+                Err(PcapError::UnexpectedEof | PcapError::Eof) => {
+                    stats.cut_short = true;
+                    break;
+                }
+                Err(e) => return Err(CaptureError::Format(format!("{e:?}"))),
+            },
             Err(PcapError::BufferTooSmall) => {
                 // The next record does not fit: grow, then read on.
                 if capacity >= MAX_BUFFER {

@@ -275,12 +275,14 @@ impl Fed<'_> {
     /// ([`Fed::cut_size`]): made now, before `c`, unless `c` continues the buffer's last
     /// grapheme cluster (UAX #29: a combining mark, a ZWJ sequence, a flag's second half) or
     /// its ideographic sentence end (`？！`), and the hold has not run [`MAX_HELD`] characters
-    /// past the limit. White space is left to the usual path, which cuts there: after `.`,
-    /// `!` or `?` as a sentence end, else as the size cut at that space.
+    /// past the limit. White space that breaks is left to the usual path, which cuts there:
+    /// after `.`, `!` or `?` as a sentence end, else as the size cut at that space. A no-break
+    /// space is no place to cut, and starts a cluster (which a combining mark may continue):
+    /// the cut is made before it.
     #[cold]
     #[inline(never)]
     fn end_held_cut(&mut self, c: char) {
-        if c.is_whitespace() {
+        if is_break_space(c) {
             return;
         }
         let over = self.ch.chars - self.cuts.max_chars;
@@ -712,6 +714,11 @@ mod tests {
         ch.s().push_ascii(b" ef");
         let out: Vec<_> = ch.cuts.drain().map(|c| (c.text, c.cause)).collect();
         assert_eq!(out, vec![("abc.".into(), FlushCause::Sentence)]);
+        // A no-break space after a held cut starts the next chunk (it is no place to cut, and
+        // a combining mark after it is its own cluster's, not the held one's).
+        let mut ch = Pair::new(2);
+        let out = feed(&mut ch, "ab\u{a0}\u{591}");
+        assert_eq!(out, vec![("ab".into(), FlushCause::Size)]);
         // `？！` at the limit stays one sentence end.
         let mut ch = Pair::new(4);
         let out = feed(&mut ch, "はい？！x");

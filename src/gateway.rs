@@ -357,8 +357,12 @@ impl Emitter {
             Decision::Rule(rule) => {
                 let rule = rule.clone();
                 if let Some(id) = rule.participant {
-                    // Other speakers may match the same rule: their keys stay apart.
-                    sp.profile.key_scope = Some((*sp.profile.participant).into());
+                    // Other speakers may match the same rule: their keys stay apart, by the
+                    // speaker's own id (kept from its first join: a rejoin after a BYE finds
+                    // the rule's id in its place).
+                    if sp.profile.key_scope.is_none() {
+                        sp.profile.key_scope = Some((*sp.profile.participant).into());
+                    }
                     sp.profile.participant = id.into();
                 }
                 if let Some(name) = rule.name {
@@ -654,6 +658,28 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
 #[inline(never)]
 fn lost_speaker(v: &Voices<'_>) -> Option<usize> {
     (v.speakers.len() == 1).then_some(0)
+}
+
+/// Names a new speaker (source `id`: the stream's SSRC, or a mixer's CSRC) by the SDES that
+/// came for it before its first packet (kept in `early`, by address and source), so that its
+/// join carries the name and `rtcp_name` rules can match it.
+#[cold]
+#[inline(never)]
+fn name_new_speaker(
+    early: &mut Vec<(IpAddr, u32, String, u8)>,
+    key: &StreamKey,
+    id: u32,
+    sp: &mut Speaker,
+) {
+    let Some(i) = early
+        .iter()
+        .position(|(ip, ssrc, _, _)| *ip == key.source.ip() && *ssrc == id)
+    else {
+        return;
+    };
+    let (_, _, name, rank) = early.remove(i);
+    sp.profile.name = name;
+    sp.profile.name_rank = rank;
 }
 
 /// Whether a stream carried text: a speaker joined, or holds text not yet sent. Such a stream
@@ -1009,7 +1035,16 @@ impl Gateway {
             ..
         } = stream;
         let tag = match (csrc, compat) {
-            (Some(c), _) => speaker_index(speakers, own, key, VoiceRef::Csrc(c), now),
+            (Some(c), _) => {
+                let before = speakers.len();
+                let i = speaker_index(speakers, own, key, VoiceRef::Csrc(c), now);
+                if speakers.len() > before {
+                    // A mixer's source's SDES (the mixer reports for its sources, RFC 3550
+                    // 6.5) may have come before the source's first packet.
+                    name_new_speaker(&mut self.early_names, key, c, &mut speakers[i]);
+                }
+                i
+            }
             (None, Compat::T140llm) => usize::from(TAG_UNDECIDED),
             (None, Compat::None) => speaker_index(speakers, own, key, VoiceRef::Ssrc, now),
         } as u16;
@@ -1095,15 +1130,18 @@ impl Gateway {
             stream.created = Time::from_millis(ms + 1);
         }
         // An SDES that arrived before the first RTP packet names the participant in its join.
-        if let Some(i) = self
+        if self
             .early_names
             .iter()
-            .position(|(ip, ssrc, _, _)| *ip == key.source.ip() && *ssrc == key.ssrc)
+            .any(|(ip, ssrc, _, _)| *ip == key.source.ip() && *ssrc == key.ssrc)
         {
-            let (_, _, name, rank) = self.early_names.remove(i);
             let (idx, _) = stream.speaker(VoiceRef::Ssrc, now);
-            stream.speakers[idx].profile.name = name;
-            stream.speakers[idx].profile.name_rank = rank;
+            name_new_speaker(
+                &mut self.early_names,
+                &key,
+                key.ssrc,
+                &mut stream.speakers[idx],
+            );
         }
         let slot = self.slots.insert(stream);
         self.index.insert(key, slot);

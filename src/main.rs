@@ -610,6 +610,9 @@ fn run_replay(file: &std::path::Path, port: Option<u16>, core: &CoreArgs) -> Res
     let mut out = std::io::BufWriter::new(stdout.lock());
     let summary =
         replay::run(file, cfg, port, &mut out).map_err(|e| format!("{}: {e}", file.display()))?;
+    if summary.capture.cut_short {
+        tracing::warn!(file = %file.display(), "the capture ends inside a record: replayed up to it");
+    }
     tracing::info!(
         frames = summary.capture.frames,
         udp = summary.capture.udp,

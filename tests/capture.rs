@@ -307,3 +307,39 @@ fn a_record_past_the_buffer_limit_is_a_clear_error() {
     let err = read_udp_from(reader, &mut |_| {}).expect_err("too big");
     assert!(err.to_string().contains("more than 16 MiB"), "{err}");
 }
+
+/// IPv4 fragments (RFC 791) of one UDP datagram: a datagram larger than the path MTU (1500 on
+/// Ethernet), such as a RED packet carrying a pasted paragraph three times or a mixer's
+/// compound RTCP with the SDES of many sources, is captured as several frames. The live
+/// gateway's socket receives it reassembled; replay, which promises the capture's UDP
+/// datagrams through the same core, skipped every fragment, so the text (or the BYE) the live
+/// gateway would act on was missing from the replay. The fragments must give the datagram.
+#[test]
+#[ignore = "known gap: IPv4 fragments are skipped (counted), not reassembled; a live gateway gets such a datagram whole"]
+fn a_udp_datagram_in_ipv4_fragments_is_read_reassembled() {
+    let payload: Vec<u8> = (0..40u8).map(|i| b'a' + i % 26).collect();
+    let whole = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, &payload);
+    // The IP payload (UDP header and data) cut after 24 bytes (3 units of 8).
+    let (header, data) = whole.split_at(20);
+    let fragment = |offset_units: u16, more: bool, part: &[u8]| {
+        let mut h = header.to_vec();
+        let total = (20 + part.len()) as u16;
+        h[2..4].copy_from_slice(&total.to_be_bytes());
+        h[4..6].copy_from_slice(&0x1234u16.to_be_bytes()); // identification
+        let flags = if more { 0x2000 } else { 0 } | offset_units;
+        h[6..8].copy_from_slice(&flags.to_be_bytes());
+        h.extend_from_slice(part);
+        ethernet(&h)
+    };
+    let first = fragment(0, true, &data[..24]);
+    let second = fragment(3, false, &data[24..]);
+    let file = pcap(LINKTYPE_ETHERNET, &[(1, 0, &first), (1, 10, &second)]);
+    let (got, stats) = read(&file).expect("readable");
+    assert_eq!(
+        got.iter().map(|d| d.payload.clone()).collect::<Vec<_>>(),
+        vec![payload],
+        "{stats:?}"
+    );
+    assert_eq!(got[0].source, addr("10.0.0.1:40000"));
+    assert_eq!(got[0].destination, addr("10.0.0.2:5004"));
+}

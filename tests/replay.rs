@@ -228,3 +228,48 @@ fn t140llm_multiplex_loss_does_not_invent_a_participant() {
     let got = adds(&envelopes);
     assert!(got.iter().all(|(_, t)| !t.contains('\u{FFFD}')), "{got:?}");
 }
+
+/// A capture that ends in the middle of a record: what `tcpdump -w` leaves when it is killed
+/// (or the disk fills, or the file is copied while still being written). Wireshark and tshark
+/// read every whole packet of it and warn that it was cut short. Replay stops with an error
+/// before its end-of-capture flush: the text still held (no sentence end, no idle flush yet) is
+/// never sent and the participant that joined never leaves; here nothing at all comes out. The
+/// whole packets must give the envelopes they give without the cut tail.
+#[test]
+fn a_capture_cut_short_in_its_last_record_still_flushes_and_leaves() {
+    let ssrc = 0x5eed_0002;
+    let mut file = pcap(&[(T0, rtp(98, true, 1, 0, ssrc, b"Hello there"))]);
+    // The next record: its header and part of its frame, as a killed tcpdump left it.
+    let whole = pcap(&[(T0 + 300_000, rtp(98, false, 2, 300, ssrc, b" again"))]);
+    file.extend_from_slice(&whole[24..24 + 16 + 10]);
+    let path =
+        std::env::temp_dir().join(format!("pvp-t140-replay-cut-{}.pcap", std::process::id()));
+    std::fs::write(&path, &file).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .arg("replay")
+        .arg(&path)
+        .output()
+        .expect("run pvp-t140 replay");
+    std::fs::remove_file(&path).ok();
+    let envelopes: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kinds: Vec<&str> = envelopes
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        (kinds, adds(&envelopes)),
+        (
+            vec!["session.join", "context.add", "session.leave"],
+            vec![(
+                "t140:5eed0002@127.0.0.1:40000".to_owned(),
+                "Hello there".to_owned()
+            )]
+        ),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
