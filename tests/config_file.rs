@@ -6,7 +6,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::gateway_proc::{Gateway, Sender};
+use common::gateway_proc::{Gateway, Sender, run_briefly};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -124,41 +124,6 @@ fn a_receive_buffer_out_of_range_is_refused() {
     }
 }
 
-/// Runs the binary with `--config FILE` and `args` (stdout and stdin closed) and waits at most
-/// `timeout` for it to exit: `None` (and the process killed) if it was still running, else its
-/// exit success and stderr.
-fn run_briefly(cfg: &std::path::Path, args: &[&str], timeout: Duration) -> Option<(bool, String)> {
-    use std::io::Read;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
-        .arg("--config")
-        .arg(cfg)
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            let mut err = String::new();
-            child
-                .stderr
-                .take()
-                .unwrap()
-                .read_to_string(&mut err)
-                .unwrap();
-            return Some((st.success(), err));
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// README, "Configuration file": "`--config gateway.toml` takes every flag as a key (`-` as
 /// `_`)". `--spool`, `--gate-transcripts`, `--gate-quorum` and `--gate-timeout-s` are flags in
 /// the README's table, but `FileConfig` has no field for them and denies unknown fields, so a
@@ -188,7 +153,10 @@ fn every_flag_in_the_readme_table_is_a_configuration_file_key() {
     let mut wrong = Vec::new();
     for (name, text, expect) in cases {
         let cfg = write(name, &text);
-        let run = run_briefly(&cfg, &["--listen", "127.0.0.1:0"], Duration::from_secs(3));
+        let run = run_briefly(
+            &["--config", cfg.to_str().unwrap(), "--listen", "127.0.0.1:0"],
+            Duration::from_secs(3),
+        );
         std::fs::remove_file(&cfg).ok();
         match (run, expect) {
             // Still running: the file was taken.

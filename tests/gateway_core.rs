@@ -351,32 +351,38 @@ fn streams_beyond_the_limit_are_refused_and_existing_ones_keep_working() {
     assert_eq!(adds.last().unwrap().payload["content"], "y.");
 }
 
-#[test]
-fn a_flood_of_random_ssrcs_cannot_lock_out_a_real_speaker() {
+/// A speaker, then a flood of `n` single empty packets with random SSRCs (marked or not) from
+/// `ports` source ports, with the stream limit at 100; a new speaker arriving mid-flood still
+/// gets a stream, the first one keeps working, and not one junk stream becomes a participant.
+fn a_flood_leaves_real_speakers_heard(marker: bool, n: u32, ports: u32) -> pvp_t140::Stats {
     let mut gw = Gateway::new(Config {
         max_streams: 100,
         ..Config::default()
     });
     gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "Before the flood. "));
-    // 100,000 single packets with random SSRCs and no text, from many ports.
     let mut x: u32 = 12345;
-    for i in 0..100_000u32 {
+    for i in 0..n {
         x ^= x << 13;
         x ^= x >> 17;
         x ^= x << 5;
         let mut d = Vec::new();
-        rtp::write_packet(&mut d, true, 98, x as u16, x, x | 2, b"");
-        gw.handle_datagram(at(1), addr(10_000 + (i % 50_000) as u16), &d);
+        rtp::write_packet(&mut d, marker, 98, x as u16, x, x | 2, b"");
+        gw.handle_datagram(at(1), addr(10_000 + (i % ports) as u16), &d);
     }
     assert!(gw.live_streams() <= 100);
-    // A new speaker arriving mid-flood still gets a stream; the first one keeps working.
+    let refused = gw.stats().drops(DropReason::StreamLimit);
     gw.handle_datagram(at(2), addr(4001), &t140(1, 3, "New speaker here. "));
+    assert_eq!(
+        gw.stats().drops(DropReason::StreamLimit),
+        refused,
+        "the new speaker was refused: no junk stream was evicted (evicted {})",
+        gw.stats().evicted
+    );
     gw.handle_datagram(at(3), addr(4000), &t140(2, 1, "After the flood. "));
     gw.shutdown(at(4));
     let out = drain(&mut gw);
-    let got = adds(&out);
     assert_eq!(
-        got,
+        adds(&out),
         vec![
             (
                 "t140:00000001@127.0.0.1:4000".to_owned(),
@@ -392,9 +398,15 @@ fn a_flood_of_random_ssrcs_cannot_lock_out_a_real_speaker() {
             ),
         ]
     );
-    // Not one junk stream became a participant.
     assert_eq!(out.iter().filter(|e| e.kind == "session.join").count(), 2);
-    assert!(gw.stats().evicted >= 99_000);
+    gw.stats()
+}
+
+#[test]
+fn a_flood_of_random_ssrcs_cannot_lock_out_a_real_speaker() {
+    // 100,000 marked packets from 50,000 ports.
+    let stats = a_flood_leaves_real_speakers_heard(true, 100_000, 50_000);
+    assert!(stats.evicted >= 99_000);
 }
 
 #[test]
@@ -645,6 +657,15 @@ fn with_csrc(seq: u16, ts: u32, ssrc: u32, csrc: u32, pt: u8, payload: &[u8]) ->
     d
 }
 
+/// A RED payload (T.140 blocks of payload type 98): generations `(offset, text)`, oldest
+/// first, then the primary.
+fn red(gens: &[(u16, &str)], primary: &str) -> Vec<u8> {
+    let g: Vec<(u16, &[u8])> = gens.iter().map(|(o, t)| (*o, t.as_bytes())).collect();
+    let mut out = Vec::new();
+    red::write_payload(&mut out, 98, &g, primary.as_bytes());
+    out
+}
+
 fn adds(out: &[Envelope]) -> Vec<(String, String)> {
     out.iter()
         .filter(|e| e.kind == "context.add")
@@ -660,12 +681,6 @@ fn adds(out: &[Envelope]) -> Vec<(String, String)> {
 #[test]
 fn a_mixer_csrc_names_the_speaker_and_redundancy_is_placed_by_timestamp() {
     let mut gw = Gateway::new(Config::default());
-    let red = |gens: &[(u16, &str)], p: &str| {
-        let g: Vec<(u16, &[u8])> = gens.iter().map(|(o, t)| (*o, t.as_bytes())).collect();
-        let mut out = Vec::new();
-        red::write_payload(&mut out, 98, &g, p.as_bytes());
-        out
-    };
     // RFC 9071: one mixer stream (SSRC 9), speakers A (CSRC 1) and B (CSRC 2) interleaved; each
     // packet's redundancy is that speaker's own earlier text.
     let pkts = [
@@ -988,53 +1003,8 @@ fn an_idle_flush_held_back_by_a_gap_is_due_as_soon_as_the_gap_closes() {
 /// same as with marked junk: the new speaker gets a stream and no junk stream joins.
 #[test]
 fn a_flood_without_marker_bits_cannot_lock_out_a_real_speaker() {
-    let mut gw = Gateway::new(Config {
-        max_streams: 100,
-        ..Config::default()
-    });
-    gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "Before the flood. "));
-    // 10,000 single packets with random SSRCs, no text and no marker bit, from many ports.
-    let mut x: u32 = 12345;
-    for i in 0..10_000u32 {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        let mut d = Vec::new();
-        rtp::write_packet(&mut d, false, 98, x as u16, x, x | 2, b"");
-        gw.handle_datagram(at(1), addr(10_000 + i as u16), &d);
-    }
-    assert!(gw.live_streams() <= 100);
-    // A new speaker arriving mid-flood still gets a stream; the first one keeps working.
-    let refused = gw.stats().drops(DropReason::StreamLimit);
-    gw.handle_datagram(at(2), addr(4001), &t140(1, 3, "New speaker here. "));
-    assert_eq!(
-        gw.stats().drops(DropReason::StreamLimit),
-        refused,
-        "the new speaker was refused: no junk stream was evicted (evicted {})",
-        gw.stats().evicted
-    );
-    gw.handle_datagram(at(3), addr(4000), &t140(2, 1, "After the flood. "));
-    gw.shutdown(at(4));
-    let out = drain(&mut gw);
-    assert_eq!(
-        adds(&out),
-        vec![
-            (
-                "t140:00000001@127.0.0.1:4000".to_owned(),
-                "Before the flood.".to_owned()
-            ),
-            (
-                "t140:00000003@127.0.0.1:4001".to_owned(),
-                "New speaker here.".to_owned()
-            ),
-            (
-                "t140:00000001@127.0.0.1:4000".to_owned(),
-                "After the flood.".to_owned()
-            ),
-        ]
-    );
-    // Not one junk stream became a participant.
-    assert_eq!(out.iter().filter(|e| e.kind == "session.join").count(), 2);
+    // 10,000 unmarked packets, each from a port of its own.
+    a_flood_leaves_real_speakers_heard(false, 10_000, 10_000);
 }
 
 #[test]
@@ -1346,12 +1316,6 @@ fn t140llm_multiplex_loss_after_an_empty_block_is_not_given_to_a_phantom_voice()
 #[test]
 fn a_mixer_speakers_loss_is_marked_even_when_another_speakers_packet_follows_the_gap() {
     let mut gw = Gateway::new(Config::default());
-    let red = |gens: &[(u16, &str)], p: &str| {
-        let g: Vec<(u16, &[u8])> = gens.iter().map(|(o, t)| (*o, t.as_bytes())).collect();
-        let mut out = Vec::new();
-        red::write_payload(&mut out, 98, &g, p.as_bytes());
-        out
-    };
     let a1 = with_csrc(1, 1000, 9, 1, 100, &red(&[(0, ""), (0, "")], "Alpha "));
     // 2 ("one "), 3 ("two ") and 4 ("three "), all A's, are lost.
     let b5 = with_csrc(5, 2000, 9, 2, 100, &red(&[(0, ""), (0, "")], "Bravo. "));
@@ -1388,12 +1352,6 @@ fn a_mixer_speakers_loss_is_marked_even_when_another_speakers_packet_follows_the
 #[test]
 fn a_mixer_gap_fully_recovered_by_the_speakers_redundancy_is_not_marked() {
     let mut gw = Gateway::new(Config::default());
-    let red = |gens: &[(u16, &str)], p: &str| {
-        let g: Vec<(u16, &[u8])> = gens.iter().map(|(o, t)| (*o, t.as_bytes())).collect();
-        let mut out = Vec::new();
-        red::write_payload(&mut out, 98, &g, p.as_bytes());
-        out
-    };
     let a1 = with_csrc(1, 1000, 9, 1, 100, &red(&[(0, ""), (0, "")], "Alpha "));
     // 2 ("one ", ts 1300) and 3 ("two ", ts 1600) are lost; 4 carries both.
     let a4 = with_csrc(

@@ -11,40 +11,9 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::gateway_proc::{Gateway, Sender, http_get, log_field, sample};
+use common::gateway_proc::{Gateway, Sender, http_get, log_field, run_briefly, sample};
 
 const WAIT: Duration = Duration::from_secs(20);
-
-/// Runs the binary with `args` and waits at most `timeout` for it to exit; `None` (and the
-/// process killed) if it was still running, else its exit success and stderr.
-fn run_briefly(args: &[&str], timeout: Duration) -> Option<(bool, String)> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            let mut err = String::new();
-            child
-                .stderr
-                .take()
-                .unwrap()
-                .read_to_string(&mut err)
-                .unwrap();
-            return Some((st.success(), err));
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 /// With `--workers N` (N > 1) the sockets are bound with SO_REUSEPORT, which would let a second
 /// gateway on the same port (a deploy that starts the new instance before the old one is gone,

@@ -319,3 +319,35 @@ impl Gateway {
         .unwrap()
     }
 }
+
+/// Runs the binary with `args` and waits at most `timeout` for it to exit; `None` (and the
+/// process killed) if it was still running, else its exit success and stderr.
+pub fn run_briefly(args: &[&str], timeout: Duration) -> Option<(bool, String)> {
+    use std::io::Read;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            return Some((st.success(), err));
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
