@@ -622,20 +622,8 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
     // A mixer's packet placed by timestamp also accounts for the stream's earlier unplaced
     // losses (constant-folded away where `piece` is known to be text).
     let placed = matches!(piece, Piece::Packet { .. });
-    if let Piece::Packet {
-        ts,
-        red,
-        payload,
-        gap,
-    } = piece
-    {
-        let gap = gap.saturating_add(usize::from(*v.unplaced));
-        piece = Piece::Packet {
-            ts,
-            red,
-            payload,
-            gap,
-        };
+    if let Piece::Packet { gap, .. } = &mut piece {
+        *gap = gap.saturating_add(usize::from(*v.unplaced));
     }
     let sp = &mut v.speakers.as_mut_slice()[idx];
     // The chunks cut are one speaker's: the last speaker's were all taken.

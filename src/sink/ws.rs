@@ -395,7 +395,11 @@ async fn connection(
             if pending.is_none() && !paused {
                 pending = outbox.pop_front();
             }
-            if !queue_open && pending.is_none() && gates.as_ref().is_none_or(|g| g.is_empty()) {
+            if !queue_open
+                && pending.is_none()
+                && outbox.is_empty()
+                && gates.as_ref().is_none_or(|g| g.is_empty())
+            {
                 // The participant left, and what waited for approval is settled and sent.
                 close_politely(&mut ws, &cfg, &participant).await;
                 return;
@@ -488,10 +492,9 @@ async fn connection(
                         }
                         None
                     }
-                    r = stop.changed(), if !queue_open => {
+                    _ = stop.changed(), if !queue_open => {
                         // The gateway stops while chunks of a participant that left still
                         // await approval: they will not get it now.
-                        let _ = r;
                         stopping(&mut ws, &mut gates, &cfg, &participant, &counts).await;
                         return;
                     }
