@@ -96,16 +96,10 @@ fn a_bye_listing_nine_sources_ends_the_ninth() {
     assert_eq!(gw.live_streams(), 0, "the BYE for SSRC 9 was ignored");
 }
 
-/// A `[[stream]]` rule matching a network (README: `source = "10.1.0.0/16"`) with a fixed
-/// `participant` id: every stream from it, and every CSRC speaker of a mixer there, takes that
-/// id. To the session they are one participant: it joins once and leaves with the last of them
-/// (as the envelopes leave the gateway: every sink and replay pass them through one
-/// `Presence`), and their context keys differ (pvp-spec 9.1: unique within the session), each
-/// scoped by the speaker's own id. (Each speaker joined on its own, and both speakers' first
-/// chunks had the key `room/<stream start ms>/1`.)
-#[test]
-fn one_participant_id_given_to_two_speakers_joins_once_and_keeps_keys_unique() {
-    let mut gw = Gateway::new(Config {
+/// A gateway whose one mapping rule gives every source on 127.0.0.0/8 the participant id
+/// `room`.
+fn one_room() -> Gateway {
+    Gateway::new(Config {
         mapping: Mapping {
             rules: vec![Rule {
                 match_source: Some("127.0.0.0/8".parse().unwrap()),
@@ -115,7 +109,19 @@ fn one_participant_id_given_to_two_speakers_joins_once_and_keeps_keys_unique() {
             ..Mapping::default()
         },
         ..Config::default()
-    });
+    })
+}
+
+/// A `[[stream]]` rule matching a network (README: `source = "10.1.0.0/16"`) with a fixed
+/// `participant` id: every stream from it, and every CSRC speaker of a mixer there, takes that
+/// id. To the session they are one participant: it joins once and leaves with the last of them
+/// (as the envelopes leave the gateway: every sink and replay pass them through one
+/// `Presence`), and their context keys differ (pvp-spec 9.1: unique within the session), each
+/// scoped by the speaker's own id. (Each speaker joined on its own, and both speakers' first
+/// chunks had the key `room/<stream start ms>/1`.)
+#[test]
+fn one_participant_id_given_to_two_speakers_joins_once_and_keeps_keys_unique() {
+    let mut gw = one_room();
     // A mixer's two sources, and a stream of its own from another port.
     gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha. "));
     gw.handle_datagram(at(100), addr(5000), &with_csrc(2, 1100, 9, 2, b"Bravo. "));
@@ -338,17 +344,7 @@ fn a_mixer_sources_sdes_before_its_first_packet_reaches_its_join_and_rules() {
 /// get the key `room/room/<ms>/2`, one key for two items.
 #[test]
 fn a_mixer_source_joining_again_after_its_bye_keeps_its_keys_unique() {
-    let mut gw = Gateway::new(Config {
-        mapping: Mapping {
-            rules: vec![Rule {
-                match_source: Some("127.0.0.0/8".parse().unwrap()),
-                participant: Some("room".into()),
-                ..Rule::default()
-            }],
-            ..Mapping::default()
-        },
-        ..Config::default()
-    });
+    let mut gw = one_room();
     gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha. "));
     gw.handle_datagram(at(10), addr(5000), &with_csrc(2, 1100, 9, 2, b"Bravo. "));
     // The mixer forwards both sources' BYEs in its compound.

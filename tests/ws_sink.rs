@@ -111,6 +111,25 @@ fn config(url: String, queue: usize, spool: Option<Arc<Spool>>) -> WsConfig {
     }
 }
 
+/// A test server on a free port of 127.0.0.1, answering each frame as `answer` says: its URL
+/// and its log.
+async fn server(answer: fn(usize, &Value) -> Answer) -> (String, Log) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    (url, serve_answering(listener, &[], Duration::ZERO, answer))
+}
+
+/// [`config`] with `--gate-transcripts`: `quorum` approvals, a 60 s timeout.
+fn gated(url: String, quorum: u32, spool: Option<Arc<Spool>>) -> WsConfig {
+    WsConfig {
+        gate: Some(pvp_t140::sink::gate::GateConfig {
+            quorum,
+            timeout: Duration::from_secs(60),
+        }),
+        ..config(url, 64, spool)
+    }
+}
+
 struct Talk {
     b: Builder,
     t: u64,
@@ -277,9 +296,7 @@ async fn envelopes_dropped_for_a_full_queue_are_not_resent_out_of_order_after_a_
 /// no approval could come, and it was dropped as timed out, accepted text lost.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chunk_awaiting_approval_is_offered_again_after_a_reconnect() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("ws://{}", listener.local_addr().unwrap());
-    let log = serve_answering(listener, &[], Duration::ZERO, |conn, v| {
+    let (url, log) = server(|conn, v| {
         if v["type"] != "gate.request" {
             return Answer::Nothing;
         }
@@ -288,20 +305,14 @@ async fn a_chunk_awaiting_approval_is_offered_again_after_a_reconnect() {
         if conn == 0 {
             return Answer::Close;
         }
-        let gate = &v["id"];
-        Answer::Send(json!({
-            "v": 1, "id": "01JQAAAAAAAAAAAAAAAAAAAAAA",
-            "ts": "2026-11-25T00:00:00.000Z", "session": "s",
-            "sender": "approver", "type": "gate.approve",
-            "ref": gate, "payload": {"gate": gate, "approver": "approver"},
-        }))
-    });
-    let mut cfg = config(url, 64, None);
-    cfg.gate = Some(pvp_t140::sink::gate::GateConfig {
-        quorum: 1,
-        timeout: Duration::from_secs(60),
-    });
-    let mut ws = WsSink::new(cfg);
+        Answer::Send(gate_answer(
+            &v["id"],
+            "gate.approve",
+            "01JQAAAAAAAAAAAAAAAAAAAAAA",
+        ))
+    })
+    .await;
+    let mut ws = WsSink::new(gated(url, 1, None));
     let mut talk = Talk::new();
     let p = "t140:0000ca7e@127.0.0.1:40004";
     ws.send(talk.join(p));
@@ -410,18 +421,11 @@ async fn a_chunk_dropped_unapproved_at_shutdown_is_not_resent_after_a_restart() 
     let dir =
         std::env::temp_dir().join(format!("pvp-t140-review-gate-stop-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("ws://{}", listener.local_addr().unwrap());
     // Nobody approves anything.
-    let log = serve(listener, &[], Duration::ZERO);
+    let (url, log) = server(|_, _| Answer::Nothing).await;
     let (spool, _) = Spool::open(&dir, Default::default()).unwrap();
     let spool = Arc::new(spool);
-    let mut cfg = config(url, 64, Some(spool.clone()));
-    cfg.gate = Some(pvp_t140::sink::gate::GateConfig {
-        quorum: 1,
-        timeout: Duration::from_secs(60),
-    });
-    let mut ws = WsSink::new(cfg);
+    let mut ws = WsSink::new(gated(url, 1, Some(spool.clone())));
     let mut talk = Talk::new();
     let p = "t140:0000beef@127.0.0.1:40010";
     ws.send(talk.join(p));
@@ -463,23 +467,17 @@ async fn a_correction_of_a_rejected_chunk_is_not_resent_after_a_restart() {
     let dir =
         std::env::temp_dir().join(format!("pvp-t140-review-gate-corr-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("ws://{}", listener.local_addr().unwrap());
-    let log = serve_answering(listener, &[], Duration::ZERO, |_, v| {
+    let (url, log) = server(|_, v| {
         if v["type"] == "gate.request" {
             gate_reply(&v["id"], "gate.reject")
         } else {
             Answer::Nothing
         }
-    });
+    })
+    .await;
     let (spool, _) = Spool::open(&dir, Default::default()).unwrap();
     let spool = Arc::new(spool);
-    let mut cfg = config(url, 64, Some(spool.clone()));
-    cfg.gate = Some(pvp_t140::sink::gate::GateConfig {
-        quorum: 1,
-        timeout: Duration::from_secs(60),
-    });
-    let mut ws = WsSink::new(cfg);
+    let mut ws = WsSink::new(gated(url, 1, Some(spool.clone())));
     let mut talk = Talk::new();
     let p = "t140:0000c0de@127.0.0.1:40012";
     ws.send(talk.join(p));
@@ -607,15 +605,14 @@ async fn a_restart_resends_everything_a_full_participant_queue_held() {
 /// least any backoff here allows, even one reset every time); here they come within a few ms.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_closes_every_connection_is_not_reconnected_in_a_hot_loop() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("ws://{}", listener.local_addr().unwrap());
-    let log = serve_answering(listener, &[], Duration::ZERO, |_, v| {
+    let (url, log) = server(|_, v| {
         if v["type"] == "session.join" {
             Answer::Close
         } else {
             Answer::Nothing
         }
-    });
+    })
+    .await;
     let mut ws = WsSink::new(config(url, 64, None));
     let mut talk = Talk::new();
     let p = "t140:0000d00d@127.0.0.1:40016";
@@ -652,10 +649,8 @@ async fn a_server_that_closes_every_connection_is_not_reconnected_in_a_hot_loop(
 /// leave.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chunk_awaiting_approval_when_its_participant_leaves_is_added_once_approved() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("ws://{}", listener.local_addr().unwrap());
     // The approver approves every request, after a moment.
-    let log = serve_answering(listener, &[], Duration::ZERO, |_, v| {
+    let (url, log) = server(|_, v| {
         if v["type"] != "gate.request" {
             return Answer::Nothing;
         }
@@ -663,13 +658,9 @@ async fn a_chunk_awaiting_approval_when_its_participant_leaves_is_added_once_app
             Duration::from_millis(300),
             gate_answer(&v["id"], "gate.approve", "01JQAAAAAAAAAAAAAAAAAAAAAC"),
         )
-    });
-    let mut cfg = config(url, 64, None);
-    cfg.gate = Some(pvp_t140::sink::gate::GateConfig {
-        quorum: 1,
-        timeout: Duration::from_secs(60),
-    });
-    let mut ws = WsSink::new(cfg);
+    })
+    .await;
+    let mut ws = WsSink::new(gated(url, 1, None));
     let mut talk = Talk::new();
     let p = "t140:0000b1e5@127.0.0.1:40018";
     ws.send(talk.join(p));
@@ -698,9 +689,7 @@ async fn a_chunk_awaiting_approval_when_its_participant_leaves_is_added_once_app
 /// has read them: its pong comes after anything they released.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_approver_approving_twice_does_not_meet_a_quorum_of_two() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("ws://{}", listener.local_addr().unwrap());
-    let log = serve_answering(listener, &[], Duration::ZERO, |_, v| {
+    let (url, log) = server(|_, v| {
         if v["type"] != "gate.request" {
             return Answer::Nothing;
         }
@@ -712,13 +701,9 @@ async fn one_approver_approving_twice_does_not_meet_a_quorum_of_two() {
                 "ts": "2026-11-25T00:00:00.000Z", "session": "s",
                 "sender": "server", "type": "heartbeat.ping", "payload": {}}),
         ])
-    });
-    let mut cfg = config(url, 64, None);
-    cfg.gate = Some(pvp_t140::sink::gate::GateConfig {
-        quorum: 2,
-        timeout: Duration::from_secs(60),
-    });
-    let mut ws = WsSink::new(cfg);
+    })
+    .await;
+    let mut ws = WsSink::new(gated(url, 2, None));
     let mut talk = Talk::new();
     let p = "t140:0000a221@127.0.0.1:40020";
     ws.send(talk.join(p));
