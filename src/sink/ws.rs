@@ -294,9 +294,7 @@ async fn connection(
             if at.elapsed() >= STABLE {
                 backoff = Duration::from_millis(100);
             } else {
-                jitter = splitmix(jitter);
-                tokio::time::sleep(retry_delay(backoff, jitter as u64)).await;
-                backoff = (backoff * 2).min(Duration::from_secs(10));
+                tokio::time::sleep(next_wait(&mut backoff, &mut jitter)).await;
             }
         }
         let connector = cfg.tls.clone().map(tokio_tungstenite::Connector::Rustls);
@@ -339,8 +337,7 @@ async fn connection(
                 ws
             }
             Err(err) => {
-                jitter = splitmix(jitter);
-                let wait = retry_delay(backoff, jitter as u64);
+                let wait = next_wait(&mut backoff, &mut jitter);
                 // Once an outage at warn level, its retries at debug: thousands of participants
                 // retrying for minutes would otherwise flood the log (`failing` counts them).
                 if failing {
@@ -351,7 +348,6 @@ async fn connection(
                     tracing::warn!(%participant, url = %cfg.url, "PVP connect failed: {err}; retrying in {wait:?}, then at doubling intervals (logged at debug level)");
                 }
                 tokio::time::sleep(wait).await;
-                backoff = (backoff * 2).min(Duration::from_secs(10));
                 continue;
             }
         };
@@ -696,6 +692,15 @@ impl Liveness {
     }
 }
 
+/// The next reconnect wait ([`retry_delay`] of the backoff), doubling the backoff for the one
+/// after, up to 10 s.
+fn next_wait(backoff: &mut Duration, jitter: &mut u128) -> Duration {
+    *jitter = splitmix(*jitter);
+    let wait = retry_delay(*backoff, *jitter as u64);
+    *backoff = (*backoff * 2).min(Duration::from_secs(10));
+    wait
+}
+
 /// The wait before reconnect attempt: half the backoff plus up to the other half at random
 /// ("equal jitter"). Participants that lost their server together, in a restart, then come
 /// back spread over the window instead of all within one instant of each doubling step.
@@ -705,8 +710,6 @@ fn retry_delay(backoff: Duration, random: u64) -> Duration {
     half + Duration::from_nanos(random % (spread + 1))
 }
 
-/// Moves what the gates resolved into the outbox; chunks that will never be sent are logged,
-/// counted, and marked in the spool so a restart does not send them either.
 /// A frame read from the server.
 type WsResult = Result<Message, tokio_tungstenite::tungstenite::Error>;
 
@@ -726,10 +729,7 @@ async fn stopping<S>(
         let (send, dropped) = g.release(std::time::Instant::now() + Duration::from_secs(86_400));
         for (e, _) in dropped {
             tracing::warn!(%participant, id = %e.id(), "stopping with a chunk still awaiting approval; dropped");
-            cfg.metrics.gates_refused.inc();
-            if let Some(spool) = &cfg.spool {
-                spool.done(e.id());
-            }
+            refused(&e, cfg);
         }
         gone(g, cfg, counts);
         for e in send {
@@ -761,6 +761,15 @@ where
     tracing::debug!(%participant, "PVP connection closed");
 }
 
+/// A gated chunk that will never be sent: counted, and marked done in the spool so that a
+/// restart does not offer it again.
+fn refused(e: &Envelope, cfg: &WsConfig) {
+    cfg.metrics.gates_refused.inc();
+    if let Some(spool) = &cfg.spool {
+        spool.done(e.id());
+    }
+}
+
 /// Counts what the gates dropped from the core since the last call as settled, and marks the
 /// dropped corrections done in the spool (a dropped chunk is marked where it is handed over).
 fn gone(g: &mut super::gate::Gates, cfg: &WsConfig, counts: &Counts) {
@@ -772,6 +781,8 @@ fn gone(g: &mut super::gate::Gates, cfg: &WsConfig, counts: &Counts) {
     }
 }
 
+/// Moves what the gates resolved into the outbox; chunks that will never be sent are logged,
+/// counted, and marked in the spool so a restart does not send them either.
 fn settle(
     g: &mut super::gate::Gates,
     outbox: &mut VecDeque<(std::time::Instant, Envelope)>,
@@ -786,10 +797,7 @@ fn settle(
     }
     for (e, verdict) in dropped {
         tracing::info!(%participant, id = %e.id(), ?verdict, "transcript chunk not approved; dropped");
-        cfg.metrics.gates_refused.inc();
-        if let Some(spool) = &cfg.spool {
-            spool.done(e.id());
-        }
+        refused(&e, cfg);
     }
 }
 
