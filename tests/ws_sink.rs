@@ -137,8 +137,12 @@ struct Talk {
 
 impl Talk {
     fn new() -> Self {
+        Self::in_session("s")
+    }
+    /// Envelopes in `session` (a `[[stream]]` rule can put a participant in any session).
+    fn in_session(session: &str) -> Self {
         Talk {
-            b: Builder::new("s".into(), None, 7),
+            b: Builder::new(session.into(), None, 7),
             t: 1_700_000_000_000,
         }
     }
@@ -718,4 +722,206 @@ async fn one_approver_approving_twice_does_not_meet_a_quorum_of_two() {
     let got = said(&log, p);
     ws.close(Duration::from_millis(100)).await;
     assert_eq!(got, ["join"], "added with one approver's two approvals");
+}
+
+/// A server's frame from "server": `kind` with `payload`.
+fn from_server(kind: &str, id: &str, payload: Value) -> Value {
+    json!({"v": 1, "id": id, "ts": "2026-11-25T00:00:00.000Z", "session": "s",
+        "sender": "server", "type": kind, "payload": payload})
+}
+
+/// Every frame each connection carried, by connection number.
+fn by_connection(log: &Log) -> std::collections::BTreeMap<usize, Vec<Value>> {
+    let mut all = std::collections::BTreeMap::<usize, Vec<Value>>::new();
+    for (conn, v) in log.lock().unwrap().iter() {
+        all.entry(*conn).or_default().push(v.clone());
+    }
+    all
+}
+
+/// A `[[stream]]` rule's `participant` may be one id in two rules (one captioner identity in
+/// two rooms), and README says one gateway feeds several sessions. A PVP server binds a
+/// connection to the sender and session of its first frame (pvp-spec 19.1), but the sink
+/// keyed connections by participant id alone: both sessions' joins and text went down one
+/// connection, and the leave from one session closed it under the other, whose next text
+/// went out on a new connection that never joined. Each (session, participant) needs its own
+/// connection, carrying only its own session's frames, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_participant_id_in_two_sessions_gets_a_connection_in_each() {
+    let (url, log) = server(|_, _| Answer::Nothing).await;
+    let mut ws = WsSink::new(config(url, 64, None));
+    let (mut s, mut t) = (Talk::new(), Talk::in_session("t"));
+    let p = "captioner";
+    ws.send(s.join(p));
+    ws.send(t.join(p));
+    ws.send(s.add(p, "For room s."));
+    ws.send(t.add(p, "For room t."));
+    ws.send(s.leave(p));
+    ws.send(t.add(p, "Still in t."));
+    wait_for(&log, "six frames", |l| l.lock().unwrap().len() == 6).await;
+    let stats = ws.close(Duration::from_secs(5)).await;
+    assert_eq!((stats.sent, stats.dropped), (6, 0));
+    let conns = by_connection(&log);
+    let mut sessions: Vec<(String, Vec<String>)> = conns
+        .values()
+        .map(|frames| {
+            let session = frames[0]["session"].as_str().unwrap().to_owned();
+            for f in frames {
+                assert_eq!(
+                    f["session"],
+                    session.as_str(),
+                    "one connection, two sessions: {conns:?}"
+                );
+            }
+            let said = frames
+                .iter()
+                .map(|f| match f["type"].as_str().unwrap() {
+                    "context.add" => f["payload"]["content"].as_str().unwrap().to_owned(),
+                    kind => kind.to_owned(),
+                })
+                .collect();
+            (session, said)
+        })
+        .collect();
+    sessions.sort();
+    assert_eq!(
+        sessions,
+        [
+            (
+                "s".to_owned(),
+                vec![
+                    "session.join".to_owned(),
+                    "For room s.".into(),
+                    "session.leave".into()
+                ]
+            ),
+            (
+                "t".to_owned(),
+                vec![
+                    "session.join".to_owned(),
+                    "For room t.".into(),
+                    "Still in t.".into()
+                ]
+            ),
+        ]
+    );
+}
+
+/// A connection's own envelopes (its pong to a server's ping, its heartbeats) go to its
+/// participant's session, not to the gateway's `--session`: a `[[stream]]` rule may put the
+/// participant in another session, and a pong in the wrong session is another session's
+/// traffic (pvp-spec 8.1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_answers_and_beats_in_its_participants_session() {
+    let (url, log) = server(|_, v| {
+        if v["type"] != "session.join" {
+            return Answer::Nothing;
+        }
+        Answer::Send(from_server(
+            "heartbeat.ping",
+            "01JQAAAAAAAAAAAAAAAAAAAAB0",
+            json!({}),
+        ))
+    })
+    .await;
+    let cfg = WsConfig {
+        heartbeat: Duration::from_millis(100),
+        ..config(url, 64, None)
+    };
+    let mut ws = WsSink::new(cfg);
+    let mut other = Talk::in_session("other-room");
+    let p = "t140:0000b0b0@127.0.0.1:40030";
+    ws.send(other.join(p));
+    wait_for(&log, "a pong and a heartbeat ping", |l| {
+        let l = l.lock().unwrap();
+        ["heartbeat.pong", "heartbeat.ping"]
+            .iter()
+            .all(|k| l.iter().any(|(_, v)| v["type"] == *k))
+    })
+    .await;
+    ws.close(Duration::from_secs(1)).await;
+    for (_, v) in log.lock().unwrap().iter() {
+        assert_eq!(v["session"], "other-room", "{v}");
+    }
+}
+
+/// A participant's queue (`--ws-queue`) fills while its server is slow to answer: what does
+/// not fit is dropped and counted. But its leave was dropped with the text, so the server kept
+/// a participant that had gone, present for ever (pvp-spec 6: a leave ends presence). The
+/// leave is one envelope a connection and must always fit; text is what is given up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_queue_drops_text_but_never_the_leave() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    // The handshake waits until everything below is queued, so the queue is full.
+    let log = serve(listener, &[0], Duration::from_millis(500));
+    let mut ws = WsSink::new(config(url, 4, None));
+    let mut talk = Talk::new();
+    let p = "t140:0000f011@127.0.0.1:40031";
+    ws.send(talk.join(p));
+    for i in 0..10 {
+        ws.send(talk.add(p, &format!("Sentence {i}.")));
+    }
+    ws.send(talk.leave(p));
+    wait_for(&log, "the leave", |l| {
+        said(l, p).last().is_some_and(|s| s == "leave")
+    })
+    .await;
+    let stats = ws.close(Duration::from_secs(5)).await;
+    assert_eq!(
+        said(&log, p),
+        ["join", "Sentence 0.", "Sentence 1.", "Sentence 2.", "leave"]
+    );
+    assert_eq!((stats.sent, stats.dropped), (5, 7));
+}
+
+/// The gateway stops while a participant that has left is paused by RATE_LIMITED (pvp-spec
+/// 17) with its approved last sentence and its leave waiting in the connection: the stop path
+/// sent only what the gates still held, so the sentence and the leave were lost although the
+/// pause ended well within the shutdown's grace. A stop waits out the pause (within the grace)
+/// and sends them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_during_a_rate_limit_pause_still_sends_what_was_approved() {
+    let (url, log) = server(|_, v| {
+        if v["type"] != "gate.request" {
+            return Answer::Nothing;
+        }
+        let limited = |id: &str| {
+            from_server(
+                "error",
+                id,
+                json!({"code": "RATE_LIMITED", "message": "slow down", "recoverable": true}),
+            )
+        };
+        // Three in a row: a pause of 2 s, so the stop below comes during it.
+        Answer::SendAll(vec![
+            limited("01JQAAAAAAAAAAAAAAAAAAAAC1"),
+            limited("01JQAAAAAAAAAAAAAAAAAAAAC2"),
+            limited("01JQAAAAAAAAAAAAAAAAAAAAC3"),
+            gate_answer(&v["id"], "gate.approve", "01JQAAAAAAAAAAAAAAAAAAAAC4"),
+            from_server("heartbeat.ping", "01JQAAAAAAAAAAAAAAAAAAAAC5", json!({})),
+        ])
+    })
+    .await;
+    let mut ws = WsSink::new(gated(url, 1, None));
+    let mut talk = Talk::new();
+    let p = "t140:0000ca1e@127.0.0.1:40032";
+    ws.send(talk.join(p));
+    ws.send(talk.add(p, "Approved, then paused."));
+    ws.send(talk.leave(p));
+    // The pong comes after the approval is read: the sentence and the leave wait out the pause.
+    wait_for(&log, "the pong", |l| {
+        l.lock()
+            .unwrap()
+            .iter()
+            .any(|(_, v)| v["type"] == "heartbeat.pong")
+    })
+    .await;
+    let stats = ws.close(Duration::from_secs(10)).await;
+    assert_eq!(
+        said(&log, p),
+        ["join", "Approved, then paused.", "leave"],
+        "{stats:?}"
+    );
+    assert_eq!(stats.dropped, 0);
 }

@@ -55,15 +55,34 @@ struct Conn {
     task: JoinHandle<()>,
 }
 
+/// What a connection is for: one participant in one session. A server binds a connection to
+/// the sender and session of its first frame (pvp-spec 19.1), and one id may speak in two
+/// sessions (a `[[stream]]` rule's participant in two rooms): each is its own connection.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Route {
+    /// As the envelope's JSON has it ([`Envelope::session_json`]).
+    session: Box<str>,
+    sender: SenderId,
+}
+
+impl Route {
+    fn of(e: &Envelope) -> Self {
+        Route {
+            session: e.session_json().into(),
+            sender: e.sender().clone(),
+        }
+    }
+}
+
 pub struct WsSink {
     cfg: Arc<WsConfig>,
-    conns: HashMap<SenderId, Conn>,
+    conns: HashMap<Route, Conn>,
     /// Connections of participants that have left, still delivering what they hold (their
     /// leave last). A participant that joins again (the same stream back after a timeout, or
     /// a restart's resend beside live traffic) gets a new connection that waits for this one
     /// to finish: two connections of one sender are otherwise unordered, and the old leave
     /// could reach the server after the new join (pvp-spec 19.5: per-sender order).
-    leaving: HashMap<SenderId, JoinHandle<()>>,
+    leaving: HashMap<Route, JoinHandle<()>>,
     /// `leaving`'s size at which finished connections are next swept from it.
     sweep_at: usize,
     sent: Arc<AtomicU64>,
@@ -114,12 +133,12 @@ impl WsSink {
     /// Each participant's queue is made room for its share at once: after an outage the spool
     /// may hold a full queue's worth for one participant, and its rejoin and leave with them.
     pub fn resend(&mut self, envelopes: Vec<Envelope>) {
-        let mut share: HashMap<SenderId, usize> = HashMap::new();
+        let mut share: HashMap<Route, usize> = HashMap::new();
         for e in &envelopes {
-            *share.entry(e.sender().clone()).or_default() += 1;
+            *share.entry(Route::of(e)).or_default() += 1;
         }
         for e in envelopes {
-            let extra = share.get(&**e.sender()).copied().unwrap_or(0);
+            let extra = share.get(&Route::of(&e)).copied().unwrap_or(0);
             self.enqueue_with_room(e, self.cfg.queue + extra);
         }
     }
@@ -129,12 +148,15 @@ impl WsSink {
     }
 
     /// Queues `e` on its participant's connection, opening one whose queue holds `room` if it
-    /// has none.
+    /// has none. The queue has one place more, kept for the leave: text is what a full queue
+    /// gives up, never the end of the participant's presence (pvp-spec 6), which a server
+    /// would otherwise keep for ever.
     fn enqueue_with_room(&mut self, e: Envelope, room: usize) {
         let leaving = e.kind() == Kind::SessionLeave;
-        if !self.conns.contains_key(&**e.sender()) {
-            let (tx, rx) = mpsc::channel(room);
-            let before = self.leaving.remove(&**e.sender());
+        let route = Route::of(&e);
+        if !self.conns.contains_key(&route) {
+            let (tx, rx) = mpsc::channel(room + 1);
+            let before = self.leaving.remove(&route);
             let task = tokio::spawn(connection(
                 self.cfg.clone(),
                 e.sender().clone(),
@@ -146,27 +168,34 @@ impl WsSink {
                 before,
                 self.stop.subscribe(),
             ));
-            self.conns.insert(e.sender().clone(), Conn { tx, task });
+            self.conns.insert(route.clone(), Conn { tx, task });
         }
-        let sender = e.sender().clone();
-        let conn = &self.conns[&sender];
-        if let Err(err) = conn.tx.try_send((std::time::Instant::now(), e)) {
+        let conn = &self.conns[&route];
+        let queued = if !leaving && conn.tx.capacity() <= 1 {
+            // The last place is the leave's.
+            Err(e)
+        } else {
+            conn.tx
+                .try_send((std::time::Instant::now(), e))
+                .map_err(|err| match err {
+                    mpsc::error::TrySendError::Full((_, e))
+                    | mpsc::error::TrySendError::Closed((_, e)) => e,
+                })
+        };
+        if let Err(e) = queued {
             self.dropped += 1;
-            let (_, e) = match err {
-                mpsc::error::TrySendError::Full(e) | mpsc::error::TrySendError::Closed(e) => e,
-            };
             // Given up on, so not resent after a restart either, where it would come after
             // what this participant said later.
             if let Some(spool) = &self.cfg.spool {
                 spool.done(e.id());
             }
-            tracing::warn!(participant = %sender, id = %e.id(), kind = %e.kind(), "PVP connection queue full or closed; envelope dropped");
+            tracing::warn!(participant = %route.sender, id = %e.id(), kind = %e.kind(), "PVP connection queue full or closed; envelope dropped");
         } else {
             self.accepted += 1;
         }
-        if leaving && let Some(conn) = self.conns.remove(&sender) {
+        if leaving && let Some(conn) = self.conns.remove(&route) {
             // Dropping the queue's sender lets the task deliver what is left, then close.
-            self.leaving.insert(sender, conn.task);
+            self.leaving.insert(route, conn.task);
             if self.leaving.len() >= self.sweep_at {
                 self.leaving.retain(|_, t| !t.is_finished());
                 self.sweep_at = (2 * self.leaving.len()).max(SWEEP_FROM);
@@ -268,6 +297,8 @@ async fn connection(
     let mut failing = false;
     let mut pvp = Builder::new(cfg.session.clone(), None, random_seed());
     let mut join: Option<Envelope> = None;
+    // Whether `pvp` builds in the participant's session yet (from its first envelope).
+    let mut in_session = false;
     // Ids of recent envelopes, so an `error`'s `related_to` can be told in the log.
     let mut recent: VecDeque<(ulid::Ulid, Kind)> = VecDeque::with_capacity(RECENT);
     let mut pending: Option<(std::time::Instant, Envelope)> = None;
@@ -491,19 +522,30 @@ async fn connection(
                     _ = stop.changed(), if !queue_open => {
                         // The gateway stops while chunks of a participant that left still
                         // await approval: they will not get it now.
-                        stopping(&mut ws, &mut gates, &cfg, &participant, &counts).await;
+                        let held = Held { pending: pending.take(), outbox: &mut outbox, gates: &mut gates, paused_until };
+                        stopping(&mut ws, held, &cfg, &participant, &counts).await;
                         return;
                     }
                     e = rx.recv(), if queue_open && !paused && pending.is_none() => match e {
-                        // A chunk from the core is held for approval: its request goes out.
-                        Some((queued, e)) => match gates.as_mut() {
-                            Some(g) => {
-                                let out = g.offer(e, &mut pvp, std::time::Instant::now(), now());
-                                gone(g, &cfg, &counts);
-                                out.map(|out| (queued, out))
+                        Some((queued, e)) => {
+                            if !in_session {
+                                // The connection's own envelopes (pongs, heartbeats, gate
+                                // requests) go to its participant's session, which everything
+                                // in its queue carries (a mapping rule may route it).
+                                pvp.session = crate::pvp::SessionText::new(e.to_message().session);
+                                in_session = true;
                             }
-                            None => Some((queued, e)),
-                        },
+                            match gates.as_mut() {
+                                // A chunk from the core is held for approval: its request
+                                // goes out.
+                                Some(g) => {
+                                    let out = g.offer(e, &mut pvp, std::time::Instant::now(), now());
+                                    gone(g, &cfg, &counts);
+                                    out.map(|out| (queued, out))
+                                }
+                                None => Some((queued, e)),
+                            }
+                        }
                         None => {
                             // Queue closed. The participant left: chunks awaiting approval
                             // keep waiting for their decisions, the leave behind them (the
@@ -511,7 +553,8 @@ async fn connection(
                             // not get one now.
                             queue_open = false;
                             if *stop.borrow() || gates.as_ref().is_none_or(|g| g.is_empty()) {
-                                stopping(&mut ws, &mut gates, &cfg, &participant, &counts).await;
+                                let held = Held { pending: pending.take(), outbox: &mut outbox, gates: &mut gates, paused_until };
+                                stopping(&mut ws, held, &cfg, &participant, &counts).await;
                                 return;
                             }
                             None
@@ -543,8 +586,6 @@ async fn connection(
             let Some((queued, e)) = next else { continue };
             let (id, kind) = (e.id(), e.kind());
             if kind == Kind::SessionJoin {
-                // Heartbeats go to the participant's session (a mapping rule may route it).
-                pvp.session = crate::pvp::SessionText::new(e.to_message().session);
                 join = Some(e.clone());
             }
             // The frame shares the envelope's text only if it is not needed again: a join is
@@ -570,14 +611,7 @@ async fn connection(
                 continue 'reconnect;
             }
             m.send_latency.observe(queued.elapsed().as_secs_f64());
-            if let Some(spool) = &cfg.spool {
-                spool.done(id);
-            }
-            counts.sent.fetch_add(1, Ordering::Relaxed);
-            // A gate's request is made here, not taken from the queue.
-            if kind != Kind::GateRequest {
-                counts.settled(1);
-            }
+            written(id, kind, &cfg, &counts);
             if kind == Kind::SessionLeave {
                 // Gone: a reconnect before the queue's end is seen (a server closing right
                 // after the leave) must not join it again.
@@ -713,37 +747,67 @@ fn retry_delay(backoff: Duration, random: u64) -> Duration {
 /// A frame read from the server.
 type WsResult = Result<Message, tokio_tungstenite::tungstenite::Error>;
 
+/// An envelope is written: marked in the spool, counted as sent and, unless the connection
+/// made it itself (a gate's request), as settled.
+fn written(id: ulid::Ulid, kind: Kind, cfg: &WsConfig, counts: &Counts) {
+    if let Some(spool) = &cfg.spool {
+        spool.done(id);
+    }
+    counts.sent.fetch_add(1, Ordering::Relaxed);
+    if kind != Kind::GateRequest {
+        counts.settled(1);
+    }
+}
+
+/// What a connection still holds when its queue has closed for the gateway's stop.
+struct Held<'a> {
+    pending: Option<(std::time::Instant, Envelope)>,
+    outbox: &'a mut VecDeque<(std::time::Instant, Envelope)>,
+    gates: &'a mut Option<super::gate::Gates>,
+    /// The end of a RATE_LIMITED pause (pvp-spec 17) still running.
+    paused_until: Option<tokio::time::Instant>,
+}
+
 /// The end of a connection whose queue has closed: chunks still awaiting approval are dropped
-/// (counted, and marked done in the spool: a restart must not offer them again), what waited
-/// behind them (the leave) goes out, and the connection closes.
-async fn stopping<S>(
-    ws: &mut S,
-    gates: &mut Option<super::gate::Gates>,
-    cfg: &WsConfig,
-    participant: &str,
-    counts: &Counts,
-) where
+/// (counted, and marked done in the spool: a restart must not offer them again); what is
+/// approved and what waited behind it (the leave) goes out, after a rate-limit pause still
+/// running (the sink's shutdown grace bounds the wait), and the connection closes.
+async fn stopping<S>(ws: &mut S, held: Held<'_>, cfg: &WsConfig, participant: &str, counts: &Counts)
+where
     S: futures_util::Sink<Message> + futures_util::Stream<Item = WsResult> + Unpin,
 {
-    if let Some(g) = gates.as_mut() {
-        let (send, dropped) = g.release(std::time::Instant::now() + Duration::from_secs(86_400));
+    let mut send: Vec<Envelope> = held
+        .pending
+        .into_iter()
+        .chain(held.outbox.drain(..))
+        .map(|(_, e)| e)
+        // A request for a chunk that is dropped below asks for nothing.
+        .filter(|e| e.kind() != Kind::GateRequest)
+        .collect();
+    if let Some(g) = held.gates.as_mut() {
+        let (released, dropped) =
+            g.release(std::time::Instant::now() + Duration::from_secs(86_400));
         for (e, _) in dropped {
             tracing::warn!(%participant, id = %e.id(), "stopping with a chunk still awaiting approval; dropped");
             refused(&e, cfg);
         }
         gone(g, cfg, counts);
-        for e in send {
-            let id = e.id();
-            // Marked in the spool only once written: one that was not is sent again after a
-            // restart.
-            if send_frame(ws, Message::text(e.into_json()), cfg, participant).await {
-                counts.settled(1);
-                counts.sent.fetch_add(1, Ordering::Relaxed);
-                if let Some(spool) = &cfg.spool {
-                    spool.done(id);
-                }
-            }
+        send.extend(released);
+    }
+    if !send.is_empty()
+        && let Some(until) = held.paused_until
+    {
+        tokio::time::sleep_until(until).await;
+    }
+    for e in send {
+        let (id, kind) = (e.id(), e.kind());
+        // Marked in the spool only once written: one that was not is sent again after a
+        // restart. After a failed write the connection is gone: the rest is not written
+        // either, and counts as lost when the grace ends.
+        if !send_frame(ws, Message::text(e.into_json()), cfg, participant).await {
+            return;
         }
+        written(id, kind, cfg, counts);
     }
     close_politely(ws, cfg, participant).await;
 }
