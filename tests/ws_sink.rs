@@ -925,3 +925,53 @@ async fn a_stop_during_a_rate_limit_pause_still_sends_what_was_approved() {
     );
     assert_eq!(stats.dropped, 0);
 }
+
+/// `--gate-transcripts`: a chunk's gate that times out while the connection is down (the
+/// server gone for longer than `--gate-timeout-s` plus its grace) is settled as timed out. The
+/// reconnect asked again for every gate without a decision, the expired ones too, so
+/// approvers were asked about text already dropped, whose approval can no longer add it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gate_that_expired_while_disconnected_is_not_requested_again() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    // The first server goes down once the chunk's gate is requested; the second one answers
+    // its handshake only after the gate has expired (its timeout is 0 s plus 5 s of grace).
+    let log = serve_answering(listener, &[1], Duration::from_secs(6), |conn, v| {
+        if conn == 0 && v["type"] == "gate.request" {
+            Answer::Close
+        } else {
+            Answer::Nothing
+        }
+    });
+    let cfg = WsConfig {
+        gate: Some(pvp_t140::sink::gate::GateConfig {
+            quorum: 1,
+            timeout: Duration::ZERO,
+        }),
+        connect_timeout: Duration::from_secs(15),
+        ..config(url, 64, None)
+    };
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000e7e1@127.0.0.1:40033";
+    ws.send(talk.join(p));
+    ws.send(talk.add(p, "Expires unanswered."));
+    wait_for(&log, "the rejoin", |l| {
+        l.lock().unwrap().iter().any(|(c, _)| *c == 1)
+    })
+    .await;
+    ws.send(talk.leave(p));
+    wait_for(&log, "the leave", |l| {
+        said(l, p).last().is_some_and(|s| s == "leave")
+    })
+    .await;
+    ws.close(Duration::from_secs(5)).await;
+    let second: Vec<String> = log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(c, _)| *c == 1)
+        .map(|(_, v)| v["type"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(second, ["session.join", "session.leave"]);
+}

@@ -399,6 +399,10 @@ async fn connection(
             // Chunks held for approval are asked about again: a decision for a request the
             // old connection carried may never come now (a restarted server has no gate).
             // One whose request was never written is still `pending`, and goes out from there.
+            // Gates that expired while disconnected are settled first, not asked about.
+            if let Some(g) = gates.as_mut() {
+                settle(g, &mut outbox, &cfg, &participant, &counts);
+            }
             let unsent = pending
                 .as_ref()
                 .filter(|(_, e)| e.kind() == Kind::GateRequest)
@@ -585,6 +589,15 @@ async fn connection(
             };
             let Some((queued, e)) = next else { continue };
             let (id, kind) = (e.id(), e.kind());
+            if kind == Kind::GateRequest
+                && gates
+                    .as_ref()
+                    .is_none_or(|g| !g.undecided().any(|r| r.id() == id))
+            {
+                // Its gate was settled (timed out) while the request waited (a pause, a
+                // reconnect): nobody is asked about text already dropped.
+                continue;
+            }
             if kind == Kind::SessionJoin {
                 join = Some(e.clone());
             }
