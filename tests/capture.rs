@@ -143,6 +143,13 @@ impl Ng {
 fn read(bytes: &[u8]) -> Result<(Vec<Datagram>, CaptureStats), String> {
     let mut got = Vec::new();
     let stats = read_udp_from(bytes, &mut |d| got.push(d)).map_err(|e| e.to_string())?;
+    // Every frame counted once, every datagram handed out counted.
+    assert_eq!(
+        stats.udp - stats.reassembled + stats.skipped + stats.fragments,
+        stats.frames,
+        "{stats:?}"
+    );
+    assert_eq!(stats.udp, got.len() as u64, "{stats:?}");
     Ok((got, stats))
 }
 
