@@ -7,8 +7,12 @@ use std::fs::File;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
+use std::time::Duration;
 
-use etherparse::{NetSlice, SlicedPacket, TransportSlice};
+use etherparse::defrag::{IpDefragBuf, IpFragRange};
+use etherparse::{
+    IpFragOffset, IpNumber, Ipv6ExtensionSlice, NetSlice, SlicedPacket, TransportSlice, UdpSlice,
+};
 use pcap_parser::data::{PacketData, get_packetdata};
 use pcap_parser::pcapng::{Block, InterfaceDescriptionBlock, OptionCode};
 use pcap_parser::{Linktype, PcapBlockOwned, PcapError, create_reader};
@@ -24,14 +28,39 @@ pub struct Datagram {
     pub payload: Vec<u8>,
 }
 
-/// What a capture held besides the datagrams we use.
+/// What a capture held besides the datagrams we use, and what became of its IP fragments.
+///
+/// Every frame is counted once in `frames` and once in `skipped`, in `fragments`, or (a whole
+/// datagram) in `udp`: `frames == udp - reassembled + skipped + fragments`. Every reassembly
+/// ends once, in `reassembled`, `reassembly_timeouts`, `reassembly_evicted`,
+/// `reassembly_invalid` or `reassembly_unfinished`.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct CaptureStats {
     pub frames: u64,
+    /// Datagrams handed out: whole ones, and those reassembled from fragments.
     pub udp: u64,
-    /// Frames that are not UDP over IP (ARP, TCP, ICMP, fragments, unsupported link types),
-    /// or whose datagram the snap length cut short.
+    /// Frames that are not UDP over IP (ARP, TCP, ICMP, fragments of those, UDP behind IPv6
+    /// extension headers that follow a fragment header, unsupported link types), or whose
+    /// datagram or fragment the snap length cut short.
     pub skipped: u64,
+    /// Frames that are IPv4 or IPv6 fragments of a UDP datagram, whatever became of them.
+    pub fragments: u64,
+    /// Datagrams reassembled from fragments (also counted in `udp`).
+    pub reassembled: u64,
+    /// Fragments repeating bytes a reassembly already held (a capture on two interfaces, a
+    /// retransmitting link): dropped, and the reassembly goes on (RFC 8200 section 4.5).
+    pub fragments_duplicate: u64,
+    /// Reassemblies still missing fragments when their time ran out, in capture time.
+    pub reassembly_timeouts: u64,
+    /// Reassemblies dropped, oldest first, to keep within the bounds on pending reassemblies and
+    /// their bytes.
+    pub reassembly_evicted: u64,
+    /// Reassemblies dropped for a fragment that overlaps another with different bytes,
+    /// contradicts where the datagram ends, is empty or misaligned, or takes the datagram past
+    /// 65,535 bytes, or whose datagram is not valid UDP; the later fragments start a new one.
+    pub reassembly_invalid: u64,
+    /// Reassemblies still missing fragments when the capture ended.
+    pub reassembly_unfinished: u64,
     /// The file ended inside a record (a capture still being written, or its writer killed):
     /// every whole record before it was read, as Wireshark reads such a file.
     pub cut_short: bool,
@@ -169,6 +198,7 @@ pub fn read_udp_from(
         .map_err(|e| CaptureError::Format(format!("{e:?}")))?;
     let mut capacity = INITIAL_BUFFER;
     let mut stats = CaptureStats::default();
+    let mut reassembler = Reassembler::default();
     let mut legacy_link = Linktype::ETHERNET;
     let mut legacy_nanos = false;
     // The current pcapng section's interfaces and byte order.
@@ -189,7 +219,7 @@ pub fn read_udp_from(
                 // A packet on an interface the section did not describe is counted, skipped.
                 let on = |if_id: usize, high: u32, low: u32, data| {
                     let iface = interfaces.get(if_id)?;
-                    Some((iface.time(high, low), iface.link, data))
+                    Some((iface.time(high, low), iface.link, if_id, data))
                 };
                 let frame = match block {
                     PcapBlockOwned::LegacyHeader(h) => {
@@ -204,7 +234,7 @@ pub fn read_udp_from(
                             u64::from(b.ts_usec)
                         };
                         let t = Time(u64::from(b.ts_sec) * 1_000_000 + frac);
-                        Some(Some((t, legacy_link, captured(b.data, b.caplen))))
+                        Some(Some((t, legacy_link, 0, captured(b.data, b.caplen))))
                     }
                     PcapBlockOwned::NG(Block::SectionHeader(shb)) => {
                         interfaces.clear();
@@ -236,19 +266,7 @@ pub fn read_udp_from(
                 };
                 // None: not a packet; Some(None): a packet we cannot use.
                 if let Some(frame) = frame {
-                    stats.frames += 1;
-                    match frame.and_then(|(time, link, data)| Some((time, udp_of(data, link)?))) {
-                        Some((time, (source, destination, payload))) => {
-                            stats.udp += 1;
-                            each(Datagram {
-                                time,
-                                source,
-                                destination,
-                                payload: payload.to_vec(),
-                            });
-                        }
-                        None => stats.skipped += 1,
-                    }
+                    take_frame(frame, &mut reassembler, &mut stats, each);
                 }
                 reader.consume(offset);
             }
@@ -282,7 +300,43 @@ pub fn read_udp_from(
             Err(e) => return Err(CaptureError::Format(format!("{e:?}"))),
         }
     }
+    stats.reassembly_unfinished += reassembler.pending.len() as u64;
     Ok(stats)
+}
+
+/// Counts one packet record (`None`: one we cannot use) and hands out its datagram, whole or
+/// the one it completes.
+fn take_frame(
+    frame: Option<(Time, Linktype, usize, &[u8])>,
+    reassembler: &mut Reassembler,
+    stats: &mut CaptureStats,
+    each: &mut dyn FnMut(Datagram),
+) {
+    stats.frames += 1;
+    let Some((time, link, interface, data)) = frame else {
+        stats.skipped += 1;
+        return;
+    };
+    reassembler.expire(time, stats);
+    match packet_of(data, link, interface) {
+        Some(Packet::Whole(source, destination, payload)) => {
+            stats.udp += 1;
+            each(Datagram {
+                time,
+                source,
+                destination,
+                payload: payload.to_vec(),
+            });
+        }
+        Some(Packet::Fragment(fragment)) => {
+            stats.fragments += 1;
+            if let Some(datagram) = reassembler.add(time, fragment, stats) {
+                stats.udp += 1;
+                each(datagram);
+            }
+        }
+        None => stats.skipped += 1,
+    }
 }
 
 /// The bytes a record captured: its data cut to its captured length (pcapng pads to 32 bits).
@@ -310,7 +364,15 @@ fn short_pcapng_block(data: &[u8], le: &mut bool) -> bool {
     len < 12
 }
 
-fn udp_of(data: &[u8], link: Linktype) -> Option<(SocketAddr, SocketAddr, &[u8])> {
+/// What a frame carries that replay uses.
+enum Packet<'a> {
+    /// A whole UDP datagram: source, destination, payload.
+    Whole(SocketAddr, SocketAddr, &'a [u8]),
+    /// One fragment of a UDP datagram.
+    Fragment(Fragment<'a>),
+}
+
+fn packet_of(data: &[u8], link: Linktype, interface: usize) -> Option<Packet<'_>> {
     // Only the link types a T.140 capture comes in; pcap-parser 0.17's decoders for others
     // (Wireshark upper PDU, NFLOG) panic on malformed frames (found by the pcap_read fuzzer).
     let supported = [
@@ -332,31 +394,284 @@ fn udp_of(data: &[u8], link: Linktype) -> Option<(SocketAddr, SocketAddr, &[u8])
     };
     let (src, dst): (IpAddr, IpAddr) = match sliced.net? {
         NetSlice::Ipv4(ip) => {
+            let h = ip.header();
+            let (src, dst) = (h.source_addr().into(), h.destination_addr().into());
             if ip.is_payload_fragmented() {
-                return None;
+                if ip.payload().ip_number != IpNumber::UDP {
+                    return None;
+                }
+                return Some(Packet::Fragment(Fragment {
+                    key: FragmentKey {
+                        interface,
+                        source: src,
+                        destination: dst,
+                        id: u32::from(h.identification()),
+                    },
+                    offset: h.fragments_offset(),
+                    more: h.more_fragments(),
+                    data: ip.payload().payload,
+                    // RFC 791 section 3.1: the Total Length, header included, is 16 bits.
+                    limit: MAX_IP_LEN - usize::from(h.ihl()) * 4,
+                    timeout: IPV4_REASSEMBLY_TIME,
+                }));
             }
-            (
-                ip.header().source_addr().into(),
-                ip.header().destination_addr().into(),
-            )
+            (src, dst)
         }
         NetSlice::Ipv6(ip) => {
+            let h = ip.header();
+            let (src, dst) = (h.source_addr().into(), h.destination_addr().into());
             if ip.is_payload_fragmented() {
-                return None;
+                let exts = ip.extensions();
+                let frag = exts.clone().into_iter().find_map(|e| match e {
+                    Ipv6ExtensionSlice::Fragment(f) => Some(f),
+                    _ => None,
+                })?;
+                // Only UDP right after the fragment header: the fragmentable part (RFC 8200
+                // section 4.5) is then exactly the payload etherparse gives.
+                if frag.next_header() != IpNumber::UDP || ip.payload().ip_number != IpNumber::UDP {
+                    return None;
+                }
+                // The reassembled Payload Length (16 bits) counts the extension headers
+                // before the fragment header too (RFC 8200 section 4.5).
+                let unfragmentable = exts.slice().len().saturating_sub(frag.slice().len());
+                return Some(Packet::Fragment(Fragment {
+                    key: FragmentKey {
+                        interface,
+                        source: src,
+                        destination: dst,
+                        id: frag.identification(),
+                    },
+                    offset: frag.fragment_offset(),
+                    more: frag.more_fragments(),
+                    data: ip.payload().payload,
+                    limit: MAX_IP_LEN.saturating_sub(unfragmentable),
+                    timeout: IPV6_REASSEMBLY_TIME,
+                }));
             }
-            (
-                ip.header().source_addr().into(),
-                ip.header().destination_addr().into(),
-            )
+            (src, dst)
         }
         NetSlice::Arp(_) => return None,
     };
     match sliced.transport? {
-        TransportSlice::Udp(udp) => Some((
+        TransportSlice::Udp(udp) => Some(Packet::Whole(
             SocketAddr::new(src, udp.source_port()),
             SocketAddr::new(dst, udp.destination_port()),
             udp.payload(),
         )),
         _ => None,
+    }
+}
+
+/// The largest IPv4 Total Length and IPv6 Payload Length (both 16 bits; no jumbograms).
+const MAX_IP_LEN: usize = 65_535;
+
+/// How long an IPv4 reassembly waits for its missing fragments after its first one: Linux's
+/// `ipfrag_time`. RFC 791 section 3.2 leaves the timer to the implementation.
+const IPV4_REASSEMBLY_TIME: Duration = Duration::from_secs(30);
+
+/// The same for IPv6: RFC 8200 section 4.5 says 60 s after the first-arriving fragment.
+const IPV6_REASSEMBLY_TIME: Duration = Duration::from_secs(60);
+
+/// The most reassemblies pending at once; a new one past it drops the oldest.
+pub const MAX_PENDING_REASSEMBLIES: usize = 256;
+
+/// The most bytes the pending reassemblies may hold together (Linux's `ipfrag_high_thresh`);
+/// past it the oldest are dropped. A reassembly takes room up to its highest fragment's end
+/// (at most 64 KiB), however little it has received.
+pub const MAX_PENDING_REASSEMBLY_BYTES: usize = 4 << 20;
+
+/// Which datagram a fragment belongs to (RFC 791 section 3.2: source, destination, protocol,
+/// identification; RFC 8200 section 4.5: source, destination, identification). Only UDP
+/// fragments are kept, so the protocol is always UDP. The capture interface keeps apart
+/// the copies of one datagram captured on two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FragmentKey {
+    interface: usize,
+    source: IpAddr,
+    destination: IpAddr,
+    id: u32,
+}
+
+/// One fragment of a UDP datagram, as one frame carries it.
+struct Fragment<'a> {
+    key: FragmentKey,
+    offset: IpFragOffset,
+    more: bool,
+    data: &'a [u8],
+    /// The most bytes the reassembled IP payload may have.
+    limit: usize,
+    timeout: Duration,
+}
+
+/// A datagram being reassembled. etherparse's `IpDefragBuf` keeps its bytes and the ranges
+/// received; its `IpDefragPool` is not used, for it has no bound on reassemblies or bytes,
+/// times a reassembly from its latest fragment, and lets an overlapping fragment overwrite.
+#[derive(Debug)]
+struct Pending {
+    key: FragmentKey,
+    /// Its first fragment's time plus the reassembly time.
+    deadline: Time,
+    buf: IpDefragBuf,
+}
+
+impl Pending {
+    /// The bytes it holds on the heap.
+    fn cost(&self) -> usize {
+        self.buf.data().capacity()
+            + self.buf.sections().capacity() * std::mem::size_of::<IpFragRange>()
+    }
+}
+
+/// What a fragment is to the reassembly it belongs to.
+enum Fit {
+    New,
+    Duplicate,
+    Invalid,
+}
+
+/// Reassembles fragmented UDP datagrams (RFC 791 section 3.2, RFC 8200 section 4.5) in
+/// capture time, within fixed bounds on reassemblies and bytes.
+#[derive(Debug, Default)]
+struct Reassembler {
+    /// Oldest first.
+    pending: Vec<Pending>,
+    /// What `pending` holds on the heap.
+    bytes: usize,
+    /// No deadline in `pending` is earlier (some may be later: the one that set it may be gone).
+    next_deadline: Option<Time>,
+}
+
+impl Reassembler {
+    /// Drops the reassemblies whose time has run out by `now`.
+    fn expire(&mut self, now: Time, stats: &mut CaptureStats) {
+        if self.next_deadline.is_none_or(|d| now < d) {
+            return;
+        }
+        let before = self.pending.len();
+        let mut bytes = self.bytes;
+        self.pending.retain(|p| {
+            let keep = now < p.deadline;
+            if !keep {
+                bytes -= p.cost();
+            }
+            keep
+        });
+        self.bytes = bytes;
+        stats.reassembly_timeouts += (before - self.pending.len()) as u64;
+        self.next_deadline = self.pending.iter().map(|p| p.deadline).min();
+    }
+
+    fn remove(&mut self, i: usize) -> Pending {
+        let p = self.pending.remove(i);
+        self.bytes -= p.cost();
+        p
+    }
+
+    /// Adds a fragment received at `time`; gives the datagram it completes.
+    fn add(&mut self, time: Time, f: Fragment<'_>, stats: &mut CaptureStats) -> Option<Datagram> {
+        let found = self.pending.iter().position(|p| p.key == f.key);
+        let start = usize::from(f.offset.byte_offset());
+        let end = start + f.data.len();
+        // RFC 791 section 3.2 and RFC 8200 section 4.5: every fragment but the last carries a
+        // multiple of 8 bytes, and the whole fits the length field. An empty one is
+        // malformed too (Linux drops its reassembly).
+        if f.data.is_empty() || (f.more && !f.data.len().is_multiple_of(8)) || end > f.limit {
+            if let Some(i) = found {
+                self.remove(i);
+            }
+            stats.reassembly_invalid += 1;
+            return None;
+        }
+        let i = match found {
+            Some(i) => i,
+            None => {
+                if self.pending.len() >= MAX_PENDING_REASSEMBLIES {
+                    self.remove(0);
+                    stats.reassembly_evicted += 1;
+                }
+                let deadline = time.saturating_add(f.timeout);
+                self.next_deadline = Some(self.next_deadline.map_or(deadline, |d| d.min(deadline)));
+                self.pending.push(Pending {
+                    key: f.key,
+                    deadline,
+                    buf: IpDefragBuf::new(IpNumber::UDP, Vec::new(), Vec::new()),
+                });
+                self.pending.len() - 1
+            }
+        };
+        let p = &mut self.pending[i];
+        match fit(&p.buf, start, end, f.more, f.data) {
+            Fit::Duplicate => {
+                stats.fragments_duplicate += 1;
+                return None;
+            }
+            Fit::Invalid => {
+                self.remove(i);
+                stats.reassembly_invalid += 1;
+                return None;
+            }
+            Fit::New => {}
+        }
+        let before = p.cost();
+        if p.buf.add(f.offset, f.more, f.data).is_err() {
+            // etherparse refused it (an end it contradicts), by what it held before.
+            self.pending.remove(i);
+            self.bytes -= before;
+            stats.reassembly_invalid += 1;
+            return None;
+        }
+        self.bytes = self.bytes - before + p.cost();
+        if p.buf.is_complete() {
+            let (data, _) = self.remove(i).buf.take_bufs();
+            // The UDP header is the first fragment's first 8 bytes.
+            let Ok(udp) = UdpSlice::from_slice(&data) else {
+                stats.reassembly_invalid += 1;
+                return None;
+            };
+            stats.reassembled += 1;
+            return Some(Datagram {
+                time,
+                source: SocketAddr::new(f.key.source, udp.source_port()),
+                destination: SocketAddr::new(f.key.destination, udp.destination_port()),
+                payload: udp.payload().to_vec(),
+            });
+        }
+        // Within the bytes bound, dropping the oldest other reassemblies: one alone (64 KiB
+        // at most) always fits.
+        while self.bytes > MAX_PENDING_REASSEMBLY_BYTES {
+            let Some(j) = self.pending.iter().position(|p| p.key != f.key) else {
+                break;
+            };
+            self.remove(j);
+            stats.reassembly_evicted += 1;
+        }
+        None
+    }
+}
+
+/// Whether the fragment covering `start..end` adds to `buf`. RFC 5722 (and RFC 8200 section
+/// 4.5): a fragment overlapping another drops the reassembly, but an exact duplicate may be
+/// dropped alone; Linux treats IPv4 the same way. Duplicate here: bytes already received,
+/// identical, and no different end. A last fragment that ends before bytes already received
+/// contradicts them.
+fn fit(buf: &IpDefragBuf, start: usize, end: usize, more: bool, data: &[u8]) -> Fit {
+    let ranges = buf.sections();
+    let range = |r: &IpFragRange| (usize::from(r.start), usize::from(r.end));
+    if !ranges.iter().map(range).any(|(s, e)| s < end && start < e) {
+        if !more && ranges.iter().any(|r| usize::from(r.end) > end) {
+            return Fit::Invalid;
+        }
+        return Fit::New;
+    }
+    let inside = ranges
+        .iter()
+        .map(range)
+        .any(|(s, e)| s <= start && end <= e);
+    let same = buf.data().get(start..end) == Some(data);
+    let same_end = more || buf.end().map(usize::from) == Some(end);
+    if inside && same && same_end {
+        Fit::Duplicate
+    } else {
+        Fit::Invalid
     }
 }

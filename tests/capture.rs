@@ -3,7 +3,9 @@
 
 use std::net::SocketAddr;
 
-use pvp_t140::capture::{CaptureStats, Datagram, read_udp_from};
+use pvp_t140::capture::{
+    CaptureStats, Datagram, MAX_PENDING_REASSEMBLIES, MAX_PENDING_REASSEMBLY_BYTES, read_udp_from,
+};
 
 #[path = "common/frames.rs"]
 mod frames;
@@ -141,6 +143,13 @@ impl Ng {
 fn read(bytes: &[u8]) -> Result<(Vec<Datagram>, CaptureStats), String> {
     let mut got = Vec::new();
     let stats = read_udp_from(bytes, &mut |d| got.push(d)).map_err(|e| e.to_string())?;
+    // Every frame counted once, every datagram handed out counted.
+    assert_eq!(
+        stats.udp - stats.reassembled + stats.skipped + stats.fragments,
+        stats.frames,
+        "{stats:?}"
+    );
+    assert_eq!(stats.udp, got.len() as u64, "{stats:?}");
     Ok((got, stats))
 }
 
@@ -315,7 +324,6 @@ fn a_record_past_the_buffer_limit_is_a_clear_error() {
 /// datagrams through the same core, skipped every fragment, so the text (or the BYE) the live
 /// gateway would act on was missing from the replay. The fragments must give the datagram.
 #[test]
-#[ignore = "known gap: IPv4 fragments are skipped (counted), not reassembled; a live gateway gets such a datagram whole"]
 fn a_udp_datagram_in_ipv4_fragments_is_read_reassembled() {
     let payload: Vec<u8> = (0..40u8).map(|i| b'a' + i % 26).collect();
     let whole = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, &payload);
@@ -342,4 +350,344 @@ fn a_udp_datagram_in_ipv4_fragments_is_read_reassembled() {
     );
     assert_eq!(got[0].source, addr("10.0.0.1:40000"));
     assert_eq!(got[0].destination, addr("10.0.0.2:5004"));
+}
+
+/// An Ethernet frame holding one IPv4 fragment of `whole` (an IPv4/UDP packet from
+/// `udp_ipv4`, 20-byte header): bytes `from..to` of its IP payload (UDP header and data), with
+/// identification `id`; More Fragments set unless `to` is the end.
+fn v4_fragment(whole: &[u8], id: u16, from: usize, to: usize) -> Vec<u8> {
+    assert_eq!(from % 8, 0);
+    let (header, data) = whole.split_at(20);
+    let part = &data[from..to];
+    let mut h = header.to_vec();
+    h[2..4].copy_from_slice(&((20 + part.len()) as u16).to_be_bytes());
+    h[4..6].copy_from_slice(&id.to_be_bytes());
+    let more = if to < data.len() { 0x2000 } else { 0 };
+    h[6..8].copy_from_slice(&(more | (from / 8) as u16).to_be_bytes());
+    h.extend_from_slice(part);
+    ethernet(&h)
+}
+
+/// The counters of fragments and reassemblies, in the order `CaptureStats` declares them:
+/// fragments, reassembled, duplicates, timeouts, evicted, invalid, unfinished.
+fn reassembly(s: &CaptureStats) -> [u64; 7] {
+    [
+        s.fragments,
+        s.reassembled,
+        s.fragments_duplicate,
+        s.reassembly_timeouts,
+        s.reassembly_evicted,
+        s.reassembly_invalid,
+        s.reassembly_unfinished,
+    ]
+}
+
+/// `n` bytes of text that differ from one `seed` to another.
+fn text(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| b'a' + (i as u8).wrapping_add(seed) % 26)
+        .collect()
+}
+
+/// Fragments arrive in any order (RFC 791 section 3.2: the offset places them). The
+/// datagram comes out where its last fragment arrived, with that fragment's time, after a
+/// whole datagram captured between its fragments; its ports are the first fragment's.
+#[test]
+fn fragments_out_of_order_are_reassembled_at_the_last_ones_time() {
+    let payload = text(60, 0);
+    let whole = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, &payload);
+    let other = ethernet(&udp_ipv4(
+        [10, 0, 0, 3],
+        40002,
+        [10, 0, 0, 2],
+        5004,
+        b"other",
+    ));
+    let (a, b, c) = (
+        v4_fragment(&whole, 7, 0, 24),
+        v4_fragment(&whole, 7, 24, 48),
+        v4_fragment(&whole, 7, 48, 68),
+    );
+    let file = pcap(
+        LINKTYPE_ETHERNET,
+        &[(1, 0, &c), (2, 0, &other), (3, 0, &a), (4, 500, &b)],
+    );
+    let (got, stats) = read(&file).expect("readable");
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[0].payload, b"other");
+    assert_eq!(got[1].payload, payload);
+    assert_eq!(got[1].time.0, 4_000_500, "the completing fragment's time");
+    assert_eq!(got[1].source, addr("10.0.0.1:40000"));
+    assert_eq!(got[1].destination, addr("10.0.0.2:5004"));
+    assert_eq!(
+        (stats.frames, stats.udp, stats.skipped),
+        (4, 2, 0),
+        "{stats:?}"
+    );
+    assert_eq!(reassembly(&stats), [3, 1, 0, 0, 0, 0, 0]);
+}
+
+/// A lost fragment: nothing is handed out, not even the fragments' bytes as a short
+/// datagram. The reassembly waits 30 s of capture time from its first fragment (Linux's
+/// ipfrag_time), then is dropped and counted; the missing fragment arriving after that starts
+/// a new one, which the end of the capture finds unfinished. Within the 30 s it completes.
+#[test]
+fn a_lost_fragment_gives_nothing_and_its_reassembly_expires_in_capture_time() {
+    let whole = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, &text(60, 1));
+    let (a, b, c) = (
+        v4_fragment(&whole, 9, 0, 24),
+        v4_fragment(&whole, 9, 24, 48),
+        v4_fragment(&whole, 9, 48, 68),
+    );
+    let later = ethernet(&udp_ipv4(
+        [10, 0, 0, 3],
+        40002,
+        [10, 0, 0, 2],
+        5004,
+        b"later",
+    ));
+
+    // b never comes: counted as pending, then unfinished at the end.
+    let file = pcap(LINKTYPE_ETHERNET, &[(100, 0, &a), (101, 0, &c)]);
+    let (got, stats) = read(&file).expect("readable");
+    assert!(got.is_empty(), "{got:?}");
+    assert_eq!(reassembly(&stats), [2, 0, 0, 0, 0, 0, 1]);
+
+    // b comes 30 s after a: too late. The frame before it already expired the reassembly.
+    let file = pcap(
+        LINKTYPE_ETHERNET,
+        &[(100, 0, &a), (101, 0, &c), (130, 0, &later), (130, 1, &b)],
+    );
+    let (got, stats) = read(&file).expect("readable");
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].payload, b"later");
+    assert_eq!(reassembly(&stats), [3, 0, 0, 1, 0, 0, 1]);
+
+    // Just within the 30 s: reassembled.
+    let file = pcap(
+        LINKTYPE_ETHERNET,
+        &[(100, 0, &a), (101, 0, &c), (129, 999_999, &b)],
+    );
+    let (got, stats) = read(&file).expect("readable");
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].payload, text(60, 1));
+    assert_eq!(reassembly(&stats), [3, 1, 0, 0, 0, 0, 0]);
+}
+
+/// A fragment captured twice (two interfaces of a bridge, a link that retransmits) is
+/// dropped and counted, and the datagram comes out once (RFC 5722 section 4 allows dropping
+/// an exact duplicate alone). One that overlaps with other bytes drops the reassembly.
+#[test]
+fn a_duplicate_fragment_is_dropped_and_an_inconsistent_one_drops_the_datagram() {
+    let payload = text(40, 2);
+    let whole = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, &payload);
+    let (a, b) = (
+        v4_fragment(&whole, 5, 0, 24),
+        v4_fragment(&whole, 5, 24, 48),
+    );
+    let file = pcap(LINKTYPE_ETHERNET, &[(1, 0, &a), (1, 1, &a), (1, 2, &b)]);
+    let (got, stats) = read(&file).expect("readable");
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].payload, payload);
+    assert_eq!(reassembly(&stats), [3, 1, 1, 0, 0, 0, 0]);
+    // The same again after the datagram is complete: a new reassembly, left unfinished.
+    let file = pcap(LINKTYPE_ETHERNET, &[(1, 0, &a), (1, 2, &b), (1, 3, &b)]);
+    let (got, stats) = read(&file).expect("readable");
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(reassembly(&stats), [3, 1, 0, 0, 0, 0, 1]);
+
+    // Same place, other bytes (a teardrop-style rewrite): neither version is handed out.
+    let forged = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, &text(40, 3));
+    let a2 = v4_fragment(&forged, 5, 0, 24);
+    let file = pcap(LINKTYPE_ETHERNET, &[(1, 0, &a), (1, 1, &a2), (1, 2, &b)]);
+    let (got, stats) = read(&file).expect("readable");
+    assert!(got.is_empty(), "{got:?}");
+    // b starts a new reassembly that never completes.
+    assert_eq!(reassembly(&stats), [3, 0, 0, 0, 0, 1, 1]);
+
+    // Overlapping with the same bytes but not at the same place (16..40 over 0..24) is an
+    // overlap, not a duplicate: dropped too.
+    let mid = v4_fragment(&whole, 5, 16, 40);
+    let file = pcap(LINKTYPE_ETHERNET, &[(1, 0, &a), (1, 1, &mid), (1, 2, &b)]);
+    let (got, stats) = read(&file).expect("readable");
+    assert!(got.is_empty(), "{got:?}");
+    assert_eq!(reassembly(&stats), [3, 0, 0, 0, 0, 1, 1]);
+}
+
+/// Two datagrams between the same hosts fragmented at once, told apart by their
+/// identification (RFC 791 section 3.2): each gets its own bytes, in the order they complete.
+#[test]
+fn interleaved_fragments_of_two_datagrams_are_kept_apart_by_identification() {
+    let (p1, p2) = (text(40, 4), text(50, 5));
+    let w1 = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, &p1);
+    let w2 = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, &p2);
+    let frames = [
+        v4_fragment(&w1, 100, 0, 24),
+        v4_fragment(&w2, 200, 0, 24),
+        v4_fragment(&w2, 200, 24, 58),
+        v4_fragment(&w1, 100, 24, 48),
+    ];
+    let records: Vec<(u32, u32, &[u8])> = frames
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (1, i as u32, f.as_slice()))
+        .collect();
+    let (got, stats) = read(&pcap(LINKTYPE_ETHERNET, &records)).expect("readable");
+    let payloads: Vec<_> = got.iter().map(|d| d.payload.clone()).collect();
+    assert_eq!(payloads, vec![p2, p1]);
+    assert_eq!((got[0].time.0, got[1].time.0), (1_000_002, 1_000_003));
+    assert_eq!(reassembly(&stats), [4, 2, 0, 0, 0, 0, 0]);
+}
+
+/// Memory stays bounded whatever the capture holds: one reassembly past the limit on pending
+/// ones drops the oldest (counted), whose last fragment then gives nothing, while the next
+/// oldest still completes.
+#[test]
+fn pending_reassemblies_are_bounded_and_the_oldest_dropped_first() {
+    let n = MAX_PENDING_REASSEMBLIES + 1;
+    let wholes: Vec<Vec<u8>> = (0..n)
+        .map(|i| {
+            udp_ipv4(
+                [10, 0, 0, 1],
+                40000,
+                [10, 0, 0, 2],
+                5004,
+                &text(40, i as u8),
+            )
+        })
+        .collect();
+    let mut frames: Vec<Vec<u8>> = wholes
+        .iter()
+        .enumerate()
+        .map(|(i, w)| v4_fragment(w, i as u16, 0, 24))
+        .collect();
+    // Number 1 completes; number 0 was dropped, so its last fragment starts a new reassembly
+    // (no eviction: 1 has left room).
+    frames.push(v4_fragment(&wholes[1], 1, 24, 48));
+    frames.push(v4_fragment(&wholes[0], 0, 24, 48));
+    let records: Vec<(u32, u32, &[u8])> = frames.iter().map(|f| (1, 0, f.as_slice())).collect();
+    let (got, stats) = read(&pcap(LINKTYPE_ETHERNET, &records)).expect("readable");
+    assert_eq!(got.len(), 1, "{stats:?}");
+    assert_eq!(got[0].payload, text(40, 1));
+    let left = MAX_PENDING_REASSEMBLIES as u64; // 2..=256 and 0's last fragment
+    assert_eq!(reassembly(&stats), [n as u64 + 2, 1, 0, 0, 1, 0, left]);
+}
+
+/// The bytes the pending reassemblies hold are bounded too: a fragment near the end of a
+/// 64 KiB datagram takes room for all of it, so a few dozen such fragments, far fewer than
+/// the bound on reassemblies, already drop the oldest. The newest still completes.
+#[test]
+fn pending_reassembly_bytes_are_bounded_and_the_oldest_dropped_first() {
+    let n = 70;
+    let data_len = 65_440; // UDP data: 8 + 65,440 bytes of IP payload, 65,468 with the header
+    let wholes: Vec<Vec<u8>> = (0..n)
+        .map(|i| {
+            udp_ipv4(
+                [10, 0, 0, 1],
+                40000,
+                [10, 0, 0, 2],
+                5004,
+                &text(data_len, i as u8),
+            )
+        })
+        .collect();
+    // The last 8 bytes first, then the rest of the oldest and of the newest.
+    let mut frames: Vec<Vec<u8>> = wholes
+        .iter()
+        .enumerate()
+        .map(|(i, w)| v4_fragment(w, i as u16, data_len, data_len + 8))
+        .collect();
+    frames.push(v4_fragment(&wholes[0], 0, 0, data_len));
+    frames.push(v4_fragment(&wholes[n - 1], (n - 1) as u16, 0, data_len));
+    let records: Vec<(u32, u32, &[u8])> = frames.iter().map(|f| (1, 0, f.as_slice())).collect();
+    let (got, stats) = read(&pcap(LINKTYPE_ETHERNET, &records)).expect("readable");
+    assert_eq!(got.len(), 1, "{stats:?}");
+    assert_eq!(got[0].payload, text(data_len, (n - 1) as u8));
+    assert!(n < MAX_PENDING_REASSEMBLIES);
+    // At most this many 64 KiB reassemblies fit: the rest were dropped, the oldest first.
+    let fit = (MAX_PENDING_REASSEMBLY_BYTES / (data_len + 8)) as u64;
+    assert!(stats.reassembly_evicted >= n as u64 - fit, "{stats:?}");
+    assert_eq!(stats.reassembled, 1);
+    // The oldest's first part started a reassembly of its own (never completed).
+    assert_eq!(
+        stats.reassembly_evicted + stats.reassembly_unfinished,
+        n as u64,
+        "{stats:?}"
+    );
+}
+
+/// Fragments of other protocols (here ICMP, RFC 792) are skipped and counted like any frame
+/// that is not UDP, never kept; a fragment taking its datagram past the 65,535 bytes of the
+/// IPv4 Total Length (RFC 791 section 3.1; the "ping of death") drops its reassembly.
+#[test]
+fn fragments_of_other_protocols_are_skipped_and_oversized_ones_dropped() {
+    let whole = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, &text(40, 6));
+    let mut icmp = whole.clone();
+    icmp[9] = 1;
+    let (i1, i2) = (v4_fragment(&icmp, 3, 0, 24), v4_fragment(&icmp, 3, 24, 48));
+    let file = pcap(LINKTYPE_ETHERNET, &[(1, 0, &i1), (1, 1, &i2)]);
+    let (got, stats) = read(&file).expect("readable");
+    assert!(got.is_empty(), "{got:?}");
+    assert_eq!((stats.frames, stats.skipped), (2, 2));
+    assert_eq!(reassembly(&stats), [0; 7]);
+
+    // 8 bytes at offset 65,512 end at 65,520: with a 20-byte header, past 65,535.
+    let mut over = whole[..20].to_vec();
+    over[2..4].copy_from_slice(&28u16.to_be_bytes());
+    over[4..6].copy_from_slice(&3u16.to_be_bytes());
+    over[6..8].copy_from_slice(&(0x2000u16 | (65_512 / 8)).to_be_bytes());
+    over.extend_from_slice(&[0; 8]);
+    let first = v4_fragment(&whole, 3, 0, 24);
+    let last = v4_fragment(&whole, 3, 24, 48);
+    let file = pcap(
+        LINKTYPE_ETHERNET,
+        &[(1, 0, &first), (1, 1, &ethernet(&over)), (1, 2, &last)],
+    );
+    let (got, stats) = read(&file).expect("readable");
+    assert!(got.is_empty(), "{got:?}");
+    // The oversized fragment drops the reassembly; the last fragment starts another.
+    assert_eq!(reassembly(&stats), [3, 0, 0, 0, 0, 1, 1]);
+}
+
+/// IPv6 fragments (RFC 8200 section 4.5: a Fragment extension header) of one UDP datagram,
+/// out of order: reassembled like IPv4's.
+#[test]
+fn a_udp_datagram_in_ipv6_fragments_is_read_reassembled() {
+    let payload = text(40, 7);
+    // The UDP header and data of a datagram from udp_ipv4 (no checksum: not checked).
+    let udp = udp_ipv4([0; 4], 40000, [0; 4], 5004, &payload)[20..].to_vec();
+    let (src, dst) = (
+        "2001:db8::1"
+            .parse::<std::net::Ipv6Addr>()
+            .unwrap()
+            .octets(),
+        "2001:db8::2"
+            .parse::<std::net::Ipv6Addr>()
+            .unwrap()
+            .octets(),
+    );
+    let fragment = |from: usize, to: usize| {
+        let part = &udp[from..to];
+        let mut f = vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x86, 0xdd];
+        f.extend_from_slice(&[0x60, 0, 0, 0]);
+        f.extend_from_slice(&((8 + part.len()) as u16).to_be_bytes());
+        f.extend_from_slice(&[44, 64]); // next header: Fragment; hop limit
+        f.extend_from_slice(&src);
+        f.extend_from_slice(&dst);
+        let more = u16::from(to < udp.len());
+        f.extend_from_slice(&[17, 0]); // next header: UDP; reserved
+        f.extend_from_slice(&(((from / 8) as u16) << 3 | more).to_be_bytes());
+        f.extend_from_slice(&0x0102_0304u32.to_be_bytes());
+        f.extend_from_slice(part);
+        f
+    };
+    let (a, b) = (fragment(0, 24), fragment(24, 48));
+    let file = pcap(LINKTYPE_ETHERNET, &[(1, 0, &b), (2, 0, &a)]);
+    let (got, stats) = read(&file).expect("readable");
+    assert_eq!(got.len(), 1, "{stats:?}");
+    assert_eq!(got[0].payload, payload);
+    assert_eq!(got[0].time.0, 2_000_000);
+    assert_eq!(got[0].source, addr("[2001:db8::1]:40000"));
+    assert_eq!(got[0].destination, addr("[2001:db8::2]:5004"));
+    assert_eq!(reassembly(&stats), [2, 1, 0, 0, 0, 0, 0]);
 }
