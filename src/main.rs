@@ -619,6 +619,20 @@ fn run_replay(file: &std::path::Path, port: Option<u16>, core: &CoreArgs) -> Res
         skipped = summary.capture.skipped,
         "replay finished"
     );
+    let c = &summary.capture;
+    if c.fragments > 0 {
+        // IP fragments of UDP datagrams (RFC 791, RFC 8200 4.5), reassembled as a socket would.
+        tracing::info!(
+            fragments = c.fragments,
+            reassembled = c.reassembled,
+            duplicate = c.fragments_duplicate,
+            timed_out = c.reassembly_timeouts,
+            evicted = c.reassembly_evicted,
+            invalid = c.reassembly_invalid,
+            unfinished = c.reassembly_unfinished,
+            "IP fragments in the capture"
+        );
+    }
     log_stats(&summary.stats);
     Ok(())
 }

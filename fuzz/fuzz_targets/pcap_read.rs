@@ -14,6 +14,12 @@ fuzz_target!(|data: &[u8]| {
     assert!(bytes <= data.len());
     if let Ok(stats) = res {
         assert_eq!(stats.udp, n);
-        assert_eq!(stats.udp + stats.skipped, stats.frames);
+        // Every frame is a whole datagram, a skipped frame or a fragment; a datagram
+        // reassembled from fragments is counted among the datagrams and its frames as fragments.
+        assert_eq!(
+            stats.udp - stats.reassembled + stats.skipped + stats.fragments,
+            stats.frames
+        );
+        assert!(stats.reassembled <= stats.fragments);
     }
 });
