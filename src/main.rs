@@ -198,6 +198,7 @@ struct CoreArgs {
     #[arg(skip)]
     mapping: pvp_t140::mapping::Mapping,
     /// Auth token sent in session.join (prefer the environment variable: it stays out of `ps`).
+    /// Empty means none: the join then goes without one.
     #[arg(long, env = "PVP_TOKEN", hide_env_values = true)]
     token: Option<String>,
 }
@@ -268,6 +269,14 @@ impl CoreArgs {
         if self.session.is_empty() {
             return Err("--session must not be empty".into());
         }
+        // pvp-spec 6.3: session.join's token is optional. An empty one (`--token ""`,
+        // `PVP_TOKEN=` as an environment file writes an unset variable, `token = ""`) is no
+        // credential: the join goes without the field, not with `"token":""`. Given on the
+        // command line or in the environment it still overrides the file's, as any flag does.
+        let token = self.token.clone().filter(|t| !t.trim().is_empty());
+        if token.is_none() && self.token.is_some() {
+            tracing::info!("the token is empty: session.join is sent without one");
+        }
         Ok(Config {
             session: self.session.clone(),
             roles: self
@@ -286,7 +295,7 @@ impl CoreArgs {
             max_chunk_chars: self.max_chunk_chars as usize,
             stream_timeout: Duration::from_secs(self.stream_timeout_s),
             max_streams: self.max_streams as usize,
-            token: self.token.clone(),
+            token,
             id_seed: random_seed(),
             reorder_wait: Duration::from_millis(self.reorder_wait_ms),
             allow: self.allow.clone(),

@@ -322,3 +322,94 @@ fn sigterm_right_after_listening_still_shuts_down_gracefully() {
         "{killed} of 30 gateways died by SIGTERM instead of shutting down (exit 0)"
     );
 }
+
+/// The `token` of the `session.join` a gateway started with `args` and the environment `env`
+/// (PVP_TOKEN is removed first, so the test's own environment does not leak in) writes for one
+/// sender: `None` when the join has no token field.
+fn join_token(args: &[&str], env: &[(&str, &str)]) -> Option<serde_json::Value> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--rtcp",
+            "false",
+            "--log-format",
+            "json",
+        ])
+        .args(args)
+        .env_remove("PVP_TOKEN")
+        .envs(env.iter().copied())
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = |r: Box<dyn Read + Send>| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(r).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        rx
+    };
+    let err = lines(Box::new(child.stderr.take().unwrap()));
+    let out = lines(Box::new(child.stdout.take().unwrap()));
+    let find = |rx: &std::sync::mpsc::Receiver<String>, needle: &str| loop {
+        match rx.recv_timeout(WAIT) {
+            Ok(l) if l.contains(needle) => break Some(l),
+            Ok(_) => {}
+            Err(_) => break None,
+        }
+    };
+    let Some(listening) = find(&err, "pvp-t140 listening") else {
+        let _ = child.kill();
+        let status = child.wait().unwrap();
+        let rest: Vec<String> = err.try_iter().collect();
+        panic!("{args:?} {env:?}: no listening line; exit {status}: {rest:?}");
+    };
+    let listen: SocketAddr = log_field(&listening, "listen").parse().unwrap();
+    Sender::new(listen, 0x70c).send("Hello. ");
+    let join = find(&out, "\"session.join\"");
+    let _ = child.kill();
+    let _ = child.wait();
+    let join: serde_json::Value =
+        serde_json::from_str(&join.unwrap_or_else(|| panic!("{args:?} {env:?}: no join"))).unwrap();
+    join["payload"].get("token").cloned()
+}
+
+/// pvp-spec 6.3 makes session.join's `token` OPTIONAL (20.1: for transport-layer auth). An
+/// empty one (`--token ""`, `PVP_TOKEN=` as an environment file writes an unset variable) was
+/// sent as `"token":""`, an empty string presented as a credential; it means no token, and the
+/// join goes without the field. A token that is there is sent as given.
+#[test]
+fn an_empty_token_on_the_command_line_or_in_the_environment_is_no_token() {
+    use serde_json::json;
+    for (args, env) in [
+        (&["--token", ""][..], &[][..]),
+        (&["--token", "  "][..], &[][..]),
+        (&[][..], &[("PVP_TOKEN", "")][..]),
+        (&[][..], &[]),
+    ] {
+        assert_eq!(join_token(args, env), None, "{args:?} {env:?}");
+    }
+    assert_eq!(join_token(&["--token", "tok"], &[]), Some(json!("tok")));
+    assert_eq!(
+        join_token(&[], &[("PVP_TOKEN", " tok ")]),
+        Some(json!(" tok ")),
+        "a token is sent as given, not trimmed"
+    );
+    // The environment overrides the configuration file, as a flag does: an empty PVP_TOKEN
+    // says "no token" over the file's.
+    let cfg = config_file("token", "token = \"from-file\"\n");
+    let path = cfg.to_str().unwrap();
+    assert_eq!(
+        join_token(&["--config", path], &[]),
+        Some(json!("from-file"))
+    );
+    assert_eq!(join_token(&["--config", path], &[("PVP_TOKEN", "")]), None);
+    std::fs::remove_file(&cfg).ok();
+}
