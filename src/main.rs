@@ -699,6 +699,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
                 if !(url.starts_with("ws://") || url.starts_with("wss://")) {
                     return Err(format!("--server must be a ws:// or wss:// URL, got {url}"));
                 }
+                let url = &server_url(url)?;
                 let (spool, resend) = match &args.spool {
                     Some(dir) => {
                         let (s, pending) = pvp_t140::sink::spool::Spool::open(
@@ -819,6 +820,30 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
             "stopped"
         );
         Ok(())
+    })
+}
+
+/// `--server` as the WebSocket client is to be given it. Read as the client and /healthz read it
+/// ([`pvp_t140::metrics::server_endpoint`]): one they cannot (no host, a port beyond 65535,
+/// which the client takes as none) is refused here, not retried forever against the wrong port.
+/// A query with no path before it (`ws://host:3000?x=1`) gets the path `/` (RFC 3986 6.2.3):
+/// the client asks for the URL's path and query as they are, and `GET ?x=1` is no origin-form
+/// request target (RFC 9112 3.2.1), which a server may refuse.
+fn server_url(url: &str) -> Result<String, String> {
+    pvp_t140::metrics::server_endpoint(url).map_err(|e| format!("--server {e}"))?;
+    let uri: tokio_tungstenite::tungstenite::http::Uri =
+        url.parse().map_err(|e| format!("--server {url}: {e}"))?;
+    let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
+        return Ok(url.to_owned());
+    };
+    let query = url
+        .strip_prefix(scheme)
+        .and_then(|r| r.strip_prefix("://"))
+        .and_then(|r| r.strip_prefix(authority.as_str()))
+        .filter(|r| r.starts_with('?'));
+    Ok(match query {
+        Some(q) => format!("{scheme}://{authority}/{q}"),
+        None => url.to_owned(),
     })
 }
 
