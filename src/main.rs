@@ -813,10 +813,16 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         }
         let sink_stats = sink.finish().await?;
         log_stats(&total);
+        // Besides what the sink sent and dropped, the text that was received and refused: the
+        // chunks of speakers the stream mapping refused (never handed to the sink), the
+        // participants the PVP server refused and the gated chunks not approved.
         tracing::info!(
             sent = sink_stats.sent,
             dropped = sink_stats.dropped,
             sink_queue_full = full,
+            mapping_refused_chunks = total.refused_chunks,
+            participants_refused = sink_metrics.refused.get(),
+            gated_chunks_refused = sink_metrics.gates_refused.get(),
             "stopped"
         );
         Ok(())

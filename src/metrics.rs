@@ -127,6 +127,12 @@ impl Collector for CoreCollector {
         )?;
         counter(
             &mut enc,
+            "pvp_t140_mapping_refused_chunks",
+            "Transcript chunks of speakers no [[stream]] rule matches (unmatched = refuse): not sent.",
+            s.refused_chunks,
+        )?;
+        counter(
+            &mut enc,
             "pvp_t140_lost_unattributed_packets",
             "Lost packets no speaker could be named for (t140llm multiplexing), not marked.",
             s.lost_unattributed,

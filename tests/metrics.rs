@@ -142,6 +142,15 @@ async fn a_participant_the_server_refuses_is_counted() {
     );
     assert!(gw.terminate(WAIT).success());
     server.stop().await;
+    // And in the totals of the final line, where whoever reads the log finds it.
+    let stopped = gw
+        .stderr_lines()
+        .into_iter()
+        .find(|l| l.contains("\"message\":\"stopped\""))
+        .expect("a stopped line");
+    let v: serde_json::Value = serde_json::from_str(&stopped).unwrap();
+    assert_eq!(v["fields"]["participants_refused"], 1, "{stopped}");
+    assert_eq!(v["fields"]["gated_chunks_refused"], 0, "{stopped}");
 }
 
 /// A `--server` URL with a query and no path (`ws://127.0.0.1:PORT?x=1`). /healthz took its

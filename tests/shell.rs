@@ -413,3 +413,84 @@ fn an_empty_token_on_the_command_line_or_in_the_environment_is_no_token() {
     assert_eq!(join_token(&["--config", path], &[("PVP_TOKEN", "")]), None);
     std::fs::remove_file(&cfg).ok();
 }
+
+/// A number field of a JSON log line.
+fn log_number(line: &str, name: &str) -> u64 {
+    let v: serde_json::Value = serde_json::from_str(line).expect("JSON log line");
+    v["fields"][name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no number {name} in {line}"))
+}
+
+/// Text received and not delivered shows where a user looks: on /metrics and in the totals of
+/// the "stopped" line. The chunks of a speaker the stream mapping refused (`unmatched =
+/// "refuse"`) were counted by the core (`Stats::refused_chunks`) and shown nowhere: neither on
+/// /metrics nor in the final lines, which read as if nothing had been refused. Datagrams the
+/// admission checks refuse (`--allow`) were shown already, as drops (`not_allowed`), and still
+/// are.
+#[test]
+fn text_refused_by_the_mapping_or_admission_is_in_the_final_totals_and_on_metrics() {
+    let cfg = config_file(
+        "refused",
+        "unmatched = \"refuse\"\n\n[[stream]]\nssrc = \"0x000a11ce\"\nparticipant = \"alice\"\n",
+    );
+    // Dual-stack, allowing ::1 and not 127.0.0.1: an IPv4 sender is refused by admission.
+    let mut gw = Gateway::start(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--listen",
+        "[::]:0",
+        "--allow",
+        "::1/128",
+        "--metrics",
+        "127.0.0.1:0",
+    ]);
+    std::fs::remove_file(&cfg).ok();
+    let m = gw.metrics_addr();
+    let v6 = SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, gw.listen.port()));
+    let v4 = SocketAddr::from(([127, 0, 0, 1], gw.listen.port()));
+    Sender::new(v4, 0xa11ce).send("Not from here. ");
+    Sender::new(v6, 0x5).send("Nobody maps me. ");
+    Sender::new(v6, 0xa11ce).send("Alice speaks. ");
+    // One socket, one worker: the two before it were read before Alice's text came out.
+    gw.wait_stdout(WAIT, "Alice speaks.");
+    let deadline = Instant::now() + WAIT;
+    let body = loop {
+        let body = http_get(m, "/metrics").1;
+        if sample(&body, "pvp_t140_datagrams_total") == Some(3.0) {
+            break body;
+        }
+        assert!(Instant::now() < deadline, "{body}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(
+        sample(&body, "pvp_t140_mapping_refused_chunks_total"),
+        Some(1.0),
+        "{body}"
+    );
+    assert_eq!(
+        sample(&body, "pvp_t140_drops_total{reason=\"not_allowed\"}"),
+        Some(1.0),
+        "{body}"
+    );
+    assert!(gw.terminate(WAIT).success());
+    let lines = gw.stderr_lines();
+    let find = |message: &str| {
+        lines
+            .iter()
+            .find(|l| l.contains(&format!("\"message\":\"{message}\"")))
+            .unwrap_or_else(|| panic!("no {message:?} line in\n{}", lines.join("\n")))
+            .clone()
+    };
+    let stopped = find("stopped");
+    assert_eq!(
+        log_number(&stopped, "mapping_refused_chunks"),
+        1,
+        "{stopped}"
+    );
+    let counters = find("counters");
+    assert!(
+        log_field(&counters, "drops").contains("not_allowed=1"),
+        "{counters}"
+    );
+}
