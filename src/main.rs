@@ -198,6 +198,7 @@ struct CoreArgs {
     #[arg(skip)]
     mapping: pvp_t140::mapping::Mapping,
     /// Auth token sent in session.join (prefer the environment variable: it stays out of `ps`).
+    /// Empty means none: the join then goes without one.
     #[arg(long, env = "PVP_TOKEN", hide_env_values = true)]
     token: Option<String>,
 }
@@ -268,6 +269,14 @@ impl CoreArgs {
         if self.session.is_empty() {
             return Err("--session must not be empty".into());
         }
+        // pvp-spec 6.3: session.join's token is optional. An empty one (`--token ""`,
+        // `PVP_TOKEN=` as an environment file writes an unset variable, `token = ""`) is no
+        // credential: the join goes without the field, not with `"token":""`. Given on the
+        // command line or in the environment it still overrides the file's, as any flag does.
+        let token = self.token.clone().filter(|t| !t.trim().is_empty());
+        if token.is_none() && self.token.is_some() {
+            tracing::info!("the token is empty: session.join is sent without one");
+        }
         Ok(Config {
             session: self.session.clone(),
             roles: self
@@ -286,7 +295,7 @@ impl CoreArgs {
             max_chunk_chars: self.max_chunk_chars as usize,
             stream_timeout: Duration::from_secs(self.stream_timeout_s),
             max_streams: self.max_streams as usize,
-            token: self.token.clone(),
+            token,
             id_seed: random_seed(),
             reorder_wait: Duration::from_millis(self.reorder_wait_ms),
             allow: self.allow.clone(),
@@ -704,6 +713,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
                 if !(url.starts_with("ws://") || url.starts_with("wss://")) {
                     return Err(format!("--server must be a ws:// or wss:// URL, got {url}"));
                 }
+                let url = &server_url(url)?;
                 let (spool, resend) = match &args.spool {
                     Some(dir) => {
                         let (s, pending) = pvp_t140::sink::spool::Spool::open(
@@ -817,13 +827,43 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         }
         let sink_stats = sink.finish().await?;
         log_stats(&total);
+        // Besides what the sink sent and dropped, the text that was received and refused: the
+        // chunks of speakers the stream mapping refused (never handed to the sink), the
+        // participants the PVP server refused and the gated chunks not approved.
         tracing::info!(
             sent = sink_stats.sent,
             dropped = sink_stats.dropped,
             sink_queue_full = full,
+            mapping_refused_chunks = total.refused_chunks,
+            participants_refused = sink_metrics.refused.get(),
+            gated_chunks_refused = sink_metrics.gates_refused.get(),
             "stopped"
         );
         Ok(())
+    })
+}
+
+/// `--server` as the WebSocket client is to be given it. Read as the client and /healthz read it
+/// ([`pvp_t140::metrics::server_endpoint`]): one they cannot (no host, a port beyond 65535,
+/// which the client takes as none) is refused here, not retried forever against the wrong port.
+/// A query with no path before it (`ws://host:3000?x=1`) gets the path `/` (RFC 3986 6.2.3):
+/// the client asks for the URL's path and query as they are, and `GET ?x=1` is no origin-form
+/// request target (RFC 9112 3.2.1), which a server may refuse.
+fn server_url(url: &str) -> Result<String, String> {
+    pvp_t140::metrics::server_endpoint(url).map_err(|e| format!("--server {e}"))?;
+    let uri: tokio_tungstenite::tungstenite::http::Uri =
+        url.parse().map_err(|e| format!("--server {url}: {e}"))?;
+    let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
+        return Ok(url.to_owned());
+    };
+    let query = url
+        .strip_prefix(scheme)
+        .and_then(|r| r.strip_prefix("://"))
+        .and_then(|r| r.strip_prefix(authority.as_str()))
+        .filter(|r| r.starts_with('?'));
+    Ok(match query {
+        Some(q) => format!("{scheme}://{authority}/{q}"),
+        None => url.to_owned(),
     })
 }
 

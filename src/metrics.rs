@@ -127,6 +127,12 @@ impl Collector for CoreCollector {
         )?;
         counter(
             &mut enc,
+            "pvp_t140_mapping_refused_chunks",
+            "Transcript chunks of speakers no [[stream]] rule matches (unmatched = refuse): not sent.",
+            s.refused_chunks,
+        )?;
+        counter(
+            &mut enc,
             "pvp_t140_lost_unattributed_packets",
             "Lost packets no speaker could be named for (t140llm multiplexing), not marked.",
             s.lost_unattributed,
@@ -321,6 +327,36 @@ pub async fn serve(
     Ok(local)
 }
 
+/// The host and port a `--server` URL's connections go to, found as the WebSocket client finds
+/// them (tokio-tungstenite parses the URL as an `http::Uri`): the authority's host (an IPv6
+/// literal keeps its brackets) and its port, 80 for `ws://` and 443 for `wss://` without one.
+/// The authority ends at the path, the query or the fragment, whichever comes first
+/// (`ws://host:3000?x=1` is host:3000). An error names the URL: no host, a port that is not
+/// 0-65535 (which the client would take as no port, and connect to 80 or 443), or not a URL.
+pub fn server_endpoint(url: &str) -> Result<(String, u16), String> {
+    let uri: axum::http::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
+    let (Some(authority), Some(host)) = (uri.authority(), uri.host()) else {
+        return Err(format!("{url}: no host"));
+    };
+    if host.is_empty() {
+        return Err(format!("{url}: no host"));
+    }
+    let port = match uri.port_u16() {
+        Some(p) => p,
+        // `host` or `host:` (an empty port is the default one, RFC 3986 3.2.3); anything else
+        // after the host is a port the URI type could not read as a u16.
+        None if !authority.as_str().trim_end_matches(':').ends_with(host) => {
+            return Err(format!("{url}: the port is not 0-65535"));
+        }
+        None => match uri.scheme_str() {
+            Some("wss") => 443,
+            Some("ws") => 80,
+            _ => return Err(format!("{url}: not a ws:// or wss:// URL")),
+        },
+    };
+    Ok((host.to_owned(), port))
+}
+
 async fn healthz(h: Health) -> (axum::http::StatusCode, String) {
     use axum::http::StatusCode;
     let running = h.running.get();
@@ -348,24 +384,20 @@ async fn healthz(h: Health) -> (axum::http::StatusCode, String) {
             format!("PVP connections failing: {}\n", h.sink.failing.get()),
         );
     }
-    let hostport = url
-        .split("://")
-        .nth(1)
-        .unwrap_or("")
-        .split('/')
-        .next()
-        .unwrap_or("")
-        .to_owned();
-    let hostport = if hostport.contains(':') && !hostport.ends_with(']') {
-        hostport
-    } else if url.starts_with("wss://") {
-        format!("{hostport}:443")
-    } else {
-        format!("{hostport}:80")
+    let (host, port) = match server_endpoint(&url) {
+        Ok(hp) => hp,
+        Err(e) => return (StatusCode::SERVICE_UNAVAILABLE, format!("PVP server {e}\n")),
     };
+    let hostport = format!("{host}:{port}");
+    // An IPv6 literal is connected to without its brackets (`ToSocketAddrs` of `(&str, u16)`
+    // takes an address or a name).
+    let ip_or_name = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(&host);
     match tokio::time::timeout(
         Duration::from_secs(1),
-        tokio::net::TcpStream::connect(&hostport),
+        tokio::net::TcpStream::connect((ip_or_name, port)),
     )
     .await
     {
@@ -440,5 +472,93 @@ mod tests {
             (status.as_u16(), body.as_str()),
             (200, "ready: udp bound, sink stdout\n")
         );
+    }
+
+    /// The `--server` URL's host and port, wherever its authority ends; errors for what the
+    /// WebSocket client would connect to wrongly or not at all.
+    #[test]
+    fn the_server_endpoint_is_the_urls_authority() {
+        let ok = |url: &str, host: &str, port: u16| {
+            assert_eq!(server_endpoint(url), Ok((host.to_owned(), port)), "{url}");
+        };
+        ok("ws://host:3000?x=1", "host", 3000);
+        ok("wss://host?x=1", "host", 443);
+        ok("ws://host?x=1", "host", 80);
+        ok("ws://[::1]:3000?x", "[::1]", 3000);
+        ok("wss://[::1]?x", "[::1]", 443);
+        ok("ws://host:3000/path?x", "host", 3000);
+        ok("ws://host:3000/path", "host", 3000);
+        ok("ws://host#frag", "host", 80);
+        ok("ws://host:/", "host", 80);
+        ok("ws://user:secret@host:3000/", "host", 3000);
+        ok("ws://host", "host", 80);
+        for bad in [
+            "ws://host:99999/",
+            "ws://:3000/",
+            "ws://",
+            "ws://host name/",
+            "ws://host:3000:4000/",
+            "http://host/",
+        ] {
+            let e = server_endpoint(bad).unwrap_err();
+            assert!(e.starts_with(bad), "{bad}: {e}");
+        }
+    }
+
+    /// /healthz connects to the `--server` URL's host and port, which end at its path, its
+    /// query or its fragment, whichever comes first. They were taken to end at the first `/`
+    /// only: `ws://127.0.0.1:3000?x=1` was "127.0.0.1:3000?x=1" (an invalid port: 503 for a
+    /// server that answers), and `ws://host?x=1` looked up the host "host?x=1".
+    #[test]
+    fn healthz_finds_the_server_in_a_url_with_a_query_and_no_path() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let v4 = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let v6 = tokio::net::TcpListener::bind("[::1]:0").await.unwrap();
+            let (p4, p6) = (
+                v4.local_addr().unwrap().port(),
+                v6.local_addr().unwrap().port(),
+            );
+            for (url, shown) in [
+                (
+                    format!("ws://127.0.0.1:{p4}?x=1"),
+                    format!("127.0.0.1:{p4}"),
+                ),
+                (
+                    format!("ws://127.0.0.1:{p4}/path?x"),
+                    format!("127.0.0.1:{p4}"),
+                ),
+                (format!("ws://127.0.0.1:{p4}/"), format!("127.0.0.1:{p4}")),
+                (
+                    format!("ws://127.0.0.1:{p4}#top"),
+                    format!("127.0.0.1:{p4}"),
+                ),
+                (
+                    format!("ws://localhost:{p4}?x=1"),
+                    format!("localhost:{p4}"),
+                ),
+                (format!("ws://[::1]:{p6}?x"), format!("[::1]:{p6}")),
+                (format!("ws://[::1]:{p6}"), format!("[::1]:{p6}")),
+            ] {
+                let health = Health {
+                    running: Gauge::default(),
+                    workers: 0,
+                    server: Some(url.clone()),
+                    sink: SinkMetrics::default(),
+                };
+                let (status, body) = healthz(health).await;
+                assert_eq!(
+                    (status.as_u16(), body),
+                    (
+                        200,
+                        format!("ready: udp bound, PVP server {shown} reachable\n")
+                    ),
+                    "{url}"
+                );
+            }
+        });
     }
 }

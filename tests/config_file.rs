@@ -332,3 +332,31 @@ session = "room-b"
         "what `captions` sent to each session"
     );
 }
+
+/// The `token` of the first `session.join` a gateway started with `args` writes (`None`: the
+/// join has no token field).
+fn join_token(args: &[&str]) -> Option<Value> {
+    let mut all = vec!["--listen", "127.0.0.1:0"];
+    all.extend_from_slice(args);
+    let mut gw = Gateway::start(&all);
+    Sender::new(gw.listen, 0x70c).send("Hello. ");
+    let line = gw.wait_stdout(WAIT, "\"session.join\"");
+    assert!(gw.terminate(WAIT).success());
+    let join: Value = serde_json::from_str(&line).unwrap();
+    join["payload"].get("token").cloned()
+}
+
+/// `token = ""` in the file was sent as `"token":""` in session.join; it means no token
+/// (pvp-spec 6.3: the field is optional), as `--token ""` does. `--token ""` on the command
+/// line overrides a file's token the way any flag overrides the file: no token.
+#[test]
+fn an_empty_token_in_the_file_is_no_token() {
+    let empty = write("token-empty", "token = \"\"\n");
+    let given = write("token-given", "token = \"from-file\"\n");
+    let (empty, given) = (empty.to_str().unwrap(), given.to_str().unwrap());
+    assert_eq!(join_token(&["--config", empty]), None);
+    assert_eq!(join_token(&["--config", given]), Some(json!("from-file")));
+    assert_eq!(join_token(&["--config", given, "--token", ""]), None);
+    std::fs::remove_file(empty).ok();
+    std::fs::remove_file(given).ok();
+}

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::gateway_proc::{Gateway, Sender, http_get, sample};
+use common::gateway_proc::{Gateway, Sender, http_get, run_briefly, sample};
 use common::pvp_server::TestPvpServer;
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -142,4 +142,80 @@ async fn a_participant_the_server_refuses_is_counted() {
     );
     assert!(gw.terminate(WAIT).success());
     server.stop().await;
+    // And in the totals of the final line, where whoever reads the log finds it.
+    let stopped = gw
+        .stderr_lines()
+        .into_iter()
+        .find(|l| l.contains("\"message\":\"stopped\""))
+        .expect("a stopped line");
+    let v: serde_json::Value = serde_json::from_str(&stopped).unwrap();
+    assert_eq!(v["fields"]["participants_refused"], 1, "{stopped}");
+    assert_eq!(v["fields"]["gated_chunks_refused"], 0, "{stopped}");
+}
+
+/// A `--server` URL with a query and no path (`ws://127.0.0.1:PORT?x=1`). /healthz took its
+/// host and port to end at the first `/`, so it connected to "127.0.0.1:PORT?x=1" (an invalid
+/// port) and answered 503 for a server that was there. And the WebSocket handshake asked for
+/// `GET ?x=1 HTTP/1.1`, a request target that is not origin-form (RFC 9112 3.2.1: it starts
+/// with `/`), which an HTTP server may refuse: the URL's path is `/` when it has none (RFC 3986
+/// 6.2.3), so the gateway asks for `GET /?x=1`.
+#[test]
+fn a_server_url_with_a_query_and_no_path_is_checked_and_asked_for_as_origin_form() {
+    use std::io::{BufRead, BufReader};
+    // A listener that takes connections and reports each one's first line: /healthz's probe
+    // sends none, the participant's connection its handshake's request line.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { break };
+            let tx = lines_tx.clone();
+            std::thread::spawn(move || {
+                let mut line = String::new();
+                let _ = BufReader::new(&conn).read_line(&mut line);
+                if !line.is_empty() {
+                    let _ = tx.send(line);
+                }
+            });
+        }
+    });
+    let url = format!("ws://127.0.0.1:{port}?x=1");
+    let mut gw = Gateway::start_for_server(&url, &["--metrics", "127.0.0.1:0"]);
+    let m = gw.metrics_addr();
+    let (status, body) = http_get(m, "/healthz");
+    assert_eq!(
+        (status, body.trim()),
+        (
+            200,
+            format!("ready: udp bound, PVP server 127.0.0.1:{port} reachable").as_str()
+        )
+    );
+    Sender::new(gw.listen, 0x9).send("Hello. ");
+    let request_line = lines
+        .recv_timeout(WAIT)
+        .expect("no handshake reached the server");
+    assert_eq!(request_line, "GET /?x=1 HTTP/1.1\r\n");
+    gw.kill();
+}
+
+/// A `--server` URL whose port the URI type cannot read (beyond 65535) was taken as one with no
+/// port: the participants connected to port 80, and /healthz to the text after the colon. It
+/// is refused at start, naming the URL; so is one without a host.
+#[test]
+fn a_server_url_with_no_usable_port_or_host_is_refused_at_start() {
+    for (url, expect) in [
+        ("ws://127.0.0.1:99999/", "the port is not 0-65535"),
+        ("ws://:3000/", "no host"),
+    ] {
+        let run = run_briefly(
+            &["--listen", "127.0.0.1:0", "--server", url],
+            Duration::from_secs(10),
+        );
+        let want = format!("--server {url}: {expect}");
+        assert!(
+            matches!(&run, Some((false, err)) if err.contains(&want)),
+            "{url}: {run:?}"
+        );
+    }
 }

@@ -322,3 +322,175 @@ fn sigterm_right_after_listening_still_shuts_down_gracefully() {
         "{killed} of 30 gateways died by SIGTERM instead of shutting down (exit 0)"
     );
 }
+
+/// The `token` of the `session.join` a gateway started with `args` and the environment `env`
+/// (PVP_TOKEN is removed first, so the test's own environment does not leak in) writes for one
+/// sender: `None` when the join has no token field.
+fn join_token(args: &[&str], env: &[(&str, &str)]) -> Option<serde_json::Value> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--rtcp",
+            "false",
+            "--log-format",
+            "json",
+        ])
+        .args(args)
+        .env_remove("PVP_TOKEN")
+        .envs(env.iter().copied())
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = |r: Box<dyn Read + Send>| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(r).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        rx
+    };
+    let err = lines(Box::new(child.stderr.take().unwrap()));
+    let out = lines(Box::new(child.stdout.take().unwrap()));
+    let find = |rx: &std::sync::mpsc::Receiver<String>, needle: &str| loop {
+        match rx.recv_timeout(WAIT) {
+            Ok(l) if l.contains(needle) => break Some(l),
+            Ok(_) => {}
+            Err(_) => break None,
+        }
+    };
+    let Some(listening) = find(&err, "pvp-t140 listening") else {
+        let _ = child.kill();
+        let status = child.wait().unwrap();
+        let rest: Vec<String> = err.try_iter().collect();
+        panic!("{args:?} {env:?}: no listening line; exit {status}: {rest:?}");
+    };
+    let listen: SocketAddr = log_field(&listening, "listen").parse().unwrap();
+    Sender::new(listen, 0x70c).send("Hello. ");
+    let join = find(&out, "\"session.join\"");
+    let _ = child.kill();
+    let _ = child.wait();
+    let join: serde_json::Value =
+        serde_json::from_str(&join.unwrap_or_else(|| panic!("{args:?} {env:?}: no join"))).unwrap();
+    join["payload"].get("token").cloned()
+}
+
+/// pvp-spec 6.3 makes session.join's `token` OPTIONAL (20.1: for transport-layer auth). An
+/// empty one (`--token ""`, `PVP_TOKEN=` as an environment file writes an unset variable) was
+/// sent as `"token":""`, an empty string presented as a credential; it means no token, and the
+/// join goes without the field. A token that is there is sent as given.
+#[test]
+fn an_empty_token_on_the_command_line_or_in_the_environment_is_no_token() {
+    use serde_json::json;
+    for (args, env) in [
+        (&["--token", ""][..], &[][..]),
+        (&["--token", "  "][..], &[][..]),
+        (&[][..], &[("PVP_TOKEN", "")][..]),
+        (&[][..], &[]),
+    ] {
+        assert_eq!(join_token(args, env), None, "{args:?} {env:?}");
+    }
+    assert_eq!(join_token(&["--token", "tok"], &[]), Some(json!("tok")));
+    assert_eq!(
+        join_token(&[], &[("PVP_TOKEN", " tok ")]),
+        Some(json!(" tok ")),
+        "a token is sent as given, not trimmed"
+    );
+    // The environment overrides the configuration file, as a flag does: an empty PVP_TOKEN
+    // says "no token" over the file's.
+    let cfg = config_file("token", "token = \"from-file\"\n");
+    let path = cfg.to_str().unwrap();
+    assert_eq!(
+        join_token(&["--config", path], &[]),
+        Some(json!("from-file"))
+    );
+    assert_eq!(join_token(&["--config", path], &[("PVP_TOKEN", "")]), None);
+    std::fs::remove_file(&cfg).ok();
+}
+
+/// A number field of a JSON log line.
+fn log_number(line: &str, name: &str) -> u64 {
+    let v: serde_json::Value = serde_json::from_str(line).expect("JSON log line");
+    v["fields"][name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no number {name} in {line}"))
+}
+
+/// Text received and not delivered shows where a user looks: on /metrics and in the totals of
+/// the "stopped" line. The chunks of a speaker the stream mapping refused (`unmatched =
+/// "refuse"`) were counted by the core (`Stats::refused_chunks`) and shown nowhere: neither on
+/// /metrics nor in the final lines, which read as if nothing had been refused. Datagrams the
+/// admission checks refuse (`--allow`) were shown already, as drops (`not_allowed`), and still
+/// are.
+#[test]
+fn text_refused_by_the_mapping_or_admission_is_in_the_final_totals_and_on_metrics() {
+    let cfg = config_file(
+        "refused",
+        "unmatched = \"refuse\"\n\n[[stream]]\nssrc = \"0x000a11ce\"\nparticipant = \"alice\"\n",
+    );
+    // Dual-stack, allowing ::1 and not 127.0.0.1: an IPv4 sender is refused by admission.
+    let mut gw = Gateway::start(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--listen",
+        "[::]:0",
+        "--allow",
+        "::1/128",
+        "--metrics",
+        "127.0.0.1:0",
+    ]);
+    std::fs::remove_file(&cfg).ok();
+    let m = gw.metrics_addr();
+    let v6 = SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, gw.listen.port()));
+    let v4 = SocketAddr::from(([127, 0, 0, 1], gw.listen.port()));
+    Sender::new(v4, 0xa11ce).send("Not from here. ");
+    Sender::new(v6, 0x5).send("Nobody maps me. ");
+    Sender::new(v6, 0xa11ce).send("Alice speaks. ");
+    // One socket, one worker: the two before it were read before Alice's text came out.
+    gw.wait_stdout(WAIT, "Alice speaks.");
+    let deadline = Instant::now() + WAIT;
+    let body = loop {
+        let body = http_get(m, "/metrics").1;
+        if sample(&body, "pvp_t140_datagrams_total") == Some(3.0) {
+            break body;
+        }
+        assert!(Instant::now() < deadline, "{body}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(
+        sample(&body, "pvp_t140_mapping_refused_chunks_total"),
+        Some(1.0),
+        "{body}"
+    );
+    assert_eq!(
+        sample(&body, "pvp_t140_drops_total{reason=\"not_allowed\"}"),
+        Some(1.0),
+        "{body}"
+    );
+    assert!(gw.terminate(WAIT).success());
+    let lines = gw.stderr_lines();
+    let find = |message: &str| {
+        lines
+            .iter()
+            .find(|l| l.contains(&format!("\"message\":\"{message}\"")))
+            .unwrap_or_else(|| panic!("no {message:?} line in\n{}", lines.join("\n")))
+            .clone()
+    };
+    let stopped = find("stopped");
+    assert_eq!(
+        log_number(&stopped, "mapping_refused_chunks"),
+        1,
+        "{stopped}"
+    );
+    let counters = find("counters");
+    assert!(
+        log_field(&counters, "drops").contains("not_allowed=1"),
+        "{counters}"
+    );
+}
