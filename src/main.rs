@@ -711,7 +711,10 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         let ws = match &args.server {
             Some(url) => {
                 if !(url.starts_with("ws://") || url.starts_with("wss://")) {
-                    return Err(format!("--server must be a ws:// or wss:// URL, got {url}"));
+                    return Err(format!(
+                        "--server must be a ws:// or wss:// URL, got {}",
+                        pvp_t140::sink::ShownUrl(url)
+                    ));
                 }
                 let url = &server_url(url)?;
                 let (spool, resend) = match &args.spool {
@@ -756,7 +759,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
             rtcp = %rtcp_addr.map_or("mux only".to_owned(), |a| a.to_string()),
             workers,
             session = %cfg.session,
-            sink = args.server.as_deref().unwrap_or("stdout"),
+            sink = %pvp_t140::sink::ShownUrl(args.server.as_deref().unwrap_or("stdout")),
             "pvp-t140 listening"
         );
         let (tx, rx) = pvp_t140::handoff::queue(udp::SINK_QUEUE);
@@ -851,8 +854,9 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
 /// request target (RFC 9112 3.2.1), which a server may refuse.
 fn server_url(url: &str) -> Result<String, String> {
     pvp_t140::metrics::server_endpoint(url).map_err(|e| format!("--server {e}"))?;
-    let uri: tokio_tungstenite::tungstenite::http::Uri =
-        url.parse().map_err(|e| format!("--server {url}: {e}"))?;
+    let uri: tokio_tungstenite::tungstenite::http::Uri = url
+        .parse()
+        .map_err(|e| format!("--server {}: {e}", pvp_t140::sink::ShownUrl(url)))?;
     let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
         return Ok(url.to_owned());
     };

@@ -334,24 +334,34 @@ pub async fn serve(
 /// (`ws://host:3000?x=1` is host:3000). An error names the URL: no host, a port that is not
 /// 0-65535 (which the client would take as no port, and connect to 80 or 443), or not a URL.
 pub fn server_endpoint(url: &str) -> Result<(String, u16), String> {
-    let uri: axum::http::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
+    let uri: axum::http::Uri = url
+        .parse()
+        .map_err(|e| format!("{}: {e}", crate::sink::ShownUrl(url)))?;
     let (Some(authority), Some(host)) = (uri.authority(), uri.host()) else {
-        return Err(format!("{url}: no host"));
+        return Err(format!("{}: no host", crate::sink::ShownUrl(url)));
     };
     if host.is_empty() {
-        return Err(format!("{url}: no host"));
+        return Err(format!("{}: no host", crate::sink::ShownUrl(url)));
     }
     let port = match uri.port_u16() {
         Some(p) => p,
         // `host` or `host:` (an empty port is the default one, RFC 3986 3.2.3); anything else
         // after the host is a port the URI type could not read as a u16.
         None if !authority.as_str().trim_end_matches(':').ends_with(host) => {
-            return Err(format!("{url}: the port is not 0-65535"));
+            return Err(format!(
+                "{}: the port is not 0-65535",
+                crate::sink::ShownUrl(url)
+            ));
         }
         None => match uri.scheme_str() {
             Some("wss") => 443,
             Some("ws") => 80,
-            _ => return Err(format!("{url}: not a ws:// or wss:// URL")),
+            _ => {
+                return Err(format!(
+                    "{}: not a ws:// or wss:// URL",
+                    crate::sink::ShownUrl(url)
+                ));
+            }
         },
     };
     Ok((host.to_owned(), port))

@@ -975,3 +975,37 @@ async fn a_gate_that_expired_while_disconnected_is_not_requested_again() {
         .collect();
     assert_eq!(second, ["session.join", "session.leave"]);
 }
+
+/// A server that refuses a participant (UNAUTHORIZED, pvp-spec 17) ends it: what it still
+/// held (here a chunk awaiting approval) is given up. The sink counted it neither sent nor
+/// dropped, so the "stopped" line's totals did not add up to what the core handed over, and
+/// only an error line's `undelivered` told that text was lost. It counts as dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_refused_participant_held_counts_as_dropped() {
+    let (url, _log) = server(|_, v| {
+        if v["type"] != "gate.request" {
+            return Answer::Nothing;
+        }
+        Answer::Send(from_server(
+            "error",
+            "01JQAAAAAAAAAAAAAAAAAAAAD1",
+            json!({"code": "UNAUTHORIZED", "message": "no", "recoverable": false}),
+        ))
+    })
+    .await;
+    let cfg = gated(url, 1, None);
+    let metrics = cfg.metrics.clone();
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000de11@127.0.0.1:40034";
+    ws.send(talk.join(p));
+    ws.send(talk.add(p, "Never approved, never delivered."));
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while metrics.refused.get() == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "not refused");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stats = ws.close(Duration::from_secs(5)).await;
+    // Written: the join and the chunk's gate request.
+    assert_eq!((stats.sent, stats.dropped), (2, 1));
+}

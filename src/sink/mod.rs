@@ -13,6 +13,28 @@ use std::time::Duration;
 use crate::handoff;
 use crate::metrics::SinkMetrics;
 
+/// A server URL as logs show it: a password in its user information (`ws://user:pw@host/`,
+/// RFC 3986 3.2.1, which that RFC itself deprecates) is replaced by `***`. Logs are read by
+/// more people than the command line.
+pub struct ShownUrl<'a>(pub &'a str);
+
+impl std::fmt::Display for ShownUrl<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let url = self.0;
+        let start = url.find("://").map_or(0, |i| i + 3);
+        let end = url[start..]
+            .find(['/', '?', '#'])
+            .map_or(url.len(), |i| start + i);
+        let Some(at) = url[start..end].rfind('@').map(|i| start + i) else {
+            return f.write_str(url);
+        };
+        match url[start..at].find(':') {
+            Some(colon) => write!(f, "{}:***{}", &url[..start + colon], &url[at..]),
+            None => f.write_str(url),
+        }
+    }
+}
+
 /// Counters every sink keeps.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct SinkStats {
@@ -70,4 +92,23 @@ async fn feed_ws(
         metrics.queue_depth.set(rx.depth() as i64);
     }
     ws.close(grace).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ShownUrl;
+
+    #[test]
+    fn a_password_in_a_server_url_is_not_shown() {
+        let shown = |u: &str| ShownUrl(u).to_string();
+        assert_eq!(
+            shown("ws://user:secret@host:3000/p?x=1"),
+            "ws://user:***@host:3000/p?x=1"
+        );
+        assert_eq!(shown("wss://user:s@cr@t@host"), "wss://user:***@host");
+        assert_eq!(shown("ws://user@host/"), "ws://user@host/");
+        assert_eq!(shown("ws://host:3000/a@b"), "ws://host:3000/a@b");
+        assert_eq!(shown("ws://[::1]:3000?q=@"), "ws://[::1]:3000?q=@");
+        assert_eq!(shown("stdout"), "stdout");
+    }
 }

@@ -94,6 +94,9 @@ pub struct WsSink {
     /// the shutdown's grace ends was lost, and is counted as dropped.
     accepted: u64,
     settled: Arc<AtomicU64>,
+    /// Envelopes a connection settled by giving them up (its participant refused by the
+    /// server): dropped, in the sink's totals.
+    given_up: Arc<AtomicU64>,
     /// Set when the sink closes: a connection whose participant has left but whose chunks
     /// still await approval stops waiting for the decisions then.
     stop: tokio::sync::watch::Sender<bool>,
@@ -111,6 +114,7 @@ impl WsSink {
             presence: Default::default(),
             accepted: 0,
             settled: Arc::new(AtomicU64::new(0)),
+            given_up: Arc::new(AtomicU64::new(0)),
             stop: tokio::sync::watch::channel(false).0,
         }
     }
@@ -164,6 +168,7 @@ impl WsSink {
                 Counts {
                     sent: self.sent.clone(),
                     settled: self.settled.clone(),
+                    given_up: self.given_up.clone(),
                 },
                 before,
                 self.stop.subscribe(),
@@ -232,7 +237,7 @@ impl WsSink {
         }
         SinkStats {
             sent: self.sent.load(Ordering::Relaxed),
-            dropped: self.dropped,
+            dropped: self.dropped + self.given_up.load(Ordering::Relaxed),
         }
     }
 }
@@ -269,6 +274,8 @@ struct Counts {
     sent: Arc<AtomicU64>,
     /// Envelopes from the queue written or given up on (see [`WsSink::settled`]).
     settled: Arc<AtomicU64>,
+    /// Of those settled, the ones given up on (see [`WsSink::given_up`]).
+    given_up: Arc<AtomicU64>,
 }
 
 impl Counts {
@@ -355,9 +362,9 @@ async fn connection(
                 // or a failure, at info.
                 if connected_before || failing {
                     m.reconnects.inc();
-                    tracing::info!(%participant, url = %cfg.url, "PVP connection open again");
+                    tracing::info!(%participant, url = %super::ShownUrl(&cfg.url), "PVP connection open again");
                 } else {
-                    tracing::debug!(%participant, url = %cfg.url, "PVP connection open");
+                    tracing::debug!(%participant, url = %super::ShownUrl(&cfg.url), "PVP connection open");
                 }
                 if failing {
                     m.failing.dec();
@@ -372,11 +379,11 @@ async fn connection(
                 // Once an outage at warn level, its retries at debug: thousands of participants
                 // retrying for minutes would otherwise flood the log (`failing` counts them).
                 if failing {
-                    tracing::debug!(%participant, url = %cfg.url, "PVP connect failed: {err}; retrying in {wait:?}");
+                    tracing::debug!(%participant, url = %super::ShownUrl(&cfg.url), "PVP connect failed: {err}; retrying in {wait:?}");
                 } else {
                     m.failing.inc();
                     failing = true;
-                    tracing::warn!(%participant, url = %cfg.url, "PVP connect failed: {err}; retrying in {wait:?}, then at doubling intervals (logged at debug level)");
+                    tracing::warn!(%participant, url = %super::ShownUrl(&cfg.url), "PVP connect failed: {err}; retrying in {wait:?}, then at doubling intervals (logged at debug level)");
                 }
                 tokio::time::sleep(wait).await;
                 continue;
@@ -490,6 +497,7 @@ async fn connection(
                                             give_up(e);
                                         }
                                         counts.settled(lost);
+                                        counts.given_up.fetch_add(lost, Ordering::Relaxed);
                                         // Counted before it is logged: whoever reads the log finds it counted.
                                         m.refused.inc();
                                         tracing::error!(%participant, %code, undelivered = lost, "PVP server refused this participant; its transcript is not delivered");
@@ -574,7 +582,7 @@ async fn connection(
                                 }
                             }
                             Tick::Dead => {
-                                tracing::warn!(%participant, url = %cfg.url, "PVP server silent for {:?}, not even answering a WebSocket ping: it is gone; reconnecting", cfg.silence);
+                                tracing::warn!(%participant, url = %super::ShownUrl(&cfg.url), "PVP server silent for {:?}, not even answering a WebSocket ping: it is gone; reconnecting", cfg.silence);
                                 continue 'reconnect;
                             }
                         }
@@ -671,7 +679,7 @@ where
     match tokio::time::timeout(cfg.write_timeout, write.send(frame)).await {
         Ok(r) => r.is_ok(),
         Err(_) => {
-            tracing::warn!(%participant, url = %cfg.url, "PVP server took no frame for {:?}: it has stopped reading; reconnecting", cfg.write_timeout);
+            tracing::warn!(%participant, url = %super::ShownUrl(&cfg.url), "PVP server took no frame for {:?}: it has stopped reading; reconnecting", cfg.write_timeout);
             false
         }
     }
