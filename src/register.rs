@@ -428,6 +428,27 @@ impl Register {
         self.give_up_all(out);
     }
 
+    /// Whether a held packet carries `tag`'s text.
+    pub fn holds_tag(&self, tag: u16) -> bool {
+        self.held() > 0 && self.cold.held.iter().any(|h| h.tag == tag)
+    }
+
+    /// A speaker of a mixed stream left (RFC 3550 6.6, its CSRC's BYE): as a stream's BYE
+    /// gives up its whole hold ([`Register::finish`]), the hold is given up up to and
+    /// including the last packet with `tag`'s text, so that text reaches the speaker before
+    /// its leave. The gaps in front of them are settled as at the wait's end (RFC 4103 5.4:
+    /// recovered, or marked for the speaker the packet after the gap names); packets held
+    /// behind the last of `tag`'s go on waiting for their gaps.
+    pub fn release_tag(&mut self, tag: u16, out: Out<'_>) {
+        while self.holds_tag(tag) {
+            let before = self.held();
+            self.give_up_oldest(out);
+            if self.held() >= before {
+                break; // unreachable: a hold is never without its position
+            }
+        }
+    }
+
     fn give_up_all(&mut self, out: Out<'_>) {
         while self.held() > 0 {
             self.give_up_oldest(out);
