@@ -1286,21 +1286,40 @@ impl Gateway {
     }
 
     /// A mixer's source that left (a BYE for its CSRC): what it said and has not been sent
-    /// goes out, then its leave; the mixer's stream and its other speakers go on. Should the
-    /// source speak again, it joins again.
+    /// goes out, then its leave; the mixer's stream and its other speakers go on. What it said
+    /// includes its packets that arrived before the BYE and wait behind a gap in the mixer's
+    /// sequence (RFC 4103 5.4): they are released first ([`Register::release_tag`]), as a
+    /// stream's own BYE releases its whole hold; released later, they reached a speaker that
+    /// had left, which joined again. Should the source speak again, it joins again.
     fn end_speaker(&mut self, now: Time, slot: u32, i: usize, reason: &str) {
+        let compat = self.cfg.compat;
         let Some(s) = self.slots.get_mut(slot) else {
             return;
         };
-        let Stream {
+        let (register, mut voices) = Voices::of(s, compat);
+        // Tags are speaker indices, at most MAX_SPEAKERS.
+        let tag = u16::try_from(i).unwrap_or(TAG_UNDECIDED);
+        let released = register.holds_tag(tag);
+        if released {
+            let emit = &mut self.emit;
+            register.release_tag(tag, &mut |tag, piece| {
+                route(emit, &mut voices, now, tag, piece)
+            });
+            self.emit.stats.harvest(register);
+        }
+        let Voices {
             speakers,
             key,
             created,
             ..
-        } = s;
+        } = voices;
         let sp = &mut speakers[i];
         self.emit.speaker_ends(now, key, created, sp, reason);
         sp.joined = false;
+        if released {
+            // The hold changed: so did the stream's deadline.
+            self.arm(now, slot);
+        }
     }
 
     /// `rank` 2 for NAME, 1 for CNAME: a NAME is never replaced by a CNAME.

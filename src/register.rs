@@ -9,9 +9,11 @@
 use crate::red::{RedError, RedFormat, RedPayload};
 use crate::time::Time;
 
-/// RFC 3550 A.1: a jump this far ahead is not loss but a restart or a stray packet.
+/// RFC 3550 A.1: a jump this far or further ahead of the highest sequence number received
+/// is not loss but a restart or a stray packet (A.1's `udelta < MAX_DROPOUT` is in order).
 pub const MAX_DROPOUT: u16 = 3000;
-/// RFC 3550 A.1: this far behind is a late duplicate; further behind is a restart.
+/// RFC 3550 A.1: less than this far behind the highest sequence number received is a late or
+/// duplicate packet; this far or further, a restart or a stray packet.
 pub const MAX_MISORDER: u16 = 100;
 /// Packets held waiting for a gap to fill; beyond this the oldest gap is given up at once.
 pub const MAX_HELD: usize = 64;
@@ -285,7 +287,17 @@ impl Register {
         };
         let ahead = seq.wrapping_sub(expected);
         let behind = expected.wrapping_sub(seq);
-        if ahead >= MAX_DROPOUT && behind > MAX_MISORDER {
+        // RFC 3550 A.1 measures a jump from the highest sequence number received (`max_seq`):
+        // the one before `expected`, or the furthest packet held. A jump is `udelta` of at
+        // least MAX_DROPOUT ahead and at least MAX_MISORDER behind (`udelta <= RTP_SEQ_MOD -
+        // MAX_MISORDER`). Measured from `expected`, a jump of exactly MAX_DROPOUT read as a
+        // gap of MAX_DROPOUT - 1 lost packets.
+        let max_seq = match self.holding {
+            0 => expected.wrapping_sub(1),
+            _ => self.cold.held.last().map_or(expected, |h| h.seq),
+        };
+        let udelta = seq.wrapping_sub(max_seq);
+        if udelta >= MAX_DROPOUT && udelta.wrapping_neg() >= MAX_MISORDER {
             // RFC 3550 A.1 believes a restart after two sequential packets. A jump back of at
             // most MAX_DROPOUT is more likely late duplicates, which would be delivered again
             // and move the stream back (its live packets then waiting, and marked): it needs
@@ -426,6 +438,27 @@ impl Register {
     /// Ends the stream: every gap is given up.
     pub fn finish(&mut self, out: Out<'_>) {
         self.give_up_all(out);
+    }
+
+    /// Whether a held packet carries `tag`'s text.
+    pub fn holds_tag(&self, tag: u16) -> bool {
+        self.held() > 0 && self.cold.held.iter().any(|h| h.tag == tag)
+    }
+
+    /// A speaker of a mixed stream left (RFC 3550 6.6, its CSRC's BYE): as a stream's BYE
+    /// gives up its whole hold ([`Register::finish`]), the hold is given up up to and
+    /// including the last packet with `tag`'s text, so that text reaches the speaker before
+    /// its leave. The gaps in front of them are settled as at the wait's end (RFC 4103 5.4:
+    /// recovered, or marked for the speaker the packet after the gap names); packets held
+    /// behind the last of `tag`'s go on waiting for their gaps.
+    pub fn release_tag(&mut self, tag: u16, out: Out<'_>) {
+        while self.holds_tag(tag) {
+            let before = self.held();
+            self.give_up_oldest(out);
+            if self.held() >= before {
+                break; // unreachable: a hold is never without its position
+            }
+        }
     }
 
     fn give_up_all(&mut self, out: Out<'_>) {
@@ -925,6 +958,64 @@ mod tests {
         r.expire(10_000);
         assert_eq!(&r.text[before.len()..], "xy");
         assert_eq!(r.reg.stats().restarts, 0);
+    }
+
+    /// RFC 3550 A.1 `update_seq`, the branch a packet takes against the highest sequence
+    /// number received (`max_seq`), with `udelta = seq - max_seq`: `udelta < MAX_DROPOUT` is
+    /// in order (with a permissible gap), `udelta <= RTP_SEQ_MOD - MAX_MISORDER` a very large
+    /// jump (`bad_seq`), anything else a duplicate or reordered packet.
+    fn a1_is_jump(max_seq: u16, seq: u16) -> bool {
+        let udelta = u32::from(seq.wrapping_sub(max_seq));
+        udelta >= u32::from(MAX_DROPOUT) && udelta <= 65536 - u32::from(MAX_MISORDER)
+    }
+
+    /// The jump limits at their boundaries, as RFC 3550 A.1 draws them: 2,999 ahead of the last
+    /// packet is a gap (waited for, then marked), 3,000 and 3,001 are jumps (dropped until a
+    /// following packet confirms a restart); 99 behind is a late packet, 100 and 101 jumps.
+    /// Measured from the packet before the next expected one (A.1's `max_seq`), not from the
+    /// next expected one: a jump of exactly 3,000 was taken for a gap of 2,999 lost packets.
+    /// With packets held behind a gap, `max_seq` is the furthest of them.
+    #[test]
+    fn sequence_jumps_are_judged_at_rfc3550_a1s_boundaries() {
+        let jump = |outcome: Outcome| outcome == Outcome::Jump;
+        for (d, ahead) in [
+            (2_999, true),
+            (3_000, true),
+            (3_001, true),
+            (99, false),
+            (100, false),
+            (101, false),
+        ] {
+            let mut r = Rig::new();
+            r.plain(0, 1000, true, "a");
+            let seq = if ahead { 1000u16 + d } else { 1000u16 - d };
+            let got = jump(r.plain(1, seq, false, "b"));
+            assert_eq!(
+                got,
+                a1_is_jump(1000, seq),
+                "{} {d}",
+                if ahead { "ahead" } else { "behind" }
+            );
+        }
+        // Spelled out, ahead: 2,999 waits as a gap; 3,000 and 3,001 are jumps.
+        let mut r = Rig::new();
+        r.plain(0, 1000, true, "a");
+        assert_eq!(r.plain(1, 3999, false, "b"), Outcome::Held);
+        for d in [3_000, 3_001] {
+            let mut r = Rig::new();
+            r.plain(0, 1000, true, "a");
+            assert_eq!(r.plain(1, 1000 + d, false, "b"), Outcome::Jump, "{d}");
+            assert_eq!(r.reg.held(), 0);
+        }
+        // With packets held, from the furthest of them: 10 and 20 are held behind a gap at 2.
+        for (d, want) in [(2_999, Outcome::Held), (3_000, Outcome::Jump)] {
+            let mut r = Rig::new();
+            r.plain(0, 1, true, "a");
+            r.plain(1, 10, false, "x");
+            r.plain(2, 20, false, "y");
+            assert_eq!(r.plain(3, 20 + d, false, "z"), want, "{d}");
+            assert!(jump(want) == a1_is_jump(20, 20 + d));
+        }
     }
 
     /// A restart whose new sequence lands a little behind the old one is believed at its third

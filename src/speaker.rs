@@ -213,6 +213,10 @@ pub struct Profile {
     /// The speaker's own id (`t140:SSRC@ADDR...`) when a mapping rule replaced it with one
     /// that several speakers may share: it keeps their context keys apart.
     pub key_scope: Option<Box<str>>,
+    /// A fingerprint (FNV-1a) of the newest block this speaker delivered in a mixer's stream:
+    /// it finds that block among a later packet's redundant generations when they carry no
+    /// timestamp offsets (RFC 2198 allows 0), which cannot be placed by timestamp.
+    pub last_block: u32,
 }
 
 impl Speaker {
@@ -229,6 +233,7 @@ impl Speaker {
                 last_sent: 0,
                 last_sent_text: String::new(),
                 key_scope: None,
+                last_block: fingerprint(b""),
             }),
             voice,
             decoder: Decoder::new(),
@@ -291,7 +296,9 @@ impl Speaker {
     /// RFC 9071: in a mixed stream consecutive packets carry different speakers, and each
     /// packet's redundancy is its own speaker's earlier text, so a redundant block is placed by
     /// its timestamp (packet timestamp minus offset) against what this speaker already
-    /// delivered: newer is recovered text, older or equal is a repeat.
+    /// delivered: newer is recovered text, older or equal is a repeat. Blocks at offset 0
+    /// have no timestamp of their own: they are placed by content instead
+    /// ([`Speaker::place_by_content`]).
     ///
     /// Loss marks: the mixer's sequence gap does not say whose packets were lost. `gap` is the
     /// stream's lost packets not yet accounted for (this packet's gap, and those earlier
@@ -312,45 +319,21 @@ impl Speaker {
         format: RedFormat,
         out: &mut Output,
     ) {
-        let sink = &mut self.chunker.fed(&mut out.cuts);
         let newer = |t: u32, last: Option<u32>| last.is_none_or(|l| (t.wrapping_sub(l) as i32) > 0);
-        let started = self.last_ts.is_some();
         let primary = if red {
             let Ok(p) = RedPayload::parse_as(payload, format) else {
                 return;
             };
-            let held = |b: &crate::red::RedBlock<'_>| !b.data.is_empty() && b.ts_offset != 0;
-            let gens = p.redundant_blocks().filter(held).count();
-            let fresh = p
-                .redundant_blocks()
-                .filter(|b| held(b) && newer(ts.wrapping_sub(u32::from(b.ts_offset)), self.last_ts))
-                .count();
-            let mut left = if started {
-                gap.saturating_sub(fresh)
+            if p.redundant_blocks()
+                .any(|b| b.ts_offset == 0 && !b.data.is_empty())
+            {
+                self.place_by_content(now, &p, gap, out);
             } else {
-                gap
-            };
-            if started && left > 0 && gens > 0 && fresh == gens {
-                out.lost += 1;
-                self.decoder.mark_loss(sink);
-                self.last_text = now;
-                left -= 1;
-            }
-            out.unplaced = left;
-            for b in p.redundant_blocks().filter(held) {
-                let orig = ts.wrapping_sub(u32::from(b.ts_offset));
-                if !newer(orig, self.last_ts) {
-                    continue;
-                }
-                if started {
-                    out.recovered += 1;
-                }
-                self.decoder.feed(b.data, sink, &mut out.decode);
-                self.last_ts = Some(orig);
-                self.last_text = now;
+                self.place_by_offset(now, ts, &p, gap, out);
             }
             p.primary().data
         } else {
+            let sink = &mut self.chunker.fed(&mut out.cuts);
             for _ in 0..gap {
                 out.lost += 1;
                 self.decoder.mark_loss(sink);
@@ -361,13 +344,125 @@ impl Speaker {
         };
         if newer(ts, self.last_ts) {
             if !primary.is_empty() {
+                let sink = &mut self.chunker.fed(&mut out.cuts);
                 self.decoder.feed(primary, sink, &mut out.decode);
                 self.last_text = now;
             }
             self.last_ts = Some(ts);
+            self.profile.last_block = fingerprint(primary);
+        }
+    }
+
+    /// [`Speaker::place_by_ts`] for generations with timestamp offsets.
+    fn place_by_offset(
+        &mut self,
+        now: Time,
+        ts: u32,
+        p: &RedPayload<'_>,
+        gap: usize,
+        out: &mut Output,
+    ) {
+        let sink = &mut self.chunker.fed(&mut out.cuts);
+        let newer = |t: u32, last: Option<u32>| last.is_none_or(|l| (t.wrapping_sub(l) as i32) > 0);
+        let started = self.last_ts.is_some();
+        let held = |b: &crate::red::RedBlock<'_>| !b.data.is_empty() && b.ts_offset != 0;
+        let gens = p.redundant_blocks().filter(held).count();
+        let fresh = p
+            .redundant_blocks()
+            .filter(|b| held(b) && newer(ts.wrapping_sub(u32::from(b.ts_offset)), self.last_ts))
+            .count();
+        let mut left = if started {
+            gap.saturating_sub(fresh)
+        } else {
+            gap
+        };
+        if started && left > 0 && gens > 0 && fresh == gens {
+            out.lost += 1;
+            self.decoder.mark_loss(sink);
+            self.last_text = now;
+            left -= 1;
+        }
+        out.unplaced = left;
+        for b in p.redundant_blocks().filter(held) {
+            let orig = ts.wrapping_sub(u32::from(b.ts_offset));
+            if !newer(orig, self.last_ts) {
+                continue;
+            }
+            if started {
+                out.recovered += 1;
+            }
+            self.decoder.feed(b.data, sink, &mut out.decode);
+            self.last_ts = Some(orig);
+            self.last_text = now;
+        }
+    }
+
+    /// [`Speaker::place_by_ts`] for generations at timestamp offset 0, which RFC 2198 allows
+    /// and some senders write: they cannot be placed by timestamp. A speaker's generations
+    /// are its own earlier packets, oldest first, the newest its packet before this one (RFC
+    /// 4103 4.2, per speaker in a mixer's stream), so the newest generation equal to the block
+    /// this speaker last delivered ([`Profile::last_block`]) is that block, and those after it
+    /// are its packets lost since, one lost packet each. They are at most the stream's
+    /// unaccounted losses (`gap`): with none, every generation repeats delivered text. With no
+    /// generation equal (more lost than the packet carries), every one is new, and as with
+    /// timestamps one U+FFFD marks the older text that may be missing.
+    fn place_by_content(&mut self, now: Time, p: &RedPayload<'_>, gap: usize, out: &mut Output) {
+        let sink = &mut self.chunker.fed(&mut out.cuts);
+        let n = p.redundant_count();
+        let started = self.last_ts.is_some();
+        let (first_new, found) = if started {
+            let last = self.profile.last_block;
+            let after_last = p
+                .redundant_blocks()
+                .enumerate()
+                .filter(|(_, b)| fingerprint(b.data) == last)
+                .map(|(i, _)| i + 1)
+                .last();
+            (
+                after_last.unwrap_or(0).max(n.saturating_sub(gap)),
+                after_last.is_some(),
+            )
+        } else {
+            (0, false)
+        };
+        let mut left = if started {
+            gap - (n - first_new).min(gap)
+        } else {
+            gap
+        };
+        let text = p
+            .redundant_blocks()
+            .skip(first_new)
+            .any(|b| !b.data.is_empty());
+        if started && !found && left > 0 && text {
+            out.lost += 1;
+            self.decoder.mark_loss(sink);
+            self.last_text = now;
+            left -= 1;
+        }
+        out.unplaced = left;
+        for b in p.redundant_blocks().skip(first_new) {
+            if b.data.is_empty() {
+                continue;
+            }
+            if started {
+                out.recovered += 1;
+            }
+            self.decoder.feed(b.data, sink, &mut out.decode);
+            self.last_text = now;
         }
     }
 }
+
+/// FNV-1a, 32 bits, of a block: enough to tell a speaker's last block from its others
+/// ([`Profile::last_block`]) without keeping a copy.
+fn fingerprint(block: &[u8]) -> u32 {
+    block.iter().fold(0x811c_9dc5, |h, &b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
+}
+
+impl Speaker {}
 
 /// Splits t140llm's multiplex prefix `<id>\x1E<text>` (docs/t140llm.md section 6). Any id
 /// t140llm takes is one, `/` included (`openai/gpt-4o`; the participant id escapes it), but
@@ -459,6 +554,25 @@ mod tests {
         feed_packet(&mut s, o, 2800, &red(&[(600, "e"), (300, "f")], "g"), 4);
         assert_eq!(s.chunker.pending(), "abc\u{fffd}efg");
         assert_eq!((o.recovered, o.lost), (3, 1));
+    }
+
+    /// Generations at offset 0 are placed by content: with no loss to account for they repeat
+    /// delivered text, whatever they hold; after a loss, those after the speaker's last block
+    /// are new.
+    #[test]
+    fn zero_offset_generations_are_placed_by_content() {
+        let (mut s, o) = (speaker(), &mut Output::new(500));
+        feed_packet(&mut s, o, 1000, &red(&[], "a"), 0);
+        feed_packet(&mut s, o, 1300, &red(&[(0, "x"), (0, "y")], "b"), 0);
+        assert_eq!(s.chunker.pending(), "ab");
+        feed_packet(&mut s, o, 1900, &red(&[(0, "b"), (0, "c")], "d"), 1);
+        assert_eq!(s.chunker.pending(), "abcd");
+        assert_eq!((o.recovered, o.lost, o.unplaced), (1, 0, 0));
+        // Two lost in the mixer's stream, one of them this speaker's: the other is left for
+        // the stream's next speaker.
+        feed_packet(&mut s, o, 2500, &red(&[(0, "d"), (0, "e")], "f"), 2);
+        assert_eq!(s.chunker.pending(), "abcdef");
+        assert_eq!((o.recovered, o.lost, o.unplaced), (2, 0, 1));
     }
 
     #[test]

@@ -1371,3 +1371,84 @@ fn a_mixer_gap_fully_recovered_by_the_speakers_redundancy_is_not_marked() {
     assert_eq!(text, "Alpha one two three.");
     assert_eq!(gw.stats().lost, 0);
 }
+
+/// RFC 2198 allows any timestamp offset, and some senders write 0 into every redundant block
+/// (t140llm's offsets read as a quarter of their value; docs/t140llm.md section 5 and red.rs
+/// note Asterisk's zeros). On a plain stream that costs nothing: a lost packet's text is
+/// recovered by counting back sequence numbers (RFC 4103 4.2). On an RFC 9071 mixer stream
+/// redundancy is placed by timestamp per speaker, and a block at offset 0 has no timestamp of
+/// its own: it was skipped, so speaker A's lost packet was neither recovered nor marked (the
+/// gap waited, unplaced, for a speaker to account for it). A's generations are A's own earlier
+/// packets (RFC 9071), so the block after the text A last delivered is the lost one.
+#[test]
+fn zero_offset_redundancy_recovers_a_mixer_speakers_lost_packet() {
+    // Speaker A's packets, each carrying A's two previous ones at offset 0; packet 2 is lost.
+    let a = |seq: u16, gens: [&str; 2], primary: &str| {
+        (seq, red(&[(0, gens[0]), (0, gens[1])], primary))
+    };
+    let sent = [
+        a(1, ["", ""], "Alpha "),
+        a(2, ["", "Alpha "], "one "),
+        a(3, ["Alpha ", "one "], "two. "),
+        a(4, ["one ", "two. "], "Done. "),
+    ];
+    let run = |csrc: Option<u32>| {
+        let mut gw = Gateway::new(Config::default());
+        for (i, (seq, payload)) in sent.iter().enumerate() {
+            if *seq == 2 {
+                continue;
+            }
+            let d = match csrc {
+                Some(c) => with_csrc(*seq, 1000 + 300 * u32::from(*seq), 9, c, 100, payload),
+                None => {
+                    let mut d = Vec::new();
+                    let ts = 1000 + 300 * u32::from(*seq);
+                    rtp::write_packet(&mut d, *seq == 1, 100, *seq, ts, 9, payload);
+                    d
+                }
+            };
+            gw.handle_datagram(at(i as u64 * 300), addr(5000), &d);
+        }
+        gw.handle_timeout(at(3000));
+        gw.shutdown(at(4000));
+        let text: Vec<String> = adds(&drain(&mut gw)).into_iter().map(|(_, t)| t).collect();
+        let s = gw.stats();
+        (text.join(" "), s.recovered, s.lost)
+    };
+    let plain = run(None);
+    assert_eq!(plain, ("Alpha one two. Done.".to_owned(), 1, 0), "plain");
+    // The mixer's speaker A: the same text, the same count.
+    assert_eq!(run(Some(1)), plain, "mixer");
+}
+
+/// On a mixer stream, zero-offset redundancy that does not reach back to the text a speaker
+/// last delivered (more of its packets lost than it carries): what it carries is recovered,
+/// and the older loss is marked once (RFC 4103 5.3), as with timestamped generations.
+#[test]
+fn zero_offset_redundancy_on_a_mixer_marks_what_it_cannot_recover() {
+    let mut gw = Gateway::new(Config::default());
+    let p = |seq: u16, csrc: u32, gens: [&str; 2], primary: &str| {
+        let payload = red(&[(0, gens[0]), (0, gens[1])], primary);
+        with_csrc(seq, 1000 + 300 * u32::from(seq), 9, csrc, 100, &payload)
+    };
+    gw.handle_datagram(at(0), addr(5000), &p(1, 1, ["", ""], "Alpha "));
+    gw.handle_datagram(at(100), addr(5000), &p(2, 2, ["", ""], "Bravo. "));
+    // A's 3 ("one "), 4 ("two ") and 5 ("three ") are lost; 6 carries 4 and 5.
+    gw.handle_datagram(at(1000), addr(5000), &p(6, 1, ["two ", "three "], "four. "));
+    // B goes on: its own generations repeat what it said, and nothing of it is lost.
+    gw.handle_datagram(at(1100), addr(5000), &p(7, 2, ["", "Bravo. "], "Again. "));
+    gw.handle_timeout(at(3000));
+    gw.shutdown(at(4000));
+    let got = adds(&drain(&mut gw));
+    let of = |c: &str| -> String {
+        got.iter()
+            .filter(|(s, _)| s.ends_with(c))
+            .map(|(_, t)| t.as_str())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(of("csrc:00000001"), "Alpha \u{fffd}two three four.");
+    assert_eq!(of("csrc:00000002"), "Bravo. Again.");
+    let s = gw.stats();
+    assert_eq!((s.recovered, s.lost), (2, 1));
+}
