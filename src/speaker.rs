@@ -462,8 +462,6 @@ fn fingerprint(block: &[u8]) -> u32 {
     })
 }
 
-impl Speaker {}
-
 /// Splits t140llm's multiplex prefix `<id>\x1E<text>` (docs/t140llm.md section 6). Any id
 /// t140llm takes is one, `/` included (`openai/gpt-4o`; the participant id escapes it), but
 /// not an empty or over-long one, one with a control character, or one in the mixer's `csrc:`
