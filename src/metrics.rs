@@ -201,6 +201,62 @@ impl Collector for CoreCollector {
             "T.140 controls dropped.",
             s.decode.controls_dropped,
         )?;
+        // The rest of the anomalies the core counts: each one is something a sender did that
+        // the gateway forgave, and someone chasing a garbled transcript needs to see it.
+        for (name, help, v) in [
+            (
+                "pvp_t140_streams_evicted",
+                "Streams that never carried text, removed to make room at --max-streams.",
+                s.evicted,
+            ),
+            (
+                "pvp_t140_sequence_restarts",
+                "Sequence restarts accepted (RFC 3550 A.1: a jump confirmed by the next packets).",
+                s.restarts,
+            ),
+            (
+                "pvp_t140_streams_head_lost",
+                "Streams whose first packets were lost (no session start ever arrived).",
+                s.head_lost,
+            ),
+            (
+                "pvp_t140_idle_tail_packets",
+                "Lost packets taken for the redundancy-only tail before an idle period (RFC 4103 5.2), not marked.",
+                s.idle_tail,
+            ),
+            (
+                "pvp_t140_red_newest_first_packets",
+                "RED packets whose blocks came newest first (t140llm), put in age order.",
+                s.red_newest_first,
+            ),
+            (
+                "pvp_t140_metadata_packets",
+                "t140llm metadata packets, kept out of the transcript.",
+                s.metadata,
+            ),
+            (
+                "pvp_t140_erase_unmatched",
+                "Backspaces reaching further back than the last item sent (not applied).",
+                s.erase_unmatched,
+            ),
+            (
+                "pvp_t140_backspace_unmatched",
+                "Backspaces that found nothing to erase in the text not yet sent.",
+                s.decode.backspace_unmatched,
+            ),
+            (
+                "pvp_t140_escape_sequences_skipped",
+                "T.140 escape sequences (ISO 6429 ESC, CSI and string controls) skipped.",
+                s.decode.sequences_skipped,
+            ),
+            (
+                "pvp_t140_boms",
+                "Byte-order marks dropped (T.140 allows U+FEFF anywhere as a no-op).",
+                s.decode.bom,
+            ),
+        ] {
+            counter(&mut enc, name, help, v)?;
+        }
         Ok(())
     }
 }
@@ -457,6 +513,49 @@ mod tests {
 
     /// A receive worker that ended (its thread returned or panicked) took its socket and its
     /// streams with it: not ready, with the reason, until every worker started runs.
+    /// Every counter of the core's `Stats` is on /metrics: an anomaly counted but not shown
+    /// is one nobody can see.
+    #[test]
+    fn every_core_counter_is_exposed() {
+        let mut stats = Stats::default();
+        let fields: [(&mut u64, &str); 10] = [
+            (&mut stats.evicted, "pvp_t140_streams_evicted_total"),
+            (&mut stats.restarts, "pvp_t140_sequence_restarts_total"),
+            (&mut stats.head_lost, "pvp_t140_streams_head_lost_total"),
+            (&mut stats.idle_tail, "pvp_t140_idle_tail_packets_total"),
+            (
+                &mut stats.red_newest_first,
+                "pvp_t140_red_newest_first_packets_total",
+            ),
+            (&mut stats.metadata, "pvp_t140_metadata_packets_total"),
+            (&mut stats.erase_unmatched, "pvp_t140_erase_unmatched_total"),
+            (
+                &mut stats.decode.backspace_unmatched,
+                "pvp_t140_backspace_unmatched_total",
+            ),
+            (
+                &mut stats.decode.sequences_skipped,
+                "pvp_t140_escape_sequences_skipped_total",
+            ),
+            (&mut stats.decode.bom, "pvp_t140_boms_total"),
+        ];
+        let mut want = Vec::new();
+        for (i, (field, name)) in fields.into_iter().enumerate() {
+            *field = 100 + i as u64;
+            want.push(format!("{name} {}", 100 + i));
+        }
+        let (_tx, rx) = watch::channel(stats);
+        let mut body = String::new();
+        prometheus_client::encoding::text::encode(
+            &mut body,
+            &registry(vec![rx], &Gauge::default(), &SinkMetrics::default()),
+        )
+        .unwrap();
+        for line in want {
+            assert!(body.lines().any(|l| l == line), "{line} not in\n{body}");
+        }
+    }
+
     #[test]
     fn healthz_is_not_ready_while_a_receive_worker_is_down() {
         let rt = tokio::runtime::Builder::new_current_thread()
