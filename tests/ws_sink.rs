@@ -1009,3 +1009,168 @@ async fn what_a_refused_participant_held_counts_as_dropped() {
     // Written: the join and the chunk's gate request.
     assert_eq!((stats.sent, stats.dropped), (2, 1));
 }
+
+/// `--spool` with one participant id in two sessions (a `[[stream]]` rule's captioner in two
+/// rooms, which the sink now gives a connection each): the gateway is killed while text for
+/// both rooms is undelivered. The README promises the restart resends what it journaled,
+/// "each participant rejoins first and leaves after". But the journal's resend plan groups by
+/// sender id alone, not by (session, sender): room s's text goes out on a new connection that
+/// never joined (the one rejoin is room t's join, the sender's last), and only room t gets a
+/// leave, so the captioner stays present in room s for ever. A user expects each room's
+/// connection to rejoin its own room, carry its text, and leave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_rejoins_and_leaves_each_session_of_a_participant_in_two() {
+    let dir =
+        std::env::temp_dir().join(format!("pvp-t140-review-two-rooms-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (mut s, mut t) = (Talk::new(), Talk::in_session("t"));
+    let p = "captioner";
+    // The killed gateway's journal: both joins delivered, then text for each room journaled
+    // and never written.
+    {
+        let (spool, _) = Spool::open(&dir, Default::default()).unwrap();
+        for j in [s.join(p), t.join(p)] {
+            spool.added(&j);
+            spool.done(j.id());
+        }
+        spool.added(&s.add(p, "For room s."));
+        spool.added(&t.add(p, "For room t."));
+    }
+    let (spool, resend) = Spool::open(&dir, Default::default()).unwrap();
+    let (url, log) = server(|_, _| Answer::Nothing).await;
+    let mut ws = WsSink::new(config(url, 64, Some(Arc::new(spool))));
+    ws.resend(resend);
+    // Every connection is told to finish and does: what each carried is in the log.
+    ws.close(Duration::from_secs(5)).await;
+    std::fs::remove_dir_all(&dir).ok();
+    let mut rooms: Vec<(String, Vec<String>)> = by_connection(&log)
+        .values()
+        .map(|frames| {
+            let session = frames[0]["session"].as_str().unwrap().to_owned();
+            let said = frames
+                .iter()
+                .map(|f| match f["type"].as_str().unwrap() {
+                    "context.add" => f["payload"]["content"].as_str().unwrap().to_owned(),
+                    kind => kind.to_owned(),
+                })
+                .collect();
+            (session, said)
+        })
+        .collect();
+    rooms.sort();
+    assert_eq!(
+        rooms,
+        [
+            (
+                "s".to_owned(),
+                vec![
+                    "session.join".to_owned(),
+                    "For room s.".into(),
+                    "session.leave".into()
+                ]
+            ),
+            (
+                "t".to_owned(),
+                vec![
+                    "session.join".to_owned(),
+                    "For room t.".into(),
+                    "session.leave".into()
+                ]
+            ),
+        ],
+        "each room's connection after the restart"
+    );
+}
+
+/// A connection's pong goes to its participant's session ("the connection's own envelopes
+/// (pongs, heartbeats, gate requests) go to its participant's session", as
+/// `a_connection_answers_and_beats_in_its_participants_session` checks for a ping that comes
+/// after the join). But the session is learnt only when the first envelope is taken from the
+/// queue, and frames from the server are read first: a server that pings as soon as the
+/// connection opens (here the ping arrives with the handshake's answer) gets a pong in the
+/// gateway's `--session` "s", as the connection's first frame, before the participant has
+/// joined its own session "other-room". A user whose `[[stream]]` rule routes a participant
+/// to another room expects nothing of that connection to land in the default session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ping_at_once_on_open_is_answered_in_the_participants_session() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_tungstenite::tungstenite::protocol::Role;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let log: Log = Arc::default();
+    let out = log.clone();
+    tokio::spawn(async move {
+        let Ok((mut tcp, _)) = listener.accept().await else {
+            return;
+        };
+        // The handshake by hand, so that its answer and a ping go out in one write.
+        let mut request = Vec::new();
+        let mut byte = [0u8; 1];
+        while !request.ends_with(b"\r\n\r\n") {
+            if tcp.read(&mut byte).await.unwrap_or(0) == 0 {
+                return;
+            }
+            request.push(byte[0]);
+        }
+        let request = String::from_utf8_lossy(&request).into_owned();
+        let key = request
+            .lines()
+            .find_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                name.eq_ignore_ascii_case("sec-websocket-key")
+                    .then(|| value.trim().to_owned())
+            })
+            .unwrap();
+        let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+        let mut answer = format!(
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
+        )
+        .into_bytes();
+        let ping = from_server("heartbeat.ping", "01JQAAAAAAAAAAAAAAAAAAAAE0", json!({}))
+            .to_string()
+            .into_bytes();
+        // One unmasked text frame (RFC 6455 5.2), 126..65535 bytes or fewer.
+        answer.push(0x81);
+        if ping.len() < 126 {
+            answer.push(ping.len() as u8);
+        } else {
+            answer.push(126);
+            answer.extend_from_slice(&(ping.len() as u16).to_be_bytes());
+        }
+        answer.extend_from_slice(&ping);
+        tcp.write_all(&answer).await.unwrap();
+        let mut ws =
+            tokio_tungstenite::WebSocketStream::from_raw_socket(tcp, Role::Server, None).await;
+        while let Some(Ok(m)) = ws.next().await {
+            if let Ok(v) = serde_json::from_str::<Value>(m.to_text().unwrap_or("")) {
+                out.lock().unwrap().push((0, v));
+            }
+        }
+    });
+    let mut ws = WsSink::new(config(url, 64, None));
+    let mut other = Talk::in_session("other-room");
+    let p = "t140:0000b0b1@127.0.0.1:40040";
+    ws.send(other.join(p));
+    wait_for(&log, "the join and the pong", |l| {
+        let l = l.lock().unwrap();
+        ["session.join", "heartbeat.pong"]
+            .iter()
+            .all(|k| l.iter().any(|(_, v)| v["type"] == *k))
+    })
+    .await;
+    ws.close(Duration::from_secs(1)).await;
+    let frames: Vec<(String, String)> = log
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, v)| {
+            (
+                v["type"].as_str().unwrap().to_owned(),
+                v["session"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    for (kind, session) in &frames {
+        assert_eq!(session, "other-room", "{kind} in {session}: {frames:?}");
+    }
+}

@@ -15,19 +15,20 @@ use crate::metrics::SinkMetrics;
 
 /// A server URL as logs show it: a password in its user information (`ws://user:pw@host/`,
 /// RFC 3986 3.2.1, which that RFC itself deprecates) is replaced by `***`. Logs are read by
-/// more people than the command line.
+/// more people than the command line. Whatever the URL's mistakes (a password with an
+/// unencoded `/`, a slash missing after the scheme), everything between the authority's start
+/// (or the string's, without `//`) and the last `@` before a query is taken for user
+/// information: an `@` in a path is shown as `host:***@...` rather than risk a password.
 pub struct ShownUrl<'a>(pub &'a str);
 
 impl std::fmt::Display for ShownUrl<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let url = self.0;
-        let start = url.find("://").map_or(0, |i| i + 3);
-        let end = url[start..]
-            .find(['/', '?', '#'])
-            .map_or(url.len(), |i| start + i);
-        let Some(at) = url[start..end].rfind('@').map(|i| start + i) else {
+        let head = url.find(['?', '#']).unwrap_or(url.len());
+        let Some(at) = url[..head].rfind('@') else {
             return f.write_str(url);
         };
+        let start = url[..at].find("//").map_or(0, |i| i + 2);
         match url[start..at].find(':') {
             Some(colon) => write!(f, "{}:***{}", &url[..start + colon], &url[at..]),
             None => f.write_str(url),
@@ -107,8 +108,24 @@ mod tests {
         );
         assert_eq!(shown("wss://user:s@cr@t@host"), "wss://user:***@host");
         assert_eq!(shown("ws://user@host/"), "ws://user@host/");
-        assert_eq!(shown("ws://host:3000/a@b"), "ws://host:3000/a@b");
+        // An `@` in a path cannot be told from a password with a `/`: hidden to be safe.
+        assert_eq!(shown("ws://host:3000/a@b"), "ws://host:***@b");
+        assert_eq!(shown("ws://gw:Zm9v/YmFy@host/pvp"), "ws://gw:***@host/pvp");
+        assert_eq!(
+            shown("user:pw@host/?next=ws://x"),
+            "user:***@host/?next=ws://x"
+        );
         assert_eq!(shown("ws://[::1]:3000?q=@"), "ws://[::1]:3000?q=@");
         assert_eq!(shown("stdout"), "stdout");
+    }
+
+    /// `--server ws:/user:pw@host` (one slash short, a typo) is refused at start with an error
+    /// that prints the URL through `ShownUrl`. With no `://` it takes the authority to begin at
+    /// the string's start and end at the first `/` ("ws:"), finds no `@` there and shows the
+    /// password. A user expects a password kept out of the log whatever the typo around it.
+    #[test]
+    fn a_password_in_a_url_missing_a_slash_is_not_shown() {
+        let shown = ShownUrl("ws:/user:secret@host:3000/").to_string();
+        assert!(!shown.contains("secret"), "{shown}");
     }
 }

@@ -65,6 +65,16 @@ pub struct Spool {
     behind: AtomicBool,
 }
 
+/// A participant in a session (the session as the envelope's JSON has it): presence is per
+/// session, and one id may be in two (a `[[stream]]` rule's participant in two rooms).
+type Who = (Box<str>, SenderId);
+
+/// Whose presence a join or a leave is; nothing for other envelopes.
+fn who(e: &Envelope) -> Option<Who> {
+    matches!(e.kind(), Kind::SessionJoin | Kind::SessionLeave)
+        .then(|| (e.session_json().into(), e.sender().clone()))
+}
+
 /// What the sink hands the journal's writer.
 #[derive(Debug)]
 enum Record {
@@ -73,7 +83,8 @@ enum Record {
     Add {
         id: ulid::Ulid,
         kind: Kind,
-        sender: SenderId,
+        /// For a join or a leave: whose presence it is.
+        who: Option<Who>,
         line: String,
     },
     /// An envelope whose frame was written.
@@ -103,7 +114,7 @@ struct Journal {
     order: HashMap<ulid::Ulid, u64>,
     live_bytes: u64,
     /// Each participant's latest join as a `join` record, with the join's order.
-    joins: HashMap<SenderId, (u64, String)>,
+    joins: HashMap<Who, (u64, String)>,
     joins_bytes: u64,
     /// Past `live_cap`: compacting stopped for this run (see [`LIVE_CAP`]).
     untracked: bool,
@@ -116,7 +127,7 @@ struct Journal {
 #[derive(Debug)]
 struct Live {
     record: String,
-    leave_of: Option<SenderId>,
+    leave_of: Option<Who>,
 }
 
 impl Spool {
@@ -159,13 +170,7 @@ impl Spool {
         };
         let mut lines = String::new();
         for e in &pending {
-            journal.add(
-                &mut lines,
-                e.id(),
-                e.kind(),
-                e.sender().clone(),
-                add_record(e),
-            );
+            journal.add(&mut lines, e.id(), e.kind(), who(e), add_record(e));
         }
         journal.file.write_all(lines.as_bytes()).map_err(err)?;
         journal.size = lines.len() as u64;
@@ -230,7 +235,7 @@ impl Spool {
         self.hand_over(Record::Add {
             id: e.id(),
             kind: e.kind(),
-            sender: e.sender().clone(),
+            who: who(e),
             line: add_record(e),
         });
     }
@@ -288,9 +293,9 @@ impl Journal {
                     Record::Add {
                         id,
                         kind,
-                        sender,
+                        who,
                         line,
-                    } => self.add(&mut batch, id, kind, sender, line),
+                    } => self.add(&mut batch, id, kind, who, line),
                     Record::Done(id) => self.done(&mut batch, id),
                     Record::Flush(tx) => flushed.push(tx),
                     #[cfg(all(test, any(target_os = "linux", target_os = "android")))]
@@ -343,7 +348,7 @@ impl Journal {
         batch: &mut String,
         id: ulid::Ulid,
         kind: Kind,
-        sender: SenderId,
+        who: Option<Who>,
         record: String,
     ) {
         batch.push_str(&record);
@@ -352,14 +357,16 @@ impl Journal {
         }
         let n = self.next;
         self.next += 1;
-        if kind == Kind::SessionJoin {
+        if kind == Kind::SessionJoin
+            && let Some(who) = who.clone()
+        {
             let join = join_record(&record);
             self.joins_bytes += join.len() as u64;
-            if let Some((_, old)) = self.joins.insert(sender.clone(), (n, join)) {
+            if let Some((_, old)) = self.joins.insert(who, (n, join)) {
                 self.joins_bytes -= old.len() as u64;
             }
         }
-        let leave_of = (kind == Kind::SessionLeave).then_some(sender);
+        let leave_of = who.filter(|_| kind == Kind::SessionLeave);
         self.live_bytes += record.len() as u64;
         self.order.insert(id, n);
         self.live.insert(n, Live { record, leave_of });
@@ -489,14 +496,21 @@ fn join_record(add: &str) -> String {
 }
 
 /// The undelivered envelopes, and the last join of every sender (delivered or not).
-fn read_pending(path: &Path) -> Result<(Vec<Message>, HashMap<String, Message>), String> {
+/// A participant in a session, as a journal's message names it.
+type MessageWho = (String, String);
+
+fn message_who(m: &Message) -> MessageWho {
+    (m.session.clone(), m.sender.clone())
+}
+
+fn read_pending(path: &Path) -> Result<(Vec<Message>, HashMap<MessageWho, Message>), String> {
     let f = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
         Err(e) => return Err(format!("--spool {}: {e}", path.display())),
     };
     let mut adds: Vec<Message> = Vec::new();
-    let mut joins: HashMap<String, Message> = HashMap::new();
+    let mut joins: HashMap<MessageWho, Message> = HashMap::new();
     let mut done: HashSet<String> = HashSet::new();
     // Lines as bytes: a record cut short (a kill, or a write stopped at a page boundary by a
     // full disk) may end inside a UTF-8 character, and must be skipped like any other
@@ -515,13 +529,13 @@ fn read_pending(path: &Path) -> Result<(Vec<Message>, HashMap<String, Message>),
             .and_then(|e| serde_json::from_value::<Message>(e.clone()).ok())
         {
             // A compacted journal's copy of a join: for rejoining, never resent itself.
-            joins.insert(j.sender.clone(), j);
+            joins.insert(message_who(&j), j);
         } else if let Some(e) = v
             .get("add")
             .and_then(|e| serde_json::from_value::<Message>(e.clone()).ok())
         {
             if e.kind == "session.join" {
-                joins.insert(e.sender.clone(), e.clone());
+                joins.insert(message_who(&e), e.clone());
             }
             adds.push(e);
         }
@@ -535,16 +549,17 @@ fn read_pending(path: &Path) -> Result<(Vec<Message>, HashMap<String, Message>),
 /// What to send after a restart: per participant, in the journal's order, a fresh join (its
 /// old connection is gone; a new one is bound by its first frame), the undelivered envelopes,
 /// and a leave (its stream went down with the old process), unless they are already there.
-fn resend_plan((pending, joins): (Vec<Message>, HashMap<String, Message>)) -> Vec<Envelope> {
+fn resend_plan((pending, joins): (Vec<Message>, HashMap<MessageWho, Message>)) -> Vec<Envelope> {
     let mut ids = crate::pvp::IdGen::new(crate::clock::random_seed());
     let now = crate::time::Time::from_system(std::time::SystemTime::now());
-    let mut order: Vec<String> = Vec::new();
-    let mut by_sender: HashMap<String, Vec<Message>> = HashMap::new();
+    let mut order: Vec<MessageWho> = Vec::new();
+    let mut by_sender: HashMap<MessageWho, Vec<Message>> = HashMap::new();
     for e in pending {
-        if !by_sender.contains_key(&e.sender) {
-            order.push(e.sender.clone());
+        let who = message_who(&e);
+        if !by_sender.contains_key(&who) {
+            order.push(who.clone());
         }
-        by_sender.entry(e.sender.clone()).or_default().push(e);
+        by_sender.entry(who).or_default().push(e);
     }
     let mut out = Vec::new();
     for sender in order {
@@ -564,7 +579,7 @@ fn resend_plan((pending, joins): (Vec<Message>, HashMap<String, Message>)) -> Ve
                     out.push(j);
                 }
                 None => {
-                    tracing::warn!(%sender, "undelivered envelopes without a join in the journal: sending them anyway")
+                    tracing::warn!(session = %sender.0, sender = %sender.1, "undelivered envelopes without a join in the journal: sending them anyway")
                 }
             }
         }

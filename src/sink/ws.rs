@@ -161,9 +161,14 @@ impl WsSink {
         if !self.conns.contains_key(&route) {
             let (tx, rx) = mpsc::channel(room + 1);
             let before = self.leaving.remove(&route);
+            // The connection's own envelopes (pongs, heartbeats, gate requests) go to its
+            // participant's session from its first frame, which may answer a server's ping
+            // before the join is written; a mapping rule may have routed it off `--session`.
+            let session = crate::pvp::SessionText::new(e.to_message().session);
             let task = tokio::spawn(connection(
                 self.cfg.clone(),
                 e.sender().clone(),
+                session,
                 rx,
                 Counts {
                     sent: self.sent.clone(),
@@ -289,6 +294,7 @@ impl Counts {
 async fn connection(
     cfg: Arc<WsConfig>,
     participant: SenderId,
+    session: crate::pvp::SessionText,
     mut rx: mpsc::Receiver<(std::time::Instant, Envelope)>,
     counts: Counts,
     before: Option<JoinHandle<()>>,
@@ -303,9 +309,8 @@ async fn connection(
     let mut connected_before = false;
     let mut failing = false;
     let mut pvp = Builder::new(cfg.session.clone(), None, random_seed());
+    pvp.session = session;
     let mut join: Option<Envelope> = None;
-    // Whether `pvp` builds in the participant's session yet (from its first envelope).
-    let mut in_session = false;
     // Ids of recent envelopes, so an `error`'s `related_to` can be told in the log.
     let mut recent: VecDeque<(ulid::Ulid, Kind)> = VecDeque::with_capacity(RECENT);
     let mut pending: Option<(std::time::Instant, Envelope)> = None;
@@ -540,13 +545,6 @@ async fn connection(
                     }
                     e = rx.recv(), if queue_open && !paused && pending.is_none() => match e {
                         Some((queued, e)) => {
-                            if !in_session {
-                                // The connection's own envelopes (pongs, heartbeats, gate
-                                // requests) go to its participant's session, which everything
-                                // in its queue carries (a mapping rule may route it).
-                                pvp.session = crate::pvp::SessionText::new(e.to_message().session);
-                                in_session = true;
-                            }
                             match gates.as_mut() {
                                 // A chunk from the core is held for approval: its request
                                 // goes out.
