@@ -692,6 +692,10 @@ pub struct Gateway {
     serial: u64,
     /// SDES names of sources not seen on RTP yet (bounded, oldest evicted).
     early_names: Vec<(IpAddr, u32, String, u8)>,
+    /// Mixer sources whose BYE came while packets of theirs waited behind a gap in the
+    /// mixer's sequence: (slot, the stream's serial, speaker index). Each leaves once those
+    /// packets are delivered ([`Gateway::settle_byes`]). Rare, and a few at most.
+    byes: Vec<(u32, u64, u16)>,
     /// The last streams ended, with the millisecond each started in: one started again under
     /// its key (a BYE, then the sender's next packet, in one batch) starts a millisecond later,
     /// so its context keys (`participant/start ms/n`) are not the ended one's (pvp-spec 9.1).
@@ -797,6 +801,7 @@ impl Gateway {
             timers: Timers::default(),
             serial: 0,
             early_names: Vec::new(),
+            byes: Vec::new(),
             ended: VecDeque::new(),
             silent: VecDeque::new(),
         }
@@ -1069,14 +1074,17 @@ impl Gateway {
                 route(emit, &mut voices, now, tag, piece)
             })
             .map_err(DropReason::Red);
-        let speakers = voices.speakers;
         // Speakers count into the gateway's `Output` as `route` feeds them; the register's
         // counters are harvested here.
         emit.stats.harvest(register);
+        if !self.byes.is_empty() {
+            self.settle_byes(now);
+        }
         // Armed whatever the outcome: the packet may have opened the stream.
-        let due = match register.held() {
-            0 => self.delays.without_gap(now, speakers, now),
-            _ => self.deadline(self.slots.get(slot).expect("live")),
+        let s = self.slots.get(slot).expect("live");
+        let due = match s.register.held() {
+            0 => self.delays.without_gap(now, &s.speakers, now),
+            _ => self.deadline(s),
         };
         self.arm_after_packet(now, slot, due);
         let outcome = outcome?;
@@ -1288,37 +1296,54 @@ impl Gateway {
     /// A mixer's source that left (a BYE for its CSRC): what it said and has not been sent
     /// goes out, then its leave; the mixer's stream and its other speakers go on. What it said
     /// includes its packets that arrived before the BYE and wait behind a gap in the mixer's
-    /// sequence (RFC 4103 5.4): they are released first ([`Register::release_tag`]), as a
-    /// stream's own BYE releases its whole hold; released later, they reached a speaker that
-    /// had left, which joined again. Should the source speak again, it joins again.
+    /// sequence (RFC 4103 5.4): the leave waits for them (at most the reorder wait), so their
+    /// text reaches the source before it, and the gap is settled as any other, by the packet
+    /// that fills it (another source's, which the BYE must not cost its text) or by the wait's
+    /// end. Should the source speak again after its leave, it joins again.
     fn end_speaker(&mut self, now: Time, slot: u32, i: usize, reason: &str) {
-        let compat = self.cfg.compat;
         let Some(s) = self.slots.get_mut(slot) else {
             return;
         };
-        let (register, mut voices) = Voices::of(s, compat);
         // Tags are speaker indices, at most MAX_SPEAKERS.
         let tag = u16::try_from(i).unwrap_or(TAG_UNDECIDED);
-        let released = register.holds_tag(tag);
-        if released {
-            let emit = &mut self.emit;
-            register.release_tag(tag, &mut |tag, piece| {
-                route(emit, &mut voices, now, tag, piece)
-            });
-            self.emit.stats.harvest(register);
+        if s.register.holds_tag(tag) {
+            let bye = (slot, s.serial, tag);
+            if !self.byes.contains(&bye) {
+                self.byes.push(bye);
+            }
+            return;
         }
-        let Voices {
+        let Stream {
             speakers,
             key,
             created,
             ..
-        } = voices;
+        } = s;
         let sp = &mut speakers[i];
         self.emit.speaker_ends(now, key, created, sp, reason);
         sp.joined = false;
-        if released {
-            // The hold changed: so did the stream's deadline.
-            self.arm(now, slot);
+    }
+
+    /// Ends the mixer sources of [`Gateway::byes`] whose held packets have all been delivered
+    /// (asked after a stream's hold changed: a packet through the register, a reorder wait's
+    /// end).
+    #[cold]
+    fn settle_byes(&mut self, now: Time) {
+        let mut i = 0;
+        while i < self.byes.len() {
+            let (slot, serial, tag) = self.byes[i];
+            let stream = self.slots.get(slot).filter(|s| s.serial == serial);
+            match stream {
+                Some(s) if s.register.holds_tag(tag) => i += 1,
+                Some(_) => {
+                    self.byes.swap_remove(i);
+                    self.end_speaker(now, slot, usize::from(tag), "rtcp bye");
+                }
+                // The stream ended, and its speakers with it.
+                None => {
+                    self.byes.swap_remove(i);
+                }
+            }
         }
     }
 
@@ -1438,6 +1463,9 @@ impl Gateway {
                 }
             }
             self.emit.stats.harvest(register);
+            if !self.byes.is_empty() {
+                self.settle_byes(now);
+            }
             self.arm(now, slot);
         }
     }

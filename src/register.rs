@@ -287,17 +287,23 @@ impl Register {
         };
         let ahead = seq.wrapping_sub(expected);
         let behind = expected.wrapping_sub(seq);
-        // RFC 3550 A.1 measures a jump from the highest sequence number received (`max_seq`):
-        // the one before `expected`, or the furthest packet held. A jump is `udelta` of at
-        // least MAX_DROPOUT ahead and at least MAX_MISORDER behind (`udelta <= RTP_SEQ_MOD -
-        // MAX_MISORDER`). Measured from `expected`, a jump of exactly MAX_DROPOUT read as a
-        // gap of MAX_DROPOUT - 1 lost packets.
+        // RFC 3550 A.1 judges a packet against the highest sequence number received
+        // (`max_seq`): a jump is at least MAX_DROPOUT ahead of it or at least MAX_MISORDER
+        // behind it (`udelta <= RTP_SEQ_MOD - MAX_MISORDER`). With a reorder buffer (RFC 4103
+        // 5.4) the highest received is the furthest packet held, and the packets between the
+        // last delivered and it are the gaps being waited for, never jumps; behind is measured
+        // from the last delivered, what A.1's `max_seq` is when nothing is held. (Measured from
+        // `expected`, a jump of exactly MAX_DROPOUT read as a gap of MAX_DROPOUT - 1 packets.)
+        let last = expected.wrapping_sub(1);
         let max_seq = match self.holding {
-            0 => expected.wrapping_sub(1),
-            _ => self.cold.held.last().map_or(expected, |h| h.seq),
+            0 => last,
+            _ => self.cold.held.last().map_or(last, |h| h.seq),
         };
-        let udelta = seq.wrapping_sub(max_seq);
-        if udelta >= MAX_DROPOUT && udelta.wrapping_neg() >= MAX_MISORDER {
+        let waited_for = seq.wrapping_sub(last).wrapping_sub(1) < max_seq.wrapping_sub(last);
+        if !waited_for
+            && seq.wrapping_sub(max_seq) >= MAX_DROPOUT
+            && last.wrapping_sub(seq) >= MAX_MISORDER
+        {
             // RFC 3550 A.1 believes a restart after two sequential packets. A jump back of at
             // most MAX_DROPOUT is more likely late duplicates, which would be delivered again
             // and move the stream back (its live packets then waiting, and marked): it needs
@@ -443,22 +449,6 @@ impl Register {
     /// Whether a held packet carries `tag`'s text.
     pub fn holds_tag(&self, tag: u16) -> bool {
         self.held() > 0 && self.cold.held.iter().any(|h| h.tag == tag)
-    }
-
-    /// A speaker of a mixed stream left (RFC 3550 6.6, its CSRC's BYE): as a stream's BYE
-    /// gives up its whole hold ([`Register::finish`]), the hold is given up up to and
-    /// including the last packet with `tag`'s text, so that text reaches the speaker before
-    /// its leave. The gaps in front of them are settled as at the wait's end (RFC 4103 5.4:
-    /// recovered, or marked for the speaker the packet after the gap names); packets held
-    /// behind the last of `tag`'s go on waiting for their gaps.
-    pub fn release_tag(&mut self, tag: u16, out: Out<'_>) {
-        while self.holds_tag(tag) {
-            let before = self.held();
-            self.give_up_oldest(out);
-            if self.held() >= before {
-                break; // unreachable: a hold is never without its position
-            }
-        }
     }
 
     fn give_up_all(&mut self, out: Out<'_>) {
@@ -1016,6 +1006,46 @@ mod tests {
             assert_eq!(r.plain(3, 20 + d, false, "z"), want, "{d}");
             assert!(jump(want) == a1_is_jump(20, 20 + d));
         }
+    }
+
+    /// RFC 4103 5.4: a packet that fills the gap in front of the held packets, arriving within
+    /// the reorder wait, is delivered in its place. Here 150 waits behind the gap 2..=149 (a
+    /// burst of reordering). Since jumps are measured from the furthest held packet, 2 is more
+    /// than MAX_MISORDER "behind" 150 and is dropped as a jump; 3 then "confirms a restart":
+    /// the hold is given up (148 loss marks and 150's text delivered before 3's), 2's text is
+    /// marked lost although it arrived, and the stream is moved back to 4, so 4..=149 are
+    /// waited for and marked a second time. Measured from `expected` (as before dff1be8) 2 and
+    /// 3 are simply delivered.
+    #[test]
+    fn late_packets_filling_the_gap_before_a_wide_hold_are_delivered_not_taken_for_a_restart() {
+        let mut r = Rig::new();
+        r.plain(0, 1, true, "a");
+        assert_eq!(r.plain(10, 150, false, "z"), Outcome::Held);
+        let two = r.plain(20, 2, false, "b");
+        let three = r.plain(30, 3, false, "c");
+        assert_eq!(
+            (two, three, r.reg.stats().restarts),
+            (Outcome::Delivered, Outcome::Delivered, 0),
+            "text so far: {:?}",
+            r.text
+        );
+        assert_eq!(r.text, "abc");
+        assert_eq!(r.reg.held(), 1);
+    }
+
+    /// A stream opened without its start waits for its head (RFC 4103 5.4, as for any gap).
+    /// Here 1000 opened it and 1150 is held behind it; the head, 999 with the marker, arrives
+    /// within the wait. Measured from the furthest held packet (1150) the head is 151 behind,
+    /// a "jump", and is dropped: the session's start is lost and, at the wait's end, 1000 is
+    /// marked as a lost head. One behind the packet that opened the stream, it must be taken.
+    #[test]
+    fn a_late_head_in_front_of_a_wide_head_wait_is_delivered() {
+        let mut r = Rig::new();
+        assert_eq!(r.plain(0, 1000, false, "x"), Outcome::Held);
+        assert_eq!(r.plain(10, 1150, false, "z"), Outcome::Held);
+        assert_eq!(r.plain(20, 999, true, "\u{feff}H"), Outcome::Delivered);
+        assert_eq!(r.text, "\u{feff}Hx");
+        assert_eq!(r.reg.stats().head_lost, 0);
     }
 
     /// A restart whose new sequence lands a little behind the old one is believed at its third

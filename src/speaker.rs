@@ -9,6 +9,7 @@ use crate::register::Piece;
 use crate::stream::{Hex8, StreamKey};
 use crate::t140::{DecodeStats, Decoder};
 use crate::time::Time;
+use smallvec::SmallVec;
 
 /// Who speaks, within a stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -213,10 +214,39 @@ pub struct Profile {
     /// The speaker's own id (`t140:SSRC@ADDR...`) when a mapping rule replaced it with one
     /// that several speakers may share: it keeps their context keys apart.
     pub key_scope: Option<Box<str>>,
-    /// A fingerprint (FNV-1a) of the newest block this speaker delivered in a mixer's stream:
-    /// it finds that block among a later packet's redundant generations when they carry no
-    /// timestamp offsets (RFC 2198 allows 0), which cannot be placed by timestamp.
-    pub last_block: u32,
+    /// What this speaker said in its last packet in a mixer's stream, when its sender writes
+    /// redundancy at timestamp offset 0 (RFC 2198 allows it): a later packet's generations,
+    /// which cannot be placed by timestamp, are lined up with it. None for every other sender.
+    pub recent: Option<Box<Recent>>,
+}
+
+/// A speaker's last packet in a mixer's stream as fingerprints (FNV-1a) of its blocks: its
+/// redundant generations, oldest first, then its primary, the newest four of them. RFC
+/// 4103 4.2: a packet's generations are its speaker's packets before it, so these are the
+/// speaker's last packets, in order, without a copy of their text.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Recent {
+    blocks: [u32; RECENT],
+    len: u8,
+}
+
+/// Blocks a [`Recent`] keeps: RFC 4103 senders send 2 or 3 generations.
+const RECENT: usize = 4;
+
+impl Recent {
+    /// `gens` (fingerprints, oldest first) then `primary`.
+    fn set(&mut self, gens: &[u32], primary: &[u8]) {
+        let keep = gens.len().min(RECENT - 1);
+        self.blocks[..keep].copy_from_slice(&gens[gens.len() - keep..]);
+        self.blocks[keep] = fingerprint(primary);
+        self.len = (keep + 1) as u8;
+    }
+
+    /// The newest `m` blocks, oldest first (`m` at most the length).
+    fn newest(&self, m: usize) -> &[u32] {
+        let len = usize::from(self.len);
+        &self.blocks[len - m..len]
+    }
 }
 
 impl Speaker {
@@ -233,7 +263,7 @@ impl Speaker {
                 last_sent: 0,
                 last_sent_text: String::new(),
                 key_scope: None,
-                last_block: fingerprint(b""),
+                recent: None,
             }),
             voice,
             decoder: Decoder::new(),
@@ -320,14 +350,19 @@ impl Speaker {
         out: &mut Output,
     ) {
         let newer = |t: u32, last: Option<u32>| last.is_none_or(|l| (t.wrapping_sub(l) as i32) > 0);
+        // Fingerprints of the generations, when the sender writes offset 0.
+        let mut gens: SmallVec<[u32; 8]> = SmallVec::new();
         let primary = if red {
             let Ok(p) = RedPayload::parse_as(payload, format) else {
                 return;
             };
+            if p.redundant_blocks().any(|b| b.ts_offset == 0) {
+                gens.extend(p.redundant_blocks().map(|b| fingerprint(b.data)));
+            }
             if p.redundant_blocks()
                 .any(|b| b.ts_offset == 0 && !b.data.is_empty())
             {
-                self.place_by_content(now, &p, gap, out);
+                self.place_by_content(now, &p, &gens, gap, out);
             } else {
                 self.place_by_offset(now, ts, &p, gap, out);
             }
@@ -349,7 +384,12 @@ impl Speaker {
                 self.last_text = now;
             }
             self.last_ts = Some(ts);
-            self.profile.last_block = fingerprint(primary);
+            if !gens.is_empty() || self.profile.recent.is_some() {
+                self.profile
+                    .recent
+                    .get_or_insert_with(Default::default)
+                    .set(&gens, primary);
+            }
         }
     }
 
@@ -400,41 +440,48 @@ impl Speaker {
     /// [`Speaker::place_by_ts`] for generations at timestamp offset 0, which RFC 2198 allows
     /// and some senders write: they cannot be placed by timestamp. A speaker's generations
     /// are its own earlier packets, oldest first, the newest its packet before this one (RFC
-    /// 4103 4.2, per speaker in a mixer's stream), so the newest generation equal to the block
-    /// this speaker last delivered ([`Profile::last_block`]) is that block, and those after it
-    /// are its packets lost since, one lost packet each. They are at most the stream's
-    /// unaccounted losses (`gap`): with none, every generation repeats delivered text. With no
-    /// generation equal (more lost than the packet carries), every one is new, and as with
-    /// timestamps one U+FFFD marks the older text that may be missing.
-    fn place_by_content(&mut self, now: Time, p: &RedPayload<'_>, gap: usize, out: &mut Output) {
+    /// 4103 4.2, per speaker in a mixer's stream). If it lost `k` packets since its last one,
+    /// the generations before the newest `k` are what that last packet said
+    /// ([`Profile::recent`]), and the newest `k` are new. The smallest `k` that lines up is
+    /// taken (never more than the stream's unaccounted losses, `gap`): text is never repeated,
+    /// and a block said twice in a row is told from a repeat by its neighbours. When nothing
+    /// lines up within `gap`, the generations repeat delivered text. When only taking them all
+    /// lines up (more lost than the packet carries), every one is new and, as with timestamps,
+    /// one U+FFFD marks the older text that may be missing.
+    fn place_by_content(
+        &mut self,
+        now: Time,
+        p: &RedPayload<'_>,
+        gens: &[u32],
+        gap: usize,
+        out: &mut Output,
+    ) {
         let sink = &mut self.chunker.fed(&mut out.cuts);
-        let n = p.redundant_count();
+        let n = gens.len();
         let started = self.last_ts.is_some();
-        let (first_new, found) = if started {
-            let last = self.profile.last_block;
-            let after_last = p
-                .redundant_blocks()
-                .enumerate()
-                .filter(|(_, b)| fingerprint(b.data) == last)
-                .map(|(i, _)| i + 1)
-                .last();
-            (
-                after_last.unwrap_or(0).max(n.saturating_sub(gap)),
-                after_last.is_some(),
-            )
-        } else {
-            (0, false)
+        let recent = self.profile.recent.as_deref();
+        let lines_up = |k: usize| {
+            let upto = n - k;
+            match recent {
+                Some(r) => {
+                    let m = upto.min(usize::from(r.len));
+                    gens[upto - m..upto] == *r.newest(m)
+                }
+                None => upto == 0,
+            }
         };
-        let mut left = if started {
-            gap - (n - first_new).min(gap)
-        } else {
-            gap
+        // (generations taken as new, whether they are all of them for want of a match)
+        let new = match started {
+            false => n,
+            true => (0..=gap.min(n)).find(|&k| lines_up(k)).unwrap_or(0),
         };
+        let first_new = n - new;
+        let mut left = if started { gap - new } else { gap };
         let text = p
             .redundant_blocks()
             .skip(first_new)
             .any(|b| !b.data.is_empty());
-        if started && !found && left > 0 && text {
+        if started && new == n && left > 0 && text {
             out.lost += 1;
             self.decoder.mark_loss(sink);
             self.last_text = now;
@@ -454,8 +501,8 @@ impl Speaker {
     }
 }
 
-/// FNV-1a, 32 bits, of a block: enough to tell a speaker's last block from its others
-/// ([`Profile::last_block`]) without keeping a copy.
+/// FNV-1a, 32 bits, of a block: enough to line a speaker's blocks up ([`Recent`]) without
+/// keeping a copy.
 fn fingerprint(block: &[u8]) -> u32 {
     block.iter().fold(0x811c_9dc5, |h, &b| {
         (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
@@ -571,6 +618,48 @@ mod tests {
         feed_packet(&mut s, o, 2500, &red(&[(0, "d"), (0, "e")], "f"), 2);
         assert_eq!(s.chunker.pending(), "abcdef");
         assert_eq!((o.recovered, o.lost, o.unplaced), (2, 0, 1));
+    }
+
+    /// RFC 4103 4.2 per speaker: the packet after two lost ones carries both as redundancy.
+    /// The speaker typed "a", then "a" again (one block each, a typed "aa" or the "ll" of
+    /// "hello"); the second packet is lost (the mixer's sequence shows a gap of one) and the
+    /// third carries `["a", "a"]` at offset 0. The user expects "aab". The newest generation
+    /// equal to the last delivered block is taken for that block, so the lost "a" is taken for
+    /// a repeat: "ab", no U+FFFD, and the loss is left unplaced (for another speaker to mark).
+    #[test]
+    fn a_repeated_block_lost_between_zero_offset_packets_is_recovered() {
+        let (mut s, o) = (speaker(), &mut Output::new(500));
+        feed_packet(&mut s, o, 1000, &red(&[(0, ""), (0, "")], "a"), 0);
+        // 1300: [(0, ""), (0, "a")] "a" lost.
+        feed_packet(&mut s, o, 1600, &red(&[(0, "a"), (0, "a")], "b"), 1);
+        assert_eq!(
+            (s.chunker.pending(), o.recovered, o.lost, o.unplaced),
+            ("aab", 1, 0, 0)
+        );
+    }
+
+    /// The idle tail (RFC 4103 5.2: packets with empty primaries carrying the last text as
+    /// redundancy) makes empty blocks common. After "hi" and its tail, the last delivered block
+    /// is empty. The speaker types "c": its packet and the first tail packet are lost (a gap
+    /// of two), and the last tail packet carries `["c", ""]` at offset 0. The empty generation
+    /// (the lost tail packet) is taken for the last delivered block, so "c" is neither
+    /// recovered nor marked: silently lost. With timestamp offsets the same packet recovers it.
+    #[test]
+    fn text_before_a_lost_empty_tail_packet_is_recovered_with_zero_offsets() {
+        let (mut s, o) = (speaker(), &mut Output::new(500));
+        feed_packet(&mut s, o, 1000, &red(&[(0, ""), (0, "")], "hi"), 0);
+        feed_packet(&mut s, o, 1300, &red(&[(0, ""), (0, "hi")], ""), 0);
+        feed_packet(&mut s, o, 1600, &red(&[(0, "hi"), (0, "")], ""), 0);
+        // 5000: [(0, ""), (0, "")] "c" and 5300: [(0, ""), (0, "c")] "" lost.
+        feed_packet(&mut s, o, 5600, &red(&[(0, "c"), (0, "")], ""), 2);
+        assert!(
+            s.chunker.pending().starts_with("hi") && s.chunker.pending().ends_with('c'),
+            "{:?}, recovered {}, lost {}, unplaced {}",
+            s.chunker.pending(),
+            o.recovered,
+            o.lost,
+            o.unplaced
+        );
     }
 
     #[test]

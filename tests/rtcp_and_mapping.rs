@@ -520,3 +520,56 @@ fn one_participant_id_in_two_sessions_joins_each_session() {
         );
     }
 }
+
+/// A mixer source's BYE that comes while its packet waits behind a gap leaves no timer behind
+/// the clock. (When the BYE released the hold at once, the stream was re-armed to a deadline
+/// already past, another speaker's idle flush the gap had held back, and `poll_timeout`
+/// answered a time before the clock.) Here A said "Alpha " at 0 (idle flush due at 2000), B's
+/// packet 3 waits behind the lost 2 from 1500, and B's BYE comes at 2200.
+#[test]
+fn a_mixer_sources_bye_that_releases_the_hold_leaves_no_timer_behind_the_clock() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha "));
+    // 2 is lost; B's 3 waits for it until 2500.
+    gw.handle_datagram(at(1500), addr(5000), &with_csrc(3, 1300, 9, 2, b"Bravo"));
+    // A's idle flush falls due, but the gap holds it back.
+    gw.handle_timeout(at(2000));
+    let mut bye = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
+    pvp_t140::rtcp::write_bye(&mut bye, 2);
+    gw.handle_datagram(at(2200), addr(5000), &bye);
+    let next = gw.poll_timeout();
+    assert!(
+        next.is_none_or(|t| t > at(2200)),
+        "a timer left behind the clock after the BYE: {next:?}"
+    );
+}
+
+/// RFC 4103 5.4: a packet arriving within the reorder wait fills its gap, whatever BYE came
+/// meanwhile. Here A's 2 is late, A's 3 and B's 4 wait, and B's BYE comes at 30; A's 2
+/// arrives at 40, well within the wait. (When the BYE released the hold through B's last
+/// packet at once, A's gap was given up early and A, who did not leave, lost "still " for a
+/// U+FFFD because B left.) B's leave waits for its packet instead.
+#[test]
+fn a_mixer_sources_bye_does_not_lose_another_sources_late_packet_within_the_wait() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha "));
+    gw.handle_datagram(at(20), addr(5000), &with_csrc(3, 1200, 9, 1, b"goes on. "));
+    gw.handle_datagram(
+        at(25),
+        addr(5000),
+        &with_csrc(4, 1300, 9, 2, b"Bravo ends. "),
+    );
+    let mut bye = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
+    pvp_t140::rtcp::write_bye(&mut bye, 2);
+    gw.handle_datagram(at(30), addr(5000), &bye);
+    gw.handle_datagram(at(40), addr(5000), &with_csrc(2, 1100, 9, 1, b"still "));
+    gw.shutdown(at(2000));
+    let out = drain(&mut gw);
+    let of_a: Vec<String> = out
+        .iter()
+        .filter(|e| e.sender.ends_with("csrc:00000001") && e.kind == "context.add")
+        .map(|e| e.payload["content"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(of_a, ["Alpha still goes on."]);
+    assert_eq!(gw.stats().lost, 0);
+}
