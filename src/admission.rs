@@ -64,7 +64,7 @@ impl Admission {
     }
 
     /// Admits or refuses one datagram from `src` at `now`.
-    #[inline]
+    #[inline(always)]
     pub fn admit(&mut self, now: Time, src: SocketAddr) -> Result<(), Refusal> {
         if !self.allow.is_empty() && !self.allowed(src) {
             return Err(Refusal::NotAllowed);
