@@ -653,7 +653,8 @@ impl Reassembler {
 /// 4.5): a fragment overlapping another drops the reassembly, but an exact duplicate may be
 /// dropped alone; Linux treats IPv4 the same way. Duplicate here: bytes already received,
 /// identical, and no different end. A last fragment that ends before bytes already received
-/// contradicts them.
+/// contradicts them. Only received bytes are compared: etherparse grows its buffer to the
+/// highest end seen without filling the gaps.
 fn fit(buf: &IpDefragBuf, start: usize, end: usize, more: bool, data: &[u8]) -> Fit {
     let ranges = buf.sections();
     let range = |r: &IpFragRange| (usize::from(r.start), usize::from(r.end));
@@ -667,9 +668,10 @@ fn fit(buf: &IpDefragBuf, start: usize, end: usize, more: bool, data: &[u8]) -> 
         .iter()
         .map(range)
         .any(|(s, e)| s <= start && end <= e);
-    let same = buf.data().get(start..end) == Some(data);
     let same_end = more || buf.end().map(usize::from) == Some(end);
-    if inside && same && same_end {
+    // `inside` first: the bytes compared must all have been received (sections merge, so
+    // one range holding `start..end` means all of it came).
+    if inside && same_end && buf.data().get(start..end) == Some(data) {
         Fit::Duplicate
     } else {
         Fit::Invalid
