@@ -56,7 +56,8 @@ pub struct CaptureStats {
     /// their bytes.
     pub reassembly_evicted: u64,
     /// Reassemblies dropped for a fragment that overlaps another with different bytes,
-    /// contradicts where the datagram ends, is empty or misaligned, or takes the datagram past
+    /// contradicts where the datagram ends, is empty, is misaligned (IPv6; a non-last IPv4
+    /// fragment is cut to a multiple of 8 bytes, as Linux does), or takes the datagram past
     /// 65,535 bytes, or whose datagram is not valid UDP; the later fragments start a new one.
     pub reassembly_invalid: u64,
     /// Reassemblies still missing fragments when the capture ended.
@@ -400,6 +401,16 @@ fn packet_of(data: &[u8], link: Linktype, interface: usize) -> Option<Packet<'_>
                 if ip.payload().ip_number != IpNumber::UDP {
                     return None;
                 }
+                // Linux (`ip_frag_queue`) cuts a non-last IPv4 fragment's end down to a
+                // multiple of 8 bytes (RFC 791 places fragments in 8-byte units) rather than
+                // drop it; one left empty drops its reassembly. IPv6 must discard it.
+                let payload = ip.payload().payload;
+                let more = h.more_fragments();
+                let data = if more {
+                    &payload[..payload.len() & !7]
+                } else {
+                    payload
+                };
                 return Some(Packet::Fragment(Fragment {
                     key: FragmentKey {
                         interface,
@@ -408,8 +419,8 @@ fn packet_of(data: &[u8], link: Linktype, interface: usize) -> Option<Packet<'_>
                         id: u32::from(h.identification()),
                     },
                     offset: h.fragments_offset(),
-                    more: h.more_fragments(),
-                    data: ip.payload().payload,
+                    more,
+                    data,
                     // RFC 791 section 3.1: the Total Length, header included, is 16 bits.
                     limit: MAX_IP_LEN - usize::from(h.ihl()) * 4,
                     timeout: IPV4_REASSEMBLY_TIME,
@@ -573,8 +584,8 @@ impl Reassembler {
         let start = usize::from(f.offset.byte_offset());
         let end = start + f.data.len();
         // RFC 791 section 3.2 and RFC 8200 section 4.5: every fragment but the last carries a
-        // multiple of 8 bytes, and the whole fits the length field. An empty one is
-        // malformed too (Linux drops its reassembly).
+        // multiple of 8 bytes (an IPv4 one is already cut to that), and the whole fits the
+        // length field. An empty one is malformed too (Linux drops its reassembly).
         if f.data.is_empty() || (f.more && !f.data.len().is_multiple_of(8)) || end > f.limit {
             if let Some(i) = found {
                 self.remove(i);

@@ -691,3 +691,52 @@ fn a_udp_datagram_in_ipv6_fragments_is_read_reassembled() {
     assert_eq!(got[0].destination, addr("[2001:db8::2]:5004"));
     assert_eq!(reassembly(&stats), [2, 1, 0, 0, 0, 0, 0]);
 }
+
+// ---- IP fragment reassembly: review findings ----
+
+/// An IPv4 packet (no Ethernet) holding bytes `from..to` of `whole`'s IP payload (`whole` from
+/// `udp_ipv4`, 20-byte header) as one fragment with identification `id`, More Fragments as
+/// `more` says, and `options` (a multiple of 4 bytes) added to its header.
+fn v4_fragment_ip(
+    whole: &[u8],
+    id: u16,
+    from: usize,
+    to: usize,
+    more: bool,
+    options: &[u8],
+) -> Vec<u8> {
+    assert_eq!(from % 8, 0);
+    assert_eq!(options.len() % 4, 0);
+    let (header, data) = whole.split_at(20);
+    let part = &data[from..to];
+    let mut h = header.to_vec();
+    h[0] = 0x40 | ((20 + options.len()) / 4) as u8;
+    h[2..4].copy_from_slice(&((20 + options.len() + part.len()) as u16).to_be_bytes());
+    h[4..6].copy_from_slice(&id.to_be_bytes());
+    let flags = if more { 0x2000 } else { 0 };
+    h[6..8].copy_from_slice(&(flags | (from / 8) as u16).to_be_bytes());
+    h.extend_from_slice(options);
+    h.extend_from_slice(part);
+    h
+}
+
+/// Linux (net/ipv4/ip_fragment.c, `ip_frag_queue`) takes an IPv4 fragment with More Fragments
+/// set whose data is not a multiple of 8 bytes and cuts it down to one (`end &= ~7`); only
+/// IPv6 (RFC 8200 section 4.5) must discard it. So fragments 0..27 (More Fragments) and
+/// 24..48 (the last) reach the gateway's socket as the datagram, and the user expects the
+/// replay to give it too.
+#[test]
+fn a_misaligned_ipv4_fragment_is_cut_to_8_bytes_as_linux_does() {
+    let payload = text(40, 10);
+    let whole = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, &payload);
+    let first = ethernet(&v4_fragment_ip(&whole, 31, 0, 27, true, &[]));
+    let last = ethernet(&v4_fragment_ip(&whole, 31, 24, 48, false, &[]));
+    let file = pcap(LINKTYPE_ETHERNET, &[(1, 0, &first), (1, 1, &last)]);
+    let (got, stats) = read(&file).expect("readable");
+    assert_eq!(
+        got.iter().map(|d| d.payload.clone()).collect::<Vec<_>>(),
+        vec![payload],
+        "{stats:?}"
+    );
+    assert_eq!(reassembly(&stats), [2, 1, 0, 0, 0, 0, 0]);
+}
