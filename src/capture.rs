@@ -422,7 +422,7 @@ fn packet_of(data: &[u8], link: Linktype, interface: usize) -> Option<Packet<'_>
                     more,
                     data,
                     // RFC 791 section 3.1: the Total Length, header included, is 16 bits.
-                    limit: MAX_IP_LEN - usize::from(h.ihl()) * 4,
+                    header: usize::from(h.ihl()) * 4,
                     timeout: IPV4_REASSEMBLY_TIME,
                 }));
             }
@@ -444,7 +444,7 @@ fn packet_of(data: &[u8], link: Linktype, interface: usize) -> Option<Packet<'_>
                 }
                 // The reassembled Payload Length (16 bits) counts the extension headers
                 // before the fragment header too (RFC 8200 section 4.5).
-                let unfragmentable = exts.slice().len().saturating_sub(frag.slice().len());
+                let header = exts.slice().len().saturating_sub(frag.slice().len());
                 return Some(Packet::Fragment(Fragment {
                     key: FragmentKey {
                         interface,
@@ -455,7 +455,7 @@ fn packet_of(data: &[u8], link: Linktype, interface: usize) -> Option<Packet<'_>
                     offset: frag.fragment_offset(),
                     more: frag.more_fragments(),
                     data: ip.payload().payload,
-                    limit: MAX_IP_LEN.saturating_sub(unfragmentable),
+                    header,
                     timeout: IPV6_REASSEMBLY_TIME,
                 }));
             }
@@ -509,8 +509,11 @@ struct Fragment<'a> {
     offset: IpFragOffset,
     more: bool,
     data: &'a [u8],
-    /// The most bytes the reassembled IP payload may have.
-    limit: usize,
+    /// What its header counts in the 16-bit length field besides the fragments' data: the
+    /// IPv4 header with its options, or the IPv6 extension headers before the Fragment
+    /// header. The reassembled datagram takes its first fragment's (RFC 791 section 3.2, RFC
+    /// 8200 section 4.5), which may hold more than the others' (options not copied).
+    header: usize,
     timeout: Duration,
 }
 
@@ -522,6 +525,8 @@ struct Pending {
     key: FragmentKey,
     /// Its first fragment's time plus the reassembly time.
     deadline: Time,
+    /// The header (`Fragment::header`) of the fragment at offset 0, once it came.
+    header: Option<usize>,
     buf: IpDefragBuf,
 }
 
@@ -584,9 +589,19 @@ impl Reassembler {
         let start = usize::from(f.offset.byte_offset());
         let end = start + f.data.len();
         // RFC 791 section 3.2 and RFC 8200 section 4.5: every fragment but the last carries a
-        // multiple of 8 bytes (an IPv4 one is already cut to that), and the whole fits the
-        // length field. An empty one is malformed too (Linux drops its reassembly).
-        if f.data.is_empty() || (f.more && !f.data.len().is_multiple_of(8)) || end > f.limit {
+        // multiple of 8 bytes (an IPv4 one is already cut to that), and the whole, with the
+        // first fragment's header, fits the length field (Linux checks the reassembled length
+        // with it). Until the first fragment comes, each one's own header is the least it can
+        // be; the bytes reach as far as the highest end received (etherparse's buffer length).
+        // An empty fragment is malformed too (Linux drops its reassembly).
+        let (header, far) = found.map_or((f.header, 0), |i| {
+            let p = &self.pending[i];
+            (p.header.unwrap_or(f.header), p.buf.data().len())
+        });
+        if f.data.is_empty()
+            || (f.more && !f.data.len().is_multiple_of(8))
+            || end.max(far) + header > MAX_IP_LEN
+        {
             if let Some(i) = found {
                 self.remove(i);
             }
@@ -605,6 +620,7 @@ impl Reassembler {
                 self.pending.push(Pending {
                     key: f.key,
                     deadline,
+                    header: None,
                     buf: IpDefragBuf::new(IpNumber::UDP, Vec::new(), Vec::new()),
                 });
                 self.pending.len() - 1
@@ -632,6 +648,9 @@ impl Reassembler {
             return None;
         }
         self.bytes = self.bytes - before + p.cost();
+        if start == 0 {
+            p.header.get_or_insert(f.header);
+        }
         if p.buf.is_complete() {
             let (data, _) = self.remove(i).buf.take_bufs();
             // The UDP header is the first fragment's first 8 bytes.

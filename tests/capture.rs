@@ -740,3 +740,79 @@ fn a_misaligned_ipv4_fragment_is_cut_to_8_bytes_as_linux_does() {
     );
     assert_eq!(reassembly(&stats), [2, 1, 0, 0, 0, 0, 0]);
 }
+
+/// RFC 791 section 3.1: the Total Length, header included, is at most 65,535 bytes, and the
+/// reassembled datagram's header is its first fragment's (section 3.2). IP options that are
+/// not copied (the copy bit clear, e.g. NOP or Record Route) are in the first fragment only,
+/// so its header can be 60 bytes while the others' are 20. Linux checks the reassembled length
+/// with the first fragment's header (`ip_frag_reasm`: "Oversized IP packet") and drops it; the
+/// README promises a fragment that "makes the datagram longer than 65,535 bytes drops the
+/// datagram". Here 60 + 65,512 = 65,572 bytes: the user expects nothing handed out and the
+/// reassembly counted invalid, though the last fragment's own 20-byte header would allow
+/// 65,515.
+#[test]
+fn an_oversized_datagram_counts_the_first_fragments_ip_options() {
+    let data_len = 65_504; // IP payload 65,512: UDP header and data
+    let payload = text(data_len, 9);
+    let whole = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, &payload);
+    let nops = [1u8; 40]; // 40 bytes of NOP: a 60-byte header
+    let first = ethernet(&v4_fragment_ip(&whole, 11, 0, 65_472, true, &nops));
+    let last = ethernet(&v4_fragment_ip(&whole, 11, 65_472, 65_512, false, &[]));
+    let file = pcap(LINKTYPE_ETHERNET, &[(1, 0, &first), (1, 1, &last)]);
+    let (got, stats) = read(&file).expect("readable");
+    assert!(
+        got.is_empty(),
+        "a 65,572-byte IPv4 datagram was handed out ({} bytes of UDP data): {stats:?}",
+        got.first().map_or(0, |d| d.payload.len())
+    );
+    assert_eq!(reassembly(&stats), [2, 0, 0, 0, 0, 1, 0]);
+}
+
+/// IPv6 the same way (RFC 8200 section 4.5): the reassembled Payload Length counts the first
+/// fragment's extension headers before its Fragment header (the Unfragmentable Part), here a
+/// 64-byte Destination Options header the later fragment does not carry. 64 + 65,480 bytes is
+/// past 65,535 (Linux's `ip6_frag_reasm`: "payload len too large"): nothing handed out.
+#[test]
+fn an_oversized_ipv6_datagram_counts_the_first_fragments_extension_headers() {
+    let payload = text(65_472, 3);
+    let udp = udp_ipv4([0; 4], 40000, [0; 4], 5004, &payload)[20..].to_vec();
+    let fragment = |from: usize, to: usize, dest_options: bool| {
+        let part = &udp[from..to];
+        let exts = if dest_options { 64 } else { 0 };
+        let mut f = vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x86, 0xdd];
+        f.extend_from_slice(&[0x60, 0, 0, 0]);
+        f.extend_from_slice(&((exts + 8 + part.len()) as u16).to_be_bytes());
+        f.extend_from_slice(&[if dest_options { 60 } else { 44 }, 64]);
+        f.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        f.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        if dest_options {
+            // Next header Fragment, 64 bytes in all: PadN over the 62 bytes of options.
+            f.extend_from_slice(&[44, 7, 1, 60]);
+            f.extend_from_slice(&[0; 60]);
+        }
+        let more = u16::from(to < udp.len());
+        f.extend_from_slice(&[17, 0]);
+        f.extend_from_slice(&(((from / 8) as u16) << 3 | more).to_be_bytes());
+        f.extend_from_slice(&0x0506_0708u32.to_be_bytes());
+        f.extend_from_slice(part);
+        f
+    };
+    let (first, last) = (fragment(0, 65_456, true), fragment(65_456, 65_480, false));
+    let file = pcap(LINKTYPE_ETHERNET, &[(1, 0, &first), (1, 1, &last)]);
+    let (got, stats) = read(&file).expect("readable");
+    assert!(got.is_empty(), "{stats:?}");
+    assert_eq!(reassembly(&stats), [2, 0, 0, 0, 0, 1, 0]);
+
+    // In the other order too: the first fragment, when it comes, drops the reassembly.
+    let file = pcap(LINKTYPE_ETHERNET, &[(1, 0, &last), (1, 1, &first)]);
+    let (got, stats) = read(&file).expect("readable");
+    assert!(got.is_empty(), "{stats:?}");
+    assert_eq!(reassembly(&stats), [2, 0, 0, 0, 0, 1, 0]);
+
+    // Without the extension header the same fragments make a datagram.
+    let first = fragment(0, 65_456, false);
+    let (got, stats) = read(&pcap(LINKTYPE_ETHERNET, &[(1, 0, &first), (1, 1, &last)]))
+        .expect("readable");
+    assert_eq!(got.len(), 1, "{stats:?}");
+    assert_eq!(got[0].payload, payload);
+}
