@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use etherparse::defrag::{IpDefragBuf, IpFragRange};
 use etherparse::{
-    IpFragOffset, IpNumber, Ipv6ExtensionSlice, NetSlice, SlicedPacket, TransportSlice, UdpSlice,
+    IpFragOffset, IpNumber, Ipv6ExtensionSlice, LinkExtSlice, NetSlice, SlicedPacket,
+    TransportSlice, UdpSlice,
 };
 use pcap_parser::data::{PacketData, get_packetdata};
 use pcap_parser::pcapng::{Block, InterfaceDescriptionBlock, OptionCode};
@@ -393,7 +394,29 @@ fn packet_of(data: &[u8], link: Linktype, interface: usize) -> Option<Packet<'_>
         PacketData::L3(_, packet) => SlicedPacket::from_ip(packet).ok()?,
         PacketData::L4(..) | PacketData::Unsupported(_) => return None,
     };
-    let (src, dst): (IpAddr, IpAddr) = match sliced.net? {
+    // Where the link layer says this copy was captured, for the fragments' key.
+    let link_key = || {
+        let mut key = LinkKey::default();
+        let u32_at = |i: usize| data.get(i..i + 4).and_then(|b| b.try_into().ok());
+        if link == Linktype::LINUX_SLL {
+            // Packet type (16 bits), then the link-layer address type, length, address.
+            key.packet_type = data.get(..2).map_or(0, |b| u16::from_be_bytes([b[0], b[1]]));
+        } else if link == Linktype::LINUX_SLL2 {
+            // Protocol, reserved, interface index, link-layer address type, packet type.
+            key.ifindex = u32_at(4).map_or(0, u32::from_be_bytes);
+            key.packet_type = data.get(10).map_or(0, |&t| u16::from(t));
+        }
+        let vlans = sliced.link_exts.iter().filter_map(|e| match e {
+            LinkExtSlice::Vlan(v) => Some(v.vlan_identifier().value()),
+            LinkExtSlice::Macsec(_) => None,
+        });
+        for (slot, id) in key.vlans.iter_mut().zip(vlans) {
+            // 0 is no VLAN (untagged, or a priority tag), so 1 + the id.
+            *slot = id + 1;
+        }
+        key
+    };
+    let (src, dst): (IpAddr, IpAddr) = match sliced.net.as_ref()? {
         NetSlice::Ipv4(ip) => {
             let h = ip.header();
             let (src, dst) = (h.source_addr().into(), h.destination_addr().into());
@@ -414,6 +437,7 @@ fn packet_of(data: &[u8], link: Linktype, interface: usize) -> Option<Packet<'_>
                 return Some(Packet::Fragment(Fragment {
                     key: FragmentKey {
                         interface,
+                        link: link_key(),
                         source: src,
                         destination: dst,
                         id: u32::from(h.identification()),
@@ -448,6 +472,7 @@ fn packet_of(data: &[u8], link: Linktype, interface: usize) -> Option<Packet<'_>
                 return Some(Packet::Fragment(Fragment {
                     key: FragmentKey {
                         interface,
+                        link: link_key(),
                         source: src,
                         destination: dst,
                         id: frag.identification(),
@@ -493,14 +518,31 @@ pub const MAX_PENDING_REASSEMBLY_BYTES: usize = 4 << 20;
 
 /// Which datagram a fragment belongs to (RFC 791 section 3.2: source, destination, protocol,
 /// identification; RFC 8200 section 4.5: source, destination, identification). Only UDP
-/// fragments are kept, so the protocol is always UDP. The capture interface keeps apart
-/// the copies of one datagram captured on two.
+/// fragments are kept, so the protocol is always UDP. The capture interface (pcapng's, or
+/// the one a Linux cooked capture names) keeps apart the copies of one datagram captured on
+/// two, as the direction and the VLAN do those captured twice on one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct FragmentKey {
+    /// The pcapng interface (0 in a pcap).
     interface: usize,
+    link: LinkKey,
     source: IpAddr,
     destination: IpAddr,
     id: u32,
+}
+
+/// What the link layer tells of where a copy was captured: 0 where it tells nothing.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct LinkKey {
+    /// The interface index of LINKTYPE_LINUX_SLL2 (`tcpdump -i any`): a forwarded datagram is
+    /// captured coming in on one interface and going out on another.
+    ifindex: u32,
+    /// The packet type of LINKTYPE_LINUX_SLL and SLL2 (to this host, outgoing...): with
+    /// `-i any`, a datagram sent over `lo` is captured going out and coming in.
+    packet_type: u16,
+    /// 1 + the VLAN id of each 802.1Q tag, outermost first: a datagram routed between two
+    /// VLANs of one trunk is captured on both.
+    vlans: [u16; SlicedPacket::LINK_EXTS_CAP],
 }
 
 /// One fragment of a UDP datagram, as one frame carries it.

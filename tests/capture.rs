@@ -12,6 +12,7 @@ mod frames;
 use frames::udp_ipv4;
 
 const LINKTYPE_ETHERNET: u16 = 1;
+const LINKTYPE_LINUX_SLL: u16 = 113;
 const LINKTYPE_LINUX_SLL2: u16 = 276;
 
 fn ethernet(ip: &[u8]) -> Vec<u8> {
@@ -815,4 +816,141 @@ fn an_oversized_ipv6_datagram_counts_the_first_fragments_extension_headers() {
         .expect("readable");
     assert_eq!(got.len(), 1, "{stats:?}");
     assert_eq!(got[0].payload, payload);
+}
+
+/// LINKTYPE_LINUX_SLL2 header as `tcpdump -i any` writes it: the interface index and the
+/// packet type (0 incoming to this host, 4 outgoing) of each packet, then an IPv4 packet.
+fn sll2_on(ifindex: u32, packet_type: u8, ip: &[u8]) -> Vec<u8> {
+    let mut f = vec![0x08, 0x00, 0, 0];
+    f.extend_from_slice(&ifindex.to_be_bytes());
+    f.extend_from_slice(&[0x00, 0x01, packet_type, 6]); // ARPHRD_ETHER, 6-byte address
+    f.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0, 0]);
+    f.extend_from_slice(ip);
+    f
+}
+
+/// `tcpdump -i any` on a router (the usual way to capture there) writes LINKTYPE_LINUX_SLL2,
+/// whose header carries the interface index of each packet: every forwarded packet is
+/// captured twice, in on eth0 (index 2) and out on eth1 (index 3), fragments one after the
+/// other as they are forwarded. A whole datagram is read twice (once per interface), and the
+/// same traffic captured with `dumpcap -i eth0 -i eth1` (a pcapng with two interfaces) gives
+/// the fragmented datagram twice, since `FragmentKey` keeps "apart the copies of one datagram
+/// captured on two" interfaces. The user expects the SLL2 capture to give the same: two
+/// copies and no reassembly left unfinished (not the second copy of the first fragment taken
+/// for a duplicate and the second copy of the last one left as if a fragment were lost).
+#[test]
+fn an_sll2_any_capture_keeps_the_copies_on_two_interfaces_apart_like_pcapng() {
+    let payload = text(40, 8);
+    let whole = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, &payload);
+    let (f1, f2) = (
+        v4_fragment_ip(&whole, 21, 0, 24, true, &[]),
+        v4_fragment_ip(&whole, 21, 24, 48, false, &[]),
+    );
+
+    // The pcapng of two interfaces: both copies, nothing unfinished.
+    let mut ng = Ng::new(true);
+    ng.idb(LINKTYPE_ETHERNET, &[]);
+    ng.idb(LINKTYPE_ETHERNET, &[]);
+    for (i, (if_id, ip)) in [(0, &f1), (1, &f1), (0, &f2), (1, &f2)].iter().enumerate() {
+        let frame = ethernet(ip);
+        ng.epb(*if_id, 1_000_000 + i as u64, &frame, frame.len());
+    }
+    let (got, stats) = read(&ng.out).expect("readable");
+    assert_eq!(got.len(), 2, "{stats:?}");
+    assert_eq!(reassembly(&stats), [4, 2, 0, 0, 0, 0, 0]);
+
+    // The same traffic captured with `-i any`.
+    let frames = [
+        sll2_on(2, 0, &f1),
+        sll2_on(3, 4, &f1),
+        sll2_on(2, 0, &f2),
+        sll2_on(3, 4, &f2),
+    ];
+    let records: Vec<(u32, u32, &[u8])> = frames
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (1, i as u32, f.as_slice()))
+        .collect();
+    let (got, stats) = read(&pcap(LINKTYPE_LINUX_SLL2, &records)).expect("readable");
+    assert!(got.iter().all(|d| d.payload == payload));
+    assert_eq!(
+        (got.len(), stats.reassembly_unfinished),
+        (2, 0),
+        "each interface's copy reassembled, nothing reported lost: {stats:?}"
+    );
+}
+
+/// One link carries a datagram twice in other ways too: `tcpdump -i any` sees one sent over
+/// `lo` going out and coming in (SLL and SLL2 packet types 4 and 0, on one interface), and a
+/// router between two VLANs of one trunk sends it back on the other VLAN. Each copy is
+/// reassembled on its own; a fragment captured twice the same way is still a duplicate.
+#[test]
+fn copies_in_two_directions_or_on_two_vlans_are_reassembled_apart() {
+    let payload = text(40, 4);
+    let whole = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, &payload);
+    let (f1, f2) = (
+        v4_fragment_ip(&whole, 41, 0, 24, true, &[]),
+        v4_fragment_ip(&whole, 41, 24, 48, false, &[]),
+    );
+    let file = |linktype: u16, frames: &[Vec<u8>]| {
+        let records: Vec<(u32, u32, &[u8])> = frames
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (1, i as u32, f.as_slice()))
+            .collect();
+        pcap(linktype, &records)
+    };
+
+    // SLL2 on lo (index 1): out, in, out, in.
+    let frames = [
+        sll2_on(1, 4, &f1),
+        sll2_on(1, 0, &f1),
+        sll2_on(1, 4, &f2),
+        sll2_on(1, 0, &f2),
+    ];
+    let (got, stats) = read(&file(LINKTYPE_LINUX_SLL2, &frames)).expect("readable");
+    assert_eq!(got.len(), 2, "{stats:?}");
+    assert!(got.iter().all(|d| d.payload == payload));
+    assert_eq!(reassembly(&stats), [4, 2, 0, 0, 0, 0, 0]);
+    // The first fragment captured twice going out: a duplicate.
+    let frames = [sll2_on(1, 4, &f1), sll2_on(1, 4, &f1), sll2_on(1, 4, &f2)];
+    let (got, stats) = read(&file(LINKTYPE_LINUX_SLL2, &frames)).expect("readable");
+    assert_eq!(got.len(), 1, "{stats:?}");
+    assert_eq!(reassembly(&stats), [3, 1, 1, 0, 0, 0, 0]);
+
+    // SLL (the older `-i any` header): the packet type first.
+    let sll = |packet_type: u16, ip: &[u8]| {
+        let mut f = packet_type.to_be_bytes().to_vec();
+        f.extend_from_slice(&[0, 1, 0, 6, 2, 0, 0, 0, 0, 1, 0, 0, 0x08, 0x00]);
+        f.extend_from_slice(ip);
+        f
+    };
+    let frames = [sll(4, &f1), sll(0, &f1), sll(4, &f2), sll(0, &f2)];
+    let (got, stats) = read(&file(LINKTYPE_LINUX_SLL, &frames)).expect("readable");
+    assert_eq!(got.len(), 2, "{stats:?}");
+    assert_eq!(reassembly(&stats), [4, 2, 0, 0, 0, 0, 0]);
+
+    // Ethernet with 802.1Q tags: VLAN 10, VLAN 20, and untagged, each apart.
+    let tagged = |vlan: Option<u16>, ip: &[u8]| {
+        let mut f = vec![0; 12];
+        if let Some(id) = vlan {
+            f.extend_from_slice(&[0x81, 0x00]);
+            f.extend_from_slice(&id.to_be_bytes());
+        }
+        f.extend_from_slice(&[0x08, 0x00]);
+        f.extend_from_slice(ip);
+        f
+    };
+    let frames = [
+        tagged(Some(10), &f1),
+        tagged(Some(20), &f1),
+        tagged(None, &f1),
+        tagged(Some(10), &f2),
+        tagged(Some(20), &f2),
+        tagged(None, &f2),
+    ];
+    let (got, stats) = read(&file(LINKTYPE_ETHERNET, &frames)).expect("readable");
+    assert_eq!(got.len(), 3, "{stats:?}");
+    assert!(got.iter().all(|d| d.payload == payload));
+    assert_eq!(reassembly(&stats), [6, 3, 0, 0, 0, 0, 0]);
 }
