@@ -51,7 +51,10 @@ pub struct CaptureStats {
     /// Fragments repeating bytes a reassembly already held (a capture on two interfaces, a
     /// retransmitting link): dropped, and the reassembly goes on (RFC 8200 section 4.5).
     pub fragments_duplicate: u64,
-    /// Reassemblies still missing fragments when their time ran out, in capture time.
+    /// Reassemblies still missing fragments when their time ran out, in capture time as replay
+    /// takes it, or when the capture's clock was set back: how long they
+    /// have waited then cannot be told, and a datagram that came after could take the
+    /// identification of one given up long ago.
     pub reassembly_timeouts: u64,
     /// Reassemblies dropped, oldest first, to keep within the bounds on pending reassemblies and
     /// their bytes.
@@ -153,6 +156,45 @@ impl Interface {
         let us = u128::from(units) * 1_000_000 / u128::from(self.units_per_s);
         let us = u64::try_from(us).unwrap_or(u64::MAX);
         Time(us.saturating_add_signed(self.offset_s.saturating_mul(1_000_000)))
+    }
+}
+
+/// A step back in the capture's clock at least this long is the clock being set (an NTP step,
+/// captures joined with `mergecap -a`): replay shifts everything after it forward, so later
+/// pauses keep their length. A shorter one is taken as reordering (the interfaces of a pcapng
+/// stamp their packets apart) and held at the newest time: an offset for each would add up
+/// and run the clock fast.
+const CLOCK_STEP: u64 = 1_000_000;
+
+/// The replay's clock: the capture's timestamps, never going back, and with the time a clock
+/// step went back added to everything after it. Replay drives the core with it; the
+/// reassembly of IP fragments times out by it.
+#[derive(Debug, Default)]
+pub(crate) struct ReplayClock {
+    last: Time,
+    offset: u64,
+}
+
+impl ReplayClock {
+    /// The replay time of a packet captured at `captured`.
+    pub(crate) fn at(&mut self, captured: Time) -> Time {
+        self.tick(captured).0
+    }
+
+    /// The newest replay time given.
+    pub(crate) fn now(&self) -> Time {
+        self.last
+    }
+
+    /// As [`ReplayClock::at`], and whether the capture's clock was set back at this packet.
+    fn tick(&mut self, captured: Time) -> (Time, bool) {
+        let t = captured.0.saturating_add(self.offset);
+        let stepped = t.saturating_add(CLOCK_STEP) <= self.last.0;
+        if stepped {
+            self.offset = self.offset.saturating_add(self.last.0 - t);
+        }
+        self.last = self.last.max(Time(t));
+        (self.last, stepped)
     }
 }
 
@@ -319,7 +361,7 @@ fn take_frame(
         stats.skipped += 1;
         return;
     };
-    reassembler.expire(time, stats);
+    reassembler.tick(time, stats);
     match packet_of(data, link, interface) {
         Some(Packet::Whole(source, destination, payload)) => {
             stats.udp += 1;
@@ -565,7 +607,7 @@ struct Fragment<'a> {
 #[derive(Debug)]
 struct Pending {
     key: FragmentKey,
-    /// Its first fragment's time plus the reassembly time.
+    /// Its first fragment's time (by [`ReplayClock`]) plus the reassembly time.
     deadline: Time,
     /// The header (`Fragment::header`) of the fragment at offset 0, once it came.
     header: Option<usize>,
@@ -597,9 +639,33 @@ struct Reassembler {
     bytes: usize,
     /// No deadline in `pending` is earlier (some may be later: the one that set it may be gone).
     next_deadline: Option<Time>,
+    /// The time reassemblies wait by: the capture's, as replay takes it.
+    clock: ReplayClock,
 }
 
 impl Reassembler {
+    /// Moves the clock on to a frame captured at `captured`, giving up the reassemblies whose
+    /// time has run out. Where the capture's clock was set back, all are given up: the time
+    /// they waited across the step cannot be told (replay counts none, but Linux times
+    /// reassemblies on a monotonic clock), and one kept could take fragments of a later
+    /// datagram with the same identification, mixing two datagrams or dropping the later one.
+    fn tick(&mut self, captured: Time, stats: &mut CaptureStats) {
+        let (now, stepped) = self.clock.tick(captured);
+        if stepped {
+            stats.reassembly_timeouts += self.pending.len() as u64;
+            self.clear();
+        } else {
+            self.expire(now, stats);
+        }
+    }
+
+    /// Drops every pending reassembly.
+    fn clear(&mut self) {
+        self.pending.clear();
+        self.bytes = 0;
+        self.next_deadline = None;
+    }
+
     /// Drops the reassemblies whose time has run out by `now`.
     fn expire(&mut self, now: Time, stats: &mut CaptureStats) {
         if self.next_deadline.is_none_or(|d| now < d) {
@@ -657,7 +723,7 @@ impl Reassembler {
                     self.remove(0);
                     stats.reassembly_evicted += 1;
                 }
-                let deadline = time.saturating_add(f.timeout);
+                let deadline = self.clock.now().saturating_add(f.timeout);
                 self.next_deadline = Some(self.next_deadline.map_or(deadline, |d| d.min(deadline)));
                 self.pending.push(Pending {
                     key: f.key,
@@ -747,5 +813,28 @@ fn fit(buf: &IpDefragBuf, start: usize, end: usize, more: bool, data: &[u8]) -> 
         Fit::Duplicate
     } else {
         Fit::Invalid
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clock_step_back_keeps_later_gaps_and_reordering_is_held() {
+        let mut c = ReplayClock::default();
+        let s = |t: u64| Time(t * 1_000_000);
+        let t0 = 1_700_000_000;
+        assert_eq!(c.at(s(t0)), s(t0));
+        // An hour back: from here on an hour later, so the 10 s between packets stay.
+        assert_eq!(c.tick(s(t0 - 3600)), (s(t0), true));
+        assert_eq!(c.at(s(t0 - 3590)), s(t0 + 10));
+        // Half a second back (two interfaces): held, and no offset is added.
+        assert_eq!(c.tick(Time(s(t0 - 3590).0 - 500_000)), (s(t0 + 10), false));
+        assert_eq!(c.at(s(t0 - 3589)), s(t0 + 11));
+        // A second back is a step again.
+        assert_eq!(c.tick(s(t0 - 3590)), (s(t0 + 11), true));
+        assert_eq!(c.at(s(t0 - 3589)), s(t0 + 12));
+        assert_eq!(c.now(), s(t0 + 12));
     }
 }

@@ -954,3 +954,72 @@ fn copies_in_two_directions_or_on_two_vlans_are_reassembled_apart() {
     assert!(got.iter().all(|d| d.payload == payload));
     assert_eq!(reassembly(&stats), [6, 3, 0, 0, 0, 0, 0]);
 }
+
+/// The capture's clock set back (an NTP step: the README's "step back in the capture's clock
+/// of a second or more"), which replay takes as the clock being set: what follows keeps its
+/// spacing. Fragment A1 of datagram A is captured, its other fragment lost; the clock is set
+/// back an hour; 40 s later datagram B, with the same identification (the sender's counter
+/// wrapped, or another process on a host with a global counter), arrives in two fragments. A
+/// receiver (Linux times reassemblies on a monotonic clock) gave A up 30 s after A1 and
+/// reassembles B; the user expects B from the replay, not A kept (its deadline an hour away
+/// in raw capture time) and B's first fragment taken as overlapping A1 with other bytes.
+/// How long passed across the step cannot be told, so A is given up there (a timeout).
+#[test]
+fn a_clock_set_back_does_not_keep_a_stale_reassembly_alive() {
+    let a = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, &text(40, 1));
+    let b_payload = text(40, 2);
+    let b = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, &b_payload);
+    let a1 = v4_fragment(&a, 7, 0, 24);
+    let (b1, b2) = (v4_fragment(&b, 7, 0, 24), v4_fragment(&b, 7, 24, 48));
+    let t = 1_700_000_000u32;
+    // 20 s after A1 a whole datagram, then the clock is set back an hour: 40 s after A1 in
+    // real time comes B.
+    let mid = ethernet(&udp_ipv4([10, 0, 0, 3], 40002, [10, 0, 0, 2], 5004, b"mid"));
+    let back = t - 3600;
+    let file = pcap(
+        LINKTYPE_ETHERNET,
+        &[
+            (t, 0, &a1),
+            (t + 20, 0, &mid),
+            (back + 40, 0, &b1),
+            (back + 40, 1, &b2),
+        ],
+    );
+    let (got, stats) = read(&file).expect("readable");
+    let payloads: Vec<_> = got.iter().map(|d| d.payload.clone()).collect();
+    assert_eq!(
+        payloads,
+        vec![b"mid".to_vec(), b_payload],
+        "datagram B, 40 s after A's lone fragment, lost: {stats:?}"
+    );
+    assert_eq!(reassembly(&stats), [3, 1, 0, 1, 0, 0, 0]);
+}
+
+/// A step back shorter than a second is reordering (the interfaces of a pcapng stamping
+/// apart), held at the newest time as replay holds it: a reassembly waits on, and its
+/// 30 s run from its first fragment in that time.
+#[test]
+fn a_short_step_back_is_reordering_and_keeps_the_reassembly() {
+    let payload = text(40, 5);
+    let whole = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, &payload);
+    let (a, b) = (v4_fragment(&whole, 8, 0, 24), v4_fragment(&whole, 8, 24, 48));
+    let other = ethernet(&udp_ipv4([10, 0, 0, 3], 40002, [10, 0, 0, 2], 5004, b"x"));
+    let t = 1_700_000_000u32;
+    let file = pcap(
+        LINKTYPE_ETHERNET,
+        &[(t, 500_000, &a), (t + 1, 0, &other), (t, 200_000, &b)],
+    );
+    let (got, stats) = read(&file).expect("readable");
+    assert_eq!(got.len(), 2, "{stats:?}");
+    assert_eq!(got[1].payload, payload);
+    assert_eq!(reassembly(&stats), [2, 1, 0, 0, 0, 0, 0]);
+
+    // Its deadline is 30 s after the first fragment in that time: the frame at t + 30.5
+    // ends it, and the last fragment, stamped 0.9 s earlier but captured after, is too late.
+    let file = pcap(
+        LINKTYPE_ETHERNET,
+        &[(t, 500_000, &a), (t + 30, 500_000, &other), (t + 29, 600_000, &b)],
+    );
+    let (_, stats) = read(&file).expect("readable");
+    assert_eq!(reassembly(&stats), [2, 0, 0, 1, 0, 0, 1]);
+}
