@@ -64,7 +64,7 @@ pub struct CaptureStats {
     /// fragment is cut to a multiple of 8 bytes, as Linux does), or takes the datagram past
     /// 65,535 bytes, or whose datagram is not valid UDP; the later fragments start a new one.
     pub reassembly_invalid: u64,
-    /// Reassemblies still missing fragments when the capture ended.
+    /// Reassemblies still missing fragments when the capture, or its pcapng section, ended.
     pub reassembly_unfinished: u64,
     /// The file ended inside a record (a capture still being written, or its writer killed):
     /// every whole record before it was read, as Wireshark reads such a file.
@@ -281,7 +281,10 @@ pub fn read_udp_from(
                         Some(Some((t, legacy_link, 0, captured(b.data, b.caplen))))
                     }
                     PcapBlockOwned::NG(Block::SectionHeader(shb)) => {
+                        // A new section (pcapng 4.1): its interfaces are others, numbered
+                        // from 0 again, so what was pending is left unfinished.
                         interfaces.clear();
+                        reassembler.finish(&mut stats);
                         big_endian = shb.big_endian();
                         None
                     }
@@ -344,7 +347,7 @@ pub fn read_udp_from(
             Err(e) => return Err(CaptureError::Format(format!("{e:?}"))),
         }
     }
-    stats.reassembly_unfinished += reassembler.pending.len() as u64;
+    reassembler.finish(&mut stats);
     Ok(stats)
 }
 
@@ -657,6 +660,12 @@ impl Reassembler {
         } else {
             self.expire(now, stats);
         }
+    }
+
+    /// Ends every pending reassembly as unfinished: the capture or its section ended.
+    fn finish(&mut self, stats: &mut CaptureStats) {
+        stats.reassembly_unfinished += self.pending.len() as u64;
+        self.clear();
     }
 
     /// Drops every pending reassembly.

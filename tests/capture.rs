@@ -1023,3 +1023,34 @@ fn a_short_step_back_is_reordering_and_keeps_the_reassembly() {
     let (_, stats) = read(&file).expect("readable");
     assert_eq!(reassembly(&stats), [2, 0, 0, 1, 0, 0, 1]);
 }
+
+/// A pcapng file may hold several sections (pcapng 4.1; `cat` of two captures makes one), each
+/// with its own interfaces numbered from 0: interface 0 of the second is another. A
+/// reassembly the first section left pending ends there, unfinished, and the second
+/// section's fragments do not complete it; a datagram wholly in the second is reassembled.
+#[test]
+fn a_new_pcapng_section_leaves_the_pending_reassemblies_unfinished() {
+    let payload = text(40, 11);
+    let whole = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, &payload);
+    let (f1, f2) = (v4_fragment(&whole, 51, 0, 24), v4_fragment(&whole, 51, 24, 48));
+    let mut first = Ng::new(true);
+    first.idb(LINKTYPE_ETHERNET, &[]);
+    first.epb(0, 1_000_000, &f1, f1.len());
+    let mut second = Ng::new(false);
+    second.idb(LINKTYPE_ETHERNET, &[]);
+    second.epb(0, 1_000_001, &f2, f2.len());
+    let file = [first.out.as_slice(), &second.out].concat();
+    let (got, stats) = read(&file).expect("readable");
+    assert!(got.is_empty(), "{got:?}");
+    assert_eq!(reassembly(&stats), [2, 0, 0, 0, 0, 0, 2]);
+
+    let mut second = Ng::new(false);
+    second.idb(LINKTYPE_ETHERNET, &[]);
+    second.epb(0, 1_000_002, &f1, f1.len());
+    second.epb(0, 1_000_003, &f2, f2.len());
+    let file = [first.out.as_slice(), &second.out].concat();
+    let (got, stats) = read(&file).expect("readable");
+    assert_eq!(got.len(), 1, "{stats:?}");
+    assert_eq!(got[0].payload, payload);
+    assert_eq!(reassembly(&stats), [3, 1, 0, 0, 0, 0, 1]);
+}
