@@ -445,7 +445,9 @@ fn packet_of(data: &[u8], link: Linktype, interface: usize) -> Option<Packet<'_>
         let u32_at = |i: usize| data.get(i..i + 4).and_then(|b| b.try_into().ok());
         if link == Linktype::LINUX_SLL {
             // Packet type (16 bits), then the link-layer address type, length, address.
-            key.packet_type = data.get(..2).map_or(0, |b| u16::from_be_bytes([b[0], b[1]]));
+            key.packet_type = data
+                .get(..2)
+                .map_or(0, |b| u16::from_be_bytes([b[0], b[1]]));
         } else if link == Linktype::LINUX_SLL2 {
             // Protocol, reserved, interface index, link-layer address type, packet type.
             key.ifindex = u32_at(4).map_or(0, u32::from_be_bytes);

@@ -812,8 +812,8 @@ fn an_oversized_ipv6_datagram_counts_the_first_fragments_extension_headers() {
 
     // Without the extension header the same fragments make a datagram.
     let first = fragment(0, 65_456, false);
-    let (got, stats) = read(&pcap(LINKTYPE_ETHERNET, &[(1, 0, &first), (1, 1, &last)]))
-        .expect("readable");
+    let (got, stats) =
+        read(&pcap(LINKTYPE_ETHERNET, &[(1, 0, &first), (1, 1, &last)])).expect("readable");
     assert_eq!(got.len(), 1, "{stats:?}");
     assert_eq!(got[0].payload, payload);
 }
@@ -1002,7 +1002,10 @@ fn a_clock_set_back_does_not_keep_a_stale_reassembly_alive() {
 fn a_short_step_back_is_reordering_and_keeps_the_reassembly() {
     let payload = text(40, 5);
     let whole = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, &payload);
-    let (a, b) = (v4_fragment(&whole, 8, 0, 24), v4_fragment(&whole, 8, 24, 48));
+    let (a, b) = (
+        v4_fragment(&whole, 8, 0, 24),
+        v4_fragment(&whole, 8, 24, 48),
+    );
     let other = ethernet(&udp_ipv4([10, 0, 0, 3], 40002, [10, 0, 0, 2], 5004, b"x"));
     let t = 1_700_000_000u32;
     let file = pcap(
@@ -1018,7 +1021,11 @@ fn a_short_step_back_is_reordering_and_keeps_the_reassembly() {
     // ends it, and the last fragment, stamped 0.9 s earlier but captured after, is too late.
     let file = pcap(
         LINKTYPE_ETHERNET,
-        &[(t, 500_000, &a), (t + 30, 500_000, &other), (t + 29, 600_000, &b)],
+        &[
+            (t, 500_000, &a),
+            (t + 30, 500_000, &other),
+            (t + 29, 600_000, &b),
+        ],
     );
     let (_, stats) = read(&file).expect("readable");
     assert_eq!(reassembly(&stats), [2, 0, 0, 1, 0, 0, 1]);
@@ -1032,7 +1039,10 @@ fn a_short_step_back_is_reordering_and_keeps_the_reassembly() {
 fn a_new_pcapng_section_leaves_the_pending_reassemblies_unfinished() {
     let payload = text(40, 11);
     let whole = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, &payload);
-    let (f1, f2) = (v4_fragment(&whole, 51, 0, 24), v4_fragment(&whole, 51, 24, 48));
+    let (f1, f2) = (
+        v4_fragment(&whole, 51, 0, 24),
+        v4_fragment(&whole, 51, 24, 48),
+    );
     let mut first = Ng::new(true);
     first.idb(LINKTYPE_ETHERNET, &[]);
     first.epb(0, 1_000_000, &f1, f1.len());
