@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use etherparse::defrag::{IpDefragBuf, IpFragRange};
 use etherparse::{
-    IpFragOffset, IpNumber, Ipv6ExtensionSlice, NetSlice, SlicedPacket, TransportSlice, UdpSlice,
+    IpFragOffset, IpNumber, Ipv6ExtensionSlice, LinkExtSlice, NetSlice, SlicedPacket,
+    TransportSlice, UdpSlice,
 };
 use pcap_parser::data::{PacketData, get_packetdata};
 use pcap_parser::pcapng::{Block, InterfaceDescriptionBlock, OptionCode};
@@ -50,16 +51,20 @@ pub struct CaptureStats {
     /// Fragments repeating bytes a reassembly already held (a capture on two interfaces, a
     /// retransmitting link): dropped, and the reassembly goes on (RFC 8200 section 4.5).
     pub fragments_duplicate: u64,
-    /// Reassemblies still missing fragments when their time ran out, in capture time.
+    /// Reassemblies still missing fragments when their time ran out, in capture time as replay
+    /// takes it, or when the capture's clock was set back: how long they
+    /// have waited then cannot be told, and a datagram that came after could take the
+    /// identification of one given up long ago.
     pub reassembly_timeouts: u64,
     /// Reassemblies dropped, oldest first, to keep within the bounds on pending reassemblies and
     /// their bytes.
     pub reassembly_evicted: u64,
     /// Reassemblies dropped for a fragment that overlaps another with different bytes,
-    /// contradicts where the datagram ends, is empty or misaligned, or takes the datagram past
+    /// contradicts where the datagram ends, is empty, is misaligned (IPv6; a non-last IPv4
+    /// fragment is cut to a multiple of 8 bytes, as Linux does), or takes the datagram past
     /// 65,535 bytes, or whose datagram is not valid UDP; the later fragments start a new one.
     pub reassembly_invalid: u64,
-    /// Reassemblies still missing fragments when the capture ended.
+    /// Reassemblies still missing fragments when the capture, or its pcapng section, ended.
     pub reassembly_unfinished: u64,
     /// The file ended inside a record (a capture still being written, or its writer killed):
     /// every whole record before it was read, as Wireshark reads such a file.
@@ -154,6 +159,45 @@ impl Interface {
     }
 }
 
+/// A step back in the capture's clock at least this long is the clock being set (an NTP step,
+/// captures joined with `mergecap -a`): replay shifts everything after it forward, so later
+/// pauses keep their length. A shorter one is taken as reordering (the interfaces of a pcapng
+/// stamp their packets apart) and held at the newest time: an offset for each would add up
+/// and run the clock fast.
+const CLOCK_STEP: u64 = 1_000_000;
+
+/// The replay's clock: the capture's timestamps, never going back, and with the time a clock
+/// step went back added to everything after it. Replay drives the core with it; the
+/// reassembly of IP fragments times out by it.
+#[derive(Debug, Default)]
+pub(crate) struct ReplayClock {
+    last: Time,
+    offset: u64,
+}
+
+impl ReplayClock {
+    /// The replay time of a packet captured at `captured`.
+    pub(crate) fn at(&mut self, captured: Time) -> Time {
+        self.tick(captured).0
+    }
+
+    /// The newest replay time given.
+    pub(crate) fn now(&self) -> Time {
+        self.last
+    }
+
+    /// As [`ReplayClock::at`], and whether the capture's clock was set back at this packet.
+    fn tick(&mut self, captured: Time) -> (Time, bool) {
+        let t = captured.0.saturating_add(self.offset);
+        let stepped = t.saturating_add(CLOCK_STEP) <= self.last.0;
+        if stepped {
+            self.offset = self.offset.saturating_add(self.last.0 - t);
+        }
+        self.last = self.last.max(Time(t));
+        (self.last, stepped)
+    }
+}
+
 /// An unknown block's type: pcap-parser reads it little-endian in every section.
 fn block_type(read_le: u32, big_endian: bool) -> u32 {
     if big_endian {
@@ -237,7 +281,10 @@ pub fn read_udp_from(
                         Some(Some((t, legacy_link, 0, captured(b.data, b.caplen))))
                     }
                     PcapBlockOwned::NG(Block::SectionHeader(shb)) => {
+                        // A new section (pcapng 4.1): its interfaces are others, numbered
+                        // from 0 again, so what was pending is left unfinished.
                         interfaces.clear();
+                        reassembler.finish(&mut stats);
                         big_endian = shb.big_endian();
                         None
                     }
@@ -300,7 +347,7 @@ pub fn read_udp_from(
             Err(e) => return Err(CaptureError::Format(format!("{e:?}"))),
         }
     }
-    stats.reassembly_unfinished += reassembler.pending.len() as u64;
+    reassembler.finish(&mut stats);
     Ok(stats)
 }
 
@@ -317,7 +364,7 @@ fn take_frame(
         stats.skipped += 1;
         return;
     };
-    reassembler.expire(time, stats);
+    reassembler.tick(time, stats);
     match packet_of(data, link, interface) {
         Some(Packet::Whole(source, destination, payload)) => {
             stats.udp += 1;
@@ -392,7 +439,31 @@ fn packet_of(data: &[u8], link: Linktype, interface: usize) -> Option<Packet<'_>
         PacketData::L3(_, packet) => SlicedPacket::from_ip(packet).ok()?,
         PacketData::L4(..) | PacketData::Unsupported(_) => return None,
     };
-    let (src, dst): (IpAddr, IpAddr) = match sliced.net? {
+    // Where the link layer says this copy was captured, for the fragments' key.
+    let link_key = || {
+        let mut key = LinkKey::default();
+        let u32_at = |i: usize| data.get(i..i + 4).and_then(|b| b.try_into().ok());
+        if link == Linktype::LINUX_SLL {
+            // Packet type (16 bits), then the link-layer address type, length, address.
+            key.packet_type = data
+                .get(..2)
+                .map_or(0, |b| u16::from_be_bytes([b[0], b[1]]));
+        } else if link == Linktype::LINUX_SLL2 {
+            // Protocol, reserved, interface index, link-layer address type, packet type.
+            key.ifindex = u32_at(4).map_or(0, u32::from_be_bytes);
+            key.packet_type = data.get(10).map_or(0, |&t| u16::from(t));
+        }
+        let vlans = sliced.link_exts.iter().filter_map(|e| match e {
+            LinkExtSlice::Vlan(v) => Some(v.vlan_identifier().value()),
+            LinkExtSlice::Macsec(_) => None,
+        });
+        for (slot, id) in key.vlans.iter_mut().zip(vlans) {
+            // 0 is no VLAN (untagged, or a priority tag), so 1 + the id.
+            *slot = id + 1;
+        }
+        key
+    };
+    let (src, dst): (IpAddr, IpAddr) = match sliced.net.as_ref()? {
         NetSlice::Ipv4(ip) => {
             let h = ip.header();
             let (src, dst) = (h.source_addr().into(), h.destination_addr().into());
@@ -400,18 +471,29 @@ fn packet_of(data: &[u8], link: Linktype, interface: usize) -> Option<Packet<'_>
                 if ip.payload().ip_number != IpNumber::UDP {
                     return None;
                 }
+                // Linux (`ip_frag_queue`) cuts a non-last IPv4 fragment's end down to a
+                // multiple of 8 bytes (RFC 791 places fragments in 8-byte units) rather than
+                // drop it; one left empty drops its reassembly. IPv6 must discard it.
+                let payload = ip.payload().payload;
+                let more = h.more_fragments();
+                let data = if more {
+                    &payload[..payload.len() & !7]
+                } else {
+                    payload
+                };
                 return Some(Packet::Fragment(Fragment {
                     key: FragmentKey {
                         interface,
+                        link: link_key(),
                         source: src,
                         destination: dst,
                         id: u32::from(h.identification()),
                     },
                     offset: h.fragments_offset(),
-                    more: h.more_fragments(),
-                    data: ip.payload().payload,
+                    more,
+                    data,
                     // RFC 791 section 3.1: the Total Length, header included, is 16 bits.
-                    limit: MAX_IP_LEN - usize::from(h.ihl()) * 4,
+                    header: usize::from(h.ihl()) * 4,
                     timeout: IPV4_REASSEMBLY_TIME,
                 }));
             }
@@ -433,10 +515,11 @@ fn packet_of(data: &[u8], link: Linktype, interface: usize) -> Option<Packet<'_>
                 }
                 // The reassembled Payload Length (16 bits) counts the extension headers
                 // before the fragment header too (RFC 8200 section 4.5).
-                let unfragmentable = exts.slice().len().saturating_sub(frag.slice().len());
+                let header = exts.slice().len().saturating_sub(frag.slice().len());
                 return Some(Packet::Fragment(Fragment {
                     key: FragmentKey {
                         interface,
+                        link: link_key(),
                         source: src,
                         destination: dst,
                         id: frag.identification(),
@@ -444,7 +527,7 @@ fn packet_of(data: &[u8], link: Linktype, interface: usize) -> Option<Packet<'_>
                     offset: frag.fragment_offset(),
                     more: frag.more_fragments(),
                     data: ip.payload().payload,
-                    limit: MAX_IP_LEN.saturating_sub(unfragmentable),
+                    header,
                     timeout: IPV6_REASSEMBLY_TIME,
                 }));
             }
@@ -482,14 +565,31 @@ pub const MAX_PENDING_REASSEMBLY_BYTES: usize = 4 << 20;
 
 /// Which datagram a fragment belongs to (RFC 791 section 3.2: source, destination, protocol,
 /// identification; RFC 8200 section 4.5: source, destination, identification). Only UDP
-/// fragments are kept, so the protocol is always UDP. The capture interface keeps apart
-/// the copies of one datagram captured on two.
+/// fragments are kept, so the protocol is always UDP. The capture interface (pcapng's, or
+/// the one a Linux cooked capture names) keeps apart the copies of one datagram captured on
+/// two, as the direction and the VLAN do those captured twice on one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct FragmentKey {
+    /// The pcapng interface (0 in a pcap).
     interface: usize,
+    link: LinkKey,
     source: IpAddr,
     destination: IpAddr,
     id: u32,
+}
+
+/// What the link layer tells of where a copy was captured: 0 where it tells nothing.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct LinkKey {
+    /// The interface index of LINKTYPE_LINUX_SLL2 (`tcpdump -i any`): a forwarded datagram is
+    /// captured coming in on one interface and going out on another.
+    ifindex: u32,
+    /// The packet type of LINKTYPE_LINUX_SLL and SLL2 (to this host, outgoing...): with
+    /// `-i any`, a datagram sent over `lo` is captured going out and coming in.
+    packet_type: u16,
+    /// 1 + the VLAN id of each 802.1Q tag, outermost first: a datagram routed between two
+    /// VLANs of one trunk is captured on both.
+    vlans: [u16; SlicedPacket::LINK_EXTS_CAP],
 }
 
 /// One fragment of a UDP datagram, as one frame carries it.
@@ -498,8 +598,11 @@ struct Fragment<'a> {
     offset: IpFragOffset,
     more: bool,
     data: &'a [u8],
-    /// The most bytes the reassembled IP payload may have.
-    limit: usize,
+    /// What its header counts in the 16-bit length field besides the fragments' data: the
+    /// IPv4 header with its options, or the IPv6 extension headers before the Fragment
+    /// header. The reassembled datagram takes its first fragment's (RFC 791 section 3.2, RFC
+    /// 8200 section 4.5), which may hold more than the others' (options not copied).
+    header: usize,
     timeout: Duration,
 }
 
@@ -509,8 +612,10 @@ struct Fragment<'a> {
 #[derive(Debug)]
 struct Pending {
     key: FragmentKey,
-    /// Its first fragment's time plus the reassembly time.
+    /// Its first fragment's time (by [`ReplayClock`]) plus the reassembly time.
     deadline: Time,
+    /// The header (`Fragment::header`) of the fragment at offset 0, once it came.
+    header: Option<usize>,
     buf: IpDefragBuf,
 }
 
@@ -539,9 +644,39 @@ struct Reassembler {
     bytes: usize,
     /// No deadline in `pending` is earlier (some may be later: the one that set it may be gone).
     next_deadline: Option<Time>,
+    /// The time reassemblies wait by: the capture's, as replay takes it.
+    clock: ReplayClock,
 }
 
 impl Reassembler {
+    /// Moves the clock on to a frame captured at `captured`, giving up the reassemblies whose
+    /// time has run out. Where the capture's clock was set back, all are given up: the time
+    /// they waited across the step cannot be told (replay counts none, but Linux times
+    /// reassemblies on a monotonic clock), and one kept could take fragments of a later
+    /// datagram with the same identification, mixing two datagrams or dropping the later one.
+    fn tick(&mut self, captured: Time, stats: &mut CaptureStats) {
+        let (now, stepped) = self.clock.tick(captured);
+        if stepped {
+            stats.reassembly_timeouts += self.pending.len() as u64;
+            self.clear();
+        } else {
+            self.expire(now, stats);
+        }
+    }
+
+    /// Ends every pending reassembly as unfinished: the capture or its section ended.
+    fn finish(&mut self, stats: &mut CaptureStats) {
+        stats.reassembly_unfinished += self.pending.len() as u64;
+        self.clear();
+    }
+
+    /// Drops every pending reassembly.
+    fn clear(&mut self) {
+        self.pending.clear();
+        self.bytes = 0;
+        self.next_deadline = None;
+    }
+
     /// Drops the reassemblies whose time has run out by `now`.
     fn expire(&mut self, now: Time, stats: &mut CaptureStats) {
         if self.next_deadline.is_none_or(|d| now < d) {
@@ -573,9 +708,19 @@ impl Reassembler {
         let start = usize::from(f.offset.byte_offset());
         let end = start + f.data.len();
         // RFC 791 section 3.2 and RFC 8200 section 4.5: every fragment but the last carries a
-        // multiple of 8 bytes, and the whole fits the length field. An empty one is
-        // malformed too (Linux drops its reassembly).
-        if f.data.is_empty() || (f.more && !f.data.len().is_multiple_of(8)) || end > f.limit {
+        // multiple of 8 bytes (an IPv4 one is already cut to that), and the whole, with the
+        // first fragment's header, fits the length field (Linux checks the reassembled length
+        // with it). Until the first fragment comes, each one's own header is the least it can
+        // be; the bytes reach as far as the highest end received (etherparse's buffer length).
+        // An empty fragment is malformed too (Linux drops its reassembly).
+        let (header, far) = found.map_or((f.header, 0), |i| {
+            let p = &self.pending[i];
+            (p.header.unwrap_or(f.header), p.buf.data().len())
+        });
+        if f.data.is_empty()
+            || (f.more && !f.data.len().is_multiple_of(8))
+            || end.max(far) + header > MAX_IP_LEN
+        {
             if let Some(i) = found {
                 self.remove(i);
             }
@@ -589,11 +734,12 @@ impl Reassembler {
                     self.remove(0);
                     stats.reassembly_evicted += 1;
                 }
-                let deadline = time.saturating_add(f.timeout);
+                let deadline = self.clock.now().saturating_add(f.timeout);
                 self.next_deadline = Some(self.next_deadline.map_or(deadline, |d| d.min(deadline)));
                 self.pending.push(Pending {
                     key: f.key,
                     deadline,
+                    header: None,
                     buf: IpDefragBuf::new(IpNumber::UDP, Vec::new(), Vec::new()),
                 });
                 self.pending.len() - 1
@@ -621,6 +767,9 @@ impl Reassembler {
             return None;
         }
         self.bytes = self.bytes - before + p.cost();
+        if start == 0 {
+            p.header.get_or_insert(f.header);
+        }
         if p.buf.is_complete() {
             let (data, _) = self.remove(i).buf.take_bufs();
             // The UDP header is the first fragment's first 8 bytes.
@@ -653,7 +802,8 @@ impl Reassembler {
 /// 4.5): a fragment overlapping another drops the reassembly, but an exact duplicate may be
 /// dropped alone; Linux treats IPv4 the same way. Duplicate here: bytes already received,
 /// identical, and no different end. A last fragment that ends before bytes already received
-/// contradicts them.
+/// contradicts them. Only received bytes are compared: etherparse grows its buffer to the
+/// highest end seen without filling the gaps.
 fn fit(buf: &IpDefragBuf, start: usize, end: usize, more: bool, data: &[u8]) -> Fit {
     let ranges = buf.sections();
     let range = |r: &IpFragRange| (usize::from(r.start), usize::from(r.end));
@@ -667,11 +817,35 @@ fn fit(buf: &IpDefragBuf, start: usize, end: usize, more: bool, data: &[u8]) -> 
         .iter()
         .map(range)
         .any(|(s, e)| s <= start && end <= e);
-    let same = buf.data().get(start..end) == Some(data);
     let same_end = more || buf.end().map(usize::from) == Some(end);
-    if inside && same && same_end {
+    // `inside` first: the bytes compared must all have been received (sections merge, so
+    // one range holding `start..end` means all of it came).
+    if inside && same_end && buf.data().get(start..end) == Some(data) {
         Fit::Duplicate
     } else {
         Fit::Invalid
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clock_step_back_keeps_later_gaps_and_reordering_is_held() {
+        let mut c = ReplayClock::default();
+        let s = |t: u64| Time(t * 1_000_000);
+        let t0 = 1_700_000_000;
+        assert_eq!(c.at(s(t0)), s(t0));
+        // An hour back: from here on an hour later, so the 10 s between packets stay.
+        assert_eq!(c.tick(s(t0 - 3600)), (s(t0), true));
+        assert_eq!(c.at(s(t0 - 3590)), s(t0 + 10));
+        // Half a second back (two interfaces): held, and no offset is added.
+        assert_eq!(c.tick(Time(s(t0 - 3590).0 - 500_000)), (s(t0 + 10), false));
+        assert_eq!(c.at(s(t0 - 3589)), s(t0 + 11));
+        // A second back is a step again.
+        assert_eq!(c.tick(s(t0 - 3590)), (s(t0 + 11), true));
+        assert_eq!(c.at(s(t0 - 3589)), s(t0 + 12));
+        assert_eq!(c.now(), s(t0 + 12));
     }
 }

@@ -4,41 +4,14 @@
 use std::io::{self, Write};
 use std::path::Path;
 
-use crate::capture::{self, CaptureError, CaptureStats};
+use crate::capture::{self, CaptureError, CaptureStats, ReplayClock};
 use crate::gateway::{Config, Gateway, Stats};
 use crate::presence::Presence;
-use crate::time::Time;
 
 #[derive(Debug)]
 pub struct ReplaySummary {
     pub capture: CaptureStats,
     pub stats: Stats,
-}
-
-/// A step back in the capture's clock at least this long is the clock being set (an NTP step,
-/// captures joined with `mergecap -a`): replay shifts everything after it forward, so later
-/// pauses keep their length. A shorter one is taken as reordering (the interfaces of a pcapng
-/// stamp their packets apart) and held at the newest time: an offset for each would add up
-/// and run the clock fast.
-const CLOCK_STEP: u64 = 1_000_000;
-
-/// The replay's clock: the capture's timestamps, never going back, and with the time a clock
-/// step went back added to everything after it.
-#[derive(Debug, Default)]
-struct ReplayClock {
-    last: Time,
-    offset: u64,
-}
-
-impl ReplayClock {
-    fn at(&mut self, captured: Time) -> Time {
-        let t = captured.0.saturating_add(self.offset);
-        if t.saturating_add(CLOCK_STEP) <= self.last.0 {
-            self.offset = self.offset.saturating_add(self.last.0 - t);
-        }
-        self.last = self.last.max(Time(t));
-        self.last
-    }
 }
 
 /// The RTCP port a live gateway listening on `port` also reads, by default (RFC 3550 11: the
@@ -77,7 +50,7 @@ pub fn run(
     if let Some(e) = write_err {
         return Err(CaptureError::Io(e));
     }
-    gw.shutdown(clock.last);
+    gw.shutdown(clock.now());
     drain(&mut gw, &mut presence, out).map_err(CaptureError::Io)?;
     out.flush().map_err(CaptureError::Io)?;
     Ok(ReplaySummary {
@@ -101,23 +74,6 @@ fn drain(gw: &mut Gateway, presence: &mut Presence, out: &mut dyn Write) -> io::
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_clock_step_back_keeps_later_gaps_and_reordering_is_held() {
-        let mut c = ReplayClock::default();
-        let s = |t: u64| Time(t * 1_000_000);
-        let t0 = 1_700_000_000;
-        assert_eq!(c.at(s(t0)), s(t0));
-        // An hour back: from here on an hour later, so the 10 s between packets stay.
-        assert_eq!(c.at(s(t0 - 3600)), s(t0));
-        assert_eq!(c.at(s(t0 - 3590)), s(t0 + 10));
-        // Half a second back (two interfaces): held, and no offset is added.
-        assert_eq!(c.at(Time(s(t0 - 3590).0 - 500_000)), s(t0 + 10));
-        assert_eq!(c.at(s(t0 - 3589)), s(t0 + 11));
-        // A second back is a step again.
-        assert_eq!(c.at(s(t0 - 3590)), s(t0 + 11));
-        assert_eq!(c.at(s(t0 - 3589)), s(t0 + 12));
-    }
 
     #[test]
     fn the_rtcp_port_is_the_next_one_up() {

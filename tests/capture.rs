@@ -12,6 +12,7 @@ mod frames;
 use frames::udp_ipv4;
 
 const LINKTYPE_ETHERNET: u16 = 1;
+const LINKTYPE_LINUX_SLL: u16 = 113;
 const LINKTYPE_LINUX_SLL2: u16 = 276;
 
 fn ethernet(ip: &[u8]) -> Vec<u8> {
@@ -690,4 +691,376 @@ fn a_udp_datagram_in_ipv6_fragments_is_read_reassembled() {
     assert_eq!(got[0].source, addr("[2001:db8::1]:40000"));
     assert_eq!(got[0].destination, addr("[2001:db8::2]:5004"));
     assert_eq!(reassembly(&stats), [2, 1, 0, 0, 0, 0, 0]);
+}
+
+// ---- IP fragment reassembly: review findings ----
+
+/// An IPv4 packet (no Ethernet) holding bytes `from..to` of `whole`'s IP payload (`whole` from
+/// `udp_ipv4`, 20-byte header) as one fragment with identification `id`, More Fragments as
+/// `more` says, and `options` (a multiple of 4 bytes) added to its header.
+fn v4_fragment_ip(
+    whole: &[u8],
+    id: u16,
+    from: usize,
+    to: usize,
+    more: bool,
+    options: &[u8],
+) -> Vec<u8> {
+    assert_eq!(from % 8, 0);
+    assert_eq!(options.len() % 4, 0);
+    let (header, data) = whole.split_at(20);
+    let part = &data[from..to];
+    let mut h = header.to_vec();
+    h[0] = 0x40 | ((20 + options.len()) / 4) as u8;
+    h[2..4].copy_from_slice(&((20 + options.len() + part.len()) as u16).to_be_bytes());
+    h[4..6].copy_from_slice(&id.to_be_bytes());
+    let flags = if more { 0x2000 } else { 0 };
+    h[6..8].copy_from_slice(&(flags | (from / 8) as u16).to_be_bytes());
+    h.extend_from_slice(options);
+    h.extend_from_slice(part);
+    h
+}
+
+/// Linux (net/ipv4/ip_fragment.c, `ip_frag_queue`) takes an IPv4 fragment with More Fragments
+/// set whose data is not a multiple of 8 bytes and cuts it down to one (`end &= ~7`); only
+/// IPv6 (RFC 8200 section 4.5) must discard it. So fragments 0..27 (More Fragments) and
+/// 24..48 (the last) reach the gateway's socket as the datagram, and the user expects the
+/// replay to give it too.
+#[test]
+fn a_misaligned_ipv4_fragment_is_cut_to_8_bytes_as_linux_does() {
+    let payload = text(40, 10);
+    let whole = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, &payload);
+    let first = ethernet(&v4_fragment_ip(&whole, 31, 0, 27, true, &[]));
+    let last = ethernet(&v4_fragment_ip(&whole, 31, 24, 48, false, &[]));
+    let file = pcap(LINKTYPE_ETHERNET, &[(1, 0, &first), (1, 1, &last)]);
+    let (got, stats) = read(&file).expect("readable");
+    assert_eq!(
+        got.iter().map(|d| d.payload.clone()).collect::<Vec<_>>(),
+        vec![payload],
+        "{stats:?}"
+    );
+    assert_eq!(reassembly(&stats), [2, 1, 0, 0, 0, 0, 0]);
+}
+
+/// RFC 791 section 3.1: the Total Length, header included, is at most 65,535 bytes, and the
+/// reassembled datagram's header is its first fragment's (section 3.2). IP options that are
+/// not copied (the copy bit clear, e.g. NOP or Record Route) are in the first fragment only,
+/// so its header can be 60 bytes while the others' are 20. Linux checks the reassembled length
+/// with the first fragment's header (`ip_frag_reasm`: "Oversized IP packet") and drops it; the
+/// README promises a fragment that "makes the datagram longer than 65,535 bytes drops the
+/// datagram". Here 60 + 65,512 = 65,572 bytes: the user expects nothing handed out and the
+/// reassembly counted invalid, though the last fragment's own 20-byte header would allow
+/// 65,515.
+#[test]
+fn an_oversized_datagram_counts_the_first_fragments_ip_options() {
+    let data_len = 65_504; // IP payload 65,512: UDP header and data
+    let payload = text(data_len, 9);
+    let whole = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, &payload);
+    let nops = [1u8; 40]; // 40 bytes of NOP: a 60-byte header
+    let first = ethernet(&v4_fragment_ip(&whole, 11, 0, 65_472, true, &nops));
+    let last = ethernet(&v4_fragment_ip(&whole, 11, 65_472, 65_512, false, &[]));
+    let file = pcap(LINKTYPE_ETHERNET, &[(1, 0, &first), (1, 1, &last)]);
+    let (got, stats) = read(&file).expect("readable");
+    assert!(
+        got.is_empty(),
+        "a 65,572-byte IPv4 datagram was handed out ({} bytes of UDP data): {stats:?}",
+        got.first().map_or(0, |d| d.payload.len())
+    );
+    assert_eq!(reassembly(&stats), [2, 0, 0, 0, 0, 1, 0]);
+}
+
+/// IPv6 the same way (RFC 8200 section 4.5): the reassembled Payload Length counts the first
+/// fragment's extension headers before its Fragment header (the Unfragmentable Part), here a
+/// 64-byte Destination Options header the later fragment does not carry. 64 + 65,480 bytes is
+/// past 65,535 (Linux's `ip6_frag_reasm`: "payload len too large"): nothing handed out.
+#[test]
+fn an_oversized_ipv6_datagram_counts_the_first_fragments_extension_headers() {
+    let payload = text(65_472, 3);
+    let udp = udp_ipv4([0; 4], 40000, [0; 4], 5004, &payload)[20..].to_vec();
+    let fragment = |from: usize, to: usize, dest_options: bool| {
+        let part = &udp[from..to];
+        let exts = if dest_options { 64 } else { 0 };
+        let mut f = vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x86, 0xdd];
+        f.extend_from_slice(&[0x60, 0, 0, 0]);
+        f.extend_from_slice(&((exts + 8 + part.len()) as u16).to_be_bytes());
+        f.extend_from_slice(&[if dest_options { 60 } else { 44 }, 64]);
+        f.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        f.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        if dest_options {
+            // Next header Fragment, 64 bytes in all: PadN over the 62 bytes of options.
+            f.extend_from_slice(&[44, 7, 1, 60]);
+            f.extend_from_slice(&[0; 60]);
+        }
+        let more = u16::from(to < udp.len());
+        f.extend_from_slice(&[17, 0]);
+        f.extend_from_slice(&(((from / 8) as u16) << 3 | more).to_be_bytes());
+        f.extend_from_slice(&0x0506_0708u32.to_be_bytes());
+        f.extend_from_slice(part);
+        f
+    };
+    let (first, last) = (fragment(0, 65_456, true), fragment(65_456, 65_480, false));
+    let file = pcap(LINKTYPE_ETHERNET, &[(1, 0, &first), (1, 1, &last)]);
+    let (got, stats) = read(&file).expect("readable");
+    assert!(got.is_empty(), "{stats:?}");
+    assert_eq!(reassembly(&stats), [2, 0, 0, 0, 0, 1, 0]);
+
+    // In the other order too: the first fragment, when it comes, drops the reassembly.
+    let file = pcap(LINKTYPE_ETHERNET, &[(1, 0, &last), (1, 1, &first)]);
+    let (got, stats) = read(&file).expect("readable");
+    assert!(got.is_empty(), "{stats:?}");
+    assert_eq!(reassembly(&stats), [2, 0, 0, 0, 0, 1, 0]);
+
+    // Without the extension header the same fragments make a datagram.
+    let first = fragment(0, 65_456, false);
+    let (got, stats) =
+        read(&pcap(LINKTYPE_ETHERNET, &[(1, 0, &first), (1, 1, &last)])).expect("readable");
+    assert_eq!(got.len(), 1, "{stats:?}");
+    assert_eq!(got[0].payload, payload);
+}
+
+/// LINKTYPE_LINUX_SLL2 header as `tcpdump -i any` writes it: the interface index and the
+/// packet type (0 incoming to this host, 4 outgoing) of each packet, then an IPv4 packet.
+fn sll2_on(ifindex: u32, packet_type: u8, ip: &[u8]) -> Vec<u8> {
+    let mut f = vec![0x08, 0x00, 0, 0];
+    f.extend_from_slice(&ifindex.to_be_bytes());
+    f.extend_from_slice(&[0x00, 0x01, packet_type, 6]); // ARPHRD_ETHER, 6-byte address
+    f.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0, 0]);
+    f.extend_from_slice(ip);
+    f
+}
+
+/// `tcpdump -i any` on a router (the usual way to capture there) writes LINKTYPE_LINUX_SLL2,
+/// whose header carries the interface index of each packet: every forwarded packet is
+/// captured twice, in on eth0 (index 2) and out on eth1 (index 3), fragments one after the
+/// other as they are forwarded. A whole datagram is read twice (once per interface), and the
+/// same traffic captured with `dumpcap -i eth0 -i eth1` (a pcapng with two interfaces) gives
+/// the fragmented datagram twice, since `FragmentKey` keeps "apart the copies of one datagram
+/// captured on two" interfaces. The user expects the SLL2 capture to give the same: two
+/// copies and no reassembly left unfinished (not the second copy of the first fragment taken
+/// for a duplicate and the second copy of the last one left as if a fragment were lost).
+#[test]
+fn an_sll2_any_capture_keeps_the_copies_on_two_interfaces_apart_like_pcapng() {
+    let payload = text(40, 8);
+    let whole = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, &payload);
+    let (f1, f2) = (
+        v4_fragment_ip(&whole, 21, 0, 24, true, &[]),
+        v4_fragment_ip(&whole, 21, 24, 48, false, &[]),
+    );
+
+    // The pcapng of two interfaces: both copies, nothing unfinished.
+    let mut ng = Ng::new(true);
+    ng.idb(LINKTYPE_ETHERNET, &[]);
+    ng.idb(LINKTYPE_ETHERNET, &[]);
+    for (i, (if_id, ip)) in [(0, &f1), (1, &f1), (0, &f2), (1, &f2)].iter().enumerate() {
+        let frame = ethernet(ip);
+        ng.epb(*if_id, 1_000_000 + i as u64, &frame, frame.len());
+    }
+    let (got, stats) = read(&ng.out).expect("readable");
+    assert_eq!(got.len(), 2, "{stats:?}");
+    assert_eq!(reassembly(&stats), [4, 2, 0, 0, 0, 0, 0]);
+
+    // The same traffic captured with `-i any`.
+    let frames = [
+        sll2_on(2, 0, &f1),
+        sll2_on(3, 4, &f1),
+        sll2_on(2, 0, &f2),
+        sll2_on(3, 4, &f2),
+    ];
+    let records: Vec<(u32, u32, &[u8])> = frames
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (1, i as u32, f.as_slice()))
+        .collect();
+    let (got, stats) = read(&pcap(LINKTYPE_LINUX_SLL2, &records)).expect("readable");
+    assert!(got.iter().all(|d| d.payload == payload));
+    assert_eq!(
+        (got.len(), stats.reassembly_unfinished),
+        (2, 0),
+        "each interface's copy reassembled, nothing reported lost: {stats:?}"
+    );
+}
+
+/// One link carries a datagram twice in other ways too: `tcpdump -i any` sees one sent over
+/// `lo` going out and coming in (SLL and SLL2 packet types 4 and 0, on one interface), and a
+/// router between two VLANs of one trunk sends it back on the other VLAN. Each copy is
+/// reassembled on its own; a fragment captured twice the same way is still a duplicate.
+#[test]
+fn copies_in_two_directions_or_on_two_vlans_are_reassembled_apart() {
+    let payload = text(40, 4);
+    let whole = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, &payload);
+    let (f1, f2) = (
+        v4_fragment_ip(&whole, 41, 0, 24, true, &[]),
+        v4_fragment_ip(&whole, 41, 24, 48, false, &[]),
+    );
+    let file = |linktype: u16, frames: &[Vec<u8>]| {
+        let records: Vec<(u32, u32, &[u8])> = frames
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (1, i as u32, f.as_slice()))
+            .collect();
+        pcap(linktype, &records)
+    };
+
+    // SLL2 on lo (index 1): out, in, out, in.
+    let frames = [
+        sll2_on(1, 4, &f1),
+        sll2_on(1, 0, &f1),
+        sll2_on(1, 4, &f2),
+        sll2_on(1, 0, &f2),
+    ];
+    let (got, stats) = read(&file(LINKTYPE_LINUX_SLL2, &frames)).expect("readable");
+    assert_eq!(got.len(), 2, "{stats:?}");
+    assert!(got.iter().all(|d| d.payload == payload));
+    assert_eq!(reassembly(&stats), [4, 2, 0, 0, 0, 0, 0]);
+    // The first fragment captured twice going out: a duplicate.
+    let frames = [sll2_on(1, 4, &f1), sll2_on(1, 4, &f1), sll2_on(1, 4, &f2)];
+    let (got, stats) = read(&file(LINKTYPE_LINUX_SLL2, &frames)).expect("readable");
+    assert_eq!(got.len(), 1, "{stats:?}");
+    assert_eq!(reassembly(&stats), [3, 1, 1, 0, 0, 0, 0]);
+
+    // SLL (the older `-i any` header): the packet type first.
+    let sll = |packet_type: u16, ip: &[u8]| {
+        let mut f = packet_type.to_be_bytes().to_vec();
+        f.extend_from_slice(&[0, 1, 0, 6, 2, 0, 0, 0, 0, 1, 0, 0, 0x08, 0x00]);
+        f.extend_from_slice(ip);
+        f
+    };
+    let frames = [sll(4, &f1), sll(0, &f1), sll(4, &f2), sll(0, &f2)];
+    let (got, stats) = read(&file(LINKTYPE_LINUX_SLL, &frames)).expect("readable");
+    assert_eq!(got.len(), 2, "{stats:?}");
+    assert_eq!(reassembly(&stats), [4, 2, 0, 0, 0, 0, 0]);
+
+    // Ethernet with 802.1Q tags: VLAN 10, VLAN 20, and untagged, each apart.
+    let tagged = |vlan: Option<u16>, ip: &[u8]| {
+        let mut f = vec![0; 12];
+        if let Some(id) = vlan {
+            f.extend_from_slice(&[0x81, 0x00]);
+            f.extend_from_slice(&id.to_be_bytes());
+        }
+        f.extend_from_slice(&[0x08, 0x00]);
+        f.extend_from_slice(ip);
+        f
+    };
+    let frames = [
+        tagged(Some(10), &f1),
+        tagged(Some(20), &f1),
+        tagged(None, &f1),
+        tagged(Some(10), &f2),
+        tagged(Some(20), &f2),
+        tagged(None, &f2),
+    ];
+    let (got, stats) = read(&file(LINKTYPE_ETHERNET, &frames)).expect("readable");
+    assert_eq!(got.len(), 3, "{stats:?}");
+    assert!(got.iter().all(|d| d.payload == payload));
+    assert_eq!(reassembly(&stats), [6, 3, 0, 0, 0, 0, 0]);
+}
+
+/// The capture's clock set back (an NTP step: the README's "step back in the capture's clock
+/// of a second or more"), which replay takes as the clock being set: what follows keeps its
+/// spacing. Fragment A1 of datagram A is captured, its other fragment lost; the clock is set
+/// back an hour; 40 s later datagram B, with the same identification (the sender's counter
+/// wrapped, or another process on a host with a global counter), arrives in two fragments. A
+/// receiver (Linux times reassemblies on a monotonic clock) gave A up 30 s after A1 and
+/// reassembles B; the user expects B from the replay, not A kept (its deadline an hour away
+/// in raw capture time) and B's first fragment taken as overlapping A1 with other bytes.
+/// How long passed across the step cannot be told, so A is given up there (a timeout).
+#[test]
+fn a_clock_set_back_does_not_keep_a_stale_reassembly_alive() {
+    let a = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, &text(40, 1));
+    let b_payload = text(40, 2);
+    let b = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, &b_payload);
+    let a1 = v4_fragment(&a, 7, 0, 24);
+    let (b1, b2) = (v4_fragment(&b, 7, 0, 24), v4_fragment(&b, 7, 24, 48));
+    let t = 1_700_000_000u32;
+    // 20 s after A1 a whole datagram, then the clock is set back an hour: 40 s after A1 in
+    // real time comes B.
+    let mid = ethernet(&udp_ipv4([10, 0, 0, 3], 40002, [10, 0, 0, 2], 5004, b"mid"));
+    let back = t - 3600;
+    let file = pcap(
+        LINKTYPE_ETHERNET,
+        &[
+            (t, 0, &a1),
+            (t + 20, 0, &mid),
+            (back + 40, 0, &b1),
+            (back + 40, 1, &b2),
+        ],
+    );
+    let (got, stats) = read(&file).expect("readable");
+    let payloads: Vec<_> = got.iter().map(|d| d.payload.clone()).collect();
+    assert_eq!(
+        payloads,
+        vec![b"mid".to_vec(), b_payload],
+        "datagram B, 40 s after A's lone fragment, lost: {stats:?}"
+    );
+    assert_eq!(reassembly(&stats), [3, 1, 0, 1, 0, 0, 0]);
+}
+
+/// A step back shorter than a second is reordering (the interfaces of a pcapng stamping
+/// apart), held at the newest time as replay holds it: a reassembly waits on, and its
+/// 30 s run from its first fragment in that time.
+#[test]
+fn a_short_step_back_is_reordering_and_keeps_the_reassembly() {
+    let payload = text(40, 5);
+    let whole = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, &payload);
+    let (a, b) = (
+        v4_fragment(&whole, 8, 0, 24),
+        v4_fragment(&whole, 8, 24, 48),
+    );
+    let other = ethernet(&udp_ipv4([10, 0, 0, 3], 40002, [10, 0, 0, 2], 5004, b"x"));
+    let t = 1_700_000_000u32;
+    let file = pcap(
+        LINKTYPE_ETHERNET,
+        &[(t, 500_000, &a), (t + 1, 0, &other), (t, 200_000, &b)],
+    );
+    let (got, stats) = read(&file).expect("readable");
+    assert_eq!(got.len(), 2, "{stats:?}");
+    assert_eq!(got[1].payload, payload);
+    assert_eq!(reassembly(&stats), [2, 1, 0, 0, 0, 0, 0]);
+
+    // Its deadline is 30 s after the first fragment in that time: the frame at t + 30.5
+    // ends it, and the last fragment, stamped 0.9 s earlier but captured after, is too late.
+    let file = pcap(
+        LINKTYPE_ETHERNET,
+        &[
+            (t, 500_000, &a),
+            (t + 30, 500_000, &other),
+            (t + 29, 600_000, &b),
+        ],
+    );
+    let (_, stats) = read(&file).expect("readable");
+    assert_eq!(reassembly(&stats), [2, 0, 0, 1, 0, 0, 1]);
+}
+
+/// A pcapng file may hold several sections (pcapng 4.1; `cat` of two captures makes one), each
+/// with its own interfaces numbered from 0: interface 0 of the second is another. A
+/// reassembly the first section left pending ends there, unfinished, and the second
+/// section's fragments do not complete it; a datagram wholly in the second is reassembled.
+#[test]
+fn a_new_pcapng_section_leaves_the_pending_reassemblies_unfinished() {
+    let payload = text(40, 11);
+    let whole = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, &payload);
+    let (f1, f2) = (
+        v4_fragment(&whole, 51, 0, 24),
+        v4_fragment(&whole, 51, 24, 48),
+    );
+    let mut first = Ng::new(true);
+    first.idb(LINKTYPE_ETHERNET, &[]);
+    first.epb(0, 1_000_000, &f1, f1.len());
+    let mut second = Ng::new(false);
+    second.idb(LINKTYPE_ETHERNET, &[]);
+    second.epb(0, 1_000_001, &f2, f2.len());
+    let file = [first.out.as_slice(), &second.out].concat();
+    let (got, stats) = read(&file).expect("readable");
+    assert!(got.is_empty(), "{got:?}");
+    assert_eq!(reassembly(&stats), [2, 0, 0, 0, 0, 0, 2]);
+
+    let mut second = Ng::new(false);
+    second.idb(LINKTYPE_ETHERNET, &[]);
+    second.epb(0, 1_000_002, &f1, f1.len());
+    second.epb(0, 1_000_003, &f2, f2.len());
+    let file = [first.out.as_slice(), &second.out].concat();
+    let (got, stats) = read(&file).expect("readable");
+    assert_eq!(got.len(), 1, "{stats:?}");
+    assert_eq!(got[0].payload, payload);
+    assert_eq!(reassembly(&stats), [3, 1, 0, 0, 0, 0, 1]);
 }
