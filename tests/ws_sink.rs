@@ -730,6 +730,40 @@ fn from_server(kind: &str, id: &str, payload: Value) -> Value {
         "sender": "server", "type": kind, "payload": payload})
 }
 
+/// What each connection carried, as `(session, what)`, sorted: a frame's type, or the text a
+/// `context.add` added. Every connection carries one session.
+fn rooms(log: &Log) -> Vec<(String, Vec<String>)> {
+    let conns = by_connection(log);
+    let mut rooms: Vec<(String, Vec<String>)> = conns
+        .values()
+        .map(|frames| {
+            let session = frames[0]["session"].as_str().unwrap().to_owned();
+            for f in frames {
+                assert_eq!(
+                    f["session"],
+                    session.as_str(),
+                    "one connection, two sessions: {conns:?}"
+                );
+            }
+            let said = frames
+                .iter()
+                .map(|f| match f["type"].as_str().unwrap() {
+                    "context.add" => f["payload"]["content"].as_str().unwrap().to_owned(),
+                    kind => kind.to_owned(),
+                })
+                .collect();
+            (session, said)
+        })
+        .collect();
+    rooms.sort();
+    rooms
+}
+
+/// One of [`rooms`]' entries.
+fn room<const N: usize>(session: &str, said: [&str; N]) -> (String, Vec<String>) {
+    (session.to_owned(), said.map(str::to_owned).to_vec())
+}
+
 /// Every frame each connection carried, by connection number.
 fn by_connection(log: &Log) -> std::collections::BTreeMap<usize, Vec<Value>> {
     let mut all = std::collections::BTreeMap::<usize, Vec<Value>>::new();
@@ -761,48 +795,11 @@ async fn one_participant_id_in_two_sessions_gets_a_connection_in_each() {
     wait_for(&log, "six frames", |l| l.lock().unwrap().len() == 6).await;
     let stats = ws.close(Duration::from_secs(5)).await;
     assert_eq!((stats.sent, stats.dropped), (6, 0));
-    let conns = by_connection(&log);
-    let mut sessions: Vec<(String, Vec<String>)> = conns
-        .values()
-        .map(|frames| {
-            let session = frames[0]["session"].as_str().unwrap().to_owned();
-            for f in frames {
-                assert_eq!(
-                    f["session"],
-                    session.as_str(),
-                    "one connection, two sessions: {conns:?}"
-                );
-            }
-            let said = frames
-                .iter()
-                .map(|f| match f["type"].as_str().unwrap() {
-                    "context.add" => f["payload"]["content"].as_str().unwrap().to_owned(),
-                    kind => kind.to_owned(),
-                })
-                .collect();
-            (session, said)
-        })
-        .collect();
-    sessions.sort();
     assert_eq!(
-        sessions,
+        rooms(&log),
         [
-            (
-                "s".to_owned(),
-                vec![
-                    "session.join".to_owned(),
-                    "For room s.".into(),
-                    "session.leave".into()
-                ]
-            ),
-            (
-                "t".to_owned(),
-                vec![
-                    "session.join".to_owned(),
-                    "For room t.".into(),
-                    "Still in t.".into()
-                ]
-            ),
+            room("s", ["session.join", "For room s.", "session.leave"]),
+            room("t", ["session.join", "For room t.", "Still in t."]),
         ]
     );
 }
@@ -1043,40 +1040,11 @@ async fn a_restart_rejoins_and_leaves_each_session_of_a_participant_in_two() {
     // Every connection is told to finish and does: what each carried is in the log.
     ws.close(Duration::from_secs(5)).await;
     std::fs::remove_dir_all(&dir).ok();
-    let mut rooms: Vec<(String, Vec<String>)> = by_connection(&log)
-        .values()
-        .map(|frames| {
-            let session = frames[0]["session"].as_str().unwrap().to_owned();
-            let said = frames
-                .iter()
-                .map(|f| match f["type"].as_str().unwrap() {
-                    "context.add" => f["payload"]["content"].as_str().unwrap().to_owned(),
-                    kind => kind.to_owned(),
-                })
-                .collect();
-            (session, said)
-        })
-        .collect();
-    rooms.sort();
     assert_eq!(
-        rooms,
+        rooms(&log),
         [
-            (
-                "s".to_owned(),
-                vec![
-                    "session.join".to_owned(),
-                    "For room s.".into(),
-                    "session.leave".into()
-                ]
-            ),
-            (
-                "t".to_owned(),
-                vec![
-                    "session.join".to_owned(),
-                    "For room t.".into(),
-                    "session.leave".into()
-                ]
-            ),
+            room("s", ["session.join", "For room s.", "session.leave"]),
+            room("t", ["session.join", "For room t.", "session.leave"]),
         ],
         "each room's connection after the restart"
     );
