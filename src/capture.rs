@@ -436,6 +436,11 @@ fn packet_of(data: &[u8], link: Linktype, interface: usize) -> Option<Packet<'_>
     }
     let sliced = match get_packetdata(data, link, data.len())? {
         PacketData::L2(frame) => SlicedPacket::from_ethernet(frame).ok()?,
+        // A Linux cooked capture (SLL, SLL2) of a VLAN-tagged frame: libpcap puts the 802.1Q
+        // tag back after the cooked header, whose protocol then says VLAN.
+        PacketData::L3(ethertype @ (0x8100 | 0x88a8 | 0x9100), packet) => {
+            SlicedPacket::from_ether_type(etherparse::EtherType(ethertype), packet).ok()?
+        }
         PacketData::L3(_, packet) => SlicedPacket::from_ip(packet).ok()?,
         PacketData::L4(..) | PacketData::Unsupported(_) => return None,
     };
@@ -453,13 +458,14 @@ fn packet_of(data: &[u8], link: Linktype, interface: usize) -> Option<Packet<'_>
             key.ifindex = u32_at(4).map_or(0, u32::from_be_bytes);
             key.packet_type = data.get(10).map_or(0, |&t| u16::from(t));
         }
+        // A tag with VLAN id 0 (802.1p priority only) puts the frame on no VLAN: the same
+        // link as an untagged frame.
         let vlans = sliced.link_exts.iter().filter_map(|e| match e {
-            LinkExtSlice::Vlan(v) => Some(v.vlan_identifier().value()),
+            LinkExtSlice::Vlan(v) => Some(v.vlan_identifier().value()).filter(|&id| id != 0),
             LinkExtSlice::Macsec(_) => None,
         });
         for (slot, id) in key.vlans.iter_mut().zip(vlans) {
-            // 0 is no VLAN (untagged, or a priority tag), so 1 + the id.
-            *slot = id + 1;
+            *slot = id;
         }
         key
     };
@@ -587,8 +593,8 @@ struct LinkKey {
     /// The packet type of LINKTYPE_LINUX_SLL and SLL2 (to this host, outgoing...): with
     /// `-i any`, a datagram sent over `lo` is captured going out and coming in.
     packet_type: u16,
-    /// 1 + the VLAN id of each 802.1Q tag, outermost first: a datagram routed between two
-    /// VLANs of one trunk is captured on both.
+    /// The VLAN id of each 802.1Q tag (IEEE 802.1Q: 1 to 4094), outermost first, priority
+    /// tags left out: a datagram routed between two VLANs of one trunk is captured on both.
     vlans: [u16; SlicedPacket::LINK_EXTS_CAP],
 }
 

@@ -628,11 +628,36 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
     let sp = &mut v.speakers.as_mut_slice()[idx];
     // The chunks cut are one speaker's: the last speaker's were all taken.
     debug_assert!(emit.said.cuts.is_empty());
+    let bye = match piece {
+        Piece::Packet { ts, .. } => sp.profile.bye_at.map(|at| (at, ts)),
+        _ => None,
+    };
+    if let Some((at, ts)) = bye
+        && (ts.wrapping_sub(at) as i32) > 0
+    {
+        // Said after its BYE: the leave comes first, and this joins it again.
+        mixer_source_leaves(emit, v, now, idx);
+    }
+    let sp = &mut v.speakers.as_mut_slice()[idx];
     sp.feed(now, piece, v.format, &mut emit.said);
     if placed {
         *v.unplaced = u16::try_from(emit.said.unplaced).unwrap_or(u16::MAX);
     }
     emit.after_text(now, v.key, v.created, sp);
+    if bye.is_some_and(|(at, ts)| at == ts) {
+        // The newest packet it sent before its BYE: its leave follows.
+        mixer_source_leaves(emit, v, now, idx);
+    }
+}
+
+/// A mixer's source whose BYE waited for its held packets ([`Profile::bye_at`]) leaves.
+#[cold]
+#[inline(never)]
+fn mixer_source_leaves(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, idx: usize) {
+    let sp = &mut v.speakers.as_mut_slice()[idx];
+    sp.profile.bye_at = None;
+    emit.speaker_ends(now, v.key, v.created, sp, "rtcp bye");
+    sp.joined = false;
 }
 
 /// Whose text a packet lost beyond recovery was, when its stream names its speakers in the
@@ -692,10 +717,6 @@ pub struct Gateway {
     serial: u64,
     /// SDES names of sources not seen on RTP yet (bounded, oldest evicted).
     early_names: Vec<(IpAddr, u32, String, u8)>,
-    /// Mixer sources whose BYE came while packets of theirs waited behind a gap in the
-    /// mixer's sequence: (slot, the stream's serial, speaker index). Each leaves once those
-    /// packets are delivered ([`Gateway::settle_byes`]). Rare, and a few at most.
-    byes: Vec<(u32, u64, u16)>,
     /// The last streams ended, with the millisecond each started in: one started again under
     /// its key (a BYE, then the sender's next packet, in one batch) starts a millisecond later,
     /// so its context keys (`participant/start ms/n`) are not the ended one's (pvp-spec 9.1).
@@ -801,7 +822,6 @@ impl Gateway {
             timers: Timers::default(),
             serial: 0,
             early_names: Vec::new(),
-            byes: Vec::new(),
             ended: VecDeque::new(),
             silent: VecDeque::new(),
         }
@@ -1076,15 +1096,12 @@ impl Gateway {
             .map_err(DropReason::Red);
         // Speakers count into the gateway's `Output` as `route` feeds them; the register's
         // counters are harvested here.
+        let speakers = voices.speakers;
         emit.stats.harvest(register);
-        if !self.byes.is_empty() {
-            self.settle_byes(now);
-        }
         // Armed whatever the outcome: the packet may have opened the stream.
-        let s = self.slots.get(slot).expect("live");
-        let due = match s.register.held() {
-            0 => self.delays.without_gap(now, &s.speakers, now),
-            _ => self.deadline(s),
+        let due = match register.held() {
+            0 => self.delays.without_gap(now, speakers, now),
+            _ => self.deadline(self.slots.get(slot).expect("live")),
         };
         self.arm_after_packet(now, slot, due);
         let outcome = outcome?;
@@ -1296,54 +1313,29 @@ impl Gateway {
     /// A mixer's source that left (a BYE for its CSRC): what it said and has not been sent
     /// goes out, then its leave; the mixer's stream and its other speakers go on. What it said
     /// includes its packets that arrived before the BYE and wait behind a gap in the mixer's
-    /// sequence (RFC 4103 5.4): the leave waits for them (at most the reorder wait), so their
-    /// text reaches the source before it, and the gap is settled as any other, by the packet
-    /// that fills it (another source's, which the BYE must not cost its text) or by the wait's
-    /// end. Should the source speak again after its leave, it joins again.
+    /// sequence (RFC 4103 5.4): the leave follows the newest of them when it is delivered
+    /// ([`Profile::bye_at`], at most the reorder wait later), and the gap is settled as any
+    /// other, by the packet that fills it (another source's, which the BYE must not cost its
+    /// text) or by the wait's end. Should the source speak again after its leave, it joins
+    /// again (RFC 3550 6.3.7).
     fn end_speaker(&mut self, now: Time, slot: u32, i: usize, reason: &str) {
         let Some(s) = self.slots.get_mut(slot) else {
             return;
         };
         // Tags are speaker indices, at most MAX_SPEAKERS.
         let tag = u16::try_from(i).unwrap_or(TAG_UNDECIDED);
-        if s.register.holds_tag(tag) {
-            let bye = (slot, s.serial, tag);
-            if !self.byes.contains(&bye) {
-                self.byes.push(bye);
-            }
-            return;
-        }
         let Stream {
+            register,
             speakers,
             key,
             created,
             ..
         } = s;
         let sp = &mut speakers[i];
-        self.emit.speaker_ends(now, key, created, sp, reason);
-        sp.joined = false;
-    }
-
-    /// Ends the mixer sources of [`Gateway::byes`] whose held packets have all been delivered
-    /// (asked after a stream's hold changed: a packet through the register, a reorder wait's
-    /// end).
-    #[cold]
-    fn settle_byes(&mut self, now: Time) {
-        let mut i = 0;
-        while i < self.byes.len() {
-            let (slot, serial, tag) = self.byes[i];
-            let stream = self.slots.get(slot).filter(|s| s.serial == serial);
-            match stream {
-                Some(s) if s.register.holds_tag(tag) => i += 1,
-                Some(_) => {
-                    self.byes.swap_remove(i);
-                    self.end_speaker(now, slot, usize::from(tag), "rtcp bye");
-                }
-                // The stream ended, and its speakers with it.
-                None => {
-                    self.byes.swap_remove(i);
-                }
-            }
+        sp.profile.bye_at = register.newest_held_ts(tag);
+        if sp.profile.bye_at.is_none() {
+            self.emit.speaker_ends(now, key, created, sp, reason);
+            sp.joined = false;
         }
     }
 
@@ -1463,9 +1455,6 @@ impl Gateway {
                 }
             }
             self.emit.stats.harvest(register);
-            if !self.byes.is_empty() {
-                self.settle_byes(now);
-            }
             self.arm(now, slot);
         }
     }

@@ -446,9 +446,17 @@ impl Register {
         self.give_up_all(out);
     }
 
-    /// Whether a held packet carries `tag`'s text.
-    pub fn holds_tag(&self, tag: u16) -> bool {
-        self.held() > 0 && self.cold.held.iter().any(|h| h.tag == tag)
+    /// The timestamp of the newest held packet with `tag`'s text, if any.
+    pub fn newest_held_ts(&self, tag: u16) -> Option<u32> {
+        if self.held() == 0 {
+            return None;
+        }
+        self.cold
+            .held
+            .iter()
+            .rev()
+            .find(|h| h.tag == tag)
+            .map(|h| h.ts)
     }
 
     fn give_up_all(&mut self, out: Out<'_>) {

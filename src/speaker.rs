@@ -214,10 +214,14 @@ pub struct Profile {
     /// The speaker's own id (`t140:SSRC@ADDR...`) when a mapping rule replaced it with one
     /// that several speakers may share: it keeps their context keys apart.
     pub key_scope: Option<Box<str>>,
-    /// What this speaker said in its last packet in a mixer's stream, when its sender writes
-    /// redundancy at timestamp offset 0 (RFC 2198 allows it): a later packet's generations,
-    /// which cannot be placed by timestamp, are lined up with it. None for every other sender.
+    /// What this speaker said in its last packet in a mixer's stream: a later packet's
+    /// generations at timestamp offset 0 (RFC 2198 allows it), which cannot be placed by
+    /// timestamp, are lined up with it. None outside mixers' streams.
     pub recent: Option<Box<Recent>>,
+    /// A mixer's source whose RTCP BYE came while packets of its own waited behind a gap in
+    /// the mixer's sequence: the timestamp of the newest of them. Its leave follows that
+    /// packet's text (RFC 3550 6.6 with RFC 4103 5.4).
+    pub bye_at: Option<u32>,
 }
 
 /// A speaker's last packet in a mixer's stream as fingerprints (FNV-1a) of its blocks: its
@@ -264,6 +268,7 @@ impl Speaker {
                 last_sent_text: String::new(),
                 key_scope: None,
                 recent: None,
+                bye_at: None,
             }),
             voice,
             decoder: Decoder::new(),
@@ -350,15 +355,14 @@ impl Speaker {
         out: &mut Output,
     ) {
         let newer = |t: u32, last: Option<u32>| last.is_none_or(|l| (t.wrapping_sub(l) as i32) > 0);
-        // Fingerprints of the generations, when the sender writes offset 0.
+        // Fingerprints of the generations: a later packet at offset 0 lines up with them,
+        // whatever offsets this one has (a sender may write both).
         let mut gens: SmallVec<[u32; 8]> = SmallVec::new();
         let primary = if red {
             let Ok(p) = RedPayload::parse_as(payload, format) else {
                 return;
             };
-            if p.redundant_blocks().any(|b| b.ts_offset == 0) {
-                gens.extend(p.redundant_blocks().map(|b| fingerprint(b.data)));
-            }
+            gens.extend(p.redundant_blocks().map(|b| fingerprint(b.data)));
             if p.redundant_blocks()
                 .any(|b| b.ts_offset == 0 && !b.data.is_empty())
             {
@@ -384,12 +388,10 @@ impl Speaker {
                 self.last_text = now;
             }
             self.last_ts = Some(ts);
-            if !gens.is_empty() || self.profile.recent.is_some() {
-                self.profile
-                    .recent
-                    .get_or_insert_with(Default::default)
-                    .set(&gens, primary);
-            }
+            self.profile
+                .recent
+                .get_or_insert_with(Default::default)
+                .set(&gens, primary);
         }
     }
 
@@ -659,6 +661,27 @@ mod tests {
             o.recovered,
             o.lost,
             o.unplaced
+        );
+    }
+
+    /// A sender whose packets carry timestamp offsets on some packets and 0 on others (RFC
+    /// 2198 allows 0; a mixer computing offsets from a clock that did not move writes it for
+    /// some packets only). The speaker says "x", then "a" (a packet with real offsets), then
+    /// "a" again (lost: a gap of one), then "b", whose packet carries `["a", "a"]` at offset
+    /// 0. The user expects "xaab". The packet with offsets left only its primary in
+    /// [`Recent`] (its generations are fingerprinted only when one is at offset 0), so the
+    /// newest generation "a" lines up with it at once: the lost "a" is taken for a repeat
+    /// ("xab", the loss left unplaced). Its generations `["", "x"]` would have told.
+    #[test]
+    fn a_repeated_block_lost_after_a_packet_with_offsets_is_recovered() {
+        let (mut s, o) = (speaker(), &mut Output::new(500));
+        feed_packet(&mut s, o, 1000, &red(&[(0, ""), (0, "")], "x"), 0);
+        feed_packet(&mut s, o, 1300, &red(&[(600, ""), (300, "x")], "a"), 0);
+        // 1600: [(0, "x"), (0, "a")] "a" lost.
+        feed_packet(&mut s, o, 1900, &red(&[(0, "a"), (0, "a")], "b"), 1);
+        assert_eq!(
+            (s.chunker.pending(), o.recovered, o.lost, o.unplaced),
+            ("xaab", 1, 0, 0)
         );
     }
 

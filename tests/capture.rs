@@ -1064,3 +1064,50 @@ fn a_new_pcapng_section_leaves_the_pending_reassemblies_unfinished() {
     assert_eq!(got[0].payload, payload);
     assert_eq!(reassembly(&stats), [3, 1, 0, 0, 0, 0, 1]);
 }
+
+/// `tcpdump -i any` (LINKTYPE_LINUX_SLL) on a host with a VLAN: libpcap puts the 802.1Q tag
+/// back after the cooked header (the protocol field reads 0x8100, then the tag, then the
+/// original ethertype), as the LinkKey commit's VLAN handling expects to see VLANs. A user
+/// replaying such a capture expects the UDP datagram on VLAN 10 to be read, as the same
+/// frame in an Ethernet capture is (and its fragments kept apart by VLAN). Instead the cooked
+/// header's protocol is ignored and the bytes after it are parsed as an IP header
+/// (`SlicedPacket::from_ip`): the tagged frame is skipped.
+#[test]
+fn a_vlan_tagged_datagram_in_a_linux_cooked_capture_is_read() {
+    let payload = b"on a vlan".to_vec();
+    let ip = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, &payload);
+    // Packet type 0 (to us), ARPHRD_ETHER, 6-byte address, then protocol 0x8100, the tag
+    // (VLAN 10) and the original protocol.
+    let mut f = vec![0, 0, 0, 1, 0, 6, 2, 0, 0, 0, 0, 1, 0, 0, 0x81, 0x00];
+    f.extend_from_slice(&[0x00, 0x0a, 0x08, 0x00]);
+    f.extend_from_slice(&ip);
+    let (got, stats) = read(&pcap(LINKTYPE_LINUX_SLL, &[(1, 0, &f)])).expect("readable");
+    assert_eq!(got.len(), 1, "{stats:?}");
+    assert_eq!(got[0].payload, payload);
+}
+
+/// `LinkKey::vlans` says "0 is no VLAN (untagged, or a priority tag)": an 802.1Q tag with
+/// VLAN id 0 (802.1p priority only) puts the frame on no VLAN, the same link as an untagged
+/// one. A datagram whose first fragment carries a priority tag and whose last does not (a
+/// host tagging by priority, a switch that strips the tag of some frames) is one datagram on
+/// one link, and a user expects it reassembled. Instead a priority tag is keyed as VLAN
+/// "0 + 1": the two fragments are taken for copies on two VLANs, nothing is reassembled and
+/// both halves are left unfinished.
+#[test]
+fn a_priority_tagged_fragment_and_an_untagged_one_are_one_datagram() {
+    let payload = text(40, 6);
+    let whole = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, &payload);
+    let (f1, f2) = (
+        v4_fragment_ip(&whole, 61, 0, 24, true, &[]),
+        v4_fragment_ip(&whole, 61, 24, 48, false, &[]),
+    );
+    let mut tagged = vec![0; 12];
+    tagged.extend_from_slice(&[0x81, 0x00, 0xa0, 0x00, 0x08, 0x00]); // PCP 5, VLAN 0
+    tagged.extend_from_slice(&f1);
+    let untagged = ethernet(&f2);
+    let file = pcap(LINKTYPE_ETHERNET, &[(1, 0, &tagged), (1, 1, &untagged)]);
+    let (got, stats) = read(&file).expect("readable");
+    assert_eq!(got.len(), 1, "{stats:?}");
+    assert_eq!(got[0].payload, payload);
+    assert_eq!(reassembly(&stats), [2, 1, 0, 0, 0, 0, 0]);
+}

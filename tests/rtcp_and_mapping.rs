@@ -573,3 +573,58 @@ fn a_mixer_sources_bye_does_not_lose_another_sources_late_packet_within_the_wait
     assert_eq!(of_a, ["Alpha still goes on."]);
     assert_eq!(gw.stats().lost, 0);
 }
+
+/// RFC 3550 6.3.7: a source's BYE removes it; a packet it sends after the BYE makes it a
+/// participant again. The gateway's own doc for `end_speaker`: "Should the source speak again
+/// after its leave, it joins again." Here B's packet 4 waits behind the lost (late) 3 when
+/// B's BYE comes, so its leave is deferred; B then speaks again (packet 5, also held behind
+/// 3). A user expects B's leave between what it said before its BYE and what it said after
+/// (join, "Bravo before bye.", leave, join, "back again.", leave at shutdown). Instead the
+/// deferred leave waits for every held packet of B's, the post-BYE one too: B's text from
+/// after its BYE goes out before the leave, in the membership the BYE ended, and B then
+/// leaves although it is still talking (it joins only once; no leave sits between the two).
+#[test]
+fn a_mixer_source_speaking_after_its_deferred_bye_joins_again_after_the_leave() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha "));
+    gw.handle_datagram(at(10), addr(5000), &with_csrc(2, 1100, 9, 2, b"Bravo "));
+    // 3 (A's) is late; B's 4 waits for it.
+    gw.handle_datagram(
+        at(20),
+        addr(5000),
+        &with_csrc(4, 1300, 9, 2, b"before bye. "),
+    );
+    let mut bye = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
+    pvp_t140::rtcp::write_bye(&mut bye, 2);
+    gw.handle_datagram(at(30), addr(5000), &bye);
+    // B speaks again after its BYE; 3 is still missing, so this waits too.
+    gw.handle_datagram(
+        at(40),
+        addr(5000),
+        &with_csrc(5, 1400, 9, 2, b"back again. "),
+    );
+    // A's late 3 fills the gap within the wait.
+    gw.handle_datagram(at(50), addr(5000), &with_csrc(3, 1200, 9, 1, b"goes on. "));
+    gw.shutdown(at(5000));
+    let out = drain(&mut gw);
+    let of_b: Vec<(String, String)> = out
+        .iter()
+        .filter(|e| e.sender.ends_with("csrc:00000002"))
+        .map(|e| {
+            let content = e.payload["content"].as_str().unwrap_or("");
+            (e.kind.clone(), content.to_owned())
+        })
+        .collect();
+    let pair = |k: &str, c: &str| (k.to_owned(), c.to_owned());
+    assert_eq!(
+        of_b,
+        [
+            pair("session.join", ""),
+            pair("context.add", "Bravo before bye."),
+            pair("session.leave", ""),
+            pair("session.join", ""),
+            pair("context.add", "back again."),
+            pair("session.leave", ""),
+        ]
+    );
+}
