@@ -16,19 +16,29 @@ use crate::metrics::SinkMetrics;
 /// A server URL as logs show it: a password in its user information (`ws://user:pw@host/`,
 /// RFC 3986 3.2.1, which that RFC itself deprecates) is replaced by `***`. Logs are read by
 /// more people than the command line. Whatever the URL's mistakes (a password with an
-/// unencoded `/`, a slash missing after the scheme), everything between the authority's start
-/// (or the string's, without `//`) and the last `@` before a query is taken for user
-/// information: an `@` in a path is shown as `host:***@...` rather than risk a password.
+/// unencoded `/`, `?` or `#`, a slash missing after the scheme), everything from the
+/// authority's start (after `scheme://`, else the string's start) to the last `@` is taken for
+/// user information, and what follows its first `:` hidden: an `@` later in a path or query is
+/// shown as `host:***@...` rather than risk a password.
 pub struct ShownUrl<'a>(pub &'a str);
 
 impl std::fmt::Display for ShownUrl<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let url = self.0;
-        let head = url.find(['?', '#']).unwrap_or(url.len());
-        let Some(at) = url[..head].rfind('@') else {
+        let Some(at) = url.rfind('@') else {
             return f.write_str(url);
         };
-        let start = url[..at].find("//").map_or(0, |i| i + 2);
+        let start = url
+            .find("://")
+            .filter(|&i| {
+                let scheme = &url[..i];
+                scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+                    && scheme
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+            })
+            .map_or(0, |i| i + 3)
+            .min(at);
         match url[start..at].find(':') {
             Some(colon) => write!(f, "{}:***{}", &url[..start + colon], &url[at..]),
             None => f.write_str(url),
@@ -115,7 +125,18 @@ mod tests {
             shown("user:pw@host/?next=ws://x"),
             "user:***@host/?next=ws://x"
         );
-        assert_eq!(shown("ws://[::1]:3000?q=@"), "ws://[::1]:3000?q=@");
+        // An `@` in a query cannot be told from one in a password with a `?`: hidden to be safe.
+        assert_eq!(shown("ws://[::1]:3000?q=@"), "ws://[:***@");
+        assert_eq!(
+            shown("ws://gw:s3cr#tpw@host:1/pvp"),
+            "ws://gw:***@host:1/pvp"
+        );
+        assert_eq!(
+            shown("ws://gw:s3cr?tpw@host:1/pvp"),
+            "ws://gw:***@host:1/pvp"
+        );
+        assert_eq!(shown("ws:/u:a//b@host"), "ws:***@host");
+        assert_eq!(shown("ws://host:3000/p?x=1"), "ws://host:3000/p?x=1");
         assert_eq!(shown("stdout"), "stdout");
     }
 
