@@ -544,6 +544,7 @@ struct Voices<'a> {
     speakers: &'a mut crate::stream::Speakers,
     own: &'a mut u8,
     unplaced: &'a mut u16,
+    byes: &'a mut u8,
     key: &'a StreamKey,
     created: &'a Time,
     format: RedFormat,
@@ -559,6 +560,7 @@ impl<'a> Voices<'a> {
             speakers,
             own,
             unplaced,
+            byes,
             key,
             created,
             format,
@@ -568,6 +570,7 @@ impl<'a> Voices<'a> {
             speakers,
             own,
             unplaced,
+            byes,
             key,
             created,
             format: *format,
@@ -628,14 +631,17 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
     let sp = &mut v.speakers.as_mut_slice()[idx];
     // The chunks cut are one speaker's: the last speaker's were all taken.
     debug_assert!(emit.said.cuts.is_empty());
-    let bye = match piece {
-        Piece::Packet { ts, .. } => sp.profile.bye_at.map(|at| (at, ts)),
+    // A mixer's packet: a speaker whose BYE waited for the packets held when it came may
+    // leave now (constant-folded away where `piece` is known to be text).
+    let bye_ts = match piece {
+        Piece::Packet { ts, .. } if *v.byes > 0 => Some(ts),
         _ => None,
     };
-    if let Some((at, ts)) = bye
-        && (ts.wrapping_sub(at) as i32) > 0
+    if let Some(ts) = bye_ts
+        && sp.profile.bye_at.is_some_and(|at| newer(ts, at))
     {
-        // Said after its BYE: the leave comes first, and this joins it again.
+        // Said after its BYE, and after the packets held then: the leave comes first, and
+        // this joins it again (RFC 3550 6.3.7).
         mixer_source_leaves(emit, v, now, idx);
     }
     let sp = &mut v.speakers.as_mut_slice()[idx];
@@ -644,18 +650,43 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
         *v.unplaced = u16::try_from(emit.said.unplaced).unwrap_or(u16::MAX);
     }
     emit.after_text(now, v.key, v.created, sp);
-    if bye.is_some_and(|(at, ts)| at == ts) {
-        // The newest packet it sent before its BYE: its leave follows.
-        mixer_source_leaves(emit, v, now, idx);
+    if let Some(ts) = bye_ts {
+        byes_due(emit, v, now, ts);
     }
 }
 
-/// A mixer's source whose BYE waited for its held packets ([`Profile::bye_at`]) leaves.
+/// `a` is after `b` in RTP timestamp order (RFC 3550 5.1: modulo 2^32).
+fn newer(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
+}
+
+/// The speakers whose BYE waited for the packets held when it came ([`Profile::bye_at`])
+/// leave once the stream has delivered up to the newest of them (a mixer's timestamps are
+/// its own clock, one for all its sources: RFC 9071 section 4), here a packet at `ts`.
+#[cold]
+#[inline(never)]
+fn byes_due(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, ts: u32) {
+    for idx in 0..v.speakers.len() {
+        if v.speakers[idx]
+            .profile
+            .bye_at
+            .is_some_and(|at| !newer(at, ts))
+        {
+            mixer_source_leaves(emit, v, now, idx);
+        }
+    }
+}
+
+/// A mixer's source whose BYE waited ([`Profile::bye_at`]) leaves: its text so far goes
+/// out, then its leave. A second BYE that came meanwhile ([`Profile::bye_then`]) waits next.
 #[cold]
 #[inline(never)]
 fn mixer_source_leaves(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, idx: usize) {
     let sp = &mut v.speakers.as_mut_slice()[idx];
-    sp.profile.bye_at = None;
+    sp.profile.bye_at = sp.profile.bye_then.take();
+    if sp.profile.bye_at.is_none() {
+        *v.byes = v.byes.saturating_sub(1);
+    }
     emit.speaker_ends(now, v.key, v.created, sp, "rtcp bye");
     sp.joined = false;
 }
@@ -1042,6 +1073,7 @@ impl Gateway {
             speakers,
             own,
             unplaced,
+            byes,
             key,
             created,
             format,
@@ -1065,6 +1097,7 @@ impl Gateway {
             speakers,
             own,
             unplaced,
+            byes,
             key,
             created,
             format: *format,
@@ -1312,30 +1345,40 @@ impl Gateway {
 
     /// A mixer's source that left (a BYE for its CSRC): what it said and has not been sent
     /// goes out, then its leave; the mixer's stream and its other speakers go on. What it said
-    /// includes its packets that arrived before the BYE and wait behind a gap in the mixer's
-    /// sequence (RFC 4103 5.4): the leave follows the newest of them when it is delivered
-    /// ([`Profile::bye_at`], at most the reorder wait later), and the gap is settled as any
-    /// other, by the packet that fills it (another source's, which the BYE must not cost its
-    /// text) or by the wait's end. Should the source speak again after its leave, it joins
-    /// again (RFC 3550 6.3.7).
+    /// includes its packets sent before the BYE that have not been delivered: held behind a
+    /// gap in the mixer's sequence, or the gap itself, late (RFC 4103 5.4; RFC 3550 6.3.7
+    /// keeps a source a while after its BYE for such packets). So while packets are held the
+    /// leave waits until the newest of them is delivered ([`Profile::bye_at`], at most the
+    /// reorder wait later), and the gap is settled as any other, by the packet that fills it
+    /// or by the wait's end. Should the source speak again after its leave, it joins again.
     fn end_speaker(&mut self, now: Time, slot: u32, i: usize, reason: &str) {
         let Some(s) = self.slots.get_mut(slot) else {
             return;
         };
-        // Tags are speaker indices, at most MAX_SPEAKERS.
-        let tag = u16::try_from(i).unwrap_or(TAG_UNDECIDED);
         let Stream {
             register,
             speakers,
+            byes,
             key,
             created,
             ..
         } = s;
         let sp = &mut speakers[i];
-        sp.profile.bye_at = register.newest_held_ts(tag);
-        if sp.profile.bye_at.is_none() {
-            self.emit.speaker_ends(now, key, created, sp, reason);
-            sp.joined = false;
+        match register.newest_held_ts() {
+            Some(ts) if sp.profile.bye_at.is_none() => {
+                sp.profile.bye_at = Some(ts);
+                *byes = byes.saturating_add(1);
+            }
+            // A second BYE before the first's leave: it spoke again in between.
+            Some(ts) => sp.profile.bye_then = Some(ts),
+            None => {
+                if sp.profile.bye_at.take().is_some() {
+                    sp.profile.bye_then = None;
+                    *byes = byes.saturating_sub(1);
+                }
+                self.emit.speaker_ends(now, key, created, sp, reason);
+                sp.joined = false;
+            }
         }
     }
 

@@ -446,17 +446,12 @@ impl Register {
         self.give_up_all(out);
     }
 
-    /// The timestamp of the newest held packet with `tag`'s text, if any.
-    pub fn newest_held_ts(&self, tag: u16) -> Option<u32> {
+    /// The timestamp of the newest packet held, if any.
+    pub fn newest_held_ts(&self) -> Option<u32> {
         if self.held() == 0 {
             return None;
         }
-        self.cold
-            .held
-            .iter()
-            .rev()
-            .find(|h| h.tag == tag)
-            .map(|h| h.ts)
+        self.cold.held.last().map(|h| h.ts)
     }
 
     fn give_up_all(&mut self, out: Out<'_>) {

@@ -218,10 +218,14 @@ pub struct Profile {
     /// generations at timestamp offset 0 (RFC 2198 allows it), which cannot be placed by
     /// timestamp, are lined up with it. None outside mixers' streams.
     pub recent: Option<Box<Recent>>,
-    /// A mixer's source whose RTCP BYE came while packets of its own waited behind a gap in
-    /// the mixer's sequence: the timestamp of the newest of them. Its leave follows that
-    /// packet's text (RFC 3550 6.6 with RFC 4103 5.4).
+    /// A mixer's source whose RTCP BYE came while packets waited behind a gap in the
+    /// mixer's sequence: the timestamp of the newest held then. Its leave follows that
+    /// packet's delivery, so its own packets sent before the BYE reach it first (RFC 3550 6.6
+    /// and 6.3.7 with RFC 4103 5.4).
     pub bye_at: Option<u32>,
+    /// A second BYE that came before the first's leave (the source spoke again in between):
+    /// the leave after that one waits for this.
+    pub bye_then: Option<u32>,
 }
 
 /// A speaker's last packet in a mixer's stream as fingerprints (FNV-1a) of its blocks: its
@@ -269,6 +273,7 @@ impl Speaker {
                 key_scope: None,
                 recent: None,
                 bye_at: None,
+                bye_then: None,
             }),
             voice,
             decoder: Decoder::new(),
@@ -395,7 +400,11 @@ impl Speaker {
         }
     }
 
-    /// [`Speaker::place_by_ts`] for generations with timestamp offsets.
+    /// [`Speaker::place_by_ts`] for generations with timestamp offsets. Every generation
+    /// newer than what this speaker delivered is one of its packets lost in the stream, an
+    /// empty one (its idle tail, RFC 4103 5.2) too: each accounts for one of `gap`. So do a
+    /// new speaker's generations: its earlier packets, had they arrived, would have made it a
+    /// speaker already.
     fn place_by_offset(
         &mut self,
         now: Time,
@@ -407,35 +416,42 @@ impl Speaker {
         let sink = &mut self.chunker.fed(&mut out.cuts);
         let newer = |t: u32, last: Option<u32>| last.is_none_or(|l| (t.wrapping_sub(l) as i32) > 0);
         let started = self.last_ts.is_some();
-        let held = |b: &crate::red::RedBlock<'_>| !b.data.is_empty() && b.ts_offset != 0;
-        let gens = p.redundant_blocks().filter(held).count();
+        let timed = |b: &crate::red::RedBlock<'_>| b.ts_offset != 0;
+        let gens = p
+            .redundant_blocks()
+            .filter(|b| timed(b) && !b.data.is_empty())
+            .count();
         let fresh = p
             .redundant_blocks()
-            .filter(|b| held(b) && newer(ts.wrapping_sub(u32::from(b.ts_offset)), self.last_ts))
+            .filter(|b| timed(b) && newer(ts.wrapping_sub(u32::from(b.ts_offset)), self.last_ts))
             .count();
-        let mut left = if started {
-            gap.saturating_sub(fresh)
-        } else {
-            gap
-        };
-        if started && left > 0 && gens > 0 && fresh == gens {
+        let fresh_text = p
+            .redundant_blocks()
+            .filter(|b| {
+                timed(b)
+                    && !b.data.is_empty()
+                    && newer(ts.wrapping_sub(u32::from(b.ts_offset)), self.last_ts)
+            })
+            .count();
+        let mut left = gap.saturating_sub(fresh);
+        if started && left > 0 && gens > 0 && fresh_text == gens {
             out.lost += 1;
             self.decoder.mark_loss(sink);
             self.last_text = now;
             left -= 1;
         }
         out.unplaced = left;
-        for b in p.redundant_blocks().filter(held) {
+        out.recovered += fresh.min(gap) as u64;
+        for b in p.redundant_blocks().filter(|b| timed(b)) {
             let orig = ts.wrapping_sub(u32::from(b.ts_offset));
             if !newer(orig, self.last_ts) {
                 continue;
             }
-            if started {
-                out.recovered += 1;
+            if !b.data.is_empty() {
+                self.decoder.feed(b.data, sink, &mut out.decode);
+                self.last_text = now;
             }
-            self.decoder.feed(b.data, sink, &mut out.decode);
             self.last_ts = Some(orig);
-            self.last_text = now;
         }
     }
 
@@ -478,7 +494,8 @@ impl Speaker {
             true => (0..=gap.min(n)).find(|&k| lines_up(k)).unwrap_or(0),
         };
         let first_new = n - new;
-        let mut left = if started { gap - new } else { gap };
+        // A new speaker's generations are its packets lost here too (see place_by_offset).
+        let mut left = gap - new.min(gap);
         let text = p
             .redundant_blocks()
             .skip(first_new)
@@ -490,15 +507,12 @@ impl Speaker {
             left -= 1;
         }
         out.unplaced = left;
+        out.recovered += new.min(gap) as u64;
         for b in p.redundant_blocks().skip(first_new) {
-            if b.data.is_empty() {
-                continue;
+            if !b.data.is_empty() {
+                self.decoder.feed(b.data, sink, &mut out.decode);
+                self.last_text = now;
             }
-            if started {
-                out.recovered += 1;
-            }
-            self.decoder.feed(b.data, sink, &mut out.decode);
-            self.last_text = now;
         }
     }
 }

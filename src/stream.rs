@@ -216,6 +216,9 @@ pub struct Stream {
     /// A mixer stream's lost packets no speaker has accounted for yet (RFC 9071 placement by
     /// timestamp, [`crate::speaker::Output::unplaced`]).
     pub unplaced: u16,
+    /// A mixer stream's speakers whose BYE waits for the packets held when it came
+    /// ([`crate::speaker::Profile::bye_at`]): none, nearly always, and then no packet looks.
+    pub byes: u8,
     pub register: Register,
     /// In creation order; index is the register tag.
     /// The first speaker lives inline: one stream is one block of memory on the packet path.
@@ -245,6 +248,7 @@ impl Stream {
             last_packet: now,
             own: NO_SPEAKER,
             unplaced: 0,
+            byes: 0,
             packets: 0,
             register: Register::with_sender(format, assume_start),
             format,

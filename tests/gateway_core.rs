@@ -1452,3 +1452,104 @@ fn zero_offset_redundancy_on_a_mixer_marks_what_it_cannot_recover() {
     let s = gw.stats();
     assert_eq!((s.recovered, s.lost), (2, 1));
 }
+
+/// RFC 4103 5.3 marks text lost beyond recovery, and only that. A mixer stream (started at 1,
+/// with the marker) loses 2, speaker B's first packet ("Hi "); B's next packet, 3, carries it
+/// as its redundancy, so B says "Hi there." and the gap is accounted for. Later A loses 5 and
+/// 6, and its 7 carries both (as in
+/// `a_mixer_gap_fully_recovered_by_the_speakers_redundancy_is_not_marked`). Nothing is missing;
+/// a user expects no U+FFFD. Instead B's first packet (not yet "started") recovers its lost
+/// packet without accounting for it: the loss stays unplaced, and A's fully recovered loss
+/// later takes the blame, a U+FFFD in the middle of A's sentence.
+#[test]
+fn a_new_mixer_speakers_loss_recovered_by_its_first_packet_is_not_marked_on_another() {
+    let mut gw = Gateway::new(Config::default());
+    let a1 = with_csrc(1, 1000, 9, 1, 100, &red(&[(0, ""), (0, "")], "Alpha "));
+    // 2 (B's first, "Hi ", ts 1100) is lost; 3 carries it.
+    let b3 = with_csrc(
+        3,
+        1200,
+        9,
+        2,
+        100,
+        &red(&[(200, ""), (100, "Hi ")], "there. "),
+    );
+    let a4 = with_csrc(
+        4,
+        1300,
+        9,
+        1,
+        100,
+        &red(&[(0, ""), (300, "Alpha ")], "one "),
+    );
+    // 5 ("two ", ts 1600) and 6 ("three ", ts 1900), A's, are lost; 7 carries both.
+    let a7 = with_csrc(
+        7,
+        2200,
+        9,
+        1,
+        100,
+        &red(&[(600, "two "), (300, "three ")], "four."),
+    );
+    gw.handle_datagram(at(0), addr(5000), &a1);
+    gw.handle_datagram(at(200), addr(5000), &b3);
+    gw.handle_timeout(at(1500));
+    gw.handle_datagram(at(1600), addr(5000), &a4);
+    gw.handle_datagram(at(2200), addr(5000), &a7);
+    gw.handle_timeout(at(4000));
+    gw.shutdown(at(5000));
+    let got = adds(&drain(&mut gw));
+    let of = |c: &str| -> String {
+        got.iter()
+            .filter(|(s, _)| s.ends_with(c))
+            .map(|(_, t)| t.as_str())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(of("csrc:00000002"), "Hi there.");
+    assert_eq!(of("csrc:00000001"), "Alpha one two three four.");
+    assert_eq!(gw.stats().lost, 0);
+}
+
+/// RFC 4103 5.2: before going idle a sender sends packets with empty primaries carrying the
+/// last text as redundancy; losing one loses no text. On a mixer stream A's tail packet 2
+/// (ts 1300, empty) is lost and A's 3 carries it as a generation at offset 300: an empty block
+/// newer than anything A delivered, so the gap is A's and held nothing. Later A loses 5 and 6
+/// and its 7 carries both. Nothing is missing; a user expects no U+FFFD. Instead
+/// `place_by_offset` counts only non-empty generations as accounting for the gap, so the lost
+/// empty tail packet stays unplaced and A's fully recovered loss later takes a U+FFFD.
+#[test]
+fn a_mixer_speakers_lost_empty_tail_packet_is_not_marked_later() {
+    let mut gw = Gateway::new(Config::default());
+    let p = |seq: u16, ts: u32, gens: [(u16, &str); 2], primary: &str| {
+        with_csrc(seq, ts, 9, 1, 100, &red(&gens, primary))
+    };
+    gw.handle_datagram(
+        at(0),
+        addr(5000),
+        &p(1, 1000, [(0, ""), (0, "")], "Alpha. "),
+    );
+    // 2 (ts 1300, [(300, ""), (300, "Alpha. ")] "") is lost.
+    gw.handle_datagram(
+        at(600),
+        addr(5000),
+        &p(3, 1600, [(600, "Alpha. "), (300, "")], ""),
+    );
+    gw.handle_timeout(at(3000));
+    gw.handle_datagram(
+        at(5000),
+        addr(5000),
+        &p(4, 5000, [(0, ""), (0, "")], "one "),
+    );
+    // 5 ("two ", ts 5300) and 6 ("three ", ts 5600) are lost; 7 carries both.
+    gw.handle_datagram(
+        at(5900),
+        addr(5000),
+        &p(7, 5900, [(600, "two "), (300, "three ")], "four."),
+    );
+    gw.handle_timeout(at(8000));
+    gw.shutdown(at(9000));
+    let text: Vec<String> = adds(&drain(&mut gw)).into_iter().map(|(_, t)| t).collect();
+    assert_eq!(text.join(" "), "Alpha. one two three four.");
+    assert_eq!(gw.stats().lost, 0);
+}

@@ -628,3 +628,88 @@ fn a_mixer_source_speaking_after_its_deferred_bye_joins_again_after_the_leave() 
         ]
     );
 }
+
+/// A mixer source's events, as (kind, content).
+fn events_of(out: &[Envelope], csrc: &str) -> Vec<(String, String)> {
+    out.iter()
+        .filter(|e| e.sender.ends_with(csrc))
+        .map(|e| {
+            let content = e.payload["content"].as_str().unwrap_or("");
+            (e.kind.clone(), content.to_owned())
+        })
+        .collect()
+}
+
+/// RFC 3550 6.2.1 / 6.3.4: a BYE may overtake its source's last data packets, so a receiver
+/// keeps the source a while after it. Here B's packet 3 ("ends. ", sent before the BYE) is
+/// late: A's 4 waits for it when B's BYE comes, so the gateway knows a gap is pending that
+/// may be B's. A user expects B to say "Bravo ends." and leave once. Instead nothing of B's is
+/// *held*, so B leaves at once ("Bravo"); the late 3 then arrives within the reorder wait, B
+/// joins again to say "ends." and stays in the session, never leaving until the stream ends.
+#[test]
+fn a_mixer_sources_late_packet_after_its_bye_does_not_make_it_join_again() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha "));
+    gw.handle_datagram(at(10), addr(5000), &with_csrc(2, 1100, 9, 2, b"Bravo "));
+    // B's 3 is late; A's 4 waits for it.
+    gw.handle_datagram(at(20), addr(5000), &with_csrc(4, 1300, 9, 1, b"goes on. "));
+    let mut bye = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
+    pvp_t140::rtcp::write_bye(&mut bye, 2);
+    gw.handle_datagram(at(30), addr(5000), &bye);
+    // B's 3, sent before its BYE, fills the gap well within the wait.
+    gw.handle_datagram(at(40), addr(5000), &with_csrc(3, 1200, 9, 2, b"ends. "));
+    gw.handle_timeout(at(3000));
+    // B is gone: a user expects its leave before the stream's end.
+    let before_end = events_of(&drain(&mut gw), "csrc:00000002");
+    let pair = |k: &str, c: &str| (k.to_owned(), c.to_owned());
+    assert_eq!(
+        before_end,
+        [
+            pair("session.join", ""),
+            pair("context.add", "Bravo ends."),
+            pair("session.leave", ""),
+        ]
+    );
+}
+
+/// RFC 3550 6.3.7: a source that spoke again after its BYE is a participant again, and its
+/// next BYE ends that participation too. Here B's 4 waits behind A's late 3 when B's first
+/// BYE comes (leave deferred to B's 4); B then speaks again (5, held too) and leaves again
+/// (a second BYE) before 3 arrives. A user expects join, "Bravo before bye.", leave, join,
+/// "back again.", leave. Instead the second BYE overwrites `bye_at` with 5's timestamp: the
+/// leave after 4 is lost, and B's two participations merge into one.
+#[test]
+fn a_mixer_sources_second_bye_keeps_the_leave_of_its_first() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha "));
+    gw.handle_datagram(at(10), addr(5000), &with_csrc(2, 1100, 9, 2, b"Bravo "));
+    gw.handle_datagram(
+        at(20),
+        addr(5000),
+        &with_csrc(4, 1300, 9, 2, b"before bye. "),
+    );
+    let mut bye = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
+    pvp_t140::rtcp::write_bye(&mut bye, 2);
+    gw.handle_datagram(at(30), addr(5000), &bye);
+    gw.handle_datagram(
+        at(40),
+        addr(5000),
+        &with_csrc(5, 1400, 9, 2, b"back again. "),
+    );
+    gw.handle_datagram(at(45), addr(5000), &bye);
+    gw.handle_datagram(at(50), addr(5000), &with_csrc(3, 1200, 9, 1, b"goes on. "));
+    gw.handle_timeout(at(3000));
+    let of_b = events_of(&drain(&mut gw), "csrc:00000002");
+    let pair = |k: &str, c: &str| (k.to_owned(), c.to_owned());
+    assert_eq!(
+        of_b,
+        [
+            pair("session.join", ""),
+            pair("context.add", "Bravo before bye."),
+            pair("session.leave", ""),
+            pair("session.join", ""),
+            pair("context.add", "back again."),
+            pair("session.leave", ""),
+        ]
+    );
+}
