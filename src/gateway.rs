@@ -543,8 +543,7 @@ impl Emitter {
 struct Voices<'a> {
     speakers: &'a mut crate::stream::Speakers,
     own: &'a mut u8,
-    unplaced: &'a mut u16,
-    byes: &'a mut u8,
+    mixer: &'a mut crate::stream::Mixer,
     key: &'a StreamKey,
     created: &'a Time,
     format: RedFormat,
@@ -559,8 +558,7 @@ impl<'a> Voices<'a> {
             register,
             speakers,
             own,
-            unplaced,
-            byes,
+            mixer,
             key,
             created,
             format,
@@ -569,8 +567,7 @@ impl<'a> Voices<'a> {
         let voices = Voices {
             speakers,
             own,
-            unplaced,
-            byes,
+            mixer,
             key,
             created,
             format: *format,
@@ -626,7 +623,7 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
     // losses (constant-folded away where `piece` is known to be text).
     let placed = matches!(piece, Piece::Packet { .. });
     if let Piece::Packet { gap, .. } = &mut piece {
-        *gap = gap.saturating_add(usize::from(*v.unplaced));
+        *gap = gap.saturating_add(usize::from(v.mixer.unplaced));
     }
     let sp = &mut v.speakers.as_mut_slice()[idx];
     // The chunks cut are one speaker's: the last speaker's were all taken.
@@ -634,7 +631,7 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
     // A mixer's packet: a speaker whose BYE waited for the packets held when it came may
     // leave now (constant-folded away where `piece` is known to be text).
     let bye_ts = match piece {
-        Piece::Packet { ts, .. } if *v.byes > 0 => Some(ts),
+        Piece::Packet { ts, .. } if v.mixer.byes > 0 => Some(ts),
         _ => None,
     };
     if let Some(ts) = bye_ts
@@ -647,7 +644,7 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
     let sp = &mut v.speakers.as_mut_slice()[idx];
     sp.feed(now, piece, v.format, &mut emit.said);
     if placed {
-        *v.unplaced = u16::try_from(emit.said.unplaced).unwrap_or(u16::MAX);
+        v.mixer.unplaced = u16::try_from(emit.said.unplaced).unwrap_or(u16::MAX);
     }
     emit.after_text(now, v.key, v.created, sp);
     if let Some(ts) = bye_ts {
@@ -685,7 +682,7 @@ fn mixer_source_leaves(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, idx: u
     let sp = &mut v.speakers.as_mut_slice()[idx];
     sp.profile.bye_at = sp.profile.bye_then.take();
     if sp.profile.bye_at.is_none() {
-        *v.byes = v.byes.saturating_sub(1);
+        v.mixer.byes = v.mixer.byes.saturating_sub(1);
     }
     emit.speaker_ends(now, v.key, v.created, sp, "rtcp bye");
     sp.joined = false;
@@ -1072,8 +1069,7 @@ impl Gateway {
             register,
             speakers,
             own,
-            unplaced,
-            byes,
+            mixer,
             key,
             created,
             format,
@@ -1096,8 +1092,7 @@ impl Gateway {
         let mut voices = Voices {
             speakers,
             own,
-            unplaced,
-            byes,
+            mixer,
             key,
             created,
             format: *format,
@@ -1358,7 +1353,7 @@ impl Gateway {
         let Stream {
             register,
             speakers,
-            byes,
+            mixer,
             key,
             created,
             ..
@@ -1367,14 +1362,14 @@ impl Gateway {
         match register.newest_held_ts() {
             Some(ts) if sp.profile.bye_at.is_none() => {
                 sp.profile.bye_at = Some(ts);
-                *byes = byes.saturating_add(1);
+                mixer.byes = mixer.byes.saturating_add(1);
             }
             // A second BYE before the first's leave: it spoke again in between.
             Some(ts) => sp.profile.bye_then = Some(ts),
             None => {
                 if sp.profile.bye_at.take().is_some() {
                     sp.profile.bye_then = None;
-                    *byes = byes.saturating_sub(1);
+                    mixer.byes = mixer.byes.saturating_sub(1);
                 }
                 self.emit.speaker_ends(now, key, created, sp, reason);
                 sp.joined = false;

@@ -213,12 +213,9 @@ pub struct Stream {
     /// [`NO_SPEAKER`]: the common packet finds its speaker without reading a voice, which sits
     /// in the speaker's cold part.
     pub own: u8,
-    /// A mixer stream's lost packets no speaker has accounted for yet (RFC 9071 placement by
-    /// timestamp, [`crate::speaker::Output::unplaced`]).
-    pub unplaced: u16,
-    /// A mixer stream's speakers whose BYE waits for the packets held when it came
-    /// ([`crate::speaker::Profile::bye_at`]): none, nearly always, and then no packet looks.
-    pub byes: u8,
+    /// What only a mixer's stream uses, kept together so the packet path carries one
+    /// reference to it.
+    pub mixer: Mixer,
     pub register: Register,
     /// In creation order; index is the register tag.
     /// The first speaker lives inline: one stream is one block of memory on the packet path.
@@ -227,6 +224,17 @@ pub struct Stream {
     pub key: StreamKey,
     /// Creation order, for shutdown flushing in a stable order.
     pub serial: u64,
+}
+
+/// A mixer stream's state across its speakers (RFC 9071).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Mixer {
+    /// Lost packets no speaker has accounted for yet (placement by timestamp,
+    /// [`crate::speaker::Output::unplaced`]).
+    pub unplaced: u16,
+    /// Speakers whose BYE waits for the packets held when it came
+    /// ([`crate::speaker::Profile::bye_at`]): none, nearly always, and then no packet looks.
+    pub byes: u8,
 }
 
 /// [`Stream::own`] before the stream's own speaker exists.
@@ -247,8 +255,7 @@ impl Stream {
             created: now,
             last_packet: now,
             own: NO_SPEAKER,
-            unplaced: 0,
-            byes: 0,
+            mixer: Mixer::default(),
             packets: 0,
             register: Register::with_sender(format, assume_start),
             format,
