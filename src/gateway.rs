@@ -641,6 +641,12 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
         // this joins it again (RFC 3550 6.3.7).
         mixer_source_leaves(emit, v, now, idx);
     }
+    if placed {
+        emit.said.floor = match v.speakers[idx].last_ts {
+            None => newest_delivered(v.speakers),
+            Some(_) => None,
+        };
+    }
     let sp = &mut v.speakers.as_mut_slice()[idx];
     sp.feed(now, piece, v.format, &mut emit.said);
     if placed {
@@ -650,6 +656,16 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
     if let Some(ts) = bye_ts {
         byes_due(emit, v, now, ts);
     }
+}
+
+/// The newest timestamp a mixer's stream delivered, over its speakers (one clock).
+#[cold]
+#[inline(never)]
+fn newest_delivered(speakers: &crate::stream::Speakers) -> Option<u32> {
+    speakers
+        .iter()
+        .filter_map(|sp| sp.last_ts)
+        .reduce(|a, b| if newer(b, a) { b } else { a })
 }
 
 /// `a` is after `b` in RTP timestamp order (RFC 3550 5.1: modulo 2^32).
@@ -1124,13 +1140,18 @@ impl Gateway {
             .map_err(DropReason::Red);
         // Speakers count into the gateway's `Output` as `route` feeds them; the register's
         // counters are harvested here.
+        let byes = voices.mixer.byes > 0;
         let speakers = voices.speakers;
         emit.stats.harvest(register);
         // Armed whatever the outcome: the packet may have opened the stream.
-        let due = match register.held() {
+        let mut due = match register.held() {
             0 => self.delays.without_gap(now, speakers, now),
             _ => self.deadline(self.slots.get(slot).expect("live")),
         };
+        if byes {
+            self.settle_byes(now, slot);
+            due = self.deadline(self.slots.get(slot).expect("live"));
+        }
         self.arm_after_packet(now, slot, due);
         let outcome = outcome?;
         match outcome {
@@ -1377,6 +1398,28 @@ impl Gateway {
         }
     }
 
+    /// After a mixer's stream delivered what it held: the speakers whose BYE waited for packets
+    /// of which none older than their `bye_at` is held now leave ([`byes_due`] sees only
+    /// packets placed by timestamp; one without a CSRC goes out as plain text).
+    #[cold]
+    #[inline(never)]
+    fn settle_byes(&mut self, now: Time, slot: u32) {
+        let compat = self.cfg.compat;
+        let Some(s) = self.slots.get_mut(slot) else {
+            return;
+        };
+        let (register, mut voices) = Voices::of(s, compat);
+        for idx in 0..voices.speakers.len() {
+            if voices.speakers[idx]
+                .profile
+                .bye_at
+                .is_some_and(|at| !register.holds_up_to(at))
+            {
+                mixer_source_leaves(&mut self.emit, &mut voices, now, idx);
+            }
+        }
+    }
+
     /// `rank` 2 for NAME, 1 for CNAME: a NAME is never replaced by a CNAME.
     fn name_stream(&mut self, now: Time, source: SocketAddr, ssrc: u32, name: &str, rank: u8) {
         let Some(name) = clean_name(name) else { return };
@@ -1493,6 +1536,9 @@ impl Gateway {
                 }
             }
             self.emit.stats.harvest(register);
+            if self.slots.get(slot).is_some_and(|s| s.mixer.byes > 0) {
+                self.settle_byes(now, slot);
+            }
             self.arm(now, slot);
         }
     }

@@ -446,6 +446,16 @@ impl Register {
         self.give_up_all(out);
     }
 
+    /// Whether a packet held is as old as `ts` or older (RTP timestamp order).
+    pub fn holds_up_to(&self, ts: u32) -> bool {
+        self.held() > 0
+            && self
+                .cold
+                .held
+                .iter()
+                .any(|h| (ts.wrapping_sub(h.ts) as i32) >= 0)
+    }
+
     /// The timestamp of the newest packet held, if any.
     pub fn newest_held_ts(&self) -> Option<u32> {
         if self.held() == 0 {

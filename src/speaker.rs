@@ -141,6 +141,10 @@ pub struct Output {
     /// A mixer stream's lost packets not yet placed, after the last packet placed by
     /// timestamp: the caller keeps them with the stream for its next speaker to account for.
     pub unplaced: usize,
+    /// For a mixer speaker's first packet, the newest timestamp its stream delivered: its
+    /// generations older than that were said before the stream's losses (a mixer's
+    /// timestamps are one clock), so they account for none of them. Set by the caller.
+    pub floor: Option<u32>,
 }
 
 impl Output {
@@ -151,6 +155,7 @@ impl Output {
             recovered: 0,
             lost: 0,
             unplaced: 0,
+            floor: None,
         }
     }
 }
@@ -417,24 +422,18 @@ impl Speaker {
         let newer = |t: u32, last: Option<u32>| last.is_none_or(|l| (t.wrapping_sub(l) as i32) > 0);
         let started = self.last_ts.is_some();
         let timed = |b: &crate::red::RedBlock<'_>| b.ts_offset != 0;
-        let gens = p
-            .redundant_blocks()
-            .filter(|b| timed(b) && !b.data.is_empty())
-            .count();
+        let gens = p.redundant_blocks().filter(timed).count();
+        // What the stream's losses can have been: newer than what this speaker delivered, or
+        // for a new speaker than what the stream delivered.
+        let since = self.last_ts.or(out.floor);
         let fresh = p
             .redundant_blocks()
-            .filter(|b| timed(b) && newer(ts.wrapping_sub(u32::from(b.ts_offset)), self.last_ts))
-            .count();
-        let fresh_text = p
-            .redundant_blocks()
-            .filter(|b| {
-                timed(b)
-                    && !b.data.is_empty()
-                    && newer(ts.wrapping_sub(u32::from(b.ts_offset)), self.last_ts)
-            })
+            .filter(|b| timed(b) && newer(ts.wrapping_sub(u32::from(b.ts_offset)), since))
             .count();
         let mut left = gap.saturating_sub(fresh);
-        if started && left > 0 && gens > 0 && fresh_text == gens {
+        // Every generation lost too, empty ones (an idle tail) included: older text may be
+        // missing, as a plain stream's register would mark it.
+        if started && left > 0 && gens > 0 && fresh == gens {
             out.lost += 1;
             self.decoder.mark_loss(sink);
             self.last_text = now;

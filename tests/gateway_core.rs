@@ -1553,3 +1553,100 @@ fn a_mixer_speakers_lost_empty_tail_packet_is_not_marked_later() {
     assert_eq!(text.join(" "), "Alpha. one two three four.");
     assert_eq!(gw.stats().lost, 0);
 }
+
+/// RFC 4103 5.3: text lost beyond what redundancy carries is marked. Speaker A says "Alpha "
+/// and "one ", then idles: its two tail packets carry the text as redundancy with empty
+/// primaries (RFC 4103 5.2), and its next packet "Two." carries the two empty tail packets.
+/// Packets 2 ("one "), 3 and 4 (the tail) are lost: "one " is beyond the two generations. A
+/// plain stream marks it ("Alpha \u{fffd}Two.", recovered 2, lost 1), and a user expects the
+/// same from a mixer's speaker. Instead `place_by_offset` marks older loss only when some
+/// generation has text (`gens > 0`): the two empty generations account for two of the three
+/// lost packets, the third is left unplaced for good, and "one " vanishes without a U+FFFD.
+#[test]
+fn a_mixer_speakers_loss_beyond_empty_generations_is_marked_as_on_a_plain_stream() {
+    let sent = [
+        (1u16, red(&[(0, ""), (0, "")], "Alpha ")),
+        (2, red(&[(600, ""), (300, "Alpha ")], "one ")),
+        (3, red(&[(600, "Alpha "), (300, "one ")], "")),
+        (4, red(&[(600, "one "), (300, "")], "")),
+        (5, red(&[(600, ""), (300, "")], "Two.")),
+    ];
+    let run = |csrc: Option<u32>| {
+        let mut gw = Gateway::new(Config::default());
+        for (i, (seq, payload)) in sent.iter().enumerate() {
+            if (2..=4).contains(seq) {
+                continue;
+            }
+            let ts = 1000 + 300 * u32::from(*seq);
+            let d = match csrc {
+                Some(c) => with_csrc(*seq, ts, 9, c, 100, payload),
+                None => {
+                    let mut d = Vec::new();
+                    rtp::write_packet(&mut d, *seq == 1, 100, *seq, ts, 9, payload);
+                    d
+                }
+            };
+            gw.handle_datagram(at(i as u64 * 300), addr(5000), &d);
+        }
+        gw.handle_timeout(at(3000));
+        gw.shutdown(at(4000));
+        let text: Vec<String> = adds(&drain(&mut gw)).into_iter().map(|(_, t)| t).collect();
+        let s = gw.stats();
+        (text.concat(), s.recovered, s.lost)
+    };
+    let plain = run(None);
+    assert_eq!(plain, ("Alpha \u{fffd}Two.".to_owned(), 2, 1), "plain");
+    assert_eq!(run(Some(1)), plain, "mixer");
+}
+
+/// A mixer's timestamps are one clock (RFC 9071), so a lost packet's timestamp lies between
+/// the packets around the gap. Speaker A (ts 10000 on) loses 2, 3 and 4 ("one ", "two ",
+/// "three "); B's first packet 5 carries two generations of what B said long before the
+/// gateway received the stream (ts 5000 and 5100, older than A's first packet): they cannot be
+/// any of the lost packets. A's 6 carries 3 and 4. A user expects "one " marked (RFC 4103 5.3):
+/// "Alpha \u{fffd}two three four.", recovered 2, lost 1. Instead a new speaker's generations
+/// all account for the gap whatever their timestamps (`place_by_offset`), so B's old text
+/// takes two of A's three lost packets, A's older loss is not marked, and `recovered` counts
+/// 3 for the 2 packets recovered.
+#[test]
+fn a_new_mixer_speakers_generations_older_than_the_gap_do_not_account_for_it() {
+    let mut gw = Gateway::new(Config::default());
+    let p = |seq: u16, ts: u32, csrc: u32, gens: [(u16, &str); 2], primary: &str| {
+        with_csrc(seq, ts, 9, csrc, 100, &red(&gens, primary))
+    };
+    gw.handle_datagram(
+        at(0),
+        addr(5000),
+        &p(1, 10000, 1, [(0, ""), (0, "")], "Alpha "),
+    );
+    // 2 (ts 10300), 3 (10600) and 4 (10900), A's, are lost.
+    gw.handle_datagram(
+        at(1200),
+        addr(5000),
+        &p(
+            5,
+            11200,
+            2,
+            [(6200, "Earlier "), (6100, "words. ")],
+            "Bravo. ",
+        ),
+    );
+    gw.handle_datagram(
+        at(1500),
+        addr(5000),
+        &p(6, 11500, 1, [(900, "two "), (600, "three ")], "four."),
+    );
+    gw.handle_timeout(at(4000));
+    gw.shutdown(at(5000));
+    let got = adds(&drain(&mut gw));
+    let of = |c: &str| -> String {
+        got.iter()
+            .filter(|(s, _)| s.ends_with(c))
+            .map(|(_, t)| t.as_str())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(of("csrc:00000001"), "Alpha \u{fffd}two three four.");
+    let s = gw.stats();
+    assert_eq!((s.recovered, s.lost), (2, 1));
+}

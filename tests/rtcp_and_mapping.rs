@@ -713,3 +713,37 @@ fn a_mixer_sources_second_bye_keeps_the_leave_of_its_first() {
         ]
     );
 }
+
+/// RFC 9071 lets a mixer send packets of its own with no CSRC (the gateway gives them the
+/// mixer's own voice); they take the mixer's sequence numbers and clock like any other. Here
+/// B's 3 is late, the mixer's own 4 (no CSRC, ts 1300) waits for it, and B's BYE comes: its
+/// leave is deferred to ts 1300, the newest held. B's 3 then fills the gap and 4 is delivered.
+/// A user expects B to say "Bravo ends." and leave. Instead a packet without CSRC goes to its
+/// speaker as plain text, never as a timestamped packet, so `byes_due` never runs for it: B's
+/// leave waits for a later CSRC packet of the mixer that may never come, and B stays in the
+/// session until the stream ends.
+#[test]
+fn a_mixer_sources_deferred_bye_is_due_at_a_held_packet_without_csrc() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha "));
+    gw.handle_datagram(at(10), addr(5000), &with_csrc(2, 1100, 9, 2, b"Bravo "));
+    // B's 3 is late; the mixer's own 4 (no CSRC) waits for it.
+    let mut own = Vec::new();
+    pvp_t140::rtp::write_packet(&mut own, false, 98, 4, 1300, 9, b"Mixer note. ");
+    gw.handle_datagram(at(20), addr(5000), &own);
+    let mut bye = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
+    pvp_t140::rtcp::write_bye(&mut bye, 2);
+    gw.handle_datagram(at(30), addr(5000), &bye);
+    gw.handle_datagram(at(40), addr(5000), &with_csrc(3, 1200, 9, 2, b"ends. "));
+    gw.handle_timeout(at(3000));
+    let before_end = events_of(&drain(&mut gw), "csrc:00000002");
+    let pair = |k: &str, c: &str| (k.to_owned(), c.to_owned());
+    assert_eq!(
+        before_end,
+        [
+            pair("session.join", ""),
+            pair("context.add", "Bravo ends."),
+            pair("session.leave", ""),
+        ]
+    );
+}
