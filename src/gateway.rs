@@ -635,7 +635,7 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
         _ => None,
     };
     if let Some(ts) = bye_ts
-        && sp.profile.bye_at.is_some_and(|at| newer(ts, at))
+        && sp.profile.bye_at().is_some_and(|at| newer(ts, at))
     {
         // Said after its BYE, and after the packets held then: the leave comes first, and
         // this joins it again (RFC 3550 6.3.7).
@@ -673,7 +673,7 @@ fn newer(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) > 0
 }
 
-/// The speakers whose BYE waited for the packets held when it came ([`Profile::bye_at`])
+/// The speakers whose BYE waited for the packets held when it came ([`crate::speaker::MixerVoice::bye_at`])
 /// leave once the stream has delivered up to the newest of them (a mixer's timestamps are
 /// its own clock, one for all its sources: RFC 9071 section 4), here a packet at `ts`.
 #[cold]
@@ -682,7 +682,7 @@ fn byes_due(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, ts: u32) {
     for idx in 0..v.speakers.len() {
         if v.speakers[idx]
             .profile
-            .bye_at
+            .bye_at()
             .is_some_and(|at| !newer(at, ts))
         {
             mixer_source_leaves(emit, v, now, idx);
@@ -690,14 +690,15 @@ fn byes_due(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, ts: u32) {
     }
 }
 
-/// A mixer's source whose BYE waited ([`Profile::bye_at`]) leaves: its text so far goes
-/// out, then its leave. A second BYE that came meanwhile ([`Profile::bye_then`]) waits next.
+/// A mixer's source whose BYE waited ([`crate::speaker::MixerVoice::bye_at`]) leaves: its text so far goes
+/// out, then its leave. A second BYE that came meanwhile ([`crate::speaker::MixerVoice::bye_then`]) waits next.
 #[cold]
 #[inline(never)]
 fn mixer_source_leaves(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, idx: usize) {
     let sp = &mut v.speakers.as_mut_slice()[idx];
-    sp.profile.bye_at = sp.profile.bye_then.take();
-    if sp.profile.bye_at.is_none() {
+    let m = sp.profile.mixer();
+    m.bye_at = m.bye_then.take();
+    if m.bye_at.is_none() {
         v.mixer.byes = v.mixer.byes.saturating_sub(1);
     }
     emit.speaker_ends(now, v.key, v.created, sp, "rtcp bye");
@@ -1364,7 +1365,7 @@ impl Gateway {
     /// includes its packets sent before the BYE that have not been delivered: held behind a
     /// gap in the mixer's sequence, or the gap itself, late (RFC 4103 5.4; RFC 3550 6.3.7
     /// keeps a source a while after its BYE for such packets). So while packets are held the
-    /// leave waits until the newest of them is delivered ([`Profile::bye_at`], at most the
+    /// leave waits until the newest of them is delivered ([`crate::speaker::MixerVoice::bye_at`], at most the
     /// reorder wait later), and the gap is settled as any other, by the packet that fills it
     /// or by the wait's end. Should the source speak again after its leave, it joins again.
     fn end_speaker(&mut self, now: Time, slot: u32, i: usize, reason: &str) {
@@ -1381,15 +1382,17 @@ impl Gateway {
         } = s;
         let sp = &mut speakers[i];
         match register.newest_held_ts() {
-            Some(ts) if sp.profile.bye_at.is_none() => {
-                sp.profile.bye_at = Some(ts);
+            Some(ts) if sp.profile.bye_at().is_none() => {
+                sp.profile.mixer().bye_at = Some(ts);
                 mixer.byes = mixer.byes.saturating_add(1);
             }
             // A second BYE before the first's leave: it spoke again in between.
-            Some(ts) => sp.profile.bye_then = Some(ts),
+            Some(ts) => sp.profile.mixer().bye_then = Some(ts),
             None => {
-                if sp.profile.bye_at.take().is_some() {
-                    sp.profile.bye_then = None;
+                if let Some(m) = sp.profile.mixer.as_deref_mut()
+                    && m.bye_at.take().is_some()
+                {
+                    m.bye_then = None;
                     mixer.byes = mixer.byes.saturating_sub(1);
                 }
                 self.emit.speaker_ends(now, key, created, sp, reason);
@@ -1412,7 +1415,7 @@ impl Gateway {
         for idx in 0..voices.speakers.len() {
             if voices.speakers[idx]
                 .profile
-                .bye_at
+                .bye_at()
                 .is_some_and(|at| !register.holds_up_to(at))
             {
                 mixer_source_leaves(&mut self.emit, &mut voices, now, idx);

@@ -219,14 +219,34 @@ pub struct Profile {
     /// The speaker's own id (`t140:SSRC@ADDR...`) when a mapping rule replaced it with one
     /// that several speakers may share: it keeps their context keys apart.
     pub key_scope: Option<Box<str>>,
-    /// What this speaker said in its last packet in a mixer's stream: a later packet's
-    /// generations at timestamp offset 0 (RFC 2198 allows it), which cannot be placed by
-    /// timestamp, are lined up with it. None outside mixers' streams.
-    pub recent: Option<Box<Recent>>,
-    /// A mixer's source whose RTCP BYE came while packets waited behind a gap in the
-    /// mixer's sequence: the timestamp of the newest held then. Its leave follows that
-    /// packet's delivery, so its own packets sent before the BYE reach it first (RFC 3550 6.6
-    /// and 6.3.7 with RFC 4103 5.4).
+    /// What only a speaker of a mixer's stream keeps; None for every other speaker (one
+    /// pointer a stream, not the 24 bytes it holds: `cargo bench --bench scale`).
+    pub mixer: Option<Box<MixerVoice>>,
+}
+
+impl Profile {
+    /// [`MixerVoice::bye_at`], if any.
+    pub fn bye_at(&self) -> Option<u32> {
+        self.mixer.as_ref().and_then(|m| m.bye_at)
+    }
+
+    /// The mixer's part, made on first use.
+    pub fn mixer(&mut self) -> &mut MixerVoice {
+        self.mixer.get_or_insert_with(Default::default)
+    }
+}
+
+/// What a speaker of a mixer's stream (RFC 9071) keeps beyond every speaker's profile.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct MixerVoice {
+    /// What this speaker said in its last packet: a later packet's generations at timestamp
+    /// offset 0 (RFC 2198 allows it), which cannot be placed by timestamp, are lined up with
+    /// it. Empty until its first packet.
+    pub recent: Recent,
+    /// A source whose RTCP BYE came while packets waited behind a gap in the mixer's
+    /// sequence: the timestamp of the newest held then. Its leave follows that packet's
+    /// delivery, so its own packets sent before the BYE reach it first (RFC 3550 6.6 and
+    /// 6.3.7 with RFC 4103 5.4).
     pub bye_at: Option<u32>,
     /// A second BYE that came before the first's leave (the source spoke again in between):
     /// the leave after that one waits for this.
@@ -276,9 +296,7 @@ impl Speaker {
                 last_sent: 0,
                 last_sent_text: String::new(),
                 key_scope: None,
-                recent: None,
-                bye_at: None,
-                bye_then: None,
+                mixer: None,
             }),
             voice,
             decoder: Decoder::new(),
@@ -398,10 +416,7 @@ impl Speaker {
                 self.last_text = now;
             }
             self.last_ts = Some(ts);
-            self.profile
-                .recent
-                .get_or_insert_with(Default::default)
-                .set(&gens, primary);
+            self.profile.mixer().recent.set(&gens, primary);
         }
     }
 
@@ -459,7 +474,7 @@ impl Speaker {
     /// are its own earlier packets, oldest first, the newest its packet before this one (RFC
     /// 4103 4.2, per speaker in a mixer's stream). If it lost `k` packets since its last one,
     /// the generations before the newest `k` are what that last packet said
-    /// ([`Profile::recent`]), and the newest `k` are new. The smallest `k` that lines up is
+    /// ([`MixerVoice::recent`]), and the newest `k` are new. The smallest `k` that lines up is
     /// taken (never more than the stream's unaccounted losses, `gap`): text is never repeated,
     /// and a block said twice in a row is told from a repeat by its neighbours. When nothing
     /// lines up within `gap`, the generations repeat delivered text. When only taking them all
@@ -476,7 +491,12 @@ impl Speaker {
         let sink = &mut self.chunker.fed(&mut out.cuts);
         let n = gens.len();
         let started = self.last_ts.is_some();
-        let recent = self.profile.recent.as_deref();
+        let recent = self
+            .profile
+            .mixer
+            .as_deref()
+            .map(|m| &m.recent)
+            .filter(|r| r.len > 0);
         let lines_up = |k: usize| {
             let upto = n - k;
             match recent {

@@ -233,7 +233,7 @@ pub struct Mixer {
     /// [`crate::speaker::Output::unplaced`]).
     pub unplaced: u16,
     /// Speakers whose BYE waits for the packets held when it came
-    /// ([`crate::speaker::Profile::bye_at`]): none, nearly always, and then no packet looks.
+    /// ([`crate::speaker::MixerVoice::bye_at`]): none, nearly always, and then no packet looks.
     pub byes: u8,
 }
 
