@@ -198,8 +198,7 @@ fn a_bye_for_a_mixer_csrc_flushes_and_ends_that_speaker() {
     );
     drain(&mut gw);
     // The mixer's compound (RFC 3550 6.1): its RR first, then the BYE it forwards.
-    let mut bye = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
-    pvp_t140::rtcp::write_bye(&mut bye, 2);
+    let bye = mixer_bye(2);
     gw.handle_datagram(at(20), addr(5000), &bye);
     let out = drain(&mut gw);
     let b = "t140:00000009@127.0.0.1:5000/csrc:00000002";
@@ -388,8 +387,7 @@ fn a_mixer_sources_bye_takes_its_text_held_behind_a_gap_before_its_leave() {
         &with_csrc(4, 1300, 9, 2, b"said this. "),
     );
     // The mixer forwards B's BYE.
-    let mut bye = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
-    pvp_t140::rtcp::write_bye(&mut bye, 2);
+    let bye = mixer_bye(2);
     gw.handle_datagram(at(30), addr(5000), &bye);
     // The reorder wait passes; A goes on talking in the mixer's stream.
     gw.handle_timeout(at(1100));
@@ -443,8 +441,7 @@ fn a_mixer_sources_bye_leaves_later_held_packets_of_others_waiting() {
     // 3 is lost; B's 4 waits. 5 is late; A's 6 waits too.
     gw.handle_datagram(at(20), addr(5000), &with_csrc(4, 1300, 9, 2, b"ends. "));
     gw.handle_datagram(at(25), addr(5000), &with_csrc(6, 1500, 9, 1, b"goes on. "));
-    let mut bye = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
-    pvp_t140::rtcp::write_bye(&mut bye, 2);
+    let bye = mixer_bye(2);
     gw.handle_datagram(at(30), addr(5000), &bye);
     // A's late packet 5 arrives within the wait: the rest of A's text follows, unmarked.
     gw.handle_datagram(at(40), addr(5000), &with_csrc(5, 1400, 9, 1, b"still "));
@@ -460,7 +457,6 @@ fn a_mixer_sources_bye_leaves_later_held_packets_of_others_waiting() {
             })
             .collect()
     };
-    let pair = |k: &str, c: &str| (k.to_owned(), c.to_owned());
     assert_eq!(
         said("csrc:00000002"),
         [
@@ -534,8 +530,7 @@ fn a_mixer_sources_bye_that_releases_the_hold_leaves_no_timer_behind_the_clock()
     gw.handle_datagram(at(1500), addr(5000), &with_csrc(3, 1300, 9, 2, b"Bravo"));
     // A's idle flush falls due, but the gap holds it back.
     gw.handle_timeout(at(2000));
-    let mut bye = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
-    pvp_t140::rtcp::write_bye(&mut bye, 2);
+    let bye = mixer_bye(2);
     gw.handle_datagram(at(2200), addr(5000), &bye);
     let next = gw.poll_timeout();
     assert!(
@@ -559,8 +554,7 @@ fn a_mixer_sources_bye_does_not_lose_another_sources_late_packet_within_the_wait
         addr(5000),
         &with_csrc(4, 1300, 9, 2, b"Bravo ends. "),
     );
-    let mut bye = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
-    pvp_t140::rtcp::write_bye(&mut bye, 2);
+    let bye = mixer_bye(2);
     gw.handle_datagram(at(30), addr(5000), &bye);
     gw.handle_datagram(at(40), addr(5000), &with_csrc(2, 1100, 9, 1, b"still "));
     gw.shutdown(at(2000));
@@ -594,8 +588,7 @@ fn a_mixer_source_speaking_after_its_deferred_bye_joins_again_after_the_leave() 
         addr(5000),
         &with_csrc(4, 1300, 9, 2, b"before bye. "),
     );
-    let mut bye = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
-    pvp_t140::rtcp::write_bye(&mut bye, 2);
+    let bye = mixer_bye(2);
     gw.handle_datagram(at(30), addr(5000), &bye);
     // B speaks again after its BYE; 3 is still missing, so this waits too.
     gw.handle_datagram(
@@ -607,15 +600,7 @@ fn a_mixer_source_speaking_after_its_deferred_bye_joins_again_after_the_leave() 
     gw.handle_datagram(at(50), addr(5000), &with_csrc(3, 1200, 9, 1, b"goes on. "));
     gw.shutdown(at(5000));
     let out = drain(&mut gw);
-    let of_b: Vec<(String, String)> = out
-        .iter()
-        .filter(|e| e.sender.ends_with("csrc:00000002"))
-        .map(|e| {
-            let content = e.payload["content"].as_str().unwrap_or("");
-            (e.kind.clone(), content.to_owned())
-        })
-        .collect();
-    let pair = |k: &str, c: &str| (k.to_owned(), c.to_owned());
+    let of_b = events_of(&out, "csrc:00000002");
     assert_eq!(
         of_b,
         [
@@ -627,6 +612,19 @@ fn a_mixer_source_speaking_after_its_deferred_bye_joins_again_after_the_leave() 
             pair("session.leave", ""),
         ]
     );
+}
+
+/// A mixer's (SSRC 9) compound RTCP packet: an empty RR, then a BYE for source `csrc`, as a
+/// mixer forwards its source's BYE (RFC 3550 6.6, 7.3).
+fn mixer_bye(csrc: u32) -> Vec<u8> {
+    let mut bye = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
+    pvp_t140::rtcp::write_bye(&mut bye, csrc);
+    bye
+}
+
+/// An `(envelope type, content)` pair, as [`events_of`] gives them.
+fn pair(kind: &str, content: &str) -> (String, String) {
+    (kind.to_owned(), content.to_owned())
 }
 
 /// A mixer source's events, as (kind, content).
@@ -653,15 +651,13 @@ fn a_mixer_sources_late_packet_after_its_bye_does_not_make_it_join_again() {
     gw.handle_datagram(at(10), addr(5000), &with_csrc(2, 1100, 9, 2, b"Bravo "));
     // B's 3 is late; A's 4 waits for it.
     gw.handle_datagram(at(20), addr(5000), &with_csrc(4, 1300, 9, 1, b"goes on. "));
-    let mut bye = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
-    pvp_t140::rtcp::write_bye(&mut bye, 2);
+    let bye = mixer_bye(2);
     gw.handle_datagram(at(30), addr(5000), &bye);
     // B's 3, sent before its BYE, fills the gap well within the wait.
     gw.handle_datagram(at(40), addr(5000), &with_csrc(3, 1200, 9, 2, b"ends. "));
     gw.handle_timeout(at(3000));
     // B is gone: a user expects its leave before the stream's end.
     let before_end = events_of(&drain(&mut gw), "csrc:00000002");
-    let pair = |k: &str, c: &str| (k.to_owned(), c.to_owned());
     assert_eq!(
         before_end,
         [
@@ -688,8 +684,7 @@ fn a_mixer_sources_second_bye_keeps_the_leave_of_its_first() {
         addr(5000),
         &with_csrc(4, 1300, 9, 2, b"before bye. "),
     );
-    let mut bye = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
-    pvp_t140::rtcp::write_bye(&mut bye, 2);
+    let bye = mixer_bye(2);
     gw.handle_datagram(at(30), addr(5000), &bye);
     gw.handle_datagram(
         at(40),
@@ -700,7 +695,6 @@ fn a_mixer_sources_second_bye_keeps_the_leave_of_its_first() {
     gw.handle_datagram(at(50), addr(5000), &with_csrc(3, 1200, 9, 1, b"goes on. "));
     gw.handle_timeout(at(3000));
     let of_b = events_of(&drain(&mut gw), "csrc:00000002");
-    let pair = |k: &str, c: &str| (k.to_owned(), c.to_owned());
     assert_eq!(
         of_b,
         [
@@ -731,13 +725,11 @@ fn a_mixer_sources_deferred_bye_is_due_at_a_held_packet_without_csrc() {
     let mut own = Vec::new();
     pvp_t140::rtp::write_packet(&mut own, false, 98, 4, 1300, 9, b"Mixer note. ");
     gw.handle_datagram(at(20), addr(5000), &own);
-    let mut bye = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
-    pvp_t140::rtcp::write_bye(&mut bye, 2);
+    let bye = mixer_bye(2);
     gw.handle_datagram(at(30), addr(5000), &bye);
     gw.handle_datagram(at(40), addr(5000), &with_csrc(3, 1200, 9, 2, b"ends. "));
     gw.handle_timeout(at(3000));
     let before_end = events_of(&drain(&mut gw), "csrc:00000002");
-    let pair = |k: &str, c: &str| (k.to_owned(), c.to_owned());
     assert_eq!(
         before_end,
         [
