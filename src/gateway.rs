@@ -673,9 +673,10 @@ fn newer(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) > 0
 }
 
-/// The speakers whose BYE waited for the packets held when it came ([`crate::speaker::MixerVoice::bye_at`])
-/// leave once the stream has delivered up to the newest of them (a mixer's timestamps are
-/// its own clock, one for all its sources: RFC 9071 section 4), here a packet at `ts`.
+/// The speakers whose BYE waited for the packets held when it came
+/// ([`crate::speaker::MixerVoice::bye_at`]) leave once the stream has delivered up to the
+/// newest of them (a mixer's timestamps are its own clock, one for all its sources: RFC 9071
+/// section 4), here a packet at `ts`.
 #[cold]
 #[inline(never)]
 fn byes_due(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, ts: u32) {
@@ -690,8 +691,9 @@ fn byes_due(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, ts: u32) {
     }
 }
 
-/// A mixer's source whose BYE waited ([`crate::speaker::MixerVoice::bye_at`]) leaves: its text so far goes
-/// out, then its leave. A second BYE that came meanwhile ([`crate::speaker::MixerVoice::bye_then`]) waits next.
+/// A mixer's source whose BYE waited ([`crate::speaker::MixerVoice::bye_at`]) leaves: its
+/// text so far goes out, then its leave. A second BYE that came meanwhile
+/// ([`crate::speaker::MixerVoice::bye_then`]) waits next.
 #[cold]
 #[inline(never)]
 fn mixer_source_leaves(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, idx: usize) {
@@ -1365,9 +1367,10 @@ impl Gateway {
     /// includes its packets sent before the BYE that have not been delivered: held behind a
     /// gap in the mixer's sequence, or the gap itself, late (RFC 4103 5.4; RFC 3550 6.3.7
     /// keeps a source a while after its BYE for such packets). So while packets are held the
-    /// leave waits until the newest of them is delivered ([`crate::speaker::MixerVoice::bye_at`], at most the
-    /// reorder wait later), and the gap is settled as any other, by the packet that fills it
-    /// or by the wait's end. Should the source speak again after its leave, it joins again.
+    /// leave waits until the newest of them is delivered
+    /// ([`crate::speaker::MixerVoice::bye_at`], at most the reorder wait later), and the gap
+    /// is settled as any other, by the packet that fills it or by the wait's end. Should the
+    /// source speak again after its leave, it joins again.
     fn end_speaker(&mut self, now: Time, slot: u32, i: usize, reason: &str) {
         let Some(s) = self.slots.get_mut(slot) else {
             return;
