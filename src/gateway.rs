@@ -17,7 +17,7 @@ use crate::pvp::{Builder, Envelope, Metadata, Participant};
 use crate::red::{RedError, RedFormat, RedPayload};
 use crate::register::{Arrival, Outcome, Piece, Register};
 use crate::rtcp::RtcpEvent;
-use crate::rtp::{RtpError, RtpPacket, looks_like_rtcp};
+use crate::rtp::{RtpError, RtpPacket, looks_like_rtcp, ts_after};
 use crate::slab::Slab;
 use crate::speaker::{Output, Speaker, Voice, VoiceRef, split_named};
 use crate::stream::{Hex8, KeyHasher, SourceText, Stream, StreamKey, canonical, speaker_index};
@@ -635,7 +635,7 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
         _ => None,
     };
     if let Some(ts) = bye_ts
-        && sp.profile.bye_at().is_some_and(|at| newer(ts, at))
+        && sp.profile.bye_at().is_some_and(|at| ts_after(ts, at))
     {
         // Said after its BYE, and after the packets held then: the leave comes first, and
         // this joins it again (RFC 3550 6.3.7).
@@ -665,12 +665,7 @@ fn newest_delivered(speakers: &crate::stream::Speakers) -> Option<u32> {
     speakers
         .iter()
         .filter_map(|sp| sp.last_ts)
-        .reduce(|a, b| if newer(b, a) { b } else { a })
-}
-
-/// `a` is after `b` in RTP timestamp order (RFC 3550 5.1: modulo 2^32).
-fn newer(a: u32, b: u32) -> bool {
-    (a.wrapping_sub(b) as i32) > 0
+        .reduce(|a, b| if ts_after(b, a) { b } else { a })
 }
 
 /// The speakers whose BYE waited for the packets held when it came
@@ -684,7 +679,7 @@ fn byes_due(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, ts: u32) {
         if v.speakers[idx]
             .profile
             .bye_at()
-            .is_some_and(|at| !newer(at, ts))
+            .is_some_and(|at| !ts_after(at, ts))
         {
             mixer_source_leaves(emit, v, now, idx);
         }

@@ -453,7 +453,7 @@ impl Register {
                 .cold
                 .held
                 .iter()
-                .any(|h| (ts.wrapping_sub(h.ts) as i32) >= 0)
+                .any(|h| !crate::rtp::ts_after(h.ts, ts))
     }
 
     /// The timestamp of the newest packet held, if any.

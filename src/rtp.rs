@@ -147,6 +147,13 @@ pub fn write_packet(
     out.extend_from_slice(payload);
 }
 
+/// Whether RTP timestamp `a` is after `b` (RFC 3550 5.1: timestamps wrap, so modulo 2^32,
+/// the nearer way round).
+#[inline]
+pub fn ts_after(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

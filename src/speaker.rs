@@ -6,6 +6,7 @@ use crate::pvp::SenderId;
 use crate::chunker::{Chunker, Cuts};
 use crate::red::{RedFormat, RedPayload};
 use crate::register::Piece;
+use crate::rtp::ts_after;
 use crate::stream::{Hex8, StreamKey};
 use crate::t140::{DecodeStats, Decoder};
 use crate::time::Time;
@@ -382,7 +383,7 @@ impl Speaker {
         format: RedFormat,
         out: &mut Output,
     ) {
-        let newer = |t: u32, last: Option<u32>| last.is_none_or(|l| (t.wrapping_sub(l) as i32) > 0);
+        let newer = |t: u32, last: Option<u32>| last.is_none_or(|l| ts_after(t, l));
         // Fingerprints of the generations: a later packet at offset 0 lines up with them,
         // whatever offsets this one has (a sender may write both).
         let mut gens: SmallVec<[u32; 8]> = SmallVec::new();
@@ -434,7 +435,7 @@ impl Speaker {
         out: &mut Output,
     ) {
         let sink = &mut self.chunker.fed(&mut out.cuts);
-        let newer = |t: u32, last: Option<u32>| last.is_none_or(|l| (t.wrapping_sub(l) as i32) > 0);
+        let newer = |t: u32, last: Option<u32>| last.is_none_or(|l| ts_after(t, l));
         let started = self.last_ts.is_some();
         let timed = |b: &crate::red::RedBlock<'_>| b.ts_offset != 0;
         let gens = p.redundant_blocks().filter(timed).count();
