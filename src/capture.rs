@@ -12,7 +12,7 @@ use std::time::Duration;
 use etherparse::defrag::{IpDefragBuf, IpFragRange};
 use etherparse::{
     IpFragOffset, IpNumber, Ipv6ExtensionSlice, LinkExtSlice, NetSlice, SlicedPacket,
-    TransportSlice, UdpSlice,
+    TransportSlice, UdpHeader, UdpSlice,
 };
 use pcap_parser::data::{PacketData, get_packetdata};
 use pcap_parser::pcapng::{Block, InterfaceDescriptionBlock, OptionCode};
@@ -62,7 +62,9 @@ pub struct CaptureStats {
     /// Reassemblies dropped for a fragment that overlaps another with different bytes,
     /// contradicts where the datagram ends, is empty, is misaligned (IPv6; a non-last IPv4
     /// fragment is cut to a multiple of 8 bytes, as Linux does), or takes the datagram past
-    /// 65,535 bytes, or whose datagram is not valid UDP; the later fragments start a new one.
+    /// 65,535 bytes, or whose datagram is not valid UDP (its Length, or a checksum other than
+    /// 0 that is wrong: fragments of two datagrams that shared an identification); the later
+    /// fragments start a new one.
     pub reassembly_invalid: u64,
     /// Reassemblies still missing fragments when the capture, or its pcapng section, ended.
     pub reassembly_unfinished: u64,
@@ -779,16 +781,17 @@ impl Reassembler {
         if p.buf.is_complete() {
             let (data, _) = self.remove(i).buf.take_bufs();
             // The UDP header is the first fragment's first 8 bytes.
-            let Ok(udp) = UdpSlice::from_slice(&data) else {
+            let Some((from, to, payload)) = checked_udp(&data, f.key.source, f.key.destination)
+            else {
                 stats.reassembly_invalid += 1;
                 return None;
             };
             stats.reassembled += 1;
             return Some(Datagram {
                 time,
-                source: SocketAddr::new(f.key.source, udp.source_port()),
-                destination: SocketAddr::new(f.key.destination, udp.destination_port()),
-                payload: udp.payload().to_vec(),
+                source: SocketAddr::new(f.key.source, from),
+                destination: SocketAddr::new(f.key.destination, to),
+                payload: payload.to_vec(),
             });
         }
         // Within the bytes bound, dropping the oldest other reassemblies: one alone (64 KiB
@@ -802,6 +805,36 @@ impl Reassembler {
         }
         None
     }
+}
+
+/// A reassembled datagram's UDP header checked as the receiving host's stack would (RFC 768):
+/// its Length at least 8 and at most what was reassembled (what follows it is not the
+/// datagram's), and a checksum other than 0 right. A fragmented datagram's checksum is made by
+/// its sender's software (a network card cannot offload it across fragments), so a capture
+/// holds it right; a wrong one is fragments of two datagrams that shared an identification
+/// (RFC 4963 section 3), which Linux drops too. Source port, destination port and payload.
+fn checked_udp(data: &[u8], source: IpAddr, destination: IpAddr) -> Option<(u16, u16, &[u8])> {
+    let length = usize::from(u16::from_be_bytes([*data.get(4)?, *data.get(5)?]));
+    if length < UdpHeader::LEN || length > data.len() {
+        return None;
+    }
+    let udp = UdpSlice::from_slice(&data[..length]).ok()?;
+    let header = udp.to_header();
+    if header.checksum != 0 {
+        let sum = match (source, destination) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                header.calc_checksum_ipv4_raw(s.octets(), d.octets(), udp.payload())
+            }
+            (IpAddr::V6(s), IpAddr::V6(d)) => {
+                header.calc_checksum_ipv6_raw(s.octets(), d.octets(), udp.payload())
+            }
+            _ => return None,
+        };
+        if sum.ok()? != header.checksum {
+            return None;
+        }
+    }
+    Some((udp.source_port(), udp.destination_port(), udp.payload()))
 }
 
 /// Whether the fragment covering `start..end` adds to `buf`. RFC 5722 (and RFC 8200 section

@@ -1111,3 +1111,93 @@ fn a_priority_tagged_fragment_and_an_untagged_one_are_one_datagram() {
     assert_eq!(got[0].payload, payload);
     assert_eq!(reassembly(&stats), [2, 1, 0, 0, 0, 0, 0]);
 }
+
+// ---- review 6 ----
+
+/// An IPv4/UDP packet from `udp_ipv4` with its UDP checksum (RFC 768: over the pseudo header,
+/// the UDP header and data) filled in, as a sender fragmenting in software writes it.
+fn with_udp_checksum(mut ip: Vec<u8>) -> Vec<u8> {
+    let sum16 = |bytes: &[u8], mut acc: u32| {
+        for c in bytes.chunks(2) {
+            acc += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
+        }
+        acc
+    };
+    ip[26..28].copy_from_slice(&[0, 0]);
+    let udp_len = (ip.len() - 20) as u16;
+    let mut pseudo = Vec::new();
+    pseudo.extend_from_slice(&ip[12..20]);
+    pseudo.extend_from_slice(&[0, 17]);
+    pseudo.extend_from_slice(&udp_len.to_be_bytes());
+    let mut acc = sum16(&ip[20..], sum16(&pseudo, 0));
+    while acc > 0xffff {
+        acc = (acc & 0xffff) + (acc >> 16);
+    }
+    let mut c = !(acc as u16);
+    if c == 0 {
+        c = 0xffff;
+    }
+    ip[26..28].copy_from_slice(&c.to_be_bytes());
+    ip
+}
+
+/// RFC 768 gives the UDP Length as the header and data, at least 8; Linux (`__udp4_lib_rcv`)
+/// drops an IPv4 datagram whose Length is under 8 (0 included) as a short packet, and
+/// `CaptureStats::reassembly_invalid` says a reassembly "whose datagram is not valid UDP" is
+/// dropped. A user replaying a capture expects the reassembled datagram with UDP Length 0 to
+/// be dropped and counted invalid. Instead etherparse's `UdpSlice::from_slice` takes Length 0
+/// as "use the slice length" (meant for IPv6 jumbograms), and the datagram is handed out.
+#[test]
+fn a_reassembled_ipv4_datagram_with_udp_length_0_is_invalid() {
+    let payload = text(40, 21);
+    let mut whole = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, &payload);
+    whole[24..26].copy_from_slice(&[0, 0]); // UDP Length 0
+    let (f1, f2) = (
+        v4_fragment(&whole, 71, 0, 24),
+        v4_fragment(&whole, 71, 24, 48),
+    );
+    let file = pcap(LINKTYPE_ETHERNET, &[(1, 0, &f1), (1, 1, &f2)]);
+    let (got, stats) = read(&file).expect("readable");
+    assert!(got.is_empty(), "{got:?} {stats:?}");
+    assert_eq!(reassembly(&stats), [2, 0, 0, 0, 0, 1, 0]);
+}
+
+/// RFC 4963 section 3: the 16-bit IPv4 identification wraps within seconds at high rates,
+/// so the first fragment of one datagram and the last of another with the same
+/// identification (their other fragments lost) reassemble into a datagram neither sent.
+/// The UDP checksum is what catches it: Linux verifies it on the reassembled datagram and
+/// drops a mismatch (a fragmented datagram's checksum is computed in software, never left to
+/// offload, so a capture holds it right). A user expects such a mixed datagram dropped, not
+/// replayed as text nobody typed. Instead no checksum is checked and the mix is handed out.
+#[test]
+fn a_reassembled_datagram_mixed_from_two_datagrams_fails_its_udp_checksum_and_is_dropped() {
+    let a = with_udp_checksum(udp_ipv4(
+        [10, 0, 0, 1],
+        40000,
+        [10, 0, 0, 2],
+        5004,
+        &text(40, 1),
+    ));
+    let b = with_udp_checksum(udp_ipv4(
+        [10, 0, 0, 1],
+        40000,
+        [10, 0, 0, 2],
+        5004,
+        &text(40, 2),
+    ));
+    // Each alone reassembles (the checksums are right).
+    let file = pcap(
+        LINKTYPE_ETHERNET,
+        &[
+            (1, 0, &v4_fragment(&a, 9, 0, 24)),
+            (1, 1, &v4_fragment(&a, 9, 24, 48)),
+        ],
+    );
+    assert_eq!(read(&file).expect("readable").0.len(), 1);
+    // A's first fragment and B's last one, same identification.
+    let (f1, f2) = (v4_fragment(&a, 9, 0, 24), v4_fragment(&b, 9, 24, 48));
+    let file = pcap(LINKTYPE_ETHERNET, &[(1, 0, &f1), (1, 1, &f2)]);
+    let (got, stats) = read(&file).expect("readable");
+    assert!(got.is_empty(), "a datagram nobody sent: {got:?} {stats:?}");
+    assert_eq!(reassembly(&stats), [2, 0, 0, 0, 0, 1, 0]);
+}
