@@ -654,7 +654,9 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
     }
     emit.after_text(now, v.key, v.created, sp);
     if let Some(ts) = bye_ts {
-        byes_due(emit, v, now, ts);
+        // The stream delivered up to `ts` (a mixer's timestamps are one clock for all its
+        // sources, RFC 9071 section 4).
+        byes_due(emit, v, now, |at| !ts_after(at, ts));
     }
 }
 
@@ -669,18 +671,13 @@ fn newest_delivered(speakers: &crate::stream::Speakers) -> Option<u32> {
 }
 
 /// The speakers whose BYE waited for the packets held when it came
-/// ([`crate::speaker::MixerVoice::bye_at`]) leave once the stream has delivered up to the
-/// newest of them (a mixer's timestamps are its own clock, one for all its sources: RFC 9071
-/// section 4), here a packet at `ts`.
+/// ([`crate::speaker::MixerVoice::bye_at`]) leave where `due` says the stream has delivered up
+/// to the newest of them.
 #[cold]
 #[inline(never)]
-fn byes_due(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, ts: u32) {
+fn byes_due(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, due: impl Fn(u32) -> bool) {
     for idx in 0..v.speakers.len() {
-        if v.speakers[idx]
-            .profile
-            .bye_at()
-            .is_some_and(|at| !ts_after(at, ts))
-        {
+        if v.speakers[idx].profile.bye_at().is_some_and(&due) {
             mixer_source_leaves(emit, v, now, idx);
         }
     }
@@ -1410,15 +1407,9 @@ impl Gateway {
             return;
         };
         let (register, mut voices) = Voices::of(s, compat);
-        for idx in 0..voices.speakers.len() {
-            if voices.speakers[idx]
-                .profile
-                .bye_at()
-                .is_some_and(|at| !register.holds_up_to(at))
-            {
-                mixer_source_leaves(&mut self.emit, &mut voices, now, idx);
-            }
-        }
+        byes_due(&mut self.emit, &mut voices, now, |at| {
+            !register.holds_up_to(at)
+        });
     }
 
     /// `rank` 2 for NAME, 1 for CNAME: a NAME is never replaced by a CNAME.
