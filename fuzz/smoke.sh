@@ -35,6 +35,8 @@ targets=${FUZZ_TARGETS:-$(cargo fuzz list)}
 
 echo "== build"
 cargo fuzz build -s none
+echo "== oracle tests"
+cargo test --lib --locked --quiet
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

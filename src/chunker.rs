@@ -943,6 +943,12 @@ mod tests {
             !texts.iter().any(|t| matches!(*t, "！" | "。" | "。。")),
             "a lone punctuation chunk: {texts:?}"
         );
+        // So at a size limit of one character the run is held past it, as a grapheme
+        // cluster is, and cut whole before the next character.
+        let mut ch = Pair::new(1);
+        assert_eq!(feed(&mut ch, "。。"), []);
+        assert_eq!(feed(&mut ch, "a"), [("。。".into(), FlushCause::Sentence)]);
+        assert_eq!(ch.ch.pending(), "a");
     }
 
     /// A no-break space exists to keep its neighbours together (Unicode class GL):

@@ -133,25 +133,58 @@ pub fn encode_datagram(out: &mut Vec<u8>, source: u8, mut step_us: u64, datagram
 }
 
 /// A chunk's size, as the chunker promises it: at most `max` characters, except that a size
-/// cut with no white space to cut at waits for the end of the last grapheme cluster (UAX #29),
-/// at most [`pvp_t140::chunker::MAX_HELD`] characters past `max`; so a longer chunk's last
-/// cluster starts within the limit.
+/// cut with no white space to cut at waits for the end of the last grapheme cluster (UAX #29)
+/// or of a run of ideographic sentence ends (`。。。`, `？！`: one sentence end), at most
+/// [`pvp_t140::chunker::MAX_HELD`] characters past `max`. So every character past the limit
+/// either continues the cluster before it or is an ideographic end after another.
 pub fn check_chunk_size(text: &str, max: usize) -> Result<(), String> {
     use unicode_segmentation::UnicodeSegmentation;
-    let chars = text.chars().count();
-    if chars <= max {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.len() <= max {
         return Ok(());
     }
     let held = pvp_t140::chunker::MAX_HELD as usize;
-    if chars > max + held {
-        return Err(format!("{chars} chars > {max} + {held}"));
+    if chars.len() > max + held {
+        return Err(format!("{} chars > {max} + {held}", chars.len()));
     }
-    let last = text.graphemes(true).next_back().unwrap_or("");
-    let last_starts = chars - last.chars().count();
-    if last_starts >= max {
-        return Err(format!(
-            "{chars} chars > {max}, and the last cluster starts at char {last_starts}"
-        ));
+    let mut starts = vec![false; chars.len()];
+    let mut at = 0;
+    for g in text.graphemes(true) {
+        starts[at] = true;
+        at += g.chars().count();
+    }
+    let ideographic_end = |c: char| matches!(c, '。' | '！' | '？');
+    for i in max.max(1)..chars.len() {
+        let joins = !starts[i] || (ideographic_end(chars[i]) && ideographic_end(chars[i - 1]));
+        if !joins {
+            return Err(format!(
+                "{} chars > {max}, and char {i} ({:?}) starts a cluster past the limit",
+                chars.len(),
+                chars[i]
+            ));
+        }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_chunk_size;
+
+    #[test]
+    fn chunk_size_oracle_holds_what_the_chunker_holds_and_no_more() {
+        // Within the limit, or past it only by what continues the last cluster or run.
+        assert!(check_chunk_size("abc", 3).is_ok());
+        assert!(check_chunk_size("e\u{301}", 1).is_ok());
+        assert!(check_chunk_size("。。", 1).is_ok());
+        assert!(check_chunk_size("本当？！", 3).is_ok());
+        // A character past the limit starting a cluster of its own is a broken promise.
+        assert!(check_chunk_size("ab", 1).is_err());
+        assert!(check_chunk_size("a。", 1).is_err());
+        assert!(check_chunk_size("。a", 1).is_err());
+        assert!(check_chunk_size("。e\u{301}", 1).is_err());
+        // And a hold is bounded.
+        let long = format!("a{}", "\u{301}".repeat(40));
+        assert!(check_chunk_size(&long, 1).is_err());
+    }
 }
