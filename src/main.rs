@@ -710,12 +710,6 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         }
         let ws = match &args.server {
             Some(url) => {
-                if !(url.starts_with("ws://") || url.starts_with("wss://")) {
-                    return Err(format!(
-                        "--server must be a ws:// or wss:// URL, got {}",
-                        pvp_t140::sink::ShownUrl(url)
-                    ));
-                }
                 let url = &server_url(url)?;
                 let (spool, resend) = match &args.spool {
                     Some(dir) => {
@@ -846,13 +840,26 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
     })
 }
 
-/// `--server` as the WebSocket client is to be given it. Read as the client and /healthz read it
+/// `--server` as the WebSocket client is to be given it: a `ws://` or `wss://` URL, its scheme
+/// in lowercase (RFC 3986 3.1: schemes are case-insensitive, and the client matches the
+/// lowercase ones). Read as the client and /healthz read it
 /// ([`pvp_t140::metrics::server_endpoint`]): one they cannot (no host, a port beyond 65535,
 /// which the client takes as none) is refused here, not retried forever against the wrong port.
 /// A query with no path before it (`ws://host:3000?x=1`) gets the path `/` (RFC 3986 6.2.3):
 /// the client asks for the URL's path and query as they are, and `GET ?x=1` is no origin-form
 /// request target (RFC 9112 3.2.1), which a server may refuse.
 fn server_url(url: &str) -> Result<String, String> {
+    let scheme = url.find("://").map_or("", |i| &url[..i]);
+    let lower = match scheme.to_ascii_lowercase().as_str() {
+        s @ ("ws" | "wss") => format!("{s}{}", &url[scheme.len()..]),
+        _ => {
+            return Err(format!(
+                "--server must be a ws:// or wss:// URL, got {}",
+                pvp_t140::sink::ShownUrl(url)
+            ));
+        }
+    };
+    let url = lower.as_str();
     pvp_t140::metrics::server_endpoint(url).map_err(|e| format!("--server {e}"))?;
     let uri: tokio_tungstenite::tungstenite::http::Uri = url
         .parse()

@@ -161,25 +161,7 @@ async fn a_participant_the_server_refuses_is_counted() {
 /// 6.2.3), so the gateway asks for `GET /?x=1`.
 #[test]
 fn a_server_url_with_a_query_and_no_path_is_checked_and_asked_for_as_origin_form() {
-    use std::io::{BufRead, BufReader};
-    // A listener that takes connections and reports each one's first line: /healthz's probe
-    // sends none, the participant's connection its handshake's request line.
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let (lines_tx, lines) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(conn) = conn else { break };
-            let tx = lines_tx.clone();
-            std::thread::spawn(move || {
-                let mut line = String::new();
-                let _ = BufReader::new(&conn).read_line(&mut line);
-                if !line.is_empty() {
-                    let _ = tx.send(line);
-                }
-            });
-        }
-    });
+    let (port, lines) = first_lines_server();
     let url = format!("ws://127.0.0.1:{port}?x=1");
     let mut gw = Gateway::start_for_server(&url, &["--metrics", "127.0.0.1:0"]);
     let m = gw.metrics_addr();
@@ -196,6 +178,53 @@ fn a_server_url_with_a_query_and_no_path_is_checked_and_asked_for_as_origin_form
         .recv_timeout(WAIT)
         .expect("no handshake reached the server");
     assert_eq!(request_line, "GET /?x=1 HTTP/1.1\r\n");
+    gw.kill();
+}
+
+/// A listener that takes connections and reports each one's first line: /healthz's probe
+/// sends none, a participant's connection its handshake's request line.
+fn first_lines_server() -> (u16, std::sync::mpsc::Receiver<String>) {
+    use std::io::{BufRead, BufReader};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { break };
+            let tx = lines_tx.clone();
+            std::thread::spawn(move || {
+                let mut line = String::new();
+                let _ = BufReader::new(&conn).read_line(&mut line);
+                if !line.is_empty() {
+                    let _ = tx.send(line);
+                }
+            });
+        }
+    });
+    (port, lines)
+}
+
+/// A URL's scheme is case-insensitive (RFC 3986 3.1: "schemes are case-insensitive", and
+/// canonical lowercase): `WS://host/pvp` was refused at start as not a ws:// URL. It is taken
+/// as `ws://host/pvp`: /healthz checks the server and the participants connect to it.
+#[test]
+fn a_server_url_scheme_in_capitals_is_taken() {
+    let (port, lines) = first_lines_server();
+    let url = format!("WS://127.0.0.1:{port}/pvp");
+    let mut gw = Gateway::start_for_server(&url, &["--metrics", "127.0.0.1:0"]);
+    let (status, body) = http_get(gw.metrics_addr(), "/healthz");
+    assert_eq!(
+        (status, body.trim()),
+        (
+            200,
+            format!("ready: udp bound, PVP server 127.0.0.1:{port} reachable").as_str()
+        )
+    );
+    Sender::new(gw.listen, 0x9).send("Hello. ");
+    let request_line = lines
+        .recv_timeout(WAIT)
+        .expect("no handshake reached the server");
+    assert_eq!(request_line, "GET /pvp HTTP/1.1\r\n");
     gw.kill();
 }
 
