@@ -274,6 +274,12 @@ impl Decoder {
                 self.ctl = Ctl::Normal;
                 return;
             }
+            // The BOM is no character to a T.140 receiver (senders put it first, and some send
+            // it alone as a keep-alive): one between CR and LF leaves them one new line.
+            Ctl::AfterCr if c == '\u{feff}' => {
+                count(&mut counts.bom);
+                return;
+            }
             Ctl::AfterCr | Ctl::Normal => self.ctl = Ctl::Normal,
         }
         match c {
@@ -313,6 +319,15 @@ mod tests {
         }
         d.finish(&mut s, &mut counts);
         (s, counts)
+    }
+
+    #[test]
+    fn a_bom_between_cr_and_lf_leaves_one_new_line() {
+        let (s, st) = decode(&[b"ab\r", "\u{feff}".as_bytes(), b"\ncd"]);
+        assert_eq!(s, "ab\ncd");
+        assert_eq!(st.bom, 1);
+        let (s, _) = decode(&["ab\r\u{feff}\u{feff}\ncd\r\u{feff}x".as_bytes()]);
+        assert_eq!(s, "ab\ncd\nx");
     }
 
     #[test]
