@@ -1138,16 +1138,22 @@ impl Gateway {
         let byes = voices.mixer.byes > 0;
         let speakers = voices.speakers;
         emit.stats.harvest(register);
+        let settled = register.held() == 0;
         // Armed whatever the outcome: the packet may have opened the stream.
-        let mut due = match register.held() {
-            0 => self.delays.without_gap(now, speakers, now),
-            _ => self.deadline(self.slots.get(slot).expect("live")),
+        let mut due = match settled {
+            true => self.delays.without_gap(now, speakers, now),
+            false => self.deadline(self.slots.get(slot).expect("live")),
         };
         if byes {
             self.settle_byes(now, slot);
             due = self.deadline(self.slots.get(slot).expect("live"));
         }
-        self.arm_after_packet(now, slot, due);
+        if settled && self.slots.get(slot).expect("live").bye_waits {
+            // What the source's BYE overtook is in: the stream ends now.
+            self.close_stream(now, slot, "rtcp bye");
+        } else {
+            self.arm_after_packet(now, slot, due);
+        }
         let outcome = outcome?;
         match outcome {
             Outcome::Delivered | Outcome::Held => Ok(()),
@@ -1314,7 +1320,7 @@ impl Gateway {
         for e in events {
             let RtcpEvent::Bye { ssrc } = e else { continue };
             if let Some(slot) = self.rtcp_stream(source, ssrc) {
-                self.close_stream(now, slot, "rtcp bye");
+                self.stream_bye(now, slot);
             } else if let Some(h) = home
                 && let Some(i) = self.csrc_speaker(h, ssrc)
             {
@@ -1505,6 +1511,7 @@ impl Gateway {
                 self.close_stream(timeout_at.max(at), slot, "stream timeout");
                 continue;
             }
+            let bye_waits = s.bye_waits;
             let (register, mut voices) = Voices::of(s, compat);
             let emit = &mut self.emit;
             register.expire(now, self.cfg.reorder_wait, &mut |tag, piece| {
@@ -1517,6 +1524,11 @@ impl Gateway {
                 ..
             } = voices;
             let waiting = register.held() > 0;
+            if bye_waits && !waiting {
+                // The gaps the source's BYE waited for are given up: the stream ends.
+                self.close_stream(now, slot, "rtcp bye");
+                continue;
+            }
             for sp in speakers.iter_mut() {
                 let idle_at = sp.last_text.plus_us(self.delays.idle_flush);
                 if !waiting
@@ -1547,6 +1559,22 @@ impl Gateway {
             self.close_stream(now, slot, "gateway shutdown");
         }
         self.timers.clear();
+    }
+
+    /// The stream's own source said BYE. Packets it sent before may still be on their way: a
+    /// BYE travels apart from them and can overtake them (RFC 3550 6.3.7 keeps a member a while
+    /// after its BYE for such packets). So while packets are held behind a gap the stream goes
+    /// on until the gap is settled, by the packet that fills it or by the reorder wait's end
+    /// (RFC 4103 5.4), and then ends; with nothing held it ends now.
+    fn stream_bye(&mut self, now: Time, slot: u32) {
+        let Some(s) = self.slots.get_mut(slot) else {
+            return;
+        };
+        if s.register.held() == 0 {
+            self.close_stream(now, slot, "rtcp bye");
+        } else {
+            s.bye_waits = true;
+        }
     }
 
     /// Ends a stream: held packets are given up, every speaker flushes and leaves.

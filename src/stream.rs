@@ -213,6 +213,9 @@ pub struct Stream {
     /// [`NO_SPEAKER`]: the common packet finds its speaker without reading a voice, which sits
     /// in the speaker's cold part.
     pub own: u8,
+    /// The source's BYE came while packets were held behind a gap: the stream ends once they
+    /// are settled (RFC 3550 6.3.7: a BYE may overtake the source's last packets), not at once.
+    pub bye_waits: bool,
     /// What only a mixer's stream uses, kept together so the packet path carries one
     /// reference to it.
     pub mixer: Mixer,
@@ -255,6 +258,7 @@ impl Stream {
             created: now,
             last_packet: now,
             own: NO_SPEAKER,
+            bye_waits: false,
             mixer: Mixer::default(),
             packets: 0,
             register: Register::with_sender(format, assume_start),

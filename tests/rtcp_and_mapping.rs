@@ -739,3 +739,78 @@ fn a_mixer_sources_deferred_bye_is_due_at_a_held_packet_without_csrc() {
         ]
     );
 }
+
+/// The stream's own (SSRC 7) compound RTCP: an empty RR, then its BYE (RFC 3550 6.1).
+fn own_bye() -> Vec<u8> {
+    let mut bye = Vec::new();
+    pvp_t140::rtcp::write_rr(&mut bye, 7);
+    pvp_t140::rtcp::write_bye(&mut bye, 7);
+    bye
+}
+
+/// `(kind, content)` of every envelope, in order.
+fn kinds_and_contents(out: &[Envelope]) -> Vec<(String, String)> {
+    out.iter()
+        .map(|e| {
+            let content = e.payload["content"].as_str().unwrap_or("");
+            (e.kind.clone(), content.to_owned())
+        })
+        .collect()
+}
+
+/// RFC 3550 6.3.7: a BYE travels apart from the source's last RTP packets and may overtake
+/// them. Here packet 2 ("there ") is reordered behind 3 and arrives 10 ms after the BYE,
+/// within the reorder wait (RFC 4103 5.4). The stream ended at the BYE: the gap was given up
+/// ("Hello \u{fffd}world."), and the late packet opened a second stream, which joined again to
+/// say "\u{fffd}there". The BYE waits for the gap: the packet that fills it ends the stream,
+/// with everything said, one join and one leave, at once (no shutdown or timer needed).
+#[test]
+fn a_bye_overtaking_the_sources_last_packet_waits_for_it() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello "));
+    gw.handle_datagram(at(600), addr(4000), &t140(3, 7, "world. "));
+    gw.handle_datagram(at(610), addr(4000), &own_bye());
+    assert!(
+        !drain(&mut gw).iter().any(|e| e.kind == "session.leave"),
+        "left with a packet still held"
+    );
+    gw.handle_datagram(at(620), addr(4000), &t140(2, 7, "there "));
+    let out = kinds_and_contents(&drain(&mut gw));
+    assert_eq!(
+        out,
+        [
+            pair("session.join", ""),
+            pair("context.add", "Hello there world."),
+            pair("session.leave", ""),
+        ]
+    );
+    assert_eq!(gw.stats().streams_live, 0);
+    assert_eq!(gw.stats().lost, 0);
+}
+
+/// The same when the packet the BYE waits for never comes: the stream ends when the reorder
+/// wait gives the gap up (RFC 4103 5.4), the loss marked (5.3), not before and not never.
+#[test]
+fn a_bye_waiting_for_a_lost_packet_ends_the_stream_at_the_reorder_wait() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello "));
+    gw.handle_datagram(at(600), addr(4000), &t140(3, 7, "world. "));
+    gw.handle_datagram(at(610), addr(4000), &own_bye());
+    let before = gw.poll_timeout().expect("the reorder wait is armed");
+    assert!(before <= at(1600), "{before:?}");
+    gw.handle_timeout(at(1500));
+    drain(&mut gw);
+    assert_eq!(gw.stats().streams_live, 1, "ended before the reorder wait");
+    gw.handle_timeout(at(1600));
+    let out = kinds_and_contents(&drain(&mut gw));
+    assert_eq!(
+        out,
+        [
+            pair("session.join", ""),
+            pair("context.add", "Hello \u{fffd}world."),
+            pair("session.leave", ""),
+        ]
+    );
+    assert_eq!(gw.stats().streams_live, 0);
+    assert_eq!(gw.stats().lost, 1);
+}
