@@ -49,7 +49,7 @@ pub struct FileConfig {
     /// `auto` (default) or `refuse`: what happens to speakers no `[[stream]]` rule matches.
     pub unmatched: Option<Spanned<String>>,
     #[serde(default)]
-    pub stream: Vec<StreamRule>,
+    pub stream: Vec<Spanned<StreamRule>>,
     /// The file's path and text, so that a value checked later is named by its line.
     #[serde(skip)]
     pub source: (PathBuf, String),
@@ -189,7 +189,8 @@ pub fn parse(path: &Path, text: &str) -> Result<(FileConfig, Mapping, Vec<IpNet>
         }
     };
     let mut rules = Vec::new();
-    for (i, r) in file.stream.iter().enumerate() {
+    for (i, rule) in file.stream.iter().enumerate() {
+        let r = rule.get_ref();
         let field = |f: &str| format!("stream[{i}].{f}");
         let match_ssrc = match &r.ssrc {
             None => None,
@@ -227,18 +228,24 @@ pub fn parse(path: &Path, text: &str) -> Result<(FileConfig, Mapping, Vec<IpNet>
         };
         for (key, value) in [("participant", &r.participant), ("session", &r.session)] {
             if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
-                return Err(format!(
-                    "{}: {}: must not be empty (pvp-spec 4.1: it names the {key} of every envelope)",
-                    path.display(),
-                    field(key)
+                return Err(at(
+                    path,
+                    text,
+                    rule.span(),
+                    &field(key),
+                    &format!(
+                        "must not be empty (pvp-spec 4.1: it names the {key} of every envelope)"
+                    ),
                 ));
             }
         }
         if match_ssrc.is_none() && match_source.is_none() && r.rtcp_name.is_none() {
-            return Err(format!(
-                "{}: {}: a rule needs at least one of ssrc, source, rtcp_name",
-                path.display(),
-                field("")
+            return Err(at(
+                path,
+                text,
+                rule.span(),
+                &format!("stream[{i}]"),
+                "a rule needs at least one of ssrc, source, rtcp_name",
             ));
         }
         rules.push(Rule {

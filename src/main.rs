@@ -233,10 +233,17 @@ enum LogFormat {
 }
 
 impl CoreArgs {
-    fn config(&self) -> Result<Config, String> {
+    /// text/t140 and text/red payload types: as given, else the defaults (t140llm's with
+    /// `--compat t140llm`).
+    fn payload_types(&self) -> (u8, u8) {
         let t140llm = self.compat == CompatArg::T140llm;
         let t140_pt = self.t140_pt.unwrap_or(if t140llm { 96 } else { 98 });
         let red_pt = self.red_pt.unwrap_or(if t140llm { 98 } else { 100 });
+        (t140_pt, red_pt)
+    }
+
+    fn config(&self) -> Result<Config, String> {
+        let (t140_pt, red_pt) = self.payload_types();
         if t140_pt == red_pt {
             return Err(format!("--t140-pt and --red-pt are both {t140_pt}"));
         }
@@ -301,7 +308,7 @@ impl CoreArgs {
             allow: self.allow.clone(),
             max_pps_per_source: self.max_pps_per_source,
             mapping: self.mapping.clone(),
-            compat: if t140llm {
+            compat: if self.compat == CompatArg::T140llm {
                 Compat::T140llm
             } else {
                 Compat::None
@@ -481,6 +488,24 @@ fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Re
     {
         enum_value(v, "mixer", &|s| MixerArg::from_str(s, true).is_ok())?;
         run.core.mixer = MixerArg::from_str(v, true).expect("checked");
+    }
+    // The two payload types must differ: checked here when the file set either, so the error
+    // names the key's line, not two flags the user never typed.
+    let (t140_pt, red_pt) = run.core.payload_types();
+    let from_file = |key: &str| !given(key);
+    if t140_pt == red_pt {
+        if f.red_pt.is_some() && from_file("red_pt") {
+            return Err(bad(
+                "red_pt",
+                &format!("{red_pt} is also the text/t140 payload type (t140_pt); they must differ"),
+            ));
+        }
+        if f.t140_pt.is_some() && from_file("t140_pt") {
+            return Err(bad(
+                "t140_pt",
+                &format!("{t140_pt} is also the text/red payload type (red_pt); they must differ"),
+            ));
+        }
     }
     run.core.mapping = mapping;
     if let Some(v) = &f.log_format

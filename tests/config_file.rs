@@ -360,3 +360,62 @@ fn an_empty_token_in_the_file_is_no_token() {
     std::fs::remove_file(empty).ok();
     std::fs::remove_file(given).ok();
 }
+
+/// README (Configuration file): "an error names the file, line and field". A file whose
+/// `red_pt` is the default text/t140 type (or `t140_pt` the default text/red one) is refused,
+/// but the error names two flags the user never typed (`--t140-pt and --red-pt are both 98`)
+/// and neither the file nor its line nor the key.
+#[test]
+fn a_payload_type_clash_in_the_file_names_the_file_line_and_key() {
+    let mut wrong = Vec::new();
+    for (name, text, key) in [
+        ("redclash", "session = \"s\"\nred_pt = 98\n", "red_pt"),
+        ("t140clash", "session = \"s\"\nt140_pt = 100\n", "t140_pt"),
+    ] {
+        let cfg = write(name, text);
+        let out = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+            .args(["--config", cfg.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        let err = err.lines().last().unwrap_or("").to_owned();
+        assert!(!out.status.success(), "{text:?} accepted");
+        let want = format!("{}:2: {key}", cfg.display());
+        std::fs::remove_file(&cfg).ok();
+        if !err.contains(&want) {
+            wrong.push(format!("{key}: error {err:?} lacks {want:?}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// README: "an error names the file, line and field". A `[[stream]]` rule with no match key
+/// is refused as `FILE: stream[0].: a rule needs ...`: no line, and an empty field after
+/// `stream[0].`. The rule's line (its `[[stream]]` header, line 3 here) is known to the parser.
+#[test]
+fn a_stream_rule_without_a_match_key_is_refused_naming_its_line() {
+    let cfg = write(
+        "nomatch",
+        "session = \"s\"\n\n[[stream]]\nparticipant = \"a\"\n",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .args(["--config", cfg.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    std::fs::remove_file(&cfg).ok();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("a rule needs"), "{err}");
+    assert!(
+        !err.contains("stream[0].:"),
+        "the field is empty after \"stream[0].\": {err}"
+    );
+    let line = format!("{}:", cfg.display());
+    let after = err.split(&line).nth(1).unwrap_or("");
+    assert!(
+        after.starts_with(|c: char| c.is_ascii_digit()),
+        "no line number after the file name: {err}"
+    );
+}
