@@ -71,3 +71,22 @@ fn a_correction_trims_what_it_sends_and_keeps_the_space_for_the_next_backspace()
     let updates = out.iter().filter(|e| e.kind == "context.update").count();
     assert_eq!(updates, 1);
 }
+
+/// README (Text decoding): backspaces correct the speaker's last item; reaching past it into
+/// earlier ones they are counted, not applied. Two sentences sent, then backspaces erasing
+/// everything typed: the last item is removed, the first stays, and the backspaces past the
+/// last item (the space before it and "Hello.", seven) are counted as unmatched erasures.
+#[test]
+fn erasing_past_the_last_item_is_counted_not_applied() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello. World. "));
+    // "Hello. World. " is 14 characters: 14 backspaces erase all of it.
+    gw.handle_datagram(at(300), addr(4000), &t140(2, 7, &"\u{8}".repeat(14)));
+    gw.handle_timeout(at(5000));
+    let out = drain(&mut gw);
+    let adds = out.iter().filter(|e| e.kind == "context.add").count();
+    assert_eq!(adds, 2, "both sentences were sent: {out:?}");
+    assert!(out.iter().any(|e| e.kind == "context.remove"), "{out:?}");
+    assert_eq!(shown(&out), ["Hello."]);
+    assert_eq!(gw.stats().erase_unmatched, "Hello. ".len() as u64);
+}
