@@ -273,7 +273,7 @@ impl CoreArgs {
                 self.max_chunk_chars
             ));
         }
-        if self.session.is_empty() {
+        if self.session.trim().is_empty() {
             return Err("--session must not be empty".into());
         }
         // pvp-spec 6.3: session.join's token is optional. An empty one (`--token ""`,

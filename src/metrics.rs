@@ -390,6 +390,14 @@ pub async fn serve(
 /// (`ws://host:3000?x=1` is host:3000). An error names the URL: no host, a port that is not
 /// 0-65535 (which the client would take as no port, and connect to 80 or 443), or not a URL.
 pub fn server_endpoint(url: &str) -> Result<(String, u16), String> {
+    // `ws://` alone, or a path right after it: the URI type's own error ("empty string",
+    // "invalid format") would not say what is missing.
+    if url
+        .split_once("://")
+        .is_some_and(|(_, rest)| rest.is_empty() || rest.starts_with(['/', '?', '#']))
+    {
+        return Err(format!("{}: no host", crate::sink::ShownUrl(url)));
+    }
     let uri: axum::http::Uri = url
         .parse()
         .map_err(|e| format!("{}: {e}", crate::sink::ShownUrl(url)))?;

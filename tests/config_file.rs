@@ -419,3 +419,18 @@ fn a_stream_rule_without_a_match_key_is_refused_naming_its_line() {
         "no line number after the file name: {err}"
     );
 }
+
+/// `session = " "` in a file is refused as empty (pvp-spec 4.1: it names every envelope's
+/// session); `--session " "` on the command line was taken, and every envelope went to the
+/// session " ". Both are refused alike.
+#[test]
+fn a_blank_session_on_the_command_line_is_refused_as_in_the_file() {
+    let run = run_briefly(
+        &["--listen", "127.0.0.1:0", "--session", " "],
+        Duration::from_secs(10),
+    );
+    assert!(
+        matches!(&run, Some((false, err)) if err.contains("--session must not be empty")),
+        "{run:?}"
+    );
+}

@@ -236,6 +236,8 @@ fn a_server_url_with_no_usable_port_or_host_is_refused_at_start() {
     for (url, expect) in [
         ("ws://127.0.0.1:99999/", "the port is not 0-65535"),
         ("ws://:3000/", "no host"),
+        ("ws://", "no host"),
+        ("wss:///pvp", "no host"),
     ] {
         let run = run_briefly(
             &["--listen", "127.0.0.1:0", "--server", url],
