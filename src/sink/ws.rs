@@ -181,25 +181,29 @@ impl WsSink {
             self.conns.insert(route.clone(), Conn { tx, task });
         }
         let conn = &self.conns[&route];
-        let queued = if !leaving && conn.tx.capacity() <= 1 {
+        let queued = if conn.tx.is_closed() {
+            // The connection task ended: the server refused the participant, or the sink is
+            // stopping.
+            Err((e, "PVP connection closed"))
+        } else if !leaving && conn.tx.capacity() <= 1 {
             // The last place is the leave's.
-            Err(e)
+            Err((e, "PVP connection queue full"))
         } else {
             conn.tx
                 .try_send((std::time::Instant::now(), e))
                 .map_err(|err| match err {
-                    mpsc::error::TrySendError::Full((_, e))
-                    | mpsc::error::TrySendError::Closed((_, e)) => e,
+                    mpsc::error::TrySendError::Full((_, e)) => (e, "PVP connection queue full"),
+                    mpsc::error::TrySendError::Closed((_, e)) => (e, "PVP connection closed"),
                 })
         };
-        if let Err(e) = queued {
+        if let Err((e, why)) = queued {
             self.dropped += 1;
             // Given up on, so not resent after a restart either, where it would come after
             // what this participant said later.
             if let Some(spool) = &self.cfg.spool {
                 spool.done(e.id());
             }
-            tracing::warn!(participant = %route.sender, id = %e.id(), kind = %e.kind(), "PVP connection queue full or closed; envelope dropped");
+            tracing::warn!(participant = %route.sender, id = %e.id(), kind = %e.kind(), "{why}; envelope dropped");
         } else {
             self.accepted += 1;
         }
