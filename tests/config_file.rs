@@ -194,6 +194,10 @@ fn a_file_value_out_of_range_is_refused_naming_the_file_line_and_key() {
             "session = \"s\"\nheartbeat_s = 100000\n",
             "heartbeat_s",
         ),
+        // The default text/t140 type given to text/red, and the other way round: the clash
+        // named two flags the user never typed.
+        ("redclash", "session = \"s\"\nred_pt = 98\n", "red_pt"),
+        ("t140clash", "session = \"s\"\nt140_pt = 100\n", "t140_pt"),
     ] {
         let cfg = write(name, text);
         let out = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
@@ -359,35 +363,6 @@ fn an_empty_token_in_the_file_is_no_token() {
     assert_eq!(join_token(&["--config", given, "--token", ""]), None);
     std::fs::remove_file(empty).ok();
     std::fs::remove_file(given).ok();
-}
-
-/// README (Configuration file): "an error names the file, line and field". A file whose
-/// `red_pt` is the default text/t140 type (or `t140_pt` the default text/red one) is refused,
-/// but the error names two flags the user never typed (`--t140-pt and --red-pt are both 98`)
-/// and neither the file nor its line nor the key.
-#[test]
-fn a_payload_type_clash_in_the_file_names_the_file_line_and_key() {
-    let mut wrong = Vec::new();
-    for (name, text, key) in [
-        ("redclash", "session = \"s\"\nred_pt = 98\n", "red_pt"),
-        ("t140clash", "session = \"s\"\nt140_pt = 100\n", "t140_pt"),
-    ] {
-        let cfg = write(name, text);
-        let out = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
-            .args(["--config", cfg.to_str().unwrap(), "--listen", "127.0.0.1:0"])
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        let err = err.lines().last().unwrap_or("").to_owned();
-        assert!(!out.status.success(), "{text:?} accepted");
-        let want = format!("{}:2: {key}", cfg.display());
-        std::fs::remove_file(&cfg).ok();
-        if !err.contains(&want) {
-            wrong.push(format!("{key}: error {err:?} lacks {want:?}"));
-        }
-    }
-    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
 /// README: "an error names the file, line and field". A `[[stream]]` rule with no match key

@@ -161,11 +161,17 @@ async fn a_participant_the_server_refuses_is_counted() {
 /// 6.2.3), so the gateway asks for `GET /?x=1`.
 #[test]
 fn a_server_url_with_a_query_and_no_path_is_checked_and_asked_for_as_origin_form() {
+    let request_line = handshake_request_line(|port| format!("ws://127.0.0.1:{port}?x=1"));
+    assert_eq!(request_line, "GET /?x=1 HTTP/1.1\r\n");
+}
+
+/// Starts the gateway for the server URL `url(port)` of a listener on 127.0.0.1, checks that
+/// /healthz finds that server reachable, sends one sentence and returns the request line of
+/// the participant's WebSocket handshake.
+fn handshake_request_line(url: impl Fn(u16) -> String) -> String {
     let (port, lines) = first_lines_server();
-    let url = format!("ws://127.0.0.1:{port}?x=1");
-    let mut gw = Gateway::start_for_server(&url, &["--metrics", "127.0.0.1:0"]);
-    let m = gw.metrics_addr();
-    let (status, body) = http_get(m, "/healthz");
+    let mut gw = Gateway::start_for_server(&url(port), &["--metrics", "127.0.0.1:0"]);
+    let (status, body) = http_get(gw.metrics_addr(), "/healthz");
     assert_eq!(
         (status, body.trim()),
         (
@@ -177,8 +183,8 @@ fn a_server_url_with_a_query_and_no_path_is_checked_and_asked_for_as_origin_form
     let request_line = lines
         .recv_timeout(WAIT)
         .expect("no handshake reached the server");
-    assert_eq!(request_line, "GET /?x=1 HTTP/1.1\r\n");
     gw.kill();
+    request_line
 }
 
 /// A listener that takes connections and reports each one's first line: /healthz's probe
@@ -209,23 +215,8 @@ fn first_lines_server() -> (u16, std::sync::mpsc::Receiver<String>) {
 /// as `ws://host/pvp`: /healthz checks the server and the participants connect to it.
 #[test]
 fn a_server_url_scheme_in_capitals_is_taken() {
-    let (port, lines) = first_lines_server();
-    let url = format!("WS://127.0.0.1:{port}/pvp");
-    let mut gw = Gateway::start_for_server(&url, &["--metrics", "127.0.0.1:0"]);
-    let (status, body) = http_get(gw.metrics_addr(), "/healthz");
-    assert_eq!(
-        (status, body.trim()),
-        (
-            200,
-            format!("ready: udp bound, PVP server 127.0.0.1:{port} reachable").as_str()
-        )
-    );
-    Sender::new(gw.listen, 0x9).send("Hello. ");
-    let request_line = lines
-        .recv_timeout(WAIT)
-        .expect("no handshake reached the server");
+    let request_line = handshake_request_line(|port| format!("WS://127.0.0.1:{port}/pvp"));
     assert_eq!(request_line, "GET /pvp HTTP/1.1\r\n");
-    gw.kill();
 }
 
 /// A `--server` URL whose port the URI type cannot read (beyond 65535) was taken as one with no

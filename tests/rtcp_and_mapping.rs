@@ -627,7 +627,7 @@ fn pair(kind: &str, content: &str) -> (String, String) {
     (kind.to_owned(), content.to_owned())
 }
 
-/// A mixer source's events, as (kind, content).
+/// A mixer source's events (`csrc` "": every envelope's), as (kind, content).
 fn events_of(out: &[Envelope], csrc: &str) -> Vec<(String, String)> {
     out.iter()
         .filter(|e| e.sender.ends_with(csrc))
@@ -748,16 +748,6 @@ fn own_bye() -> Vec<u8> {
     bye
 }
 
-/// `(kind, content)` of every envelope, in order.
-fn kinds_and_contents(out: &[Envelope]) -> Vec<(String, String)> {
-    out.iter()
-        .map(|e| {
-            let content = e.payload["content"].as_str().unwrap_or("");
-            (e.kind.clone(), content.to_owned())
-        })
-        .collect()
-}
-
 /// RFC 3550 6.3.7: a BYE travels apart from the source's last RTP packets and may overtake
 /// them. Here packet 2 ("there ") is reordered behind 3 and arrives 10 ms after the BYE,
 /// within the reorder wait (RFC 4103 5.4). The stream ended at the BYE: the gap was given up
@@ -775,7 +765,7 @@ fn a_bye_overtaking_the_sources_last_packet_waits_for_it() {
         "left with a packet still held"
     );
     gw.handle_datagram(at(620), addr(4000), &t140(2, 7, "there "));
-    let out = kinds_and_contents(&drain(&mut gw));
+    let out = events_of(&drain(&mut gw), "");
     assert_eq!(
         out,
         [
@@ -802,7 +792,7 @@ fn a_bye_waiting_for_a_lost_packet_ends_the_stream_at_the_reorder_wait() {
     drain(&mut gw);
     assert_eq!(gw.stats().streams_live, 1, "ended before the reorder wait");
     gw.handle_timeout(at(1600));
-    let out = kinds_and_contents(&drain(&mut gw));
+    let out = events_of(&drain(&mut gw), "");
     assert_eq!(
         out,
         [
