@@ -148,6 +148,16 @@ struct Cold {
     stats: RegisterStats,
     /// Buffers of delivered held packets, reused.
     spare: Vec<Vec<u8>>,
+    /// The packets of a jump not yet confirmed (RFC 3550 A.1 `bad_seq`), at most two, in
+    /// sequence order: a confirmed restart delivers their text instead of marking it lost.
+    /// Boxed: only a stream that jumped pays for it.
+    jumped: Option<Box<Jumped>>,
+}
+
+/// [`Cold`]'s `jumped`: the run of a jump not yet confirmed.
+#[derive(Debug, Default)]
+struct Jumped {
+    run: Vec<Held>,
 }
 
 // `holding` counts one over the bound for a moment (`Register::receive`).
@@ -319,24 +329,26 @@ impl Register {
                 self.cold.stats.restarts += 1;
                 self.give_up_all(out);
                 self.bad_seq = None;
-                let dropped = usize::from(self.bad_run - 1);
-                if a.by_ts {
-                    self.deliver(&a, 0, dropped, out);
-                } else {
-                    // The jump's packets were dropped; this one's newest redundant generations
-                    // are their text (RFC 4103 4.2), often the restarted session's start.
-                    let recovered = self.redundancy(&a).min(dropped);
-                    self.cold.stats.lost += (dropped - recovered) as u64;
-                    for _ in recovered..dropped {
-                        out(a.tag, Piece::Lost);
-                    }
-                    self.deliver(&a, recovered, 0, out);
+                // The jump's packets were kept (the run, in sequence up to this one): their
+                // text as it came, then this packet's; nothing of the restart is lost.
+                let jumped = self.cold.jumped.take().map(|b| b.run).unwrap_or_default();
+                debug_assert!(
+                    jumped.len() == usize::from(self.bad_run - 1)
+                        && (jumped.iter().rev())
+                            .zip(1u16..)
+                            .all(|(h, back)| h.seq == seq.wrapping_sub(back))
+                );
+                for h in jumped {
+                    self.deliver(&h.arrival(), 0, 0, out);
+                    self.cold.spare.push(h.payload);
                 }
+                self.deliver(&a, 0, 0, out);
                 self.expected = Some(seq.wrapping_add(1));
                 return Ok(Outcome::Delivered);
             }
             self.cold.stats.jumps += 1;
             self.bad_seq = Some(seq.wrapping_add(1));
+            self.keep_jumped(now, &a);
             return Ok(Outcome::Jump);
         }
         if self.cold.held.iter().any(|h| h.seq == seq) {
@@ -429,6 +441,29 @@ impl Register {
 
     /// Takes the first held packet out; with [`Register::hold`] the only places that change
     /// the held packets, so `holding` follows them.
+    /// Keeps a copy of a jump's packet ([`Cold`]'s `jumped`): the run restarts with the first.
+    #[cold]
+    #[inline(never)]
+    fn keep_jumped(&mut self, now: Time, a: &Arrival<'_>) {
+        let jumped = self.cold.jumped.get_or_insert_default();
+        if self.bad_run == 1 {
+            self.cold.spare.extend(jumped.run.drain(..).map(|h| h.payload));
+        }
+        let mut payload = self.cold.spare.pop().unwrap_or_default();
+        payload.clear();
+        payload.extend_from_slice(a.payload);
+        self.cold.jumped.get_or_insert_default().run.push(Held {
+            seq: a.seq,
+            ts: a.ts,
+            marker: a.marker,
+            red: a.red,
+            tag: a.tag,
+            by_ts: a.by_ts,
+            at: now,
+            payload,
+        });
+    }
+
     fn unhold_first(&mut self) -> Held {
         self.holding -= 1;
         self.cold.held.remove(0)
@@ -825,12 +860,12 @@ mod tests {
         assert_eq!(r.plain(1, 40_000, false, "x"), Outcome::Jump);
         assert_eq!(r.plain(2, 40_001, false, "y"), Outcome::Delivered);
         assert_eq!(r.plain(3, 40_002, false, "z"), Outcome::Delivered);
-        assert_eq!(r.text, "a~yz");
+        assert_eq!(r.text, "axyz");
         assert_eq!(r.reg.stats().restarts, 1);
         // A single stray far-off packet is dropped and changes nothing.
         assert_eq!(r.plain(4, 9, false, "!"), Outcome::Jump);
         assert_eq!(r.plain(5, 40_003, false, "w"), Outcome::Delivered);
-        assert_eq!(r.text, "a~yzw");
+        assert_eq!(r.text, "axyzw");
     }
 
     #[test]
@@ -929,12 +964,44 @@ mod tests {
         assert_eq!(r.text, "a\u{feff}xy");
         assert_eq!(r.reg.stats().lost, 0);
         assert_eq!(r.reg.stats().restarts, 1);
-        // Without redundancy the dropped packet is marked.
+        // Without redundancy too: the jump's packet was kept, and goes out once confirmed.
         let mut r = Rig::new();
         r.plain(0, 100, true, "a");
         assert_eq!(r.plain(1, 40_000, true, "x"), Outcome::Jump);
         assert_eq!(r.plain(2, 40_001, false, "y"), Outcome::Delivered);
-        assert_eq!(r.text, "a~y");
+        assert_eq!(r.text, "axy");
+        assert_eq!(r.reg.stats().lost, 0);
+    }
+
+    /// A jump's packets are kept only while they run in sequence: a stray packet before the
+    /// restart is not delivered with it, and a packet of the run lost before the confirming
+    /// one is marked as before.
+    #[test]
+    fn a_restart_delivers_only_the_run_it_confirms() {
+        let mut r = Rig::new();
+        r.plain(0, 100, true, "a");
+        // A stray packet far ahead, then the restart's run elsewhere.
+        assert_eq!(r.plain(1, 20_000, false, "stray"), Outcome::Jump);
+        assert_eq!(r.plain(2, 40_000, true, "x"), Outcome::Jump);
+        assert_eq!(r.plain(3, 40_001, false, "y"), Outcome::Delivered);
+        assert_eq!(r.text, "axy");
+        // A jump back within MAX_DROPOUT needs three in sequence: both kept go out. A run
+        // broken before it is confirmed starts again, and the packet before the break was a
+        // stray (4001 never came): only the confirmed run is delivered.
+        let mut r = Rig::new();
+        r.plain(0, 5000, true, "a");
+        assert_eq!(r.plain(1, 4000, false, "p"), Outcome::Jump);
+        assert_eq!(r.plain(2, 4001, false, "q"), Outcome::Jump);
+        assert_eq!(r.plain(3, 4002, false, "r"), Outcome::Delivered);
+        assert_eq!(r.text, "apqr");
+        let mut r = Rig::new();
+        r.plain(0, 5000, true, "a");
+        assert_eq!(r.plain(1, 4000, false, "p"), Outcome::Jump);
+        assert_eq!(r.plain(2, 4002, false, "q"), Outcome::Jump);
+        assert_eq!(r.plain(3, 4003, false, "r"), Outcome::Jump);
+        assert_eq!(r.plain(4, 4004, false, "s"), Outcome::Delivered);
+        assert_eq!(r.text, "aqrs");
+        assert_eq!(r.reg.stats().lost, 0);
     }
 
     /// Two late duplicates in a row, more than MAX_MISORDER behind: RFC 3550 A.1 read

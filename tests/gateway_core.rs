@@ -1650,3 +1650,28 @@ fn a_new_mixer_speakers_generations_older_than_the_gap_do_not_account_for_it() {
     let s = gw.stats();
     assert_eq!((s.recovered, s.lost), (2, 1));
 }
+
+/// A plain T.140 sender restarting its sequence numbers under the same SSRC (a restarted
+/// process configured with its SSRC): RFC 3550 A.1 takes the new sequence once a second packet
+/// follows the jump, and dropped the jump's packet, so the restarted session's first words
+/// ("Again") became a loss mark. The packet is kept until the sequence is believed, then
+/// delivered: nothing of the restart is lost.
+#[test]
+fn a_plain_sender_restarting_its_sequence_loses_nothing() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello. "));
+    gw.handle_datagram(
+        at(5000),
+        addr(4000),
+        &t140m(30_000, 7, true, "\u{feff}Again "),
+    );
+    gw.handle_datagram(at(5300), addr(4000), &t140m(30_001, 7, false, "here. "));
+    let said: Vec<String> = drain(&mut gw)
+        .into_iter()
+        .filter(|e| e.kind == "context.add")
+        .map(|e| e.payload["content"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(said, ["Hello.", "Again here."]);
+    let stats = gw.stats();
+    assert_eq!((stats.restarts, stats.lost), (1, 0));
+}
