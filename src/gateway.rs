@@ -1061,10 +1061,18 @@ impl Gateway {
         };
         // A slot found before this datagram's timers fired holds only if none ended a stream.
         let found = hint.filter(|&(_, at)| self.index.changes() == at);
-        let slot = match found.map(|(slot, _)| slot).or_else(|| self.index.get(&key)) {
+        let mut slot = match found.map(|(slot, _)| slot).or_else(|| self.index.get(&key)) {
             Some(slot) => slot,
             None => self.open_stream(now, key)?,
         };
+        if self
+            .slots
+            .get(slot)
+            .expect("indexed slot is live")
+            .bye_waits
+        {
+            slot = self.after_bye(now, slot, key, pkt.sequence)?;
+        }
         let csrc = match (self.cfg.mixer, pkt.csrcs().len()) {
             (MixerMode::Off, _) | (_, 0) => None,
             (MixerMode::Auto, 1) | (MixerMode::On, _) => pkt.csrcs().next(),
@@ -1259,7 +1267,7 @@ impl Gateway {
             let mut s = self.slots.remove(slot).expect("checked");
             self.timers.remove(slot);
             self.index.remove(&s.key);
-            self.ssrc_owner.remove(&s.key.ssrc);
+            self.release_ssrc(&s.key);
             self.emit.stats.streams_live -= 1;
             self.emit.stats.evicted += 1;
             self.emit.stats.harvest(&mut s.register);
@@ -1565,7 +1573,8 @@ impl Gateway {
     /// BYE travels apart from them and can overtake them (RFC 3550 6.3.7 keeps a member a while
     /// after its BYE for such packets). So while packets are held behind a gap the stream goes
     /// on until the gap is settled, by the packet that fills it or by the reorder wait's end
-    /// (RFC 4103 5.4), and then ends; with nothing held it ends now.
+    /// (RFC 4103 5.4), and then ends; with nothing held it ends now. The SSRC is free at once
+    /// (RFC 3550 8.2): another sender may take it meanwhile.
     fn stream_bye(&mut self, now: Time, slot: u32) {
         let Some(s) = self.slots.get_mut(slot) else {
             return;
@@ -1574,6 +1583,39 @@ impl Gateway {
             self.close_stream(now, slot, "rtcp bye");
         } else {
             s.bye_waits = true;
+            let key = s.key;
+            self.release_ssrc(&key);
+        }
+    }
+
+    /// A packet for a stream whose BYE waits ([`Stream::bye_waits`]). One the BYE may have
+    /// overtaken (a gap's, a held one's, a late duplicate) is the stream's; one beyond the
+    /// newest held was sent after the BYE, by the source's next session (RFC 3550 6.3.7): the
+    /// old stream ends now, what it waited for given up, and the packet opens the new one. So
+    /// nothing sent after a BYE goes into the participation the BYE ended, and the wait is
+    /// bounded by the reorder wait of what was held when the BYE came.
+    #[cold]
+    #[inline(never)]
+    fn after_bye(
+        &mut self,
+        now: Time,
+        slot: u32,
+        key: StreamKey,
+        seq: u16,
+    ) -> Result<u32, DropReason> {
+        let s = self.slots.get(slot).expect("live");
+        if s.register.sent_before_newest_held(seq) {
+            return Ok(slot);
+        }
+        self.close_stream(now, slot, "rtcp bye");
+        self.open_stream(now, key)
+    }
+
+    /// Gives up a stream's claim on its SSRC, unless another source holds it now (taken after
+    /// this stream's BYE freed it).
+    fn release_ssrc(&mut self, key: &StreamKey) {
+        if self.ssrc_owner.get(&key.ssrc) == Some(&key.source) {
+            self.ssrc_owner.remove(&key.ssrc);
         }
     }
 
@@ -1587,6 +1629,11 @@ impl Gateway {
         let (register, mut voices) = Voices::of(&mut s, compat);
         let emit = &mut self.emit;
         register.finish(&mut |tag, piece| route(emit, &mut voices, now, tag, piece));
+        if voices.mixer.byes > 0 {
+            // Mixer sources whose BYE waited for what was held: everything is out, and they
+            // said BYE before the stream ended, so they leave first.
+            byes_due(&mut self.emit, &mut voices, now, |_| true);
+        }
         let Voices {
             speakers,
             key,
@@ -1602,7 +1649,7 @@ impl Gateway {
         }
         self.ended.push_back((key, created.as_millis()));
         self.index.remove(&key);
-        self.ssrc_owner.remove(&key.ssrc);
+        self.release_ssrc(&key);
         self.emit.stats.streams_live -= 1;
         self.emit.stats.harvest(register);
         let (joined, count) = (speakers.iter().any(|sp| sp.joined), speakers.len());

@@ -447,7 +447,9 @@ impl Register {
     fn keep_jumped(&mut self, now: Time, a: &Arrival<'_>) {
         let jumped = self.cold.jumped.get_or_insert_default();
         if self.bad_run == 1 {
-            self.cold.spare.extend(jumped.run.drain(..).map(|h| h.payload));
+            self.cold
+                .spare
+                .extend(jumped.run.drain(..).map(|h| h.payload));
         }
         let mut payload = self.cold.spare.pop().unwrap_or_default();
         payload.clear();
@@ -489,6 +491,17 @@ impl Register {
                 .held
                 .iter()
                 .any(|h| !crate::rtp::ts_after(h.ts, ts))
+    }
+
+    /// Whether `seq` was sent before the newest packet held: a gap's, a held one's, or at most
+    /// MAX_MISORDER behind the next expected (a late duplicate, or a head the stream opened
+    /// without). False when nothing is held. A packet beyond was sent after everything here.
+    pub fn sent_before_newest_held(&self, seq: u16) -> bool {
+        let (Some(expected), Some(newest)) = (self.expected, self.cold.held.last()) else {
+            return false;
+        };
+        seq.wrapping_sub(expected) <= newest.seq.wrapping_sub(expected)
+            || expected.wrapping_sub(seq) <= MAX_MISORDER
     }
 
     /// The timestamp of the newest packet held, if any.

@@ -804,3 +804,147 @@ fn a_bye_waiting_for_a_lost_packet_ends_the_stream_at_the_reorder_wait() {
     assert_eq!(gw.stats().streams_live, 0);
     assert_eq!(gw.stats().lost, 1);
 }
+
+/// The same sender (address and SSRC 7) as [`own_bye`] with its RTCP on port 4001, the next
+/// port up (RFC 3550 11).
+fn own_bye_from_next_port() -> (std::net::SocketAddr, Vec<u8>) {
+    (addr(4001), own_bye())
+}
+
+/// RFC 3550 8.2 / 6.3.7: a BYE frees its SSRC. A sender ends (its BYE overtaking its last
+/// packet 3, which waits for the lost 2), and a new sender that happens to use the same SSRC 7
+/// starts from another port (a client restarted with a configured `--ssrc`). A user expects
+/// the new sender's text ("New sender.", "Still here."), as before the BYE waited. Instead the
+/// old stream lives on after its BYE until the reorder wait ends, still owning SSRC 7: the new
+/// sender's first packets are dropped as SSRC conflicts, and its text after that starts with a
+/// loss mark for its own lost head ("\u{fffd}Still here.").
+#[test]
+fn a_bye_waiting_for_a_gap_still_frees_its_ssrc_for_a_new_sender() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello "));
+    gw.handle_datagram(at(600), addr(4000), &t140(3, 7, "world. "));
+    let (rtcp_port, bye) = own_bye_from_next_port();
+    gw.handle_datagram(at(610), rtcp_port, &bye);
+    gw.handle_datagram(at(700), addr(4002), &t140(1, 7, "New "));
+    gw.handle_datagram(at(800), addr(4002), &t140(2, 7, "sender. "));
+    gw.handle_timeout(at(1600));
+    gw.handle_datagram(at(1700), addr(4002), &t140(3, 7, "Still here. "));
+    gw.shutdown(at(5000));
+    let out = drain(&mut gw);
+    let new: Vec<(String, String)> = events_of(&out, "")
+        .into_iter()
+        .zip(&out)
+        .filter(|(_, e)| e.sender.ends_with(":4002"))
+        .map(|(p, _)| p)
+        .collect();
+    assert_eq!(
+        new,
+        [
+            pair("session.join", ""),
+            pair("context.add", "New sender."),
+            pair("context.add", "Still here."),
+            pair("session.leave", ""),
+        ]
+    );
+    assert_eq!(gw.stats().drops(pvp_t140::DropReason::SsrcConflict), 0);
+}
+
+/// A sender that said BYE and started a new session under the same address and SSRC (a new
+/// random first sequence number, RFC 3550 5.1; the gateway documents this case: "a BYE, then
+/// the sender's next packet" starts the stream again). Its BYE overtook its last packet 3,
+/// which waits for the lost 2. A user expects the old session to end ("Hello \u{fffd}world.")
+/// and the new one to say "Hi again." and "More." (before the BYE waited, it did). Instead the new
+/// session's packets go to the old stream, still waiting: its first (marked) packet is
+/// dropped as a sequence jump, its second is taken as a restart of the old stream (a loss
+/// mark for "Hi ", "again." said by the old session before its leave), and the next packet
+/// opens a stream whose head is marked lost ("\u{fffd}More.").
+#[test]
+fn a_new_session_after_a_waiting_bye_is_not_taken_into_the_old_stream() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello "));
+    gw.handle_datagram(at(600), addr(4000), &t140(3, 7, "world. "));
+    gw.handle_datagram(at(610), addr(4000), &own_bye());
+    gw.handle_datagram(at(700), addr(4000), &t140m(40000, 7, true, "Hi "));
+    gw.handle_datagram(at(800), addr(4000), &t140m(40001, 7, false, "again. "));
+    gw.handle_datagram(at(900), addr(4000), &t140m(40002, 7, false, "More. "));
+    gw.shutdown(at(5000));
+    let out = events_of(&drain(&mut gw), "");
+    assert_eq!(
+        out,
+        [
+            pair("session.join", ""),
+            pair("context.add", "Hello \u{fffd}world."),
+            pair("session.leave", ""),
+            pair("session.join", ""),
+            pair("context.add", "Hi again."),
+            pair("context.add", "More."),
+            pair("session.leave", ""),
+        ]
+    );
+}
+
+/// README: "A source's leave waits for its packets still held behind a gap (at most the
+/// reorder wait)"; the stream ends when the gap its BYE overtook is settled. Here packet 3
+/// waits for the lost 2 when the BYE comes at 610, so the stream should end at 1600 at the
+/// latest. But the source goes on sending after its BYE over a lossy path (every other packet
+/// lost): each new packet waits behind a new gap, `bye_waits` ends the stream only when
+/// nothing at all is held, and that never happens. 4.4 s after the BYE the stream is still
+/// live and has not left.
+#[test]
+fn a_waiting_bye_ends_the_stream_within_the_reorder_wait_of_the_bye() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello "));
+    gw.handle_datagram(at(600), addr(4000), &t140(3, 7, "world. "));
+    gw.handle_datagram(at(610), addr(4000), &own_bye());
+    // Sent after the BYE: 5, 7, 9, ... every 400 ms, the even ones lost.
+    let (mut seq, mut ms) = (5, 1000);
+    while ms < 5000 {
+        gw.handle_datagram(at(ms), addr(4000), &t140(seq, 7, "x "));
+        seq += 2;
+        ms += 400;
+    }
+    gw.handle_timeout(at(5000));
+    let out = drain(&mut gw);
+    assert!(
+        out.iter()
+            .any(|e| e.kind == "session.leave" && e.payload["reason"] == "rtcp bye"),
+        "no leave 4.4 s after the BYE: {:?}",
+        events_of(&out, "")
+    );
+}
+
+/// A mixer (SSRC 9) whose source B said BYE while the mixer's own packet 4 (no CSRC) waited
+/// for the lost 3, B's leave deferred to it; then the mixer itself says BYE (its stream waits
+/// too). When the late 3 fills the gap, B, whose BYE came first, leaves first (`settle_byes`
+/// runs before the stream ends). When 3 is lost instead and the reorder wait ends the stream,
+/// `handle_timeout` ends it without settling B's BYE: the speakers leave in slot order, A
+/// (who never said BYE) before B. A user expects the same order either way: B, then A.
+#[test]
+fn a_mixer_sources_deferred_bye_leaves_first_when_the_mixers_bye_waits_out_the_gap() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha "));
+    gw.handle_datagram(at(10), addr(5000), &with_csrc(2, 1100, 9, 2, b"Bravo "));
+    let mut own = Vec::new();
+    pvp_t140::rtp::write_packet(&mut own, false, 98, 4, 1300, 9, b"Mixer note. ");
+    gw.handle_datagram(at(20), addr(5000), &own);
+    gw.handle_datagram(at(30), addr(5000), &mixer_bye(2));
+    let mut bye = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
+    pvp_t140::rtcp::write_bye(&mut bye, 9);
+    gw.handle_datagram(at(40), addr(5000), &bye);
+    gw.handle_timeout(at(1020));
+    let out = drain(&mut gw);
+    assert_eq!(gw.stats().streams_live, 0);
+    let leaves: Vec<&str> = out
+        .iter()
+        .filter(|e| e.kind == "session.leave")
+        .map(|e| e.sender.rsplit('/').next().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        leaves,
+        [
+            "csrc:00000002",
+            "csrc:00000001",
+            "t140:00000009@127.0.0.1:5000"
+        ]
+    );
+}
