@@ -1071,7 +1071,7 @@ impl Gateway {
             .expect("indexed slot is live")
             .bye_waits
         {
-            slot = self.after_bye(now, slot, key, pkt.sequence)?;
+            slot = self.after_bye(now, slot, key, (pkt.sequence, pkt.marker))?;
         }
         let csrc = match (self.cfg.mixer, pkt.csrcs().len()) {
             (MixerMode::Off, _) | (_, 0) => None,
@@ -1146,17 +1146,17 @@ impl Gateway {
         let byes = voices.mixer.byes > 0;
         let speakers = voices.speakers;
         emit.stats.harvest(register);
-        let settled = register.held() == 0;
         // Armed whatever the outcome: the packet may have opened the stream.
-        let mut due = match settled {
-            true => self.delays.without_gap(now, speakers, now),
-            false => self.deadline(self.slots.get(slot).expect("live")),
+        let mut due = match register.held() {
+            0 => self.delays.without_gap(now, speakers, now),
+            _ => self.deadline(self.slots.get(slot).expect("live")),
         };
         if byes {
             self.settle_byes(now, slot);
             due = self.deadline(self.slots.get(slot).expect("live"));
         }
-        if settled && self.slots.get(slot).expect("live").bye_waits {
+        let s = self.slots.get(slot).expect("live");
+        if s.bye_waits && s.register.bye_settled() {
             // What the source's BYE overtook is in: the stream ends now.
             self.close_stream(now, slot, "rtcp bye");
         } else {
@@ -1429,7 +1429,10 @@ impl Gateway {
     /// `rank` 2 for NAME, 1 for CNAME: a NAME is never replaced by a CNAME.
     fn name_stream(&mut self, now: Time, source: SocketAddr, ssrc: u32, name: &str, rank: u8) {
         let Some(name) = clean_name(name) else { return };
-        let Some(slot) = self.rtcp_stream(source, ssrc) else {
+        // A stream whose BYE waits has ended but for late packets: a name after its BYE is
+        // its source's next session's, kept for that stream's join.
+        let live = |g: &Self, slot: u32| g.slots.get(slot).is_some_and(|s| !s.bye_waits);
+        let Some(slot) = self.rtcp_stream(source, ssrc).filter(|&s| live(self, s)) else {
             let same = |e: &(IpAddr, u32, String, u8)| e.0 == source.ip() && e.1 == ssrc;
             if self.early_names.iter().any(|e| same(e) && e.3 > rank) {
                 return;
@@ -1532,7 +1535,7 @@ impl Gateway {
                 ..
             } = voices;
             let waiting = register.held() > 0;
-            if bye_waits && !waiting {
+            if bye_waits && register.bye_settled() {
                 // The gaps the source's BYE waited for are given up: the stream ends.
                 self.close_stream(now, slot, "rtcp bye");
                 continue;
@@ -1579,21 +1582,24 @@ impl Gateway {
         let Some(s) = self.slots.get_mut(slot) else {
             return;
         };
-        if s.register.held() == 0 {
-            self.close_stream(now, slot, "rtcp bye");
-        } else {
+        if s.bye_waits {
+            // A BYE again: the first one's wait goes on.
+        } else if s.register.mark_bye() {
             s.bye_waits = true;
             let key = s.key;
             self.release_ssrc(&key);
+        } else {
+            self.close_stream(now, slot, "rtcp bye");
         }
     }
 
-    /// A packet for a stream whose BYE waits ([`Stream::bye_waits`]). One the BYE may have
-    /// overtaken (a gap's, a held one's, a late duplicate) is the stream's; one beyond the
-    /// newest held was sent after the BYE, by the source's next session (RFC 3550 6.3.7): the
-    /// old stream ends now, what it waited for given up, and the packet opens the new one. So
-    /// nothing sent after a BYE goes into the participation the BYE ended, and the wait is
-    /// bounded by the reorder wait of what was held when the BYE came.
+    /// A packet `(seq, marker)` for a stream whose BYE waits ([`Stream::bye_waits`]) for the
+    /// newest packet held when it came. One the BYE may have overtaken
+    /// ([`crate::register::Register::sent_before_bye`]) is the stream's; any other starts the
+    /// source's next session (RFC 3550 6.3.7): the old stream ends now, what it waited for
+    /// given up, and the packet opens the new one, unless another source took the SSRC the BYE
+    /// freed. The stream ends once that packet is delivered or given up, whatever came after
+    /// it is held: the wait is bounded by the reorder wait of what was held when the BYE came.
     #[cold]
     #[inline(never)]
     fn after_bye(
@@ -1601,11 +1607,19 @@ impl Gateway {
         now: Time,
         slot: u32,
         key: StreamKey,
-        seq: u16,
+        (seq, marker): (u16, bool),
     ) -> Result<u32, DropReason> {
         let s = self.slots.get(slot).expect("live");
-        if s.register.sent_before_newest_held(seq) {
+        if s.register.sent_before_bye(seq, marker) {
             return Ok(slot);
+        }
+        let own = s.key;
+        if self
+            .ssrc_owner
+            .get(&own.ssrc)
+            .is_some_and(|&owner| owner != own.source)
+        {
+            return Err(DropReason::SsrcConflict);
         }
         self.close_stream(now, slot, "rtcp bye");
         self.open_stream(now, key)

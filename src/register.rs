@@ -90,6 +90,8 @@ struct Held {
     red: bool,
     tag: u16,
     by_ts: bool,
+    /// The newest packet held when its source's BYE came ([`Register::mark_bye`]).
+    before_bye: bool,
     at: Time,
     payload: Vec<u8>,
 }
@@ -429,6 +431,7 @@ impl Register {
                 red: a.red,
                 tag: a.tag,
                 by_ts: a.by_ts,
+                before_bye: false,
                 at: now,
                 payload: buf,
             },
@@ -461,6 +464,7 @@ impl Register {
             red: a.red,
             tag: a.tag,
             by_ts: a.by_ts,
+            before_bye: false,
             at: now,
             payload,
         });
@@ -493,15 +497,41 @@ impl Register {
                 .any(|h| !crate::rtp::ts_after(h.ts, ts))
     }
 
-    /// Whether `seq` was sent before the newest packet held: a gap's, a held one's, or at most
-    /// MAX_MISORDER behind the next expected (a late duplicate, or a head the stream opened
-    /// without). False when nothing is held. A packet beyond was sent after everything here.
-    pub fn sent_before_newest_held(&self, seq: u16) -> bool {
-        let (Some(expected), Some(newest)) = (self.expected, self.cold.held.last()) else {
+    /// Marks the newest packet held as the last its source sent before its BYE (RFC 3550
+    /// 6.3.7: the BYE may have overtaken it and what is missing before it). False when nothing
+    /// is held.
+    pub fn mark_bye(&mut self) -> bool {
+        match self.cold.held.last_mut() {
+            Some(h) => {
+                h.before_bye = true;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether the packet [`Register::mark_bye`] marked is delivered or given up.
+    pub fn bye_settled(&self) -> bool {
+        !self.cold.held.iter().any(|h| h.before_bye)
+    }
+
+    /// Whether a packet arriving after its source's BYE was sent before it, which may have
+    /// overtaken it: one up to the packet [`Register::mark_bye`] marked (a gap's, a held
+    /// one's), a late duplicate at most MAX_MISORDER behind, or one continuing the numbering
+    /// past the marked one unmarked. A marked packet past it starts a session (RFC 4103 5.2),
+    /// as does one the sequence jumps to (RFC 3550 5.1: a new session's first number is
+    /// random).
+    pub fn sent_before_bye(&self, seq: u16, marker: bool) -> bool {
+        let (Some(expected), Some(bye)) = (
+            self.expected,
+            self.cold.held.iter().rev().find(|h| h.before_bye),
+        ) else {
             return false;
         };
-        seq.wrapping_sub(expected) <= newest.seq.wrapping_sub(expected)
-            || expected.wrapping_sub(seq) <= MAX_MISORDER
+        let behind = expected.wrapping_sub(seq).wrapping_sub(1) < MAX_MISORDER;
+        let within = seq.wrapping_sub(expected) <= bye.seq.wrapping_sub(expected);
+        let continues = !marker && seq.wrapping_sub(bye.seq) < MAX_DROPOUT;
+        behind || within || continues
     }
 
     /// The timestamp of the newest packet held, if any.

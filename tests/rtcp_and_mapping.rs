@@ -948,3 +948,129 @@ fn a_mixer_sources_deferred_bye_leaves_first_when_the_mixers_bye_waits_out_the_g
         ]
     );
 }
+
+/// RFC 3550 6.3.7: a BYE may overtake any of its source's last packets, not only those behind
+/// the gap. Here the source sent 1 "Hello ", 2 "there ", 3 "world. ", 4 "Bye. ", then its BYE;
+/// 2 is late, and the BYE overtakes 4 too. 4 is unmarked and follows 3 at once: the old
+/// session's, not a new one's first packet (RFC 4103 5.2 marks that, with a new random
+/// sequence number, RFC 3550 5.1). A user expects one participant saying
+/// "Hello there world." and "Bye." and leaving once. Instead 4, being beyond the newest held
+/// packet, is judged "sent after the BYE": the old stream ends at once with its gap given up
+/// ("Hello \u{fffd}world."), and 4 opens a second stream (waiting for its head) in which the
+/// late 2 then lands: a ghost participant joins again to say "\u{fffd}there \u{fffd}Bye.",
+/// two loss marks where nothing was lost.
+#[test]
+fn a_packet_the_bye_overtook_beyond_the_newest_held_stays_in_the_old_stream() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello "));
+    gw.handle_datagram(at(600), addr(4000), &t140(3, 7, "world. "));
+    gw.handle_datagram(at(610), addr(4000), &own_bye());
+    gw.handle_datagram(at(615), addr(4000), &t140(4, 7, "Bye. "));
+    gw.handle_datagram(at(620), addr(4000), &t140(2, 7, "there "));
+    gw.handle_timeout(at(3000));
+    gw.shutdown(at(5000));
+    let out = events_of(&drain(&mut gw), "");
+    assert_eq!(
+        out,
+        [
+            pair("session.join", ""),
+            pair("context.add", "Hello there world."),
+            pair("context.add", "Bye."),
+            pair("session.leave", ""),
+        ]
+    );
+    assert_eq!(gw.stats().lost, 0);
+}
+
+/// A sender that said BYE starts its next session under the same address and SSRC (as in
+/// [`a_new_session_after_a_waiting_bye_is_not_taken_into_the_old_stream`]). T.140 sends RTP only
+/// when there is text, so the new session's first compound RTCP (RR, SDES NAME "Alice") comes
+/// before its first RTP packet. The old stream's BYE overtook its packet 3, which waits for
+/// the lost 2. A user expects the new session's participant to join as "Alice", as when the
+/// old stream ended at its BYE (the SDES then waited in the early names for the new stream).
+/// Instead the SDES is routed to the old stream, which said BYE and only waits for its gap:
+/// the leaving participant joins (and leaves) as "Alice", and the new session joins with the
+/// default name "T.140 00000007 (127.0.0.1:4000)".
+#[test]
+fn a_new_sessions_sdes_while_the_old_bye_waits_names_the_new_session() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello "));
+    gw.handle_datagram(at(600), addr(4000), &t140(3, 7, "world. "));
+    gw.handle_datagram(at(610), addr(4000), &own_bye());
+    let mut rtcp = Vec::new();
+    pvp_t140::rtcp::write_rr(&mut rtcp, 7);
+    rtcp.extend(sdes_chunks(&[(7, "alice@host", "Alice")]));
+    gw.handle_datagram(at(650), addr(4000), &rtcp);
+    gw.handle_datagram(at(700), addr(4000), &t140m(40000, 7, true, "Hi again. "));
+    gw.shutdown(at(5000));
+    let out = drain(&mut gw);
+    let joins: Vec<&serde_json::Value> = out
+        .iter()
+        .filter(|e| e.kind == "session.join")
+        .map(|e| &e.payload["participant"]["name"])
+        .collect();
+    assert_eq!(joins.len(), 2, "{:?}", events_of(&out, ""));
+    assert_eq!(
+        joins[1],
+        &serde_json::json!("Alice"),
+        "the new session's SDES NAME did not name its join: {:?}",
+        out.iter()
+            .map(|e| (&e.kind, &e.payload))
+            .collect::<Vec<_>>()
+    );
+}
+
+/// While a stream's BYE waits, another source took its SSRC (the BYE freed it). The old
+/// source's next session then sends its first (marked) packet: it cannot open a stream (the
+/// SSRC is taken: dropped as a conflict), and must not end the old stream early either, whose
+/// late packet 2 then still fills its gap: "Hello there world.", no loss.
+#[test]
+fn a_conflicting_packet_after_a_waiting_bye_leaves_the_old_stream_waiting() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello "));
+    gw.handle_datagram(at(600), addr(4000), &t140(3, 7, "world. "));
+    gw.handle_datagram(at(610), addr(4000), &own_bye());
+    gw.handle_datagram(at(620), addr(4002), &t140(1, 7, "Other. "));
+    gw.handle_datagram(at(630), addr(4000), &t140m(40_000, 7, true, "Next. "));
+    assert_eq!(gw.stats().drops(pvp_t140::DropReason::SsrcConflict), 1);
+    gw.handle_datagram(at(640), addr(4000), &t140(2, 7, "there "));
+    let out = drain(&mut gw);
+    let old: Vec<(String, String)> = events_of(&out, "")
+        .into_iter()
+        .zip(&out)
+        .filter(|(_, e)| e.sender.ends_with(":4000"))
+        .map(|(p, _)| p)
+        .collect();
+    assert_eq!(
+        old,
+        [
+            pair("session.join", ""),
+            pair("context.add", "Hello there world."),
+            pair("session.leave", ""),
+        ]
+    );
+    assert_eq!(gw.stats().lost, 0);
+}
+
+/// A marked packet right after the newest held starts the source's next session (RFC 4103
+/// 5.2), even numbered on from the old one: the old stream ends with its gap given up, and
+/// the packet opens the new stream, which joins again.
+#[test]
+fn a_marked_packet_after_a_waiting_bye_starts_a_new_session() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello "));
+    gw.handle_datagram(at(600), addr(4000), &t140(3, 7, "world. "));
+    gw.handle_datagram(at(610), addr(4000), &own_bye());
+    gw.handle_datagram(at(700), addr(4000), &t140m(4, 7, true, "New. "));
+    let out = events_of(&drain(&mut gw), "");
+    assert_eq!(
+        out,
+        [
+            pair("session.join", ""),
+            pair("context.add", "Hello \u{fffd}world."),
+            pair("session.leave", ""),
+            pair("session.join", ""),
+            pair("context.add", "New."),
+        ]
+    );
+}
