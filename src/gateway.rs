@@ -276,6 +276,7 @@ impl Stats {
             self.lost += r.lost;
             self.reordered += r.reordered;
             self.restarts += r.restarts;
+            self.drops[DropReason::SequenceJump.index()] += r.jumps;
             self.head_lost += r.head_lost;
             self.idle_tail += r.idle_tail;
         }
@@ -1164,9 +1165,10 @@ impl Gateway {
         }
         let outcome = outcome?;
         match outcome {
-            Outcome::Delivered | Outcome::Held => Ok(()),
+            // A jump's packet is kept until a restart is confirmed; those that prove strays
+            // count as drops when they are let go (`harvest`).
+            Outcome::Delivered | Outcome::Held | Outcome::Jump => Ok(()),
             Outcome::Stale => Err(DropReason::Stale),
-            Outcome::Jump => Err(DropReason::SequenceJump),
         }
     }
 
@@ -1265,6 +1267,7 @@ impl Gateway {
                 continue;
             }
             let mut s = self.slots.remove(slot).expect("checked");
+            s.register.drop_jumped();
             self.timers.remove(slot);
             self.index.remove(&s.key);
             self.release_ssrc(&s.key);

@@ -123,10 +123,6 @@ pub type Out<'o> = &'o mut dyn FnMut(u16, Piece<'_>);
 pub struct Register {
     /// Next sequence number to deliver.
     expected: Option<u16>,
-    /// RFC 3550 A.1 `bad_seq`: a jump is accepted as a restart when the next packet follows it.
-    bad_seq: Option<u16>,
-    /// Sequential packets seen since the jump `bad_seq` follows.
-    bad_run: u8,
     /// The stream opened without a session start: earlier packets may still arrive.
     head_wait: bool,
     /// RED layout of this sender.
@@ -150,17 +146,26 @@ struct Cold {
     stats: RegisterStats,
     /// Buffers of delivered held packets, reused.
     spare: Vec<Vec<u8>>,
-    /// The packets of a jump not yet confirmed (RFC 3550 A.1 `bad_seq`), at most two, in
-    /// sequence order: a confirmed restart delivers their text instead of marking it lost.
-    /// Boxed: only a stream that jumped pays for it.
+    /// The packets of a jump not yet confirmed as a restart (RFC 3550 A.1 `bad_seq`): a
+    /// confirmed restart delivers their text instead of marking it lost. Boxed: only a stream
+    /// that jumped pays for it.
     jumped: Option<Box<Jumped>>,
 }
 
-/// [`Cold`]'s `jumped`: the run of a jump not yet confirmed.
+/// Jump packets kept ([`Cold`]'s `jumped`) until enough of them run in sequence to be
+/// believed a restart, or they prove strays.
 #[derive(Debug, Default)]
 struct Jumped {
+    /// The register's `expected` when they were kept: a packet of the old sequence delivered
+    /// since makes them strays (late duplicates between live packets are no restart).
+    since: u16,
+    /// At most [`MAX_KEPT`], in arrival order.
     run: Vec<Held>,
 }
+
+/// Jump packets a register keeps: a restart's first packets swapped or duplicated still make
+/// a run of three.
+const MAX_KEPT: usize = 4;
 
 // `holding` counts one over the bound for a moment (`Register::receive`).
 const _: () = assert!(MAX_HELD < u8::MAX as usize);
@@ -298,7 +303,6 @@ impl Register {
             return Ok(Outcome::Held);
         };
         let ahead = seq.wrapping_sub(expected);
-        let behind = expected.wrapping_sub(seq);
         // RFC 3550 A.1 judges a packet against the highest sequence number received
         // (`max_seq`): a jump is at least MAX_DROPOUT ahead of it or at least MAX_MISORDER
         // behind it (`udelta <= RTP_SEQ_MOD - MAX_MISORDER`). With a reorder buffer (RFC 4103
@@ -316,42 +320,7 @@ impl Register {
             && seq.wrapping_sub(max_seq) >= MAX_DROPOUT
             && last.wrapping_sub(seq) >= MAX_MISORDER
         {
-            // RFC 3550 A.1 believes a restart after two sequential packets. A jump back of at
-            // most MAX_DROPOUT is more likely late duplicates, which would be delivered again
-            // and move the stream back (its live packets then waiting, and marked): it needs
-            // three. (A restart's new sequence lands there 1 time in 22.)
-            let needed = if behind <= MAX_DROPOUT { 3 } else { 2 };
-            self.bad_run = if self.bad_seq == Some(seq) {
-                self.bad_run.saturating_add(1)
-            } else {
-                1
-            };
-            if self.bad_run >= needed {
-                // The sender restarted its sequence.
-                self.cold.stats.restarts += 1;
-                self.give_up_all(out);
-                self.bad_seq = None;
-                // The jump's packets were kept (the run, in sequence up to this one): their
-                // text as it came, then this packet's; nothing of the restart is lost.
-                let jumped = self.cold.jumped.take().map(|b| b.run).unwrap_or_default();
-                debug_assert!(
-                    jumped.len() == usize::from(self.bad_run - 1)
-                        && (jumped.iter().rev())
-                            .zip(1u16..)
-                            .all(|(h, back)| h.seq == seq.wrapping_sub(back))
-                );
-                for h in jumped {
-                    self.deliver(&h.arrival(), 0, 0, out);
-                    self.cold.spare.push(h.payload);
-                }
-                self.deliver(&a, 0, 0, out);
-                self.expected = Some(seq.wrapping_add(1));
-                return Ok(Outcome::Delivered);
-            }
-            self.cold.stats.jumps += 1;
-            self.bad_seq = Some(seq.wrapping_add(1));
-            self.keep_jumped(now, &a);
-            return Ok(Outcome::Jump);
+            return Ok(self.jump(now, &a, expected, out));
         }
         if self.cold.held.iter().any(|h| h.seq == seq) {
             self.cold.stats.stale += 1;
@@ -444,21 +413,48 @@ impl Register {
 
     /// Takes the first held packet out; with [`Register::hold`] the only places that change
     /// the held packets, so `holding` follows them.
-    /// Keeps a copy of a jump's packet ([`Cold`]'s `jumped`): the run restarts with the first.
+    /// A packet the sequence jumped to (RFC 3550 A.1), kept ([`Jumped`]). RFC 3550 A.1
+    /// believes a restart after two sequential packets; a jump back of at most MAX_DROPOUT is
+    /// more likely late duplicates, which would be delivered again and move the stream back
+    /// (its live packets then waiting, and marked): it needs three. (A restart's new sequence
+    /// lands there 1 time in 22.) The run is the kept packets in sequence up to this one,
+    /// whatever order they came in; once long enough it is delivered, every packet of it, and
+    /// the stream goes on from its end. Kept packets outside it are strays, dropped and
+    /// counted as jumps.
     #[cold]
     #[inline(never)]
-    fn keep_jumped(&mut self, now: Time, a: &Arrival<'_>) {
+    fn jump(&mut self, now: Time, a: &Arrival<'_>, expected: u16, out: Out<'_>) -> Outcome {
+        let seq = a.seq;
         let jumped = self.cold.jumped.get_or_insert_default();
-        if self.bad_run == 1 {
-            self.cold
-                .spare
-                .extend(jumped.run.drain(..).map(|h| h.payload));
+        if jumped.since != expected {
+            // The old sequence went on since: what was kept were strays.
+            let strays = std::mem::take(&mut jumped.run);
+            self.drop_strays(strays);
+        }
+        let jumped = self.cold.jumped.get_or_insert_default();
+        jumped.since = expected;
+        if jumped.run.iter().any(|h| h.seq == seq) {
+            self.cold.stats.stale += 1;
+            return Outcome::Stale;
+        }
+        if jumped.run.len() >= MAX_KEPT {
+            // The farthest from this one goes (a stray far off, or the oldest of a run).
+            let distance = |h: &Held| {
+                let d = h.seq.wrapping_sub(seq);
+                d.min(d.wrapping_neg())
+            };
+            let far = (0..jumped.run.len())
+                .max_by_key(|&i| distance(&jumped.run[i]))
+                .unwrap_or(0);
+            let stray = jumped.run.swap_remove(far);
+            self.drop_strays(vec![stray]);
         }
         let mut payload = self.cold.spare.pop().unwrap_or_default();
         payload.clear();
         payload.extend_from_slice(a.payload);
-        self.cold.jumped.get_or_insert_default().run.push(Held {
-            seq: a.seq,
+        let jumped = self.cold.jumped.get_or_insert_default();
+        jumped.run.push(Held {
+            seq,
             ts: a.ts,
             marker: a.marker,
             red: a.red,
@@ -468,6 +464,61 @@ impl Register {
             at: now,
             payload,
         });
+        let has = |s: u16| jumped.run.iter().any(|h| h.seq == s);
+        let (mut lo, mut hi) = (seq, seq);
+        while has(lo.wrapping_sub(1)) {
+            lo = lo.wrapping_sub(1);
+        }
+        while has(hi.wrapping_add(1)) {
+            hi = hi.wrapping_add(1);
+        }
+        let needed = if expected.wrapping_sub(lo) <= MAX_DROPOUT {
+            3
+        } else {
+            2
+        };
+        // A restart's packets go forward: the run is believed when its newest arrives last
+        // (as A.1's `bad_seq` is the packet after the jump), never from packets walking back.
+        if hi != seq || hi.wrapping_sub(lo) + 1 < needed {
+            return Outcome::Jump;
+        }
+        // The sender restarted its sequence: what the old one still waited for is given up,
+        // then the run goes out in order, each packet's text as it came.
+        self.cold.stats.restarts += 1;
+        self.give_up_all(out);
+        let run = self
+            .cold
+            .jumped
+            .as_mut()
+            .map(|j| std::mem::take(&mut j.run));
+        let (mut run, strays): (Vec<Held>, Vec<Held>) = run
+            .unwrap_or_default()
+            .into_iter()
+            .partition(|h| h.seq.wrapping_sub(lo) <= hi.wrapping_sub(lo));
+        self.drop_strays(strays);
+        run.sort_unstable_by_key(|h| h.seq.wrapping_sub(lo));
+        for h in run {
+            self.deliver(&h.arrival(), 0, 0, out);
+            self.cold.spare.push(h.payload);
+        }
+        self.expected = Some(hi.wrapping_add(1));
+        Outcome::Delivered
+    }
+
+    /// Jump packets no restart confirmed: dropped, and counted.
+    fn drop_strays(&mut self, strays: Vec<Held>) {
+        self.cold.stats.jumps += strays.len() as u64;
+        self.cold
+            .spare
+            .extend(strays.into_iter().map(|h| h.payload));
+    }
+
+    /// Drops what jump packets are kept (the stream is going): they count as jumps.
+    pub fn drop_jumped(&mut self) {
+        if let Some(j) = self.cold.jumped.as_mut() {
+            let strays = std::mem::take(&mut j.run);
+            self.drop_strays(strays);
+        }
     }
 
     fn unhold_first(&mut self) -> Held {
@@ -482,9 +533,10 @@ impl Register {
         }
     }
 
-    /// Ends the stream: every gap is given up.
+    /// Ends the stream: every gap is given up, kept jump packets dropped.
     pub fn finish(&mut self, out: Out<'_>) {
         self.give_up_all(out);
+        self.drop_jumped();
     }
 
     /// Whether a packet held is as old as `ts` or older (RTP timestamp order).
@@ -928,6 +980,12 @@ mod tests {
         }
         assert_eq!(r.reg.held(), MAX_HELD);
         assert_eq!(refused, 2_000 - MAX_HELD as u64);
+        // Jump packets count once let go: the last few are still kept (a restart's run is
+        // believed only going forward, so they never make one).
+        let kept = r.reg.cold.jumped.as_ref().map_or(0, |j| j.run.len()) as u64;
+        assert!(kept <= MAX_KEPT as u64);
+        assert_eq!(r.reg.stats().stale + r.reg.stats().jumps + kept, refused);
+        r.reg.drop_jumped();
         assert_eq!(r.reg.stats().stale + r.reg.stats().jumps, refused);
         assert!(r.reg.stats().stale > 0);
         // The wait still ends: the oldest held is given up as the head, the rest follow.
@@ -1192,5 +1250,76 @@ mod tests {
         assert_eq!(r.reg.stats().lost, 0);
         assert_eq!(r.red(4, 4003, false, &["y", "z"], "!"), Outcome::Delivered);
         assert_eq!(r.text, "a\u{feff}xyz!");
+    }
+
+    /// A sender restarts its sequence at 40000 and the network swaps its first two packets
+    /// (the reordering RFC 4103 5.4 asks a receiver to put right): 40001 "y", 40000 "x",
+    /// 40002 "z", 40003 "w". The kept packets make a run whatever their order: "axyzw". (A
+    /// run restarted at each packet that was not the one after the last lost "x" and "y"
+    /// without a mark.)
+    #[test]
+    fn a_restart_whose_first_packets_arrive_swapped_loses_no_text() {
+        let mut r = Rig::new();
+        r.plain(0, 100, true, "a");
+        assert_eq!(r.plain(1, 40_001, false, "y"), Outcome::Jump);
+        r.plain(2, 40_000, true, "x");
+        r.plain(3, 40_002, false, "z");
+        r.plain(4, 40_003, false, "w");
+        assert_eq!(r.reg.stats().restarts, 1);
+        assert_eq!(
+            (r.text.as_str(), r.reg.stats().lost),
+            ("axyzw", 0),
+            "each packet once, in order"
+        );
+    }
+
+    /// A restart a little behind (three sequential packets needed) whose second packet the
+    /// network duplicates: 4000 "p", 4001 "q", 4001 "q", 4002 "r", 4003 "s". The duplicate is
+    /// stale, not a new run: "apqrs", each packet's text once.
+    #[test]
+    fn a_duplicate_inside_a_restart_run_does_not_lose_its_first_packet() {
+        let mut r = Rig::new();
+        r.plain(0, 5000, true, "a");
+        assert_eq!(r.plain(1, 4000, true, "p"), Outcome::Jump);
+        assert_eq!(r.plain(2, 4001, false, "q"), Outcome::Jump);
+        r.plain(3, 4001, false, "q");
+        r.plain(4, 4002, false, "r");
+        r.plain(5, 4003, false, "s");
+        assert_eq!(r.reg.stats().restarts, 1);
+        assert_eq!(
+            (r.text.as_str(), r.reg.stats().lost),
+            ("apqrs", 0),
+            "each packet once, in order"
+        );
+    }
+
+    /// Late duplicates far behind (as in `two_late_duplicates_far_behind_are_not_a_restart`),
+    /// arriving one at a time between live packets: 1050 "A", live 1201 "x", 1051 "B", live
+    /// 1202 "y", 1052 ".", live 1203 "z". The live sequence never stopped: no restart (the
+    /// kept copies are strays once a live packet is delivered), and "xyz" follows what was
+    /// said. (Kept across the live packets, the third duplicate confirmed a restart: "AB."
+    /// delivered again, and 1203 waited behind a gap of 150 marked lost.)
+    #[test]
+    fn late_duplicates_between_live_packets_are_not_a_restart() {
+        let mut r = Rig::new();
+        r.plain(0, 1000, true, "");
+        for s in 1001..=1200u16 {
+            let t = match s {
+                1050 => "A",
+                1051 => "B",
+                _ => ".",
+            };
+            r.plain(u64::from(s), s, false, t);
+        }
+        let before = r.text.clone();
+        r.plain(2000, 1050, false, "A");
+        r.plain(2001, 1201, false, "x");
+        r.plain(2002, 1051, false, "B");
+        r.plain(2003, 1202, false, "y");
+        r.plain(2004, 1052, false, ".");
+        r.plain(2005, 1203, false, "z");
+        r.expire(10_000);
+        assert_eq!(&r.text[before.len()..], "xyz");
+        assert_eq!(r.reg.stats().restarts, 0);
     }
 }

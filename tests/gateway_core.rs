@@ -1674,4 +1674,31 @@ fn a_plain_sender_restarting_its_sequence_loses_nothing() {
     assert_eq!(said, ["Hello.", "Again here."]);
     let stats = gw.stats();
     assert_eq!((stats.restarts, stats.lost), (1, 0));
+    // Its text went out: no datagram of it counts as dropped.
+    assert_eq!(stats.drops(DropReason::SequenceJump), 0);
+}
+
+/// A stray packet far off the sequence is kept in case it starts a restart; when the old
+/// sequence goes on, or the stream ends, it is let go and counted as a jump drop (once).
+#[test]
+fn a_stray_jump_packet_counts_as_dropped_once_let_go() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello "));
+    gw.handle_datagram(at(100), addr(4000), &t140(20_000, 7, "stray "));
+    assert_eq!(gw.stats().drops(DropReason::SequenceJump), 0, "still kept");
+    gw.handle_datagram(at(200), addr(4000), &t140(2, 7, "world. "));
+    gw.handle_datagram(at(300), addr(4000), &t140(30_000, 7, "stray "));
+    assert_eq!(
+        gw.stats().drops(DropReason::SequenceJump),
+        1,
+        "the first let go"
+    );
+    gw.shutdown(at(1000));
+    let said: Vec<String> = drain(&mut gw)
+        .into_iter()
+        .filter(|e| e.kind == "context.add")
+        .map(|e| e.payload["content"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(said, ["Hello world."]);
+    assert_eq!(gw.stats().drops(DropReason::SequenceJump), 2);
 }
