@@ -1157,7 +1157,7 @@ impl Gateway {
             due = self.deadline(self.slots.get(slot).expect("live"));
         }
         let s = self.slots.get(slot).expect("live");
-        if s.bye_waits && s.register.bye_settled() {
+        if s.bye_waits && s.register.bye_done(now, self.cfg.reorder_wait) {
             // What the source's BYE overtook is in: the stream ends now.
             self.close_stream(now, slot, "rtcp bye");
         } else {
@@ -1318,8 +1318,11 @@ impl Gateway {
             | RtcpEvent::Report { ssrc }) = *e;
             self.rtcp_stream(source, ssrc)
         });
+        // A mixer stream whose BYE waits has ended but for late packets: names for its
+        // sources are the next session's, kept for its speakers' joins (`name_stream`).
+        let named_home = home.filter(|&h| self.slots.get(h).is_some_and(|s| !s.bye_waits));
         for (ssrc, name, rank) in best {
-            let mixed = match (self.rtcp_stream(source, ssrc), home) {
+            let mixed = match (self.rtcp_stream(source, ssrc), named_home) {
                 (None, Some(h)) => self.csrc_speaker(h, ssrc).map(|i| (h, i)),
                 _ => None,
             };
@@ -1538,7 +1541,7 @@ impl Gateway {
                 ..
             } = voices;
             let waiting = register.held() > 0;
-            if bye_waits && register.bye_settled() {
+            if bye_waits && register.bye_done(now, self.cfg.reorder_wait) {
                 // The gaps the source's BYE waited for are given up: the stream ends.
                 self.close_stream(now, slot, "rtcp bye");
                 continue;
@@ -1587,7 +1590,7 @@ impl Gateway {
         };
         if s.bye_waits {
             // A BYE again: the first one's wait goes on.
-        } else if s.register.mark_bye() {
+        } else if s.register.mark_bye(now) {
             s.bye_waits = true;
             let key = s.key;
             self.release_ssrc(&key);

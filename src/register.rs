@@ -90,8 +90,6 @@ struct Held {
     red: bool,
     tag: u16,
     by_ts: bool,
-    /// The newest packet held when its source's BYE came ([`Register::mark_bye`]).
-    before_bye: bool,
     at: Time,
     payload: Vec<u8>,
 }
@@ -146,21 +144,25 @@ struct Cold {
     stats: RegisterStats,
     /// Buffers of delivered held packets, reused.
     spare: Vec<Vec<u8>>,
-    /// The packets of a jump not yet confirmed as a restart (RFC 3550 A.1 `bad_seq`): a
-    /// confirmed restart delivers their text instead of marking it lost. Boxed: only a stream
-    /// that jumped pays for it.
-    jumped: Option<Box<Jumped>>,
+    /// What only a stream that jumped or whose source said BYE uses. Boxed: the others do not
+    /// pay for it.
+    rare: Option<Box<Rare>>,
 }
 
-/// Jump packets kept ([`Cold`]'s `jumped`) until enough of them run in sequence to be
-/// believed a restart, or they prove strays.
+/// [`Cold`]'s `rare` part.
 #[derive(Debug, Default)]
-struct Jumped {
-    /// The register's `expected` when they were kept: a packet of the old sequence delivered
+struct Rare {
+    /// Packets of a jump not yet confirmed as a restart (RFC 3550 A.1 `bad_seq`), kept until
+    /// enough of them run in sequence to be believed one (a confirmed restart delivers their
+    /// text instead of marking it lost), or they prove strays. At most [`MAX_KEPT`], in
+    /// arrival order.
+    run: Vec<Held>,
+    /// The register's `expected` when `run` was begun: a packet of the old sequence delivered
     /// since makes them strays (late duplicates between live packets are no restart).
     since: u16,
-    /// At most [`MAX_KEPT`], in arrival order.
-    run: Vec<Held>,
+    /// The source's BYE came (at this time) while packets were held behind a gap, this the
+    /// newest of them ([`Register::mark_bye`]).
+    bye: Option<(u16, Time)>,
 }
 
 /// Jump packets a register keeps: a restart's first packets swapped or duplicated still make
@@ -225,12 +227,12 @@ impl Register {
         if self.held() == 0 {
             return None;
         }
-        self.cold
-            .held
-            .iter()
-            .map(|h| h.at)
-            .min()
-            .map(|t| t.saturating_add(wait))
+        let gap = (self.cold.held.iter().map(|h| h.at).min()).map(|t| t.saturating_add(wait));
+        // After its source's BYE, the wait runs from the BYE, whatever came since.
+        match self.bye_deadline(wait) {
+            Some(bye) => gap.map(|g| g.min(bye)),
+            None => gap,
+        }
     }
 
     /// Whether a held packet carries text (a block other than empty or a lone BOM): a stream
@@ -400,7 +402,6 @@ impl Register {
                 red: a.red,
                 tag: a.tag,
                 by_ts: a.by_ts,
-                before_bye: false,
                 at: now,
                 payload: buf,
             },
@@ -413,7 +414,7 @@ impl Register {
 
     /// Takes the first held packet out; with [`Register::hold`] the only places that change
     /// the held packets, so `holding` follows them.
-    /// A packet the sequence jumped to (RFC 3550 A.1), kept ([`Jumped`]). RFC 3550 A.1
+    /// A packet the sequence jumped to (RFC 3550 A.1), kept ([`Rare`]'s `run`). RFC 3550 A.1
     /// believes a restart after two sequential packets; a jump back of at most MAX_DROPOUT is
     /// more likely late duplicates, which would be delivered again and move the stream back
     /// (its live packets then waiting, and marked): it needs three. (A restart's new sequence
@@ -425,46 +426,45 @@ impl Register {
     #[inline(never)]
     fn jump(&mut self, now: Time, a: &Arrival<'_>, expected: u16, out: Out<'_>) -> Outcome {
         let seq = a.seq;
-        let jumped = self.cold.jumped.get_or_insert_default();
-        if jumped.since != expected {
+        let rare = self.cold.rare.get_or_insert_default();
+        if rare.since != expected {
             // The old sequence went on since: what was kept were strays.
-            let strays = std::mem::take(&mut jumped.run);
+            let strays = std::mem::take(&mut rare.run);
             self.drop_strays(strays);
         }
-        let jumped = self.cold.jumped.get_or_insert_default();
-        jumped.since = expected;
-        if jumped.run.iter().any(|h| h.seq == seq) {
+        let rare = self.cold.rare.get_or_insert_default();
+        rare.since = expected;
+        if rare.run.iter().any(|h| h.seq == seq) {
             self.cold.stats.stale += 1;
             return Outcome::Stale;
         }
-        if jumped.run.len() >= MAX_KEPT {
+        if rare.run.len() >= MAX_KEPT {
             // The farthest from this one goes (a stray far off, or the oldest of a run).
             let distance = |h: &Held| {
                 let d = h.seq.wrapping_sub(seq);
                 d.min(d.wrapping_neg())
             };
-            let far = (0..jumped.run.len())
-                .max_by_key(|&i| distance(&jumped.run[i]))
+            let far = (0..rare.run.len())
+                .max_by_key(|&i| distance(&rare.run[i]))
                 .unwrap_or(0);
-            let stray = jumped.run.swap_remove(far);
+            let stray = rare.run.swap_remove(far);
             self.drop_strays(vec![stray]);
         }
         let mut payload = self.cold.spare.pop().unwrap_or_default();
         payload.clear();
         payload.extend_from_slice(a.payload);
-        let jumped = self.cold.jumped.get_or_insert_default();
-        jumped.run.push(Held {
+        let rare = self.cold.rare.get_or_insert_default();
+        rare.run.push(Held {
             seq,
             ts: a.ts,
             marker: a.marker,
             red: a.red,
             tag: a.tag,
             by_ts: a.by_ts,
-            before_bye: false,
             at: now,
             payload,
         });
-        let has = |s: u16| jumped.run.iter().any(|h| h.seq == s);
+        let has = |s: u16| rare.run.iter().any(|h| h.seq == s);
         let (mut lo, mut hi) = (seq, seq);
         while has(lo.wrapping_sub(1)) {
             lo = lo.wrapping_sub(1);
@@ -486,11 +486,7 @@ impl Register {
         // then the run goes out in order, each packet's text as it came.
         self.cold.stats.restarts += 1;
         self.give_up_all(out);
-        let run = self
-            .cold
-            .jumped
-            .as_mut()
-            .map(|j| std::mem::take(&mut j.run));
+        let run = self.cold.rare.as_mut().map(|j| std::mem::take(&mut j.run));
         let (mut run, strays): (Vec<Held>, Vec<Held>) = run
             .unwrap_or_default()
             .into_iter()
@@ -515,8 +511,8 @@ impl Register {
 
     /// Drops what jump packets are kept (the stream is going): they count as jumps.
     pub fn drop_jumped(&mut self) {
-        if let Some(j) = self.cold.jumped.as_mut() {
-            let strays = std::mem::take(&mut j.run);
+        if let Some(r) = self.cold.rare.as_mut() {
+            let strays = std::mem::take(&mut r.run);
             self.drop_strays(strays);
         }
     }
@@ -549,40 +545,45 @@ impl Register {
                 .any(|h| !crate::rtp::ts_after(h.ts, ts))
     }
 
-    /// Marks the newest packet held as the last its source sent before its BYE (RFC 3550
-    /// 6.3.7: the BYE may have overtaken it and what is missing before it). False when nothing
-    /// is held.
-    pub fn mark_bye(&mut self) -> bool {
-        match self.cold.held.last_mut() {
-            Some(h) => {
-                h.before_bye = true;
-                true
-            }
-            None => false,
-        }
+    /// The source's BYE came at `now`: with packets held behind a gap, the stream waits for
+    /// them (RFC 3550 6.3.7: the BYE may have overtaken them), at most the reorder wait from
+    /// now (the register's deadline says when). False when nothing is held: nothing to wait
+    /// for.
+    pub fn mark_bye(&mut self, now: Time) -> bool {
+        let Some(newest) = self.cold.held.last().map(|h| h.seq) else {
+            return false;
+        };
+        let rare = self.cold.rare.get_or_insert_default();
+        rare.bye.get_or_insert((newest, now));
+        true
     }
 
-    /// Whether the packet [`Register::mark_bye`] marked is delivered or given up.
-    pub fn bye_settled(&self) -> bool {
-        !self.cold.held.iter().any(|h| h.before_bye)
+    /// Whether what a BYE waited for ([`Register::mark_bye`]) is over: nothing is held, or the
+    /// reorder wait since the BYE has passed.
+    pub fn bye_done(&self, now: Time, wait: std::time::Duration) -> bool {
+        self.held() == 0 || self.bye_deadline(wait).is_some_and(|d| d <= now)
+    }
+
+    fn bye_deadline(&self, wait: std::time::Duration) -> Option<Time> {
+        let (_, at) = self.cold.rare.as_ref()?.bye?;
+        Some(at.saturating_add(wait))
     }
 
     /// Whether a packet arriving after its source's BYE was sent before it, which may have
-    /// overtaken it: one up to the packet [`Register::mark_bye`] marked (a gap's, a held
-    /// one's), a late duplicate at most MAX_MISORDER behind, or one continuing the numbering
-    /// past the marked one unmarked. A marked packet past it starts a session (RFC 4103 5.2),
+    /// overtaken it: one up to the newest held when the BYE came ([`Register::mark_bye`]; a
+    /// gap's, a held one's), a late duplicate at most MAX_MISORDER behind, or one continuing
+    /// the numbering past it unmarked. A marked packet past it starts a session (RFC 4103 5.2),
     /// as does one the sequence jumps to (RFC 3550 5.1: a new session's first number is
     /// random).
     pub fn sent_before_bye(&self, seq: u16, marker: bool) -> bool {
-        let (Some(expected), Some(bye)) = (
-            self.expected,
-            self.cold.held.iter().rev().find(|h| h.before_bye),
-        ) else {
+        let (Some(expected), Some((bye_seq, _))) =
+            (self.expected, self.cold.rare.as_ref().and_then(|r| r.bye))
+        else {
             return false;
         };
         let behind = expected.wrapping_sub(seq).wrapping_sub(1) < MAX_MISORDER;
-        let within = seq.wrapping_sub(expected) <= bye.seq.wrapping_sub(expected);
-        let continues = !marker && seq.wrapping_sub(bye.seq) < MAX_DROPOUT;
+        let within = seq.wrapping_sub(expected) <= bye_seq.wrapping_sub(expected);
+        let continues = !marker && seq.wrapping_sub(bye_seq) < MAX_DROPOUT;
         behind || within || continues
     }
 
@@ -982,7 +983,7 @@ mod tests {
         assert_eq!(refused, 2_000 - MAX_HELD as u64);
         // Jump packets count once let go: the last few are still kept (a restart's run is
         // believed only going forward, so they never make one).
-        let kept = r.reg.cold.jumped.as_ref().map_or(0, |j| j.run.len()) as u64;
+        let kept = r.reg.cold.rare.as_ref().map_or(0, |j| j.run.len()) as u64;
         assert!(kept <= MAX_KEPT as u64);
         assert_eq!(r.reg.stats().stale + r.reg.stats().jumps + kept, refused);
         r.reg.drop_jumped();

@@ -1074,3 +1074,82 @@ fn a_marked_packet_after_a_waiting_bye_starts_a_new_session() {
         ]
     );
 }
+
+/// RFC 3550 6.3.7 / RFC 4103 5.4: the source sent 1 "Hello ", 2 "there ", 3 "world. ",
+/// 4 "now. ", 5 "Bye. ", then its BYE. 2 and 4 are reordered: 3 waits for 2 when the BYE
+/// comes (the BYE's wait marks 3), 5 arrives and waits for 4 (unmarked, continuing: the old
+/// session's), then 2 and, 10 ms later, 4 arrive, both well within the reorder wait. A user
+/// expects one participant saying all of it and leaving once, nothing marked lost. Instead
+/// the stream ends the moment 3 is delivered: 4's gap is given up at once although its wait
+/// has hardly begun ("\u{fffd}Bye."), and the late 4 opens a second stream: a ghost
+/// participant joins again to say "now." after a lost-head mark.
+#[test]
+fn a_waiting_bye_does_not_give_up_a_later_gap_before_its_reorder_wait() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello "));
+    gw.handle_datagram(at(600), addr(4000), &t140(3, 7, "world. "));
+    gw.handle_datagram(at(610), addr(4000), &own_bye());
+    gw.handle_datagram(at(615), addr(4000), &t140(5, 7, "Bye. "));
+    gw.handle_datagram(at(620), addr(4000), &t140(2, 7, "there "));
+    gw.handle_datagram(at(630), addr(4000), &t140(4, 7, "now. "));
+    gw.handle_timeout(at(3000));
+    gw.shutdown(at(5000));
+    let out = events_of(&drain(&mut gw), "");
+    assert_eq!(
+        out,
+        [
+            pair("session.join", ""),
+            pair("context.add", "Hello there world."),
+            pair("context.add", "now."),
+            pair("context.add", "Bye."),
+            pair("session.leave", ""),
+        ]
+    );
+    assert_eq!(gw.stats().lost, 0);
+}
+
+/// The mixer counterpart of
+/// [`a_new_sessions_sdes_while_the_old_bye_waits_names_the_new_session`]: a mixer (SSRC 9)
+/// says BYE while its packet 3 (source 1's) waits for the lost 2, and starts its next session
+/// under the same address and SSRC; that session's first compound RTCP carries SDES for the
+/// mixer and for its source 1, NAME "Alice" (RFC 3550 6.5, 7.3), before its first RTP packet
+/// (marked, new random sequence number). A user expects source 1's participant in the new
+/// session to join as "Alice", as the stream's own NAME now does. Instead the CSRC's name is
+/// given to the old, leaving stream's speaker of CSRC 1 (its `home` is the waiting stream):
+/// the leaving participant takes the name "Alice", and the new session's speaker joins with
+/// the default name (here the old speaker, which joins with its first chunk, even joins as
+/// "Alice").
+#[test]
+fn a_mixers_new_session_sdes_for_its_sources_while_its_bye_waits_names_the_new_session() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha "));
+    gw.handle_datagram(at(600), addr(5000), &with_csrc(3, 1200, 9, 1, b"goes on. "));
+    let mut bye = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
+    pvp_t140::rtcp::write_bye(&mut bye, 9);
+    gw.handle_datagram(at(610), addr(5000), &bye);
+    let mut rtcp = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
+    rtcp.extend(sdes_chunks(&[
+        (9, "mix@host", "Mixer"),
+        (1, "alice@host", "Alice"),
+    ]));
+    gw.handle_datagram(at(650), addr(5000), &rtcp);
+    let mut first = with_csrc(40_000, 90_000, 9, 1, b"\xef\xbb\xbfHi again. ");
+    first[1] |= 0x80;
+    gw.handle_datagram(at(700), addr(5000), &first);
+    gw.shutdown(at(5000));
+    let out = drain(&mut gw);
+    let joins: Vec<&serde_json::Value> = out
+        .iter()
+        .filter(|e| e.kind == "session.join" && e.sender.ends_with("csrc:00000001"))
+        .map(|e| &e.payload["participant"]["name"])
+        .collect();
+    assert_eq!(joins.len(), 2, "{:?}", events_of(&out, ""));
+    assert_eq!(
+        joins[1],
+        &serde_json::json!("Alice"),
+        "the new session's SDES NAME for its source did not name its join: {:?}",
+        out.iter()
+            .map(|e| (&e.kind, &e.sender, &e.payload))
+            .collect::<Vec<_>>()
+    );
+}
