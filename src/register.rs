@@ -157,9 +157,10 @@ struct Rare {
     /// text instead of marking it lost), or they prove strays. At most [`MAX_KEPT`], in
     /// arrival order.
     run: Vec<Held>,
-    /// The register's `expected` when `run` was begun: a packet of the old sequence delivered
-    /// since makes them strays (late duplicates between live packets are no restart).
-    since: u16,
+    /// Where the old sequence stood (next expected, newest received) when the last was kept:
+    /// if it moved since (its live packets kept coming), packets a short way back are late
+    /// duplicates, not a restart (RFC 3550 A.1's three), and those kept are strays.
+    since: (u16, u16),
     /// The source's BYE came (at this time) while packets were held behind a gap, this the
     /// newest of them ([`Register::mark_bye`]).
     bye: Option<(u16, Time)>,
@@ -426,14 +427,16 @@ impl Register {
     #[inline(never)]
     fn jump(&mut self, now: Time, a: &Arrival<'_>, expected: u16, out: Out<'_>) -> Outcome {
         let seq = a.seq;
+        let old = (expected, self.newest_received(expected));
+        let short_back = expected.wrapping_sub(seq) <= MAX_DROPOUT;
         let rare = self.cold.rare.get_or_insert_default();
-        if rare.since != expected {
+        if rare.since != old && short_back {
             // The old sequence went on since: what was kept were strays.
             let strays = std::mem::take(&mut rare.run);
             self.drop_strays(strays);
         }
         let rare = self.cold.rare.get_or_insert_default();
-        rare.since = expected;
+        rare.since = old;
         if rare.run.iter().any(|h| h.seq == seq) {
             self.cold.stats.stale += 1;
             return Outcome::Stale;
@@ -493,12 +496,25 @@ impl Register {
             .partition(|h| h.seq.wrapping_sub(lo) <= hi.wrapping_sub(lo));
         self.drop_strays(strays);
         run.sort_unstable_by_key(|h| h.seq.wrapping_sub(lo));
-        for h in run {
-            self.deliver(&h.arrival(), 0, 0, out);
+        for (i, h) in run.into_iter().enumerate() {
+            // The run's first packet is the new sequence's head: as a stream's first packet,
+            // with every redundant generation when it starts a session (marked, or its text
+            // beginning with the BOM, RFC 4103 5.2), so a lost first packet comes back.
+            let a = h.arrival();
+            let head = i == 0 && (a.marker || self.starts_session(&a));
+            self.deliver(&a, if head { usize::MAX } else { 0 }, 0, out);
             self.cold.spare.push(h.payload);
         }
         self.expected = Some(hi.wrapping_add(1));
         Outcome::Delivered
+    }
+
+    /// The newest sequence number received: the newest held, else the last delivered.
+    fn newest_received(&self, expected: u16) -> u16 {
+        self.cold
+            .held
+            .last()
+            .map_or(expected.wrapping_sub(1), |h| h.seq)
     }
 
     /// Jump packets no restart confirmed: dropped, and counted.
@@ -581,7 +597,10 @@ impl Register {
         else {
             return false;
         };
-        let behind = expected.wrapping_sub(seq).wrapping_sub(1) < MAX_MISORDER;
+        // Behind: a late duplicate, as far back as the register itself would not believe a
+        // restart from one packet (MAX_DROPOUT), unless marked (a new session's start).
+        let back = expected.wrapping_sub(seq).wrapping_sub(1);
+        let behind = back < MAX_MISORDER || (back < MAX_DROPOUT && !marker);
         let within = seq.wrapping_sub(expected) <= bye_seq.wrapping_sub(expected);
         let continues = !marker && seq.wrapping_sub(bye_seq) < MAX_DROPOUT;
         behind || within || continues
@@ -1322,5 +1341,140 @@ mod tests {
         r.expire(10_000);
         assert_eq!(&r.text[before.len()..], "xyz");
         assert_eq!(r.reg.stats().restarts, 0);
+    }
+    /// A sender restarts its sequence at 40000 just after its old packet 101, and the network
+    /// swaps the two (the reordering RFC 4103 5.4 asks a receiver to put right): 100 "a",
+    /// 40000 "\u{feff}x" (marked, the new session's start), 101 "b", 40001 "y", 40002 "z", all
+    /// RED with two generations: "ab\u{feff}xyz". The old sequence going on makes kept packets
+    /// strays only for a short jump back (late duplicates); a jump ahead stays kept.
+    #[test]
+    fn a_restart_overtaking_the_old_sequences_last_packet_keeps_its_first_packet() {
+        let mut r = Rig::new();
+        r.red(0, 100, true, &["", ""], "a");
+        assert_eq!(
+            r.red(1, 40_000, true, &["", ""], "\u{feff}x"),
+            Outcome::Jump
+        );
+        assert_eq!(r.red(2, 101, false, &["", "a"], "b"), Outcome::Delivered);
+        r.red(3, 40_001, false, &["", "\u{feff}x"], "y");
+        r.red(4, 40_002, false, &["\u{feff}x", "y"], "z");
+        assert_eq!(r.reg.stats().restarts, 1);
+        assert_eq!(
+            (r.text.as_str(), r.reg.stats().lost),
+            ("ab\u{feff}xyz", 0),
+            "the restart's first packet once, in order"
+        );
+    }
+
+    /// The same `since` rule with nothing but a timer in between: the old sequence waits for
+    /// 101 (102 held) when the sender restarts at 40000 "x" (plain T.140); the reorder wait
+    /// then gives 101 up ("~c"), moving `expected`; 40001 "y" and 40002 "z" follow: "a~cxyz",
+    /// the kept "x" delivered with its run.
+    #[test]
+    fn a_restart_whose_first_packet_is_kept_across_a_reorder_give_up_keeps_it() {
+        let mut r = Rig::new();
+        r.plain(0, 100, true, "a");
+        assert_eq!(r.plain(10, 102, false, "c"), Outcome::Held);
+        assert_eq!(r.plain(20, 40_000, true, "x"), Outcome::Jump);
+        r.expire(1_010);
+        assert_eq!(r.text, "a~c");
+        r.plain(1_100, 40_001, false, "y");
+        r.plain(1_400, 40_002, false, "z");
+        assert_eq!(r.reg.stats().restarts, 1);
+        assert_eq!(
+            r.text, "a~cxyz",
+            "the kept first packet of the restart is delivered"
+        );
+    }
+
+    /// Late duplicates far behind arriving one at a time between live packets, as in
+    /// `late_duplicates_between_live_packets_are_not_a_restart`, but live 1201 is lost, so
+    /// the live packets after it are *held*, not delivered: 1050 "A", live 1202 "x" (held),
+    /// 1051 "B", live 1203 "y" (held), 1052 ".", live 1204 "z". The live sequence never
+    /// stopped: no restart, one loss mark for 1201, then "xyz". The old sequence's newest
+    /// packet received (held ones too) moving makes the kept duplicates strays. (Seen only by
+    /// the packets delivered, the three made a run: "AB." delivered again and 151 marks.)
+    #[test]
+    fn late_duplicates_between_held_live_packets_are_not_a_restart() {
+        let mut r = Rig::new();
+        r.plain(0, 1000, true, "");
+        for s in 1001..=1200u16 {
+            let t = match s {
+                1050 => "A",
+                1051 => "B",
+                _ => ".",
+            };
+            r.plain(u64::from(s), s, false, t);
+        }
+        let before = r.text.clone();
+        r.plain(2000, 1050, false, "A");
+        assert_eq!(r.plain(2001, 1202, false, "x"), Outcome::Held);
+        r.plain(2002, 1051, false, "B");
+        assert_eq!(r.plain(2003, 1203, false, "y"), Outcome::Held);
+        r.plain(2004, 1052, false, ".");
+        r.plain(2005, 1204, false, "z");
+        r.expire(10_000);
+        assert_eq!(
+            r.reg.stats().restarts,
+            0,
+            "text: {:?}",
+            &r.text[before.len()..]
+        );
+        assert_eq!(&r.text[before.len()..], "~xyz");
+        assert_eq!(r.reg.stats().lost, 1);
+    }
+
+    /// A sender restarts at 40000 (RED, two generations) and the restart's first packet,
+    /// 40000 "\u{feff}x" (the new session's start), is lost; 40001 carries it as its newest
+    /// generation and 40002 as its oldest. A user expects "a\u{feff}xyz", as when a stream's
+    /// first packet is lost (its head is taken from the generations when they reach the
+    /// session's start, RFC 4103 5.3): the run's head is delivered as a stream's first packet,
+    /// with every generation when they reach the session's start (the BOM). (Delivered
+    /// primaries only, the session start was silently gone.)
+    #[test]
+    fn a_restart_whose_first_packet_is_lost_recovers_it_from_redundancy() {
+        let mut r = Rig::new();
+        r.red(0, 100, true, &["", ""], "a");
+        // 40000 "\u{feff}x" lost.
+        assert_eq!(
+            r.red(1, 40_001, false, &["", "\u{feff}x"], "y"),
+            Outcome::Jump
+        );
+        assert_eq!(
+            r.red(2, 40_002, false, &["\u{feff}x", "y"], "z"),
+            Outcome::Delivered
+        );
+        assert_eq!(r.reg.stats().restarts, 1);
+        let marked = r.reg.stats().lost > 0;
+        assert!(
+            r.text == "a\u{feff}xyz" || marked,
+            "the restart's lost first packet neither recovered nor marked: {:?}",
+            r.text
+        );
+    }
+
+    /// A restart whose second packet is lost: 40000 "\u{feff}x" (kept), 40001 lost, 40002
+    /// ["\u{feff}x", "y"] "z", 40003 ["y", "z"] "w" (RED, two generations). The run believed
+    /// is 40002..40003, whose head starts the session by its redundancy (the BOM): delivered
+    /// with every generation, it gives back 40000's and 40001's text, "a\u{feff}xyzw". The
+    /// kept 40000 is outside the run: dropped, and counted as a jump (its text came by the
+    /// redundancy).
+    #[test]
+    fn a_restart_with_a_loss_in_its_first_packets_keeps_what_came_before_it() {
+        let mut r = Rig::new();
+        r.red(0, 100, true, &["", ""], "a");
+        assert_eq!(
+            r.red(1, 40_000, true, &["", ""], "\u{feff}x"),
+            Outcome::Jump
+        );
+        // 40001 "y" lost.
+        r.red(2, 40_002, false, &["\u{feff}x", "y"], "z");
+        r.red(3, 40_003, false, &["y", "z"], "w");
+        assert_eq!(r.reg.stats().restarts, 1);
+        assert_eq!(
+            (r.text.as_str(), r.reg.stats().jumps),
+            ("a\u{feff}xyzw", 1),
+            "what the restart sent, once, in order"
+        );
     }
 }
