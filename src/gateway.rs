@@ -1062,18 +1062,10 @@ impl Gateway {
         };
         // A slot found before this datagram's timers fired holds only if none ended a stream.
         let found = hint.filter(|&(_, at)| self.index.changes() == at);
-        let mut slot = match found.map(|(slot, _)| slot).or_else(|| self.index.get(&key)) {
+        let slot = match found.map(|(slot, _)| slot).or_else(|| self.index.get(&key)) {
             Some(slot) => slot,
             None => self.open_stream(now, key)?,
         };
-        if self
-            .slots
-            .get(slot)
-            .expect("indexed slot is live")
-            .bye_waits
-        {
-            slot = self.after_bye(now, slot, key, (pkt.sequence, pkt.marker))?;
-        }
         let csrc = match (self.cfg.mixer, pkt.csrcs().len()) {
             (MixerMode::Off, _) | (_, 0) => None,
             (MixerMode::Auto, 1) | (MixerMode::On, _) => pkt.csrcs().next(),
@@ -1093,6 +1085,7 @@ impl Gateway {
             key,
             created,
             format,
+            bye_waits,
             ..
         } = stream;
         let tag = match (csrc, compat) {
@@ -1125,6 +1118,11 @@ impl Gateway {
             let due = self.delays.without_gap(now, voices.speakers, now);
             self.arm_after_packet(now, slot, due);
             return Ok(());
+        }
+        // A stream whose BYE waits holds packets, so its packets come this way, never the one
+        // above: the check costs the in-order path nothing.
+        if *bye_waits && !register.sent_before_bye(pkt.sequence, pkt.marker) {
+            return self.new_session_after_bye(now, slot, source, data);
         }
         let arrival = Arrival {
             seq: pkt.sequence,
@@ -1599,27 +1597,23 @@ impl Gateway {
         }
     }
 
-    /// A packet `(seq, marker)` for a stream whose BYE waits ([`Stream::bye_waits`]) for the
-    /// newest packet held when it came. One the BYE may have overtaken
-    /// ([`crate::register::Register::sent_before_bye`]) is the stream's; any other starts the
-    /// source's next session (RFC 3550 6.3.7): the old stream ends now, what it waited for
-    /// given up, and the packet opens the new one, unless another source took the SSRC the BYE
-    /// freed. The stream ends once that packet is delivered or given up, whatever came after
-    /// it is held: the wait is bounded by the reorder wait of what was held when the BYE came.
+    /// A packet for a stream whose BYE waits ([`Stream::bye_waits`]) that was not sent before
+    /// the BYE ([`crate::register::Register::sent_before_bye`]; one that was is the stream's,
+    /// and goes its usual way): the source's next session (RFC 3550 6.3.7). The old stream ends
+    /// now, what it waited for given up, and the packet is received again, opening the new
+    /// one; unless another source took the SSRC the BYE freed, and then it is refused and the
+    /// old stream goes on waiting. The stream ends once nothing is held or the reorder wait
+    /// from the BYE has passed ([`crate::register::Register::bye_done`]).
     #[cold]
     #[inline(never)]
-    fn after_bye(
+    fn new_session_after_bye(
         &mut self,
         now: Time,
         slot: u32,
-        key: StreamKey,
-        (seq, marker): (u16, bool),
-    ) -> Result<u32, DropReason> {
-        let s = self.slots.get(slot).expect("live");
-        if s.register.sent_before_bye(seq, marker) {
-            return Ok(slot);
-        }
-        let own = s.key;
+        source: SocketAddr,
+        data: &[u8],
+    ) -> Result<(), DropReason> {
+        let own = self.slots.get(slot).expect("live").key;
         if self
             .ssrc_owner
             .get(&own.ssrc)
@@ -1628,7 +1622,8 @@ impl Gateway {
             return Err(DropReason::SsrcConflict);
         }
         self.close_stream(now, slot, "rtcp bye");
-        self.open_stream(now, key)
+        // Its key is gone from the index: this opens the new stream.
+        self.receive(now, source, data, None)
     }
 
     /// Gives up a stream's claim on its SSRC, unless another source holds it now (taken after
