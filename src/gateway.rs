@@ -1622,8 +1622,12 @@ impl Gateway {
             return Err(DropReason::SsrcConflict);
         }
         self.close_stream(now, slot, "rtcp bye");
-        // Its key is gone from the index: this opens the new stream.
-        self.receive(now, source, data, None)
+        // Its key is gone from the index: this opens the new stream. What the packet's parse
+        // counts was counted on the first pass.
+        let counted = (self.emit.stats.red_newest_first, self.emit.stats.metadata);
+        let received = self.receive(now, source, data, None);
+        (self.emit.stats.red_newest_first, self.emit.stats.metadata) = counted;
+        received
     }
 
     /// Gives up a stream's claim on its SSRC, unless another source holds it now (taken after

@@ -1153,3 +1153,20 @@ fn a_mixers_new_session_sdes_for_its_sources_while_its_bye_waits_names_the_new_s
             .collect::<Vec<_>>()
     );
 }
+
+/// The packet that starts the next session after a waiting BYE is received again once the old
+/// stream has ended (it opens the new one); what its parse counts is counted once: here a
+/// t140llm metadata packet (`MD:{...}`, marked), one in the `metadata` counter.
+#[test]
+fn a_next_sessions_first_packet_after_a_waiting_bye_is_counted_once() {
+    let mut gw = Gateway::new(Config {
+        compat: pvp_t140::gateway::Compat::T140llm,
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello "));
+    gw.handle_datagram(at(600), addr(4000), &t140(3, 7, "world. "));
+    gw.handle_datagram(at(610), addr(4000), &own_bye());
+    gw.handle_datagram(at(700), addr(4000), &t140m(40_000, 7, true, "MD:{\"a\":1}"));
+    let stats = gw.stats();
+    assert_eq!((stats.metadata, stats.streams_live), (1, 1));
+}
