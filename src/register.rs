@@ -797,6 +797,23 @@ mod tests {
                 .unwrap()
         }
 
+        /// A stream that delivered 1000 to 1200 in order ("A" at 1050, "B" at 1051, "."
+        /// elsewhere), and its text so far: late duplicates of those can follow.
+        fn live_1000_to_1200() -> (Self, String) {
+            let mut r = Rig::new();
+            r.plain(0, 1000, true, "");
+            for s in 1001..=1200u16 {
+                let t = match s {
+                    1050 => "A",
+                    1051 => "B",
+                    _ => ".",
+                };
+                r.plain(u64::from(s), s, false, t);
+            }
+            let before = r.text.clone();
+            (r, before)
+        }
+
         /// RED packet `seq` with primary `t` and redundancy `gens` (oldest first).
         fn red(&mut self, ms: u64, seq: u16, marker: bool, gens: &[&str], t: &str) -> Outcome {
             let blocks: Vec<(u16, &[u8])> = gens.iter().map(|g| (300, g.as_bytes())).collect();
@@ -1131,17 +1148,7 @@ mod tests {
     /// marks here). A jump back that short needs a third sequential packet.
     #[test]
     fn two_late_duplicates_far_behind_are_not_a_restart() {
-        let mut r = Rig::new();
-        r.plain(0, 1000, true, "");
-        for s in 1001..=1200u16 {
-            let t = match s {
-                1050 => "A",
-                1051 => "B",
-                _ => ".",
-            };
-            r.plain(u64::from(s), s, false, t);
-        }
-        let before = r.text.clone();
+        let (mut r, before) = Rig::live_1000_to_1200();
         assert_eq!(r.plain(2000, 1050, false, "A"), Outcome::Jump);
         assert_eq!(r.plain(2001, 1051, false, "B"), Outcome::Jump);
         assert_eq!(r.plain(2002, 1201, false, "x"), Outcome::Delivered);
@@ -1321,17 +1328,7 @@ mod tests {
     /// delivered again, and 1203 waited behind a gap of 150 marked lost.)
     #[test]
     fn late_duplicates_between_live_packets_are_not_a_restart() {
-        let mut r = Rig::new();
-        r.plain(0, 1000, true, "");
-        for s in 1001..=1200u16 {
-            let t = match s {
-                1050 => "A",
-                1051 => "B",
-                _ => ".",
-            };
-            r.plain(u64::from(s), s, false, t);
-        }
-        let before = r.text.clone();
+        let (mut r, before) = Rig::live_1000_to_1200();
         r.plain(2000, 1050, false, "A");
         r.plain(2001, 1201, false, "x");
         r.plain(2002, 1051, false, "B");
@@ -1396,17 +1393,7 @@ mod tests {
     /// the packets delivered, the three made a run: "AB." delivered again and 151 marks.)
     #[test]
     fn late_duplicates_between_held_live_packets_are_not_a_restart() {
-        let mut r = Rig::new();
-        r.plain(0, 1000, true, "");
-        for s in 1001..=1200u16 {
-            let t = match s {
-                1050 => "A",
-                1051 => "B",
-                _ => ".",
-            };
-            r.plain(u64::from(s), s, false, t);
-        }
-        let before = r.text.clone();
+        let (mut r, before) = Rig::live_1000_to_1200();
         r.plain(2000, 1050, false, "A");
         assert_eq!(r.plain(2001, 1202, false, "x"), Outcome::Held);
         r.plain(2002, 1051, false, "B");

@@ -748,6 +748,16 @@ fn own_bye() -> Vec<u8> {
     bye
 }
 
+/// A gateway with `cfg` to which SSRC 7 (127.0.0.1:4000) said 1 "Hello " and 3 "world. ", 2
+/// late, then its BYE (at 610 ms): the BYE waits, 3 held.
+fn bye_overtaking_packet_2(cfg: Config) -> Gateway {
+    let mut gw = Gateway::new(cfg);
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello "));
+    gw.handle_datagram(at(600), addr(4000), &t140(3, 7, "world. "));
+    gw.handle_datagram(at(610), addr(4000), &own_bye());
+    gw
+}
+
 /// RFC 3550 6.3.7: a BYE travels apart from the source's last RTP packets and may overtake
 /// them. Here packet 2 ("there ") is reordered behind 3 and arrives 10 ms after the BYE,
 /// within the reorder wait (RFC 4103 5.4). The stream ended at the BYE: the gap was given up
@@ -756,10 +766,7 @@ fn own_bye() -> Vec<u8> {
 /// with everything said, one join and one leave, at once (no shutdown or timer needed).
 #[test]
 fn a_bye_overtaking_the_sources_last_packet_waits_for_it() {
-    let mut gw = Gateway::new(Config::default());
-    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello "));
-    gw.handle_datagram(at(600), addr(4000), &t140(3, 7, "world. "));
-    gw.handle_datagram(at(610), addr(4000), &own_bye());
+    let mut gw = bye_overtaking_packet_2(Config::default());
     assert!(
         !drain(&mut gw).iter().any(|e| e.kind == "session.leave"),
         "left with a packet still held"
@@ -782,10 +789,7 @@ fn a_bye_overtaking_the_sources_last_packet_waits_for_it() {
 /// wait gives the gap up (RFC 4103 5.4), the loss marked (5.3), not before and not never.
 #[test]
 fn a_bye_waiting_for_a_lost_packet_ends_the_stream_at_the_reorder_wait() {
-    let mut gw = Gateway::new(Config::default());
-    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello "));
-    gw.handle_datagram(at(600), addr(4000), &t140(3, 7, "world. "));
-    gw.handle_datagram(at(610), addr(4000), &own_bye());
+    let mut gw = bye_overtaking_packet_2(Config::default());
     let before = gw.poll_timeout().expect("the reorder wait is armed");
     assert!(before <= at(1600), "{before:?}");
     gw.handle_timeout(at(1500));
@@ -814,7 +818,7 @@ fn own_bye_from_next_port() -> (std::net::SocketAddr, Vec<u8>) {
 /// RFC 3550 8.2 / 6.3.7: a BYE frees its SSRC. A sender ends (its BYE overtaking its last
 /// packet 3, which waits for the lost 2), and a new sender that happens to use the same SSRC 7
 /// starts from another port (a client restarted with a configured `--ssrc`). A user expects
-/// the new sender's text ("New sender.", "Still here."), as before the BYE waited. Instead the
+/// the new sender's text ("New sender.", "Still here."), as before the BYE waited. Before the fix, the
 /// old stream lives on after its BYE until the reorder wait ends, still owning SSRC 7: the new
 /// sender's first packets are dropped as SSRC conflicts, and its text after that starts with a
 /// loss mark for its own lost head ("\u{fffd}Still here.").
@@ -853,17 +857,14 @@ fn a_bye_waiting_for_a_gap_still_frees_its_ssrc_for_a_new_sender() {
 /// random first sequence number, RFC 3550 5.1; the gateway documents this case: "a BYE, then
 /// the sender's next packet" starts the stream again). Its BYE overtook its last packet 3,
 /// which waits for the lost 2. A user expects the old session to end ("Hello \u{fffd}world.")
-/// and the new one to say "Hi again." and "More." (before the BYE waited, it did). Instead the new
+/// and the new one to say "Hi again." and "More." (before the BYE waited, it did). Before the fix, the new
 /// session's packets go to the old stream, still waiting: its first (marked) packet is
 /// dropped as a sequence jump, its second is taken as a restart of the old stream (a loss
 /// mark for "Hi ", "again." said by the old session before its leave), and the next packet
 /// opens a stream whose head is marked lost ("\u{fffd}More.").
 #[test]
 fn a_new_session_after_a_waiting_bye_is_not_taken_into_the_old_stream() {
-    let mut gw = Gateway::new(Config::default());
-    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello "));
-    gw.handle_datagram(at(600), addr(4000), &t140(3, 7, "world. "));
-    gw.handle_datagram(at(610), addr(4000), &own_bye());
+    let mut gw = bye_overtaking_packet_2(Config::default());
     gw.handle_datagram(at(700), addr(4000), &t140m(40000, 7, true, "Hi "));
     gw.handle_datagram(at(800), addr(4000), &t140m(40001, 7, false, "again. "));
     gw.handle_datagram(at(900), addr(4000), &t140m(40002, 7, false, "More. "));
@@ -892,10 +893,7 @@ fn a_new_session_after_a_waiting_bye_is_not_taken_into_the_old_stream() {
 /// live and has not left.
 #[test]
 fn a_waiting_bye_ends_the_stream_within_the_reorder_wait_of_the_bye() {
-    let mut gw = Gateway::new(Config::default());
-    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello "));
-    gw.handle_datagram(at(600), addr(4000), &t140(3, 7, "world. "));
-    gw.handle_datagram(at(610), addr(4000), &own_bye());
+    let mut gw = bye_overtaking_packet_2(Config::default());
     // Sent after the BYE: 5, 7, 9, ... every 400 ms, the even ones lost.
     let (mut seq, mut ms) = (5, 1000);
     while ms < 5000 {
@@ -954,17 +952,14 @@ fn a_mixer_sources_deferred_bye_leaves_first_when_the_mixers_bye_waits_out_the_g
 /// 2 is late, and the BYE overtakes 4 too. 4 is unmarked and follows 3 at once: the old
 /// session's, not a new one's first packet (RFC 4103 5.2 marks that, with a new random
 /// sequence number, RFC 3550 5.1). A user expects one participant saying
-/// "Hello there world." and "Bye." and leaving once. Instead 4, being beyond the newest held
+/// "Hello there world." and "Bye." and leaving once. Before the fix, 4, being beyond the newest held
 /// packet, is judged "sent after the BYE": the old stream ends at once with its gap given up
 /// ("Hello \u{fffd}world."), and 4 opens a second stream (waiting for its head) in which the
 /// late 2 then lands: a ghost participant joins again to say "\u{fffd}there \u{fffd}Bye.",
 /// two loss marks where nothing was lost.
 #[test]
 fn a_packet_the_bye_overtook_beyond_the_newest_held_stays_in_the_old_stream() {
-    let mut gw = Gateway::new(Config::default());
-    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello "));
-    gw.handle_datagram(at(600), addr(4000), &t140(3, 7, "world. "));
-    gw.handle_datagram(at(610), addr(4000), &own_bye());
+    let mut gw = bye_overtaking_packet_2(Config::default());
     gw.handle_datagram(at(615), addr(4000), &t140(4, 7, "Bye. "));
     gw.handle_datagram(at(620), addr(4000), &t140(2, 7, "there "));
     gw.handle_timeout(at(3000));
@@ -988,15 +983,12 @@ fn a_packet_the_bye_overtook_beyond_the_newest_held_stays_in_the_old_stream() {
 /// before its first RTP packet. The old stream's BYE overtook its packet 3, which waits for
 /// the lost 2. A user expects the new session's participant to join as "Alice", as when the
 /// old stream ended at its BYE (the SDES then waited in the early names for the new stream).
-/// Instead the SDES is routed to the old stream, which said BYE and only waits for its gap:
+/// Before the fix, the SDES is routed to the old stream, which said BYE and only waits for its gap:
 /// the leaving participant joins (and leaves) as "Alice", and the new session joins with the
 /// default name "T.140 00000007 (127.0.0.1:4000)".
 #[test]
 fn a_new_sessions_sdes_while_the_old_bye_waits_names_the_new_session() {
-    let mut gw = Gateway::new(Config::default());
-    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello "));
-    gw.handle_datagram(at(600), addr(4000), &t140(3, 7, "world. "));
-    gw.handle_datagram(at(610), addr(4000), &own_bye());
+    let mut gw = bye_overtaking_packet_2(Config::default());
     let mut rtcp = Vec::new();
     pvp_t140::rtcp::write_rr(&mut rtcp, 7);
     rtcp.extend(sdes_chunks(&[(7, "alice@host", "Alice")]));
@@ -1026,10 +1018,7 @@ fn a_new_sessions_sdes_while_the_old_bye_waits_names_the_new_session() {
 /// late packet 2 then still fills its gap: "Hello there world.", no loss.
 #[test]
 fn a_conflicting_packet_after_a_waiting_bye_leaves_the_old_stream_waiting() {
-    let mut gw = Gateway::new(Config::default());
-    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello "));
-    gw.handle_datagram(at(600), addr(4000), &t140(3, 7, "world. "));
-    gw.handle_datagram(at(610), addr(4000), &own_bye());
+    let mut gw = bye_overtaking_packet_2(Config::default());
     gw.handle_datagram(at(620), addr(4002), &t140(1, 7, "Other. "));
     gw.handle_datagram(at(630), addr(4000), &t140m(40_000, 7, true, "Next. "));
     assert_eq!(gw.stats().drops(pvp_t140::DropReason::SsrcConflict), 1);
@@ -1057,10 +1046,7 @@ fn a_conflicting_packet_after_a_waiting_bye_leaves_the_old_stream_waiting() {
 /// the packet opens the new stream, which joins again.
 #[test]
 fn a_marked_packet_after_a_waiting_bye_starts_a_new_session() {
-    let mut gw = Gateway::new(Config::default());
-    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello "));
-    gw.handle_datagram(at(600), addr(4000), &t140(3, 7, "world. "));
-    gw.handle_datagram(at(610), addr(4000), &own_bye());
+    let mut gw = bye_overtaking_packet_2(Config::default());
     gw.handle_datagram(at(700), addr(4000), &t140m(4, 7, true, "New. "));
     let out = events_of(&drain(&mut gw), "");
     assert_eq!(
@@ -1085,10 +1071,7 @@ fn a_marked_packet_after_a_waiting_bye_starts_a_new_session() {
 /// participant joins again to say "now." after a lost-head mark.
 #[test]
 fn a_waiting_bye_does_not_give_up_a_later_gap_before_its_reorder_wait() {
-    let mut gw = Gateway::new(Config::default());
-    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello "));
-    gw.handle_datagram(at(600), addr(4000), &t140(3, 7, "world. "));
-    gw.handle_datagram(at(610), addr(4000), &own_bye());
+    let mut gw = bye_overtaking_packet_2(Config::default());
     gw.handle_datagram(at(615), addr(4000), &t140(5, 7, "Bye. "));
     gw.handle_datagram(at(620), addr(4000), &t140(2, 7, "there "));
     gw.handle_datagram(at(630), addr(4000), &t140(4, 7, "now. "));
@@ -1114,7 +1097,7 @@ fn a_waiting_bye_does_not_give_up_a_later_gap_before_its_reorder_wait() {
 /// under the same address and SSRC; that session's first compound RTCP carries SDES for the
 /// mixer and for its source 1, NAME "Alice" (RFC 3550 6.5, 7.3), before its first RTP packet
 /// (marked, new random sequence number). A user expects source 1's participant in the new
-/// session to join as "Alice", as the stream's own NAME now does. Instead the CSRC's name is
+/// session to join as "Alice", as the stream's own NAME now does. Before the fix, the CSRC's name is
 /// given to the old, leaving stream's speaker of CSRC 1 (its `home` is the waiting stream):
 /// the leaving participant takes the name "Alice", and the new session's speaker joins with
 /// the default name (here the old speaker, which joins with its first chunk, even joins as
@@ -1159,13 +1142,10 @@ fn a_mixers_new_session_sdes_for_its_sources_while_its_bye_waits_names_the_new_s
 /// t140llm metadata packet (`MD:{...}`, marked), one in the `metadata` counter.
 #[test]
 fn a_next_sessions_first_packet_after_a_waiting_bye_is_counted_once() {
-    let mut gw = Gateway::new(Config {
+    let mut gw = bye_overtaking_packet_2(Config {
         compat: pvp_t140::gateway::Compat::T140llm,
         ..Config::default()
     });
-    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello "));
-    gw.handle_datagram(at(600), addr(4000), &t140(3, 7, "world. "));
-    gw.handle_datagram(at(610), addr(4000), &own_bye());
     gw.handle_datagram(at(700), addr(4000), &t140m(40_000, 7, true, "MD:{\"a\":1}"));
     let stats = gw.stats();
     assert_eq!((stats.metadata, stats.streams_live), (1, 1));
