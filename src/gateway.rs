@@ -1316,9 +1316,8 @@ impl Gateway {
             | RtcpEvent::Report { ssrc }) = *e;
             self.rtcp_stream(source, ssrc)
         });
-        // A mixer stream whose BYE waits has ended but for late packets: names for its
-        // sources are the next session's, kept for its speakers' joins (`name_stream`).
-        let named_home = home.filter(|&h| self.slots.get(h).is_some_and(|s| !s.bye_waits));
+        // Names for a waiting mixer's sources are kept for its next session's speakers.
+        let named_home = home.filter(|&h| self.takes_names(h));
         for (ssrc, name, rank) in best {
             let mixed = match (self.rtcp_stream(source, ssrc), named_home) {
                 (None, Some(h)) => self.csrc_speaker(h, ssrc).map(|i| (h, i)),
@@ -1430,13 +1429,17 @@ impl Gateway {
         });
     }
 
+    /// Whether SDES names go to stream `slot`. Not when its BYE waits: it has ended but for
+    /// late packets, and a name after its BYE is its source's next session's, kept (in
+    /// `early_names`) for that stream's join.
+    fn takes_names(&self, slot: u32) -> bool {
+        self.slots.get(slot).is_some_and(|s| !s.bye_waits)
+    }
+
     /// `rank` 2 for NAME, 1 for CNAME: a NAME is never replaced by a CNAME.
     fn name_stream(&mut self, now: Time, source: SocketAddr, ssrc: u32, name: &str, rank: u8) {
         let Some(name) = clean_name(name) else { return };
-        // A stream whose BYE waits has ended but for late packets: a name after its BYE is
-        // its source's next session's, kept for that stream's join.
-        let live = |g: &Self, slot: u32| g.slots.get(slot).is_some_and(|s| !s.bye_waits);
-        let Some(slot) = self.rtcp_stream(source, ssrc).filter(|&s| live(self, s)) else {
+        let Some(slot) = (self.rtcp_stream(source, ssrc)).filter(|&s| self.takes_names(s)) else {
             let same = |e: &(IpAddr, u32, String, u8)| e.0 == source.ip() && e.1 == ssrc;
             if self.early_names.iter().any(|e| same(e) && e.3 > rank) {
                 return;

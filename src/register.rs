@@ -314,10 +314,7 @@ impl Register {
         // from the last delivered, what A.1's `max_seq` is when nothing is held. (Measured from
         // `expected`, a jump of exactly MAX_DROPOUT read as a gap of MAX_DROPOUT - 1 packets.)
         let last = expected.wrapping_sub(1);
-        let max_seq = match self.holding {
-            0 => last,
-            _ => self.cold.held.last().map_or(last, |h| h.seq),
-        };
+        let max_seq = self.newest_received(expected);
         let waited_for = seq.wrapping_sub(last).wrapping_sub(1) < max_seq.wrapping_sub(last);
         if !waited_for
             && seq.wrapping_sub(max_seq) >= MAX_DROPOUT
@@ -382,9 +379,7 @@ impl Register {
     /// Keeps a copy of a packet, in order of distance from `from`.
     fn hold(&mut self, now: Time, a: &Arrival<'_>, from: u16) {
         let seq = a.seq;
-        let mut buf = self.cold.spare.pop().unwrap_or_default();
-        buf.clear();
-        buf.extend_from_slice(a.payload);
+        let copy = self.copy(now, a);
         let from = if self.head_wait {
             self.expected.unwrap_or(from)
         } else {
@@ -394,27 +389,13 @@ impl Register {
             .cold
             .held
             .partition_point(|h| h.seq.wrapping_sub(from) < seq.wrapping_sub(from));
-        self.cold.held.insert(
-            pos,
-            Held {
-                seq,
-                ts: a.ts,
-                marker: a.marker,
-                red: a.red,
-                tag: a.tag,
-                by_ts: a.by_ts,
-                at: now,
-                payload: buf,
-            },
-        );
+        self.cold.held.insert(pos, copy);
         self.holding += 1;
         // Every path that holds checks the bound (fuzzing runs with debug assertions): before
         // holding, or at once after it, the one packet over the bound ([`Register::receive`]).
         debug_assert!(self.cold.held.len() <= MAX_HELD + 1);
     }
 
-    /// Takes the first held packet out; with [`Register::hold`] the only places that change
-    /// the held packets, so `holding` follows them.
     /// A packet the sequence jumped to (RFC 3550 A.1), kept ([`Rare`]'s `run`). RFC 3550 A.1
     /// believes a restart after two sequential packets; a jump back of at most MAX_DROPOUT is
     /// more likely late duplicates, which would be delivered again and move the stream back
@@ -429,11 +410,9 @@ impl Register {
         let seq = a.seq;
         let old = (expected, self.newest_received(expected));
         let short_back = expected.wrapping_sub(seq) <= MAX_DROPOUT;
-        let rare = self.cold.rare.get_or_insert_default();
-        if rare.since != old && short_back {
+        if self.cold.rare.as_ref().is_some_and(|r| r.since != old) && short_back {
             // The old sequence went on since: what was kept were strays.
-            let strays = std::mem::take(&mut rare.run);
-            self.drop_strays(strays);
+            self.drop_jumped();
         }
         let rare = self.cold.rare.get_or_insert_default();
         rare.since = old;
@@ -451,22 +430,11 @@ impl Register {
                 .max_by_key(|&i| distance(&rare.run[i]))
                 .unwrap_or(0);
             let stray = rare.run.swap_remove(far);
-            self.drop_strays(vec![stray]);
+            self.drop_strays([stray]);
         }
-        let mut payload = self.cold.spare.pop().unwrap_or_default();
-        payload.clear();
-        payload.extend_from_slice(a.payload);
+        let copy = self.copy(now, a);
         let rare = self.cold.rare.get_or_insert_default();
-        rare.run.push(Held {
-            seq,
-            ts: a.ts,
-            marker: a.marker,
-            red: a.red,
-            tag: a.tag,
-            by_ts: a.by_ts,
-            at: now,
-            payload,
-        });
+        rare.run.push(copy);
         let has = |s: u16| rare.run.iter().any(|h| h.seq == s);
         let (mut lo, mut hi) = (seq, seq);
         while has(lo.wrapping_sub(1)) {
@@ -509,20 +477,40 @@ impl Register {
         Outcome::Delivered
     }
 
-    /// The newest sequence number received: the newest held, else the last delivered.
+    /// A packet kept past this call (held, or a jump's): its payload copied into a spare
+    /// buffer of a packet delivered before.
+    fn copy(&mut self, now: Time, a: &Arrival<'_>) -> Held {
+        let mut payload = self.cold.spare.pop().unwrap_or_default();
+        payload.clear();
+        payload.extend_from_slice(a.payload);
+        Held {
+            seq: a.seq,
+            ts: a.ts,
+            marker: a.marker,
+            red: a.red,
+            tag: a.tag,
+            by_ts: a.by_ts,
+            at: now,
+            payload,
+        }
+    }
+
+    /// The newest sequence number received (RFC 3550 A.1's `max_seq`): the newest held, else
+    /// the last delivered. With nothing held the boxed part is not read.
     fn newest_received(&self, expected: u16) -> u16 {
-        self.cold
-            .held
-            .last()
-            .map_or(expected.wrapping_sub(1), |h| h.seq)
+        let last = expected.wrapping_sub(1);
+        match self.holding {
+            0 => last,
+            _ => self.cold.held.last().map_or(last, |h| h.seq),
+        }
     }
 
     /// Jump packets no restart confirmed: dropped, and counted.
-    fn drop_strays(&mut self, strays: Vec<Held>) {
-        self.cold.stats.jumps += strays.len() as u64;
-        self.cold
-            .spare
-            .extend(strays.into_iter().map(|h| h.payload));
+    fn drop_strays(&mut self, strays: impl IntoIterator<Item = Held>) {
+        for h in strays {
+            self.cold.stats.jumps += 1;
+            self.cold.spare.push(h.payload);
+        }
     }
 
     /// Drops what jump packets are kept (the stream is going): they count as jumps.
@@ -533,6 +521,8 @@ impl Register {
         }
     }
 
+    /// Takes the first held packet out; with [`Register::hold`] the only places that change
+    /// the held packets, so `holding` follows them.
     fn unhold_first(&mut self) -> Held {
         self.holding -= 1;
         self.cold.held.remove(0)
