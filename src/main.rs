@@ -592,7 +592,8 @@ fn main() -> ExitCode {
         eprintln!("pvp-t140: {e}");
         return ExitCode::FAILURE;
     }
-    let log_guard = init_logs(cli.log_format);
+    let log_format = cli.log_format;
+    let log_guard = init_logs(log_format);
     let result = match cli.cmd {
         Some(Cmd::Replay { file, port, core }) => run_replay(&file, port, &core),
         Some(Cmd::Send {
@@ -619,10 +620,14 @@ fn main() -> ExitCode {
         }
         None => run_live(&cli.run),
     };
+    // The error is said once: as a JSON line where a collector reads every line as JSON, as the
+    // plain `pvp-t140:` line below otherwise (which no RUST_LOG filter can hide).
     let code = match &result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e}");
+            if matches!(log_format, LogFormat::Json) {
+                tracing::error!("{e}");
+            }
             ExitCode::FAILURE
         }
     };
@@ -632,7 +637,9 @@ fn main() -> ExitCode {
     if dropped > 0 {
         eprintln!("pvp-t140: {dropped} log lines were dropped (stderr did not keep up)");
     }
-    if let Err(e) = &result {
+    if let Err(e) = &result
+        && matches!(log_format, LogFormat::Text)
+    {
         eprintln!("pvp-t140: {e}");
     }
     code

@@ -46,6 +46,47 @@ fn a_second_gateway_on_a_port_in_use_is_refused_even_with_workers() {
     }
 }
 
+/// A start-up error is said once on stderr: as the plain `pvp-t140: …` line in text mode (it was
+/// also logged as an ERROR line just before, so a user saw it twice), and as one JSON line in
+/// JSON mode, where every line a log collector reads must parse.
+#[test]
+fn a_start_up_error_is_said_once_in_either_log_format() {
+    let taken = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let listen = taken.local_addr().unwrap().to_string();
+    for format in ["text", "json"] {
+        let (ok, err) = run_briefly(
+            &[
+                "--listen",
+                &listen,
+                "--rtcp",
+                "false",
+                "--log-format",
+                format,
+            ],
+            Duration::from_secs(10),
+        )
+        .expect("a gateway on a taken port exits");
+        assert!(!ok, "{format}: exited 0 on a taken port: {err}");
+        let saying: Vec<&str> = err.lines().filter(|l| l.contains("in use")).collect();
+        assert_eq!(
+            saying.len(),
+            1,
+            "{format}: the error said {} times:\n{err}",
+            saying.len()
+        );
+        if format == "json" {
+            for line in err.lines() {
+                assert!(
+                    serde_json::from_str::<serde_json::Value>(line).is_ok(),
+                    "json: a line that is not JSON: {line:?}"
+                );
+            }
+        } else {
+            assert!(saying[0].starts_with("pvp-t140: "), "text: {err}");
+        }
+    }
+}
+
 /// RTCP read on the separate RTCP port (port + 1) is handed to every worker, each acting on it
 /// for its own streams; one counts it. (Each counted it: with `--workers 4`, one RTCP datagram
 /// showed as 4 on /metrics and in the final counters.)
