@@ -1090,6 +1090,11 @@ impl Gateway {
         } = stream;
         let tag = match (csrc, compat) {
             (Some(c), _) => {
+                // Before a new source's speaker is made: the next session's packet must not
+                // make it (nor give it an early name) in the stream its BYE is ending.
+                if *bye_waits && !register.sent_before_bye(pkt.sequence, pkt.marker) {
+                    return self.new_session_after_bye(now, slot, source, data);
+                }
                 let before = speakers.len();
                 let i = speaker_index(speakers, own, key, VoiceRef::Csrc(c), now);
                 if speakers.len() > before {
@@ -1120,7 +1125,8 @@ impl Gateway {
             return Ok(());
         }
         // A stream whose BYE waits holds packets, so its packets come this way, never the one
-        // above: the check costs the in-order path nothing.
+        // above: the check costs the in-order path nothing. (A mixer's packets were checked
+        // before their speaker's lookup.)
         if *bye_waits && !register.sent_before_bye(pkt.sequence, pkt.marker) {
             return self.new_session_after_bye(now, slot, source, data);
         }
@@ -1647,6 +1653,9 @@ impl Gateway {
         let Some(mut s) = self.slots.remove(slot) else {
             return;
         };
+        // A stream whose BYE waits was left by its source: a shutdown or timeout only cuts
+        // the wait short.
+        let reason = if s.bye_waits { "rtcp bye" } else { reason };
         self.timers.remove(slot);
         let (register, mut voices) = Voices::of(&mut s, compat);
         let emit = &mut self.emit;

@@ -1748,3 +1748,23 @@ fn rtp_bye(bye: &mut Vec<u8>) {
     pvp_t140::rtcp::write_rr(bye, 7);
     pvp_t140::rtcp::write_bye(bye, 7);
 }
+
+/// The source said BYE while its packet 3 waited for the late 2; the gateway then shuts down
+/// before the reorder wait ends. The participant leaves with "rtcp bye": the source left, the
+/// shutdown only cut the wait short. (It left with "gateway shutdown".)
+#[test]
+fn a_waiting_bye_cut_short_by_shutdown_still_leaves_as_rtcp_bye() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello "));
+    gw.handle_datagram(at(100), addr(4000), &t140(3, 7, "world. "));
+    let mut bye = Vec::new();
+    rtp_bye(&mut bye);
+    gw.handle_datagram(at(110), addr(4000), &bye);
+    gw.shutdown(at(200));
+    let leaves: Vec<serde_json::Value> = drain(&mut gw)
+        .into_iter()
+        .filter(|e| e.kind == "session.leave")
+        .map(|e| e.payload["reason"].clone())
+        .collect();
+    assert_eq!(leaves, ["rtcp bye"]);
+}

@@ -1150,3 +1150,42 @@ fn a_next_sessions_first_packet_after_a_waiting_bye_is_counted_once() {
     let stats = gw.stats();
     assert_eq!((stats.metadata, stats.streams_live), (1, 1));
 }
+
+/// As [`a_mixers_new_session_sdes_for_its_sources_while_its_bye_waits_names_the_new_session`],
+/// but the new session's first packet is from a source the old session never had (CSRC 2,
+/// NAME "Bob" in the new session's SDES). A user expects Bob to join the new session as
+/// "Bob". Before the fix, the packet made CSRC 2's speaker in the old, waiting stream first,
+/// which took the early name, and only then ended that stream: Bob joined nameless.
+#[test]
+fn a_mixers_new_source_after_its_waiting_bye_takes_its_early_name_into_the_new_session() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha "));
+    gw.handle_datagram(at(600), addr(5000), &with_csrc(3, 1200, 9, 1, b"goes on. "));
+    let mut bye = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
+    pvp_t140::rtcp::write_bye(&mut bye, 9);
+    gw.handle_datagram(at(610), addr(5000), &bye);
+    let mut rtcp = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
+    rtcp.extend(sdes_chunks(&[
+        (9, "mix@host", "Mixer"),
+        (2, "bob@host", "Bob"),
+    ]));
+    gw.handle_datagram(at(650), addr(5000), &rtcp);
+    let mut first = with_csrc(40_000, 90_000, 9, 2, b"\xef\xbb\xbfBravo here. ");
+    first[1] |= 0x80;
+    gw.handle_datagram(at(700), addr(5000), &first);
+    gw.shutdown(at(5000));
+    let out = drain(&mut gw);
+    let joins: Vec<&serde_json::Value> = out
+        .iter()
+        .filter(|e| e.kind == "session.join" && e.sender.ends_with("csrc:00000002"))
+        .map(|e| &e.payload["participant"]["name"])
+        .collect();
+    assert_eq!(
+        joins,
+        [&serde_json::json!("Bob")],
+        "{:?}",
+        out.iter()
+            .map(|e| (&e.kind, &e.sender, &e.payload))
+            .collect::<Vec<_>>()
+    );
+}
