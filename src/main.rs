@@ -632,17 +632,48 @@ fn main() -> ExitCode {
         }
     };
     let dropped = dropped_log_lines();
-    // Everything logged so far reaches stderr before the process ends.
-    drop(log_guard);
+    let mut last_words = Vec::new();
     if dropped > 0 {
-        eprintln!("pvp-t140: {dropped} log lines were dropped (stderr did not keep up)");
+        last_words.push(format!(
+            "pvp-t140: {dropped} log lines were dropped (stderr did not keep up)"
+        ));
     }
     if let Err(e) = &result
         && matches!(log_format, LogFormat::Text)
     {
-        eprintln!("pvp-t140: {e}");
+        last_words.push(format!("pvp-t140: {e}"));
     }
+    finish_logs(log_guard, last_words);
     code
+}
+
+/// How long the end of the process waits for stderr: the log writer's last lines, then the
+/// final words. A stderr nobody reads (a stuck log collector) must not hold the process.
+const STDERR_GRACE: Duration = Duration::from_secs(2);
+
+/// Everything logged so far reaches stderr, then `last_words`, unless stderr is blocked: then
+/// the process ends after [`STDERR_GRACE`] without them. The log writer's guard, dropped while
+/// its queue is full, prints its complaint to stdout, which carries envelopes (pvp-spec 19.4):
+/// every envelope is out by now, so stdout is pointed at /dev/null first (Linux).
+fn finish_logs(guard: tracing_appender::non_blocking::WorkerGuard, last_words: Vec<String>) {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        let _ = nix::unistd::dup2_stdout(&null);
+    }
+    let (done, finished) = std::sync::mpsc::channel();
+    // Not joined: a thread blocked on stderr ends with the process.
+    let spawned = std::thread::Builder::new()
+        .name("last-words".into())
+        .spawn(move || {
+            drop(guard);
+            for line in last_words {
+                eprintln!("{line}");
+            }
+            let _ = done.send(());
+        });
+    if spawned.is_ok() {
+        let _ = finished.recv_timeout(STDERR_GRACE);
+    }
 }
 
 fn run_replay(file: &std::path::Path, port: Option<u16>, core: &CoreArgs) -> Result<(), String> {

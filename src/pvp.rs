@@ -177,6 +177,15 @@ impl Envelope {
     pub fn to_message(&self) -> Message {
         serde_json::from_str(&self.json).expect("an envelope we built is valid JSON")
     }
+
+    /// This `session.join` with the participant as a later `participant.announce` describes it
+    /// (pvp-spec 7.1: a name learnt from RTCP): the join a reconnect sends again, so that a
+    /// server which forgot the participant learns its current name, not the first one.
+    pub fn join_as_announced(&self, announce: &Envelope) -> Envelope {
+        let mut m = self.to_message();
+        m.payload["participant"] = announce.to_message().payload;
+        m.to_envelope().unwrap_or_else(|_| self.clone())
+    }
 }
 
 /// A session id as every envelope carries it: escaped for a JSON string once, with the keys

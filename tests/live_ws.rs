@@ -716,3 +716,74 @@ async fn a_stream_that_times_out_and_resumes_during_an_outage_keeps_its_order() 
     );
     server.stop().await;
 }
+
+/// pvp-spec 17 and 4.2, README "Delivery to a PVP server": `UNAUTHORIZED` and
+/// `SESSION_NOT_FOUND` from the server "stop that participant". A server that routes like the
+/// reference one (the README: it "relays session traffic to every member"; `agrathwohl/pvp`'s
+/// router broadcasts every envelope it has no handler for, `error` included, and its own
+/// routing errors to the whole session) hands each gateway connection `error` envelopes that
+/// are about someone else: here another member of the session, an agent, reports an
+/// `UNAUTHORIZED` about one of its own messages (`related_to` names that message, and its
+/// sender is the agent, not the server). The connection reads every `error` as the server's
+/// refusal of its own participant, whatever its sender and `related_to`: the gateway's
+/// participant is cut off and what its speaker says next is lost. A user expects one
+/// member's error to leave the gateway's speakers talking.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_relayed_from_another_member_does_not_stop_the_participant() {
+    use futures_util::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let server = TestPvpServer::start_with(ServerOptions {
+        broadcast: true,
+        ..ServerOptions::default()
+    })
+    .await;
+    let url = server.url();
+    let mut gw = Gateway::start_for_server(&url, &["--session", "relay"]);
+    let mut a = Sender::new(gw.listen, 0xe11);
+    let pa = a.participant();
+    a.send("First from A. ");
+    server
+        .wait_until(WAIT, "A's first sentence", |s| adds_of(s, &pa).len() == 1)
+        .await;
+    // Another member of the session: it joins, then reports an error about its own message.
+    let (mut agent, _) = tokio_tungstenite::connect_async(url.as_str())
+        .await
+        .unwrap();
+    let join = make_envelope(
+        "session.join",
+        "relay",
+        "agent-1",
+        json!({"participant": {"id": "agent-1", "name": "Agent", "type": "agent",
+            "roles": ["driver"], "transport": "websocket"}, "supported_versions": [1]}),
+        None,
+    );
+    let joined_id = join["id"].as_str().unwrap().to_owned();
+    agent.send(Message::text(join.to_string())).await.unwrap();
+    let report = make_envelope(
+        "error",
+        "relay",
+        "agent-1",
+        json!({"code": "UNAUTHORIZED", "message": "the agent's tool call was not allowed",
+            "recoverable": false, "related_to": joined_id}),
+        None,
+    );
+    agent.send(Message::text(report.to_string())).await.unwrap();
+    // The relay reached A's connection and was read (logged as a server error either way).
+    gw.wait_stderr(WAIT, "PVP server error");
+    a.send("Second from A. ");
+    let refused = |gw: &Gateway| {
+        gw.stderr_lines()
+            .iter()
+            .any(|l| l.contains("refused this participant"))
+    };
+    server
+        .wait_until(WAIT, "A's second sentence, or A refused", |s| {
+            adds_of(s, &pa).len() == 2 || refused(&gw)
+        })
+        .await;
+    gw.assert_stderr_lacks("refused this participant");
+    assert_eq!(adds_of(&server, &pa), ["First from A.", "Second from A."]);
+    assert!(gw.terminate(WAIT).success());
+    server.assert_no_violations();
+    server.stop().await;
+}

@@ -1171,3 +1171,66 @@ fn a_refused_server_url_does_not_show_a_password_with_a_hash_or_a_question_mark(
         assert!(!shown.contains("s3cr"), "{shown}");
     }
 }
+
+/// pvp-spec 6.3 / 7.1, README "What it emits" and "Delivery to a PVP server": a participant
+/// joins under its id, and once the sender's RTCP CNAME (or a NAME) is known the gateway sends
+/// a `participant.announce` naming it; after a reconnect it "joins again". The server that
+/// comes back (a restart, or one that dropped the connection and with it the participant)
+/// learns the participant from that rejoin alone. But the rejoin is the first join re-sent
+/// ("same content"): it announces the name the gateway has since replaced, and no announce
+/// follows, so after every reconnect the session shows the speaker under its stale name
+/// (here its id) for the rest of its life. A user expects the participant, once named, to stay
+/// named across a server restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejoin_after_a_reconnect_keeps_the_announced_name() {
+    // The server goes down right after the announce (its first connection closes).
+    let (url, log) = server(|conn, v| {
+        if conn == 0 && v["type"] == "participant.announce" {
+            Answer::Close
+        } else {
+            Answer::Nothing
+        }
+    })
+    .await;
+    let mut ws = WsSink::new(config(url, 64, None));
+    let mut talk = Talk::new();
+    let p = "t140:0000a11c@127.0.0.1:40050";
+    ws.send(talk.join(p));
+    ws.send(talk.env(
+        p,
+        Kind::ParticipantAnnounce,
+        json!({"id": p, "name": "Alice (captions)", "type": "human",
+            "roles": ["navigator"], "transport": "t140"}),
+    ));
+    wait_for(&log, "the rejoin on a second connection", |l| {
+        l.lock().unwrap().iter().any(|(c, _)| *c == 1)
+    })
+    .await;
+    ws.send(talk.add(p, "After the reconnect."));
+    wait_for(&log, "the text after the reconnect", |l| {
+        said(l, p)
+            .last()
+            .is_some_and(|s| s == "After the reconnect.")
+    })
+    .await;
+    ws.close(Duration::from_secs(2)).await;
+    // What the second connection told the server about the participant's name, before its
+    // text: the name of the last join or announce.
+    let named: Vec<String> = log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(c, _)| *c == 1)
+        .take_while(|(_, v)| v["type"] != "context.add")
+        .filter_map(|(_, v)| match v["type"].as_str().unwrap() {
+            "session.join" => Some(v["payload"]["participant"]["name"].to_string()),
+            "participant.announce" => Some(v["payload"]["name"].to_string()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        named.last().map(String::as_str),
+        Some("\"Alice (captions)\""),
+        "names the server learnt on the new connection: {named:?}"
+    );
+}

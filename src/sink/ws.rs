@@ -341,7 +341,7 @@ async fn connection(
             if at.elapsed() >= STABLE {
                 backoff = Duration::from_millis(100);
             } else {
-                tokio::time::sleep(next_wait(&mut backoff, &mut jitter)).await;
+                backoff_wait(next_wait(&mut backoff, &mut jitter), &mut stop).await;
             }
         }
         let connector = cfg.tls.clone().map(tokio_tungstenite::Connector::Rustls);
@@ -394,7 +394,7 @@ async fn connection(
                     failing = true;
                     tracing::warn!(%participant, url = %super::ShownUrl(&cfg.url), "PVP connect failed: {err}; retrying in {wait:?}, then at doubling intervals (logged at debug level)");
                 }
-                tokio::time::sleep(wait).await;
+                backoff_wait(wait, &mut stop).await;
                 continue;
             }
         };
@@ -610,6 +610,10 @@ async fn connection(
             }
             if kind == Kind::SessionJoin {
                 join = Some(e.clone());
+            } else if kind == Kind::ParticipantAnnounce
+                && let Some(j) = &join
+            {
+                join = Some(j.join_as_announced(&e));
             }
             // The frame shares the envelope's text only if it is not needed again: a join is
             // kept for rejoins, anything else is resent from `pending` if the write fails.
@@ -756,6 +760,29 @@ fn next_wait(backoff: &mut Duration, jitter: &mut u128) -> Duration {
     let wait = retry_delay(*backoff, *jitter as u64);
     *backoff = (*backoff * 2).min(Duration::from_secs(10));
     wait
+}
+
+/// Longest wait between connect attempts once the gateway stops: the shutdown's grace (5 s)
+/// leaves room for several, each a chance to deliver what the participant holds.
+const STOPPING_RETRY: Duration = Duration::from_millis(500);
+
+/// Waits out a reconnect backoff, cut short when the gateway stops: a server that came back
+/// during a wait of up to 10 s would otherwise be tried only after the shutdown's grace, and
+/// what the participant holds would be given up although the server could take it. Once
+/// stopping, the waits are at most [`STOPPING_RETRY`].
+async fn backoff_wait(wait: Duration, stop: &mut tokio::sync::watch::Receiver<bool>) {
+    if *stop.borrow() {
+        tokio::time::sleep(wait.min(STOPPING_RETRY)).await;
+        return;
+    }
+    let sink_gone = tokio::select! {
+        () = tokio::time::sleep(wait) => false,
+        stopped = stop.wait_for(|s| *s) => stopped.is_err(),
+    };
+    if sink_gone {
+        // The sink is gone without a stop: nothing cuts the wait short.
+        tokio::time::sleep(wait).await;
+    }
 }
 
 /// The wait before reconnect attempt: half the backoff plus up to the other half at random
@@ -962,6 +989,27 @@ fn on_frame(
                             .find(|(i, _)| *i == id)
                             .map(|(_, k)| k.as_str())
                     });
+                    // A server relaying session traffic to every member (the reference one
+                    // broadcasts what it has no handler for, `error` included) hands this
+                    // connection other members' errors, sent under their own ids. An error is
+                    // this participant's if it names one of its recent messages
+                    // (`related_to`), or else comes from the server (pvp-spec 4.2: "system")
+                    // or under this participant's id: one naming a message older than the
+                    // recent ones is still the server's word about this connection.
+                    let ours = related_kind.is_some()
+                        || matches!(env.sender.as_str(), "system" | "server")
+                        || env.sender == participant.as_str();
+                    if !ours {
+                        tracing::info!(
+                            %participant,
+                            code = %err.code,
+                            sender = %env.sender,
+                            related_to = err.related_to.as_deref().unwrap_or("-"),
+                            "PVP server error about another member's message, not acted on: {}",
+                            err.message
+                        );
+                        return Reaction::None;
+                    }
                     tracing::warn!(
                         %participant,
                         code = %err.code,
@@ -1032,6 +1080,65 @@ mod tests {
             on_frame(&mut pvp, &me, "{\"type\":", &recent),
             Reaction::None
         ));
+    }
+
+    /// Whose error it is: another member's (relayed under its own id, naming its own message)
+    /// is not acted on; the server's, or one naming a message of ours, is, even when it names
+    /// a message older than the recent ones.
+    #[test]
+    fn an_error_is_acted_on_only_when_it_is_about_this_participant() {
+        let mut pvp = Builder::new("s1".into(), None, 1);
+        let me: SenderId = "t140:00000001@127.0.0.1:5000".into();
+        let ours = ulid::Ulid::from_string("01HZY3Q6W8V0J5N7Q2R4S6T8V2").unwrap();
+        let recent = VecDeque::from([(ours, Kind::SessionJoin)]);
+        let error = |sender: &str, related: &str| {
+            format!(
+                r#"{{"v":1,"id":"01HZY3Q6W8V0J5N7Q2R4S6T8V1","ts":"2024-01-01T00:00:00.000Z","session":"s1","sender":"{sender}","type":"error","payload":{{"code":"UNAUTHORIZED","message":"no","recoverable":false{related}}}}}"#
+            )
+        };
+        let naming = |id: &str| format!(r#","related_to":"{id}""#);
+        let other_msg = "01HZY3Q6W8V0J5N7Q2R4S6T8V9";
+        let fatal = |r: Reaction| matches!(r, Reaction::Fatal(_));
+        // Another member's, about its own message or naming none.
+        assert!(!fatal(on_frame(
+            &mut pvp,
+            &me,
+            &error("agent-1", &naming(other_msg)),
+            &recent
+        )));
+        assert!(!fatal(on_frame(
+            &mut pvp,
+            &me,
+            &error("agent-1", ""),
+            &recent
+        )));
+        // Naming our message, whoever relays it; the server's, naming nothing or a message
+        // this connection no longer remembers; and one under our own id.
+        let our_id = ours.to_string();
+        assert!(fatal(on_frame(
+            &mut pvp,
+            &me,
+            &error("agent-1", &naming(&our_id)),
+            &recent
+        )));
+        assert!(fatal(on_frame(
+            &mut pvp,
+            &me,
+            &error("system", ""),
+            &recent
+        )));
+        assert!(fatal(on_frame(
+            &mut pvp,
+            &me,
+            &error("system", &naming(other_msg)),
+            &recent
+        )));
+        assert!(fatal(on_frame(
+            &mut pvp,
+            &me,
+            &error(me.as_str(), ""),
+            &recent
+        )));
     }
 
     #[test]
