@@ -412,7 +412,12 @@ impl Emitter {
     /// a speaker. The join already went out with the old name: the new one is announced
     /// (pvp-spec 7.1).
     fn rename(&mut self, now: Time, key: &StreamKey, sp: &mut Speaker, name: String, rank: u8) {
-        if rank < sp.profile.name_rank || sp.profile.name == name {
+        if rank < sp.profile.name_rank {
+            return;
+        }
+        if sp.profile.name == name {
+            // Nothing to announce, but a NAME equal to the CNAME is a NAME all the same.
+            sp.profile.name_rank = rank;
             return;
         }
         sp.profile.name = name;

@@ -1189,3 +1189,38 @@ fn a_mixers_new_source_after_its_waiting_bye_takes_its_early_name_into_the_new_s
             .collect::<Vec<_>>()
     );
 }
+
+/// One SDES chunk for `ssrc` with one item (`kind` 1 CNAME, 2 NAME).
+fn sdes_item(ssrc: u32, kind: u8, text: &str) -> Vec<u8> {
+    let mut d = vec![0x81, 202, 0, 0];
+    d.extend_from_slice(&ssrc.to_be_bytes());
+    d.push(kind);
+    d.push(text.len() as u8);
+    d.extend_from_slice(text.as_bytes());
+    d.push(0);
+    while d.len() % 4 != 0 {
+        d.push(0);
+    }
+    let words = (d.len() / 4 - 1) as u16;
+    d[2..4].copy_from_slice(&words.to_be_bytes());
+    d
+}
+
+/// README and [`Gateway`]'s rule: a NAME is never replaced by a CNAME. A sender whose NAME is
+/// the same text as its CNAME ("ada@host") sends the CNAME first, then the NAME: the name does
+/// not change, and (before the fix) neither did its rank, so a later CNAME ("ada@laptop", a
+/// new host) replaced the NAME.
+#[test]
+fn a_name_equal_to_the_cname_is_still_a_name_no_cname_replaces() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello. "));
+    gw.handle_datagram(at(10), addr(4000), &sdes_item(7, 1, "ada@host"));
+    gw.handle_datagram(at(20), addr(4000), &sdes_item(7, 2, "ada@host"));
+    gw.handle_datagram(at(30), addr(4000), &sdes_item(7, 1, "ada@laptop"));
+    let names: Vec<serde_json::Value> = drain(&mut gw)
+        .into_iter()
+        .filter(|e| e.kind == "participant.announce")
+        .map(|e| e.payload["name"].clone())
+        .collect();
+    assert_eq!(names, [serde_json::json!("ada@host")]);
+}
