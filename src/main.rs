@@ -620,31 +620,38 @@ fn main() -> ExitCode {
         }
         None => run_live(&cli.run),
     };
-    // The error is said once: as a JSON line where a collector reads every line as JSON, as the
-    // plain `pvp-t140:` line below otherwise (which no RUST_LOG filter can hide).
     let code = match &result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            if matches!(log_format, LogFormat::Json) {
-                tracing::error!("{e}");
-            }
-            ExitCode::FAILURE
-        }
+        Err(_) => ExitCode::FAILURE,
     };
+    // Said once, after every log line, and not through the log (which a RUST_LOG filter may
+    // silence): a `pvp-t140:` line, or in JSON mode a JSON line as the log's, since a collector
+    // reads every line of stderr as JSON.
     let dropped = dropped_log_lines();
     let mut last_words = Vec::new();
     if dropped > 0 {
-        last_words.push(format!(
-            "pvp-t140: {dropped} log lines were dropped (stderr did not keep up)"
-        ));
+        let msg = format!("{dropped} log lines were dropped (stderr did not keep up)");
+        last_words.push(last_word(log_format, "WARN", &msg));
     }
-    if let Err(e) = &result
-        && matches!(log_format, LogFormat::Text)
-    {
-        last_words.push(format!("pvp-t140: {e}"));
+    if let Err(e) = &result {
+        last_words.push(last_word(log_format, "ERROR", e));
     }
     finish_logs(log_guard, last_words);
     code
+}
+
+/// A line said at exit, in the log's format (as tracing-subscriber's JSON lines are shaped).
+fn last_word(format: LogFormat, level: &str, msg: &str) -> String {
+    match format {
+        LogFormat::Text => format!("pvp-t140: {msg}"),
+        LogFormat::Json => serde_json::json!({
+            "timestamp": pvp_t140::Time::from_system(std::time::SystemTime::now()).to_iso8601(),
+            "level": level,
+            "fields": { "message": msg },
+            "target": "pvp_t140",
+        })
+        .to_string(),
+    }
 }
 
 /// How long the end of the process waits for stderr: the log writer's last lines, then the

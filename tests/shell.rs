@@ -87,6 +87,64 @@ fn a_start_up_error_is_said_once_in_either_log_format() {
     }
 }
 
+/// README `--log-format`: "filter with `RUST_LOG`"; a start-up error is said once. What is
+/// wrong: in JSON mode the error is now only a `tracing::error!` event, so a `RUST_LOG` that
+/// leaves the binary's own target out (here one aimed at the sink module while debugging it,
+/// or `off`) hides it: the gateway exits 1 on a taken port with nothing at all on stderr.
+/// Before, the plain `pvp-t140: …` line was always written (main.rs's own comment says that
+/// line is what "no RUST_LOG filter can hide"). What should happen: whatever the filter, the
+/// error that stops the process is said, once (as a JSON line in JSON mode).
+#[test]
+fn a_start_up_error_in_json_mode_is_said_whatever_rust_log_filters() {
+    let taken = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let listen = taken.local_addr().unwrap().to_string();
+    for filter in ["pvp_t140::sink=debug", "off"] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+            .args([
+                "--listen",
+                &listen,
+                "--rtcp",
+                "false",
+                "--log-format",
+                "json",
+            ])
+            .env("RUST_LOG", filter)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + WAIT;
+        let status = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("RUST_LOG={filter}: a gateway on a taken port did not exit");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut err = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        assert!(
+            !status.success(),
+            "RUST_LOG={filter}: exited 0 on a taken port"
+        );
+        let saying = err.lines().filter(|l| l.contains("in use")).count();
+        assert_eq!(
+            saying, 1,
+            "RUST_LOG={filter}: exit 1 on a taken port, the error said {saying} times; stderr: {err:?}"
+        );
+    }
+}
+
 /// RTCP read on the separate RTCP port (port + 1) is handed to every worker, each acting on it
 /// for its own streams; one counts it. (Each counted it: with `--workers 4`, one RTCP datagram
 /// showed as 4 on /metrics and in the final counters.)

@@ -1234,3 +1234,117 @@ async fn a_rejoin_after_a_reconnect_keeps_the_announced_name() {
         "names the server learnt on the new connection: {named:?}"
     );
 }
+
+/// README "Gated transcripts" and "Delivery to a PVP server": a participant that has left
+/// keeps its connection while a chunk of its awaits approval, its leave behind it; "when the
+/// gateway stops, a pending chunk is dropped" and the leave goes out, and "once the gateway
+/// stops, a [reconnect] wait is cut short". What is wrong: the wait is cut short by
+/// `stop.wait_for`, which marks the stop as seen; the connection then reconnects (the server
+/// is back), rejoins, asks again for the approval, and waits on `stop.changed()` for a stop it
+/// has already consumed. It never notices the gateway is stopping: it sits until the
+/// shutdown's grace ends, the chunk is not dropped, and the leave is never sent (the session
+/// keeps a participant that is gone). Before the cut-short wait (a plain sleep) the stop was
+/// still unseen after the reconnect and the leave went out at once. What should happen: the
+/// leave reaches the server that is back, within the grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_during_the_backoff_of_a_participant_awaiting_approval_still_sends_its_leave() {
+    let first = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = first.local_addr().unwrap();
+    let url = format!("ws://{addr}");
+    // The first server takes the connection, and goes down a moment after the chunk's gate
+    // is requested (by then the connection has read the leave and its queue's end).
+    let (down_tx, down) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let (tcp, _) = first.accept().await.unwrap();
+        drop(first);
+        let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
+        while let Some(Ok(m)) = ws.next().await {
+            let v: Value = serde_json::from_str(m.to_text().unwrap_or("")).unwrap_or_default();
+            if v["type"] == "gate.request" {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let _ = ws.close(None).await;
+                break;
+            }
+        }
+        let _ = down_tx.send(());
+    });
+    let mut ws = WsSink::new(gated(url, 1, None));
+    let mut talk = Talk::new();
+    let p = "t140:0000b0ff@127.0.0.1:40060";
+    ws.send(talk.join(p));
+    ws.send(talk.add(p, "Awaiting approval when the server went down."));
+    ws.send(talk.leave(p));
+    tokio::time::timeout(WAIT, down)
+        .await
+        .expect("the gate request reached the first server")
+        .unwrap();
+    // The connection retries against nothing, its backoff growing (each attempt is refused at
+    // once, so it is in a wait nearly all the time); then the gateway stops and the server
+    // comes back.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let closing = tokio::spawn(async move { ws.close(Duration::from_secs(5)).await });
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    let log = serve(listener, &[], Duration::ZERO);
+    let stats = closing.await.unwrap();
+    assert_eq!(
+        said(&log, p),
+        ["join", "leave"],
+        "the server back at the stop got the rejoin but never the leave; {stats:?}"
+    );
+}
+
+/// `--spool`: after a restart "each participant rejoins first"; after a reconnect the README now
+/// says it joins again "under the name its last `participant.announce` gave, say an RTCP NAME
+/// learnt after the first join". What is wrong: the restart's rejoin is the journal's copy of
+/// the first join, whatever was announced since; the announce was delivered (marked done), so it
+/// is not resent either. The server, which forgot the participant with the killed gateway's
+/// connection, learns it under its stale name (here its id) and files the text resent under it.
+/// What should happen: the rejoin after a restart carries the name last announced, as the one
+/// after a reconnect does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejoin_after_a_restart_keeps_the_announced_name() {
+    let dir = std::env::temp_dir().join(format!("pvp-t140-review-named-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut talk = Talk::new();
+    let p = "t140:0000a11c@127.0.0.1:40062";
+    // The killed gateway's journal: the join and the announce delivered, then text journaled
+    // and never written.
+    {
+        let (spool, _) = Spool::open(&dir, Default::default()).unwrap();
+        let announce = talk.env(
+            p,
+            Kind::ParticipantAnnounce,
+            json!({"id": p, "name": "Alice (captions)", "type": "human",
+                "roles": ["navigator"], "transport": "t140"}),
+        );
+        for e in [talk.join(p), announce] {
+            spool.added(&e);
+            spool.done(e.id());
+        }
+        spool.added(&talk.add(p, "Said before the kill."));
+    }
+    let (spool, resend) = Spool::open(&dir, Default::default()).unwrap();
+    let (url, log) = server(|_, _| Answer::Nothing).await;
+    let mut ws = WsSink::new(config(url, 64, Some(Arc::new(spool))));
+    ws.resend(resend);
+    ws.close(Duration::from_secs(5)).await;
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(said(&log, p), ["join", "Said before the kill.", "leave"]);
+    // The name the server learnt before the text: the last join's or announce's.
+    let named: Vec<String> = log
+        .lock()
+        .unwrap()
+        .iter()
+        .take_while(|(_, v)| v["type"] != "context.add")
+        .filter_map(|(_, v)| match v["type"].as_str().unwrap() {
+            "session.join" => Some(v["payload"]["participant"]["name"].to_string()),
+            "participant.announce" => Some(v["payload"]["name"].to_string()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        named.last().map(String::as_str),
+        Some("\"Alice (captions)\""),
+        "names the server learnt after the restart: {named:?}"
+    );
+}

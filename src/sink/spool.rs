@@ -69,10 +69,14 @@ pub struct Spool {
 /// session, and one id may be in two (a `[[stream]]` rule's participant in two rooms).
 type Who = (Box<str>, SenderId);
 
-/// Whose presence a join or a leave is; nothing for other envelopes.
+/// Whose presence a join or a leave is, or whose name an announce gives; nothing for other
+/// envelopes.
 fn who(e: &Envelope) -> Option<Who> {
-    matches!(e.kind(), Kind::SessionJoin | Kind::SessionLeave)
-        .then(|| (e.session_json().into(), e.sender().clone()))
+    matches!(
+        e.kind(),
+        Kind::SessionJoin | Kind::SessionLeave | Kind::ParticipantAnnounce
+    )
+    .then(|| (e.session_json().into(), e.sender().clone()))
 }
 
 /// What the sink hands the journal's writer.
@@ -83,7 +87,7 @@ enum Record {
     Add {
         id: ulid::Ulid,
         kind: Kind,
-        /// For a join or a leave: whose presence it is.
+        /// For a join or a leave: whose presence it is; for an announce, whose name.
         who: Option<Who>,
         line: String,
     },
@@ -365,6 +369,14 @@ impl Journal {
             if let Some((_, old)) = self.joins.insert(who, (n, join)) {
                 self.joins_bytes -= old.len() as u64;
             }
+        } else if kind == Kind::ParticipantAnnounce
+            && let Some(who) = &who
+            && let Some((_, join)) = self.joins.get_mut(who)
+            && let Some(named) = join_as_announced(join, &record)
+        {
+            // The join a restart rejoins with carries the name announced since.
+            self.joins_bytes = self.joins_bytes - join.len() as u64 + named.len() as u64;
+            *join = named;
         }
         let leave_of = who.filter(|_| kind == Kind::SessionLeave);
         self.live_bytes += record.len() as u64;
@@ -495,6 +507,18 @@ fn join_record(add: &str) -> String {
     format!("{{\"join\":{envelope}}}\n")
 }
 
+/// A `join` record with the participant as an announce's `add` line describes it (pvp-spec
+/// 7.1: a name learnt from RTCP after the join): a restart rejoins under the current name, as
+/// a reconnect does ([`Envelope::join_as_announced`]).
+fn join_as_announced(join: &str, announce_add: &str) -> Option<String> {
+    let mut j: Value = serde_json::from_str(join).ok()?;
+    let a: Value = serde_json::from_str(announce_add).ok()?;
+    *j.get_mut("join")?
+        .get_mut("payload")?
+        .get_mut("participant")? = a.get("add")?.get("payload")?.clone();
+    Some(format!("{j}\n"))
+}
+
 /// The undelivered envelopes, and the last join of every sender (delivered or not).
 /// A participant in a session, as a journal's message names it.
 type MessageWho = (String, String);
@@ -536,6 +560,11 @@ fn read_pending(path: &Path) -> Result<(Vec<Message>, HashMap<MessageWho, Messag
         {
             if e.kind == "session.join" {
                 joins.insert(message_who(&e), e.clone());
+            } else if e.kind == "participant.announce"
+                && let Some(j) = joins.get_mut(&message_who(&e))
+            {
+                // Delivered or not, it names the participant a restart rejoins.
+                j.payload["participant"] = e.payload.clone();
             }
             adds.push(e);
         }
@@ -740,6 +769,40 @@ mod tests {
         drop(spool);
         let (_, again) = d.open();
         assert_eq!(summary(&again), summary(&resend));
+    }
+
+    /// A name announced after the join (an RTCP NAME) survives compaction: the join record
+    /// kept for a restart's rejoin carries it, though the announce itself was delivered and
+    /// compacted away.
+    #[test]
+    fn a_compacted_join_carries_the_name_announced_since() {
+        let d = Scratch::new("announce", 4 << 10, 1 << 20);
+        let (spool, _) = d.open();
+        let mut talk = Talk::new();
+        deliver(&spool, &talk.join("dora"));
+        let named = json!({"id": "dora", "name": "Dora (captions)"});
+        deliver(
+            &spool,
+            &talk.env("dora", Kind::ParticipantAnnounce, named.clone()),
+        );
+        for i in 0..200 {
+            deliver(&spool, &talk.add("dora", &format!("Sentence {i}.")));
+        }
+        spool.added(&talk.add("dora", "Not yet sent."));
+        spool.flush();
+        let journal = std::fs::read_to_string(spool.path()).unwrap();
+        assert!(!journal.contains("participant.announce"), "not compacted");
+        drop(spool);
+        let (_, resend) = d.open();
+        assert_eq!(
+            summary(&resend),
+            [
+                "dora session.join",
+                "dora context.add Not yet sent.",
+                "dora session.leave"
+            ]
+        );
+        assert_eq!(resend[0].to_message().payload["participant"], named);
     }
 
     #[test]

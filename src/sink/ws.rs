@@ -341,7 +341,7 @@ async fn connection(
             if at.elapsed() >= STABLE {
                 backoff = Duration::from_millis(100);
             } else {
-                backoff_wait(next_wait(&mut backoff, &mut jitter), &mut stop).await;
+                backoff_wait(next_wait(&mut backoff, &mut jitter), &stop).await;
             }
         }
         let connector = cfg.tls.clone().map(tokio_tungstenite::Connector::Rustls);
@@ -394,7 +394,7 @@ async fn connection(
                     failing = true;
                     tracing::warn!(%participant, url = %super::ShownUrl(&cfg.url), "PVP connect failed: {err}; retrying in {wait:?}, then at doubling intervals (logged at debug level)");
                 }
-                backoff_wait(wait, &mut stop).await;
+                backoff_wait(wait, &stop).await;
                 continue;
             }
         };
@@ -770,14 +770,17 @@ const STOPPING_RETRY: Duration = Duration::from_millis(500);
 /// during a wait of up to 10 s would otherwise be tried only after the shutdown's grace, and
 /// what the participant holds would be given up although the server could take it. Once
 /// stopping, the waits are at most [`STOPPING_RETRY`].
-async fn backoff_wait(wait: Duration, stop: &mut tokio::sync::watch::Receiver<bool>) {
+async fn backoff_wait(wait: Duration, stop: &tokio::sync::watch::Receiver<bool>) {
     if *stop.borrow() {
         tokio::time::sleep(wait.min(STOPPING_RETRY)).await;
         return;
     }
+    // A copy watches: waiting marks the stop seen, and the connection's own receiver must
+    // still see it change (`stop.changed()` ends a participant's wait for approvals).
+    let mut watch = stop.clone();
     let sink_gone = tokio::select! {
         () = tokio::time::sleep(wait) => false,
-        stopped = stop.wait_for(|s| *s) => stopped.is_err(),
+        stopped = watch.wait_for(|s| *s) => stopped.is_err(),
     };
     if sink_gone {
         // The sink is gone without a stop: nothing cuts the wait short.
