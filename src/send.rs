@@ -146,6 +146,8 @@ pub struct Sender {
     /// Packets sent when the report before last and the last report went out: a report is
     /// a sender report only if RTP went out since the one before last (RFC 3550 6.4).
     sent_at_reports: (u64, u64),
+    /// RTCP compounds sent (a sender that sent nothing says no BYE).
+    reports: u64,
 }
 
 impl Sender {
@@ -174,6 +176,7 @@ impl Sender {
             octets: 0,
             next_report: None,
             sent_at_reports: (0, 0),
+            reports: 0,
             rng: (u64::from(cfg_seed.0) << 32 | u64::from(cfg_seed.1)) | 1,
         };
         if sender.cfg.cname.is_some() {
@@ -199,18 +202,24 @@ impl Sender {
             return None;
         }
         let out = self.compound(now);
+        self.reports += 1;
         self.sent_at_reports = (self.sent_at_reports.1, self.stats.packets);
         self.next_report = Some(now.saturating_add(self.report_interval(REPORT_MIN)));
         Some(out)
     }
 
     /// The compound that ends the session (RFC 3550 6.1, 6.3.7): report, SDES CNAME, BYE. No
-    /// report follows it.
-    pub fn bye(&mut self, now: Time) -> Vec<u8> {
+    /// report follows it. None for a sender that never sent RTP or RTCP (empty input that ended
+    /// before the first report): 6.3.7 says it "MUST NOT send a BYE packet".
+    pub fn bye(&mut self, now: Time) -> Option<Vec<u8>> {
+        if self.stats.packets == 0 && self.reports == 0 {
+            self.next_report = None;
+            return None;
+        }
         let mut out = self.compound(now);
         rtcp::write_bye(&mut out, self.cfg.ssrc);
         self.next_report = None;
-        out
+        Some(out)
     }
 
     /// RFC 3550 6.4: "The SR is issued if a site has sent any data packets during the interval
@@ -283,9 +292,12 @@ impl Sender {
         }
         let queued = self.queued_at.unwrap_or(self.start);
         // RFC 4103 5.2: text after an idle period is sent as soon as possible; within a
-        // transmission, a buffer time after the last packet.
+        // transmission, a buffer time after the last packet. Text left over from the last
+        // packet (held by `cps` while the redundancy tail ran out) is still the transmission's:
+        // it goes unmarked, so it keeps the buffer time too.
+        let carried = self.last_send.is_some_and(|l| queued <= l);
         let due = match tick {
-            Some(t) if self.tail_left > 0 => t.max(queued),
+            Some(t) if self.tail_left > 0 || carried => t.max(queued),
             _ => queued,
         };
         if self.tail_left > 0 && self.cfg.redundancy > 0 {
@@ -967,6 +979,58 @@ mod tests {
             .filter(|b| !b.is_empty())
             .collect();
         assert_eq!(blocks, ["\u{feff}".to_string(), cluster]);
+    }
+
+    /// RFC 4103 5.2: "After this transmission, it is RECOMMENDED to buffer T.140 data in
+    /// buffering time intervals, until the next idle period" (and 5.1: 300 ms), which this
+    /// module promises as "packets of a transmission are never closer than [buffer_time]"; the
+    /// README promises "buffered about 300 ms". Text that `cps` held back while the redundancy
+    /// tail ran is, by this sender's own rule, no idle period (the packet that carries it is not
+    /// marked), yet once the tail is done it goes out the moment the `cps` window has room: here
+    /// 100 ms after the tail's last packet. Within a transmission the next packet must wait the
+    /// buffer time (or, if the sender takes this for text after an idle period, it must carry
+    /// the marker bit, RFC 4103 5.2); it does neither.
+    #[test]
+    fn text_held_by_cps_keeps_the_buffer_time_after_the_redundancy_tail() {
+        let mut s = Sender::new(
+            SenderConfig {
+                cps: Some(5),
+                ..cfg(2)
+            },
+            at(0),
+        );
+        s.push_text(at(0), "ab");
+        let mut sent: Vec<(u64, Pkt)> = drain(&mut s, at(0)).into_iter().map(|p| (0, p)).collect();
+        // Typed during the first buffer time: 3 of its 6 characters fit the window at 300, the
+        // rest wait for the window while the tail's empty primaries go out at 600 and 900.
+        s.push_text(at(100), "cdefgh");
+        sent.extend(run(&mut s));
+        let got: String = sent.iter().map(|(_, p)| p.primary.as_str()).collect();
+        assert_eq!(got, "\u{feff}abcdefgh");
+        let times: Vec<(u64, bool, &str)> = sent
+            .iter()
+            .map(|(ms, p)| (*ms, p.marker, p.primary.as_str()))
+            .collect();
+        for w in sent.windows(2) {
+            let ((t0, _), (t1, p1)) = (&w[0], &w[1]);
+            assert!(
+                p1.marker || t1 - t0 >= 300,
+                "an unmarked packet {} ms after the previous one: {times:?}",
+                t1 - t0
+            );
+        }
+    }
+
+    /// RFC 3550 6.3.7: a participant that never sent RTP or RTCP sends no BYE; one that sent
+    /// either does.
+    #[test]
+    fn a_sender_that_sent_nothing_says_no_bye() {
+        let mut s = Sender::new(cfg(2), at(0));
+        assert_eq!(s.bye(at(100)), None);
+        let mut s = Sender::new(cfg(2), at(0));
+        s.push_text(at(0), "a");
+        assert!(s.poll_packet(at(0)).is_some());
+        assert!(s.bye(at(100)).is_some());
     }
 
     #[test]

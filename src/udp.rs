@@ -429,8 +429,8 @@ pub async fn send_text(
             () = sleep_until(deadline) => {}
         }
     }
-    if bye {
-        socket.send_to(&sender.bye(clock.now()), to).await?;
+    if bye && let Some(bye) = sender.bye(clock.now()) {
+        socket.send_to(&bye, to).await?;
     }
     Ok(sender.stats())
 }

@@ -73,3 +73,43 @@ fn bad_flags_are_clear_errors() {
         .unwrap();
     assert!(!out.status.success());
 }
+
+/// RFC 3550 6.3.7: "In either case, a participant which never sent an RTP or RTCP packet MUST
+/// NOT send a BYE packet when they leave the group." With nothing on stdin (`< /dev/null`, an
+/// STT pipeline that recognised nothing) the sender ends before its first RTCP report is due
+/// (1-3 s in) and before any RTP, yet it still sends a compound with a BYE: it must send
+/// nothing at all.
+#[test]
+fn empty_input_sends_no_bye() {
+    let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to = rx.local_addr().unwrap().to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .args(["send", "--to", &to])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The sender has exited: whatever it sent over loopback is already queued here. The
+    // deadline only bounds the wait for a datagram that should not exist.
+    rx.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut buf = [0u8; 2048];
+    if let Ok(n) = rx.recv(&mut buf) {
+        let types: Vec<u8> = {
+            let mut v = Vec::new();
+            let mut rest = &buf[..n];
+            while rest.len() >= 4 {
+                v.push(rest[1]);
+                let len = (usize::from(u16::from_be_bytes([rest[2], rest[3]])) + 1) * 4;
+                rest = &rest[len.min(rest.len())..];
+            }
+            v
+        };
+        panic!("a sender that never sent RTP or RTCP sent {n} bytes, RTCP types {types:?}");
+    }
+}

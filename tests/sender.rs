@@ -230,7 +230,7 @@ fn reports_follow_rfc_3550s_schedule_and_carry_the_cname() {
             assert_eq!((word(20), word(24)), (packets, octets), "counts");
         }
         assert!(kinds.0 > 0 && kinds.1 > 0, "SRs and RRs: {kinds:?}");
-        let bye = s.bye(prev);
+        let bye = s.bye(prev).expect("a sender that sent says BYE");
         let kind = if packets > at_reports.0 { 200 } else { 201 };
         assert_eq!(rtcp_types(&bye), [kind, 202, 203]);
         assert_eq!(s.rtcp_timeout(), None, "nothing after the BYE");
