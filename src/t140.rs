@@ -151,12 +151,16 @@ impl Decoder {
         }
     }
 
-    /// Ends the stream: an incomplete character left over becomes U+FFFD.
+    /// Ends the stream: an incomplete character left over becomes U+FFFD, and an unfinished
+    /// control function (ESC, a control sequence or string, a CR awaiting its LF) ends with it.
+    /// A mixer's source keeps its speaker, and this decoder, across its BYE (RFC 3550 6.6): its
+    /// next session's text must not be read as the old one's escape sequence.
     pub fn finish<S: TextSink + ?Sized>(&mut self, sink: &mut S, counts: &mut DecodeStats) {
         if self.need > 0 {
             self.need = 0;
             self.invalid(sink, counts);
         }
+        self.ctl = Ctl::Normal;
     }
 
     /// Marks text lost beyond recovery (RFC 4103 section 5.3): resets any partial character or
@@ -319,6 +323,21 @@ mod tests {
         }
         d.finish(&mut s, &mut counts);
         (s, counts)
+    }
+
+    /// After `finish` the decoder starts clean: no ESC, control string or CR of the ended
+    /// stream reaches into what it decodes next.
+    #[test]
+    fn finish_ends_an_unfinished_control_function() {
+        for end in [&b"\x1b"[..], b"\x1b[1;", b"\x1bX sos text", b"\r"] {
+            let mut d = Decoder::new();
+            let (mut s, mut counts) = (String::new(), DecodeStats::default());
+            d.feed(end, &mut s, &mut counts);
+            d.finish(&mut s, &mut counts);
+            s.clear();
+            d.feed(b"\nAgain.", &mut s, &mut counts);
+            assert_eq!(s, "\nAgain.", "after {end:?}");
+        }
     }
 
     #[test]

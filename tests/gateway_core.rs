@@ -1768,3 +1768,44 @@ fn a_waiting_bye_cut_short_by_shutdown_still_leaves_as_rtcp_bye() {
         .collect();
     assert_eq!(leaves, ["rtcp bye"]);
 }
+
+/// RFC 3550 6.6 (with RFC 9071): a BYE a mixer forwards for a contributing source ends that
+/// source's participation; the gateway ends the speaker (flush, `session.leave`) and, when the
+/// source speaks again, it joins again as a new session of that source. What the source typed
+/// before its BYE cannot continue into what it types after: T.140 control functions (ITU-T
+/// T.140 section 6; ECMA-48 5.3, 5.6) are parsed within one stream of text. But the speaker's
+/// decoder is kept across the BYE, and `Decoder::finish` ("Ends the stream") clears only a
+/// partial UTF-8 character, not a pending escape sequence or control string. Here the source's
+/// session ends on a stray ESC (its user pressed Escape, then hung up): the "A" that starts
+/// its next session is swallowed as that ESC's final byte ("gain B."). Had it ended inside an
+/// SOS string, the first 256 characters of the next session would vanish. Its text after the
+/// BYE should be "Again B." whole.
+#[test]
+fn a_mixer_sources_escape_state_does_not_outlive_its_bye() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, 98, b"Alpha. "));
+    gw.handle_datagram(
+        at(10),
+        addr(5000),
+        &with_csrc(2, 1100, 9, 2, 98, b"Bravo.\x1b"),
+    );
+    // The mixer's compound RTCP: an empty RR, then the BYE it forwards for source 2.
+    let mut bye = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
+    pvp_t140::rtcp::write_bye(&mut bye, 2);
+    gw.handle_datagram(at(20), addr(5000), &bye);
+    // Source 2 comes back later and says something new.
+    gw.handle_datagram(
+        at(5000),
+        addr(5000),
+        &with_csrc(3, 1200, 9, 2, 98, b"Again B. "),
+    );
+    gw.shutdown(at(6000));
+    let out = drain(&mut gw);
+    let b = "t140:00000009@127.0.0.1:5000/csrc:00000002";
+    let said: Vec<String> = adds(&out)
+        .into_iter()
+        .filter(|(who, _)| who == b)
+        .map(|(_, text)| text)
+        .collect();
+    assert_eq!(said, ["Bravo.", "Again B."]);
+}
