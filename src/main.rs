@@ -589,7 +589,8 @@ fn main() -> ExitCode {
         && let Some(path) = cli.run.config.clone()
         && let Err(e) = apply_file(&mut cli, &matches, &path)
     {
-        eprintln!("pvp-t140: {e}");
+        // Before the logs are set up: said as the exit's last words are.
+        eprintln!("{}", last_word(cli.log_format, "ERROR", &e));
         return ExitCode::FAILURE;
     }
     let log_format = cli.log_format;

@@ -143,6 +143,9 @@ pub struct Sender {
     next_report: Option<Time>,
     /// xorshift state for RTCP's randomized interval.
     rng: u64,
+    /// `pending` holds text the last packet left over (a full block, or the `cps` cap): it is
+    /// that transmission's, not text after an idle period.
+    carried: bool,
     /// Packets sent when the report before last and the last report went out: a report is
     /// a sender report only if RTP went out since the one before last (RFC 3550 6.4).
     sent_at_reports: (u64, u64),
@@ -177,6 +180,7 @@ impl Sender {
             next_report: None,
             sent_at_reports: (0, 0),
             reports: 0,
+            carried: false,
             rng: (u64::from(cfg_seed.0) << 32 | u64::from(cfg_seed.1)) | 1,
         };
         if sender.cfg.cname.is_some() {
@@ -295,9 +299,8 @@ impl Sender {
         // transmission, a buffer time after the last packet. Text left over from the last
         // packet (held by `cps` while the redundancy tail ran out) is still the transmission's:
         // it goes unmarked, so it keeps the buffer time too.
-        let carried = self.last_send.is_some_and(|l| queued <= l);
         let due = match tick {
-            Some(t) if self.tail_left > 0 || carried => t.max(queued),
+            Some(t) if self.tail_left > 0 || self.carried => t.max(queued),
             _ => queued,
         };
         if self.tail_left > 0 && self.cfg.redundancy > 0 {
@@ -380,7 +383,8 @@ impl Sender {
         }
         // Text left over (a full block, or the `cps` cap) is still available text: it does not
         // start an idle period.
-        self.queued_at = (!self.pending.is_empty()).then_some(now);
+        self.carried = !self.pending.is_empty();
+        self.queued_at = self.carried.then_some(now);
         self.last_send = Some(now);
         self.last_ts = Some(ts);
         self.next_seq = self.next_seq.wrapping_add(1);
@@ -393,10 +397,10 @@ impl Sender {
     /// RFC 4103 section 5.2: is the next packet the first after an idle period? One began once
     /// the empty packets after the last text had gone out; text queued since then is new.
     fn after_idle(&self) -> bool {
-        let Some(last) = self.last_send else {
+        if self.last_send.is_none() {
             return true;
-        };
-        self.tail_left == 0 && self.queued_at.is_some_and(|queued| queued > last)
+        }
+        self.tail_left == 0 && !self.carried && self.queued_at.is_some()
     }
 
     /// RFC 4103 section 3: 1000 Hz clock from `now`; sequential packets never share a timestamp.
@@ -1019,6 +1023,45 @@ mod tests {
                 t1 - t0
             );
         }
+    }
+
+    /// The module's rule (RFC 4103 5.2): once the empty packets after the last text have gone
+    /// out "the sender is idle, and new text goes out at once (RECOMMENDED), with the marker
+    /// bit"; README: "text after a pause goes out at once". What is wrong: the new `carried`
+    /// test (`queued <= last_send`) takes text queued at the very instant the tail's last packet
+    /// went out for text left over from that packet. Here "ab" is sent at 0, its tail at 300 and
+    /// 600; at 600 the sender says it is idle, and "cd" typed then, after a 600 ms pause, waits
+    /// until 900 and goes out unmarked, while the same text a millisecond later (601) goes out
+    /// at once, marked. (Before the change it went out at 600 unmarked, 0 ms after the previous
+    /// packet.) A caller driving the sender in virtual time (sans-IO: poll, then queue what came
+    /// in at the same `now`) hits it every time its input lands on a tick. What should happen:
+    /// text queued while `is_idle()` goes out at once with the marker bit.
+    #[test]
+    fn text_queued_the_instant_the_tail_ends_goes_out_at_once_marked() {
+        let mut s = Sender::new(cfg(2), at(0));
+        s.push_text(at(0), "ab");
+        let first: Vec<(u64, bool, String)> = run(&mut s)
+            .into_iter()
+            .map(|(ms, p)| (ms, p.marker, p.primary))
+            .collect();
+        assert_eq!(
+            first,
+            [
+                (0, true, "\u{feff}ab".to_string()),
+                (300, false, String::new()),
+                (600, false, String::new())
+            ]
+        );
+        assert!(s.is_idle(), "idle once the tail is out");
+        s.push_text(at(600), "cd");
+        assert_eq!(
+            s.poll_timeout(),
+            Some(at(600)),
+            "text after the idle began is due at once"
+        );
+        let p = drain(&mut s, at(600));
+        assert_eq!(p.len(), 1, "sent at once");
+        assert_eq!((p[0].marker, p[0].primary.as_str()), (true, "cd"));
     }
 
     /// RFC 3550 6.3.7: a participant that never sent RTP or RTCP sends no BYE; one that sent

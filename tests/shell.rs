@@ -145,6 +145,45 @@ fn a_start_up_error_in_json_mode_is_said_whatever_rust_log_filters() {
     }
 }
 
+/// main.rs: the error that stops the process is said "in JSON mode [as] a JSON line as the
+/// log's, since a collector reads every line of stderr as JSON". What is wrong: an error in the
+/// `--config` file (here `t140_pt = 200`, out of range) returns from `main` before the logs are
+/// set up, through its own `eprintln!("pvp-t140: {e}")`, so with `--log-format json` the one
+/// line a collector gets is not JSON (it drops it, or flags the stream as corrupt) and the
+/// reason the gateway did not start is lost. What should happen: in JSON mode this start-up
+/// error too is one JSON line, like the others.
+#[test]
+fn a_config_file_error_in_json_mode_is_a_json_line() {
+    let cfg = config_file("json-error", "t140_pt = 200\n");
+    let out = run_briefly(
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+            "--config",
+            cfg.to_str().unwrap(),
+        ],
+        Duration::from_secs(10),
+    );
+    std::fs::remove_file(&cfg).ok();
+    let (ok, err) = out.expect("a gateway with a bad --config exits");
+    assert!(!ok, "exited 0 with t140_pt = 200: {err}");
+    let saying: Vec<&str> = err.lines().filter(|l| l.contains("t140_pt")).collect();
+    assert_eq!(
+        saying.len(),
+        1,
+        "the error said {} times:\n{err}",
+        saying.len()
+    );
+    for line in err.lines() {
+        assert!(
+            serde_json::from_str::<serde_json::Value>(line).is_ok(),
+            "--log-format json: a line that is not JSON: {line:?}"
+        );
+    }
+}
+
 /// RTCP read on the separate RTCP port (port + 1) is handed to every worker, each acting on it
 /// for its own streams; one counts it. (Each counted it: with `--workers 4`, one RTCP datagram
 /// showed as 4 on /metrics and in the final counters.)
