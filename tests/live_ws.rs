@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::gateway_proc::{Gateway, Sender};
 use common::pvp_server::{ServerOptions, TestPvpServer, make_envelope};
@@ -785,5 +785,104 @@ async fn an_error_relayed_from_another_member_does_not_stop_the_participant() {
     assert_eq!(adds_of(&server, &pa), ["First from A.", "Second from A."]);
     assert!(gw.terminate(WAIT).success());
     server.assert_no_violations();
+    server.stop().await;
+}
+
+/// The reconnect wait a "PVP connect failed ...; retrying in WAIT" log line names.
+fn retry_wait(line: &str) -> Option<Duration> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    let msg = v["fields"]["message"].as_str()?;
+    let rest = msg.split("retrying in ").nth(1)?;
+    let d: String = rest
+        .chars()
+        .take_while(|c| !c.is_whitespace() && *c != ',')
+        .collect();
+    if let Some(ms) = d.strip_suffix("ms") {
+        ms.parse::<f64>()
+            .ok()
+            .map(|v| Duration::from_secs_f64(v / 1e3))
+    } else if let Some(us) = d.strip_suffix("µs") {
+        us.parse::<f64>()
+            .ok()
+            .map(|v| Duration::from_secs_f64(v / 1e6))
+    } else if let Some(ns) = d.strip_suffix("ns") {
+        ns.parse::<f64>()
+            .ok()
+            .map(|v| Duration::from_secs_f64(v / 1e9))
+    } else {
+        d.strip_suffix('s')?
+            .parse::<f64>()
+            .ok()
+            .map(Duration::from_secs_f64)
+    }
+}
+
+/// README: "Ctrl-C (or SIGTERM) on the gateway flushes every stream"; the project's rule:
+/// nothing already accepted is lost. What is wrong: a participant's connection that is
+/// waiting out its reconnect backoff (which grows to 5-10 s after a few seconds of outage)
+/// does not notice the stop. The PVP server comes back and the gateway is stopped at once
+/// (a rolling restart of both): the connection keeps sleeping through the whole shutdown
+/// grace (5 s), never connects to the server that is now there, and the sentence said during
+/// the outage is given up ("envelopes still waiting for their PVP connection when the
+/// shutdown's grace ended") and lost, without `--spool` for good. What should happen: a stop
+/// ends the backoff wait, the connection tries at once, and the waiting sentence (then the
+/// leave) reaches the server within the grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_right_after_the_server_comes_back_delivers_what_waited_for_it() {
+    let server = TestPvpServer::start().await;
+    let url = server.url();
+    let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
+    let mut gw = Gateway::start_for_server(&url, &["--session", "backoff"]);
+    let mut a = Sender::new(gw.listen, 0xbac0ff);
+    let p = a.participant();
+    a.send("Before the outage. ");
+    server
+        .wait_until(WAIT, "the first sentence", |s| {
+            adds_of(s, &p) == ["Before the outage."]
+        })
+        .await;
+    server.stop().await;
+
+    // The outage lasts until the connection's reconnect wait has grown past the shutdown's
+    // grace (5 s) with room to spare: the latest failure names a wait of at least 6 s.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut seen = 0;
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "the reconnect wait never reached 6 s"
+        );
+        let failures: Vec<String> = gw
+            .stderr_lines()
+            .into_iter()
+            .filter(|l| l.contains("PVP connect failed"))
+            .collect();
+        if failures.len() > seen {
+            seen = failures.len();
+            if retry_wait(failures.last().unwrap()).is_some_and(|w| w >= Duration::from_secs(6)) {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+
+    // Said during the outage; then the server is back, and the gateway is stopped.
+    a.send("Said during the outage. ");
+    let server = TestPvpServer::start_with(ServerOptions {
+        port,
+        ..ServerOptions::default()
+    })
+    .await;
+    assert!(gw.terminate(WAIT).success());
+    let stopped = gw
+        .stderr_lines()
+        .into_iter()
+        .find(|l| l.contains("\"message\":\"stopped\""))
+        .unwrap_or_default();
+    assert_eq!(
+        adds_of(&server, &p),
+        ["Said during the outage."],
+        "the server was back before the stop, yet the sentence never reached it; {stopped}"
+    );
     server.stop().await;
 }

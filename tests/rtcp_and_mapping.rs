@@ -1092,6 +1092,28 @@ fn a_waiting_bye_does_not_give_up_a_later_gap_before_its_reorder_wait() {
 }
 
 /// The mixer counterpart of
+/// A mixer (SSRC 9, 127.0.0.1:5000) whose source 1 said "Alpha " and "goes on. " (its packet
+/// 2 lost, 3 held) says BYE; its next session's compound RTCP names `source` (CSRC, CNAME,
+/// NAME), then its first RTP packet (marked, a new sequence) carries `text` from that source.
+/// What the gateway said until its shutdown.
+fn mixer_next_session_after_waiting_bye(source: (u32, &str, &str), text: &[u8]) -> Vec<Envelope> {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha "));
+    gw.handle_datagram(at(600), addr(5000), &with_csrc(3, 1200, 9, 1, b"goes on. "));
+    let mut bye = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
+    pvp_t140::rtcp::write_bye(&mut bye, 9);
+    gw.handle_datagram(at(610), addr(5000), &bye);
+    let mut rtcp = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
+    rtcp.extend(sdes_chunks(&[(9, "mix@host", "Mixer"), source]));
+    gw.handle_datagram(at(650), addr(5000), &rtcp);
+    let payload = [&b"\xef\xbb\xbf"[..], text].concat();
+    let mut first = with_csrc(40_000, 90_000, 9, source.0, &payload);
+    first[1] |= 0x80;
+    gw.handle_datagram(at(700), addr(5000), &first);
+    gw.shutdown(at(5000));
+    drain(&mut gw)
+}
+
 /// [`a_new_sessions_sdes_while_the_old_bye_waits_names_the_new_session`]: a mixer (SSRC 9)
 /// says BYE while its packet 3 (source 1's) waits for the lost 2, and starts its next session
 /// under the same address and SSRC; that session's first compound RTCP carries SDES for the
@@ -1104,23 +1126,7 @@ fn a_waiting_bye_does_not_give_up_a_later_gap_before_its_reorder_wait() {
 /// "Alice").
 #[test]
 fn a_mixers_new_session_sdes_for_its_sources_while_its_bye_waits_names_the_new_session() {
-    let mut gw = Gateway::new(Config::default());
-    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha "));
-    gw.handle_datagram(at(600), addr(5000), &with_csrc(3, 1200, 9, 1, b"goes on. "));
-    let mut bye = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
-    pvp_t140::rtcp::write_bye(&mut bye, 9);
-    gw.handle_datagram(at(610), addr(5000), &bye);
-    let mut rtcp = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
-    rtcp.extend(sdes_chunks(&[
-        (9, "mix@host", "Mixer"),
-        (1, "alice@host", "Alice"),
-    ]));
-    gw.handle_datagram(at(650), addr(5000), &rtcp);
-    let mut first = with_csrc(40_000, 90_000, 9, 1, b"\xef\xbb\xbfHi again. ");
-    first[1] |= 0x80;
-    gw.handle_datagram(at(700), addr(5000), &first);
-    gw.shutdown(at(5000));
-    let out = drain(&mut gw);
+    let out = mixer_next_session_after_waiting_bye((1, "alice@host", "Alice"), b"Hi again. ");
     let joins: Vec<&serde_json::Value> = out
         .iter()
         .filter(|e| e.kind == "session.join" && e.sender.ends_with("csrc:00000001"))
@@ -1158,23 +1164,7 @@ fn a_next_sessions_first_packet_after_a_waiting_bye_is_counted_once() {
 /// which took the early name, and only then ended that stream: Bob joined nameless.
 #[test]
 fn a_mixers_new_source_after_its_waiting_bye_takes_its_early_name_into_the_new_session() {
-    let mut gw = Gateway::new(Config::default());
-    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha "));
-    gw.handle_datagram(at(600), addr(5000), &with_csrc(3, 1200, 9, 1, b"goes on. "));
-    let mut bye = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
-    pvp_t140::rtcp::write_bye(&mut bye, 9);
-    gw.handle_datagram(at(610), addr(5000), &bye);
-    let mut rtcp = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
-    rtcp.extend(sdes_chunks(&[
-        (9, "mix@host", "Mixer"),
-        (2, "bob@host", "Bob"),
-    ]));
-    gw.handle_datagram(at(650), addr(5000), &rtcp);
-    let mut first = with_csrc(40_000, 90_000, 9, 2, b"\xef\xbb\xbfBravo here. ");
-    first[1] |= 0x80;
-    gw.handle_datagram(at(700), addr(5000), &first);
-    gw.shutdown(at(5000));
-    let out = drain(&mut gw);
+    let out = mixer_next_session_after_waiting_bye((2, "bob@host", "Bob"), b"Bravo here. ");
     let joins: Vec<&serde_json::Value> = out
         .iter()
         .filter(|e| e.kind == "session.join" && e.sender.ends_with("csrc:00000002"))

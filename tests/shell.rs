@@ -11,7 +11,9 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::gateway_proc::{Gateway, Sender, http_get, log_field, run_briefly, sample};
+use common::gateway_proc::{
+    Gateway, Sender, http_get, log_field, run_briefly, run_briefly_with, sample,
+};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -99,44 +101,17 @@ fn a_start_up_error_in_json_mode_is_said_whatever_rust_log_filters() {
     let taken = UdpSocket::bind("127.0.0.1:0").unwrap();
     let listen = taken.local_addr().unwrap().to_string();
     for filter in ["pvp_t140::sink=debug", "off"] {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
-            .args([
-                "--listen",
-                &listen,
-                "--rtcp",
-                "false",
-                "--log-format",
-                "json",
-            ])
-            .env("RUST_LOG", filter)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + WAIT;
-        let status = loop {
-            if let Some(st) = child.try_wait().unwrap() {
-                break st;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("RUST_LOG={filter}: a gateway on a taken port did not exit");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let mut err = String::new();
-        child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut err)
-            .unwrap();
-        assert!(
-            !status.success(),
-            "RUST_LOG={filter}: exited 0 on a taken port"
-        );
+        let args = [
+            "--listen",
+            &listen,
+            "--rtcp",
+            "false",
+            "--log-format",
+            "json",
+        ];
+        let (ok, err) = run_briefly_with(&args, &[("RUST_LOG", filter)], WAIT)
+            .unwrap_or_else(|| panic!("RUST_LOG={filter}: a gateway on a taken port did not exit"));
+        assert!(!ok, "RUST_LOG={filter}: exited 0 on a taken port");
         let saying = err.lines().filter(|l| l.contains("in use")).count();
         assert_eq!(
             saying, 1,

@@ -177,6 +177,22 @@ impl Talk {
     }
 }
 
+/// The names the server learnt (of joins and announces) before the first `context.add`, on
+/// connection `conn` (every connection: `None`).
+fn names_before_text(log: &Log, conn: Option<usize>) -> Vec<String> {
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|(c, _)| conn.is_none_or(|n| *c == n))
+        .take_while(|(_, v)| v["type"] != "context.add")
+        .filter_map(|(_, v)| match v["type"].as_str().unwrap() {
+            "session.join" => Some(v["payload"]["participant"]["name"].to_string()),
+            "participant.announce" => Some(v["payload"]["name"].to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// What the server got from `who`, heartbeats left out: "join", "leave", or the text added.
 fn said(log: &Log, who: &str) -> Vec<String> {
     log.lock()
@@ -1216,18 +1232,7 @@ async fn a_rejoin_after_a_reconnect_keeps_the_announced_name() {
     ws.close(Duration::from_secs(2)).await;
     // What the second connection told the server about the participant's name, before its
     // text: the name of the last join or announce.
-    let named: Vec<String> = log
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|(c, _)| *c == 1)
-        .take_while(|(_, v)| v["type"] != "context.add")
-        .filter_map(|(_, v)| match v["type"].as_str().unwrap() {
-            "session.join" => Some(v["payload"]["participant"]["name"].to_string()),
-            "participant.announce" => Some(v["payload"]["name"].to_string()),
-            _ => None,
-        })
-        .collect();
+    let named = names_before_text(&log, Some(1));
     assert_eq!(
         named.last().map(String::as_str),
         Some("\"Alice (captions)\""),
@@ -1331,17 +1336,7 @@ async fn a_rejoin_after_a_restart_keeps_the_announced_name() {
     std::fs::remove_dir_all(&dir).ok();
     assert_eq!(said(&log, p), ["join", "Said before the kill.", "leave"]);
     // The name the server learnt before the text: the last join's or announce's.
-    let named: Vec<String> = log
-        .lock()
-        .unwrap()
-        .iter()
-        .take_while(|(_, v)| v["type"] != "context.add")
-        .filter_map(|(_, v)| match v["type"].as_str().unwrap() {
-            "session.join" => Some(v["payload"]["participant"]["name"].to_string()),
-            "participant.announce" => Some(v["payload"]["name"].to_string()),
-            _ => None,
-        })
-        .collect();
+    let named = names_before_text(&log, None);
     assert_eq!(
         named.last().map(String::as_str),
         Some("\"Alice (captions)\""),

@@ -323,9 +323,19 @@ impl Gateway {
 /// Runs the binary with `args` and waits at most `timeout` for it to exit; `None` (and the
 /// process killed) if it was still running, else its exit success and stderr.
 pub fn run_briefly(args: &[&str], timeout: Duration) -> Option<(bool, String)> {
+    run_briefly_with(args, &[], timeout)
+}
+
+/// [`run_briefly`] with environment variables set.
+pub fn run_briefly_with(
+    args: &[&str],
+    env: &[(&str, &str)],
+    timeout: Duration,
+) -> Option<(bool, String)> {
     use std::io::Read;
     let mut child = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
