@@ -55,6 +55,9 @@ pub struct Cuts {
     ready: Vec<Chunk>,
     /// Most characters (not bytes) in a chunk: the size limit counts what a reader sees.
     max_chars: u32,
+    /// A backspace erases a whole grapheme cluster (UAX #29), as the t140llm sender means it
+    /// (`processBackspaces` drops one cluster a U+0008), not one character (T.140).
+    clusters: bool,
 }
 
 impl Cuts {
@@ -62,7 +65,17 @@ impl Cuts {
         Cuts {
             ready: Vec::new(),
             max_chars: clamp(max_chars.max(1)),
+            clusters: false,
         }
+    }
+
+    /// Backspaces erase grapheme clusters ([`Cuts`]'s `clusters`).
+    pub fn erase_clusters(&mut self, on: bool) {
+        self.clusters = on;
+    }
+
+    pub fn erases_clusters(&self) -> bool {
+        self.clusters
     }
 
     /// The oldest chunk cut and not yet taken (no collecting, no allocation).
@@ -394,6 +407,15 @@ fn is_no_break(c: char) -> bool {
     matches!(c, '\u{a0}' | '\u{2007}' | '\u{202f}')
 }
 
+/// Removes the last grapheme cluster (UAX #29) of `s`; the characters it had.
+pub fn pop_cluster(s: &mut String) -> u32 {
+    use unicode_segmentation::UnicodeSegmentation;
+    let at = s.grapheme_indices(true).next_back().map_or(0, |(i, _)| i);
+    let erased = clamp(s[at..].chars().count());
+    s.truncate(at);
+    erased
+}
+
 fn is_break_space(c: char) -> bool {
     c.is_whitespace() && !is_no_break(c)
 }
@@ -443,6 +465,12 @@ impl TextSink for Fed<'_> {
     /// reopened, with the white space typed before it as unseen), then, as `erase_sent`, sent
     /// text.
     fn backspace(&mut self) -> bool {
+        if self.cuts.clusters && !self.ch.buf.is_empty() {
+            let erased = pop_cluster(&mut self.ch.buf);
+            self.ch.sync_tail();
+            self.ch.chars = self.ch.chars.saturating_sub(erased);
+            return true;
+        }
         if self.ch.buf.pop().is_some() {
             self.ch.sync_tail();
             self.ch.chars -= 1;
@@ -455,7 +483,11 @@ impl TextSink for Fed<'_> {
         if let Some(last) = self.cuts.ready.pop() {
             // Cut in this packet but not handed out yet: reopen it as the buffer.
             self.ch.buf.push_str(&last.text);
-            self.ch.buf.pop();
+            if self.cuts.clusters {
+                pop_cluster(&mut self.ch.buf);
+            } else {
+                self.ch.buf.pop();
+            }
             self.ch.sync_tail();
             self.ch.chars = clamp(self.ch.buf.chars().count());
             self.ch.unseen_ws = last.space_before;
@@ -751,6 +783,33 @@ mod tests {
         }
         let total: usize = out.iter().map(|(c, _)| c.chars().count()).sum();
         assert_eq!(total + ch.ch.pending().chars().count(), 104, "nothing lost");
+    }
+
+    /// With [`Cuts::erase_clusters`] (t140llm) a backspace erases a whole grapheme cluster:
+    /// in the buffer, and in a chunk cut in the same packet and reopened; the character count
+    /// follows. Without it, one character.
+    #[test]
+    fn a_backspace_erases_a_cluster_when_asked_to() {
+        let mut ch = Pair::new(500);
+        ch.cuts.erase_clusters(true);
+        assert!(feed(&mut ch, "ok e\u{301}\u{8}\u{2764}\u{fe0f}\u{8}!").is_empty());
+        assert_eq!(ch.ch.pending(), "ok !");
+        assert_eq!(ch.ch.chars, 4);
+        // "Hi 👍🏽. " is cut at its full stop; three backspaces erase the space after it, then
+        // reopen it to erase ".", then the whole thumbs-up with its skin tone.
+        let mut ch = Pair::new(500);
+        ch.cuts.erase_clusters(true);
+        for c in "Hi \u{1f44d}\u{1f3fd}. ".chars() {
+            ch.s().push_char(c);
+        }
+        for _ in 0..3 {
+            ch.s().backspace();
+        }
+        assert!(ch.cuts.is_empty());
+        assert_eq!(ch.ch.pending(), "Hi ");
+        let mut ch = Pair::new(500);
+        assert!(feed(&mut ch, "e\u{301}\u{8}").is_empty());
+        assert_eq!(ch.ch.pending(), "e");
     }
 
     #[test]

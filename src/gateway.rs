@@ -472,7 +472,13 @@ impl Emitter {
         let text = &mut sp.profile.last_sent_text;
         let shown_before = text.trim_end().len();
         let mut erased = 0;
-        while erased < count && text.pop().is_some() {
+        while erased < count && !text.is_empty() {
+            // A backspace erases what it erases in the buffer ([`crate::chunker::Cuts::erase_clusters`]).
+            if self.said.cuts.erases_clusters() {
+                crate::chunker::pop_cluster(text);
+            } else {
+                text.pop();
+            }
             erased += 1;
         }
         self.stats.erase_unmatched += (count - erased) as u64;
@@ -628,8 +634,16 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
     // A mixer's packet placed by timestamp also accounts for the stream's earlier unplaced
     // losses (constant-folded away where `piece` is known to be text).
     let placed = matches!(piece, Piece::Packet { .. });
-    if let Piece::Packet { gap, .. } = &mut piece {
+    if let Piece::Packet { gap, red, .. } = &mut piece {
         *gap = gap.saturating_add(usize::from(v.mixer.unplaced));
+        if *gap > 0 && !*red && v.compat == Compat::T140llm && v.speakers.len() > 1 {
+            // t140llm's CSRC multiplexing: one sequence for every named stream, and no
+            // redundancy to tell whose packets the gap lost. As with its named streams
+            // (`lost_speaker`), a loss goes only to a stream's only voice, else it is counted.
+            emit.stats.lost += *gap as u64;
+            emit.stats.lost_unattributed += *gap as u64;
+            *gap = 0;
+        }
     }
     let sp = &mut v.speakers.as_mut_slice()[idx];
     // The chunks cut are one speaker's: the last speaker's were all taken.
@@ -848,7 +862,8 @@ impl Gateway {
         let roles = cfg.roles.clone();
         let admission = Admission::new(cfg.allow.clone(), cfg.max_pps_per_source);
         let mapping = cfg.mapping.clone();
-        let said = Output::new(cfg.max_chunk_chars);
+        let mut said = Output::new(cfg.max_chunk_chars);
+        said.cuts.erase_clusters(cfg.compat == Compat::T140llm);
         Gateway {
             admission,
             delays: Delays::new(&cfg),

@@ -1809,3 +1809,181 @@ fn a_mixer_sources_escape_state_does_not_outlive_its_bye() {
         .collect();
     assert_eq!(said, ["Bravo.", "Again B."]);
 }
+
+// ---------------------------------------------------------------------------------------------
+// t140llm 0.0.19 interop, packets built byte for byte as its sender builds them (source read at
+// git tag 0.0.19b, commit 1a18bc1 of github.com/agrathwohl/t140llm; the npm 0.0.19 dist is the
+// same code).
+
+/// A t140llm plain packet as `createRtpPacket` writes it (src/rtp/create-rtp-packet.ts lines
+/// 56-68): V=2, CC = the CSRC list's length, M=0, PT 96, the CSRCs, then the payload.
+fn t140llm_plain(seq: u16, csrcs: &[u32], payload: &[u8]) -> Vec<u8> {
+    let mut d = vec![0x80 | csrcs.len() as u8, 96];
+    d.extend_from_slice(&seq.to_be_bytes());
+    d.extend_from_slice(&(u32::from(seq) * 160).to_be_bytes());
+    d.extend_from_slice(&0x1122_3344u32.to_be_bytes());
+    for c in csrcs {
+        d.extend_from_slice(&c.to_be_bytes());
+    }
+    d.extend_from_slice(payload);
+    d
+}
+
+/// A t140llm RED packet as `_createRedPacket` writes it (src/rtp/t140-rtp-transport.ts lines
+/// 351-435): CC=0, M=0, PT 98; per redundant block, newest first, `0xE0 | u16 offset (160 per
+/// generation) | u8 min(len, 255)` (lines 396-411: the length is clamped, the data is not);
+/// `0x60`; the blocks' whole data (line 427, `packet.slice(12)`); the primary as bare text.
+fn t140llm_red_raw(seq: u16, gens_newest_first: &[&[u8]], primary: &[u8]) -> Vec<u8> {
+    let mut p = Vec::new();
+    for (k, g) in gens_newest_first.iter().enumerate() {
+        p.push(0xe0);
+        p.extend_from_slice(&(160 * (k as u16 + 1)).to_be_bytes());
+        p.push(g.len().min(255) as u8);
+    }
+    p.push(0x60);
+    for g in gens_newest_first {
+        p.extend_from_slice(g);
+    }
+    p.extend_from_slice(primary);
+    let mut d = Vec::new();
+    rtp::write_packet(&mut d, false, 98, seq, u32::from(seq) * 160, 0x11223344, &p);
+    d
+}
+
+/// t140llm's multiplexer in CSRC mode (`useCsrcForStreamId`, src/rtp/t140-rtp-multiplexer.ts
+/// lines 180-198 and 357-364) gives every stream one CSRC (1, 2, ...) on one SSRC and one
+/// sequence. A packet lost beyond recovery took its CSRC with it: it may have been either
+/// stream's. README ("Loss") says that in t140llm multiplexing under `--compat t140llm` the
+/// mark goes to the stream's only voice if it has one and is otherwise counted
+/// (`lost_unattributed`), "not guessed into someone's transcript". Here seq 2 (stream 1's
+/// "there. ") is lost, and the gateway hands the sequence gap to whichever speaker's packet
+/// comes next (the mixer path in `Speaker::place_by_ts`): U+FFFD appears in stream 2's
+/// transcript, which lost nothing. It should be counted as unattributed, and no transcript
+/// should be marked.
+#[test]
+fn t140llm_csrc_multiplex_loss_is_not_guessed_into_the_next_streams_transcript() {
+    let mut gw = Gateway::new(t140llm_cfg());
+    gw.handle_datagram(at(0), addr(6000), &t140llm_plain(0, &[1], b"Hi "));
+    gw.handle_datagram(at(1), addr(6000), &t140llm_plain(1, &[2], b"Yo "));
+    // seq 2, CSRC 1 "there. ", is lost.
+    gw.handle_datagram(at(100), addr(6000), &t140llm_plain(3, &[2], b"B."));
+    gw.handle_datagram(at(101), addr(6000), &t140llm_plain(4, &[1], b"A."));
+    gw.shutdown(at(1000));
+    let got = adds(&drain(&mut gw));
+    assert!(
+        got.iter().all(|(_, t)| !t.contains('\u{FFFD}')),
+        "a loss of unknown owner was marked in a transcript: {got:?}"
+    );
+    let s = gw.stats();
+    assert_eq!((s.lost, s.lost_unattributed), (1, 1));
+}
+
+/// t140llm clamps a redundant block's length at 255 but appends the whole block
+/// (src/rtp/t140-rtp-transport.ts line 396 `Math.min(..., RED_MAX_BLOCK_LENGTH)`, line 427
+/// `packet.slice(RTP_HEADER_SIZE)`). Its first paced packet holds up to 30 graphemes
+/// (src/processors/process-ai-stream-to-rtp.ts lines 33-50, bucket starts full at 30), so 30
+/// ZWJ emoji ("👩‍💻", 11 bytes each) are a 330-byte payload, and the next two RED packets carry
+/// it with length 255 (docs/t140llm.md section 5 saw `e0 00 a0 ff` on the wire). The gateway
+/// drops both RED packets (`red_ambiguous_length`), primaries and all: " ok" and "." are lost,
+/// without a trace (no U+FFFD), though the gateway received seq 0 and so knows the
+/// clamped block's real length (330), which fixes every boundary. The transcript should be the
+/// whole reply.
+#[test]
+#[ignore = "known gap (README, t140llm): a RED block over 255 bytes makes t140llm's next two packets unparseable; recovering them needs the earlier primaries kept by length"]
+fn t140llm_red_block_over_255_bytes_does_not_lose_the_next_primaries() {
+    let mut gw = Gateway::new(t140llm_cfg());
+    let burst = "👩\u{200d}💻".repeat(30);
+    assert_eq!(burst.len(), 330);
+    // seq 0: the first packet is never RED (t140-rtp-transport.ts lines 450 and 473-495).
+    gw.handle_datagram(at(0), addr(6000), &t140llm_plain(0, &[], burst.as_bytes()));
+    // The bucket was charged 150 UTF-16 units: the next text comes some 4 s later.
+    gw.handle_datagram(
+        at(4200),
+        addr(6000),
+        &t140llm_red_raw(1, &[burst.as_bytes()], b" ok"),
+    );
+    gw.handle_datagram(
+        at(4300),
+        addr(6000),
+        &t140llm_red_raw(2, &[b" ok", burst.as_bytes()], b"."),
+    );
+    gw.shutdown(at(5000));
+    let got = adds(&drain(&mut gw));
+    let text: String = got
+        .iter()
+        .map(|(_, t)| t.as_str())
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert_eq!(text, format!("{burst} ok."));
+    assert_eq!(
+        gw.stats()
+            .drops(DropReason::Red(red::RedError::AmbiguousLength)),
+        0
+    );
+}
+
+/// t140llm's `processBackspaces` (src/utils/backspace-processing.ts lines 55-66) erases one
+/// grapheme cluster per U+0008 and sends one U+0008 for it; its packets never split a cluster
+/// (`toGraphemes`, line 30). "❤️" is U+2764 U+FE0F, one cluster: the reply
+/// "I love it ❤️\b😀." means "I love it 😀.". The gateway erases one code point, U+FE0F, and
+/// leaves half the emoji: "I love it ❤😀.". With `--compat t140llm` a backspace should erase the
+/// whole grapheme cluster, as the sender did.
+#[test]
+fn t140llm_backspace_erases_the_whole_grapheme_cluster_it_erased() {
+    let mut gw = Gateway::new(t140llm_cfg());
+    gw.handle_datagram(
+        at(0),
+        addr(6000),
+        &t140llm_plain(0, &[], "I love it \u{2764}\u{fe0f}\u{8}😀.".as_bytes()),
+    );
+    gw.shutdown(at(1000));
+    let got = adds(&drain(&mut gw));
+    assert_eq!(got[0].1, "I love it 😀.");
+}
+
+/// t140llm's multiplexer with `redEnabled` (src/rtp/t140-rtp-multiplexer.ts lines 357-364 into
+/// src/rtp/t140-rtp-transport.ts `sendText`, lines 450-472): the RED packet's primary is the
+/// bare text, without the `<id>\x1E` prefix (line 419, `Buffer.from(primaryData)`), while the
+/// copy kept for redundancy has it (lines 455-465). These are the four datagrams of
+/// interop/t140llm/captures/multiplex-red.pcap (docs/t140llm.md section 11), streams "alpha"
+/// and "beta" each saying "Hi A.". The next packet's newest redundant block names each primary
+/// (seq 1's "Hi " is beta's, seq 2's "A." alpha's). The gateway gives alpha "Hi" and puts
+/// everything else, "Hi A.A.", from both streams, into a third participant, the SSRC's, that no
+/// t140llm stream is. alpha should say "Hi A." and beta "Hi ..."; named streams' text should not
+/// go to an unnamed participant.
+#[test]
+#[ignore = "known gap (README, t140llm): multiplexing with RED sends unnamed primaries; attributing them needs the next packet's redundant block"]
+fn t140llm_multiplex_with_red_keeps_each_named_streams_text_apart() {
+    let mut gw = Gateway::new(t140llm_cfg());
+    gw.handle_datagram(at(0), addr(6000), &t140llm_plain(0, &[], b"alpha\x1eHi "));
+    gw.handle_datagram(
+        at(1),
+        addr(6000),
+        &t140llm_red_raw(1, &[b"alpha\x1eHi "], b"Hi "),
+    );
+    gw.handle_datagram(
+        at(95),
+        addr(6000),
+        &t140llm_red_raw(2, &[b"beta\x1eHi ", b"alpha\x1eHi "], b"A."),
+    );
+    gw.handle_datagram(
+        at(96),
+        addr(6000),
+        &t140llm_red_raw(3, &[b"alpha\x1eA.", b"beta\x1eHi "], b"A."),
+    );
+    gw.shutdown(at(1000));
+    let got = adds(&drain(&mut gw));
+    let of = |who: &str| -> String {
+        got.iter()
+            .filter(|(s, _)| s == &format!("t140:11223344@127.0.0.1:6000{who}"))
+            .map(|(_, t)| t.as_str())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(of("/alpha"), "Hi A.", "{got:?}");
+    assert!(of("/beta").starts_with("Hi"), "{got:?}");
+    assert!(
+        !of("").contains("Hi"),
+        "a named stream's text went to the unnamed participant: {got:?}"
+    );
+}
