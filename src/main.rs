@@ -364,6 +364,13 @@ fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Re
             Err(bad(field, &format!("unknown value {v:?}")))
         }
     };
+    // First: the file's other errors are said in the log format it asks for.
+    if let Some(v) = &f.log_format
+        && !given("log_format")
+    {
+        enum_value(v, "log_format", &|s| LogFormat::from_str(s, true).is_ok())?;
+        cli.log_format = LogFormat::from_str(v, true).expect("checked");
+    }
     let run = &mut cli.run;
     // A key given in the file and not on the command line sets its flag: as it is, wrapped in
     // `Some`, or through a check that names the key in its error.
@@ -508,12 +515,6 @@ fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Re
         }
     }
     run.core.mapping = mapping;
-    if let Some(v) = &f.log_format
-        && !given("log_format")
-    {
-        enum_value(v, "log_format", &|s| LogFormat::from_str(s, true).is_ok())?;
-        cli.log_format = LogFormat::from_str(v, true).expect("checked");
-    }
     Ok(())
 }
 
