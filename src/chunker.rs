@@ -407,6 +407,16 @@ fn is_no_break(c: char) -> bool {
     matches!(c, '\u{a0}' | '\u{2007}' | '\u{202f}')
 }
 
+/// Whether `s` begins with what extends the cluster before it (a combining mark, a
+/// variation selector, a joiner), so that after a space the two are one cluster.
+fn joins_a_space(s: &str) -> bool {
+    use unicode_segmentation::UnicodeSegmentation;
+    let mut t = String::with_capacity(1 + s.len());
+    t.push(' ');
+    t.push_str(s);
+    t.graphemes(true).next().is_some_and(|g| g.len() > 1)
+}
+
 /// Removes the last grapheme cluster (UAX #29) of `s`; the characters it had.
 pub fn pop_cluster(s: &mut String) -> u32 {
     use unicode_segmentation::UnicodeSegmentation;
@@ -466,9 +476,20 @@ impl TextSink for Fed<'_> {
     /// text.
     fn backspace(&mut self) -> bool {
         if self.cuts.clusters && !self.ch.buf.is_empty() {
+            let first = self.ch.buf.chars().count() == 1 || {
+                use unicode_segmentation::UnicodeSegmentation;
+                self.ch.buf.graphemes(true).nth(1).is_none()
+            };
+            // The buffer's one cluster may have begun on the white space kept out of it (a
+            // combining mark or joiner after a space is one cluster with it, UAX #29 GB9):
+            // erased together.
+            let on_space = first && self.ch.unseen_ws > 0 && joins_a_space(&self.ch.buf);
             let erased = pop_cluster(&mut self.ch.buf);
             self.ch.sync_tail();
             self.ch.chars = self.ch.chars.saturating_sub(erased);
+            if on_space {
+                self.ch.unseen_ws -= 1;
+            }
             return true;
         }
         if self.ch.buf.pop().is_some() {
@@ -810,6 +831,25 @@ mod tests {
         let mut ch = Pair::new(500);
         assert!(feed(&mut ch, "e\u{301}\u{8}").is_empty());
         assert_eq!(ch.ch.pending(), "e");
+    }
+
+    /// A combining mark (or U+FE0F, a skin tone, a ZWJ: every Extend character) after white
+    /// space forms one grapheme cluster with that space (UAX #29 GB9): "Hi. \u{301}" is the
+    /// clusters `H`, `i`, `.`, ` \u{301}`, and t140llm's `processBackspaces` (Intl.Segmenter)
+    /// erases the space and the mark with one U+0008, then the full stop with the next. The
+    /// chunker keeps that space outside the buffer (`unseen_ws`: it ended the sentence, or led
+    /// the buffer, or was a size cut's), so with [`Cuts::erase_clusters`] the first backspace
+    /// erases only the mark, the second only the unseen space, and "Hi." is cut and sent though
+    /// the sender erased its full stop. Every later backspace is one cluster behind. Two
+    /// backspaces should leave "Hi" buffered and cut nothing.
+    #[test]
+    fn a_cluster_erase_takes_the_unseen_space_a_combining_mark_belongs_to() {
+        let mut ch = Pair::new(500);
+        ch.cuts.erase_clusters(true);
+        let cut = feed(&mut ch, "Hi. \u{301}\u{8}\u{8}");
+        assert!(cut.is_empty(), "the erased full stop was sent: {cut:?}");
+        assert_eq!(ch.ch.pending(), "Hi");
+        assert_eq!(ch.ch.chars, 2);
     }
 
     #[test]

@@ -1987,3 +1987,32 @@ fn t140llm_multiplex_with_red_keeps_each_named_streams_text_apart() {
         "a named stream's text went to the unnamed participant: {got:?}"
     );
 }
+
+/// t140llm erases grapheme clusters (Intl.Segmenter in `processBackspaces`), and a combining
+/// mark after a space is one cluster with it (UAX #29 GB9). The reply "Hi. " U+0301 (an LLM
+/// naming the acute accent) goes out as "Hi." then " \u{301}" (its packets never split a
+/// cluster), and a later "\b\b" erases " \u{301}" and then the full stop: the sender's text is
+/// "Hi". The gateway sent "Hi." when the space ended the sentence and keeps that space outside
+/// its buffer (`unseen_ws`), so the first backspace erases only the mark and the second only the
+/// unseen space: no correction, and the transcript keeps a full stop the sender erased (every
+/// later backspace is one cluster behind). The sent item should be corrected to "Hi"
+/// (`context.update`).
+#[test]
+fn t140llm_backspace_erases_a_combining_mark_with_the_space_it_sits_on() {
+    let mut gw = Gateway::new(t140llm_cfg());
+    gw.handle_datagram(at(0), addr(6000), &t140llm_plain(0, &[], b"Hi."));
+    gw.handle_datagram(
+        at(100),
+        addr(6000),
+        &t140llm_plain(1, &[], " \u{301}".as_bytes()),
+    );
+    gw.handle_datagram(at(200), addr(6000), &t140llm_plain(2, &[], b"\x08\x08"));
+    gw.shutdown(at(1000));
+    let out = drain(&mut gw);
+    let updates: Vec<&str> = out
+        .iter()
+        .filter(|e| e.kind == "context.update")
+        .map(|e| e.payload["new_content"].as_str().unwrap())
+        .collect();
+    assert_eq!(updates, ["Hi"], "{:?}", summary(&out));
+}
