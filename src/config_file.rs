@@ -134,9 +134,16 @@ pub fn parse(path: &Path, text: &str) -> Result<(FileConfig, Mapping, Vec<IpNet>
     let mut file: FileConfig =
         toml::from_str(text).map_err(|e| format!("{}: {e}", path.display()))?;
     file.source = (path.to_owned(), text.to_owned());
+    // An empty list is refused, as `--role` always gives one (navigator by default): a join
+    // with no roles is refused by a PVP server (pvp-spec 7.2), and so is all its context.
+    const NO_ROLES: &str = "must list at least one role (the --role default is navigator)";
     let check_roles = |roles: &Option<Vec<Spanned<String>>>,
-                       field: &str|
+                       field: &str,
+                       empty: &dyn Fn() -> String|
      -> Result<Option<Vec<String>>, String> {
+        if roles.as_ref().is_some_and(Vec::is_empty) {
+            return Err(empty());
+        }
         roles
             .as_ref()
             .map(|v| {
@@ -158,7 +165,9 @@ pub fn parse(path: &Path, text: &str) -> Result<(FileConfig, Mapping, Vec<IpNet>
             })
             .transpose()
     };
-    check_roles(&file.roles, "roles")?;
+    check_roles(&file.roles, "roles", &|| {
+        format!("{}: {NO_ROLES}", file.locate("roles"))
+    })?;
     let mut allow = Vec::new();
     for a in file.allow.iter().flatten() {
         allow.push(parse_net(a.get_ref()).ok_or_else(|| {
@@ -254,7 +263,9 @@ pub fn parse(path: &Path, text: &str) -> Result<(FileConfig, Mapping, Vec<IpNet>
             match_rtcp_name: r.rtcp_name.clone(),
             participant: r.participant.clone(),
             name: r.name.clone(),
-            roles: check_roles(&r.roles, &field("roles"))?,
+            roles: check_roles(&r.roles, &field("roles"), &|| {
+                at(path, text, rule.span(), &field("roles"), NO_ROLES)
+            })?,
             session: r.session.clone(),
         });
     }

@@ -997,6 +997,15 @@ impl Gateway {
     /// and only the one that `counts` counts it (and rate-limits it), so it shows once.
     pub fn handle_rtcp_port(&mut self, now: Time, source: SocketAddr, data: &[u8], counts: bool) {
         if counts {
+            if !looks_like_rtcp(data) {
+                // RTP (or anything else) sent to the RTCP port is no one's text: the port reads
+                // RTCP only, on every worker alike. Counted as what it is not.
+                self.fire_due(now);
+                self.emit.stats.datagrams += 1;
+                self.emit.stats.bytes += data.len() as u64;
+                self.emit.stats.drops[DropReason::RtcpMalformed.index()] += 1;
+                return;
+            }
             return self.handle_datagram(now, source, data);
         }
         self.fire_due(now);

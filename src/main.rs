@@ -398,7 +398,13 @@ fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Re
         };
     }
     set!(listen, run.listen);
-    set!(server, run.server, Some);
+    if let Some(v) = f.server.clone()
+        && !given("server")
+    {
+        // Checked here as `--server` is later, so that its error names the file's line.
+        server_url(&v).map_err(|e| bad("server", e.trim_start_matches("--server ")))?;
+        run.server = Some(v);
+    }
     set!(metrics, run.metrics, Some);
     set!(ca_file, run.ca_file, Some);
     set!(rtcp, run.rtcp);

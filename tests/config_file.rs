@@ -409,3 +409,85 @@ fn a_blank_session_on_the_command_line_is_refused_as_in_the_file() {
         "{run:?}"
     );
 }
+
+/// README, "Configuration file": "an error names the file, line and field". A `server` key the
+/// gateway cannot use (`http://`, or a port beyond 65535) is refused at start, rightly, but as
+/// `--server must be a ws:// or wss:// URL, got http://…` / `--server ws://…:99999/: the port
+/// is not 0-65535`: it speaks of a flag the user never typed and names neither the file nor
+/// the line, as the bounds of `t140_pt` and `heartbeat_s` did before their fix. It should
+/// say `FILE:2: server: …`.
+#[test]
+fn a_bad_server_url_in_the_file_is_refused_naming_the_file_line_and_key() {
+    let mut wrong = Vec::new();
+    for (name, text) in [
+        (
+            "srvscheme",
+            "session = \"s\"\nserver = \"http://127.0.0.1:3000/\"\n",
+        ),
+        (
+            "srvport",
+            "session = \"s\"\nserver = \"ws://127.0.0.1:99999/\"\n",
+        ),
+    ] {
+        let cfg = write(name, text);
+        let out = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+            .args(["--config", cfg.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        let err = err.lines().last().unwrap_or("").to_owned();
+        let want = format!("{}:2: server", cfg.display());
+        std::fs::remove_file(&cfg).ok();
+        assert!(!out.status.success(), "{text:?} accepted");
+        if !err.contains(&want) {
+            wrong.push(format!(
+                "{:?}: error {err:?} lacks {want:?}",
+                text.lines().nth(1).unwrap()
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// README, "Configuration file": "`--role` as the list `roles`" and "The file's values have the
+/// bounds their flags have". `--role` gives at least one role (none given is `navigator`), but
+/// `roles = []` (top level, or in a `[[stream]]` rule) is taken as it is: the gateway starts
+/// and every join says `"roles":[]`, which a PVP server refuses (`participant.roles` must not
+/// be empty, tests/common/pvp_server.rs) and which in any case gives the participant no role
+/// that may add context (driver or navigator): no transcript would land. The empty list
+/// should be refused at start naming the file, line and key, or mean the default.
+#[test]
+fn an_empty_roles_list_in_the_file_is_not_sent_as_a_join_with_no_roles() {
+    let mut wrong = Vec::new();
+    for (name, text) in [
+        ("noroles", "roles = []\n"),
+        ("norolesrule", "[[stream]]\nssrc = 9\nroles = []\n"),
+    ] {
+        let cfg = write(name, text);
+        let args = ["--config", cfg.to_str().unwrap(), "--listen", "127.0.0.1:0"];
+        // Refused at start, naming the key: the fix this test accepts besides the default.
+        if let Some((false, err)) = run_briefly(&args, Duration::from_secs(3)) {
+            std::fs::remove_file(&cfg).ok();
+            if !err.contains(&format!("{}:", cfg.display())) || !err.contains("roles") {
+                wrong.push(format!(
+                    "{text:?}: refused without naming the file and key: {err}"
+                ));
+            }
+            continue;
+        }
+        let mut gw = Gateway::start(&args);
+        Sender::new(gw.listen, 9).send("Hi there. ");
+        let line = gw.wait_stdout(WAIT, "session.join");
+        assert!(gw.terminate(WAIT).success());
+        std::fs::remove_file(&cfg).ok();
+        let join: Value = serde_json::from_str(&line).unwrap();
+        let roles = &join["payload"]["participant"]["roles"];
+        if roles.as_array().is_none_or(|r| r.is_empty()) {
+            wrong.push(format!(
+                "{text:?}: accepted, and the join has roles {roles}"
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

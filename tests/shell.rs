@@ -193,12 +193,27 @@ fn a_config_file_error_is_a_json_line_when_the_file_asks_for_json_logs() {
     }
 }
 
+/// A gateway on an ephemeral port N with its RTCP port N + 1. That port may be taken (other
+/// tests' sockets): the gateway then reads RTCP multiplexed only ("mux only"), and is started
+/// again on another port.
+fn start_with_rtcp_port(args: &[&str]) -> (Gateway, SocketAddr) {
+    for _ in 0..20 {
+        let mut gw = Gateway::start(args);
+        let listening = gw.wait_stderr(WAIT, "pvp-t140 listening");
+        if let Ok(rtcp) = log_field(&listening, "rtcp").parse() {
+            return (gw, rtcp);
+        }
+        gw.kill();
+    }
+    panic!("no free RTCP port after 20 gateways");
+}
+
 /// RTCP read on the separate RTCP port (port + 1) is handed to every worker, each acting on it
 /// for its own streams; one counts it. (Each counted it: with `--workers 4`, one RTCP datagram
 /// showed as 4 on /metrics and in the final counters.)
 #[test]
 fn an_rtcp_datagram_on_the_rtcp_port_is_counted_once_with_workers() {
-    let mut gw = Gateway::start(&[
+    let (mut gw, rtcp) = start_with_rtcp_port(&[
         "--listen",
         "127.0.0.1:0",
         "--workers",
@@ -207,8 +222,6 @@ fn an_rtcp_datagram_on_the_rtcp_port_is_counted_once_with_workers() {
         "127.0.0.1:0",
     ]);
     let m = gw.metrics_addr();
-    let listening = gw.wait_stderr(WAIT, "pvp-t140 listening");
-    let rtcp: SocketAddr = log_field(&listening, "rtcp").parse().unwrap();
     let mut sdes = Vec::new();
     pvp_t140::rtcp::write_sdes(&mut sdes, 0xabcd, "alice@example.org", Some("Alice"));
     UdpSocket::bind("127.0.0.1:0")
@@ -639,5 +652,52 @@ fn text_refused_by_the_mapping_or_admission_is_in_the_final_totals_and_on_metric
     assert!(
         log_field(&counters, "drops").contains("not_allowed=1"),
         "{counters}"
+    );
+}
+
+/// README, flag table: "`--rtcp` | `true` | also read RTCP on the next port up" (main.rs:
+/// "`--rtcp false` to leave that port alone"). What is wrong: with one worker (the default)
+/// the RTCP port's datagrams go through the whole RTP path (`handle_rtcp_port` with `counts`
+/// calls `handle_datagram`), so an RTP text packet sent to port + 1 (a sender given the wrong
+/// port, another application's media) becomes a participant and a transcript in the session.
+/// With `--workers 2` only worker 0 does this, the others keep to RTCP (`looks_like_rtcp`):
+/// the same datagram is or is not a transcript depending on the worker count. The RTCP port
+/// should carry RTCP only, as its flag says.
+#[test]
+fn rtp_text_sent_to_the_rtcp_port_is_not_a_transcript() {
+    let (mut gw, rtcp_port) = start_with_rtcp_port(&["--listen", "127.0.0.1:0"]);
+    // A real sender on the RTP port, on a socket of our own so its RTCP can come from it.
+    let real = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut rtp = Vec::new();
+    pvp_t140::rtp::write_packet(
+        &mut rtp,
+        true,
+        98,
+        1,
+        0,
+        0x1111,
+        "\u{feff}Sent to the RTP port. ".as_bytes(),
+    );
+    real.send_to(&rtp, gw.listen).unwrap();
+    gw.wait_stdout(WAIT, "Sent to the RTP port.");
+    let mut stray = Sender::new(rtcp_port, 0x5757);
+    stray.send("Sent to the RTCP port. ");
+    // Then the real sender's SDES NAME, to the RTCP port as well: the RTCP port's datagrams
+    // reach the worker in order, so once this name is announced the stray packet before it
+    // has been handled.
+    let mut sdes = Vec::new();
+    pvp_t140::rtcp::write_sdes(&mut sdes, 0x1111, "real@127.0.0.1", Some("Sentinel Name"));
+    real.send_to(&sdes, rtcp_port).unwrap();
+    gw.wait_stdout(WAIT, "Sentinel Name");
+    assert!(gw.terminate(WAIT).success());
+    let strays: Vec<String> = gw
+        .stdout_lines()
+        .into_iter()
+        .filter(|l| l.contains(&stray.participant()))
+        .collect();
+    assert!(
+        strays.is_empty(),
+        "RTP on the RTCP port became a participant:\n{}",
+        strays.join("\n")
     );
 }
