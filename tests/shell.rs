@@ -129,52 +129,29 @@ fn a_start_up_error_in_json_mode_is_said_whatever_rust_log_filters() {
 /// error too is one JSON line, like the others.
 #[test]
 fn a_config_file_error_in_json_mode_is_a_json_line() {
-    let cfg = config_file("json-error", "t140_pt = 200\n");
-    let out = run_briefly(
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
-            "--config",
-            cfg.to_str().unwrap(),
-        ],
-        Duration::from_secs(10),
+    assert_config_error_is_one_json_line(
+        "json-error",
+        "t140_pt = 200\n",
+        &["--log-format", "json"],
     );
-    std::fs::remove_file(&cfg).ok();
-    let (ok, err) = out.expect("a gateway with a bad --config exits");
-    assert!(!ok, "exited 0 with t140_pt = 200: {err}");
-    let saying: Vec<&str> = err.lines().filter(|l| l.contains("t140_pt")).collect();
-    assert_eq!(
-        saying.len(),
-        1,
-        "the error said {} times:\n{err}",
-        saying.len()
-    );
-    for line in err.lines() {
-        assert!(
-            serde_json::from_str::<serde_json::Value>(line).is_ok(),
-            "--log-format json: a line that is not JSON: {line:?}"
-        );
-    }
 }
 
-/// The same promise when JSON mode comes from the `--config` file itself. README: the file
-/// "takes every flag as a key", `log_format` among them, so `log_format = "json"` in the file
-/// is how a deployment that keeps its settings there asks for JSON logs. What is wrong:
-/// `apply_file` sets `cli.log_format` from the file only after every other key checked out
-/// (it is the last thing it does), and `main` prints the error with `cli.log_format`, still the
-/// command line's `text`; so an error in any other key of that file (here `t140_pt = 200`)
-/// reaches the collector as the plain `pvp-t140: ...` line, not JSON, and the reason the
-/// gateway did not start is dropped. What should happen: with `log_format = "json"` in the
-/// file (and no `--log-format` flag), the file's other errors are one JSON line too.
+/// The same when JSON mode comes from the `--config` file itself (README: the file "takes
+/// every flag as a key"). `apply_file` set the file's `log_format` only after every other key
+/// checked out, so an error in another key of that file was the plain `pvp-t140: ...` line.
 #[test]
 fn a_config_file_error_is_a_json_line_when_the_file_asks_for_json_logs() {
-    let cfg = config_file("json-from-file", "log_format = \"json\"\nt140_pt = 200\n");
-    let out = run_briefly(
-        &["--listen", "127.0.0.1:0", "--config", cfg.to_str().unwrap()],
-        Duration::from_secs(10),
-    );
+    let text = "log_format = \"json\"\nt140_pt = 200\n";
+    assert_config_error_is_one_json_line("json-from-file", text, &[]);
+}
+
+/// Runs the gateway with a config file `text` refused for its `t140_pt = 200` and `args`:
+/// it exits non-zero, says the error once, and every stderr line is JSON.
+fn assert_config_error_is_one_json_line(name: &str, text: &str, args: &[&str]) {
+    let cfg = config_file(name, text);
+    let mut all = vec!["--listen", "127.0.0.1:0", "--config", cfg.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let out = run_briefly(&all, Duration::from_secs(10));
     std::fs::remove_file(&cfg).ok();
     let (ok, err) = out.expect("a gateway with a bad --config exits");
     assert!(!ok, "exited 0 with t140_pt = 200: {err}");
@@ -188,7 +165,7 @@ fn a_config_file_error_is_a_json_line_when_the_file_asks_for_json_logs() {
     for line in err.lines() {
         assert!(
             serde_json::from_str::<serde_json::Value>(line).is_ok(),
-            "log_format = \"json\" in the file: a line that is not JSON: {line:?}"
+            "{name}: a line that is not JSON: {line:?}"
         );
     }
 }
