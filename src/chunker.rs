@@ -108,6 +108,10 @@ pub struct Chunker {
     /// white space). Kept while `buf` fills: once a backspace empties `buf`, it erases this
     /// before the chunk cut (T.140: backspace erases the last character typed).
     unseen_ws: u32,
+    /// The newest of `unseen_ws` (the one the buffer follows) is white space a combining mark
+    /// joins (a space, not a new line: UAX #29 GB4/GB9), for a cluster erase. False when not
+    /// known.
+    unseen_joins: bool,
     /// Backspaces that reached past everything buffered or ready: they erase text already
     /// sent, which the caller corrects on the PVP side (context.update).
     erase_sent: u32,
@@ -159,20 +163,27 @@ impl Chunker {
         let (chunk, trailing) = self.take_chunk(cause);
         // Nothing cut: the white space still lies between the last cut and what comes next.
         let before = if chunk.is_some() { 0 } else { self.unseen_ws };
-        self.unseen_ws = before.saturating_add(clamp(trailing));
+        self.unseen_ws = before.saturating_add(clamp(trailing.0));
+        if trailing.0 > 0 {
+            self.unseen_joins = trailing.1;
+        }
         self.tail = 0;
         self.chars = 0;
         chunk
     }
 
     /// The whole buffer as a chunk, trimmed in place, and the white-space characters trimmed
-    /// from its end: the chunk takes the allocation, and the buffer is left without one until
+    /// from its end (with whether the last joins a combining mark, `unseen_joins`): the chunk takes the allocation, and the buffer is left without one until
     /// [`Chunker::recycle`] or the next text gives it one. White space only is cleared and kept
     /// as the buffer.
-    fn take_chunk(&mut self, cause: FlushCause) -> (Option<Chunk>, usize) {
+    fn take_chunk(&mut self, cause: FlushCause) -> (Option<Chunk>, (usize, bool)) {
         let mut text = std::mem::take(&mut self.buf);
         let end = text.trim_end().len();
-        let trailing = text[end..].chars().count();
+        let joins = text[end..]
+            .chars()
+            .next_back()
+            .is_some_and(|c| !c.is_control());
+        let trailing = (text[end..].chars().count(), joins);
         text.truncate(end);
         // Leading white space never enters the buffer (`white_space_taken`) save as a no-break
         // space after the space a size cut split at, so this is rare.
@@ -248,9 +259,10 @@ impl Fed<'_> {
     /// space (`breaks` false), which binds `Dr.` to the name after it. Returns false for white
     /// space that goes into the buffer.
     #[inline]
-    fn white_space_taken(&mut self, breaks: bool) -> bool {
+    fn white_space_taken(&mut self, breaks: bool, joins: bool) -> bool {
         if self.ch.buf.is_empty() {
             self.ch.unseen_ws = self.ch.unseen_ws.saturating_add(1);
+            self.ch.unseen_joins = joins;
             return true;
         }
         debug_assert_eq!(
@@ -260,6 +272,7 @@ impl Fed<'_> {
         if breaks && matches!(self.ch.tail, b'.' | b'!' | b'?') {
             self.cut_all(FlushCause::Sentence);
             self.ch.unseen_ws = 1;
+            self.ch.unseen_joins = joins;
             return true;
         }
         false
@@ -272,7 +285,7 @@ impl Fed<'_> {
         if self.ch.chars >= self.cuts.max_chars {
             self.end_held_cut(c);
         }
-        if c.is_whitespace() && self.white_space_taken(!is_no_break(c)) {
+        if c.is_whitespace() && self.white_space_taken(!is_no_break(c), !c.is_control()) {
             return;
         }
         self.ch.first_room(c.len_utf8());
@@ -337,7 +350,9 @@ impl Fed<'_> {
     fn cut_size(&mut self, hold: bool) {
         match self.ch.buf.rfind(is_break_space) {
             Some(at) => {
-                let ws_len = self.ch.buf[at..].chars().next().map_or(1, char::len_utf8);
+                let ws = self.ch.buf[at..].chars().next();
+                let ws_len = ws.map_or(1, char::len_utf8);
+                self.ch.unseen_joins = ws.is_some_and(|c| !c.is_control());
                 let head = &self.ch.buf[..at];
                 let body = head.trim_end();
                 let dropped = clamp(head[body.len()..].chars().count() + 1);
@@ -454,7 +469,7 @@ impl TextSink for Fed<'_> {
         while let [b, tail @ ..] = rest {
             let b = *b;
             rest = tail;
-            if b == b' ' && self.white_space_taken(true) {
+            if b == b' ' && self.white_space_taken(true, true) {
                 continue;
             }
             // `& 0x7f` is a no-op on ASCII that lets the compiler emit a one-byte push.
@@ -483,12 +498,17 @@ impl TextSink for Fed<'_> {
             // The buffer's one cluster may have begun on the white space kept out of it (a
             // combining mark or joiner after a space is one cluster with it, UAX #29 GB9):
             // erased together.
-            let on_space = first && self.ch.unseen_ws > 0 && joins_a_space(&self.ch.buf);
+            let on_space = first
+                && self.ch.unseen_ws > 0
+                && self.ch.unseen_joins
+                && joins_a_space(&self.ch.buf);
             let erased = pop_cluster(&mut self.ch.buf);
             self.ch.sync_tail();
             self.ch.chars = self.ch.chars.saturating_sub(erased);
             if on_space {
                 self.ch.unseen_ws -= 1;
+                // What white space came before that one is not known.
+                self.ch.unseen_joins = false;
             }
             return true;
         }
@@ -499,6 +519,7 @@ impl TextSink for Fed<'_> {
         }
         if self.ch.unseen_ws > 0 {
             self.ch.unseen_ws -= 1;
+            self.ch.unseen_joins = false;
             return true;
         }
         if let Some(last) = self.cuts.ready.pop() {
@@ -512,6 +533,7 @@ impl TextSink for Fed<'_> {
             self.ch.sync_tail();
             self.ch.chars = clamp(self.ch.buf.chars().count());
             self.ch.unseen_ws = last.space_before;
+            self.ch.unseen_joins = false;
             return true;
         }
         self.ch.erase_sent = self.ch.erase_sent.saturating_add(1);
@@ -850,6 +872,29 @@ mod tests {
         assert!(cut.is_empty(), "the erased full stop was sent: {cut:?}");
         assert_eq!(ch.ch.pending(), "Hi");
         assert_eq!(ch.ch.chars, 2);
+    }
+
+    /// The cluster erase above takes the unseen white space with the mark whatever that white
+    /// space was: `joins_a_space` asks whether the mark joins a *space*, but `unseen_ws` also
+    /// counts a new line (it ends a sentence as a space does). A mark after a new line is no
+    /// cluster with it: UAX #29 GB4 breaks after LF (a Control), so "Hi.\n\u{301}" is `H`,
+    /// `i`, `.`, `\n`, `\u{301}`, and t140llm's `processBackspaces` erases the mark with one
+    /// U+0008 and the new line with the next: the sender's text is "Hi.". Here the first
+    /// backspace erases the mark and the unseen new line, and the second reopens "Hi." and
+    /// erases its full stop (once "Hi." was sent, a `context.update` to "Hi"): every later
+    /// backspace one cluster ahead. Two backspaces should leave "Hi." cut and nothing pending.
+    #[test]
+    fn a_cluster_erase_leaves_an_unseen_new_line_a_combining_mark_is_no_cluster_with() {
+        let mut ch = Pair::new(500);
+        ch.cuts.erase_clusters(true);
+        let cut = feed(&mut ch, "Hi.\n\u{301}\u{8}\u{8}");
+        assert_eq!(
+            cut,
+            [("Hi.".to_owned(), FlushCause::Sentence)],
+            "the full stop the sender kept was erased"
+        );
+        assert_eq!(ch.ch.pending(), "");
+        assert_eq!(ch.ch.chars, 0);
     }
 
     #[test]

@@ -101,6 +101,30 @@ pub const ROLES: [&str; 6] = [
 ];
 
 /// `path:line: field: message` for a value found at `span` in `text`.
+/// Where `key = ...` is in the table starting at `span` (a `[[stream]]` rule, whose span may
+/// be its header alone), up to the next table's header, for a value with no span of its own;
+/// the span itself if not found.
+fn key_in(text: &str, span: std::ops::Range<usize>, key: &str) -> std::ops::Range<usize> {
+    let Some(table) = text.get(span.start..) else {
+        return span;
+    };
+    let mut offset = span.start;
+    for (i, line) in table.split_inclusive('\n').enumerate() {
+        let trimmed = line.trim_start();
+        if i > 0 && trimmed.starts_with('[') {
+            break;
+        }
+        let at_key = trimmed
+            .strip_prefix(key)
+            .is_some_and(|rest| rest.trim_start().starts_with('='));
+        if at_key {
+            return offset..offset + line.len();
+        }
+        offset += line.len();
+    }
+    span
+}
+
 fn at(path: &Path, text: &str, span: std::ops::Range<usize>, field: &str, msg: &str) -> String {
     let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
     format!("{}:{line}: {field}: {msg}", path.display())
@@ -264,7 +288,13 @@ pub fn parse(path: &Path, text: &str) -> Result<(FileConfig, Mapping, Vec<IpNet>
             participant: r.participant.clone(),
             name: r.name.clone(),
             roles: check_roles(&r.roles, &field("roles"), &|| {
-                at(path, text, rule.span(), &field("roles"), NO_ROLES)
+                at(
+                    path,
+                    text,
+                    key_in(text, rule.span(), "roles"),
+                    &field("roles"),
+                    NO_ROLES,
+                )
             })?,
             session: r.session.clone(),
         });

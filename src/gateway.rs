@@ -981,14 +981,14 @@ impl Gateway {
             let slots = self.warm_slots(run.iter().copied());
             let at = self.index.changes();
             for (&(source, data), &slot) in run.iter().zip(&slots) {
-                self.handle_hinted(now, source, data, slot.map(|s| (s, at)));
+                self.handle_hinted(now, source, data, slot.map(|s| (s, at)), false);
             }
         }
     }
 
     /// One UDP datagram from `source`, received at `now`.
     pub fn handle_datagram(&mut self, now: Time, source: SocketAddr, data: &[u8]) {
-        self.handle_hinted(now, source, data, None);
+        self.handle_hinted(now, source, data, None, false);
     }
 
     /// A datagram from the RTCP port (RFC 3550 11: the RTP port + 1). It comes from the
@@ -997,16 +997,7 @@ impl Gateway {
     /// and only the one that `counts` counts it (and rate-limits it), so it shows once.
     pub fn handle_rtcp_port(&mut self, now: Time, source: SocketAddr, data: &[u8], counts: bool) {
         if counts {
-            if !looks_like_rtcp(data) {
-                // RTP (or anything else) sent to the RTCP port is no one's text: the port reads
-                // RTCP only, on every worker alike. Counted as what it is not.
-                self.fire_due(now);
-                self.emit.stats.datagrams += 1;
-                self.emit.stats.bytes += data.len() as u64;
-                self.emit.stats.drops[DropReason::RtcpMalformed.index()] += 1;
-                return;
-            }
-            return self.handle_datagram(now, source, data);
+            return self.handle_hinted(now, source, data, None, true);
         }
         self.fire_due(now);
         if self.admission.allows(source) && looks_like_rtcp(data) {
@@ -1025,6 +1016,7 @@ impl Gateway {
         source: SocketAddr,
         data: &[u8],
         hint: Option<(u32, u64)>,
+        rtcp_port: bool,
     ) {
         // Timers due before this packet fire first, each at its own deadline, so replay
         // matches what happened on the wire (text released and flushes cut when they were due).
@@ -1035,7 +1027,13 @@ impl Gateway {
             Refusal::NotAllowed => DropReason::NotAllowed,
             Refusal::RateLimited => DropReason::RateLimited,
         });
-        if let Err(reason) = admitted.and_then(|()| self.receive(now, source, data, hint)) {
+        // The RTCP port reads RTCP only, on every worker alike: RTP (or anything else) sent
+        // there is no one's text, and is counted as what it is not.
+        let received = admitted.and_then(|()| match rtcp_port && !looks_like_rtcp(data) {
+            true => Err(DropReason::RtcpMalformed),
+            false => self.receive(now, source, data, hint),
+        });
+        if let Err(reason) = received {
             self.emit.stats.drops[reason.index()] += 1;
             tracing::debug!(%source, len = data.len(), reason = reason.as_str(), "datagram dropped");
         }

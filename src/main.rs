@@ -596,8 +596,16 @@ fn main() -> ExitCode {
         && let Some(path) = cli.run.config.clone()
         && let Err(e) = apply_file(&mut cli, &matches, &path)
     {
-        // Before the logs are set up: said as the exit's last words are.
-        eprintln!("{}", last_word(cli.log_format, "ERROR", &e));
+        // Before the logs are set up: said as the exit's last words are, in the format the
+        // file asks for unless the command line says otherwise (the file may have been
+        // refused before its `log_format` was read).
+        let format = match matches.value_source("log_format") {
+            Some(
+                clap::parser::ValueSource::CommandLine | clap::parser::ValueSource::EnvVariable,
+            ) => cli.log_format,
+            _ => file_log_format(&path).unwrap_or(cli.log_format),
+        };
+        eprintln!("{}", last_word(format, "ERROR", &e));
         return ExitCode::FAILURE;
     }
     let log_format = cli.log_format;
@@ -646,6 +654,14 @@ fn main() -> ExitCode {
     }
     finish_logs(log_guard, last_words);
     code
+}
+
+/// The `log_format` a config file asks for, read on its own (a file refused for another key
+/// still says how its errors should be written).
+fn file_log_format(path: &std::path::Path) -> Option<LogFormat> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let table: toml::Table = toml::from_str(&text).ok()?;
+    LogFormat::from_str(table.get("log_format")?.as_str()?, true).ok()
 }
 
 /// A line said at exit, in the log's format (as tracing-subscriber's JSON lines are shaped).

@@ -42,7 +42,14 @@ pub fn run(
         if write_err.is_some() || port.is_some_and(|p| to != p && rtcp_port(p) != Some(to)) {
             return;
         }
-        gw.handle_datagram(clock.at(d.time), d.source, &d.payload);
+        let at = clock.at(d.time);
+        match port {
+            // As a live gateway on that port reads its RTCP port: RTCP only.
+            Some(p) if rtcp_port(p) == Some(to) => {
+                gw.handle_rtcp_port(at, d.source, &d.payload, true);
+            }
+            _ => gw.handle_datagram(at, d.source, &d.payload),
+        }
         if let Err(e) = drain(&mut gw, &mut presence, out) {
             write_err = Some(e);
         }

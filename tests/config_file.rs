@@ -463,3 +463,26 @@ fn an_empty_roles_list_in_the_file_is_not_sent_as_a_join_with_no_roles() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// README: "an error names the file, line and field". `roles = []` in a `[[stream]]` rule is
+/// refused, but the error names the line of the rule's `[[stream]]` header, not of its
+/// `roles` key: `FILE:1: stream[0].roles: must list at least one role` for a `roles` on line
+/// 5, where `roles = ["pilot"]` on the same line is refused as `FILE:5: stream[0].roles`, and
+/// the top-level `roles = []` names its own line. It should name line 5.
+#[test]
+fn an_empty_roles_list_in_a_stream_rule_is_refused_naming_its_own_line() {
+    let cfg = write(
+        "norolesline",
+        "[[stream]]\nssrc = 9\nparticipant = \"p\"\nname = \"P\"\nroles = []\n",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .args(["--config", cfg.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    std::fs::remove_file(&cfg).ok();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let want = format!("{}:5: stream[0].roles", cfg.display());
+    assert!(err.contains(&want), "lacks {want:?}: {err}");
+}

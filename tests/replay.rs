@@ -20,14 +20,14 @@ fn rtp(pt: u8, marker: bool, seq: u16, ts: u32, ssrc: u32, payload: &[u8]) -> Ve
     p
 }
 
-/// A loopback (LINKTYPE_NULL) IPv4/UDP frame from 127.0.0.1:40000 to 127.0.0.1:5004.
-fn frame(payload: &[u8]) -> Vec<u8> {
+/// A loopback (LINKTYPE_NULL) IPv4/UDP frame from 127.0.0.1:40000 to 127.0.0.1:`port`.
+fn frame_to(port: u16, payload: &[u8]) -> Vec<u8> {
     let mut f = 2u32.to_le_bytes().to_vec();
     f.extend(udp_ipv4(
         [127, 0, 0, 1],
         40000,
         [127, 0, 0, 1],
-        5004,
+        port,
         payload,
     ));
     f
@@ -35,6 +35,12 @@ fn frame(payload: &[u8]) -> Vec<u8> {
 
 /// A classic microsecond pcap of (time in µs, UDP payload).
 fn pcap(packets: &[(u64, Vec<u8>)]) -> Vec<u8> {
+    let to: Vec<(u64, u16, Vec<u8>)> = packets.iter().map(|(t, p)| (*t, 5004, p.clone())).collect();
+    pcap_to(&to)
+}
+
+/// A classic microsecond pcap of (time in µs, destination port, UDP payload).
+fn pcap_to(packets: &[(u64, u16, Vec<u8>)]) -> Vec<u8> {
     let mut f = Vec::new();
     f.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
     f.extend_from_slice(&2u16.to_le_bytes());
@@ -42,8 +48,8 @@ fn pcap(packets: &[(u64, Vec<u8>)]) -> Vec<u8> {
     f.extend_from_slice(&[0; 8]);
     f.extend_from_slice(&262_144u32.to_le_bytes());
     f.extend_from_slice(&0u32.to_le_bytes()); // LINKTYPE_NULL
-    for (us, payload) in packets {
-        let data = frame(payload);
+    for (us, port, payload) in packets {
+        let data = frame_to(*port, payload);
         f.extend_from_slice(&((us / 1_000_000) as u32).to_le_bytes());
         f.extend_from_slice(&((us % 1_000_000) as u32).to_le_bytes());
         f.extend_from_slice(&(data.len() as u32).to_le_bytes());
@@ -54,11 +60,15 @@ fn pcap(packets: &[(u64, Vec<u8>)]) -> Vec<u8> {
 }
 
 fn replay(name: &str, packets: &[(u64, Vec<u8>)], args: &[&str]) -> Vec<Value> {
+    replay_capture(name, &pcap(packets), args)
+}
+
+fn replay_capture(name: &str, capture: &[u8], args: &[&str]) -> Vec<Value> {
     let path: PathBuf = std::env::temp_dir().join(format!(
         "pvp-t140-replay-{name}-{}.pcap",
         std::process::id()
     ));
-    std::fs::write(&path, pcap(packets)).unwrap();
+    std::fs::write(&path, capture).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
         .arg("replay")
         .arg(&path)
@@ -271,5 +281,35 @@ fn a_capture_cut_short_in_its_last_record_still_flushes_and_leaves() {
         ),
         "stderr: {}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// src/replay.rs: with `--port N`, replay takes "only datagrams to that port and to the RTCP
+/// port after it: what a live gateway on that port reads by default, so both give the same
+/// envelopes". The live gateway now drops a datagram on the RTCP port that is not RTCP
+/// (`Gateway::handle_rtcp_port`: `rtcp_malformed`; README `--rtcp`: "anything else arriving
+/// there, RTP included, is dropped"; tests/shell.rs
+/// `rtp_text_sent_to_the_rtcp_port_is_not_a_transcript`), but replay still hands the RTCP
+/// port's datagrams to `handle_datagram`, the RTP path: an RTP text packet to port 5005 in a
+/// capture becomes a participant and a transcript in `replay --port 5004`, and nothing on the
+/// live gateway that captured it. Replay should drop it as the live gateway does.
+#[test]
+fn rtp_to_the_rtcp_port_is_no_transcript_in_replay_as_it_is_none_live() {
+    let capture = pcap_to(&[
+        (T0, 5004, rtp(98, true, 1, 0, 0x1111, b"To the RTP port. ")),
+        (
+            T0 + 100_000,
+            5005,
+            rtp(98, true, 1, 0, 0x5757, b"To the RTCP port. "),
+        ),
+    ]);
+    let envelopes = replay_capture("rtponrtcpport", &capture, &["--port", "5004"]);
+    assert_eq!(
+        adds(&envelopes)
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect::<Vec<_>>(),
+        ["To the RTP port."],
+        "RTP on the RTCP port, dropped live, is a transcript in replay"
     );
 }

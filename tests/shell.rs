@@ -170,6 +170,36 @@ fn assert_config_error_is_one_json_line(name: &str, text: &str, args: &[&str]) {
     }
 }
 
+/// The same promise for the errors `config_file::load` finds while reading the file (an empty
+/// `roles`, newly refused; an `allow` that is no network; a `[[stream]]` rule): `apply_file`
+/// now reads the file's `log_format` first, but only once `load` has returned, so these
+/// errors are still the plain `pvp-t140: FILE:2: roles: ...` line though the file asks for
+/// JSON logs. Every line should be JSON, as for the file's other keys.
+#[test]
+fn a_config_file_error_found_while_reading_it_is_a_json_line_when_the_file_asks_for_json() {
+    let mut wrong = Vec::new();
+    for (name, rest) in [
+        ("json-roles", "roles = []\n"),
+        ("json-allow", "allow = [\"nowhere\"]\n"),
+        ("json-rule", "[[stream]]\nssrc = 7\nroles = [\"pilot\"]\n"),
+    ] {
+        let cfg = config_file(name, &format!("log_format = \"json\"\n{rest}"));
+        let out = run_briefly(
+            &["--listen", "127.0.0.1:0", "--config", cfg.to_str().unwrap()],
+            Duration::from_secs(10),
+        );
+        std::fs::remove_file(&cfg).ok();
+        let (ok, err) = out.expect("a gateway with a bad --config exits");
+        assert!(!ok, "exited 0 with {rest:?}: {err}");
+        for line in err.lines() {
+            if serde_json::from_str::<serde_json::Value>(line).is_err() {
+                wrong.push(format!("{rest:?}: a line that is not JSON: {line:?}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
 /// A gateway on an ephemeral port N with its RTCP port N + 1. That port may be taken (other
 /// tests' sockets): the gateway then reads RTCP multiplexed only ("mux only"), and is started
 /// again on another port.
@@ -676,5 +706,79 @@ fn rtp_text_sent_to_the_rtcp_port_is_not_a_transcript() {
         strays.is_empty(),
         "RTP on the RTCP port became a participant:\n{}",
         strays.join("\n")
+    );
+}
+
+/// README, `--allow`: "only accept datagrams from these networks", and what is refused is
+/// counted as `not_allowed` (`text_refused_by_the_mapping_or_admission_...` above). A datagram
+/// on the RTCP port that is not RTCP is now counted `rtcp_malformed` by `handle_rtcp_port`
+/// before admission is asked, so an RTP packet from a network `--allow` refuses never shows as
+/// `not_allowed` (nor is it rate-limited by `--max-pps-per-source`), while an RTCP packet from
+/// the same source on the same port does. Admission should come first, as for every other
+/// datagram: one refused datagram, one `not_allowed`.
+#[test]
+fn a_non_rtcp_datagram_on_the_rtcp_port_from_a_refused_network_is_not_allowed() {
+    let (mut gw, rtcp_port) = start_with_rtcp_port(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--allow",
+        "10.0.0.0/8",
+        "--metrics",
+        "127.0.0.1:0",
+    ]);
+    let m = gw.metrics_addr();
+    Sender::new(rtcp_port, 0x5757).send("From a refused network. ");
+    let deadline = Instant::now() + WAIT;
+    let body = loop {
+        let body = http_get(m, "/metrics").1;
+        if sample(&body, "pvp_t140_datagrams_total") == Some(1.0) {
+            break body;
+        }
+        assert!(Instant::now() < deadline, "{body}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(gw.terminate(WAIT).success());
+    assert_eq!(
+        (
+            sample(&body, "pvp_t140_drops_total{reason=\"not_allowed\"}"),
+            sample(&body, "pvp_t140_drops_total{reason=\"rtcp_malformed\"}"),
+        ),
+        (Some(1.0), Some(0.0)),
+        "a datagram from outside --allow is counted as not allowed\n{body}"
+    );
+}
+
+/// README, "Text decoding": "Every dropped datagram is counted by reason and logged at debug
+/// level" (`handle_hinted`: "datagram dropped", with its source and reason). The new drop in
+/// `handle_rtcp_port` of a datagram on the RTCP port that is not RTCP counts it
+/// (`rtcp_malformed`) and returns without that line, so with `RUST_LOG=debug` an operator
+/// looking for why a sender's text never arrived (it sends to port + 1) finds nothing. It
+/// should be logged as every other drop is.
+#[test]
+fn a_non_rtcp_datagram_dropped_on_the_rtcp_port_is_logged_at_debug_level() {
+    // Gateway::start logs at debug level.
+    let (mut gw, rtcp_port) =
+        start_with_rtcp_port(&["--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"]);
+    let m = gw.metrics_addr();
+    let mut stray = Sender::new(rtcp_port, 0x5757);
+    stray.send("Sent to the RTCP port. ");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let body = http_get(m, "/metrics").1;
+        if sample(&body, "pvp_t140_datagrams_total") == Some(1.0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(gw.terminate(WAIT).success());
+    let source = stray.local_addr().to_string();
+    let lines = gw.stderr_lines();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("datagram dropped") && l.contains(&source)),
+        "no debug line for the datagram dropped from {source}:\n{}",
+        lines.join("\n")
     );
 }
