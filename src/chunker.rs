@@ -108,9 +108,9 @@ pub struct Chunker {
     /// white space). Kept while `buf` fills: once a backspace empties `buf`, it erases this
     /// before the chunk cut (T.140: backspace erases the last character typed).
     unseen_ws: u32,
-    /// The newest of `unseen_ws` (the one the buffer follows) is white space a combining mark
-    /// joins (a space, not a new line: UAX #29 GB4/GB9), for a cluster erase. False when not
-    /// known.
+    /// Every white space of `unseen_ws` is one a combining mark joins (a space, not a new
+    /// line: UAX #29 GB4/GB9), so the newest, which the buffer follows, still is after a
+    /// backspace erased one: for a cluster erase. False when not known.
     unseen_joins: bool,
     /// Backspaces that reached past everything buffered or ready: they erase text already
     /// sent, which the caller corrects on the PVP side (context.update).
@@ -163,26 +163,23 @@ impl Chunker {
         let (chunk, trailing) = self.take_chunk(cause);
         // Nothing cut: the white space still lies between the last cut and what comes next.
         let before = if chunk.is_some() { 0 } else { self.unseen_ws };
-        self.unseen_ws = before.saturating_add(clamp(trailing.0));
         if trailing.0 > 0 {
-            self.unseen_joins = trailing.1;
+            self.unseen_joins = (before == 0 || self.unseen_joins) && trailing.1;
         }
+        self.unseen_ws = before.saturating_add(clamp(trailing.0));
         self.tail = 0;
         self.chars = 0;
         chunk
     }
 
     /// The whole buffer as a chunk, trimmed in place, and the white-space characters trimmed
-    /// from its end (with whether the last joins a combining mark, `unseen_joins`): the chunk takes the allocation, and the buffer is left without one until
+    /// from its end (with whether all of them join a combining mark, `unseen_joins`): the chunk takes the allocation, and the buffer is left without one until
     /// [`Chunker::recycle`] or the next text gives it one. White space only is cleared and kept
     /// as the buffer.
     fn take_chunk(&mut self, cause: FlushCause) -> (Option<Chunk>, (usize, bool)) {
         let mut text = std::mem::take(&mut self.buf);
         let end = text.trim_end().len();
-        let joins = text[end..]
-            .chars()
-            .next_back()
-            .is_some_and(|c| !c.is_control());
+        let joins = text[end..].chars().all(|c| !c.is_control());
         let trailing = (text[end..].chars().count(), joins);
         text.truncate(end);
         // Leading white space never enters the buffer (`white_space_taken`) save as a no-break
@@ -261,8 +258,8 @@ impl Fed<'_> {
     #[inline]
     fn white_space_taken(&mut self, breaks: bool, joins: bool) -> bool {
         if self.ch.buf.is_empty() {
+            self.ch.unseen_joins = (self.ch.unseen_ws == 0 || self.ch.unseen_joins) && joins;
             self.ch.unseen_ws = self.ch.unseen_ws.saturating_add(1);
-            self.ch.unseen_joins = joins;
             return true;
         }
         debug_assert_eq!(
@@ -352,14 +349,16 @@ impl Fed<'_> {
             Some(at) => {
                 let ws = self.ch.buf[at..].chars().next();
                 let ws_len = ws.map_or(1, char::len_utf8);
-                self.ch.unseen_joins = ws.is_some_and(|c| !c.is_control());
                 let head = &self.ch.buf[..at];
                 let body = head.trim_end();
                 let dropped = clamp(head[body.len()..].chars().count() + 1);
                 let text = body.trim_start();
                 let lead = clamp(body[..body.len() - text.len()].chars().count());
                 let before = self.ch.unseen_ws.saturating_add(lead);
+                // Known to join only when the white space cut at is all that is unseen.
+                let joins = ws.is_some_and(|c| !c.is_control()) && dropped == 1;
                 if text.is_empty() {
+                    self.ch.unseen_joins = before == 0 && joins;
                     self.ch.unseen_ws = before.saturating_add(dropped);
                 } else {
                     let c = Chunk {
@@ -368,6 +367,7 @@ impl Fed<'_> {
                         space_before: before,
                     };
                     self.push_ready(c);
+                    self.ch.unseen_joins = joins;
                     self.ch.unseen_ws = dropped;
                 }
                 self.ch.buf.replace_range(..at + ws_len, "");
@@ -507,8 +507,6 @@ impl TextSink for Fed<'_> {
             self.ch.chars = self.ch.chars.saturating_sub(erased);
             if on_space {
                 self.ch.unseen_ws -= 1;
-                // What white space came before that one is not known.
-                self.ch.unseen_joins = false;
             }
             return true;
         }
@@ -519,7 +517,6 @@ impl TextSink for Fed<'_> {
         }
         if self.ch.unseen_ws > 0 {
             self.ch.unseen_ws -= 1;
-            self.ch.unseen_joins = false;
             return true;
         }
         if let Some(last) = self.cuts.ready.pop() {
@@ -895,6 +892,26 @@ mod tests {
         );
         assert_eq!(ch.ch.pending(), "");
         assert_eq!(ch.ch.chars, 0);
+    }
+
+    /// `unseen_joins` is set to false ("not known") whenever a backspace erases one of the
+    /// unseen white space, though what is left of it is as much a space as before: "Hi." and
+    /// two spaces keep both spaces unseen (`unseen_ws` 2), a backspace erases one of them, and
+    /// a combining mark typed then forms the cluster ` \u{301}` with the space left (UAX #29
+    /// GB9). t140llm's `processBackspaces` reads "Hi.  \u{8}\u{301}\u{8}\u{8}" as "Hi. ",
+    /// "Hi. \u{301}", "Hi.", "Hi": the sender's text is "Hi". Here the second backspace erases
+    /// only the mark (`unseen_joins` false), the third the space, and "Hi." is cut and sent
+    /// with the full stop the sender erased: every later backspace one cluster behind. Before
+    /// `unseen_joins` the space was taken with the mark and the text was "Hi". Three
+    /// backspaces should leave "Hi" buffered and cut nothing.
+    #[test]
+    fn a_cluster_erase_takes_the_unseen_space_left_after_a_backspace_erased_the_one_after_it() {
+        let mut ch = Pair::new(500);
+        ch.cuts.erase_clusters(true);
+        let cut = feed(&mut ch, "Hi.  \u{8}\u{301}\u{8}\u{8}");
+        assert!(cut.is_empty(), "the erased full stop was sent: {cut:?}");
+        assert_eq!(ch.ch.pending(), "Hi");
+        assert_eq!(ch.ch.chars, 2);
     }
 
     #[test]

@@ -108,6 +108,10 @@ fn key_in(text: &str, span: std::ops::Range<usize>, key: &str) -> std::ops::Rang
     let Some(table) = text.get(span.start..) else {
         return span;
     };
+    if table.starts_with('{') {
+        // An inline table (`stream = [{ ... }]`): its span is the whole rule.
+        return span;
+    }
     let mut offset = span.start;
     for (i, line) in table.split_inclusive('\n').enumerate() {
         let trimmed = line.trim_start();
@@ -358,5 +362,19 @@ rtcp_name = "Bob"
         assert!(e.contains("line 1") && e.contains("idle_flush_ms"), "{e}");
         let e = p("[[stream]]\nname = \"x\"\n").unwrap_err();
         assert!(e.contains("stream[0]"), "{e}");
+    }
+
+    /// `key_in` looks for `roles =` from the rule's span to the next line starting with `[`,
+    /// a table header: right for a `[[stream]]` table, but a rule may be an inline table
+    /// (`stream = [{ ... }]`, which the file's `Vec<Spanned<StreamRule>>` takes as well), whose
+    /// span ends at its `}` and after which the top level goes on. A top-level `roles` on a
+    /// later line is then taken for the rule's own: `stream = [{ ssrc = 9, roles = [] }]` on
+    /// line 1 and `roles = ["driver"]` on line 2 is refused as `gw.toml:2: stream[0].roles`,
+    /// naming a valid list, where before `key_in` it named line 1. It should name line 1, the
+    /// line the empty list is on.
+    #[test]
+    fn an_empty_roles_list_in_an_inline_stream_rule_names_its_line_not_a_later_top_level_key() {
+        let e = p("stream = [{ ssrc = 9, roles = [] }]\nroles = [\"driver\"]\n").unwrap_err();
+        assert!(e.starts_with("gw.toml:1: stream[0].roles:"), "{e}");
     }
 }
