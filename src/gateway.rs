@@ -1172,9 +1172,9 @@ impl Gateway {
             self.arm_after_packet(now, slot, due);
             return Ok(());
         }
-        // A stream whose BYE waits holds packets, so its packets come this way, never the one
-        // above: the check costs the in-order path nothing. (A mixer's packets were checked
-        // before their speaker's lookup.)
+        // A stream whose BYE waits comes this way, never the one above, so its deadline (the
+        // BYE's) is armed below. (A mixer's packets were checked before their speaker's
+        // lookup.)
         if *bye_waits && !register.sent_before_bye(pkt.sequence, pkt.marker) {
             return self.new_session_after_bye(now, slot, source, data);
         }
@@ -1208,10 +1208,8 @@ impl Gateway {
             self.settle_byes(now, slot);
             due = self.deadline(self.slots.get(slot).expect("live"));
         }
-        let s = self.slots.get(slot).expect("live");
-        if s.bye_waits && s.register.bye_done(now, self.cfg.reorder_wait) {
-            // What the source's BYE overtook is in: the stream ends now.
-            self.close_stream(now, slot, "rtcp bye");
+        if self.slots.get(slot).expect("live").bye_waits {
+            self.after_bye_packet(now, slot, due);
         } else {
             self.arm_after_packet(now, slot, due);
         }
@@ -1519,9 +1517,39 @@ impl Gateway {
             // Packets waiting behind a gap: the speaker is not silent, so no idle flush
             // until the gap is settled.
             Some(gap) => gap.min(s.last_packet.plus_us(self.delays.stream_timeout)),
+            None if s.bye_waits => self.lingering_deadline(s),
             None => self
                 .delays
                 .without_gap(s.last_packet, &s.speakers, Time::NEVER),
+        }
+    }
+
+    /// [`Gateway::deadline`] of a stream lingering after its source's BYE with nothing held
+    /// ([`Gateway::stream_bye`]): its idle flush or the wait's end, whichever is first.
+    #[cold]
+    #[inline(never)]
+    fn lingering_deadline(&self, s: &Stream) -> Time {
+        let at = self
+            .delays
+            .without_gap(s.last_packet, &s.speakers, Time::NEVER);
+        s.register
+            .bye_deadline(self.cfg.reorder_wait)
+            .map_or(at, |bye| at.min(bye))
+    }
+
+    /// After a packet of a stream whose source's BYE waits: the stream ends if what the BYE
+    /// waited for is in, else its timer is armed for `due` or the wait's end, if sooner.
+    #[cold]
+    #[inline(never)]
+    fn after_bye_packet(&mut self, now: Time, slot: u32, due: Time) {
+        let wait = self.cfg.reorder_wait;
+        let register = &self.slots.get(slot).expect("live").register;
+        if register.bye_done(now, wait) {
+            // What the source's BYE overtook is in, or its wait is over: the stream ends now.
+            self.close_stream(now, slot, "rtcp bye");
+        } else {
+            let due = register.bye_deadline(wait).map_or(due, |bye| due.min(bye));
+            self.arm_after_packet(now, slot, due);
         }
     }
 
@@ -1635,22 +1663,53 @@ impl Gateway {
 
     /// The stream's own source said BYE. Packets it sent before may still be on their way: a
     /// BYE travels apart from them and can overtake them (RFC 3550 6.3.7 keeps a member a while
-    /// after its BYE for such packets). So while packets are held behind a gap the stream goes
-    /// on until the gap is settled, by the packet that fills it or by the reorder wait's end
-    /// (RFC 4103 5.4), and then ends; with nothing held it ends now. The SSRC is free at once
-    /// (RFC 3550 8.2): another sender may take it meanwhile.
+    /// after its BYE for such packets; RTCP on its own port is read apart from RTP, too). So
+    /// while packets are held behind a gap the stream goes on until the gap is settled, by the
+    /// packet that fills it or by the reorder wait's end (RFC 4103 5.4), and then ends. With
+    /// nothing held, what it said is sent now and the stream lingers for the reorder wait,
+    /// taking packets that continue its numbering, then leaves; a new session's packet ends
+    /// it at once ([`Gateway::new_session_after_bye`]). The SSRC is free at once (RFC 3550
+    /// 8.2): another sender may take it meanwhile.
     fn stream_bye(&mut self, now: Time, slot: u32) {
+        let wait = self.cfg.reorder_wait;
         let Some(s) = self.slots.get_mut(slot) else {
             return;
         };
         if s.bye_waits {
             // A BYE again: the first one's wait goes on.
-        } else if s.register.mark_bye(now) {
-            s.bye_waits = true;
-            let key = s.key;
-            self.release_ssrc(&key);
-        } else {
+            return;
+        }
+        if !s.register.mark_bye(now) || s.register.bye_done(now, wait) {
             self.close_stream(now, slot, "rtcp bye");
+            return;
+        }
+        s.bye_waits = true;
+        let (key, held) = (s.key, s.register.held());
+        self.release_ssrc(&key);
+        if held == 0 {
+            self.flush_at_bye(now, slot);
+        }
+        self.arm(now, slot);
+    }
+
+    /// A stream lingering after its source's BYE ([`Gateway::stream_bye`]) sends what its
+    /// speakers hold now: the source said it has ended, so nothing waits for more text.
+    #[cold]
+    #[inline(never)]
+    fn flush_at_bye(&mut self, now: Time, slot: u32) {
+        let Some(s) = self.slots.get_mut(slot) else {
+            return;
+        };
+        let Stream {
+            speakers,
+            key,
+            created,
+            ..
+        } = s;
+        for sp in speakers.iter_mut() {
+            if let Some(chunk) = sp.chunker.flush(FlushCause::End) {
+                self.emit.chunk(now, key, created, sp, chunk);
+            }
         }
     }
 

@@ -121,8 +121,10 @@ pub type Out<'o> = &'o mut dyn FnMut(u16, Piece<'_>);
 pub struct Register {
     /// Next sequence number to deliver.
     expected: Option<u16>,
-    /// The stream opened without a session start: earlier packets may still arrive.
-    head_wait: bool,
+    /// Why an in-order packet takes the full state machine, not
+    /// [`Register::advance_in_order`]: [`HEAD_WAIT`], [`LINGER`]. One byte, so the in-order
+    /// test reads both at once.
+    slow: u8,
     /// RED layout of this sender.
     format: RedFormat,
     /// The sender never marks a session start (t140llm): take the first packet as one.
@@ -161,9 +163,28 @@ struct Rare {
     /// if it moved since (its live packets kept coming), packets a short way back are late
     /// duplicates, not a restart (RFC 3550 A.1's three), and those kept are strays.
     since: (u16, u16),
-    /// The source's BYE came (at this time) while packets were held behind a gap, this the
-    /// newest of them ([`Register::mark_bye`]).
-    bye: Option<(u16, Time)>,
+    /// The source's BYE came ([`Register::mark_bye`]): the newest sequence number it is
+    /// known to follow (the newest held, or with nothing held the next expected), when, and
+    /// whether packets were held then.
+    bye: Option<Bye>,
+}
+
+/// [`Register::slow`]: the stream opened without a session start, and earlier packets may still
+/// arrive.
+const HEAD_WAIT: u8 = 1;
+/// [`Register::slow`]: the source said BYE with nothing held ([`Register::mark_bye`]); its
+/// stream lingers, and each packet is checked against the BYE.
+const LINGER: u8 = 2;
+
+/// Where a source's BYE left its stream ([`Register::mark_bye`]).
+#[derive(Debug, Clone, Copy)]
+struct Bye {
+    /// Packets up to this one (from the next expected) were sent before the BYE.
+    newest: u16,
+    at: Time,
+    /// Packets were held behind a gap: the wait ends when nothing is held. Otherwise the
+    /// stream lingers for the whole reorder wait, for packets the BYE may have overtaken.
+    held: bool,
 }
 
 /// Jump packets a register keeps: a restart's first packets swapped or duplicated still make
@@ -195,6 +216,10 @@ impl Register {
 
     pub fn new() -> Self {
         Self::default()
+    }
+
+    fn head_wait(&self) -> bool {
+        self.slow & HEAD_WAIT != 0
     }
 
     pub fn with_sender(format: RedFormat, assume_start: bool) -> Self {
@@ -265,7 +290,7 @@ impl Register {
     /// through [`Register::receive`].
     #[inline]
     pub fn advance_in_order(&mut self, seq: u16, red: Option<&RedPayload<'_>>) -> bool {
-        if self.expected != Some(seq) || self.holding != 0 || self.head_wait {
+        if self.expected != Some(seq) || self.holding != 0 || self.slow != 0 {
             return false;
         }
         if let Some(p) = red {
@@ -299,7 +324,7 @@ impl Register {
                 return Ok(Outcome::Delivered);
             }
             // Otherwise the head is late or lost: wait for it as for any gap.
-            self.head_wait = true;
+            self.slow |= HEAD_WAIT;
             self.expected = Some(seq);
             self.hold(now, &a, 0);
             self.cold.stats.reordered += 1;
@@ -326,12 +351,12 @@ impl Register {
             self.cold.stats.stale += 1;
             return Ok(Outcome::Stale);
         }
-        if self.head_wait && ahead >= 0x8000 {
+        if self.head_wait() && ahead >= 0x8000 {
             // Earlier than the packet the stream opened with: the head is arriving late.
             if marker || self.starts_session(&a) {
                 // The session's start (by its own text or its redundancy): deliver it with
                 // every generation, then what waited behind it.
-                self.head_wait = false;
+                self.slow &= !HEAD_WAIT;
                 self.deliver(&a, usize::MAX, 0, out);
                 self.expected = Some(seq.wrapping_add(1));
                 self.drain(out);
@@ -380,7 +405,7 @@ impl Register {
     fn hold(&mut self, now: Time, a: &Arrival<'_>, from: u16) {
         let seq = a.seq;
         let copy = self.copy(now, a);
-        let from = if self.head_wait {
+        let from = if self.head_wait() {
             self.expected.unwrap_or(from)
         } else {
             from
@@ -551,28 +576,42 @@ impl Register {
                 .any(|h| !crate::rtp::ts_after(h.ts, ts))
     }
 
-    /// The source's BYE came at `now`: with packets held behind a gap, the stream waits for
-    /// them (RFC 3550 6.3.7: the BYE may have overtaken them), at most the reorder wait from
-    /// now (the register's deadline says when). False when nothing is held: nothing to wait
-    /// for.
+    /// The source's BYE came at `now`. A BYE travels apart from the source's packets and may
+    /// overtake them (RFC 3550 6.3.7): with packets held behind a gap, the stream waits for
+    /// them, at most the reorder wait from now (the register's deadline says when); with
+    /// nothing held, for packets continuing the numbering, the whole reorder wait
+    /// ([`Register::bye_deadline`]). False when no packet was ever placed: nothing to wait for.
     pub fn mark_bye(&mut self, now: Time) -> bool {
-        let Some(newest) = self.cold.held.last().map(|h| h.seq) else {
-            return false;
+        let (newest, held) = match (self.cold.held.last(), self.expected) {
+            (Some(h), _) => (h.seq, true),
+            (None, Some(next)) => (next, false),
+            (None, None) => return false,
         };
+        if !held {
+            self.slow |= LINGER;
+        }
         let rare = self.cold.rare.get_or_insert_default();
-        rare.bye.get_or_insert((newest, now));
+        rare.bye.get_or_insert(Bye {
+            newest,
+            at: now,
+            held,
+        });
         true
     }
 
-    /// Whether what a BYE waited for ([`Register::mark_bye`]) is over: nothing is held, or the
-    /// reorder wait since the BYE has passed.
+    /// Whether what a BYE waited for ([`Register::mark_bye`]) is over: the reorder wait since
+    /// the BYE has passed, or nothing is held of what was held when it came.
     pub fn bye_done(&self, now: Time, wait: std::time::Duration) -> bool {
-        self.held() == 0 || self.bye_deadline(wait).is_some_and(|d| d <= now)
+        let Some(bye) = self.cold.rare.as_ref().and_then(|r| r.bye) else {
+            return self.held() == 0;
+        };
+        (bye.held && self.held() == 0) || bye.at.saturating_add(wait) <= now
     }
 
-    fn bye_deadline(&self, wait: std::time::Duration) -> Option<Time> {
-        let (_, at) = self.cold.rare.as_ref()?.bye?;
-        Some(at.saturating_add(wait))
+    /// When the wait after the source's BYE ends at the latest: the reorder wait from it.
+    pub fn bye_deadline(&self, wait: std::time::Duration) -> Option<Time> {
+        let bye = self.cold.rare.as_ref()?.bye?;
+        Some(bye.at.saturating_add(wait))
     }
 
     /// Whether a packet arriving after its source's BYE was sent before it, which may have
@@ -582,8 +621,12 @@ impl Register {
     /// as does one the sequence jumps to (RFC 3550 5.1: a new session's first number is
     /// random).
     pub fn sent_before_bye(&self, seq: u16, marker: bool) -> bool {
-        let (Some(expected), Some((bye_seq, _))) =
-            (self.expected, self.cold.rare.as_ref().and_then(|r| r.bye))
+        let (
+            Some(expected),
+            Some(Bye {
+                newest: bye_seq, ..
+            }),
+        ) = (self.expected, self.cold.rare.as_ref().and_then(|r| r.bye))
         else {
             return false;
         };
@@ -591,7 +634,10 @@ impl Register {
         // restart from one packet (MAX_DROPOUT), unless marked (a new session's start).
         let back = expected.wrapping_sub(seq).wrapping_sub(1);
         let behind = back < MAX_MISORDER || (back < MAX_DROPOUT && !marker);
-        let within = seq.wrapping_sub(expected) <= bye_seq.wrapping_sub(expected);
+        // Up to the newest the BYE follows, while the stream has not passed it (the register's
+        // numbering moves on as late packets come in).
+        let ahead = bye_seq.wrapping_sub(expected);
+        let within = ahead < 0x8000 && seq.wrapping_sub(expected) <= ahead;
         let continues = !marker && seq.wrapping_sub(bye_seq) < MAX_DROPOUT;
         behind || within || continues
     }
@@ -616,10 +662,10 @@ impl Register {
             return;
         };
         let h = self.unhold_first();
-        if self.head_wait {
+        if self.head_wait() {
             // Nothing earlier came: the stream's head was lost (RFC 4103 5.3: mark it), unless
             // this packet's redundancy reaches back to the session's start.
-            self.head_wait = false;
+            self.slow &= !HEAD_WAIT;
             let a = h.arrival();
             let head_lost = !a.marker && !self.starts_session(&a);
             if head_lost {
@@ -666,7 +712,7 @@ impl Register {
     /// Delivers held packets that are next in line, or whose redundancy covers the gap before
     /// them completely.
     fn drain(&mut self, out: Out<'_>) {
-        if self.head_wait {
+        if self.head_wait() {
             return;
         }
         while let (Some(expected), Some(h)) = (self.expected, self.cold.held.first()) {

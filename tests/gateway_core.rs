@@ -519,7 +519,15 @@ fn rtcp_bye_ends_the_stream_on_the_next_port_or_muxed() {
         let mut bye = Vec::new();
         pvp_t140::rtcp::write_bye(&mut bye, 7);
         gw.handle_datagram(at(5), addr(rtcp_port), &bye);
-        let out = drain(&mut gw);
+        // The text goes out at the BYE; the leave once the reorder wait from it is over, in
+        // case the BYE overtook a last packet.
+        let mut out = drain(&mut gw);
+        assert_eq!(out.len(), 2);
+        assert_eq!(gw.live_streams(), 1);
+        gw.handle_timeout(at(5 + 999));
+        assert!(drain(&mut gw).is_empty());
+        gw.handle_timeout(at(5 + 1000));
+        out.extend(drain(&mut gw));
         assert_eq!(
             summary(&out),
             vec![
@@ -2015,4 +2023,66 @@ fn t140llm_backspace_erases_a_combining_mark_with_the_space_it_sits_on() {
         .map(|e| e.payload["new_content"].as_str().unwrap())
         .collect();
     assert_eq!(updates, ["Hi"], "{:?}", summary(&out));
+}
+
+/// A source's BYE overtakes its last packet with nothing held: a sender hangs up right after
+/// its last text, and the BYE (on the RTCP port, read by another task, or on a path of its
+/// own) reaches the gateway 10 ms before it (RFC 3550 6.3.7: a BYE may overtake data). The
+/// stream ended at the BYE, and the late packet opened a second participant: another join, its
+/// head marked lost ("\u{fffd} World."), another leave. The text before the BYE still goes out at
+/// the BYE, and the leave comes once the reorder wait from the BYE is over, after the late
+/// packet's text: one participant, nothing marked lost.
+#[test]
+fn a_bye_that_overtakes_the_last_packet_with_nothing_held_leaves_after_it() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello there."));
+    let mut bye = Vec::new();
+    rtp_bye(&mut bye);
+    gw.handle_datagram(at(100), addr(4001), &bye);
+    // What was said before the BYE is not held back for the late packet.
+    assert_eq!(
+        summary(&drain(&mut gw)),
+        [
+            "session.join t140:00000007@127.0.0.1:4000",
+            "add t140:00000007@127.0.0.1:4000 \"Hello there.\" flush:end",
+        ]
+    );
+    gw.handle_datagram(at(110), addr(4000), &t140(2, 7, " World."));
+    gw.handle_timeout(at(100 + 1000));
+    let out = drain(&mut gw);
+    assert_eq!(
+        summary(&out),
+        [
+            "add t140:00000007@127.0.0.1:4000 \"World.\" flush:end",
+            "session.leave t140:00000007@127.0.0.1:4000",
+        ]
+    );
+    assert_eq!(out[1].payload["reason"], "rtcp bye");
+    assert_eq!(gw.live_streams(), 0);
+    assert_eq!(gw.stats().lost, 0);
+}
+
+/// After a BYE with nothing held, the source's next session (a marked packet, RFC 4103 5.2)
+/// does not wait for the old one's reorder wait: the old participant leaves and the new one
+/// joins at once, and the old one's leave is not repeated when its wait would have ended.
+#[test]
+fn a_new_session_right_after_a_bye_with_nothing_held_ends_the_old_one_at_once() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello."));
+    let mut bye = Vec::new();
+    rtp_bye(&mut bye);
+    gw.handle_datagram(at(100), addr(4000), &bye);
+    gw.handle_datagram(at(200), addr(4000), &t140m(40_000, 7, true, "Again."));
+    gw.handle_timeout(at(5000));
+    assert_eq!(
+        summary(&drain(&mut gw)),
+        [
+            "session.join t140:00000007@127.0.0.1:4000",
+            "add t140:00000007@127.0.0.1:4000 \"Hello.\" flush:end",
+            "session.leave t140:00000007@127.0.0.1:4000",
+            "session.join t140:00000007@127.0.0.1:4000",
+            "add t140:00000007@127.0.0.1:4000 \"Again.\" flush:idle",
+        ]
+    );
+    assert_eq!(gw.stats().lost, 0);
 }

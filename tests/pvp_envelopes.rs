@@ -236,14 +236,17 @@ fn ids_stay_ordered_past_the_ulid_time_range() {
 /// (one `now` for a whole recvmmsg batch in `handle_batch`; equal capture timestamps in a
 /// replay) has the same participant id, and its start is moved a millisecond on, so its keys
 /// are its own. (Its first `context.add` repeated the first stream's key: the server would
-/// overwrite or reject the item, and a correction of either would target both.)
+/// overwrite or reject the item, and a correction of either would target both.) The new
+/// session starts marked at a random sequence number (RFC 3550 5.1), as a new session does:
+/// one numbered just behind the old stream's, within the reorder wait after its BYE, is taken
+/// for the old stream's late duplicate.
 #[test]
 fn a_stream_restarted_in_the_same_millisecond_gets_fresh_context_keys() {
     let mut gw = Gateway::new(Config::default());
     let mut bye = Vec::new();
     pvp_t140::rtcp::write_bye(&mut bye, 7);
     let first = t140(1, 7, "First. ");
-    let second = t140(1, 7, "Second. ");
+    let second = t140m(40_000, 7, true, "Second. ");
     let batch: Vec<(SocketAddr, &[u8])> = vec![
         (addr(4000), &first),
         (addr(4000), &bye),

@@ -313,3 +313,46 @@ fn rtp_to_the_rtcp_port_is_no_transcript_in_replay_as_it_is_none_live() {
         "RTP on the RTCP port, dropped live, is a transcript in replay"
     );
 }
+
+/// An RTCP BYE (on the RTCP port, as SIP endpoints send it, RFC 3550 11) captured 10 ms before
+/// the source's last RTP packet: it overtook it (RFC 3550 6.3.7), on another path or because
+/// the two ports are read apart. The whole binary, from the capture: one participant, its last
+/// words delivered after the BYE, no loss mark, one leave. (The leave came at the BYE and the
+/// late packet opened a second participant: another join, "\u{fffd} World.", another leave.)
+#[test]
+fn a_bye_that_overtook_the_last_packet_leaves_one_participant_with_all_its_words() {
+    let mut bye = vec![0x80, 201, 0, 1];
+    bye.extend_from_slice(&0x7777u32.to_be_bytes());
+    bye.extend_from_slice(&[0x81, 203, 0, 1]);
+    bye.extend_from_slice(&0x7777u32.to_be_bytes());
+    let capture = pcap_to(&[
+        (T0, 5004, rtp(98, true, 1, 0, 0x7777, b"Hello there. ")),
+        (T0 + 300_000, 5005, bye),
+        (
+            T0 + 310_000,
+            5004,
+            rtp(98, false, 2, 300, 0x7777, b"World. "),
+        ),
+        (
+            T0 + 5_000_000,
+            5004,
+            rtp(98, true, 1, 0, 0x8888, b"Later. "),
+        ),
+    ]);
+    let envelopes = replay_capture("byeovertakes", &capture, &["--port", "5004"]);
+    let kinds = |kind: &str, who: &str| {
+        envelopes
+            .iter()
+            .filter(|e| e["type"] == kind && e["sender"].as_str().unwrap().contains(who))
+            .count()
+    };
+    assert_eq!(kinds("session.join", "00007777"), 1, "{envelopes:?}");
+    assert_eq!(kinds("session.leave", "00007777"), 1, "{envelopes:?}");
+    let said: Vec<String> = adds(&envelopes).into_iter().map(|(_, t)| t).collect();
+    assert_eq!(said, ["Hello there.", "World.", "Later."]);
+    let leave = envelopes
+        .iter()
+        .find(|e| e["type"] == "session.leave")
+        .unwrap();
+    assert_eq!(leave["payload"]["reason"], "rtcp bye");
+}

@@ -303,9 +303,10 @@ fn a_sender_restarting_with_a_new_ssrc_is_a_second_participant() {
 }
 
 #[test]
-fn rtcp_on_the_next_port_names_the_join_and_its_bye_leaves_at_once() {
+fn rtcp_on_the_next_port_names_the_join_and_its_bye_leaves_after_the_reorder_wait() {
     check("rtcp.pcap", "rtcp");
-    let envelopes = replay(&pcaps().join("rtcp.pcap"));
+    // The capture ends 301 ms after the BYE: a 200 ms reorder wait ends before it.
+    let envelopes = replay_with(&pcaps().join("rtcp.pcap"), &["--reorder-wait-ms", "200"]);
     let ada = "t140:c0ffee01@127.0.0.1:40000";
     // SDES (CNAME + NAME) arrived on :5005 before the first RTP packet: NAME is in the join.
     let join = of(&envelopes, "session.join", ada);
@@ -318,12 +319,14 @@ fn rtcp_on_the_next_port_names_the_join_and_its_bye_leaves_at_once() {
             .any(|e| e["type"] == "participant.announce"),
         "{envelopes:?}"
     );
-    // BYE: the pending text is flushed and the participant leaves then, not at the end.
+    // BYE: the pending text is flushed then, and the participant leaves once the reorder wait
+    // from it is over (a last packet the BYE overtook would still be taken), not at the end.
     let leave = of(&envelopes, "session.leave", ada);
     assert_eq!(leave[0]["payload"]["reason"], "rtcp bye");
     let last_add = of(&envelopes, "context.add", ada).pop().unwrap();
     assert_eq!(last_add["payload"]["content"], "Leaving now");
-    assert_eq!(leave[0]["ts"], last_add["ts"]);
+    assert_eq!(last_add["ts"], "2026-11-22T19:58:00.545Z");
+    assert_eq!(leave[0]["ts"], "2026-11-22T19:58:00.745Z");
     let end = envelopes.last().unwrap();
     assert!(leave[0]["ts"].as_str() < end["ts"].as_str(), "{end}");
 }

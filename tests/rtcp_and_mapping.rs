@@ -73,6 +73,8 @@ fn a_bye_after_more_than_eight_sdes_items_still_ends_the_stream() {
     }));
     assert_eq!(byes, 1);
     gw.handle_datagram(at(5), addr(4001), &rtcp);
+    // The leave comes once the reorder wait from the BYE is over.
+    gw.handle_timeout(at(5 + 1000));
     let out = drain(&mut gw);
     assert!(
         out.iter()
@@ -94,6 +96,8 @@ fn a_bye_listing_nine_sources_ends_the_ninth() {
         bye.extend_from_slice(&ssrc.to_be_bytes());
     }
     gw.handle_datagram(at(5), addr(4000), &bye);
+    // The leave comes once the reorder wait from the BYE is over.
+    gw.handle_timeout(at(5 + 1000));
     assert_eq!(gw.live_streams(), 0, "the BYE for SSRC 9 was ignored");
 }
 
