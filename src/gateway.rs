@@ -782,6 +782,9 @@ pub struct Gateway {
     ended: VecDeque<(StreamKey, u64)>,
     /// Streams in creation order, as eviction candidates while they have not joined.
     silent: VecDeque<(u32, u64)>,
+    /// Streams lingering after their source's BYE, `(slot, serial)` in the order their BYEs
+    /// came ([`Gateway::stream_bye`]); entries of streams that ended since are skipped.
+    lingering: VecDeque<(u32, u64)>,
     admission: Admission,
     /// The configured delays in microseconds, converted once: deadlines are computed per packet.
     delays: Delays,
@@ -884,6 +887,7 @@ impl Gateway {
             early_names: Vec::new(),
             ended: VecDeque::new(),
             silent: VecDeque::new(),
+            lingering: VecDeque::new(),
         }
     }
 
@@ -1236,7 +1240,10 @@ impl Gateway {
         if self.ssrc_owner.contains_key(&key.ssrc) {
             return Err(DropReason::SsrcConflict);
         }
-        if self.index.len() >= self.cfg.max_streams && !self.evict_silent_stream() {
+        if self.index.len() >= self.cfg.max_streams
+            && !self.evict_silent_stream()
+            && !self.end_a_lingering_stream(now)
+        {
             return Err(DropReason::StreamLimit);
         }
         self.serial += 1;
@@ -1380,11 +1387,18 @@ impl Gateway {
                 None => self.name_stream(now, source, ssrc, name, rank),
             }
         }
+        // Streams' own BYEs first, then their sources': a mixer shutting down lists both in one
+        // BYE (RFC 3550 6.6), in no set order, and its sources then leave with its stream.
+        let mut sources: smallvec::SmallVec<[u32; 8]> = smallvec::SmallVec::new();
         for e in events {
             let RtcpEvent::Bye { ssrc } = e else { continue };
-            if let Some(slot) = self.rtcp_stream(source, ssrc) {
-                self.stream_bye(now, slot);
-            } else if let Some(h) = home
+            match self.rtcp_stream(source, ssrc) {
+                Some(slot) => self.stream_bye(now, slot),
+                None => sources.push(ssrc),
+            }
+        }
+        for ssrc in sources {
+            if let Some(h) = home
                 && let Some(i) = self.csrc_speaker(h, ssrc)
             {
                 self.end_speaker(now, h, i, "rtcp bye");
@@ -1433,7 +1447,10 @@ impl Gateway {
     /// is settled as any other, by the packet that fills it or by the wait's end. Should the
     /// source speak again after its leave, it joins again.
     fn end_speaker(&mut self, now: Time, slot: u32, i: usize, reason: &str) {
-        let Some(s) = self.slots.get_mut(slot) else {
+        let Some(s) = self.slots.get_mut(slot).filter(|s| !s.bye_waits) else {
+            // The mixer itself said BYE (a mixer shutting down lists its sources with its own
+            // SSRC, RFC 3550 6.6): its stream lingers for late packets, and every speaker
+            // leaves when it ends.
             return;
         };
         let Stream {
@@ -1537,15 +1554,14 @@ impl Gateway {
             .map_or(at, |bye| at.min(bye))
     }
 
-    /// After a packet of a stream whose source's BYE waits: the stream ends if what the BYE
-    /// waited for is in, else its timer is armed for `due` or the wait's end, if sooner.
+    /// After a packet of a stream whose source's BYE waits: the stream ends if the wait is
+    /// over, else its timer is armed for `due` or the wait's end, if sooner.
     #[cold]
     #[inline(never)]
     fn after_bye_packet(&mut self, now: Time, slot: u32, due: Time) {
         let wait = self.cfg.reorder_wait;
         let register = &self.slots.get(slot).expect("live").register;
         if register.bye_done(now, wait) {
-            // What the source's BYE overtook is in, or its wait is over: the stream ends now.
             self.close_stream(now, slot, "rtcp bye");
         } else {
             let due = register.bye_deadline(wait).map_or(due, |bye| due.min(bye));
@@ -1591,7 +1607,6 @@ impl Gateway {
 
     /// Fires every timer due at `now`: reorder waits, idle flushes and stream timeouts.
     pub fn handle_timeout(&mut self, now: Time) {
-        let compat = self.cfg.compat;
         while let Some((at, slot)) = self.timers.pop_due(now) {
             let Some(s) = self.slots.get(slot) else {
                 continue;
@@ -1606,45 +1621,82 @@ impl Gateway {
                 continue;
             }
             let s = self.slots.get_mut(slot).expect("live");
+            if s.bye_waits {
+                self.lingering_timeout(now, at, slot);
+                continue;
+            }
             let timeout_at = s.last_packet.plus_us(self.delays.stream_timeout);
             if timeout_at <= now {
                 self.close_stream(timeout_at.max(at), slot, "stream timeout");
                 continue;
             }
-            let bye_waits = s.bye_waits;
-            let (register, mut voices) = Voices::of(s, compat);
-            let emit = &mut self.emit;
-            register.expire(now, self.cfg.reorder_wait, &mut |tag, piece| {
-                route(emit, &mut voices, now, tag, piece)
-            });
-            let Voices {
-                speakers,
-                key,
-                created,
-                ..
-            } = voices;
-            let waiting = register.held() > 0;
-            if bye_waits && register.bye_done(now, self.cfg.reorder_wait) {
-                // The gaps the source's BYE waited for are given up: the stream ends.
-                self.close_stream(now, slot, "rtcp bye");
-                continue;
-            }
-            for sp in speakers.iter_mut() {
-                let idle_at = sp.last_text.plus_us(self.delays.idle_flush);
-                if !waiting
-                    && idle_at <= now
-                    && !sp.chunker.is_blank()
-                    && let Some(chunk) = sp.chunker.flush(FlushCause::Idle)
-                {
-                    self.emit.chunk(idle_at, key, created, sp, chunk);
-                }
-            }
-            self.emit.stats.harvest(register);
+            self.fire_stream(now, slot, Time::NEVER);
             if self.slots.get(slot).is_some_and(|s| s.mixer.byes > 0) {
                 self.settle_byes(now, slot);
             }
             self.arm(now, slot);
         }
+    }
+
+    /// A timer of a stream whose source's BYE waits ([`Gateway::stream_bye`]): as any other
+    /// stream's, but it ends at the end of the wait from the BYE (or its stream timeout, if
+    /// sooner), stamped then however late this call, and an idle flush due after that end is
+    /// the end's flush.
+    #[cold]
+    #[inline(never)]
+    fn lingering_timeout(&mut self, now: Time, at: Time, slot: u32) {
+        let Some(s) = self.slots.get(slot) else {
+            return;
+        };
+        let timeout_at = s.last_packet.plus_us(self.delays.stream_timeout);
+        let bye_end = (s.register.bye_deadline(self.cfg.reorder_wait)).unwrap_or(timeout_at);
+        let end = bye_end.min(timeout_at);
+        if end > now {
+            self.fire_stream(now, slot, end);
+            if self.slots.get(slot).is_some_and(|s| s.mixer.byes > 0) {
+                self.settle_byes(now, slot);
+            }
+            self.arm(now, slot);
+            return;
+        }
+        // The wait is over: as of its end, the idle flushes due by then go out, each at its
+        // own time, then the gaps held are given up and the stream ends.
+        let end = end.max(at);
+        self.fire_stream(end, slot, end);
+        self.close_stream(end, slot, "rtcp bye");
+    }
+
+    /// A stream's timer work due by `now`: the gaps whose reorder wait is over are given up
+    /// (RFC 4103 5.4), and the speakers silent for the idle flush, by `idle_until` at the
+    /// latest, flush what they hold.
+    #[inline(always)]
+    fn fire_stream(&mut self, now: Time, slot: u32, idle_until: Time) {
+        let compat = self.cfg.compat;
+        let s = self.slots.get_mut(slot).expect("live");
+        let (register, mut voices) = Voices::of(s, compat);
+        let emit = &mut self.emit;
+        register.expire(now, self.cfg.reorder_wait, &mut |tag, piece| {
+            route(emit, &mut voices, now, tag, piece)
+        });
+        let Voices {
+            speakers,
+            key,
+            created,
+            ..
+        } = voices;
+        let waiting = register.held() > 0;
+        for sp in speakers.iter_mut() {
+            let idle_at = sp.last_text.plus_us(self.delays.idle_flush);
+            if !waiting
+                && idle_at <= now
+                && idle_at <= idle_until
+                && !sp.chunker.is_blank()
+                && let Some(chunk) = sp.chunker.flush(FlushCause::Idle)
+            {
+                self.emit.chunk(idle_at, key, created, sp, chunk);
+            }
+        }
+        self.emit.stats.harvest(register);
     }
 
     /// Graceful stop: every stream flushes what it holds and leaves, in creation order.
@@ -1664,12 +1716,11 @@ impl Gateway {
     /// The stream's own source said BYE. Packets it sent before may still be on their way: a
     /// BYE travels apart from them and can overtake them (RFC 3550 6.3.7 keeps a member a while
     /// after its BYE for such packets; RTCP on its own port is read apart from RTP, too). So
-    /// while packets are held behind a gap the stream goes on until the gap is settled, by the
-    /// packet that fills it or by the reorder wait's end (RFC 4103 5.4), and then ends. With
-    /// nothing held, what it said is sent now and the stream lingers for the reorder wait,
-    /// taking packets that continue its numbering, then leaves; a new session's packet ends
-    /// it at once ([`Gateway::new_session_after_bye`]). The SSRC is free at once (RFC 3550
-    /// 8.2): another sender may take it meanwhile.
+    /// the stream lingers for the reorder wait (RFC 4103 5.4), taking the packets that fill its
+    /// gaps or continue its numbering as any others, then ends: what it holds is given up,
+    /// what it said goes out, and it leaves. A new session's packet ends it at once
+    /// ([`Gateway::new_session_after_bye`]). The SSRC is free at once (RFC 3550 8.2): another
+    /// sender may take it meanwhile.
     fn stream_bye(&mut self, now: Time, slot: u32) {
         let wait = self.cfg.reorder_wait;
         let Some(s) = self.slots.get_mut(slot) else {
@@ -1684,33 +1735,28 @@ impl Gateway {
             return;
         }
         s.bye_waits = true;
-        let (key, held) = (s.key, s.register.held());
+        let (key, serial) = (s.key, s.serial);
         self.release_ssrc(&key);
-        if held == 0 {
-            self.flush_at_bye(now, slot);
-        }
+        self.lingering.push_back((slot, serial));
         self.arm(now, slot);
     }
 
-    /// A stream lingering after its source's BYE ([`Gateway::stream_bye`]) sends what its
-    /// speakers hold now: the source said it has ended, so nothing waits for more text.
-    #[cold]
-    #[inline(never)]
-    fn flush_at_bye(&mut self, now: Time, slot: u32) {
-        let Some(s) = self.slots.get_mut(slot) else {
-            return;
-        };
-        let Stream {
-            speakers,
-            key,
-            created,
-            ..
-        } = s;
-        for sp in speakers.iter_mut() {
-            if let Some(chunk) = sp.chunker.flush(FlushCause::End) {
-                self.emit.chunk(now, key, created, sp, chunk);
+    /// At the stream limit with no silent stream to remove: ends the stream whose BYE came
+    /// first and is still waiting for packets it may have overtaken, so that a new caller is
+    /// not refused for a stream that has said goodbye. Amortised O(1), as
+    /// [`Gateway::evict_silent_stream`].
+    fn end_a_lingering_stream(&mut self, now: Time) -> bool {
+        while let Some((slot, serial)) = self.lingering.pop_front() {
+            if self
+                .slots
+                .get(slot)
+                .is_some_and(|s| s.serial == serial && s.bye_waits)
+            {
+                self.close_stream(now, slot, "rtcp bye");
+                return true;
             }
         }
+        false
     }
 
     /// A packet for a stream whose BYE waits ([`Stream::bye_waits`]) that was not sent before

@@ -172,19 +172,17 @@ struct Rare {
 /// [`Register::slow`]: the stream opened without a session start, and earlier packets may still
 /// arrive.
 const HEAD_WAIT: u8 = 1;
-/// [`Register::slow`]: the source said BYE with nothing held ([`Register::mark_bye`]); its
-/// stream lingers, and each packet is checked against the BYE.
+/// [`Register::slow`]: the source said BYE ([`Register::mark_bye`]); its stream lingers, and
+/// each packet is checked against the BYE and arms the BYE's deadline.
 const LINGER: u8 = 2;
 
 /// Where a source's BYE left its stream ([`Register::mark_bye`]).
 #[derive(Debug, Clone, Copy)]
 struct Bye {
-    /// Packets up to this one (from the next expected) were sent before the BYE.
+    /// Packets up to this one (from the next expected) were sent before the BYE: the newest
+    /// held when it came, else the next expected.
     newest: u16,
     at: Time,
-    /// Packets were held behind a gap: the wait ends when nothing is held. Otherwise the
-    /// stream lingers for the whole reorder wait, for packets the BYE may have overtaken.
-    held: bool,
 }
 
 /// Jump packets a register keeps: a restart's first packets swapped or duplicated still make
@@ -577,35 +575,24 @@ impl Register {
     }
 
     /// The source's BYE came at `now`. A BYE travels apart from the source's packets and may
-    /// overtake them (RFC 3550 6.3.7): with packets held behind a gap, the stream waits for
-    /// them, at most the reorder wait from now (the register's deadline says when); with
-    /// nothing held, for packets continuing the numbering, the whole reorder wait
-    /// ([`Register::bye_deadline`]). False when no packet was ever placed: nothing to wait for.
+    /// overtake them (RFC 3550 6.3.7): the stream lingers for the reorder wait from now
+    /// ([`Register::bye_deadline`]), for the gaps it holds and for packets continuing its
+    /// numbering. False when no packet was ever placed: nothing to wait for.
     pub fn mark_bye(&mut self, now: Time) -> bool {
-        let (newest, held) = match (self.cold.held.last(), self.expected) {
-            (Some(h), _) => (h.seq, true),
-            (None, Some(next)) => (next, false),
+        let newest = match (self.cold.held.last(), self.expected) {
+            (Some(h), _) => h.seq,
+            (None, Some(next)) => next,
             (None, None) => return false,
         };
-        if !held {
-            self.slow |= LINGER;
-        }
+        self.slow |= LINGER;
         let rare = self.cold.rare.get_or_insert_default();
-        rare.bye.get_or_insert(Bye {
-            newest,
-            at: now,
-            held,
-        });
+        rare.bye.get_or_insert(Bye { newest, at: now });
         true
     }
 
-    /// Whether what a BYE waited for ([`Register::mark_bye`]) is over: the reorder wait since
-    /// the BYE has passed, or nothing is held of what was held when it came.
+    /// Whether the wait after the source's BYE ([`Register::mark_bye`]) is over.
     pub fn bye_done(&self, now: Time, wait: std::time::Duration) -> bool {
-        let Some(bye) = self.cold.rare.as_ref().and_then(|r| r.bye) else {
-            return self.held() == 0;
-        };
-        (bye.held && self.held() == 0) || bye.at.saturating_add(wait) <= now
+        self.bye_deadline(wait).is_some_and(|d| d <= now)
     }
 
     /// When the wait after the source's BYE ends at the latest: the reorder wait from it.

@@ -519,15 +519,13 @@ fn rtcp_bye_ends_the_stream_on_the_next_port_or_muxed() {
         let mut bye = Vec::new();
         pvp_t140::rtcp::write_bye(&mut bye, 7);
         gw.handle_datagram(at(5), addr(rtcp_port), &bye);
-        // The text goes out at the BYE; the leave once the reorder wait from it is over, in
-        // case the BYE overtook a last packet.
-        let mut out = drain(&mut gw);
-        assert_eq!(out.len(), 2);
-        assert_eq!(gw.live_streams(), 1);
+        // The stream ends once the reorder wait from the BYE is over, in case the BYE overtook
+        // a last packet: then the text goes out and the speaker leaves.
         gw.handle_timeout(at(5 + 999));
-        assert!(drain(&mut gw).is_empty());
+        assert_eq!(gw.live_streams(), 1);
         gw.handle_timeout(at(5 + 1000));
-        out.extend(drain(&mut gw));
+        let out = drain(&mut gw);
+        assert!(out.iter().all(|e| e.ts == at(5 + 1000).to_iso8601()));
         assert_eq!(
             summary(&out),
             vec![
@@ -2029,9 +2027,9 @@ fn t140llm_backspace_erases_a_combining_mark_with_the_space_it_sits_on() {
 /// its last text, and the BYE (on the RTCP port, read by another task, or on a path of its
 /// own) reaches the gateway 10 ms before it (RFC 3550 6.3.7: a BYE may overtake data). The
 /// stream ended at the BYE, and the late packet opened a second participant: another join, its
-/// head marked lost ("\u{fffd} World."), another leave. The text before the BYE still goes out at
-/// the BYE, and the leave comes once the reorder wait from the BYE is over, after the late
-/// packet's text: one participant, nothing marked lost.
+/// head marked lost ("\u{fffd} World."), another leave. The stream lingers for the reorder wait
+/// from the BYE, the late packet's text joins what came before, and then it leaves: one
+/// participant, nothing marked lost.
 #[test]
 fn a_bye_that_overtakes_the_last_packet_with_nothing_held_leaves_after_it() {
     let mut gw = Gateway::new(Config::default());
@@ -2039,25 +2037,22 @@ fn a_bye_that_overtakes_the_last_packet_with_nothing_held_leaves_after_it() {
     let mut bye = Vec::new();
     rtp_bye(&mut bye);
     gw.handle_datagram(at(100), addr(4001), &bye);
-    // What was said before the BYE is not held back for the late packet.
-    assert_eq!(
-        summary(&drain(&mut gw)),
-        [
-            "session.join t140:00000007@127.0.0.1:4000",
-            "add t140:00000007@127.0.0.1:4000 \"Hello there.\" flush:end",
-        ]
-    );
     gw.handle_datagram(at(110), addr(4000), &t140(2, 7, " World."));
+    gw.handle_timeout(at(100 + 999));
+    assert_eq!(gw.live_streams(), 1);
     gw.handle_timeout(at(100 + 1000));
     let out = drain(&mut gw);
     assert_eq!(
         summary(&out),
         [
+            "session.join t140:00000007@127.0.0.1:4000",
+            "add t140:00000007@127.0.0.1:4000 \"Hello there.\" flush:sentence",
             "add t140:00000007@127.0.0.1:4000 \"World.\" flush:end",
             "session.leave t140:00000007@127.0.0.1:4000",
         ]
     );
-    assert_eq!(out[1].payload["reason"], "rtcp bye");
+    assert_eq!(out[3].payload["reason"], "rtcp bye");
+    assert_eq!(out[3].ts, at(1100).to_iso8601());
     assert_eq!(gw.live_streams(), 0);
     assert_eq!(gw.stats().lost, 0);
 }
@@ -2074,8 +2069,10 @@ fn a_new_session_right_after_a_bye_with_nothing_held_ends_the_old_one_at_once() 
     gw.handle_datagram(at(100), addr(4000), &bye);
     gw.handle_datagram(at(200), addr(4000), &t140m(40_000, 7, true, "Again."));
     gw.handle_timeout(at(5000));
+    let out = drain(&mut gw);
+    assert_eq!(out[2].ts, at(200).to_iso8601(), "the old stream ended late");
     assert_eq!(
-        summary(&drain(&mut gw)),
+        summary(&out),
         [
             "session.join t140:00000007@127.0.0.1:4000",
             "add t140:00000007@127.0.0.1:4000 \"Hello.\" flush:end",
@@ -2085,4 +2082,69 @@ fn a_new_session_right_after_a_bye_with_nothing_held_ends_the_old_one_at_once() 
         ]
     );
     assert_eq!(gw.stats().lost, 0);
+}
+
+/// A driver that calls `handle_timeout` late (the live loop calls it with `clock.now()` after
+/// its sleep; a stall makes that seconds late) does each deadline's work as of its deadline:
+/// the lingering stream's idle flush is stamped at its `idle_at` as `flush:idle`, and its leave
+/// at the end of the wait from the BYE. (Both were stamped at the late call, the idle flush
+/// turned into `flush:end`.)
+#[test]
+fn a_late_timer_call_stamps_a_lingering_streams_flush_and_leave_at_their_deadlines() {
+    let mut gw = Gateway::new(Config {
+        idle_flush: Duration::from_millis(200),
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello"));
+    let mut bye = Vec::new();
+    rtp_bye(&mut bye);
+    gw.handle_datagram(at(100), addr(4001), &bye);
+    gw.handle_datagram(at(110), addr(4000), &t140(2, 7, " world"));
+    gw.handle_timeout(at(5000));
+    let out = drain(&mut gw);
+    let stamped: Vec<(String, String)> =
+        out.iter().map(|e| (e.ts.clone(), e.kind.clone())).collect();
+    let s = |ms: u64, kind: &str| (at(ms).to_iso8601(), kind.to_owned());
+    assert_eq!(
+        stamped,
+        [
+            s(310, "session.join"),
+            s(310, "context.add"),
+            s(1100, "session.leave")
+        ]
+    );
+    assert_eq!(
+        summary(&out)[1],
+        "add t140:00000007@127.0.0.1:4000 \"Hello world\" flush:idle"
+    );
+}
+
+/// At the stream limit (here 1), a stream whose source said BYE lingers for late packets but
+/// must not keep a new caller out: it could not be evicted (it joined), and the caller's first
+/// packet 100 ms after the BYE was dropped as `stream_limit`. The lingering stream ends (its
+/// text out, its leave sent) and the caller is taken.
+#[test]
+fn a_stream_lingering_after_its_bye_gives_way_to_a_new_caller_at_the_stream_limit() {
+    let mut gw = Gateway::new(Config {
+        max_streams: 1,
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello. "));
+    let mut bye = Vec::new();
+    rtp_bye(&mut bye);
+    gw.handle_datagram(at(100), addr(4001), &bye);
+    gw.handle_datagram(at(200), addr(4100), &t140(1, 8, "Next caller. "));
+    let out = drain(&mut gw);
+    assert_eq!(gw.stats().drops(DropReason::StreamLimit), 0);
+    assert_eq!(
+        summary(&out),
+        [
+            "session.join t140:00000007@127.0.0.1:4000",
+            "add t140:00000007@127.0.0.1:4000 \"Hello.\" flush:sentence",
+            "session.leave t140:00000007@127.0.0.1:4000",
+            "session.join t140:00000008@127.0.0.1:4100",
+            "add t140:00000008@127.0.0.1:4100 \"Next caller.\" flush:sentence",
+        ]
+    );
+    assert_eq!(out[2].payload["reason"], "rtcp bye");
 }

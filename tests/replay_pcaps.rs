@@ -319,13 +319,14 @@ fn rtcp_on_the_next_port_names_the_join_and_its_bye_leaves_after_the_reorder_wai
             .any(|e| e["type"] == "participant.announce"),
         "{envelopes:?}"
     );
-    // BYE: the pending text is flushed then, and the participant leaves once the reorder wait
-    // from it is over (a last packet the BYE overtook would still be taken), not at the end.
+    // BYE (captured at 00.545): once the reorder wait from it is over (a last packet the BYE
+    // overtook would still be taken), the pending text is flushed and the participant leaves,
+    // not at the end.
     let leave = of(&envelopes, "session.leave", ada);
     assert_eq!(leave[0]["payload"]["reason"], "rtcp bye");
     let last_add = of(&envelopes, "context.add", ada).pop().unwrap();
     assert_eq!(last_add["payload"]["content"], "Leaving now");
-    assert_eq!(last_add["ts"], "2026-11-22T19:58:00.545Z");
+    assert_eq!(last_add["ts"], "2026-11-22T19:58:00.745Z");
     assert_eq!(leave[0]["ts"], "2026-11-22T19:58:00.745Z");
     let end = envelopes.last().unwrap();
     assert!(leave[0]["ts"].as_str() < end["ts"].as_str(), "{end}");

@@ -766,8 +766,9 @@ fn bye_overtaking_packet_2(cfg: Config) -> Gateway {
 /// them. Here packet 2 ("there ") is reordered behind 3 and arrives 10 ms after the BYE,
 /// within the reorder wait (RFC 4103 5.4). The stream ended at the BYE: the gap was given up
 /// ("Hello \u{fffd}world."), and the late packet opened a second stream, which joined again to
-/// say "\u{fffd}there". The BYE waits for the gap: the packet that fills it ends the stream,
-/// with everything said, one join and one leave, at once (no shutdown or timer needed).
+/// say "\u{fffd}there". The BYE waits for the gap: the packet that fills it delivers
+/// everything said, and the stream leaves when the reorder wait from the BYE is over (a packet
+/// after the gap may have been overtaken too): one join and one leave.
 #[test]
 fn a_bye_overtaking_the_sources_last_packet_waits_for_it() {
     let mut gw = bye_overtaking_packet_2(Config::default());
@@ -776,6 +777,13 @@ fn a_bye_overtaking_the_sources_last_packet_waits_for_it() {
         "left with a packet still held"
     );
     gw.handle_datagram(at(620), addr(4000), &t140(2, 7, "there "));
+    gw.handle_timeout(at(1609));
+    assert_eq!(
+        gw.stats().streams_live,
+        1,
+        "left before the wait from the BYE"
+    );
+    gw.handle_timeout(at(1610));
     let out = events_of(&drain(&mut gw), "");
     assert_eq!(
         out,
@@ -799,7 +807,8 @@ fn a_bye_waiting_for_a_lost_packet_ends_the_stream_at_the_reorder_wait() {
     gw.handle_timeout(at(1500));
     drain(&mut gw);
     assert_eq!(gw.stats().streams_live, 1, "ended before the reorder wait");
-    gw.handle_timeout(at(1600));
+    // The gap is given up at 1600, the stream ends at the wait from the BYE, 1610.
+    gw.handle_timeout(at(1610));
     let out = events_of(&drain(&mut gw), "");
     assert_eq!(
         out,
@@ -933,7 +942,8 @@ fn a_mixer_sources_deferred_bye_leaves_first_when_the_mixers_bye_waits_out_the_g
     let mut bye = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
     pvp_t140::rtcp::write_bye(&mut bye, 9);
     gw.handle_datagram(at(40), addr(5000), &bye);
-    gw.handle_timeout(at(1020));
+    // The gap is given up at 1020; the mixer's stream ends at the wait from its BYE, 1040.
+    gw.handle_timeout(at(1040));
     let out = drain(&mut gw);
     assert_eq!(gw.stats().streams_live, 0);
     let leaves: Vec<&str> = out
@@ -1027,6 +1037,7 @@ fn a_conflicting_packet_after_a_waiting_bye_leaves_the_old_stream_waiting() {
     gw.handle_datagram(at(630), addr(4000), &t140m(40_000, 7, true, "Next. "));
     assert_eq!(gw.stats().drops(pvp_t140::DropReason::SsrcConflict), 1);
     gw.handle_datagram(at(640), addr(4000), &t140(2, 7, "there "));
+    gw.handle_timeout(at(1610));
     let out = drain(&mut gw);
     let old: Vec<(String, String)> = events_of(&out, "")
         .into_iter()
@@ -1217,4 +1228,70 @@ fn a_name_equal_to_the_cname_is_still_a_name_no_cname_replaces() {
         .map(|e| e.payload["name"].clone())
         .collect();
     assert_eq!(names, [serde_json::json!("ada@host")]);
+}
+
+/// A mixer (SSRC 9) that shuts down sends one BYE listing its own SSRC and the CSRCs it
+/// handles (RFC 3550 6.6), here the CSRC first; the BYE overtakes the mixer's last packet,
+/// source 1's "Bye now.". The mixer's stream lingers for that packet, but the CSRC's BYE ended
+/// its speaker at once, so the late packet joined the same participant a second time (join,
+/// "Alpha says hi.", leave, join, "Bye now.", leave). The sources leave with the mixer's
+/// stream: one join and one leave for source 1, its late words in between.
+#[test]
+fn a_mixer_shutting_down_lists_its_sources_and_they_leave_once_after_its_late_packet() {
+    for own_first in [true, false] {
+        let mut gw = Gateway::new(Config::default());
+        gw.handle_datagram(
+            at(0),
+            addr(5000),
+            &with_csrc(1, 1000, 9, 1, b"Alpha says hi. "),
+        );
+        let mut bye = Vec::new();
+        pvp_t140::rtcp::write_rr(&mut bye, 9);
+        bye.extend_from_slice(&[0x82, 203, 0, 2]);
+        let (a, b) = if own_first { (9u32, 1u32) } else { (1, 9) };
+        bye.extend_from_slice(&a.to_be_bytes());
+        bye.extend_from_slice(&b.to_be_bytes());
+        gw.handle_datagram(at(100), addr(5001), &bye);
+        gw.handle_datagram(at(110), addr(5000), &with_csrc(2, 1300, 9, 1, b"Bye now."));
+        gw.handle_timeout(at(1100));
+        let out = drain(&mut gw);
+        assert_eq!(
+            events_of(&out, "1"),
+            [
+                pair("session.join", ""),
+                pair("context.add", "Alpha says hi."),
+                pair("context.add", "Bye now."),
+                pair("session.leave", ""),
+            ],
+            "own SSRC listed first: {own_first}"
+        );
+        assert_eq!(gw.stats().streams_live, 0);
+    }
+}
+
+/// A BYE that came while packet 3 was held behind the gap of 2; 2 arrives and fills it, then
+/// 4, which the sender also sent before its BYE (the BYE overtook 2, 3 and 4). The stream
+/// ended the moment the gap filled, so 4 opened a second participant ("\u{fffd}four.", another
+/// join and leave). The stream lingers for the whole reorder wait from the BYE: one participant
+/// saying "One two three four.", nothing marked lost.
+#[test]
+fn a_bye_that_overtook_a_gap_and_a_packet_after_it_waits_for_both() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "One "));
+    gw.handle_datagram(at(50), addr(4000), &t140(3, 7, "three "));
+    gw.handle_datagram(at(100), addr(4001), &own_bye());
+    gw.handle_datagram(at(105), addr(4000), &t140(2, 7, "two "));
+    gw.handle_datagram(at(110), addr(4000), &t140(4, 7, "four."));
+    gw.handle_timeout(at(1100));
+    let out = drain(&mut gw);
+    assert_eq!(
+        events_of(&out, ""),
+        [
+            pair("session.join", ""),
+            pair("context.add", "One two three four."),
+            pair("session.leave", ""),
+        ]
+    );
+    assert_eq!(gw.stats().streams_live, 0);
+    assert_eq!((gw.stats().head_lost, gw.stats().lost), (0, 0));
 }
