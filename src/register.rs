@@ -163,9 +163,7 @@ struct Rare {
     /// if it moved since (its live packets kept coming), packets a short way back are late
     /// duplicates, not a restart (RFC 3550 A.1's three), and those kept are strays.
     since: (u16, u16),
-    /// The source's BYE came ([`Register::mark_bye`]): the newest sequence number it is
-    /// known to follow (the newest held, or with nothing held the next expected), when, and
-    /// whether packets were held then.
+    /// The source's BYE came ([`Register::mark_bye`]): where and when.
     bye: Option<Bye>,
 }
 

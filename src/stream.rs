@@ -213,11 +213,10 @@ pub struct Stream {
     /// [`NO_SPEAKER`]: the common packet finds its speaker without reading a voice, which sits
     /// in the speaker's cold part.
     pub own: u8,
-    /// The source's BYE came while packets were held behind a gap: the stream ends once the
-    /// newest of them is delivered or given up (RFC 3550 6.3.7: a BYE may overtake the
-    /// source's last packets), not at once. That packet is marked in the register
-    /// ([`crate::register::Register::mark_bye`]): a `u16` here moved the speaker's hot part
-    /// across a cache line.
+    /// The source's BYE came: the stream lingers for the reorder wait from it, for packets the
+    /// BYE may have overtaken (RFC 3550 6.3.7), then ends. Where and when the BYE came is kept
+    /// in the register ([`crate::register::Register::mark_bye`]): a `u16` here moved the
+    /// speaker's hot part across a cache line.
     pub bye_waits: bool,
     /// What only a mixer's stream uses, kept together so the packet path carries one
     /// reference to it.
