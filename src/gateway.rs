@@ -1559,13 +1559,10 @@ impl Gateway {
     #[cold]
     #[inline(never)]
     fn after_bye_packet(&mut self, now: Time, slot: u32, due: Time) {
-        let wait = self.cfg.reorder_wait;
         let register = &self.slots.get(slot).expect("live").register;
-        if register.bye_done(now, wait) {
-            self.close_stream(now, slot, "rtcp bye");
-        } else {
-            let due = register.bye_deadline(wait).map_or(due, |bye| due.min(bye));
-            self.arm_after_packet(now, slot, due);
+        match register.bye_deadline(self.cfg.reorder_wait) {
+            Some(end) if end <= now => self.close_stream(now, slot, "rtcp bye"),
+            end => self.arm_after_packet(now, slot, end.map_or(due, |end| due.min(end))),
         }
     }
 
@@ -1631,10 +1628,6 @@ impl Gateway {
                 continue;
             }
             self.fire_stream(now, slot, Time::NEVER);
-            if self.slots.get(slot).is_some_and(|s| s.mixer.byes > 0) {
-                self.settle_byes(now, slot);
-            }
-            self.arm(now, slot);
         }
     }
 
@@ -1653,24 +1646,30 @@ impl Gateway {
         let end = bye_end.min(timeout_at);
         if end > now {
             self.fire_stream(now, slot, end);
-            if self.slots.get(slot).is_some_and(|s| s.mixer.byes > 0) {
-                self.settle_byes(now, slot);
-            }
-            self.arm(now, slot);
             return;
         }
         // The wait is over: as of its end, the idle flushes due by then go out, each at its
         // own time, then the gaps held are given up and the stream ends.
         let end = end.max(at);
-        self.fire_stream(end, slot, end);
+        self.flush_and_expire(end, slot, end);
         self.close_stream(end, slot, "rtcp bye");
     }
 
-    /// A stream's timer work due by `now`: the gaps whose reorder wait is over are given up
-    /// (RFC 4103 5.4), and the speakers silent for the idle flush, by `idle_until` at the
-    /// latest, flush what they hold.
+    /// A stream's timer work due by `now` ([`Gateway::flush_and_expire`]), then the mixer
+    /// sources' BYEs that have come due, and its next deadline armed.
     #[inline(always)]
     fn fire_stream(&mut self, now: Time, slot: u32, idle_until: Time) {
+        self.flush_and_expire(now, slot, idle_until);
+        if self.slots.get(slot).is_some_and(|s| s.mixer.byes > 0) {
+            self.settle_byes(now, slot);
+        }
+        self.arm(now, slot);
+    }
+
+    /// The gaps whose reorder wait is over by `now` are given up (RFC 4103 5.4), and the
+    /// speakers silent for the idle flush, by `idle_until` at the latest, flush what they hold.
+    #[inline(always)]
+    fn flush_and_expire(&mut self, now: Time, slot: u32, idle_until: Time) {
         let compat = self.cfg.compat;
         let s = self.slots.get_mut(slot).expect("live");
         let (register, mut voices) = Voices::of(s, compat);
@@ -1722,7 +1721,7 @@ impl Gateway {
     /// ([`Gateway::new_session_after_bye`]). The SSRC is free at once (RFC 3550 8.2): another
     /// sender may take it meanwhile.
     fn stream_bye(&mut self, now: Time, slot: u32) {
-        let wait = self.cfg.reorder_wait;
+        let no_wait = self.cfg.reorder_wait.is_zero();
         let Some(s) = self.slots.get_mut(slot) else {
             return;
         };
@@ -1730,7 +1729,7 @@ impl Gateway {
             // A BYE again: the first one's wait goes on.
             return;
         }
-        if !s.register.mark_bye(now) || s.register.bye_done(now, wait) {
+        if no_wait || !s.register.mark_bye(now) {
             self.close_stream(now, slot, "rtcp bye");
             return;
         }
@@ -1764,8 +1763,8 @@ impl Gateway {
     /// and goes its usual way): the source's next session (RFC 3550 6.3.7). The old stream ends
     /// now, what it waited for given up, and the packet is received again, opening the new
     /// one; unless another source took the SSRC the BYE freed, and then it is refused and the
-    /// old stream goes on waiting. The stream ends once nothing is held or the reorder wait
-    /// from the BYE has passed ([`crate::register::Register::bye_done`]).
+    /// old stream goes on waiting. The stream ends once the reorder wait from the BYE has
+    /// passed ([`crate::register::Register::bye_deadline`]).
     #[cold]
     #[inline(never)]
     fn new_session_after_bye(

@@ -588,11 +588,6 @@ impl Register {
         true
     }
 
-    /// Whether the wait after the source's BYE ([`Register::mark_bye`]) is over.
-    pub fn bye_done(&self, now: Time, wait: std::time::Duration) -> bool {
-        self.bye_deadline(wait).is_some_and(|d| d <= now)
-    }
-
     /// When the wait after the source's BYE ends at the latest: the reorder wait from it.
     pub fn bye_deadline(&self, wait: std::time::Duration) -> Option<Time> {
         let bye = self.cold.rare.as_ref()?.bye?;
