@@ -19,7 +19,7 @@ use crate::register::{Arrival, Outcome, Piece, Register};
 use crate::rtcp::RtcpEvent;
 use crate::rtp::{RtpError, RtpPacket, looks_like_rtcp, ts_after};
 use crate::slab::Slab;
-use crate::speaker::{Output, Speaker, Voice, VoiceRef, split_named};
+use crate::speaker::{Bye, Output, Speaker, Voice, VoiceRef, split_named};
 use crate::stream::{Hex8, KeyHasher, SourceText, Stream, StreamKey, canonical, speaker_index};
 use crate::t140::DecodeStats;
 use crate::time::Time;
@@ -655,7 +655,7 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
         _ => None,
     };
     if let Some(ts) = bye_ts
-        && sp.profile.bye_at().is_some_and(|at| ts_after(ts, at))
+        && sp.profile.bye_at().is_some_and(|b| ts_after(ts, b.ts))
     {
         // Said after its BYE, and after the packets held then: the leave comes first, and
         // this joins it again (RFC 3550 6.3.7).
@@ -676,8 +676,49 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
     if let Some(ts) = bye_ts {
         // The stream delivered up to `ts` (a mixer's timestamps are one clock for all its
         // sources, RFC 9071 section 4).
-        byes_due(emit, v, now, |at| !ts_after(at, ts));
+        byes_due(emit, v, now, |b| !ts_after(b.ts, ts));
     }
+}
+
+/// The mixer's RTP clock (RFC 4103 3: 1000 Hz) when a BYE arriving at `now` was sent, at
+/// most: the newest timestamp the stream holds or delivered, plus the time since its last
+/// packet came, plus [`BYE_CLOCK_SLACK_MS`]. None if the stream never placed a packet.
+#[cold]
+#[inline(never)]
+fn bye_sent_by(
+    register: &Register,
+    speakers: &crate::stream::Speakers,
+    last_packet: Time,
+    now: Time,
+) -> Option<u32> {
+    let newest = match (register.newest_held_ts(), newest_delivered(speakers)) {
+        (Some(a), Some(b)) if ts_after(b, a) => b,
+        (Some(a), _) => a,
+        (None, b) => b?,
+    };
+    // Capped well inside the half range in which timestamps compare (RFC 3550 A.1): a stream
+    // silent that long has timed out.
+    let since = now.as_millis().saturating_sub(last_packet.as_millis());
+    let since = u32::try_from(since).unwrap_or(u32::MAX).min(1 << 30);
+    Some(newest.wrapping_add(since).wrapping_add(BYE_CLOCK_SLACK_MS))
+}
+
+/// How much longer than the BYE a packet sent before it may have taken on the way, beyond
+/// what the stream's last packet took: the packet that set the clock may have been quick and
+/// the BYE slow. A packet stamped within this after the BYE was sent is still taken as sent
+/// before it: one participation, where a wrong split would make a second. A source that
+/// speaks again after its BYE buffers its new text first (RFC 4103 5.1: 300 ms), so its packet
+/// is stamped well beyond this.
+const BYE_CLOCK_SLACK_MS: u32 = 20;
+
+/// When the first of a mixer's sources whose leave waits ([`Bye::by`]) leaves at the latest.
+#[cold]
+#[inline(never)]
+fn first_bye_end(speakers: &crate::stream::Speakers) -> Time {
+    (speakers.iter())
+        .filter_map(|sp| sp.profile.bye_at().map(|b| b.by))
+        .min()
+        .unwrap_or(Time::NEVER)
 }
 
 /// The newest timestamp a mixer's stream delivered, over its speakers (one clock).
@@ -690,14 +731,13 @@ fn newest_delivered(speakers: &crate::stream::Speakers) -> Option<u32> {
         .reduce(|a, b| if ts_after(b, a) { b } else { a })
 }
 
-/// The speakers whose BYE waited for the packets held when it came
-/// ([`crate::speaker::MixerVoice::bye_at`]) leave where `due` says the stream has delivered up
-/// to the newest of them.
+/// The speakers whose leave waits after their BYE ([`crate::speaker::MixerVoice::bye_at`])
+/// leave where `due` says nothing sent before the BYE can still come.
 #[cold]
 #[inline(never)]
-fn byes_due(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, due: impl Fn(u32) -> bool) {
+fn byes_due(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, due: impl Fn(&Bye) -> bool) {
     for idx in 0..v.speakers.len() {
-        if v.speakers[idx].profile.bye_at().is_some_and(&due) {
+        if v.speakers[idx].profile.bye_at().as_ref().is_some_and(&due) {
             mixer_source_leaves(emit, v, now, idx);
         }
     }
@@ -1437,16 +1477,17 @@ impl Gateway {
         self.emit.rename(now, key, &mut speakers[i], name, rank);
     }
 
-    /// A mixer's source that left (a BYE for its CSRC): what it said and has not been sent
-    /// goes out, then its leave; the mixer's stream and its other speakers go on. What it said
-    /// includes its packets sent before the BYE that have not been delivered: held behind a
-    /// gap in the mixer's sequence, or the gap itself, late (RFC 4103 5.4; RFC 3550 6.3.7
-    /// keeps a source a while after its BYE for such packets). So while packets are held the
-    /// leave waits until the newest of them is delivered
-    /// ([`crate::speaker::MixerVoice::bye_at`], at most the reorder wait later), and the gap
-    /// is settled as any other, by the packet that fills it or by the wait's end. Should the
-    /// source speak again after its leave, it joins again.
+    /// A mixer's source that left (a BYE for its CSRC): what it said goes out, then its leave;
+    /// the mixer's stream and its other speakers go on. What it said includes its packets
+    /// sent before the BYE that have not been delivered: held behind a gap in the mixer's
+    /// sequence, or still on their way (the mixer forwards the BYE in its RTCP, which travels
+    /// apart from its RTP and may overtake it: RFC 3550 6.3.7 keeps a source a while after its
+    /// BYE for such packets). So the leave waits ([`Bye`]): until the stream delivers a packet
+    /// stamped after the moment the BYE was sent, or else for the reorder wait (RFC 4103 5.4),
+    /// and it is stamped then. A packet of the source stamped after the BYE was said after it:
+    /// the leave comes first, and the source joins again.
     fn end_speaker(&mut self, now: Time, slot: u32, i: usize, reason: &str) {
+        let wait = self.cfg.reorder_wait;
         let Some(s) = self.slots.get_mut(slot).filter(|s| !s.bye_waits) else {
             // The mixer itself said BYE (a mixer shutting down lists its sources with its own
             // SSRC, RFC 3550 6.6): its stream lingers for late packets, and every speaker
@@ -1459,32 +1500,43 @@ impl Gateway {
             mixer,
             key,
             created,
+            last_packet,
             ..
         } = s;
+        let sent_by = (!wait.is_zero())
+            .then(|| bye_sent_by(register, speakers, *last_packet, now))
+            .flatten();
         let sp = &mut speakers[i];
-        match register.newest_held_ts() {
-            Some(ts) if sp.profile.bye_at().is_none() => {
-                sp.profile.mixer().bye_at = Some(ts);
-                mixer.byes = mixer.byes.saturating_add(1);
+        let Some(ts) = sent_by else {
+            // No reorder wait, or the stream never placed a packet: nothing to wait for.
+            if let Some(m) = sp.profile.mixer.as_deref_mut()
+                && m.bye_at.take().is_some()
+            {
+                m.bye_then = None;
+                mixer.byes = mixer.byes.saturating_sub(1);
             }
-            // A second BYE before the first's leave: it spoke again in between.
-            Some(ts) => sp.profile.mixer().bye_then = Some(ts),
-            None => {
-                if let Some(m) = sp.profile.mixer.as_deref_mut()
-                    && m.bye_at.take().is_some()
-                {
-                    m.bye_then = None;
-                    mixer.byes = mixer.byes.saturating_sub(1);
-                }
-                self.emit.speaker_ends(now, key, created, sp, reason);
-                sp.joined = false;
-            }
+            self.emit.speaker_ends(now, key, created, sp, reason);
+            sp.joined = false;
+            return;
+        };
+        let bye = Bye {
+            ts,
+            by: now.saturating_add(wait),
+        };
+        let m = sp.profile.mixer();
+        if m.bye_at.is_none() {
+            m.bye_at = Some(bye);
+            mixer.byes = mixer.byes.saturating_add(1);
+        } else {
+            // A second BYE before the first's leave: the source spoke again in between, or
+            // the BYE was repeated (then the second leave finds it gone, and says nothing).
+            m.bye_then = Some(bye);
         }
+        self.arm(now, slot);
     }
 
-    /// After a mixer's stream delivered what it held: the speakers whose BYE waited for packets
-    /// of which none older than their `bye_at` is held now leave ([`byes_due`] sees only
-    /// packets placed by timestamp; one without a CSRC goes out as plain text).
+    /// The mixer sources whose leave waited out the reorder wait from their BYE
+    /// ([`Bye::by`]) by `now` leave, each stamped at its wait's end, in that order.
     #[cold]
     #[inline(never)]
     fn settle_byes(&mut self, now: Time, slot: u32) {
@@ -1492,10 +1544,15 @@ impl Gateway {
         let Some(s) = self.slots.get_mut(slot) else {
             return;
         };
-        let (register, mut voices) = Voices::of(s, compat);
-        byes_due(&mut self.emit, &mut voices, now, |at| {
-            !register.holds_up_to(at)
-        });
+        let (_, mut voices) = Voices::of(s, compat);
+        loop {
+            let due = (voices.speakers.iter().enumerate())
+                .filter_map(|(idx, sp)| Some((sp.profile.bye_at()?.by, idx)))
+                .filter(|&(by, _)| by <= now)
+                .min();
+            let Some((by, idx)) = due else { break };
+            mixer_source_leaves(&mut self.emit, &mut voices, by, idx);
+        }
     }
 
     /// Whether SDES names go to stream `slot`. Not when its BYE waits: it has ended but for
@@ -1530,6 +1587,16 @@ impl Gateway {
 
     /// The earliest moment this stream needs attention.
     fn deadline(&self, s: &Stream) -> Time {
+        let at = self.stream_deadline(s);
+        if s.mixer.byes > 0 {
+            return at.min(first_bye_end(&s.speakers));
+        }
+        at
+    }
+
+    /// [`Gateway::deadline`] but for mixer sources' leaves.
+    #[inline(always)]
+    fn stream_deadline(&self, s: &Stream) -> Time {
         match s.register.deadline(self.cfg.reorder_wait) {
             // Packets waiting behind a gap: the speaker is not silent, so no idle flush
             // until the gap is settled.

@@ -562,16 +562,6 @@ impl Register {
         self.drop_jumped();
     }
 
-    /// Whether a packet held is as old as `ts` or older (RTP timestamp order).
-    pub fn holds_up_to(&self, ts: u32) -> bool {
-        self.held() > 0
-            && self
-                .cold
-                .held
-                .iter()
-                .any(|h| !crate::rtp::ts_after(h.ts, ts))
-    }
-
     /// The source's BYE came at `now`. A BYE travels apart from the source's packets and may
     /// overtake them (RFC 3550 6.3.7): the stream lingers for the reorder wait from now
     /// ([`Register::bye_deadline`]), for the gaps it holds and for packets continuing its

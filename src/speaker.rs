@@ -227,7 +227,7 @@ pub struct Profile {
 
 impl Profile {
     /// [`MixerVoice::bye_at`], if any.
-    pub fn bye_at(&self) -> Option<u32> {
+    pub fn bye_at(&self) -> Option<Bye> {
         self.mixer.as_ref().and_then(|m| m.bye_at)
     }
 
@@ -244,14 +244,27 @@ pub struct MixerVoice {
     /// offset 0 (RFC 2198 allows it), which cannot be placed by timestamp, are lined up with
     /// it. Empty until its first packet.
     pub recent: Recent,
-    /// A source whose RTCP BYE came while packets waited behind a gap in the mixer's
-    /// sequence: the timestamp of the newest held then. Its leave follows that packet's
-    /// delivery, so its own packets sent before the BYE reach it first (RFC 3550 6.6 and
-    /// 6.3.7 with RFC 4103 5.4).
-    pub bye_at: Option<u32>,
+    /// The source's RTCP BYE came and its leave waits: for packets it sent before the BYE,
+    /// which the BYE may have overtaken (RFC 3550 6.3.7), held behind a gap in the mixer's
+    /// sequence or still on their way.
+    pub bye_at: Option<Bye>,
     /// A second BYE that came before the first's leave (the source spoke again in between):
     /// the leave after that one waits for this.
-    pub bye_then: Option<u32>,
+    pub bye_then: Option<Bye>,
+}
+
+/// A mixer's source's BYE, as its leave waits for it ([`MixerVoice::bye_at`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bye {
+    /// The mixer's RTP clock when the BYE was sent, as far as the receiver can tell (at most
+    /// later): a packet of the source stamped up to this was sent before the BYE and is its
+    /// last words; one stamped after is said after it, and joins it again. The mixer's
+    /// timestamps are one clock for all its sources (RFC 9071 section 4), so once the stream
+    /// has delivered a packet stamped this late, nothing sent before the BYE is missing.
+    pub ts: u32,
+    /// The reorder wait from the BYE (RFC 4103 5.4): by then whatever the BYE overtook has
+    /// come or is lost, and the source leaves, stamped then.
+    pub by: Time,
 }
 
 /// A speaker's last packet in a mixer's stream as fingerprints (FNV-1a) of its blocks: its

@@ -237,8 +237,8 @@ pub struct Mixer {
     /// Lost packets no speaker has accounted for yet (placement by timestamp,
     /// [`crate::speaker::Output::unplaced`]).
     pub unplaced: u16,
-    /// Speakers whose BYE waits for the packets held when it came
-    /// ([`crate::speaker::MixerVoice::bye_at`]): none, nearly always, and then no packet looks.
+    /// Speakers whose leave waits after their BYE ([`crate::speaker::MixerVoice::bye_at`]):
+    /// none, nearly always, and then no packet looks.
     pub byes: u8,
 }
 

@@ -356,3 +356,43 @@ fn a_bye_that_overtook_the_last_packet_leaves_one_participant_with_all_its_words
         .unwrap();
     assert_eq!(leave["payload"]["reason"], "rtcp bye");
 }
+
+/// A mixer's packet (SSRC 0x9999) for its source `csrc` (RFC 9071: one CSRC names who speaks).
+fn mixed(marker: bool, seq: u16, ts: u32, csrc: u32, payload: &[u8]) -> Vec<u8> {
+    let mut p = rtp(98, marker, seq, ts, 0x9999, &[]);
+    p[0] |= 1;
+    p.extend_from_slice(&csrc.to_be_bytes());
+    p.extend_from_slice(payload);
+    p
+}
+
+/// The mixer's RTCP, on the RTCP port, forwarding its source 2's BYE (RFC 3550 6.6), captured
+/// 5 ms before source 2's last packet: it overtook it, with nothing held to show a packet was
+/// missing. The whole binary, from the capture: source 2 says all its words and leaves once,
+/// and the mixer and source 1 go on. (Source 2 left at the BYE, and its late packet made it
+/// join again: a second participation, never left.)
+#[test]
+fn a_mixer_sources_bye_that_overtook_its_last_packet_leaves_it_once_with_all_its_words() {
+    let mut bye = vec![0x80, 201, 0, 1];
+    bye.extend_from_slice(&0x9999u32.to_be_bytes());
+    bye.extend_from_slice(&[0x81, 203, 0, 1]);
+    bye.extend_from_slice(&2u32.to_be_bytes());
+    let capture = pcap_to(&[
+        (T0, 5004, mixed(true, 1, 0, 1, b"Alpha. ")),
+        (T0 + 10_000, 5004, mixed(false, 2, 10, 2, b"Bravo ")),
+        (T0 + 300_000, 5005, bye),
+        (T0 + 305_000, 5004, mixed(false, 3, 298, 2, b"ends. ")),
+        (T0 + 5_000_000, 5004, mixed(false, 4, 5000, 1, b"More. ")),
+    ]);
+    let envelopes = replay_capture("mixerbyeovertakes", &capture, &["--port", "5004"]);
+    let of = |kind: &str, who: &str| {
+        envelopes
+            .iter()
+            .filter(|e| e["type"] == kind && e["sender"].as_str().unwrap().ends_with(who))
+            .count()
+    };
+    assert_eq!(of("session.join", "csrc:00000002"), 1, "{envelopes:?}");
+    assert_eq!(of("session.leave", "csrc:00000002"), 1, "{envelopes:?}");
+    let said: Vec<String> = adds(&envelopes).into_iter().map(|(_, t)| t).collect();
+    assert_eq!(said, ["Alpha.", "Bravo ends.", "More."]);
+}

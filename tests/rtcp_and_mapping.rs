@@ -190,7 +190,8 @@ fn a_mixer_speakers_sdes_name_names_that_speaker() {
 /// packet with the SSRC/CSRC identifier(s) unchanged." A BYE naming a mixer's contributing
 /// source, in the mixer's compound, is that speaker leaving: its pending text is flushed and
 /// it leaves, while the mixer and its other speakers go on. (The gateway looked the id up as a
-/// stream's SSRC only, so the speaker stayed until the whole mixer stream ended.)
+/// stream's SSRC only, so the speaker stayed until the whole mixer stream ended.) The leave
+/// comes when the reorder wait from the BYE is over: the BYE may have overtaken B's last packet.
 #[test]
 fn a_bye_for_a_mixer_csrc_flushes_and_ends_that_speaker() {
     let mut gw = Gateway::new(Config::default());
@@ -204,6 +205,7 @@ fn a_bye_for_a_mixer_csrc_flushes_and_ends_that_speaker() {
     // The mixer's compound (RFC 3550 6.1): its RR first, then the BYE it forwards.
     let bye = mixer_bye(2);
     gw.handle_datagram(at(20), addr(5000), &bye);
+    gw.handle_timeout(at(1020));
     let out = drain(&mut gw);
     let b = "t140:00000009@127.0.0.1:5000/csrc:00000002";
     assert!(
@@ -1294,4 +1296,144 @@ fn a_bye_that_overtook_a_gap_and_a_packet_after_it_waits_for_both() {
     );
     assert_eq!(gw.stats().streams_live, 0);
     assert_eq!((gw.stats().head_lost, gw.stats().lost), (0, 0));
+}
+
+/// RFC 3550 6.3.7: a BYE may overtake its source's last packets. A mixer forwards its
+/// source's BYE in its RTCP (RFC 3550 6.6), which travels apart from the mixer's RTP, so B's
+/// last packet (3, sent at mixer time 1115, before the BYE) can arrive just after B's BYE
+/// while nothing is held: nothing tells the gateway a packet is missing. A user expects B to
+/// say "Bravo ends." and leave once. (B left at its BYE, and its late 3 made it join again
+/// to say "ends.": a second participation, no leave after it until the stream ended.)
+#[test]
+fn a_mixer_sources_bye_that_overtook_its_last_packet_with_nothing_held_keeps_it() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha. "));
+    gw.handle_datagram(at(10), addr(5000), &with_csrc(2, 1010, 9, 2, b"Bravo "));
+    let bye = mixer_bye(2);
+    gw.handle_datagram(at(120), addr(5000), &bye);
+    gw.handle_datagram(at(125), addr(5000), &with_csrc(3, 1115, 9, 2, b"ends. "));
+    // The stream goes on: A speaks again well after the wait.
+    gw.handle_timeout(at(3000));
+    gw.handle_datagram(at(3100), addr(5000), &with_csrc(4, 4100, 9, 1, b"More. "));
+    let out = drain(&mut gw);
+    assert_eq!(
+        events_of(&out, "csrc:00000002"),
+        [
+            pair("session.join", ""),
+            pair("context.add", "Bravo ends."),
+            pair("session.leave", ""),
+        ]
+    );
+    // The leave comes when the reorder wait from the BYE is over, stamped then.
+    let leave = out
+        .iter()
+        .find(|e| e.kind == "session.leave" && e.sender.ends_with("csrc:00000002"))
+        .expect("B leaves");
+    assert_eq!(leave.ts, at(1120).to_iso8601());
+    assert_eq!(gw.live_streams(), 1);
+}
+
+/// As above, with packets held when the BYE comes: B's last packet (5) was sent after the
+/// newest held (A's 4) and before B's BYE, and the BYE overtook it. A user expects it to be
+/// B's last words, not a second participation. (B's leave waited only for the packets held
+/// when its BYE came: 5 came after them and joined B again.)
+#[test]
+fn a_mixer_sources_packet_its_bye_overtook_beyond_the_newest_held_stays_before_its_leave() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha "));
+    gw.handle_datagram(at(10), addr(5000), &with_csrc(2, 1010, 9, 2, b"Bravo "));
+    // A's 3 is late; A's 4 waits for it.
+    gw.handle_datagram(at(30), addr(5000), &with_csrc(4, 1030, 9, 1, b"goes on. "));
+    let bye = mixer_bye(2);
+    gw.handle_datagram(at(60), addr(5000), &bye);
+    // B's 5, sent at 1055 (before the BYE), then A's late 3.
+    gw.handle_datagram(at(70), addr(5000), &with_csrc(5, 1055, 9, 2, b"ends. "));
+    gw.handle_datagram(at(80), addr(5000), &with_csrc(3, 1020, 9, 1, b"still "));
+    gw.handle_timeout(at(3000));
+    let out = drain(&mut gw);
+    assert_eq!(
+        events_of(&out, "csrc:00000002"),
+        [
+            pair("session.join", ""),
+            pair("context.add", "Bravo ends."),
+            pair("session.leave", ""),
+        ]
+    );
+    assert_eq!(gw.stats().lost, 0);
+}
+
+/// A source that speaks again well after its BYE, within the reorder wait, is a participant
+/// again (RFC 3550 6.3.7): its text from before the BYE, the leave, then a join and the new
+/// text, with nothing held at the BYE. Its timestamp (mixer time 1400, 300 ms after the BYE
+/// came) cannot have been sent before the BYE.
+#[test]
+fn a_mixer_source_speaking_again_after_its_bye_with_nothing_held_joins_again() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha. "));
+    gw.handle_datagram(at(10), addr(5000), &with_csrc(2, 1010, 9, 2, b"Bravo. "));
+    let bye = mixer_bye(2);
+    gw.handle_datagram(at(100), addr(5000), &bye);
+    gw.handle_datagram(at(400), addr(5000), &with_csrc(3, 1400, 9, 2, b"Back. "));
+    gw.shutdown(at(5000));
+    let out = drain(&mut gw);
+    assert_eq!(
+        events_of(&out, "csrc:00000002"),
+        [
+            pair("session.join", ""),
+            pair("context.add", "Bravo."),
+            pair("session.leave", ""),
+            pair("session.join", ""),
+            pair("context.add", "Back."),
+            pair("session.leave", ""),
+        ]
+    );
+}
+
+/// A mixer may send its RTCP compound, BYE included, more than once (RFC 3550 6.6 forwards
+/// every BYE it gets). A source's BYE repeated within its wait, with no word in between,
+/// ends it once: one leave, at the end of the first BYE's wait.
+#[test]
+fn a_mixer_sources_repeated_bye_leaves_once() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha. "));
+    gw.handle_datagram(at(10), addr(5000), &with_csrc(2, 1010, 9, 2, b"Bravo. "));
+    let bye = mixer_bye(2);
+    gw.handle_datagram(at(100), addr(5000), &bye);
+    gw.handle_datagram(at(300), addr(5000), &bye);
+    gw.handle_timeout(at(5000));
+    let out = drain(&mut gw);
+    assert_eq!(
+        events_of(&out, "csrc:00000002"),
+        [
+            pair("session.join", ""),
+            pair("context.add", "Bravo."),
+            pair("session.leave", ""),
+        ]
+    );
+    let leave = out
+        .iter()
+        .find(|e| e.kind == "session.leave" && e.sender.ends_with("csrc:00000002"))
+        .expect("B leaves");
+    assert_eq!(leave.ts, at(1100).to_iso8601());
+}
+
+/// With no reorder wait (`--reorder-wait-ms 0`: the operator wants no packet waited for), a
+/// mixer source's BYE ends it at once.
+#[test]
+fn a_mixer_sources_bye_with_no_reorder_wait_ends_it_at_once() {
+    let mut gw = Gateway::new(Config {
+        reorder_wait: std::time::Duration::ZERO,
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha. "));
+    gw.handle_datagram(at(10), addr(5000), &with_csrc(2, 1010, 9, 2, b"Bravo "));
+    gw.handle_datagram(at(100), addr(5000), &mixer_bye(2));
+    assert_eq!(
+        events_of(&drain(&mut gw), "csrc:00000002"),
+        [
+            pair("session.join", ""),
+            pair("context.add", "Bravo"),
+            pair("session.leave", ""),
+        ]
+    );
 }
