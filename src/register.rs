@@ -15,6 +15,14 @@ pub const MAX_DROPOUT: u16 = 3000;
 /// RFC 3550 A.1: less than this far behind the highest sequence number received is a late or
 /// duplicate packet; this far or further, a restart or a stray packet.
 pub const MAX_MISORDER: u16 = 100;
+
+/// How far past the packets a BYE follows a marked packet may be and still be taken for one the
+/// BYE overtook ([`Register::sent_before_bye`]), not the next session's start. A BYE is sent
+/// after the source's last packet and overtakes only those still in flight, a few at most with
+/// T.140's packets 300 ms apart (RFC 4103 5.1), some lost before them; a new session's
+/// first number is random (RFC 3550 5.1), so it lands this close to the old numbering once in
+/// 4,096.
+pub const OVERTAKEN_MARKED: u16 = 16;
 /// Packets held waiting for a gap to fill; beyond this the oldest gap is given up at once.
 pub const MAX_HELD: usize = 64;
 
@@ -587,9 +595,10 @@ impl Register {
     /// Whether a packet arriving after its source's BYE was sent before it, which may have
     /// overtaken it: one up to the newest held when the BYE came ([`Register::mark_bye`]; a
     /// gap's, a held one's), a late duplicate at most MAX_MISORDER behind, or one continuing
-    /// the numbering past it unmarked. A marked packet past it starts a session (RFC 4103 5.2),
-    /// as does one the sequence jumps to (RFC 3550 5.1: a new session's first number is
-    /// random).
+    /// the numbering past it: unmarked, or marked (the first after an idle period, RFC 4103
+    /// 5.2: a speaker's last words after a pause) at most [`OVERTAKEN_MARKED`] on. One the
+    /// sequence jumps to starts a session (RFC 3550 5.1: a new session's first number is
+    /// random), as does one marked further on.
     pub fn sent_before_bye(&self, seq: u16, marker: bool) -> bool {
         let (
             Some(expected),
@@ -608,7 +617,8 @@ impl Register {
         // numbering moves on as late packets come in).
         let ahead = bye_seq.wrapping_sub(expected);
         let within = ahead < 0x8000 && seq.wrapping_sub(expected) <= ahead;
-        let continues = !marker && seq.wrapping_sub(bye_seq) < MAX_DROPOUT;
+        let on = seq.wrapping_sub(bye_seq);
+        let continues = on < MAX_DROPOUT && (!marker || on < OVERTAKEN_MARKED);
         behind || within || continues
     }
 

@@ -1058,13 +1058,15 @@ fn a_conflicting_packet_after_a_waiting_bye_leaves_the_old_stream_waiting() {
     assert_eq!(gw.stats().lost, 0);
 }
 
-/// A marked packet right after the newest held starts the source's next session (RFC 4103
-/// 5.2), even numbered on from the old one: the old stream ends with its gap given up, and
-/// the packet opens the new stream, which joins again.
+/// A marked packet past the newest held by more than a BYE can have overtaken
+/// (`OVERTAKEN_MARKED`, 16) starts the source's next session (RFC 4103 5.2), even numbered on
+/// from the old one: the old stream ends with its gap given up, and the packet opens the new
+/// stream, which joins again. (One marked closer is the old session's last words after a pause:
+/// `a_marked_packet_the_bye_overtook_after_a_pause_and_a_loss_is_the_speakers_last_words`.)
 #[test]
-fn a_marked_packet_after_a_waiting_bye_starts_a_new_session() {
+fn a_marked_packet_well_past_a_waiting_bye_starts_a_new_session() {
     let mut gw = bye_overtaking_packet_2(Config::default());
-    gw.handle_datagram(at(700), addr(4000), &t140m(4, 7, true, "New. "));
+    gw.handle_datagram(at(700), addr(4000), &t140m(3 + 16, 7, true, "New. "));
     let out = events_of(&drain(&mut gw), "");
     assert_eq!(
         out,
@@ -1436,4 +1438,34 @@ fn a_mixer_sources_bye_with_no_reorder_wait_ends_it_at_once() {
             pair("session.leave", ""),
         ]
     );
+}
+
+/// RFC 4103 5.2 marks the first packet after an idle period, so a speaker's last words after a
+/// pause come in a marked packet, and a sender that hangs up right after them sends its BYE
+/// next. Here the packet before the pause (2, the empty block that begins the idle period) is
+/// lost, and the BYE (on the RTCP port, read apart from RTP) overtakes the marked 3. A user
+/// expects one participant saying "Hello.", the loss and "Goodbye.", and leaving once. (The
+/// marked 3, one past the next expected, was taken for the next session: the old participant
+/// left at once, and a second one joined to say "Goodbye." and stayed until its stream timed
+/// out.)
+#[test]
+fn a_marked_packet_the_bye_overtook_after_a_pause_and_a_loss_is_the_speakers_last_words() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello. "));
+    // 2, the empty block 300 ms later, is lost.
+    let (rtcp, bye) = own_bye_from_next_port();
+    gw.handle_datagram(at(5000), rtcp, &bye);
+    gw.handle_datagram(at(5010), addr(4000), &t140m(3, 7, true, "Goodbye. "));
+    gw.handle_timeout(at(7000));
+    let out = drain(&mut gw);
+    assert_eq!(
+        events_of(&out, ""),
+        [
+            pair("session.join", ""),
+            pair("context.add", "Hello."),
+            pair("context.add", "\u{fffd}Goodbye."),
+            pair("session.leave", ""),
+        ]
+    );
+    assert_eq!(gw.live_streams(), 0);
 }
