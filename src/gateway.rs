@@ -210,6 +210,9 @@ pub struct Stats {
     pub red_newest_first: u64,
     /// t140llm `MD:` metadata packets (compat mode), kept out of the transcript.
     pub metadata: u64,
+    /// t140llm RED packets with a block over 255 bytes, its length clamped, read by the length
+    /// of the packet it repeats ([`crate::clamped`]).
+    pub red_unclamped: u64,
     /// Sent items corrected (context.update/remove) because backspaces erased their text.
     pub corrections: u64,
     /// Backspaces that reached further back than the last sent item (not applied).
@@ -260,6 +263,7 @@ impl Stats {
         self.idle_tail += o.idle_tail;
         self.red_newest_first += o.red_newest_first;
         self.metadata += o.metadata;
+        self.red_unclamped += o.red_unclamped;
         self.corrections += o.corrections;
         self.erase_unmatched += o.erase_unmatched;
         self.marks_only_chunks += o.marks_only_chunks;
@@ -828,6 +832,11 @@ pub struct Gateway {
     admission: Admission,
     /// The configured delays in microseconds, converted once: deadlines are computed per packet.
     delays: Delays,
+    /// t140llm's packets over 255 bytes, for the RED packets that repeat them clamped.
+    long_blocks: crate::clamped::LongBlocks,
+    /// t140llm RED packets refused as ambiguous (a block over 255 bytes, its length clamped)
+    /// during the current call, for [`Gateway::receive_unclamped`] at its end.
+    unclamped: Vec<(SocketAddr, Vec<u8>)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -928,6 +937,8 @@ impl Gateway {
             ended: VecDeque::new(),
             silent: VecDeque::new(),
             lingering: VecDeque::new(),
+            long_blocks: Default::default(),
+            unclamped: Vec::new(),
         }
     }
 
@@ -1028,11 +1039,17 @@ impl Gateway {
                 self.handle_hinted(now, source, data, slot.map(|s| (s, at)));
             }
         }
+        if !self.unclamped.is_empty() {
+            self.receive_unclamped(now);
+        }
     }
 
     /// One UDP datagram from `source`, received at `now`.
     pub fn handle_datagram(&mut self, now: Time, source: SocketAddr, data: &[u8]) {
         self.handle_hinted(now, source, data, None);
+        if !self.unclamped.is_empty() {
+            self.receive_unclamped(now);
+        }
     }
 
     /// A datagram from the RTCP port (RFC 3550 11: the RTP port + 1). It comes from the
@@ -1075,6 +1092,28 @@ impl Gateway {
         });
         if let Err(reason) = admitted.and_then(|()| self.receive(now, source, data, hint)) {
             self.drop_datagram(source, data, reason);
+        }
+    }
+
+    /// The t140llm RED packets refused as ambiguous in this call ([`Gateway::unclamped`]) that
+    /// [`crate::clamped`] can read after all, received at `now` as that reading: after the
+    /// batch they came in, so a later packet of theirs in it waits for them in the reorder
+    /// buffer, as for any packet reordered. Kept out of the packet path: reading them there
+    /// cost the batch loop 20 instructions a packet (callgrind, `core_drive`), a cold call
+    /// though it was.
+    #[cold]
+    #[inline(never)]
+    fn receive_unclamped(&mut self, now: Time) {
+        for (source, data) in std::mem::take(&mut self.unclamped) {
+            let Ok(unclamped) = self.unclamp(source, &data) else {
+                continue;
+            };
+            // Counted as dropped when it was refused: it is not.
+            self.emit.stats.drops[DropReason::Red(RedError::AmbiguousLength).index()] -= 1;
+            self.emit.stats.red_unclamped += 1;
+            if let Err(reason) = self.receive(now, source, &unclamped, None) {
+                self.drop_datagram(source, &unclamped, reason);
+            }
         }
     }
 
@@ -1132,7 +1171,14 @@ impl Gateway {
         } else if pkt.payload_type == self.cfg.red_pt {
             // Validated before a stream is created for it, so junk opens no stream; the parse
             // travels with the packet into the register.
-            let p = RedPayload::parse_as(payload, format).map_err(DropReason::Red)?;
+            let p = match RedPayload::parse_as(payload, format) {
+                Ok(p) => p,
+                Err(RedError::AmbiguousLength) => {
+                    self.unclamped.push((source, data.to_vec()));
+                    return Err(DropReason::Red(RedError::AmbiguousLength));
+                }
+                Err(e) => return Err(DropReason::Red(e)),
+            };
             if p.was_newest_first() {
                 self.emit.stats.red_newest_first += 1;
             }
@@ -1143,10 +1189,15 @@ impl Gateway {
             return Err(DropReason::UnknownPayloadType);
         };
         let red = parsed.is_some();
-        if compat == Compat::T140llm && !red && pkt.marker && payload.starts_with(b"MD:{") {
-            // Metadata, not text: it still takes its sequence number, so it passes as empty.
-            self.emit.stats.metadata += 1;
-            payload = &[];
+        if compat == Compat::T140llm {
+            if !red && pkt.marker && payload.starts_with(b"MD:{") {
+                // Metadata, not text: it still takes its sequence number, so it passes as empty.
+                self.emit.stats.metadata += 1;
+                payload = &[];
+            }
+            if data.len() >= 12 + 255 {
+                self.note_long_block(source, &pkt, parsed.as_ref(), data);
+            }
         }
         let key = StreamKey {
             source,
@@ -1264,6 +1315,33 @@ impl Gateway {
             Outcome::Delivered | Outcome::Held | Outcome::Jump => Ok(()),
             Outcome::Stale => Err(DropReason::Stale),
         }
+    }
+
+    /// What t140llm repeats this packet as in its next RED packets: a packet over 255 bytes is
+    /// repeated with its length clamped ([`crate::clamped`]).
+    #[cold]
+    #[inline(never)]
+    fn note_long_block(
+        &mut self,
+        source: SocketAddr,
+        pkt: &RtpPacket<'_>,
+        parsed: Option<&RedPayload<'_>>,
+        data: &[u8],
+    ) {
+        let block = parsed.map_or(&data[12..], |p| p.primary().data);
+        (self.long_blocks).note(source, pkt.ssrc, pkt.sequence, block);
+    }
+
+    /// A t140llm RED packet with a block over 255 bytes, its length clamped (only the t140llm
+    /// layout is refused so: [`RedError::AmbiguousLength`]), with the clamped blocks emptied,
+    /// when the packets they repeat came ([`crate::clamped`]); else refused as ambiguous.
+    #[cold]
+    #[inline(never)]
+    fn unclamp(&self, source: SocketAddr, data: &[u8]) -> Result<Vec<u8>, DropReason> {
+        let pkt = RtpPacket::parse(data).map_err(DropReason::Rtp)?;
+        let (ssrc, seq) = (pkt.ssrc, pkt.sequence);
+        crate::clamped::unclamp(&self.long_blocks, source, ssrc, seq, data, pkt.payload)
+            .map_err(DropReason::Red)
     }
 
     /// Out of line: a stream opens once, and its set-up (the SSRC's owner, the limit, early

@@ -13,6 +13,7 @@
 // Sans-IO core.
 pub mod admission;
 pub mod chunker;
+pub mod clamped;
 pub mod gateway;
 pub mod index;
 pub mod mapping;

@@ -235,6 +235,11 @@ impl Collector for CoreCollector {
                 s.metadata,
             ),
             (
+                "pvp_t140_red_unclamped_packets",
+                "t140llm RED packets with a block over 255 bytes (length clamped), read by the packet it repeats.",
+                s.red_unclamped,
+            ),
+            (
                 "pvp_t140_erase_unmatched",
                 "Backspaces reaching further back than the last item sent (not applied).",
                 s.erase_unmatched,
@@ -526,7 +531,7 @@ mod tests {
     #[test]
     fn every_core_counter_is_exposed() {
         let mut stats = Stats::default();
-        let fields: [(&mut u64, &str); 10] = [
+        let fields: [(&mut u64, &str); 11] = [
             (&mut stats.evicted, "pvp_t140_streams_evicted_total"),
             (&mut stats.restarts, "pvp_t140_sequence_restarts_total"),
             (&mut stats.head_lost, "pvp_t140_streams_head_lost_total"),
@@ -536,6 +541,10 @@ mod tests {
                 "pvp_t140_red_newest_first_packets_total",
             ),
             (&mut stats.metadata, "pvp_t140_metadata_packets_total"),
+            (
+                &mut stats.red_unclamped,
+                "pvp_t140_red_unclamped_packets_total",
+            ),
             (&mut stats.erase_unmatched, "pvp_t140_erase_unmatched_total"),
             (
                 &mut stats.decode.backspace_unmatched,

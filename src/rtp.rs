@@ -47,7 +47,10 @@ pub struct RtpPacket<'a> {
 }
 
 impl<'a> RtpPacket<'a> {
-    /// Parses and validates a whole datagram. Never panics, never allocates.
+    /// Parses and validates a whole datagram. Never panics, never allocates. Inlined into
+    /// every caller: as a call from the packet path, once it had a second caller, it cost 59
+    /// instructions a packet more (callgrind, `core_drive`).
+    #[inline(always)]
     pub fn parse(data: &'a [u8]) -> Result<Self, RtpError> {
         if data.len() < 12 {
             return Err(RtpError::TooShort);

@@ -550,9 +550,9 @@ impl Speaker {
     }
 }
 
-/// FNV-1a, 32 bits, of a block: enough to line a speaker's blocks up ([`Recent`]) without
-/// keeping a copy.
-fn fingerprint(block: &[u8]) -> u32 {
+/// FNV-1a, 32 bits, of a block: enough to line a speaker's blocks up ([`Recent`]), or to know
+/// a remembered block again ([`crate::clamped`]), without keeping a copy.
+pub(crate) fn fingerprint(block: &[u8]) -> u32 {
     block.iter().fold(0x811c_9dc5, |h, &b| {
         (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
     })

@@ -1895,7 +1895,6 @@ fn t140llm_csrc_multiplex_loss_is_not_guessed_into_the_next_streams_transcript()
 /// clamped block's real length (330), which fixes every boundary. The transcript should be the
 /// whole reply.
 #[test]
-#[ignore = "known gap (README, t140llm): a RED block over 255 bytes makes t140llm's next two packets unparseable; recovering them needs the earlier primaries kept by length"]
 fn t140llm_red_block_over_255_bytes_does_not_lose_the_next_primaries() {
     let mut gw = Gateway::new(t140llm_cfg());
     let burst = "👩\u{200d}💻".repeat(30);

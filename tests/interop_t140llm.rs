@@ -40,6 +40,11 @@ fn prerequisites() {
 /// Runs t140llm against a fresh gateway and returns each participant's transcript (its
 /// context.add contents joined by single spaces) and the envelopes.
 fn run(send_args: &[&str]) -> (BTreeMap<String, String>, Vec<Value>) {
+    run_text(TEXT, send_args)
+}
+
+/// [`run`] sending `text`.
+fn run_text(text: &str, send_args: &[&str]) -> (BTreeMap<String, String>, Vec<Value>) {
     prerequisites();
     let mut gw = Gateway::start(&[
         "--listen",
@@ -59,7 +64,7 @@ fn run(send_args: &[&str]) -> (BTreeMap<String, String>, Vec<Value>) {
             "--port",
             &port,
             "--text",
-            TEXT,
+            text,
         ])
         .args(send_args)
         .status()
@@ -130,4 +135,17 @@ fn t140llm_multiplexed_csrc_streams_are_separate_participants() {
 fn t140llm_metadata_packets_stay_out_of_the_transcript() {
     let (t, _) = run(&["--mode", "direct", "--metadata", r#"{"tool":"search"}"#]);
     assert_eq!(t.values().collect::<Vec<_>>(), [TEXT], "{t:?}");
+}
+
+/// t140llm clamps a redundant block's length at 255 but appends the whole block
+/// (docs/t140llm.md section 5): its first packet here holds the whole burst of 30 ZWJ emoji
+/// (330 bytes, fed at once), and the two RED packets after it repeat that block with length
+/// 255. The gateway reads them by the first packet's length (`crate::clamped`), so their new
+/// text arrives; it dropped both as `red_ambiguous_length`, losing " ok.".
+#[test]
+#[ignore = "needs node and `npm install` in interop/t140llm; .ci/run runs it"]
+fn t140llm_red_after_a_burst_over_255_bytes_arrives_exactly() {
+    let text = format!("{} ok.", "\u{1f469}\u{200d}\u{1f4bb}".repeat(30));
+    let (t, _) = run_text(&text, &["--mode", "red", "--chunk", "0"]);
+    assert_eq!(t.values().collect::<Vec<_>>(), [&text], "{t:?}");
 }

@@ -1,0 +1,213 @@
+//! t140llm's RED blocks over 255 bytes (`--compat t140llm`, docs/t140llm.md section 5).
+//!
+//! t140llm writes a redundant block's length as `min(len, 255)` in its 8-bit field but appends
+//! the whole block, so after a packet over 255 bytes (a first burst of 30 emoji), the next two
+//! RED packets cannot be split into blocks: their primaries, new text, were lost with them
+//! (`red_ambiguous_length`). A clamped block is a copy of an earlier packet of the stream, the
+//! one `k` back for the `k`th header (t140llm numbers them newest first), and the gateway
+//! received that packet: [`LongBlocks`] remembers such long packets by length and fingerprint,
+//! and [`unclamp`] rewrites a packet whose every clamped block it remembers, each block
+//! checked against the fingerprint, into one whose clamped blocks are empty. Their text came
+//! with the packet they copy, so nothing the register could recover from them is missing, and
+//! each generation keeps its place (RFC 2198: a block is placed by counting back).
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+
+use crate::red::RedError;
+use crate::speaker::fingerprint;
+
+/// One long block remembered: the stream's source and SSRC, the packet's sequence number,
+/// and the block it would be repeated as (length, FNV-1a).
+type Entry = (SocketAddr, u32, u16, usize, u32);
+
+/// Long blocks kept, over every stream: only packets over 255 bytes are, and each is needed
+/// for the two packets after it (t140llm's default redundancy).
+const KEPT: usize = 64;
+
+/// The longest blocks of the last packets over 255 bytes of `--compat t140llm` streams.
+#[derive(Debug, Default)]
+pub struct LongBlocks {
+    kept: VecDeque<Entry>,
+}
+
+impl LongBlocks {
+    /// Packet `seq` of (`source`, `ssrc`) would be repeated as `block` in later RED packets:
+    /// kept if its length will be clamped there.
+    #[cold]
+    #[inline(never)]
+    pub fn note(&mut self, source: SocketAddr, ssrc: u32, seq: u16, block: &[u8]) {
+        if block.len() < 255 {
+            return;
+        }
+        if self.kept.len() == KEPT {
+            self.kept.pop_front();
+        }
+        self.kept
+            .push_back((source, ssrc, seq, block.len(), fingerprint(block)));
+    }
+
+    fn get(&self, source: SocketAddr, ssrc: u32, seq: u16) -> Option<(usize, u32)> {
+        (self.kept.iter().rev())
+            .find(|e| e.0 == source && e.1 == ssrc && e.2 == seq)
+            .map(|e| (e.3, e.4))
+    }
+}
+
+/// The datagram `data` (RTP packet `seq` of `source`, `ssrc`, whose t140llm RED payload
+/// `payload` lies within it) with every clamped block emptied, its header's length 0; or why
+/// not: a clamped block not remembered, or not the one remembered, stays ambiguous.
+pub fn unclamp(
+    long: &LongBlocks,
+    source: SocketAddr,
+    ssrc: u32,
+    seq: u16,
+    data: &[u8],
+    payload: &[u8],
+) -> Result<Vec<u8>, RedError> {
+    // The payload's place in the datagram: the RTP header before it, any padding after.
+    let start = (payload.as_ptr() as usize).wrapping_sub(data.as_ptr() as usize);
+    let end = start.wrapping_add(payload.len());
+    if start > data.len() || end > data.len() || data.get(start..end) != Some(payload) {
+        return Err(RedError::AmbiguousLength);
+    }
+    // Headers, newest first: (length, clamped).
+    let mut blocks: smallvec::SmallVec<[(usize, bool); 8]> = smallvec::SmallVec::new();
+    let mut pos = 0;
+    let mut back = 0u16;
+    let mut remembered: smallvec::SmallVec<[u32; 2]> = smallvec::SmallVec::new();
+    loop {
+        let Some(&b) = payload.get(pos) else {
+            return Err(RedError::TruncatedHeader);
+        };
+        if b & 0x80 == 0 {
+            break;
+        }
+        let Some(h) = payload[pos..].first_chunk::<4>() else {
+            return Err(RedError::TruncatedHeader);
+        };
+        back = back.wrapping_add(1);
+        if h[3] == 255 {
+            let (len, fp) = long
+                .get(source, ssrc, seq.wrapping_sub(back))
+                .ok_or(RedError::AmbiguousLength)?;
+            blocks.push((len, true));
+            remembered.push(fp);
+        } else {
+            blocks.push((usize::from(h[3]), false));
+        }
+        pos += 4;
+    }
+    let data_start = pos + 1;
+    let mut at = data_start;
+    let mut fps = remembered.iter();
+    for &(len, clamped) in &blocks {
+        let block = payload.get(at..at + len).ok_or(RedError::BlockOverrun)?;
+        if clamped && fps.next() != Some(&fingerprint(block)) {
+            return Err(RedError::AmbiguousLength);
+        }
+        at += len;
+    }
+    let mut out = Vec::with_capacity(data.len());
+    out.extend_from_slice(&data[..start]);
+    for (i, &(_, clamped)) in blocks.iter().enumerate() {
+        let h = &payload[i * 4..i * 4 + 4];
+        out.extend_from_slice(&h[..3]);
+        out.push(if clamped { 0 } else { h[3] });
+    }
+    out.push(payload[pos]);
+    let mut at = data_start;
+    for &(len, clamped) in &blocks {
+        if !clamped {
+            out.extend_from_slice(&payload[at..at + len]);
+        }
+        at += len;
+    }
+    out.extend_from_slice(&payload[at..]);
+    out.extend_from_slice(&data[end..]);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr() -> SocketAddr {
+        "127.0.0.1:6000".parse().unwrap()
+    }
+
+    /// A t140llm RED payload: headers newest first, lengths clamped, whole blocks appended.
+    fn red(gens_newest_first: &[&[u8]], primary: &[u8]) -> Vec<u8> {
+        let mut p = Vec::new();
+        for (k, g) in gens_newest_first.iter().enumerate() {
+            p.push(0xe0);
+            p.extend_from_slice(&(160 * (k as u16 + 1)).to_be_bytes());
+            p.push(g.len().min(255) as u8);
+        }
+        p.push(0x60);
+        for g in gens_newest_first {
+            p.extend_from_slice(g);
+        }
+        p.extend_from_slice(primary);
+        p
+    }
+
+    fn datagram(payload: &[u8]) -> Vec<u8> {
+        let mut d = vec![0x80, 98, 0, 2, 0, 0, 1, 64, 0x11, 0x22, 0x33, 0x44];
+        d.extend_from_slice(payload);
+        d
+    }
+
+    #[test]
+    fn a_remembered_clamped_block_is_emptied_and_the_rest_kept() {
+        let burst = vec![b'x'; 300];
+        let mut long = LongBlocks::default();
+        long.note(addr(), 0x1122_3344, 0, &burst);
+        let d = datagram(&red(&[b" ok", &burst], b"."));
+        let out = unclamp(&long, addr(), 0x1122_3344, 2, &d, &d[12..]).unwrap();
+        assert_eq!(out, datagram(&red(&[b" ok", b""], b".")));
+    }
+
+    #[test]
+    fn a_clamped_block_not_remembered_or_not_the_one_remembered_stays_ambiguous() {
+        let burst = vec![b'x'; 300];
+        let d = datagram(&red(&[&burst], b" ok"));
+        let none = LongBlocks::default();
+        assert_eq!(
+            unclamp(&none, addr(), 0x1122_3344, 1, &d, &d[12..]),
+            Err(RedError::AmbiguousLength)
+        );
+        // Same length, other text.
+        let mut other = LongBlocks::default();
+        other.note(addr(), 0x1122_3344, 0, &[b'y'; 300]);
+        assert_eq!(
+            unclamp(&other, addr(), 0x1122_3344, 1, &d, &d[12..]),
+            Err(RedError::AmbiguousLength)
+        );
+        // Another stream's packet with that number.
+        let mut elsewhere = LongBlocks::default();
+        elsewhere.note(addr(), 7, 0, &burst);
+        assert_eq!(
+            unclamp(&elsewhere, addr(), 0x1122_3344, 1, &d, &d[12..]),
+            Err(RedError::AmbiguousLength)
+        );
+    }
+
+    #[test]
+    fn a_remembered_length_past_the_payload_is_an_overrun_not_a_panic() {
+        let mut long = LongBlocks::default();
+        long.note(addr(), 0x1122_3344, 0, &[b'x'; 900]);
+        let d = datagram(&red(&[&[b'x'; 300]], b" ok"));
+        assert_eq!(
+            unclamp(&long, addr(), 0x1122_3344, 1, &d, &d[12..]),
+            Err(RedError::BlockOverrun)
+        );
+    }
+
+    #[test]
+    fn short_blocks_are_not_kept() {
+        let mut long = LongBlocks::default();
+        long.note(addr(), 1, 0, &[b'x'; 254]);
+        assert!(long.kept.is_empty());
+    }
+}
