@@ -130,7 +130,7 @@ pub struct Register {
     /// Next sequence number to deliver.
     expected: Option<u16>,
     /// Why an in-order packet takes the full state machine, not
-    /// [`Register::advance_in_order`]: [`HEAD_WAIT`], [`LINGER`]. One byte, so the in-order
+    /// [`Register::advance_in_order`]: [`HEAD_WAIT`], [`LINGER`], [`LEAVE_WAIT`]. One byte, so the in-order
     /// test reads both at once.
     slow: u8,
     /// RED layout of this sender.
@@ -181,6 +181,9 @@ const HEAD_WAIT: u8 = 1;
 /// [`Register::slow`]: the source said BYE ([`Register::mark_bye`]); its stream lingers, and
 /// each packet is checked against the BYE and arms the BYE's deadline.
 const LINGER: u8 = 2;
+/// [`Register::slow`]: a mixer's source's leave waits after its BYE
+/// ([`Register::set_leave_waits`]).
+const LEAVE_WAIT: u8 = 4;
 
 /// Where a source's BYE left its stream ([`Register::mark_bye`]).
 #[derive(Debug, Clone, Copy)]
@@ -622,12 +625,32 @@ impl Register {
         behind || within || continues
     }
 
-    /// The timestamp of the newest packet held, if any.
-    pub fn newest_held_ts(&self) -> Option<u32> {
+    /// The timestamp of the newest packet held and when it came, if any.
+    pub fn newest_held(&self) -> Option<(u32, Time)> {
         if self.held() == 0 {
             return None;
         }
-        self.cold.held.last().map(|h| h.ts)
+        self.cold.held.last().map(|h| (h.ts, h.at))
+    }
+
+    /// Whether a packet held is as old as `ts` or older (RTP timestamp order).
+    pub fn holds_up_to(&self, ts: u32) -> bool {
+        self.held() > 0 && (self.cold.held.iter()).any(|h| !crate::rtp::ts_after(h.ts, ts))
+    }
+
+    /// A mixer's source's leave waits after its BYE ([`crate::speaker::Bye`]): while one waits, every packet takes [`Register::receive`], not the in-order test,
+    /// so that the gateway arms the stream's deadline, the leave's included, after it.
+    pub fn leave_waits(&self) -> bool {
+        self.slow & LEAVE_WAIT != 0
+    }
+
+    /// Sets [`Register::leave_waits`].
+    pub fn set_leave_waits(&mut self, waits: bool) {
+        if waits {
+            self.slow |= LEAVE_WAIT;
+        } else {
+            self.slow &= !LEAVE_WAIT;
+        }
     }
 
     fn give_up_all(&mut self, out: Out<'_>) {

@@ -1,0 +1,340 @@
+//! A mixer's source leaving after an RTCP BYE for its CSRC (RFC 3550 6.6, 6.3.7): its leave
+//! waits for packets the BYE overtook, at most the reorder wait, and is said as of then
+//! however the gateway is driven. Each of these failed on the first version of that wait
+//! (6a32ca8): found in review, fixed together.
+
+use pvp_t140::pvp::Message as Envelope;
+use pvp_t140::{Config, Gateway};
+
+#[path = "common/core.rs"]
+mod core_helpers;
+use core_helpers::*;
+
+/// An RTP packet with one CSRC (an RFC 9071 mixer's), T.140 payload type 98.
+fn with_csrc(seq: u16, ts: u32, ssrc: u32, csrc: u32, payload: &[u8]) -> Vec<u8> {
+    let mut d = vec![0x81, 98 | if seq == 1 { 0x80 } else { 0 }, 0, 0];
+    d[2..4].copy_from_slice(&seq.to_be_bytes());
+    d.extend_from_slice(&ts.to_be_bytes());
+    d.extend_from_slice(&ssrc.to_be_bytes());
+    d.extend_from_slice(&csrc.to_be_bytes());
+    d.extend_from_slice(payload);
+    d
+}
+
+/// The mixer's own packet (SSRC 9, no CSRC).
+fn own(seq: u16, ts: u32, payload: &[u8]) -> Vec<u8> {
+    let mut d = Vec::new();
+    pvp_t140::rtp::write_packet(&mut d, false, 98, seq, ts, 9, payload);
+    d
+}
+
+fn mixer_bye(csrc: u32) -> Vec<u8> {
+    let mut bye = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
+    pvp_t140::rtcp::write_bye(&mut bye, csrc);
+    bye
+}
+
+fn pair(kind: &str, content: &str) -> (String, String) {
+    (kind.to_owned(), content.to_owned())
+}
+
+fn events_of(out: &[Envelope], csrc: &str) -> Vec<(String, String)> {
+    out.iter()
+        .filter(|e| e.sender.ends_with(csrc))
+        .map(|e| {
+            let content = e.payload["content"].as_str().unwrap_or("");
+            (e.kind.clone(), content.to_owned())
+        })
+        .collect()
+}
+
+/// (ts, sender tail, kind, content) of every envelope.
+fn timeline(out: &[Envelope]) -> Vec<(String, String, String, String)> {
+    out.iter()
+        .map(|e| {
+            (
+                e.ts.clone(),
+                e.sender.rsplit('/').next().unwrap_or("").to_owned(),
+                e.kind.clone(),
+                e.payload["content"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn assert_ts_monotonic(out: &[Envelope]) {
+    for w in out.windows(2) {
+        assert!(
+            w[0].ts <= w[1].ts,
+            "envelope timestamps go backwards: {:#?}",
+            timeline(out)
+        );
+    }
+}
+
+/// B's BYE at 100: its leave is due at 1100 (the reorder wait from the BYE), and
+/// `poll_timeout` says so. Then the mixer's own packet (no CSRC) comes in order at 200. The
+/// gateway is driven by `poll_timeout` as a shell would: B must have left once the clock
+/// reaches 1100, and no envelope may be stamped before an earlier one.
+#[test]
+fn a_mixers_own_in_order_packet_does_not_push_a_sources_leave_past_its_wait() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha "));
+    gw.handle_datagram(at(10), addr(5000), &with_csrc(2, 1010, 9, 2, b"Bravo. "));
+    gw.handle_datagram(at(100), addr(5000), &mixer_bye(2));
+    assert_eq!(gw.poll_timeout(), Some(at(1100)));
+    gw.handle_datagram(at(200), addr(5000), &own(3, 1200, b"Note. "));
+    // Drive the timers as a shell does, up to 1100.
+    while let Some(t) = gw.poll_timeout().filter(|&t| t <= at(1100)) {
+        gw.handle_timeout(t);
+    }
+    let out = drain(&mut gw);
+    assert_eq!(
+        events_of(&out, "csrc:00000002"),
+        [
+            pair("session.join", ""),
+            pair("context.add", "Bravo."),
+            pair("session.leave", ""),
+        ],
+        "B has not left by 1100: {:#?}",
+        timeline(&out)
+    );
+}
+
+/// The same, driven on to 3000: B's leave is stamped at the end of its wait (1100).
+#[test]
+fn a_sources_leave_after_the_mixers_own_packet_is_stamped_at_its_waits_end() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha "));
+    gw.handle_datagram(at(10), addr(5000), &with_csrc(2, 1010, 9, 2, b"Bravo. "));
+    gw.handle_datagram(at(100), addr(5000), &mixer_bye(2));
+    gw.handle_datagram(at(200), addr(5000), &own(3, 1200, b"Note. "));
+    while let Some(t) = gw.poll_timeout().filter(|&t| t <= at(3000)) {
+        gw.handle_timeout(t);
+    }
+    let out = drain(&mut gw);
+    let leave = out
+        .iter()
+        .find(|e| e.kind == "session.leave" && e.sender.ends_with("csrc:00000002"))
+        .expect("B leaves");
+    assert_eq!(leave.ts, at(1100).to_iso8601(), "{:#?}", timeline(&out));
+}
+
+/// B said "Bravo " (no sentence end: it waits in the chunker for the idle flush at 2010),
+/// then its BYE at 120: it leaves at 1120, and its text goes out with the leave. One
+/// `handle_timeout` call comes late (at 5000). B's text must not be stamped after its leave,
+/// nor go out as an idle flush 900 ms after B left.
+#[test]
+fn a_late_timeout_call_does_not_stamp_a_leaving_sources_text_after_its_leave() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha. "));
+    gw.handle_datagram(at(10), addr(5000), &with_csrc(2, 1010, 9, 2, b"Bravo "));
+    gw.handle_datagram(at(120), addr(5000), &mixer_bye(2));
+    gw.handle_timeout(at(5000));
+    let out = drain(&mut gw);
+    assert_ts_monotonic(&out);
+    let b: Vec<(String, String)> = out
+        .iter()
+        .filter(|e| e.sender.ends_with("csrc:00000002") && e.kind != "session.join")
+        .map(|e| (e.kind.clone(), e.ts.clone()))
+        .collect();
+    assert_eq!(
+        b,
+        [
+            ("context.add".to_owned(), at(1120).to_iso8601()),
+            ("session.leave".to_owned(), at(1120).to_iso8601()),
+        ]
+    );
+}
+
+/// A mixer repeats its RTCP (RFC 3550 6.6 forwards every BYE): B's BYE at 100 and again at
+/// 300, nothing in between. B then speaks again at 500, stamped 1500 (well after both BYEs):
+/// it leaves its first participation and joins again, and is in the session (no leave until
+/// it says BYE again or the stream ends).
+#[test]
+fn a_source_speaking_after_a_repeated_bye_is_not_left_again_at_once() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha. "));
+    gw.handle_datagram(at(10), addr(5000), &with_csrc(2, 1010, 9, 2, b"Bravo. "));
+    let bye = mixer_bye(2);
+    gw.handle_datagram(at(100), addr(5000), &bye);
+    gw.handle_datagram(at(300), addr(5000), &bye);
+    gw.handle_datagram(at(500), addr(5000), &with_csrc(3, 1500, 9, 2, b"Back. "));
+    gw.handle_timeout(at(2000));
+    let out = drain(&mut gw);
+    assert_eq!(
+        events_of(&out, "csrc:00000002"),
+        [
+            pair("session.join", ""),
+            pair("context.add", "Bravo."),
+            pair("session.leave", ""),
+            pair("session.join", ""),
+            pair("context.add", "Back."),
+        ],
+        "{:#?}",
+        timeline(&out)
+    );
+}
+
+/// The mixer's clock as last seen: the mixer's own packet (no CSRC) at 500 is stamped 1500,
+/// one clock with its sources' (RFC 9071). B's last packet, stamped 1600 (sent before the BYE,
+/// which the mixer sent at about 1620) arrives 5 ms after the BYE. It is B's last words,
+/// not a second participation.
+#[test]
+fn the_bye_clock_estimate_counts_the_mixers_own_packets() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha. "));
+    gw.handle_datagram(at(10), addr(5000), &with_csrc(2, 1010, 9, 2, b"Bravo "));
+    gw.handle_datagram(at(500), addr(5000), &own(3, 1500, b"Note. "));
+    gw.handle_datagram(at(620), addr(5000), &mixer_bye(2));
+    gw.handle_datagram(at(625), addr(5000), &with_csrc(4, 1600, 9, 2, b"ends. "));
+    gw.handle_timeout(at(3000));
+    let out = drain(&mut gw);
+    assert_eq!(
+        events_of(&out, "csrc:00000002"),
+        [
+            pair("session.join", ""),
+            pair("context.add", "Bravo ends."),
+            pair("session.leave", ""),
+        ],
+        "{:#?}",
+        timeline(&out)
+    );
+}
+
+/// B's BYE at 120 (leave due 1120); the stream then goes silent and one late
+/// `handle_timeout` comes after the stream timeout (60 s). B's leave belongs at 1120, before
+/// the stream's end, not stamped at the stream timeout.
+#[test]
+fn a_late_timeout_call_after_the_stream_timeout_stamps_the_leave_at_its_wait_end() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha. "));
+    gw.handle_datagram(at(10), addr(5000), &with_csrc(2, 1010, 9, 2, b"Bravo. "));
+    gw.handle_datagram(at(120), addr(5000), &mixer_bye(2));
+    gw.handle_timeout(at(100_000));
+    let out = drain(&mut gw);
+    let leave = out
+        .iter()
+        .find(|e| e.kind == "session.leave" && e.sender.ends_with("csrc:00000002"))
+        .expect("B leaves");
+    assert_eq!(leave.ts, at(1120).to_iso8601(), "{:#?}", timeline(&out));
+}
+
+/// B's last packet (4, stamped 1100, sent before its BYE) arrives 50 ms after the BYE and
+/// waits behind the lost 3 (A's). B's leave must not come before that packet is delivered
+/// (or given up): else B leaves, the packet joins it again, and B stays in the session for
+/// good (a second participation, never left).
+#[test]
+fn a_sources_packet_held_behind_a_gap_that_outlasts_its_bye_wait_does_not_rejoin_it() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha. "));
+    gw.handle_datagram(at(10), addr(5000), &with_csrc(2, 1010, 9, 2, b"Bravo "));
+    gw.handle_datagram(at(100), addr(5000), &mixer_bye(2));
+    // A's 3 is lost; B's 4 (sent before the BYE) was overtaken and waits for 3 until 1150.
+    gw.handle_datagram(at(150), addr(5000), &with_csrc(4, 1100, 9, 2, b"ends. "));
+    while let Some(t) = gw.poll_timeout().filter(|&t| t <= at(3000)) {
+        gw.handle_timeout(t);
+    }
+    // The stream goes on: A speaks again.
+    gw.handle_datagram(at(3100), addr(5000), &with_csrc(5, 4100, 9, 1, b"More. "));
+    let out = drain(&mut gw);
+    let of_b = events_of(&out, "csrc:00000002");
+    let joins = of_b.iter().filter(|(k, _)| k == "session.join").count();
+    assert!(
+        joins == 1 && of_b.last().map(|(k, _)| k.as_str()) == Some("session.leave"),
+        "B joins again after its leave and stays: {:#?}",
+        timeline(&out)
+    );
+}
+
+/// `poll_timeout` must never answer a time before the clock. B's BYE at 100 (leave due
+/// 1100); the mixer's own packet (no CSRC) in order at 200; then A's BYE at 1500, with every
+/// timer due fired before it (as `handle_datagram` does).
+#[test]
+fn a_bye_after_a_mixers_own_packet_leaves_no_timer_behind_the_clock() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha. "));
+    gw.handle_datagram(at(10), addr(5000), &with_csrc(2, 1010, 9, 2, b"Bravo. "));
+    gw.handle_datagram(at(100), addr(5000), &mixer_bye(2));
+    gw.handle_datagram(at(200), addr(5000), &own(3, 1200, b"Note. "));
+    gw.handle_datagram(at(1500), addr(5000), &mixer_bye(1));
+    let next = gw.poll_timeout();
+    assert!(
+        next.is_none_or(|t| t > at(1500)),
+        "a timer left behind the clock: {:?} ms",
+        next.map(|t| t.as_millis() - T0)
+    );
+}
+
+/// Timestamps wrapping past 2^32 between B's last packet and its BYE's estimate.
+#[test]
+fn across_the_timestamp_wrap_an_overtaken_packet_stays_and_a_later_one_rejoins() {
+    let mut gw = Gateway::new(Config::default());
+    let base = u32::MAX - 50;
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, base, 9, 1, b"Alpha. "));
+    gw.handle_datagram(
+        at(10),
+        addr(5000),
+        &with_csrc(2, base.wrapping_add(10), 9, 2, b"Bravo "),
+    );
+    gw.handle_datagram(at(120), addr(5000), &mixer_bye(2));
+    gw.handle_datagram(
+        at(125),
+        addr(5000),
+        &with_csrc(3, base.wrapping_add(115), 9, 2, b"ends. "),
+    );
+    gw.handle_datagram(
+        at(600),
+        addr(5000),
+        &with_csrc(4, base.wrapping_add(600), 9, 2, b"Back. "),
+    );
+    gw.shutdown(at(5000));
+    let out = drain(&mut gw);
+    assert_eq!(
+        events_of(&out, "csrc:00000002"),
+        [
+            pair("session.join", ""),
+            pair("context.add", "Bravo ends."),
+            pair("session.leave", ""),
+            pair("session.join", ""),
+            pair("context.add", "Back."),
+            pair("session.leave", ""),
+        ]
+    );
+}
+
+/// The mixer's own BYE while B's leave waits, then shutdown: B leaves once, first.
+#[test]
+fn the_mixers_own_bye_while_a_sources_leave_waits_leaves_it_once_and_first() {
+    for shutdown in [false, true] {
+        let mut gw = Gateway::new(Config::default());
+        gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha. "));
+        gw.handle_datagram(at(10), addr(5000), &with_csrc(2, 1010, 9, 2, b"Bravo "));
+        gw.handle_datagram(at(100), addr(5000), &mixer_bye(2));
+        if shutdown {
+            gw.shutdown(at(500));
+        } else {
+            gw.handle_datagram(at(300), addr(5000), &mixer_bye(9));
+            gw.handle_datagram(at(310), addr(5000), &with_csrc(3, 1100, 9, 2, b"ends. "));
+            while let Some(t) = gw.poll_timeout().filter(|&t| t <= at(5000)) {
+                gw.handle_timeout(t);
+            }
+        }
+        let out = drain(&mut gw);
+        let b = events_of(&out, "csrc:00000002");
+        assert_eq!(
+            b.iter().filter(|(k, _)| k == "session.join").count(),
+            1,
+            "{:#?}",
+            timeline(&out)
+        );
+        assert_eq!(b.last().unwrap().0, "session.leave");
+        assert_eq!(gw.stats().streams_live, 0);
+        let leaves: Vec<String> = out
+            .iter()
+            .filter(|e| e.kind == "session.leave")
+            .map(|e| e.sender.rsplit('/').next().unwrap().to_owned())
+            .collect();
+        assert_eq!(leaves[0], "csrc:00000002", "{:#?}", timeline(&out));
+    }
+}
