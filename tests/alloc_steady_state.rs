@@ -446,7 +446,11 @@ fn streams_that_end_below_the_limit_leave_no_memory_behind() {
         }
     };
     // Warm-up: the table, index, timers and eviction queue reach their steady size (some
-    // grow once more between 20,000 and 70,000 streams: about 74 KiB, then nothing).
+    // grow once more between 20,000 and 70,000 streams: about 74 KiB, then nothing). When the
+    // index's hash table doubles depends on where its removed keys' tombstones fall, that is
+    // on the per-process hash seed: once in a while it is after the warm-up (CI saw 75,776
+    // bytes on 2026-11-27). The bound below allows that one doubling; the leak it guards
+    // against grows 16 bytes a stream, 3.2 MB over the 200,000.
     churn(&mut gw, 100_000);
     let live = gw.live_streams();
     assert!((900..=1_100).contains(&live), "{live} live streams");
@@ -454,7 +458,7 @@ fn streams_that_end_below_the_limit_leave_no_memory_behind() {
     assert_eq!(gw.live_streams(), live);
     assert_eq!(gw.stats().drops_total(), 0);
     assert!(
-        grew < 64 * 1024,
+        grew < 256 * 1024,
         "200,000 streams that came and went left {grew} bytes allocated with {live} live"
     );
 }
