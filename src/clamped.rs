@@ -10,20 +10,30 @@
 //! checked against the fingerprint, into one whose clamped blocks are empty. Their text came
 //! with the packet they copy, so nothing the register could recover from them is missing, and
 //! each generation keeps its place (RFC 2198: a block is placed by counting back).
+//!
+//! A block is the plain packet's payload from byte 12 on (`packet.slice(12)`), so in t140llm's
+//! multiplexing it starts with the stream's 4 CSRC bytes or its `<id>` 0x1E prefix, which a
+//! RED packet's own primary lacks (section 6): a long RED primary is remembered as it came, and
+//! found in the block behind such a prefix.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 
 use crate::red::RedError;
-use crate::speaker::fingerprint;
+use crate::speaker::{MAX_NAMED_ID, fingerprint};
 
 /// One long block remembered: the stream's source and SSRC, the packet's sequence number,
 /// and the block it would be repeated as (length, FNV-1a).
 type Entry = (SocketAddr, u32, u16, usize, u32);
 
 /// Long blocks kept, over every stream: only packets over 255 bytes are, and each is needed
-/// for the two packets after it (t140llm's default redundancy).
-const KEPT: usize = 64;
+/// for the packets after it that repeat it (two with t140llm's default redundancy), which come
+/// seconds later after a long burst (its pacing). 40 bytes each.
+const KEPT: usize = 1024;
+
+/// Long blocks kept for one stream: a stream's own packets replace its oldest first, so one
+/// stream cannot push the others' out. More than t140llm's redundancy level (default 2).
+const KEPT_A_STREAM: usize = 8;
 
 /// The longest blocks of the last packets over 255 bytes of `--compat t140llm` streams.
 #[derive(Debug, Default)]
@@ -40,7 +50,11 @@ impl LongBlocks {
         if block.len() < 255 {
             return;
         }
-        if self.kept.len() == KEPT {
+        let mine = |e: &&Entry| e.0 == source && e.1 == ssrc;
+        if self.kept.iter().filter(mine).count() >= KEPT_A_STREAM {
+            let oldest = self.kept.iter().position(|e| mine(&e));
+            self.kept.remove(oldest.expect("counted"));
+        } else if self.kept.len() == KEPT {
             self.kept.pop_front();
         }
         self.kept
@@ -52,6 +66,17 @@ impl LongBlocks {
             .find(|e| e.0 == source && e.1 == ssrc && e.2 == seq)
             .map(|e| (e.3, e.4))
     }
+}
+
+/// The whole length of a clamped block starting at `at` in `payload`, whose text is a
+/// remembered block of `len` bytes and fingerprint `fp`: that block itself, or that text behind
+/// a multiplex prefix (4 CSRC bytes, or an id of at most [`MAX_NAMED_ID`] bytes and 0x1E).
+fn behind_prefix(payload: &[u8], at: usize, len: usize, fp: u32) -> Option<usize> {
+    let text = |p: usize| payload.get(at + p..at + p + len);
+    (0..=MAX_NAMED_ID + 1)
+        .filter(|&p| p == 0 || p == 4 || payload.get(at + p - 1) == Some(&0x1e))
+        .find(|&p| text(p).is_some_and(|t| fingerprint(t) == fp))
+        .map(|p| p + len)
 }
 
 /// The datagram `data` (RTP packet `seq` of `source`, `ssrc`, whose t140llm RED payload
@@ -75,6 +100,8 @@ pub fn unclamp(
     let mut blocks: smallvec::SmallVec<[(usize, bool); 8]> = smallvec::SmallVec::new();
     let mut pos = 0;
     let mut back = 0u16;
+    // A clamped block's remembered fingerprint; its length is the remembered one until
+    // `behind_prefix` has looked for it.
     let mut remembered: smallvec::SmallVec<[u32; 2]> = smallvec::SmallVec::new();
     loop {
         let Some(&b) = payload.get(pos) else {
@@ -101,12 +128,15 @@ pub fn unclamp(
     let data_start = pos + 1;
     let mut at = data_start;
     let mut fps = remembered.iter();
-    for &(len, clamped) in &blocks {
-        let block = payload.get(at..at + len).ok_or(RedError::BlockOverrun)?;
-        if clamped && fps.next() != Some(&fingerprint(block)) {
-            return Err(RedError::AmbiguousLength);
+    for (len, clamped) in &mut blocks {
+        if *clamped {
+            let fp = *fps.next().expect("one a clamped block");
+            *len = behind_prefix(payload, at, *len, fp).ok_or(RedError::AmbiguousLength)?;
         }
-        at += len;
+        at += *len;
+        if at > payload.len() {
+            return Err(RedError::BlockOverrun);
+        }
     }
     let mut out = Vec::with_capacity(data.len());
     out.extend_from_slice(&data[..start]);
@@ -194,14 +224,40 @@ mod tests {
     }
 
     #[test]
-    fn a_remembered_length_past_the_payload_is_an_overrun_not_a_panic() {
+    fn a_remembered_length_past_the_payload_stays_ambiguous_not_a_panic() {
         let mut long = LongBlocks::default();
         long.note(addr(), 0x1122_3344, 0, &[b'x'; 900]);
         let d = datagram(&red(&[&[b'x'; 300]], b" ok"));
         assert_eq!(
             unclamp(&long, addr(), 0x1122_3344, 1, &d, &d[12..]),
-            Err(RedError::BlockOverrun)
+            Err(RedError::AmbiguousLength)
         );
+    }
+
+    /// t140llm multiplexing: a RED packet's primary is bare text, the block repeating it
+    /// carries the stream's prefix (`<id>` 0x1E, or its 4 CSRC bytes).
+    #[test]
+    fn a_remembered_primary_is_found_behind_a_multiplex_prefix() {
+        let text = vec![b'x'; 300];
+        let mut long = LongBlocks::default();
+        long.note(addr(), 0x1122_3344, 1, &text);
+        for prefix in [&b"alpha\x1e"[..], &1u32.to_be_bytes()[..]] {
+            let block = [prefix, &text].concat();
+            let d = datagram(&red(&[&block, b"alpha\x1eHi "], b" ok"));
+            let out = unclamp(&long, addr(), 0x1122_3344, 2, &d, &d[12..]);
+            assert_eq!(out, Ok(datagram(&red(&[b"", b"alpha\x1eHi "], b" ok"))));
+        }
+    }
+
+    #[test]
+    fn one_streams_long_packets_do_not_push_anothers_out() {
+        let mut long = LongBlocks::default();
+        long.note(addr(), 1, 0, &[b'a'; 300]);
+        for seq in 0..2000 {
+            long.note(addr(), 2, seq, &[b'b'; 300]);
+        }
+        assert_eq!(long.get(addr(), 1, 0).map(|(len, _)| len), Some(300));
+        assert!(long.kept.len() <= KEPT_A_STREAM + 1);
     }
 
     #[test]

@@ -686,9 +686,9 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
 }
 
 /// The mixer's RTP clock (RFC 4103 3: 1000 Hz) when a BYE arriving at `now` was sent, at
-/// most: over the newest packet held and each speaker's newest delivered, its timestamp plus
-/// the time since it came (a speaker's text changes as its packet comes: `last_text`), the
-/// latest of these, plus [`BYE_CLOCK_SLACK_MS`]. Each timestamp is counted on from its own
+/// most: over the newest packet held and each speaker's newest placed, its timestamp plus
+/// the time since it came ([`crate::speaker::MixerVoice::ts_at`]), the latest of these, plus
+/// [`BYE_CLOCK_SLACK_MS`]. Each timestamp is counted on from its own
 /// packet's arrival: a later packet without one (the mixer's own voice, not placed by
 /// timestamp) or a late one would make the clock seem to stand still. None if the stream
 /// never placed a packet.
@@ -702,7 +702,10 @@ fn bye_sent_by(register: &Register, speakers: &crate::stream::Speakers, now: Tim
         ts.wrapping_add(u32::try_from(since).unwrap_or(u32::MAX).min(1 << 30))
     };
     let held = register.newest_held().map(clock);
-    let spoken = (speakers.iter()).filter_map(|sp| Some(clock((sp.last_ts?, sp.last_text))));
+    let spoken = (speakers.iter()).filter_map(|sp| {
+        let at = sp.profile.mixer.as_ref().map_or(sp.last_text, |m| m.ts_at);
+        Some(clock((sp.last_ts?, at)))
+    });
     (held.into_iter().chain(spoken))
         .reduce(|a, b| if ts_after(b, a) { b } else { a })
         .map(|ts| ts.wrapping_add(BYE_CLOCK_SLACK_MS))
@@ -854,8 +857,8 @@ pub struct Gateway {
     delays: Delays,
     /// t140llm's packets over 255 bytes, for the RED packets that repeat them clamped.
     long_blocks: crate::clamped::LongBlocks,
-    /// t140llm RED packets refused as ambiguous (a block over 255 bytes, its length clamped)
-    /// during the current call, for [`Gateway::receive_unclamped`] at its end.
+    /// A t140llm RED packet refused as ambiguous (a block over 255 bytes, its length clamped),
+    /// for [`Gateway::receive_unclamped`] right after its refusal is counted.
     unclamped: Vec<(SocketAddr, Vec<u8>)>,
 }
 
@@ -1059,17 +1062,11 @@ impl Gateway {
                 self.handle_hinted(now, source, data, slot.map(|s| (s, at)));
             }
         }
-        if !self.unclamped.is_empty() {
-            self.receive_unclamped(now);
-        }
     }
 
     /// One UDP datagram from `source`, received at `now`.
     pub fn handle_datagram(&mut self, now: Time, source: SocketAddr, data: &[u8]) {
         self.handle_hinted(now, source, data, None);
-        if !self.unclamped.is_empty() {
-            self.receive_unclamped(now);
-        }
     }
 
     /// A datagram from the RTCP port (RFC 3550 11: the RTP port + 1). It comes from the
@@ -1112,15 +1109,18 @@ impl Gateway {
         });
         if let Err(reason) = admitted.and_then(|()| self.receive(now, &source, data, hint)) {
             self.drop_datagram(source, data, reason);
+            if !self.unclamped.is_empty() {
+                // Before the batch's next datagram: it may be the stream's next packet.
+                self.receive_unclamped(now);
+            }
         }
     }
 
-    /// The t140llm RED packets refused as ambiguous in this call ([`Gateway::unclamped`]) that
-    /// [`crate::clamped`] can read after all, received at `now` as that reading: after the
-    /// batch they came in, so a later packet of theirs in it waits for them in the reorder
-    /// buffer, as for any packet reordered. Kept out of the packet path: reading them there
-    /// cost the batch loop 20 instructions a packet (callgrind, `core_drive`), a cold call
-    /// though it was.
+    /// The t140llm RED packet just refused as ambiguous ([`Gateway::unclamped`]), received
+    /// again at `now` if [`crate::clamped`] can read it: at once, before the next datagram,
+    /// which may be its stream's next packet. Out of the packet path: called only after a
+    /// refusal, where the retry cost nothing measurable; a call in `receive` cost the batch
+    /// loop 20 instructions a packet (callgrind, `core_drive`), cold though it was.
     #[cold]
     #[inline(never)]
     fn receive_unclamped(&mut self, now: Time) {

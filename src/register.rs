@@ -16,8 +16,8 @@ pub const MAX_DROPOUT: u16 = 3000;
 /// duplicate packet; this far or further, a restart or a stray packet.
 pub const MAX_MISORDER: u16 = 100;
 
-/// How far past the packets a BYE follows a marked packet may be and still be taken for one the
-/// BYE overtook ([`Register::sent_before_bye`]), not the next session's start. A BYE is sent
+/// How far past the last packet received before a BYE a marked packet may be and still be taken
+/// for one the BYE overtook ([`Register::sent_before_bye`]), not the next session's start. A BYE is sent
 /// after the source's last packet and overtakes only those still in flight, a few at most with
 /// T.140's packets 300 ms apart (RFC 4103 5.1), some lost before them; a new session's
 /// first number is random (RFC 3550 5.1), so it lands this close to the old numbering once in
@@ -191,6 +191,8 @@ struct Bye {
     /// Packets up to this one (from the next expected) were sent before the BYE: the newest
     /// held when it came, else the next expected.
     newest: u16,
+    /// The packet received last before the BYE: `newest` if it was held, else the one before.
+    last: u16,
     at: Time,
 }
 
@@ -578,14 +580,18 @@ impl Register {
     /// ([`Register::bye_deadline`]), for the gaps it holds and for packets continuing its
     /// numbering. False when no packet was ever placed: nothing to wait for.
     pub fn mark_bye(&mut self, now: Time) -> bool {
-        let newest = match (self.cold.held.last(), self.expected) {
-            (Some(h), _) => h.seq,
-            (None, Some(next)) => next,
+        let (newest, last) = match (self.cold.held.last(), self.expected) {
+            (Some(h), _) => (h.seq, h.seq),
+            (None, Some(next)) => (next, next.wrapping_sub(1)),
             (None, None) => return false,
         };
         self.slow |= LINGER;
         let rare = self.cold.rare.get_or_insert_default();
-        rare.bye.get_or_insert(Bye { newest, at: now });
+        rare.bye.get_or_insert(Bye {
+            newest,
+            last,
+            at: now,
+        });
         true
     }
 
@@ -599,14 +605,17 @@ impl Register {
     /// overtaken it: one up to the newest held when the BYE came ([`Register::mark_bye`]; a
     /// gap's, a held one's), a late duplicate at most MAX_MISORDER behind, or one continuing
     /// the numbering past it: unmarked, or marked (the first after an idle period, RFC 4103
-    /// 5.2: a speaker's last words after a pause) at most [`OVERTAKEN_MARKED`] on. One the
+    /// 5.2: a speaker's last words after a pause) at most [`OVERTAKEN_MARKED`] past the last
+    /// packet received before the BYE. One the
     /// sequence jumps to starts a session (RFC 3550 5.1: a new session's first number is
     /// random), as does one marked further on.
     pub fn sent_before_bye(&self, seq: u16, marker: bool) -> bool {
         let (
             Some(expected),
             Some(Bye {
-                newest: bye_seq, ..
+                newest: bye_seq,
+                last,
+                ..
             }),
         ) = (self.expected, self.cold.rare.as_ref().and_then(|r| r.bye))
         else {
@@ -621,7 +630,8 @@ impl Register {
         let ahead = bye_seq.wrapping_sub(expected);
         let within = ahead < 0x8000 && seq.wrapping_sub(expected) <= ahead;
         let on = seq.wrapping_sub(bye_seq);
-        let continues = on < MAX_DROPOUT && (!marker || on < OVERTAKEN_MARKED);
+        let past = seq.wrapping_sub(last);
+        let continues = on < MAX_DROPOUT && (!marker || past <= OVERTAKEN_MARKED);
         behind || within || continues
     }
 

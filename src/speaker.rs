@@ -251,6 +251,10 @@ pub struct MixerVoice {
     /// A second BYE that came before the first's leave (the source spoke again in between):
     /// the leave after that one waits for this.
     pub bye_then: Option<Bye>,
+    /// When the packet stamped [`Speaker::last_ts`] was placed: the mixer's clock counts on
+    /// from there ([`Bye::ts`]). Not `last_text`: a packet without text (the redundancy a
+    /// RED sender sends after its text) moves the timestamp on, not the text.
+    pub ts_at: Time,
 }
 
 /// A mixer's source's BYE, as its leave waits for it ([`MixerVoice::bye_at`]).
@@ -430,7 +434,9 @@ impl Speaker {
                 self.last_text = now;
             }
             self.last_ts = Some(ts);
-            self.profile.mixer().recent.set(&gens, primary);
+            let m = self.profile.mixer();
+            m.recent.set(&gens, primary);
+            m.ts_at = now;
         }
     }
 

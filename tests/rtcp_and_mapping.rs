@@ -1058,15 +1058,15 @@ fn a_conflicting_packet_after_a_waiting_bye_leaves_the_old_stream_waiting() {
     assert_eq!(gw.stats().lost, 0);
 }
 
-/// A marked packet past the newest held by more than a BYE can have overtaken
-/// (`OVERTAKEN_MARKED`, 16) starts the source's next session (RFC 4103 5.2), even numbered on
+/// A marked packet past the last received (here the newest held, 3) by more than a BYE can
+/// have overtaken (`OVERTAKEN_MARKED`, 16) starts the source's next session (RFC 4103 5.2), even numbered on
 /// from the old one: the old stream ends with its gap given up, and the packet opens the new
 /// stream, which joins again. (One marked closer is the old session's last words after a pause:
 /// `a_marked_packet_the_bye_overtook_after_a_pause_and_a_loss_is_the_speakers_last_words`.)
 #[test]
 fn a_marked_packet_well_past_a_waiting_bye_starts_a_new_session() {
     let mut gw = bye_overtaking_packet_2(Config::default());
-    gw.handle_datagram(at(700), addr(4000), &t140m(3 + 16, 7, true, "New. "));
+    gw.handle_datagram(at(700), addr(4000), &t140m(3 + 17, 7, true, "New. "));
     let out = events_of(&drain(&mut gw), "");
     assert_eq!(
         out,
