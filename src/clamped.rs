@@ -26,6 +26,9 @@ use crate::speaker::{MAX_NAMED_ID, fingerprint};
 /// and the block it would be repeated as (length, FNV-1a).
 type Entry = (SocketAddr, u32, u16, usize, u32);
 
+/// The longest multiplex prefix: an id of [`MAX_NAMED_ID`] bytes and 0x1E (a CSRC is 4 bytes).
+pub const MAX_PREFIX: usize = MAX_NAMED_ID + 1;
+
 /// Long blocks kept, over every stream: only packets over 255 bytes are, and each is needed
 /// for the packets after it that repeat it (two with t140llm's default redundancy), which come
 /// seconds later after a long burst (its pacing). 40 bytes each.
@@ -42,12 +45,13 @@ pub struct LongBlocks {
 }
 
 impl LongBlocks {
-    /// Packet `seq` of (`source`, `ssrc`) would be repeated as `block` in later RED packets:
-    /// kept if its length will be clamped there.
+    /// Packet `seq` of (`source`, `ssrc`) would be repeated as `block` in later RED packets,
+    /// or as `block` behind a multiplex prefix if it is a RED packet's `bare` primary: kept if
+    /// its length may be clamped there.
     #[cold]
     #[inline(never)]
-    pub fn note(&mut self, source: SocketAddr, ssrc: u32, seq: u16, block: &[u8]) {
-        if block.len() < 255 {
+    pub fn note(&mut self, source: SocketAddr, ssrc: u32, seq: u16, block: &[u8], bare: bool) {
+        if block.len() + if bare { MAX_PREFIX } else { 0 } < 255 {
             return;
         }
         let mine = |e: &&Entry| e.0 == source && e.1 == ssrc;
@@ -73,7 +77,7 @@ impl LongBlocks {
 /// a multiplex prefix (4 CSRC bytes, or an id of at most [`MAX_NAMED_ID`] bytes and 0x1E).
 fn behind_prefix(payload: &[u8], at: usize, len: usize, fp: u32) -> Option<usize> {
     let text = |p: usize| payload.get(at + p..at + p + len);
-    (0..=MAX_NAMED_ID + 1)
+    (0..=MAX_PREFIX)
         .filter(|&p| p == 0 || p == 4 || payload.get(at + p - 1) == Some(&0x1e))
         .find(|&p| text(p).is_some_and(|t| fingerprint(t) == fp))
         .map(|p| p + len)
@@ -192,7 +196,7 @@ mod tests {
     fn a_remembered_clamped_block_is_emptied_and_the_rest_kept() {
         let burst = vec![b'x'; 300];
         let mut long = LongBlocks::default();
-        long.note(addr(), 0x1122_3344, 0, &burst);
+        long.note(addr(), 0x1122_3344, 0, &burst, false);
         let d = datagram(&red(&[b" ok", &burst], b"."));
         let out = unclamp(&long, addr(), 0x1122_3344, 2, &d, &d[12..]).unwrap();
         assert_eq!(out, datagram(&red(&[b" ok", b""], b".")));
@@ -209,14 +213,14 @@ mod tests {
         );
         // Same length, other text.
         let mut other = LongBlocks::default();
-        other.note(addr(), 0x1122_3344, 0, &[b'y'; 300]);
+        other.note(addr(), 0x1122_3344, 0, &[b'y'; 300], false);
         assert_eq!(
             unclamp(&other, addr(), 0x1122_3344, 1, &d, &d[12..]),
             Err(RedError::AmbiguousLength)
         );
         // Another stream's packet with that number.
         let mut elsewhere = LongBlocks::default();
-        elsewhere.note(addr(), 7, 0, &burst);
+        elsewhere.note(addr(), 7, 0, &burst, false);
         assert_eq!(
             unclamp(&elsewhere, addr(), 0x1122_3344, 1, &d, &d[12..]),
             Err(RedError::AmbiguousLength)
@@ -226,7 +230,7 @@ mod tests {
     #[test]
     fn a_remembered_length_past_the_payload_stays_ambiguous_not_a_panic() {
         let mut long = LongBlocks::default();
-        long.note(addr(), 0x1122_3344, 0, &[b'x'; 900]);
+        long.note(addr(), 0x1122_3344, 0, &[b'x'; 900], false);
         let d = datagram(&red(&[&[b'x'; 300]], b" ok"));
         assert_eq!(
             unclamp(&long, addr(), 0x1122_3344, 1, &d, &d[12..]),
@@ -240,7 +244,7 @@ mod tests {
     fn a_remembered_primary_is_found_behind_a_multiplex_prefix() {
         let text = vec![b'x'; 300];
         let mut long = LongBlocks::default();
-        long.note(addr(), 0x1122_3344, 1, &text);
+        long.note(addr(), 0x1122_3344, 1, &text, true);
         for prefix in [&b"alpha\x1e"[..], &1u32.to_be_bytes()[..]] {
             let block = [prefix, &text].concat();
             let d = datagram(&red(&[&block, b"alpha\x1eHi "], b" ok"));
@@ -252,9 +256,9 @@ mod tests {
     #[test]
     fn one_streams_long_packets_do_not_push_anothers_out() {
         let mut long = LongBlocks::default();
-        long.note(addr(), 1, 0, &[b'a'; 300]);
+        long.note(addr(), 1, 0, &[b'a'; 300], false);
         for seq in 0..2000 {
-            long.note(addr(), 2, seq, &[b'b'; 300]);
+            long.note(addr(), 2, seq, &[b'b'; 300], false);
         }
         assert_eq!(long.get(addr(), 1, 0).map(|(len, _)| len), Some(300));
         assert!(long.kept.len() <= KEPT_A_STREAM + 1);
@@ -263,7 +267,11 @@ mod tests {
     #[test]
     fn short_blocks_are_not_kept() {
         let mut long = LongBlocks::default();
-        long.note(addr(), 1, 0, &[b'x'; 254]);
+        long.note(addr(), 1, 0, &[b'x'; 254], false);
+        long.note(addr(), 1, 1, &[b'x'; 254 - MAX_PREFIX], true);
         assert!(long.kept.is_empty());
+        // A bare RED primary that a prefix may take over 255.
+        long.note(addr(), 1, 2, &[b'x'; 255 - MAX_PREFIX], true);
+        assert_eq!(long.kept.len(), 1);
     }
 }

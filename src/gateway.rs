@@ -686,34 +686,26 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
 }
 
 /// The mixer's RTP clock (RFC 4103 3: 1000 Hz) when a BYE arriving at `now` was sent, at
-/// most: over the newest packet held and each speaker's newest placed, its timestamp plus
-/// the time since it came ([`crate::speaker::MixerVoice::ts_at`]), the latest of these, plus
-/// [`BYE_CLOCK_SLACK_MS`]. Each timestamp is counted on from its own
-/// packet's arrival: a later packet without one (the mixer's own voice, not placed by
-/// timestamp) or a late one would make the clock seem to stand still. None if the stream
-/// never placed a packet.
+/// most: `now` plus the most the mixer's clock was seen ahead of ours (over the newest packet
+/// held and each speaker's packets, [`crate::speaker::MixerVoice::lead`]: the packet that came
+/// quickest), plus [`BYE_CLOCK_SLACK_MS`]. Counted from arrivals, not from when packets were
+/// placed: a packet that waited behind a gap, or came late, would make the clock seem slow.
+/// None if no packet of the stream was seen by a speaker.
 #[cold]
 #[inline(never)]
 fn bye_sent_by(register: &Register, speakers: &crate::stream::Speakers, now: Time) -> Option<u32> {
-    let clock = |(ts, at): (u32, Time)| {
-        // Capped well inside the half range in which timestamps compare (RFC 3550 A.1): a
-        // stream silent that long has timed out.
-        let since = now.as_millis().saturating_sub(at.as_millis());
-        ts.wrapping_add(u32::try_from(since).unwrap_or(u32::MAX).min(1 << 30))
-    };
-    let held = register.newest_held().map(clock);
-    let spoken = (speakers.iter()).filter_map(|sp| {
-        let at = sp.profile.mixer.as_ref().map_or(sp.last_text, |m| m.ts_at);
-        Some(clock((sp.last_ts?, at)))
-    });
-    (held.into_iter().chain(spoken))
+    let ms = |t: Time| t.as_millis() as u32;
+    let held = register
+        .newest_held()
+        .map(|(ts, at)| ts.wrapping_sub(ms(at)));
+    let leads = (speakers.iter()).filter_map(|sp| sp.profile.mixer.as_ref()?.lead);
+    (held.into_iter().chain(leads))
         .reduce(|a, b| if ts_after(b, a) { b } else { a })
-        .map(|ts| ts.wrapping_add(BYE_CLOCK_SLACK_MS))
+        .map(|lead| ms(now).wrapping_add(lead).wrapping_add(BYE_CLOCK_SLACK_MS))
 }
 
-/// How much longer than the BYE a packet sent before it may have taken on the way, beyond
-/// what the stream's last packet took: the packet that set the clock may have been quick and
-/// the BYE slow. A packet stamped within this after the BYE was sent is still taken as sent
+/// How much quicker than the stream's quickest packet a BYE may have come (its own socket,
+/// read apart). A packet stamped within this after the BYE was sent is still taken as sent
 /// before it: one participation, where a wrong split would make a second. A source that
 /// speaks again after its BYE buffers its new text first (RFC 4103 5.1: 300 ms), so its packet
 /// is stamped well beyond this.
@@ -1220,7 +1212,7 @@ impl Gateway {
                 self.emit.stats.metadata += 1;
                 payload = &[];
             }
-            if data.len() >= 12 + 255 {
+            if data.len() >= 12 + 255 - crate::clamped::MAX_PREFIX {
                 self.note_long_block(source, &pkt, parsed.as_ref(), data);
             }
         }
@@ -1270,6 +1262,7 @@ impl Gateway {
                     // 6.5) may have come before the source's first packet.
                     name_new_speaker(&mut self.early_names, key, c, &mut speakers[i]);
                 }
+                speakers[i].profile.mixer().came(pkt.timestamp, now);
                 i
             }
             (None, Compat::T140llm) => usize::from(TAG_UNDECIDED),
@@ -1345,7 +1338,8 @@ impl Gateway {
     }
 
     /// What t140llm repeats this packet as in its next RED packets: a packet over 255 bytes is
-    /// repeated with its length clamped ([`crate::clamped`]).
+    /// repeated with its length clamped ([`crate::clamped`]), and so is a RED primary that a
+    /// multiplex prefix takes over 255.
     #[cold]
     #[inline(never)]
     fn note_long_block(
@@ -1355,8 +1349,8 @@ impl Gateway {
         parsed: Option<&RedPayload<'_>>,
         data: &[u8],
     ) {
-        let block = parsed.map_or(&data[12..], |p| p.primary().data);
-        (self.long_blocks).note(source, pkt.ssrc, pkt.sequence, block);
+        let (block, bare) = parsed.map_or((&data[12..], false), |p| (p.primary().data, true));
+        (self.long_blocks).note(source, pkt.ssrc, pkt.sequence, block, bare);
     }
 
     /// A t140llm RED packet with a block over 255 bytes, its length clamped (only the t140llm

@@ -251,10 +251,21 @@ pub struct MixerVoice {
     /// A second BYE that came before the first's leave (the source spoke again in between):
     /// the leave after that one waits for this.
     pub bye_then: Option<Bye>,
-    /// When the packet stamped [`Speaker::last_ts`] was placed: the mixer's clock counts on
-    /// from there ([`Bye::ts`]). Not `last_text`: a packet without text (the redundancy a
-    /// RED sender sends after its text) moves the timestamp on, not the text.
-    pub ts_at: Time,
+    /// How far the mixer's clock has run ahead of this gateway's, at most, over this
+    /// speaker's packets: the timestamp less the arrival time (ms, wrapping). The packet that
+    /// came quickest sets it; one that came late, or waited behind a gap, does not lower it.
+    /// For [`Bye::ts`]: the mixer's clock at a BYE's arrival is at most the arrival plus this.
+    pub lead: Option<u32>,
+}
+
+impl MixerVoice {
+    /// A packet of this speaker stamped `ts` came at `now` ([`MixerVoice::lead`]).
+    pub fn came(&mut self, ts: u32, now: Time) {
+        let lead = ts.wrapping_sub(now.as_millis() as u32);
+        if self.lead.is_none_or(|l| ts_after(lead, l)) {
+            self.lead = Some(lead);
+        }
+    }
 }
 
 /// A mixer's source's BYE, as its leave waits for it ([`MixerVoice::bye_at`]).
@@ -434,9 +445,7 @@ impl Speaker {
                 self.last_text = now;
             }
             self.last_ts = Some(ts);
-            let m = self.profile.mixer();
-            m.recent.set(&gens, primary);
-            m.ts_at = now;
+            self.profile.mixer().recent.set(&gens, primary);
         }
     }
 

@@ -4,7 +4,9 @@
 //! multiplexing was never found again; a batch retried the refused packets after later ones,
 //! which counted them recovered and stale; other streams' long packets pushed a stream's out; a
 //! mixer source's empty packets moved its clock estimate on by the time since its last text).
-//! The others check the boundaries.
+//! The others check the boundaries. A third review found two more (a RED primary a multiplex
+//! prefix takes over 255 bytes was not remembered; the mixer clock counted from when a held
+//! packet was placed, not when it came).
 
 use pvp_t140::pvp::Message as Envelope;
 use pvp_t140::{Config, DropReason, Gateway, red, rtp};
@@ -432,4 +434,147 @@ fn a_marked_packet_16_past_the_last_received_is_the_old_sessions() {
             .count();
         assert_eq!(joins, joins_expected, "seq {seq}");
     }
+}
+
+// A third review (bd11b09): two more gaps, four tests that failed.
+
+fn text_of(got: &[(String, String)]) -> String {
+    got.iter()
+        .map(|(_, t)| t.as_str())
+        .collect::<Vec<_>>()
+        .join("|")
+}
+
+/// Prefix mode + RED: the RED primary is bare text of 252 bytes (under 255, so not
+/// remembered), but the block repeating it is `alpha\x1E` + text = 258 bytes, clamped to 255.
+/// Packet 1 came, so packets 2 and 3 should be read (docs/t140llm.md section 5).
+#[test]
+fn prefix_multiplex_red_primary_just_under_255_is_unclamped() {
+    let mut gw = Gateway::new(t140llm_cfg());
+    let long = "x".repeat(252);
+    let long_copy = [b"alpha\x1e".as_slice(), long.as_bytes()].concat();
+    assert!(long_copy.len() > 255);
+    gw.handle_datagram(at(0), addr(6000), &t140llm_plain(0, &[], b"alpha\x1eHi "));
+    gw.handle_datagram(
+        at(100),
+        addr(6000),
+        &t140llm_red_raw(1, &[b"alpha\x1eHi "], long.as_bytes()),
+    );
+    gw.handle_datagram(
+        at(4200),
+        addr(6000),
+        &t140llm_red_raw(2, &[&long_copy, b"alpha\x1eHi "], b" ok"),
+    );
+    gw.handle_datagram(
+        at(4300),
+        addr(6000),
+        &t140llm_red_raw(3, &[b"alpha\x1e ok", &long_copy], b"."),
+    );
+    gw.shutdown(at(9000));
+    let got = adds(&drain(&mut gw));
+    let amb = gw
+        .stats()
+        .drops(DropReason::Red(red::RedError::AmbiguousLength));
+    let all = text_of(&got);
+    assert!(
+        amb == 0 && all.contains("ok"),
+        "ambiguous drops {amb}, text {all:?}"
+    );
+}
+
+/// The same in CSRC mode: bare 253-byte primary, its copy is the 4 CSRC bytes + text = 257.
+#[test]
+fn csrc_multiplex_red_primary_just_under_255_is_unclamped() {
+    let mut gw = Gateway::new(t140llm_cfg());
+    let long = "x".repeat(253);
+    let copy = |t: &[u8]| [&1u32.to_be_bytes()[..], t].concat();
+    gw.handle_datagram(at(0), addr(6000), &t140llm_plain(0, &[1], b"Hi "));
+    gw.handle_datagram(
+        at(100),
+        addr(6000),
+        &t140llm_red_raw(1, &[&copy(b"Hi ")], long.as_bytes()),
+    );
+    gw.handle_datagram(
+        at(4200),
+        addr(6000),
+        &t140llm_red_raw(2, &[&copy(long.as_bytes()), &copy(b"Hi ")], b" ok"),
+    );
+    gw.handle_datagram(
+        at(4300),
+        addr(6000),
+        &t140llm_red_raw(3, &[&copy(b" ok"), &copy(long.as_bytes())], b"."),
+    );
+    gw.shutdown(at(9000));
+    let got = adds(&drain(&mut gw));
+    let amb = gw
+        .stats()
+        .drops(DropReason::Red(red::RedError::AmbiguousLength));
+    let all = text_of(&got);
+    assert!(
+        amb == 0 && all.contains("ok"),
+        "ambiguous drops {amb}, text {all:?}"
+    );
+}
+
+/// A mixer with one active source (CSRC 2), its clock 1000 + t. Packet 4 (ts 1610) arrives
+/// on time at 610 and waits for 3, which comes late at 900: both are placed at 900. The BYE
+/// comes at 1000 (mixer clock ~2000); packet 5, stamped 1950 (before the BYE was sent),
+/// arrives at 1100, overtaken by it. It is the source's last words: one participation.
+#[test]
+fn a_packet_held_then_placed_late_does_not_slow_the_bye_clock() {
+    let mut gw = Gateway::new(Config::default());
+    let m = addr(5000);
+    gw.handle_datagram(at(0), m, &with_csrc(1, 1000, 9, 2, b"Alpha "));
+    gw.handle_datagram(at(610), m, &with_csrc(3, 1610, 9, 2, b"two "));
+    gw.handle_datagram(at(900), m, &with_csrc(2, 1310, 9, 2, b"one "));
+    gw.handle_datagram(at(1000), m, &mixer_bye(9, 2));
+    gw.handle_datagram(at(1100), m, &with_csrc(4, 1950, 9, 2, b"end. "));
+    while let Some(t) = gw.poll_timeout().filter(|&t| t <= at(5000)) {
+        gw.handle_timeout(t);
+    }
+    let out = drain(&mut gw);
+    let ev = events_of(&out, "csrc:00000002");
+    let joins = ev.iter().filter(|(k, _)| k == "session.join").count();
+    assert_eq!(joins, 1, "{:#?}", timeline(&out));
+}
+
+/// Packet 2 lost: 3 (ts 1610, came at 610) waits the reorder wait (1 s) and is placed at
+/// 1610. BYE at 1700 (mixer clock ~2700); 4, stamped 2650, overtaken, arrives at 1800.
+#[test]
+fn a_packet_placed_after_its_gap_expired_does_not_slow_the_bye_clock() {
+    let mut gw = Gateway::new(Config::default());
+    let m = addr(5000);
+    gw.handle_datagram(at(0), m, &with_csrc(1, 1000, 9, 2, b"Alpha "));
+    gw.handle_datagram(at(610), m, &with_csrc(3, 1610, 9, 2, b"two "));
+    while let Some(t) = gw.poll_timeout().filter(|&t| t <= at(1650)) {
+        gw.handle_timeout(t);
+    }
+    gw.handle_datagram(at(1700), m, &mixer_bye(9, 2));
+    gw.handle_datagram(at(1800), m, &with_csrc(4, 2650, 9, 2, b"end. "));
+    while let Some(t) = gw.poll_timeout().filter(|&t| t <= at(6000)) {
+        gw.handle_timeout(t);
+    }
+    let out = drain(&mut gw);
+    let ev = events_of(&out, "csrc:00000002");
+    let joins = ev.iter().filter(|(k, _)| k == "session.join").count();
+    assert_eq!(joins, 1, "{:#?}", timeline(&out));
+}
+
+/// The same in order (3 at 610): the control, passes.
+#[test]
+fn in_order_the_overtaken_packet_is_the_sources() {
+    let mut gw = Gateway::new(Config::default());
+    let m = addr(5000);
+    gw.handle_datagram(at(0), m, &with_csrc(1, 1000, 9, 2, b"Alpha "));
+    gw.handle_datagram(at(310), m, &with_csrc(2, 1310, 9, 2, b"one "));
+    gw.handle_datagram(at(610), m, &with_csrc(3, 1610, 9, 2, b"two "));
+    gw.handle_datagram(at(1000), m, &mixer_bye(9, 2));
+    gw.handle_datagram(at(1100), m, &with_csrc(4, 1950, 9, 2, b"end. "));
+    while let Some(t) = gw.poll_timeout().filter(|&t| t <= at(5000)) {
+        gw.handle_timeout(t);
+    }
+    let out = drain(&mut gw);
+    let ev = events_of(&out, "csrc:00000002");
+    let joins = ev.iter().filter(|(k, _)| k == "session.join").count();
+    assert_eq!(joins, 1, "{:#?}", timeline(&out));
 }
