@@ -649,6 +649,11 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
             *gap = 0;
         }
     }
+    if let Piece::Packet { ts, .. } = piece
+        && (v.speakers[idx].last_ts).is_some_and(|l| ts_after(l, ts.wrapping_add(CLOCK_RESTART_MS)))
+    {
+        mixer_clock_restarted(v.speakers);
+    }
     let sp = &mut v.speakers.as_mut_slice()[idx];
     // The chunks cut are one speaker's: the last speaker's were all taken.
     debug_assert!(emit.said.cuts.is_empty());
@@ -686,23 +691,30 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
 }
 
 /// The mixer's RTP clock (RFC 4103 3: 1000 Hz) when a BYE arriving at `now` was sent, at
-/// most: `now` plus the most the mixer's clock was seen ahead of ours (over the newest packet
-/// held and each speaker's packets, [`crate::speaker::MixerVoice::lead`]: the packet that came
-/// quickest), plus [`BYE_CLOCK_SLACK_MS`]. Counted from arrivals, not from when packets were
-/// placed: a packet that waited behind a gap, or came late, would make the clock seem slow.
-/// None if no packet of the stream was seen by a speaker.
+/// most: `now` plus how far the mixer's clock ran ahead of ours at its newest packets (the
+/// newest held, and each speaker's newest placed, [`crate::speaker::MixerVoice::lead`], each
+/// counted from when it came), the most of those that came within [`LEAD_FRESH_MS`] of the
+/// latest (a speaker silent for long would bring a clock that drifted since, or the clock
+/// before a restart), plus [`BYE_CLOCK_SLACK_MS`]. None if no packet of the stream was placed
+/// by a speaker.
 #[cold]
 #[inline(never)]
 fn bye_sent_by(register: &Register, speakers: &crate::stream::Speakers, now: Time) -> Option<u32> {
     let ms = |t: Time| t.as_millis() as u32;
-    let held = register
-        .newest_held()
-        .map(|(ts, at)| ts.wrapping_sub(ms(at)));
+    let held = (register.newest_held()).map(|(ts, at)| (ts.wrapping_sub(ms(at)), at));
     let leads = (speakers.iter()).filter_map(|sp| sp.profile.mixer.as_ref()?.lead);
-    (held.into_iter().chain(leads))
+    let all = || held.into_iter().chain(leads.clone());
+    let latest = all().map(|(_, at)| at).max()?;
+    let since = Time::from_millis(latest.as_millis().saturating_sub(LEAD_FRESH_MS));
+    (all().filter(|&(_, at)| at >= since))
+        .map(|(lead, _)| lead)
         .reduce(|a, b| if ts_after(b, a) { b } else { a })
         .map(|lead| ms(now).wrapping_add(lead).wrapping_add(BYE_CLOCK_SLACK_MS))
 }
+
+/// How long a speaker's last packet speaks for the mixer's clock ([`bye_sent_by`]): a mixer's
+/// clock drifting 100 ppm from ours moves 6 ms in this time.
+const LEAD_FRESH_MS: u64 = 60_000;
 
 /// How much quicker than the stream's quickest packet a BYE may have come (its own socket,
 /// read apart). A packet stamped within this after the BYE was sent is still taken as sent
@@ -724,6 +736,28 @@ fn first_bye_end(register: &Register, speakers: &crate::stream::Speakers) -> Tim
         .map(|b| b.by)
         .min()
         .unwrap_or(Time::NEVER)
+}
+
+/// How far behind a speaker's newest a mixer's packet may be stamped before its clock is taken
+/// to have restarted. The register delivers a stream's packets in sequence order, and a mixer
+/// stamps them from one clock (RFC 9071 section 4): a packet stamped this far back is a new
+/// session's (RFC 3550 5.1: its first timestamp is random) after a restart the register
+/// accepted, not a late one.
+const CLOCK_RESTART_MS: u32 = 10_000;
+
+/// A mixer's clock restarted ([`CLOCK_RESTART_MS`]): what its speakers placed by the old clock
+/// is forgotten, or every packet stamped below it would be taken for a repeat and its text
+/// dropped, and the old clock would stand for the new one at a BYE.
+#[cold]
+#[inline(never)]
+fn mixer_clock_restarted(speakers: &mut crate::stream::Speakers) {
+    for sp in speakers.iter_mut() {
+        sp.last_ts = None;
+        if let Some(m) = sp.profile.mixer.as_deref_mut() {
+            m.recent = Default::default();
+            m.lead = None;
+        }
+    }
 }
 
 /// The newest timestamp a mixer's stream delivered, over its speakers (one clock).
@@ -1262,7 +1296,6 @@ impl Gateway {
                     // 6.5) may have come before the source's first packet.
                     name_new_speaker(&mut self.early_names, key, c, &mut speakers[i]);
                 }
-                speakers[i].profile.mixer().came(pkt.timestamp, now);
                 i
             }
             (None, Compat::T140llm) => usize::from(TAG_UNDECIDED),
@@ -1298,6 +1331,7 @@ impl Gateway {
             red,
             tag,
             by_ts: csrc.is_some(),
+            at: now,
             payload,
             parsed,
         };

@@ -41,6 +41,8 @@ pub enum Piece<'a> {
         red: bool,
         payload: &'a [u8],
         gap: usize,
+        /// When the packet came (not when it is delivered: it may have waited behind a gap).
+        at: Time,
     },
 }
 
@@ -55,6 +57,8 @@ pub struct Arrival<'a> {
     pub tag: u16,
     /// Redundancy is placed by timestamp by the caller ([`Piece::Packet`]).
     pub by_ts: bool,
+    /// When it came.
+    pub at: Time,
     pub payload: &'a [u8],
     /// The RED payload, when the caller has already parsed (and so validated) it: a packet is
     /// parsed once on its way through, not once per look.
@@ -111,6 +115,7 @@ impl Held {
             red: self.red,
             tag: self.tag,
             by_ts: self.by_ts,
+            at: self.at,
             payload: &self.payload,
             parsed: None,
         }
@@ -772,6 +777,7 @@ impl Register {
                     red: a.red,
                     payload: a.payload,
                     gap,
+                    at: a.at,
                 },
             );
             return;
@@ -833,6 +839,7 @@ mod tests {
                 red,
                 tag: 0,
                 by_ts: false,
+                at: Time::default(),
                 payload,
                 parsed: None,
             }

@@ -251,21 +251,12 @@ pub struct MixerVoice {
     /// A second BYE that came before the first's leave (the source spoke again in between):
     /// the leave after that one waits for this.
     pub bye_then: Option<Bye>,
-    /// How far the mixer's clock has run ahead of this gateway's, at most, over this
-    /// speaker's packets: the timestamp less the arrival time (ms, wrapping). The packet that
-    /// came quickest sets it; one that came late, or waited behind a gap, does not lower it.
-    /// For [`Bye::ts`]: the mixer's clock at a BYE's arrival is at most the arrival plus this.
-    pub lead: Option<u32>,
-}
-
-impl MixerVoice {
-    /// A packet of this speaker stamped `ts` came at `now` ([`MixerVoice::lead`]).
-    pub fn came(&mut self, ts: u32, now: Time) {
-        let lead = ts.wrapping_sub(now.as_millis() as u32);
-        if self.lead.is_none_or(|l| ts_after(lead, l)) {
-            self.lead = Some(lead);
-        }
-    }
+    /// How far the mixer's clock ran ahead of this gateway's at this speaker's newest packet
+    /// (the one stamped [`Speaker::last_ts`]): its timestamp less its arrival (ms, wrapping),
+    /// and that arrival. Counted from when it came, not when it was placed (it may have waited
+    /// behind a gap); only packets placed count (a stray the register drops does not). For
+    /// [`Bye::ts`]: the mixer's clock at a BYE's arrival is about the arrival plus this.
+    pub lead: Option<(u32, Time)>,
 }
 
 /// A mixer's source's BYE, as its leave waits for it ([`MixerVoice::bye_at`]).
@@ -381,7 +372,8 @@ impl Speaker {
                 red,
                 payload,
                 gap,
-            } => self.place_by_ts(now, ts, red, payload, gap, format, out),
+                at,
+            } => self.place_by_ts(now, at, ts, red, payload, gap, format, out),
         }
     }
 
@@ -401,9 +393,11 @@ impl Speaker {
     /// the stream's next speaker. Without redundancy nothing tells, so the gap is marked here.
     #[allow(clippy::too_many_arguments)]
     #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
     fn place_by_ts(
         &mut self,
         now: Time,
+        at: Time,
         ts: u32,
         red: bool,
         payload: &[u8],
@@ -445,7 +439,9 @@ impl Speaker {
                 self.last_text = now;
             }
             self.last_ts = Some(ts);
-            self.profile.mixer().recent.set(&gens, primary);
+            let m = self.profile.mixer();
+            m.recent.set(&gens, primary);
+            m.lead = Some((ts.wrapping_sub(at.as_millis() as u32), at));
         }
     }
 
@@ -644,6 +640,7 @@ mod tests {
                 red: true,
                 payload,
                 gap,
+                at: Time(0),
             },
             RedFormat::Rfc2198,
             out,

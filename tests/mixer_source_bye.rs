@@ -338,3 +338,312 @@ fn the_mixers_own_bye_while_a_sources_leave_waits_leaves_it_once_and_first() {
         assert_eq!(leaves[0], "csrc:00000002", "{:#?}", timeline(&out));
     }
 }
+
+// A fourth review (cb7b4d1): the clock estimate from strays, drift and restarts, and a mixer
+// restart dropping its sources' text.
+
+/// An RTP packet with one CSRC (an RFC 9071 mixer's), T.140 payload type 98.
+fn with_csrc_m(marker: bool, seq: u16, ts: u32, ssrc: u32, csrc: u32, payload: &[u8]) -> Vec<u8> {
+    let mut d = vec![0x81, 98 | if marker { 0x80 } else { 0 }, 0, 0];
+    d[2..4].copy_from_slice(&seq.to_be_bytes());
+    d.extend_from_slice(&ts.to_be_bytes());
+    d.extend_from_slice(&ssrc.to_be_bytes());
+    d.extend_from_slice(&csrc.to_be_bytes());
+    d.extend_from_slice(payload);
+    d
+}
+
+fn run_timers(gw: &mut Gateway, until: u64) {
+    while let Some(t) = gw.poll_timeout().filter(|&t| t <= at(until)) {
+        gw.handle_timeout(t);
+    }
+}
+
+/// A stray packet (RFC 3550 A.1: a sequence jump never confirmed, dropped as a jump) carrying
+/// A's CSRC and a timestamp 100 s ahead. It is never delivered, yet B's BYE clock estimate
+/// afterwards counts it: B's new words 500 ms after its BYE (stamped 500 ms after it) are put
+/// in its old participation, and B then leaves while it is speaking.
+#[test]
+fn a_stray_jump_packet_does_not_move_the_bye_clock() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha. "));
+    gw.handle_datagram(at(10), addr(5000), &with_csrc(2, 1010, 9, 2, b"Bravo. "));
+    // A stray: far off in sequence and in time; the stream goes on as before.
+    gw.handle_datagram(
+        at(200),
+        addr(5000),
+        &with_csrc_m(false, 20_000, 101_200, 9, 1, b"zz"),
+    );
+    gw.handle_datagram(at(300), addr(5000), &with_csrc(3, 1300, 9, 1, b"More. "));
+    gw.handle_datagram(at(1000), addr(5000), &mixer_bye(2));
+    gw.handle_datagram(at(1500), addr(5000), &with_csrc(4, 2500, 9, 2, b"Back. "));
+    run_timers(&mut gw, 5000);
+    let out = drain(&mut gw);
+    assert_eq!(
+        events_of(&out, "csrc:00000002"),
+        [
+            pair("session.join", ""),
+            pair("context.add", "Bravo."),
+            pair("session.leave", ""),
+            pair("session.join", ""),
+            pair("context.add", "Back."),
+        ],
+        "{:#?}",
+        timeline(&out)
+    );
+}
+
+/// The mixer's clock runs 100 ppm slow against the gateway's (two ordinary crystals; RFC 3550
+/// 6.4.1 expects a receiver to live with it). After two hours of A speaking every 30 s, B
+/// (which spoke 10 s before) says BYE, and speaks again 500 ms later: its packet is stamped
+/// 500 ms after the BYE on the mixer's clock. The lead of A's first packet, two hours old, is
+/// 720 ms more than the clock's lead now.
+#[test]
+fn a_slow_mixer_clock_does_not_keep_a_source_from_rejoining_after_hours() {
+    let mut gw = Gateway::new(Config::default());
+    let clock = |ms: u64| 1000 + (ms - ms / 10_000) as u32; // 100 ppm slow
+    let mut seq = 1u16;
+    let mut t = 0u64;
+    while t <= 7_200_000 {
+        gw.handle_datagram(at(t), addr(5000), &with_csrc(seq, clock(t), 9, 1, b"a. "));
+        seq += 1;
+        t += 30_000;
+    }
+    let t = 7_200_000 + 10_000;
+    gw.handle_datagram(
+        at(t),
+        addr(5000),
+        &with_csrc(seq, clock(t), 9, 2, b"Bravo. "),
+    );
+    seq += 1;
+    gw.handle_datagram(at(t + 1000), addr(5000), &mixer_bye(2));
+    gw.handle_datagram(
+        at(t + 1500),
+        addr(5000),
+        &with_csrc_m(true, seq, clock(t + 1500), 9, 2, b"Back. "),
+    );
+    run_timers(&mut gw, t + 5000);
+    let out = drain(&mut gw);
+    assert_eq!(
+        events_of(&out, "csrc:00000002"),
+        [
+            pair("session.join", ""),
+            pair("context.add", "Bravo."),
+            pair("session.leave", ""),
+            pair("session.join", ""),
+            pair("context.add", "Back."),
+        ],
+        "{:#?}",
+        &timeline(&out)[timeline(&out).len().saturating_sub(6)..]
+    );
+}
+
+/// The mixer restarts under its SSRC (RFC 3550 A.1: a sequence jump confirmed by three packets
+/// in sequence, which the gateway accepts as a restart): its new timestamps start lower than
+/// the old ones (a random base, RFC 3550 5.1). The speakers' text after the restart is
+/// delivered.
+#[test]
+fn after_a_mixer_restart_with_lower_timestamps_its_sources_text_is_delivered() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 100_000, 9, 1, b"Alpha. "));
+    gw.handle_datagram(at(10), addr(5000), &with_csrc(2, 100_010, 9, 2, b"Bravo. "));
+    gw.handle_datagram(
+        at(2000),
+        addr(5000),
+        &with_csrc_m(true, 30_000, 500, 9, 2, b"One. "),
+    );
+    gw.handle_datagram(
+        at(2010),
+        addr(5000),
+        &with_csrc_m(false, 30_001, 510, 9, 1, b"Two. "),
+    );
+    gw.handle_datagram(
+        at(2020),
+        addr(5000),
+        &with_csrc_m(false, 30_002, 520, 9, 2, b"Three. "),
+    );
+    gw.handle_datagram(
+        at(2300),
+        addr(5000),
+        &with_csrc_m(false, 30_003, 800, 9, 2, b"Four. "),
+    );
+    run_timers(&mut gw, 5000);
+    let out = drain(&mut gw);
+    let b: String = events_of(&out, "csrc:00000002")
+        .into_iter()
+        .filter(|(k, _)| k == "context.add")
+        .map(|(_, c)| c + " ")
+        .collect();
+    assert_eq!(gw.stats().restarts, 1);
+    assert_eq!(
+        b.trim_end(),
+        "Bravo. One. Three. Four.",
+        "{:#?}",
+        timeline(&out)
+    );
+}
+
+/// A spoke before the mixer restarted under its SSRC (a sequence jump confirmed by three
+/// packets; the new timestamps start lower, RFC 3550 5.1), B only after. B's BYE, then B's new
+/// words 500 ms later, stamped 500 ms after the BYE on the mixer's new clock: B's old
+/// participation leaves, and the new words join it again. A's lead from the old clock must not
+/// count.
+#[test]
+fn after_a_mixer_restart_the_old_clocks_lead_does_not_keep_a_source_from_rejoining() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 100_000, 9, 1, b"Alpha. "));
+    gw.handle_datagram(
+        at(2000),
+        addr(5000),
+        &with_csrc_m(true, 30_000, 500, 9, 1, b"x"),
+    );
+    gw.handle_datagram(
+        at(2010),
+        addr(5000),
+        &with_csrc_m(false, 30_001, 510, 9, 1, b""),
+    );
+    gw.handle_datagram(
+        at(2020),
+        addr(5000),
+        &with_csrc_m(false, 30_002, 520, 9, 1, b""),
+    );
+    gw.handle_datagram(
+        at(2100),
+        addr(5000),
+        &with_csrc_m(true, 30_003, 600, 9, 2, b"Bravo. "),
+    );
+    gw.handle_datagram(at(3000), addr(5000), &mixer_bye(2));
+    gw.handle_datagram(
+        at(3500),
+        addr(5000),
+        &with_csrc_m(true, 30_004, 2000, 9, 2, b"Back. "),
+    );
+    run_timers(&mut gw, 8000);
+    let out = drain(&mut gw);
+    assert_eq!(gw.stats().restarts, 1);
+    assert_eq!(
+        events_of(&out, "csrc:00000002"),
+        [
+            pair("session.join", ""),
+            pair("context.add", "Bravo."),
+            pair("session.leave", ""),
+            pair("session.join", ""),
+            pair("context.add", "Back."),
+        ],
+        "{:#?}",
+        timeline(&out)
+    );
+}
+
+/// B's BYE overtakes B's only packet (RFC 3550 6.3.7: the case the leave's wait is for), which
+/// comes 5 ms after it. B joins, says its words, and leaves; it must not stay in the session
+/// until the mixer's stream ends.
+#[test]
+#[ignore = "known gap: a BYE for a CSRC no speaker has yet is not kept for the source's first packet (as early SDES names are)"]
+fn a_bye_that_overtook_a_sources_only_packet_still_ends_it() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha. "));
+    gw.handle_datagram(at(1000), addr(5000), &mixer_bye(2));
+    gw.handle_datagram(
+        at(1005),
+        addr(5000),
+        &with_csrc_m(true, 2, 1990, 9, 2, b"Bye all. "),
+    );
+    // A goes on speaking for a minute.
+    for i in 0..20u16 {
+        let t = 2000 + 3000 * u64::from(i);
+        gw.handle_datagram(
+            at(t),
+            addr(5000),
+            &with_csrc(3 + i, 1000 + t as u32, 9, 1, b"a. "),
+        );
+    }
+    run_timers(&mut gw, 62_000);
+    let out = drain(&mut gw);
+    assert_eq!(
+        events_of(&out, "csrc:00000002"),
+        [
+            pair("session.join", ""),
+            pair("context.add", "Bye all."),
+            pair("session.leave", ""),
+        ],
+        "{:#?}",
+        timeline(&out)
+            .iter()
+            .filter(|e| e.1 == "csrc:00000002")
+            .collect::<Vec<_>>()
+    );
+}
+
+/// The mixer's own BYE (SSRC 9).
+fn own_bye() -> Vec<u8> {
+    let mut bye = Vec::new();
+    pvp_t140::rtcp::write_bye(&mut bye, 9);
+    bye
+}
+
+/// B's leave waits, the mixer's own BYE comes, then a new session's packet: B leaves once and
+/// first, and joins the new stream.
+#[test]
+fn a_sources_waiting_leave_then_the_mixers_bye_then_a_new_session() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha. "));
+    gw.handle_datagram(at(10), addr(5000), &with_csrc(2, 1010, 9, 2, b"Bravo "));
+    gw.handle_datagram(at(100), addr(5000), &mixer_bye(2));
+    gw.handle_datagram(at(300), addr(5000), &own_bye());
+    gw.handle_datagram(
+        at(600),
+        addr(5000),
+        &with_csrc_m(true, 40_000, 77, 9, 2, b"New. "),
+    );
+    run_timers(&mut gw, 5000);
+    gw.shutdown(at(6000));
+    let out = drain(&mut gw);
+    assert_ts_monotonic(&out);
+    assert_eq!(
+        events_of(&out, "csrc:00000002"),
+        [
+            pair("session.join", ""),
+            pair("context.add", "Bravo"),
+            pair("session.leave", ""),
+            pair("session.join", ""),
+            pair("context.add", "New."),
+            pair("session.leave", ""),
+        ],
+        "{:#?}",
+        timeline(&out)
+    );
+    assert_eq!(gw.stats().streams_live, 0);
+    assert_eq!(gw.live_streams(), 0);
+}
+
+/// A stream opening without its head (HEAD_WAIT), and B's BYE while the head is awaited.
+#[test]
+fn a_sources_waiting_leave_while_the_streams_head_is_awaited() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(
+        at(0),
+        addr(5000),
+        &with_csrc_m(false, 2, 1010, 9, 2, b"Bravo. "),
+    );
+    gw.handle_datagram(at(100), addr(5000), &mixer_bye(2));
+    gw.handle_datagram(at(200), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha. "));
+    let mut last = at(200);
+    while let Some(t) = gw.poll_timeout().filter(|&t| t <= at(5000)) {
+        assert!(t >= last);
+        last = t;
+        gw.handle_timeout(t);
+    }
+    let out = drain(&mut gw);
+    assert_ts_monotonic(&out);
+    assert_eq!(
+        events_of(&out, "csrc:00000002"),
+        [
+            pair("session.join", ""),
+            pair("context.add", "Bravo."),
+            pair("session.leave", "")
+        ],
+        "{:#?}",
+        timeline(&out)
+    );
+}
