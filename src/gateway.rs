@@ -19,7 +19,9 @@ use crate::register::{Arrival, Outcome, Piece, Register};
 use crate::rtcp::RtcpEvent;
 use crate::rtp::{RtpError, RtpPacket, looks_like_rtcp, ts_after};
 use crate::slab::Slab;
-use crate::speaker::{Bye, Output, Speaker, Voice, VoiceRef, split_named};
+use crate::speaker::{
+    Bye, CLOCK_RESTART_MS, Output, Speaker, Voice, VoiceRef, clock_jumped, split_named,
+};
 use crate::stream::{Hex8, KeyHasher, SourceText, Stream, StreamKey, canonical, speaker_index};
 use crate::t140::DecodeStats;
 use crate::time::Time;
@@ -652,7 +654,7 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
     if let Piece::Packet { ts, .. } = piece
         && (v.speakers[idx].last_ts).is_some_and(|l| ts_after(l, ts.wrapping_add(CLOCK_RESTART_MS)))
     {
-        mixer_clock_restarted(v.speakers);
+        speaker_clock_restarted(emit, v, now, idx, ts);
     }
     let sp = &mut v.speakers.as_mut_slice()[idx];
     // The chunks cut are one speaker's: the last speaker's were all taken.
@@ -691,29 +693,29 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
 }
 
 /// The mixer's RTP clock (RFC 4103 3: 1000 Hz) when a BYE arriving at `now` was sent, at
-/// most: `now` plus how far the mixer's clock ran ahead of ours at its newest packets (the
-/// newest held, and each speaker's newest placed, [`crate::speaker::MixerVoice::lead`], each
-/// counted from when it came), the most of those that came within [`LEAD_FRESH_MS`] of the
-/// latest (a speaker silent for long would bring a clock that drifted since, or the clock
-/// before a restart), plus [`BYE_CLOCK_SLACK_MS`]. None if no packet of the stream was placed
-/// by a speaker.
+/// most: `now` plus how far the mixer's clock ran ahead of ours ([`crate::speaker::Lead`]: the
+/// newest packet held, and each speaker's quickest packet of the last 30-60 s), the most of
+/// those whose packets came within [`LEAD_FRESH_MS`] of the latest and on the latest's clock
+/// (not one it restarted from), plus [`BYE_CLOCK_SLACK_MS`]. None if no packet of the stream
+/// was placed by a speaker.
 #[cold]
 #[inline(never)]
 fn bye_sent_by(register: &Register, speakers: &crate::stream::Speakers, now: Time) -> Option<u32> {
     let ms = |t: Time| t.as_millis() as u32;
     let held = (register.newest_held()).map(|(ts, at)| (ts.wrapping_sub(ms(at)), at));
-    let leads = (speakers.iter()).filter_map(|sp| sp.profile.mixer.as_ref()?.lead);
+    let leads = (speakers.iter())
+        .filter_map(|sp| sp.profile.mixer.as_ref()?.lead)
+        .map(|l| (l.most(), l.at));
     let all = || held.into_iter().chain(leads.clone());
-    let latest = all().map(|(_, at)| at).max()?;
-    let since = Time::from_millis(latest.as_millis().saturating_sub(LEAD_FRESH_MS));
-    (all().filter(|&(_, at)| at >= since))
+    let (latest, at) = all().max_by_key(|&(_, at)| at)?;
+    let since = Time::from_millis(at.as_millis().saturating_sub(LEAD_FRESH_MS));
+    (all().filter(|&(lead, at)| at >= since && !clock_jumped(lead, latest)))
         .map(|(lead, _)| lead)
         .reduce(|a, b| if ts_after(b, a) { b } else { a })
         .map(|lead| ms(now).wrapping_add(lead).wrapping_add(BYE_CLOCK_SLACK_MS))
 }
 
-/// How long a speaker's last packet speaks for the mixer's clock ([`bye_sent_by`]): a mixer's
-/// clock drifting 100 ppm from ours moves 6 ms in this time.
+/// How long a speaker's last packet speaks for the mixer's clock ([`bye_sent_by`]).
 const LEAD_FRESH_MS: u64 = 60_000;
 
 /// How much quicker than the stream's quickest packet a BYE may have come (its own socket,
@@ -738,26 +740,25 @@ fn first_bye_end(register: &Register, speakers: &crate::stream::Speakers) -> Tim
         .unwrap_or(Time::NEVER)
 }
 
-/// How far behind a speaker's newest a mixer's packet may be stamped before its clock is taken
-/// to have restarted. The register delivers a stream's packets in sequence order, and a mixer
-/// stamps them from one clock (RFC 9071 section 4): a packet stamped this far back is a new
-/// session's (RFC 3550 5.1: its first timestamp is random) after a restart the register
-/// accepted, not a late one.
-const CLOCK_RESTART_MS: u32 = 10_000;
-
-/// A mixer's clock restarted ([`CLOCK_RESTART_MS`]): what its speakers placed by the old clock
-/// is forgotten, or every packet stamped below it would be taken for a repeat and its text
-/// dropped, and the old clock would stand for the new one at a BYE.
+/// A mixer's packet stamped `ts` for speaker `idx`, far behind the speaker's newest
+/// ([`CLOCK_RESTART_MS`]): the mixer's clock restarted (a restart the register accepted) or
+/// stepped back. The speaker's place moves back to just before it, so that this packet's text
+/// is new and its redundancy (the speaker's earlier packets, delivered) is not said again; a
+/// BYE of the speaker that waits was on the old clock, so its leave comes now, before this.
+/// Only this speaker: the others move back when their own packets come (one that is new, or
+/// that has not spoken since, has nothing to move).
 #[cold]
 #[inline(never)]
-fn mixer_clock_restarted(speakers: &mut crate::stream::Speakers) {
-    for sp in speakers.iter_mut() {
-        sp.last_ts = None;
-        if let Some(m) = sp.profile.mixer.as_deref_mut() {
-            m.recent = Default::default();
-            m.lead = None;
+fn speaker_clock_restarted(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, idx: usize, ts: u32) {
+    if v.speakers[idx].profile.bye_at().is_some() {
+        mixer_source_leaves(emit, v, now, idx);
+        // A second BYE waiting was on the old clock too.
+        let m = v.speakers.as_mut_slice()[idx].profile.mixer();
+        if m.bye_at.take().is_some() {
+            v.mixer.byes = v.mixer.byes.saturating_sub(1);
         }
     }
+    v.speakers.as_mut_slice()[idx].last_ts = Some(ts.wrapping_sub(1));
 }
 
 /// The newest timestamp a mixer's stream delivered, over its speakers (one clock).

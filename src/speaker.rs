@@ -251,12 +251,70 @@ pub struct MixerVoice {
     /// A second BYE that came before the first's leave (the source spoke again in between):
     /// the leave after that one waits for this.
     pub bye_then: Option<Bye>,
-    /// How far the mixer's clock ran ahead of this gateway's at this speaker's newest packet
-    /// (the one stamped [`Speaker::last_ts`]): its timestamp less its arrival (ms, wrapping),
-    /// and that arrival. Counted from when it came, not when it was placed (it may have waited
-    /// behind a gap); only packets placed count (a stray the register drops does not). For
-    /// [`Bye::ts`]: the mixer's clock at a BYE's arrival is about the arrival plus this.
-    pub lead: Option<(u32, Time)>,
+    /// How far the mixer's clock ran ahead of this gateway's at this speaker's packets
+    /// ([`Lead`]), for [`Bye::ts`].
+    pub lead: Option<Lead>,
+}
+
+/// How far a mixer's clock runs ahead of this gateway's (ms, wrapping): over a speaker's
+/// placed packets (a stray the register drops does not count), each counted from when it came,
+/// not when it was placed (it may have waited behind a gap), the most of those of the last
+/// 30-60 s. The quickest packet sets it, so one that came late does not lower it; the window
+/// lets a clock that drifts from ours move it. A jump by more than [`CLOCK_RESTART_MS`] is the
+/// mixer's clock restarting: it starts again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lead {
+    now: u32,
+    before: Option<u32>,
+    since: Time,
+    /// When the speaker's last placed packet came.
+    pub at: Time,
+}
+
+/// A mixer's timestamps are one clock, in sequence order (RFC 9071 section 4): a packet stamped
+/// this far from its speaker's last is the clock restarting (a new session's first timestamp
+/// is random, RFC 3550 5.1), or stepping, not a late or early packet.
+pub const CLOCK_RESTART_MS: u32 = 10_000;
+
+/// How long a [`Lead`] window lasts.
+const LEAD_WINDOW: u64 = 30_000_000;
+
+/// Whether two leads (or timestamps) are more than [`CLOCK_RESTART_MS`] apart.
+pub fn clock_jumped(a: u32, b: u32) -> bool {
+    a.wrapping_sub(b).min(b.wrapping_sub(a)) > CLOCK_RESTART_MS
+}
+
+impl Lead {
+    /// A packet stamped `ts` came at `at`.
+    pub fn note(lead: &mut Option<Lead>, ts: u32, at: Time) {
+        let this = ts.wrapping_sub(at.as_millis() as u32);
+        match lead {
+            Some(l) if !clock_jumped(this, l.now) => {
+                if at.0 >= l.since.0.saturating_add(LEAD_WINDOW) {
+                    (l.before, l.now, l.since) = (Some(l.now), this, at);
+                } else if ts_after(this, l.now) {
+                    l.now = this;
+                }
+                l.at = l.at.max(at);
+            }
+            _ => {
+                *lead = Some(Lead {
+                    now: this,
+                    before: None,
+                    since: at,
+                    at,
+                })
+            }
+        }
+    }
+
+    /// The most of this window and the one before.
+    pub fn most(&self) -> u32 {
+        match self.before {
+            Some(b) if ts_after(b, self.now) => b,
+            _ => self.now,
+        }
+    }
 }
 
 /// A mixer's source's BYE, as its leave waits for it ([`MixerVoice::bye_at`]).
@@ -441,7 +499,7 @@ impl Speaker {
             self.last_ts = Some(ts);
             let m = self.profile.mixer();
             m.recent.set(&gens, primary);
-            m.lead = Some((ts.wrapping_sub(at.as_millis() as u32), at));
+            Lead::note(&mut m.lead, ts, at);
         }
     }
 
