@@ -753,10 +753,7 @@ fn speaker_clock_restarted(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, id
     if v.speakers[idx].profile.bye_at().is_some() {
         mixer_source_leaves(emit, v, now, idx);
         // A second BYE waiting was on the old clock too.
-        let m = v.speakers.as_mut_slice()[idx].profile.mixer();
-        if m.bye_at.take().is_some() {
-            v.mixer.byes = v.mixer.byes.saturating_sub(1);
-        }
+        forget_byes(&mut v.speakers.as_mut_slice()[idx], v.mixer);
     }
     v.speakers.as_mut_slice()[idx].last_ts = Some(ts.wrapping_sub(1));
 }
@@ -805,11 +802,20 @@ fn mixer_source_leaves(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, idx: u
 #[cold]
 #[inline(never)]
 fn drop_repeated_bye(v: &mut Voices<'_>, idx: usize, ts: u32) {
-    let m = v.speakers.as_mut_slice()[idx].profile.mixer();
-    if m.bye_at.is_some_and(|b| ts_after(ts, b.ts)) {
-        m.bye_at = None;
+    let sp = &mut v.speakers.as_mut_slice()[idx];
+    if sp.profile.bye_at().is_some_and(|b| ts_after(ts, b.ts)) {
+        forget_byes(sp, v.mixer);
+    }
+}
+
+/// A mixer's source's waiting BYEs ([`crate::speaker::MixerVoice::bye_at`], `bye_then`) are
+/// let go without a leave, and the stream's count of waiting leaves follows.
+fn forget_byes(sp: &mut Speaker, mixer: &mut crate::stream::Mixer) {
+    if let Some(m) = sp.profile.mixer.as_deref_mut()
+        && m.bye_at.take().is_some()
+    {
         m.bye_then = None;
-        v.mixer.byes = v.mixer.byes.saturating_sub(1);
+        mixer.byes = mixer.byes.saturating_sub(1);
     }
 }
 
@@ -1642,12 +1648,7 @@ impl Gateway {
         let sp = &mut speakers[i];
         let Some(ts) = sent_by else {
             // No reorder wait, or the stream never placed a packet: nothing to wait for.
-            if let Some(m) = sp.profile.mixer.as_deref_mut()
-                && m.bye_at.take().is_some()
-            {
-                m.bye_then = None;
-                mixer.byes = mixer.byes.saturating_sub(1);
-            }
+            forget_byes(sp, mixer);
             self.emit.speaker_ends(now, key, created, sp, reason);
             sp.joined = false;
             return;
