@@ -119,6 +119,9 @@ pub async fn run_worker(
             tokio::task::yield_now().await;
         }
     }
+    if failed.is_none() {
+        drain_at_stop(&socket, &mut gw, &mut reader, &clock).await;
+    }
     gw.shutdown(clock.now());
     // The final flushes and leaves are not refused for want of room (`handoff::Sender::force`):
     // SIGTERM must not lose text.
@@ -276,6 +279,37 @@ fn drain_socket(
         read += batch.len();
     }
     read
+}
+
+/// How long a stop may spend reading what the socket already holds ([`drain_at_stop`]).
+const STOP_DRAIN: Duration = Duration::from_millis(250);
+
+/// At a stop, reads what the kernel already accepted for this socket before the streams flush:
+/// datagrams that arrived before the signal are text the sender counts as sent, and a stop
+/// that ignored them would lose it. Reads until the socket is empty, or for at most
+/// [`STOP_DRAIN`] (a sender that keeps sending would otherwise hold the stop). Readiness is
+/// awaited first, for a few milliseconds at most: tokio learns of queued datagrams only from
+/// its reactor, which may not have run since they came, and a read without readiness finds
+/// nothing.
+async fn drain_at_stop(
+    socket: &UdpSocket,
+    gw: &mut Gateway,
+    reader: &mut BatchReader,
+    clock: &Clock,
+) {
+    let until = tokio::time::Instant::now() + STOP_DRAIN;
+    loop {
+        let ready = tokio::time::timeout(Duration::from_millis(10), socket.readable()).await;
+        if !matches!(ready, Ok(Ok(()))) {
+            break;
+        }
+        // Short of the budget: the read met an empty socket.
+        if drain_socket(socket, gw, reader, clock) < RECV_BUDGET
+            || tokio::time::Instant::now() >= until
+        {
+            break;
+        }
+    }
 }
 
 async fn sleep_until(deadline: Option<std::time::Instant>) {
@@ -525,5 +559,60 @@ mod tests {
         });
         assert!(died.join().is_err());
         assert_eq!(running.get(), 0);
+    }
+
+    /// Datagrams the kernel accepted before a stop are read and delivered before the final
+    /// flush: here the stop is signalled before the worker ever runs, so only the stop's own
+    /// read can find them.
+    #[test]
+    fn a_stop_reads_what_the_socket_already_holds() {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket.set_nonblocking(true).unwrap();
+        let to = socket.local_addr().unwrap();
+        let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let words = ["Queued ", "before ", "the ", "stop."];
+        for (i, w) in words.iter().enumerate() {
+            let mut d = Vec::new();
+            let seq = 100 + i as u16;
+            crate::rtp::write_packet(
+                &mut d,
+                i == 0,
+                98,
+                seq,
+                u32::from(seq) * 300,
+                7,
+                w.as_bytes(),
+            );
+            peer.send_to(&d, to).unwrap();
+        }
+        let (out, mut rx) = crate::handoff::queue(64);
+        let (stop, shutdown) = tokio::sync::watch::channel(false);
+        stop.send(true).unwrap();
+        let links = WorkerLinks {
+            rtcp: None,
+            counts_rtcp: true,
+            out,
+            shutdown,
+            publish: None,
+            running: Gauge::default(),
+        };
+        let gw = Gateway::new(crate::gateway::Config::default());
+        let report = spawn_worker(0, socket, gw, links)
+            .unwrap()
+            .join()
+            .unwrap()
+            .unwrap();
+        assert_eq!(report.stats.datagrams, 4, "{:?}", report.stats);
+        let text: String = std::iter::from_fn(|| rx.try_recv(64))
+            .flatten()
+            .filter(|e| e.kind() == crate::pvp::Kind::ContextAdd)
+            .map(|e| {
+                e.to_message().payload["content"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect();
+        assert_eq!(text, "Queued before the stop.");
     }
 }
