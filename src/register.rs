@@ -159,6 +159,11 @@ struct Cold {
     stats: RegisterStats,
     /// Buffers of delivered held packets, reused.
     spare: Vec<Vec<u8>>,
+    /// The sequence's first packet: its timestamp and when it came. Where a live packet would
+    /// be stamped now follows from it (RFC 4103 4.1: a 1000 Hz clock); late duplicates far
+    /// behind are told from a sequence restart by it ([`Register::late_duplicates`]), and the
+    /// in-order path does not pay for tracking the newest timestamp.
+    origin: Option<(u32, Time)>,
     /// What only a stream that jumped or whose source said BYE uses. Boxed: the others do not
     /// pay for it.
     rare: Option<Box<Rare>>,
@@ -200,6 +205,12 @@ struct Bye {
     last: u16,
     at: Time,
 }
+
+/// How far behind where a live packet would be stamped now a jump run must be, at least, to
+/// be taken for late duplicates ([`Register::late_duplicates`]): a sender's clock drifts from
+/// ours (100 ppm is 0.4 s an hour), and a restart that goes on from its old timestamps lands
+/// near the live stamp.
+const DUPLICATE_AGE_MS: u32 = 5_000;
 
 /// Jump packets a register keeps: a restart's first packets swapped or duplicated still make
 /// a run of three.
@@ -330,6 +341,7 @@ impl Register {
             self.generations = self.generations.max(generations(&p));
         }
         let Some(expected) = self.expected else {
+            self.cold.origin = Some((a.ts, now));
             // First packet. The marker bit (RFC 4103 5.2) or a leading BOM (T.140 starts a
             // session with U+FEFF) says it starts the session; take it and any redundancy.
             if marker || self.assume_start || self.starts_session(&a) {
@@ -492,10 +504,19 @@ impl Register {
         if hi != seq || hi.wrapping_sub(lo) + 1 < needed {
             return Outcome::Jump;
         }
+        if self.late_duplicates(now, lo, hi) {
+            // Said before: the run goes, counted as stale, and the stream stays where it was.
+            let run = self.cold.rare.as_mut().map(|j| std::mem::take(&mut j.run));
+            let run = run.unwrap_or_default();
+            self.cold.stats.stale += run.len() as u64;
+            self.cold.spare.extend(run.into_iter().map(|h| h.payload));
+            return Outcome::Stale;
+        }
         // The sender restarted its sequence: what the old one still waited for is given up,
         // then the run goes out in order, each packet's text as it came.
         self.cold.stats.restarts += 1;
         self.give_up_all(out);
+        self.cold.origin = Some((a.ts, now));
         let run = self.cold.rare.as_mut().map(|j| std::mem::take(&mut j.run));
         let (mut run, strays): (Vec<Held>, Vec<Held>) = run
             .unwrap_or_default()
@@ -514,6 +535,49 @@ impl Register {
         }
         self.expected = Some(hi.wrapping_add(1));
         Outcome::Delivered
+    }
+
+    /// Whether the run `lo..=hi` of kept jump packets is late duplicates of packets delivered
+    /// before (a path that duplicates and delays), not a sequence restart: come together, far
+    /// quicker than their timestamps run (less than half as fast), and stamped within the
+    /// sequence's past: after its first packet, and more than [`DUPLICATE_AGE_MS`] before a
+    /// live packet would be stamped now. A restart's packets are live: they come as their
+    /// sender's clock runs (RFC 4103 5.1 paces text at 300 ms), and its new timestamps go on
+    /// from the old ones or start at random (inside a past of an hour 1 time in 1,200). A
+    /// restart whose first packets come in a burst, stamped in that past, is believed once its
+    /// later, paced ones run.
+    #[cold]
+    fn late_duplicates(&self, now: Time, lo: u16, hi: u16) -> bool {
+        let (Some(rare), Some((ts0, t0))) = (self.cold.rare.as_ref(), self.cold.origin) else {
+            return false;
+        };
+        let run = || {
+            rare.run
+                .iter()
+                .filter(move |h| h.seq.wrapping_sub(lo) <= hi.wrapping_sub(lo))
+        };
+        // Milliseconds, as the timestamps count (RFC 4103 4.1: a 1000 Hz clock).
+        let ms = |us: u64| u32::try_from(us / 1000).unwrap_or(u32::MAX);
+        let live = ms(now.0.saturating_sub(t0.0));
+        let in_past = |ts: u32| {
+            let since = ts.wrapping_sub(ts0);
+            since < 1 << 31 && since.saturating_add(DUPLICATE_AGE_MS) < live
+        };
+        if !run().all(|h| in_past(h.ts)) {
+            return false;
+        }
+        let (Some(first), Some(last)) = (
+            run().min_by_key(|h| h.seq.wrapping_sub(lo)),
+            run().max_by_key(|h| h.seq.wrapping_sub(lo)),
+        ) else {
+            return false;
+        };
+        let stamped = last.ts.wrapping_sub(first.ts);
+        let (earliest, latest) = run().fold((Time::NEVER, Time(0)), |(e, l), h| {
+            (e.min(h.at), l.max(h.at))
+        });
+        let came = ms(latest.0.saturating_sub(earliest.0));
+        stamped < 1 << 31 && came.saturating_mul(2) < stamped
     }
 
     /// A packet kept past this call (held, or a jump's): its payload copied into a spare
@@ -851,6 +915,30 @@ mod tests {
             self.reg
                 .receive(Time::from_millis(ms), a, &mut sink)
                 .unwrap()
+        }
+
+        /// [`Rig::plain`] stamped `ts`.
+        fn stamped(&mut self, ms: u64, seq: u16, ts: u32, marker: bool, t: &str) -> Outcome {
+            let a = Arrival {
+                ts,
+                ..Self::arrival(seq, marker, false, t.as_bytes())
+            };
+            let mut sink = Self::sink(&mut self.text);
+            self.reg
+                .receive(Time::from_millis(ms), a, &mut sink)
+                .unwrap()
+        }
+
+        /// A live stream paced as RFC 4103 5.1 sends: packets 1 to 120, 300 ms apart and
+        /// stamped as they were sent ("wN." each), and its text so far.
+        fn paced_1_to_120() -> (Self, String) {
+            let mut r = Rig::new();
+            for seq in 1..=120u16 {
+                let at = 300 * u32::from(seq);
+                r.stamped(u64::from(at), seq, at, seq == 1, &format!("w{seq}."));
+            }
+            let before = r.text.clone();
+            (r, before)
         }
 
         /// A stream that delivered 1000 to 1200 in order ("A" at 1050, "B" at 1051, "."
@@ -1212,6 +1300,104 @@ mod tests {
         r.expire(10_000);
         assert_eq!(&r.text[before.len()..], "xy");
         assert_eq!(r.reg.stats().restarts, 0);
+    }
+
+    /// Three late duplicates of packets 5 to 7 come together, a minute after they were sent (a
+    /// path that duplicates and delays), while the stream is quiet: in sequence and three,
+    /// they made a restart (RFC 3550 A.1), said "w5.w6.w7." again, and moved the stream back,
+    /// so that its next live packet was a gap of 113 packets, held and then marked lost. They
+    /// are stamped in the stream's past, and came far quicker than their timestamps run:
+    /// duplicates.
+    #[test]
+    fn late_duplicates_in_a_burst_far_behind_are_not_a_restart() {
+        let (mut r, before) = Rig::paced_1_to_120();
+        for seq in 5..=7u16 {
+            let outcome = r.stamped(
+                70_000,
+                seq,
+                300 * u32::from(seq),
+                false,
+                &format!("w{seq}."),
+            );
+            assert_ne!(outcome, Outcome::Delivered);
+        }
+        assert_eq!(
+            r.stamped(70_300, 121, 300 * 121, false, "w121."),
+            Outcome::Delivered
+        );
+        r.expire(80_000);
+        assert_eq!(&r.text[before.len()..], "w121.");
+        assert_eq!(r.reg.stats().restarts, 0);
+        assert_eq!(r.reg.stats().lost, 0);
+    }
+
+    /// A sender that restarted its sequence with a new random timestamp behind its old one
+    /// (half of them land there), and a sequence a short way back (110 behind), sends live,
+    /// 300 ms apart: its run is believed at its third packet as before, its text whole.
+    #[test]
+    fn a_restart_stamped_behind_and_paced_is_believed() {
+        let (mut r, before) = Rig::paced_1_to_120();
+        let mut outcomes = Vec::new();
+        for (i, seq) in (10..=13u16).enumerate() {
+            let k = i as u32;
+            outcomes.push(r.stamped(
+                40_000 + 300 * u64::from(k),
+                seq,
+                9_000 + 300 * k,
+                i == 0,
+                &format!("r{i}."),
+            ));
+        }
+        assert_eq!(
+            outcomes,
+            [
+                Outcome::Jump,
+                Outcome::Jump,
+                Outcome::Delivered,
+                Outcome::Delivered
+            ]
+        );
+        assert_eq!(&r.text[before.len()..], "r0.r1.r2.r3.");
+        assert_eq!(r.reg.stats().restarts, 1);
+    }
+
+    /// A restart whose timestamps go on from the old clock (stamped where a live packet would
+    /// be) is believed at its third packet even when its packets come together.
+    #[test]
+    fn a_restart_on_the_live_clock_is_believed_though_its_packets_come_together() {
+        let (mut r, before) = Rig::paced_1_to_120();
+        let outcomes: Vec<Outcome> = (10..=12u16)
+            .map(|seq| {
+                let ts = 40_000 + 300 * u32::from(seq - 10);
+                r.stamped(40_000, seq, ts, seq == 10, &format!("r{seq}."))
+            })
+            .collect();
+        assert_eq!(outcomes, [Outcome::Jump, Outcome::Jump, Outcome::Delivered]);
+        assert_eq!(&r.text[before.len()..], "r10.r11.r12.");
+    }
+
+    /// A restart stamped behind whose first three packets come together (held up on the way)
+    /// looks like late duplicates and is dropped; the restart is believed from its next three
+    /// packets, paced. What the three said is lost: the cost of not saying old text again.
+    #[test]
+    fn a_restart_stamped_behind_whose_first_packets_come_together_is_believed_from_its_paced_ones()
+    {
+        let (mut r, before) = Rig::paced_1_to_120();
+        for seq in 10..=12u16 {
+            let ts = 9_000 + 300 * u32::from(seq - 10);
+            assert_ne!(
+                r.stamped(40_000, seq, ts, seq == 10, "lost."),
+                Outcome::Delivered
+            );
+        }
+        assert_eq!(r.stamped(40_300, 13, 9_900, false, "r3."), Outcome::Jump);
+        assert_eq!(r.stamped(40_600, 14, 10_200, false, "r4."), Outcome::Jump);
+        assert_eq!(
+            r.stamped(40_900, 15, 10_500, false, "r5."),
+            Outcome::Delivered
+        );
+        assert_eq!(&r.text[before.len()..], "r3.r4.r5.");
+        assert_eq!(r.reg.stats().restarts, 1);
     }
 
     /// RFC 3550 A.1 `update_seq`, the branch a packet takes against the highest sequence

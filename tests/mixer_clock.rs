@@ -194,12 +194,12 @@ fn a_clock_step_back_does_not_repeat_zero_offset_redundancy() {
 }
 
 /// Three late duplicates of A's old packets, 30 s stale, arrive together (a duplicating
-/// path). The register (RFC 3550 A.1, three sequential packets behind) takes them for a
-/// restart and delivers them. Before 0bbc089 their timestamps told they were repeats of text
-/// already placed (`last_ts`); now, stamped more than 10 s behind A's newest, they reset the
-/// mixer's clock state and their text is said again.
+/// path). The register (RFC 3550 A.1, three sequential packets behind) took them for a
+/// restart and delivered them: stamped more than 10 s behind A's newest, they reset the
+/// mixer's clock state and their text was said again. Stamped in the stream's past (after its
+/// first packet, well before a live packet would be stamped) and come far quicker than their
+/// timestamps run, they are now dropped as late duplicates.
 #[test]
-#[ignore = "known gap: the register takes three sequential late duplicates far behind for a sequence restart (RFC 3550 A.1) and delivers their text again, in plain streams as well"]
 fn late_duplicates_taken_for_a_restart_do_not_repeat_old_text() {
     let mut gw = Gateway::new(Config::default());
     let m = addr(5000);
