@@ -854,6 +854,10 @@ fn name_new_speaker(
     sp.profile.name_rank = rank;
 }
 
+/// A BYE kept for a mixer's source with no speaker yet ([`Gateway::early_byes`]): the stream (its
+/// key and when it opened), the source's CSRC, and the BYE.
+type EarlyBye = ((StreamKey, Time), u32, Bye);
+
 /// Whether a stream carried text: a speaker joined, or holds text not yet sent. Such a stream
 /// is never evicted to make room ([`Gateway::evict_silent_stream`]).
 fn carried_text(s: &Stream) -> bool {
@@ -876,6 +880,12 @@ pub struct Gateway {
     serial: u64,
     /// SDES names of sources not seen on RTP yet (bounded, oldest evicted).
     early_names: Vec<(IpAddr, u32, String, u8)>,
+    /// BYEs a mixer forwarded for sources it has no speaker of yet, by the stream (its key and
+    /// when it opened) and the source's CSRC: the BYE overtook the source's first packets (RFC
+    /// 3550 6.3.7), whose speaker then takes the BYE's leave wait
+    /// ([`Gateway::give_early_byes`]). Bounded, oldest evicted; an entry lapses at the end of
+    /// its wait.
+    early_byes: Vec<EarlyBye>,
     /// The last streams ended, with the millisecond each started in: one started again under
     /// its key (a BYE, then the sender's next packet, in one batch) starts a millisecond later,
     /// so its context keys (`participant/start ms/n`) are not the ended one's (pvp-spec 9.1).
@@ -935,6 +945,8 @@ impl Delays {
 }
 
 const MAX_EARLY_NAMES: usize = 256;
+/// Early BYEs kept at once ([`Gateway::early_byes`]): each lasts a reorder wait.
+const MAX_EARLY_BYES: usize = 64;
 const MAX_NAME_CHARS: usize = 128;
 
 /// Ended streams [`Gateway::ended`] remembers: enough for a batch's worth of restarts.
@@ -990,6 +1002,7 @@ impl Gateway {
             timers: Timers::default(),
             serial: 0,
             early_names: Vec::new(),
+            early_byes: Vec::new(),
             ended: VecDeque::new(),
             silent: VecDeque::new(),
             lingering: VecDeque::new(),
@@ -1578,10 +1591,10 @@ impl Gateway {
             }
         }
         for ssrc in sources {
-            if let Some(h) = home
-                && let Some(i) = self.csrc_speaker(h, ssrc)
-            {
-                self.end_speaker(now, h, i, "rtcp bye");
+            let Some(h) = home else { continue };
+            match self.csrc_speaker(h, ssrc) {
+                Some(i) => self.end_speaker(now, h, i, "rtcp bye"),
+                None => self.keep_early_bye(now, h, ssrc),
             }
         }
         if ok {
@@ -1670,6 +1683,82 @@ impl Gateway {
         self.arm(now, slot);
     }
 
+    /// A BYE for source `csrc` of mixer stream `slot` that has no speaker of it: the BYE may
+    /// have overtaken the source's only packets (RFC 3550 6.3.7; the mixer forwards it in
+    /// RTCP, apart from its RTP). Kept, with the moment it was sent and the end of its wait as
+    /// [`Gateway::end_speaker`] would reckon them, for the source's first packet within the
+    /// wait ([`Gateway::give_early_byes`]); else the source would stay in the session until the mixer's
+    /// stream ends. A BYE for an SSRC that is no one's source lapses unused.
+    #[cold]
+    #[inline(never)]
+    fn keep_early_bye(&mut self, now: Time, slot: u32, csrc: u32) {
+        let wait = self.cfg.reorder_wait;
+        let Some(s) = self.slots.get(slot).filter(|s| !s.bye_waits) else {
+            return;
+        };
+        if wait.is_zero() {
+            return;
+        }
+        let Some(ts) = bye_sent_by(&s.register, &s.speakers, now) else {
+            return;
+        };
+        let id = (s.key, s.created);
+        let bye = Bye {
+            ts,
+            by: now.saturating_add(wait),
+        };
+        (self.early_byes).retain(|e| e.2.by > now && (e.0, e.1) != (id, csrc));
+        if self.early_byes.len() >= MAX_EARLY_BYES {
+            self.early_byes.remove(0);
+        }
+        self.early_byes.push((id, csrc, bye));
+        // The stream's packets take the register's full path while the BYE is kept, so that
+        // each is followed by `settle_byes`, which gives it to the source's speaker once one
+        // has spoken. The packet path itself does not look.
+        if let Some(s) = self.slots.get_mut(slot) {
+            s.register.set_leave_waits(true);
+        }
+    }
+
+    /// The BYEs kept for stream `slot`'s sources ([`Gateway::keep_early_bye`]) that a speaker
+    /// of theirs now has, given to it: if its packets so far were sent before the BYE (stamped
+    /// up to when it was sent), its leave waits from that BYE as if the BYE had come after
+    /// them, its last words; if it spoke after, it is back, and the BYE is spent. One whose
+    /// wait ended lapses. True while one for this stream is still kept.
+    #[cold]
+    #[inline(never)]
+    fn give_early_byes(&mut self, now: Time, slot: u32) -> bool {
+        let Some(s) = self.slots.get_mut(slot) else {
+            return false;
+        };
+        let id = (s.key, s.created);
+        let mut kept = false;
+        self.early_byes.retain(|&(of, csrc, bye)| {
+            if of != id {
+                return bye.by > now;
+            }
+            if bye.by < now {
+                return false;
+            }
+            let voice = VoiceRef::Csrc(csrc);
+            let Some(sp) = s.speakers.iter_mut().find(|sp| sp.voice.as_ref() == voice) else {
+                kept = true;
+                return true;
+            };
+            // Its first packet is held behind a gap: not placed yet.
+            let Some(last) = sp.last_ts else {
+                kept = true;
+                return true;
+            };
+            if !ts_after(last, bye.ts) && sp.profile.bye_at().is_none() {
+                sp.profile.mixer().bye_at = Some(bye);
+                s.mixer.byes = s.mixer.byes.saturating_add(1);
+            }
+            false
+        });
+        kept
+    }
+
     /// The mixer sources whose leave waited out the reorder wait from their BYE ([`Bye::by`])
     /// by `now`, with nothing they may have sent before it still held, leave now, in the order
     /// of their waits' ends. A source whose wait ended while such a packet was held leaves
@@ -1678,6 +1767,7 @@ impl Gateway {
     #[inline(never)]
     fn settle_byes(&mut self, now: Time, slot: u32) {
         let compat = self.cfg.compat;
+        let early = !self.early_byes.is_empty() && self.give_early_byes(now, slot);
         let Some(s) = self.slots.get_mut(slot) else {
             return;
         };
@@ -1691,7 +1781,7 @@ impl Gateway {
             let Some((_, idx)) = due else { break };
             mixer_source_leaves(&mut self.emit, &mut voices, now, idx);
         }
-        register.set_leave_waits(voices.mixer.byes > 0);
+        register.set_leave_waits(voices.mixer.byes > 0 || early);
     }
 
     /// The leaves of mixer sources due by `until` ([`first_bye_end`]), each at its own time,

@@ -191,8 +191,8 @@ const HEAD_WAIT: u8 = 1;
 /// [`Register::slow`]: the source said BYE ([`Register::mark_bye`]); its stream lingers, and
 /// each packet is checked against the BYE and arms the BYE's deadline.
 const LINGER: u8 = 2;
-/// [`Register::slow`]: a mixer's source's leave waits after its BYE
-/// ([`Register::set_leave_waits`]).
+/// [`Register::slow`]: a mixer's source's leave waits after its BYE, or a BYE is kept for a
+/// source not heard yet ([`Register::set_leave_waits`]).
 const LEAVE_WAIT: u8 = 4;
 
 /// Where a source's BYE left its stream ([`Register::mark_bye`]).
