@@ -15,6 +15,10 @@ use pvp_t140::{Config, DropReason, Gateway, red, rtp};
 mod core_helpers;
 use core_helpers::*;
 
+#[path = "common/mixer.rs"]
+mod mixer_helpers;
+use mixer_helpers::*;
+
 fn t140llm_cfg() -> Config {
     Config {
         compat: pvp_t140::Compat::T140llm,
@@ -63,29 +67,6 @@ fn adds(out: &[Envelope]) -> Vec<(String, String)> {
             )
         })
         .collect()
-}
-
-fn timeline(out: &[Envelope]) -> Vec<(String, String, String, String)> {
-    out.iter()
-        .map(|e| {
-            (
-                e.ts.clone(),
-                e.sender.clone(),
-                e.kind.clone(),
-                e.payload["content"].as_str().unwrap_or("").to_owned(),
-            )
-        })
-        .collect()
-}
-
-fn assert_ts_monotonic(out: &[Envelope]) {
-    for w in out.windows(2) {
-        assert!(
-            w[0].ts <= w[1].ts,
-            "envelope timestamps go backwards: {:#?}",
-            timeline(out)
-        );
-    }
 }
 
 /// t140llm's multiplexer with RED (docs/t140llm.md sections 5 and 6, prefix mode): the RED
@@ -210,9 +191,9 @@ fn a_late_timeout_call_keeps_leaves_of_two_mixers_in_time_order() {
     gw.handle_datagram(at(2), x, &with_csrc(3, 1002, 9, 3, b"A3. "));
     gw.handle_datagram(at(3), y, &with_csrc(1, 1000, 8, 4, b"B4. "));
     gw.handle_datagram(at(4), y, &with_csrc(2, 1001, 8, 5, b"B5. "));
-    gw.handle_datagram(at(100), x, &mixer_bye(9, 2));
-    gw.handle_datagram(at(300), y, &mixer_bye(8, 5));
-    gw.handle_datagram(at(600), x, &mixer_bye(9, 3));
+    gw.handle_datagram(at(100), x, &mixer_bye_from(9, 2));
+    gw.handle_datagram(at(300), y, &mixer_bye_from(8, 5));
+    gw.handle_datagram(at(600), x, &mixer_bye_from(9, 3));
     drain(&mut gw);
     gw.handle_timeout(at(5000));
     let out = drain(&mut gw);
@@ -232,48 +213,6 @@ fn a_late_timeout_call_keeps_idle_flushes_of_two_mixers_in_time_order() {
     gw.handle_timeout(at(9000));
     let out = drain(&mut gw);
     assert_ts_monotonic(&out);
-}
-
-fn with_csrc(seq: u16, ts: u32, ssrc: u32, csrc: u32, payload: &[u8]) -> Vec<u8> {
-    let mut d = vec![0x81, 98 | if seq == 1 { 0x80 } else { 0 }, 0, 0];
-    d[2..4].copy_from_slice(&seq.to_be_bytes());
-    d.extend_from_slice(&ts.to_be_bytes());
-    d.extend_from_slice(&ssrc.to_be_bytes());
-    d.extend_from_slice(&csrc.to_be_bytes());
-    d.extend_from_slice(payload);
-    d
-}
-
-fn mixer_bye(ssrc: u32, csrc: u32) -> Vec<u8> {
-    let mut bye = vec![0x80, 201, 0, 1];
-    bye.extend_from_slice(&ssrc.to_be_bytes());
-    pvp_t140::rtcp::write_bye(&mut bye, csrc);
-    bye
-}
-
-/// A mixer's packet with one CSRC and a RED payload (PT 100), `gens` oldest first.
-fn red_csrc(seq: u16, ts: u32, csrc: u32, gens: &[(u16, &[u8])], primary: &[u8]) -> Vec<u8> {
-    let mut d = vec![0x81, 100, 0, 0];
-    d[2..4].copy_from_slice(&seq.to_be_bytes());
-    d.extend_from_slice(&ts.to_be_bytes());
-    d.extend_from_slice(&9u32.to_be_bytes());
-    d.extend_from_slice(&csrc.to_be_bytes());
-    red::write_payload(&mut d, 98, gens, primary);
-    d
-}
-
-fn events_of(out: &[Envelope], csrc: &str) -> Vec<(String, String)> {
-    out.iter()
-        .filter(|e| e.sender.ends_with(csrc))
-        .map(|e| {
-            let content = e.payload["content"].as_str().unwrap_or("");
-            (e.kind.clone(), content.to_owned())
-        })
-        .collect()
-}
-
-fn pair(kind: &str, content: &str) -> (String, String) {
-    (kind.to_owned(), content.to_owned())
 }
 
 /// RFC 4103 5.2 / 4.2: after B's text ("Bravo. ", ts 1010, arriving at 10) its sender sends
@@ -296,7 +235,7 @@ fn a_sources_idle_redundancy_packets_do_not_push_its_bye_clock_past_its_new_word
         m,
         &red_csrc(4, 1610, 2, &[(600, b"Bravo. "), (300, b"")], b""),
     );
-    gw.handle_datagram(at(1000), m, &mixer_bye(9, 2));
+    gw.handle_datagram(at(1000), m, &mixer_bye_from(9, 2));
     gw.handle_datagram(at(1300), m, &with_csrc(5, 2300, 9, 2, b"Back. "));
     while let Some(t) = gw.poll_timeout().filter(|&t| t <= at(5000)) {
         gw.handle_timeout(t);
@@ -323,7 +262,7 @@ fn without_idle_packets_a_source_speaking_after_its_bye_joins_again() {
     let m = addr(5000);
     gw.handle_datagram(at(0), m, &with_csrc(1, 1000, 9, 1, b"Alpha. "));
     gw.handle_datagram(at(10), m, &red_csrc(2, 1010, 2, &[], b"Bravo. "));
-    gw.handle_datagram(at(1000), m, &mixer_bye(9, 2));
+    gw.handle_datagram(at(1000), m, &mixer_bye_from(9, 2));
     gw.handle_datagram(at(1300), m, &with_csrc(3, 2300, 9, 2, b"Back. "));
     while let Some(t) = gw.poll_timeout().filter(|&t| t <= at(5000)) {
         gw.handle_timeout(t);
@@ -411,13 +350,6 @@ fn unclamped_packets_one_by_one_count_nothing() {
     );
 }
 
-fn own_bye() -> Vec<u8> {
-    let mut bye = Vec::new();
-    pvp_t140::rtcp::write_rr(&mut bye, 7);
-    pvp_t140::rtcp::write_bye(&mut bye, 7);
-    bye
-}
-
 /// With nothing held, a marked packet at most 16 past the last received (1) is the old
 /// session's last words (`OVERTAKEN_MARKED`); one further on starts the next session.
 #[test]
@@ -425,7 +357,7 @@ fn a_marked_packet_16_past_the_last_received_is_the_old_sessions() {
     for (seq, joins_expected) in [(17u16, 1usize), (18, 2)] {
         let mut gw = Gateway::new(Config::default());
         gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello. "));
-        gw.handle_datagram(at(500), addr(4000), &own_bye());
+        gw.handle_datagram(at(500), addr(4000), &stream_bye(7));
         gw.handle_datagram(at(510), addr(4000), &t140m(seq, 7, true, "Bye. "));
         gw.shutdown(at(5000));
         let joins = drain(&mut gw)
@@ -438,7 +370,7 @@ fn a_marked_packet_16_past_the_last_received_is_the_old_sessions() {
 
 // A third review (bd11b09): two more gaps, four tests that failed.
 
-fn text_of(got: &[(String, String)]) -> String {
+fn joined(got: &[(String, String)]) -> String {
     got.iter()
         .map(|(_, t)| t.as_str())
         .collect::<Vec<_>>()
@@ -475,7 +407,7 @@ fn prefix_multiplex_red_primary_just_under_255_is_unclamped() {
     let amb = gw
         .stats()
         .drops(DropReason::Red(red::RedError::AmbiguousLength));
-    let all = text_of(&got);
+    let all = joined(&got);
     assert!(
         amb == 0 && all.contains("ok"),
         "ambiguous drops {amb}, text {all:?}"
@@ -509,7 +441,7 @@ fn csrc_multiplex_red_primary_just_under_255_is_unclamped() {
     let amb = gw
         .stats()
         .drops(DropReason::Red(red::RedError::AmbiguousLength));
-    let all = text_of(&got);
+    let all = joined(&got);
     assert!(
         amb == 0 && all.contains("ok"),
         "ambiguous drops {amb}, text {all:?}"
@@ -527,7 +459,7 @@ fn a_packet_held_then_placed_late_does_not_slow_the_bye_clock() {
     gw.handle_datagram(at(0), m, &with_csrc(1, 1000, 9, 2, b"Alpha "));
     gw.handle_datagram(at(610), m, &with_csrc(3, 1610, 9, 2, b"two "));
     gw.handle_datagram(at(900), m, &with_csrc(2, 1310, 9, 2, b"one "));
-    gw.handle_datagram(at(1000), m, &mixer_bye(9, 2));
+    gw.handle_datagram(at(1000), m, &mixer_bye_from(9, 2));
     gw.handle_datagram(at(1100), m, &with_csrc(4, 1950, 9, 2, b"end. "));
     while let Some(t) = gw.poll_timeout().filter(|&t| t <= at(5000)) {
         gw.handle_timeout(t);
@@ -549,7 +481,7 @@ fn a_packet_placed_after_its_gap_expired_does_not_slow_the_bye_clock() {
     while let Some(t) = gw.poll_timeout().filter(|&t| t <= at(1650)) {
         gw.handle_timeout(t);
     }
-    gw.handle_datagram(at(1700), m, &mixer_bye(9, 2));
+    gw.handle_datagram(at(1700), m, &mixer_bye_from(9, 2));
     gw.handle_datagram(at(1800), m, &with_csrc(4, 2650, 9, 2, b"end. "));
     while let Some(t) = gw.poll_timeout().filter(|&t| t <= at(6000)) {
         gw.handle_timeout(t);
@@ -568,7 +500,7 @@ fn in_order_the_overtaken_packet_is_the_sources() {
     gw.handle_datagram(at(0), m, &with_csrc(1, 1000, 9, 2, b"Alpha "));
     gw.handle_datagram(at(310), m, &with_csrc(2, 1310, 9, 2, b"one "));
     gw.handle_datagram(at(610), m, &with_csrc(3, 1610, 9, 2, b"two "));
-    gw.handle_datagram(at(1000), m, &mixer_bye(9, 2));
+    gw.handle_datagram(at(1000), m, &mixer_bye_from(9, 2));
     gw.handle_datagram(at(1100), m, &with_csrc(4, 1950, 9, 2, b"end. "));
     while let Some(t) = gw.poll_timeout().filter(|&t| t <= at(5000)) {
         gw.handle_timeout(t);

@@ -4,87 +4,15 @@
 //! against 0bbc089 (which reset every speaker at one packet stamped far back, and took the
 //! clock from each speaker's newest packet): five failed; one, a register gap, is ignored.
 
-use pvp_t140::pvp::Message as Envelope;
-use pvp_t140::{Config, Gateway, red};
+use pvp_t140::{Config, Gateway};
 
 #[path = "common/core.rs"]
 mod core_helpers;
 use core_helpers::*;
 
-/// A mixer's packet (SSRC 9) with one CSRC, T.140 payload type 98.
-fn with_csrc_m(marker: bool, seq: u16, ts: u32, csrc: u32, payload: &[u8]) -> Vec<u8> {
-    let mut d = vec![0x81, 98 | if marker { 0x80 } else { 0 }, 0, 0];
-    d[2..4].copy_from_slice(&seq.to_be_bytes());
-    d.extend_from_slice(&ts.to_be_bytes());
-    d.extend_from_slice(&9u32.to_be_bytes());
-    d.extend_from_slice(&csrc.to_be_bytes());
-    d.extend_from_slice(payload);
-    d
-}
-
-fn with_csrc(seq: u16, ts: u32, csrc: u32, payload: &[u8]) -> Vec<u8> {
-    with_csrc_m(seq == 1, seq, ts, csrc, payload)
-}
-
-/// A mixer's packet with one CSRC and a RED payload (PT 100), `gens` oldest first.
-fn red_csrc(seq: u16, ts: u32, csrc: u32, gens: &[(u16, &[u8])], primary: &[u8]) -> Vec<u8> {
-    let mut d = vec![0x81, 100 | if seq == 1 { 0x80 } else { 0 }, 0, 0];
-    d[2..4].copy_from_slice(&seq.to_be_bytes());
-    d.extend_from_slice(&ts.to_be_bytes());
-    d.extend_from_slice(&9u32.to_be_bytes());
-    d.extend_from_slice(&csrc.to_be_bytes());
-    red::write_payload(&mut d, 98, gens, primary);
-    d
-}
-
-fn mixer_bye(csrc: u32) -> Vec<u8> {
-    let mut bye = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
-    pvp_t140::rtcp::write_bye(&mut bye, csrc);
-    bye
-}
-
-fn pair(kind: &str, content: &str) -> (String, String) {
-    (kind.to_owned(), content.to_owned())
-}
-
-fn events_of(out: &[Envelope], csrc: &str) -> Vec<(String, String)> {
-    out.iter()
-        .filter(|e| e.sender.ends_with(csrc))
-        .map(|e| {
-            let content = e.payload["content"].as_str().unwrap_or("");
-            (e.kind.clone(), content.to_owned())
-        })
-        .collect()
-}
-
-/// A speaker's text: its `context.add` contents, joined by spaces.
-fn text_of(out: &[Envelope], csrc: &str) -> String {
-    events_of(out, csrc)
-        .into_iter()
-        .filter(|(k, _)| k == "context.add")
-        .map(|(_, c)| c)
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-fn timeline(out: &[Envelope]) -> Vec<(String, String, String, String)> {
-    out.iter()
-        .map(|e| {
-            (
-                e.ts.clone(),
-                e.sender.rsplit('/').next().unwrap_or("").to_owned(),
-                e.kind.clone(),
-                e.payload["content"].as_str().unwrap_or("").to_owned(),
-            )
-        })
-        .collect()
-}
-
-fn run_timers(gw: &mut Gateway, until: u64) {
-    while let Some(t) = gw.poll_timeout().filter(|&t| t <= at(until)) {
-        gw.handle_timeout(t);
-    }
-}
+#[path = "common/mixer.rs"]
+mod mixer_helpers;
+use mixer_helpers::*;
 
 /// The mixer's clock steps back 50 s (a mixer stamping from a wall clock that NTP stepped),
 /// its sequence running on: no restart, no loss. Each speaker's next packet carries its two
@@ -209,7 +137,7 @@ fn late_duplicates_taken_for_a_restart_do_not_repeat_old_text() {
         gw.handle_datagram(
             at(t),
             m,
-            &with_csrc(seq, 1000 + t as u32, 1, words.as_bytes()),
+            &with_csrc(seq, 1000 + t as u32, MIXER, 1, words.as_bytes()),
         );
         t += 300;
     }
@@ -220,7 +148,7 @@ fn late_duplicates_taken_for_a_restart_do_not_repeat_old_text() {
     for seq in 5..=7u16 {
         let ts = 1000 + 300 * (u32::from(seq) - 1);
         let words = format!("w{seq}. ");
-        gw.handle_datagram(at(t), m, &with_csrc(seq, ts, 1, words.as_bytes()));
+        gw.handle_datagram(at(t), m, &with_csrc(seq, ts, MIXER, 1, words.as_bytes()));
     }
     run_timers(&mut gw, t + 5000);
     let out = drain(&mut gw);
@@ -241,10 +169,10 @@ fn late_duplicates_taken_for_a_restart_do_not_repeat_old_text() {
 fn a_late_newest_packet_does_not_split_a_sources_last_words_from_its_bye() {
     let mut gw = Gateway::new(Config::default());
     let m = addr(5000);
-    gw.handle_datagram(at(10), m, &with_csrc(1, 1010, 2, b"Bravo "));
-    gw.handle_datagram(at(360), m, &with_csrc(2, 1310, 2, b"says "));
+    gw.handle_datagram(at(10), m, &with_csrc(1, 1010, MIXER, 2, b"Bravo "));
+    gw.handle_datagram(at(360), m, &with_csrc(2, 1310, MIXER, 2, b"says "));
     gw.handle_datagram(at(610), m, &mixer_bye(2));
-    gw.handle_datagram(at(620), m, &with_csrc(3, 1600, 2, b"bye. "));
+    gw.handle_datagram(at(620), m, &with_csrc(3, 1600, MIXER, 2, b"bye. "));
     run_timers(&mut gw, 5000);
     let out = drain(&mut gw);
     assert_eq!(
@@ -257,20 +185,6 @@ fn a_late_newest_packet_does_not_split_a_sources_last_words_from_its_bye() {
         "{:#?}",
         timeline(&out)
     );
-}
-
-/// A mixer's packet with one CSRC and a RED payload, the marker bit given.
-fn red_csrc_m(
-    marker: bool,
-    seq: u16,
-    ts: u32,
-    csrc: u32,
-    gens: &[(u16, &[u8])],
-    primary: &[u8],
-) -> Vec<u8> {
-    let mut d = red_csrc(seq, ts, csrc, gens, primary);
-    d[1] = 100 | if marker { 0x80 } else { 0 };
-    d
 }
 
 /// A genuine mixer restart under its SSRC (a sequence jump confirmed by the register, new
@@ -331,12 +245,20 @@ fn a_restart_noticed_late_does_not_repeat_a_new_sources_redundancy() {
 fn a_restart_while_a_sources_leave_waits_does_not_glue_its_new_words_to_the_old_participation() {
     let mut gw = Gateway::new(Config::default());
     let m = addr(5000);
-    gw.handle_datagram(at(0), m, &with_csrc(1, 100_000, 1, b"Alpha. "));
-    gw.handle_datagram(at(10), m, &with_csrc(2, 100_010, 2, b"Bravo. "));
+    gw.handle_datagram(at(0), m, &with_csrc(1, 100_000, MIXER, 1, b"Alpha. "));
+    gw.handle_datagram(at(10), m, &with_csrc(2, 100_010, MIXER, 2, b"Bravo. "));
     gw.handle_datagram(at(100), m, &mixer_bye(2));
-    gw.handle_datagram(at(300), m, &with_csrc_m(true, 30_000, 500, 1, b"Re"));
-    gw.handle_datagram(at(310), m, &with_csrc_m(false, 30_001, 510, 1, b"start. "));
-    gw.handle_datagram(at(600), m, &with_csrc_m(true, 30_002, 800, 2, b"Back. "));
+    gw.handle_datagram(at(300), m, &with_csrc_m(true, 30_000, 500, MIXER, 1, b"Re"));
+    gw.handle_datagram(
+        at(310),
+        m,
+        &with_csrc_m(false, 30_001, 510, MIXER, 1, b"start. "),
+    );
+    gw.handle_datagram(
+        at(600),
+        m,
+        &with_csrc_m(true, 30_002, 800, MIXER, 2, b"Back. "),
+    );
     run_timers(&mut gw, 5000);
     let out = drain(&mut gw);
     assert_eq!(gw.stats().restarts, 1);

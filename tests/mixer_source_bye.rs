@@ -3,73 +3,21 @@
 //! however the gateway is driven. Each of these failed on the first version of that wait
 //! (6a32ca8): found in review, fixed together.
 
-use pvp_t140::pvp::Message as Envelope;
 use pvp_t140::{Config, Gateway};
 
 #[path = "common/core.rs"]
 mod core_helpers;
 use core_helpers::*;
 
-/// An RTP packet with one CSRC (an RFC 9071 mixer's), T.140 payload type 98.
-fn with_csrc(seq: u16, ts: u32, ssrc: u32, csrc: u32, payload: &[u8]) -> Vec<u8> {
-    let mut d = vec![0x81, 98 | if seq == 1 { 0x80 } else { 0 }, 0, 0];
-    d[2..4].copy_from_slice(&seq.to_be_bytes());
-    d.extend_from_slice(&ts.to_be_bytes());
-    d.extend_from_slice(&ssrc.to_be_bytes());
-    d.extend_from_slice(&csrc.to_be_bytes());
-    d.extend_from_slice(payload);
-    d
-}
+#[path = "common/mixer.rs"]
+mod mixer_helpers;
+use mixer_helpers::*;
 
 /// The mixer's own packet (SSRC 9, no CSRC).
 fn own(seq: u16, ts: u32, payload: &[u8]) -> Vec<u8> {
     let mut d = Vec::new();
     pvp_t140::rtp::write_packet(&mut d, false, 98, seq, ts, 9, payload);
     d
-}
-
-fn mixer_bye(csrc: u32) -> Vec<u8> {
-    let mut bye = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
-    pvp_t140::rtcp::write_bye(&mut bye, csrc);
-    bye
-}
-
-fn pair(kind: &str, content: &str) -> (String, String) {
-    (kind.to_owned(), content.to_owned())
-}
-
-fn events_of(out: &[Envelope], csrc: &str) -> Vec<(String, String)> {
-    out.iter()
-        .filter(|e| e.sender.ends_with(csrc))
-        .map(|e| {
-            let content = e.payload["content"].as_str().unwrap_or("");
-            (e.kind.clone(), content.to_owned())
-        })
-        .collect()
-}
-
-/// (ts, sender tail, kind, content) of every envelope.
-fn timeline(out: &[Envelope]) -> Vec<(String, String, String, String)> {
-    out.iter()
-        .map(|e| {
-            (
-                e.ts.clone(),
-                e.sender.rsplit('/').next().unwrap_or("").to_owned(),
-                e.kind.clone(),
-                e.payload["content"].as_str().unwrap_or("").to_owned(),
-            )
-        })
-        .collect()
-}
-
-fn assert_ts_monotonic(out: &[Envelope]) {
-    for w in out.windows(2) {
-        assert!(
-            w[0].ts <= w[1].ts,
-            "envelope timestamps go backwards: {:#?}",
-            timeline(out)
-        );
-    }
 }
 
 /// B's BYE at 100: its leave is due at 1100 (the reorder wait from the BYE), and
@@ -341,23 +289,6 @@ fn the_mixers_own_bye_while_a_sources_leave_waits_leaves_it_once_and_first() {
 
 // A fourth review (cb7b4d1): the clock estimate from strays, drift and restarts, and a mixer
 // restart dropping its sources' text.
-
-/// An RTP packet with one CSRC (an RFC 9071 mixer's), T.140 payload type 98.
-fn with_csrc_m(marker: bool, seq: u16, ts: u32, ssrc: u32, csrc: u32, payload: &[u8]) -> Vec<u8> {
-    let mut d = vec![0x81, 98 | if marker { 0x80 } else { 0 }, 0, 0];
-    d[2..4].copy_from_slice(&seq.to_be_bytes());
-    d.extend_from_slice(&ts.to_be_bytes());
-    d.extend_from_slice(&ssrc.to_be_bytes());
-    d.extend_from_slice(&csrc.to_be_bytes());
-    d.extend_from_slice(payload);
-    d
-}
-
-fn run_timers(gw: &mut Gateway, until: u64) {
-    while let Some(t) = gw.poll_timeout().filter(|&t| t <= at(until)) {
-        gw.handle_timeout(t);
-    }
-}
 
 /// A stray packet (RFC 3550 A.1: a sequence jump never confirmed, dropped as a jump) carrying
 /// A's CSRC and a timestamp 100 s ahead. It is never delivered, yet B's BYE clock estimate
@@ -631,13 +562,6 @@ fn a_sources_first_packet_after_its_early_byes_wait_stays() {
     );
 }
 
-/// The mixer's own BYE (SSRC 9).
-fn own_bye() -> Vec<u8> {
-    let mut bye = Vec::new();
-    pvp_t140::rtcp::write_bye(&mut bye, 9);
-    bye
-}
-
 /// B's leave waits, the mixer's own BYE comes, then a new session's packet: B leaves once and
 /// first, and joins the new stream.
 #[test]
@@ -646,7 +570,7 @@ fn a_sources_waiting_leave_then_the_mixers_bye_then_a_new_session() {
     gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha. "));
     gw.handle_datagram(at(10), addr(5000), &with_csrc(2, 1010, 9, 2, b"Bravo "));
     gw.handle_datagram(at(100), addr(5000), &mixer_bye(2));
-    gw.handle_datagram(at(300), addr(5000), &own_bye());
+    gw.handle_datagram(at(300), addr(5000), &mixers_own_bye());
     gw.handle_datagram(
         at(600),
         addr(5000),

@@ -14,16 +14,9 @@ use pvp_t140::{Config, Gateway};
 mod core_helpers;
 use core_helpers::*;
 
-/// An RTP packet with one CSRC (an RFC 9071 mixer's), T.140 payload type 98.
-fn with_csrc(seq: u16, ts: u32, ssrc: u32, csrc: u32, payload: &[u8]) -> Vec<u8> {
-    let mut d = vec![0x81, 98 | if seq == 1 { 0x80 } else { 0 }, 0, 0];
-    d[2..4].copy_from_slice(&seq.to_be_bytes());
-    d.extend_from_slice(&ts.to_be_bytes());
-    d.extend_from_slice(&ssrc.to_be_bytes());
-    d.extend_from_slice(&csrc.to_be_bytes());
-    d.extend_from_slice(payload);
-    d
-}
+#[path = "common/mixer.rs"]
+mod mixer_helpers;
+use mixer_helpers::*;
 
 /// One SDES packet (RFC 3550 6.5) with a chunk per source, each with a CNAME and a NAME.
 fn sdes_chunks(sources: &[(u32, &str, &str)]) -> Vec<u8> {
@@ -620,30 +613,6 @@ fn a_mixer_source_speaking_after_its_deferred_bye_joins_again_after_the_leave() 
     );
 }
 
-/// A mixer's (SSRC 9) compound RTCP packet: an empty RR, then a BYE for source `csrc`, as a
-/// mixer forwards its source's BYE (RFC 3550 6.6, 7.3).
-fn mixer_bye(csrc: u32) -> Vec<u8> {
-    let mut bye = vec![0x80, 201, 0, 1, 0, 0, 0, 9];
-    pvp_t140::rtcp::write_bye(&mut bye, csrc);
-    bye
-}
-
-/// An `(envelope type, content)` pair, as [`events_of`] gives them.
-fn pair(kind: &str, content: &str) -> (String, String) {
-    (kind.to_owned(), content.to_owned())
-}
-
-/// A mixer source's events (`csrc` "": every envelope's), as (kind, content).
-fn events_of(out: &[Envelope], csrc: &str) -> Vec<(String, String)> {
-    out.iter()
-        .filter(|e| e.sender.ends_with(csrc))
-        .map(|e| {
-            let content = e.payload["content"].as_str().unwrap_or("");
-            (e.kind.clone(), content.to_owned())
-        })
-        .collect()
-}
-
 /// RFC 3550 6.2.1 / 6.3.4: a BYE may overtake its source's last data packets, so a receiver
 /// keeps the source a while after it. Here B's packet 3 ("ends. ", sent before the BYE) is
 /// late: A's 4 waits for it when B's BYE comes, so the gateway knows a gap is pending that
@@ -746,21 +715,13 @@ fn a_mixer_sources_deferred_bye_is_due_at_a_held_packet_without_csrc() {
     );
 }
 
-/// The stream's own (SSRC 7) compound RTCP: an empty RR, then its BYE (RFC 3550 6.1).
-fn own_bye() -> Vec<u8> {
-    let mut bye = Vec::new();
-    pvp_t140::rtcp::write_rr(&mut bye, 7);
-    pvp_t140::rtcp::write_bye(&mut bye, 7);
-    bye
-}
-
 /// A gateway with `cfg` to which SSRC 7 (127.0.0.1:4000) said 1 "Hello " and 3 "world. ", 2
 /// late, then its BYE (at 610 ms): the BYE waits, 3 held.
 fn bye_overtaking_packet_2(cfg: Config) -> Gateway {
     let mut gw = Gateway::new(cfg);
     gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello "));
     gw.handle_datagram(at(600), addr(4000), &t140(3, 7, "world. "));
-    gw.handle_datagram(at(610), addr(4000), &own_bye());
+    gw.handle_datagram(at(610), addr(4000), &stream_bye(7));
     gw
 }
 
@@ -827,7 +788,7 @@ fn a_bye_waiting_for_a_lost_packet_ends_the_stream_at_the_reorder_wait() {
 /// The same sender (address and SSRC 7) as [`own_bye`] with its RTCP on port 4001, the next
 /// port up (RFC 3550 11).
 fn own_bye_from_next_port() -> (std::net::SocketAddr, Vec<u8>) {
-    (addr(4001), own_bye())
+    (addr(4001), stream_bye(7))
 }
 
 /// RFC 3550 8.2 / 6.3.7: a BYE frees its SSRC. A sender ends (its BYE overtaking its last
@@ -1283,7 +1244,7 @@ fn a_bye_that_overtook_a_gap_and_a_packet_after_it_waits_for_both() {
     let mut gw = Gateway::new(Config::default());
     gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "One "));
     gw.handle_datagram(at(50), addr(4000), &t140(3, 7, "three "));
-    gw.handle_datagram(at(100), addr(4001), &own_bye());
+    gw.handle_datagram(at(100), addr(4001), &stream_bye(7));
     gw.handle_datagram(at(105), addr(4000), &t140(2, 7, "two "));
     gw.handle_datagram(at(110), addr(4000), &t140(4, 7, "four."));
     gw.handle_timeout(at(1100));
