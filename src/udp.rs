@@ -527,6 +527,22 @@ mod tests {
     use super::*;
     use prometheus_client::metrics::gauge::Gauge;
 
+    /// A worker's links with no RTCP feed and nothing published.
+    fn links(
+        out: crate::handoff::Sender,
+        shutdown: tokio::sync::watch::Receiver<bool>,
+        running: Gauge,
+    ) -> WorkerLinks {
+        WorkerLinks {
+            rtcp: None,
+            counts_rtcp: true,
+            out,
+            shutdown,
+            publish: None,
+            running,
+        }
+    }
+
     /// A worker is counted in while its thread runs and out when it ends, by a stop or by a
     /// panic (the guard drops as the thread unwinds): `/healthz` reads the count.
     #[test]
@@ -536,14 +552,7 @@ mod tests {
         socket.set_nonblocking(true).unwrap();
         let (out, _rx) = crate::handoff::queue(16);
         let (stop, shutdown) = tokio::sync::watch::channel(false);
-        let links = WorkerLinks {
-            rtcp: None,
-            counts_rtcp: true,
-            out,
-            shutdown,
-            publish: None,
-            running: running.clone(),
-        };
+        let links = links(out, shutdown, running.clone());
         let gw = Gateway::new(crate::gateway::Config::default());
         let h = spawn_worker(0, socket, gw, links).unwrap();
         assert_eq!(running.get(), 1);
@@ -588,14 +597,7 @@ mod tests {
         let (out, mut rx) = crate::handoff::queue(64);
         let (stop, shutdown) = tokio::sync::watch::channel(false);
         stop.send(true).unwrap();
-        let links = WorkerLinks {
-            rtcp: None,
-            counts_rtcp: true,
-            out,
-            shutdown,
-            publish: None,
-            running: Gauge::default(),
-        };
+        let links = links(out, shutdown, Gauge::default());
         let gw = Gateway::new(crate::gateway::Config::default());
         let report = spawn_worker(0, socket, gw, links)
             .unwrap()

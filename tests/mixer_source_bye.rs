@@ -466,42 +466,47 @@ fn after_a_mixer_restart_the_old_clocks_lead_does_not_keep_a_source_from_rejoini
     );
 }
 
-/// B's BYE overtakes B's only packet (RFC 3550 6.3.7: the case the leave's wait is for), which
-/// comes 5 ms after it. B joins, says its words, and leaves; it must not stay in the session
-/// until the mixer's stream ends.
-#[test]
-fn a_bye_that_overtook_a_sources_only_packet_still_ends_it() {
+/// A says "Alpha. " at 0 (stamped 1000); the mixer forwards B's BYE at 1000, before any
+/// packet of B; B's first packet, marked, comes at `b_at` stamped `b_ts`; then A speaks
+/// `a_packets` more times, `a_every` ms apart, stamped as it goes. B's events, and the
+/// timeline, once every timer due by `until` has run.
+fn b_after_an_early_bye(
+    (b_at, b_ts, words): (u64, u32, &[u8]),
+    (a_packets, a_every): (u16, u64),
+    until: u64,
+) -> (Vec<(String, String)>, Timeline) {
     let mut gw = Gateway::new(Config::default());
-    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha. "));
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, MIXER, 1, b"Alpha. "));
     gw.handle_datagram(at(1000), addr(5000), &mixer_bye(2));
     gw.handle_datagram(
-        at(1005),
+        at(b_at),
         addr(5000),
-        &with_csrc_m(true, 2, 1990, 9, 2, b"Bye all. "),
+        &with_csrc_m(true, 2, b_ts, MIXER, 2, words),
     );
-    // A goes on speaking for a minute.
-    for i in 0..20u16 {
-        let t = 2000 + 3000 * u64::from(i);
-        gw.handle_datagram(
-            at(t),
-            addr(5000),
-            &with_csrc(3 + i, 1000 + t as u32, 9, 1, b"a. "),
-        );
+    for i in 0..a_packets {
+        let t = 2000 + a_every * u64::from(i);
+        let a = with_csrc(3 + i, 1000 + t as u32, MIXER, 1, b"a. ");
+        gw.handle_datagram(at(t), addr(5000), &a);
     }
-    run_timers(&mut gw, 62_000);
+    run_timers(&mut gw, until);
     let out = drain(&mut gw);
+    (events_of(&out, "csrc:00000002"), timeline(&out))
+}
+
+/// B's BYE overtakes B's only packet (RFC 3550 6.3.7: the case the leave's wait is for), which
+/// comes 5 ms after it. B joins, says its words, and leaves; it must not stay in the session
+/// while A goes on speaking for a minute, until the mixer's stream ends.
+#[test]
+fn a_bye_that_overtook_a_sources_only_packet_still_ends_it() {
+    let (b, timeline) = b_after_an_early_bye((1005, 1990, b"Bye all. "), (20, 3000), 62_000);
     assert_eq!(
-        events_of(&out, "csrc:00000002"),
+        b,
         [
             pair("session.join", ""),
             pair("context.add", "Bye all."),
             pair("session.leave", ""),
         ],
-        "{:#?}",
-        timeline(&out)
-            .iter()
-            .filter(|e| e.1 == "csrc:00000002")
-            .collect::<Vec<_>>()
+        "{timeline:#?}"
     );
 }
 
@@ -510,32 +515,14 @@ fn a_bye_that_overtook_a_sources_only_packet_still_ends_it() {
 /// The early BYE must not end it.
 #[test]
 fn a_sources_first_packet_said_after_its_early_bye_stays() {
-    let mut gw = Gateway::new(Config::default());
-    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha. "));
-    gw.handle_datagram(at(1000), addr(5000), &mixer_bye(2));
-    gw.handle_datagram(
-        at(1005),
-        addr(5000),
-        &with_csrc_m(true, 2, 3000, 9, 2, b"Hello again. "),
-    );
-    for i in 0..5u16 {
-        let t = 2000 + 300 * u64::from(i);
-        gw.handle_datagram(
-            at(t),
-            addr(5000),
-            &with_csrc(3 + i, 2100 + t as u32, 9, 1, b"a. "),
-        );
-    }
-    run_timers(&mut gw, 20_000);
-    let out = drain(&mut gw);
+    let (b, timeline) = b_after_an_early_bye((1005, 3000, b"Hello again. "), (5, 300), 20_000);
     assert_eq!(
-        events_of(&out, "csrc:00000002"),
+        b,
         [
             pair("session.join", ""),
-            pair("context.add", "Hello again."),
+            pair("context.add", "Hello again.")
         ],
-        "{:#?}",
-        timeline(&out)
+        "{timeline:#?}"
     );
 }
 
@@ -544,21 +531,11 @@ fn a_sources_first_packet_said_after_its_early_bye_stays() {
 /// session, and B stays.
 #[test]
 fn a_sources_first_packet_after_its_early_byes_wait_stays() {
-    let mut gw = Gateway::new(Config::default());
-    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha. "));
-    gw.handle_datagram(at(1000), addr(5000), &mixer_bye(2));
-    gw.handle_datagram(
-        at(2500),
-        addr(5000),
-        &with_csrc_m(true, 2, 1990, 9, 2, b"Late hello. "),
-    );
-    run_timers(&mut gw, 20_000);
-    let out = drain(&mut gw);
+    let (b, timeline) = b_after_an_early_bye((2500, 1990, b"Late hello. "), (0, 0), 20_000);
     assert_eq!(
-        events_of(&out, "csrc:00000002"),
-        [pair("session.join", ""), pair("context.add", "Late hello."),],
-        "{:#?}",
-        timeline(&out)
+        b,
+        [pair("session.join", ""), pair("context.add", "Late hello.")],
+        "{timeline:#?}"
     );
 }
 

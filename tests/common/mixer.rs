@@ -115,7 +115,10 @@ pub fn text_of(out: &[Envelope], csrc: &str) -> String {
 }
 
 /// (ts, sender id's last part, kind, content) of every envelope: for failure messages.
-pub fn timeline(out: &[Envelope]) -> Vec<(String, String, String, String)> {
+pub type Timeline = Vec<(String, String, String, String)>;
+
+/// The [`Timeline`] of `out`.
+pub fn timeline(out: &[Envelope]) -> Timeline {
     out.iter()
         .map(|e| {
             (
