@@ -81,6 +81,9 @@ pub enum Outcome {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct RegisterStats {
     pub stale: u64,
+    /// Kept jump packets let go as late duplicates ([`Register::late_duplicates`]): stale
+    /// drops, counted when let go (the packet that showed them is counted as it came).
+    pub stale_kept: u64,
     pub jumps: u64,
     pub restarts: u64,
     pub reordered: u64,
@@ -207,9 +210,9 @@ struct Bye {
 }
 
 /// How far behind where a live packet would be stamped now a jump run must be, at least, to
-/// be taken for late duplicates ([`Register::late_duplicates`]): a sender's clock drifts from
-/// ours (100 ppm is 0.4 s an hour), and a restart that goes on from its old timestamps lands
-/// near the live stamp.
+/// be taken for late duplicates ([`Register::late_duplicates`]), on a stream just begun (more
+/// as it ages, for clock drift): a restart that goes on from its old timestamps lands near the
+/// live stamp.
 const DUPLICATE_AGE_MS: u32 = 5_000;
 
 /// Jump packets a register keeps: a restart's first packets swapped or duplicated still make
@@ -378,7 +381,13 @@ impl Register {
             return Ok(Outcome::Stale);
         }
         if self.head_wait() && ahead >= 0x8000 {
-            // Earlier than the packet the stream opened with: the head is arriving late.
+            // Earlier than the packet the stream opened with: the head is arriving late, and
+            // the sequence's first packet is this one.
+            if let Some((ts0, _)) = self.cold.origin
+                && crate::rtp::ts_after(ts0, a.ts)
+            {
+                self.cold.origin = Some((a.ts, now));
+            }
             if marker || self.starts_session(&a) {
                 // The session's start (by its own text or its redundancy): deliver it with
                 // every generation, then what waited behind it.
@@ -504,26 +513,32 @@ impl Register {
         if hi != seq || hi.wrapping_sub(lo) + 1 < needed {
             return Outcome::Jump;
         }
+        let in_run = |h: &Held| h.seq.wrapping_sub(lo) <= hi.wrapping_sub(lo);
         if self.late_duplicates(now, lo, hi) {
-            // Said before: the run goes, counted as stale, and the stream stays where it was.
+            // Said before: the run goes, and the stream stays where it was. Other packets
+            // kept (a restart's head, say) stay kept. This packet is counted stale by the
+            // caller; the run's others, kept as jumps till now, are counted stale here.
             let run = self.cold.rare.as_mut().map(|j| std::mem::take(&mut j.run));
-            let run = run.unwrap_or_default();
-            self.cold.stats.stale += run.len() as u64;
-            self.cold.spare.extend(run.into_iter().map(|h| h.payload));
+            let (dups, others): (Vec<Held>, Vec<Held>) =
+                run.unwrap_or_default().into_iter().partition(in_run);
+            if let Some(r) = self.cold.rare.as_mut() {
+                r.run = others;
+            }
+            self.cold.stats.stale_kept += dups.len().saturating_sub(1) as u64;
+            self.cold.spare.extend(dups.into_iter().map(|h| h.payload));
             return Outcome::Stale;
         }
         // The sender restarted its sequence: what the old one still waited for is given up,
         // then the run goes out in order, each packet's text as it came.
         self.cold.stats.restarts += 1;
         self.give_up_all(out);
-        self.cold.origin = Some((a.ts, now));
         let run = self.cold.rare.as_mut().map(|j| std::mem::take(&mut j.run));
-        let (mut run, strays): (Vec<Held>, Vec<Held>) = run
-            .unwrap_or_default()
-            .into_iter()
-            .partition(|h| h.seq.wrapping_sub(lo) <= hi.wrapping_sub(lo));
+        let (mut run, strays): (Vec<Held>, Vec<Held>) =
+            run.unwrap_or_default().into_iter().partition(in_run);
         self.drop_strays(strays);
         run.sort_unstable_by_key(|h| h.seq.wrapping_sub(lo));
+        // The new sequence's first packet: where its sender's clock stood then.
+        self.cold.origin = run.first().map(|h| (h.ts, h.at));
         for (i, h) in run.into_iter().enumerate() {
             // The run's first packet is the new sequence's head: as a stream's first packet,
             // with every redundant generation when it starts a session (marked, or its text
@@ -540,14 +555,22 @@ impl Register {
     /// Whether the run `lo..=hi` of kept jump packets is late duplicates of packets delivered
     /// before (a path that duplicates and delays), not a sequence restart: come together, far
     /// quicker than their timestamps run (less than half as fast), and stamped within the
-    /// sequence's past: after its first packet, and more than [`DUPLICATE_AGE_MS`] before a
-    /// live packet would be stamped now. A restart's packets are live: they come as their
-    /// sender's clock runs (RFC 4103 5.1 paces text at 300 ms), and its new timestamps go on
-    /// from the old ones or start at random (inside a past of an hour 1 time in 1,200). A
-    /// restart whose first packets come in a burst, stamped in that past, is believed once its
-    /// later, paced ones run.
+    /// sequence's past: after its first packet, and well before a live packet would be
+    /// stamped now ([`DUPLICATE_AGE_MS`], more on a long stream, for the sender's clock
+    /// drift). A restart's packets are live: they come as their sender's clock runs (RFC 4103
+    /// 5.1 paces text at 300 ms), and its new timestamps go on from the old ones or start at
+    /// random (inside a past of an hour 1 time in 1,200). A restart whose first packets come
+    /// in a burst, stamped in that past, is believed once its later, paced ones run.
+    ///
+    /// Never for t140llm (`assume_start`, `--compat t140llm`): its timestamps count packets,
+    /// not time, and each reply restarts at sequence 0 and timestamp 0, the very numbers of
+    /// its first reply's first packets (docs/t140llm.md): a restart and late duplicates carry
+    /// the same headers, and a restart is what it sends.
     #[cold]
     fn late_duplicates(&self, now: Time, lo: u16, hi: u16) -> bool {
+        if self.assume_start {
+            return false;
+        }
         let (Some(rare), Some((ts0, t0))) = (self.cold.rare.as_ref(), self.cold.origin) else {
             return false;
         };
@@ -557,11 +580,16 @@ impl Register {
                 .filter(move |h| h.seq.wrapping_sub(lo) <= hi.wrapping_sub(lo))
         };
         // Milliseconds, as the timestamps count (RFC 4103 4.1: a 1000 Hz clock).
-        let ms = |us: u64| u32::try_from(us / 1000).unwrap_or(u32::MAX);
-        let live = ms(now.0.saturating_sub(t0.0));
+        let age = now.0.saturating_sub(t0.0) / 1000;
+        // Where a live packet would be stamped now, modulo 2^32 as timestamps wrap (RFC 3550
+        // 5.1), and how far behind it a packet stamped in the sequence's past can be.
+        let live = ts0.wrapping_add(age as u32);
+        let past = age.min(1 << 31);
+        // A sender's clock drifts from ours (100 ppm is 0.4 s an hour): 500 ppm allowed.
+        let margin = u64::from(DUPLICATE_AGE_MS) + age / 2000;
         let in_past = |ts: u32| {
-            let since = ts.wrapping_sub(ts0);
-            since < 1 << 31 && since.saturating_add(DUPLICATE_AGE_MS) < live
+            let behind = u64::from(live.wrapping_sub(ts));
+            behind > margin && behind <= past
         };
         if !run().all(|h| in_past(h.ts)) {
             return false;
@@ -572,11 +600,11 @@ impl Register {
         ) else {
             return false;
         };
-        let stamped = last.ts.wrapping_sub(first.ts);
+        let stamped = u64::from(last.ts.wrapping_sub(first.ts));
         let (earliest, latest) = run().fold((Time::NEVER, Time(0)), |(e, l), h| {
             (e.min(h.at), l.max(h.at))
         });
-        let came = ms(latest.0.saturating_sub(earliest.0));
+        let came = latest.0.saturating_sub(earliest.0) / 1000;
         stamped < 1 << 31 && came.saturating_mul(2) < stamped
     }
 
@@ -1398,6 +1426,111 @@ mod tests {
         );
         assert_eq!(&r.text[before.len()..], "r3.r4.r5.");
         assert_eq!(r.reg.stats().restarts, 1);
+    }
+
+    /// A restart (5000.., live clock, believed at 5002), 200 live packets, then late
+    /// duplicates of 5000..5002 together 30 s on. The restart had set the sequence's origin
+    /// to the packet that confirmed it, not its first, so 5000 looked "before the first
+    /// packet": a second restart, "r0.r1.r2." said again and 198 marked lost (a review of
+    /// 3c14c81). The origin is the run's first packet now.
+    #[test]
+    fn duplicates_of_a_restarts_first_packets_are_not_a_second_restart() {
+        let (mut r, _) = Rig::paced_1_to_120();
+        for k in 0..=200u16 {
+            let at = 40_000 + 300 * u32::from(k);
+            r.stamped(u64::from(at), 5000 + k, at, k == 0, &format!("r{k}."));
+        }
+        let before = r.text.clone();
+        for k in 0..=2u16 {
+            let ts = 40_000 + 300 * u32::from(k);
+            let outcome = r.stamped(130_000, 5000 + k, ts, k == 0, &format!("r{k}."));
+            assert_ne!(outcome, Outcome::Delivered, "duplicate of {}", 5000 + k);
+        }
+        r.stamped(130_300, 5201, 100_300, false, "r201.");
+        r.expire(140_000);
+        assert_eq!(&r.text[before.len()..], "r201.");
+        assert_eq!((r.reg.stats().restarts, r.reg.stats().lost), (1, 0));
+    }
+
+    /// Seq 2 (ts 600) opens the stream and waits for its head; 1 (marked, ts 300) comes 50 ms
+    /// later. The origin was seq 2's, so duplicates of 1, 2, 3 together a minute later were a
+    /// restart: "w1.w2.w3." said again, 117 marked lost (review of 3c14c81). A late head is
+    /// the sequence's first packet now.
+    #[test]
+    fn duplicates_of_a_late_head_are_not_a_restart() {
+        let mut r = Rig::new();
+        assert_eq!(r.stamped(650, 2, 600, false, "w2."), Outcome::Held);
+        assert_eq!(r.stamped(700, 1, 300, true, "w1."), Outcome::Delivered);
+        for seq in 3..=120u16 {
+            let at = 300 * u32::from(seq);
+            r.stamped(u64::from(at), seq, at, false, &format!("w{seq}."));
+        }
+        let before = r.text.clone();
+        for seq in 1..=3u16 {
+            let outcome = r.stamped(70_000, seq, 300 * u32::from(seq), seq == 1, "dup.");
+            assert_ne!(outcome, Outcome::Delivered, "duplicate of {seq}");
+        }
+        r.stamped(70_300, 121, 300 * 121, false, "w121.");
+        r.expire(80_000);
+        assert_eq!(&r.text[before.len()..], "w121.");
+        assert_eq!((r.reg.stats().restarts, r.reg.stats().lost), (0, 0));
+    }
+
+    /// A stream live for `hours` (a packet every 30 s, stamped by `clock`), then a restart 500
+    /// back on the same clock, its three packets together: the outcomes and the text after.
+    fn restart_after(hours: u64, clock: impl Fn(u64) -> u32) -> (Vec<Outcome>, String) {
+        let mut r = Rig::new();
+        let (mut seq, mut t) = (1u16, 0u64);
+        while t <= hours * 3_600_000 {
+            r.stamped(t, seq, clock(t), t == 0, ".");
+            (seq, t) = (seq.wrapping_add(1), t + 30_000);
+        }
+        let (before, back) = (r.text.len(), seq.wrapping_sub(500));
+        let outcomes = (0..3u16)
+            .map(|k| {
+                let ts = clock(t).wrapping_add(300 * u32::from(k));
+                r.stamped(t, back.wrapping_add(k), ts, k == 0, &format!("r{k}."))
+            })
+            .collect();
+        (outcomes, r.text[before..].to_owned())
+    }
+
+    /// An exact 1000 Hz sender live 1,194 hours (past 2^32 ms) restarts on its clock, its
+    /// packets together. The timestamp wrapped (RFC 3550 5.1) while the time since the origin
+    /// was capped at u32::MAX: the live stamp read as 49 days old and the restart was dropped
+    /// (review of 3c14c81). Compared modulo 2^32 now.
+    #[test]
+    fn a_restart_on_the_live_clock_after_the_timestamp_wraps_is_believed() {
+        let (outcomes, text) = restart_after(1194, |t| t as u32);
+        assert_eq!(outcomes, [Outcome::Jump, Outcome::Jump, Outcome::Delivered]);
+        assert_eq!(text, "r0.r1.r2.");
+    }
+
+    /// A sender whose clock runs 100 ppm slow restarts on its clock after 20 hours, its
+    /// packets together: 7.2 s behind where the first packet's stamp projects the live one,
+    /// past a fixed 5 s margin, it was dropped (review of 3c14c81). The margin grows with the
+    /// stream's age (500 ppm).
+    #[test]
+    fn a_restart_on_a_drifting_clock_after_hours_is_believed() {
+        let (outcomes, text) = restart_after(20, |t| (t - t / 10_000) as u32);
+        assert_eq!(outcomes, [Outcome::Jump, Outcome::Jump, Outcome::Delivered]);
+        assert_eq!(text, "r0.r1.r2.");
+    }
+
+    /// A restart's marked head (30000 "Hello ", live clock) is kept; late duplicates of 5..7
+    /// then come together and are found duplicates, but took every kept packet with them, the
+    /// head too: "Hello " vanished unmarked (review of 3c14c81). Only the run goes now.
+    #[test]
+    fn late_duplicates_do_not_take_a_kept_restart_head_with_them() {
+        let (mut r, before) = Rig::paced_1_to_120();
+        r.stamped(40_000, 30_000, 40_000, true, "Hello ");
+        for seq in 5..=7u16 {
+            let outcome = r.stamped(40_100, seq, 300 * u32::from(seq), false, "dup.");
+            assert_ne!(outcome, Outcome::Delivered, "duplicate of {seq}");
+        }
+        r.stamped(40_300, 30_001, 40_300, false, "world ");
+        r.stamped(40_600, 30_002, 40_600, false, "again.");
+        assert_eq!(&r.text[before.len()..], "Hello world again.");
     }
 
     /// RFC 3550 A.1 `update_seq`, the branch a packet takes against the highest sequence
