@@ -894,10 +894,16 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
                 .map_err(|e| format!("metrics on {addr}: {e}"))?;
             tracing::info!(metrics = %at, "serving /metrics and /healthz");
         }
-        if let Some(sock) = rtcp {
-            tokio::spawn(udp::run_rtcp_reader(sock, rtcp_tx));
-        }
+        let (rtcp_stop, rtcp_stopped) = tokio::sync::watch::channel(false);
+        let rtcp_reader =
+            rtcp.map(|sock| tokio::spawn(udp::run_rtcp_reader(sock, rtcp_tx, rtcp_stopped)));
         signals.wait().await;
+        // The RTCP port first: what it holds goes into the workers' feed, which they read at
+        // their stop after their own sockets.
+        let _ = rtcp_stop.send(true);
+        if let Some(reader) = rtcp_reader {
+            let _ = tokio::time::timeout(Duration::from_secs(1), reader).await;
+        }
         let _ = stop_tx.send(true);
         let mut total = Stats::default();
         let mut full = 0;

@@ -125,6 +125,29 @@ impl BatchReader {
         self.read_by(socket, max, Self::read_now)
     }
 
+    /// [`BatchReader::read`] whatever tokio last learnt of the socket's readiness: what the
+    /// socket holds now, read without waiting. Out of the receive loop's way (a stop, an RTCP
+    /// datagram that must follow the RTP queued before it): tokio learns of queued datagrams
+    /// only when its reactor runs, and [`BatchReader::read`] finds nothing until then. Where
+    /// `recvmmsg` is missing this is [`BatchReader::read`].
+    pub fn read_ignoring_readiness(
+        &mut self,
+        socket: &tokio::net::UdpSocket,
+        max: usize,
+    ) -> io::Result<usize> {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        {
+            self.n = 0;
+            self.joined.clear();
+            let n = self.read_now(socket, max.clamp(1, BATCH))?;
+            self.n = n;
+            self.count_long();
+            Ok(n)
+        }
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        self.read(socket, max)
+    }
+
     /// [`BatchReader::read`], with the reading done by `how`.
     fn read_by(
         &mut self,

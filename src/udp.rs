@@ -72,6 +72,11 @@ pub async fn run_worker(
     let mut held_since: Option<std::time::Instant> = None;
     let mut failed = None;
     loop {
+        // A stop already given ends the loop before anything else is read: the stop reads
+        // what is queued in a set order (`drain_at_stop`), RTP first.
+        if *shutdown.borrow_and_update() {
+            break;
+        }
         let deadline = gw.poll_timeout().map(|t| clock.instant_of(t));
         let linger = held_since.map(|t| t + LINGER);
         let wake = [deadline, linger].into_iter().flatten().min();
@@ -93,6 +98,10 @@ pub async fn run_worker(
             }
             d = recv_rtcp(&mut rtcp) => {
                 if let Some(d) = d {
+                    // The RTP already queued first: a sender's BYE on the RTCP port follows
+                    // its last packets, and handled before them it would find no stream (a
+                    // one-packet stream) or end one that has text still to read.
+                    drain_socket_now(&socket, &mut gw, &mut reader, &clock, RECV_BUDGET);
                     gw.handle_rtcp_port(clock.now(), d.0, &d.1, counts_rtcp);
                 }
             }
@@ -120,8 +129,11 @@ pub async fn run_worker(
         }
     }
     if failed.is_none() {
-        drain_at_stop(&socket, &mut gw, &mut reader, &clock).await;
+        drain_at_stop(&socket, &mut gw, &mut reader, &clock);
     }
+    // Then the RTCP the port's reader handed over before the stop (a BYE, most likely: a
+    // sender's last word): after the RTP, so that it finds the streams that RTP opened.
+    drain_rtcp_at_stop(&mut rtcp, &mut gw, &clock, counts_rtcp);
     gw.shutdown(clock.now());
     // The final flushes and leaves are not refused for want of room (`handoff::Sender::force`):
     // SIGTERM must not lose text.
@@ -231,18 +243,40 @@ async fn recv_rtcp(
     }
 }
 
-/// Reads the RTCP port and shares every datagram with the workers until the socket fails.
+/// Reads the RTCP port and shares every datagram with the workers until `stop` turns true;
+/// then hands over what the socket already holds (read as [`drain_at_stop`] reads the RTP
+/// socket: a sender's BYE sent just before the signal is its last word) and returns. The
+/// caller stops the workers after that, and they read their feed at their stop.
 pub async fn run_rtcp_reader(
     socket: UdpSocket,
     tx: tokio::sync::broadcast::Sender<std::sync::Arc<(std::net::SocketAddr, Vec<u8>)>>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut buf = vec![0u8; 65_536];
+    let share = |r: io::Result<(usize, std::net::SocketAddr)>, buf: &[u8]| match r {
+        Ok((n, src)) => {
+            let _ = tx.send(std::sync::Arc::new((src, buf[..n].to_vec())));
+        }
+        Err(e) => tracing::debug!("RTCP recv_from: {e}"),
+    };
     loop {
-        match socket.recv_from(&mut buf).await {
-            Ok((n, src)) => {
-                let _ = tx.send(std::sync::Arc::new((src, buf[..n].to_vec())));
-            }
-            Err(e) => tracing::debug!("RTCP recv_from: {e}"),
+        if *stop.borrow_and_update() {
+            break;
+        }
+        tokio::select! {
+            r = socket.recv_from(&mut buf) => share(r, &buf),
+            r = stop.changed() => if r.is_err() { break },
+        }
+    }
+    let until = tokio::time::Instant::now() + STOP_DRAIN;
+    while tokio::time::Instant::now() < until {
+        let ready = tokio::time::timeout(Duration::from_millis(10), socket.readable()).await;
+        if !matches!(ready, Ok(Ok(()))) {
+            break;
+        }
+        match socket.try_recv_from(&mut buf) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            r => share(r, &buf),
         }
     }
 }
@@ -287,27 +321,48 @@ const STOP_DRAIN: Duration = Duration::from_millis(250);
 /// At a stop, reads what the kernel already accepted for this socket before the streams flush:
 /// datagrams that arrived before the signal are text the sender counts as sent, and a stop
 /// that ignored them would lose it. Reads until the socket is empty, or for at most
-/// [`STOP_DRAIN`] (a sender that keeps sending would otherwise hold the stop). Readiness is
-/// awaited first, for a few milliseconds at most: tokio learns of queued datagrams only from
-/// its reactor, which may not have run since they came, and a read without readiness finds
-/// nothing.
-async fn drain_at_stop(
+/// [`STOP_DRAIN`] (a sender that keeps sending would otherwise hold the stop).
+fn drain_at_stop(socket: &UdpSocket, gw: &mut Gateway, reader: &mut BatchReader, clock: &Clock) {
+    let until = std::time::Instant::now() + STOP_DRAIN;
+    while drain_socket_now(socket, gw, reader, clock, RECV_BUDGET) == RECV_BUDGET
+        && std::time::Instant::now() < until
+    {}
+}
+
+/// [`drain_socket`] reading what the socket holds now, whatever tokio last learnt of its
+/// readiness ([`BatchReader::read_ignoring_readiness`]): tokio learns of queued datagrams only
+/// when its reactor runs, which it may not have since they came (a stop seen first, an RTCP
+/// datagram woken for first). Up to `budget`; returns how many it read.
+fn drain_socket_now(
     socket: &UdpSocket,
     gw: &mut Gateway,
     reader: &mut BatchReader,
     clock: &Clock,
-) {
-    let until = tokio::time::Instant::now() + STOP_DRAIN;
-    loop {
-        let ready = tokio::time::timeout(Duration::from_millis(10), socket.readable()).await;
-        if !matches!(ready, Ok(Ok(()))) {
-            break;
+    budget: usize,
+) -> usize {
+    let mut read = 0;
+    while read < budget {
+        match reader.read_ignoring_readiness(socket, budget - read) {
+            Ok(n) if n > 0 => {}
+            _ => break,
         }
-        // Short of the budget: the read met an empty socket.
-        if drain_socket(socket, gw, reader, clock) < RECV_BUDGET
-            || tokio::time::Instant::now() >= until
-        {
-            break;
+        let batch = reader.datagrams();
+        gw.handle_batch(clock.now(), &batch);
+        read += batch.len();
+    }
+    read
+}
+
+/// At a stop, the RTCP datagrams waiting in the worker's feed ([`run_rtcp_reader`] reads the
+/// port apart and hands them over), each handled as it would have been.
+fn drain_rtcp_at_stop(feed: &mut Option<RtcpFeed>, gw: &mut Gateway, clock: &Clock, counts: bool) {
+    use tokio::sync::broadcast::error::TryRecvError;
+    let Some(rx) = feed else { return };
+    loop {
+        match rx.try_recv() {
+            Ok(d) => gw.handle_rtcp_port(clock.now(), d.0, &d.1, counts),
+            Err(TryRecvError::Lagged(n)) => tracing::warn!(skipped = n, "RTCP feed lagged"),
+            Err(TryRecvError::Empty | TryRecvError::Closed) => break,
         }
     }
 }
@@ -616,5 +671,54 @@ mod tests {
             })
             .collect();
         assert_eq!(text, "Queued before the stop.");
+    }
+
+    /// An RTCP BYE already handed to the worker by the RTCP port's reader (waiting in the
+    /// feed) when the stop comes is acted on, after the RTP the socket holds: the stream
+    /// leaves for its BYE, not for the shutdown. Found in review: the stop read the socket but
+    /// not the feed (the BYE was never handled), or the feed first (the BYE found no stream).
+    #[test]
+    fn a_stop_acts_on_the_rtcp_feed_it_already_holds() {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket.set_nonblocking(true).unwrap();
+        let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        for (i, w) in ["Said ", "and ", "done."].iter().enumerate() {
+            let (mut d, seq) = (Vec::new(), 100 + i as u16);
+            let ts = u32::from(seq) * 300;
+            crate::rtp::write_packet(&mut d, i == 0, 98, seq, ts, 7, w.as_bytes());
+            peer.send_to(&d, socket.local_addr().unwrap()).unwrap();
+        }
+        // The sender's BYE from its RTCP port (RTP + 1), read off the RTCP port and waiting
+        // in the feed, as `run_rtcp_reader` leaves it.
+        let mut bye = Vec::new();
+        crate::rtcp::write_rr(&mut bye, 7);
+        crate::rtcp::write_bye(&mut bye, 7);
+        let mut rtcp_from = peer.local_addr().unwrap();
+        rtcp_from.set_port(rtcp_from.port() + 1);
+        let (feed_tx, feed) = tokio::sync::broadcast::channel(16);
+        feed_tx.send(std::sync::Arc::new((rtcp_from, bye))).unwrap();
+        let (out, mut rx) = crate::handoff::queue(64);
+        let (stop, shutdown) = tokio::sync::watch::channel(false);
+        stop.send(true).unwrap();
+        let links = WorkerLinks {
+            rtcp: Some(feed),
+            ..links(out, shutdown, Gauge::default())
+        };
+        let gw = Gateway::new(crate::gateway::Config::default());
+        let report = spawn_worker(0, socket, gw, links)
+            .unwrap()
+            .join()
+            .unwrap()
+            .unwrap();
+        let envelopes: Vec<_> = std::iter::from_fn(|| rx.try_recv(64)).flatten().collect();
+        let field = |kind, name: &str| -> Vec<String> {
+            (envelopes.iter().filter(|e| e.kind() == kind))
+                .map(|e| e.to_message().payload[name].as_str().unwrap().to_owned())
+                .collect()
+        };
+        let text = field(crate::pvp::Kind::ContextAdd, "content").concat();
+        assert_eq!(text, "Said and done.");
+        let leaves = field(crate::pvp::Kind::SessionLeave, "reason");
+        assert_eq!(leaves, ["rtcp bye"], "{:?}", report.stats);
     }
 }
