@@ -653,7 +653,9 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
         }
     }
     if let Piece::Packet { ts, .. } = piece
-        && (v.speakers[idx].last_ts).is_some_and(|l| ts_after(l, ts.wrapping_add(CLOCK_RESTART_MS)))
+        && (v.speakers[idx].last_ts)
+            .or_else(|| waiting_bye_ts(&v.speakers[idx]))
+            .is_some_and(|l| ts_after(l, ts.wrapping_add(CLOCK_RESTART_MS)))
     {
         speaker_clock_restarted(emit, v, now, idx, ts);
     }
@@ -666,13 +668,16 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
         Piece::Packet { ts, .. } if v.mixer.byes > 0 => Some(ts),
         _ => None,
     };
-    if let Some(ts) = bye_ts
-        && sp.profile.bye_at().is_some_and(|b| ts_after(ts, b.ts))
+    if bye_ts.is_some()
+        && let Some(b) = sp.profile.bye_at()
+        && said_after(&piece, v.format, b.ts)
     {
         // Said after its BYE: the leave comes first, and this joins it again (RFC 3550
         // 6.3.7).
         mixer_source_leaves(emit, v, now, idx);
-        drop_repeated_bye(v, idx, ts);
+        if let Some(ts) = bye_ts {
+            drop_repeated_bye(v, idx, ts);
+        }
     }
     if placed {
         emit.said.floor = match v.speakers[idx].last_ts {
@@ -691,6 +696,40 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
         // sources, RFC 9071 section 4).
         byes_due(emit, v, now, |b| !ts_after(b.ts, ts));
     }
+}
+
+/// When the BYE of a speaker that has placed no packet yet was sent, if it waits: a speaker a
+/// BYE named before any of its packets came ([`Gateway::unheard_source`]) has that moment to
+/// tell its first packet's clock by (a mixer that restarted since stamps far behind it).
+#[cold]
+#[inline(never)]
+fn waiting_bye_ts(sp: &Speaker) -> Option<u32> {
+    sp.profile.bye_at().map(|b| b.ts)
+}
+
+/// Whether a mixer's packet says anything after its source's BYE, sent at `bye` on the
+/// mixer's clock: a block with text stamped after it (RFC 4103 4.2: a redundant block is
+/// stamped back by its offset; one at offset 0 counts as the packet's own stamp). An idle
+/// tail (RFC 4103 5.2: an empty primary) stamped after the BYE that carries the source's last
+/// words as redundancy says nothing new: those words are the old participation's.
+#[cold]
+#[inline(never)]
+fn said_after(piece: &Piece<'_>, format: RedFormat, bye: u32) -> bool {
+    let Piece::Packet {
+        ts, red, payload, ..
+    } = *piece
+    else {
+        return false;
+    };
+    if !red {
+        return !payload.is_empty() && ts_after(ts, bye);
+    }
+    let Ok(p) = RedPayload::parse_as(payload, format) else {
+        return ts_after(ts, bye);
+    };
+    let gens = p.redundant_blocks().map(|b| (b.ts_offset, b.data));
+    (gens.chain([(0, p.primary().data)]))
+        .any(|(back, data)| !data.is_empty() && ts_after(ts.wrapping_sub(u32::from(back)), bye))
 }
 
 /// The mixer's RTP clock (RFC 4103 3: 1000 Hz) when a BYE arriving at `now` was sent, at
@@ -855,10 +894,6 @@ fn name_new_speaker(
     sp.profile.name_rank = rank;
 }
 
-/// A BYE kept for a mixer's source with no speaker yet ([`Gateway::early_byes`]): the stream (its
-/// key and when it opened), the source's CSRC, and the BYE.
-type EarlyBye = ((StreamKey, Time), u32, Bye);
-
 /// Whether a stream carried text: a speaker joined, or holds text not yet sent. Such a stream
 /// is never evicted to make room ([`Gateway::evict_silent_stream`]).
 fn carried_text(s: &Stream) -> bool {
@@ -881,12 +916,6 @@ pub struct Gateway {
     serial: u64,
     /// SDES names of sources not seen on RTP yet (bounded, oldest evicted).
     early_names: Vec<(IpAddr, u32, String, u8)>,
-    /// BYEs a mixer forwarded for sources it has no speaker of yet, by the stream (its key and
-    /// when it opened) and the source's CSRC: the BYE overtook the source's first packets (RFC
-    /// 3550 6.3.7), whose speaker then takes the BYE's leave wait
-    /// ([`Gateway::give_early_byes`]). Bounded, oldest evicted; an entry lapses at the end of
-    /// its wait.
-    early_byes: Vec<EarlyBye>,
     /// The last streams ended, with the millisecond each started in: one started again under
     /// its key (a BYE, then the sender's next packet, in one batch) starts a millisecond later,
     /// so its context keys (`participant/start ms/n`) are not the ended one's (pvp-spec 9.1).
@@ -946,8 +975,6 @@ impl Delays {
 }
 
 const MAX_EARLY_NAMES: usize = 256;
-/// Early BYEs kept at once ([`Gateway::early_byes`]): each lasts a reorder wait.
-const MAX_EARLY_BYES: usize = 64;
 const MAX_NAME_CHARS: usize = 128;
 
 /// Ended streams [`Gateway::ended`] remembers: enough for a batch's worth of restarts.
@@ -1003,7 +1030,6 @@ impl Gateway {
             timers: Timers::default(),
             serial: 0,
             early_names: Vec::new(),
-            early_byes: Vec::new(),
             ended: VecDeque::new(),
             silent: VecDeque::new(),
             lingering: VecDeque::new(),
@@ -1593,9 +1619,10 @@ impl Gateway {
         }
         for ssrc in sources {
             let Some(h) = home else { continue };
-            match self.csrc_speaker(h, ssrc) {
-                Some(i) => self.end_speaker(now, h, i, "rtcp bye"),
-                None => self.keep_early_bye(now, h, ssrc),
+            if let Some(i) =
+                (self.csrc_speaker(h, ssrc)).or_else(|| self.unheard_source(now, h, ssrc))
+            {
+                self.end_speaker(now, h, i, "rtcp bye");
             }
         }
         if ok {
@@ -1610,6 +1637,34 @@ impl Gateway {
         let by_mux = self.index.get(&StreamKey { source, ssrc });
         rtp.set_port(source.port().wrapping_sub(1));
         by_mux.or_else(|| self.index.get(&StreamKey { source: rtp, ssrc }))
+    }
+
+    /// A speaker for source `csrc` of mixer stream `slot`, which a BYE names before any of its
+    /// packets came: the BYE may have overtaken the source's only packets (RFC 3550 6.3.7; the
+    /// mixer forwards it in RTCP, apart from its RTP). Made now, not yet joined (it joins at
+    /// its first text), so that its leave waits as any source's does ([`Gateway::end_speaker`]):
+    /// its words sent before the BYE are its last, and then it leaves; words sent after it
+    /// join it again. A source that never speaks leaves unseen. Only in a stream that carries
+    /// mixer sources, whose BYE does not wait, and while the stream has room for more than
+    /// half its speakers (a BYE listing many SSRCs that never speak must not take the places
+    /// of sources to come, nor, at the limit, map to the stream's own voice).
+    #[cold]
+    #[inline(never)]
+    fn unheard_source(&mut self, now: Time, slot: u32, csrc: u32) -> Option<usize> {
+        let s = self.slots.get_mut(slot)?;
+        let mixer = s
+            .speakers
+            .iter()
+            .any(|sp| matches!(sp.voice, Voice::Csrc(_)));
+        if !mixer || s.bye_waits || s.speakers.len() >= crate::stream::MAX_SPEAKERS / 2 {
+            return None;
+        }
+        let Stream {
+            speakers, own, key, ..
+        } = s;
+        let i = speaker_index(speakers, own, key, VoiceRef::Csrc(csrc), now);
+        name_new_speaker(&mut self.early_names, key, csrc, &mut speakers[i]);
+        Some(i)
     }
 
     /// The speaker of stream `slot` whose voice is CSRC `csrc` (a mixer's source), if any.
@@ -1684,82 +1739,6 @@ impl Gateway {
         self.arm(now, slot);
     }
 
-    /// A BYE for source `csrc` of mixer stream `slot` that has no speaker of it: the BYE may
-    /// have overtaken the source's only packets (RFC 3550 6.3.7; the mixer forwards it in
-    /// RTCP, apart from its RTP). Kept, with the moment it was sent and the end of its wait as
-    /// [`Gateway::end_speaker`] would reckon them, for the source's first packet within the
-    /// wait ([`Gateway::give_early_byes`]); else the source would stay in the session until the mixer's
-    /// stream ends. A BYE for an SSRC that is no one's source lapses unused.
-    #[cold]
-    #[inline(never)]
-    fn keep_early_bye(&mut self, now: Time, slot: u32, csrc: u32) {
-        let wait = self.cfg.reorder_wait;
-        let Some(s) = self.slots.get(slot).filter(|s| !s.bye_waits) else {
-            return;
-        };
-        if wait.is_zero() {
-            return;
-        }
-        let Some(ts) = bye_sent_by(&s.register, &s.speakers, now) else {
-            return;
-        };
-        let id = (s.key, s.created);
-        let bye = Bye {
-            ts,
-            by: now.saturating_add(wait),
-        };
-        (self.early_byes).retain(|e| e.2.by > now && (e.0, e.1) != (id, csrc));
-        if self.early_byes.len() >= MAX_EARLY_BYES {
-            self.early_byes.remove(0);
-        }
-        self.early_byes.push((id, csrc, bye));
-        // The stream's packets take the register's full path while the BYE is kept, so that
-        // each is followed by `settle_byes`, which gives it to the source's speaker once one
-        // has spoken. The packet path itself does not look.
-        if let Some(s) = self.slots.get_mut(slot) {
-            s.register.set_leave_waits(true);
-        }
-    }
-
-    /// The BYEs kept for stream `slot`'s sources ([`Gateway::keep_early_bye`]) that a speaker
-    /// of theirs now has, given to it: if its packets so far were sent before the BYE (stamped
-    /// up to when it was sent), its leave waits from that BYE as if the BYE had come after
-    /// them, its last words; if it spoke after, it is back, and the BYE is spent. One whose
-    /// wait ended lapses. True while one for this stream is still kept.
-    #[cold]
-    #[inline(never)]
-    fn give_early_byes(&mut self, now: Time, slot: u32) -> bool {
-        let Some(s) = self.slots.get_mut(slot) else {
-            return false;
-        };
-        let id = (s.key, s.created);
-        let mut kept = false;
-        self.early_byes.retain(|&(of, csrc, bye)| {
-            if of != id {
-                return bye.by > now;
-            }
-            if bye.by < now {
-                return false;
-            }
-            let voice = VoiceRef::Csrc(csrc);
-            let Some(sp) = s.speakers.iter_mut().find(|sp| sp.voice.as_ref() == voice) else {
-                kept = true;
-                return true;
-            };
-            // Its first packet is held behind a gap: not placed yet.
-            let Some(last) = sp.last_ts else {
-                kept = true;
-                return true;
-            };
-            if !ts_after(last, bye.ts) && sp.profile.bye_at().is_none() {
-                sp.profile.mixer().bye_at = Some(bye);
-                s.mixer.byes = s.mixer.byes.saturating_add(1);
-            }
-            false
-        });
-        kept
-    }
-
     /// The mixer sources whose leave waited out the reorder wait from their BYE ([`Bye::by`])
     /// by `now`, with nothing they may have sent before it still held, leave now, in the order
     /// of their waits' ends. A source whose wait ended while such a packet was held leaves
@@ -1768,7 +1747,6 @@ impl Gateway {
     #[inline(never)]
     fn settle_byes(&mut self, now: Time, slot: u32) {
         let compat = self.cfg.compat;
-        let early = !self.early_byes.is_empty() && self.give_early_byes(now, slot);
         let Some(s) = self.slots.get_mut(slot) else {
             return;
         };
@@ -1782,7 +1760,7 @@ impl Gateway {
             let Some((_, idx)) = due else { break };
             mixer_source_leaves(&mut self.emit, &mut voices, now, idx);
         }
-        register.set_leave_waits(voices.mixer.byes > 0 || early);
+        register.set_leave_waits(voices.mixer.byes > 0);
     }
 
     /// The leaves of mixer sources due by `until` ([`first_bye_end`]), each at its own time,

@@ -740,9 +740,19 @@ impl Register {
         self.cold.held.last().map(|h| (h.ts, h.at))
     }
 
-    /// Whether a packet held is as old as `ts` or older (RTP timestamp order).
+    /// Whether a packet held carries text as old as `ts` or older (RTP timestamp order): its
+    /// own, or a redundant block's, stamped back by its offset (RFC 2198 3), as an idle tail
+    /// (RFC 4103 5.2) carries its source's last words.
     pub fn holds_up_to(&self, ts: u32) -> bool {
-        self.held() > 0 && (self.cold.held.iter()).any(|h| !crate::rtp::ts_after(h.ts, ts))
+        let oldest = |h: &Held| {
+            let back = (h.red)
+                .then(|| RedPayload::parse_as(&h.payload, self.format).ok())
+                .flatten()
+                .and_then(|p| p.redundant_blocks().map(|b| b.ts_offset).max())
+                .unwrap_or(0);
+            h.ts.wrapping_sub(u32::from(back))
+        };
+        self.held() > 0 && (self.cold.held.iter()).any(|h| !crate::rtp::ts_after(oldest(h), ts))
     }
 
     /// A mixer's source's leave waits after its BYE ([`crate::speaker::Bye`]): while one waits, every packet takes [`Register::receive`], not the in-order test,
