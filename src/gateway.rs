@@ -283,7 +283,6 @@ impl Stats {
             self.reordered += r.reordered;
             self.restarts += r.restarts;
             self.drops[DropReason::SequenceJump.index()] += r.jumps;
-            self.drops[DropReason::Stale.index()] += r.stale_kept;
             self.head_lost += r.head_lost;
             self.idle_tail += r.idle_tail;
         }

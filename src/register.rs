@@ -81,9 +81,6 @@ pub enum Outcome {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct RegisterStats {
     pub stale: u64,
-    /// Kept jump packets let go as late duplicates ([`Register::late_duplicates`]): stale
-    /// drops, counted when let go (the packet that showed them is counted as it came).
-    pub stale_kept: u64,
     pub jumps: u64,
     pub restarts: u64,
     pub reordered: u64,
@@ -164,8 +161,8 @@ struct Cold {
     spare: Vec<Vec<u8>>,
     /// The sequence's first packet: its timestamp and when it came. Where a live packet would
     /// be stamped now follows from it (RFC 4103 4.1: a 1000 Hz clock); late duplicates far
-    /// behind are told from a sequence restart by it ([`Register::late_duplicates`]), and the
-    /// in-order path does not pay for tracking the newest timestamp.
+    /// behind are told from a sequence restart by it ([`Register::maybe_late_duplicates`]),
+    /// and the in-order path does not pay for tracking the newest timestamp.
     origin: Option<(u32, Time)>,
     /// What only a stream that jumped or whose source said BYE uses. Boxed: the others do not
     /// pay for it.
@@ -194,8 +191,8 @@ const HEAD_WAIT: u8 = 1;
 /// [`Register::slow`]: the source said BYE ([`Register::mark_bye`]); its stream lingers, and
 /// each packet is checked against the BYE and arms the BYE's deadline.
 const LINGER: u8 = 2;
-/// [`Register::slow`]: a mixer's source's leave waits after its BYE, or a BYE is kept for a
-/// source not heard yet ([`Register::set_leave_waits`]).
+/// [`Register::slow`]: a mixer's source's leave waits after its BYE
+/// ([`Register::set_leave_waits`]).
 const LEAVE_WAIT: u8 = 4;
 
 /// Where a source's BYE left its stream ([`Register::mark_bye`]).
@@ -210,10 +207,14 @@ struct Bye {
 }
 
 /// How far behind where a live packet would be stamped now a jump run must be, at least, to
-/// be taken for late duplicates ([`Register::late_duplicates`]), on a stream just begun (more
-/// as it ages, for clock drift): a restart that goes on from its old timestamps lands near the
-/// live stamp.
+/// be held as perhaps late duplicates ([`Register::maybe_late_duplicates`]), on a stream just
+/// begun (more as it ages, for clock drift): a restart that goes on from its old timestamps
+/// lands near the live stamp.
 const DUPLICATE_AGE_MS: u32 = 5_000;
+
+/// A jump run that came within this, all of it, came together: a burst, not a sender's pace
+/// (RFC 4103 5.1: 300 ms; t140llm, which bursts, is not asked).
+const TOGETHER_MS: u64 = 50;
 
 /// Jump packets a register keeps: a restart's first packets swapped or duplicated still make
 /// a run of three.
@@ -514,19 +515,11 @@ impl Register {
             return Outcome::Jump;
         }
         let in_run = |h: &Held| h.seq.wrapping_sub(lo) <= hi.wrapping_sub(lo);
-        if self.late_duplicates(now, lo, hi) {
-            // Said before: the run goes, and the stream stays where it was. Other packets
-            // kept (a restart's head, say) stay kept. This packet is counted stale by the
-            // caller; the run's others, kept as jumps till now, are counted stale here.
-            let run = self.cold.rare.as_mut().map(|j| std::mem::take(&mut j.run));
-            let (dups, others): (Vec<Held>, Vec<Held>) =
-                run.unwrap_or_default().into_iter().partition(in_run);
-            if let Some(r) = self.cold.rare.as_mut() {
-                r.run = others;
-            }
-            self.cold.stats.stale_kept += dups.len().saturating_sub(1) as u64;
-            self.cold.spare.extend(dups.into_iter().map(|h| h.payload));
-            return Outcome::Stale;
+        if self.maybe_late_duplicates(lo, hi) {
+            // Perhaps said before: kept, not believed, until the run goes on at its sender's
+            // pace (then all of it goes out) or the old sequence does (then they are strays,
+            // counted as jumps when let go, as at the stream's end).
+            return Outcome::Jump;
         }
         // The sender restarted its sequence: what the old one still waited for is given up,
         // then the run goes out in order, each packet's text as it came.
@@ -552,22 +545,22 @@ impl Register {
         Outcome::Delivered
     }
 
-    /// Whether the run `lo..=hi` of kept jump packets is late duplicates of packets delivered
-    /// before (a path that duplicates and delays), not a sequence restart: come together, far
-    /// quicker than their timestamps run (less than half as fast), and stamped within the
-    /// sequence's past: after its first packet, and well before a live packet would be
-    /// stamped now ([`DUPLICATE_AGE_MS`], more on a long stream, for the sender's clock
-    /// drift). A restart's packets are live: they come as their sender's clock runs (RFC 4103
-    /// 5.1 paces text at 300 ms), and its new timestamps go on from the old ones or start at
-    /// random (inside a past of an hour 1 time in 1,200). A restart whose first packets come
-    /// in a burst, stamped in that past, is believed once its later, paced ones run.
+    /// Whether the run `lo..=hi` of kept jump packets may be late duplicates of packets
+    /// delivered before (a path that duplicates and delays, while the stream is quiet), not a
+    /// sequence restart: all of it came together (within [`TOGETHER_MS`]), and it is stamped
+    /// well behind where a live packet would be stamped now ([`DUPLICATE_AGE_MS`], more on a
+    /// long stream, for clock drift), projected at 1000 Hz (RFC 4103 4.1) from the sequence's
+    /// first packet. Such a run is believed only once it goes on at its sender's pace: a
+    /// restart's packets are live (RFC 4103 5.1 buffers text for 300 ms; with redundancy its
+    /// idle tail follows), and duplicates come in a burst and stop. A restart on the live clock
+    /// is believed at once, as is one whose packets come at a pace, whatever its clock.
     ///
-    /// Never for t140llm (`assume_start`, `--compat t140llm`): its timestamps count packets,
-    /// not time, and each reply restarts at sequence 0 and timestamp 0, the very numbers of
-    /// its first reply's first packets (docs/t140llm.md): a restart and late duplicates carry
-    /// the same headers, and a restart is what it sends.
+    /// Never for t140llm (`assume_start`, `--compat t140llm`): it sends in bursts, its
+    /// timestamps count packets, and each reply restarts at sequence 0 and timestamp 0, the very
+    /// numbers of its first reply's first packets (docs/t140llm.md): a restart is what it
+    /// sends.
     #[cold]
-    fn late_duplicates(&self, now: Time, lo: u16, hi: u16) -> bool {
+    fn maybe_late_duplicates(&self, lo: u16, hi: u16) -> bool {
         if self.assume_start {
             return false;
         }
@@ -579,33 +572,22 @@ impl Register {
                 .iter()
                 .filter(move |h| h.seq.wrapping_sub(lo) <= hi.wrapping_sub(lo))
         };
-        // Milliseconds, as the timestamps count (RFC 4103 4.1: a 1000 Hz clock).
-        let age = now.0.saturating_sub(t0.0) / 1000;
-        // Where a live packet would be stamped now, modulo 2^32 as timestamps wrap (RFC 3550
-        // 5.1), and how far behind it a packet stamped in the sequence's past can be.
-        let live = ts0.wrapping_add(age as u32);
-        let past = age.min(1 << 31);
-        // A sender's clock drifts from ours (100 ppm is 0.4 s an hour): 500 ppm allowed.
-        let margin = u64::from(DUPLICATE_AGE_MS) + age / 2000;
-        let in_past = |ts: u32| {
-            let behind = u64::from(live.wrapping_sub(ts));
-            behind > margin && behind <= past
-        };
-        if !run().all(|h| in_past(h.ts)) {
-            return false;
-        }
-        let (Some(first), Some(last)) = (
-            run().min_by_key(|h| h.seq.wrapping_sub(lo)),
-            run().max_by_key(|h| h.seq.wrapping_sub(lo)),
-        ) else {
-            return false;
-        };
-        let stamped = u64::from(last.ts.wrapping_sub(first.ts));
         let (earliest, latest) = run().fold((Time::NEVER, Time(0)), |(e, l), h| {
             (e.min(h.at), l.max(h.at))
         });
-        let came = latest.0.saturating_sub(earliest.0) / 1000;
-        stamped < 1 << 31 && came.saturating_mul(2) < stamped
+        if latest.0.saturating_sub(earliest.0) / 1000 >= TOGETHER_MS {
+            return false;
+        }
+        // Milliseconds, as the timestamps count. Where a live packet would be stamped now,
+        // modulo 2^32 as timestamps wrap (RFC 3550 5.1).
+        let age = latest.0.saturating_sub(t0.0) / 1000;
+        let live = ts0.wrapping_add(age as u32);
+        // A sender's clock drifts from ours (100 ppm is 0.4 s an hour): 500 ppm allowed.
+        let margin = u64::from(DUPLICATE_AGE_MS) + age / 2000;
+        run().all(|h| {
+            let behind = u64::from(live.wrapping_sub(h.ts));
+            behind > margin && behind < 1 << 31
+        })
     }
 
     /// A packet kept past this call (held, or a jump's): its payload copied into a spare
@@ -1415,26 +1397,22 @@ mod tests {
     }
 
     /// A restart stamped behind whose first three packets come together (held up on the way)
-    /// looks like late duplicates and is dropped; the restart is believed from its next three
-    /// packets, paced. What the three said is lost: the cost of not saying old text again.
+    /// looks like late duplicates: kept, not believed, until its next packet comes at its
+    /// sender's pace; then the whole run goes out. Nothing is lost (3c14c81 dropped the three).
     #[test]
-    fn a_restart_stamped_behind_whose_first_packets_come_together_is_believed_from_its_paced_ones()
-    {
+    fn a_restart_stamped_behind_whose_first_packets_come_together_is_believed_at_its_pace() {
         let (mut r, before) = Rig::paced_1_to_120();
         for seq in 10..=12u16 {
             let ts = 9_000 + 300 * u32::from(seq - 10);
-            assert_ne!(
-                r.stamped(40_000, seq, ts, seq == 10, "lost."),
-                Outcome::Delivered
-            );
+            let text = format!("r{}.", seq - 10);
+            assert_eq!(r.stamped(40_000, seq, ts, seq == 10, &text), Outcome::Jump);
         }
-        assert_eq!(r.stamped(40_300, 13, 9_900, false, "r3."), Outcome::Jump);
-        assert_eq!(r.stamped(40_600, 14, 10_200, false, "r4."), Outcome::Jump);
+        assert_eq!(&r.text[before.len()..], "");
         assert_eq!(
-            r.stamped(40_900, 15, 10_500, false, "r5."),
+            r.stamped(40_300, 13, 9_900, false, "r3."),
             Outcome::Delivered
         );
-        assert_eq!(&r.text[before.len()..], "r3.r4.r5.");
+        assert_eq!(&r.text[before.len()..], "r0.r1.r2.r3.");
         assert_eq!(r.reg.stats().restarts, 1);
     }
 
@@ -1541,6 +1519,131 @@ mod tests {
         r.stamped(40_300, 30_001, 40_300, false, "world ");
         r.stamped(40_600, 30_002, 40_600, false, "again.");
         assert_eq!(&r.text[before.len()..], "Hello world again.");
+    }
+
+    /// A RED packet stamped `ts`, its two generations 300 back each (RFC 2198).
+    fn red_stamped(r: &mut Rig, ms: u64, seq: u16, ts: u32, m: bool, g: [&str; 2], t: &str) {
+        let mut p = Vec::new();
+        let gens = [(300, g[0].as_bytes()), (300, g[1].as_bytes())];
+        write_payload(&mut p, 98, &gens, t.as_bytes());
+        let a = Arrival {
+            ts,
+            ..Rig::arrival(seq, m, true, &p)
+        };
+        let mut sink = Rig::sink(&mut r.text);
+        r.reg.receive(Time::from_millis(ms), a, &mut sink).unwrap();
+    }
+
+    /// Head 1 lost: 2 (ts 600) opens the stream, its head wait ends ("~w2."), 3..120 paced. A
+    /// minute on, late duplicates of 1..3 come together, 1 stamped before the first packet
+    /// received. A second review of the rule found them taken for a restart (said again, 117
+    /// marked lost): the sequence's past then began at its first packet received.
+    #[test]
+    fn duplicates_of_a_head_that_never_came_are_not_a_restart() {
+        let mut r = Rig::new();
+        assert_eq!(r.stamped(600, 2, 600, false, "w2."), Outcome::Held);
+        r.expire(1_600);
+        for seq in 3..=120u16 {
+            let at = 300 * u32::from(seq);
+            r.stamped(u64::from(at), seq, at, false, &format!("w{seq}."));
+        }
+        let before = r.text.clone();
+        for seq in 1..=3u16 {
+            r.stamped(70_000, seq, 300 * u32::from(seq), seq == 1, "dup.");
+        }
+        r.stamped(70_300, 121, 300 * 121, false, "w121.");
+        r.expire(80_000);
+        let s = r.reg.stats();
+        assert_eq!((&r.text[before.len()..], s.restarts), ("w121.", 0));
+    }
+
+    /// A restart on the live clock (5000..), then late copies of the old sequence's 100..102
+    /// together, 80 s old and 5,100 behind (a run of two is a restart there, RFC 3550 A.1).
+    /// The second review found them a second restart: stamped before the new sequence's first
+    /// packet, they were not in "the past".
+    #[test]
+    fn duplicates_from_before_a_restart_are_not_a_second_restart() {
+        let (mut r, _) = Rig::paced_1_to_120();
+        for k in 0..=200u16 {
+            let at = 40_000 + 300 * u32::from(k);
+            r.stamped(u64::from(at), 5000 + k, at, k == 0, &format!("r{k}."));
+        }
+        let before = r.text.clone();
+        for seq in 100..=102u16 {
+            r.stamped(110_000, seq, 300 * u32::from(seq), false, "old.");
+        }
+        r.stamped(110_300, 5201, 100_300, false, "r201.");
+        r.stamped(110_600, 5202, 100_600, false, "r202.");
+        r.expire(120_000);
+        let s = r.reg.stats();
+        let got = (&r.text[before.len()..], s.restarts, s.lost);
+        assert_eq!(got, ("r201.r202.", 1, 0));
+    }
+
+    /// RED, two generations: a sender restarts at 10 (stamped in the stream's past), its first
+    /// three packets held up and coming together, then 13..15 at its pace. The second review
+    /// found the three dropped and their text neither recovered nor marked (RFC 4103 5.3);
+    /// now they wait, and go out with the run at 13.
+    #[test]
+    fn a_restart_whose_first_packets_came_together_loses_nothing_with_redundancy() {
+        let mut r = Rig::new();
+        let w = |s: u16| {
+            if s == 0 {
+                String::new()
+            } else {
+                format!("w{s}.")
+            }
+        };
+        for s in 1..=120u16 {
+            let at = 300 * u32::from(s);
+            let gens = [&w(s.max(2) - 2), &w(s - 1)];
+            red_stamped(
+                &mut r,
+                at.into(),
+                s,
+                at,
+                s == 1,
+                gens.map(String::as_str),
+                &w(s),
+            );
+        }
+        let before = r.text.len();
+        let t = ["", "", "\u{feff}r0.", "r1.", "r2.", "r3.", "r4.", "r5."];
+        for k in 0..6usize {
+            let at = 40_000 + 300 * (k.max(2) as u64 - 2);
+            let ts = 9_000 + 300 * k as u32;
+            red_stamped(
+                &mut r,
+                at,
+                10 + k as u16,
+                ts,
+                k == 0,
+                [t[k], t[k + 1]],
+                t[k + 2],
+            );
+        }
+        assert_eq!(&r.text[before..], "\u{feff}r0.r1.r2.r3.r4.r5.");
+        assert_eq!((r.reg.stats().restarts, r.reg.stats().lost), (1, 0));
+    }
+
+    /// A sender on an 8 kHz clock (not RFC 4103's 1000 Hz), each session from timestamp 0,
+    /// paced 300 ms, restarts: its timestamps run 8 times faster than time and its restart is
+    /// stamped in the stream's past. The second review found every run dropped until its stamps
+    /// passed the projected live one (8.5 minutes after an hour's stream). Paced, it is
+    /// believed at its third packet.
+    #[test]
+    fn a_paced_restart_of_a_sender_not_at_1000_hz_is_believed() {
+        let mut r = Rig::new();
+        for k in 0..120u16 {
+            r.stamped(300 * u64::from(k), 1 + k, 2_400 * u32::from(k), k == 0, ".");
+        }
+        let before = r.text.len();
+        for k in 0..6u16 {
+            let at = 40_000 + 300 * u64::from(k);
+            r.stamped(at, 1 + k, 2_400 * u32::from(k), k == 0, &format!("r{k}."));
+        }
+        let got = (r.reg.stats().restarts, &r.text[before..]);
+        assert_eq!(got, (1, "r0.r1.r2.r3.r4.r5."));
     }
 
     /// RFC 3550 A.1 `update_seq`, the branch a packet takes against the highest sequence

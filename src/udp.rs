@@ -244,8 +244,8 @@ async fn recv_rtcp(
 }
 
 /// Reads the RTCP port and shares every datagram with the workers until `stop` turns true;
-/// then hands over what the socket already holds (read as [`drain_at_stop`] reads the RTP
-/// socket: a sender's BYE sent just before the signal is its last word) and returns. The
+/// then hands over what the socket already holds (for at most 250 ms: a sender's BYE sent
+/// just before the signal is its last word) and returns. The
 /// caller stops the workers after that, and they read their feed at their stop.
 pub async fn run_rtcp_reader(
     socket: UdpSocket,

@@ -65,9 +65,10 @@ fn a_t140llm_restart_is_not_taken_for_late_duplicates() {
     );
 }
 
-/// A plain stream 1..120 paced 300 ms, then late duplicates of 5, 6, 7 together: dropped, not
-/// said again, and each counted as a drop (README: duplicates and late packets are counted
-/// drops). The first two had been kept as jumps and were counted nowhere.
+/// A plain stream 1..120 paced 300 ms, then late duplicates of 5, 6, 7 together: kept as
+/// perhaps late duplicates, never believed (nothing follows them at a sender's pace), not
+/// said again, and each counted as a drop when let go (README: duplicates and late packets
+/// are counted drops).
 #[test]
 fn late_duplicates_dropped_as_a_run_are_each_counted() {
     let mut gw = Gateway::new(Config::default());
