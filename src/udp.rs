@@ -129,7 +129,7 @@ pub async fn run_worker(
         }
     }
     if failed.is_none() {
-        drain_at_stop(&socket, &mut gw, &mut reader, &clock);
+        drain_at_stop(&socket, &mut gw, &mut reader, &clock).await;
     }
     // Then the RTCP the port's reader handed over before the stop (a BYE, most likely: a
     // sender's last word): after the RTP, so that it finds the streams that RTP opened.
@@ -321,8 +321,17 @@ const STOP_DRAIN: Duration = Duration::from_millis(250);
 /// At a stop, reads what the kernel already accepted for this socket before the streams flush:
 /// datagrams that arrived before the signal are text the sender counts as sent, and a stop
 /// that ignored them would lose it. Reads until the socket is empty, or for at most
-/// [`STOP_DRAIN`] (a sender that keeps sending would otherwise hold the stop).
-fn drain_at_stop(socket: &UdpSocket, gw: &mut Gateway, reader: &mut BatchReader, clock: &Clock) {
+/// [`STOP_DRAIN`] (a sender that keeps sending would otherwise hold the stop). Where
+/// `recvmmsg` is missing the read goes by tokio's readiness, which is awaited first (10 ms at
+/// most).
+async fn drain_at_stop(
+    socket: &UdpSocket,
+    gw: &mut Gateway,
+    reader: &mut BatchReader,
+    clock: &Clock,
+) {
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let _ = tokio::time::timeout(Duration::from_millis(10), socket.readable()).await;
     let until = std::time::Instant::now() + STOP_DRAIN;
     while drain_socket_now(socket, gw, reader, clock, RECV_BUDGET) == RECV_BUDGET
         && std::time::Instant::now() < until
