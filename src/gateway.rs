@@ -974,6 +974,10 @@ impl Delays {
 }
 
 const MAX_EARLY_NAMES: usize = 256;
+/// Speakers a mixer's stream makes for BYEs of sources not heard yet, at most, while none of
+/// them is heard ([`Gateway::unheard_source`]): a BYE that overtook a source's only packets is
+/// rare, and a conference's silent members' BYEs must not take its speakers' places.
+const MAX_UNHEARD: usize = 4;
 const MAX_NAME_CHARS: usize = 128;
 
 /// Ended streams [`Gateway::ended`] remembers: enough for a batch's worth of restarts.
@@ -1644,18 +1648,25 @@ impl Gateway {
     /// its first text), so that its leave waits as any source's does ([`Gateway::end_speaker`]):
     /// its words sent before the BYE are its last, and then it leaves; words sent after it
     /// join it again. A source that never speaks leaves unseen. Only in a stream that carries
-    /// mixer sources, whose BYE does not wait, and while the stream has room for more than
-    /// half its speakers (a BYE listing many SSRCs that never speak must not take the places
-    /// of sources to come, nor, at the limit, map to the stream's own voice).
+    /// mixer sources, whose BYE does not wait, with fewer than [`MAX_UNHEARD`] such speakers
+    /// not heard since, and while the stream has room for more than half its speakers (BYEs
+    /// for members that never speak must not take the places of sources to come, nor, at the
+    /// limit, map to the stream's own voice).
     #[cold]
     #[inline(never)]
     fn unheard_source(&mut self, now: Time, slot: u32, csrc: u32) -> Option<usize> {
         let s = self.slots.get_mut(slot)?;
-        let mixer = s
-            .speakers
-            .iter()
-            .any(|sp| matches!(sp.voice, Voice::Csrc(_)));
-        if !mixer || s.bye_waits || s.speakers.len() >= crate::stream::MAX_SPEAKERS / 2 {
+        let mixer = (s.speakers.iter()).any(|sp| matches!(sp.voice, Voice::Csrc(_)));
+        // Made by a BYE and never heard since: speakers are never removed, so these keep
+        // their places.
+        let unheard = (s.speakers.iter())
+            .filter(|sp| !sp.joined && sp.last_ts.is_none() && sp.profile.mixer.is_some())
+            .count();
+        if !mixer
+            || s.bye_waits
+            || unheard >= MAX_UNHEARD
+            || s.speakers.len() >= crate::stream::MAX_SPEAKERS / 2
+        {
             return None;
         }
         let Stream {

@@ -216,3 +216,36 @@ fn a_bye_for_strangers_changes_nothing() {
     };
     assert_eq!(run(true), run(false));
 }
+
+/// A text mixer (RFC 9071) forwards the BYEs of 15 conference members that never typed (RFC
+/// 3550 7.3), early on; then 20 members type, one packet each. Each BYE made a never-joined
+/// speaker, and speakers are never removed: 16 of the stream's 32 places went for good, and
+/// members 18..20 were folded into the stream's own voice (a third review of 5cd07d8). At most
+/// four such speakers are made while none of them is heard.
+#[test]
+fn byes_of_members_that_never_typed_do_not_take_speaker_places() {
+    let run = |with_byes: bool| {
+        let mut gw = Gateway::new(Config::default());
+        gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, MIXER, 1, b"One. "));
+        if with_byes {
+            for (i, stranger) in (101..=115u32).enumerate() {
+                gw.handle_datagram(at(100 + i as u64), addr(5000), &mixer_bye(stranger));
+            }
+        }
+        run_timers(&mut gw, 5_000);
+        for k in 2..=20u16 {
+            let t = 5_000 + 300 * u64::from(k);
+            let p = with_csrc(k, 1000 + t as u32, MIXER, u32::from(k), b"Hi. ");
+            gw.handle_datagram(at(t), addr(5000), &p);
+        }
+        run_timers(&mut gw, 20_000);
+        let out = drain(&mut gw);
+        text_of(&out, "csrc:00000014")
+    };
+    assert_eq!(run(false), "Hi.");
+    assert_eq!(
+        run(true),
+        "Hi.",
+        "member 20 lost its own voice to strangers' BYEs"
+    );
+}
