@@ -245,8 +245,8 @@ async fn recv_rtcp(
 
 /// Reads the RTCP port and shares every datagram with the workers until `stop` turns true;
 /// then hands over what the socket already holds (for at most 250 ms: a sender's BYE sent
-/// just before the signal is its last word) and returns. The
-/// caller stops the workers after that, and they read their feed at their stop.
+/// just before the signal is its last word) and returns. The caller stops the workers after
+/// that, and they read their feed at their stop.
 pub async fn run_rtcp_reader(
     socket: UdpSocket,
     tx: tokio::sync::broadcast::Sender<std::sync::Arc<(std::net::SocketAddr, Vec<u8>)>>,
