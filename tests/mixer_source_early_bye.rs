@@ -249,3 +249,33 @@ fn byes_of_members_that_never_typed_do_not_take_speaker_places() {
         "member 20 lost its own voice to strangers' BYEs"
     );
 }
+
+/// `--compat t140llm`, a CSRC stream with one voice (A, CSRC 1) that loses a packet: the loss
+/// is marked in A's text (its only voice). A BYE for CSRC 2, which never sends, made a speaker
+/// that counted as a second voice, and the mark went unattributed (a review of 654da24). No
+/// such speaker is made under t140llm, which sends no RTCP.
+#[test]
+fn t140llm_a_bye_for_a_stranger_does_not_take_the_only_voices_loss_mark() {
+    let run = |with_bye: bool| {
+        let cfg = Config {
+            compat: pvp_t140::Compat::T140llm,
+            ..Config::default()
+        };
+        let mut gw = Gateway::new(cfg);
+        gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, MIXER, 1, b"Alpha "));
+        if with_bye {
+            gw.handle_datagram(at(100), addr(5000), &mixer_bye(2));
+        }
+        // 2 is lost.
+        let beta = with_csrc(3, 4000, MIXER, 1, b"beta. ");
+        gw.handle_datagram(at(3000), addr(5000), &beta);
+        run_timers(&mut gw, 10_000);
+        gw.shutdown(at(10_000));
+        let out = drain(&mut gw);
+        let s = gw.stats();
+        (text_of(&out, "csrc:00000001"), s.lost, s.lost_unattributed)
+    };
+    let without = run(false);
+    assert!(without.0.contains('\u{fffd}'), "{without:?}");
+    assert_eq!(run(true), without);
+}
