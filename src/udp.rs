@@ -607,6 +607,29 @@ mod tests {
         }
     }
 
+    /// Runs a worker on `socket` whose stop was signalled before it started, with `feed` as
+    /// its RTCP feed: its report and every envelope it handed over.
+    fn run_stopped(
+        socket: std::net::UdpSocket,
+        feed: Option<RtcpFeed>,
+    ) -> (WorkerReport, Vec<crate::pvp::Envelope>) {
+        let (out, mut rx) = crate::handoff::queue(64);
+        let (stop, shutdown) = tokio::sync::watch::channel(false);
+        stop.send(true).unwrap();
+        let links = WorkerLinks {
+            rtcp: feed,
+            ..links(out, shutdown, Gauge::default())
+        };
+        let gw = Gateway::new(crate::gateway::Config::default());
+        let report = spawn_worker(0, socket, gw, links)
+            .unwrap()
+            .join()
+            .unwrap()
+            .unwrap();
+        let envelopes = std::iter::from_fn(|| rx.try_recv(64)).flatten().collect();
+        (report, envelopes)
+    }
+
     /// A worker is counted in while its thread runs and out when it ends, by a stop or by a
     /// panic (the guard drops as the thread unwinds): `/healthz` reads the count.
     #[test]
@@ -658,19 +681,10 @@ mod tests {
             );
             peer.send_to(&d, to).unwrap();
         }
-        let (out, mut rx) = crate::handoff::queue(64);
-        let (stop, shutdown) = tokio::sync::watch::channel(false);
-        stop.send(true).unwrap();
-        let links = links(out, shutdown, Gauge::default());
-        let gw = Gateway::new(crate::gateway::Config::default());
-        let report = spawn_worker(0, socket, gw, links)
-            .unwrap()
-            .join()
-            .unwrap()
-            .unwrap();
+        let (report, envelopes) = run_stopped(socket, None);
         assert_eq!(report.stats.datagrams, 4, "{:?}", report.stats);
-        let text: String = std::iter::from_fn(|| rx.try_recv(64))
-            .flatten()
+        let text: String = envelopes
+            .into_iter()
             .filter(|e| e.kind() == crate::pvp::Kind::ContextAdd)
             .map(|e| {
                 e.to_message().payload["content"]
@@ -706,20 +720,7 @@ mod tests {
         rtcp_from.set_port(rtcp_from.port() + 1);
         let (feed_tx, feed) = tokio::sync::broadcast::channel(16);
         feed_tx.send(std::sync::Arc::new((rtcp_from, bye))).unwrap();
-        let (out, mut rx) = crate::handoff::queue(64);
-        let (stop, shutdown) = tokio::sync::watch::channel(false);
-        stop.send(true).unwrap();
-        let links = WorkerLinks {
-            rtcp: Some(feed),
-            ..links(out, shutdown, Gauge::default())
-        };
-        let gw = Gateway::new(crate::gateway::Config::default());
-        let report = spawn_worker(0, socket, gw, links)
-            .unwrap()
-            .join()
-            .unwrap()
-            .unwrap();
-        let envelopes: Vec<_> = std::iter::from_fn(|| rx.try_recv(64)).flatten().collect();
+        let (report, envelopes) = run_stopped(socket, Some(feed));
         let field = |kind, name: &str| -> Vec<String> {
             (envelopes.iter().filter(|e| e.kind() == kind))
                 .map(|e| e.to_message().payload[name].as_str().unwrap().to_owned())
