@@ -1660,17 +1660,21 @@ impl Gateway {
         if self.cfg.compat == Compat::T140llm {
             return None;
         }
+        let wait = !self.cfg.reorder_wait.is_zero();
         let s = self.slots.get_mut(slot)?;
-        let mixer = (s.speakers.iter()).any(|sp| matches!(sp.voice, Voice::Csrc(_)));
-        // Made by a BYE and never heard since: speakers are never removed, so these keep
-        // their places.
+        let csrc_voice = |sp: &Speaker| matches!(sp.voice, Voice::Csrc(_));
+        // Not heard (yet): speakers are never removed, so these keep their places.
         let unheard = (s.speakers.iter())
-            .filter(|sp| !sp.joined && sp.last_ts.is_none() && sp.profile.mixer.is_some())
+            .filter(|sp| csrc_voice(sp) && !sp.joined && sp.last_ts.is_none())
             .count();
-        if !mixer
+        // With no leave to wait (no reorder wait, or no packet placed to tell the mixer's
+        // clock by), the source would leave at once: nothing to make it for.
+        if !wait
+            || !s.speakers.iter().any(csrc_voice)
             || s.bye_waits
             || unheard >= MAX_UNHEARD
             || s.speakers.len() >= crate::stream::MAX_SPEAKERS / 2
+            || bye_sent_by(&s.register, &s.speakers, now).is_none()
         {
             return None;
         }

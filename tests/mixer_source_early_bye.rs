@@ -224,8 +224,23 @@ fn a_bye_for_strangers_changes_nothing() {
 /// four such speakers are made while none of them is heard.
 #[test]
 fn byes_of_members_that_never_typed_do_not_take_speaker_places() {
+    members_typing_after_strangers_byes(Config::default());
+}
+
+/// As above with no reorder wait (`--reorder-wait-ms 0`): a source leaves at its BYE, so none
+/// is made for it. (The bound counted only speakers with a waiting BYE, and these had none.)
+#[test]
+fn with_no_reorder_wait_byes_of_members_that_never_typed_take_no_places() {
+    members_typing_after_strangers_byes(Config {
+        reorder_wait: std::time::Duration::ZERO,
+        ..Config::default()
+    });
+}
+
+/// 15 silent members' BYEs, then 20 members type: member 20 speaks as itself.
+fn members_typing_after_strangers_byes(cfg: Config) {
     let run = |with_byes: bool| {
-        let mut gw = Gateway::new(Config::default());
+        let mut gw = Gateway::new(cfg.clone());
         gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, MIXER, 1, b"One. "));
         if with_byes {
             for (i, stranger) in (101..=115u32).enumerate() {
