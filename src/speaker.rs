@@ -451,7 +451,6 @@ impl Speaker {
     /// the stream's next speaker. Without redundancy nothing tells, so the gap is marked here.
     #[allow(clippy::too_many_arguments)]
     #[inline(never)]
-    #[allow(clippy::too_many_arguments)]
     fn place_by_ts(
         &mut self,
         now: Time,

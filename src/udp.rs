@@ -101,7 +101,7 @@ pub async fn run_worker(
                     // The RTP already queued first: a sender's BYE on the RTCP port follows
                     // its last packets, and handled before them it would find no stream (a
                     // one-packet stream) or end one that has text still to read.
-                    drain_socket_now(&socket, &mut gw, &mut reader, &clock, RECV_BUDGET);
+                    drain_socket_now(&socket, &mut gw, &mut reader, &clock);
                     gw.handle_rtcp_port(clock.now(), d.0, &d.1, counts_rtcp);
                 }
             }
@@ -295,9 +295,22 @@ fn drain_socket(
     reader: &mut BatchReader,
     clock: &Clock,
 ) -> usize {
+    drain_by(socket, gw, reader, clock, BatchReader::read)
+}
+
+/// [`drain_socket`] and [`drain_socket_now`]: batches read by `read` into the core, up to
+/// [`RECV_BUDGET`]. Returns how many datagrams it read.
+#[inline(always)]
+fn drain_by(
+    socket: &UdpSocket,
+    gw: &mut Gateway,
+    reader: &mut BatchReader,
+    clock: &Clock,
+    read_batch: impl Fn(&mut BatchReader, &UdpSocket, usize) -> io::Result<usize>,
+) -> usize {
     let mut read = 0;
     while read < RECV_BUDGET {
-        if let Err(e) = reader.read(socket, RECV_BUDGET - read) {
+        if let Err(e) = read_batch(reader, socket, RECV_BUDGET - read) {
             // WouldBlock: drained. ICMP errors surface here on some platforms; they are not
             // fatal.
             if e.kind() != io::ErrorKind::WouldBlock {
@@ -333,7 +346,7 @@ async fn drain_at_stop(
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
     let _ = tokio::time::timeout(Duration::from_millis(10), socket.readable()).await;
     let until = std::time::Instant::now() + STOP_DRAIN;
-    while drain_socket_now(socket, gw, reader, clock, RECV_BUDGET) == RECV_BUDGET
+    while drain_socket_now(socket, gw, reader, clock) == RECV_BUDGET
         && std::time::Instant::now() < until
     {}
 }
@@ -341,25 +354,20 @@ async fn drain_at_stop(
 /// [`drain_socket`] reading what the socket holds now, whatever tokio last learnt of its
 /// readiness ([`BatchReader::read_ignoring_readiness`]): tokio learns of queued datagrams only
 /// when its reactor runs, which it may not have since they came (a stop seen first, an RTCP
-/// datagram woken for first). Up to `budget`; returns how many it read.
+/// datagram woken for first). Up to [`RECV_BUDGET`]; returns how many it read.
 fn drain_socket_now(
     socket: &UdpSocket,
     gw: &mut Gateway,
     reader: &mut BatchReader,
     clock: &Clock,
-    budget: usize,
 ) -> usize {
-    let mut read = 0;
-    while read < budget {
-        match reader.read_ignoring_readiness(socket, budget - read) {
-            Ok(n) if n > 0 => {}
-            _ => break,
-        }
-        let batch = reader.datagrams();
-        gw.handle_batch(clock.now(), &batch);
-        read += batch.len();
-    }
-    read
+    drain_by(
+        socket,
+        gw,
+        reader,
+        clock,
+        BatchReader::read_ignoring_readiness,
+    )
 }
 
 /// At a stop, the RTCP datagrams waiting in the worker's feed ([`run_rtcp_reader`] reads the
