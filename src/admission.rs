@@ -44,7 +44,13 @@ impl Admission {
             buckets: if pps == 0 {
                 Box::new([])
             } else {
-                vec![Bucket::default(); BUCKETS].into_boxed_slice()
+                // Full from the start: a source's first second is its burst whatever the
+                // clock says (a capture replayed from the epoch, `Time(0)`, got no refill).
+                let full = Bucket {
+                    micro: u64::from(pps) * 1_000_000,
+                    last: Time(0),
+                };
+                vec![full; BUCKETS].into_boxed_slice()
             },
             hasher: Default::default(),
         }
@@ -115,7 +121,7 @@ mod tests {
         let mut a = Admission::new(vec![], 10);
         let src: SocketAddr = "192.0.2.1:4000".parse().unwrap();
         let t0 = Time::from_millis(1_000_000);
-        // A fresh bucket starts full after the first refill (a second's burst).
+        // A fresh bucket starts full (a second's burst).
         let admitted = (0..50).filter(|_| a.admit(t0, src).is_ok()).count();
         assert_eq!(admitted, 10);
         // Half a second later: five more.
@@ -144,6 +150,23 @@ mod tests {
             10 + 20,
             "a second's burst, then 10 a second for 2 s"
         );
+    }
+
+    /// A capture stamped from the epoch (relative times, or shifted to 0) replays with the
+    /// clock near `Time(0)`: a new bucket refilled from `last = Time(0)` got nothing, so a
+    /// source's first packets were refused as over its rate.
+    #[test]
+    fn a_new_source_at_the_epoch_gets_its_burst() {
+        let mut a = Admission::new(vec![], 10);
+        let src: SocketAddr = "192.0.2.1:4000".parse().unwrap();
+        let admitted = (0..50).filter(|_| a.admit(Time(0), src).is_ok()).count();
+        assert_eq!(admitted, 10);
+        assert_eq!(
+            a.admit(Time(100_000), src),
+            Ok(()),
+            "a tenth of a second: one more"
+        );
+        assert!(a.admit(Time(100_000), src).is_err());
     }
 
     #[test]

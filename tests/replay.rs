@@ -396,3 +396,17 @@ fn a_mixer_sources_bye_that_overtook_its_last_packet_leaves_it_once_with_all_its
     let said: Vec<String> = adds(&envelopes).into_iter().map(|(_, t)| t).collect();
     assert_eq!(said, ["Alpha.", "Bravo ends.", "More."]);
 }
+
+/// A capture stamped from the epoch (relative times, or shifted to 0 to anonymise it): the
+/// rate limit's new buckets were refilled from the epoch and had nothing, so the first
+/// packet of every source was refused as `rate_limited`.
+#[test]
+fn a_capture_stamped_at_the_epoch_is_not_rate_limited_on_its_first_packet() {
+    let envelopes = replay(
+        "epoch0",
+        &[(0, rtp(98, true, 1, 0, 0x1234, b"Hello there. "))],
+        &[],
+    );
+    let said: Vec<String> = adds(&envelopes).into_iter().map(|(_, t)| t).collect();
+    assert_eq!(said, ["Hello there."]);
+}
