@@ -544,6 +544,10 @@ fn packet_of(data: &[u8], link: Linktype, interface: usize) -> Option<Packet<'_>
         NetSlice::Arp(_) => return None,
     };
     match sliced.transport? {
+        // Linux drops an IPv4 datagram whose UDP Length is under 8 (`__udp4_lib_rcv`), 0 too;
+        // etherparse reads 0 as the rest of the packet, which only an IPv6 jumbogram may mean
+        // (RFC 2675 section 4; Linux's IPv6 takes it so).
+        TransportSlice::Udp(udp) if src.is_ipv4() && udp.length() < UdpHeader::LEN_U16 => None,
         TransportSlice::Udp(udp) => Some(Packet::Whole(
             SocketAddr::new(src, udp.source_port()),
             SocketAddr::new(dst, udp.destination_port()),

@@ -1201,3 +1201,21 @@ fn a_reassembled_datagram_mixed_from_two_datagrams_fails_its_udp_checksum_and_is
     assert!(got.is_empty(), "a datagram nobody sent: {got:?} {stats:?}");
     assert_eq!(reassembly(&stats), [2, 0, 0, 0, 0, 1, 0]);
 }
+
+/// Linux drops an IPv4 datagram whose UDP Length is under 8 (`__udp4_lib_rcv`), so the live
+/// gateway never gets one; etherparse read Length 0 as "the rest of the packet" (an IPv6
+/// jumbogram's rule), and replay said text the gateway never received.
+#[test]
+fn a_whole_ipv4_datagram_with_udp_length_under_8_is_skipped_as_linux_drops_it() {
+    for length in [0u16, 7] {
+        let mut ip = udp_ipv4([10, 0, 0, 1], 4000, [10, 0, 0, 2], 5004, b"Hello. ");
+        ip[24..26].copy_from_slice(&length.to_be_bytes());
+        let (got, stats) = read(&pcap(101, &[(1, 0, &ip)])).expect("readable");
+        assert!(got.is_empty(), "length {length}: handed out {got:?}");
+        assert_eq!(
+            (stats.frames, stats.udp, stats.skipped),
+            (1, 0, 1),
+            "{stats:?}"
+        );
+    }
+}
