@@ -94,6 +94,10 @@ enum Ctl {
     StrEsc(u16),
 }
 
+/// [`Decoder::acc`] after a loss mark, while continuation bytes opening the next block are
+/// skipped: above any code point, so no character's accumulation is ever equal to it.
+const AFTER_LOSS: u32 = u32::MAX;
+
 /// Per-stream T.140 decoder state: 12 bytes, where the speaker's hot line has room.
 #[derive(Debug, Clone)]
 pub struct Decoder {
@@ -158,15 +162,21 @@ impl Decoder {
     pub fn finish<S: TextSink + ?Sized>(&mut self, sink: &mut S, counts: &mut DecodeStats) {
         if self.need > 0 {
             self.need = 0;
-            self.invalid(sink, counts);
+            if self.acc != AFTER_LOSS {
+                self.invalid(sink, counts);
+            }
         }
         self.ctl = Ctl::Normal;
     }
 
     /// Marks text lost beyond recovery (RFC 4103 section 5.3): resets any partial character or
     /// escape sequence, since what followed it is gone, and writes U+FFFD.
+    ///
+    /// The lost text may have ended inside a character: up to three continuation bytes that
+    /// open the next block are its rest, lost with it (the U+FFFD stands for them), not a
+    /// character of their own.
     pub fn mark_loss<S: TextSink + ?Sized>(&mut self, sink: &mut S) {
-        self.need = 0;
+        self.lead(AFTER_LOSS, 3, 0x80, 0xbf);
         self.ctl = Ctl::Normal;
         sink.push_char(char::REPLACEMENT_CHARACTER);
     }
@@ -180,6 +190,11 @@ impl Decoder {
     fn byte<S: TextSink + ?Sized>(&mut self, b: u8, sink: &mut S, counts: &mut DecodeStats) {
         if self.need > 0 {
             if (self.lo..=self.hi).contains(&b) {
+                if self.acc == AFTER_LOSS {
+                    // The rest of a character a loss cut ([`Decoder::mark_loss`]).
+                    self.need -= 1;
+                    return;
+                }
                 self.acc = (self.acc << 6) | u32::from(b & 0x3f);
                 self.need -= 1;
                 self.lo = 0x80;
@@ -195,7 +210,9 @@ impl Decoder {
             self.need = 0;
             self.lo = 0x80;
             self.hi = 0xbf;
-            self.invalid(sink, counts);
+            if self.acc != AFTER_LOSS {
+                self.invalid(sink, counts);
+            }
         }
         match b {
             0x00..=0x7f => self.char(char::from(b), sink, counts),
@@ -338,6 +355,40 @@ mod tests {
             d.feed(b"\nAgain.", &mut s, &mut counts);
             assert_eq!(s, "\nAgain.", "after {end:?}");
         }
+    }
+
+    /// A lost packet may end inside a character: the continuation bytes opening the next
+    /// block are its rest, covered by the loss's one U+FFFD (RFC 4103 5.3), not a second one
+    /// as invalid UTF-8. At most three are skipped, and only at the block's start.
+    #[test]
+    fn a_loss_inside_a_character_is_one_mark() {
+        let cases: [(&[u8], &str, u64); 5] = [
+            (b"\xa9t\xc3\xa9.", "\u{fffd}t\u{e9}.", 0),
+            (b"\x98\x80 ok", "\u{fffd} ok", 0),
+            (b"\x80\x80\x80\x80x", "\u{fffd}\u{fffd}x", 1),
+            (b"ok\xa9", "\u{fffd}ok\u{fffd}", 1),
+            ("é".as_bytes(), "\u{fffd}é", 0),
+        ];
+        for (next, want, invalid) in cases {
+            let mut d = Decoder::new();
+            let (mut s, mut counts) = (String::new(), DecodeStats::default());
+            d.feed(b"\xf0\x9f", &mut s, &mut counts);
+            d.mark_loss(&mut s);
+            d.feed(next, &mut s, &mut counts);
+            d.finish(&mut s, &mut counts);
+            assert_eq!(
+                (s.as_str(), counts.invalid_utf8),
+                (want, invalid),
+                "{next:?}"
+            );
+        }
+        // A loss whose next block ends inside its skip still decodes the block after.
+        let mut d = Decoder::new();
+        let (mut s, mut counts) = (String::new(), DecodeStats::default());
+        d.mark_loss(&mut s);
+        d.feed(b"\x80", &mut s, &mut counts);
+        d.feed(b"\xe2\x82\xac", &mut s, &mut counts);
+        assert_eq!(s, "\u{fffd}\u{20ac}");
     }
 
     #[test]

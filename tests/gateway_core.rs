@@ -480,6 +480,27 @@ fn reordered_packets_are_delivered_in_order() {
     assert_eq!(gw.stats().lost, 0);
 }
 
+/// A sender that splits a character across packets (RFC 4103 asks for whole ones; the
+/// gateway reassembles them) loses the packet holding its first byte: the continuation byte
+/// opening the next packet is the lost character's rest, under the loss's one U+FFFD (RFC 4103
+/// 5.3), not a second mark counted as invalid UTF-8.
+#[test]
+fn a_lost_packet_ending_inside_a_character_is_one_loss_mark() {
+    let mut gw = Gateway::new(Config::default());
+    let p = |seq: u16, payload: &[u8]| {
+        let mut d = Vec::new();
+        rtp::write_packet(&mut d, seq == 1, 98, seq, u32::from(seq) * 300, 7, payload);
+        d
+    };
+    gw.handle_datagram(at(0), addr(4000), &p(1, b"ab "));
+    // Packet 2, b"cd \xc3" (ending with the first byte of "\u{e9}"), is lost.
+    gw.handle_datagram(at(600), addr(4000), &p(3, b"\xa9t\xc3\xa9. "));
+    gw.handle_timeout(at(5000));
+    let said: Vec<String> = adds(&drain(&mut gw)).into_iter().map(|a| a.1).collect();
+    assert_eq!(said, ["ab \u{fffd}t\u{e9}."]);
+    assert_eq!((gw.stats().lost, gw.stats().decode.invalid_utf8), (1, 0));
+}
+
 #[test]
 fn a_gap_is_marked_when_the_reorder_wait_expires() {
     let mut gw = Gateway::new(Config {
