@@ -457,6 +457,9 @@ impl TextSink for Fed<'_> {
 
     /// `Chunker::push` for printable ASCII, where the only white space is the space and no
     /// character is an ideographic sentence end (so one held is cut before the run).
+    /// Inlined always: the decoder's fast path calls it for nearly every packet (measured
+    /// outlined, 12 instructions a packet more, once a second caller came).
+    #[inline(always)]
     fn push_ascii(&mut self, s: &[u8]) {
         if may_end_ideographic(self.ch.tail) {
             self.cut_ideographic_end();

@@ -417,9 +417,11 @@ impl Speaker {
         match piece {
             Piece::Text([]) => {}
             Piece::Text(t) => {
-                self.decoder
-                    .feed(t, &mut self.chunker.fed(&mut out.cuts), &mut out.decode);
-                self.last_text = now;
+                let sink = &mut self.chunker.fed(&mut out.cuts);
+                // A keep-alive (a BOM alone) is silence: the idle flush still comes.
+                if self.decoder.feed_said(t, sink, &mut out.decode) {
+                    self.last_text = now;
+                }
             }
             Piece::Lost => {
                 self.decoder.mark_loss(&mut self.chunker.fed(&mut out.cuts));
@@ -492,8 +494,9 @@ impl Speaker {
         if newer(ts, self.last_ts) {
             if !primary.is_empty() {
                 let sink = &mut self.chunker.fed(&mut out.cuts);
-                self.decoder.feed(primary, sink, &mut out.decode);
-                self.last_text = now;
+                if self.decoder.feed_said(primary, sink, &mut out.decode) {
+                    self.last_text = now;
+                }
             }
             self.last_ts = Some(ts);
             let m = self.profile.mixer();
@@ -530,10 +533,11 @@ impl Speaker {
         let mut left = gap.saturating_sub(fresh);
         // Every generation lost too, empty ones (an idle tail) included: older text may be
         // missing, as a plain stream's register would mark it.
+        let mut text = false;
         if started && left > 0 && gens > 0 && fresh == gens {
             out.lost += 1;
             self.decoder.mark_loss(sink);
-            self.last_text = now;
+            text = true;
             left -= 1;
         }
         out.unplaced = left;
@@ -544,10 +548,12 @@ impl Speaker {
                 continue;
             }
             if !b.data.is_empty() {
-                self.decoder.feed(b.data, sink, &mut out.decode);
-                self.last_text = now;
+                text |= self.decoder.feed_said(b.data, sink, &mut out.decode);
             }
             self.last_ts = Some(orig);
+        }
+        if text {
+            self.last_text = now;
         }
     }
 
@@ -601,19 +607,22 @@ impl Speaker {
             .redundant_blocks()
             .skip(first_new)
             .any(|b| !b.data.is_empty());
+        let mut said = false;
         if started && new == n && left > 0 && text {
             out.lost += 1;
             self.decoder.mark_loss(sink);
-            self.last_text = now;
+            said = true;
             left -= 1;
         }
         out.unplaced = left;
         out.recovered += new.min(gap) as u64;
         for b in p.redundant_blocks().skip(first_new) {
             if !b.data.is_empty() {
-                self.decoder.feed(b.data, sink, &mut out.decode);
-                self.last_text = now;
+                said |= self.decoder.feed_said(b.data, sink, &mut out.decode);
             }
+        }
+        if said {
+            self.last_text = now;
         }
     }
 }

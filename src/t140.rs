@@ -35,6 +35,31 @@ impl TextSink for String {
     }
 }
 
+/// A sink that notes whether anything reached it ([`Decoder::feed_said`]'s answer).
+struct Told<'s, S: ?Sized> {
+    sink: &'s mut S,
+    text: bool,
+}
+
+impl<S: TextSink + ?Sized> TextSink for Told<'_, S> {
+    fn push_char(&mut self, c: char) {
+        self.text = true;
+        self.sink.push_char(c);
+    }
+    fn new_line(&mut self) {
+        self.text = true;
+        self.sink.new_line();
+    }
+    fn backspace(&mut self) -> bool {
+        self.text = true;
+        self.sink.backspace()
+    }
+    fn push_ascii(&mut self, s: &[u8]) {
+        self.text = true;
+        self.sink.push_ascii(s);
+    }
+}
+
 /// Anomalies and controls the decoder saw, for metrics. Plain counters, never reset. A decoder
 /// counts into its caller's (the gateway's totals), not into itself: a decoder sits in its
 /// stream's hot cache line, and 20 bytes of counters that are nearly always zero would push the
@@ -125,6 +150,41 @@ impl Default for Decoder {
 impl Decoder {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// [`Decoder::feed`], answering whether text came of the block (a character, a new line, a
+    /// backspace): a block of nothing but a BOM, which some senders send alone as a
+    /// keep-alive, or of skipped controls is silence, from which the idle flush still counts.
+    /// A block opening with printable ASCII is text without asking the sink (but for the rest
+    /// of a control sequence an earlier block began, which then counts as text, as every
+    /// block did before): the packet path's case stays as cheap as it was.
+    #[inline]
+    pub fn feed_said<S: TextSink + ?Sized>(
+        &mut self,
+        bytes: &[u8],
+        sink: &mut S,
+        counts: &mut DecodeStats,
+    ) -> bool {
+        match bytes.first() {
+            Some(b) if (0x20..0x7f).contains(b) => {
+                self.feed(bytes, sink, counts);
+                true
+            }
+            Some(_) => self.feed_told(bytes, sink, counts),
+            None => false,
+        }
+    }
+
+    #[inline(never)]
+    fn feed_told<S: TextSink + ?Sized>(
+        &mut self,
+        bytes: &[u8],
+        sink: &mut S,
+        counts: &mut DecodeStats,
+    ) -> bool {
+        let told = &mut Told { sink, text: false };
+        self.feed(bytes, told, counts);
+        told.text
     }
 
     /// Decodes one T140block (an RTP payload or a RED block), counting anomalies into `counts`.

@@ -62,6 +62,51 @@ fn a_stream_joins_before_its_first_chunk_and_sentences_flush_at_once() {
     );
 }
 
+/// Some senders send a BOM alone as a keep-alive while their user pauses (the gateway drops
+/// the BOM wherever it appears). That is silence: "Hello" goes out at the idle flush, not when
+/// the keep-alives stop. Each packet of nothing but a BOM had restarted the idle clock, so ten
+/// seconds of keep-alives held the text back; a mixer's source (placed by timestamp, with
+/// redundancy) too.
+#[test]
+fn bom_keep_alives_do_not_hold_back_the_idle_flush() {
+    let bom = "\u{feff}";
+    for mixer in [false, true] {
+        let mut gw = Gateway::new(Config {
+            idle_flush: Duration::from_millis(2000),
+            ..Config::default()
+        });
+        let packet = |seq: u16, gens: &[(u16, &str)], text: &str| match mixer {
+            false => t140(seq, 7, text),
+            true => with_csrc(seq, u32::from(seq) * 1000, 9, 1, 100, &red(gens, text)),
+        };
+        gw.handle_datagram(at(0), addr(4000), &packet(1, &[], "Hello"));
+        for seq in 2..=11u16 {
+            let ms = u64::from(seq - 1) * 1000;
+            gw.handle_timeout(at(ms));
+            let gens = [(2000, if seq == 3 { "Hello" } else { bom }), (1000, bom)];
+            let gens = if seq == 2 {
+                &[(1000, "Hello")][..]
+            } else {
+                &gens[..]
+            };
+            gw.handle_datagram(at(ms), addr(4000), &packet(seq, gens, bom));
+        }
+        gw.handle_timeout(at(10_500));
+        let out = drain(&mut gw);
+        let said: Vec<String> = summary(&out)
+            .into_iter()
+            .filter(|s| s.starts_with("add"))
+            .collect();
+        assert_eq!(said.len(), 1, "mixer {mixer}: {said:?}");
+        assert!(
+            said[0].ends_with("\"Hello\" flush:idle"),
+            "mixer {mixer}: {said:?}"
+        );
+        let add = out.iter().find(|e| e.kind == "context.add").unwrap();
+        assert_eq!(add.ts, at(2000).to_iso8601(), "mixer {mixer}");
+    }
+}
+
 #[test]
 fn idle_flush_fires_from_the_timer_at_the_configured_silence() {
     let mut gw = Gateway::new(Config {
