@@ -172,6 +172,15 @@ impl Chunker {
         chunk
     }
 
+    /// Forgets the white space typed since the last cut and the backspaces not yet applied,
+    /// once everything buffered was flushed: the speaker's participation ended, and a
+    /// backspace of the next must not erase what this one typed.
+    pub fn forget_typed(&mut self) {
+        self.unseen_ws = 0;
+        self.unseen_joins = false;
+        self.erase_sent = 0;
+    }
+
     /// The whole buffer as a chunk, trimmed in place, and the white-space characters trimmed
     /// from its end (with whether all of them join a combining mark, `unseen_joins`): the chunk takes the allocation, and the buffer is left without one until
     /// [`Chunker::recycle`] or the next text gives it one. White space only is cleared and kept

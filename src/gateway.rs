@@ -412,6 +412,12 @@ impl Emitter {
                 self.in_session(sp, |b| b.leave(now, sp.profile.participant.clone(), reason));
             self.push(leave);
         }
+        // A mixer's source keeps its speaker past its BYE (RFC 3550 6.6), and what it says
+        // next is a new participation (it joins again): a backspace in it must not reach this
+        // one's last item, nor the white space typed after it.
+        sp.profile.last_sent = 0;
+        sp.profile.last_sent_text.clear();
+        sp.chunker.forget_typed();
     }
 
     /// An SDES name (`rank` 2 for NAME, 1 for CNAME: a NAME is never replaced by a CNAME) for

@@ -11,6 +11,10 @@ use pvp_t140::{Config, Gateway};
 mod core_helpers;
 use core_helpers::*;
 
+#[path = "common/mixer.rs"]
+mod mixer_helpers;
+use mixer_helpers::*;
+
 /// What a reader of the context items sees: every add, update and remove applied in order.
 fn shown(out: &[Envelope]) -> Vec<String> {
     let mut items: Vec<(String, String)> = Vec::new();
@@ -89,4 +93,58 @@ fn erasing_past_the_last_item_is_counted_not_applied() {
     assert!(out.iter().any(|e| e.kind == "context.remove"), "{out:?}");
     assert_eq!(shown(&out), ["Hello."]);
     assert_eq!(gw.stats().erase_unmatched, "Hello. ".len() as u64);
+}
+
+/// README (Receiving, RTCP): a mixer's source's BYE ends that speaker ("it leaves"), and "a
+/// packet of it stamped later than that is said after the BYE: it joins again" (a new
+/// participation; t140.rs `Decoder::finish`: "its next session's text must not be read as the
+/// old one's escape sequence"). README (Text decoding): a backspace corrects "the speaker's
+/// last item". Source B said "Bravo. " and left; it comes back and its first text is two
+/// backspaces (they erase nothing of the new participation). The gateway keeps B's chunker
+/// and its memory of the last item across the BYE: the first backspace erases the space after
+/// "Bravo." that the old participation typed, the second reaches the item of the ended
+/// participation and edits it (`context.update` "Bravo"), after B left and joined again.
+#[test]
+fn a_mixer_source_back_after_its_bye_does_not_erase_its_old_participations_text() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha. "));
+    gw.handle_datagram(at(10), addr(5000), &with_csrc(2, 1010, 9, 2, b"Bravo. "));
+    gw.handle_datagram(at(100), addr(5000), &mixer_bye(2));
+    gw.handle_timeout(at(2000));
+    // B again, in a new participation: "\b\b", then "Back. ".
+    gw.handle_datagram(
+        at(3000),
+        addr(5000),
+        &with_csrc(3, 4000, 9, 2, b"\x08\x08Back. "),
+    );
+    gw.handle_timeout(at(6000));
+    let out = drain(&mut gw);
+    // B's envelopes in order, as (kind, content or new_content).
+    let b: Vec<(String, String)> = out
+        .iter()
+        .filter(|e| e.sender.ends_with("csrc:00000002"))
+        .map(|e| {
+            let c = e.payload["content"]
+                .as_str()
+                .or(e.payload["new_content"].as_str())
+                .unwrap_or("");
+            (e.kind.clone(), c.to_owned())
+        })
+        .collect();
+    assert_eq!(
+        b,
+        [
+            pair("session.join", ""),
+            pair("context.add", "Bravo."),
+            pair("session.leave", ""),
+            pair("session.join", ""),
+            pair("context.add", "Back."),
+        ]
+    );
+    assert_eq!(shown(&out), ["Alpha.", "Bravo.", "Back."]);
+    assert_eq!(
+        gw.stats().erase_unmatched,
+        2,
+        "erasing nothing of the new participation"
+    );
 }
