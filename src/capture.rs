@@ -29,6 +29,26 @@ pub struct Datagram {
     pub payload: Vec<u8>,
 }
 
+/// What one packet record of a capture gave ([`read_frames`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame {
+    /// A UDP datagram: a whole one, or the one this fragment completed.
+    Udp(Datagram),
+    /// A record with a timestamp that gave no datagram (not UDP, a fragment of one still
+    /// incomplete, cut short...): only its capture time.
+    Other(Time),
+}
+
+impl Frame {
+    /// When it was captured.
+    pub fn time(&self) -> Time {
+        match self {
+            Frame::Udp(d) => d.time,
+            Frame::Other(t) => *t,
+        }
+    }
+}
+
 /// What a capture held besides the datagrams we use, and what became of its IP fragments.
 ///
 /// Every frame is counted once in `frames` and once in `skipped`, in `fragments`, or (a whole
@@ -94,6 +114,16 @@ impl std::error::Error for CaptureError {}
 pub fn read_udp(path: &Path, mut each: impl FnMut(Datagram)) -> Result<CaptureStats, CaptureError> {
     let file = File::open(path).map_err(CaptureError::Io)?;
     read_udp_from(file, &mut each)
+}
+
+/// As [`read_udp`], but calls `each` once for every packet record that has a timestamp, in
+/// file order: with its datagram, or with only its time. Replay's clock moves on every one,
+/// so the time a capture covers passes whatever its frames hold. A record without a
+/// timestamp (a pcapng Simple Packet Block, or one on an interface the section did not
+/// describe) gives nothing.
+pub fn read_frames(path: &Path, mut each: impl FnMut(Frame)) -> Result<CaptureStats, CaptureError> {
+    let file = File::open(path).map_err(CaptureError::Io)?;
+    read_frames_from(file, &mut each)
 }
 
 /// The reader's buffer to start with: every datagram an Ethernet capture holds fits.
@@ -240,6 +270,18 @@ pub fn read_udp_from(
     reader: impl io::Read + Send,
     each: &mut dyn FnMut(Datagram),
 ) -> Result<CaptureStats, CaptureError> {
+    read_frames_from(reader, &mut |f| {
+        if let Frame::Udp(d) = f {
+            each(d);
+        }
+    })
+}
+
+/// As [`read_frames`], from any reader.
+pub fn read_frames_from(
+    reader: impl io::Read + Send,
+    each: &mut dyn FnMut(Frame),
+) -> Result<CaptureStats, CaptureError> {
     let mut reader = create_reader(INITIAL_BUFFER, reader)
         .map_err(|e| CaptureError::Format(format!("{e:?}")))?;
     let mut capacity = INITIAL_BUFFER;
@@ -354,12 +396,12 @@ pub fn read_udp_from(
 }
 
 /// Counts one packet record (`None`: one we cannot use) and hands out its datagram, whole or
-/// the one it completes.
+/// the one it completes, or else its time.
 fn take_frame(
     frame: Option<(Time, Linktype, usize, &[u8])>,
     reassembler: &mut Reassembler,
     stats: &mut CaptureStats,
-    each: &mut dyn FnMut(Datagram),
+    each: &mut dyn FnMut(Frame),
 ) {
     stats.frames += 1;
     let Some((time, link, interface, data)) = frame else {
@@ -370,21 +412,27 @@ fn take_frame(
     match packet_of(data, link, interface) {
         Some(Packet::Whole(source, destination, payload)) => {
             stats.udp += 1;
-            each(Datagram {
+            each(Frame::Udp(Datagram {
                 time,
                 source,
                 destination,
                 payload: payload.to_vec(),
-            });
+            }));
         }
         Some(Packet::Fragment(fragment)) => {
             stats.fragments += 1;
-            if let Some(datagram) = reassembler.add(time, fragment, stats) {
-                stats.udp += 1;
-                each(datagram);
+            match reassembler.add(time, fragment, stats) {
+                Some(datagram) => {
+                    stats.udp += 1;
+                    each(Frame::Udp(datagram));
+                }
+                None => each(Frame::Other(time)),
             }
         }
-        None => stats.skipped += 1,
+        None => {
+            stats.skipped += 1;
+            each(Frame::Other(time));
+        }
     }
 }
 

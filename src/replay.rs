@@ -4,9 +4,10 @@
 use std::io::{self, Write};
 use std::path::Path;
 
-use crate::capture::{self, CaptureError, CaptureStats, ReplayClock};
+use crate::capture::{self, CaptureError, CaptureStats, Frame, ReplayClock};
 use crate::gateway::{Config, Gateway, Stats};
 use crate::presence::Presence;
+use crate::time::Time;
 
 #[derive(Debug)]
 pub struct ReplaySummary {
@@ -26,7 +27,9 @@ fn rtcp_port(port: u16) -> Option<u16> {
 /// Replays the UDP datagrams of `path` through a gateway and writes every envelope as one JSON
 /// line (pvp-spec 19.4) to `out`. With `port`, only datagrams to that port and to the RTCP port
 /// after it (none after 0 or 65535): what a live gateway on that port reads by default, so
-/// both give the same envelopes.
+/// both give the same envelopes. Every frame with a timestamp moves the clock, fed to the core
+/// or not (other ports, other protocols), and the replay shuts down at the last one's time:
+/// the idle flushes and stream timeouts due in the time the capture covers all happen.
 pub fn run(
     path: &Path,
     cfg: Config,
@@ -37,18 +40,22 @@ pub fn run(
     let mut clock = ReplayClock::default();
     let mut write_err: Option<io::Error> = None;
     let mut presence = Presence::default();
-    let capture = capture::read_udp(path, |d| {
-        let to = d.destination.port();
-        if write_err.is_some() || port.is_some_and(|p| to != p && rtcp_port(p) != Some(to)) {
+    let capture = capture::read_frames(path, |frame| {
+        if write_err.is_some() {
             return;
         }
-        let at = clock.at(d.time);
-        match port {
+        // Every frame's time moves the clock, as the wire's time passed whatever it carried:
+        // the timers due by then fire before its datagram, if any, is handled.
+        let at = clock.at(frame.time());
+        match frame {
+            Frame::Udp(d) if port.is_none_or(|p| d.destination.port() == p) => {
+                gw.handle_datagram(at, d.source, &d.payload);
+            }
             // As a live gateway on that port reads its RTCP port: RTCP only.
-            Some(p) if rtcp_port(p) == Some(to) => {
+            Frame::Udp(d) if port.and_then(rtcp_port) == Some(d.destination.port()) => {
                 gw.handle_rtcp_port(at, d.source, &d.payload, true);
             }
-            _ => gw.handle_datagram(at, d.source, &d.payload),
+            _ => fire_due(&mut gw, at),
         }
         if let Err(e) = drain(&mut gw, &mut presence, out) {
             write_err = Some(e);
@@ -64,6 +71,13 @@ pub fn run(
         capture,
         stats: gw.stats(),
     })
+}
+
+/// Fires the timers due by `now`, each at its own time, as the core does before a datagram.
+fn fire_due(gw: &mut Gateway, now: Time) {
+    while let Some(t) = gw.poll_timeout().filter(|&t| t <= now) {
+        gw.handle_timeout(t);
+    }
 }
 
 /// As a sink writes them: one join and one leave a participant id ([`Presence`]).

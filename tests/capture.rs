@@ -4,8 +4,10 @@
 use std::net::SocketAddr;
 
 use pvp_t140::capture::{
-    CaptureStats, Datagram, MAX_PENDING_REASSEMBLIES, MAX_PENDING_REASSEMBLY_BYTES, read_udp_from,
+    CaptureStats, Datagram, Frame, MAX_PENDING_REASSEMBLIES, MAX_PENDING_REASSEMBLY_BYTES,
+    read_frames_from, read_udp_from,
 };
+use pvp_t140::time::Time;
 
 #[path = "common/frames.rs"]
 mod frames;
@@ -1218,4 +1220,39 @@ fn a_whole_ipv4_datagram_with_udp_length_under_8_is_skipped_as_linux_drops_it() 
             "{stats:?}"
         );
     }
+}
+
+/// Replay's clock is the capture's: `read_frames_from` reports every timestamped frame once, in
+/// file order, with the datagram it gives or with only its time (an ARP frame, the first
+/// fragment of a datagram), so time passes on frames that carry nothing replay feeds.
+#[test]
+fn every_timestamped_frame_reports_its_time_in_file_order() {
+    let whole = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, &text(40, 1));
+    let arp = [vec![0xff; 12], vec![0x08, 0x06], vec![0; 28]].concat();
+    let udp = ethernet(&whole);
+    let first = v4_fragment(&whole, 7, 0, 24);
+    let last = v4_fragment(&whole, 7, 24, whole.len() - 20);
+    let file = pcap(
+        LINKTYPE_ETHERNET,
+        &[
+            (1, 0, &arp),
+            (2, 0, &udp),
+            (3, 0, &first),
+            (4, 0, &last),
+            (70, 0, &arp),
+        ],
+    );
+    let mut frames = Vec::new();
+    let stats = read_frames_from(file.as_slice(), &mut |f| frames.push(f)).expect("readable");
+    let seen: Vec<(u64, bool)> = frames
+        .iter()
+        .map(|f| (f.time().0 / 1_000_000, matches!(f, Frame::Udp(_))))
+        .collect();
+    assert_eq!(
+        seen,
+        [(1, false), (2, true), (3, false), (4, true), (70, false)],
+        "{stats:?}"
+    );
+    assert_eq!(frames[0], Frame::Other(Time(1_000_000)));
+    assert_eq!((stats.frames, stats.udp), (5, 2), "{stats:?}");
 }

@@ -410,3 +410,32 @@ fn a_capture_stamped_at_the_epoch_is_not_rate_limited_on_its_first_packet() {
     let said: Vec<String> = adds(&envelopes).into_iter().map(|(_, t)| t).collect();
     assert_eq!(said, ["Hello there."]);
 }
+
+/// A SIP call captured whole: the text on port 5004 ("Hello there", no sentence end), and 70 s
+/// later the call's SIP BYE on port 5060, which `replay --port 5004` leaves out. The capture's
+/// timestamps are the clock, so the time it covers after the last datagram fed still passes:
+/// a live gateway on 5004 flushed the text on idle 2 s after it (`flush:idle`, stamped T0+2 s)
+/// and let the stream go at its timeout, both before the capture's end. Replay ended at the
+/// last datagram it fed instead, and gave the text as `flush:end` stamped T0.
+#[test]
+fn time_the_capture_covers_after_the_last_fed_datagram_still_passes() {
+    let capture = pcap_to(&[
+        (T0, 5004, rtp(98, true, 1, 0, 0x1234, b"Hello there")),
+        (
+            T0 + 70_000_000,
+            5060,
+            b"BYE sip:bob@example.com SIP/2.0\r\n\r\n".to_vec(),
+        ),
+    ]);
+    let envelopes = replay_capture("capturegoeson", &capture, &["--port", "5004"]);
+    let add = envelopes
+        .iter()
+        .find(|e| e["type"] == "context.add")
+        .expect("the text is said");
+    assert_eq!(add["payload"]["content"], "Hello there");
+    assert_eq!(
+        (add["payload"]["tags"][2].as_str(), add["ts"].as_str()),
+        (Some("flush:idle"), Some("2023-11-14T22:13:22.000Z")),
+        "{add}"
+    );
+}
