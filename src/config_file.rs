@@ -4,11 +4,13 @@
 //! and the field.
 
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use ipnet::IpNet;
 use serde::Deserialize;
 use toml::Spanned;
+use toml::de::{DeTable, DeValue};
 
 use crate::mapping::{Mapping, Rule, Unmatched};
 
@@ -57,21 +59,38 @@ pub struct FileConfig {
 
 impl FileConfig {
     /// `path:line: key` for a top-level `key`, the start of an error about its value (the
-    /// line of its first `key =` before any table; the file alone if not found).
+    /// line its key is written on, however TOML lets it be written: quoted, after a BOM; the
+    /// file alone if not found).
     pub fn locate(&self, key: &str) -> String {
         let (path, text) = &self.source;
-        let line = text
-            .lines()
-            .take_while(|l| !l.trim_start().starts_with('['))
-            .position(|l| {
-                l.trim_start()
-                    .strip_prefix(key)
-                    .is_some_and(|rest| rest.trim_start().starts_with('='))
-            });
-        match line {
-            Some(i) => format!("{}:{}: {key}", path.display(), i + 1),
+        match key_span(text, None, key) {
+            Some(span) => at_line(path, text, span, key),
             None => format!("{}: {key}", path.display()),
         }
+    }
+}
+
+/// Where `key` is written: at the top level, or in the `[[stream]]` rule numbered `rule`
+/// (a table or an inline one), by the spans the TOML parser gives, so a quoted key, a BOM or
+/// a later top-level key of the same name do not mislead it.
+fn key_span(text: &str, rule: Option<usize>, key: &str) -> Option<Range<usize>> {
+    let doc = DeTable::parse(text).ok()?.into_inner();
+    let find = |table: &DeTable<'_>| {
+        table
+            .iter()
+            .find(|(k, _)| k.get_ref() == key)
+            .map(|(k, _)| k.span())
+    };
+    let Some(i) = rule else {
+        return find(&doc);
+    };
+    let (_, rules) = doc.iter().find(|(k, _)| k.get_ref() == "stream")?;
+    let DeValue::Array(rules) = rules.get_ref() else {
+        return None;
+    };
+    match rules.get(i)?.get_ref() {
+        DeValue::Table(t) => find(t),
+        _ => None,
     }
 }
 
@@ -101,37 +120,14 @@ pub const ROLES: [&str; 6] = [
 ];
 
 /// `path:line: field: message` for a value found at `span` in `text`.
-/// Where `key = ...` is in the table starting at `span` (a `[[stream]]` rule, whose span may
-/// be its header alone), up to the next table's header, for a value with no span of its own;
-/// the span itself if not found.
-fn key_in(text: &str, span: std::ops::Range<usize>, key: &str) -> std::ops::Range<usize> {
-    let Some(table) = text.get(span.start..) else {
-        return span;
-    };
-    if table.starts_with('{') {
-        // An inline table (`stream = [{ ... }]`): its span is the whole rule.
-        return span;
-    }
-    let mut offset = span.start;
-    for (i, line) in table.split_inclusive('\n').enumerate() {
-        let trimmed = line.trim_start();
-        if i > 0 && trimmed.starts_with('[') {
-            break;
-        }
-        let at_key = trimmed
-            .strip_prefix(key)
-            .is_some_and(|rest| rest.trim_start().starts_with('='));
-        if at_key {
-            return offset..offset + line.len();
-        }
-        offset += line.len();
-    }
-    span
+fn at(path: &Path, text: &str, span: Range<usize>, field: &str, msg: &str) -> String {
+    format!("{}: {msg}", at_line(path, text, span, field))
 }
 
-fn at(path: &Path, text: &str, span: std::ops::Range<usize>, field: &str, msg: &str) -> String {
+/// `path:line: field` for something found at `span` in `text`.
+fn at_line(path: &Path, text: &str, span: Range<usize>, field: &str) -> String {
     let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
-    format!("{}:{line}: {field}: {msg}", path.display())
+    format!("{}:{line}: {field}", path.display())
 }
 
 /// A network or a single address. An IPv4-mapped IPv6 network (`::ffff:10.0.0.0/104`, the
@@ -295,7 +291,7 @@ pub fn parse(path: &Path, text: &str) -> Result<(FileConfig, Mapping, Vec<IpNet>
                 at(
                     path,
                     text,
-                    key_in(text, rule.span(), "roles"),
+                    key_span(text, Some(i), "roles").unwrap_or(rule.span()),
                     &field("roles"),
                     NO_ROLES,
                 )
@@ -364,17 +360,24 @@ rtcp_name = "Bob"
         assert!(e.contains("stream[0]"), "{e}");
     }
 
-    /// `key_in` looks for `roles =` from the rule's span to the next line starting with `[`,
-    /// a table header: right for a `[[stream]]` table, but a rule may be an inline table
-    /// (`stream = [{ ... }]`, which the file's `Vec<Spanned<StreamRule>>` takes as well), whose
-    /// span ends at its `}` and after which the top level goes on. A top-level `roles` on a
-    /// later line is then taken for the rule's own: `stream = [{ ssrc = 9, roles = [] }]` on
-    /// line 1 and `roles = ["driver"]` on line 2 is refused as `gw.toml:2: stream[0].roles`,
-    /// naming a valid list, where before `key_in` it named line 1. It should name line 1, the
-    /// line the empty list is on.
+    /// A rule may be an inline table (`stream = [{ ... }]`, which the file's
+    /// `Vec<Spanned<StreamRule>>` takes as well), after which the top level goes on: a
+    /// top-level `roles` on a later line is not the rule's own, and the error names line 1,
+    /// where the empty list is.
     #[test]
     fn an_empty_roles_list_in_an_inline_stream_rule_names_its_line_not_a_later_top_level_key() {
         let e = p("stream = [{ ssrc = 9, roles = [] }]\nroles = [\"driver\"]\n").unwrap_err();
         assert!(e.starts_with("gw.toml:1: stream[0].roles:"), "{e}");
+    }
+
+    /// A key TOML lets be written quoted is found by the parser's spans as a bare one is:
+    /// in a `[[stream]]` rule, the error names the line of `"roles" = []`, not the rule's
+    /// header; after a BOM, a top-level key's line is still counted from 1.
+    #[test]
+    fn a_quoted_key_or_a_bom_keeps_the_line_in_errors() {
+        let e = p("[[stream]]\nssrc = 1\n\"roles\" = []\n").unwrap_err();
+        assert!(e.starts_with("gw.toml:3: stream[0].roles:"), "{e}");
+        let e = p("\u{feff}\n'roles' = []\n").unwrap_err();
+        assert!(e.starts_with("gw.toml:2: roles:"), "{e}");
     }
 }

@@ -486,3 +486,27 @@ fn an_empty_roles_list_in_a_stream_rule_is_refused_naming_its_own_line() {
     let want = format!("{}:5: stream[0].roles", cfg.display());
     assert!(err.contains(&want), "lacks {want:?}: {err}");
 }
+
+/// TOML (and the gateway) accepts a file that starts with a UTF-8 BOM (what Windows Notepad
+/// saves) and a quoted key (`"session" = ...`): an error in either must still name the line,
+/// as any other does. The line was found by looking for one that starts with the bare key, so
+/// these said `gw.toml: session: ...` with no line.
+#[test]
+fn a_config_value_error_names_its_line_after_a_bom_or_with_a_quoted_key() {
+    for (name, text, line) in [
+        ("bom", "\u{feff}session = \"\"\n", 1),
+        ("quoted", "roles = [\"observer\"]\n\"session\" = \"\"\n", 2),
+    ] {
+        let cfg = write(name, text);
+        let out = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+            .args(["--config", cfg.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+            .env_remove("PVP_TOKEN")
+            .output()
+            .unwrap();
+        std::fs::remove_file(&cfg).ok();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        let want = format!("{}:{line}: session: must not be empty", cfg.display());
+        assert!(err.contains(&want), "{name}: want {want:?}, got {err}");
+    }
+}
