@@ -69,6 +69,11 @@ enum Cmd {
         /// gateway on it reads by default (default: all).
         #[arg(long)]
         port: Option<u16>,
+        /// The live gateway's TOML file: its core settings and `[[stream]]` mapping rules
+        /// apply, as live; the keys of live IO only (listen, server, metrics, ...) are ignored.
+        /// Flags on the command line override it.
+        #[arg(long)]
+        config: Option<PathBuf>,
         #[command(flatten)]
         core: CoreArgs,
     },
@@ -322,10 +327,19 @@ impl CoreArgs {
     }
 }
 
-/// Fills every setting the command line (or environment) did not give from `--config`.
+/// Fills every setting the command line (or environment) did not give from `--config`: the
+/// live gateway's, or for `replay` the core's and the mapping rules, the keys of live IO
+/// (listen, server, metrics, workers...) left out, so a capture replays with the file the
+/// gateway ran with.
 fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Result<(), String> {
     use clap::parser::ValueSource;
     let (f, mapping, allow) = pvp_t140::config_file::load(path)?;
+    // Where the flags were given: replay's are its subcommand's (the global log format too).
+    let (m, live) = match &cli.cmd {
+        None => (m, true),
+        Some(Cmd::Replay { .. }) => (m.subcommand_matches("replay").unwrap_or(m), false),
+        Some(Cmd::Send { .. }) => return Ok(()),
+    };
     let given = |id: &str| {
         matches!(
             m.value_source(id),
@@ -371,7 +385,6 @@ fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Re
         enum_value(v, "log_format", &|s| LogFormat::from_str(s, true).is_ok())?;
         cli.log_format = LogFormat::from_str(v, true).expect("checked");
     }
-    let run = &mut cli.run;
     // A key given in the file and not on the command line sets its flag: as it is, wrapped in
     // `Some`, or through a check that names the key in its error.
     macro_rules! set {
@@ -397,36 +410,52 @@ fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Re
             }
         };
     }
-    set!(listen, run.listen);
-    if let Some(v) = f.server.clone()
-        && !given("server")
-    {
-        // Checked here as `--server` is later, so that its error names the file's line.
-        server_url(&v).map_err(|e| bad("server", e.trim_start_matches("--server ")))?;
-        run.server = Some(v);
-    }
-    set!(metrics, run.metrics, Some);
-    set!(ca_file, run.ca_file, Some);
-    set!(rtcp, run.rtcp);
-    set!(heartbeat_s, run.heartbeat_s, seconds);
-    set!(connect_timeout_s, run.connect_timeout_s, seconds);
-    set!(write_timeout_s, run.write_timeout_s, seconds);
-    set!(server_silence_s, run.server_silence_s, seconds);
-    set!(workers, run.workers, positive);
-    if run.workers > 256 {
-        return Err(bad("workers", "must be at most 256"));
-    }
-    if let Some(v) = f.recv_buffer
-        && !given("recv_buffer")
-    {
-        if v > i32::MAX as u64 {
-            return Err(bad(
-                "recv_buffer",
-                &format!("must be at most {} bytes", i32::MAX),
-            ));
+    if live {
+        let run = &mut cli.run;
+        set!(listen, run.listen);
+        if let Some(v) = f.server.clone()
+            && !given("server")
+        {
+            // Checked here as `--server` is later, so that its error names the file's line.
+            server_url(&v).map_err(|e| bad("server", e.trim_start_matches("--server ")))?;
+            run.server = Some(v);
         }
-        run.recv_buffer = positive(v, "recv_buffer")?;
+        set!(metrics, run.metrics, Some);
+        set!(ca_file, run.ca_file, Some);
+        set!(rtcp, run.rtcp);
+        set!(heartbeat_s, run.heartbeat_s, seconds);
+        set!(connect_timeout_s, run.connect_timeout_s, seconds);
+        set!(write_timeout_s, run.write_timeout_s, seconds);
+        set!(server_silence_s, run.server_silence_s, seconds);
+        set!(workers, run.workers, positive);
+        if run.workers > 256 {
+            return Err(bad("workers", "must be at most 256"));
+        }
+        if let Some(v) = f.recv_buffer
+            && !given("recv_buffer")
+        {
+            if v > i32::MAX as u64 {
+                return Err(bad(
+                    "recv_buffer",
+                    &format!("must be at most {} bytes", i32::MAX),
+                ));
+            }
+            run.recv_buffer = positive(v, "recv_buffer")?;
+        }
+        set!(spool, run.spool, Some);
+        set!(gate_transcripts, run.gate_transcripts);
+        if let Some(v) = f.gate_quorum
+            && !given("gate_quorum")
+        {
+            let v = positive(v, "gate_quorum")?;
+            run.gate_quorum = u32::try_from(v).map_err(|_| bad("gate_quorum", "too large"))?;
+        }
+        set!(gate_timeout_s, run.gate_timeout_s, seconds);
     }
+    let core = match &mut cli.cmd {
+        Some(Cmd::Replay { core, .. }) => core,
+        _ => &mut cli.run.core,
+    };
     // The bounds `CoreArgs::config` checks of the flags, checked here first so that the error
     // names the file's line, not a flag the user never typed.
     let nonempty = |v: String, field: &str| {
@@ -456,36 +485,27 @@ fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Re
         }
     };
     let (reorder, chunk) = (at_most(10_000), at_most(1_000_000));
-    set!(session, run.core.session, nonempty);
-    set!(t140_pt, run.core.t140_pt, payload_type);
-    set!(red_pt, run.core.red_pt, payload_type);
-    set!(reorder_wait_ms, run.core.reorder_wait_ms, reorder);
-    set!(idle_flush_ms, run.core.idle_flush_ms, millis);
+    set!(session, core.session, nonempty);
+    set!(t140_pt, core.t140_pt, payload_type);
+    set!(red_pt, core.red_pt, payload_type);
+    set!(reorder_wait_ms, core.reorder_wait_ms, reorder);
+    set!(idle_flush_ms, core.idle_flush_ms, millis);
     if let Some(v) = f.max_chunk_chars
         && !given("max_chunk_chars")
     {
-        run.core.max_chunk_chars = chunk(positive(v, "max_chunk_chars")?, "max_chunk_chars")?;
+        core.max_chunk_chars = chunk(positive(v, "max_chunk_chars")?, "max_chunk_chars")?;
     }
-    set!(spool, run.spool, Some);
-    set!(gate_transcripts, run.gate_transcripts);
-    if let Some(v) = f.gate_quorum
-        && !given("gate_quorum")
-    {
-        let v = positive(v, "gate_quorum")?;
-        run.gate_quorum = u32::try_from(v).map_err(|_| bad("gate_quorum", "too large"))?;
-    }
-    set!(gate_timeout_s, run.gate_timeout_s, seconds);
-    set!(stream_timeout_s, run.core.stream_timeout_s, seconds);
-    set!(max_streams, run.core.max_streams, positive);
-    set!(max_pps_per_source, run.core.max_pps_per_source);
-    set!(token, run.core.token, Some);
+    set!(stream_timeout_s, core.stream_timeout_s, seconds);
+    set!(max_streams, core.max_streams, positive);
+    set!(max_pps_per_source, core.max_pps_per_source);
+    set!(token, core.token, Some);
     if !allow.is_empty() && !given("allow") {
-        run.core.allow = allow;
+        core.allow = allow;
     }
     if let Some(roles) = &f.roles
         && !given("roles")
     {
-        run.core.roles = roles
+        core.roles = roles
             .iter()
             .map(|r| Role::from_str(r.get_ref(), true).expect("checked by config_file"))
             .collect();
@@ -494,17 +514,17 @@ fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Re
         && !given("compat")
     {
         enum_value(v, "compat", &|s| CompatArg::from_str(s, true).is_ok())?;
-        run.core.compat = CompatArg::from_str(v, true).expect("checked");
+        core.compat = CompatArg::from_str(v, true).expect("checked");
     }
     if let Some(v) = &f.mixer
         && !given("mixer")
     {
         enum_value(v, "mixer", &|s| MixerArg::from_str(s, true).is_ok())?;
-        run.core.mixer = MixerArg::from_str(v, true).expect("checked");
+        core.mixer = MixerArg::from_str(v, true).expect("checked");
     }
     // The two payload types must differ: checked here when the file set either, so the error
     // names the key's line, not two flags the user never typed.
-    let (t140_pt, red_pt) = run.core.payload_types();
+    let (t140_pt, red_pt) = core.payload_types();
     let from_file = |key: &str| !given(key);
     if t140_pt == red_pt {
         if f.red_pt.is_some() && from_file("red_pt") {
@@ -520,7 +540,7 @@ fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Re
             ));
         }
     }
-    run.core.mapping = mapping;
+    core.mapping = mapping;
     Ok(())
 }
 
@@ -592,8 +612,12 @@ fn main() -> ExitCode {
     use clap::{CommandFactory, FromArgMatches};
     let matches = Cli::command().get_matches();
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-    if cli.cmd.is_none()
-        && let Some(path) = cli.run.config.clone()
+    let config = match &cli.cmd {
+        None => cli.run.config.clone(),
+        Some(Cmd::Replay { config, .. }) => config.clone(),
+        Some(Cmd::Send { .. }) => None,
+    };
+    if let Some(path) = config
         && let Err(e) = apply_file(&mut cli, &matches, &path)
     {
         // Before the logs are set up: said as the exit's last words are, in the format the
@@ -611,7 +635,9 @@ fn main() -> ExitCode {
     let log_format = cli.log_format;
     let log_guard = init_logs(log_format);
     let result = match cli.cmd {
-        Some(Cmd::Replay { file, port, core }) => run_replay(&file, port, &core),
+        Some(Cmd::Replay {
+            file, port, core, ..
+        }) => run_replay(&file, port, &core),
         Some(Cmd::Send {
             to,
             red,

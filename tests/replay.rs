@@ -439,3 +439,76 @@ fn time_the_capture_covers_after_the_last_fed_datagram_still_passes() {
         "{add}"
     );
 }
+
+/// A gateway run with `--config` mapping rules gives its participants their mapped ids; its
+/// capture replayed with the same file must too, or replay does not show what the gateway
+/// sent. `[[stream]]` rules come only from a file: `replay` refused `--config` (exit 2), so
+/// the mapped "alice" came out as `t140:<ssrc>@<addr>`.
+#[test]
+fn replay_takes_the_configuration_file_the_live_gateway_ran_with() {
+    let cfg = std::env::temp_dir().join(format!("pvp-t140-replay-cfg-{}.toml", std::process::id()));
+    std::fs::write(
+        &cfg,
+        "[[stream]]\nssrc = \"0x00001234\"\nparticipant = \"alice\"\n",
+    )
+    .unwrap();
+    let envelopes = replay(
+        "replaycfg",
+        &[(T0, rtp(98, true, 1, 0, 0x1234, b"Hello there. "))],
+        &["--port", "5004", "--config", cfg.to_str().unwrap()],
+    );
+    std::fs::remove_file(&cfg).ok();
+    assert!(!envelopes.is_empty());
+    assert!(
+        envelopes.iter().all(|e| e["sender"] == "alice"),
+        "{envelopes:?}"
+    );
+}
+
+/// The live gateway's file also says where it listened, which server it sent to and where its
+/// metrics were: replay reads a capture and prints to stdout, so those keys are ignored (the
+/// file need not be edited), while its core settings apply, and a flag overrides the file as
+/// live.
+#[test]
+fn replay_ignores_the_live_io_keys_of_the_configuration_file() {
+    let cfg = std::env::temp_dir().join(format!(
+        "pvp-t140-replay-live-keys-{}.toml",
+        std::process::id()
+    ));
+    std::fs::write(
+        &cfg,
+        "listen = \"0.0.0.0:5004\"\nserver = \"ws://192.0.2.1:9\"\nmetrics = \"127.0.0.1:9\"\n\
+         workers = 4\nsession = \"from-file\"\nidle_flush_ms = 500\n",
+    )
+    .unwrap();
+    // A second speaker a second later, so the capture covers the first one's idle flush.
+    let packets = [
+        (T0, rtp(98, true, 1, 0, 0x1234, b"Hello")),
+        (T0 + 1_000_000, rtp(98, true, 1, 0, 0x5678, b"Hi")),
+    ];
+    let args = ["--config", cfg.to_str().unwrap()];
+    let from_file = replay("livekeys", &packets, &args);
+    let flag = replay(
+        "livekeysflag",
+        &packets,
+        &[&args[..], &["--session", "s2"]].concat(),
+    );
+    std::fs::remove_file(&cfg).ok();
+    let add = |envelopes: &[Value]| {
+        let e = envelopes
+            .iter()
+            .find(|e| e["type"] == "context.add" && e["payload"]["content"] == "Hello")
+            .cloned()
+            .expect("the text is said");
+        (e["session"].clone(), e["ts"].clone())
+    };
+    // The idle flush of the file's 500 ms, in its session; the flag's session over the file's.
+    assert_eq!(
+        add(&from_file),
+        (
+            Value::from("from-file"),
+            Value::from("2023-11-14T22:13:20.500Z")
+        )
+    );
+    assert_eq!(add(&flag).0, "s2");
+}
