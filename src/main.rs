@@ -828,9 +828,11 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         if args.spool.is_some() && args.server.is_none() {
             return Err("--spool needs --server (stdout is written at once)".into());
         }
-        let ws = match &args.server {
+        // The URL as connected to (scheme in lowercase, a query given its path): /healthz
+        // checks the same server the connections use.
+        let server = args.server.as_deref().map(server_url).transpose()?;
+        let ws = match &server {
             Some(url) => {
-                let url = &server_url(url)?;
                 let (spool, resend) = match &args.spool {
                     Some(dir) => {
                         let (s, pending) = pvp_t140::sink::spool::Spool::open(
@@ -911,7 +913,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
             let health = pvp_t140::metrics::Health {
                 running: running.clone(),
                 workers: handles.len(),
-                server: args.server.clone(),
+                server: server.clone(),
                 sink: sink_metrics.clone(),
             };
             let registry = pvp_t140::metrics::registry(snapshots, &running, &sink_metrics);

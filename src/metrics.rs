@@ -422,7 +422,8 @@ pub fn server_endpoint(url: &str) -> Result<(String, u16), String> {
                 crate::sink::ShownUrl(url)
             ));
         }
-        None => match uri.scheme_str() {
+        // A scheme is case-insensitive (RFC 3986 3.1): `WS://host` is port 80 too.
+        None => match uri.scheme_str().map(str::to_ascii_lowercase).as_deref() {
             Some("wss") => 443,
             Some("ws") => 80,
             _ => {
@@ -616,6 +617,8 @@ mod tests {
         ok("ws://host:3000/path", "host", 3000);
         ok("ws://host#frag", "host", 80);
         ok("ws://host:/", "host", 80);
+        ok("WS://host/pvp", "host", 80);
+        ok("Wss://host", "host", 443);
         ok("ws://user:secret@host:3000/", "host", 3000);
         ok("ws://host", "host", 80);
         for bad in [

@@ -219,6 +219,41 @@ fn a_server_url_scheme_in_capitals_is_taken() {
     assert_eq!(request_line, "GET /pvp HTTP/1.1\r\n");
 }
 
+/// `/healthz` answers 200 while "the PVP server accepts connections" (README "Metrics and
+/// health"), whatever case the `--server` scheme is in. `WS://host/pvp`, with no port, is port
+/// 80, where the participants connect; /healthz was given the URL as typed, found no ws or wss
+/// scheme in `WS`, and said 503 for a server that was there: an orchestrator would keep the
+/// gateway out of service (or restart it) for good.
+#[test]
+fn healthz_is_ready_for_a_server_url_scheme_in_capitals_without_a_port() {
+    // A loopback address of its own, so port 80 is free whatever else runs here.
+    let host = format!("127.{}.{}.{}", 100 + std::process::id() % 100, 31, 7);
+    let listener = match std::net::TcpListener::bind((host.as_str(), 80)) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("skipped: cannot bind {host}:80 ({e})");
+            return;
+        }
+    };
+    // Holds every connection: /healthz only connects.
+    std::thread::spawn(move || {
+        let held: Vec<_> = listener.incoming().map_while(Result::ok).collect();
+        drop(held);
+    });
+    let url = format!("WS://{host}/pvp");
+    let mut gw = Gateway::start_for_server(&url, &["--metrics", "127.0.0.1:0"]);
+    let (status, body) = http_get(gw.metrics_addr(), "/healthz");
+    assert!(gw.terminate(WAIT).success());
+    assert_eq!(
+        (status, body.trim()),
+        (
+            200,
+            format!("ready: udp bound, PVP server {host}:80 reachable").as_str()
+        ),
+        "--server {url}"
+    );
+}
+
 /// A `--server` URL whose port the URI type cannot read (beyond 65535) was taken as one with no
 /// port: the participants connected to port 80, and /healthz to the text after the colon. It
 /// is refused at start, naming the URL; so is one without a host.
