@@ -39,6 +39,9 @@ pub struct SinkMetrics {
     pub gates_refused: Counter,
     /// `--spool` journal writes that failed (disk full, I/O error).
     pub spool_write_errors: Counter,
+    /// Frames from the PVP server not acted on: unparseable, or of a protocol version other
+    /// than 1 (pvp-spec 4.2).
+    pub server_frames_rejected: Counter,
     /// 1 once stdout has failed (its reader went away): every envelope is dropped from then on.
     pub stdout_failed: Gauge,
 }
@@ -54,6 +57,7 @@ impl Default for SinkMetrics {
             refused: Counter::default(),
             gates_refused: Counter::default(),
             spool_write_errors: Counter::default(),
+            server_frames_rejected: Counter::default(),
             stdout_failed: Gauge::default(),
         }
     }
@@ -333,6 +337,11 @@ pub fn registry(
             "Spool journal writes that failed (disk full, I/O error).",
             &sink.spool_write_errors,
         ),
+        (
+            "pvp_t140_server_frames_rejected",
+            "PVP server frames not acted on: unparseable, or of an unknown protocol version.",
+            &sink.server_frames_rejected,
+        ),
     ] {
         r.register(name, help, counter.clone());
     }
@@ -507,6 +516,7 @@ mod tests {
         sink.refused.inc();
         sink.gates_refused.inc_by(2);
         sink.spool_write_errors.inc_by(3);
+        sink.server_frames_rejected.inc_by(4);
         let mut body = String::new();
         let running = Gauge::default();
         running.set(2);
@@ -519,6 +529,7 @@ mod tests {
             "pvp_t140_participants_refused_total 1",
             "pvp_t140_gated_chunks_refused_total 2",
             "pvp_t140_spool_write_errors_total 3",
+            "pvp_t140_server_frames_rejected_total 4",
             "pvp_t140_receive_workers_running 2",
         ] {
             assert!(body.lines().any(|l| l == line), "{line} not in\n{body}");

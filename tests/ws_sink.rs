@@ -742,6 +742,45 @@ async fn one_approver_approving_twice_does_not_meet_a_quorum_of_two() {
     assert_eq!(got, ["join"], "added with one approver's two approvals");
 }
 
+/// pvp-spec 4.2: implementations "MUST reject envelopes with unknown versions". A
+/// `gate.approve` with `"v": 2` was acted on: the held chunk was added as approved. A user
+/// expects a frame of a protocol version the gateway does not speak to change nothing (the
+/// chunk keeps waiting for an approval it understands), and to find it counted. The ping
+/// after it tells when the connection has read it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gate_approval_of_an_unknown_protocol_version_is_not_acted_on() {
+    let (url, log) = server(|_, v| {
+        if v["type"] != "gate.request" {
+            return Answer::Nothing;
+        }
+        let mut approve = gate_answer(&v["id"], "gate.approve", "01JQAAAAAAAAAAAAAAAAAAAAV2");
+        approve["v"] = json!(2);
+        Answer::SendAll(vec![
+            approve,
+            from_server("heartbeat.ping", "01JQAAAAAAAAAAAAAAAAAAAAV3", json!({})),
+        ])
+    })
+    .await;
+    let cfg = gated(url, 1, None);
+    let metrics = cfg.metrics.clone();
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000b002@127.0.0.1:40078";
+    ws.send(talk.join(p));
+    ws.send(talk.add(p, "Approved by a version 2 envelope."));
+    wait_for(&log, "the pong after the approval", |l| {
+        l.lock()
+            .unwrap()
+            .iter()
+            .any(|(_, v)| v["type"] == "heartbeat.pong")
+    })
+    .await;
+    let got = said(&log, p);
+    ws.close(Duration::from_millis(100)).await;
+    assert_eq!(got, ["join"], "a v:2 gate.approve released the chunk");
+    assert_eq!(metrics.server_frames_rejected.get(), 1);
+}
+
 /// A server's frame from "server": `kind` with `payload`.
 fn from_server(kind: &str, id: &str, payload: Value) -> Value {
     json!({"v": 1, "id": id, "ts": "2026-11-25T00:00:00.000Z", "session": "s",

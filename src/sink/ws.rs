@@ -525,6 +525,9 @@ async fn connection(
                                             settle(g, &mut outbox, &cfg, &participant, &counts);
                                         }
                                     }
+                                    Reaction::Rejected => {
+                                        m.server_frames_rejected.inc();
+                                    }
                                     Reaction::None => {}
                                 }
                             }
@@ -937,6 +940,8 @@ enum Reaction {
     Backoff,
     /// A gate decision (`gate.approve`, `gate.reject`, `gate.timeout`).
     Gate(crate::pvp::Message),
+    /// Not acted on, and counted: unparseable, or of an unknown protocol version.
+    Rejected,
 }
 
 /// The one field a connection reads of every frame before deciding whether to read it whole.
@@ -967,16 +972,22 @@ fn on_frame(
         Ok(_) => return Reaction::None,
         Err(err) => {
             tracing::debug!(%participant, "unparseable frame from PVP server: {err}");
-            return Reaction::None;
+            return Reaction::Rejected;
         }
     }
     let env: crate::pvp::Message = match serde_json::from_str(text) {
         Ok(e) => e,
         Err(err) => {
             tracing::debug!(%participant, "unparseable frame from PVP server: {err}");
-            return Reaction::None;
+            return Reaction::Rejected;
         }
     };
+    // pvp-spec 4.2: "MUST reject envelopes with unknown versions". A ping, a gate decision or
+    // an error of another version may mean something else there.
+    if env.v != 1 {
+        tracing::warn!(%participant, v = env.v, kind = %env.kind, id = %env.id, "PVP server frame of an unknown protocol version; not acted on");
+        return Reaction::Rejected;
+    }
     match env.kind.as_str() {
         "heartbeat.ping" => {
             Reaction::Reply(pvp.heartbeat(now(), participant.clone(), Some(&env.id)))
@@ -1081,7 +1092,7 @@ mod tests {
         ));
         assert!(matches!(
             on_frame(&mut pvp, &me, "{\"type\":", &recent),
-            Reaction::None
+            Reaction::Rejected
         ));
     }
 
