@@ -42,6 +42,9 @@ pub struct SinkMetrics {
     /// Frames from the PVP server not acted on: unparseable, or of a protocol version other
     /// than 1 (pvp-spec 4.2).
     pub server_frames_rejected: Counter,
+    /// Text envelopes the PVP server refused as RATE_LIMITED after they were written, sent
+    /// again after the pause.
+    pub rate_limited_resent: Counter,
     /// 1 once stdout has failed (its reader went away): every envelope is dropped from then on.
     pub stdout_failed: Gauge,
 }
@@ -58,6 +61,7 @@ impl Default for SinkMetrics {
             gates_refused: Counter::default(),
             spool_write_errors: Counter::default(),
             server_frames_rejected: Counter::default(),
+            rate_limited_resent: Counter::default(),
             stdout_failed: Gauge::default(),
         }
     }
@@ -342,6 +346,11 @@ pub fn registry(
             "PVP server frames not acted on: unparseable, or of an unknown protocol version.",
             &sink.server_frames_rejected,
         ),
+        (
+            "pvp_t140_rate_limited_resent",
+            "Text envelopes the PVP server refused as RATE_LIMITED, sent again after the pause.",
+            &sink.rate_limited_resent,
+        ),
     ] {
         r.register(name, help, counter.clone());
     }
@@ -517,6 +526,7 @@ mod tests {
         sink.gates_refused.inc_by(2);
         sink.spool_write_errors.inc_by(3);
         sink.server_frames_rejected.inc_by(4);
+        sink.rate_limited_resent.inc_by(5);
         let mut body = String::new();
         let running = Gauge::default();
         running.set(2);
@@ -530,6 +540,7 @@ mod tests {
             "pvp_t140_gated_chunks_refused_total 2",
             "pvp_t140_spool_write_errors_total 3",
             "pvp_t140_server_frames_rejected_total 4",
+            "pvp_t140_rate_limited_resent_total 5",
             "pvp_t140_receive_workers_running 2",
         ] {
             assert!(body.lines().any(|l| l == line), "{line} not in\n{body}");

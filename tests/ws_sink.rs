@@ -980,6 +980,72 @@ async fn a_stop_during_a_rate_limit_pause_still_sends_what_was_approved() {
     assert_eq!(stats.dropped, 0);
 }
 
+/// pvp-spec 17: "Servers MUST send `error` messages for all rejected operations": a
+/// `RATE_LIMITED` error whose `related_to` names a `context.add` says that chunk was refused,
+/// not added. The sink only paused, and counted the refused chunk as sent and (with --spool)
+/// delivered, so the transcript lost that sentence for good while the ones after it arrived.
+/// A user expects text the server refused for the rate to go again after the pause, and the
+/// journal to have nothing left undelivered once it went.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_the_server_refused_as_rate_limited_is_sent_again_after_the_pause() {
+    let dir =
+        std::env::temp_dir().join(format!("pvp-t140-review-rate-again-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (url, log) = server(|_, v| {
+        // The first time it sees "First.", the server refuses it for the rate.
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        let mut refuse = false;
+        if v["type"] == "context.add" && v["payload"]["content"] == "First." {
+            ONCE.call_once(|| refuse = true);
+        }
+        if !refuse {
+            return Answer::Nothing;
+        }
+        let mut error = from_server(
+            "error",
+            "01JQAAAAAAAAAAAAAAAAAAAAR1",
+            json!({"code": "RATE_LIMITED", "message": "slow down", "recoverable": true,
+                "related_to": v["id"]}),
+        );
+        error["ref"] = v["id"].clone();
+        Answer::Send(error)
+    })
+    .await;
+    let (spool, _) = Spool::open(&dir, Default::default()).unwrap();
+    let spool = Arc::new(spool);
+    let cfg = config(url, 64, Some(spool.clone()));
+    let metrics = cfg.metrics.clone();
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000ra7e@127.0.0.1:40077";
+    ws.send(talk.join(p));
+    ws.send(talk.add(p, "First."));
+    ws.send(talk.add(p, "Second."));
+    wait_for(&log, "\"First.\" again", |l| {
+        said(l, p).iter().filter(|s| *s == "First.").count() == 2
+    })
+    .await;
+    ws.send(talk.leave(p));
+    wait_for(&log, "the leave", |l| {
+        said(l, p).last().is_some_and(|s| s == "leave")
+    })
+    .await;
+    let stats = ws.close(Duration::from_secs(5)).await;
+    spool.flush();
+    drop(spool);
+    let again = resent(&dir);
+    std::fs::remove_dir_all(&dir).ok();
+    // Whether "Second." went before the refusal was read depends on timing; "First." went
+    // twice, the refused write and the one taken.
+    let mut got = said(&log, p);
+    got.sort();
+    assert_eq!(got, ["First.", "First.", "Second.", "join", "leave"]);
+    // Taken: the join, both sentences and the leave.
+    assert_eq!((stats.sent, stats.dropped), (4, 0));
+    assert_eq!(metrics.rate_limited_resent.get(), 1);
+    assert!(again.is_empty(), "undelivered in the journal: {again:?}");
+}
+
 /// `--gate-transcripts`: a chunk's gate that times out while the connection is down (the
 /// server gone for longer than `--gate-timeout-s` plus its grace) is settled as timed out. The
 /// reconnect asked again for every gate without a decision, the expired ones too, so

@@ -249,6 +249,13 @@ impl Spool {
         self.hand_over(Record::Done(id));
     }
 
+    /// An envelope written (and marked done), then refused by the server (RATE_LIMITED), to
+    /// be sent again: undelivered once more, in its first place for a restart (a compaction
+    /// in between puts it after what was journaled since).
+    pub fn again(&self, e: &Envelope) {
+        self.added(e);
+    }
+
     /// Waits until everything handed over so far is written (or failed to be). Blocks: for
     /// the end of a run, off the connections' thread, and for tests.
     pub fn flush(&self) {
@@ -536,6 +543,7 @@ fn read_pending(path: &Path) -> Result<(Vec<Message>, HashMap<MessageWho, Messag
     let mut adds: Vec<Message> = Vec::new();
     let mut joins: HashMap<MessageWho, Message> = HashMap::new();
     let mut done: HashSet<String> = HashSet::new();
+    let mut seen: HashSet<String> = HashSet::new();
     // Lines as bytes: a record cut short (a kill, or a write stopped at a page boundary by a
     // full disk) may end inside a UTF-8 character, and must be skipped like any other
     // incomplete record, not stop the gateway from starting.
@@ -558,6 +566,11 @@ fn read_pending(path: &Path) -> Result<(Vec<Message>, HashMap<MessageWho, Messag
             .get("add")
             .and_then(|e| serde_json::from_value::<Message>(e.clone()).ok())
         {
+            if !seen.insert(e.id.clone()) {
+                // Added again after it was done (`Spool::again`): undelivered, in its place.
+                done.remove(&e.id);
+                continue;
+            }
             if e.kind == "session.join" {
                 joins.insert(message_who(&e), e.clone());
             } else if e.kind == "participant.announce"
@@ -725,6 +738,43 @@ mod tests {
                 }
             })
             .collect()
+    }
+
+    /// A chunk written (and marked done) that the server then refuses as RATE_LIMITED is
+    /// journaled again (`Spool::again`) to go after the pause. A gateway killed during the
+    /// pause must send it on restart, where it was, before the leave behind it: a user expects
+    /// text the server never took not to be lost to the journal's earlier `done`.
+    #[test]
+    fn a_chunk_refused_after_it_was_written_is_resent_in_its_place_by_a_restart() {
+        let d = Scratch::new("again", COMPACT_AT, LIVE_CAP);
+        let (spool, _) = d.open();
+        let mut talk = Talk::new();
+        let (j, first, second) = (
+            talk.join("alice"),
+            talk.add("alice", "First."),
+            talk.add("alice", "Second."),
+        );
+        for e in [&j, &first, &second] {
+            deliver(&spool, e);
+        }
+        spool.added(&talk.leave("alice"));
+        spool.again(&first);
+        drop(spool);
+        let (spool, resend) = d.open();
+        assert_eq!(
+            summary(&resend),
+            [
+                "alice session.join",
+                "alice context.add First.",
+                "alice session.leave"
+            ]
+        );
+        // Taken at last: nothing is left for the next start.
+        for e in &resend {
+            spool.done(e.id());
+        }
+        drop(spool);
+        assert!(d.open().1.is_empty());
     }
 
     #[test]

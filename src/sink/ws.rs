@@ -317,6 +317,8 @@ async fn connection(
     let mut join: Option<Envelope> = None;
     // Ids of recent envelopes, so an `error`'s `related_to` can be told in the log.
     let mut recent: VecDeque<(ulid::Ulid, Kind)> = VecDeque::with_capacity(RECENT);
+    // The last text written, in case the server refuses it as RATE_LIMITED.
+    let mut retry = Retry::default();
     let mut pending: Option<(std::time::Instant, Envelope)> = None;
     // RATE_LIMITED (pvp-spec 17) pauses sending; the pause doubles while it repeats.
     let mut paused_until: Option<tokio::time::Instant> = None;
@@ -441,6 +443,9 @@ async fn connection(
             let paused = paused_until.is_some_and(|t| t > tokio::time::Instant::now());
             if pending.is_none() && !paused {
                 pending = outbox.pop_front();
+                if pending.is_some() {
+                    retry.ahead = retry.ahead.saturating_sub(1);
+                }
             }
             if !queue_open
                 && pending.is_none()
@@ -512,12 +517,16 @@ async fn connection(
                                         tracing::error!(%participant, %code, undelivered = lost, "PVP server refused this participant; its transcript is not delivered");
                                         return;
                                     }
-                                    Reaction::Backoff => {
+                                    Reaction::Backoff(related) => {
                                         let now = tokio::time::Instant::now();
                                         rate_backoff = rate_pause(rate_backoff, rate_limited_at.map(|t| now - t));
                                         rate_limited_at = Some(now);
                                         paused_until = Some(tokio::time::Instant::now() + rate_backoff);
                                         tracing::warn!(%participant, pause = ?rate_backoff, "PVP server rate-limits this participant; pausing");
+                                        if let Some(id) = related {
+                                            let refused = Refused { pending: &mut pending, outbox: &mut outbox, recent: &mut recent };
+                                            rate_limited(id, &mut retry, refused, &cfg, &counts, &participant);
+                                        }
                                     }
                                     Reaction::Gate(env) => {
                                         if let Some(g) = gates.as_mut() {
@@ -651,6 +660,7 @@ async fn connection(
                 recent.pop_front();
             }
             recent.push_back((id, kind));
+            retry.keep(queued, e);
         }
     }
 }
@@ -671,6 +681,90 @@ fn socket_config() -> tokio_tungstenite::tungstenite::protocol::WebSocketConfig 
 /// answers within moments, while a participant sends a few envelopes a second at most; each
 /// entry is 32 bytes a participant.
 const RECENT: usize = 16;
+
+/// Text envelopes (`context.*`) a connection holds after writing them, to send again one the
+/// server refuses as RATE_LIMITED: the newest half of [`RECENT`], each a few hundred bytes a
+/// participant.
+const HELD: usize = RECENT / 2;
+
+/// The last [`HELD`] text envelopes a connection wrote, with when each was queued; and how
+/// many refused ones wait at the front of the outbox to go again, so that several go in the
+/// order they were first written.
+#[derive(Default)]
+struct Retry {
+    held: VecDeque<(std::time::Instant, Envelope)>,
+    ahead: usize,
+}
+
+impl Retry {
+    /// `e` was written: held if it is text.
+    fn keep(&mut self, queued: std::time::Instant, e: Envelope) {
+        if !matches!(
+            e.kind(),
+            Kind::ContextAdd | Kind::ContextUpdate | Kind::ContextRemove
+        ) {
+            return;
+        }
+        if self.held.len() == HELD {
+            self.held.pop_front();
+        }
+        self.held.push_back((queued, e));
+    }
+}
+
+/// What a connection holds that a refused write goes back among.
+struct Refused<'a> {
+    pending: &'a mut Option<(std::time::Instant, Envelope)>,
+    outbox: &'a mut VecDeque<(std::time::Instant, Envelope)>,
+    recent: &'a mut VecDeque<(ulid::Ulid, Kind)>,
+}
+
+/// The server refused the written envelope `id` as RATE_LIMITED (pvp-spec 17: an error for a
+/// rejected operation): it was not taken. Text still held goes again after the pause, ahead of
+/// all the participant has not sent yet; until then it is neither sent nor settled, and in the
+/// spool undelivered again, in its place. Text no longer held is lost: counted as dropped
+/// (it stays done in the spool: a restart would send it after what came later) and logged.
+/// Anything else refused (a heartbeat, a gate's request, which a reconnect asks again) is not
+/// sent again.
+fn rate_limited(
+    id: ulid::Ulid,
+    retry: &mut Retry,
+    at: Refused<'_>,
+    cfg: &WsConfig,
+    counts: &Counts,
+    participant: &str,
+) {
+    if let Some(i) = retry.held.iter().position(|(_, e)| e.id() == id) {
+        let Some((queued, e)) = retry.held.remove(i) else {
+            return;
+        };
+        // Named again only once it is written again.
+        at.recent.retain(|(r, _)| *r != id);
+        if let Some(spool) = &cfg.spool {
+            spool.again(&e);
+        }
+        counts.sent.fetch_sub(1, Ordering::Relaxed);
+        counts.settled.fetch_sub(1, Ordering::Relaxed);
+        cfg.metrics.rate_limited_resent.inc();
+        tracing::info!(%participant, %id, kind = %e.kind(), "refused as RATE_LIMITED; sent again after the pause");
+        // `pending` was taken after it: it goes back behind.
+        if let Some(p) = at.pending.take() {
+            at.outbox.insert(retry.ahead.min(at.outbox.len()), p);
+        }
+        at.outbox
+            .insert(retry.ahead.min(at.outbox.len()), (queued, e));
+        retry.ahead += 1;
+    } else if let Some(&(_, kind)) = at.recent.iter().find(|(r, _)| *r == id)
+        && matches!(
+            kind,
+            Kind::ContextAdd | Kind::ContextUpdate | Kind::ContextRemove
+        )
+    {
+        counts.sent.fetch_sub(1, Ordering::Relaxed);
+        counts.given_up.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(%participant, %id, %kind, "refused as RATE_LIMITED, and no longer held to be sent again ({HELD} newer text envelopes were written since); dropped");
+    }
+}
 
 /// Bytes a connection reads at once (tungstenite zero-fills them before each read, so they are
 /// all resident).
@@ -936,8 +1030,8 @@ enum Reaction {
     Reply(Envelope),
     /// pvp-spec 17 UNAUTHORIZED or SESSION_NOT_FOUND: this participant cannot go on.
     Fatal(String),
-    /// RATE_LIMITED: slow down.
-    Backoff,
+    /// RATE_LIMITED: slow down; `related_to`, the write refused, if it names one.
+    Backoff(Option<ulid::Ulid>),
     /// A gate decision (`gate.approve`, `gate.reject`, `gate.timeout`).
     Gate(crate::pvp::Message),
     /// Not acted on, and counted: unparseable, or of an unknown protocol version.
@@ -1034,7 +1128,12 @@ fn on_frame(
                     );
                     match err.code.as_str() {
                         "UNAUTHORIZED" | "SESSION_NOT_FOUND" => return Reaction::Fatal(err.code),
-                        "RATE_LIMITED" => return Reaction::Backoff,
+                        "RATE_LIMITED" => {
+                            let related = err.related_to.as_deref();
+                            return Reaction::Backoff(
+                                related.and_then(|id| ulid::Ulid::from_string(id).ok()),
+                            );
+                        }
                         _ => {}
                     }
                 }
