@@ -184,8 +184,10 @@ pub struct Stats {
     drops: [u64; DropReason::ALL.len()],
     pub streams_total: u64,
     pub streams_live: u64,
-    /// Virtual participants (speakers) that joined; more than streams when mixers are in use.
-    pub participants_total: u64,
+    /// Speakers that joined; more than streams when mixers are in use. Speakers a mapping rule
+    /// gives one participant id each join here; the sinks let one join a participant out
+    /// ([`crate::presence::Presence`], counted in [`crate::metrics::SinkMetrics`]).
+    pub speakers_joined: u64,
     /// Streams that never carried text, removed to make room at the stream limit.
     pub evicted: u64,
     /// Chunks of speakers the stream mapping refused (not sent).
@@ -249,7 +251,7 @@ impl Stats {
         }
         self.streams_total += o.streams_total;
         self.streams_live += o.streams_live;
-        self.participants_total += o.participants_total;
+        self.speakers_joined += o.speakers_joined;
         self.evicted += o.evicted;
         self.refused_chunks += o.refused_chunks;
         for (a, b) in self.chunks.iter_mut().zip(o.chunks) {
@@ -385,7 +387,7 @@ impl Emitter {
         let p = self.participant(key, sp);
         tracing::info!(participant = %p.id, name = %p.name, "participant joins");
         let e = self.in_session(sp, |b| b.join(now, sp.profile.participant.clone(), &p));
-        self.stats.participants_total += 1;
+        self.stats.speakers_joined += 1;
         self.push(e);
         true
     }

@@ -47,6 +47,9 @@ pub struct SinkMetrics {
     pub rate_limited_resent: Counter,
     /// 1 once stdout has failed (its reader went away): every envelope is dropped from then on.
     pub stdout_failed: Gauge,
+    /// Participants joined, as the sink's [`crate::presence::Presence`] lets their joins out:
+    /// one a participant id, however many speakers a mapping rule gives it.
+    pub participants: Counter,
 }
 
 impl Default for SinkMetrics {
@@ -63,6 +66,7 @@ impl Default for SinkMetrics {
             server_frames_rejected: Counter::default(),
             rate_limited_resent: Counter::default(),
             stdout_failed: Gauge::default(),
+            participants: Counter::default(),
         }
     }
 }
@@ -156,12 +160,6 @@ impl Collector for CoreCollector {
             "pvp_t140_streams",
             "RTP streams started.",
             s.streams_total,
-        )?;
-        counter(
-            &mut enc,
-            "pvp_t140_participants",
-            "Virtual participants joined.",
-            s.participants_total,
         )?;
         {
             let g = ConstGauge::new(s.streams_live as i64);
@@ -326,6 +324,11 @@ pub fn registry(
         sink.send_latency.clone(),
     );
     for (name, help, counter) in [
+        (
+            "pvp_t140_participants",
+            "Virtual participants joined (one a participant id, however many speakers share it).",
+            &sink.participants,
+        ),
         (
             "pvp_t140_participants_refused",
             "Participants the PVP server refused (UNAUTHORIZED, SESSION_NOT_FOUND).",

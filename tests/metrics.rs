@@ -25,7 +25,10 @@ fn metrics_count_what_happened() {
     let body = loop {
         let (status, body) = http_get(m, "/metrics");
         assert_eq!(status, 200);
-        if sample(&body, "pvp_t140_datagrams_total") == Some(2.0) {
+        // The join is counted as the sink lets it out, the datagrams as the core publishes.
+        if sample(&body, "pvp_t140_datagrams_total") == Some(2.0)
+            && sample(&body, "pvp_t140_participants_total") == Some(1.0)
+        {
             break body;
         }
         assert!(Instant::now() < deadline, "{body}");
@@ -296,5 +299,59 @@ fn a_refused_server_url_does_not_show_a_password_with_a_slash() {
     assert!(
         !err.contains("Zm9v") && !err.contains("YmFy"),
         "the password is in the log: {err}"
+    );
+}
+
+/// README (Configuration file): speakers that a mapping rule gives one participant id "are one
+/// participant: it joins with the first of them". The metric counted every speaker's join,
+/// the one held back too: two senders mapped to "room" made one `session.join` on stdout and
+/// `pvp_t140_participants_total 2`.
+#[test]
+fn participants_total_counts_one_participant_for_speakers_mapped_to_one_id() {
+    let cfg =
+        std::env::temp_dir().join(format!("pvp-t140-metrics-room-{}.toml", std::process::id()));
+    std::fs::write(
+        &cfg,
+        "[[stream]]\nsource = \"127.0.0.1\"\nparticipant = \"room\"\n",
+    )
+    .unwrap();
+    let mut gw = Gateway::start(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics",
+        "127.0.0.1:0",
+    ]);
+    let m = gw.metrics_addr();
+    let mut a = Sender::new(gw.listen, 0xa);
+    let mut b = Sender::new(gw.listen, 0xb);
+    a.send("First speaker. ");
+    gw.wait_stdout(WAIT, "First speaker.");
+    b.send("Second speaker. ");
+    // Once its text is on stdout, the sink has passed (or held back) its join; the core's
+    // counters are published once a second: wait for both chunks there too.
+    gw.wait_stdout(WAIT, "Second speaker.");
+    let deadline = Instant::now() + WAIT;
+    let body = loop {
+        let (_, body) = http_get(m, "/metrics");
+        if sample(&body, "pvp_t140_chunks_total{cause=\"sentence\"}") == Some(2.0) {
+            break body;
+        }
+        assert!(Instant::now() < deadline, "{body}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let joins = gw
+        .stdout_lines()
+        .iter()
+        .filter(|l| l.contains("\"type\":\"session.join\""))
+        .count();
+    assert!(gw.terminate(WAIT).success());
+    std::fs::remove_file(&cfg).ok();
+    assert_eq!(joins, 1, "one participant joins");
+    assert_eq!(
+        sample(&body, "pvp_t140_participants_total"),
+        Some(1.0),
+        "{body}"
     );
 }

@@ -124,7 +124,13 @@ fn writer(
             }
         };
         metrics.queue_depth.set(rx.depth() as i64);
-        batch.retain(|e| presence.admit(e));
+        batch.retain(|e| {
+            let out = presence.admit(e);
+            if out && e.kind() == crate::pvp::Kind::SessionJoin {
+                metrics.participants.inc();
+            }
+            out
+        });
         counts
             .taken
             .fetch_add(batch.len() as u64, Ordering::Relaxed);

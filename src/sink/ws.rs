@@ -127,6 +127,9 @@ impl WsSink {
         if !self.presence.admit(&e) {
             return;
         }
+        if e.kind() == Kind::SessionJoin {
+            self.cfg.metrics.participants.inc();
+        }
         if let Some(spool) = &self.cfg.spool {
             spool.added(&e);
         }
