@@ -901,12 +901,13 @@ fn name_new_speaker(
     sp.profile.name_rank = rank;
 }
 
-/// Whether a stream carried text: a speaker joined, or holds text not yet sent. Such a stream
+/// Whether a stream carried text: a speaker joined, or holds text not yet sent (part of a
+/// character too). Such a stream
 /// is never evicted to make room ([`Gateway::evict_silent_stream`]).
 fn carried_text(s: &Stream) -> bool {
     s.speakers
         .iter()
-        .any(|sp| sp.joined || !sp.chunker.is_blank())
+        .any(|sp| sp.joined || !sp.chunker.is_blank() || sp.decoder.holds_partial())
 }
 
 /// The sans-IO core.
@@ -1947,6 +1948,13 @@ impl Gateway {
                 continue;
             }
             let timeout_at = s.last_packet.plus_us(self.delays.stream_timeout);
+            if timeout_at <= now && at < timeout_at {
+                // A late call: the work due before the timeout (an idle flush, a gap's wait)
+                // is done as of its own time, and the stream's next deadline, the timeout at
+                // the latest, comes round again in this loop, in time order with the others'.
+                self.fire_stream(at, slot, Time::NEVER);
+                continue;
+            }
             if timeout_at <= now {
                 let end = timeout_at.max(at);
                 if s.mixer.byes > 0 {
@@ -2041,8 +2049,10 @@ impl Gateway {
         self.emit.stats.harvest(register);
     }
 
-    /// Graceful stop: every stream flushes what it holds and leaves, in creation order.
+    /// Graceful stop: the timers due by `now` fire first (a late call's idle flushes at their
+    /// own times), then every stream flushes what it holds and leaves, in creation order.
     pub fn shutdown(&mut self, now: Time) {
+        self.handle_timeout(now);
         let mut live: Vec<(u64, u32)> = self
             .slots
             .iter()

@@ -275,13 +275,15 @@ impl Register {
         }
     }
 
-    /// Whether a held packet carries text (a block other than empty or a lone BOM): a stream
-    /// that holds only empty packets, waiting for its start, never carried text, and may make
-    /// room at the stream limit.
+    /// Whether a held packet, or one a restart's run keeps, carries text (a block other than
+    /// empty or a lone BOM): a stream that holds only empty packets, waiting for its start,
+    /// never carried text, and may make room at the stream limit.
     pub fn holds_text(&self) -> bool {
         const BOM: &[u8] = "\u{feff}".as_bytes();
         let text = |b: &[u8]| !b.is_empty() && b != BOM;
-        self.cold.held.iter().any(|h| {
+        // A restart's kept run too (RFC 3550 A.1): confirmed, every packet of it is said.
+        let run = self.cold.rare.as_ref().map_or(&[][..], |r| &r.run[..]);
+        self.cold.held.iter().chain(run).any(|h| {
             if !h.red {
                 return text(&h.payload);
             }

@@ -229,6 +229,12 @@ impl Decoder {
         self.ctl = Ctl::Normal;
     }
 
+    /// Whether part of a character waits for the rest of its bytes (a block ended inside it):
+    /// text the next block completes.
+    pub fn holds_partial(&self) -> bool {
+        self.need > 0 && self.acc != AFTER_LOSS
+    }
+
     /// Marks text lost beyond recovery (RFC 4103 section 5.3): resets any partial character or
     /// escape sequence, since what followed it is gone, and writes U+FFFD.
     ///

@@ -2213,3 +2213,135 @@ fn a_stream_lingering_after_its_bye_gives_way_to_a_new_caller_at_the_stream_limi
     );
     assert_eq!(out[2].payload["reason"], "rtcp bye");
 }
+
+fn timed_summary(envs: &[Envelope]) -> Vec<String> {
+    envs.iter()
+        .map(|e| match e.kind.as_str() {
+            "context.add" => format!(
+                "add {} {:?} {} @{}",
+                e.sender,
+                e.payload["content"].as_str().unwrap(),
+                e.payload["tags"][2].as_str().unwrap(),
+                e.ts
+            ),
+            k => format!("{k} {} @{}", e.sender, e.ts),
+        })
+        .collect()
+}
+
+/// A timer call that comes late (a stalled loop: `handle_timeout(clock.now())` far past the
+/// deadlines) must do what firing each deadline on time does: the idle flush at 2 s is an idle
+/// flush stamped 2 s, and the leave comes at the 5 s timeout. A datagram at the same late
+/// moment (which steps through the deadlines, `fire_due_from`) gets this right; the timer call
+/// turns the idle flush into the stream's end flush, stamped 5 s.
+#[test]
+fn a_late_timer_call_still_flushes_idle_text_at_its_idle_deadline() {
+    let cfg = || Config {
+        idle_flush: Duration::from_millis(2000),
+        stream_timeout: Duration::from_secs(5),
+        ..Config::default()
+    };
+    let want = vec![
+        format!(
+            "session.join t140:00000007@127.0.0.1:4000 @{}",
+            at(2000).to_iso8601()
+        ),
+        format!(
+            "add t140:00000007@127.0.0.1:4000 \"half a thought\" flush:idle @{}",
+            at(2000).to_iso8601()
+        ),
+        format!(
+            "session.leave t140:00000007@127.0.0.1:4000 @{}",
+            at(5000).to_iso8601()
+        ),
+    ];
+    // Control: the late moment reached by a datagram (an unrelated, malformed one).
+    let mut gw = Gateway::new(cfg());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "half a thought"));
+    gw.handle_datagram(at(10_000), addr(9000), b"x");
+    assert_eq!(
+        timed_summary(&drain(&mut gw)),
+        want,
+        "stepped by a datagram"
+    );
+    // The same moment reached by the timer call.
+    let mut gw = Gateway::new(cfg());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "half a thought"));
+    gw.handle_timeout(at(10_000));
+    assert_eq!(timed_summary(&drain(&mut gw)), want, "by handle_timeout");
+}
+
+/// A sender restart (a jump beyond 3000) is kept until the next packet confirms it, "so a
+/// restart loses no text". A stream that has said nothing yet but holds such a run with text
+/// is evicted at the stream limit as if it never carried text (a stream holding text behind a
+/// gap is spared), and the run's text is lost: the confirming packet opens a new stream with
+/// a head-loss mark instead.
+#[test]
+fn eviction_at_the_stream_limit_keeps_a_pending_restarts_text() {
+    for junk in [false, true] {
+        let mut gw = Gateway::new(Config {
+            max_streams: 2,
+            ..Config::default()
+        });
+        gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "Talker. "));
+        // Stream 2 opens on an empty marked packet (a keep-alive), then its sender restarts.
+        gw.handle_datagram(at(0), addr(4002), &t140m(1, 2, true, ""));
+        gw.handle_datagram(at(100), addr(4002), &t140m(20_000, 2, true, "Hello "));
+        if junk {
+            // A new stream arrives at the limit (one empty packet, as a scan sends).
+            gw.handle_datagram(at(150), addr(9999), &t140m(5, 99, true, ""));
+        }
+        gw.handle_datagram(at(400), addr(4002), &t140m(20_001, 2, false, "world. "));
+        gw.shutdown(at(5000));
+        let out = drain(&mut gw);
+        let adds: Vec<String> = out
+            .iter()
+            .filter(|e| e.kind == "context.add")
+            .map(|e| format!("{} {}", e.sender, e.payload["content"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            adds,
+            vec![
+                "t140:00000001@127.0.0.1:4000 Talker.".to_owned(),
+                "t140:00000002@127.0.0.1:4002 Hello world.".to_owned(),
+            ],
+            "junk stream at the limit: {junk}; evicted {}",
+            gw.stats().evicted
+        );
+    }
+}
+
+/// README, Text decoding: "UTF-8 with characters split across packets reassembled". A
+/// stream whose first packet ends inside a character holds that character's start in its
+/// decoder, which eviction does not count as text: a scan at the stream limit evicts it, and
+/// the character comes out as U+FFFD (with a head-loss wait) instead of "€".
+#[test]
+fn eviction_at_the_stream_limit_keeps_a_character_split_across_packets() {
+    for junk in [false, true] {
+        let mut gw = Gateway::new(Config {
+            max_streams: 2,
+            ..Config::default()
+        });
+        gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "Talker. "));
+        let mut d = Vec::new();
+        rtp::write_packet(&mut d, true, 98, 1, 0, 2, b"\xE2\x82");
+        gw.handle_datagram(at(0), addr(4002), &d);
+        if junk {
+            gw.handle_datagram(at(150), addr(9999), &t140m(5, 99, true, ""));
+        }
+        let mut d = Vec::new();
+        rtp::write_packet(&mut d, false, 98, 2, 300, 2, b"\xAC ok. ");
+        gw.handle_datagram(at(400), addr(4002), &d);
+        gw.shutdown(at(5000));
+        let adds: Vec<String> = drain(&mut gw)
+            .iter()
+            .filter(|e| e.kind == "context.add")
+            .map(|e| e.payload["content"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(
+            adds,
+            vec!["Talker.", "\u{20ac} ok."],
+            "junk stream at the limit: {junk}"
+        );
+    }
+}
