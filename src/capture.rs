@@ -218,6 +218,13 @@ impl ReplayClock {
         self.last
     }
 
+    /// The replay time of a frame captured at `captured` that is not replayed (another port,
+    /// another protocol), as the clock stands: it neither steps the clock nor moves it (another
+    /// interface's clock may be a minute off; [`ReplayClock::at`] would take that for a step).
+    pub(crate) fn peek(&self, captured: Time) -> Time {
+        Time(captured.0.saturating_add(self.offset))
+    }
+
     /// As [`ReplayClock::at`], and whether the capture's clock was set back at this packet.
     fn tick(&mut self, captured: Time) -> (Time, bool) {
         let t = captured.0.saturating_add(self.offset);

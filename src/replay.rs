@@ -27,9 +27,12 @@ fn rtcp_port(port: u16) -> Option<u16> {
 /// Replays the UDP datagrams of `path` through a gateway and writes every envelope as one JSON
 /// line (pvp-spec 19.4) to `out`. With `port`, only datagrams to that port and to the RTCP port
 /// after it (none after 0 or 65535): what a live gateway on that port reads by default, so
-/// both give the same envelopes. Every frame with a timestamp moves the clock, fed to the core
-/// or not (other ports, other protocols), and the replay shuts down at the last one's time:
-/// the idle flushes and stream timeouts due in the time the capture covers all happen.
+/// both give the same envelopes. The datagrams fed to the core move the clock; the frames after
+/// the last of them (other ports, other protocols) still count for the time the capture
+/// covers: the replay shuts down at the newest of their times, so the idle flushes and stream
+/// timeouts due by then all happen. (Frames between fed datagrams move nothing: a timer fires
+/// at its own time whenever the next datagram comes, and a frame of another interface, whose
+/// clock may be off, must not step the clock the datagrams keep.)
 pub fn run(
     path: &Path,
     cfg: Config,
@@ -40,22 +43,23 @@ pub fn run(
     let mut clock = ReplayClock::default();
     let mut write_err: Option<io::Error> = None;
     let mut presence = Presence::default();
+    // The newest time of the frames not fed since the last fed datagram.
+    let mut tail = Time(0);
     let capture = capture::read_frames(path, |frame| {
         if write_err.is_some() {
             return;
         }
-        // Every frame's time moves the clock, as the wire's time passed whatever it carried:
-        // the timers due by then fire before its datagram, if any, is handled.
-        let at = clock.at(frame.time());
         match frame {
             Frame::Udp(d) if port.is_none_or(|p| d.destination.port() == p) => {
-                gw.handle_datagram(at, d.source, &d.payload);
+                tail = Time(0);
+                gw.handle_datagram(clock.at(d.time), d.source, &d.payload);
             }
             // As a live gateway on that port reads its RTCP port: RTCP only.
             Frame::Udp(d) if port.and_then(rtcp_port) == Some(d.destination.port()) => {
-                gw.handle_rtcp_port(at, d.source, &d.payload, true);
+                tail = Time(0);
+                gw.handle_rtcp_port(clock.at(d.time), d.source, &d.payload, true);
             }
-            _ => fire_due(&mut gw, at),
+            other => tail = tail.max(clock.peek(other.time())),
         }
         if let Err(e) = drain(&mut gw, &mut presence, out) {
             write_err = Some(e);
@@ -64,7 +68,9 @@ pub fn run(
     if let Some(e) = write_err {
         return Err(CaptureError::Io(e));
     }
-    gw.shutdown(clock.now());
+    let end = clock.now().max(tail);
+    fire_due(&mut gw, end);
+    gw.shutdown(end);
     drain(&mut gw, &mut presence, out).map_err(CaptureError::Io)?;
     out.flush().map_err(CaptureError::Io)?;
     Ok(ReplaySummary {

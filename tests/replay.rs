@@ -512,3 +512,120 @@ fn replay_ignores_the_live_io_keys_of_the_configuration_file() {
     );
     assert_eq!(add(&flag).0, "s2");
 }
+
+/// A loopback (LINKTYPE_NULL) IPv4 packet from 127.0.0.1 to 127.0.0.1: UDP 40000 -> `port`
+/// with `payload`, or (`port` None) an ICMP echo request.
+fn loopback(port: Option<u16>, payload: &[u8]) -> Vec<u8> {
+    let (proto, l4): (u8, Vec<u8>) = match port {
+        Some(port) => {
+            let mut u = 40000u16.to_be_bytes().to_vec();
+            u.extend_from_slice(&port.to_be_bytes());
+            u.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+            u.extend_from_slice(&[0, 0]);
+            u.extend_from_slice(payload);
+            (17, u)
+        }
+        None => (1, vec![8, 0, 0xf7, 0xff, 0, 0, 0, 0]),
+    };
+    let total = 20 + l4.len();
+    let mut f = 2u32.to_le_bytes().to_vec();
+    f.extend_from_slice(&[
+        0x45,
+        0,
+        (total >> 8) as u8,
+        total as u8,
+        0,
+        1,
+        0x40,
+        0,
+        64,
+        proto,
+        0,
+        0,
+    ]);
+    f.extend_from_slice(&[127, 0, 0, 1, 127, 0, 0, 1]);
+    f.extend(l4);
+    f
+}
+
+/// A little-endian pcapng: one section, `interfaces` LINKTYPE_NULL interfaces (microseconds),
+/// and (interface, time in µs, frame) as Enhanced Packet Blocks.
+fn pcapng(interfaces: u32, frames: &[(u32, u64, Vec<u8>)]) -> Vec<u8> {
+    let block = |out: &mut Vec<u8>, kind: u32, body: &[u8]| {
+        let mut body = body.to_vec();
+        while !body.len().is_multiple_of(4) {
+            body.push(0);
+        }
+        let len = (12 + body.len()) as u32;
+        out.extend_from_slice(&kind.to_le_bytes());
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&body);
+        out.extend_from_slice(&len.to_le_bytes());
+    };
+    let mut f = Vec::new();
+    let mut shb = 0x1a2b_3c4du32.to_le_bytes().to_vec();
+    shb.extend_from_slice(&1u16.to_le_bytes());
+    shb.extend_from_slice(&0u16.to_le_bytes());
+    shb.extend_from_slice(&(-1i64).to_le_bytes());
+    block(&mut f, 0x0a0d_0d0a, &shb);
+    for _ in 0..interfaces {
+        let mut idb = 0u16.to_le_bytes().to_vec(); // LINKTYPE_NULL
+        idb.extend_from_slice(&0u16.to_le_bytes());
+        idb.extend_from_slice(&262_144u32.to_le_bytes());
+        block(&mut f, 1, &idb);
+    }
+    for (iface, us, data) in frames {
+        let mut epb = iface.to_le_bytes().to_vec();
+        epb.extend_from_slice(&((us >> 32) as u32).to_le_bytes());
+        epb.extend_from_slice(&(*us as u32).to_le_bytes());
+        epb.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        epb.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        epb.extend_from_slice(data);
+        block(&mut f, 6, &epb);
+    }
+    f
+}
+
+/// README (Replaying captures): "after a step back in the capture's clock of a second or more
+/// (an NTP step, `mergecap -a`), later packets keep their spacing". A pcapng on two
+/// interfaces whose clocks disagree by a minute (an unsynchronised NIC stamping in hardware):
+/// the RTP is all on interface 0, half a second apart; interface 1 carries only other traffic
+/// (ICMP). Those frames must not be the replay's clock: one stamped a minute behind was taken
+/// for a step back and added a minute to every later frame (the 0.5 s between "Hello" and
+/// " there." became over 60 s, the stream timed out in between, and its participant left and
+/// joined again, the sentence cut in two); one a minute ahead would time the stream out.
+#[test]
+fn frames_of_an_interface_stamping_a_minute_off_do_not_stretch_the_rtp_between_them() {
+    for other in [T0 - 61_000_000 + 200_000, T0 + 61_000_000 + 200_000] {
+        let ssrc = 0x5eed_00d1;
+        let frames = vec![
+            (
+                0,
+                T0,
+                loopback(Some(5004), &rtp(98, true, 1, 0, ssrc, b"Hello")),
+            ),
+            (1, other, loopback(None, b"")),
+            (
+                0,
+                T0 + 500_000,
+                loopback(Some(5004), &rtp(98, false, 2, 500, ssrc, b" there. ")),
+            ),
+        ];
+        let envelopes = replay_capture("skew", &pcapng(2, &frames), &[]);
+        let kinds: Vec<&str> = envelopes
+            .iter()
+            .map(|e| e["type"].as_str().unwrap())
+            .collect();
+        let said: Vec<&str> = envelopes
+            .iter()
+            .filter(|e| e["type"] == "context.add")
+            .map(|e| e["payload"]["content"].as_str().unwrap())
+            .collect();
+        assert_eq!(said, ["Hello there."], "{kinds:?}");
+        assert_eq!(
+            kinds.iter().filter(|k| **k == "session.join").count(),
+            1,
+            "{kinds:?}"
+        );
+    }
+}
