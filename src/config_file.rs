@@ -264,7 +264,7 @@ pub fn parse(path: &Path, text: &str) -> Result<(FileConfig, Mapping, Vec<IpNet>
                 return Err(at(
                     path,
                     text,
-                    rule.span(),
+                    key_span(text, Some(i), key).unwrap_or(rule.span()),
                     &field(key),
                     &format!(
                         "must not be empty (pvp-spec 4.1: it names the {key} of every envelope)"

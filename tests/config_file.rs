@@ -510,3 +510,25 @@ fn a_config_value_error_names_its_line_after_a_bom_or_with_a_quoted_key() {
         assert!(err.contains(&want), "{name}: want {want:?}, got {err}");
     }
 }
+
+/// README (Configuration file): "an error names the file, line and field". An empty
+/// `participant` or `session` in a `[[stream]]` table named the table's header line.
+#[test]
+fn an_empty_participant_in_a_stream_table_names_the_keys_line() {
+    for (key, text) in [
+        (
+            "participant",
+            "[[stream]]\nssrc = 1\nname = \"A\"\nparticipant = \" \"\n",
+        ),
+        (
+            "session",
+            "[[stream]]\nssrc = 1\nname = \"A\"\nsession = \"\"\n",
+        ),
+    ] {
+        let e = pvp_t140::config_file::parse(std::path::Path::new("gw.toml"), text).unwrap_err();
+        assert!(
+            e.starts_with(&format!("gw.toml:4: stream[0].{key}:")),
+            "the key is on line 4: {e}"
+        );
+    }
+}
