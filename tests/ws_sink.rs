@@ -1046,6 +1046,62 @@ async fn a_chunk_the_server_refused_as_rate_limited_is_sent_again_after_the_paus
     assert!(again.is_empty(), "undelivered in the journal: {again:?}");
 }
 
+/// A server that rate-limits a burst answers after the sink wrote it (a connection writes its
+/// queue before it reads again), so the refusal of an early chunk can come after many newer
+/// writes. One no longer held to go again is counted as dropped (README): it was left in the
+/// sink's `sent` once more than 16 envelopes were written after it, and nothing said the
+/// transcript lost it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_refused_as_rate_limited_after_many_newer_writes_is_counted_dropped() {
+    static FIRST: std::sync::Mutex<Option<Value>> = std::sync::Mutex::new(None);
+    let (url, log) = server(|_, v| {
+        let content = v["payload"]["content"].as_str().unwrap_or("");
+        if v["type"] == "context.add" && content == "n0" {
+            *FIRST.lock().unwrap() = Some(v["id"].clone());
+        }
+        if v["type"] != "context.add" || content != "n20" {
+            return Answer::Nothing;
+        }
+        // The server's bucket refused "n0"; it says so once the burst is read, then pings.
+        let first = FIRST.lock().unwrap().clone().unwrap();
+        let mut error = from_server(
+            "error",
+            "01JQAAAAAAAAAAAAAAAAAAAAD1",
+            json!({"code": "RATE_LIMITED", "message": "slow down", "recoverable": true,
+                "related_to": first}),
+        );
+        error["ref"] = first;
+        Answer::SendAll(vec![
+            error,
+            from_server("heartbeat.ping", "01JQAAAAAAAAAAAAAAAAAAAAD2", json!({})),
+        ])
+    })
+    .await;
+    let cfg = config(url, 64, None);
+    let metrics = cfg.metrics.clone();
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000d00d@127.0.0.1:40090";
+    ws.send(talk.join(p));
+    for i in 0..=20 {
+        ws.send(talk.add(p, &format!("n{i}")));
+    }
+    // The pong answers the ping sent after the error: the connection has read the error.
+    wait_for(&log, "the pong", |l| {
+        l.lock()
+            .unwrap()
+            .iter()
+            .any(|(_, v)| v["type"] == "heartbeat.pong")
+    })
+    .await;
+    let adds = said(&log, p).len() - 1;
+    let stats = ws.close(Duration::from_secs(2)).await;
+    assert_eq!(adds, 21, "n0 is not sent again");
+    assert_eq!(metrics.rate_limited_resent.get(), 0);
+    // The join and n1..n20 were taken; n0 was refused and is gone: one dropped.
+    assert_eq!((stats.sent, stats.dropped), (21, 1), "{stats:?}");
+}
+
 /// `--gate-transcripts`: a chunk's gate that times out while the connection is down (the
 /// server gone for longer than `--gate-timeout-s` plus its grace) is settled as timed out. The
 /// reconnect asked again for every gate without a decision, the expired ones too, so

@@ -681,14 +681,14 @@ fn socket_config() -> tokio_tungstenite::tungstenite::protocol::WebSocketConfig 
 }
 
 /// Envelopes a connection remembers, to name the one a server's `error` relates to. A server
-/// answers within moments, while a participant sends a few envelopes a second at most; each
-/// entry is 32 bytes a participant.
-const RECENT: usize = 16;
+/// answers within moments, but a connection writes what its queue holds before it reads again,
+/// so after a burst an answer may name an envelope dozens of writes back; each entry is 24
+/// bytes a participant.
+const RECENT: usize = 64;
 
 /// Text envelopes (`context.*`) a connection holds after writing them, to send again one the
-/// server refuses as RATE_LIMITED: the newest half of [`RECENT`], each a few hundred bytes a
-/// participant.
-const HELD: usize = RECENT / 2;
+/// server refuses as RATE_LIMITED, each a few hundred bytes a participant.
+const HELD: usize = 8;
 
 /// The last [`HELD`] text envelopes a connection wrote, with when each was queued; and how
 /// many refused ones wait at the front of the outbox to go again, so that several go in the
@@ -766,6 +766,8 @@ fn rate_limited(
         counts.sent.fetch_sub(1, Ordering::Relaxed);
         counts.given_up.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(%participant, %id, %kind, "refused as RATE_LIMITED, and no longer held to be sent again ({HELD} newer text envelopes were written since); dropped");
+    } else if !at.recent.iter().any(|(r, _)| *r == id) {
+        tracing::warn!(%participant, %id, "refused as RATE_LIMITED an envelope not among the last {RECENT} written: if it was text, it is lost (not counted)");
     }
 }
 
