@@ -188,6 +188,8 @@ pub struct Stats {
     /// gives one participant id each join here; the sinks let one join a participant out
     /// ([`crate::presence::Presence`], counted in [`crate::metrics::SinkMetrics`]).
     pub speakers_joined: u64,
+    /// Speakers that left to make room for a new voice on a stream at its speaker bound.
+    pub speakers_recycled: u64,
     /// Streams that never carried text, removed to make room at the stream limit.
     pub evicted: u64,
     /// Chunks of speakers the stream mapping refused (not sent).
@@ -252,6 +254,7 @@ impl Stats {
         self.streams_total += o.streams_total;
         self.streams_live += o.streams_live;
         self.speakers_joined += o.speakers_joined;
+        self.speakers_recycled += o.speakers_recycled;
         self.evicted += o.evicted;
         self.refused_chunks += o.refused_chunks;
         for (a, b) in self.chunks.iter_mut().zip(o.chunks) {
@@ -628,7 +631,18 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
         _ => None,
     };
     let idx = match voice {
-        Some(id) => v.speaker(VoiceRef::Named(id), now),
+        Some(id) => {
+            if v.speakers.len() >= crate::stream::MAX_SPEAKERS {
+                // A name is resolved at delivery: no held packet stands for a named speaker.
+                let at = Place {
+                    key: v.key,
+                    created: v.created,
+                };
+                let voice = VoiceRef::Named(id);
+                make_room(emit, v.speakers, *v.own, at, now, voice, &|_| false);
+            }
+            v.speaker(VoiceRef::Named(id), now)
+        }
         None if usize::from(tag) < v.speakers.len() => usize::from(tag),
         // Undecided at arrival (t140llm) and not named: the stream's own voice, but a loss
         // only if that is certain, and an empty block (the idle period's, a t140llm `MD:`
@@ -899,6 +913,59 @@ fn name_new_speaker(
     let (_, _, name, rank) = early.remove(i);
     sp.profile.name = name;
     sp.profile.name_rank = rank;
+}
+
+/// Where a stream's speakers speak: what a speaker's first chunk or its end reads.
+#[derive(Clone, Copy)]
+struct Place<'a> {
+    key: &'a StreamKey,
+    created: &'a Time,
+}
+
+/// A voice not heard yet on a stream whose speakers are at [`crate::stream::MAX_SPEAKERS`]:
+/// the longest silent of them that holds nothing (not the stream's own voice; no text buffered,
+/// nor part of a character, nor a correction; no BYE it waits on; no packet the register holds
+/// for it, `held`) ends, its leave sent, and its place is the new voice's, which joins at its
+/// first text. Without one, the stream's own voice speaks for the new one
+/// ([`crate::stream::speaker_index`]). t140llm's multiplexer names every reply's stream anew
+/// (a new CSRC in its CSRC mode), so a long-lived one passes the bound. Returns the place made.
+#[cold]
+#[inline(never)]
+fn make_room(
+    emit: &mut Emitter,
+    speakers: &mut crate::stream::Speakers,
+    own: u8,
+    at: Place<'_>,
+    now: Time,
+    voice: VoiceRef<'_>,
+    held: &dyn Fn(usize) -> bool,
+) -> Option<usize> {
+    if speakers.iter().any(|s| s.voice.as_ref() == voice) {
+        return None;
+    }
+    let quiet = |(i, sp): &(usize, &Speaker)| {
+        *i != usize::from(own)
+            && sp.chunker.is_blank()
+            && !sp.chunker.erase_pending()
+            && !sp.decoder.holds_partial()
+            && sp.profile.bye_at().is_none()
+            && !held(*i)
+    };
+    let (i, _) = (speakers.iter().enumerate())
+        .filter(quiet)
+        .min_by_key(|(_, sp)| sp.last_text)?;
+    let sp = &mut speakers.as_mut_slice()[i];
+    tracing::debug!(participant = %sp.profile.participant, "leaves to make room for a new voice");
+    emit.speaker_ends(
+        now,
+        at.key,
+        at.created,
+        sp,
+        "speaker limit of its RTP stream",
+    );
+    *sp = Speaker::new(voice.to_voice(), at.key, now);
+    emit.stats.speakers_recycled += 1;
+    Some(i)
 }
 
 /// Whether a stream carried text: a speaker joined, or holds text not yet sent (part of a
@@ -1349,8 +1416,23 @@ impl Gateway {
                     return self.new_session_after_bye(now, slot, source, data);
                 }
                 let before = speakers.len();
+                let room = (before >= crate::stream::MAX_SPEAKERS)
+                    .then(|| {
+                        let held = |i: usize| register.holds_tag(i as u16);
+                        let at = Place { key, created };
+                        make_room(
+                            &mut self.emit,
+                            speakers,
+                            *own,
+                            at,
+                            now,
+                            VoiceRef::Csrc(c),
+                            &held,
+                        )
+                    })
+                    .flatten();
                 let i = speaker_index(speakers, own, key, VoiceRef::Csrc(c), now);
-                if speakers.len() > before {
+                if speakers.len() > before || room == Some(i) {
                     // A mixer's source's SDES (the mixer reports for its sources, RFC 3550
                     // 6.5) may have come before the source's first packet.
                     name_new_speaker(&mut self.early_names, key, c, &mut speakers[i]);

@@ -161,6 +161,12 @@ impl Collector for CoreCollector {
             "RTP streams started.",
             s.streams_total,
         )?;
+        counter(
+            &mut enc,
+            "pvp_t140_speakers_recycled",
+            "Speakers that left to make room for a new voice on a stream at its bound of 32.",
+            s.speakers_recycled,
+        )?;
         {
             let g = ConstGauge::new(s.streams_live as i64);
             g.encode(enc.encode_descriptor(

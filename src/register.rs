@@ -294,6 +294,12 @@ impl Register {
         })
     }
 
+    /// Whether a packet held (or kept in a restart's run) is for the speaker `tag`.
+    pub fn holds_tag(&self, tag: u16) -> bool {
+        let run = self.cold.rare.as_ref().map_or(&[][..], |r| &r.run[..]);
+        self.cold.held.iter().chain(run).any(|h| h.tag == tag)
+    }
+
     pub fn held(&self) -> usize {
         debug_assert_eq!(usize::from(self.holding), self.cold.held.len());
         usize::from(self.holding)

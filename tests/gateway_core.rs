@@ -2345,3 +2345,80 @@ fn eviction_at_the_stream_limit_keeps_a_character_split_across_packets() {
         );
     }
 }
+
+/// t140llm's multiplexer names every AI stream it is given anew (a prefix id, or in its CSRC
+/// mode a CSRC counting up from 1), all on one SSRC, so a long-lived one passes the 32
+/// speakers a stream keeps. README (t140llm): "one participant each". From the 33rd id on,
+/// every stream's words went to the SSRC's own participant, several streams merged in one.
+/// Now the longest silent speaker that holds nothing leaves and its place is the new one's.
+#[test]
+fn t140llm_every_multiplexed_stream_is_its_own_participant_past_32() {
+    for csrc_mode in [false, true] {
+        let mut gw = Gateway::new(t140llm_cfg());
+        let n = 40u16;
+        for i in 0..n {
+            let text = format!("Hi from {i}. ");
+            let d = match csrc_mode {
+                false => t140llm_plain(i, &[], format!("s{i}\x1e{text}").as_bytes()),
+                true => t140llm_plain(i, &[u32::from(i) + 1], text.as_bytes()),
+            };
+            gw.handle_datagram(at(u64::from(i) * 100), addr(6000), &d);
+        }
+        gw.shutdown(at(10_000));
+        let out = drain(&mut gw);
+        let who = |i: u16| match csrc_mode {
+            false => format!("t140:11223344@127.0.0.1:6000/s{i}"),
+            true => format!("t140:11223344@127.0.0.1:6000/csrc:{:08x}", i + 1),
+        };
+        let said: Vec<(String, String)> = adds(&out);
+        let want: Vec<(String, String)> =
+            (0..n).map(|i| (who(i), format!("Hi from {i}."))).collect();
+        assert_eq!(said, want, "CSRC mode {csrc_mode}");
+        // Each joined once and left once; the first 8 left to make room, in the order they
+        // spoke (the longest silent first).
+        let events = |kind: &str| -> Vec<String> {
+            out.iter()
+                .filter(|e| e.kind == kind)
+                .map(|e| e.sender.clone())
+                .collect()
+        };
+        assert_eq!(events("session.join"), (0..n).map(who).collect::<Vec<_>>());
+        let leaves = events("session.leave");
+        assert_eq!(leaves.len(), usize::from(n));
+        assert_eq!(leaves[..8], (0..8).map(who).collect::<Vec<_>>()[..]);
+        assert_eq!(gw.stats().speakers_recycled, 8);
+    }
+}
+
+/// A mixer's stream at its 32 speakers: a speaker whose packet waits behind a gap (its
+/// place held in the register) or whose text is not flushed is not the one that leaves to
+/// make room; the longest silent that holds nothing is.
+#[test]
+fn a_speaker_holding_text_keeps_its_place_at_the_bound() {
+    let mut gw = Gateway::new(Config {
+        idle_flush: Duration::from_secs(10),
+        ..Config::default()
+    });
+    let mixer = |seq: u16, csrc: u32, text: &str| {
+        with_csrc(seq, u32::from(seq) * 100, 9, csrc, 98, text.as_bytes())
+    };
+    // Source 1 has text not flushed (no sentence end); 2..=32 said whole sentences.
+    gw.handle_datagram(at(0), addr(5000), &mixer(1, 1, "still typing"));
+    for c in 2..=32u32 {
+        gw.handle_datagram(at(u64::from(c)), addr(5000), &mixer(c as u16, c, "Done. "));
+    }
+    // Source 2's packet 34 waits behind 33, lost for now; source 33's first, 35, too.
+    gw.handle_datagram(at(40), addr(5000), &mixer(34, 2, "More. "));
+    gw.handle_datagram(at(500), addr(5000), &mixer(35, 33, "New. "));
+    gw.shutdown(at(5000));
+    let out = drain(&mut gw);
+    let said = adds(&out);
+    let of = |c: u32| format!("t140:00000009@127.0.0.1:5000/csrc:{c:08x}");
+    for (c, text) in [(1, "still typing"), (2, "\u{fffd}More."), (33, "New.")] {
+        assert!(said.contains(&(of(c), text.to_owned())), "{c}: {said:?}");
+    }
+    // Source 3, the longest silent holding nothing, left for 33: 1 holds text, 2 a packet.
+    let first_leave = out.iter().find(|e| e.kind == "session.leave").unwrap();
+    assert_eq!(first_leave.sender, of(3));
+    assert_eq!(gw.stats().speakers_recycled, 1);
+}
