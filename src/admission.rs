@@ -56,14 +56,10 @@ impl Admission {
         }
     }
 
-    /// Out of line: only with an allow list. An IPv4 sender to a dual-stack listener is checked
-    /// by its IPv4 address ([`crate::stream::canonical`]).
+    /// Whether `src` is in an allow-list network. Out of line: only with an allow list. An IPv4
+    /// sender to a dual-stack listener is checked by its IPv4 address
+    /// ([`crate::stream::canonical`]).
     #[inline(never)]
-    /// Whether `src` passes the allow list (no rate limit, nothing counted).
-    pub fn allows(&self, src: SocketAddr) -> bool {
-        self.allow.is_empty() || self.allowed(src)
-    }
-
     fn allowed(&self, src: SocketAddr) -> bool {
         let ip = crate::stream::canonical(src).ip();
         self.allow.iter().any(|n| n.contains(&ip))

@@ -130,10 +130,13 @@ pub enum DropReason {
     NotAllowed,
     /// Source above `--max-pps-per-source`.
     RateLimited,
+    /// A datagram of the RTCP port that a receive worker's feed lost: the worker fell more than
+    /// the feed's bound behind the port's reader.
+    RtcpFeedLagged,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 17] = [
+    pub const ALL: [DropReason; 18] = [
         DropReason::Rtp(RtpError::TooShort),
         DropReason::Rtp(RtpError::BadVersion),
         DropReason::Rtp(RtpError::CsrcOverrun),
@@ -151,6 +154,7 @@ impl DropReason {
         DropReason::T140llmFec,
         DropReason::NotAllowed,
         DropReason::RateLimited,
+        DropReason::RtcpFeedLagged,
     ];
 
     fn index(self) -> usize {
@@ -170,6 +174,7 @@ impl DropReason {
             DropReason::T140llmFec => "t140llm_fec",
             DropReason::NotAllowed => "not_allowed",
             DropReason::RateLimited => "rate_limited",
+            DropReason::RtcpFeedLagged => "rtcp_feed_lagged",
         }
     }
 }
@@ -1233,9 +1238,20 @@ impl Gateway {
             return self.not_rtcp_on_rtcp_port(now, source, data);
         }
         self.fire_due(now);
-        if self.admission.allows(source) && looks_like_rtcp(data) {
+        // The same datagrams reach every worker in the same order, so each one's rate limit
+        // refuses what the counting worker's does: a BYE counted as dropped is not acted on.
+        if self.admission.admit(now, source).is_ok() && looks_like_rtcp(data) {
             // Its malformed parts are counted by the worker that counts.
             let _ = self.receive_rtcp(now, source, data);
+        }
+    }
+
+    /// `n` datagrams of the RTCP port that a lagging worker's feed lost: received and dropped,
+    /// counted by the worker that counts the port's datagrams ([`Gateway::handle_rtcp_port`]).
+    pub fn rtcp_feed_lost(&mut self, n: u64, counts: bool) {
+        if counts {
+            self.emit.stats.datagrams += n;
+            self.emit.stats.drops[DropReason::RtcpFeedLagged.index()] += n;
         }
     }
 
@@ -1726,11 +1742,27 @@ impl Gateway {
         }
     }
 
+    /// The stream an RTCP packet from `source` about `ssrc` is for: the one from the same
+    /// address (rtcp-mux, RFC 5761), or from the port below (RFC 3550 11), or else the SSRC's
+    /// stream from the same host, whatever its port: RFC 3550 8.2 keeps RTP's and RTCP's
+    /// source addresses apart, and a sender with two sockets (or behind a NAT) sends RTCP from
+    /// a port unrelated to its RTP's.
     fn rtcp_stream(&self, source: SocketAddr, ssrc: u32) -> Option<u32> {
         let mut rtp = source;
         let by_mux = self.index.get(&StreamKey { source, ssrc });
         rtp.set_port(source.port().wrapping_sub(1));
-        by_mux.or_else(|| self.index.get(&StreamKey { source: rtp, ssrc }))
+        by_mux
+            .or_else(|| self.index.get(&StreamKey { source: rtp, ssrc }))
+            .or_else(|| {
+                let owner = *self.ssrc_owner.get(&ssrc)?;
+                let host = owner.ip() == source.ip();
+                host.then(|| {
+                    self.index.get(&StreamKey {
+                        source: owner,
+                        ssrc,
+                    })
+                })?
+            })
     }
 
     /// A speaker for source `csrc` of mixer stream `slot`, which a BYE names before any of its

@@ -96,15 +96,16 @@ pub async fn run_worker(
                 }
                 busy = drain_socket(&socket, &mut gw, &mut reader, &clock) == RECV_BUDGET;
             }
-            d = recv_rtcp(&mut rtcp) => {
-                if let Some(d) = d {
+            d = recv_rtcp(&mut rtcp) => match d {
+                Ok(d) => {
                     // The RTP already queued first: a sender's BYE on the RTCP port follows
                     // its last packets, and handled before them it would find no stream (a
                     // one-packet stream) or end one that has text still to read.
                     drain_socket_now(&socket, &mut gw, &mut reader, &clock);
                     gw.handle_rtcp_port(clock.now(), d.0, &d.1, counts_rtcp);
                 }
-            }
+                Err(lost) => gw.rtcp_feed_lost(lost, counts_rtcp),
+            },
             // The core's next timer or the linger, whichever is first (a timer not yet due
             // does nothing).
             () = sleep_until(wake) => gw.handle_timeout(clock.now()),
@@ -224,21 +225,24 @@ fn take_output(gw: &mut Gateway) -> Vec<crate::pvp::Envelope> {
     batch
 }
 
+/// The next of the RTCP feed: a datagram, or how many it lost (`Err`: this worker fell more than
+/// the feed's bound behind; counted as dropped, [`Gateway::rtcp_feed_lost`]).
 async fn recv_rtcp(
     feed: &mut Option<RtcpFeed>,
-) -> Option<std::sync::Arc<(std::net::SocketAddr, Vec<u8>)>> {
+) -> Result<std::sync::Arc<(std::net::SocketAddr, Vec<u8>)>, u64> {
     use tokio::sync::broadcast::error::RecvError;
     let Some(rx) = feed else {
         return std::future::pending().await;
     };
-    loop {
-        match rx.recv().await {
-            Ok(d) => return Some(d),
-            Err(RecvError::Lagged(n)) => tracing::warn!(skipped = n, "RTCP feed lagged"),
-            Err(RecvError::Closed) => {
-                *feed = None;
-                return std::future::pending().await;
-            }
+    match rx.recv().await {
+        Ok(d) => Ok(d),
+        Err(RecvError::Lagged(n)) => {
+            tracing::warn!(skipped = n, "RTCP feed lagged");
+            Err(n)
+        }
+        Err(RecvError::Closed) => {
+            *feed = None;
+            std::future::pending().await
         }
     }
 }
@@ -378,7 +382,10 @@ fn drain_rtcp_at_stop(feed: &mut Option<RtcpFeed>, gw: &mut Gateway, clock: &Clo
     loop {
         match rx.try_recv() {
             Ok(d) => gw.handle_rtcp_port(clock.now(), d.0, &d.1, counts),
-            Err(TryRecvError::Lagged(n)) => tracing::warn!(skipped = n, "RTCP feed lagged"),
+            Err(TryRecvError::Lagged(n)) => {
+                tracing::warn!(skipped = n, "RTCP feed lagged");
+                gw.rtcp_feed_lost(n, counts);
+            }
             Err(TryRecvError::Empty | TryRecvError::Closed) => break,
         }
     }
