@@ -135,6 +135,15 @@ pub enum DropReason {
     RtcpFeedLagged,
 }
 
+impl From<Refusal> for DropReason {
+    fn from(r: Refusal) -> Self {
+        match r {
+            Refusal::NotAllowed => DropReason::NotAllowed,
+            Refusal::RateLimited => DropReason::RateLimited,
+        }
+    }
+}
+
 impl DropReason {
     pub const ALL: [DropReason; 18] = [
         DropReason::Rtp(RtpError::TooShort),
@@ -195,6 +204,8 @@ pub struct Stats {
     pub speakers_joined: u64,
     /// Speakers that left to make room for a new voice on a stream at its speaker bound.
     pub speakers_recycled: u64,
+    /// RTCP-port datagrams this worker's feed lost ([`Gateway::rtcp_feed_lost`]).
+    pub rtcp_feed_missed: u64,
     /// Streams that never carried text, removed to make room at the stream limit.
     pub evicted: u64,
     /// Chunks of speakers the stream mapping refused (not sent).
@@ -260,6 +271,7 @@ impl Stats {
         self.streams_live += o.streams_live;
         self.speakers_joined += o.speakers_joined;
         self.speakers_recycled += o.speakers_recycled;
+        self.rtcp_feed_missed += o.rtcp_feed_missed;
         self.evicted += o.evicted;
         self.refused_chunks += o.refused_chunks;
         for (a, b) in self.chunks.iter_mut().zip(o.chunks) {
@@ -959,6 +971,14 @@ fn make_room(
     let (i, _) = (speakers.iter().enumerate())
         .filter(quiet)
         .min_by_key(|(_, sp)| sp.last_text)?;
+    // Its keys start at a millisecond of their own, later than the stream's start and every
+    // other such speaker's: the voice may have spoken here before it left.
+    let since = (speakers.iter().filter_map(|s| s.profile.key_since))
+        .map(|ms| ms.get())
+        .chain([at.created.as_millis()])
+        .max()
+        .map_or(0, |ms| ms + 1)
+        .max(now.as_millis());
     let sp = &mut speakers.as_mut_slice()[i];
     tracing::debug!(participant = %sp.profile.participant, "leaves to make room for a new voice");
     emit.speaker_ends(
@@ -969,6 +989,7 @@ fn make_room(
         "speaker limit of its RTP stream",
     );
     *sp = Speaker::new(voice.to_voice(), at.key, now);
+    sp.profile.key_since = std::num::NonZeroU64::new(since);
     emit.stats.speakers_recycled += 1;
     Some(i)
 }
@@ -1216,39 +1237,49 @@ impl Gateway {
             let slots = self.warm_slots(run.iter().copied());
             let at = self.index.changes();
             for (&(source, data), &slot) in run.iter().zip(&slots) {
-                self.handle_hinted(now, source, data, slot.map(|s| (s, at)));
+                self.handle_hinted(now, source, data, slot.map(|s| (s, at)), true);
             }
         }
     }
 
     /// One UDP datagram from `source`, received at `now`.
     pub fn handle_datagram(&mut self, now: Time, source: SocketAddr, data: &[u8]) {
-        self.handle_hinted(now, source, data, None);
+        self.handle_hinted(now, source, data, None, true);
     }
 
     /// A datagram from the RTCP port (RFC 3550 11: the RTP port + 1). It comes from the
     /// sender's RTCP port, not the one its RTP arrives from, so which receive worker holds its
     /// stream is unknown: every worker is handed it and acts on it for the streams it holds,
-    /// and only the one that `counts` counts it (and rate-limits it), so it shows once.
-    pub fn handle_rtcp_port(&mut self, now: Time, source: SocketAddr, data: &[u8], counts: bool) {
+    /// and only the one that `counts` counts it, so it shows once. The port's reader admits it
+    /// (`refused`: `--allow`, `--max-pps-per-source`), once for all workers, so that what one
+    /// counts as refused none acts on ([`crate::admission::Admission`], one for the port).
+    pub fn handle_rtcp_port(
+        &mut self,
+        now: Time,
+        source: SocketAddr,
+        data: &[u8],
+        refused: Option<Refusal>,
+        counts: bool,
+    ) {
         if counts {
-            if looks_like_rtcp(data) {
-                return self.handle_datagram(now, source, data);
-            }
-            return self.not_rtcp_on_rtcp_port(now, source, data);
+            return match refused {
+                None if looks_like_rtcp(data) => self.handle_hinted(now, source, data, None, false),
+                _ => self.not_rtcp_on_rtcp_port(now, source, data, refused),
+            };
         }
         self.fire_due(now);
-        // The same datagrams reach every worker in the same order, so each one's rate limit
-        // refuses what the counting worker's does: a BYE counted as dropped is not acted on.
-        if self.admission.admit(now, source).is_ok() && looks_like_rtcp(data) {
+        if refused.is_none() && looks_like_rtcp(data) {
             // Its malformed parts are counted by the worker that counts.
             let _ = self.receive_rtcp(now, source, data);
         }
     }
 
-    /// `n` datagrams of the RTCP port that a lagging worker's feed lost: received and dropped,
-    /// counted by the worker that counts the port's datagrams ([`Gateway::handle_rtcp_port`]).
+    /// `n` datagrams of the RTCP port that this worker's feed lost (it fell behind the port's
+    /// reader): its streams did not see them (`rtcp_feed_missed`, every worker's own); the
+    /// worker that counts the port's datagrams ([`Gateway::handle_rtcp_port`]) counts them as
+    /// received and dropped too, since it counted them nowhere else.
     pub fn rtcp_feed_lost(&mut self, n: u64, counts: bool) {
+        self.emit.stats.rtcp_feed_missed += n;
         if counts {
             self.emit.stats.datagrams += n;
             self.emit.stats.drops[DropReason::RtcpFeedLagged.index()] += n;
@@ -1258,6 +1289,7 @@ impl Gateway {
     /// `hint`: where the datagram's stream was found, and [`StreamIndex::changes`] then. The
     /// slot is used only if the index is still unchanged where the stream is needed, after
     /// the timers due have fired (they may end the stream); else the stream is looked up.
+    /// `admit`: false for a datagram admitted already (the RTCP port's, by its reader).
     #[inline(always)]
     fn handle_hinted(
         &mut self,
@@ -1265,16 +1297,17 @@ impl Gateway {
         source: SocketAddr,
         data: &[u8],
         hint: Option<(u32, u64)>,
+        admit: bool,
     ) {
         // Timers due before this packet fire first, each at its own deadline, so replay
         // matches what happened on the wire (text released and flushes cut when they were due).
         self.fire_due(now);
         self.emit.stats.datagrams += 1;
         self.emit.stats.bytes += data.len() as u64;
-        let admitted = self.admission.admit(now, source).map_err(|r| match r {
-            Refusal::NotAllowed => DropReason::NotAllowed,
-            Refusal::RateLimited => DropReason::RateLimited,
-        });
+        let admitted = match admit {
+            true => self.admission.admit(now, source).map_err(DropReason::from),
+            false => Ok(()),
+        };
         if let Err(reason) = admitted.and_then(|()| self.receive(now, &source, data, hint)) {
             self.drop_datagram(source, data, reason);
             if !self.unclamped.is_empty() {
@@ -1311,15 +1344,17 @@ impl Gateway {
     /// measured 4 instructions a packet more with it as a flag there).
     #[cold]
     #[inline(never)]
-    fn not_rtcp_on_rtcp_port(&mut self, now: Time, source: SocketAddr, data: &[u8]) {
+    fn not_rtcp_on_rtcp_port(
+        &mut self,
+        now: Time,
+        source: SocketAddr,
+        data: &[u8],
+        refused: Option<Refusal>,
+    ) {
         self.fire_due(now);
         self.emit.stats.datagrams += 1;
         self.emit.stats.bytes += data.len() as u64;
-        let reason = match self.admission.admit(now, source) {
-            Err(Refusal::NotAllowed) => DropReason::NotAllowed,
-            Err(Refusal::RateLimited) => DropReason::RateLimited,
-            Ok(()) => DropReason::RtcpMalformed,
-        };
+        let reason = refused.map_or(DropReason::RtcpMalformed, DropReason::from);
         self.drop_datagram(source, data, reason);
     }
 
@@ -1698,13 +1733,16 @@ impl Gateway {
         // CNAME every compound carries, RFC 3550 6.1). A mixer forwards its sources' SDES and
         // BYE with their CSRCs as the SSRC (RFC 3550 6.5, 6.6, 7.3): those name, or end, that
         // stream's speakers of those CSRCs.
-        let home = events.iter().find_map(|e| {
+        let ssrc_of = |e: &RtcpEvent<'_>| {
             let (RtcpEvent::Cname { ssrc, .. }
             | RtcpEvent::Name { ssrc, .. }
             | RtcpEvent::Bye { ssrc }
             | RtcpEvent::Report { ssrc }) = *e;
-            self.rtcp_stream(source, ssrc)
-        });
+            ssrc
+        };
+        let home = (events.iter())
+            .find_map(|e| self.rtcp_stream(source, ssrc_of(e)))
+            .or_else(|| (events.iter()).find_map(|e| self.rtcp_stream_of_host(source, ssrc_of(e))));
         // Names for a waiting mixer's sources are kept for its next session's speakers.
         let named_home = home.filter(|&h| self.takes_names(h));
         for (ssrc, name, rank) in best {
@@ -1722,7 +1760,13 @@ impl Gateway {
         let mut sources: smallvec::SmallVec<[u32; 8]> = smallvec::SmallVec::new();
         for e in events {
             let RtcpEvent::Bye { ssrc } = e else { continue };
-            match self.rtcp_stream(source, ssrc) {
+            // A stream of the host from another port, unless the compound's mixer has a
+            // source of that CSRC: it is the mixer's to end.
+            let own = self.rtcp_stream(source, ssrc).or_else(|| {
+                let mixers = home.is_some_and(|h| self.csrc_speaker(h, ssrc).is_some());
+                (!mixers).then(|| self.rtcp_stream_of_host(source, ssrc))?
+            });
+            match own {
                 Some(slot) => self.stream_bye(now, slot),
                 None => sources.push(ssrc),
             }
@@ -1743,26 +1787,27 @@ impl Gateway {
     }
 
     /// The stream an RTCP packet from `source` about `ssrc` is for: the one from the same
-    /// address (rtcp-mux, RFC 5761), or from the port below (RFC 3550 11), or else the SSRC's
-    /// stream from the same host, whatever its port: RFC 3550 8.2 keeps RTP's and RTCP's
-    /// source addresses apart, and a sender with two sockets (or behind a NAT) sends RTCP from
-    /// a port unrelated to its RTP's.
+    /// address (rtcp-mux, RFC 5761), or from the port below (RFC 3550 11).
     fn rtcp_stream(&self, source: SocketAddr, ssrc: u32) -> Option<u32> {
         let mut rtp = source;
         let by_mux = self.index.get(&StreamKey { source, ssrc });
         rtp.set_port(source.port().wrapping_sub(1));
-        by_mux
-            .or_else(|| self.index.get(&StreamKey { source: rtp, ssrc }))
-            .or_else(|| {
-                let owner = *self.ssrc_owner.get(&ssrc)?;
-                let host = owner.ip() == source.ip();
-                host.then(|| {
-                    self.index.get(&StreamKey {
-                        source: owner,
-                        ssrc,
-                    })
-                })?
+        by_mux.or_else(|| self.index.get(&StreamKey { source: rtp, ssrc }))
+    }
+
+    /// The SSRC's stream from `source`'s host, whatever its port, when [`Gateway::rtcp_stream`]
+    /// finds none: RFC 3550 8.2 keeps RTP's and RTCP's source addresses apart, and a sender
+    /// with two sockets (or behind a NAT) sends RTCP from a port unrelated to its RTP's. Asked
+    /// after a mixer's sources: a CSRC the compound's mixer has is its, not another stream's.
+    fn rtcp_stream_of_host(&self, source: SocketAddr, ssrc: u32) -> Option<u32> {
+        let owner = *self.ssrc_owner.get(&ssrc)?;
+        let host = owner.ip() == source.ip();
+        host.then(|| {
+            self.index.get(&StreamKey {
+                source: owner,
+                ssrc,
             })
+        })?
     }
 
     /// A speaker for source `csrc` of mixer stream `slot`, which a BYE names before any of its
@@ -1937,7 +1982,9 @@ impl Gateway {
     /// `rank` 2 for NAME, 1 for CNAME: a NAME is never replaced by a CNAME.
     fn name_stream(&mut self, now: Time, source: SocketAddr, ssrc: u32, name: &str, rank: u8) {
         let Some(name) = clean_name(name) else { return };
-        let Some(slot) = (self.rtcp_stream(source, ssrc)).filter(|&s| self.takes_names(s)) else {
+        let slot =
+            (self.rtcp_stream(source, ssrc)).or_else(|| self.rtcp_stream_of_host(source, ssrc));
+        let Some(slot) = slot.filter(|&s| self.takes_names(s)) else {
             let same = |e: &(IpAddr, u32, String, u8)| e.0 == source.ip() && e.1 == ssrc;
             if self.early_names.iter().any(|e| same(e) && e.3 > rank) {
                 return;

@@ -924,7 +924,13 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         }
         let (rtcp_stop, rtcp_stopped) = tokio::sync::watch::channel(false);
         let rtcp_reader =
-            rtcp.map(|sock| tokio::spawn(udp::run_rtcp_reader(sock, rtcp_tx, rtcp_stopped)));
+            rtcp.map(|sock| {
+                let admission = pvp_t140::admission::Admission::new(
+                    cfg.allow.clone(),
+                    cfg.max_pps_per_source,
+                );
+                tokio::spawn(udp::run_rtcp_reader(sock, rtcp_tx, rtcp_stopped, admission))
+            });
         signals.wait().await;
         // The RTCP port first: what it holds goes into the workers' feed, which they read at
         // their stop after their own sockets.

@@ -163,6 +163,12 @@ impl Collector for CoreCollector {
         )?;
         counter(
             &mut enc,
+            "pvp_t140_rtcp_feed_missed",
+            "RTCP-port datagrams a receive worker's feed lost (it fell behind): its streams missed them.",
+            s.rtcp_feed_missed,
+        )?;
+        counter(
+            &mut enc,
             "pvp_t140_speakers_recycled",
             "Speakers that left to make room for a new voice on a stream at its bound of 32.",
             s.speakers_recycled,

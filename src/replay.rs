@@ -4,6 +4,7 @@
 use std::io::{self, Write};
 use std::path::Path;
 
+use crate::admission::Admission;
 use crate::capture::{self, CaptureError, CaptureStats, Frame, ReplayClock};
 use crate::gateway::{Config, Gateway, Stats};
 use crate::presence::Presence;
@@ -39,6 +40,8 @@ pub fn run(
     port: Option<u16>,
     out: &mut dyn Write,
 ) -> Result<ReplaySummary, CaptureError> {
+    // The RTCP port's own admission, as the live gateway's reader of it has.
+    let mut rtcp_admission = Admission::new(cfg.allow.clone(), cfg.max_pps_per_source);
     let mut gw = Gateway::new(cfg);
     let mut clock = ReplayClock::default();
     let mut write_err: Option<io::Error> = None;
@@ -57,7 +60,9 @@ pub fn run(
             // As a live gateway on that port reads its RTCP port: RTCP only.
             Frame::Udp(d) if port.and_then(rtcp_port) == Some(d.destination.port()) => {
                 tail = Time(0);
-                gw.handle_rtcp_port(clock.at(d.time), d.source, &d.payload, true);
+                let at = clock.at(d.time);
+                let refused = rtcp_admission.admit(at, d.source).err();
+                gw.handle_rtcp_port(at, d.source, &d.payload, refused, true);
             }
             other => tail = tail.max(clock.peek(other.time())),
         }

@@ -220,6 +220,10 @@ pub struct Profile {
     /// The speaker's own id (`t140:SSRC@ADDR...`) when a mapping rule replaced it with one
     /// that several speakers may share: it keeps their context keys apart.
     pub key_scope: Option<Box<str>>,
+    /// For a speaker that took the place of another at its stream's speaker bound: the
+    /// millisecond it did, in its context keys in place of the stream's start, so that a voice
+    /// back after it left there numbers its items anew without repeating its keys.
+    pub key_since: Option<std::num::NonZeroU64>,
     /// What only a speaker of a mixer's stream keeps; None for every other speaker (one
     /// pointer a stream, not the 24 bytes it holds: `cargo bench --bench scale`).
     pub mixer: Option<Box<MixerVoice>>,
@@ -374,6 +378,7 @@ impl Speaker {
                 last_sent: 0,
                 last_sent_text: String::new(),
                 key_scope: None,
+                key_since: None,
                 mixer: None,
             }),
             voice,
@@ -389,9 +394,12 @@ impl Speaker {
     /// The context key of this speaker's `n`th chunk: participant, stream start, counter.
     pub fn key(&self, created: Time, n: u64) -> String {
         let p = &self.profile;
+        let since = p
+            .key_since
+            .map_or(created, |ms| Time::from_millis(ms.get()));
         format!(
             "{}{n}",
-            KeyPrefix(&p.participant, p.key_scope.as_deref(), created)
+            KeyPrefix(&p.participant, p.key_scope.as_deref(), since)
         )
     }
 
@@ -402,8 +410,11 @@ impl Speaker {
         let p = &mut self.profile;
         let id = &p.participant;
         if !id.has_template() {
+            let since = p
+                .key_since
+                .map_or(*created, |ms| Time::from_millis(ms.get()));
             p.participant = id.with_template(
-                KeyPrefix(id, p.key_scope.as_deref(), *created),
+                KeyPrefix(id, p.key_scope.as_deref(), since),
                 crate::stream::SourceUri(*key),
             );
         }

@@ -16,8 +16,29 @@ const RECV_BUDGET: usize = 1024;
 /// RTCP datagrams read on the separate RTCP port, shared with every worker: RTCP is rare, and
 /// the kernel's SO_REUSEPORT hash sends a source's RTCP (a different source port) to another
 /// socket than its RTP, so every worker sees it and the one that has the stream acts on it.
-pub type RtcpFeed =
-    tokio::sync::broadcast::Receiver<std::sync::Arc<(std::net::SocketAddr, Vec<u8>)>>;
+pub type RtcpFeed = tokio::sync::broadcast::Receiver<std::sync::Arc<RtcpDatagram>>;
+
+/// A datagram of the RTCP port as its reader ([`run_rtcp_reader`]) hands it to every worker,
+/// with the reader's admission of it (`--allow`, `--max-pps-per-source`): decided once, so
+/// that every worker acts on the same datagrams, and what the counting one counts as refused
+/// none acts on.
+#[derive(Debug)]
+pub struct RtcpDatagram {
+    pub from: std::net::SocketAddr,
+    pub data: Vec<u8>,
+    pub refused: Option<crate::admission::Refusal>,
+}
+
+impl RtcpDatagram {
+    /// One admitted.
+    pub fn admitted(from: std::net::SocketAddr, data: Vec<u8>) -> std::sync::Arc<Self> {
+        std::sync::Arc::new(RtcpDatagram {
+            from,
+            data,
+            refused: None,
+        })
+    }
+}
 
 /// What a worker hands back when it stops.
 #[derive(Debug)]
@@ -102,7 +123,7 @@ pub async fn run_worker(
                     // its last packets, and handled before them it would find no stream (a
                     // one-packet stream) or end one that has text still to read.
                     drain_socket_now(&socket, &mut gw, &mut reader, &clock);
-                    gw.handle_rtcp_port(clock.now(), d.0, &d.1, counts_rtcp);
+                    gw.handle_rtcp_port(clock.now(), d.from, &d.data, d.refused, counts_rtcp);
                 }
                 Err(lost) => gw.rtcp_feed_lost(lost, counts_rtcp),
             },
@@ -227,9 +248,7 @@ fn take_output(gw: &mut Gateway) -> Vec<crate::pvp::Envelope> {
 
 /// The next of the RTCP feed: a datagram, or how many it lost (`Err`: this worker fell more than
 /// the feed's bound behind; counted as dropped, [`Gateway::rtcp_feed_lost`]).
-async fn recv_rtcp(
-    feed: &mut Option<RtcpFeed>,
-) -> Result<std::sync::Arc<(std::net::SocketAddr, Vec<u8>)>, u64> {
+async fn recv_rtcp(feed: &mut Option<RtcpFeed>) -> Result<std::sync::Arc<RtcpDatagram>, u64> {
     use tokio::sync::broadcast::error::RecvError;
     let Some(rx) = feed else {
         return std::future::pending().await;
@@ -250,16 +269,25 @@ async fn recv_rtcp(
 /// Reads the RTCP port and shares every datagram with the workers until `stop` turns true;
 /// then hands over what the socket already holds (for at most 250 ms: a sender's BYE sent
 /// just before the signal is its last word) and returns. The caller stops the workers after
-/// that, and they read their feed at their stop.
+/// that, and they read their feed at their stop. `admission` is the port's own
+/// ([`RtcpDatagram`]): its rate is counted apart from the RTP port's.
 pub async fn run_rtcp_reader(
     socket: UdpSocket,
-    tx: tokio::sync::broadcast::Sender<std::sync::Arc<(std::net::SocketAddr, Vec<u8>)>>,
+    tx: tokio::sync::broadcast::Sender<std::sync::Arc<RtcpDatagram>>,
     mut stop: tokio::sync::watch::Receiver<bool>,
+    mut admission: crate::admission::Admission,
 ) {
     let mut buf = vec![0u8; 65_536];
-    let share = |r: io::Result<(usize, std::net::SocketAddr)>, buf: &[u8]| match r {
-        Ok((n, src)) => {
-            let _ = tx.send(std::sync::Arc::new((src, buf[..n].to_vec())));
+    let clock = Clock::new();
+    let mut share = |r: io::Result<(usize, std::net::SocketAddr)>, buf: &[u8]| match r {
+        Ok((n, from)) => {
+            let refused = admission.admit(clock.now(), from).err();
+            let data = buf[..n].to_vec();
+            let _ = tx.send(std::sync::Arc::new(RtcpDatagram {
+                from,
+                data,
+                refused,
+            }));
         }
         Err(e) => tracing::debug!("RTCP recv_from: {e}"),
     };
@@ -381,7 +409,7 @@ fn drain_rtcp_at_stop(feed: &mut Option<RtcpFeed>, gw: &mut Gateway, clock: &Clo
     let Some(rx) = feed else { return };
     loop {
         match rx.try_recv() {
-            Ok(d) => gw.handle_rtcp_port(clock.now(), d.0, &d.1, counts),
+            Ok(d) => gw.handle_rtcp_port(clock.now(), d.from, &d.data, d.refused, counts),
             Err(TryRecvError::Lagged(n)) => {
                 tracing::warn!(skipped = n, "RTCP feed lagged");
                 gw.rtcp_feed_lost(n, counts);
@@ -734,7 +762,9 @@ mod tests {
         let mut rtcp_from = peer.local_addr().unwrap();
         rtcp_from.set_port(rtcp_from.port() + 1);
         let (feed_tx, feed) = tokio::sync::broadcast::channel(16);
-        feed_tx.send(std::sync::Arc::new((rtcp_from, bye))).unwrap();
+        feed_tx
+            .send(RtcpDatagram::admitted(rtcp_from, bye))
+            .unwrap();
         let (report, envelopes) = run_stopped(socket, Some(feed));
         let field = |kind, name: &str| -> Vec<String> {
             (envelopes.iter().filter(|e| e.kind() == kind))

@@ -2422,3 +2422,75 @@ fn a_speaker_holding_text_keeps_its_place_at_the_bound() {
     assert_eq!(first_leave.sender, of(3));
     assert_eq!(gw.stats().speakers_recycled, 1);
 }
+
+/// Context keys are unique per item (pvp-spec 9.1). A mixer's source that left to make room at
+/// the 32-speaker bound and is heard again gets a new speaker, whose chunks are numbered from
+/// 1 again in the same stream: its keys repeated its first participation's, until its keys
+/// took the millisecond it came back (`key_since`) in place of the stream's start.
+#[test]
+fn a_recycled_source_heard_again_does_not_repeat_its_context_keys() {
+    let mut gw = Gateway::new(Config::default());
+    let mixer = |seq: u16, csrc: u32, text: &str| {
+        with_csrc(seq, u32::from(seq) * 100, 9, csrc, 98, text.as_bytes())
+    };
+    let mut seq = 0u16;
+    let mut send = |gw: &mut Gateway, t: u64, csrc: u32, text: &str| {
+        seq += 1;
+        gw.handle_datagram(at(t), addr(5000), &mixer(seq, csrc, text));
+    };
+    // Sources 1..=32 each say a sentence: the stream is at its bound.
+    for c in 1..=32u32 {
+        send(&mut gw, u64::from(c) * 10, c, "Hello. ");
+    }
+    // Source 33: source 1, the longest silent, leaves to make room.
+    send(&mut gw, 1_000, 33, "New here. ");
+    // Source 1 speaks again: source 2 makes room for it, and it joins again.
+    send(&mut gw, 2_000, 1, "Back again. ");
+    gw.shutdown(at(10_000));
+    let out = drain(&mut gw);
+    let of1 = "t140:00000009@127.0.0.1:5000/csrc:00000001";
+    let keys: Vec<String> = out
+        .iter()
+        .filter(|e| e.kind == "context.add" && e.sender == of1)
+        .map(|e| e.payload["key"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    assert_ne!(
+        keys[0], keys[1],
+        "source 1's second participation repeats its first's context key"
+    );
+}
+
+/// The same with t140llm's named streams (the case the recycling was made for): stream `s0`,
+/// recycled for `s32`, speaks again and repeats its first context key.
+#[test]
+fn a_recycled_t140llm_named_stream_heard_again_does_not_repeat_its_context_keys() {
+    let mut gw = Gateway::new(Config {
+        compat: pvp_t140::Compat::T140llm,
+        t140_pt: 96,
+        red_pt: 98,
+        ..Config::default()
+    });
+    let mut seq = 0u16;
+    let mut say = |gw: &mut Gateway, t: u64, id: &str, text: &str| {
+        let d = t140llm_plain(seq, &[], format!("{id}\x1e{text}").as_bytes());
+        seq += 1;
+        gw.handle_datagram(at(t), addr(6000), &d);
+    };
+    for i in 0..33u64 {
+        say(&mut gw, i * 100, &format!("s{i}"), "Hi. ");
+    }
+    say(&mut gw, 5_000, "s0", "Back. ");
+    gw.shutdown(at(10_000));
+    let out = drain(&mut gw);
+    let keys: Vec<String> = out
+        .iter()
+        .filter(|e| e.kind == "context.add" && e.sender.ends_with("/s0"))
+        .map(|e| e.payload["key"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    assert_ne!(
+        keys[0], keys[1],
+        "s0's second participation repeats its first's context key"
+    );
+}

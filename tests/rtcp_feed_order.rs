@@ -67,7 +67,9 @@ fn a_bye_woken_for_first_follows_its_rtp_and_leaves_no_stall() {
     let mut rtcp_from = peer.local_addr().unwrap();
     rtcp_from.set_port(rtcp_from.port() + 1);
     let (feed_tx, feed) = tokio::sync::broadcast::channel(16);
-    feed_tx.send(std::sync::Arc::new((rtcp_from, bye))).unwrap();
+    feed_tx
+        .send(udp::RtcpDatagram::admitted(rtcp_from, bye))
+        .unwrap();
     let (out, mut rx) = pvp_t140::handoff::queue(1024);
     let (stop, shutdown) = tokio::sync::watch::channel(false);
     let links = udp::WorkerLinks {

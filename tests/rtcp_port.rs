@@ -12,6 +12,15 @@ fn at(ms: u64) -> Time {
 
 // RTCP on the separate port with --workers: the counting worker's admission vs the others'.
 
+use pvp_t140::admission::{Admission, Refusal};
+
+#[path = "common/core.rs"]
+mod core_helpers;
+use core_helpers::{drain, t140};
+
+#[path = "common/mixer.rs"]
+mod mixer_helpers;
+use mixer_helpers::with_csrc;
 use pvp_t140::{Config, DropReason, Gateway};
 use std::net::SocketAddr;
 
@@ -49,47 +58,61 @@ fn kinds(gw: &mut Gateway) -> Vec<String> {
 /// counts the RTCP port's datagrams, the others act on them for their own streams) an RTCP
 /// datagram over its source's rate was counted by worker 0 as a `rate_limited` drop, yet the
 /// worker holding the stream acted on it (it asked only the allow list): a BYE counted as
-/// dropped ended the stream, and with one worker it did not. Each worker now applies the rate.
+/// dropped ended the stream, and with one worker it did not. Giving each worker the rate
+/// check (review) made them disagree whenever their buckets did (RTP from the same address
+/// fills only its own worker's). The port's reader decides once, with the port's own
+/// admission, and every worker follows it.
 #[test]
-fn an_rtcp_datagram_counted_rate_limited_is_not_acted_on_by_another_worker() {
+fn every_worker_follows_the_rtcp_port_readers_admission() {
     let cfg = Config {
         max_pps_per_source: 1,
         ..Config::default()
     };
     let rtp_src: SocketAddr = "192.0.2.7:40000".parse().unwrap();
-    let rtcp_src: SocketAddr = "192.0.2.7:40001".parse().unwrap();
     let ssrc = 0x1234;
     let report = rtcp(ssrc, false);
     let bye = rtcp(ssrc, true);
+    // RTCP from the RTP port's own address (one socket for both) or from the port after it.
+    for rtcp_src in ["192.0.2.7:40000", "192.0.2.7:40001"] {
+        let rtcp_src: SocketAddr = rtcp_src.parse().unwrap();
+        let mut reader = Admission::new(Vec::new(), 1);
+        let decided: Vec<_> = [(100, &report), (200, &bye)]
+            .into_iter()
+            .map(|(t, d)| (t, d, reader.admit(at(t), rtcp_src).err()))
+            .collect();
+        assert_eq!(decided[1].2, Some(Refusal::RateLimited), "over 1 a second");
 
-    // One worker: it gets the RTP and counts the RTCP port's datagrams.
-    let mut one = Gateway::new(cfg.clone());
-    one.handle_datagram(at(0), rtp_src, &rtp_text(1, ssrc, "Hello there. "));
-    one.handle_rtcp_port(at(100), rtcp_src, &report, true);
-    one.handle_rtcp_port(at(200), rtcp_src, &bye, true); // over 1 pps: dropped
-    one.handle_timeout(at(5_000));
-    let one_kinds = kinds(&mut one);
-    assert_eq!(one.stats().drops(DropReason::RateLimited), 1);
+        // One worker: it gets the RTP and counts the RTCP port's datagrams.
+        let mut one = Gateway::new(cfg.clone());
+        one.handle_datagram(at(0), rtp_src, &rtp_text(1, ssrc, "Hello there. "));
+        for &(t, d, refused) in &decided {
+            one.handle_rtcp_port(at(t), rtcp_src, d, refused, true);
+        }
+        one.handle_timeout(at(5_000));
+        let one_kinds = kinds(&mut one);
+        assert_eq!(one.stats().drops(DropReason::RateLimited), 1);
+        assert!(
+            !one_kinds.contains(&"session.leave".to_owned()),
+            "{one_kinds:?}"
+        );
 
-    // Two workers: the kernel hashed the RTP to worker 1; worker 0 counts the RTCP port.
-    let mut w0 = Gateway::new(cfg.clone());
-    let mut w1 = Gateway::new(cfg);
-    w1.handle_datagram(at(0), rtp_src, &rtp_text(1, ssrc, "Hello there. "));
-    for (t, d) in [(100, &report), (200, &bye)] {
-        w0.handle_rtcp_port(at(t), rtcp_src, d, true);
-        w1.handle_rtcp_port(at(t), rtcp_src, d, false);
+        // Two workers: the kernel hashed the RTP to worker 1; worker 0 counts the RTCP port.
+        let mut w0 = Gateway::new(cfg.clone());
+        let mut w1 = Gateway::new(cfg.clone());
+        w1.handle_datagram(at(0), rtp_src, &rtp_text(1, ssrc, "Hello there. "));
+        for &(t, d, refused) in &decided {
+            w0.handle_rtcp_port(at(t), rtcp_src, d, refused, true);
+            w1.handle_rtcp_port(at(t), rtcp_src, d, refused, false);
+        }
+        w0.handle_timeout(at(5_000));
+        w1.handle_timeout(at(5_000));
+        let mut two_kinds = kinds(&mut w0);
+        two_kinds.extend(kinds(&mut w1));
+        let dropped =
+            w0.stats().drops(DropReason::RateLimited) + w1.stats().drops(DropReason::RateLimited);
+        assert_eq!(dropped, 1, "the BYE is counted once as a rate_limited drop");
+        assert_eq!(two_kinds, one_kinds, "from {rtcp_src}");
     }
-    w0.handle_timeout(at(5_000));
-    w1.handle_timeout(at(5_000));
-    let mut two_kinds = kinds(&mut w0);
-    two_kinds.extend(kinds(&mut w1));
-    let dropped =
-        w0.stats().drops(DropReason::RateLimited) + w1.stats().drops(DropReason::RateLimited);
-    assert_eq!(dropped, 1, "the BYE is counted as a rate_limited drop");
-    assert_eq!(
-        two_kinds, one_kinds,
-        "with two workers the BYE counted as dropped still ended the stream"
-    );
 }
 
 /// RFC 3550 8.2 tracks the source transport addresses of a participant's RTP and RTCP apart:
@@ -104,7 +127,7 @@ fn rtcp_from_an_unrelated_source_port_of_the_same_host_names_and_ends_the_stream
     let rtcp_src: SocketAddr = "192.0.2.7:50000".parse().unwrap();
     let ssrc = 0x1234;
     gw.handle_datagram(at(0), rtp_src, &rtp_text(1, ssrc, "Hello there. "));
-    gw.handle_rtcp_port(at(500), rtcp_src, &rtcp(ssrc, true), true);
+    gw.handle_rtcp_port(at(500), rtcp_src, &rtcp(ssrc, true), None, true);
     gw.handle_timeout(at(5_000));
     let out: Vec<_> = std::iter::from_fn(|| gw.poll_output().map(|e| e.to_message())).collect();
     let kinds: Vec<&str> = out.iter().map(|m| m.kind.as_str()).collect();
@@ -122,49 +145,94 @@ fn rtcp_from_an_unrelated_source_port_of_the_same_host_names_and_ends_the_stream
 /// README: "Every dropped datagram is counted by reason". The RTCP port's reader hands its
 /// datagrams to the workers through a broadcast channel of 1,024 (`run_live`); a worker that
 /// falls behind it loses the oldest, which were only logged ("RTCP feed lagged"), in no
-/// counter. Here 1,100 wait in a feed of 1,024 when the counting worker stops: the 76 lost
-/// are counted as `rtcp_feed_lagged` drops.
+/// counter. Here 1,100 wait in a feed of 1,024 when a worker stops: every worker counts the
+/// 76 its streams missed (`rtcp_feed_missed`; review: a worker that does not count the port,
+/// the one busy with its streams' RTP, counted nothing), and the counting one counts them as
+/// received and dropped (`rtcp_feed_lagged`), as no one else does.
 #[test]
 fn rtcp_datagrams_lost_to_a_lagged_feed_are_counted() {
-    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    socket.set_nonblocking(true).unwrap();
-    let (feed_tx, feed) = tokio::sync::broadcast::channel(1024); // as run_live
-    let from: SocketAddr = "127.0.0.1:40001".parse().unwrap();
-    for i in 0..1100u32 {
-        feed_tx
-            .send(std::sync::Arc::new((from, rtcp(1000 + i, false))))
-            .unwrap();
+    for counts in [true, false] {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket.set_nonblocking(true).unwrap();
+        let (feed_tx, feed) = tokio::sync::broadcast::channel(1024); // as run_live
+        let from: SocketAddr = "127.0.0.1:40001".parse().unwrap();
+        for i in 0..1100u32 {
+            let d = pvp_t140::udp::RtcpDatagram::admitted(from, rtcp(1000 + i, false));
+            feed_tx.send(d).unwrap();
+        }
+        let (out, _rx) = pvp_t140::handoff::queue(1024);
+        let (stop, shutdown) = tokio::sync::watch::channel(false);
+        stop.send(true).unwrap();
+        let links = pvp_t140::udp::WorkerLinks {
+            rtcp: Some(feed),
+            counts_rtcp: counts,
+            out,
+            shutdown,
+            publish: None,
+            running: prometheus_client::metrics::gauge::Gauge::default(),
+        };
+        let gw = Gateway::new(Config::default());
+        let worker = pvp_t140::udp::spawn_worker(0, socket, gw, links).unwrap();
+        let s = worker.join().unwrap().unwrap().stats;
+        assert_eq!(s.rtcp_feed_missed, 76, "counts {counts}");
+        let (datagrams, lagged) = if counts { (1100, 76) } else { (0, 0) };
+        assert_eq!(s.datagrams, datagrams, "counts {counts}: {s:?}");
+        assert_eq!(
+            s.drops(DropReason::RtcpFeedLagged),
+            lagged,
+            "counts {counts}"
+        );
     }
-    let (out, _rx) = pvp_t140::handoff::queue(1024);
-    let (stop, shutdown) = tokio::sync::watch::channel(false);
-    stop.send(true).unwrap();
-    let links = pvp_t140::udp::WorkerLinks {
-        rtcp: Some(feed),
-        counts_rtcp: true,
-        out,
-        shutdown,
-        publish: None,
-        running: prometheus_client::metrics::gauge::Gauge::default(),
-    };
-    let worker = pvp_t140::udp::spawn_worker(
-        0,
-        socket,
-        Gateway::new(Config {
-            max_pps_per_source: 0,
-            ..Config::default()
-        }),
-        links,
-    )
-    .unwrap();
-    let report = worker.join().unwrap().unwrap();
-    let s = report.stats;
-    assert_eq!(
-        s.datagrams,
-        1100,
-        "datagrams counted {} (rtcp {}, drops {}) of 1100 handed to the worker",
-        s.datagrams,
-        s.rtcp,
-        s.drops_total()
+}
+
+/// README (RTCP): "In a mixer's compound (known by its SR/RR or SDES), SDES and BYE for its
+/// sources' CSRCs (RFC 3550 6.5, 6.6) name or end those speakers". The host's fallback (the
+/// SSRC's stream from another port of the same host) was first tried before the mixer's own
+/// speakers: with a stream of the mixer's host whose SSRC is one of the mixer's CSRCs (the
+/// source also sending there directly, or all on one host or behind one NAT), the mixer's
+/// forwarded BYE for its source ended that other stream, and the source never left.
+#[test]
+fn a_mixer_forwarded_bye_for_its_source_ends_that_source_not_another_port_stream() {
+    let mut gw = Gateway::new(Config::default());
+    let mixer: SocketAddr = "192.0.2.7:5000".parse().unwrap();
+    let mixer_rtcp: SocketAddr = "192.0.2.7:5001".parse().unwrap();
+    let other: SocketAddr = "192.0.2.7:6000".parse().unwrap();
+    // A sender on the mixer's host, SSRC 0x77, says something.
+    gw.handle_datagram(core_helpers::at(0), other, &t140(1, 0x77, "Direct here. "));
+    // The mixer (SSRC 9) forwards its source CSRC 0x77.
+    gw.handle_datagram(
+        core_helpers::at(100),
+        mixer,
+        &with_csrc(1, 100, 9, 0x77, b"Via mixer. "),
     );
-    assert_eq!(s.drops(pvp_t140::DropReason::RtcpFeedLagged), 76);
+    gw.handle_datagram(
+        core_helpers::at(200),
+        mixer,
+        &with_csrc(2, 200, 9, 0x88, b"Other source. "),
+    );
+    // The mixer's compound: its own RR and SDES, then its source 0x77's forwarded SDES and BYE
+    // (RFC 3550 6.5, 6.6).
+    let mut d = Vec::new();
+    pvp_t140::rtcp::write_rr(&mut d, 9);
+    pvp_t140::rtcp::write_sdes(&mut d, 9, "mixer@192.0.2.7", None);
+    pvp_t140::rtcp::write_sdes(&mut d, 0x77, "alice@192.0.2.7", Some("Alice"));
+    pvp_t140::rtcp::write_bye(&mut d, 0x77);
+    gw.handle_rtcp_port(core_helpers::at(1_000), mixer_rtcp, &d, None, true);
+    gw.handle_timeout(core_helpers::at(5_000));
+    let out = drain(&mut gw);
+    let source = "t140:00000009@192.0.2.7:5000/csrc:00000077";
+    let direct = "t140:00000077@192.0.2.7:6000";
+    let left = |who: &str| {
+        out.iter()
+            .any(|e| e.kind == "session.leave" && e.sender == who)
+    };
+    let summary: Vec<String> = out
+        .iter()
+        .map(|e| format!("{} {}", e.kind, e.sender))
+        .collect();
+    assert!(left(source), "the mixer's source never left: {summary:#?}");
+    assert!(
+        !left(direct),
+        "the other port's stream was ended by the mixer's BYE: {summary:#?}"
+    );
 }
