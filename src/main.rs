@@ -47,8 +47,9 @@ enum Cmd {
         /// it gave none; 0 sends as fast as text comes (a receiver known to take any rate).
         #[arg(long, default_value_t = pvp_t140::send::DEFAULT_CPS)]
         cps: u32,
-        /// SSRC (default: random, RFC 3550 8.1).
-        #[arg(long)]
+        /// SSRC, decimal or hex as `0x1a2b3c4d` (the gateway writes SSRCs in hex; default:
+        /// random, RFC 3550 8.1).
+        #[arg(long, value_parser = send_ssrc)]
         ssrc: Option<u32>,
         /// RTP payload type of text/t140 (not 64-95: taken for RTCP, RFC 5761 section 4).
         #[arg(long, default_value_t = 98, value_parser = send_payload_type)]
@@ -82,6 +83,15 @@ enum Cmd {
 /// `send --t140-pt/--red-pt`: an RTP payload type, 0-127, and not 64-95. The sender's RTCP
 /// goes to the RTP port (RFC 5761), and the receiver tells the two apart by the second byte: a
 /// marked packet of type 64-95 reads as RTCP (RFC 5761 section 4) and is lost.
+fn send_ssrc(s: &str) -> Result<u32, String> {
+    let hex = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X"));
+    match hex {
+        Some(h) => u32::from_str_radix(h, 16),
+        None => s.parse(),
+    }
+    .map_err(|_| "an SSRC is a 32-bit number, decimal or hex (0x1a2b3c4d)".into())
+}
+
 fn send_payload_type(s: &str) -> Result<u8, String> {
     match s.parse::<u8>() {
         Ok(64..=95) => Err("payload types 64-95 cannot be told from RTCP on the same port (RFC 5761 section 4); use a dynamic type, 96-127".into()),

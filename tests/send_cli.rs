@@ -113,3 +113,26 @@ fn empty_input_sends_no_bye() {
         panic!("a sender that never sent RTP or RTCP sent {n} bytes, RTCP types {types:?}");
     }
 }
+
+/// The gateway writes SSRCs in hex (participant ids, logs, `ssrc = "0x1a2b3c4d"` in its
+/// config file): `send --ssrc` takes the same spelling, and decimal as before. It refused
+/// `0x1234` as an invalid digit.
+#[test]
+fn send_takes_an_ssrc_in_hex_or_decimal() {
+    for ssrc in ["0x1234", "4660"] {
+        let mut gw = Gateway::start(&["--listen", "127.0.0.1:0"]);
+        let to = gw.listen.to_string();
+        send(&to, "Hi. ", &["--ssrc", ssrc]);
+        let join = gw.wait_stdout(Duration::from_secs(20), "\"session.join\"");
+        assert!(join.contains("t140:00001234@"), "{ssrc}: {join}");
+        assert!(gw.terminate(Duration::from_secs(20)).success());
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .args(["send", "--ssrc", "0xnope"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("decimal or hex"), "{err}");
+}
