@@ -1017,8 +1017,9 @@ pub struct Gateway {
     serial: u64,
     /// SDES names of sources not seen on RTP yet (bounded, oldest evicted).
     early_names: Vec<(IpAddr, u32, String, u8)>,
-    /// The last streams ended, with the millisecond each started in: one started again under
-    /// its key (a BYE, then the sender's next packet, in one batch) starts a millisecond later,
+    /// The last streams ended, with the newest millisecond their keys used (the start, or a
+    /// speaker's that took a place made at the speaker bound): one started again under its key (a
+    /// BYE, then the sender's next packet, in one batch) starts a millisecond later,
     /// so its context keys (`participant/start ms/n`) are not the ended one's (pvp-spec 9.1).
     ended: VecDeque<(StreamKey, u64)>,
     /// Streams in creation order, as eviction candidates while they have not joined.
@@ -1740,9 +1741,10 @@ impl Gateway {
             | RtcpEvent::Report { ssrc }) = *e;
             ssrc
         };
+        let sender = events.first().map(ssrc_of);
         let home = (events.iter())
             .find_map(|e| self.rtcp_stream(source, ssrc_of(e)))
-            .or_else(|| (events.iter()).find_map(|e| self.rtcp_stream_of_host(source, ssrc_of(e))));
+            .or_else(|| self.rtcp_stream_of_host(source, sender?, sender));
         // Names for a waiting mixer's sources are kept for its next session's speakers.
         let named_home = home.filter(|&h| self.takes_names(h));
         for (ssrc, name, rank) in best {
@@ -1752,7 +1754,11 @@ impl Gateway {
             };
             match mixed {
                 Some((h, i)) => self.name_speaker(now, h, i, name, rank),
-                None => self.name_stream(now, source, ssrc, name, rank),
+                None => {
+                    let slot = (self.rtcp_stream(source, ssrc))
+                        .or_else(|| self.rtcp_stream_of_host(source, ssrc, sender));
+                    self.name_stream(now, source, ssrc, slot, name, rank);
+                }
             }
         }
         // Streams' own BYEs first, then their sources': a mixer shutting down lists both in one
@@ -1764,7 +1770,7 @@ impl Gateway {
             // source of that CSRC: it is the mixer's to end.
             let own = self.rtcp_stream(source, ssrc).or_else(|| {
                 let mixers = home.is_some_and(|h| self.csrc_speaker(h, ssrc).is_some());
-                (!mixers).then(|| self.rtcp_stream_of_host(source, ssrc))?
+                (!mixers).then(|| self.rtcp_stream_of_host(source, ssrc, sender))?
             });
             match own {
                 Some(slot) => self.stream_bye(now, slot),
@@ -1799,7 +1805,18 @@ impl Gateway {
     /// finds none: RFC 3550 8.2 keeps RTP's and RTCP's source addresses apart, and a sender
     /// with two sockets (or behind a NAT) sends RTCP from a port unrelated to its RTP's. Asked
     /// after a mixer's sources: a CSRC the compound's mixer has is its, not another stream's.
-    fn rtcp_stream_of_host(&self, source: SocketAddr, ssrc: u32) -> Option<u32> {
+    /// Only for the compound's `sender` (its first SSRC, RFC 3550 6.1), never for an SSRC it
+    /// reports for others: a mixer forwards its sources' CSRCs, and a worker that does not
+    /// hold the mixer's stream cannot tell them from the host's own SSRCs.
+    fn rtcp_stream_of_host(
+        &self,
+        source: SocketAddr,
+        ssrc: u32,
+        sender: Option<u32>,
+    ) -> Option<u32> {
+        if sender != Some(ssrc) {
+            return None;
+        }
         let owner = *self.ssrc_owner.get(&ssrc)?;
         let host = owner.ip() == source.ip();
         host.then(|| {
@@ -1980,10 +1997,18 @@ impl Gateway {
     }
 
     /// `rank` 2 for NAME, 1 for CNAME: a NAME is never replaced by a CNAME.
-    fn name_stream(&mut self, now: Time, source: SocketAddr, ssrc: u32, name: &str, rank: u8) {
+    /// `slot`: the stream the compound names ([`Gateway::rtcp_stream`], or the host's for the
+    /// compound's sender), if any.
+    fn name_stream(
+        &mut self,
+        now: Time,
+        source: SocketAddr,
+        ssrc: u32,
+        slot: Option<u32>,
+        name: &str,
+        rank: u8,
+    ) {
         let Some(name) = clean_name(name) else { return };
-        let slot =
-            (self.rtcp_stream(source, ssrc)).or_else(|| self.rtcp_stream_of_host(source, ssrc));
         let Some(slot) = slot.filter(|&s| self.takes_names(s)) else {
             let same = |e: &(IpAddr, u32, String, u8)| e.0 == source.ip() && e.1 == ssrc;
             if self.early_names.iter().any(|e| same(e) && e.3 > rank) {
@@ -2340,11 +2365,16 @@ impl Gateway {
         for sp in speakers.iter_mut() {
             self.emit.speaker_ends(now, key, created, sp, reason);
         }
+        // The newest millisecond its keys used: its start, or a speaker's that took a place
+        // made at its speaker bound ([`make_room`]).
+        let keyed = (speakers.iter().filter_map(|s| s.profile.key_since))
+            .map(|ms| ms.get())
+            .fold(created.as_millis(), u64::max);
         let key = *key;
         if self.ended.len() == ENDED_KEPT {
             self.ended.pop_front();
         }
-        self.ended.push_back((key, created.as_millis()));
+        self.ended.push_back((key, keyed));
         self.index.remove(&key);
         self.release_ssrc(&key);
         self.emit.stats.streams_live -= 1;

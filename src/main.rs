@@ -80,9 +80,7 @@ enum Cmd {
     },
 }
 
-/// `send --t140-pt/--red-pt`: an RTP payload type, 0-127, and not 64-95. The sender's RTCP
-/// goes to the RTP port (RFC 5761), and the receiver tells the two apart by the second byte: a
-/// marked packet of type 64-95 reads as RTCP (RFC 5761 section 4) and is lost.
+/// `send --ssrc`: decimal, or hex with `0x`, as the gateway writes SSRCs.
 fn send_ssrc(s: &str) -> Result<u32, String> {
     let hex = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X"));
     match hex {
@@ -92,6 +90,9 @@ fn send_ssrc(s: &str) -> Result<u32, String> {
     .map_err(|_| "an SSRC is a 32-bit number, decimal or hex (0x1a2b3c4d)".into())
 }
 
+/// `send --t140-pt/--red-pt`: an RTP payload type, 0-127, and not 64-95. The sender's RTCP
+/// goes to the RTP port (RFC 5761), and the receiver tells the two apart by the second byte: a
+/// marked packet of type 64-95 reads as RTCP (RFC 5761 section 4) and is lost.
 fn send_payload_type(s: &str) -> Result<u8, String> {
     match s.parse::<u8>() {
         Ok(64..=95) => Err("payload types 64-95 cannot be told from RTCP on the same port (RFC 5761 section 4); use a dynamic type, 96-127".into()),

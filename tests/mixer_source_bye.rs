@@ -604,3 +604,41 @@ fn a_sources_waiting_leave_while_the_streams_head_is_awaited() {
         timeline(&out)
     );
 }
+
+/// pvp-spec 9.1: context keys are unique in the session. A speaker that took a recycled place
+/// keys its items from the millisecond it came (`key_since`), not the stream's start; the
+/// gateway remembered only an ended stream's start (`ended`) to keep a restarted stream's keys
+/// apart. A mixer's source recycled in at ms S, then the stream ends (BYE) and the mixer's
+/// next session starts in the same millisecond (one receive batch): the new stream starts at
+/// S, and the source's first item there repeats its key from the old stream.
+#[test]
+fn a_recycled_source_in_a_restarted_stream_does_not_repeat_its_context_key() {
+    let mut gw = Gateway::new(Config {
+        reorder_wait: std::time::Duration::ZERO,
+        ..Config::default()
+    });
+    let mut seq = 0u16;
+    for c in 1..=32u32 {
+        seq += 1;
+        let d = with_csrc(seq, u32::from(seq) * 100, 9, c, b"Hello. ");
+        gw.handle_datagram(at(u64::from(c) * 10), addr(5000), &d);
+    }
+    // Source 0x21 takes source 1's place at t=1000.
+    seq += 1;
+    let d = with_csrc(seq, u32::from(seq) * 100, 9, 0x21, b"New here. ");
+    gw.handle_datagram(at(1_000), addr(5000), &d);
+    // The mixer's BYE (rtcp-mux) and its next session's first packet, in the same batch.
+    gw.handle_datagram(at(1_000), addr(5000), &stream_bye(9));
+    let d = with_csrc(1, 50_000, 9, 0x21, b"Again. ");
+    gw.handle_datagram(at(1_000), addr(5000), &d);
+    gw.shutdown(at(10_000));
+    let out = drain(&mut gw);
+    let who = "t140:00000009@127.0.0.1:5000/csrc:00000021";
+    let keys: Vec<String> = out
+        .iter()
+        .filter(|e| e.kind == "context.add" && e.sender == who)
+        .map(|e| e.payload["key"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    assert_ne!(keys[0], keys[1], "the same context key twice: {keys:?}");
+}

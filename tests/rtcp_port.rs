@@ -236,3 +236,61 @@ fn a_mixer_forwarded_bye_for_its_source_ends_that_source_not_another_port_stream
         "the other port's stream was ended by the mixer's BYE: {summary:#?}"
     );
 }
+
+/// The same case as `rtcp_port.rs`'s `a_mixer_forwarded_bye_for_its_source_ends_that_source_
+/// not_another_port_stream`, with `--workers 2` (README "Scaling out": RTCP on the separate
+/// port is handed to every worker, each acting on it for its own streams): the kernel hashed
+/// the mixer's RTP (port 5000) to worker 0 and the direct sender's (port 6000) to worker 1.
+/// Worker 1 holds no mixer, so for it the compound's home was the direct stream found by the
+/// host fallback for the CSRC, and the mixer's forwarded BYE for its source ended that stream
+/// (its forwarded SDES renamed it); with one worker neither happens. The fallback is now for
+/// the compound's sender only.
+#[test]
+fn a_mixer_forwarded_bye_for_its_source_does_not_end_another_workers_stream_of_the_host() {
+    use pvp_t140::pvp::Message;
+    let mixer: std::net::SocketAddr = "192.0.2.7:5000".parse().unwrap();
+    let mixer_rtcp: std::net::SocketAddr = "192.0.2.7:5001".parse().unwrap();
+    let other: std::net::SocketAddr = "192.0.2.7:6000".parse().unwrap();
+    let mut d = Vec::new();
+    pvp_t140::rtcp::write_rr(&mut d, 9);
+    pvp_t140::rtcp::write_sdes(&mut d, 9, "mixer@192.0.2.7", None);
+    pvp_t140::rtcp::write_sdes(&mut d, 0x77, "alice@192.0.2.7", Some("Alice"));
+    pvp_t140::rtcp::write_bye(&mut d, 0x77);
+    let direct_rtp = core_helpers::t140(1, 0x77, "Direct here. ");
+    let via1 = with_csrc(1, 100, 9, 0x77, b"Via mixer. ");
+    let via2 = with_csrc(2, 200, 9, 0x88, b"Other source. ");
+    let summary = |out: &[Message]| -> Vec<String> {
+        out.iter()
+            .filter(|e| e.sender == "t140:00000077@192.0.2.7:6000")
+            .map(|e| e.kind.clone())
+            .collect()
+    };
+
+    // One worker.
+    let mut one = Gateway::new(Config::default());
+    one.handle_datagram(at(0), other, &direct_rtp);
+    one.handle_datagram(at(100), mixer, &via1);
+    one.handle_datagram(at(200), mixer, &via2);
+    one.handle_rtcp_port(at(1_000), mixer_rtcp, &d, None, true);
+    one.handle_timeout(at(5_000));
+    let one_direct = summary(&drain(&mut one));
+
+    // Two workers: the mixer's RTP on worker 0 (which counts the RTCP port), the direct
+    // sender's on worker 1.
+    let mut w0 = Gateway::new(Config::default());
+    let mut w1 = Gateway::new(Config::default());
+    w1.handle_datagram(at(0), other, &direct_rtp);
+    w0.handle_datagram(at(100), mixer, &via1);
+    w0.handle_datagram(at(200), mixer, &via2);
+    w0.handle_rtcp_port(at(1_000), mixer_rtcp, &d, None, true);
+    w1.handle_rtcp_port(at(1_000), mixer_rtcp, &d, None, false);
+    w0.handle_timeout(at(5_000));
+    w1.handle_timeout(at(5_000));
+    let mut out = drain(&mut w0);
+    out.extend(drain(&mut w1));
+    let two_direct = summary(&out);
+    assert_eq!(
+        two_direct, one_direct,
+        "the direct stream on another worker was renamed/ended by the mixer's compound"
+    );
+}
