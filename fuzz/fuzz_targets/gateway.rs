@@ -131,8 +131,8 @@ impl Check {
         assert_eq!(s.streams_live, gw.live_streams() as u64);
         assert!(s.streams_total >= s.streams_live);
         assert_eq!(
-            s.participants_total, self.joins,
-            "joins vs participants_total"
+            s.speakers_joined, self.joins,
+            "joins vs speakers_joined"
         );
         assert_eq!(s.envelopes, self.envelopes);
     }
