@@ -994,13 +994,20 @@ fn make_room(
     Some(i)
 }
 
-/// Whether a stream carried text: a speaker joined, or holds text not yet sent (part of a
-/// character too). Such a stream
+/// Whether a stream carried text: a speaker joined, or holds text not yet sent. Such a stream
 /// is never evicted to make room ([`Gateway::evict_silent_stream`]).
 fn carried_text(s: &Stream) -> bool {
     s.speakers
         .iter()
-        .any(|sp| sp.joined || !sp.chunker.is_blank() || sp.decoder.holds_partial())
+        .any(|sp| sp.joined || !sp.chunker.is_blank())
+}
+
+/// Whether a stream that carried no text yet may: a packet it holds (behind a gap, or in a
+/// restart's run) has text, or a speaker's decoder holds part of a character. It stays an
+/// eviction candidate, later in the queue ([`Gateway::evict_silent_stream`]): what it holds
+/// may come to nothing.
+fn may_yet_speak(s: &Stream) -> bool {
+    s.register.holds_text() || s.speakers.iter().any(|sp| sp.decoder.holds_partial())
 }
 
 /// The sans-IO core.
@@ -1468,21 +1475,24 @@ impl Gateway {
                     return self.new_session_after_bye(now, slot, source, data);
                 }
                 let before = speakers.len();
-                let room = (before >= crate::stream::MAX_SPEAKERS)
-                    .then(|| {
-                        let held = |i: usize| register.holds_tag(i as u16);
-                        let at = Place { key, created };
-                        make_room(
-                            &mut self.emit,
-                            speakers,
-                            *own,
-                            at,
-                            now,
-                            VoiceRef::Csrc(c),
-                            &held,
-                        )
-                    })
-                    .flatten();
+                // Not for a packet behind the stream (a late duplicate, which the register
+                // drops): a speaker would leave for a voice that says nothing.
+                let room = (before >= crate::stream::MAX_SPEAKERS
+                    && register.is_ahead(pkt.sequence))
+                .then(|| {
+                    let held = |i: usize| register.holds_tag(i as u16);
+                    let at = Place { key, created };
+                    make_room(
+                        &mut self.emit,
+                        speakers,
+                        *own,
+                        at,
+                        now,
+                        VoiceRef::Csrc(c),
+                        &held,
+                    )
+                })
+                .flatten();
                 let i = speaker_index(speakers, own, key, VoiceRef::Csrc(c), now);
                 if speakers.len() > before || room == Some(i) {
                     // A mixer's source's SDES (the mixer reports for its sources, RFC 3550
@@ -1670,9 +1680,8 @@ impl Gateway {
 
     /// At the stream limit, makes room by removing the oldest stream that holds no text and
     /// never joined (never carried text), without a trace on the PVP side: a flood of random
-    /// SSRCs cannot lock out a real speaker. A stream still waiting for its start (its first
-    /// packet unmarked, RFC 4103 5.2) with text in what it holds may yet speak: it goes back
-    /// to the end of the queue. Amortised O(1): each entry is looked at once a call, and each
+    /// SSRCs cannot lock out a real speaker. A stream that may yet speak ([`may_yet_speak`]:
+    /// text in a packet it holds, part of a character) goes back to the end of the queue. Amortised O(1): each entry is looked at once a call, and each
     /// stream leaves the queue once it ended or carried text.
     fn evict_silent_stream(&mut self) -> bool {
         for _ in 0..self.silent.len() {
@@ -1685,7 +1694,7 @@ impl Gateway {
             if carried_text(s) {
                 continue;
             }
-            if s.register.holds_text() {
+            if may_yet_speak(s) {
                 self.silent.push_back((slot, serial));
                 continue;
             }

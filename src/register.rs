@@ -294,6 +294,13 @@ impl Register {
         })
     }
 
+    /// Whether `seq` is the next expected or ahead of it, within a jump's bound (RFC 3550 A.1
+    /// MAX_DROPOUT): not a late or duplicate packet.
+    pub fn is_ahead(&self, seq: u16) -> bool {
+        self.expected
+            .is_none_or(|e| seq.wrapping_sub(e) < MAX_DROPOUT)
+    }
+
     /// Whether a packet held (or kept in a restart's run) is for the speaker `tag`.
     pub fn holds_tag(&self, tag: u16) -> bool {
         let run = self.cold.rare.as_ref().map_or(&[][..], |r| &r.run[..]);

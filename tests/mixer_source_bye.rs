@@ -642,3 +642,89 @@ fn a_recycled_source_in_a_restarted_stream_does_not_repeat_its_context_key() {
     assert_eq!(keys.len(), 2, "{keys:?}");
     assert_ne!(keys[0], keys[1], "the same context key twice: {keys:?}");
 }
+
+/// Eviction at the stream limit spares a stream holding part of a character (it may yet
+/// speak), as it spares one holding a restart's run, and both go back in the eviction queue:
+/// the partial character's was dropped from it for good, so once its character came to
+/// nothing (a U+FFFD alone, which joins no one), a new caller at the limit was refused for a
+/// stream that never joined and held nothing.
+#[test]
+fn a_stream_spared_for_a_partial_character_is_evictable_once_it_came_to_nothing() {
+    // Without the scan (no eviction tried while the character was partial) the caller gets
+    // stream 2's place: the control.
+    for scan in [false, true] {
+        let mut gw = Gateway::new(Config {
+            max_streams: 2,
+            idle_flush: std::time::Duration::from_millis(500),
+            ..Config::default()
+        });
+        gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "Talker. "));
+        // Stream 2: the first byte of a three-byte character.
+        let mut d = Vec::new();
+        pvp_t140::rtp::write_packet(&mut d, true, 98, 1, 0, 2, b"\xE2");
+        gw.handle_datagram(at(0), addr(4002), &d);
+        // A scan at the limit: stream 2 is spared (it may yet speak), the scan refused.
+        if scan {
+            gw.handle_datagram(at(100), addr(9999), &t140m(5, 99, true, ""));
+            assert_eq!(gw.stats().evicted, 0);
+        }
+        // Stream 2's next packet is a BOM (a keep-alive): the character came to nothing.
+        let mut d = Vec::new();
+        pvp_t140::rtp::write_packet(&mut d, false, 98, 2, 300, 2, "\u{feff}".as_bytes());
+        gw.handle_datagram(at(200), addr(4002), &d);
+        run_timers(&mut gw, 1_500);
+        // A real caller at the limit: stream 2 never joined and holds nothing now.
+        gw.handle_datagram(at(2_000), addr(4004), &t140(1, 3, "Hello there. "));
+        gw.shutdown(at(3_000));
+        let out = drain(&mut gw);
+        let said: Vec<String> = out
+            .iter()
+            .filter(|e| e.kind == "context.add")
+            .map(|e| format!("{} {}", e.sender, e.payload["content"].as_str().unwrap()))
+            .collect();
+        assert!(
+            said.contains(&"t140:00000003@127.0.0.1:4004 Hello there.".to_owned()),
+            "scan {scan}: the new caller is refused for a stream that never joined: {said:?}; \
+         evicted {}, refused at the limit {}",
+            gw.stats().evicted,
+            gw.stats().drops(pvp_t140::DropReason::StreamLimit)
+        );
+    }
+}
+
+/// A mixer's stream at its 32 speakers: a new voice takes the place of the longest silent
+/// speaker, which leaves. A late duplicate of a packet already delivered (dropped as stale,
+/// RFC 3550 A.1) from a source that has since left to make room is no voice: it says nothing.
+/// The place was made before the register refused the packet: a quiet speaker left the
+/// session for a packet then dropped. A place is made only for a packet not behind the stream.
+#[test]
+fn a_stale_duplicate_of_a_recycled_source_makes_no_one_leave() {
+    let mut gw = Gateway::new(Config::default());
+    let mixer = |seq: u16, csrc: u32, text: &str| {
+        with_csrc(seq, u32::from(seq) * 100, 9, csrc, text.as_bytes())
+    };
+    for c in 1..=32u32 {
+        gw.handle_datagram(
+            at(u64::from(c) * 10),
+            addr(5000),
+            &mixer(c as u16, c, "Hello. "),
+        );
+    }
+    // Source 33: source 1, the longest silent, leaves to make room.
+    gw.handle_datagram(at(1_000), addr(5000), &mixer(33, 33, "New here. "));
+    // A duplicate of source 1's packet 1, late: stale.
+    gw.handle_datagram(at(1_100), addr(5000), &mixer(1, 1, "Hello. "));
+    assert_eq!(gw.stats().drops(pvp_t140::DropReason::Stale), 1);
+    let out = drain(&mut gw);
+    let left: Vec<String> = out
+        .iter()
+        .filter(|e| e.kind == "session.leave")
+        .map(|e| e.sender.rsplit('/').next().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        left,
+        ["csrc:00000001"],
+        "only source 1 left (for 33); recycled: {}",
+        gw.stats().speakers_recycled
+    );
+}
