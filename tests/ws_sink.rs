@@ -730,13 +730,7 @@ async fn one_approver_approving_twice_does_not_meet_a_quorum_of_two() {
     let p = "t140:0000a221@127.0.0.1:40020";
     ws.send(talk.join(p));
     ws.send(talk.add(p, "Needs two approvers."));
-    wait_for(&log, "the pong after the approvals", |l| {
-        l.lock()
-            .unwrap()
-            .iter()
-            .any(|(_, v)| v["type"] == "heartbeat.pong")
-    })
-    .await;
+    wait_for_pong(&log, "the pong after the approvals").await;
     let got = said(&log, p);
     ws.close(Duration::from_millis(100)).await;
     assert_eq!(got, ["join"], "added with one approver's two approvals");
@@ -768,17 +762,23 @@ async fn a_gate_approval_of_an_unknown_protocol_version_is_not_acted_on() {
     let p = "t140:0000b002@127.0.0.1:40078";
     ws.send(talk.join(p));
     ws.send(talk.add(p, "Approved by a version 2 envelope."));
-    wait_for(&log, "the pong after the approval", |l| {
+    wait_for_pong(&log, "the pong after the approval").await;
+    let got = said(&log, p);
+    ws.close(Duration::from_millis(100)).await;
+    assert_eq!(got, ["join"], "a v:2 gate.approve released the chunk");
+    assert_eq!(metrics.server_frames_rejected.get(), 1);
+}
+
+/// Waits for the gateway's pong: a ping the server sent after other frames tells when the
+/// connection has read them.
+async fn wait_for_pong(log: &Log, what: &str) {
+    wait_for(log, what, |l| {
         l.lock()
             .unwrap()
             .iter()
             .any(|(_, v)| v["type"] == "heartbeat.pong")
     })
     .await;
-    let got = said(&log, p);
-    ws.close(Duration::from_millis(100)).await;
-    assert_eq!(got, ["join"], "a v:2 gate.approve released the chunk");
-    assert_eq!(metrics.server_frames_rejected.get(), 1);
 }
 
 /// A server's frame from "server": `kind` with `payload`.
@@ -964,13 +964,7 @@ async fn a_stop_during_a_rate_limit_pause_still_sends_what_was_approved() {
     ws.send(talk.add(p, "Approved, then paused."));
     ws.send(talk.leave(p));
     // The pong comes after the approval is read: the sentence and the leave wait out the pause.
-    wait_for(&log, "the pong", |l| {
-        l.lock()
-            .unwrap()
-            .iter()
-            .any(|(_, v)| v["type"] == "heartbeat.pong")
-    })
-    .await;
+    wait_for_pong(&log, "the pong").await;
     let stats = ws.close(Duration::from_secs(10)).await;
     assert_eq!(
         said(&log, p),
@@ -1087,13 +1081,7 @@ async fn a_chunk_refused_as_rate_limited_after_many_newer_writes_is_counted_drop
         ws.send(talk.add(p, &format!("n{i}")));
     }
     // The pong answers the ping sent after the error: the connection has read the error.
-    wait_for(&log, "the pong", |l| {
-        l.lock()
-            .unwrap()
-            .iter()
-            .any(|(_, v)| v["type"] == "heartbeat.pong")
-    })
-    .await;
+    wait_for_pong(&log, "the pong").await;
     let adds = said(&log, p).len() - 1;
     let stats = ws.close(Duration::from_secs(2)).await;
     assert_eq!(adds, 21, "n0 is not sent again");
