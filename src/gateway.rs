@@ -973,11 +973,12 @@ fn make_room(
         .min_by_key(|(_, sp)| sp.last_text)?;
     // Its keys start at a millisecond of their own, later than the stream's start and every
     // other such speaker's: the voice may have spoken here before it left.
-    let since = (speakers.iter().filter_map(|s| s.profile.key_since))
-        .map(|ms| ms.get())
-        .chain([at.created.as_millis()])
+    let start = at.created.as_millis();
+    let since = (speakers.iter())
+        .map(|s| s.profile.key_start(*at.created).as_millis())
         .max()
-        .map_or(0, |ms| ms + 1)
+        .map_or(start, |ms| ms.max(start))
+        .saturating_add(1)
         .max(now.as_millis());
     let sp = &mut speakers.as_mut_slice()[i];
     tracing::debug!(participant = %sp.profile.participant, "leaves to make room for a new voice");
@@ -989,7 +990,9 @@ fn make_room(
         "speaker limit of its RTP stream",
     );
     *sp = Speaker::new(voice.to_voice(), at.key, now);
-    sp.profile.key_since = std::num::NonZeroU64::new(since);
+    // At least 1 ms after the start; a stream 49 days old saturates (its keys could repeat).
+    let after = u32::try_from(since - start).unwrap_or(u32::MAX);
+    sp.profile.key_since = std::num::NonZeroU32::new(after);
     emit.stats.speakers_recycled += 1;
     Some(i)
 }
@@ -2376,8 +2379,8 @@ impl Gateway {
         }
         // The newest millisecond its keys used: its start, or a speaker's that took a place
         // made at its speaker bound ([`make_room`]).
-        let keyed = (speakers.iter().filter_map(|s| s.profile.key_since))
-            .map(|ms| ms.get())
+        let keyed = (speakers.iter())
+            .map(|s| s.profile.key_start(*created).as_millis())
             .fold(created.as_millis(), u64::max);
         let key = *key;
         if self.ended.len() == ENDED_KEPT {

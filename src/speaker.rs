@@ -193,6 +193,15 @@ pub struct Speaker {
     pub last_ts: Option<u32>,
 }
 
+impl Profile {
+    /// The start its context keys name: the stream's (`created`), or for a speaker that took a
+    /// place at the speaker bound, the millisecond it did ([`Profile::key_since`]).
+    pub fn key_start(&self, created: Time) -> Time {
+        let after = self.key_since.map_or(0, |ms| u64::from(ms.get()));
+        Time::from_millis(created.as_millis() + after)
+    }
+}
+
 impl Speaker {
     /// Bytes of the part an in-order packet reads, and a flush first.
     pub const HOT_BYTES: usize = std::mem::offset_of!(Speaker, voice);
@@ -221,9 +230,11 @@ pub struct Profile {
     /// that several speakers may share: it keeps their context keys apart.
     pub key_scope: Option<Box<str>>,
     /// For a speaker that took the place of another at its stream's speaker bound: the
-    /// millisecond it did, in its context keys in place of the stream's start, so that a voice
-    /// back after it left there numbers its items anew without repeating its keys.
-    pub key_since: Option<std::num::NonZeroU64>,
+    /// millisecond it did, as milliseconds after the stream's start (32 bits, in the padding
+    /// after `name_rank`: no byte more a stream), in its context keys in place of the stream's
+    /// start, so that a voice back after it left there numbers its items anew without
+    /// repeating its keys ([`Profile::key_start`]).
+    pub key_since: Option<std::num::NonZeroU32>,
     /// What only a speaker of a mixer's stream keeps; None for every other speaker (one
     /// pointer a stream, not the 24 bytes it holds: `cargo bench --bench scale`).
     pub mixer: Option<Box<MixerVoice>>,
@@ -394,9 +405,7 @@ impl Speaker {
     /// The context key of this speaker's `n`th chunk: participant, stream start, counter.
     pub fn key(&self, created: Time, n: u64) -> String {
         let p = &self.profile;
-        let since = p
-            .key_since
-            .map_or(created, |ms| Time::from_millis(ms.get()));
+        let since = p.key_start(created);
         format!(
             "{}{n}",
             KeyPrefix(&p.participant, p.key_scope.as_deref(), since)
@@ -410,9 +419,7 @@ impl Speaker {
         let p = &mut self.profile;
         let id = &p.participant;
         if !id.has_template() {
-            let since = p
-                .key_since
-                .map_or(*created, |ms| Time::from_millis(ms.get()));
+            let since = p.key_start(*created);
             p.participant = id.with_template(
                 KeyPrefix(id, p.key_scope.as_deref(), since),
                 crate::stream::SourceUri(*key),
