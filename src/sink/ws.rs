@@ -319,7 +319,9 @@ async fn connection(
     pvp.session = session;
     let mut join: Option<Envelope> = None;
     // Ids of recent envelopes, so an `error`'s `related_to` can be told in the log.
-    let mut recent: VecDeque<(ulid::Ulid, Kind)> = VecDeque::with_capacity(RECENT);
+    // Grown as envelopes are written: most participants write a few, and 10,000 connections
+    // reserving 64 entries each held 15 MiB.
+    let mut recent: VecDeque<(ulid::Ulid, Kind)> = VecDeque::new();
     // The last text written, in case the server refuses it as RATE_LIMITED.
     let mut retry = Retry::default();
     let mut pending: Option<(std::time::Instant, Envelope)> = None;
@@ -690,18 +692,30 @@ const RECENT: usize = 64;
 /// server refuses as RATE_LIMITED, each a few hundred bytes a participant.
 const HELD: usize = 8;
 
-/// The last [`HELD`] text envelopes a connection wrote, with when each was queued; and how
-/// many refused ones wait at the front of the outbox to go again, so that several go in the
-/// order they were first written.
+/// How long a written text envelope is held at most: a server answers a write within moments
+/// (held longer, a participant speaking every 2 s held 4 KiB more; `loadtest ws`).
+const HOLD_FOR: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The last [`HELD`] text envelopes a connection wrote in the last [`HOLD_FOR`], with when each
+/// was written and queued; and how many refused ones wait at the front of the outbox to go
+/// again, so that several go in the order they were first written.
 #[derive(Default)]
 struct Retry {
-    held: VecDeque<(std::time::Instant, Envelope)>,
+    held: VecDeque<(std::time::Instant, std::time::Instant, Envelope)>,
     ahead: usize,
 }
 
 impl Retry {
     /// `e` was written: held if it is text.
     fn keep(&mut self, queued: std::time::Instant, e: Envelope) {
+        let now = std::time::Instant::now();
+        while self
+            .held
+            .front()
+            .is_some_and(|(written, ..)| now.duration_since(*written) > HOLD_FOR)
+        {
+            self.held.pop_front();
+        }
         if !matches!(
             e.kind(),
             Kind::ContextAdd | Kind::ContextUpdate | Kind::ContextRemove
@@ -711,7 +725,7 @@ impl Retry {
         if self.held.len() == HELD {
             self.held.pop_front();
         }
-        self.held.push_back((queued, e));
+        self.held.push_back((now, queued, e));
     }
 }
 
@@ -737,8 +751,8 @@ fn rate_limited(
     counts: &Counts,
     participant: &str,
 ) {
-    if let Some(i) = retry.held.iter().position(|(_, e)| e.id() == id) {
-        let Some((queued, e)) = retry.held.remove(i) else {
+    if let Some(i) = retry.held.iter().position(|(_, _, e)| e.id() == id) {
+        let Some((_, queued, e)) = retry.held.remove(i) else {
             return;
         };
         // Named again only once it is written again.
@@ -765,7 +779,7 @@ fn rate_limited(
     {
         counts.sent.fetch_sub(1, Ordering::Relaxed);
         counts.given_up.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(%participant, %id, %kind, "refused as RATE_LIMITED, and no longer held to be sent again ({HELD} newer text envelopes were written since); dropped");
+        tracing::warn!(%participant, %id, %kind, "refused as RATE_LIMITED, and no longer held to be sent again (written more than {HOLD_FOR:?} ago, or {HELD} newer text envelopes since); dropped");
     } else if !at.recent.iter().any(|(r, _)| *r == id) {
         tracing::warn!(%participant, %id, "refused as RATE_LIMITED an envelope not among the last {RECENT} written: if it was text, it is lost (not counted)");
     }
