@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::gateway_proc::{Gateway, Sender};
+use common::gateway_proc::{Gateway, Sender, http_get, sample};
 use common::pvp_server::{ServerOptions, TestPvpServer, make_envelope};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
@@ -127,4 +127,75 @@ fn gating_needs_a_server() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--gate-transcripts needs --server"));
+}
+
+/// README (Gated transcripts): "Dropped chunks, and the corrections dropped with them, are
+/// logged, counted (`pvp_t140_gated_chunks_refused_total`) and marked done in the `--spool`
+/// journal". A rejected chunk and the `context.update` correcting it (two backspaces into the
+/// sent sentence) are two envelopes dropped; only the chunk was counted, on /metrics and in
+/// the `stopped` line's `gated_chunks_refused`, and the correction was not logged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_correction_dropped_with_its_rejected_chunk_is_counted() {
+    let server = TestPvpServer::start_with(ServerOptions {
+        broadcast: true,
+        ..ServerOptions::default()
+    })
+    .await;
+    approver(server.url(), "gated").await;
+    let url = server.url();
+    let mut gw = Gateway::start_for_server(
+        &url,
+        &[
+            "--session",
+            "gated",
+            "--gate-transcripts",
+            "--metrics",
+            "127.0.0.1:0",
+        ],
+    );
+    let m = gw.metrics_addr();
+    let mut s = Sender::new(gw.listen, 0x6b7f);
+    s.send("Please reject this. ");
+    s.send("\u{8}\u{8}");
+    // The core made the chunk and its correction (published once a second), and the chunk was
+    // refused.
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let body = tokio::task::spawn_blocking(move || http_get(m, "/metrics").1)
+            .await
+            .unwrap();
+        let corrections = sample(&body, "pvp_t140_corrections_total").unwrap_or(0.0);
+        let refused = sample(&body, "pvp_t140_gated_chunks_refused_total").unwrap_or(0.0);
+        if corrections >= 1.0 && refused >= 1.0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no correction or no refusal:\n{body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(gw.terminate(WAIT).success());
+    // Neither the chunk nor its correction reached the server.
+    let p = s.participant();
+    for kind in ["context.add", "context.update"] {
+        assert!(
+            server
+                .received_of_type(kind)
+                .iter()
+                .all(|e| e["sender"] != p.as_str()),
+            "{kind} of a rejected chunk was sent"
+        );
+    }
+    let stopped = gw
+        .stderr_lines()
+        .into_iter()
+        .find(|l| l.contains("\"stopped\""))
+        .expect("a stopped line");
+    let v: Value = serde_json::from_str(&stopped).unwrap();
+    assert_eq!(
+        v["fields"]["gated_chunks_refused"], 2,
+        "the chunk and the correction dropped with it: {stopped}"
+    );
+    server.stop().await;
 }

@@ -571,13 +571,17 @@ fn read_pending(path: &Path) -> Result<(Vec<Message>, HashMap<MessageWho, Messag
                 done.remove(&e.id);
                 continue;
             }
-            if e.kind == "session.join" {
+            // A join's payload is an object (pvp-spec 6.3); one that is not, in a journal
+            // damaged or written by hand, is no join to rejoin with (and indexing it would
+            // panic).
+            if e.kind == "session.join" && e.payload.is_object() {
                 joins.insert(message_who(&e), e.clone());
             } else if e.kind == "participant.announce"
                 && let Some(j) = joins.get_mut(&message_who(&e))
+                && let Some(join) = j.payload.as_object_mut()
             {
                 // Delivered or not, it names the participant a restart rejoins.
-                j.payload["participant"] = e.payload.clone();
+                join.insert("participant".into(), e.payload.clone());
             }
             adds.push(e);
         }
@@ -1131,6 +1135,30 @@ mod tests {
                 "kim context.add Undelivered, journaled whole.",
                 "kim session.leave",
             ]
+        );
+    }
+
+    /// A journal damaged or written by hand whose join record's payload is no object (then an
+    /// announce of the same participant) made the start panic, indexing that payload: the
+    /// gateway could not start. Such a join is no join to rejoin with; the text is resent.
+    #[test]
+    fn a_join_record_whose_payload_is_no_object_does_not_stop_the_next_start() {
+        let d = Scratch::new("garbage-join", 64 << 20, 1 << 20);
+        let journal = [
+            r#"{"add":{"v":1,"id":"01JAAAAAAAAAAAAAAAAAAAAAA1","ts":"2026-01-01T00:00:00.000Z","session":"s","sender":"p","type":"session.join","payload":"garbage"}}"#,
+            r#"{"add":{"v":1,"id":"01JAAAAAAAAAAAAAAAAAAAAAA2","ts":"2026-01-01T00:00:00.000Z","session":"s","sender":"p","type":"participant.announce","payload":{"id":"p","name":"P","type":"human","roles":[],"transport":"t140"}}}"#,
+            r#"{"add":{"v":1,"id":"01JAAAAAAAAAAAAAAAAAAAAAA3","ts":"2026-01-01T00:00:00.000Z","session":"s","sender":"p","type":"context.add","payload":{"key":"k","content":"Still wanted.","content_type":"audio_transcript"}}}"#,
+        ]
+        .join("\n")
+            + "\n";
+        std::fs::create_dir_all(&d.dir).unwrap();
+        std::fs::write(d.dir.join("journal.ndjson"), journal).unwrap();
+        let (_, resend) = Spool::open_with(&d.dir, d.compact_at, d.live_cap, Counter::default())
+            .expect("a malformed record must not stop the gateway from starting");
+        assert!(
+            summary(&resend).contains(&"p context.add Still wanted.".to_owned()),
+            "{:?}",
+            summary(&resend)
         );
     }
 

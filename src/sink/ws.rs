@@ -1003,11 +1003,14 @@ fn refused(e: &Envelope, cfg: &WsConfig) {
     }
 }
 
-/// Counts what the gates dropped from the core since the last call as settled, and marks the
-/// dropped corrections done in the spool (a dropped chunk is marked where it is handed over).
+/// Counts what the gates dropped from the core since the last call as settled; the dropped
+/// corrections (of a refused chunk) are logged, counted with the refused chunks, and marked
+/// done in the spool (a dropped chunk is, where it is handed over).
 fn gone(g: &mut super::gate::Gates, cfg: &WsConfig, counts: &Counts) {
     counts.settled(g.take_gone());
     for id in g.take_dropped_corrections() {
+        tracing::info!(%id, "correction of a refused gated chunk dropped");
+        cfg.metrics.gates_refused.inc();
         if let Some(spool) = &cfg.spool {
             spool.done(id);
         }
