@@ -974,10 +974,7 @@ fn make_room(
     // Its keys start at a millisecond of their own, later than the stream's start and every
     // other such speaker's: the voice may have spoken here before it left.
     let start = at.created.as_millis();
-    let since = (speakers.iter())
-        .map(|s| s.profile.key_start(*at.created).as_millis())
-        .max()
-        .map_or(start, |ms| ms.max(start))
+    let since = newest_key_ms(speakers, *at.created)
         .saturating_add(1)
         .max(now.as_millis());
     let sp = &mut speakers.as_mut_slice()[i];
@@ -995,6 +992,14 @@ fn make_room(
     sp.profile.key_since = std::num::NonZeroU32::new(after);
     emit.stats.speakers_recycled += 1;
     Some(i)
+}
+
+/// The newest millisecond a stream's context keys name: its start (`created`), or a later one
+/// of a speaker that took a place at the speaker bound ([`make_room`]).
+fn newest_key_ms(speakers: &crate::stream::Speakers, created: Time) -> u64 {
+    (speakers.iter())
+        .map(|s| s.profile.key_start(created).as_millis())
+        .fold(created.as_millis(), u64::max)
 }
 
 /// Whether a stream carried text: a speaker joined, or holds text not yet sent. Such a stream
@@ -1290,6 +1295,7 @@ impl Gateway {
     /// worker that counts the port's datagrams ([`Gateway::handle_rtcp_port`]) counts them as
     /// received and dropped too, since it counted them nowhere else.
     pub fn rtcp_feed_lost(&mut self, n: u64, counts: bool) {
+        tracing::warn!(skipped = n, "RTCP feed lagged");
         self.emit.stats.rtcp_feed_missed += n;
         if counts {
             self.emit.stats.datagrams += n;
@@ -2377,11 +2383,7 @@ impl Gateway {
         for sp in speakers.iter_mut() {
             self.emit.speaker_ends(now, key, created, sp, reason);
         }
-        // The newest millisecond its keys used: its start, or a speaker's that took a place
-        // made at its speaker bound ([`make_room`]).
-        let keyed = (speakers.iter())
-            .map(|s| s.profile.key_start(*created).as_millis())
-            .fold(created.as_millis(), u64::max);
+        let keyed = newest_key_ms(speakers, *created);
         let key = *key;
         if self.ended.len() == ENDED_KEPT {
             self.ended.pop_front();

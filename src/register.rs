@@ -282,8 +282,7 @@ impl Register {
         const BOM: &[u8] = "\u{feff}".as_bytes();
         let text = |b: &[u8]| !b.is_empty() && b != BOM;
         // A restart's kept run too (RFC 3550 A.1): confirmed, every packet of it is said.
-        let run = self.cold.rare.as_ref().map_or(&[][..], |r| &r.run[..]);
-        self.cold.held.iter().chain(run).any(|h| {
+        self.held_and_kept().any(|h| {
             if !h.red {
                 return text(&h.payload);
             }
@@ -303,8 +302,13 @@ impl Register {
 
     /// Whether a packet held (or kept in a restart's run) is for the speaker `tag`.
     pub fn holds_tag(&self, tag: u16) -> bool {
+        self.held_and_kept().any(|h| h.tag == tag)
+    }
+
+    /// The packets held behind a gap, then those a restart's run keeps (RFC 3550 A.1).
+    fn held_and_kept(&self) -> impl Iterator<Item = &Held> {
         let run = self.cold.rare.as_ref().map_or(&[][..], |r| &r.run[..]);
-        self.cold.held.iter().chain(run).any(|h| h.tag == tag)
+        self.cold.held.iter().chain(run)
     }
 
     pub fn held(&self) -> usize {

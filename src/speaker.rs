@@ -486,6 +486,8 @@ impl Speaker {
         // Fingerprints of the generations: a later packet at offset 0 lines up with them,
         // whatever offsets this one has (a sender may write both).
         let mut gens: SmallVec<[u32; 8]> = SmallVec::new();
+        // Whether text came (not only a keep-alive): what the idle flush counts from.
+        let mut said = false;
         let primary = if red {
             let Ok(p) = RedPayload::parse_as(payload, format) else {
                 return;
@@ -494,9 +496,9 @@ impl Speaker {
             if p.redundant_blocks()
                 .any(|b| b.ts_offset == 0 && !b.data.is_empty())
             {
-                self.place_by_content(now, &p, &gens, gap, out);
+                said = self.place_by_content(&p, &gens, gap, out);
             } else {
-                self.place_by_offset(now, ts, &p, gap, out);
+                said = self.place_by_offset(ts, &p, gap, out);
             }
             p.primary().data
         } else {
@@ -504,7 +506,7 @@ impl Speaker {
             for _ in 0..gap {
                 out.lost += 1;
                 self.decoder.mark_loss(sink);
-                self.last_text = now;
+                said = true;
             }
             out.unplaced = 0;
             payload
@@ -512,14 +514,15 @@ impl Speaker {
         if newer(ts, self.last_ts) {
             if !primary.is_empty() {
                 let sink = &mut self.chunker.fed(&mut out.cuts);
-                if self.decoder.feed_said(primary, sink, &mut out.decode) {
-                    self.last_text = now;
-                }
+                said |= self.decoder.feed_said(primary, sink, &mut out.decode);
             }
             self.last_ts = Some(ts);
             let m = self.profile.mixer();
             m.recent.set(&gens, primary);
             Lead::note(&mut m.lead, ts, at);
+        }
+        if said {
+            self.last_text = now;
         }
     }
 
@@ -527,15 +530,14 @@ impl Speaker {
     /// newer than what this speaker delivered is one of its packets lost in the stream, an
     /// empty one (its idle tail, RFC 4103 5.2) too: each accounts for one of `gap`. So do a
     /// new speaker's generations: its earlier packets, had they arrived, would have made it a
-    /// speaker already.
+    /// speaker already. Returns whether text came of it.
     fn place_by_offset(
         &mut self,
-        now: Time,
         ts: u32,
         p: &RedPayload<'_>,
         gap: usize,
         out: &mut Output,
-    ) {
+    ) -> bool {
         let sink = &mut self.chunker.fed(&mut out.cuts);
         let newer = |t: u32, last: Option<u32>| last.is_none_or(|l| ts_after(t, l));
         let started = self.last_ts.is_some();
@@ -570,9 +572,7 @@ impl Speaker {
             }
             self.last_ts = Some(orig);
         }
-        if text {
-            self.last_text = now;
-        }
+        text
     }
 
     /// [`Speaker::place_by_ts`] for generations at timestamp offset 0, which RFC 2198 allows
@@ -585,15 +585,14 @@ impl Speaker {
     /// and a block said twice in a row is told from a repeat by its neighbours. When nothing
     /// lines up within `gap`, the generations repeat delivered text. When only taking them all
     /// lines up (more lost than the packet carries), every one is new and, as with timestamps,
-    /// one U+FFFD marks the older text that may be missing.
+    /// one U+FFFD marks the older text that may be missing. Returns whether text came of it.
     fn place_by_content(
         &mut self,
-        now: Time,
         p: &RedPayload<'_>,
         gens: &[u32],
         gap: usize,
         out: &mut Output,
-    ) {
+    ) -> bool {
         let sink = &mut self.chunker.fed(&mut out.cuts);
         let n = gens.len();
         let started = self.last_ts.is_some();
@@ -639,9 +638,7 @@ impl Speaker {
                 said |= self.decoder.feed_said(b.data, sink, &mut out.decode);
             }
         }
-        if said {
-            self.last_text = now;
-        }
+        said
     }
 }
 

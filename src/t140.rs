@@ -221,12 +221,20 @@ impl Decoder {
     /// next session's text must not be read as the old one's escape sequence.
     pub fn finish<S: TextSink + ?Sized>(&mut self, sink: &mut S, counts: &mut DecodeStats) {
         if self.need > 0 {
-            self.need = 0;
-            if self.acc != AFTER_LOSS {
-                self.invalid(sink, counts);
-            }
+            self.give_up_partial(sink, counts);
         }
         self.ctl = Ctl::Normal;
+    }
+
+    /// The character begun is not completed: one U+FFFD for it (its maximal subpart), unless
+    /// it is the rest of one a loss cut, which the loss's mark stands for already.
+    fn give_up_partial<S: TextSink + ?Sized>(&mut self, sink: &mut S, counts: &mut DecodeStats) {
+        self.need = 0;
+        self.lo = 0x80;
+        self.hi = 0xbf;
+        if self.acc != AFTER_LOSS {
+            self.invalid(sink, counts);
+        }
     }
 
     /// Whether part of a character waits for the rest of its bytes (a block ended inside it):
@@ -273,12 +281,7 @@ impl Decoder {
                 return;
             }
             // Maximal subpart replaced by one U+FFFD; the byte is then read afresh.
-            self.need = 0;
-            self.lo = 0x80;
-            self.hi = 0xbf;
-            if self.acc != AFTER_LOSS {
-                self.invalid(sink, counts);
-            }
+            self.give_up_partial(sink, counts);
         }
         match b {
             0x00..=0x7f => self.char(char::from(b), sink, counts),

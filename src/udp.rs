@@ -255,10 +255,7 @@ async fn recv_rtcp(feed: &mut Option<RtcpFeed>) -> Result<std::sync::Arc<RtcpDat
     };
     match rx.recv().await {
         Ok(d) => Ok(d),
-        Err(RecvError::Lagged(n)) => {
-            tracing::warn!(skipped = n, "RTCP feed lagged");
-            Err(n)
-        }
+        Err(RecvError::Lagged(n)) => Err(n),
         Err(RecvError::Closed) => {
             *feed = None;
             std::future::pending().await
@@ -410,10 +407,7 @@ fn drain_rtcp_at_stop(feed: &mut Option<RtcpFeed>, gw: &mut Gateway, clock: &Clo
     loop {
         match rx.try_recv() {
             Ok(d) => gw.handle_rtcp_port(clock.now(), d.from, &d.data, d.refused, counts),
-            Err(TryRecvError::Lagged(n)) => {
-                tracing::warn!(skipped = n, "RTCP feed lagged");
-                gw.rtcp_feed_lost(n, counts);
-            }
+            Err(TryRecvError::Lagged(n)) => gw.rtcp_feed_lost(n, counts),
             Err(TryRecvError::Empty | TryRecvError::Closed) => break,
         }
     }

@@ -61,14 +61,21 @@ async fn approver(url: String, session: &'static str) {
     });
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chunks_are_added_only_once_approved_and_in_order() {
+/// A server relaying session traffic to every member (as the reference one does), with an
+/// [`approver`] in session "gated".
+async fn gated_server() -> TestPvpServer {
     let server = TestPvpServer::start_with(ServerOptions {
         broadcast: true,
         ..ServerOptions::default()
     })
     .await;
     approver(server.url(), "gated").await;
+    server
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunks_are_added_only_once_approved_and_in_order() {
+    let server = gated_server().await;
     let url = server.url();
     let mut gw = Gateway::start_for_server(&url, &["--session", "gated", "--gate-transcripts"]);
     let mut s = Sender::new(gw.listen, 0x6a7e);
@@ -136,12 +143,7 @@ fn gating_needs_a_server() {
 /// the `stopped` line's `gated_chunks_refused`, and the correction was not logged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_correction_dropped_with_its_rejected_chunk_is_counted() {
-    let server = TestPvpServer::start_with(ServerOptions {
-        broadcast: true,
-        ..ServerOptions::default()
-    })
-    .await;
-    approver(server.url(), "gated").await;
+    let server = gated_server().await;
     let url = server.url();
     let mut gw = Gateway::start_for_server(
         &url,

@@ -997,9 +997,14 @@ where
 /// A gated chunk that will never be sent: counted, and marked done in the spool so that a
 /// restart does not offer it again.
 fn refused(e: &Envelope, cfg: &WsConfig) {
+    refused_id(e.id(), cfg);
+}
+
+/// [`refused`] by id.
+fn refused_id(id: ulid::Ulid, cfg: &WsConfig) {
     cfg.metrics.gates_refused.inc();
     if let Some(spool) = &cfg.spool {
-        spool.done(e.id());
+        spool.done(id);
     }
 }
 
@@ -1010,10 +1015,7 @@ fn gone(g: &mut super::gate::Gates, cfg: &WsConfig, counts: &Counts) {
     counts.settled(g.take_gone());
     for id in g.take_dropped_corrections() {
         tracing::info!(%id, "correction of a refused gated chunk dropped");
-        cfg.metrics.gates_refused.inc();
-        if let Some(spool) = &cfg.spool {
-            spool.done(id);
-        }
+        refused_id(id, cfg);
     }
 }
 
