@@ -344,7 +344,7 @@ impl Emitter {
         }
         Participant {
             id: sp.profile.participant.to_string(),
-            name: sp.profile.name.clone(),
+            name: clean_name(&sp.profile.name).unwrap_or_else(|| sp.profile.name.clone()),
             roles: sp
                 .profile
                 .roles
@@ -366,8 +366,9 @@ impl Emitter {
     }
 
     /// pvp-spec 6.3: a participant joins before anything else it sends. The stream mapping
-    /// decides here, once, who the speaker is (its SDES name may be known by now). Returns
-    /// false for a speaker the mapping refused.
+    /// decides here, once, who the speaker is (its SDES name may be known by now): a mixer's
+    /// source joining again after its BYE keeps what its rule made it. Returns false for a
+    /// speaker the mapping refused.
     fn ensure_joined(&mut self, now: Time, key: &StreamKey, sp: &mut Speaker) -> bool {
         if sp.joined || sp.refused {
             return sp.joined;
@@ -377,7 +378,13 @@ impl Emitter {
             _ => key.ssrc,
         };
         let rtcp_name = (sp.profile.name_rank > 0).then_some(sp.profile.name.as_str());
-        match self.mapping.decide(own, key.source.ip(), rtcp_name) {
+        let decision = if sp.profile.mapped {
+            Decision::Auto
+        } else {
+            sp.profile.mapped = true;
+            self.mapping.decide(own, key.source.ip(), rtcp_name)
+        };
+        match decision {
             Decision::Refuse => {
                 sp.refused = true;
                 tracing::info!(participant = %sp.profile.participant, "no stream mapping rule matches; refused");
@@ -1101,7 +1108,15 @@ const MAX_NAME_CHARS: usize = 128;
 /// Ended streams [`Gateway::ended`] remembers: enough for a batch's worth of restarts.
 const ENDED_KEPT: usize = 32;
 
-/// An SDES name as a participant's name: controls out, as from the text (a name reaches PVP
+/// An SDES item as a speaker keeps it ([`crate::speaker::Profile::name`]): trimmed, else as
+/// it came, so an `rtcp_name` rule matches the item the sender sent; `None` when it leaves no
+/// display name.
+fn sdes_name(name: &str) -> Option<String> {
+    let name = name.trim();
+    clean_name(name).map(|_| name.to_owned())
+}
+
+/// A name as a participant's display name: controls out, as from the text (a name reaches PVP
 /// clients' screens and the log line of the join, where an escape sequence or a new line could
 /// pass for something else), at most [`MAX_NAME_CHARS`], trimmed; `None` when nothing is left.
 fn clean_name(name: &str) -> Option<String> {
@@ -1900,7 +1915,7 @@ impl Gateway {
     /// A mixer's source named in the mixer's SDES: as [`Gateway::name_stream`] for a stream's
     /// own voice.
     fn name_speaker(&mut self, now: Time, slot: u32, i: usize, name: &str, rank: u8) {
-        let Some(name) = clean_name(name) else { return };
+        let Some(name) = sdes_name(name) else { return };
         let Some(s) = self.slots.get_mut(slot) else {
             return;
         };
@@ -2026,7 +2041,7 @@ impl Gateway {
         name: &str,
         rank: u8,
     ) {
-        let Some(name) = clean_name(name) else { return };
+        let Some(name) = sdes_name(name) else { return };
         let Some(slot) = slot.filter(|&s| self.takes_names(s)) else {
             let same = |e: &(IpAddr, u32, String, u8)| e.0 == source.ip() && e.1 == ssrc;
             if self.early_names.iter().any(|e| same(e) && e.3 > rank) {

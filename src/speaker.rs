@@ -213,9 +213,16 @@ pub struct Profile {
     /// Shared with every envelope this speaker sends (the envelope's sender, no copy); from the
     /// first chunk on it also holds the `context.add` template ([`Speaker::ensure_template`]).
     pub participant: SenderId,
-    /// Display name: derived from the stream until RTCP SDES gives a CNAME (rank 1) or NAME (2).
+    /// Name: derived from the stream until RTCP SDES gives a CNAME (rank 1) or NAME (2), kept
+    /// as the SDES item came (trimmed; up to 255 octets, RFC 3550 6.5) for `rtcp_name` rules to
+    /// match exactly; PVP is shown it cleaned (`Gateway::participant`). A rule's `name` ranks
+    /// above both.
     pub name: String,
     pub name_rank: u8,
+    /// The stream mapping has decided for this speaker (`Gateway::ensure_joined`): once, so a
+    /// mixer's source joining again after its BYE is who it was (its name may now be the
+    /// rule's, which no `rtcp_name` rule matches).
+    pub mapped: bool,
     /// Roles and session from a stream-mapping rule (else the gateway's).
     pub roles: Option<Vec<String>>,
     pub session: Option<crate::pvp::SessionText>,
@@ -383,6 +390,7 @@ impl Speaker {
                 participant: id.into(),
                 name,
                 name_rank: 0,
+                mapped: false,
                 roles: None,
                 session: None,
                 chunks_sent: 0,

@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 
-use pvp_t140::mapping::{Mapping, Rule};
+use pvp_t140::mapping::{Mapping, Rule, Unmatched};
 use pvp_t140::presence::Presence;
 use pvp_t140::pvp::Message as Envelope;
 use pvp_t140::{Config, Gateway};
@@ -1429,4 +1429,92 @@ fn a_marked_packet_the_bye_overtook_after_a_pause_and_a_loss_is_the_speakers_las
         ]
     );
     assert_eq!(gw.live_streams(), 0);
+}
+
+/// README's example rule (`rtcp_name = "Alice"`, a participant id and a display `name`), with
+/// `unmatched = "refuse"`. A mixer's source that matched it, left (its BYE, forwarded by the
+/// mixer) and speaks again joins again (README: "a packet of it stamped later than that is said
+/// after the BYE: it joins again"), as what the rule made it. The mapping was asked again at
+/// that join, with the name the rule itself set ("Alice (captions)"): no rule matched, and the
+/// speaker was refused for good, everything it said after its BYE lost (review, session 32).
+#[test]
+fn a_mixer_source_matched_by_rtcp_name_is_not_refused_when_it_joins_again() {
+    let mut gw = Gateway::new(Config {
+        mapping: Mapping {
+            rules: vec![Rule {
+                match_rtcp_name: Some("Alice".into()),
+                participant: Some("alice".into()),
+                name: Some("Alice (captions)".into()),
+                ..Rule::default()
+            }],
+            unmatched: Unmatched::Refuse,
+        },
+        ..Config::default()
+    });
+    // The mixer's compound: RR, then SDES for itself and its source 2.
+    let mut rtcp = vec![0x80, 201, 0, 1, 0, 0, 0, MIXER as u8];
+    rtcp.extend(sdes_chunks(&[
+        (MIXER, "mixer@host", "Mixer"),
+        (2, "alice@host", "Alice"),
+    ]));
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, MIXER, 1, b"Other. "));
+    gw.handle_datagram(at(10), addr(5000), &rtcp);
+    gw.handle_datagram(
+        at(20),
+        addr(5000),
+        &with_csrc(2, 1100, MIXER, 2, b"First. "),
+    );
+    // Source 2 leaves, then speaks again well after its BYE.
+    gw.handle_datagram(at(100), addr(5000), &mixer_bye(2));
+    run_timers(&mut gw, 1500);
+    gw.handle_datagram(
+        at(3000),
+        addr(5000),
+        &with_csrc(3, 4000, MIXER, 2, b"Back again. "),
+    );
+    gw.handle_datagram(at(3010), addr(5000), &rtcp);
+    run_timers(&mut gw, 6000);
+    let out = drain(&mut gw);
+    assert_eq!(
+        text_of(&out, "alice"),
+        "First. Back again.",
+        "{:#?}",
+        timeline(&out)
+    );
+}
+
+/// `[[stream]] rtcp_name` is "RTCP SDES NAME (or CNAME) to match" (src/config_file.rs), and an
+/// SDES item may be up to 255 octets (RFC 3550 6.5). The mapping was handed the display name,
+/// cut to 128 characters: a rule naming a sender's 150-character CNAME never matched it, and
+/// with `unmatched = "refuse"` the sender's text was dropped (review, session 32). The display
+/// name is still cut (`an_sdes_name_carries_no_control_characters`).
+#[test]
+fn a_rule_matches_an_sdes_cname_longer_than_the_display_name_limit() {
+    let cname = format!("{}@example.org", "captioner-".repeat(14));
+    assert!(cname.len() > 128 && cname.len() < 255);
+    let mut gw = Gateway::new(Config {
+        mapping: Mapping {
+            rules: vec![Rule {
+                match_rtcp_name: Some(cname.clone()),
+                participant: Some("captions".into()),
+                ..Rule::default()
+            }],
+            unmatched: Unmatched::Refuse,
+        },
+        ..Config::default()
+    });
+    // The sender's compound (RR, SDES CNAME) before its first text.
+    let mut rtcp = Vec::new();
+    pvp_t140::rtcp::write_rr(&mut rtcp, 7);
+    pvp_t140::rtcp::write_sdes(&mut rtcp, 7, &cname, None);
+    gw.handle_datagram(at(0), addr(5000), &rtcp);
+    gw.handle_datagram(at(10), addr(5000), &t140(1, 7, "Hello there. "));
+    run_timers(&mut gw, 5000);
+    let out = drain(&mut gw);
+    assert_eq!(
+        text_of(&out, "captions"),
+        "Hello there.",
+        "{:#?}",
+        timeline(&out)
+    );
 }
