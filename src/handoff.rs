@@ -4,12 +4,14 @@
 //! of one message per envelope (which woke the sink at the first and let it take them one at a
 //! time). The bound counts envelopes, not messages, whatever the batches' sizes.
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::mpsc;
 
-use crate::pvp::{Envelope, Kind};
+use crate::pvp::{Envelope, Kind, SenderId};
+use crate::refused::RefusedItems;
 
 /// A queue of at most `bound` envelopes (see `udp::SINK_QUEUE` for the one the gateway uses).
 pub fn queue(bound: usize) -> (Sender, Receiver) {
@@ -20,53 +22,143 @@ pub fn queue(bound: usize) -> (Sender, Receiver) {
             tx,
             queued: queued.clone(),
             bound,
+            held: VecDeque::new(),
+            held_ids: Counts::default(),
+            refused: RefusedItems::new(bound),
         },
         Receiver { rx, queued },
     )
 }
 
-/// A worker's end; cloned for each worker.
-#[derive(Debug, Clone)]
+/// A worker's end; cloned for each worker. What it remembers of refusals (below) is its own
+/// (a clone starts with none): a speaker's envelopes all come from one worker.
+#[derive(Debug)]
 pub struct Sender {
     tx: mpsc::UnboundedSender<Vec<Envelope>>,
     /// Envelopes handed over and not yet taken by the sink.
     queued: Arc<AtomicUsize>,
     bound: usize,
+    /// Joins that found no room, oldest first, waiting for it: handed over before anything
+    /// newer, or given up with their leave (at most one a live speaker).
+    held: VecDeque<Envelope>,
+    /// The participant ids of `held`, to find a waiting speaker's envelopes.
+    held_ids: Counts,
+    /// Items refused for lack of room, whose corrections are refused too (pvp-spec 9.3).
+    refused: RefusedItems,
+}
+
+impl Clone for Sender {
+    fn clone(&self) -> Self {
+        Sender {
+            tx: self.tx.clone(),
+            queued: self.queued.clone(),
+            bound: self.bound,
+            held: VecDeque::new(),
+            held_ids: Counts::default(),
+            refused: RefusedItems::new(self.bound),
+        }
+    }
 }
 
 impl Sender {
-    /// Hands over as much of `batch`, in order, as there is room for, and its joins and leaves
-    /// whatever the room. Returns how many envelopes were refused: the newest that are neither,
-    /// for lack of room (or all, with the sink gone).
+    /// Hands over as much of `batch`, in order, as there is room for, and its leaves whatever
+    /// the room. Returns how many envelopes were refused: the newest, for lack of room (or
+    /// all, with the sink gone).
     ///
-    /// A refused join would leave every later envelope of its participant without one, which a
-    /// server refuses (pvp-spec 6.3): one envelope lost would lose the speaker's transcript. A
-    /// refused leave would keep the participant in the session for good. They are two a
-    /// participant, so what they add to the queue is bounded by the streams.
-    pub fn offer(&self, mut batch: Vec<Envelope>) -> usize {
-        let n = batch.len();
-        // Claim room first, give back what does not fit: concurrent workers never together
-        // exceed the bound (save by membership envelopes).
+    /// A participant's join must come before anything else it sends (pvp-spec 6.3), and its
+    /// leave must follow: a refused leave would keep it in the session for good. A join that
+    /// finds no room waits here (its speaker's later envelopes are refused meanwhile) and goes
+    /// first when there is room; if its leave comes first, both are given up, so behind a
+    /// stuck sink streams that come and go add nothing (the queue's excess is a leave a live
+    /// speaker whose join went in, and joins held here are one a live speaker). An item
+    /// refused takes its later corrections with it (`crate::refused`).
+    pub fn offer(&mut self, mut batch: Vec<Envelope>) -> usize {
+        // Claim room first (for the joins waiting too), give back what does not fit:
+        // concurrent workers never together exceed the bound (save by leaves).
+        let n = batch.len() + self.held.len();
         let before = self.queued.fetch_add(n, Ordering::AcqRel);
-        let room = self.bound.saturating_sub(before).min(n);
-        if room < n {
-            let mut at = 0;
-            batch.retain(|e| {
-                at += 1;
-                at <= room || matches!(e.kind(), Kind::SessionJoin | Kind::SessionLeave)
-            });
-            self.queued.fetch_sub(n - batch.len(), Ordering::AcqRel);
+        let mut room = self.bound.saturating_sub(before).min(n);
+        if room == n && self.held.is_empty() && self.refused.is_empty() {
+            return self.deliver(batch);
         }
-        (n - batch.len()) + self.deliver(batch)
+        self.queued.fetch_sub(n - room, Ordering::AcqRel);
+        // Held joins first: they are older than anything in the batch.
+        let mut out = Vec::new();
+        while room > 0
+            && let Some(join) = self.held.pop_front()
+        {
+            self.held_ids.take(join.sender());
+            out.push(join);
+            room -= 1;
+        }
+        let mut refused = 0;
+        for e in batch.drain(..) {
+            let waiting = !self.held.is_empty() && self.held_ids.contains(e.sender());
+            match e.kind() {
+                Kind::SessionLeave if waiting => {
+                    // Never joined, as far as the sink knows: nothing of it went in.
+                    self.held_ids.take(e.sender());
+                    if let Some(i) = self.held.iter().rposition(|j| j.sender() == e.sender()) {
+                        self.held.remove(i);
+                    }
+                    refused += 2;
+                }
+                Kind::SessionLeave => {
+                    // Past the bound if need be.
+                    if room > 0 {
+                        room -= 1;
+                    } else {
+                        self.queued.fetch_add(1, Ordering::AcqRel);
+                    }
+                    out.push(e);
+                }
+                Kind::ParticipantAnnounce if waiting => {
+                    // A new name (pvp-spec 7.1) before the join went in: the join carries it.
+                    if let Some(j) = self
+                        .held
+                        .iter_mut()
+                        .rev()
+                        .find(|j| j.sender() == e.sender())
+                    {
+                        *j = j.join_as_announced(&e);
+                    }
+                }
+                Kind::SessionJoin if room == 0 => {
+                    self.held_ids.add(e.sender());
+                    self.held.push_back(e);
+                }
+                _ if waiting || room == 0 || self.refused.corrects(&e) => {
+                    self.refused.refused(&e);
+                    refused += 1;
+                }
+                _ => {
+                    room -= 1;
+                    out.push(e);
+                }
+            }
+        }
+        // Room claimed and not used goes back.
+        self.queued.fetch_sub(room, Ordering::AcqRel);
+        refused + self.deliver(out)
     }
 
     /// Hands over all of `batch` whatever the bound, for the final flushes and leaves at
     /// shutdown: SIGTERM must not lose text. They already sit in memory, in the core's output
     /// (`Gateway::shutdown` makes them all at once, a few per live stream), and move here
-    /// without a copy. Returns how many were lost because the sink is gone.
-    pub fn force(&self, batch: Vec<Envelope>) -> usize {
+    /// without a copy, after the joins still waiting for room. Returns how many were lost
+    /// because the sink is gone, or refused as corrections of refused items.
+    pub fn force(&mut self, mut batch: Vec<Envelope>) -> usize {
+        let before = batch.len();
+        if !self.refused.is_empty() {
+            batch.retain(|e| !self.refused.corrects(e));
+        }
+        let refused = before - batch.len();
+        if !self.held.is_empty() {
+            self.held_ids = Counts::default();
+            batch.splice(0..0, self.held.drain(..));
+        }
         self.queued.fetch_add(batch.len(), Ordering::AcqRel);
-        self.deliver(batch)
+        refused + self.deliver(batch)
     }
 
     /// Sends `batch`, whose room is claimed; with the sink gone, gives the room back and
@@ -78,6 +170,30 @@ impl Sender {
         }
         self.queued.fetch_sub(n, Ordering::AcqRel);
         n
+    }
+}
+
+/// How many of [`Sender::held`]'s joins each participant id has (two speakers a mapping rule
+/// names alike share one).
+#[derive(Debug, Default)]
+struct Counts(HashMap<SenderId, usize>);
+
+impl Counts {
+    fn add(&mut self, id: &SenderId) {
+        *self.0.entry(id.clone()).or_default() += 1;
+    }
+
+    fn take(&mut self, id: &SenderId) {
+        if let Some(n) = self.0.get_mut(id.as_str()) {
+            *n -= 1;
+            if *n == 0 {
+                self.0.remove(id.as_str());
+            }
+        }
+    }
+
+    fn contains(&self, id: &SenderId) -> bool {
+        self.0.contains_key(id.as_str())
     }
 }
 
@@ -164,7 +280,7 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn the_bound_counts_envelopes_and_refuses_the_newest() {
-        let (tx, mut rx) = queue(5);
+        let (mut tx, mut rx) = queue(5);
         assert_eq!(tx.offer(envelopes(3)), 0);
         let more = envelopes(4);
         let expect_kept = ids(&more[..2]);
@@ -179,30 +295,103 @@ pub(crate) mod tests {
         assert_eq!(rx.recv(1).await.unwrap().len(), 5, "a batch is never split");
     }
 
-    /// Joins and leaves pass a full queue, the rest of their batch is refused as before: a
-    /// refused join would leave its participant's later envelopes without one.
+    /// A leave passes a full queue; a join waits for room, and the participant's envelopes
+    /// behind it are refused meanwhile; with room, the join goes first. A leave that comes
+    /// while its join waits takes the join with it: the sink saw neither.
     #[tokio::test]
-    async fn joins_and_leaves_pass_a_full_queue() {
-        let (tx, mut rx) = queue(2);
+    async fn a_join_waits_for_room_and_a_leave_passes_a_full_queue() {
+        let (mut tx, mut rx) = queue(2);
         assert_eq!(tx.offer(envelopes(2)), 0);
         let mut b = Builder::new("s".into(), None, 2);
-        let mut env = |kind| b.envelope(Time(0), SenderId::from("q"), kind, &serde_json::json!({}));
+        let mut env = |who: &str, kind| {
+            b.envelope(Time(0), SenderId::from(who), kind, &serde_json::json!({}))
+        };
+        // p0 is in (its join went in before); q joins while the queue is full.
         let batch = vec![
-            env(Kind::SessionJoin),
-            env(Kind::ContextAdd),
-            env(Kind::SessionLeave),
+            env("q", Kind::SessionJoin),
+            env("q", Kind::ContextAdd),
+            env("p0", Kind::SessionLeave),
         ];
-        let want = vec![batch[0].id(), batch[2].id()];
-        assert_eq!(tx.offer(batch), 1, "only the context.add");
-        assert_eq!(rx.depth(), 4);
+        let (join_q, leave_p0) = (batch[0].id(), batch[2].id());
+        assert_eq!(tx.offer(batch), 1, "q's context.add; its join waits");
+        assert_eq!(rx.depth(), 3, "p0's leave past the bound");
         let got = rx.recv(usize::MAX).await.unwrap();
-        assert_eq!(got[2..].iter().map(Envelope::id).collect::<Vec<_>>(), want);
+        assert_eq!(got[2].id(), leave_p0);
+        // Room again: q's join first, then what q says now.
+        let add = env("q", Kind::ContextAdd);
+        let add_id = add.id();
+        assert_eq!(tx.offer(vec![add]), 0);
+        let got = rx.recv(usize::MAX).await.unwrap();
+        assert_eq!(
+            got.iter().map(Envelope::id).collect::<Vec<_>>(),
+            [join_q, add_id]
+        );
+        // Full again: r joins, says something and leaves while full. None of it goes in.
+        assert_eq!(tx.offer(envelopes(2)), 0);
+        let batch = vec![
+            env("r", Kind::SessionJoin),
+            env("r", Kind::ContextAdd),
+            env("r", Kind::SessionLeave),
+        ];
+        assert_eq!(tx.offer(batch), 3);
+        assert_eq!(rx.depth(), 2);
+        assert!(tx.held.is_empty() && tx.held_ids.0.is_empty());
+    }
+
+    /// A name learnt while the join waits (pvp-spec 7.1) goes in with the join.
+    #[tokio::test]
+    async fn an_announce_behind_a_waiting_join_renames_it() {
+        let (mut tx, mut rx) = queue(1);
+        assert_eq!(tx.offer(envelopes(1)), 0);
+        let mut b = Builder::new("s".into(), None, 2);
+        let who = |name: &str| serde_json::json!({"participant": {"id": "q", "name": name}});
+        let join = b.envelope(Time(0), SenderId::from("q"), Kind::SessionJoin, &who("old"));
+        let announce = b.envelope(
+            Time(0),
+            SenderId::from("q"),
+            Kind::ParticipantAnnounce,
+            &serde_json::json!({"id": "q", "name": "Ada"}),
+        );
+        assert_eq!(tx.offer(vec![join, announce]), 0);
+        rx.recv(usize::MAX).await.unwrap();
+        assert_eq!(tx.offer(Vec::new()), 0);
+        let got = rx.recv(usize::MAX).await.unwrap();
+        assert_eq!(got.len(), 1);
+        let m = got[0].to_message();
+        assert_eq!(
+            (m.kind.as_str(), m.payload["participant"]["name"].as_str()),
+            ("session.join", Some("Ada"))
+        );
+    }
+
+    /// pvp-spec 9.3: a correction names an existing item; one of an item refused for lack of
+    /// room is refused too, by `offer` and by `force`.
+    #[tokio::test]
+    async fn corrections_of_an_item_refused_for_lack_of_room_are_refused() {
+        let (mut tx, mut rx) = queue(1);
+        assert_eq!(tx.offer(envelopes(1)), 0);
+        let mut b = Builder::new("s".into(), None, 2);
+        let mut env = |kind, key: &str| {
+            b.envelope(
+                Time(0),
+                SenderId::from("q"),
+                kind,
+                &serde_json::json!({ "key": key }),
+            )
+        };
+        assert_eq!(tx.offer(vec![env(Kind::ContextAdd, "k1")]), 1);
+        rx.recv(usize::MAX).await.unwrap();
+        let other = env(Kind::ContextUpdate, "k0");
+        let other_id = other.id();
+        assert_eq!(tx.offer(vec![env(Kind::ContextUpdate, "k1"), other]), 1);
+        assert_eq!(rx.recv(usize::MAX).await.unwrap()[0].id(), other_id);
+        assert_eq!(tx.force(vec![env(Kind::ContextRemove, "k1")]), 1);
         assert_eq!(rx.depth(), 0);
     }
 
     #[tokio::test]
     async fn force_ignores_the_bound_and_everything_arrives_in_order() {
-        let (tx, mut rx) = queue(2);
+        let (mut tx, mut rx) = queue(2);
         let a = envelopes(2);
         let b = envelopes(3);
         let want: Vec<String> = ids(&a).into_iter().chain(ids(&b)).collect();
@@ -219,7 +408,7 @@ pub(crate) mod tests {
 
     #[test]
     fn with_the_sink_gone_everything_is_refused_and_nothing_stays_counted() {
-        let (tx, rx) = queue(10);
+        let (mut tx, rx) = queue(10);
         drop(rx);
         assert_eq!(tx.offer(envelopes(3)), 3);
         assert_eq!(tx.force(envelopes(2)), 2);

@@ -20,6 +20,7 @@ pub mod mapping;
 pub mod presence;
 pub mod pvp;
 pub mod red;
+pub mod refused;
 pub mod register;
 pub mod rtcp;
 pub mod rtp;

@@ -74,7 +74,7 @@ pub async fn run_worker(
     let WorkerLinks {
         mut rtcp,
         counts_rtcp,
-        out,
+        mut out,
         mut shutdown,
         publish,
         running: _,

@@ -9,12 +9,13 @@
 //!
 //! Plain data in and out (time passed in), driven by the participant's connection task.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
 use crate::pvp::{Builder, Envelope, Kind, Message};
+use crate::refused::RefusedItems;
 use crate::time::Time;
 
 #[derive(Debug, Clone, Copy)]
@@ -62,12 +63,16 @@ pub struct GateStats {
     pub timed_out: u64,
 }
 
+/// Refused chunks a participant's gates remember ([`Gates::refused_keys`]).
+const REFUSED_KEPT: usize = 64;
+
 #[derive(Debug)]
 pub struct Gates {
     cfg: GateConfig,
     held: VecDeque<Held>,
-    /// Keys of chunks that were not approved: their corrections are dropped too.
-    refused_keys: HashSet<String>,
+    /// Keys of chunks that were not approved: their corrections are dropped too. A
+    /// correction names its speaker's last item, so the newest few are enough.
+    refused_keys: RefusedItems,
     pub stats: GateStats,
     /// Envelopes from the core dropped since [`Gates::take_gone`] last asked: chunks not
     /// approved and corrections of them. The connection counts them as settled, so that what
@@ -84,7 +89,7 @@ impl Gates {
         Gates {
             cfg,
             held: VecDeque::new(),
-            refused_keys: HashSet::new(),
+            refused_keys: RefusedItems::new(REFUSED_KEPT),
             stats: GateStats::default(),
             gone: 0,
             dropped_corrections: Vec::new(),
@@ -228,12 +233,7 @@ impl Gates {
 
     /// A correction of a chunk that was never approved goes nowhere.
     fn pass(&mut self, e: Envelope) -> Option<Envelope> {
-        let refused = matches!(e.kind(), Kind::ContextUpdate | Kind::ContextRemove)
-            && !self.refused_keys.is_empty()
-            && e.to_message().payload["key"]
-                .as_str()
-                .is_some_and(|k| self.refused_keys.contains(k));
-        if refused {
+        if self.refused_keys.corrects(&e) {
             self.gone += 1;
             self.dropped_corrections.push(e.id());
             return None;

@@ -8,8 +8,8 @@
 //! behind it (docs/performance.md, section 15).
 
 use std::io::{self, BufWriter, Write};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::SinkStats;
@@ -24,9 +24,18 @@ pub struct StdoutSink {
     /// Fires when the writer thread ends (dropped with it, even on a panic).
     done: tokio::sync::oneshot::Receiver<()>,
     counts: Arc<Counts>,
-    /// Envelopes still in the queue in front of the writer.
-    queued: Arc<std::sync::atomic::AtomicUsize>,
+    /// The queue in front of the writer, with what decides which of its envelopes are written.
+    feed: Arc<Mutex<Feed>>,
     grace: Duration,
+}
+
+/// The writer's queue and its [`Presence`](crate::presence::Presence), shared with
+/// [`StdoutSink::close`]: what a stuck writer leaves in the queue counts as dropped only if it
+/// was to be written (one join and one leave a participant id, whatever the speakers sharing
+/// it). The writer holds the lock while it takes a batch, not while it writes one.
+struct Feed {
+    rx: handoff::Receiver,
+    presence: crate::presence::Presence,
 }
 
 #[derive(Debug, Default)]
@@ -53,7 +62,11 @@ impl StdoutSink {
     ) -> io::Result<Self> {
         let counts = Arc::new(Counts::default());
         let shared = counts.clone();
-        let queued = rx.queued();
+        let feed = Arc::new(Mutex::new(Feed {
+            rx,
+            presence: crate::presence::Presence::default(),
+        }));
+        let writer_feed = feed.clone();
         let (finished, done) = tokio::sync::oneshot::channel();
         // Not joined: a writer blocked on a stdout nobody reads must not keep the process from
         // exiting once the grace has passed (a join, even from a blocking task, would).
@@ -61,12 +74,12 @@ impl StdoutSink {
             .name("stdout-sink".into())
             .spawn(move || {
                 let _finished = finished;
-                writer(rx, out, &metrics, &shared);
+                writer(&writer_feed, out, &metrics, &shared);
             })?;
         Ok(StdoutSink {
             done,
             counts,
-            queued,
+            feed,
             grace,
         })
     }
@@ -82,7 +95,19 @@ impl StdoutSink {
         let mut dropped = c.dropped.load(Ordering::Relaxed);
         if !finished {
             let taken = c.taken.load(Ordering::Relaxed);
-            let queued = self.queued.load(Ordering::Acquire) as u64;
+            // The writer is stuck in a write: the queue is free to look at (a writer waiting
+            // for the queue would have found it closed and finished).
+            let queued = match self.feed.try_lock() {
+                Ok(mut f) => {
+                    let Feed { rx, presence } = &mut *f;
+                    let mut n = 0;
+                    while let Some(batch) = rx.try_recv(usize::MAX) {
+                        n += batch.iter().filter(|e| presence.admit(e)).count() as u64;
+                    }
+                    n
+                }
+                Err(_) => 0,
+            };
             let unwritten = taken.saturating_sub(sent + dropped) + queued;
             tracing::warn!(
                 unwritten,
@@ -95,12 +120,7 @@ impl StdoutSink {
     }
 }
 
-fn writer(
-    mut rx: handoff::Receiver,
-    out: Box<dyn Write + Send>,
-    metrics: &SinkMetrics,
-    counts: &Counts,
-) {
+fn writer(feed: &Mutex<Feed>, out: Box<dyn Write + Send>, metrics: &SinkMetrics, counts: &Counts) {
     let mut out = Lines {
         out: BufWriter::with_capacity(64 << 10, out),
         unflushed: 0,
@@ -108,29 +128,35 @@ fn writer(
         counts,
         failed_gauge: &metrics.stdout_failed,
     };
-    // One join and one leave a participant id, whatever the speakers sharing it.
-    let mut presence = crate::presence::Presence::default();
+    let lock = || {
+        feed.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    };
     loop {
-        let mut batch = match rx.try_recv(TAKE) {
+        let taken = lock().rx.try_recv(TAKE);
+        let mut batch = match taken {
             Some(b) => b,
             None => {
                 // The queue is empty: flush. Under load this is once per many batches; when
                 // quiet, lines go out as soon as they are made.
                 out.flush();
-                match rx.blocking_recv(TAKE) {
+                match lock().rx.blocking_recv(TAKE) {
                     Some(b) => b,
                     None => break,
                 }
             }
         };
-        metrics.queue_depth.set(rx.depth() as i64);
+        let mut f = lock();
+        metrics.queue_depth.set(f.rx.depth() as i64);
+        // One join and one leave a participant id, whatever the speakers sharing it.
         batch.retain(|e| {
-            let out = presence.admit(e);
+            let out = f.presence.admit(e);
             if out && e.kind() == crate::pvp::Kind::SessionJoin {
                 metrics.participants.inc();
             }
             out
         });
+        drop(f);
         counts
             .taken
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
@@ -279,7 +305,7 @@ mod tests {
 
     #[tokio::test]
     async fn every_hand_off_is_written_in_order_as_one_line_each() {
-        let (tx, rx) = handoff::queue(1000);
+        let (mut tx, rx) = handoff::queue(1000);
         let out = Shared {
             bytes: Arc::default(),
             fail_after: usize::MAX,
@@ -287,7 +313,7 @@ mod tests {
         let sink =
             StdoutSink::with_writer(rx, SinkMetrics::default(), GRACE, Box::new(out.clone()))
                 .unwrap();
-        let other = tx.clone();
+        let mut other = tx.clone();
         assert_eq!(tx.offer(numbered(0, 3)), 0);
         assert_eq!(other.offer(numbered(3, 2)), 0);
         assert_eq!(tx.force(numbered(5, 4)), 0);
@@ -308,7 +334,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_closed_stdout_counts_the_rest_as_dropped_and_still_drains_the_queue() {
-        let (tx, rx) = handoff::queue(100_000);
+        let (mut tx, rx) = handoff::queue(100_000);
         let first = numbered(0, 10);
         let ten_lines: usize = first.iter().map(|e| e.json().len() + 1).sum();
         // Room for the first ten lines and part of the next.
@@ -368,7 +394,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_blocked_stdout_ends_after_the_grace_and_counts_what_it_holds_as_dropped() {
-        let (tx, rx) = handoff::queue(1000);
+        let (mut tx, rx) = handoff::queue(1000);
         let (release, blocked) = std::sync::mpsc::channel();
         let grace = Duration::from_millis(200);
         let sink = StdoutSink::with_writer(

@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use futures_util::{SinkExt, StreamExt};
+
+use crate::refused::RefusedItems;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::Message;
@@ -53,7 +55,14 @@ pub struct WsConfig {
 struct Conn {
     tx: mpsc::Sender<(std::time::Instant, Envelope)>,
     task: JoinHandle<()>,
+    /// Items its full queue refused, whose corrections are refused too (pvp-spec 9.3); made
+    /// at the first.
+    refused: Option<Box<RefusedItems>>,
 }
+
+/// Items a participant's queue remembers refusing: a correction names its speaker's last
+/// item, and a participant is one speaker, or a few a mapping rule names alike.
+const REFUSED_KEPT: usize = 16;
 
 /// What a connection is for: one participant in one session. A server binds a connection to
 /// the sender and session of its first frame (pvp-spec 19.1), and one id may speak in two
@@ -181,13 +190,22 @@ impl WsSink {
                 before,
                 self.stop.subscribe(),
             ));
-            self.conns.insert(route.clone(), Conn { tx, task });
+            self.conns.insert(
+                route.clone(),
+                Conn {
+                    tx,
+                    task,
+                    refused: None,
+                },
+            );
         }
-        let conn = &self.conns[&route];
+        let conn = self.conns.get_mut(&route).expect("made above");
         let queued = if conn.tx.is_closed() {
             // The connection task ended: the server refused the participant, or the sink is
             // stopping.
             Err((e, "PVP connection closed"))
+        } else if conn.refused.as_ref().is_some_and(|r| r.corrects(&e)) {
+            Err((e, "correction of an item the full queue refused"))
         } else if !leaving && conn.tx.capacity() <= 1 {
             // The last place is the leave's.
             Err((e, "PVP connection queue full"))
@@ -201,6 +219,11 @@ impl WsSink {
         };
         if let Err((e, why)) = queued {
             self.dropped += 1;
+            if e.kind() == Kind::ContextAdd {
+                conn.refused
+                    .get_or_insert_with(|| Box::new(RefusedItems::new(REFUSED_KEPT)))
+                    .refused(&e);
+            }
             // Given up on, so not resent after a restart either, where it would come after
             // what this participant said later.
             if let Some(spool) = &self.cfg.spool {
@@ -263,8 +286,9 @@ fn now() -> Time {
 /// participant still delivering, on the sink's thread.
 const SWEEP_FROM: usize = 64;
 
-/// How long a connection must have lived for its end to reconnect at once, with the backoff
-/// reset: a server that accepts and then closes every connection is not hammered.
+/// How long a connection must have lived for its end to reset the backoff (the next wait is
+/// the first's, 50-100 ms): a server that accepts and then closes every connection is not
+/// hammered, and the participant counts as failing meanwhile.
 const STABLE: Duration = Duration::from_secs(10);
 
 /// A participant not rate-limited for this long starts its next pause at the smallest again:
@@ -347,9 +371,15 @@ async fn connection(
         if let Some(at) = opened.take() {
             if at.elapsed() >= STABLE {
                 backoff = Duration::from_millis(100);
-            } else {
-                backoff_wait(next_wait(&mut backoff, &mut jitter), &stop).await;
+            } else if !failing {
+                // A server that takes the handshake and drops the connection is failing this
+                // participant as one that refuses it: in backoff, so /healthz says so.
+                m.failing.inc();
+                failing = true;
             }
+            // Even after a reset, a random part of the first wait: participants that lost a
+            // restarting server (or a proxy's every connection) come back spread out.
+            backoff_wait(next_wait(&mut backoff, &mut jitter), &stop).await;
         }
         let connector = cfg.tls.clone().map(tokio_tungstenite::Connector::Rustls);
         // Boxed: the handshake's state (10 KB) is then held only while connecting, not for
@@ -545,13 +575,31 @@ async fn connection(
                                     Reaction::None => {}
                                 }
                             }
-                            Some(Ok(Message::Close(_))) | None => {
+                            Some(Ok(Message::Close(frame))) => {
+                                // RFC 6455 5.5.1: answered with a Close, which tungstenite has
+                                // queued and writes on a flush.
+                                let _ = tokio::time::timeout(cfg.write_timeout, ws.flush()).await;
+                                // The code and reason tell a refused token or session from
+                                // a server going away.
+                                match frame {
+                                    Some(f) => tracing::warn!(%participant, code = u16::from(f.code), reason = %f.reason, "PVP server closed the connection; reconnecting"),
+                                    None => tracing::warn!(%participant, "PVP server closed the connection; reconnecting"),
+                                }
+                                continue 'reconnect;
+                            }
+                            None => {
                                 tracing::warn!(%participant, "PVP server closed the connection; reconnecting");
                                 continue 'reconnect;
                             }
                             Some(Err(err)) => {
                                 tracing::warn!(%participant, "PVP connection failed: {err}; reconnecting");
                                 continue 'reconnect;
+                            }
+                            Some(Ok(Message::Binary(_))) => {
+                                // pvp-spec 19.1: one envelope a text frame. Not acted on (a
+                                // ping in it goes unanswered): counted, so that can be told.
+                                tracing::debug!(%participant, "binary frame from PVP server; not acted on");
+                                m.server_frames_rejected.inc();
                             }
                             Some(Ok(_)) => {}
                         }

@@ -1,0 +1,178 @@
+//! The hand-off from the receive workers to the sink under backpressure (`handoff`), driven by
+//! the sans-IO core, and the stdout writer at its end: what a full queue or a stuck stdout
+//! refuses, and what is counted. Each test failed before the fix it pins (review, session 32).
+
+use std::collections::HashSet;
+
+use pvp_t140::pvp::Message;
+use pvp_t140::{Config, Gateway};
+
+#[path = "common/core.rs"]
+mod core_helpers;
+use core_helpers::*;
+
+/// pvp-spec 9.3 (`context.update` / `context.remove` name an existing item) with the shell's
+/// backpressure (`udp::run_worker` hands each batch to `handoff::Sender::offer`, which refuses
+/// the newest envelopes that do not fit). A `context.add` refused by a full queue never reaches
+/// the sink, and the speaker's backspaces correct it later as its last item: that
+/// `context.update` is refused too, as the gates drop "corrections of a dropped chunk ... with
+/// it" (README). It went through once the queue had room, for a key the consumer never saw.
+#[test]
+fn a_correction_of_an_item_the_full_queue_refused_is_not_delivered() {
+    use pvp_t140::handoff;
+    let bound = 4;
+    let (mut tx, mut rx) = handoff::queue(bound);
+    let mut gw = Gateway::new(Config::default());
+    let mut hand_off = |gw: &mut Gateway| {
+        let batch: Vec<_> = std::iter::from_fn(|| gw.poll_output()).collect();
+        tx.offer(batch)
+    };
+    // Stream 7 fills the queue (join + 3 items = 4 envelopes, the bound).
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "One. Two. Three. "));
+    assert_eq!(hand_off(&mut gw), 0);
+    // Stream 8 says a sentence while the sink is behind: its item is refused, its join is not.
+    gw.handle_datagram(at(10), addr(4002), &t140(1, 8, "Hello. "));
+    assert_eq!(hand_off(&mut gw), 1, "the context.add is refused");
+    let mut written: Vec<Message> = Vec::new();
+    while let Some(b) = rx.try_recv(1000) {
+        written.extend(b.iter().map(|e| e.to_message()));
+    }
+    // The sink caught up. Stream 8 erases the space and two letters of what it said.
+    gw.handle_datagram(at(300), addr(4002), &t140(2, 8, "\u{8}\u{8}\u{8}"));
+    assert_eq!(hand_off(&mut gw), 1, "the correction goes with its item");
+    gw.shutdown(at(400));
+    let _ = tx.force(std::iter::from_fn(|| gw.poll_output()).collect());
+    drop(tx);
+    while let Some(b) = rx.try_recv(1000) {
+        written.extend(b.iter().map(|e| e.to_message()));
+    }
+    let mut added = HashSet::new();
+    for m in &written {
+        let key = m.payload["key"].as_str().map(str::to_owned);
+        match m.kind.as_str() {
+            "context.add" => {
+                added.insert(key.unwrap());
+            }
+            "context.update" | "context.remove" => {
+                let key = key.unwrap();
+                assert!(
+                    added.contains(&key),
+                    "{} of {key} delivered, but its context.add was refused: {written:#?}",
+                    m.kind
+                );
+            }
+            _ => {}
+        }
+    }
+}
+
+/// README ("one bounded queue between the receive workers and the sink (65,536); when either
+/// is full, new envelopes are refused"): behind a stuck sink (a stdout nobody reads, README "a
+/// stuck pipeline"), streams that come and go (each says a sentence and sends BYE;
+/// `--max-streams` caps the live ones at 4 here) must not grow the queue past its bound by
+/// more than a leave a live stream. Joins and leaves used to pass the bound, two a
+/// participation: 500 such streams left 1,005 envelopes queued behind a bound of 16.
+#[test]
+fn membership_envelopes_behind_a_stuck_sink_stay_bounded_by_the_live_streams() {
+    use pvp_t140::handoff;
+    let bound = 16;
+    let max_streams = 4;
+    let (mut tx, rx) = handoff::queue(bound);
+    let mut gw = Gateway::new(Config {
+        max_streams,
+        max_pps_per_source: 0,
+        reorder_wait: std::time::Duration::ZERO,
+        ..Config::default()
+    });
+    let mut t = 0;
+    for i in 0..500u32 {
+        let ssrc = 100 + i;
+        gw.handle_datagram(at(t), addr(4000), &t140(1, ssrc, "Hi. "));
+        let mut bye = Vec::new();
+        pvp_t140::rtcp::write_bye(&mut bye, ssrc);
+        gw.handle_datagram(at(t + 10), addr(4000), &bye);
+        t += 20;
+        gw.handle_timeout(at(t));
+        // The worker hands its output on; the sink never takes any (stdout is stuck).
+        let batch: Vec<_> = std::iter::from_fn(|| gw.poll_output()).collect();
+        tx.offer(batch);
+        assert!(gw.stats().streams_live <= max_streams as u64);
+    }
+    // The bound, plus a leave for each stream that can be alive (a join without room waits
+    // in the worker, and goes with its leave if that comes first).
+    let most = bound + max_streams;
+    assert!(
+        rx.depth() <= most,
+        "{} envelopes queued behind a stuck sink (bound {bound}, at most {max_streams} streams \
+         alive at once)",
+        rx.depth()
+    );
+}
+
+/// A writer standing for a stdout nobody reads: says when the first write starts, then blocks
+/// until the test ends (and fails then, as a pipe whose reader left).
+struct Stuck {
+    entered: std::sync::mpsc::Sender<()>,
+    release: std::sync::mpsc::Receiver<()>,
+}
+
+impl std::io::Write for Stuck {
+    fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+        let _ = self.entered.send(());
+        let _ = self.release.recv();
+        Err(std::io::ErrorKind::BrokenPipe.into())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// README ("a stdout that nobody reads ... after the 5 s what was not written is logged and
+/// counted as dropped (`stopped ... dropped=N`)") and its mapping rules (speakers given one
+/// participant id "are one participant: it joins with the first of them and leaves with the
+/// last"). The stdout writer holds back the joins and leaves of a participant's other speakers
+/// (`Presence`), and with stdout working they count as neither sent nor dropped; with stdout
+/// stuck at the end, `StdoutSink::close` counts as dropped only what was to be written. It
+/// counted the second speaker's join and leave too (`dropped=3`).
+#[tokio::test]
+async fn a_stuck_stdout_does_not_count_held_back_joins_and_leaves_as_dropped() {
+    use pvp_t140::handoff;
+    use pvp_t140::metrics::SinkMetrics;
+    use pvp_t140::pvp::{Builder, Kind, SenderId};
+    use pvp_t140::sink::stdout::StdoutSink;
+    use serde_json::json;
+
+    let mut b = Builder::new("s".into(), None, 1);
+    let mut env = |kind| b.envelope(at(0), SenderId::from("room"), kind, &json!({}));
+    let (mut tx, rx) = handoff::queue(1000);
+    let (entered_tx, entered) = std::sync::mpsc::channel();
+    let (release, release_rx) = std::sync::mpsc::channel();
+    let sink = StdoutSink::with_writer(
+        rx,
+        SinkMetrics::default(),
+        std::time::Duration::from_millis(200),
+        Box::new(Stuck {
+            entered: entered_tx,
+            release: release_rx,
+        }),
+    )
+    .unwrap();
+    // The first speaker joins "room": the writer takes it and sticks in its write.
+    assert_eq!(tx.offer(vec![env(Kind::SessionJoin)]), 0);
+    entered
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("the writer writes");
+    // A second speaker of the same participant joins and leaves: both are held back
+    // (one join and one leave a participant id), never to be written.
+    assert_eq!(
+        tx.offer(vec![env(Kind::SessionJoin), env(Kind::SessionLeave)]),
+        0
+    );
+    drop(tx);
+    let stats = sink.close().await;
+    drop(release);
+    assert_eq!(
+        stats.dropped, 1,
+        "only the first join was to be written and was not: {stats:?}"
+    );
+}
