@@ -115,8 +115,16 @@ struct Counts {
     /// Per connection: accept to handshake done, handshake to `session.join`, `session.join`
     /// to the first `context.add` (where the connection's first frames wait).
     opening: Mutex<Vec<[Duration; 3]>>,
+    arrivals: Mutex<Arrivals>,
+}
+
+#[derive(Default)]
+struct Arrivals {
     /// (stream, sentence, arrival) for every sentence found in a `context.add`.
-    arrivals: Mutex<Vec<(u32, u32, Instant)>>,
+    all: Vec<(u32, u32, Instant)>,
+    /// The (stream, sentence) pairs among them: a sentence resent after a reconnect arrives
+    /// twice, and must not stand in for one that never arrived.
+    distinct: HashSet<(u32, u32)>,
 }
 
 impl Counts {
@@ -146,7 +154,10 @@ impl Counts {
                 let found = sentences_in(&content);
                 if !found.is_empty() {
                     let mut a = self.arrivals.lock().unwrap_or_else(|e| e.into_inner());
-                    a.extend(found.into_iter().map(|(s, k)| (s, k, at)));
+                    for (s, k) in found {
+                        a.all.push((s, k, at));
+                        a.distinct.insert((s, k));
+                    }
                 }
                 (kind, None)
             }
@@ -155,10 +166,10 @@ impl Counts {
         }
     }
 
-    /// Sentences numbered `k >= from` that have arrived.
+    /// Sentences numbered `k >= from` that have arrived (each once, however often it came).
     fn arrived_from(&self, from: u32) -> usize {
         let a = self.arrivals.lock().unwrap_or_else(|e| e.into_inner());
-        a.iter().filter(|x| x.1 >= from).count()
+        a.distinct.iter().filter(|x| x.1 >= from).count()
     }
 }
 
@@ -603,7 +614,7 @@ fn latencies(sent: &[(u32, u32, Instant)], c: &Counts) -> (Vec<Duration>, usize)
     let a = c.arrivals.lock().unwrap_or_else(|e| e.into_inner());
     let mut seen: HashSet<(u32, u32)> = HashSet::with_capacity(sent.len());
     let (mut lat, mut dup) = (Vec::with_capacity(sent.len()), 0);
-    for &(i, k, at) in a.iter() {
+    for &(i, k, at) in &a.all {
         let Some(t) = when.get(&(i, k)) else { continue };
         if !seen.insert((i, k)) {
             dup += 1;
@@ -622,7 +633,7 @@ fn unmatched(phases: &[&[(u32, u32, Instant)]], c: &Counts) -> usize {
         .flat_map(|p| p.iter().map(|&(i, k, _)| (i, k)))
         .collect();
     let a = c.arrivals.lock().unwrap_or_else(|e| e.into_inner());
-    a.iter().filter(|x| !sent.contains(&(x.0, x.1))).count()
+    a.all.iter().filter(|x| !sent.contains(&(x.0, x.1))).count()
 }
 
 /// Polls `done` every 20 ms until it is true or `limit` has passed; returns the seconds taken
@@ -640,8 +651,9 @@ fn wait_for(limit: Duration, mut done: impl FnMut() -> bool) -> (f64, bool) {
     }
 }
 
-/// CPU seconds of each thread name between two [`thread_cpu`] snapshots (threads that came or
-/// went in between count from zero), busiest first.
+/// CPU seconds of each thread name between two [`thread_cpu`] snapshots (threads that came in
+/// between count from zero; threads that exited in between are left out, their CPU unread),
+/// busiest first.
 fn by_thread_name(
     a: &BTreeMap<u32, (String, f64)>,
     b: &BTreeMap<u32, (String, f64)>,
@@ -967,4 +979,46 @@ pub fn run(a: &WsArgs) -> Res<()> {
         println!("note: {note}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `context.add` as the gateway sends it for stream `i`'s sentence `k`.
+    fn add(i: u32, k: u32) -> String {
+        format!(
+            r#"{{"v":1,"type":"context.add","id":"x","session":"load","payload":{{"content":"Stream {i} sentence {k} ends here."}}}}"#
+        )
+    }
+
+    /// The settle counts distinct sentences: one that arrived twice (a resend after a
+    /// reconnect) does not stand in for one that never arrived, so the settle runs to its
+    /// deadline and the table says "all arrived NO" (review, session 32: it ended at once and
+    /// said "yes").
+    #[test]
+    fn a_duplicate_arrival_does_not_stand_in_for_a_missing_sentence() {
+        let c = Counts::default();
+        let t = Instant::now();
+        // Sentences (0, 1) and (1, 1) were sent; (0, 1) arrived twice, (1, 1) never.
+        let sent = [(0u32, 1u32, t), (1, 1, t)];
+        c.on_frame(&add(0, 1), t);
+        c.on_frame(&add(0, 1), t);
+        let (lat, dup) = latencies(&sent, &c);
+        assert_eq!(
+            (lat.len(), dup),
+            (1, 1),
+            "one distinct sentence arrived, once again"
+        );
+        assert_eq!(c.arrived_from(1), 1, "only (0, 1) has arrived");
+        let (_, all_arrived) = wait_for(Duration::from_millis(60), || {
+            c.arrived_from(1) >= sent.len()
+        });
+        assert!(
+            !all_arrived,
+            "every sentence reported arrived though (1, 1) never did"
+        );
+        c.on_frame(&add(1, 1), t);
+        assert_eq!(c.arrived_from(1), 2);
+    }
 }
