@@ -735,39 +735,40 @@ impl Child {
     }
 
     /// Datagrams the receiver has taken from its socket so far (the gateway publishes its
-    /// counters once a second, so its figure can be up to a second old).
-    fn delivered(&mut self) -> u64 {
+    /// counters once a second, so its figure can be up to a second old); `None` when the count
+    /// could not be read (a failed scrape is no count of 0).
+    fn delivered(&mut self) -> Option<u64> {
         match &mut self.ctl {
             Some((stdin, out)) => {
                 let _ = writeln!(stdin, "c");
                 let _ = stdin.flush();
                 let mut line = String::new();
                 let _ = out.read_line(&mut line);
-                line.split_whitespace()
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(0)
+                line.split_whitespace().next()?.parse().ok()
             }
             None => self
                 .scrape()
-                .map_or(0, |m| counter(&m, "pvp_t140_datagrams_total")),
+                .ok()
+                .map(|m| counter(&m, "pvp_t140_datagrams_total")),
         }
     }
 
     /// Waits until the receiver has counted `expected` datagrams, or its count has not moved
-    /// for a while (then some were lost); returns the count.
+    /// for a while (then some were lost); returns the count (0 if it could never be read).
+    /// Counts only grow: a read that fails or lags behind an earlier one is passed over.
     fn settle(&mut self, expected: u64) -> u64 {
         let quiet = match self.target {
             Target::Null => Duration::from_millis(500),
             Target::Gateway => Duration::from_millis(2500),
         };
         let deadline = Instant::now() + Duration::from_secs(30);
-        let mut last = self.delivered();
+        let mut last = self.delivered().unwrap_or(0);
         let mut since = Instant::now();
         while last < expected && since.elapsed() < quiet && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(100));
-            let now = self.delivered();
-            if now != last {
+            if let Some(now) = self.delivered()
+                && now > last
+            {
                 last = now;
                 since = Instant::now();
             }
@@ -1281,7 +1282,8 @@ fn run_rate(target: Target, a: &RateArgs) -> Res<Report> {
             offered,
             sent,
             secs,
-            delivered: got - base,
+            // 0, not an underflow, when this settle could read no count.
+            delivered: got.saturating_sub(base),
             socket_drops: sd1 - sd0,
             kernel_rcvbuf: k1.rcvbuf_errors - k0.rcvbuf_errors,
             kernel_in_errors: k1.in_errors - k0.in_errors,
@@ -1296,7 +1298,7 @@ fn run_rate(target: Target, a: &RateArgs) -> Res<Report> {
             gw_drops,
             envelopes,
         };
-        base = got;
+        base = base.max(got);
         eprintln!(
             "  {}: offered {:>9} sent {:>9.0}/s delivered {:>9.0}/s kernel drops {:>7} cpu {:>5.1}% sender cpu {:>5.1}% others {:.2} (visible {:.2} {}) softirq {:.2} steal {:.2} cores {}",
             target.name(),
@@ -1350,17 +1352,30 @@ fn run_rate(target: Target, a: &RateArgs) -> Res<Report> {
     })
 }
 
-/// The best clean step's delivered rate, and whether that figure is only a lower bound (the
-/// sender, not the receiver, stopped the stepping).
-fn sustained(r: &Report, tol: f64) -> (f64, bool) {
+/// Why a receiver's sustained rate is only a lower bound: its last step was clean.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LowerBound {
+    /// The sender could not keep up with the rate offered (or offered all it could, --pps 0).
+    Sender,
+    /// The sender kept up: one paced window (no --step), or stepping stopped at --max-pps.
+    Offered,
+}
+
+/// The best clean step's delivered rate, and why that figure is only a lower bound, if it is
+/// (docs/performance.md, section 1: the receiver did not drop at the last rate offered).
+fn sustained(r: &Report, tol: f64) -> (f64, Option<LowerBound>) {
     let best = r
         .steps
         .iter()
         .filter(|s| s.clean(tol))
         .map(Step::delivered_pps)
         .fold(0.0, f64::max);
-    let last_clean = r.steps.last().is_some_and(|s| s.clean(tol));
-    (best, last_clean)
+    let bound = match r.steps.last() {
+        Some(s) if s.clean(tol) && (s.sender_bound() || s.offered == 0) => Some(LowerBound::Sender),
+        Some(s) if s.clean(tol) => Some(LowerBound::Offered),
+        _ => None,
+    };
+    (best, bound)
 }
 
 fn rate(a: &RateArgs) -> Res<()> {
@@ -1449,17 +1464,18 @@ fn rate(a: &RateArgs) -> Res<()> {
     }
     println!();
     for r in &reports {
-        let (best, bounded_by_sender) = sustained(r, a.tolerance);
+        let (best, bound) = sustained(r, a.tolerance);
         let last = r.steps.last();
         let micros = last.map_or(0.0, |s| 1e6 * s.cpu / s.delivered.max(1) as f64);
         println!(
             "{}: sustained {:.0} pps{}; {:.2} µs CPU/datagram at the last step; peak RSS (VmHWM) {:.1} MiB, RSS {:.1} MiB; warm-up CPU {:.2} s; stderr lines {}; stop (SIGTERM; the null receiver: stdin closed) -> {} in {:.2} s",
             r.target.name(),
             best,
-            if bounded_by_sender {
-                " (no drops at the highest rate offered: a lower bound)"
-            } else {
-                ""
+            match bound {
+                Some(LowerBound::Sender) => " (no drops, the sender was the limit: a lower bound)",
+                Some(LowerBound::Offered) =>
+                    " (no drops at the highest rate offered: a lower bound)",
+                None => "",
             },
             micros,
             r.hwm_kib as f64 / 1024.0,
@@ -1487,10 +1503,13 @@ fn rate(a: &RateArgs) -> Res<()> {
             ns,
             if ns > 0.0 { gs / ns } else { f64::NAN },
             match (nb, gb) {
-                (true, true) => " (both lower bounds: the sender was the limit)",
-                (true, false) => " (null figure is a lower bound: ratio is an upper bound)",
-                (false, true) => " (gateway figure is a lower bound)",
-                _ => "",
+                (Some(LowerBound::Sender), Some(LowerBound::Sender)) => {
+                    " (both lower bounds: the sender was the limit)"
+                }
+                (Some(_), Some(_)) => " (both lower bounds: no drops at the highest rate offered)",
+                (Some(_), None) => " (null figure is a lower bound: ratio is an upper bound)",
+                (None, Some(_)) => " (gateway figure is a lower bound)",
+                (None, None) => "",
             },
             cpu(g) / cpu(n)
         );
@@ -2010,7 +2029,11 @@ fn run_drain(target: Target, a: &RateArgs, common: &Common, n: u64) -> Res<Drain
     let tail_secs = tail0.elapsed().as_secs_f64();
     let drops_after = socket_drops(port) - d0 - drops_queued;
     let (delivered, envelopes, gw_drops) = match target {
-        Target::Null => (child.delivered() - base, None, Vec::new()),
+        Target::Null => (
+            child.delivered().unwrap_or(0).saturating_sub(base),
+            None,
+            Vec::new(),
+        ),
         Target::Gateway => {
             let m1 = child.scrape()?;
             let m0 = m0.unwrap_or_default();
@@ -2358,7 +2381,8 @@ fn scale(a: &ScaleArgs) -> Res<()> {
             k1 - k0,
             rss0 as f64 / 1024.0,
             rss2 as f64 / 1024.0,
-            (rss1.max(rss2) - rss0) as f64 * 1024.0 / f64::from(n),
+            // Saturating: with few streams the RSS can end below where it started.
+            rss1.max(rss2).saturating_sub(rss0) as f64 * 1024.0 / f64::from(n),
             hwm as f64 / 1024.0,
             cpu_open,
             100.0 * idle,
@@ -2618,4 +2642,66 @@ fn t140llm(a: &T140llmArgs) -> Res<()> {
     }
     let _ = std::fs::remove_dir(&dir);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(steps: Vec<Step>) -> Report {
+        Report {
+            target: Target::Gateway,
+            steps,
+            hwm_kib: 0,
+            rss_kib: 0,
+            warm_cpu: 0.0,
+            exit: String::new(),
+            shutdown_s: 0.0,
+            log_lines: 0,
+            warnings: Vec::new(),
+        }
+    }
+
+    /// A clean last step is a lower bound, said to be the sender's only when the sender fell
+    /// short of the rate offered: a paced window (no --step) the sender kept up with is "no
+    /// drops at the highest rate offered" (review, session 32: it was reported as "the sender
+    /// was the limit"); a step the sender fell short of is the sender's; a dropping one is no
+    /// bound.
+    #[test]
+    fn a_paced_clean_window_is_not_reported_as_limited_by_the_sender() {
+        let step = Step {
+            offered: 100_000,
+            sent: 399_990,
+            secs: 4.0,
+            delivered: 399_990,
+            ..Step::default()
+        };
+        assert!(step.clean(0.001));
+        assert!(
+            !step.sender_bound(),
+            "the sender kept up with the offered rate"
+        );
+        let (best, bound) = sustained(&report(vec![step.clone()]), 0.001);
+        assert_eq!(best, 99_997.5);
+        assert_eq!(bound, Some(LowerBound::Offered));
+
+        let short = Step {
+            offered: 200_000,
+            sent: 600_000,
+            delivered: 600_000,
+            ..step.clone()
+        };
+        assert!(short.sender_bound());
+        let (best, bound) = sustained(&report(vec![step.clone(), short]), 0.001);
+        assert_eq!((best, bound), (150_000.0, Some(LowerBound::Sender)));
+
+        let dropping = Step {
+            offered: 125_000,
+            sent: 500_000,
+            delivered: 450_000,
+            ..step.clone()
+        };
+        let (best, bound) = sustained(&report(vec![step, dropping]), 0.001);
+        assert_eq!((best, bound), (99_997.5, None));
+    }
 }
