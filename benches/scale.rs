@@ -20,77 +20,20 @@
 //! * **stats()**: `Gateway::stats()` at 1k and 100k streams (it folds every live stream's
 //!   counters; the live shell calls it once a second per worker when `--metrics` is on).
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use pvp_t140::send::{Sender, SenderConfig};
 use pvp_t140::{Config, Gateway, Time, rtp};
 
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-/// Allocation calls (alloc, alloc_zeroed, realloc), ever.
-static CALLS: AtomicUsize = AtomicUsize::new(0);
-/// While set, the sizes of new allocations (and reallocations) are recorded in `TRACE`.
-static TRACING: AtomicBool = AtomicBool::new(false);
-static TRACE: [AtomicUsize; 64] = [const { AtomicUsize::new(0) }; 64];
-static TRACED: AtomicUsize = AtomicUsize::new(0);
-
-fn trace(size: usize) {
-    CALLS.fetch_add(1, Ordering::Relaxed);
-    if TRACING.load(Ordering::Relaxed) {
-        let i = TRACED.fetch_add(1, Ordering::Relaxed);
-        if i < TRACE.len() {
-            TRACE[i].store(size, Ordering::Relaxed);
-        }
-    }
-}
-
-// SAFETY: forwards to the system allocator unchanged; only counts sizes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        // SAFETY: same contract as the caller's.
-        let p = unsafe { System.alloc(l) };
-        if !p.is_null() {
-            LIVE.fetch_add(l.size(), Ordering::Relaxed);
-            trace(l.size());
-        }
-        p
-    }
-    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        // SAFETY: same contract as the caller's.
-        let p = unsafe { System.alloc_zeroed(l) };
-        if !p.is_null() {
-            LIVE.fetch_add(l.size(), Ordering::Relaxed);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(p, l) };
-        LIVE.fetch_sub(l.size(), Ordering::Relaxed);
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        // SAFETY: same contract as the caller's.
-        let q = unsafe { System.realloc(p, l, new) };
-        if !q.is_null() {
-            LIVE.fetch_sub(l.size(), Ordering::Relaxed);
-            LIVE.fetch_add(new, Ordering::Relaxed);
-            trace(new);
-        }
-        q
-    }
-}
+#[path = "support/counting.rs"]
+mod counting;
+use counting::{CALLS, Counting, TRACE, TRACED, TRACING, live};
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
-
-fn live() -> usize {
-    LIVE.load(Ordering::Relaxed)
-}
 
 const T0: Time = Time::from_millis(1_700_000_000_000);
 const T140_PT: u8 = 98;
