@@ -71,8 +71,8 @@ pub struct CaptureStats {
     /// Fragments repeating bytes a reassembly already held (a capture on two interfaces, a
     /// retransmitting link): dropped, and the reassembly goes on (RFC 8200 section 4.5).
     pub fragments_duplicate: u64,
-    /// Reassemblies still missing fragments when their time ran out, in capture time as replay
-    /// takes it, or when the capture's clock was set back: how long they
+    /// Reassemblies still missing fragments when their time ran out, in their interface's
+    /// capture time as replay takes it, or when that clock was set back: how long they
     /// have waited then cannot be told, and a datagram that came after could take the
     /// identification of one given up long ago.
     pub reassembly_timeouts: u64,
@@ -200,7 +200,7 @@ const CLOCK_STEP: u64 = 1_000_000;
 
 /// The replay's clock: the capture's timestamps, never going back, and with the time a clock
 /// step went back added to everything after it. Replay drives the core with it; the
-/// reassembly of IP fragments times out by it.
+/// reassembly of IP fragments times out by one of its own per capture interface.
 #[derive(Debug, Default)]
 pub(crate) struct ReplayClock {
     last: Time,
@@ -415,7 +415,7 @@ fn take_frame(
         stats.skipped += 1;
         return;
     };
-    reassembler.tick(time, stats);
+    reassembler.tick(interface, time, stats);
     match packet_of(data, link, interface) {
         Some(Packet::Whole(source, destination, payload)) => {
             stats.udp += 1;
@@ -679,7 +679,7 @@ struct Fragment<'a> {
 #[derive(Debug)]
 struct Pending {
     key: FragmentKey,
-    /// Its first fragment's time (by [`ReplayClock`]) plus the reassembly time.
+    /// Its first fragment's time (by its interface's [`ReplayClock`]) plus the reassembly time.
     deadline: Time,
     /// The header (`Fragment::header`) of the fragment at offset 0, once it came.
     header: Option<usize>,
@@ -709,58 +709,72 @@ struct Reassembler {
     pending: Vec<Pending>,
     /// What `pending` holds on the heap.
     bytes: usize,
-    /// No deadline in `pending` is earlier (some may be later: the one that set it may be gone).
-    next_deadline: Option<Time>,
-    /// The time reassemblies wait by: the capture's, as replay takes it.
+    /// The time reassemblies wait by, one per capture interface (the fragment key's): each
+    /// the capture's as replay takes it, moved by that interface's frames alone. The
+    /// interfaces of a pcapng may stamp a minute apart (a NIC stamping in hardware): one
+    /// clock for all would take that for time passing, or for a step, and give up a
+    /// reassembly its own interface's fragments complete 1 ms later.
+    clocks: Vec<InterfaceClock>,
+}
+
+/// A capture interface's clock, for the reassemblies of its fragments.
+#[derive(Debug, Default)]
+struct InterfaceClock {
     clock: ReplayClock,
+    /// No deadline of the interface's reassemblies is earlier (some may be later: the one
+    /// that set it may be gone).
+    next_deadline: Option<Time>,
 }
 
 impl Reassembler {
-    /// Moves the clock on to a frame captured at `captured`, giving up the reassemblies whose
-    /// time has run out. Where the capture's clock was set back, all are given up: the time
-    /// they waited across the step cannot be told (replay counts none, but Linux times
-    /// reassemblies on a monotonic clock), and one kept could take fragments of a later
-    /// datagram with the same identification, mixing two datagrams or dropping the later one.
-    fn tick(&mut self, captured: Time, stats: &mut CaptureStats) {
-        let (now, stepped) = self.clock.tick(captured);
+    /// Moves `interface`'s clock on to a frame of it captured at `captured`, giving up the
+    /// interface's reassemblies whose time has run out. Where its clock was set back, all of
+    /// them are given up: the time they waited across the step cannot be told (replay counts
+    /// none, but Linux times reassemblies on a monotonic clock), and one kept could take
+    /// fragments of a later datagram with the same identification, mixing two datagrams or
+    /// dropping the later one.
+    fn tick(&mut self, interface: usize, captured: Time, stats: &mut CaptureStats) {
+        if self.clocks.len() <= interface {
+            self.clocks
+                .resize_with(interface + 1, InterfaceClock::default);
+        }
+        let c = &mut self.clocks[interface];
+        let (now, stepped) = c.clock.tick(captured);
         if stepped {
-            stats.reassembly_timeouts += self.pending.len() as u64;
-            self.clear();
-        } else {
-            self.expire(now, stats);
+            c.next_deadline = None;
+            stats.reassembly_timeouts += self.drop_where(|p| p.key.interface == interface);
+        } else if c.next_deadline.is_some_and(|d| d <= now) {
+            stats.reassembly_timeouts +=
+                self.drop_where(|p| p.key.interface == interface && p.deadline <= now);
+            self.clocks[interface].next_deadline = self
+                .pending
+                .iter()
+                .filter(|p| p.key.interface == interface)
+                .map(|p| p.deadline)
+                .min();
         }
     }
 
-    /// Ends every pending reassembly as unfinished: the capture or its section ended.
+    /// Ends every pending reassembly as unfinished: the capture or its section ended. The
+    /// interfaces' clocks go with them: a new section's interfaces are others.
     fn finish(&mut self, stats: &mut CaptureStats) {
-        stats.reassembly_unfinished += self.pending.len() as u64;
-        self.clear();
+        stats.reassembly_unfinished += self.drop_where(|_| true);
+        self.clocks.clear();
     }
 
-    /// Drops every pending reassembly.
-    fn clear(&mut self) {
-        self.pending.clear();
-        self.bytes = 0;
-        self.next_deadline = None;
-    }
-
-    /// Drops the reassemblies whose time has run out by `now`.
-    fn expire(&mut self, now: Time, stats: &mut CaptureStats) {
-        if self.next_deadline.is_none_or(|d| now < d) {
-            return;
-        }
+    /// Drops the pending reassemblies `dropped` picks; how many.
+    fn drop_where(&mut self, dropped: impl Fn(&Pending) -> bool) -> u64 {
         let before = self.pending.len();
         let mut bytes = self.bytes;
         self.pending.retain(|p| {
-            let keep = now < p.deadline;
-            if !keep {
+            let drop = dropped(p);
+            if drop {
                 bytes -= p.cost();
             }
-            keep
+            !drop
         });
         self.bytes = bytes;
-        stats.reassembly_timeouts += (before - self.pending.len()) as u64;
-        self.next_deadline = self.pending.iter().map(|p| p.deadline).min();
+        (before - self.pending.len()) as u64
     }
 
     fn remove(&mut self, i: usize) -> Pending {
@@ -801,8 +815,10 @@ impl Reassembler {
                     self.remove(0);
                     stats.reassembly_evicted += 1;
                 }
-                let deadline = self.clock.now().saturating_add(f.timeout);
-                self.next_deadline = Some(self.next_deadline.map_or(deadline, |d| d.min(deadline)));
+                // `tick` made the interface's clock for this frame.
+                let c = &mut self.clocks[f.key.interface];
+                let deadline = c.clock.now().saturating_add(f.timeout);
+                c.next_deadline = Some(c.next_deadline.map_or(deadline, |d| d.min(deadline)));
                 self.pending.push(Pending {
                     key: f.key,
                     deadline,

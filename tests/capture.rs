@@ -1033,6 +1033,49 @@ fn a_short_step_back_is_reordering_and_keeps_the_reassembly() {
     assert_eq!(reassembly(&stats), [2, 0, 0, 1, 0, 0, 1]);
 }
 
+/// Each capture interface's reassemblies wait by that interface's own clock (review, session
+/// 32): a pcapng of two interfaces whose clocks disagree by a minute (a NIC stamping in
+/// hardware), a UDP datagram in two fragments 1 ms apart on interface 0 and between them an
+/// ICMP frame (never replayed) on interface 1 stamped a minute ahead or behind. The datagram
+/// is reassembled, as the live gateway's socket got it; one clock for both interfaces took
+/// that frame for a minute passing (a timeout) or for a clock step, and the text was lost.
+#[test]
+fn fragments_on_one_interface_survive_a_frame_of_another_interface_stamping_a_minute_off() {
+    let payload = text(40, 0);
+    let whole = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, &payload);
+    let (f1, f2) = (
+        v4_fragment(&whole, 9, 0, 24),
+        v4_fragment(&whole, 9, 24, 48),
+    );
+    // An ICMP echo request from 10.0.0.9 to 10.0.0.2.
+    let mut icmp = vec![
+        0x45, 0, 0, 28, 0, 1, 0x40, 0, 64, 1, 0, 0, 10, 0, 0, 9, 10, 0, 0, 2,
+    ];
+    icmp.extend_from_slice(&[8, 0, 0xf7, 0xff, 0, 0, 0, 0]);
+    let other = ethernet(&icmp);
+    let t0 = 1_700_000_000_000_000u64;
+    for (what, at) in [("ahead", t0 + 61_000_000), ("behind", t0 - 61_000_000)] {
+        let mut ng = Ng::new(true);
+        ng.idb(LINKTYPE_ETHERNET, &[]);
+        ng.idb(LINKTYPE_ETHERNET, &[]);
+        ng.epb(0, t0, &f1, f1.len());
+        ng.epb(1, at, &other, other.len());
+        ng.epb(0, t0 + 1_000, &f2, f2.len());
+        let (got, stats) = read(&ng.out).expect("readable");
+        let payloads: Vec<_> = got.iter().map(|d| d.payload.clone()).collect();
+        assert_eq!(
+            payloads,
+            vec![payload.clone()],
+            "a minute {what}: {stats:?}"
+        );
+        assert_eq!(
+            reassembly(&stats),
+            [2, 1, 0, 0, 0, 0, 0],
+            "a minute {what}: {stats:?}"
+        );
+    }
+}
+
 /// A pcapng file may hold several sections (pcapng 4.1; `cat` of two captures makes one), each
 /// with its own interfaces numbered from 0: interface 0 of the second is another. A
 /// reassembly the first section left pending ends there, unfinished, and the second
