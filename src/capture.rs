@@ -7,6 +7,7 @@ use std::fs::File;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use etherparse::defrag::{IpDefragBuf, IpFragRange};
@@ -95,7 +96,9 @@ pub struct CaptureStats {
 
 #[derive(Debug)]
 pub enum CaptureError {
+    /// Opening or reading the file failed: the I/O error itself.
     Io(io::Error),
+    /// The bytes are not a capture replay can read.
     Format(String),
 }
 
@@ -284,13 +287,47 @@ pub fn read_udp_from(
     })
 }
 
+/// A reader that keeps the I/O error it last failed with: pcap-parser turns every one into a
+/// bare `PcapError::ReadError`, which would lose the cause (a disk error, a directory given as
+/// the file) and blame the file's format.
+struct KeepsError<'a, R> {
+    inner: R,
+    error: &'a Mutex<Option<io::Error>>,
+}
+
+impl<R: io::Read> io::Read for KeepsError<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.inner.read(buf).map_err(|e| {
+            let kind = e.kind();
+            *self.error.lock().unwrap_or_else(PoisonError::into_inner) = Some(e);
+            kind.into()
+        })
+    }
+}
+
+/// What a failed read of the capture is: the I/O error [`KeepsError`] kept, or a bad format.
+fn read_failed<I: std::fmt::Debug>(
+    e: PcapError<I>,
+    kept: &Mutex<Option<io::Error>>,
+) -> CaptureError {
+    let kept = kept.lock().unwrap_or_else(PoisonError::into_inner).take();
+    match (e, kept) {
+        (PcapError::ReadError, Some(io)) => CaptureError::Io(io),
+        (e, _) => CaptureError::Format(format!("{e:?}")),
+    }
+}
+
 /// As [`read_frames`], from any reader.
 pub fn read_frames_from(
     reader: impl io::Read + Send,
     each: &mut dyn FnMut(Frame),
 ) -> Result<CaptureStats, CaptureError> {
-    let mut reader = create_reader(INITIAL_BUFFER, reader)
-        .map_err(|e| CaptureError::Format(format!("{e:?}")))?;
+    let error = Mutex::new(None);
+    let reader = KeepsError {
+        inner: reader,
+        error: &error,
+    };
+    let mut reader = create_reader(INITIAL_BUFFER, reader).map_err(|e| read_failed(e, &error))?;
     let mut capacity = INITIAL_BUFFER;
     let mut stats = CaptureStats::default();
     let mut reassembler = Reassembler::default();
@@ -379,7 +416,7 @@ pub fn read_frames_from(
                     stats.cut_short = true;
                     break;
                 }
-                Err(e) => return Err(CaptureError::Format(format!("{e:?}"))),
+                Err(e) => return Err(read_failed(e, &error)),
             },
             Err(PcapError::BufferTooSmall) => {
                 // The next record does not fit: grow, then read on.
@@ -391,11 +428,9 @@ pub fn read_frames_from(
                 }
                 capacity = (capacity * 2).min(MAX_BUFFER);
                 reader.grow(capacity);
-                reader
-                    .refill()
-                    .map_err(|e| CaptureError::Format(format!("{e:?}")))?;
+                reader.refill().map_err(|e| read_failed(e, &error))?;
             }
-            Err(e) => return Err(CaptureError::Format(format!("{e:?}"))),
+            Err(e) => return Err(read_failed(e, &error)),
         }
     }
     reassembler.finish(&mut stats);

@@ -4,8 +4,8 @@
 use std::net::SocketAddr;
 
 use pvp_t140::capture::{
-    CaptureStats, Datagram, Frame, MAX_PENDING_REASSEMBLIES, MAX_PENDING_REASSEMBLY_BYTES,
-    read_frames_from, read_udp_from,
+    CaptureError, CaptureStats, Datagram, Frame, MAX_PENDING_REASSEMBLIES,
+    MAX_PENDING_REASSEMBLY_BYTES, read_frames_from, read_udp_from,
 };
 use pvp_t140::time::Time;
 
@@ -1074,6 +1074,35 @@ fn fragments_on_one_interface_survive_a_frame_of_another_interface_stamping_a_mi
             "a minute {what}: {stats:?}"
         );
     }
+}
+
+/// An I/O error while reading a capture is reported as that error, `CaptureError::Io`, not as
+/// a bad format (review, session 32): pcap-parser turns every one into a bare `ReadError`,
+/// which read "not a readable pcap/pcapng capture: ReadError", the cause lost and the file's
+/// format blamed. Here a reader gives a valid capture's bytes, 30 at a time, then fails.
+#[test]
+fn an_io_error_while_reading_a_capture_is_reported_as_that_io_error_not_a_bad_format() {
+    struct FailsAfter(Vec<u8>, usize);
+    impl std::io::Read for FailsAfter {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = buf.len().min(self.0.len() - self.1).min(30);
+            if n == 0 {
+                return Err(std::io::Error::other("disk on fire"));
+            }
+            buf[..n].copy_from_slice(&self.0[self.1..self.1 + n]);
+            self.1 += n;
+            Ok(n)
+        }
+    }
+    let frame = ethernet(&udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, b"Hi"));
+    let file = pcap(LINKTYPE_ETHERNET, &[(1, 0, &frame)]);
+    let mut got = 0;
+    let err = read_udp_from(FailsAfter(file, 0), &mut |_| got += 1).expect_err("the read failed");
+    assert!(
+        matches!(err, CaptureError::Io(_)) && err.to_string() == "disk on fire",
+        "{err}"
+    );
+    assert_eq!(got, 1, "the datagram before the error is handed out");
 }
 
 /// A pcapng file may hold several sections (pcapng 4.1; `cat` of two captures makes one), each

@@ -177,6 +177,27 @@ fn not_a_capture_is_a_clear_error() {
     assert!(!out.status.success());
 }
 
+/// A directory given as the capture is reported as what it is, "Is a directory", not as a
+/// file of the wrong format (review, session 32: pcap-parser's bare `ReadError` was reported
+/// as "not a readable pcap/pcapng capture").
+#[test]
+fn a_directory_given_as_the_capture_says_so() {
+    let dir = std::env::temp_dir().join(format!("pvp-t140-replay-dir-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .arg("replay")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    std::fs::remove_dir(&dir).ok();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("Is a directory") && !err.contains("not a readable pcap/pcapng capture"),
+        "{err}"
+    );
+}
+
 // t140llm 0.0.19's real output (interop/t140llm/capture.sh), replayed with --compat t140llm.
 
 #[test]
