@@ -6,6 +6,7 @@
 use std::fs::File;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::ops::ControlFlow;
 use std::path::Path;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
@@ -123,8 +124,12 @@ pub fn read_udp(path: &Path, mut each: impl FnMut(Datagram)) -> Result<CaptureSt
 /// file order: with its datagram, or with only its time. Replay's clock moves on every one,
 /// so the time a capture covers passes whatever its frames hold. A record without a
 /// timestamp (a pcapng Simple Packet Block, or one on an interface the section did not
-/// describe) gives nothing.
-pub fn read_frames(path: &Path, mut each: impl FnMut(Frame)) -> Result<CaptureStats, CaptureError> {
+/// describe) gives nothing. `each` returning `Break` ends the reading there (replay's output
+/// failed: the rest of the capture would be read for nothing).
+pub fn read_frames(
+    path: &Path,
+    mut each: impl FnMut(Frame) -> ControlFlow<()>,
+) -> Result<CaptureStats, CaptureError> {
     let file = File::open(path).map_err(CaptureError::Io)?;
     read_frames_from(file, &mut each)
 }
@@ -284,6 +289,7 @@ pub fn read_udp_from(
         if let Frame::Udp(d) = f {
             each(d);
         }
+        ControlFlow::Continue(())
     })
 }
 
@@ -320,7 +326,7 @@ fn read_failed<I: std::fmt::Debug>(
 /// As [`read_frames`], from any reader.
 pub fn read_frames_from(
     reader: impl io::Read + Send,
-    each: &mut dyn FnMut(Frame),
+    each: &mut dyn FnMut(Frame) -> ControlFlow<()>,
 ) -> Result<CaptureStats, CaptureError> {
     let error = Mutex::new(None);
     let reader = KeepsError {
@@ -400,10 +406,14 @@ pub fn read_frames_from(
                     PcapBlockOwned::NG(_) => None,
                 };
                 // None: not a packet; Some(None): a packet we cannot use.
-                if let Some(frame) = frame {
-                    take_frame(frame, &mut reassembler, &mut stats, each);
-                }
+                let flow = match frame {
+                    Some(frame) => take_frame(frame, &mut reassembler, &mut stats, each),
+                    None => ControlFlow::Continue(()),
+                };
                 reader.consume(offset);
+                if flow.is_break() {
+                    break;
+                }
             }
             Err(PcapError::Eof) => break,
             Err(PcapError::UnexpectedEof) => {
@@ -438,17 +448,17 @@ pub fn read_frames_from(
 }
 
 /// Counts one packet record (`None`: one we cannot use) and hands out its datagram, whole or
-/// the one it completes, or else its time.
+/// the one it completes, or else its time; what `each` says.
 fn take_frame(
     frame: Option<(Time, Linktype, usize, &[u8])>,
     reassembler: &mut Reassembler,
     stats: &mut CaptureStats,
-    each: &mut dyn FnMut(Frame),
-) {
+    each: &mut dyn FnMut(Frame) -> ControlFlow<()>,
+) -> ControlFlow<()> {
     stats.frames += 1;
     let Some((time, link, interface, data)) = frame else {
         stats.skipped += 1;
-        return;
+        return ControlFlow::Continue(());
     };
     reassembler.tick(interface, time, stats);
     match packet_of(data, link, interface) {
@@ -459,21 +469,21 @@ fn take_frame(
                 source,
                 destination,
                 payload: payload.to_vec(),
-            }));
+            }))
         }
         Some(Packet::Fragment(fragment)) => {
             stats.fragments += 1;
             match reassembler.add(time, fragment, stats) {
                 Some(datagram) => {
                     stats.udp += 1;
-                    each(Frame::Udp(datagram));
+                    each(Frame::Udp(datagram))
                 }
                 None => each(Frame::Other(time)),
             }
         }
         None => {
             stats.skipped += 1;
-            each(Frame::Other(time));
+            each(Frame::Other(time))
         }
     }
 }

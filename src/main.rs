@@ -748,8 +748,11 @@ fn run_replay(file: &std::path::Path, port: Option<u16>, core: &CoreArgs) -> Res
     let cfg = core.config()?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    let summary =
-        replay::run(file, cfg, port, &mut out).map_err(|e| format!("{}: {e}", file.display()))?;
+    // An error of the capture names it; one of the output is stdout's, not the capture's.
+    let summary = replay::run(file, cfg, port, &mut out).map_err(|e| match e {
+        replay::ReplayError::Capture(e) => format!("{}: {e}", file.display()),
+        replay::ReplayError::Output(e) => format!("writing envelopes to stdout: {e}"),
+    })?;
     if summary.capture.cut_short {
         tracing::warn!(file = %file.display(), "the capture ends inside a record: replayed up to it");
     }

@@ -2,6 +2,7 @@
 //! clock, so idle flushes and stream timeouts happen exactly as they would have on the wire.
 
 use std::io::{self, Write};
+use std::ops::ControlFlow;
 use std::path::Path;
 
 use crate::admission::Admission;
@@ -15,6 +16,27 @@ pub struct ReplaySummary {
     pub capture: CaptureStats,
     pub stats: Stats,
 }
+
+/// Why a replay failed.
+#[derive(Debug)]
+pub enum ReplayError {
+    /// The capture could not be read.
+    Capture(CaptureError),
+    /// The envelopes could not be written (stdout for `pvp-t140 replay`: a full disk, a closed
+    /// pipe): an error of the output, not of the capture, whose reading stops there.
+    Output(io::Error),
+}
+
+impl std::fmt::Display for ReplayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReplayError::Capture(e) => write!(f, "{e}"),
+            ReplayError::Output(e) => write!(f, "writing the envelopes: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ReplayError {}
 
 /// The RTCP port a live gateway listening on `port` also reads, by default (RFC 3550 11: the
 /// next one up; none for 0 or 65535). Must match `run_live` in main.rs.
@@ -39,7 +61,7 @@ pub fn run(
     cfg: Config,
     port: Option<u16>,
     out: &mut dyn Write,
-) -> Result<ReplaySummary, CaptureError> {
+) -> Result<ReplaySummary, ReplayError> {
     // The RTCP port's own admission, as the live gateway's reader of it has.
     let mut rtcp_admission = Admission::new(cfg.allow.clone(), cfg.max_pps_per_source);
     let mut gw = Gateway::new(cfg);
@@ -49,9 +71,6 @@ pub fn run(
     // The newest time of the frames not fed since the last fed datagram.
     let mut tail = Time(0);
     let capture = capture::read_frames(path, |frame| {
-        if write_err.is_some() {
-            return;
-        }
         match frame {
             Frame::Udp(d) if port.is_none_or(|p| d.destination.port() == p) => {
                 tail = Time(0);
@@ -66,18 +85,24 @@ pub fn run(
             }
             other => tail = tail.max(clock.peek(other.time())),
         }
-        if let Err(e) = drain(&mut gw, &mut presence, out) {
-            write_err = Some(e);
+        // The first failed write ends the replay: nothing after it could be written.
+        match drain(&mut gw, &mut presence, out) {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(e) => {
+                write_err = Some(e);
+                ControlFlow::Break(())
+            }
         }
-    })?;
+    })
+    .map_err(ReplayError::Capture)?;
     if let Some(e) = write_err {
-        return Err(CaptureError::Io(e));
+        return Err(ReplayError::Output(e));
     }
     let end = clock.now().max(tail);
     fire_due(&mut gw, end);
     gw.shutdown(end);
-    drain(&mut gw, &mut presence, out).map_err(CaptureError::Io)?;
-    out.flush().map_err(CaptureError::Io)?;
+    drain(&mut gw, &mut presence, out).map_err(ReplayError::Output)?;
+    out.flush().map_err(ReplayError::Output)?;
     Ok(ReplaySummary {
         capture,
         stats: gw.stats(),

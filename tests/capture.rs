@@ -1315,7 +1315,11 @@ fn every_timestamped_frame_reports_its_time_in_file_order() {
         ],
     );
     let mut frames = Vec::new();
-    let stats = read_frames_from(file.as_slice(), &mut |f| frames.push(f)).expect("readable");
+    let stats = read_frames_from(file.as_slice(), &mut |f| {
+        frames.push(f);
+        std::ops::ControlFlow::Continue(())
+    })
+    .expect("readable");
     let seen: Vec<(u64, bool)> = frames
         .iter()
         .map(|f| (f.time().0 / 1_000_000, matches!(f, Frame::Udp(_))))

@@ -629,3 +629,75 @@ fn frames_of_an_interface_stamping_a_minute_off_do_not_stretch_the_rtp_between_t
         );
     }
 }
+
+/// A failed write of the envelopes to stdout (a full disk, a closed pipe) is reported as an
+/// error of the output, not of the capture (review, session 32): it was prefixed with the
+/// capture's path, `pvp-t140: CAPTURE.pcap: No space left on device (os error 28)`, and the
+/// user looked for it in a file that is fine.
+#[test]
+fn a_failed_write_to_stdout_is_not_reported_as_an_error_of_the_capture_file() {
+    let path = std::env::temp_dir().join(format!(
+        "pvp-t140-replay-devfull-{}.pcap",
+        std::process::id()
+    ));
+    std::fs::write(
+        &path,
+        pcap(&[(T0, rtp(98, true, 1, 0, 0x1234, b"Hello there. "))]),
+    )
+    .unwrap();
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full");
+    let out = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .arg("replay")
+        .arg(&path)
+        .stdout(full)
+        .output()
+        .expect("run pvp-t140 replay");
+    std::fs::remove_file(&path).ok();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("writing envelopes to stdout")
+            && last.contains("os error 28")
+            && !last.contains(&path.display().to_string()),
+        "{last}"
+    );
+}
+
+/// The first failed write of the envelopes ends the replay there (review, session 32): the
+/// rest of the capture was still read, for nothing, and a fault further on in it (here a
+/// pcapng block shorter than its own header) was then reported instead of the write's error.
+#[test]
+fn a_failed_write_of_the_envelopes_ends_the_replay_there() {
+    struct Full(usize);
+    impl std::io::Write for Full {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            self.0 += 1;
+            Err(std::io::ErrorKind::StorageFull.into())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let said = rtp(98, true, 1, 0, 0x1234, b"Hello there. ");
+    let mut capture = pcapng(1, &[(0, T0, loopback(Some(5004), &said))]);
+    capture.extend_from_slice(&6u32.to_le_bytes());
+    capture.extend_from_slice(&8u32.to_le_bytes());
+    let path = std::env::temp_dir().join(format!(
+        "pvp-t140-replay-writefails-{}.pcapng",
+        std::process::id()
+    ));
+    std::fs::write(&path, capture).unwrap();
+    let mut out = Full(0);
+    let err = pvp_t140::replay::run(&path, pvp_t140::Config::default(), None, &mut out)
+        .expect_err("the write failed");
+    std::fs::remove_file(&path).ok();
+    assert!(
+        matches!(err, pvp_t140::replay::ReplayError::Output(_)),
+        "{err}"
+    );
+    assert_eq!(out.0, 1, "one write tried");
+}
