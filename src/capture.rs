@@ -31,22 +31,31 @@ pub struct Datagram {
     pub payload: Vec<u8>,
 }
 
-/// What one packet record of a capture gave ([`read_frames`]).
+/// What one packet record of a capture gave ([`read_frames`]), and the interface it was
+/// captured on (the pcapng interface, 0 in a pcap): interfaces may stamp apart, so each has
+/// its own clock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Frame {
     /// A UDP datagram: a whole one, or the one this fragment completed.
-    Udp(Datagram),
+    Udp(Datagram, usize),
     /// A record with a timestamp that gave no datagram (not UDP, a fragment of one still
     /// incomplete, cut short...): only its capture time.
-    Other(Time),
+    Other(Time, usize),
 }
 
 impl Frame {
     /// When it was captured.
     pub fn time(&self) -> Time {
         match self {
-            Frame::Udp(d) => d.time,
-            Frame::Other(t) => *t,
+            Frame::Udp(d, _) => d.time,
+            Frame::Other(t, _) => *t,
+        }
+    }
+
+    /// The interface it was captured on.
+    pub fn interface(&self) -> usize {
+        match self {
+            Frame::Udp(_, i) | Frame::Other(_, i) => *i,
         }
     }
 }
@@ -207,9 +216,10 @@ impl Interface {
 const CLOCK_STEP: u64 = 1_000_000;
 
 /// The replay's clock: the capture's timestamps, never going back, and with the time a clock
-/// step went back added to everything after it. Replay drives the core with it; the
-/// reassembly of IP fragments times out by one of its own per capture interface.
-#[derive(Debug, Default)]
+/// step went back added to everything after it. Replay drives the core with it, and measures
+/// the frames it does not feed with copies of it, one per capture interface; the reassembly
+/// of IP fragments times out by one of its own per capture interface.
+#[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct ReplayClock {
     last: Time,
     offset: u64,
@@ -224,13 +234,6 @@ impl ReplayClock {
     /// The newest replay time given.
     pub(crate) fn now(&self) -> Time {
         self.last
-    }
-
-    /// The replay time of a frame captured at `captured` that is not replayed (another port,
-    /// another protocol), as the clock stands: it neither steps the clock nor moves it (another
-    /// interface's clock may be a minute off; [`ReplayClock::at`] would take that for a step).
-    pub(crate) fn peek(&self, captured: Time) -> Time {
-        Time(captured.0.saturating_add(self.offset))
     }
 
     /// As [`ReplayClock::at`], and whether the capture's clock was set back at this packet.
@@ -286,7 +289,7 @@ pub fn read_udp_from(
     each: &mut dyn FnMut(Datagram),
 ) -> Result<CaptureStats, CaptureError> {
     read_frames_from(reader, &mut |f| {
-        if let Frame::Udp(d) = f {
+        if let Frame::Udp(d, _) = f {
             each(d);
         }
         ControlFlow::Continue(())
@@ -464,26 +467,29 @@ fn take_frame(
     match packet_of(data, link, interface) {
         Some(Packet::Whole(source, destination, payload)) => {
             stats.udp += 1;
-            each(Frame::Udp(Datagram {
-                time,
-                source,
-                destination,
-                payload: payload.to_vec(),
-            }))
+            each(Frame::Udp(
+                Datagram {
+                    time,
+                    source,
+                    destination,
+                    payload: payload.to_vec(),
+                },
+                interface,
+            ))
         }
         Some(Packet::Fragment(fragment)) => {
             stats.fragments += 1;
             match reassembler.add(time, fragment, stats) {
                 Some(datagram) => {
                     stats.udp += 1;
-                    each(Frame::Udp(datagram))
+                    each(Frame::Udp(datagram, interface))
                 }
-                None => each(Frame::Other(time)),
+                None => each(Frame::Other(time, interface)),
             }
         }
         None => {
             stats.skipped += 1;
-            each(Frame::Other(time))
+            each(Frame::Other(time, interface))
         }
     }
 }

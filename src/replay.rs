@@ -50,12 +50,11 @@ fn rtcp_port(port: u16) -> Option<u16> {
 /// Replays the UDP datagrams of `path` through a gateway and writes every envelope as one JSON
 /// line (pvp-spec 19.4) to `out`. With `port`, only datagrams to that port and to the RTCP port
 /// after it (none after 0 or 65535): what a live gateway on that port reads by default, so
-/// both give the same envelopes. The datagrams fed to the core move the clock; the frames after
-/// the last of them (other ports, other protocols) still count for the time the capture
-/// covers: the replay shuts down at the newest of their times, so the idle flushes and stream
-/// timeouts due by then all happen. (Frames between fed datagrams move nothing: a timer fires
-/// at its own time whenever the next datagram comes, and a frame of another interface, whose
-/// clock may be off, must not step the clock the datagrams keep.)
+/// both give the same envelopes. The datagrams fed to the core move the clock, and so do the
+/// frames not fed (other ports, other protocols), steps back and all, each interface's by a
+/// clock of its own (`Unfed`): the next datagram of their interface comes after them, and
+/// the replay shuts down at the newest time after the last datagram, so the idle flushes and
+/// stream timeouts due by then all happen.
 pub fn run(
     path: &Path,
     cfg: Config,
@@ -68,22 +67,21 @@ pub fn run(
     let mut clock = ReplayClock::default();
     let mut write_err: Option<io::Error> = None;
     let mut presence = Presence::default();
-    // The newest time of the frames not fed since the last fed datagram.
-    let mut tail = Time(0);
+    let mut unfed = Unfed::new();
     let capture = capture::read_frames(path, |frame| {
         match frame {
-            Frame::Udp(d) if port.is_none_or(|p| d.destination.port() == p) => {
-                tail = Time(0);
+            Frame::Udp(d, interface) if port.is_none_or(|p| d.destination.port() == p) => {
+                unfed.feed(&mut clock, interface);
                 gw.handle_datagram(clock.at(d.time), d.source, &d.payload);
             }
             // As a live gateway on that port reads its RTCP port: RTCP only.
-            Frame::Udp(d) if port.and_then(rtcp_port) == Some(d.destination.port()) => {
-                tail = Time(0);
+            Frame::Udp(d, interface) if port.and_then(rtcp_port) == Some(d.destination.port()) => {
+                unfed.feed(&mut clock, interface);
                 let at = clock.at(d.time);
                 let refused = rtcp_admission.admit(at, d.source).err();
                 gw.handle_rtcp_port(at, d.source, &d.payload, refused, true);
             }
-            other => tail = tail.max(clock.peek(other.time())),
+            other => unfed.frame(&clock, other.interface(), other.time()),
         }
         // The first failed write ends the replay: nothing after it could be written.
         match drain(&mut gw, &mut presence, out) {
@@ -98,7 +96,7 @@ pub fn run(
     if let Some(e) = write_err {
         return Err(ReplayError::Output(e));
     }
-    let end = clock.now().max(tail);
+    let end = clock.now().max(unfed.newest);
     fire_due(&mut gw, end);
     gw.shutdown(end);
     drain(&mut gw, &mut presence, out).map_err(ReplayError::Output)?;
@@ -107,6 +105,58 @@ pub fn run(
         capture,
         stats: gw.stats(),
     })
+}
+
+/// The clocks of the frames not fed to the core since the last fed datagram, one per capture
+/// interface. Each starts as the replay's clock stood and moves on that interface's frames, as
+/// the replay's clock would if they were fed, a step back included (README, Replaying
+/// captures: every timestamped frame moves the clock, so that `--port` gives what a live
+/// gateway on the port gave); the next fed datagram of the interface takes it over. One clock for all interfaces would take
+/// their stamping apart (a minute, for a NIC stamping in hardware) for steps, or for time
+/// passing, between datagrams of one.
+struct Unfed {
+    /// Per interface: the count of fed datagrams its clock was started at, and the clock
+    /// (stale when started before the last fed datagram).
+    clocks: Vec<(u64, ReplayClock)>,
+    /// Datagrams fed so far, plus 1 (a clock never started is stale).
+    fed: u64,
+    /// The newest time a clock reached since the last fed datagram.
+    newest: Time,
+}
+
+impl Unfed {
+    fn new() -> Self {
+        Unfed {
+            clocks: Vec::new(),
+            fed: 1,
+            newest: Time(0),
+        }
+    }
+
+    /// A frame of `interface` captured at `captured` that is not fed moves its clock.
+    fn frame(&mut self, clock: &ReplayClock, interface: usize, captured: Time) {
+        if self.clocks.len() <= interface {
+            self.clocks
+                .resize(interface + 1, (0, ReplayClock::default()));
+        }
+        let (started, own) = &mut self.clocks[interface];
+        if *started != self.fed {
+            (*started, *own) = (self.fed, *clock);
+        }
+        self.newest = self.newest.max(own.at(captured));
+    }
+
+    /// A datagram of `interface` is fed: `clock` takes over that interface's clock, if its
+    /// frames moved one since the last fed datagram.
+    fn feed(&mut self, clock: &mut ReplayClock, interface: usize) {
+        if let Some(&(started, own)) = self.clocks.get(interface)
+            && started == self.fed
+        {
+            *clock = own;
+        }
+        self.fed += 1;
+        self.newest = Time(0);
+    }
 }
 
 /// Fires the timers due by `now`, each at its own time, as the core does before a datagram.

@@ -1322,13 +1322,13 @@ fn every_timestamped_frame_reports_its_time_in_file_order() {
     .expect("readable");
     let seen: Vec<(u64, bool)> = frames
         .iter()
-        .map(|f| (f.time().0 / 1_000_000, matches!(f, Frame::Udp(_))))
+        .map(|f| (f.time().0 / 1_000_000, matches!(f, Frame::Udp(..))))
         .collect();
     assert_eq!(
         seen,
         [(1, false), (2, true), (3, false), (4, true), (70, false)],
         "{stats:?}"
     );
-    assert_eq!(frames[0], Frame::Other(Time(1_000_000)));
+    assert_eq!(frames[0], Frame::Other(Time(1_000_000), 0));
     assert_eq!((stats.frames, stats.udp), (5, 2), "{stats:?}");
 }

@@ -440,6 +440,99 @@ fn time_the_capture_covers_after_the_last_fed_datagram_still_passes() {
     );
 }
 
+/// (content, flush cause, ts) of every context.add.
+fn adds_flushed(envelopes: &[Value]) -> Vec<(String, String, String)> {
+    envelopes
+        .iter()
+        .filter(|e| e["type"] == "context.add")
+        .map(|e| {
+            (
+                e["payload"]["content"].as_str().unwrap().to_owned(),
+                e["payload"]["tags"][2].as_str().unwrap().to_owned(),
+                e["ts"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// With `--port`, the time the capture's tail covers after a step back of its clock still
+/// passes (review, session 32): "Hello" goes to 5004, then SIP to 5060 for 15 s, the clock set
+/// back an hour after its first second. Every datagram fed, the replay runs to T0+11 s and
+/// "Hello" is an idle flush at T0+2 s, as live; with `--port 5004` the frames after the step
+/// counted as earlier (the tail was measured by a clock that never steps), the replay ended at
+/// T0+1 s and "Hello" came out as `flush:end` then: the filter changed the envelopes.
+#[test]
+fn with_port_the_time_after_a_clock_step_in_the_captures_tail_still_passes() {
+    let back = T0 - 3_600_000_000;
+    let capture = pcap_to(&[
+        (T0, 5004, rtp(98, true, 1, 0, 0x1234, b"Hello")),
+        (
+            T0 + 1_000_000,
+            5060,
+            b"INFO sip:bob SIP/2.0\r\n\r\n".to_vec(),
+        ),
+        (
+            back + 5_000_000,
+            5060,
+            b"INFO sip:bob SIP/2.0\r\n\r\n".to_vec(),
+        ),
+        (
+            back + 15_000_000,
+            5060,
+            b"BYE sip:bob SIP/2.0\r\n\r\n".to_vec(),
+        ),
+    ]);
+    let idle = vec![(
+        "Hello".to_owned(),
+        "flush:idle".to_owned(),
+        "2023-11-14T22:13:22.000Z".to_owned(),
+    )];
+    let all = replay_capture("tailstep", &capture, &[]);
+    assert_eq!(adds_flushed(&all), idle, "every datagram fed");
+    let filtered = replay_capture("tailstep", &capture, &["--port", "5004"]);
+    assert_eq!(adds_flushed(&filtered), idle, "--port 5004");
+}
+
+/// The same between two datagrams fed: with `--port`, frames not fed that pass time and then
+/// step the clock back are the time between the datagrams, as without it. "Hello" to 5004,
+/// SIP to 5060 5 s on, the clock set back an hour, " world. " to 5004 half a second after the
+/// SIP: every datagram fed, "Hello" is an idle flush at T0+2 s and " world." comes at the
+/// step, T0+5 s; with `--port 5004` the time the SIP covered was lost across the step (the
+/// next datagram was placed at the last one fed), and "Hello world." came out as one sentence.
+#[test]
+fn with_port_the_time_before_a_clock_step_between_datagrams_still_passes() {
+    let back = T0 - 3_600_000_000;
+    let capture = pcap_to(&[
+        (T0, 5004, rtp(98, true, 1, 0, 0x1234, b"Hello")),
+        (
+            T0 + 5_000_000,
+            5060,
+            b"INFO sip:bob SIP/2.0\r\n\r\n".to_vec(),
+        ),
+        (
+            back + 5_500_000,
+            5004,
+            rtp(98, false, 2, 5500, 0x1234, b" world. "),
+        ),
+    ]);
+    let said = vec![
+        (
+            "Hello".to_owned(),
+            "flush:idle".to_owned(),
+            "2023-11-14T22:13:22.000Z".to_owned(),
+        ),
+        (
+            "world.".to_owned(),
+            "flush:sentence".to_owned(),
+            "2023-11-14T22:13:25.000Z".to_owned(),
+        ),
+    ];
+    let all = replay_capture("midstep", &capture, &[]);
+    assert_eq!(adds_flushed(&all), said, "every datagram fed");
+    let filtered = replay_capture("midstep", &capture, &["--port", "5004"]);
+    assert_eq!(adds_flushed(&filtered), said, "--port 5004");
+}
+
 /// A gateway run with `--config` mapping rules gives its participants their mapped ids; its
 /// capture replayed with the same file must too, or replay does not show what the gateway
 /// sent. `[[stream]]` rules come only from a file: `replay` refused `--config` (exit 2), so
