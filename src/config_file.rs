@@ -259,6 +259,15 @@ pub fn parse(path: &Path, text: &str) -> Result<(FileConfig, Mapping, Vec<IpNet>
                 )
             })?),
         };
+        if r.rtcp_name.as_deref().is_some_and(|v| v.trim().is_empty()) {
+            return Err(at(
+                path,
+                text,
+                key_span(text, Some(i), "rtcp_name").unwrap_or(rule.span()),
+                &field("rtcp_name"),
+                "must not be empty (no SDES name is: it could match nothing)",
+            ));
+        }
         for (key, value) in [("participant", &r.participant), ("session", &r.session)] {
             if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
                 return Err(at(
@@ -284,7 +293,8 @@ pub fn parse(path: &Path, text: &str) -> Result<(FileConfig, Mapping, Vec<IpNet>
         rules.push(Rule {
             match_ssrc,
             match_source,
-            match_rtcp_name: r.rtcp_name.clone(),
+            // An SDES name is matched trimmed (`gateway::sdes_name`): so is the rule's.
+            match_rtcp_name: r.rtcp_name.as_deref().map(|n| n.trim().to_owned()),
             participant: r.participant.clone(),
             name: r.name.clone(),
             roles: check_roles(&r.roles, &field("roles"), &|| {
@@ -339,6 +349,19 @@ rtcp_name = "Bob"
         assert_eq!(m.rules[0].match_ssrc, Some(0x1a2b3c4d));
         assert_eq!(m.rules[0].session.as_deref(), Some("other"));
         assert_eq!(m.rules[1].match_rtcp_name.as_deref(), Some("Bob"));
+    }
+
+    /// An SDES name is matched trimmed, so a rule's `rtcp_name` is too (`"Alice "` matched
+    /// nothing); one that is all blanks could match nothing and is refused.
+    #[test]
+    fn a_rules_rtcp_name_is_trimmed_and_not_empty() {
+        let (_, m, _) = p("[[stream]]\nrtcp_name = \" Alice \"\n").unwrap();
+        assert_eq!(m.rules[0].match_rtcp_name.as_deref(), Some("Alice"));
+        let e = p("session = \"s\"\n[[stream]]\nrtcp_name = \"  \"\n").unwrap_err();
+        assert!(
+            e.starts_with("gw.toml:3: stream[0].rtcp_name: must not be empty"),
+            "{e}"
+        );
     }
 
     #[test]

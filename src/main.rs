@@ -858,6 +858,9 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
                     }
                     None => (None, Vec::new()),
                 };
+                if args.ca_file.is_some() && !url.starts_with("wss://") {
+                    tracing::warn!(url = %pvp_t140::sink::ShownUrl(url), "--ca-file is for wss:// servers only; not used");
+                }
                 let mut ws = WsSink::new(WsConfig {
                     url: url.clone(),
                     session: cfg.session.clone(),
