@@ -781,7 +781,8 @@ fn run_replay(file: &std::path::Path, port: Option<u16>, core: &CoreArgs) -> Res
 }
 
 fn run_send(to: SocketAddr, cfg: pvp_t140::send::SenderConfig, bye: bool) -> Result<(), String> {
-    if cfg.t140_pt == cfg.red_pt {
+    // With --red 0 no text/red packet is written: --red-pt plays no part.
+    if cfg.redundancy > 0 && cfg.t140_pt == cfg.red_pt {
         return Err(format!("--t140-pt and --red-pt are both {}", cfg.t140_pt));
     }
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -791,8 +792,11 @@ fn run_send(to: SocketAddr, cfg: pvp_t140::send::SenderConfig, bye: bool) -> Res
     let ssrc = cfg.ssrc;
     tracing::info!(%to, ssrc = format_args!("{ssrc:08x}"), red = cfg.redundancy, "sending stdin as T.140");
     let stats = rt
-        .block_on(udp::send_text(to, cfg, tokio::io::stdin(), bye))
-        .map_err(|e| format!("send to {to}: {e}"))?;
+        .block_on(udp::send_text(to, cfg, UntilInterrupt::stdin(), bye))
+        .map_err(|e| match e {
+            udp::SendError::Input(e) => format!("reading stdin: {e}"),
+            udp::SendError::Socket(e) => format!("send to {to}: {e}"),
+        })?;
     tracing::info!(
         packets = stats.packets,
         chars = stats.chars,
@@ -1108,4 +1112,40 @@ fn log_stats(s: &Stats) {
         chunks = %chunks.join(","),
         "counters"
     );
+}
+
+/// Standard input that ends at the first Ctrl-C (SIGINT): `send` then sends what it read, the
+/// redundancy and its BYE, as at the end of input, instead of dying with the text in its
+/// buffer and the receiver left to time the stream out.
+struct UntilInterrupt {
+    input: tokio::io::Stdin,
+    /// None once it fired: the input has ended for good.
+    interrupt: Option<std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<()>>>>>,
+}
+
+impl UntilInterrupt {
+    fn stdin() -> Self {
+        UntilInterrupt {
+            input: tokio::io::stdin(),
+            interrupt: Some(Box::pin(tokio::signal::ctrl_c())),
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for UntilInterrupt {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let Some(interrupt) = self.interrupt.as_mut() else {
+            return std::task::Poll::Ready(Ok(()));
+        };
+        if interrupt.as_mut().poll(cx).is_ready() {
+            self.interrupt = None;
+            tracing::info!("interrupted: sending what was read, then the BYE");
+            return std::task::Poll::Ready(Ok(()));
+        }
+        std::pin::Pin::new(&mut self.input).poll_read(cx, buf)
+    }
 }

@@ -153,8 +153,22 @@ pub struct Sender {
     reports: u64,
 }
 
+/// Redundant generations a sender sends at most with `buffer_time` between its packets: as
+/// many as keep each block at least [`MIN_BLOCK`] within [`MAX_DATAGRAM`] (58), and none
+/// that the 14-bit timestamp offset cannot place (RFC 2198 section 3: 16,383 ms back, 54
+/// generations at 300 ms; such a generation could only ever be sent empty).
+pub fn max_redundancy(buffer_time: Duration) -> u8 {
+    let fits = (MAX_DATAGRAM - RTP_HEADER - 1 - MIN_BLOCK) / (4 + MIN_BLOCK);
+    let placed = u128::from(MAX_TS_OFFSET)
+        .checked_div(buffer_time.as_millis())
+        .map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX));
+    u8::try_from(fits.min(placed).max(1)).unwrap_or(u8::MAX)
+}
+
 impl Sender {
-    pub fn new(cfg: SenderConfig, now: Time) -> Self {
+    /// `cfg.redundancy` is capped at [`max_redundancy`].
+    pub fn new(mut cfg: SenderConfig, now: Time) -> Self {
+        cfg.redundancy = cfg.redundancy.min(max_redundancy(cfg.buffer_time));
         let n = usize::from(cfg.redundancy);
         let overhead = RTP_HEADER + if n > 0 { 4 * n + 1 } else { 0 };
         let mut block_cap = MAX_DATAGRAM.saturating_sub(overhead) / (n + 1);

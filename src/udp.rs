@@ -510,12 +510,15 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Input is UTF-8: an invalid byte becomes U+FFFD, a character split across reads is kept
 /// whole. New lines (LF, CR LF) become T.140's U+2028 (LINE SEPARATOR); a CR that ends a read
 /// waits for the next one, which may bring its LF.
+///
+/// An input that fails ends as one that ended: what was read goes out, then the redundancy
+/// and the BYE (RFC 3550 6.3.7), and the error is returned after them.
 pub async fn send_text(
     to: std::net::SocketAddr,
     cfg: crate::send::SenderConfig,
     mut input: impl tokio::io::AsyncRead + Unpin,
     bye: bool,
-) -> io::Result<crate::send::SenderStats> {
+) -> Result<crate::send::SenderStats, SendError> {
     use tokio::io::AsyncReadExt;
     let bind: std::net::SocketAddr = if to.is_ipv6() {
         "[::]:0".parse()
@@ -523,7 +526,7 @@ pub async fn send_text(
         "0.0.0.0:0".parse()
     }
     .expect("literal");
-    let socket = UdpSocket::bind(bind).await?;
+    let socket = UdpSocket::bind(bind).await.map_err(SendError::Socket)?;
     let clock = Clock::new();
     // RFC 3550 6.5.1: "user@host", host the numeric address the RTP goes out from.
     let host = local_ip_towards(to).unwrap_or(bind.ip());
@@ -536,12 +539,14 @@ pub async fn send_text(
     // Bytes read and not yet sent: an incomplete UTF-8 character, or a CR, that ended a read.
     let mut carry: Vec<u8> = Vec::new();
     let mut eof = false;
+    let mut failed = None;
+    let send = async |d: &[u8]| socket.send_to(d, to).await.map_err(SendError::Socket);
     loop {
         if let Some(report) = sender.poll_rtcp(clock.now()) {
-            socket.send_to(&report, to).await?;
+            send(&report).await?;
         }
         while let Some(pkt) = sender.poll_packet(clock.now()) {
-            socket.send_to(&pkt, to).await?;
+            send(&pkt).await?;
         }
         if eof && sender.is_idle() {
             break;
@@ -553,7 +558,10 @@ pub async fn send_text(
         let deadline = next.map(|t| clock.instant_of(t));
         tokio::select! {
             n = input.read(&mut buf), if !eof => {
-                let n = n?;
+                let n = n.unwrap_or_else(|e| {
+                    failed = Some(e);
+                    0
+                });
                 eof = n == 0;
                 carry.extend_from_slice(&buf[..n]);
                 let text = decode(&mut carry, eof);
@@ -565,10 +573,31 @@ pub async fn send_text(
         }
     }
     if bye && let Some(bye) = sender.bye(clock.now()) {
-        socket.send_to(&bye, to).await?;
+        send(&bye).await?;
     }
-    Ok(sender.stats())
+    match failed {
+        Some(e) => Err(SendError::Input(e)),
+        None => Ok(sender.stats()),
+    }
 }
+
+/// Why [`send_text`] failed: its input, or its socket (the destination).
+#[derive(Debug)]
+pub enum SendError {
+    Input(io::Error),
+    Socket(io::Error),
+}
+
+impl std::fmt::Display for SendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SendError::Input(e) => write!(f, "reading the input: {e}"),
+            SendError::Socket(e) => write!(f, "sending: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for SendError {}
 
 /// Takes the text at the front of `carry`: valid UTF-8 as is, each invalid sequence as one
 /// U+FFFD. Left in `carry` for the next read: an incomplete character at the end, and a CR at

@@ -12,7 +12,7 @@ use std::time::Duration;
 use pvp_t140::red::RedPayload;
 use pvp_t140::rtcp;
 use pvp_t140::rtp::RtpPacket;
-use pvp_t140::send::{Sender, SenderConfig};
+use pvp_t140::send::{MAX_DATAGRAM, Sender, SenderConfig};
 use pvp_t140::{Config, Gateway, Time};
 
 const T0: u64 = 1_700_000_000_000; // ms
@@ -604,4 +604,200 @@ fn send_refuses_payload_types_that_collide_with_rtcp() {
         .output()
         .unwrap();
     assert!(!out.status.success(), "--t140-pt 128 accepted");
+}
+
+/// The primary T140block of an RTP datagram, read by RFC 3550 5.1 (12-byte fixed header, no
+/// CSRC, no extension here) and RFC 2198 3 (4-byte headers with F = 1, then a 1-byte header
+/// with F = 0; block lengths 10 bits), independently of the crate's parsers.
+fn primary_of(d: &[u8], red_pt: u8) -> Vec<u8> {
+    assert!(d.len() >= 12 && d[0] >> 6 == 2, "RTP version 2");
+    let cc = usize::from(d[0] & 0x0f);
+    let payload = &d[12 + 4 * cc..];
+    if d[1] & 0x7f != red_pt {
+        return payload.to_vec();
+    }
+    let mut i = 0;
+    let mut lens = 0usize;
+    while payload[i] & 0x80 != 0 {
+        let v = u32::from_be_bytes([0, payload[i + 1], payload[i + 2], payload[i + 3]]);
+        lens += (v & 0x3ff) as usize;
+        i += 4;
+    }
+    payload[i + 1 + lens..].to_vec()
+}
+
+/// An input that hands out the given reads one at a time (data or an error), then EOF.
+struct Reads(VecDeque<std::io::Result<Vec<u8>>>);
+
+impl tokio::io::AsyncRead for Reads {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.0.pop_front() {
+            Some(Ok(c)) => buf.put_slice(&c),
+            Some(Err(e)) => return Poll::Ready(Err(e)),
+            None => {}
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// Runs `udp::send_text` over loopback on `reads`; every datagram received, and its result.
+fn send_reads(reads: Vec<std::io::Result<Vec<u8>>>) -> (Vec<Vec<u8>>, std::io::Result<()>) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let rx = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let to = rx.local_addr().unwrap();
+        let cfg = SenderConfig {
+            ssrc: 0x5443_3134,
+            redundancy: 2,
+            initial_seq: 1000,
+            initial_ts: 5000,
+            cps: None,
+            ..SenderConfig::default()
+        };
+        let result = pvp_t140::udp::send_text(to, cfg, Reads(reads.into()), true)
+            .await
+            .map(|_| ())
+            .map_err(|e| std::io::Error::other(e.to_string()));
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 65_536];
+        while let Ok(Ok((n, _))) =
+            tokio::time::timeout(Duration::from_millis(300), rx.recv_from(&mut buf)).await
+        {
+            got.push(buf[..n].to_vec());
+        }
+        (got, result)
+    })
+}
+
+/// An input error ends the input as its end does: "a" goes out at once (first text), "b" is
+/// read a moment later and waits for the next 300 ms tick, then the input fails (a terminal
+/// hang-up, a disk error: EIO). "b", the redundancy tail and the RTCP BYE (RFC 3550 6.3.7)
+/// still go out, and the error is returned after them. `send_text` returned at the error: "b"
+/// was lost and the gateway kept the stream until its timeout (review, session 32).
+#[test]
+fn an_input_error_still_sends_the_text_already_read_and_the_bye() {
+    let (got, result) = send_reads(vec![
+        Ok(b"a".to_vec()),
+        Ok(b"b".to_vec()),
+        Err(std::io::Error::other("input broke")),
+    ]);
+    assert!(result.is_err(), "the input error is reported");
+    let text: Vec<u8> = got
+        .iter()
+        .filter(|d| !is_rtcp(d))
+        .flat_map(|d| primary_of(d, 100))
+        .collect();
+    assert_eq!(
+        String::from_utf8_lossy(&text),
+        "\u{feff}ab",
+        "text read before the input error was lost"
+    );
+    let rtp = got.iter().filter(|d| !is_rtcp(d)).count();
+    assert!(
+        rtp >= 4,
+        "the RED tail after the last text (2 packets) is missing: {rtp} RTP packets"
+    );
+    let last = got.last().expect("datagrams");
+    assert!(
+        is_rtcp(last) && rtcp_types(last).ends_with(&[203]),
+        "no RTCP BYE after RTP went out: {:?}",
+        got.iter()
+            .map(|d| if is_rtcp(d) {
+                rtcp_types(d)
+            } else {
+                vec![d[1] & 0x7f]
+            })
+            .collect::<Vec<_>>()
+    );
+}
+
+/// A failure to read standard input names the input ("reading stdin: Is a directory"), not
+/// the destination: `pvp-t140 send --to 127.0.0.1:9 < /` said "send to 127.0.0.1:9: Is a
+/// directory" (review, session 32).
+#[test]
+fn an_input_error_is_not_reported_as_a_send_error() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .args(["send", "--to", "127.0.0.1:9", "--no-bye"])
+        .stdin(std::fs::File::open("/").expect("a directory opens read-only"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let last = err.lines().last().unwrap_or_default().to_string();
+    assert!(last.contains("Is a directory"), "{err}");
+    assert!(
+        !last.contains("send to 127.0.0.1:9"),
+        "a read error of stdin blamed on the destination: {last}"
+    );
+    let l = last.to_lowercase();
+    assert!(
+        l.contains("stdin") || l.contains("input"),
+        "the error does not name the input: {last}"
+    );
+}
+
+/// `send --red 0` sends plain text/t140 only, so `--red-pt` plays no part: `--t140-pt 100`
+/// (the default text/red type) is taken. It was refused as "--t140-pt and --red-pt are both
+/// 100" (review, session 32).
+#[test]
+fn red_0_takes_a_t140_payload_type_equal_to_the_unused_red_pt() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .args([
+            "send",
+            "--to",
+            "127.0.0.1:9",
+            "--no-bye",
+            "--red",
+            "0",
+            "--t140-pt",
+            "100",
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "--red 0 --t140-pt 100 refused: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `send::MAX_DATAGRAM`: "Datagram size the sender keeps to ... so text is never
+/// IP-fragmented", whatever `redundancy` the library is given (`send::max_redundancy` caps
+/// it: 54 generations at 300 ms, the most the 14-bit offset places). With 100 generations the
+/// 16-byte least block made 1,293-byte datagrams (review, session 32).
+#[test]
+fn many_generations_keep_the_datagram_bound() {
+    let mut s = Sender::new(
+        SenderConfig {
+            ssrc: 1,
+            redundancy: 100,
+            cps: None,
+            ..SenderConfig::default()
+        },
+        at(0),
+    );
+    s.push_text(at(0), &"x".repeat(2000));
+    let mut largest = 0;
+    let mut now = at(0);
+    for _ in 0..80 {
+        while let Some(d) = s.poll_packet(now) {
+            largest = largest.max(d.len());
+        }
+        match s.poll_timeout() {
+            Some(t) => now = t,
+            None => break,
+        }
+    }
+    assert!(
+        largest <= MAX_DATAGRAM,
+        "a datagram of {largest} bytes, over MAX_DATAGRAM ({MAX_DATAGRAM})"
+    );
 }
