@@ -791,12 +791,14 @@ fn run_send(to: SocketAddr, cfg: pvp_t140::send::SenderConfig, bye: bool) -> Res
         .map_err(|e| format!("tokio runtime: {e}"))?;
     let ssrc = cfg.ssrc;
     tracing::info!(%to, ssrc = format_args!("{ssrc:08x}"), red = cfg.redundancy, "sending stdin as T.140");
-    let stats = rt
-        .block_on(udp::send_text(to, cfg, UntilInterrupt::stdin(), bye))
-        .map_err(|e| match e {
-            udp::SendError::Input(e) => format!("reading stdin: {e}"),
-            udp::SendError::Socket(e) => format!("send to {to}: {e}"),
-        })?;
+    let sent = rt.block_on(udp::send_text(to, cfg, UntilInterrupt::stdin(), bye));
+    // Not waited for: a read of stdin still blocks its thread after an interrupt, and would
+    // hold the process until the terminal gave a line.
+    rt.shutdown_background();
+    let stats = sent.map_err(|e| match e {
+        udp::SendError::Input(e) => format!("reading stdin: {e}"),
+        udp::SendError::Socket(e) => format!("send to {to}: {e}"),
+    })?;
     tracing::info!(
         packets = stats.packets,
         chars = stats.chars,

@@ -801,3 +801,46 @@ fn many_generations_keep_the_datagram_bound() {
         "a datagram of {largest} bytes, over MAX_DATAGRAM ({MAX_DATAGRAM})"
     );
 }
+
+/// Ctrl-C on `pvp-t140 send` ends its input as the input's end does: the text it read goes
+/// out, then the BYE, and it exits 0. It died with the text in its buffer, and the receiver
+/// kept the stream until its timeout (review, session 32).
+#[test]
+fn ctrl_c_on_send_sends_what_it_read_and_the_bye() {
+    use std::io::Write;
+    let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    rx.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let to = rx.local_addr().unwrap().to_string();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .args(["send", "--to", &to, "--red", "0"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"Hello").unwrap();
+    stdin.flush().unwrap();
+    let mut buf = [0u8; 2048];
+    let mut got = Vec::new();
+    // The first text goes out at once; then the interrupt, stdin still open.
+    let n = rx.recv(&mut buf).expect("the first packet");
+    got.push(buf[..n].to_vec());
+    let _ = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    while !got
+        .last()
+        .is_some_and(|d| is_rtcp(d) && rtcp_types(d).ends_with(&[203]))
+    {
+        let n = rx.recv(&mut buf).expect("a BYE after the interrupt");
+        got.push(buf[..n].to_vec());
+    }
+    assert!(child.wait().unwrap().success());
+    drop(stdin);
+    let text: String = got
+        .iter()
+        .filter(|d| !is_rtcp(d))
+        .map(|d| String::from_utf8_lossy(&primary_of(d, 100)).into_owned())
+        .collect();
+    assert_eq!(text, "\u{feff}Hello");
+}
