@@ -736,8 +736,14 @@ impl Register {
             // RFC 4103 5.2: the marker starts a burst after idle. Before going idle a sender
             // sends `generations` packets with empty primaries to carry the last text's
             // redundancy; losing those loses no text. Those the marker packet's own redundancy
-            // does not already account for are presumed to be that tail, not marked.
-            let tail = unrecovered.min(usize::from(self.generations).saturating_sub(carried));
+            // does not already account for are presumed to be that tail, not marked. A packet
+            // placed by timestamp carries its generations too (the speaker counts them against
+            // the gap): presumed the tail as well, they were taken off the gap twice.
+            let own = match a.by_ts {
+                true => self.red_of(&a).map_or(0, |p| p.redundant_count()),
+                false => carried,
+            };
+            let tail = unrecovered.min(usize::from(self.generations).saturating_sub(own));
             self.cold.stats.idle_tail += tail as u64;
             unrecovered -= tail;
         }
