@@ -90,7 +90,8 @@ pub struct RegisterStats {
     pub lost: u64,
     /// Lost packets judged to be the redundancy-only tail before an idle period (not marked).
     pub idle_tail: u64,
-    /// First packet received without the marker bit: the stream's head was lost.
+    /// A stream's first packet that does not start a session (no marker bit, no BOM): its
+    /// head was lost.
     pub head_lost: u64,
 }
 
@@ -352,7 +353,7 @@ impl Register {
             // First packet. The marker bit (RFC 4103 5.2) or a leading BOM (T.140 starts a
             // session with U+FEFF) says it starts the session; take it and any redundancy.
             if marker || self.assume_start || self.starts_session(&a) {
-                self.deliver(&a, usize::MAX, 0, out);
+                self.deliver_head(&a, out);
                 self.expected = Some(seq.wrapping_add(1));
                 return Ok(Outcome::Delivered);
             }
@@ -390,7 +391,7 @@ impl Register {
                 // The session's start (by its own text or its redundancy): deliver it with
                 // every generation, then what waited behind it.
                 self.slow &= !HEAD_WAIT;
-                self.deliver(&a, usize::MAX, 0, out);
+                self.deliver_head(&a, out);
                 self.expected = Some(seq.wrapping_add(1));
                 self.drain(out);
                 return Ok(Outcome::Delivered);
@@ -714,14 +715,7 @@ impl Register {
             // this packet's redundancy reaches back to the session's start.
             self.slow &= !HEAD_WAIT;
             let a = h.arrival();
-            let head_lost = !a.marker && !self.starts_session(&a);
-            if head_lost {
-                self.cold.stats.head_lost += 1;
-            }
-            if head_lost && !a.by_ts {
-                out(a.tag, Piece::Lost);
-            }
-            self.deliver(&a, usize::MAX, usize::from(head_lost), out);
+            self.deliver_head(&a, out);
             self.expected = Some(h.seq.wrapping_add(1));
             self.cold.spare.push(h.payload);
             self.drain(out);
@@ -797,6 +791,45 @@ impl Register {
             .chain(std::iter::once(p.primary().data))
             .find(|d| !d.is_empty())
             .is_some_and(|d| d.starts_with(BOM))
+    }
+
+    /// Delivers a stream's head (its first packet) with every redundant generation: the text
+    /// of the packets before it that it carries. Unless it starts a session (marked, its text
+    /// or its redundancy beginning with the BOM, RFC 4103 5.2; or the sender never marks one),
+    /// the packets before it were lost: one U+FFFD marks them (RFC 4103 5.3, README "Loss").
+    /// For a packet placed by timestamp too, as a piece of its own: handed to its speaker as a
+    /// gap, a new voice's generations accounted for it.
+    #[inline(never)]
+    fn deliver_head(&mut self, a: &Arrival<'_>, out: Out<'_>) {
+        let head_lost = !a.marker && !self.assume_start && !self.starts_session(a);
+        if head_lost {
+            self.cold.stats.head_lost += 1;
+            out(a.tag, Piece::Lost);
+        }
+        if !a.marker && a.red {
+            self.cold.stats.recovered += self.head_recovered(a, head_lost) as u64;
+        }
+        self.deliver(a, usize::MAX, 0, out);
+    }
+
+    /// How many of a head's redundant generations are lost packets of its session, whose text
+    /// delivering it recovers ([`RegisterStats::recovered`]): all of them after a lost head,
+    /// those from the session's start (the first with text) on when a generation starts it,
+    /// none when the packet starts it itself.
+    fn head_recovered(&self, a: &Arrival<'_>, head_lost: bool) -> usize {
+        const BOM: &[u8] = "\u{feff}".as_bytes();
+        let Some(p) = self.red_of(a) else {
+            return 0;
+        };
+        let n = p.redundant_count();
+        if head_lost {
+            return n;
+        }
+        let mut text = (p.redundant_blocks().enumerate()).filter(|(_, b)| !b.data.is_empty());
+        match text.next() {
+            Some((i, b)) if b.data.starts_with(BOM) => n - i,
+            _ => 0,
+        }
     }
 
     /// Emits a packet's text: the newest `recover` redundant generations (placed by counting
