@@ -456,8 +456,10 @@ impl Emitter {
         if rank < sp.profile.name_rank {
             return;
         }
-        if sp.profile.name == name {
-            // Nothing to announce, but a NAME equal to the CNAME is a NAME all the same.
+        if clean_name(&sp.profile.name) == clean_name(&name) {
+            // Nothing to announce (the name is shown the same), but a NAME equal to the CNAME
+            // is a NAME all the same, and rules match the item as it came.
+            sp.profile.name = name;
             sp.profile.name_rank = rank;
             return;
         }

@@ -93,12 +93,16 @@ impl Sender {
         }
         let mut refused = 0;
         for e in batch.drain(..) {
-            let waiting = !self.held.is_empty() && self.held_ids.contains(e.sender());
+            // One id may speak in two sessions (a rule's participant in two rooms): a
+            // participant is its id in its session, as for `Presence`.
+            let waiting = !self.held.is_empty()
+                && self.held_ids.contains(e.sender())
+                && self.held.iter().any(|j| same_participant(j, &e));
             match e.kind() {
                 Kind::SessionLeave if waiting => {
                     // Never joined, as far as the sink knows: nothing of it went in.
                     self.held_ids.take(e.sender());
-                    if let Some(i) = self.held.iter().rposition(|j| j.sender() == e.sender()) {
+                    if let Some(i) = self.held.iter().rposition(|j| same_participant(j, &e)) {
                         self.held.remove(i);
                     }
                     refused += 2;
@@ -114,12 +118,7 @@ impl Sender {
                 }
                 Kind::ParticipantAnnounce if waiting => {
                     // A new name (pvp-spec 7.1) before the join went in: the join carries it.
-                    if let Some(j) = self
-                        .held
-                        .iter_mut()
-                        .rev()
-                        .find(|j| j.sender() == e.sender())
-                    {
+                    if let Some(j) = self.held.iter_mut().rev().find(|j| same_participant(j, &e)) {
                         *j = j.join_as_announced(&e);
                     }
                 }
@@ -173,8 +172,12 @@ impl Sender {
     }
 }
 
+fn same_participant(a: &Envelope, b: &Envelope) -> bool {
+    a.sender() == b.sender() && a.session_json() == b.session_json()
+}
+
 /// How many of [`Sender::held`]'s joins each participant id has (two speakers a mapping rule
-/// names alike share one).
+/// names alike share one), whatever their sessions: a quick look before the queue's.
 #[derive(Debug, Default)]
 struct Counts(HashMap<SenderId, usize>);
 

@@ -4,7 +4,9 @@
 
 use std::collections::HashSet;
 
-use pvp_t140::pvp::Message;
+use pvp_t140::Time;
+use pvp_t140::handoff;
+use pvp_t140::pvp::{Builder, Envelope, Kind, Message, SenderId};
 use pvp_t140::{Config, Gateway};
 
 #[path = "common/core.rs"]
@@ -174,5 +176,67 @@ async fn a_stuck_stdout_does_not_count_held_back_joins_and_leaves_as_dropped() {
     assert_eq!(
         stats.dropped, 1,
         "only the first join was to be written and was not: {stats:?}"
+    );
+}
+
+fn taken(rx: &mut handoff::Receiver) -> Vec<Message> {
+    let mut got = Vec::new();
+    while let Some(b) = rx.try_recv(usize::MAX) {
+        got.extend(b.iter().map(Envelope::to_message));
+    }
+    got
+}
+
+fn summary(got: &[Message]) -> Vec<String> {
+    got.iter()
+        .map(|m| format!("{} {} {}", m.kind, m.session, m.sender))
+        .collect()
+}
+
+/// README: "one id may speak in two sessions (a `[[stream]]` rule's participant in two
+/// rooms)", and `Presence` keys a participant by (session, id). With the queue full, "room"
+/// joins session s2 (its join waits in the worker); then "room" of session s1, whose join went
+/// in long ago, leaves: the leave goes in, and s2's join goes before its text. The held joins
+/// were keyed by the id alone: the s1 leave was taken for the waiting one's, refused with it,
+/// and s2 got its text with no join (pvp-spec 6.3) (review, session 32).
+#[test]
+fn a_leave_in_one_session_does_not_cancel_a_join_waiting_in_another() {
+    let (mut tx, mut rx) = handoff::queue(1);
+    let mut s1 = Builder::new("s1".into(), None, 1);
+    let mut s2 = Builder::new("s2".into(), None, 2);
+    let room = || SenderId::from("room");
+    let join1 = s1.envelope(Time(0), room(), Kind::SessionJoin, &serde_json::json!({}));
+    assert_eq!(tx.offer(vec![join1]), 0);
+    // The queue is full (its bound, 1): s2's join waits.
+    let join2 = s2.envelope(Time(1), room(), Kind::SessionJoin, &serde_json::json!({}));
+    assert_eq!(tx.offer(vec![join2]), 0, "a join is never refused");
+    // s1's "room" leaves: a leave passes a full queue.
+    let leave1 = s1.envelope(Time(2), room(), Kind::SessionLeave, &serde_json::json!({}));
+    let refused = tx.offer(vec![leave1]);
+    let mut got = taken(&mut rx);
+    // The sink caught up: the next hand-off takes the waiting join in (the queue's one place).
+    assert_eq!(tx.offer(Vec::new()), 0);
+    got.extend(taken(&mut rx));
+    // s2's "room" says something.
+    let add2 = s2.envelope(
+        Time(3),
+        room(),
+        Kind::ContextAdd,
+        &serde_json::json!({"key": "k"}),
+    );
+    assert_eq!(tx.offer(vec![add2]), 0);
+    got.extend(taken(&mut rx));
+    assert_eq!(
+        (refused, summary(&got)),
+        (
+            0,
+            vec![
+                "session.join s1 room".to_owned(),
+                "session.leave s1 room".to_owned(),
+                "session.join s2 room".to_owned(),
+                "context.add s2 room".to_owned(),
+            ]
+        ),
+        "s1's leave went in, s2's join before its text"
     );
 }

@@ -1518,3 +1518,33 @@ fn a_rule_matches_an_sdes_cname_longer_than_the_display_name_limit() {
         timeline(&out)
     );
 }
+
+fn sdes_name_of(ssrc: u32, cname: &str, name: &str) -> Vec<u8> {
+    let mut d = Vec::new();
+    pvp_t140::rtcp::write_sdes(&mut d, ssrc, cname, Some(name));
+    d
+}
+
+/// A speaker's SDES name is kept as it came (for `rtcp_name` rules) and cleaned when shown: a
+/// NAME that differs from the last only by what cleaning removes (a control character) is the
+/// name the participant already has, and is not announced again (README: "SDES NAME (else
+/// CNAME), without control characters, becomes the participant's name"). Raw names were
+/// compared, and "Ada" was announced twice (review, session 32).
+#[test]
+fn an_sdes_name_shown_the_same_is_not_announced_again() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "hi. "));
+    gw.handle_datagram(at(1), addr(4000), &sdes_name_of(7, "ada@host", "Ada\u{7}"));
+    gw.handle_datagram(at(2), addr(4000), &sdes_name_of(7, "ada@host", "Ada"));
+    let out = drain(&mut gw);
+    let announced: Vec<_> = out
+        .iter()
+        .filter(|e| e.kind == "participant.announce")
+        .map(|e| e.payload["name"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(
+        announced,
+        ["Ada"],
+        "one announce of the name shown: {out:#?}"
+    );
+}
