@@ -154,7 +154,7 @@ pub struct Sender {
 }
 
 /// Redundant generations a sender sends at most with `buffer_time` between its packets: as
-/// many as keep each block at least [`MIN_BLOCK`] within [`MAX_DATAGRAM`] (58), and none
+/// many as keep each block at least 16 bytes within [`MAX_DATAGRAM`] (58), and none
 /// that the 14-bit timestamp offset cannot place (RFC 2198 section 3: 16,383 ms back, 54
 /// generations at 300 ms; such a generation could only ever be sent empty).
 pub fn max_redundancy(buffer_time: Duration) -> u8 {
