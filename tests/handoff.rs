@@ -1,6 +1,6 @@
 //! The hand-off from the receive workers to the sink under backpressure (`handoff`), driven by
 //! the sans-IO core, and the stdout writer at its end: what a full queue or a stuck stdout
-//! refuses, and what is counted. Each test failed before the fix it pins (review, session 32).
+//! refuses, and what is counted. Each test failed before the fix it pins.
 
 use std::collections::HashSet;
 
@@ -13,41 +13,77 @@ use pvp_t140::{Config, Gateway};
 mod core_helpers;
 use core_helpers::*;
 
-/// pvp-spec 9.3 (`context.update` / `context.remove` name an existing item) with the shell's
-/// backpressure (`udp::run_worker` hands each batch to `handoff::Sender::offer`, which refuses
-/// the newest envelopes that do not fit). A `context.add` refused by a full queue never reaches
-/// the sink, and the speaker's backspaces correct it later as its last item: that
-/// `context.update` is refused too, as the gates drop "corrections of a dropped chunk ... with
-/// it" (README). It went through once the queue had room, for a key the consumer never saw.
-#[test]
-fn a_correction_of_an_item_the_full_queue_refused_is_not_delivered() {
-    use pvp_t140::handoff;
-    let bound = 4;
-    let (mut tx, mut rx) = handoff::queue(bound);
+/// The shell's backpressure (`udp::run_worker` hands each batch to `handoff::Sender::offer`,
+/// which refuses the newest envelopes that do not fit): stream 7 fills a queue of 4 (its join
+/// and three items), stream 8 says "Hello. " while it is full, the sink catches up, stream 8
+/// sends `then` at 300 ms and the gateway stops. Everything the sink was handed, and what the
+/// hand-offs of "Hello. " and of `then` refused.
+fn behind_a_full_queue(then: &str) -> (Vec<Message>, [usize; 2]) {
+    let (mut tx, mut rx) = handoff::queue(4);
     let mut gw = Gateway::new(Config::default());
     let mut hand_off = |gw: &mut Gateway| {
         let batch: Vec<_> = std::iter::from_fn(|| gw.poll_output()).collect();
         tx.offer(batch)
     };
-    // Stream 7 fills the queue (join + 3 items = 4 envelopes, the bound).
     gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "One. Two. Three. "));
     assert_eq!(hand_off(&mut gw), 0);
-    // Stream 8 says a sentence while the sink is behind: its item is refused, its join is not.
     gw.handle_datagram(at(10), addr(4002), &t140(1, 8, "Hello. "));
-    assert_eq!(hand_off(&mut gw), 1, "the context.add is refused");
+    let hello = hand_off(&mut gw);
     let mut written: Vec<Message> = Vec::new();
     while let Some(b) = rx.try_recv(1000) {
         written.extend(b.iter().map(|e| e.to_message()));
     }
-    // The sink caught up. Stream 8 erases the space and two letters of what it said.
-    gw.handle_datagram(at(300), addr(4002), &t140(2, 8, "\u{8}\u{8}\u{8}"));
-    assert_eq!(hand_off(&mut gw), 1, "the correction goes with its item");
+    gw.handle_datagram(at(300), addr(4002), &t140(2, 8, then));
+    let later = hand_off(&mut gw);
     gw.shutdown(at(400));
     let _ = tx.force(std::iter::from_fn(|| gw.poll_output()).collect());
     drop(tx);
     while let Some(b) = rx.try_recv(1000) {
         written.extend(b.iter().map(|e| e.to_message()));
     }
+    (written, [hello, later])
+}
+
+/// pvp-spec 6.3 / 9.1 / 19.4: the core marks a speaker joined as soon as it makes the join, so
+/// a join that finds no room waits in the worker and goes first once there is room, and
+/// leaves pass a full queue. (The join was refused like any envelope, and every later
+/// `context.add`, `context.update` and the `session.leave` of that participant went out once
+/// the queue had room, from a participant that never joined: the server answers each with
+/// PARTICIPANT_NOT_FOUND or UNAUTHORIZED, so one dropped envelope lost the speaker's whole
+/// transcript, not one chunk.)
+#[test]
+fn an_overflowing_sink_queue_never_delivers_items_of_a_participant_whose_join_it_dropped() {
+    let (written, refused) = behind_a_full_queue("Still here. ");
+    assert_eq!(refused, [1, 0], "Hello's context.add; its join waits");
+    let mut joined = HashSet::new();
+    for m in &written {
+        if m.kind == "session.join" {
+            joined.insert(m.sender.clone());
+        } else {
+            assert!(
+                joined.contains(&m.sender),
+                "{} from {} written without its session.join",
+                m.kind,
+                m.sender
+            );
+        }
+    }
+}
+
+/// pvp-spec 9.3 (`context.update` / `context.remove` name an existing item): the
+/// `context.add` of "Hello." a full queue refused never reaches the sink, and the speaker's
+/// backspaces correct it later as its last item: that `context.update` is refused too, as the
+/// gates drop "corrections of a dropped chunk ... with it" (README). It went through once the
+/// queue had room, for a key the consumer never saw (review, session 32).
+#[test]
+fn a_correction_of_an_item_the_full_queue_refused_is_not_delivered() {
+    // Stream 8 erases the space and two letters of what it said.
+    let (written, refused) = behind_a_full_queue("\u{8}\u{8}\u{8}");
+    assert_eq!(
+        refused,
+        [1, 1],
+        "the context.add, then the correction with it"
+    );
     let mut added = HashSet::new();
     for m in &written {
         let key = m.payload["key"].as_str().map(str::to_owned);
@@ -76,7 +112,6 @@ fn a_correction_of_an_item_the_full_queue_refused_is_not_delivered() {
 /// participation: 500 such streams left 1,005 envelopes queued behind a bound of 16.
 #[test]
 fn membership_envelopes_behind_a_stuck_sink_stay_bounded_by_the_live_streams() {
-    use pvp_t140::handoff;
     let bound = 16;
     let max_streams = 4;
     let (mut tx, rx) = handoff::queue(bound);
@@ -138,7 +173,6 @@ impl std::io::Write for Stuck {
 /// counted the second speaker's join and leave too (`dropped=3`).
 #[tokio::test]
 async fn a_stuck_stdout_does_not_count_held_back_joins_and_leaves_as_dropped() {
-    use pvp_t140::handoff;
     use pvp_t140::metrics::SinkMetrics;
     use pvp_t140::pvp::{Builder, Kind, SenderId};
     use pvp_t140::sink::stdout::StdoutSink;

@@ -388,8 +388,8 @@ fn a_combining_sequence_is_not_split_across_blocks() {
 // ---------------------------------------------------------------------------------------------
 // `pvp-t140 send` over loopback.
 
-/// An input that hands out the given chunks one `read` at a time, then EOF.
-struct Chunks(VecDeque<Vec<u8>>);
+/// An input that hands out the given reads one at a time (data or an error), then EOF.
+struct Chunks(VecDeque<std::io::Result<Vec<u8>>>);
 
 impl tokio::io::AsyncRead for Chunks {
     fn poll_read(
@@ -397,15 +397,21 @@ impl tokio::io::AsyncRead for Chunks {
         _cx: &mut Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        if let Some(c) = self.0.pop_front() {
-            buf.put_slice(&c);
+        match self.0.pop_front() {
+            Some(Ok(c)) => buf.put_slice(&c),
+            Some(Err(e)) => return Poll::Ready(Err(e)),
+            None => {}
         }
         Poll::Ready(Ok(()))
     }
 }
 
-/// Runs `udp::send_text` over loopback with the input in `chunks`; every datagram received.
-fn send_chunks(chunks: &[&[u8]], redundancy: u8, bye: bool) -> Vec<Vec<u8>> {
+/// Runs `udp::send_text` over loopback on `reads`: every datagram received, and its result.
+fn send_input(
+    reads: Vec<std::io::Result<Vec<u8>>>,
+    cfg: SenderConfig,
+    bye: bool,
+) -> (Vec<Vec<u8>>, Result<(), String>) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -413,21 +419,27 @@ fn send_chunks(chunks: &[&[u8]], redundancy: u8, bye: bool) -> Vec<Vec<u8>> {
     rt.block_on(async {
         let rx = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
         let to = rx.local_addr().unwrap();
-        let input = Chunks(chunks.iter().map(|c| c.to_vec()).collect());
-        let cfg = SenderConfig {
-            redundancy,
-            ..cfg(redundancy)
-        };
-        pvp_t140::udp::send_text(to, cfg, input, bye).await.unwrap();
+        let result = pvp_t140::udp::send_text(to, cfg, Chunks(reads.into()), bye)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string());
         let mut got = Vec::new();
         let mut buf = vec![0u8; 65_536];
         while let Ok(Ok((n, _))) =
-            tokio::time::timeout(Duration::from_millis(200), rx.recv_from(&mut buf)).await
+            tokio::time::timeout(Duration::from_millis(300), rx.recv_from(&mut buf)).await
         {
             got.push(buf[..n].to_vec());
         }
-        got
+        (got, result)
     })
+}
+
+/// [`send_input`] with the input in `chunks`.
+fn send_chunks(chunks: &[&[u8]], redundancy: u8, bye: bool) -> Vec<Vec<u8>> {
+    let reads = chunks.iter().map(|c| Ok(c.to_vec())).collect();
+    let (got, result) = send_input(reads, cfg(redundancy), bye);
+    result.unwrap();
+    got
 }
 
 fn is_rtcp(d: &[u8]) -> bool {
@@ -626,54 +638,17 @@ fn primary_of(d: &[u8], red_pt: u8) -> Vec<u8> {
     payload[i + 1 + lens..].to_vec()
 }
 
-/// An input that hands out the given reads one at a time (data or an error), then EOF.
-struct Reads(VecDeque<std::io::Result<Vec<u8>>>);
-
-impl tokio::io::AsyncRead for Reads {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        match self.0.pop_front() {
-            Some(Ok(c)) => buf.put_slice(&c),
-            Some(Err(e)) => return Poll::Ready(Err(e)),
-            None => {}
-        }
-        Poll::Ready(Ok(()))
-    }
-}
-
-/// Runs `udp::send_text` over loopback on `reads`; every datagram received, and its result.
-fn send_reads(reads: Vec<std::io::Result<Vec<u8>>>) -> (Vec<Vec<u8>>, std::io::Result<()>) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let rx = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        let to = rx.local_addr().unwrap();
-        let cfg = SenderConfig {
-            ssrc: 0x5443_3134,
-            redundancy: 2,
-            initial_seq: 1000,
-            initial_ts: 5000,
-            cps: None,
-            ..SenderConfig::default()
-        };
-        let result = pvp_t140::udp::send_text(to, cfg, Reads(reads.into()), true)
-            .await
-            .map(|_| ())
-            .map_err(|e| std::io::Error::other(e.to_string()));
-        let mut got = Vec::new();
-        let mut buf = vec![0u8; 65_536];
-        while let Ok(Ok((n, _))) =
-            tokio::time::timeout(Duration::from_millis(300), rx.recv_from(&mut buf)).await
-        {
-            got.push(buf[..n].to_vec());
-        }
-        (got, result)
-    })
+/// [`send_input`] on `reads`, with RED 2 and no `cps` cap.
+fn send_reads(reads: Vec<std::io::Result<Vec<u8>>>) -> (Vec<Vec<u8>>, Result<(), String>) {
+    let cfg = SenderConfig {
+        ssrc: 0x5443_3134,
+        redundancy: 2,
+        initial_seq: 1000,
+        initial_ts: 5000,
+        cps: None,
+        ..SenderConfig::default()
+    };
+    send_input(reads, cfg, true)
 }
 
 /// An input error ends the input as its end does: "a" goes out at once (first text), "b" is
