@@ -90,8 +90,8 @@ pub struct RegisterStats {
     pub lost: u64,
     /// Lost packets judged to be the redundancy-only tail before an idle period (not marked).
     pub idle_tail: u64,
-    /// A stream's first packet (or a restart's) that does not start a session (no marker
-    /// bit, no BOM): its head was lost.
+    /// A stream's first packet that does not start a session (no marker bit, no BOM): its
+    /// head was lost.
     pub head_lost: u64,
 }
 
@@ -460,11 +460,9 @@ impl Register {
     /// more likely late duplicates, which would be delivered again and move the stream back
     /// (its live packets then waiting, and marked): it needs three. (A restart's new sequence
     /// lands there 1 time in 22.) The run is the kept packets in sequence up to this one,
-    /// whatever order they came in; once long enough it is delivered, every packet of it, from
-    /// the earliest kept within [`MAX_KEPT`] before it (a loss among the restart's first
-    /// packets breaks no run of what came), with those kept as near after it: the first as a
-    /// stream's head ([`Register::deliver_head`]), the rest as packets ahead of a gap. Kept
-    /// packets further off are strays, dropped and counted as jumps.
+    /// whatever order they came in; once long enough it is delivered, every packet of it, and
+    /// the stream goes on from its end. Kept packets outside it are strays, dropped and
+    /// counted as jumps.
     #[cold]
     #[inline(never)]
     fn jump(&mut self, now: Time, a: &Arrival<'_>, expected: u16, out: Out<'_>) -> Outcome {
@@ -518,38 +516,24 @@ impl Register {
         // then the run goes out in order, each packet's text as it came.
         self.cold.stats.restarts += 1;
         self.give_up_all(out);
-        // Kept packets a few before or after the run are the restart's too, with a loss among
-        // its first packets between (README "Sequence": a restart loses no text).
-        let near = MAX_KEPT as u16;
-        let (from, span) = (lo.wrapping_sub(near), hi.wrapping_sub(lo) + 2 * near);
         let run = self.cold.rare.as_mut().map(|j| std::mem::take(&mut j.run));
         let (mut run, strays): (Vec<Held>, Vec<Held>) = run
             .unwrap_or_default()
             .into_iter()
-            .partition(|h| h.seq.wrapping_sub(from) <= span);
+            .partition(|h| h.seq.wrapping_sub(lo) <= hi.wrapping_sub(lo));
         self.drop_strays(strays);
-        run.sort_unstable_by_key(|h| h.seq.wrapping_sub(from));
-        let mut run = run.into_iter();
-        // The earliest is the new sequence's head: as a stream's first packet, with every
-        // redundant generation, and marked when it does not start a session.
-        if let Some(h) = run.next() {
-            self.deliver_head(&h.arrival(), out);
-            self.expected = Some(h.seq.wrapping_add(1));
+        run.sort_unstable_by_key(|h| h.seq.wrapping_sub(lo));
+        for (i, h) in run.into_iter().enumerate() {
+            // The run's first packet is the new sequence's head: as a stream's first packet,
+            // with every redundant generation when it starts a session (marked, or its text
+            // beginning with the BOM, RFC 4103 5.2), so a lost first packet comes back.
+            let a = h.arrival();
+            let head = i == 0 && (a.marker || self.starts_session(&a));
+            self.deliver(&a, if head { usize::MAX } else { 0 }, 0, out);
             self.cold.spare.push(h.payload);
         }
-        // The rest wait behind their gaps as packets held ahead of one (sorted by distance
-        // from `expected`, as [`Register::hold`] keeps them; nothing else is held after the
-        // give-up): filled, recovered or marked (RFC 4103 5.3, 5.4).
-        debug_assert_eq!(self.held(), 0);
-        for h in run {
-            self.cold.held.push(h);
-            self.holding += 1;
-        }
-        self.drain(out);
-        match self.cold.held.iter().any(|h| h.seq == seq) {
-            true => Outcome::Held,
-            false => Outcome::Delivered,
-        }
+        self.expected = Some(hi.wrapping_add(1));
+        Outcome::Delivered
     }
 
     /// A packet kept past this call (held, or a jump's): its payload copied into a spare
@@ -809,12 +793,12 @@ impl Register {
             .is_some_and(|d| d.starts_with(BOM))
     }
 
-    /// Delivers a stream's head (its first packet, or a restart's, RFC 3550 A.1) with every
-    /// redundant generation: the text of the packets before it that it carries. Unless it
-    /// starts a session (marked, its text or its redundancy beginning with the BOM, RFC 4103
-    /// 5.2; or the sender never marks one), the packets before it were lost: one U+FFFD marks
-    /// them (RFC 4103 5.3, README "Loss"). For a packet placed by timestamp too, as a piece of
-    /// its own: handed to its speaker as a gap, a new voice's generations accounted for it.
+    /// Delivers a stream's head (its first packet) with every redundant generation: the text
+    /// of the packets before it that it carries. Unless it starts a session (marked, its text
+    /// or its redundancy beginning with the BOM, RFC 4103 5.2; or the sender never marks one),
+    /// the packets before it were lost: one U+FFFD marks them (RFC 4103 5.3, README "Loss").
+    /// For a packet placed by timestamp too, as a piece of its own: handed to its speaker as a
+    /// gap, a new voice's generations accounted for it.
     #[inline(never)]
     fn deliver_head(&mut self, a: &Arrival<'_>, out: Out<'_>) {
         let head_lost = !a.marker && !self.assume_start && !self.starts_session(a);
@@ -1153,7 +1137,7 @@ mod tests {
     fn a_restart_is_accepted_after_two_sequential_packets() {
         let mut r = Rig::new();
         r.plain(0, 100, true, "a");
-        assert_eq!(r.plain(1, 40_000, true, "x"), Outcome::Jump);
+        assert_eq!(r.plain(1, 40_000, false, "x"), Outcome::Jump);
         assert_eq!(r.plain(2, 40_001, false, "y"), Outcome::Delivered);
         assert_eq!(r.plain(3, 40_002, false, "z"), Outcome::Delivered);
         assert_eq!(r.text, "axyz");
@@ -1277,7 +1261,7 @@ mod tests {
 
     /// A jump's packets are kept only while they run in sequence: a stray packet before the
     /// restart is not delivered with it, and a packet of the run lost before the confirming
-    /// one is marked as any lost packet.
+    /// one is marked as before.
     #[test]
     fn a_restart_delivers_only_the_run_it_confirms() {
         let mut r = Rig::new();
@@ -1287,27 +1271,23 @@ mod tests {
         assert_eq!(r.plain(2, 40_000, true, "x"), Outcome::Jump);
         assert_eq!(r.plain(3, 40_001, false, "y"), Outcome::Delivered);
         assert_eq!(r.text, "axy");
-        // A jump back within MAX_DROPOUT needs three in sequence: both kept go out.
+        // A jump back within MAX_DROPOUT needs three in sequence: both kept go out. A run
+        // broken before it is confirmed starts again, and the packet before the break was a
+        // stray (4001 never came): only the confirmed run is delivered.
         let mut r = Rig::new();
         r.plain(0, 5000, true, "a");
-        assert_eq!(r.plain(1, 4000, true, "p"), Outcome::Jump);
+        assert_eq!(r.plain(1, 4000, false, "p"), Outcome::Jump);
         assert_eq!(r.plain(2, 4001, false, "q"), Outcome::Jump);
         assert_eq!(r.plain(3, 4002, false, "r"), Outcome::Delivered);
         assert_eq!(r.text, "apqr");
-        // A run broken before it is confirmed starts again; the packet before the break goes
-        // with it (4001 never came: marked once the wait for it ends), one further off is a
-        // stray.
         let mut r = Rig::new();
         r.plain(0, 5000, true, "a");
-        assert_eq!(r.plain(1, 3990, false, "stray"), Outcome::Jump);
-        assert_eq!(r.plain(2, 4000, true, "p"), Outcome::Jump);
-        assert_eq!(r.plain(3, 4002, false, "q"), Outcome::Jump);
-        assert_eq!(r.plain(4, 4003, false, "r"), Outcome::Jump);
-        assert_eq!(r.plain(5, 4004, false, "s"), Outcome::Held);
-        assert_eq!(r.text, "ap");
-        r.expire(5_000);
-        assert_eq!(r.text, "ap~qrs");
-        assert_eq!((r.reg.stats().lost, r.reg.stats().jumps), (1, 1));
+        assert_eq!(r.plain(1, 4000, false, "p"), Outcome::Jump);
+        assert_eq!(r.plain(2, 4002, false, "q"), Outcome::Jump);
+        assert_eq!(r.plain(3, 4003, false, "r"), Outcome::Jump);
+        assert_eq!(r.plain(4, 4004, false, "s"), Outcome::Delivered);
+        assert_eq!(r.text, "aqrs");
+        assert_eq!(r.reg.stats().lost, 0);
     }
 
     /// Two late duplicates in a row, more than MAX_MISORDER behind: RFC 3550 A.1 read
@@ -1769,29 +1749,12 @@ mod tests {
         );
     }
 
-    /// A restart's packets reordered past the confirming one: 40000 "x" (marked), 40003 "w",
-    /// 40001 "y" (confirming 40000..40001), then 40002 "z". The kept 40003 goes with the run,
-    /// waiting for 40002 as any packet ahead of a gap, and 40002 fills it: "axyzw", nothing
-    /// dropped or marked. (Outside the run, 40003 was dropped as a stray and its text lost.)
-    #[test]
-    fn a_restart_keeps_a_packet_that_came_ahead_of_its_run() {
-        let mut r = Rig::new();
-        r.plain(0, 100, true, "a");
-        assert_eq!(r.plain(1, 40_000, true, "x"), Outcome::Jump);
-        assert_eq!(r.plain(2, 40_003, false, "w"), Outcome::Jump);
-        assert_eq!(r.plain(3, 40_001, false, "y"), Outcome::Delivered);
-        assert_eq!(r.plain(4, 40_002, false, "z"), Outcome::Delivered);
-        let s = r.reg.stats();
-        assert_eq!(
-            (r.text.as_str(), s.restarts, s.jumps, s.lost),
-            ("axyzw", 1, 0, 0)
-        );
-    }
-
     /// A restart whose second packet is lost: 40000 "\u{feff}x" (kept), 40001 lost, 40002
     /// ["\u{feff}x", "y"] "z", 40003 ["y", "z"] "w" (RED, two generations). The run believed
-    /// is 40002..40003; the kept 40000 just before it goes with it, as its head, and 40002's
-    /// newest generation gives back 40001's text at once: "a\u{feff}xyzw", no packet dropped.
+    /// is 40002..40003, whose head starts the session by its redundancy (the BOM): delivered
+    /// with every generation, it gives back 40000's and 40001's text, "a\u{feff}xyzw". The
+    /// kept 40000 is outside the run: dropped, and counted as a jump (its text came by the
+    /// redundancy).
     #[test]
     fn a_restart_with_a_loss_in_its_first_packets_keeps_what_came_before_it() {
         let mut r = Rig::new();
@@ -1805,12 +1768,8 @@ mod tests {
         r.red(3, 40_003, false, &["y", "z"], "w");
         assert_eq!(r.reg.stats().restarts, 1);
         assert_eq!(
-            (
-                r.text.as_str(),
-                r.reg.stats().jumps,
-                r.reg.stats().recovered
-            ),
-            ("a\u{feff}xyzw", 0, 1),
+            (r.text.as_str(), r.reg.stats().jumps),
+            ("a\u{feff}xyzw", 1),
             "what the restart sent, once, in order"
         );
     }
