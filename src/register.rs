@@ -573,6 +573,23 @@ impl Register {
     }
 
     /// Drops what jump packets are kept (the stream is going): they count as jumps.
+    /// The sender started anew with a packet that says it is a start: t140llm begins every
+    /// reply at sequence 0 and timestamp 0 (docs/t140llm.md), which after a short reply is
+    /// less than RFC 3550 A.1's MAX_MISORDER behind the last, so the reply's first packets were
+    /// taken as stale, or as copies of those kept from a reply of two. What the old sequence
+    /// still waited for is given up, what was kept of a jump dropped, and the next packet is
+    /// taken as a stream's first.
+    pub fn start_anew(&mut self, out: Out<'_>) {
+        if matches!(self.expected, None | Some(0)) {
+            return;
+        }
+        self.cold.stats.restarts += 1;
+        self.give_up_all(out);
+        self.drop_jumped();
+        self.slow &= !HEAD_WAIT;
+        self.expected = None;
+    }
+
     pub fn drop_jumped(&mut self) {
         if let Some(r) = self.cold.rare.as_mut() {
             let strays = std::mem::take(&mut r.run);

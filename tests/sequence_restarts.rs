@@ -1,12 +1,21 @@
-//! Sequence restarts (RFC 3550 A.1) through the core, where a rule telling late duplicates
-//! from restarts went wrong (this session's reviews; see `tests/mixer_clock.rs`).
+//! Sequence restarts (RFC 3550 A.1) and stream heads, through the register and the core:
+//! late duplicates told from restarts, t140llm's every reply restarting at 0, a renumbered
+//! sender (see also `tests/mixer_clock.rs`).
 
+use std::time::Duration;
+
+use pvp_t140::Time;
 use pvp_t140::pvp::Message as Envelope;
-use pvp_t140::{Config, Gateway, rtp};
+use pvp_t140::register::{Arrival, Outcome, Piece, Register};
+use pvp_t140::send::{Sender, SenderConfig};
+use pvp_t140::{Config, Gateway, red, rtp};
 
 #[path = "common/core.rs"]
 mod core_helpers;
 use core_helpers::*;
+
+#[path = "common/mixer.rs"]
+mod mixer;
 
 /// Every word of every `context.add`.
 fn words(out: &[Envelope]) -> Vec<String> {
@@ -62,5 +71,435 @@ fn a_t140llm_restart_is_not_taken_for_late_duplicates() {
     assert!(
         missing.is_empty(),
         "{range:?} missing; (restarts, lost) {s:?}"
+    );
+}
+
+const WAIT: Duration = Duration::from_millis(1000);
+
+/// Runs packets through a register (as `src/register.rs`'s own test rig does) and renders what
+/// comes out: text, and `~` per loss mark.
+struct Rig {
+    reg: Register,
+    text: String,
+}
+
+impl Rig {
+    fn new() -> Self {
+        Rig {
+            reg: Register::new(),
+            text: String::new(),
+        }
+    }
+
+    fn sink(text: &mut String) -> impl FnMut(u16, Piece<'_>) + '_ {
+        move |_, p| match p {
+            Piece::Text(t) => text.push_str(std::str::from_utf8(t).unwrap()),
+            Piece::Lost => text.push('~'),
+            Piece::Packet { .. } => unreachable!(),
+        }
+    }
+
+    fn plain(&mut self, ms: u64, seq: u16, marker: bool, t: &str) -> Outcome {
+        let a = Arrival {
+            seq,
+            ts: 0,
+            marker,
+            red: false,
+            tag: 0,
+            by_ts: false,
+            at: Time::from_millis(ms),
+            payload: t.as_bytes(),
+            parsed: None,
+        };
+        let mut sink = Self::sink(&mut self.text);
+        self.reg
+            .receive(Time::from_millis(ms), a, &mut sink)
+            .unwrap()
+    }
+
+    fn expire(&mut self, ms: u64) {
+        self.reg
+            .expire(Time::from_millis(ms), WAIT, &mut Self::sink(&mut self.text));
+    }
+
+    /// A stream that delivered 1000 to 1200 in order (`D` at `special`, `.` elsewhere), and
+    /// how long its text is so far.
+    fn live_1000_to_1200(special: u16) -> (Self, usize) {
+        let mut r = Rig::new();
+        r.plain(0, 1000, true, "");
+        for s in 1001..=1200u16 {
+            r.plain(u64::from(s), s, false, if s == special { "D" } else { "." });
+        }
+        let n = r.text.len();
+        (r, n)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. An old sequence's late duplicate kept just before a restart's run is taken as its head.
+
+/// A stream delivered 1000..=1200 and went quiet; a late duplicate of 1048 comes (more than
+/// MAX_MISORDER behind: kept as a jump), then the sender restarts its sequence at 1050 with a
+/// marked session start, 1050, 1051, 1052 in order (a jump back, confirmed by three). The
+/// restart is "x", "y", "z", marked as a session start, nothing of it lost. The kept
+/// duplicate is 2 before the run: it stays a stray, "xyz" with nothing marked. README
+/// "Sequence": jump packets no restart confirms (late duplicates) are dropped; "Redundancy":
+/// text is never delivered twice. A rework that took kept packets near the run into it
+/// (reverted the same day) said 1048's text again behind a U+FFFD: "~D~xyz" (review, session
+/// 32).
+#[test]
+fn an_old_late_duplicate_just_before_a_restart_is_not_said_again_as_its_head() {
+    let (mut r, n) = Rig::live_1000_to_1200(1048);
+    assert_eq!(r.plain(2000, 1048, false, "D"), Outcome::Jump);
+    r.plain(3000, 1050, true, "x");
+    r.plain(3300, 1051, false, "y");
+    r.plain(3600, 1052, false, "z");
+    r.expire(10_000);
+    let s = *r.reg.stats();
+    assert_eq!(
+        (&r.text[n..], s.restarts, s.head_lost, s.lost),
+        ("xyz", 1, 0, 0),
+        "the restart's text once, unmarked; the late duplicate dropped"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. An old sequence's late duplicate kept just after a restart's run takes a new packet's place.
+
+/// As above, but the late duplicate is of 1054, 2 after the restart's run 1050..=1052: the new
+/// 1054 ("v") is delivered in its place. The reverted rework held the old 1054 as a packet of
+/// the run, delivered it in the new one's place and dropped the new one as stale: "xyzwD"
+/// (review, session 32).
+#[test]
+fn an_old_late_duplicate_just_after_a_restart_does_not_take_a_new_packets_place() {
+    let (mut r, n) = Rig::live_1000_to_1200(1054);
+    assert_eq!(r.plain(2000, 1054, false, "D"), Outcome::Jump);
+    r.plain(3000, 1050, true, "x");
+    r.plain(3300, 1051, false, "y");
+    r.plain(3600, 1052, false, "z");
+    r.plain(3900, 1053, false, "w");
+    let last = r.plain(4200, 1054, false, "v");
+    r.expire(10_000);
+    assert_eq!(
+        (&r.text[n..], last),
+        ("xyzwv", Outcome::Delivered),
+        "the restart's 1054 is delivered, the old one's duplicate is not"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. A restart whose head carries the old sequence's text as redundancy says it again.
+
+const SSRC: u32 = 0x5157_00aa;
+
+/// `(ms, datagram)` of a real RFC 4103 sender (`send::Sender`, RED with `redundancy`
+/// generations) saying `w0. w1. ...`, a word every 300 ms, until idle.
+fn speech(redundancy: u8, n: usize, initial_seq: u16) -> Vec<(u64, Vec<u8>)> {
+    let mut s = Sender::new(
+        SenderConfig {
+            ssrc: SSRC,
+            redundancy,
+            initial_seq,
+            initial_ts: 7000,
+            cps: None,
+            ..SenderConfig::default()
+        },
+        at(0),
+    );
+    let (mut out, mut t, mut k) = (Vec::new(), 0u64, 0usize);
+    loop {
+        if k < n && t >= 300 * k as u64 {
+            s.push_text(at(t), &format!("w{k}. "));
+            k += 1;
+        }
+        while let Some(d) = s.poll_packet(at(t)) {
+            out.push((t, d));
+        }
+        if k >= n && s.is_idle() {
+            return out;
+        }
+        t += 50;
+    }
+}
+
+/// Feeds `(ms, datagram)` in order with the core's timers, then shuts down: every
+/// `context.add`'s content joined by a space, and the core.
+fn run_gw(cfg: Config, packets: &[(u64, Vec<u8>)]) -> (String, Gateway) {
+    let mut gw = Gateway::new(cfg);
+    let mut last = 0;
+    for (ms, d) in packets {
+        gw.handle_timeout(at(*ms));
+        gw.handle_datagram(at(*ms), addr(4000), d);
+        last = *ms;
+    }
+    gw.handle_timeout(at(last + 5_000));
+    gw.shutdown(at(last + 6_000));
+    let text = (drain(&mut gw).iter().filter(|e| e.kind == "context.add"))
+        .map(|e| e.payload["content"].as_str().unwrap_or("").to_owned())
+        .collect::<Vec<_>>()
+        .join(" ");
+    (text, gw)
+}
+
+/// A sender's sequence renumbered mid-speech (a media relay or SBC re-sequencing, or a sender
+/// restarting its RTP numbering but not its T.140 buffer): `send::Sender` with RFC 4103's two
+/// generations says w0..w11; from the 7th packet on every sequence number is 30000 further
+/// (a jump, confirmed by the next packet). No packet is lost: every word once, nothing
+/// counted recovered. A restart head that is no session start goes out with its primary
+/// alone; the reverted rework delivered it with every generation, saying w4. and w5. again
+/// behind a U+FFFD (review, session 32). (Its generations repeat what was delivered: a head
+/// whose first packets were lost loses their text, a known gap, README "Sequence".)
+#[test]
+fn a_restart_head_does_not_say_the_old_sequences_text_again() {
+    let mut p = speech(2, 12, 100);
+    for (_, d) in p.iter_mut().skip(6) {
+        let s = u16::from_be_bytes([d[2], d[3]]).wrapping_add(30_000);
+        d[2..4].copy_from_slice(&s.to_be_bytes());
+    }
+    let (text, gw) = run_gw(Config::default(), &p);
+    let said: Vec<&str> = text.split_whitespace().collect();
+    let twice: Vec<String> = (0..12)
+        .map(|k| format!("w{k}."))
+        .filter(|w| said.iter().filter(|s| s.ends_with(w.as_str())).count() != 1)
+        .collect();
+    let s = gw.stats();
+    assert!(
+        twice.is_empty() && s.recovered == 0,
+        "said other than once: {twice:?}; recovered {} (nothing was lost); {text:?}",
+        s.recovered
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. A mixer's restart head counts its speaker's repeated generations as recovered.
+
+/// The same renumbering on an RFC 9071 mixer's stream (speaker CSRC 1, RED with timestamp
+/// offsets, a word every 300 ms, nothing lost): the text comes out once and nothing counts as
+/// recovered (`RegisterStats::recovered`: "Lost packets whose text came from a later packet's
+/// redundancy"). The reverted rework counted 2 (review, session 32).
+#[test]
+fn a_mixer_restart_head_does_not_count_repeated_generations_as_recovered() {
+    let words: Vec<String> = (0..10).map(|k| format!("m{k}. ")).collect();
+    let mut p = Vec::new();
+    for k in 0..10usize {
+        let g = |j: usize| if k >= j { words[k - j].as_str() } else { "" };
+        let gens = [(600u16, g(2).as_bytes()), (300u16, g(1).as_bytes())];
+        let seq = if k < 5 { 100 } else { 30_100 } + k as u16;
+        let ts = 10_000 + 300 * k as u32;
+        let d = mixer::red_csrc_m(k == 0, seq, ts, 1, &gens, words[k].as_bytes());
+        p.push((300 * k as u64, d));
+    }
+    let (text, gw) = run_gw(Config::default(), &p);
+    let s = gw.stats();
+    // The text (U+FFFD aside: see the report) comes once; the counter is the defect here.
+    let text = text.replace('\u{fffd}', "");
+    assert_eq!(
+        (text.as_str(), s.restarts, s.recovered),
+        ("m0. m1. m2. m3. m4. m5. m6. m7. m8. m9.", 1, 0)
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. t140llm: a reply after a short one loses its first packets.
+
+/// Unpaced t140llm (plain PT 96, a packet every 30 ms, timestamps +160 a packet, no marker),
+/// one reply of `n` packets each, 20 s apart, every reply restarting at sequence 0 on the same
+/// source and SSRC (as `tests/sequence_restarts.rs` models it): the words said ("r<reply>w<k>.").
+fn t140llm_replies(replies: &[usize]) -> (Vec<String>, Gateway) {
+    let mut gw = Gateway::new(Config {
+        compat: pvp_t140::Compat::T140llm,
+        t140_pt: 96,
+        red_pt: 98,
+        ..Config::default()
+    });
+    let mut t = 0u64;
+    for (r, &n) in replies.iter().enumerate() {
+        for seq in 0..n as u16 {
+            let mut d = Vec::new();
+            let text = format!("r{r}w{seq}. ");
+            let ts = u32::from(seq) * 160;
+            rtp::write_packet(&mut d, false, 96, seq, ts, 0x1122_3344, text.as_bytes());
+            gw.handle_timeout(at(t));
+            gw.handle_datagram(at(t), addr(6000), &d);
+            t += 30;
+        }
+        t += 20_000;
+    }
+    gw.shutdown(at(t + 5_000));
+    (words(&drain(&mut gw)), gw)
+}
+
+/// A first reply of 40 packets (0..=39), then a second of 60 restarting at 0: every word
+/// arrives. Its packets 0..=39 are less than MAX_MISORDER behind the first reply's last, and
+/// each was dropped as a stale duplicate (40.. continued the old numbering "in order"); with
+/// `--compat t140llm` a packet at sequence 0 and timestamp 0 after a quiet spell (longer than
+/// the reorder wait) starts the stream anew (docs/t140llm.md: "A first packet with seq 0 and
+/// ts 0 is almost certainly a start") (review, session 32).
+#[test]
+fn t140llm_a_reply_after_a_short_reply_keeps_its_first_words() {
+    let (said, gw) = t140llm_replies(&[40, 60]);
+    let missing: Vec<String> = (0..60)
+        .map(|k| format!("r1w{k}."))
+        .filter(|w| !said.contains(w))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} of the second reply's words missing ({:?}..), restarts {}, stale {}",
+        missing.len(),
+        missing.first(),
+        gw.stats().restarts,
+        gw.stats().drops(pvp_t140::DropReason::Stale)
+    );
+}
+
+/// A 150-packet reply, a 2-packet reply ("r1w0. r1w1.": kept, a jump back needs three), then a
+/// 150-packet reply 20 s later: every word arrives. Its 0 and 1 were taken for copies of the
+/// second reply's kept 0 and 1 and dropped, and its 2 confirmed a run of the 20-second-old kept
+/// packets and itself: "r2w0." and "r2w1." were lost, unmarked (review, session 32).
+#[test]
+fn t140llm_a_reply_after_a_two_packet_reply_keeps_its_first_words() {
+    let (said, gw) = t140llm_replies(&[150, 2, 150]);
+    let missing: Vec<String> = (0..150)
+        .map(|k| format!("r2w{k}."))
+        .filter(|w| !said.contains(w))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "third reply's words missing: {missing:?}; stale {}",
+        gw.stats().drops(pvp_t140::DropReason::Stale)
+    );
+}
+
+const SSRC_B: u32 = 0x5157_0001;
+
+/// A `text/red` packet (payload type 100; RFC 2198, generations oldest first, 300 ms apart) of
+/// [`SSRC_B`], stamped 300 ms a sequence number.
+fn red_packet(seq: u16, marker: bool, gens: &[&str], primary: &str) -> Vec<u8> {
+    let n = gens.len();
+    let blocks: Vec<(u16, &[u8])> = (gens.iter().enumerate())
+        .map(|(i, g)| ((300 * (n - i)) as u16, g.as_bytes()))
+        .collect();
+    let mut payload = Vec::new();
+    red::write_payload(&mut payload, 98, &blocks, primary.as_bytes());
+    let mut d = Vec::new();
+    let ts = u32::from(seq).wrapping_mul(300);
+    rtp::write_packet(&mut d, marker, 100, seq, ts, SSRC_B, &payload);
+    d
+}
+
+/// A plain `text/t140` packet of [`SSRC_B`].
+fn plain_packet(seq: u16, marker: bool, text: &str) -> Vec<u8> {
+    t140m(seq, SSRC_B, marker, text)
+}
+
+/// Feeds `(ms, datagram)` in order, firing the core's timers as time passes, then shuts down
+/// well after the last one; returns every `context.add`'s content, joined by a space, and the
+/// core.
+fn run(packets: &[(u64, Vec<u8>)]) -> (String, Gateway) {
+    let mut gw = Gateway::new(Config::default());
+    let mut last = 0;
+    for (ms, d) in packets {
+        gw.handle_timeout(at(*ms));
+        gw.handle_datagram(at(*ms), addr(4000), d);
+        last = *ms;
+    }
+    gw.handle_timeout(at(last + 5_000));
+    gw.shutdown(at(last + 6_000));
+    let text = (drain(&mut gw).iter().filter(|e| e.kind == "context.add"))
+        .map(|e| e.payload["content"].as_str().unwrap_or("").to_owned())
+        .collect::<Vec<_>>()
+        .join(" ");
+    (text, gw)
+}
+
+/// A restart's run head that is no session start is a stream's lost head: marked, and
+/// delivered with every generation (README "Loss": "a stream whose first packets were lost is
+/// marked at its head"; "Sequence": a restart loses no text). RED, two generations: "Hello
+/// there." (100, its idle tail 101, 102), then the sender restarts at 40000; 40000-40002 are
+/// lost, 40003 carries 40001's and 40002's text. The review (session 32) found (and finds again) the generations
+/// dropped and the loss unmarked ("Hello there. Third sentence."); as on a fresh stream, the
+/// restart says "\u{fffd}part of it. Third sentence.".
+#[test]
+#[ignore = "known gap (README Sequence): taking the packets near a restart's run into it, and its head's generations, said late duplicates' and a renumbered sender's text again (review, session 32); telling them apart needs the RTP timestamps"]
+fn a_restart_whose_first_packets_were_lost_recovers_their_redundancy_and_marks_the_loss() {
+    let mut p = vec![
+        (0, red_packet(100, true, &["", ""], "\u{feff}Hello there. ")),
+        (
+            300,
+            red_packet(101, false, &["", "\u{feff}Hello there. "], ""),
+        ),
+        (
+            600,
+            red_packet(102, false, &["\u{feff}Hello there. ", ""], ""),
+        ),
+    ];
+    // 40000 "\u{feff}Second " (marked), 40001 "part ", 40002 "of it. " lost.
+    p.push((
+        10_900,
+        red_packet(40_003, false, &["part ", "of it. "], "Third "),
+    ));
+    p.push((
+        11_200,
+        red_packet(40_004, false, &["of it. ", "Third "], "sentence. "),
+    ));
+    p.push((
+        11_500,
+        red_packet(40_005, false, &["Third ", "sentence. "], ""),
+    ));
+    p.push((11_800, red_packet(40_006, false, &["sentence. ", ""], "")));
+    let (text, gw) = run(&p);
+    let s = gw.stats();
+    assert_eq!(
+        (text.as_str(), s.restarts, s.head_lost, s.recovered),
+        ("Hello there. \u{fffd}part of it. Third sentence.", 1, 1, 2)
+    );
+}
+
+/// The same without redundancy (plain text/t140): the restart's first packet 40000 is lost,
+/// and the run 40001, 40002 opens without a session start: its head is marked, as a fresh
+/// stream's would be (review, session 32: "More words." comes with no mark, head_lost 0).
+#[test]
+#[ignore = "known gap (README Sequence): taking the packets near a restart's run into it, and its head's generations, said late duplicates' and a renumbered sender's text again (review, session 32); telling them apart needs the RTP timestamps"]
+fn a_restart_whose_first_packet_was_lost_marks_the_loss() {
+    let mut p = vec![
+        (0, plain_packet(100, true, "\u{feff}Hello there. ")),
+        (300, plain_packet(101, false, "")),
+    ];
+    // 40000 "\u{feff}Second sentence. " (marked) lost.
+    p.push((10_300, plain_packet(40_001, false, "More words")));
+    p.push((10_600, plain_packet(40_002, false, ". ")));
+    p.push((10_900, plain_packet(40_003, false, "")));
+    let (text, gw) = run(&p);
+    let s = gw.stats();
+    assert_eq!(
+        (text.as_str(), s.restarts, s.head_lost),
+        ("Hello there. \u{fffd}More words.", 1, 1)
+    );
+}
+
+/// A kept packet just before the run that confirms a restart is the restart's: plain
+/// text/t140 restart at 40000 (marked, BOM), 40001 lost, 40002 and 40003 confirm. 40000 is
+/// delivered and 40001 marked (README "Sequence": every packet of the run is delivered;
+/// "Loss": one U+FFFD per lost packet). The review (session 32) found (and finds again) 40000 dropped as a
+/// stray (counted `sequence_jump`) and 40001 unmarked: without redundancy nothing carried its
+/// text again.
+#[test]
+#[ignore = "known gap (README Sequence): taking the packets near a restart's run into it, and its head's generations, said late duplicates' and a renumbered sender's text again (review, session 32); telling them apart needs the RTP timestamps"]
+fn a_restart_keeps_its_first_packet_when_the_second_is_lost() {
+    let p = vec![
+        (0, plain_packet(100, true, "\u{feff}Hello there. ")),
+        (300, plain_packet(101, false, "")),
+        (10_000, plain_packet(40_000, true, "\u{feff}Second ")),
+        // 40001 "half " lost.
+        (10_600, plain_packet(40_002, false, "part ")),
+        (10_900, plain_packet(40_003, false, "two. ")),
+        (11_200, plain_packet(40_004, false, "")),
+    ];
+    let (text, gw) = run(&p);
+    let s = gw.stats();
+    let jumps = s.drops(pvp_t140::DropReason::SequenceJump);
+    assert_eq!(
+        (text.as_str(), s.restarts, s.lost, jumps),
+        ("Hello there. Second \u{fffd}part two.", 1, 1, 0)
     );
 }
