@@ -1570,7 +1570,8 @@ impl Gateway {
             && pkt.timestamp == 0
             && before.saturating_add(self.cfg.reorder_wait) < now
         {
-            // A reply's start after a quiet spell, not a late copy of the last reply's.
+            // t140llm begins every reply at sequence 0 and timestamp 0: after a quiet spell,
+            // such a packet is a reply's start, not a late copy of the last reply's.
             register.start_anew(&mut |tag, piece| route(emit, &mut voices, now, tag, piece));
         }
         let outcome = register
