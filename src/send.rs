@@ -293,6 +293,12 @@ impl Sender {
         self.pending.push_str(text);
     }
 
+    /// Bytes of text queued and not yet sent: what a reader of the input may bound (the `cps`
+    /// cap paces text slower than a file can be read).
+    pub fn backlog(&self) -> usize {
+        self.pending.len()
+    }
+
     /// True when all queued text and the empty packets that follow it (redundancy, the idle
     /// period's empty block) have been sent.
     pub fn is_idle(&self) -> bool {

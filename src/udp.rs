@@ -557,7 +557,9 @@ pub async fn send_text(
         };
         let deadline = next.map(|t| clock.instant_of(t));
         tokio::select! {
-            n = input.read(&mut buf), if !eof => {
+            // Read no further ahead than READ_AHEAD of what is sent: a file piped in faster
+            // than `cps` paces it is not held in memory whole.
+            n = input.read(&mut buf), if !eof && sender.backlog() < READ_AHEAD => {
                 let n = n.unwrap_or_else(|e| {
                     failed = Some(e);
                     0
@@ -580,6 +582,9 @@ pub async fn send_text(
         None => Ok(sender.stats()),
     }
 }
+
+/// Text [`send_text`] reads ahead of what it has sent, at most (plus one read).
+pub const READ_AHEAD: usize = 64 << 10;
 
 /// Why [`send_text`] failed: its input, or its socket (the destination).
 #[derive(Debug)]

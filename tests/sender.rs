@@ -819,3 +819,60 @@ fn ctrl_c_on_send_sends_what_it_read_and_the_bye() {
         .collect();
     assert_eq!(text, "\u{feff}Hello");
 }
+
+/// An endless input that counts the bytes it handed out.
+struct Endless(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl tokio::io::AsyncRead for Endless {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let n = buf.remaining().min(4096);
+        buf.put_slice(&b"word ".repeat(1024)[..n]);
+        self.0.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// `send` reads its input no further ahead of what it sent than `udp::READ_AHEAD` (and one
+/// read): a file piped in faster than the `cps` cap paces it is not held in memory whole. It
+/// read all of it at once (review, session 32).
+#[test]
+fn send_reads_its_input_no_further_ahead_than_it_sends() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let rx = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let to = rx.local_addr().unwrap();
+        let read = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let cfg = SenderConfig {
+            cps: Some(30),
+            ..cfg(2)
+        };
+        let task = tokio::spawn(pvp_t140::udp::send_text(
+            to,
+            cfg,
+            Endless(read.clone()),
+            false,
+        ));
+        // Three packets out: the sender is pacing; the reader has had every chance to run.
+        let mut buf = vec![0u8; 65_536];
+        for _ in 0..3 {
+            tokio::time::timeout(Duration::from_secs(20), rx.recv_from(&mut buf))
+                .await
+                .expect("a packet")
+                .unwrap();
+        }
+        task.abort();
+        let read = read.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            read <= pvp_t140::udp::READ_AHEAD + 4096,
+            "{read} bytes read ahead of 3 packets"
+        );
+        assert!(read >= pvp_t140::udp::READ_AHEAD, "{read}");
+    });
+}

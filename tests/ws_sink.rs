@@ -1846,3 +1846,27 @@ async fn the_servers_close_code_and_reason_are_logged() {
         "{line}"
     );
 }
+
+/// A server that closes every connection soon after it opens: the first close is logged at
+/// warn level, the ones after it at debug (as a failed connect's retries), not a warn line a
+/// cycle for as long as the server does it (review, session 32).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_closing_every_connection_is_warned_of_once() {
+    capture_logs();
+    let (url, joins) = closing_server().await;
+    let mut sink = WsSink::new(config(url, 64, None));
+    let mut talk = Talk::new();
+    let p = "t140:0000c1c1@127.0.0.1:40105";
+    sink.send(talk.join(p));
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while joins.lock().unwrap().len() < 3 {
+        assert!(tokio::time::Instant::now() < deadline, "three connections");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    sink.close(Duration::from_millis(100)).await;
+    let warned: Vec<_> = log_lines_with(p)
+        .into_iter()
+        .filter(|l| l.contains("closed the connection"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{warned:#?}");
+}

@@ -277,6 +277,17 @@ impl WsSink {
     }
 }
 
+/// The server closed the connection: at warn level, unless the connection before was closed as
+/// early (`again`), whose streak was logged at its first.
+fn closed_log(participant: &str, code: Option<u16>, reason: &str, again: bool) {
+    let code = code.map_or(String::new(), |c| c.to_string());
+    if again {
+        tracing::debug!(%participant, %code, %reason, "PVP server closed the connection again soon after it opened; reconnecting");
+    } else {
+        tracing::warn!(%participant, %code, %reason, "PVP server closed the connection; reconnecting");
+    }
+}
+
 fn now() -> Time {
     Time::from_system(SystemTime::now())
 }
@@ -339,6 +350,9 @@ async fn connection(
     let m = &cfg.metrics;
     let mut connected_before = false;
     let mut failing = false;
+    // The server closed a connection within `STABLE` of its opening, and has not let one live
+    // longer since: its next closes are logged at debug level, as a failed connect's retries.
+    let mut closing_early = false;
     let mut pvp = Builder::new(cfg.session.clone(), None, random_seed());
     pvp.session = session;
     let mut join: Option<Envelope> = None;
@@ -371,6 +385,7 @@ async fn connection(
         if let Some(at) = opened.take() {
             if at.elapsed() >= STABLE {
                 backoff = Duration::from_millis(100);
+                closing_early = false;
             } else if !failing {
                 // A server that takes the handshake and drops the connection is failing this
                 // participant as one that refuses it: in backoff, so /healthz says so.
@@ -581,14 +596,12 @@ async fn connection(
                                 let _ = tokio::time::timeout(cfg.write_timeout, ws.flush()).await;
                                 // The code and reason tell a refused token or session from
                                 // a server going away.
-                                match frame {
-                                    Some(f) => tracing::warn!(%participant, code = u16::from(f.code), reason = %f.reason, "PVP server closed the connection; reconnecting"),
-                                    None => tracing::warn!(%participant, "PVP server closed the connection; reconnecting"),
-                                }
+                                let (code, reason) = frame.map_or((None, String::new()), |f| (Some(u16::from(f.code)), f.reason.to_string()));
+                                closed_log(&participant, code, &reason, std::mem::replace(&mut closing_early, opened.is_some_and(|t| t.elapsed() < STABLE)));
                                 continue 'reconnect;
                             }
                             None => {
-                                tracing::warn!(%participant, "PVP server closed the connection; reconnecting");
+                                closed_log(&participant, None, "", std::mem::replace(&mut closing_early, opened.is_some_and(|t| t.elapsed() < STABLE)));
                                 continue 'reconnect;
                             }
                             Some(Err(err)) => {
