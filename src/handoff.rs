@@ -73,15 +73,14 @@ impl Sender {
     /// speaker whose join went in, and joins held here are one a live speaker). An item
     /// refused takes its later corrections with it (`crate::refused`).
     pub fn offer(&mut self, mut batch: Vec<Envelope>) -> usize {
-        // Claim room first (for the joins waiting too), give back what does not fit:
-        // concurrent workers never together exceed the bound (save by leaves).
+        // Claim room first (for the joins waiting too), give back what does not go: concurrent
+        // workers never together exceed the bound (save by leaves, which the claim covers).
         let n = batch.len() + self.held.len();
         let before = self.queued.fetch_add(n, Ordering::AcqRel);
         let mut room = self.bound.saturating_sub(before).min(n);
         if room == n && self.held.is_empty() && self.refused.is_empty() {
             return self.deliver(batch);
         }
-        self.queued.fetch_sub(n - room, Ordering::AcqRel);
         // Held joins first: they are older than anything in the batch.
         let mut out = Vec::new();
         while room > 0
@@ -109,11 +108,7 @@ impl Sender {
                 }
                 Kind::SessionLeave => {
                     // Past the bound if need be.
-                    if room > 0 {
-                        room -= 1;
-                    } else {
-                        self.queued.fetch_add(1, Ordering::AcqRel);
-                    }
+                    room = room.saturating_sub(1);
                     out.push(e);
                 }
                 Kind::ParticipantAnnounce if waiting => {
@@ -136,8 +131,8 @@ impl Sender {
                 }
             }
         }
-        // Room claimed and not used goes back.
-        self.queued.fetch_sub(room, Ordering::AcqRel);
+        // What was claimed and does not go, goes back.
+        self.queued.fetch_sub(n - out.len(), Ordering::AcqRel);
         refused + self.deliver(out)
     }
 

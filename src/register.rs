@@ -209,6 +209,9 @@ const MAX_KEPT: usize = 4;
 // `holding` counts one over the bound for a moment (`Register::receive`).
 const _: () = assert!(MAX_HELD < u8::MAX as usize);
 
+/// U+FEFF, which T.140 sends first in a session (RFC 4103 5.2), as UTF-8.
+const BOM: &[u8] = "\u{feff}".as_bytes();
+
 /// A packet's redundant generation count, as the register keeps it.
 #[inline]
 fn generations(p: &RedPayload<'_>) -> u8 {
@@ -280,7 +283,6 @@ impl Register {
     /// empty or a lone BOM): a stream that holds only empty packets, waiting for its start,
     /// never carried text, and may make room at the stream limit.
     pub fn holds_text(&self) -> bool {
-        const BOM: &[u8] = "\u{feff}".as_bytes();
         let text = |b: &[u8]| !b.is_empty() && b != BOM;
         // A restart's kept run too (RFC 3550 A.1): confirmed, every packet of it is said.
         self.held_and_kept().any(|h| {
@@ -572,7 +574,6 @@ impl Register {
         }
     }
 
-    /// Drops what jump packets are kept (the stream is going): they count as jumps.
     /// The sender started anew with a packet that says it is a start: t140llm begins every
     /// reply at sequence 0 and timestamp 0 (docs/t140llm.md), which after a short reply is
     /// less than RFC 3550 A.1's MAX_MISORDER behind the last, so the reply's first packets were
@@ -590,6 +591,7 @@ impl Register {
         self.expected = None;
     }
 
+    /// Drops what jump packets are kept (the stream is going): they count as jumps.
     pub fn drop_jumped(&mut self) {
         if let Some(r) = self.cold.rare.as_mut() {
             let strays = std::mem::take(&mut r.run);
@@ -796,18 +798,25 @@ impl Register {
     /// Whether a packet's earliest text starts with U+FEFF, which T.140 sends first in a
     /// session.
     fn starts_session(&self, a: &Arrival<'_>) -> bool {
-        const BOM: &[u8] = "\u{feff}".as_bytes();
+        self.session_start(a).1.is_some()
+    }
+
+    /// A packet's redundant generations, and which of its blocks starts a session, if one
+    /// does: its earliest with text (oldest generation first, 0; the primary last, at the
+    /// generations' count), when that begins with U+FEFF.
+    fn session_start(&self, a: &Arrival<'_>) -> (usize, Option<usize>) {
         if !a.red {
-            return a.payload.starts_with(BOM);
+            return (0, a.payload.starts_with(BOM).then_some(0));
         }
         let Some(p) = self.red_of(a) else {
-            return false;
+            return (0, None);
         };
-        p.redundant_blocks()
-            .map(|b| b.data)
+        let start = (p.redundant_blocks().map(|b| b.data))
             .chain(std::iter::once(p.primary().data))
-            .find(|d| !d.is_empty())
-            .is_some_and(|d| d.starts_with(BOM))
+            .enumerate()
+            .find(|(_, d)| !d.is_empty())
+            .and_then(|(i, d)| d.starts_with(BOM).then_some(i));
+        (p.redundant_count(), start)
     }
 
     /// Delivers a stream's head (its first packet) with every redundant generation: the text
@@ -815,38 +824,26 @@ impl Register {
     /// or its redundancy beginning with the BOM, RFC 4103 5.2; or the sender never marks one),
     /// the packets before it were lost: one U+FFFD marks them (RFC 4103 5.3, README "Loss").
     /// For a packet placed by timestamp too, as a piece of its own: handed to its speaker as a
-    /// gap, a new voice's generations accounted for it.
+    /// gap, a new voice's generations accounted for it. The generations it recovers
+    /// ([`RegisterStats::recovered`]) are all of them after a lost head, those from the
+    /// session's start on when a generation starts it, none when the packet starts it itself.
     #[inline(never)]
     fn deliver_head(&mut self, a: &Arrival<'_>, out: Out<'_>) {
-        let head_lost = !a.marker && !self.assume_start && !self.starts_session(a);
+        let (generations, start) = self.session_start(a);
+        let head_lost = !a.marker && !self.assume_start && start.is_none();
         if head_lost {
             self.cold.stats.head_lost += 1;
             out(a.tag, Piece::Lost);
         }
-        if !a.marker && a.red {
-            self.cold.stats.recovered += self.head_recovered(a, head_lost) as u64;
+        if !a.marker {
+            let recovered = match start {
+                _ if head_lost => generations,
+                Some(i) => generations.saturating_sub(i),
+                None => 0,
+            };
+            self.cold.stats.recovered += recovered as u64;
         }
         self.deliver(a, usize::MAX, 0, out);
-    }
-
-    /// How many of a head's redundant generations are lost packets of its session, whose text
-    /// delivering it recovers ([`RegisterStats::recovered`]): all of them after a lost head,
-    /// those from the session's start (the first with text) on when a generation starts it,
-    /// none when the packet starts it itself.
-    fn head_recovered(&self, a: &Arrival<'_>, head_lost: bool) -> usize {
-        const BOM: &[u8] = "\u{feff}".as_bytes();
-        let Some(p) = self.red_of(a) else {
-            return 0;
-        };
-        let n = p.redundant_count();
-        if head_lost {
-            return n;
-        }
-        let mut text = (p.redundant_blocks().enumerate()).filter(|(_, b)| !b.data.is_empty());
-        match text.next() {
-            Some((i, b)) if b.data.starts_with(BOM) => n - i,
-            _ => 0,
-        }
     }
 
     /// Emits a packet's text: the newest `recover` redundant generations (placed by counting
@@ -1274,6 +1271,52 @@ mod tests {
         assert_eq!(r.plain(2, 40_001, false, "y"), Outcome::Delivered);
         assert_eq!(r.text, "axy");
         assert_eq!(r.reg.stats().lost, 0);
+    }
+
+    /// A stream delivered 1000..=1200 and went quiet; a late duplicate of 1048 comes (more than
+    /// MAX_MISORDER behind: kept as a jump), then the sender restarts its sequence at 1050 with a
+    /// marked session start, 1050, 1051, 1052 in order (a jump back, confirmed by three). The
+    /// restart is "x", "y", "z", marked as a session start, nothing of it lost. The kept
+    /// duplicate is 2 before the run: it stays a stray, "xyz" with nothing marked. README
+    /// "Sequence": jump packets no restart confirms (late duplicates) are dropped; "Redundancy":
+    /// text is never delivered twice. A rework that took kept packets near the run into it
+    /// (reverted the same day) said 1048's text again behind a U+FFFD: "~D~xyz" (review, session
+    /// 32).
+    #[test]
+    fn an_old_late_duplicate_just_before_a_restart_is_not_said_again_as_its_head() {
+        let (mut r, before) = Rig::live_1000_to_1200();
+        assert_eq!(r.plain(2000, 1048, false, "D"), Outcome::Jump);
+        r.plain(3000, 1050, true, "x");
+        r.plain(3300, 1051, false, "y");
+        r.plain(3600, 1052, false, "z");
+        r.expire(10_000);
+        let s = *r.reg.stats();
+        assert_eq!(
+            (&r.text[before.len()..], s.restarts, s.head_lost, s.lost),
+            ("xyz", 1, 0, 0),
+            "the restart's text once, unmarked; the late duplicate dropped"
+        );
+    }
+
+    /// As above, but the late duplicate is of 1054, 2 after the restart's run 1050..=1052: the new
+    /// 1054 ("v") is delivered in its place. The reverted rework held the old 1054 as a packet of
+    /// the run, delivered it in the new one's place and dropped the new one as stale: "xyzwD"
+    /// (review, session 32).
+    #[test]
+    fn an_old_late_duplicate_just_after_a_restart_does_not_take_a_new_packets_place() {
+        let (mut r, before) = Rig::live_1000_to_1200();
+        assert_eq!(r.plain(2000, 1054, false, "D"), Outcome::Jump);
+        r.plain(3000, 1050, true, "x");
+        r.plain(3300, 1051, false, "y");
+        r.plain(3600, 1052, false, "z");
+        r.plain(3900, 1053, false, "w");
+        let last = r.plain(4200, 1054, false, "v");
+        r.expire(10_000);
+        assert_eq!(
+            (&r.text[before.len()..], last),
+            ("xyzwv", Outcome::Delivered),
+            "the restart's 1054 is delivered, the old one's duplicate is not"
+        );
     }
 
     /// A jump's packets are kept only while they run in sequence: a stray packet before the

@@ -111,15 +111,12 @@ pub fn run(
 /// interface. Each starts as the replay's clock stood and moves on that interface's frames, as
 /// the replay's clock would if they were fed, a step back included (README, Replaying
 /// captures: every timestamped frame moves the clock, so that `--port` gives what a live
-/// gateway on the port gave); the next fed datagram of the interface takes it over. One clock for all interfaces would take
-/// their stamping apart (a minute, for a NIC stamping in hardware) for steps, or for time
-/// passing, between datagrams of one.
+/// gateway on the port gave); the next fed datagram of the interface takes it over. One clock
+/// for all interfaces would take their stamping apart (a minute, for a NIC stamping in
+/// hardware) for steps, or for time passing, between datagrams of one.
 struct Unfed {
-    /// Per interface: the count of fed datagrams its clock was started at, and the clock
-    /// (stale when started before the last fed datagram).
-    clocks: Vec<(u64, ReplayClock)>,
-    /// Datagrams fed so far, plus 1 (a clock never started is stale).
-    fed: u64,
+    /// Per interface, the clock its frames moved since the last fed datagram.
+    clocks: Vec<Option<ReplayClock>>,
     /// The newest time a clock reached since the last fed datagram.
     newest: Time,
 }
@@ -128,7 +125,6 @@ impl Unfed {
     fn new() -> Self {
         Unfed {
             clocks: Vec::new(),
-            fed: 1,
             newest: Time(0),
         }
     }
@@ -136,25 +132,19 @@ impl Unfed {
     /// A frame of `interface` captured at `captured` that is not fed moves its clock.
     fn frame(&mut self, clock: &ReplayClock, interface: usize, captured: Time) {
         if self.clocks.len() <= interface {
-            self.clocks
-                .resize(interface + 1, (0, ReplayClock::default()));
+            self.clocks.resize(interface + 1, None);
         }
-        let (started, own) = &mut self.clocks[interface];
-        if *started != self.fed {
-            (*started, *own) = (self.fed, *clock);
-        }
+        let own = self.clocks[interface].get_or_insert(*clock);
         self.newest = self.newest.max(own.at(captured));
     }
 
     /// A datagram of `interface` is fed: `clock` takes over that interface's clock, if its
-    /// frames moved one since the last fed datagram.
+    /// frames moved one since the last fed datagram; every interface's starts anew.
     fn feed(&mut self, clock: &mut ReplayClock, interface: usize) {
-        if let Some(&(started, own)) = self.clocks.get(interface)
-            && started == self.fed
-        {
-            *clock = own;
+        if let Some(Some(own)) = self.clocks.get(interface) {
+            *clock = *own;
         }
-        self.fed += 1;
+        self.clocks.clear();
         self.newest = Time(0);
     }
 }

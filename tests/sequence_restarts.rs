@@ -2,11 +2,7 @@
 //! late duplicates told from restarts, t140llm's every reply restarting at 0, a renumbered
 //! sender (see also `tests/mixer_clock.rs`).
 
-use std::time::Duration;
-
-use pvp_t140::Time;
 use pvp_t140::pvp::Message as Envelope;
-use pvp_t140::register::{Arrival, Outcome, Piece, Register};
 use pvp_t140::send::{Sender, SenderConfig};
 use pvp_t140::{Config, Gateway, red, rtp};
 
@@ -74,121 +70,8 @@ fn a_t140llm_restart_is_not_taken_for_late_duplicates() {
     );
 }
 
-const WAIT: Duration = Duration::from_millis(1000);
-
-/// Runs packets through a register (as `src/register.rs`'s own test rig does) and renders what
-/// comes out: text, and `~` per loss mark.
-struct Rig {
-    reg: Register,
-    text: String,
-}
-
-impl Rig {
-    fn new() -> Self {
-        Rig {
-            reg: Register::new(),
-            text: String::new(),
-        }
-    }
-
-    fn sink(text: &mut String) -> impl FnMut(u16, Piece<'_>) + '_ {
-        move |_, p| match p {
-            Piece::Text(t) => text.push_str(std::str::from_utf8(t).unwrap()),
-            Piece::Lost => text.push('~'),
-            Piece::Packet { .. } => unreachable!(),
-        }
-    }
-
-    fn plain(&mut self, ms: u64, seq: u16, marker: bool, t: &str) -> Outcome {
-        let a = Arrival {
-            seq,
-            ts: 0,
-            marker,
-            red: false,
-            tag: 0,
-            by_ts: false,
-            at: Time::from_millis(ms),
-            payload: t.as_bytes(),
-            parsed: None,
-        };
-        let mut sink = Self::sink(&mut self.text);
-        self.reg
-            .receive(Time::from_millis(ms), a, &mut sink)
-            .unwrap()
-    }
-
-    fn expire(&mut self, ms: u64) {
-        self.reg
-            .expire(Time::from_millis(ms), WAIT, &mut Self::sink(&mut self.text));
-    }
-
-    /// A stream that delivered 1000 to 1200 in order (`D` at `special`, `.` elsewhere), and
-    /// how long its text is so far.
-    fn live_1000_to_1200(special: u16) -> (Self, usize) {
-        let mut r = Rig::new();
-        r.plain(0, 1000, true, "");
-        for s in 1001..=1200u16 {
-            r.plain(u64::from(s), s, false, if s == special { "D" } else { "." });
-        }
-        let n = r.text.len();
-        (r, n)
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
-// 1. An old sequence's late duplicate kept just before a restart's run is taken as its head.
-
-/// A stream delivered 1000..=1200 and went quiet; a late duplicate of 1048 comes (more than
-/// MAX_MISORDER behind: kept as a jump), then the sender restarts its sequence at 1050 with a
-/// marked session start, 1050, 1051, 1052 in order (a jump back, confirmed by three). The
-/// restart is "x", "y", "z", marked as a session start, nothing of it lost. The kept
-/// duplicate is 2 before the run: it stays a stray, "xyz" with nothing marked. README
-/// "Sequence": jump packets no restart confirms (late duplicates) are dropped; "Redundancy":
-/// text is never delivered twice. A rework that took kept packets near the run into it
-/// (reverted the same day) said 1048's text again behind a U+FFFD: "~D~xyz" (review, session
-/// 32).
-#[test]
-fn an_old_late_duplicate_just_before_a_restart_is_not_said_again_as_its_head() {
-    let (mut r, n) = Rig::live_1000_to_1200(1048);
-    assert_eq!(r.plain(2000, 1048, false, "D"), Outcome::Jump);
-    r.plain(3000, 1050, true, "x");
-    r.plain(3300, 1051, false, "y");
-    r.plain(3600, 1052, false, "z");
-    r.expire(10_000);
-    let s = *r.reg.stats();
-    assert_eq!(
-        (&r.text[n..], s.restarts, s.head_lost, s.lost),
-        ("xyz", 1, 0, 0),
-        "the restart's text once, unmarked; the late duplicate dropped"
-    );
-}
-
-// ---------------------------------------------------------------------------------------------
-// 2. An old sequence's late duplicate kept just after a restart's run takes a new packet's place.
-
-/// As above, but the late duplicate is of 1054, 2 after the restart's run 1050..=1052: the new
-/// 1054 ("v") is delivered in its place. The reverted rework held the old 1054 as a packet of
-/// the run, delivered it in the new one's place and dropped the new one as stale: "xyzwD"
-/// (review, session 32).
-#[test]
-fn an_old_late_duplicate_just_after_a_restart_does_not_take_a_new_packets_place() {
-    let (mut r, n) = Rig::live_1000_to_1200(1054);
-    assert_eq!(r.plain(2000, 1054, false, "D"), Outcome::Jump);
-    r.plain(3000, 1050, true, "x");
-    r.plain(3300, 1051, false, "y");
-    r.plain(3600, 1052, false, "z");
-    r.plain(3900, 1053, false, "w");
-    let last = r.plain(4200, 1054, false, "v");
-    r.expire(10_000);
-    assert_eq!(
-        (&r.text[n..], last),
-        ("xyzwv", Outcome::Delivered),
-        "the restart's 1054 is delivered, the old one's duplicate is not"
-    );
-}
-
-// ---------------------------------------------------------------------------------------------
-// 3. A restart whose head carries the old sequence's text as redundancy says it again.
+// A restart whose head carries the old sequence's text as redundancy says it again.
 
 const SSRC: u32 = 0x5157_00aa;
 
@@ -271,7 +154,7 @@ fn a_restart_head_does_not_say_the_old_sequences_text_again() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 4. A mixer's restart head counts its speaker's repeated generations as recovered.
+// A mixer's restart head counts its speaker's repeated generations as recovered.
 
 /// The same renumbering on an RFC 9071 mixer's stream (speaker CSRC 1, RED with timestamp
 /// offsets, a word every 300 ms, nothing lost): the text comes out once and nothing counts as
@@ -300,7 +183,7 @@ fn a_mixer_restart_head_does_not_count_repeated_generations_as_recovered() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 5. t140llm: a reply after a short one loses its first packets.
+// t140llm: a reply after a short one loses its first packets.
 
 /// Unpaced t140llm (plain PT 96, a packet every 30 ms, timestamps +160 a packet, no marker),
 /// one reply of `n` packets each, 20 s apart, every reply restarting at sequence 0 on the same
@@ -370,10 +253,8 @@ fn t140llm_a_reply_after_a_two_packet_reply_keeps_its_first_words() {
     );
 }
 
-const SSRC_B: u32 = 0x5157_0001;
-
 /// A `text/red` packet (payload type 100; RFC 2198, generations oldest first, 300 ms apart) of
-/// [`SSRC_B`], stamped 300 ms a sequence number.
+/// [`SSRC`], stamped 300 ms a sequence number.
 fn red_packet(seq: u16, marker: bool, gens: &[&str], primary: &str) -> Vec<u8> {
     let n = gens.len();
     let blocks: Vec<(u16, &[u8])> = (gens.iter().enumerate())
@@ -383,33 +264,13 @@ fn red_packet(seq: u16, marker: bool, gens: &[&str], primary: &str) -> Vec<u8> {
     red::write_payload(&mut payload, 98, &blocks, primary.as_bytes());
     let mut d = Vec::new();
     let ts = u32::from(seq).wrapping_mul(300);
-    rtp::write_packet(&mut d, marker, 100, seq, ts, SSRC_B, &payload);
+    rtp::write_packet(&mut d, marker, 100, seq, ts, SSRC, &payload);
     d
 }
 
-/// A plain `text/t140` packet of [`SSRC_B`].
+/// A plain `text/t140` packet of [`SSRC`].
 fn plain_packet(seq: u16, marker: bool, text: &str) -> Vec<u8> {
-    t140m(seq, SSRC_B, marker, text)
-}
-
-/// Feeds `(ms, datagram)` in order, firing the core's timers as time passes, then shuts down
-/// well after the last one; returns every `context.add`'s content, joined by a space, and the
-/// core.
-fn run(packets: &[(u64, Vec<u8>)]) -> (String, Gateway) {
-    let mut gw = Gateway::new(Config::default());
-    let mut last = 0;
-    for (ms, d) in packets {
-        gw.handle_timeout(at(*ms));
-        gw.handle_datagram(at(*ms), addr(4000), d);
-        last = *ms;
-    }
-    gw.handle_timeout(at(last + 5_000));
-    gw.shutdown(at(last + 6_000));
-    let text = (drain(&mut gw).iter().filter(|e| e.kind == "context.add"))
-        .map(|e| e.payload["content"].as_str().unwrap_or("").to_owned())
-        .collect::<Vec<_>>()
-        .join(" ");
-    (text, gw)
+    t140m(seq, SSRC, marker, text)
 }
 
 /// A restart's run head that is no session start is a stream's lost head: marked, and
@@ -447,7 +308,7 @@ fn a_restart_whose_first_packets_were_lost_recovers_their_redundancy_and_marks_t
         red_packet(40_005, false, &["Third ", "sentence. "], ""),
     ));
     p.push((11_800, red_packet(40_006, false, &["sentence. ", ""], "")));
-    let (text, gw) = run(&p);
+    let (text, gw) = run_gw(Config::default(), &p);
     let s = gw.stats();
     assert_eq!(
         (text.as_str(), s.restarts, s.head_lost, s.recovered),
@@ -469,7 +330,7 @@ fn a_restart_whose_first_packet_was_lost_marks_the_loss() {
     p.push((10_300, plain_packet(40_001, false, "More words")));
     p.push((10_600, plain_packet(40_002, false, ". ")));
     p.push((10_900, plain_packet(40_003, false, "")));
-    let (text, gw) = run(&p);
+    let (text, gw) = run_gw(Config::default(), &p);
     let s = gw.stats();
     assert_eq!(
         (text.as_str(), s.restarts, s.head_lost),
@@ -495,7 +356,7 @@ fn a_restart_keeps_its_first_packet_when_the_second_is_lost() {
         (10_900, plain_packet(40_003, false, "two. ")),
         (11_200, plain_packet(40_004, false, "")),
     ];
-    let (text, gw) = run(&p);
+    let (text, gw) = run_gw(Config::default(), &p);
     let s = gw.stats();
     let jumps = s.drops(pvp_t140::DropReason::SequenceJump);
     assert_eq!(

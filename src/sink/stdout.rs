@@ -133,20 +133,22 @@ fn writer(feed: &Mutex<Feed>, out: Box<dyn Write + Send>, metrics: &SinkMetrics,
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     };
     loop {
-        let taken = lock().rx.try_recv(TAKE);
-        let mut batch = match taken {
+        // One lock a batch under load: taken and filtered under it.
+        let mut f = lock();
+        let mut batch = match f.rx.try_recv(TAKE) {
             Some(b) => b,
             None => {
-                // The queue is empty: flush. Under load this is once per many batches; when
-                // quiet, lines go out as soon as they are made.
+                // The queue is empty: flush (not under the lock). Under load this is once per
+                // many batches; when quiet, lines go out as soon as they are made.
+                drop(f);
                 out.flush();
-                match lock().rx.blocking_recv(TAKE) {
+                f = lock();
+                match f.rx.blocking_recv(TAKE) {
                     Some(b) => b,
                     None => break,
                 }
             }
         };
-        let mut f = lock();
         metrics.queue_depth.set(f.rx.depth() as i64);
         // One join and one leave a participant id, whatever the speakers sharing it.
         batch.retain(|e| {

@@ -14,8 +14,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use futures_util::{SinkExt, StreamExt};
-
-use crate::refused::RefusedItems;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::Message;
@@ -23,6 +21,7 @@ use tokio_tungstenite::tungstenite::Message;
 use super::SinkStats;
 use crate::clock::random_seed;
 use crate::pvp::{Builder, Envelope, ErrorPayload, Kind, SenderId, splitmix};
+use crate::refused::RefusedItems;
 use crate::time::Time;
 
 #[derive(Debug, Clone)]
@@ -277,10 +276,19 @@ impl WsSink {
     }
 }
 
-/// The server closed the connection: at warn level, unless the connection before was closed as
-/// early (`again`), whose streak was logged at its first.
-fn closed_log(participant: &str, code: Option<u16>, reason: &str, again: bool) {
-    let code = code.map_or(String::new(), |c| c.to_string());
+/// The server closed the connection `opened` then, with `frame` (its code and reason tell a
+/// refused token or session from a server going away): at warn level, unless the connection
+/// before was closed as early (`closing_early`), whose streak was logged at its first.
+fn closed_log(
+    participant: &str,
+    frame: Option<&tokio_tungstenite::tungstenite::protocol::CloseFrame>,
+    closing_early: &mut bool,
+    opened: Option<tokio::time::Instant>,
+) {
+    let early = opened.is_some_and(|t| t.elapsed() < STABLE);
+    let again = std::mem::replace(closing_early, early);
+    let code = frame.map_or(String::new(), |f| u16::from(f.code).to_string());
+    let reason = frame.map_or("", |f| f.reason.as_str());
     if again {
         tracing::debug!(%participant, %code, %reason, "PVP server closed the connection again soon after it opened; reconnecting");
     } else {
@@ -594,14 +602,11 @@ async fn connection(
                                 // RFC 6455 5.5.1: answered with a Close, which tungstenite has
                                 // queued and writes on a flush.
                                 let _ = tokio::time::timeout(cfg.write_timeout, ws.flush()).await;
-                                // The code and reason tell a refused token or session from
-                                // a server going away.
-                                let (code, reason) = frame.map_or((None, String::new()), |f| (Some(u16::from(f.code)), f.reason.to_string()));
-                                closed_log(&participant, code, &reason, std::mem::replace(&mut closing_early, opened.is_some_and(|t| t.elapsed() < STABLE)));
+                                closed_log(&participant, frame.as_ref(), &mut closing_early, opened);
                                 continue 'reconnect;
                             }
                             None => {
-                                closed_log(&participant, None, "", std::mem::replace(&mut closing_early, opened.is_some_and(|t| t.elapsed() < STABLE)));
+                                closed_log(&participant, None, &mut closing_early, opened);
                                 continue 'reconnect;
                             }
                             Some(Err(err)) => {
