@@ -27,6 +27,41 @@ fn words(out: &[Envelope]) -> Vec<String> {
         .collect()
 }
 
+/// Unpaced t140llm (plain PT 96, a packet every 30 ms, timestamps +160 a packet, no marker),
+/// one reply of `n` packets each, 20 s apart, every reply restarting at sequence 0 on the same
+/// source and SSRC (as t140llm's own receiver expects): the words said ("r<reply>w<k>.").
+fn t140llm_replies(replies: &[usize]) -> (Vec<String>, Gateway) {
+    let mut gw = Gateway::new(Config {
+        compat: pvp_t140::Compat::T140llm,
+        t140_pt: 96,
+        red_pt: 98,
+        ..Config::default()
+    });
+    let mut t = 0u64;
+    for (r, &n) in replies.iter().enumerate() {
+        for seq in 0..n as u16 {
+            let mut d = Vec::new();
+            let text = format!("r{r}w{seq}. ");
+            let ts = u32::from(seq) * 160;
+            rtp::write_packet(&mut d, false, 96, seq, ts, 0x1122_3344, text.as_bytes());
+            gw.handle_timeout(at(t));
+            gw.handle_datagram(at(t), addr(6000), &d);
+            t += 30;
+        }
+        t += 20_000;
+    }
+    gw.shutdown(at(t + 5_000));
+    (words(&drain(&mut gw)), gw)
+}
+
+/// The words of reply `reply`'s `n` (`r<reply>w<k>.`) not said.
+fn missing_words(said: &[String], reply: usize, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|k| format!("r{reply}w{k}."))
+        .filter(|w| !said.contains(w))
+        .collect()
+}
+
 /// Unpaced t140llm (a packet per chunk, 30 ms apart) sends 150 packets, is quiet 20 s, then
 /// its next reply restarts on the same source and SSRC at sequence 0, timestamp 0
 /// (docs/t140llm.md): an RFC 3550 A.1 restart, with the same headers as late duplicates of its
@@ -35,33 +70,8 @@ fn words(out: &[Envelope]) -> Vec<String> {
 /// stale: the reply's 200 packets vanished unmarked. Every word must arrive.
 #[test]
 fn a_t140llm_restart_is_not_taken_for_late_duplicates() {
-    let mut gw = Gateway::new(Config {
-        compat: pvp_t140::Compat::T140llm,
-        t140_pt: 96,
-        red_pt: 98,
-        ..Config::default()
-    });
-    let mut t = 0u64;
-    let mut send = |t: u64, seq: u16, text: String| {
-        let mut d = Vec::new();
-        let ts = u32::from(seq) * 160;
-        rtp::write_packet(&mut d, false, 96, seq, ts, 0x1122_3344, text.as_bytes());
-        gw.handle_datagram(at(t), addr(6000), &d);
-    };
-    for seq in 0..150u16 {
-        send(t, seq, format!("a{seq}. "));
-        t += 30;
-    }
-    t += 20_000;
-    for seq in 0..200u16 {
-        send(t, seq, format!("b{seq}. "));
-        t += 30;
-    }
-    gw.shutdown(at(t + 5_000));
-    let said = words(&drain(&mut gw));
-    let missing: Vec<u16> = (0..200u16)
-        .filter(|k| !said.contains(&format!("b{k}.")))
-        .collect();
+    let (said, gw) = t140llm_replies(&[150, 200]);
+    let missing = missing_words(&said, 1, 200);
     let s = (gw.stats().restarts, gw.stats().lost);
     let range = missing.first().zip(missing.last());
     assert!(
@@ -185,33 +195,6 @@ fn a_mixer_restart_head_does_not_count_repeated_generations_as_recovered() {
 // ---------------------------------------------------------------------------------------------
 // t140llm: a reply after a short one loses its first packets.
 
-/// Unpaced t140llm (plain PT 96, a packet every 30 ms, timestamps +160 a packet, no marker),
-/// one reply of `n` packets each, 20 s apart, every reply restarting at sequence 0 on the same
-/// source and SSRC (as `tests/sequence_restarts.rs` models it): the words said ("r<reply>w<k>.").
-fn t140llm_replies(replies: &[usize]) -> (Vec<String>, Gateway) {
-    let mut gw = Gateway::new(Config {
-        compat: pvp_t140::Compat::T140llm,
-        t140_pt: 96,
-        red_pt: 98,
-        ..Config::default()
-    });
-    let mut t = 0u64;
-    for (r, &n) in replies.iter().enumerate() {
-        for seq in 0..n as u16 {
-            let mut d = Vec::new();
-            let text = format!("r{r}w{seq}. ");
-            let ts = u32::from(seq) * 160;
-            rtp::write_packet(&mut d, false, 96, seq, ts, 0x1122_3344, text.as_bytes());
-            gw.handle_timeout(at(t));
-            gw.handle_datagram(at(t), addr(6000), &d);
-            t += 30;
-        }
-        t += 20_000;
-    }
-    gw.shutdown(at(t + 5_000));
-    (words(&drain(&mut gw)), gw)
-}
-
 /// A first reply of 40 packets (0..=39), then a second of 60 restarting at 0: every word
 /// arrives. Its packets 0..=39 are less than MAX_MISORDER behind the first reply's last, and
 /// each was dropped as a stale duplicate (40.. continued the old numbering "in order"); with
@@ -221,10 +204,7 @@ fn t140llm_replies(replies: &[usize]) -> (Vec<String>, Gateway) {
 #[test]
 fn t140llm_a_reply_after_a_short_reply_keeps_its_first_words() {
     let (said, gw) = t140llm_replies(&[40, 60]);
-    let missing: Vec<String> = (0..60)
-        .map(|k| format!("r1w{k}."))
-        .filter(|w| !said.contains(w))
-        .collect();
+    let missing = missing_words(&said, 1, 60);
     assert!(
         missing.is_empty(),
         "{} of the second reply's words missing ({:?}..), restarts {}, stale {}",
@@ -242,10 +222,7 @@ fn t140llm_a_reply_after_a_short_reply_keeps_its_first_words() {
 #[test]
 fn t140llm_a_reply_after_a_two_packet_reply_keeps_its_first_words() {
     let (said, gw) = t140llm_replies(&[150, 2, 150]);
-    let missing: Vec<String> = (0..150)
-        .map(|k| format!("r2w{k}."))
-        .filter(|w| !said.contains(w))
-        .collect();
+    let missing = missing_words(&said, 2, 150);
     assert!(
         missing.is_empty(),
         "third reply's words missing: {missing:?}; stale {}",
