@@ -500,7 +500,8 @@ impl TextSink for Fed<'_> {
     /// Erases the last character typed (T.140 U+0008): buffered text first, then the white
     /// space typed before it, then the chunk cut in this packet (not yet handed out, so
     /// reopened, with the white space typed before it as unseen), then, as `erase_sent`, sent
-    /// text.
+    /// text. Returns false for that last: nothing not yet sent was erased, which the decoder
+    /// counts as `backspace_unmatched` (README "Metrics": `_backspace_unmatched_total`).
     fn backspace(&mut self) -> bool {
         if self.cuts.clusters && !self.ch.buf.is_empty() {
             let first = self.ch.buf.chars().count() == 1 || {
@@ -546,7 +547,7 @@ impl TextSink for Fed<'_> {
             return true;
         }
         self.ch.erase_sent = self.ch.erase_sent.saturating_add(1);
-        true
+        false
     }
 }
 

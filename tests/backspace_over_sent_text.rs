@@ -95,6 +95,26 @@ fn erasing_past_the_last_item_is_counted_not_applied() {
     assert_eq!(gw.stats().erase_unmatched, "Hello. ".len() as u64);
 }
 
+/// A backspace that finds nothing to erase in the text not yet sent (nothing buffered, no
+/// chunk to reopen) counts in `pvp_t140_backspace_unmatched_total` (README "Metrics"; its
+/// help text says so), as well as in `_erase_unmatched_total` when no item is there to
+/// correct. A stream whose first text is two backspaces counts both in each. A review found
+/// the gateway's chunker answered every backspace as matched, so the first never moved
+/// (review, session 33).
+#[test]
+fn backspaces_with_nothing_to_erase_are_counted_as_backspace_unmatched() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "\u{8}\u{8}Hi. "));
+    let out = drain(&mut gw);
+    assert!(out.iter().any(|e| e.kind == "context.add"), "{out:?}");
+    assert_eq!(
+        gw.stats().erase_unmatched,
+        2,
+        "the gateway saw them as unmatched"
+    );
+    assert_eq!(gw.stats().decode.backspace_unmatched, 2);
+}
+
 /// README (Receiving, RTCP): a mixer's source's BYE ends that speaker ("it leaves"), and "a
 /// packet of it stamped later than that is said after the BYE: it joins again" (a new
 /// participation; t140.rs `Decoder::finish`: "its next session's text must not be read as the
