@@ -115,7 +115,8 @@ enum Ctl {
     Csi,
     /// Inside a control string (SOS, DCS, OSC, PM, APC) until ST, with its length so far.
     Str(u16),
-    /// Inside a control string, just saw ESC (possible `ESC \` = ST).
+    /// Inside a control string, just saw ESC (possible `ESC \` = ST), with its length before
+    /// the ESC.
     StrEsc(u16),
 }
 
@@ -307,6 +308,15 @@ impl Decoder {
     /// One decoded character through the T.140 control interpretation.
     fn char<S: TextSink + ?Sized>(&mut self, c: char, sink: &mut S, counts: &mut DecodeStats) {
         match self.ctl {
+            // The BOM is no character to a T.140 receiver (senders put it first, and some send
+            // it alone as a keep-alive): one between CR and LF leaves them one new line, and one
+            // inside an escape sequence (or between a string's ESC and `\`) leaves it whole.
+            Ctl::AfterCr | Ctl::Esc | Ctl::EscInter | Ctl::Csi | Ctl::StrEsc(_)
+                if c == '\u{feff}' =>
+            {
+                count(&mut counts.bom);
+                return;
+            }
             Ctl::Esc | Ctl::EscInter => {
                 let first = self.ctl == Ctl::Esc;
                 self.ctl = match c {
@@ -350,11 +360,15 @@ impl Decoder {
                 // ST ends a string; so does BEL, which no command string may hold (ECMA-48
                 // 5.6) and which xterm-style senders end an OSC title with.
                 let end = c == '\u{9c}' || c == '\u{7}' || (was_esc && c == '\\');
-                self.ctl = if end || n >= MAX_STRING {
+                // The string ends at its character past the bound, but an ESC is counted only
+                // once the character after it shows it is no ST's first half: an `ESC \` right
+                // after the 256th character still ends the string whole. `n` stays in bound.
+                let n = n + u16::from(was_esc);
+                self.ctl = if end || n + u16::from(c != '\u{1b}') > MAX_STRING {
                     count(&mut counts.sequences_skipped);
                     Ctl::Normal
                 } else if c == '\u{1b}' {
-                    Ctl::StrEsc(n + 1)
+                    Ctl::StrEsc(n)
                 } else {
                     Ctl::Str(n + 1)
                 };
@@ -362,12 +376,6 @@ impl Decoder {
             }
             Ctl::AfterCr if c == '\n' => {
                 self.ctl = Ctl::Normal;
-                return;
-            }
-            // The BOM is no character to a T.140 receiver (senders put it first, and some send
-            // it alone as a keep-alive): one between CR and LF leaves them one new line.
-            Ctl::AfterCr if c == '\u{feff}' => {
-                count(&mut counts.bom);
                 return;
             }
             Ctl::AfterCr | Ctl::Normal => self.ctl = Ctl::Normal,
@@ -556,6 +564,20 @@ mod tests {
         assert!(s.len() < 60);
     }
 
+    /// A control string of exactly 256 characters (the bound, README "Text decoding") ended
+    /// by the 7-bit ST `ESC \` is skipped whole: the ESC at the bound may be the ST's first
+    /// half, so the `\` after it is no text. A review found the string ended on the ESC and
+    /// its `\` reached the transcript (review, session 33).
+    #[test]
+    fn an_osc_string_of_256_characters_ended_by_esc_backslash_leaves_no_debris() {
+        let mut osc = b"\x1b]0;".to_vec();
+        osc.extend(std::iter::repeat_n(b'z', 254));
+        osc.extend_from_slice(b"\x1b\\Hello.");
+        let (text, counts) = decode(&[&osc]);
+        assert_eq!(text, "Hello.");
+        assert_eq!(counts.sequences_skipped, 1);
+    }
+
     /// A 24-bit colour SGR for foreground and background (ITU T.416 parameters, 33 parameter
     /// bytes) is a well-formed control sequence (ECMA-48 5.4, which bounds no length): it is
     /// skipped whole, and none of it, such as its last "5m", is read as text.
@@ -586,6 +608,17 @@ mod tests {
     /// `ESC # 8` or `ESC SP F` (S7C1T), is one sequence. The decoder takes `ESC` plus one
     /// character as the whole sequence, so the final byte leaks into the transcript as text
     /// ("aBb"), against the README's promise that escape sequences are skipped.
+    /// A BOM inside an escape sequence is dropped as anywhere else (README "Text decoding"),
+    /// leaving the sequence whole: the SGR is skipped, not abandoned with its rest read as
+    /// text ("a[1mb"). A review found it abandoned the sequence (review, session 33).
+    #[test]
+    fn a_bom_inside_an_escape_sequence_does_not_leak_the_sequence() {
+        assert_eq!(decode(&["a\x1b\u{feff}[1mb".as_bytes()]).0, "ab");
+        assert_eq!(decode(&["a\x1b[1\u{feff};31mb".as_bytes()]).0, "ab");
+        let (s, st) = decode(&["a\x1b(\u{feff}Bb\x1bX..\x1b\u{feff}\\c".as_bytes()]);
+        assert_eq!((s.as_str(), st.bom, st.sequences_skipped), ("abc", 2, 2));
+    }
+
     #[test]
     fn an_escape_sequence_with_intermediate_bytes_leaves_no_debris() {
         assert_eq!(decode(&[b"a\x1b(Bb"]).0, "ab");
