@@ -8,6 +8,8 @@
 //! cut falls on the last word boundary and never inside a character. Idle and end flushes are
 //! driven from outside (the stream table owns the clock).
 
+use std::collections::VecDeque;
+
 use crate::t140::TextSink;
 
 /// Why a chunk was cut.
@@ -52,7 +54,9 @@ const FIRST_CAPACITY: usize = 64;
 /// cache line (docs/performance.md, section 18).
 #[derive(Debug)]
 pub struct Cuts {
-    ready: Vec<Chunk>,
+    /// Oldest first: taken from the front, and a backspace reopens the newest at the back (a
+    /// datagram of thousands of sentences cuts thousands, so no `Vec::remove(0)`).
+    ready: VecDeque<Chunk>,
     /// Most characters (not bytes) in a chunk: the size limit counts what a reader sees.
     max_chars: u32,
     /// A backspace erases a whole grapheme cluster (UAX #29), as the t140llm sender means it
@@ -63,7 +67,7 @@ pub struct Cuts {
 impl Cuts {
     pub fn new(max_chars: usize) -> Self {
         Cuts {
-            ready: Vec::new(),
+            ready: VecDeque::new(),
             max_chars: clamp(max_chars.max(1)),
             clusters: false,
         }
@@ -80,7 +84,7 @@ impl Cuts {
 
     /// The oldest chunk cut and not yet taken (no collecting, no allocation).
     pub fn pop(&mut self) -> Option<Chunk> {
-        (!self.ready.is_empty()).then(|| self.ready.remove(0))
+        self.ready.pop_front()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -88,7 +92,7 @@ impl Cuts {
     }
 
     /// Every chunk cut and not yet taken, oldest first.
-    pub fn drain(&mut self) -> std::vec::Drain<'_, Chunk> {
+    pub fn drain(&mut self) -> std::collections::vec_deque::Drain<'_, Chunk> {
         self.ready.drain(..)
     }
 }
@@ -345,7 +349,7 @@ impl Fed<'_> {
     }
 
     fn push_ready(&mut self, c: Chunk) {
-        self.cuts.ready.push(c);
+        self.cuts.ready.push_back(c);
     }
 
     /// Size cut at the last white space that breaks, keeping the word in progress for the next
@@ -532,7 +536,7 @@ impl TextSink for Fed<'_> {
             self.ch.unseen_ws -= 1;
             return true;
         }
-        if let Some(last) = self.cuts.ready.pop() {
+        if let Some(last) = self.cuts.ready.pop_back() {
             // Cut in this packet but not handed out yet: reopen it as the buffer.
             self.ch.buf.push_str(&last.text);
             if self.cuts.clusters {
