@@ -1523,9 +1523,11 @@ impl Gateway {
                 })
                 .flatten();
                 let i = speaker_index(speakers, own, key, VoiceRef::Csrc(c), now);
-                if speakers.len() > before || room == Some(i) {
+                let made = speakers.len() > before || room == Some(i);
+                if made && speakers[i].voice.as_ref() == VoiceRef::Csrc(c) {
                     // A mixer's source's SDES (the mixer reports for its sources, RFC 3550
-                    // 6.5) may have come before the source's first packet.
+                    // 6.5) may have come before the source's first packet. Not the own voice
+                    // made for it past the bound: that speaks for every such source.
                     name_new_speaker(&mut self.early_names, key, c, &mut speakers[i]);
                 }
                 i

@@ -328,33 +328,41 @@ pub fn speaker_index(
     voice: VoiceRef<'_>,
     now: Time,
 ) -> usize {
-    let is_own = voice == VoiceRef::Ssrc;
-    if is_own && *own != NO_SPEAKER {
+    if voice == VoiceRef::Ssrc && *own != NO_SPEAKER {
         return usize::from(*own);
     }
-    let i = match speakers.iter().position(|s| s.voice.as_ref() == voice) {
+    match speakers.iter().position(|s| s.voice.as_ref() == voice) {
         Some(i) => i,
-        None => new_speaker(speakers, key, voice, now),
-    };
-    if is_own {
-        // Speakers are never removed, so the index stays valid; at most MAX_SPEAKERS + 1.
-        *own = i as u8;
+        None => new_speaker(speakers, own, key, voice, now),
     }
-    i
 }
 
+/// Makes `voice`'s speaker, or past [`MAX_SPEAKERS`] finds or makes the stream's own voice.
+/// The own voice is recorded in `own` whichever voice asked for it: `make_room` never takes
+/// its place (README, "A stream keeps at most 32 speakers"), so the speakers stay at most
+/// MAX_SPEAKERS + 1, and, never removed, keep their indices.
 #[cold]
-fn new_speaker(speakers: &mut Speakers, key: &StreamKey, voice: VoiceRef<'_>, now: Time) -> usize {
+fn new_speaker(
+    speakers: &mut Speakers,
+    own: &mut u8,
+    key: &StreamKey,
+    voice: VoiceRef<'_>,
+    now: Time,
+) -> usize {
     let voice = if speakers.len() >= MAX_SPEAKERS {
+        if *own != NO_SPEAKER {
+            return usize::from(*own);
+        }
         VoiceRef::Ssrc
     } else {
         voice
     };
-    if let Some(i) = speakers.iter().position(|s| s.voice.as_ref() == voice) {
-        return i;
-    }
     speakers.push(Speaker::new(voice.to_voice(), key, now));
-    speakers.len() - 1
+    let i = speakers.len() - 1;
+    if voice == VoiceRef::Ssrc {
+        *own = i as u8;
+    }
+    i
 }
 
 #[cfg(test)]

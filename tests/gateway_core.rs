@@ -2599,3 +2599,88 @@ fn a_recycled_t140llm_named_stream_heard_again_does_not_repeat_its_context_keys(
         "s0's second participation repeats its first's context key"
     );
 }
+
+/// A mixer's (SSRC 9, from port 5000) packets one millisecond apart, each with one CSRC and
+/// plain T.140 text, numbered on from 1.
+#[derive(Default)]
+struct MixerFeed {
+    seq: u16,
+}
+
+impl MixerFeed {
+    fn send(&mut self, gw: &mut Gateway, csrc: u32, text: &str) {
+        self.seq += 1;
+        let ms = u64::from(self.seq);
+        let d = with_csrc(self.seq, 1000 + ms as u32, 9, csrc, 98, text.as_bytes());
+        gw.handle_datagram(at(ms), addr(5000), &d);
+    }
+
+    /// Sources 1..=32 each say `text`, which ends with no sentence end: the stream's 32
+    /// places are taken by speakers that hold text, none of which may leave to make room.
+    fn fill(&mut self, gw: &mut Gateway, text: &str) {
+        for c in 1..=32 {
+            self.send(gw, c, text);
+        }
+    }
+}
+
+/// README: "A stream keeps at most 32 speakers: a new voice past that takes the place of the
+/// longest silent one that holds nothing ... with none such, the stream's own participant
+/// speaks for it". The stream's own voice, made for a source past the bound (here by a mixer
+/// that never spoke without a CSRC), is never the one that leaves for the next new source. It
+/// was not known for the own voice unless asked for as such, and left "speaker limit of its
+/// RTP stream" mid-call (review, session 33).
+#[test]
+fn the_own_voice_made_for_a_voice_past_the_bound_is_never_recycled() {
+    let mut gw = Gateway::new(Config::default());
+    let mut m = MixerFeed::default();
+    m.fill(&mut gw, "typing");
+    m.send(&mut gw, 100, "Over the limit. ");
+    m.send(&mut gw, 101, "typing");
+    let own: Vec<(String, String)> = drain(&mut gw)
+        .iter()
+        .filter(|e| e.sender == "t140:00000009@127.0.0.1:5000")
+        .map(|e| (e.kind.clone(), e.payload["content"].to_string()))
+        .collect();
+    assert!(
+        own.iter().all(|(k, _)| k != "session.leave"),
+        "the stream's own participant was recycled for a new voice: {own:?}"
+    );
+    assert!(own.iter().any(|(k, _)| k == "session.join"), "{own:?}");
+}
+
+/// Past the bound a mixer's stream holds at most its 32 speakers and its own voice at once
+/// (stream.rs: "at most MAX_SPEAKERS + 1"): rounds of a new source's sentence and another's
+/// typing, every place held, add no participant past 33. Each round recycled the own voice
+/// and made it anew, one more speaker of the stream (42 after ten rounds; review, session 33).
+#[test]
+fn a_mixer_stream_holds_at_most_its_speaker_bound_past_it() {
+    let mut gw = Gateway::new(Config::default());
+    let mut m = MixerFeed::default();
+    // Every source joins (a sentence) and holds text (typing): none can be recycled.
+    m.fill(&mut gw, "Hi. typing");
+    let mut next = 100;
+    for _ in 0..10 {
+        m.send(&mut gw, next, "Over the limit. ");
+        m.send(&mut gw, next + 1, "Hi. typing");
+        next += 2;
+    }
+    let mut live = std::collections::HashSet::new();
+    let mut most = 0;
+    for e in drain(&mut gw) {
+        match e.kind.as_str() {
+            "session.join" => {
+                live.insert(e.sender.clone());
+            }
+            "session.leave" => {
+                live.remove(&e.sender);
+            }
+            _ => {}
+        }
+        most = most.max(live.len());
+    }
+    assert_eq!(
+        most, 33,
+        "participants of one mixer stream at once: 32 speakers and the own voice at most"
+    );
+}

@@ -1548,3 +1548,34 @@ fn an_sdes_name_shown_the_same_is_not_announced_again() {
         "one announce of the name shown: {out:#?}"
     );
 }
+
+/// A mixer's SDES for a source not heard yet is kept for that source's speaker, and only for
+/// it: at the speaker bound with no place to make, the source's packet goes to the stream's
+/// own voice, made then, which speaks for every source past the bound and does not join under
+/// the source's name. It joined as "Zed", and an `rtcp_name = "Zed"` rule would have mapped it
+/// (review, session 33).
+#[test]
+fn a_sources_early_name_does_not_name_the_own_voice_at_the_speaker_bound() {
+    let mut gw = Gateway::new(Config::default());
+    // Sources 1..=32 type with no sentence end: all 32 places hold text.
+    for c in 1..=32u16 {
+        let d = with_csrc(c, 1000 + u32::from(c), MIXER, u32::from(c), b"typing");
+        gw.handle_datagram(at(u64::from(c)), addr(5000), &d);
+    }
+    // The mixer's compound: its RR, then SDES for source 33 (RFC 3550 6.5, 7.3).
+    let mut rtcp = Vec::new();
+    pvp_t140::rtcp::write_rr(&mut rtcp, MIXER);
+    pvp_t140::rtcp::write_sdes(&mut rtcp, 33, "zed@host", Some("Zed"));
+    gw.handle_datagram(at(100), addr(5000), &rtcp);
+    let d = with_csrc(33, 1101, MIXER, 33, b"Zed speaks. ");
+    gw.handle_datagram(at(101), addr(5000), &d);
+    let out = drain(&mut gw);
+    let join = out
+        .iter()
+        .find(|e| e.kind == "session.join" && e.sender == "t140:00000009@127.0.0.1:5000")
+        .expect("the own voice speaks for source 33");
+    assert_ne!(
+        join.payload["participant"]["name"], "Zed",
+        "the mixer's own participant took source 33's SDES name"
+    );
+}
