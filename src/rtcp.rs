@@ -1,6 +1,7 @@
 //! The parts of RTCP (RFC 3550 section 6) a text gateway acts on: SDES names a participant,
-//! BYE ends a stream. Reports (SR/RR/XR/APP) are walked past. Borrow-only and bounds-checked:
-//! a malformed compound packet yields what was valid before the damage and an error count.
+//! BYE ends a stream. Reports (SR/RR/XR/APP) are walked past, an SR's or RR's report blocks
+//! checked to fit. Borrow-only and bounds-checked: a malformed compound packet yields what was
+//! valid before the damage and an error count.
 
 /// One thing a compound RTCP packet told us.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,10 +48,8 @@ pub fn parse<'a>(data: &'a [u8], each: &mut dyn FnMut(RtcpEvent<'a>)) -> bool {
         let ok = match pt {
             SDES => sdes(body, count, each),
             BYE => bye(body, count, each),
-            SR | RR if body.len() >= 4 => {
-                each(RtcpEvent::Report { ssrc: be32(body) });
-                true
-            }
+            SR => report(body, 24, count, each),
+            RR => report(body, 4, count, each),
             _ => true,
         };
         if !ok {
@@ -65,6 +64,23 @@ fn be32(b: &[u8]) -> u32 {
     u32::from_be_bytes([b[0], b[1], b[2], b[3]])
 }
 
+/// RFC 3550 6.4.1, 6.4.2: the sender's SSRC (and an SR's sender info, `head` octets in all),
+/// then `count` report blocks of 24 octets (a profile's extension may follow them).
+fn report<'a>(
+    body: &'a [u8],
+    head: usize,
+    count: usize,
+    each: &mut dyn FnMut(RtcpEvent<'a>),
+) -> bool {
+    if body.len() < head + count * 24 {
+        return false;
+    }
+    each(RtcpEvent::Report { ssrc: be32(body) });
+    true
+}
+
+/// RFC 3550 6.6: `count` SSRCs, then optionally a reason: a length octet and that many
+/// octets, within the packet. The SSRCs are told before a damaged reason is found.
 fn bye<'a>(body: &'a [u8], count: usize, each: &mut dyn FnMut(RtcpEvent<'a>)) -> bool {
     if body.len() < count * 4 {
         return false;
@@ -74,7 +90,10 @@ fn bye<'a>(body: &'a [u8], count: usize, each: &mut dyn FnMut(RtcpEvent<'a>)) ->
             ssrc: be32(&body[i * 4..]),
         });
     }
-    true
+    let reason = &body[count * 4..];
+    reason
+        .first()
+        .is_none_or(|&n| usize::from(n) < reason.len())
 }
 
 /// RFC 3550 6.5: chunks of an SSRC followed by items, ended by a zero byte and padded to 32 bits.

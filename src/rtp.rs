@@ -127,8 +127,9 @@ pub fn peek_ssrc(data: &[u8]) -> Option<u32> {
 
 /// RFC 5761 section 4: with rtcp-mux, a second byte of 192..=223 (marker bit plus payload type
 /// 64..=95) is RTCP, since those RTP payload types are reserved to avoid exactly this clash.
+/// Its header's 4 octets suffice: a BYE with no sources is 4 octets long (RFC 3550 6.6).
 pub fn looks_like_rtcp(data: &[u8]) -> bool {
-    data.len() >= 8 && data[0] >> 6 == 2 && (192..=223).contains(&data[1])
+    data.len() >= 4 && data[0] >> 6 == 2 && (192..=223).contains(&data[1])
 }
 
 /// Builds an RTP packet; used by the sender, tests, benches and fuzz seeds. Strict in what we emit:
@@ -260,6 +261,11 @@ mod tests {
         let bye = [0x81, 203, 0, 1, 0, 0, 0, 1];
         assert!(looks_like_rtcp(&sr));
         assert!(looks_like_rtcp(&bye));
+        assert!(
+            looks_like_rtcp(&bye[..4]),
+            "a BYE with no sources (RFC 3550 6.6)"
+        );
+        assert!(!looks_like_rtcp(&bye[..3]));
         let mut d = Vec::new();
         write_packet(&mut d, true, 98, 1, 1, 1, b"x");
         assert!(!looks_like_rtcp(&d));

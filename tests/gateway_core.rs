@@ -408,6 +408,27 @@ fn non_text_datagrams_are_counted_drops() {
     assert_eq!(s.datagrams, 4);
 }
 
+/// RFC 5761 section 4 tells RTCP from RTP by the second octet, and RFC 3550 6.6 allows a BYE
+/// with a source count of zero ("valid, but useless"): 4 octets. On the RTP port it is RTCP
+/// (`_rtcp_packets_total`), not a `rtp_too_short` drop; 8 octets were asked for (review,
+/// session 33).
+#[test]
+fn a_four_octet_bye_on_the_rtp_port_is_rtcp_not_a_short_rtp_packet() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello. "));
+    gw.handle_datagram(at(10), addr(4000), &[0x80, 203, 0, 0]);
+    let s = gw.stats();
+    assert_eq!(
+        (
+            s.rtcp,
+            s.drops(DropReason::Rtp(rtp::RtpError::TooShort)),
+            s.drops_total()
+        ),
+        (1, 0, 0),
+        "(rtcp packets, rtp_too_short drops, drops)"
+    );
+}
+
 #[test]
 fn streams_beyond_the_limit_are_refused_and_existing_ones_keep_working() {
     let mut gw = Gateway::new(Config {

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use pvp_t140::mapping::{Mapping, Rule, Unmatched};
 use pvp_t140::presence::Presence;
 use pvp_t140::pvp::Message as Envelope;
-use pvp_t140::{Config, Gateway};
+use pvp_t140::{Config, DropReason, Gateway};
 
 #[path = "common/core.rs"]
 mod core_helpers;
@@ -1578,4 +1578,56 @@ fn a_sources_early_name_does_not_name_the_own_voice_at_the_speaker_bound() {
         join.payload["participant"]["name"], "Zed",
         "the mixer's own participant took source 33's SDES name"
     );
+}
+
+/// RTCP is bounds-checked (rtcp.rs: "a malformed compound packet yields what was valid before
+/// the damage and an error count"). A BYE's optional reason is a length octet and that many
+/// octets within the packet (RFC 3550 6.6): one whose length (200) runs past its packet (3) is
+/// `rtcp_malformed`, and its SSRC list, before the damage, still ends the stream. The reason
+/// was not looked at (review, session 33).
+#[test]
+fn a_bye_whose_reason_runs_past_its_packet_is_counted_malformed() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello. "));
+    let mut d = Vec::new();
+    pvp_t140::rtcp::write_rr(&mut d, 7);
+    d.extend_from_slice(&[0x81, 203, 0, 2, 0, 0, 0, 7, 200, b'b', b'y', b'e']);
+    let mut byes = 0;
+    let valid = pvp_t140::rtcp::parse(&d, &mut |e| {
+        byes += usize::from(matches!(e, pvp_t140::rtcp::RtcpEvent::Bye { ssrc: 7 }))
+    });
+    gw.handle_datagram(at(10), addr(4000), &d);
+    assert_eq!(
+        (valid, byes, gw.stats().drops(DropReason::RtcpMalformed)),
+        (false, 1, 1),
+        "(parse said valid, BYEs told, rtcp_malformed drops)"
+    );
+    gw.handle_timeout(at(10 + 1000));
+    let out = drain(&mut gw);
+    let leave = out
+        .iter()
+        .find(|e| e.kind == "session.leave")
+        .expect("the BYE ends it");
+    assert_eq!(leave.payload["reason"], "rtcp bye");
+    // A reason that fits, padded to 32 bits, is valid.
+    let d = [0x81, 203, 0, 2, 0, 0, 0, 7, 3, b'b', b'y', b'e'];
+    assert!(pvp_t140::rtcp::parse(&d, &mut |_| {}));
+}
+
+/// The same for reports (RFC 3550 6.4.1, 6.4.2): a sender report whose RC says 2 report
+/// blocks of 24 octets and whose length holds none is `rtcp_malformed`. Its sender's SSRC was
+/// read and the rest skipped unchecked (review, session 33).
+#[test]
+fn a_report_claiming_more_blocks_than_it_holds_is_counted_malformed() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello. "));
+    let mut d = Vec::new();
+    pvp_t140::rtcp::write_sr(&mut d, 7, 0, 0, 0, 0);
+    d[0] |= 2; // RC = 2
+    gw.handle_datagram(at(10), addr(4000), &d);
+    let mut rr = Vec::new();
+    pvp_t140::rtcp::write_rr(&mut rr, 7);
+    rr[0] |= 1; // RC = 1
+    gw.handle_datagram(at(20), addr(4000), &rr);
+    assert_eq!(gw.stats().drops(DropReason::RtcpMalformed), 2);
 }
