@@ -2187,22 +2187,17 @@ impl Gateway {
                 continue;
             }
             let timeout_at = s.last_packet.plus_us(self.delays.stream_timeout);
-            if timeout_at <= now && at < timeout_at {
-                // A late call: the work due before the timeout (an idle flush, a gap's wait)
-                // is done as of its own time, and the stream's next deadline, the timeout at
-                // the latest, comes round again in this loop, in time order with the others'.
-                self.fire_stream(at, slot, Time::NEVER);
-                continue;
-            }
-            if timeout_at <= now {
-                let end = timeout_at.max(at);
+            if timeout_at <= at {
                 if s.mixer.byes > 0 {
-                    self.byes_due_by(end, slot, end);
+                    self.byes_due_by(at, slot, at);
                 }
-                self.close_stream(end, slot, "stream timeout");
+                self.close_stream(at, slot, "stream timeout");
                 continue;
             }
-            self.fire_stream(now, slot, Time::NEVER);
+            // As of the deadline, not `now`: on a late call the work due before `now` (an idle
+            // flush, a gap's wait, the timeout) is done as of its own time, and the stream's
+            // next deadline comes round again in this loop, in time order with the others'.
+            self.fire_stream(at, slot, Time::NEVER);
         }
     }
 
@@ -2220,7 +2215,8 @@ impl Gateway {
         let bye_end = (s.register.bye_deadline(self.cfg.reorder_wait)).unwrap_or(timeout_at);
         let end = bye_end.min(timeout_at);
         if end > now {
-            self.fire_stream(now, slot, end);
+            // As of the deadline, as [`Gateway::handle_timeout`]'s other streams.
+            self.fire_stream(at, slot, end);
             return;
         }
         // The wait is over: as of its end, the idle flushes due by then go out, each at its

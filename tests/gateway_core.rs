@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use pvp_t140::chunker::FlushCause;
 use pvp_t140::pvp::Message as Envelope;
-use pvp_t140::{Config, DropReason, Gateway, red, rtp};
+use pvp_t140::{Config, DropReason, Gateway, Time, red, rtp};
 
 #[path = "common/core.rs"]
 mod core_helpers;
@@ -1072,6 +1072,72 @@ fn overdue_timers_fire_at_their_own_deadlines_when_a_late_packet_arrives() {
     // Released at 1300 ms (the wait), flushed 2 s later.
     assert_eq!(adds[0].2, at(3300).to_iso8601());
     assert_eq!((adds[1].0, adds[1].1), ("Again", "flush:end"));
+}
+
+/// Handles every timer due by `now`, each at its own deadline (as `fire_due` and replay do).
+fn run_timers(gw: &mut Gateway, now: Time) {
+    while let Some(t) = gw.poll_timeout().filter(|&t| t <= now) {
+        gw.handle_timeout(t);
+    }
+}
+
+/// `context.add`s as (sender, content, envelope timestamp).
+fn adds_at(out: &[Envelope]) -> Vec<(String, String, String)> {
+    out.iter()
+        .filter(|e| e.kind == "context.add")
+        .map(|e| {
+            (
+                e.sender.clone(),
+                e.payload["content"].as_str().unwrap().to_owned(),
+                e.ts.clone(),
+            )
+        })
+        .collect()
+}
+
+/// One late `handle_timeout` (a live loop woken late, `shutdown` with timers still due) does
+/// what a call at each deadline does: a gap is given up as of its own reorder wait's end, and
+/// the released text's idle flush goes out at its own time, not counted from the late call
+/// (`handle_timeout`, `fire_due`, `shutdown`). A review found the gap given up as of the late
+/// call, B's flush moved past it and nothing of B sent (review, session 33).
+#[test]
+fn a_late_handle_timeout_gives_a_gap_up_as_of_its_own_deadline() {
+    let cfg = Config {
+        idle_flush: Duration::from_millis(2000),
+        reorder_wait: Duration::from_millis(1000),
+        ..Config::default()
+    };
+    let run = |stop: fn(&mut Gateway)| {
+        let mut gw = Gateway::new(cfg.clone());
+        // B: 1 then 3 (2 lost): 3 waits until 1,100, then its idle flush is due at 3,100.
+        gw.handle_datagram(at(0), addr(4001), &t140(1, 0xb, "Hi "));
+        gw.handle_datagram(at(100), addr(4001), &t140(3, 0xb, "there"));
+        // A: text with no sentence end: idle flush at 2,500.
+        gw.handle_datagram(at(500), addr(4000), &t140(1, 0xa, "abc"));
+        stop(&mut gw);
+        adds_at(&drain(&mut gw))
+    };
+    let exact = run(|gw| run_timers(gw, at(5000)));
+    assert_eq!(
+        exact,
+        vec![
+            (
+                "t140:0000000a@127.0.0.1:4000".to_owned(),
+                "abc".to_owned(),
+                at(2500).to_iso8601()
+            ),
+            (
+                "t140:0000000b@127.0.0.1:4001".to_owned(),
+                "Hi \u{fffd}there".to_owned(),
+                at(3100).to_iso8601()
+            ),
+        ]
+    );
+    let late = run(|gw| gw.handle_timeout(at(5000)));
+    assert_eq!(
+        late, exact,
+        "a late handle_timeout must do what on-time calls do"
+    );
 }
 
 #[test]
