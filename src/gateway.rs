@@ -557,12 +557,7 @@ impl Emitter {
         sp: &mut Speaker,
         chunk: Chunk,
     ) {
-        if !sp.joined
-            && chunk
-                .text
-                .chars()
-                .all(|c| c == '\u{fffd}' || c.is_whitespace())
-        {
+        if !sp.joined && marks_only(&chunk.text) {
             // Loss marks and nothing else from a speaker that has said nothing yet (its first
             // text lost, or a junk SSRC's unmarked empty packet taken for a lost start): no
             // transcript to mark, and no participant should join only to say U+FFFD.
@@ -1011,12 +1006,19 @@ fn newest_key_ms(speakers: &crate::stream::Speakers, created: Time) -> u64 {
         .fold(created.as_millis(), u64::max)
 }
 
-/// Whether a stream carried text: a speaker joined, or holds text not yet sent. Such a stream
-/// is never evicted to make room ([`Gateway::evict_silent_stream`]).
+/// Nothing but loss marks and white space: from a speaker yet to join, no chunk is sent
+/// (README "Loss": no one joins only to say U+FFFD).
+fn marks_only(text: &str) -> bool {
+    text.chars().all(|c| c == '\u{fffd}' || c.is_whitespace())
+}
+
+/// Whether a stream carried text: a speaker joined, or holds text not yet sent other than loss
+/// marks (a junk SSRC's lost head holds a U+FFFD it will never send, [`marks_only`]). Such a
+/// stream is never evicted to make room ([`Gateway::evict_silent_stream`]).
 fn carried_text(s: &Stream) -> bool {
     s.speakers
         .iter()
-        .any(|sp| sp.joined || !sp.chunker.is_blank())
+        .any(|sp| sp.joined || !marks_only(sp.chunker.pending()))
 }
 
 /// Whether a stream that carried no text yet may: a packet it holds (behind a gap, or in a

@@ -1223,6 +1223,48 @@ fn a_stream_holding_text_is_never_evicted_by_a_flood() {
     );
 }
 
+/// Junk SSRCs' unmarked empty packets open streams that wait for their heads, then mark them
+/// lost: each speaker holds a U+FFFD it will never send (a marks-only chunk of a speaker yet to
+/// join is dropped). Such a stream carried no text and stays evictable: a new stream at the
+/// limit evicts the oldest of them, and once their marks are dropped at the idle flush, so
+/// does a real caller. A review found them taken for streams that carried text, dropped from
+/// the eviction queue for good, and the caller refused until they timed out (review, session
+/// 33).
+#[test]
+fn junk_streams_holding_only_a_lost_head_mark_stay_evictable() {
+    let mut gw = Gateway::new(Config {
+        max_streams: 10,
+        ..Config::default()
+    });
+    let junk = |ssrc: u32| {
+        let mut d = Vec::new();
+        rtp::write_packet(&mut d, false, 98, 500, 0, ssrc, b"");
+        d
+    };
+    for ssrc in 100..110u32 {
+        gw.handle_datagram(at(0), addr(5000), &junk(ssrc));
+    }
+    // Their heads are given up at 1 s: each speaker now holds a lone U+FFFD.
+    run_timers(&mut gw, at(1500));
+    // More junk at the limit: the oldest junk stream makes room.
+    gw.handle_datagram(at(1500), addr(5001), &junk(200));
+    assert_eq!(gw.stats().evicted, 1);
+    // The idle flushes drop the other nine's marks-only chunks: nobody joined.
+    run_timers(&mut gw, at(4000));
+    assert_eq!(gw.stats().marks_only_chunks, 9);
+    assert_eq!(gw.stats().speakers_joined, 0);
+    gw.handle_datagram(at(4000), addr(4000), &t140(1, 1, "Hello. "));
+    assert_eq!(gw.stats().drops(DropReason::StreamLimit), 0);
+    assert_eq!(
+        adds_at(&drain(&mut gw)),
+        vec![(
+            "t140:00000001@127.0.0.1:4000".to_owned(),
+            "Hello.".to_owned(),
+            at(4000).to_iso8601()
+        )]
+    );
+}
+
 #[test]
 fn decoder_anomalies_on_in_order_packets_reach_the_stats() {
     let mut gw = Gateway::new(Config::default());
