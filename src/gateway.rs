@@ -15,7 +15,7 @@ use crate::index::StreamIndex;
 use crate::mapping::Decision;
 use crate::pvp::{Builder, Envelope, Metadata, Participant};
 use crate::red::{RedError, RedFormat, RedPayload};
-use crate::register::{Arrival, Outcome, Piece, Register};
+use crate::register::{Arrival, Outcome, Piece, Position, Register};
 use crate::rtcp::RtcpEvent;
 use crate::rtp::{RtpError, RtpPacket, looks_like_rtcp, ts_after};
 use crate::slab::Slab;
@@ -1048,6 +1048,9 @@ pub struct Gateway {
     /// BYE, then the sender's next packet, in one batch) starts a millisecond later,
     /// so its context keys (`participant/start ms/n`) are not the ended one's (pvp-spec 9.1).
     ended: VecDeque<(StreamKey, u64)>,
+    /// The last streams evicted at the stream limit that may come back: until when (their
+    /// stream timeout) and where their numbering stood ([`Gateway::remember_evicted`]).
+    evicted: VecDeque<(StreamKey, Time, Position)>,
     /// Streams in creation order, as eviction candidates while they have not joined.
     silent: VecDeque<(u32, u64)>,
     /// Streams lingering after their source's BYE, `(slot, serial)` in the order their BYEs
@@ -1112,6 +1115,10 @@ const MAX_NAME_CHARS: usize = 128;
 /// Ended streams [`Gateway::ended`] remembers: enough for a batch's worth of restarts.
 const ENDED_KEPT: usize = 32;
 
+/// Evicted streams [`Gateway::evicted`] remembers: a caller silent since its BOM comes back
+/// unharmed unless more streams than this were evicted before its next packet.
+const EVICTED_KEPT: usize = 64;
+
 /// An SDES item as a speaker keeps it ([`crate::speaker::Profile::name`]): trimmed, else as
 /// it came, so an `rtcp_name` rule matches the item the sender sent; `None` when it leaves no
 /// display name.
@@ -1171,6 +1178,7 @@ impl Gateway {
             serial: 0,
             early_names: Vec::new(),
             ended: VecDeque::new(),
+            evicted: VecDeque::new(),
             silent: VecDeque::new(),
             lingering: VecDeque::new(),
             long_blocks: Default::default(),
@@ -1681,6 +1689,9 @@ impl Gateway {
         {
             stream.created = Time::from_millis(ms + 1);
         }
+        if let Some(at) = self.returning(&key, now) {
+            stream.register.resume(at);
+        }
         // An SDES that arrived before the first RTP packet names the participant in its join.
         if self
             .early_names
@@ -1726,7 +1737,8 @@ impl Gateway {
 
     /// At the stream limit, makes room by removing the oldest stream that holds no text and
     /// never joined (never carried text), without a trace on the PVP side: a flood of random
-    /// SSRCs cannot lock out a real speaker. A stream that may yet speak ([`may_yet_speak`]:
+    /// SSRCs cannot lock out a real speaker. What it needs to come back unharmed is kept
+    /// ([`Gateway::remember_evicted`]). A stream that may yet speak ([`may_yet_speak`]:
     /// text in a packet it holds, part of a character) goes back to the end of the queue. Amortised O(1): each entry is looked at once a call, and each
     /// stream leaves the queue once it ended or carried text.
     fn evict_silent_stream(&mut self) -> bool {
@@ -1746,6 +1758,7 @@ impl Gateway {
             }
             let mut s = self.slots.remove(slot).expect("checked");
             s.register.drop_jumped();
+            self.remember_evicted(&mut s);
             self.timers.remove(slot);
             self.index.remove(&s.key);
             self.release_ssrc(&s.key);
@@ -1755,6 +1768,48 @@ impl Gateway {
             return true;
         }
         false
+    }
+
+    /// What an evicted stream needs if its source comes back (a caller that opened with the
+    /// BOM and has not typed yet is the oldest silent stream when a flood comes): where its
+    /// numbering stood, so that its next packet is not taken for a stream whose head was lost
+    /// (a wait, and a false U+FFFD, RFC 4103 5.3), and its speakers' SDES names, back in
+    /// `early_names` for the join. Not for a stream whose source said BYE: what follows is
+    /// its next session's.
+    #[cold]
+    #[inline(never)]
+    fn remember_evicted(&mut self, s: &mut Stream) {
+        if s.bye_waits {
+            return;
+        }
+        // A loss mark it holds (a lost head's) is not forgotten: without a position, a stream
+        // coming back waits for its head and marks it again.
+        let marked = s.speakers.iter().any(|sp| !sp.chunker.is_blank());
+        if let Some(at) = s.register.position().filter(|_| !marked) {
+            if self.evicted.len() == EVICTED_KEPT {
+                self.evicted.pop_front();
+            }
+            let until = s.last_packet.plus_us(self.delays.stream_timeout);
+            self.evicted.push_back((s.key, until, at));
+        }
+        for sp in s.speakers.iter_mut().filter(|sp| sp.profile.name_rank > 0) {
+            let id = match sp.voice {
+                Voice::Ssrc => s.key.ssrc,
+                Voice::Csrc(c) => c,
+                Voice::Named(_) => continue,
+            };
+            let name = std::mem::take(&mut sp.profile.name);
+            self.keep_early_name(s.key.source.ip(), id, name, sp.profile.name_rank);
+        }
+    }
+
+    /// Where the numbering of an evicted stream of `key` stood ([`Gateway::remember_evicted`]),
+    /// if it comes back before it would have timed out.
+    #[cold]
+    fn returning(&mut self, key: &StreamKey, now: Time) -> Option<Position> {
+        let i = self.evicted.iter().position(|(k, ..)| k == key)?;
+        let (_, until, at) = self.evicted.remove(i)?;
+        (now < until).then_some(at)
     }
 
     /// RTCP (RFC 3550 6): SDES NAME (else CNAME) names the participant, BYE ends the stream.
@@ -2065,15 +2120,7 @@ impl Gateway {
     ) {
         let Some(name) = sdes_name(name) else { return };
         let Some(slot) = slot.filter(|&s| self.takes_names(s)) else {
-            let same = |e: &(IpAddr, u32, String, u8)| e.0 == source.ip() && e.1 == ssrc;
-            if self.early_names.iter().any(|e| same(e) && e.3 > rank) {
-                return;
-            }
-            self.early_names.retain(|e| !same(e));
-            if self.early_names.len() >= MAX_EARLY_NAMES {
-                self.early_names.remove(0);
-            }
-            self.early_names.push((source.ip(), ssrc, name, rank));
+            self.keep_early_name(source.ip(), ssrc, name, rank);
             return;
         };
         let s = self.slots.get_mut(slot).expect("live");
@@ -2082,6 +2129,20 @@ impl Gateway {
         } = s;
         let idx = speaker_index(speakers, own, key, VoiceRef::Ssrc, now);
         self.emit.rename(now, key, &mut speakers[idx], name, rank);
+    }
+
+    /// An SDES name for a source not seen on RTP ([`Gateway::early_names`]); a NAME is never
+    /// replaced by a CNAME.
+    fn keep_early_name(&mut self, ip: IpAddr, ssrc: u32, name: String, rank: u8) {
+        let same = |e: &(IpAddr, u32, String, u8)| e.0 == ip && e.1 == ssrc;
+        if self.early_names.iter().any(|e| same(e) && e.3 > rank) {
+            return;
+        }
+        self.early_names.retain(|e| !same(e));
+        if self.early_names.len() >= MAX_EARLY_NAMES {
+            self.early_names.remove(0);
+        }
+        self.early_names.push((ip, ssrc, name, rank));
     }
 
     /// The earliest moment this stream needs attention.

@@ -181,6 +181,15 @@ struct Rare {
     bye: Option<Bye>,
 }
 
+/// Where a register's numbering stands ([`Register::position`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position {
+    /// The next sequence number expected.
+    next: u16,
+    /// [`Register`]'s `generations`.
+    generations: u8,
+}
+
 /// [`Register::slow`]: the stream opened without a session start, and earlier packets may still
 /// arrive.
 const HEAD_WAIT: u8 = 1;
@@ -597,6 +606,31 @@ impl Register {
             let strays = std::mem::take(&mut r.run);
             self.drop_strays(strays);
         }
+    }
+
+    /// Where the numbering stands, when nothing is held nor awaited (no head wait, no BYE, no
+    /// leave): for a stream evicted at the stream limit, so that its next packet continues it
+    /// ([`Register::resume`]) instead of being taken for a stream whose head was lost. `None`
+    /// for a sender that never marks a start (its head is never taken for lost).
+    pub fn position(&self) -> Option<Position> {
+        let next = self.expected.filter(|_| {
+            self.holding == 0 && self.slow == 0 && !self.assume_start && !self.holds_jumped()
+        })?;
+        Some(Position {
+            next,
+            generations: self.generations,
+        })
+    }
+
+    /// A new register goes on from `at` ([`Register::position`]): the next packet is judged
+    /// against the old numbering (RFC 3550 A.1), not as a stream's first.
+    pub fn resume(&mut self, at: Position) {
+        self.expected = Some(at.next);
+        self.generations = at.generations;
+    }
+
+    fn holds_jumped(&self) -> bool {
+        self.cold.rare.as_ref().is_some_and(|r| !r.run.is_empty())
     }
 
     /// Takes the first held packet out; with [`Register::hold`] the only places that change
@@ -1115,6 +1149,24 @@ mod tests {
         r.expire(1000);
         assert_eq!(r.text, "~xyz");
         assert_eq!(r.reg.stats().head_lost, 1);
+    }
+
+    /// A stream evicted at the stream limit and opened again goes on where its numbering
+    /// stood: its next packet is in order, not a lost head; there is no position while its
+    /// head is awaited (README "Stream limit").
+    #[test]
+    fn a_resumed_register_continues_its_numbering_without_a_head_wait() {
+        let mut r = Rig::new();
+        r.plain(0, 10, false, "");
+        assert_eq!(r.reg.position(), None, "its head is awaited");
+        let mut r = Rig::new();
+        r.plain(0, 10, true, "\u{feff}");
+        let at = r.reg.position().expect("at rest");
+        let mut back = Rig::new();
+        back.reg.resume(at);
+        assert_eq!(back.plain(100, 11, false, "Hi"), Outcome::Delivered);
+        assert_eq!(back.text, "Hi");
+        assert_eq!(back.reg.stats().head_lost, 0);
     }
 
     #[test]

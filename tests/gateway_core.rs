@@ -1265,6 +1265,88 @@ fn junk_streams_holding_only_a_lost_head_mark_stay_evictable() {
     );
 }
 
+/// A real caller's stream that opened with the usual marked BOM (T.140's start) and has not
+/// typed yet is the oldest silent stream when a burst of new SSRCs fills the table, so it is
+/// evicted first. Its next packet (sequence 2, unmarked, nothing lost) continues its numbering:
+/// no wait for a head, no `head_lost`, no U+FFFD before its first words (RFC 4103 5.3 marks
+/// lost text, and the sender lost nothing). A review found the eviction forgot where its
+/// numbering stood (review, session 33).
+#[test]
+fn an_evicted_silent_stream_coming_back_gets_no_false_loss_mark() {
+    let mut gw = Gateway::new(Config {
+        max_streams: 3,
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "\u{feff}"));
+    for ssrc in 100..103 {
+        gw.handle_datagram(at(100), addr(5000), &t140(1, ssrc, ""));
+    }
+    assert_eq!(gw.stats().evicted, 1, "the caller's stream was evicted");
+    gw.handle_datagram(at(300), addr(4000), &t140(2, 1, "Hello. "));
+    run_timers(&mut gw, at(5000));
+    let got = adds_at(&drain(&mut gw));
+    let stats = gw.stats();
+    assert_eq!(
+        (stats.head_lost, stats.lost),
+        (0, 0),
+        "no packet of the caller was lost: {got:?}"
+    );
+    assert_eq!(
+        got,
+        vec![(
+            "t140:00000001@127.0.0.1:4000".to_owned(),
+            "Hello.".to_owned(),
+            at(300).to_iso8601()
+        )]
+    );
+}
+
+/// The same eviction keeps the SDES NAME that came before the caller's first packet (taken
+/// into the speaker when its stream opened): the stream its first text reopens joins with it,
+/// and an `rtcp_name` rule matches (README: rules are evaluated once, when a speaker is about
+/// to join, so a later SDES could not undo a refusal). A review found the name went with the
+/// evicted stream, and with `unmatched = "refuse"` every word of the caller was refused
+/// (review, session 33).
+#[test]
+fn an_evicted_silent_stream_coming_back_keeps_its_sdes_name() {
+    use pvp_t140::mapping::{Mapping, Rule, Unmatched};
+    let mut gw = Gateway::new(Config {
+        max_streams: 3,
+        mapping: Mapping {
+            rules: vec![Rule {
+                match_rtcp_name: Some("Ada Lovelace".into()),
+                participant: Some("ada".into()),
+                ..Rule::default()
+            }],
+            unmatched: Unmatched::Refuse,
+        },
+        ..Config::default()
+    });
+    // The caller's SDES (RTCP on the next port) names it before its first packet.
+    gw.handle_datagram(
+        at(0),
+        addr(4001),
+        &sdes(1, "ada@host", Some("Ada Lovelace")),
+    );
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "\u{feff}"));
+    for ssrc in 100..103 {
+        gw.handle_datagram(at(100), addr(5000), &t140(1, ssrc, ""));
+    }
+    assert_eq!(gw.stats().evicted, 1, "the caller's stream was evicted");
+    // Marked, so that no head is taken for lost: only the name is in question here.
+    gw.handle_datagram(at(300), addr(4000), &t140m(2, 1, true, "Hello. "));
+    let out = drain(&mut gw);
+    assert_eq!(
+        gw.stats().refused_chunks,
+        0,
+        "the caller's text was refused"
+    );
+    assert_eq!(
+        adds_at(&out),
+        vec![("ada".to_owned(), "Hello.".to_owned(), at(300).to_iso8601())]
+    );
+}
+
 #[test]
 fn decoder_anomalies_on_in_order_packets_reach_the_stats() {
     let mut gw = Gateway::new(Config::default());
