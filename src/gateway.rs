@@ -10,6 +10,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use crate::admission::{Admission, Refusal};
+use crate::budget::{Claims, StreamBudget};
 use crate::chunker::{Chunk, FlushCause};
 use crate::index::StreamIndex;
 use crate::mapping::Decision;
@@ -67,7 +68,8 @@ pub struct Config {
     pub max_chunk_chars: usize,
     /// A stream with no packets for this long is flushed and leaves.
     pub stream_timeout: Duration,
-    /// New streams beyond this are refused and counted; existing ones keep working.
+    /// New streams beyond this are refused and counted; existing ones keep working. The bound
+    /// of one core ([`Gateway::new`]); cores sharing a [`StreamBudget`] share its bound instead.
     pub max_streams: usize,
     pub token: Option<String>,
     /// Seed for the random part of message ULIDs.
@@ -1057,6 +1059,9 @@ pub struct Gateway {
     /// came ([`Gateway::stream_bye`]); entries of streams that ended since are skipped.
     lingering: VecDeque<(u32, u64)>,
     admission: Admission,
+    /// Room for streams under the limit: one claim a live stream, taken in
+    /// [`Gateway::open_stream`], given back where a stream leaves the index.
+    streams: Claims,
     /// The configured delays in microseconds, converted once: deadlines are computed per packet.
     delays: Delays,
     /// t140llm's packets over 255 bytes, for the RED packets that repeat them clamped.
@@ -1152,7 +1157,16 @@ pub const WARM_BATCH: usize = 32;
 pub const WARM_FROM: usize = 4096;
 
 impl Gateway {
+    /// A core with a stream budget of its own, `cfg.max_streams`.
     pub fn new(cfg: Config) -> Self {
+        let budget = StreamBudget::new(cfg.max_streams);
+        Gateway::with_budget(cfg, budget)
+    }
+
+    /// A core whose streams count against `budget`, shared with the other cores it is cloned
+    /// to (`--workers`: the limit is the gateway's, [`crate::budget`]); `cfg.max_streams` is
+    /// not read.
+    pub fn with_budget(cfg: Config, budget: StreamBudget) -> Self {
         let pvp = Builder::new(cfg.session.clone(), cfg.token.clone(), cfg.id_seed);
         let roles = cfg.roles.clone();
         let admission = Admission::new(cfg.allow.clone(), cfg.max_pps_per_source);
@@ -1161,6 +1175,7 @@ impl Gateway {
         said.cuts.erase_clusters(cfg.compat == Compat::T140llm);
         Gateway {
             admission,
+            streams: Claims::new(budget),
             delays: Delays::new(&cfg),
             cfg,
             emit: Emitter {
@@ -1670,11 +1685,13 @@ impl Gateway {
         if self.ssrc_owner.contains_key(&key.ssrc) {
             return Err(DropReason::SsrcConflict);
         }
-        if self.index.len() >= self.cfg.max_streams
-            && !self.evict_silent_stream()
-            && !self.end_a_lingering_stream(now)
-        {
-            return Err(DropReason::StreamLimit);
+        // At the limit, room is made from this core's own streams; another core may take the
+        // room given back before it is claimed again, and then more is made or the stream is
+        // refused.
+        while !self.streams.claim() {
+            if !self.evict_silent_stream() && !self.end_a_lingering_stream(now) {
+                return Err(DropReason::StreamLimit);
+            }
         }
         self.serial += 1;
         let assume_start = self.cfg.compat == Compat::T140llm;
@@ -1708,6 +1725,7 @@ impl Gateway {
         }
         let slot = self.slots.insert(stream);
         self.index.insert(key, slot);
+        debug_assert_eq!(self.streams.held(), self.index.len());
         if self.silent.len() > 2 * self.index.len() + 64 {
             self.prune_silent();
         }
@@ -1761,6 +1779,7 @@ impl Gateway {
             self.remember_evicted(&mut s);
             self.timers.remove(slot);
             self.index.remove(&s.key);
+            self.streams.release();
             self.release_ssrc(&s.key);
             self.emit.stats.streams_live -= 1;
             self.emit.stats.evicted += 1;
@@ -2361,6 +2380,7 @@ impl Gateway {
             self.close_stream(now, slot, "gateway shutdown");
         }
         self.timers.clear();
+        debug_assert_eq!(self.streams.held(), 0, "every stream gives back its room");
     }
 
     /// The stream's own source said BYE. Packets it sent before may still be on their way: a
@@ -2484,6 +2504,8 @@ impl Gateway {
         }
         self.ended.push_back((key, keyed));
         self.index.remove(&key);
+        self.streams.release();
+        debug_assert_eq!(self.streams.held(), self.index.len());
         self.release_ssrc(&key);
         self.emit.stats.streams_live -= 1;
         self.emit.stats.harvest(register);

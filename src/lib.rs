@@ -12,6 +12,7 @@
 
 // Sans-IO core.
 pub mod admission;
+pub mod budget;
 pub mod chunker;
 pub mod clamped;
 pub mod gateway;

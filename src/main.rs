@@ -909,6 +909,8 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         let mut handles = Vec::new();
         let mut snapshots = Vec::new();
         let running = prometheus_client::metrics::gauge::Gauge::default();
+        // One stream limit for the gateway, not one a worker (README, `--max-streams`).
+        let budget = pvp_t140::budget::StreamBudget::new(cfg.max_streams);
         for (i, socket) in sockets.into_iter().enumerate() {
             let (stats_tx, stats_rx) = tokio::sync::watch::channel(Stats::default());
             snapshots.push(stats_rx);
@@ -917,7 +919,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
             let mut wcfg = cfg.clone();
             // Distinct ULID randomness per worker.
             wcfg.id_seed = cfg.id_seed.wrapping_add(i as u128 * 0x9e37_79b9_7f4a_7c15);
-            let gw = Gateway::new(wcfg);
+            let gw = Gateway::with_budget(wcfg, budget.clone());
             let links = udp::WorkerLinks {
                 rtcp: feed,
                 counts_rtcp: i == 0,

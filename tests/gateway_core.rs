@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use pvp_t140::budget::StreamBudget;
 use pvp_t140::chunker::FlushCause;
 use pvp_t140::pvp::Message as Envelope;
 use pvp_t140::{Config, DropReason, Gateway, Time, red, rtp};
@@ -450,6 +451,46 @@ fn streams_beyond_the_limit_are_refused_and_existing_ones_keep_working() {
         .filter(|e| e.kind == "context.add")
         .collect();
     assert_eq!(adds.last().unwrap().payload["content"], "y.");
+}
+
+/// Cores sharing a stream budget (`--workers`) share its limit: a core at the limit makes room
+/// from its own silent streams or refuses, and a stream that ends on one core gives its room
+/// to the other. Every way out (evicted, timed out, shut down) gives back its room once: the
+/// count is back at 0 at the end. A review found each worker's core had the whole limit
+/// (review, session 33).
+#[test]
+fn cores_sharing_a_stream_budget_share_its_limit_and_give_it_back() {
+    let budget = StreamBudget::new(2);
+    let cfg = || Config {
+        stream_timeout: Duration::from_secs(5),
+        ..Config::default()
+    };
+    let mut a = Gateway::with_budget(cfg(), budget.clone());
+    let mut b = Gateway::with_budget(cfg(), budget.clone());
+    a.handle_datagram(at(0), addr(4000), &t140(1, 1, "First. "));
+    // A silent stream: an empty packet carries no text.
+    let mut silent = Vec::new();
+    rtp::write_packet(&mut silent, true, 98, 1, 1, 2, b"");
+    b.handle_datagram(at(0), addr(4001), &silent);
+    assert_eq!(budget.live(), 2);
+    // `a` has no silent stream of its own to give up: refused, `b`'s left alone.
+    a.handle_datagram(at(1), addr(4002), &t140(1, 3, "Refused. "));
+    assert_eq!(a.stats().drops(DropReason::StreamLimit), 1);
+    assert_eq!((a.live_streams(), b.live_streams()), (1, 1));
+    // `b` evicts its silent stream for a speaker.
+    b.handle_datagram(at(1), addr(4003), &t140(1, 4, "Second. "));
+    assert_eq!(b.stats().evicted, 1);
+    assert_eq!(b.stats().drops(DropReason::StreamLimit), 0);
+    assert_eq!(budget.live(), 2);
+    // `a`'s stream times out: its room goes to `b`'s next.
+    a.handle_timeout(at(5_000));
+    assert_eq!(budget.live(), 1);
+    b.handle_datagram(at(5_000), addr(4005), &t140(1, 5, "Third. "));
+    assert_eq!(b.live_streams(), 2);
+    assert_eq!(b.stats().drops(DropReason::StreamLimit), 0);
+    a.shutdown(at(5_002));
+    b.shutdown(at(5_002));
+    assert_eq!(budget.live(), 0);
 }
 
 /// A speaker, then a flood of `n` single empty packets with random SSRCs (marked or not) from

@@ -75,3 +75,51 @@ fn many_sources_over_four_workers_keep_per_stream_order() {
     let stderr = gw.stderr_lines().join("\n");
     assert!(stderr.contains("\"workers\":4"), "{stderr}");
 }
+
+/// `--max-streams` bounds the gateway, not each receive worker (README's flag table: "new
+/// streams beyond this are refused and counted"): 16 senders, `--max-streams 1`, 4 workers;
+/// one participant joins, the other 15 are refused and counted as `stream_limit`. A review
+/// found every worker's core had the whole limit, so as many joined as there were workers the
+/// senders hashed onto (review, session 33).
+#[test]
+fn max_streams_bounds_the_gateway_not_each_receive_worker() {
+    let mut gw = Gateway::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "4",
+        "--max-streams",
+        "1",
+        "--max-pps-per-source",
+        "0",
+    ]);
+    let mut senders: Vec<Sender> = (0..16)
+        .map(|i| Sender::new(gw.listen, 0x5000 + i))
+        .collect();
+    // Whichever comes first is the one admitted.
+    for (i, s) in senders.iter_mut().enumerate() {
+        s.send(&format!("Speaker {i} says hello. "));
+    }
+    gw.wait_stdout(Duration::from_secs(20), "\"context.add\"");
+    // What the kernel holds is read at the stop, then every stream flushes and leaves.
+    assert!(gw.terminate(Duration::from_secs(20)).success());
+    let joined: std::collections::BTreeSet<String> = gw
+        .stdout_lines()
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "session.join")
+        .map(|e| e["sender"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    let counters = gw
+        .stderr_lines()
+        .into_iter()
+        .find(|l| l.contains("\"counters\""))
+        .unwrap_or_default();
+    assert_eq!(
+        joined.len(),
+        1,
+        "--max-streams 1 with --workers 4 let {} participants join: {joined:?}\n{counters}",
+        joined.len()
+    );
+    assert!(counters.contains("stream_limit=15"), "{counters}");
+}
