@@ -8,39 +8,54 @@
 
 use std::io;
 
-/// Descriptors kept for everything besides the participants' connections: the RTP and RTCP
-/// sockets, the metrics listener and its clients, the spool, the runtime's own.
+/// Descriptors kept for everything besides the participants' connections and the receive
+/// workers': stdio, the RTCP socket, the metrics listener and its clients, the spool, the main
+/// runtime's own.
 pub const RESERVED: u64 = 64;
+
+/// Descriptors each receive worker holds (`--workers`), counted in /proc/self/fd: its
+/// SO_REUSEPORT socket, and its runtime's two epoll instances, eventfd and signal socket. With
+/// `--workers 64` that is some 320, which a fixed reserve left to the participants' share.
+pub const PER_WORKER: u64 = 5;
+
+/// Descriptors kept besides the participants' connections with `workers` receive workers.
+pub fn reserved(workers: u64) -> u64 {
+    RESERVED.saturating_add(PER_WORKER.saturating_mul(workers))
+}
 
 /// The soft limit before and after [`raise`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limit {
     pub before: u64,
     pub now: u64,
+    /// Descriptors kept besides the participants' ([`reserved`]).
+    pub reserved: u64,
 }
 
 impl Limit {
     /// Participants that can hold a connection at the same time.
     pub fn participants(&self) -> u64 {
-        self.now.saturating_sub(RESERVED)
+        self.now.saturating_sub(self.reserved)
     }
 }
 
-/// Raises the soft open-file limit to what `participants` connections need, or to the hard
-/// limit if that is lower. Never lowers it.
+/// Raises the soft open-file limit to what `participants` connections need besides `workers`
+/// receive workers ([`reserved`]), or to the hard limit if that is lower. Never lowers it.
 #[cfg(unix)]
-pub fn raise(participants: u64) -> io::Result<Limit> {
+pub fn raise(participants: u64, workers: u64) -> io::Result<Limit> {
     let (before, _) = rlimit::getrlimit(rlimit::Resource::NOFILE)?;
-    let now = rlimit::increase_nofile_limit(participants.saturating_add(RESERVED))?;
+    let reserved = reserved(workers);
+    let now = rlimit::increase_nofile_limit(participants.saturating_add(reserved))?;
     Ok(Limit {
         before,
         now: now.max(before),
+        reserved,
     })
 }
 
 /// No per-process open-file limit to raise here.
 #[cfg(not(unix))]
-pub fn raise(_participants: u64) -> io::Result<Limit> {
+pub fn raise(_participants: u64, _workers: u64) -> io::Result<Limit> {
     Err(io::Error::new(
         io::ErrorKind::Unsupported,
         "no open-file limit on this platform",
@@ -55,7 +70,7 @@ mod tests {
     fn raising_never_lowers_the_limit() {
         let (soft, _) = rlimit::getrlimit(rlimit::Resource::NOFILE).unwrap();
         // Asking for fewer than the process has must leave the limit where it is.
-        let l = raise(0).unwrap();
+        let l = raise(0, 0).unwrap();
         assert_eq!(l.before, soft);
         assert!(l.now >= soft, "{l:?}");
         assert_eq!(

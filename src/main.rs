@@ -596,9 +596,10 @@ fn dropped_log_lines() -> usize {
 }
 
 /// One descriptor a participant's connection ([`pvp_t140::fdlimit`]): raise the soft limit so
-/// `--max-streams` participants can connect, and say so if the hard limit does not allow it.
-fn raise_fd_limit(max_streams: u64) {
-    match pvp_t140::fdlimit::raise(max_streams) {
+/// `--max-streams` participants can connect besides what `workers` receive workers hold, and
+/// say so if the hard limit does not allow it.
+fn raise_fd_limit(max_streams: u64, workers: u64) {
+    match pvp_t140::fdlimit::raise(max_streams, workers) {
         Ok(l) => {
             if l.now > l.before {
                 tracing::info!(from = l.before, to = l.now, "open-file limit raised");
@@ -888,7 +889,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
                     }),
                 });
                 ws.resend(resend);
-                raise_fd_limit(cfg.max_streams as u64);
+                raise_fd_limit(cfg.max_streams as u64, workers as u64);
                 Some(ws)
             }
             None => None,

@@ -691,7 +691,7 @@ fn role(name: &str) -> &'static str {
 /// Opens the process's own file limit for the server's side of N connections, as the gateway
 /// opens its own (`pvp_t140::fdlimit`).
 fn raise_nofile(n: u64) -> String {
-    match pvp_t140::fdlimit::raise(n) {
+    match pvp_t140::fdlimit::raise(n, 0) {
         Ok(l) if l.now >= n => String::new(),
         Ok(l) => format!("open-file limit {} < {n} needed by this process", l.now),
         Err(e) => format!("open-file limit: {e}"),

@@ -116,6 +116,26 @@ impl Gateway {
             .unwrap_or(0)
     }
 
+    /// Descriptors the process holds open (`/proc/PID/fd`).
+    #[allow(dead_code)]
+    pub fn open_fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.child.id()))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    }
+
+    /// The process's soft open-file limit (`/proc/PID/limits`).
+    #[allow(dead_code)]
+    pub fn soft_nofile(&self) -> u64 {
+        let limits = std::fs::read_to_string(format!("/proc/{}/limits", self.child.id())).unwrap();
+        let line = limits
+            .lines()
+            .find(|l| l.starts_with("Max open files"))
+            .unwrap()
+            .to_owned();
+        line.split_whitespace().nth(3).unwrap().parse().unwrap()
+    }
+
     /// The names of the process's threads (`/proc/PID/task/*/comm`), sorted.
     pub fn thread_names(&self) -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", self.child.id()))
