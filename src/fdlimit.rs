@@ -9,8 +9,8 @@
 use std::io;
 
 /// Descriptors kept for everything besides the participants' connections and the receive
-/// workers': stdio, the RTCP socket, the metrics listener and its clients, the spool, the main
-/// runtime's own.
+/// workers': stdio, the RTCP socket, the metrics listener and its clients (at most
+/// [`crate::metrics::MAX_CONNECTIONS`]), the spool, the main runtime's own.
 pub const RESERVED: u64 = 64;
 
 /// Descriptors each receive worker holds (`--workers`), counted in /proc/self/fd: its

@@ -5,8 +5,10 @@
 //! touches a lock or an atomic for metrics. Sink-side metrics (queue depth, reconnects, send
 //! latency) are prometheus-client atomics, updated where envelopes are sent.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
@@ -411,14 +413,164 @@ pub async fn serve(
             }),
         )
         .route("/healthz", get(move || healthz(health.clone())));
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    let local = listener.local_addr()?;
+    let listener = Clients {
+        inner: tokio::net::TcpListener::bind(addr).await?,
+        room: Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS)),
+    };
+    let local = listener.inner.local_addr()?;
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!("metrics server: {e}");
         }
     });
     Ok(local)
+}
+
+/// Metrics clients served at once. Each holds a descriptor, and the open-file limit keeps
+/// only [`crate::fdlimit::RESERVED`] besides the participants' connections: without a bound,
+/// clients that connect and stall (or pile up idle) took every descriptor, and participants'
+/// connects failed with "Too many open files". Beyond it, connections wait in the kernel's
+/// accept queue, holding none of the gateway's. A scraper or two and a probe need a few.
+pub const MAX_CONNECTIONS: usize = 16;
+
+/// How long a metrics client may take to send its request, from its connect or the end of its
+/// last response (and then how long an idle keep-alive connection is kept), or to take a
+/// response it is sent: past it the connection is closed and its room
+/// ([`MAX_CONNECTIONS`]) goes to the next. A header read timeout, which `axum::serve` has not
+/// (hyper's needs a timer it is not given): a client sending half a request line (slowloris)
+/// held its connection for good.
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The metrics listener: a connection is accepted only with room for it ([`MAX_CONNECTIONS`]).
+struct Clients {
+    inner: tokio::net::TcpListener,
+    room: Arc<tokio::sync::Semaphore>,
+}
+
+impl axum::serve::Listener for Clients {
+    type Io = Client;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Client, SocketAddr) {
+        let permit = self
+            .room
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
+        let (io, addr) = axum::serve::Listener::accept(&mut self.inner).await;
+        let deadline = Box::pin(tokio::time::sleep(CLIENT_TIMEOUT));
+        let client = Client {
+            io,
+            deadline,
+            _room: permit,
+        };
+        (client, addr)
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+}
+
+/// A metrics client's connection: its room, given back when it closes, and its deadline
+/// ([`CLIENT_TIMEOUT`]), put off by each write of a response. A read or write waiting past it
+/// fails, which closes the connection.
+struct Client {
+    io: tokio::net::TcpStream,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+    _room: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Client {
+    /// What a read or write that cannot go on yet returns: pending until the deadline, then
+    /// an error.
+    fn waiting<T>(&mut self, cx: &mut std::task::Context<'_>) -> Poll<std::io::Result<T>> {
+        match self.deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(std::io::ErrorKind::TimedOut.into())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// A response went out: the client has [`CLIENT_TIMEOUT`] again.
+    fn wrote(&mut self, r: &Poll<std::io::Result<usize>>) {
+        if matches!(r, Poll::Ready(Ok(1..))) {
+            let next = tokio::time::Instant::now() + CLIENT_TIMEOUT;
+            self.deadline.as_mut().reset(next);
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for Client {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        match std::pin::Pin::new(&mut this.io).poll_read(cx, buf) {
+            Poll::Pending => this.waiting(cx),
+            done => done,
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for Client {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        match std::pin::Pin::new(&mut this.io).poll_write(cx, buf) {
+            Poll::Pending => this.waiting(cx),
+            done => {
+                this.wrote(&done);
+                done
+            }
+        }
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        match std::pin::Pin::new(&mut this.io).poll_write_vectored(cx, bufs) {
+            Poll::Pending => this.waiting(cx),
+            done => {
+                this.wrote(&done);
+                done
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        match std::pin::Pin::new(&mut this.io).poll_flush(cx) {
+            Poll::Pending => this.waiting(cx),
+            done => done,
+        }
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        match std::pin::Pin::new(&mut this.io).poll_shutdown(cx) {
+            Poll::Pending => this.waiting(cx),
+            done => done,
+        }
+    }
 }
 
 /// The host and port a `--server` URL's connections go to, found as the WebSocket client finds
@@ -636,6 +788,47 @@ mod tests {
             (status.as_u16(), body.as_str()),
             (200, "ready: udp bound, sink stdout\n")
         );
+    }
+
+    /// At most [`MAX_CONNECTIONS`] metrics clients are served at once, and one that sends half
+    /// a request and stalls is closed after [`CLIENT_TIMEOUT`]: the next waiting is then
+    /// served. A review found stalled clients held their descriptors for good (review, session
+    /// 33; the end-to-end test is in tests/metrics.rs).
+    #[tokio::test(start_paused = true)]
+    async fn stalled_metrics_clients_are_bounded_and_closed_at_their_deadline() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let health = Health {
+            running: Gauge::default(),
+            workers: 0,
+            server: None,
+            sink: SinkMetrics::default(),
+        };
+        let addr = serve("127.0.0.1:0".parse().unwrap(), Registry::default(), health)
+            .await
+            .unwrap();
+        let start = tokio::time::Instant::now();
+        let mut stalled = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.write_all(b"GET /metrics HTTP/1.1\r\n").await.unwrap();
+            stalled.push(s);
+        }
+        // One more asks in full: it waits for room, which the stalled give up at their deadline.
+        let mut asks = tokio::net::TcpStream::connect(addr).await.unwrap();
+        asks.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut head = [0u8; 12];
+        asks.read_exact(&mut head).await.unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200");
+        assert!(start.elapsed() >= CLIENT_TIMEOUT, "{:?}", start.elapsed());
+        for mut s in stalled {
+            let r = s.read(&mut [0; 64]).await;
+            assert!(
+                !matches!(r, Ok(1..)),
+                "a stalled client was answered: {r:?}"
+            );
+        }
     }
 
     /// The `--server` URL's host and port, wherever its authority ends; errors for what the

@@ -355,3 +355,50 @@ fn participants_total_counts_one_participant_for_speakers_mapped_to_one_id() {
         "{body}"
     );
 }
+
+/// Stalled metrics clients do not starve participants of descriptors: 150 clients that send
+/// half a request line and stop, under a soft open-file limit of 128, and the sentence of a
+/// sender that speaks afterwards still reaches the PVP server. The endpoint serves at most
+/// `metrics::MAX_CONNECTIONS` clients at once and closes one that stalls
+/// (`metrics::CLIENT_TIMEOUT`). A review found every stalled client held a descriptor for good
+/// (review, session 33).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_metrics_clients_do_not_starve_participants_of_descriptors() {
+    use std::io::Write;
+    let server = common::pvp_server::TestPvpServer::start().await;
+    let url = server.url();
+    let mut gw = Gateway::start_with_fd_limit(
+        128,
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--server",
+            &url,
+            "--max-streams",
+            "10",
+            "--metrics",
+            "127.0.0.1:0",
+        ],
+    );
+    let m = gw.metrics_addr();
+    let mut stalled = Vec::new();
+    for _ in 0..150 {
+        let mut s = std::net::TcpStream::connect(m).unwrap();
+        // Half a request line, then nothing.
+        let _ = s.write_all(b"GET /metrics HTTP/1.1\r\n");
+        stalled.push(s);
+    }
+    // Let the endpoint accept what it will.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut s = Sender::new(gw.listen, 0x51a1);
+    s.send("Still heard despite the scrapers. ");
+    server
+        .wait_until(
+            Duration::from_secs(45),
+            "the sentence at the PVP server",
+            |s| !s.received_of_type("context.add").is_empty(),
+        )
+        .await;
+    drop(stalled);
+    assert!(gw.terminate(WAIT).success());
+}
