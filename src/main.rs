@@ -20,7 +20,7 @@ use pvp_t140::{
     name = "pvp-t140",
     version,
     about,
-    args_conflicts_with_subcommands = true
+    override_usage = "pvp-t140 [OPTIONS]\n       pvp-t140 <COMMAND>"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -623,6 +623,7 @@ fn raise_fd_limit(max_streams: u64, workers: u64) {
 fn main() -> ExitCode {
     use clap::{CommandFactory, FromArgMatches};
     let matches = Cli::command().get_matches();
+    refuse_live_flags_with_a_subcommand(&matches);
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let config = match &cli.cmd {
         None => cli.run.config.clone(),
@@ -692,6 +693,31 @@ fn main() -> ExitCode {
     }
     finish_logs(log_guard, last_words);
     code
+}
+
+/// The live gateway's flags are not a subcommand's: one given before `replay` or `send` is
+/// refused, as clap's `args_conflicts_with_subcommands` refuses it, except `--log-format`,
+/// which is global (README: `pvp-t140 --log-format json replay ...`), and which that setting
+/// refused too.
+fn refuse_live_flags_with_a_subcommand(m: &clap::ArgMatches) {
+    use clap::CommandFactory;
+    use clap::parser::ValueSource;
+    let Some((name, _)) = m.subcommand() else {
+        return;
+    };
+    let mut cmd = Cli::command();
+    let given = cmd.get_arguments().find(|a| {
+        let id = a.get_id().as_str();
+        id != "log_format" && m.value_source(id) == Some(ValueSource::CommandLine)
+    });
+    if let Some(arg) = given {
+        let flag = arg
+            .get_long()
+            .map_or_else(|| arg.get_id().to_string(), |l| format!("--{l}"));
+        let msg = format!("the subcommand '{name}' cannot be used with '{flag}'");
+        cmd.error(clap::error::ErrorKind::ArgumentConflict, msg)
+            .exit();
+    }
 }
 
 /// The `log_format` a config file asks for, read on its own (a file refused for another key
