@@ -306,66 +306,67 @@ pub fn registry(
     sink: &SinkMetrics,
 ) -> Registry {
     let mut r = Registry::default();
+    // `Registry::register` ends each help text with a full stop of its own.
     r.register_collector(Box::new(CoreCollector { workers }));
     r.register(
         "pvp_t140_receive_workers_running",
-        "Receive workers running; fewer than --workers means one ended and its socket is not read.",
+        "Receive workers running; fewer than --workers means one ended and its socket is not read",
         running.clone(),
     );
     r.register(
         "pvp_t140_sink_queue_depth",
-        "Envelopes waiting for the sink.",
+        "Envelopes waiting for the sink",
         sink.queue_depth.clone(),
     );
     r.register(
         "pvp_t140_reconnects",
-        "PVP WebSocket reconnections.",
+        "PVP WebSocket reconnections",
         sink.reconnects.clone(),
     );
     r.register(
         "pvp_t140_connections",
-        "Open PVP WebSocket connections.",
+        "Open PVP WebSocket connections",
         sink.connections.clone(),
     );
     r.register(
         "pvp_t140_connections_failing",
-        "PVP connections in reconnect backoff.",
+        "PVP connections in reconnect backoff",
         sink.failing.clone(),
     );
     r.register(
         "pvp_t140_send_latency_seconds",
-        "Sink entry to frame written.",
+        "Sink entry to frame written",
         sink.send_latency.clone(),
     );
     for (name, help, counter) in [
         (
             "pvp_t140_participants",
-            "Virtual participants joined (one a participant id, however many speakers share it).",
+            "Virtual participants joined (one a participant id, however many speakers share it)",
             &sink.participants,
         ),
         (
             "pvp_t140_participants_refused",
-            "Participants the PVP server refused (UNAUTHORIZED, SESSION_NOT_FOUND).",
+            "Participants the PVP server refused (UNAUTHORIZED, SESSION_NOT_FOUND)",
             &sink.refused,
         ),
         (
             "pvp_t140_gated_chunks_refused",
-            "Gated transcript chunks rejected, timed out or dropped at shutdown.",
+            "Gated transcript chunks rejected, timed out or dropped at shutdown",
             &sink.gates_refused,
         ),
         (
             "pvp_t140_spool_write_errors",
-            "Spool journal writes that failed (disk full, I/O error).",
+            "Spool journal writes that failed (disk full, I/O error)",
             &sink.spool_write_errors,
         ),
         (
             "pvp_t140_server_frames_rejected",
-            "PVP server frames not acted on: unparseable, or of an unknown protocol version.",
+            "PVP server frames not acted on: unparseable, or of an unknown protocol version",
             &sink.server_frames_rejected,
         ),
         (
             "pvp_t140_rate_limited_resent",
-            "Text envelopes the PVP server refused as RATE_LIMITED, sent again after the pause.",
+            "Text envelopes the PVP server refused as RATE_LIMITED, sent again after the pause",
             &sink.rate_limited_resent,
         ),
     ] {
@@ -373,7 +374,7 @@ pub fn registry(
     }
     r.register(
         "pvp_t140_stdout_failed",
-        "1 once stdout has failed (its reader went away): envelopes are dropped from then on.",
+        "1 once stdout has failed (its reader went away): envelopes are dropped from then on",
         sink.stdout_failed.clone(),
     );
     r
@@ -684,6 +685,24 @@ async fn healthz(h: Health) -> (axum::http::StatusCode, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every help text ends in one full stop: `Registry::register` adds its own, and the texts
+    /// given it ended in one as well, "..". A review found them (review, session 33).
+    #[test]
+    fn help_texts_end_in_one_full_stop() {
+        let (_tx, rx) = watch::channel(Stats::default());
+        let mut body = String::new();
+        prometheus_client::encoding::text::encode(
+            &mut body,
+            &registry(vec![rx], &Gauge::default(), &SinkMetrics::default()),
+        )
+        .unwrap();
+        let helps: Vec<&str> = body.lines().filter(|l| l.starts_with("# HELP")).collect();
+        assert!(helps.len() > 30, "{body}");
+        for l in helps {
+            assert!(l.ends_with('.') && !l.ends_with(".."), "{l}");
+        }
+    }
 
     /// Every sink counter the README lists is in the exposition, under its documented name.
     #[test]
