@@ -2,25 +2,46 @@
 //! worker has a core of its own, and a bound checked per core let the gateway take N times the
 //! limit: N times the participants the open-file limit was raised for ([`crate::fdlimit`]),
 //! where README's flag table promises that streams beyond the limit are refused. So the cores
-//! share one count of live streams, an atomic claimed when a stream opens and given back when
-//! it ends: no lock, and nothing on the packet path of a stream that exists. A core made by
-//! [`crate::Gateway::new`] has a budget of its own, so the sans-IO core alone stays
-//! deterministic.
+//! share the limit. But the kernel hashes each source address:port to one worker, so a flood of
+//! random SSRCs from one source lands on one core: with the whole limit pooled it could fill
+//! it, and a real caller on another core, which has no silent stream of its own to evict, be
+//! refused (README "Stream limit" promises a flood cannot lock out a real caller). So each core
+//! is guaranteed a reserve of `max / (2 * cores)` streams (at least 1 when there are as many
+//! streams as cores) and the rest is a pool the cores share, an atomic claimed when a core
+//! beyond its reserve opens a stream and given back when one ends: no lock, nothing touched
+//! for a core's first streams, nothing on the packet path of a stream that exists, and the
+//! cores together never hold more than `max`. A core made by [`crate::Gateway::new`] has a
+//! budget of its own, so the sans-IO core alone stays deterministic.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Live streams against their bound, shared by the cores it is cloned to.
+/// The bound of the cores it is cloned to: a reserve for each and a pool they share.
 #[derive(Debug, Clone)]
 pub struct StreamBudget {
-    live: Arc<AtomicUsize>,
+    /// Room of the pool taken.
+    pooled: Arc<AtomicUsize>,
+    /// Reserves not yet taken by a core ([`Claims::new`]).
+    reserves: Arc<AtomicUsize>,
+    reserve: usize,
+    pool: usize,
     max: usize,
 }
 
 impl StreamBudget {
-    pub fn new(max: usize) -> Self {
+    /// `max` streams for `cores` cores (taken as 1 if 0).
+    pub fn new(max: usize, cores: usize) -> Self {
+        let cores = cores.max(1);
+        let reserve = if max >= cores {
+            (max / (2 * cores)).max(1)
+        } else {
+            0
+        };
         StreamBudget {
-            live: Arc::default(),
+            pooled: Arc::default(),
+            reserves: Arc::new(AtomicUsize::new(cores)),
+            reserve,
+            pool: max - cores * reserve,
             max,
         }
     }
@@ -30,39 +51,63 @@ impl StreamBudget {
         self.max
     }
 
-    /// Streams live in every core sharing the budget.
-    pub fn live(&self) -> usize {
-        self.live.load(Ordering::Relaxed)
+    /// Streams each core is guaranteed.
+    pub fn reserve(&self) -> usize {
+        self.reserve
     }
 
-    /// Room for one more stream, taken if there is. A count only (no data passes through it):
-    /// relaxed ordering is enough for the bound to hold.
+    /// Streams the cores hold beyond their reserves: the shared pool's room taken.
+    pub fn pooled(&self) -> usize {
+        self.pooled.load(Ordering::Relaxed)
+    }
+
+    /// Room in the pool for one more stream, taken if there is. A count only (no data passes
+    /// through it): relaxed ordering is enough for the bound to hold.
     fn try_claim(&self) -> bool {
-        self.live
+        self.pooled
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                (n < self.max).then_some(n + 1)
+                (n < self.pool).then_some(n + 1)
             })
             .is_ok()
     }
 
     fn release(&self, n: usize) {
-        let before = self.live.fetch_sub(n, Ordering::Relaxed);
-        debug_assert!(before >= n, "released {n} of {before} live streams");
+        let before = self.pooled.fetch_sub(n, Ordering::Relaxed);
+        debug_assert!(before >= n, "released {n} of {before} pooled streams");
+    }
+
+    /// A core's reserve, if one is left: a budget cloned to more cores than it was made for
+    /// gives the others none, and the bound still holds.
+    fn take_reserve(&self) -> usize {
+        if self.reserve == 0 {
+            return 0;
+        }
+        let taken = self
+            .reserves
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok();
+        if taken { self.reserve } else { 0 }
     }
 }
 
-/// One core's share of a [`StreamBudget`]: the streams it claimed. What it still holds when
-/// dropped goes back (a worker that failed or panicked must not keep its streams' room from
-/// the others).
+/// One core's share of a [`StreamBudget`]: the streams it claimed, its reserve's first. What it
+/// still holds when dropped goes back (a worker that failed or panicked must not keep its
+/// streams' room from the others).
 #[derive(Debug)]
 pub struct Claims {
     budget: StreamBudget,
+    reserve: usize,
     held: usize,
 }
 
 impl Claims {
     pub fn new(budget: StreamBudget) -> Self {
-        Claims { budget, held: 0 }
+        let reserve = budget.take_reserve();
+        Claims {
+            budget,
+            reserve,
+            held: 0,
+        }
     }
 
     /// Streams this core claimed and has not given back.
@@ -70,24 +115,31 @@ impl Claims {
         self.held
     }
 
-    /// Claims room for a stream about to open; false at the bound.
+    /// Claims room for a stream about to open: from the core's reserve while it lasts, else
+    /// from the pool; false when both are full.
     pub fn claim(&mut self) -> bool {
-        let ok = self.budget.try_claim();
+        let ok = self.held < self.reserve || self.budget.try_claim();
         self.held += usize::from(ok);
         ok
     }
 
-    /// Gives back the room of a stream that ended.
+    /// Gives back the room of a stream that ended: to the pool while the core holds more than
+    /// its reserve.
     pub fn release(&mut self) {
         debug_assert!(self.held > 0, "a stream released twice");
+        if self.held > self.reserve {
+            self.budget.release(1);
+        }
         self.held -= 1;
-        self.budget.release(1);
     }
 }
 
 impl Drop for Claims {
     fn drop(&mut self) {
-        self.budget.release(self.held);
+        self.budget.release(self.held.saturating_sub(self.reserve));
+        if self.reserve > 0 {
+            self.budget.reserves.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -97,21 +149,70 @@ mod tests {
 
     #[test]
     fn cores_sharing_a_budget_take_its_bound_between_them() {
-        let budget = StreamBudget::new(3);
+        // A reserve of 1 each and a pool of 2.
+        let budget = StreamBudget::new(4, 2);
+        assert_eq!(budget.reserve(), 1);
         let (mut a, mut b) = (Claims::new(budget.clone()), Claims::new(budget.clone()));
-        assert!(a.claim() && b.claim() && a.claim());
-        assert!(
-            !b.claim() && !a.claim(),
-            "the bound is the budget's, not each core's"
-        );
-        assert_eq!((a.held(), b.held(), budget.live()), (2, 1, 3));
+        assert!(a.claim() && a.claim() && a.claim());
+        assert!(!a.claim(), "the pool is shared, not each core's");
+        assert_eq!((a.held(), budget.pooled()), (3, 2));
+        // `a` cannot take `b`'s reserve.
+        assert!(b.claim() && !b.claim());
+        // Room beyond a reserve goes back to the pool, for either core.
         a.release();
+        assert_eq!(budget.pooled(), 1);
         assert!(b.claim());
         assert!(!a.claim());
-        // A core that goes away gives back what it held.
+        a.release();
+        assert_eq!((a.held(), budget.pooled()), (1, 1));
+        // A core within its reserve gives back to it: the room stays the core's.
+        a.release();
+        assert_eq!((a.held(), budget.pooled()), (0, 1));
+        assert!(b.claim() && !b.claim());
+        assert!(a.claim(), "a core under its reserve always has room");
+        // A core that goes away gives back what it held from the pool.
         drop(b);
-        assert_eq!(budget.live(), 1);
+        assert_eq!(budget.pooled(), 0);
         drop(a);
-        assert_eq!(budget.live(), 0);
+        assert_eq!(budget.pooled(), 0);
+    }
+
+    #[test]
+    fn the_bound_holds_for_any_number_of_cores() {
+        for (max, cores) in [
+            (0, 1),
+            (1, 1),
+            (7, 1),
+            (1, 2),
+            (3, 2),
+            (8, 2),
+            (100, 3),
+            (2, 5),
+        ] {
+            let budget = StreamBudget::new(max, cores);
+            // One core more than the budget is for gets no reserve.
+            let mut all: Vec<Claims> = (0..=cores).map(|_| Claims::new(budget.clone())).collect();
+            let mut taken = 0;
+            for c in &mut all {
+                while c.claim() {
+                    taken += 1;
+                }
+            }
+            assert_eq!(taken, max, "{max} streams for {cores} cores");
+            assert!(budget.reserve() > 0 || max < cores);
+            assert!(budget.reserve() * 2 * cores <= max.max(2 * cores));
+            drop(all);
+            assert_eq!(budget.pooled(), 0);
+            // The reserves come back with their cores.
+            let mut c = Claims::new(budget.clone());
+            assert!(max < cores || c.claim());
+        }
+    }
+
+    #[test]
+    fn one_core_has_the_whole_bound() {
+        let budget = StreamBudget::new(5, 1);
+        let mut c = Claims::new(budget);
+        assert_eq!((0..10).filter(|_| c.claim()).count(), 5);
     }
 }

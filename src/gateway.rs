@@ -69,7 +69,8 @@ pub struct Config {
     /// A stream with no packets for this long is flushed and leaves.
     pub stream_timeout: Duration,
     /// New streams beyond this are refused and counted; existing ones keep working. The bound
-    /// of one core ([`Gateway::new`]); cores sharing a [`StreamBudget`] share its bound instead.
+    /// of one core ([`Gateway::new`]); cores sharing a [`StreamBudget`] share its bound instead,
+    /// each guaranteed a part of it.
     pub max_streams: usize,
     pub token: Option<String>,
     /// Seed for the random part of message ULIDs.
@@ -1159,13 +1160,13 @@ pub const WARM_FROM: usize = 4096;
 impl Gateway {
     /// A core with a stream budget of its own, `cfg.max_streams`.
     pub fn new(cfg: Config) -> Self {
-        let budget = StreamBudget::new(cfg.max_streams);
+        let budget = StreamBudget::new(cfg.max_streams, 1);
         Gateway::with_budget(cfg, budget)
     }
 
     /// A core whose streams count against `budget`, shared with the other cores it is cloned
-    /// to (`--workers`: the limit is the gateway's, [`crate::budget`]); `cfg.max_streams` is
-    /// not read.
+    /// to (`--workers`: the limit is the gateway's, each core guaranteed a part of it,
+    /// [`crate::budget`]); `cfg.max_streams` is not read.
     pub fn with_budget(cfg: Config, budget: StreamBudget) -> Self {
         let pvp = Builder::new(cfg.session.clone(), cfg.token.clone(), cfg.id_seed);
         let roles = cfg.roles.clone();
@@ -1685,8 +1686,9 @@ impl Gateway {
         if self.ssrc_owner.contains_key(&key.ssrc) {
             return Err(DropReason::SsrcConflict);
         }
-        // At the limit, room is made from this core's own streams; another core may take the
-        // room given back before it is claimed again, and then more is made or the stream is
+        // A core under its reserve always has room ([`crate::budget`]). Beyond it, at a full
+        // pool, room is made from this core's own streams; another core may take the room
+        // given back before it is claimed again, and then more is made or the stream is
         // refused.
         while !self.streams.claim() {
             if !self.evict_silent_stream() && !self.end_a_lingering_stream(now) {

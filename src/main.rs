@@ -936,8 +936,9 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         let mut handles = Vec::new();
         let mut snapshots = Vec::new();
         let running = prometheus_client::metrics::gauge::Gauge::default();
-        // One stream limit for the gateway, not one a worker (README, `--max-streams`).
-        let budget = pvp_t140::budget::StreamBudget::new(cfg.max_streams);
+        // One stream limit for the gateway, not one a worker, with a share each worker is
+        // guaranteed (README, `--max-streams`; [`pvp_t140::budget`]).
+        let budget = pvp_t140::budget::StreamBudget::new(cfg.max_streams, sockets.len());
         for (i, socket) in sockets.into_iter().enumerate() {
             let (stats_tx, stats_rx) = tokio::sync::watch::channel(Stats::default());
             snapshots.push(stats_rx);

@@ -453,14 +453,15 @@ fn streams_beyond_the_limit_are_refused_and_existing_ones_keep_working() {
     assert_eq!(adds.last().unwrap().payload["content"], "y.");
 }
 
-/// Cores sharing a stream budget (`--workers`) share its limit: a core at the limit makes room
-/// from its own silent streams or refuses, and a stream that ends on one core gives its room
-/// to the other. Every way out (evicted, timed out, shut down) gives back its room once: the
-/// count is back at 0 at the end. A review found each worker's core had the whole limit
-/// (review, session 33).
+/// Cores sharing a stream budget (`--workers`) share its limit: beyond its reserve, a core at
+/// the limit makes room from its own silent streams or refuses, and a stream that ends beyond
+/// a core's reserve gives its room to the other. Every way out (evicted, timed out, shut down)
+/// gives back its room once: the pool is empty again at the end. A review found each worker's
+/// core had the whole limit (review, session 33).
 #[test]
 fn cores_sharing_a_stream_budget_share_its_limit_and_give_it_back() {
-    let budget = StreamBudget::new(2);
+    // A reserve of 1 a core and a pool of 2.
+    let budget = StreamBudget::new(4, 2);
     let cfg = || Config {
         stream_timeout: Duration::from_secs(5),
         ..Config::default()
@@ -468,29 +469,68 @@ fn cores_sharing_a_stream_budget_share_its_limit_and_give_it_back() {
     let mut a = Gateway::with_budget(cfg(), budget.clone());
     let mut b = Gateway::with_budget(cfg(), budget.clone());
     a.handle_datagram(at(0), addr(4000), &t140(1, 1, "First. "));
-    // A silent stream: an empty packet carries no text.
-    let mut silent = Vec::new();
-    rtp::write_packet(&mut silent, true, 98, 1, 1, 2, b"");
-    b.handle_datagram(at(0), addr(4001), &silent);
-    assert_eq!(budget.live(), 2);
+    a.handle_datagram(at(0), addr(4001), &t140(1, 2, "Second. "));
+    // Silent streams: an empty packet carries no text.
+    for ssrc in 3..=4 {
+        let mut silent = Vec::new();
+        rtp::write_packet(&mut silent, true, 98, 1, 1, ssrc, b"");
+        b.handle_datagram(at(1), addr(4000 + ssrc as u16), &silent);
+    }
+    assert_eq!((a.live_streams(), b.live_streams()), (2, 2));
+    assert_eq!(budget.pooled(), 2);
     // `a` has no silent stream of its own to give up: refused, `b`'s left alone.
-    a.handle_datagram(at(1), addr(4002), &t140(1, 3, "Refused. "));
+    a.handle_datagram(at(2), addr(4005), &t140(1, 5, "Refused. "));
     assert_eq!(a.stats().drops(DropReason::StreamLimit), 1);
-    assert_eq!((a.live_streams(), b.live_streams()), (1, 1));
+    assert_eq!((a.live_streams(), b.live_streams()), (2, 2));
     // `b` evicts its silent stream for a speaker.
-    b.handle_datagram(at(1), addr(4003), &t140(1, 4, "Second. "));
+    b.handle_datagram(at(2), addr(4006), &t140(1, 6, "Third. "));
     assert_eq!(b.stats().evicted, 1);
     assert_eq!(b.stats().drops(DropReason::StreamLimit), 0);
-    assert_eq!(budget.live(), 2);
-    // `a`'s stream times out: its room goes to `b`'s next.
+    assert_eq!(budget.pooled(), 2);
+    // `a`'s streams time out: the room beyond its reserve goes to `b`'s next.
     a.handle_timeout(at(5_000));
-    assert_eq!(budget.live(), 1);
-    b.handle_datagram(at(5_000), addr(4005), &t140(1, 5, "Third. "));
-    assert_eq!(b.live_streams(), 2);
+    assert_eq!((a.live_streams(), budget.pooled()), (0, 1));
+    b.handle_datagram(at(5_000), addr(4007), &t140(1, 7, "Fourth. "));
+    assert_eq!(b.live_streams(), 3);
     assert_eq!(b.stats().drops(DropReason::StreamLimit), 0);
     a.shutdown(at(5_002));
     b.shutdown(at(5_002));
-    assert_eq!(budget.live(), 0);
+    assert_eq!(budget.pooled(), 0);
+}
+
+/// A flood of random SSRCs from one source lands on one worker (the kernel hashes a source
+/// address:port to one socket), and that worker's core cannot take the room the others are
+/// guaranteed: a real caller on another core still gets a stream, and the cores together never
+/// hold more than the limit. A review found the flood filled the shared limit and the other
+/// core, with no silent stream of its own to evict, refused the caller (review, session 33).
+#[test]
+fn a_flood_on_one_core_cannot_lock_out_a_caller_on_another() {
+    const MAX: usize = 8;
+    let budget = StreamBudget::new(MAX, 2);
+    let mut a = Gateway::with_budget(Config::default(), budget.clone());
+    let mut b = Gateway::with_budget(Config::default(), budget.clone());
+    let mut x: u32 = 12345;
+    for _ in 0..1_000 {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        let mut d = Vec::new();
+        rtp::write_packet(&mut d, true, 98, x as u16, x, x | 2, b"");
+        b.handle_datagram(at(0), addr(10_000), &d);
+        assert!(a.live_streams() + b.live_streams() <= MAX);
+    }
+    // The flood has its own reserve and the pool, never `a`'s: MAX / (2 * 2) streams.
+    assert_eq!(b.live_streams(), MAX - 2);
+    for ssrc in 1..=2 {
+        a.handle_datagram(at(1), addr(4000 + ssrc as u16), &t140(1, ssrc, "Hello. "));
+    }
+    assert_eq!(a.stats().drops(DropReason::StreamLimit), 0);
+    assert_eq!(a.live_streams() + b.live_streams(), MAX);
+    assert_eq!(adds(&drain(&mut a)).len(), 2);
+    a.shutdown(at(2));
+    b.shutdown(at(2));
+    assert_eq!(budget.pooled(), 0);
+    assert_eq!(a.live_streams() + b.live_streams(), 0);
 }
 
 /// A speaker, then a flood of `n` single empty packets with random SSRCs (marked or not) from
