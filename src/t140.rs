@@ -364,6 +364,13 @@ impl Decoder {
                 // once the character after it shows it is no ST's first half: an `ESC \` right
                 // after the 256th character still ends the string whole. `n` stays in bound.
                 let n = n + u16::from(was_esc);
+                if !end && n > MAX_STRING {
+                    // The ESC was the character past the bound: the string ends on it, and the
+                    // character after it is read afresh, as after any 257th character.
+                    count(&mut counts.sequences_skipped);
+                    self.ctl = Ctl::Normal;
+                    return self.char(c, sink, counts);
+                }
                 self.ctl = if end || n + u16::from(c != '\u{1b}') > MAX_STRING {
                     count(&mut counts.sequences_skipped);
                     Ctl::Normal
@@ -576,6 +583,36 @@ mod tests {
         let (text, counts) = decode(&[&osc]);
         assert_eq!(text, "Hello.");
         assert_eq!(counts.sequences_skipped, 1);
+    }
+
+    /// An ESC right after a control string's 256th character that proves no ST's first half
+    /// (`ESC H`) is the character past the bound: the string ends on it and what follows is
+    /// read afresh, as after a 257th `z`, so "Hi" is text and an `ESC [1m` after it is still
+    /// a sequence. A review found the character after the ESC eaten with the string ("i",
+    /// "[1m") (review, session 33).
+    #[test]
+    fn an_esc_right_after_a_full_control_string_ends_it_without_eating_the_next_character() {
+        // `ESC ]` then "0;" and 254 characters: 256 in the string.
+        let mut osc = b"\x1b]0;".to_vec();
+        osc.extend(std::iter::repeat_n(b'z', 254));
+        // The 257th character a plain one: the string ends on it, and "Hi" is text.
+        let mut plain = osc.clone();
+        plain.extend_from_slice(b"zHi");
+        assert_eq!(decode(&[&plain]).0, "Hi", "the reference: a 257th z");
+        // The 257th character an ESC that proves not to be ST's first half.
+        let mut esc = osc.clone();
+        esc.extend_from_slice(b"\x1bHi");
+        let (text, counts) = decode(&[&esc]);
+        assert_eq!(counts.sequences_skipped, 1);
+        assert_eq!(
+            text, "Hi",
+            "the character after the ESC is not part of the string"
+        );
+        // The 257th an ESC followed by another: that one starts a sequence of its own.
+        let mut esc_esc = osc;
+        esc_esc.extend_from_slice(b"\x1b\x1b[1mHi");
+        let (text, counts) = decode(&[&esc_esc]);
+        assert_eq!((text.as_str(), counts.sequences_skipped), ("Hi", 2));
     }
 
     /// A 24-bit colour SGR for foreground and background (ITU T.416 parameters, 33 parameter
