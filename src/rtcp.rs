@@ -1,7 +1,8 @@
 //! The parts of RTCP (RFC 3550 section 6) a text gateway acts on: SDES names a participant,
-//! BYE ends a stream. Reports (SR/RR/XR/APP) are walked past, an SR's or RR's report blocks
-//! checked to fit. Borrow-only and bounds-checked: a malformed compound packet yields what was
-//! valid before the damage and an error count.
+//! BYE ends a stream. Reports (SR/RR/XR/APP, RFC 4585 feedback) are walked past, an SR's or
+//! RR's report blocks checked to fit and the others' fixed head to be there. Borrow-only and
+//! bounds-checked: a malformed compound packet yields what was valid before the damage and an
+//! error count.
 
 /// One thing a compound RTCP packet told us.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,6 +22,10 @@ const SR: u8 = 200;
 const RR: u8 = 201;
 const SDES: u8 = 202;
 const BYE: u8 = 203;
+const APP: u8 = 204;
+const RTPFB: u8 = 205;
+const PSFB: u8 = 206;
+const XR: u8 = 207;
 
 /// Walks a compound RTCP packet, calling `each` per event. Returns false if it was malformed
 /// (events before the damage are still reported).
@@ -50,6 +55,11 @@ pub fn parse<'a>(data: &'a [u8], each: &mut dyn FnMut(RtcpEvent<'a>)) -> bool {
             BYE => bye(body, count, each),
             SR => report(body, 24, count, each),
             RR => report(body, 4, count, each),
+            // Walked past, but each starts with its sender's SSRC: an APP has its name after it
+            // (RFC 3550 6.7), feedback the media source's SSRC (RFC 4585 6.1), XR no more
+            // (RFC 3611 2). Shorter is damage, counted as a report's is.
+            APP | RTPFB | PSFB => body.len() >= 8,
+            XR => body.len() >= 4,
             _ => true,
         };
         if !ok {
@@ -280,6 +290,32 @@ mod tests {
         assert!(!events(&d).1);
         // Length beyond the datagram.
         assert!(!events(&[0x81, BYE, 0, 9, 0, 0, 0, 1]).1);
+    }
+
+    /// Packets walked past still need their fixed head: APP its SSRC and name (RFC 3550 6.7),
+    /// RTPFB/PSFB the sender's and media source's SSRCs (RFC 4585 6.1), XR its SSRC (RFC 3611
+    /// 2). A review found a 4-octet APP passed as valid (review, session 33).
+    #[test]
+    fn app_feedback_and_xr_without_their_head_are_malformed() {
+        for pt in [APP, RTPFB, PSFB, XR] {
+            assert!(!events(&[0x80, pt, 0, 0]).1, "PT {pt}, no SSRC");
+            assert!(
+                events(&[0x80, pt, 0, 2, 0, 0, 0, 9, 0, 0, 0, 1]).1,
+                "PT {pt}, 12 octets"
+            );
+        }
+        assert!(
+            !events(&[0x80, APP, 0, 1, 0, 0, 0, 9]).1,
+            "APP without its name"
+        );
+        assert!(
+            !events(&[0x81, PSFB, 0, 1, 0, 0, 0, 9]).1,
+            "PLI without its media SSRC"
+        );
+        assert!(
+            events(&[0x80, XR, 0, 1, 0, 0, 0, 9]).1,
+            "XR with no report blocks"
+        );
     }
 
     #[test]

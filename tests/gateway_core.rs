@@ -430,6 +430,30 @@ fn a_four_octet_bye_on_the_rtp_port_is_rtcp_not_a_short_rtp_packet() {
     );
 }
 
+/// RFC 3550 6.7: an APP packet holds its sender's SSRC and a 4-octet name after its header,
+/// 12 octets at the least. The 4-octet `80 CC 00 00` on the RTP port is RTCP by its second
+/// octet (RFC 5761 section 4) but a malformed one, counted `rtcp_malformed` as the same 4
+/// octets as an RR are. A review found it passed as valid RTCP with no drop counted (review,
+/// session 33).
+#[test]
+fn a_four_octet_app_packet_is_counted_malformed_like_a_four_octet_report() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello. "));
+    gw.handle_datagram(at(10), addr(4000), &[0x80, 201, 0, 0]);
+    assert_eq!(
+        gw.stats().drops(DropReason::RtcpMalformed),
+        1,
+        "a 4-octet RR"
+    );
+    gw.handle_datagram(at(20), addr(4000), &[0x80, 204, 0, 0]);
+    let s = gw.stats();
+    assert_eq!(
+        (s.drops(DropReason::RtcpMalformed), s.drops_total()),
+        (2, 2),
+        "a 4-octet APP (no SSRC, no name) is malformed RTCP, counted as a drop"
+    );
+}
+
 #[test]
 fn streams_beyond_the_limit_are_refused_and_existing_ones_keep_working() {
     let mut gw = Gateway::new(Config {
