@@ -2267,7 +2267,7 @@ impl Gateway {
             }
             let s = self.slots.get_mut(slot).expect("live");
             if s.bye_waits {
-                self.lingering_timeout(now, at, slot);
+                self.lingering_timeout(at, slot);
                 continue;
             }
             let timeout_at = s.last_packet.plus_us(self.delays.stream_timeout);
@@ -2291,15 +2291,17 @@ impl Gateway {
     /// the end's flush.
     #[cold]
     #[inline(never)]
-    fn lingering_timeout(&mut self, now: Time, at: Time, slot: u32) {
+    fn lingering_timeout(&mut self, at: Time, slot: u32) {
         let Some(s) = self.slots.get(slot) else {
             return;
         };
         let timeout_at = s.last_packet.plus_us(self.delays.stream_timeout);
         let bye_end = (s.register.bye_deadline(self.cfg.reorder_wait)).unwrap_or(timeout_at);
         let end = bye_end.min(timeout_at);
-        if end > now {
-            // As of the deadline, as [`Gateway::handle_timeout`]'s other streams.
+        if at < end {
+            // As of the deadline, as [`Gateway::handle_timeout`]'s other streams: on a late
+            // call the work due before the end (a gap's wait, an idle flush) is done as of its
+            // own time, and the next deadline, the end at the latest, comes round again.
             self.fire_stream(at, slot, end);
             return;
         }

@@ -1245,6 +1245,56 @@ fn a_late_handle_timeout_gives_a_gap_up_as_of_its_own_deadline() {
     );
 }
 
+/// An RTCP BYE of `ssrc` alone (RFC 3550 6.6).
+fn bye(ssrc: u32) -> Vec<u8> {
+    let mut d = Vec::new();
+    pvp_t140::rtcp::write_bye(&mut d, ssrc);
+    d
+}
+
+/// As `a_late_handle_timeout_gives_a_gap_up_as_of_its_own_deadline`, for a stream lingering
+/// after its source's BYE: one late `handle_timeout` does what a call at each deadline does.
+/// On time, the gap (packet 2) is given up at 1,100 (its reorder wait), "Hi \u{fffd}there"
+/// flushes idle at 1,600, and the stream ends at 1,900 (the wait from the BYE at 900). A review
+/// found the late call did all the lingering stream's work as of its end: the gap given up at
+/// 1,900 and the text sent as the end's flush then (review, session 33).
+#[test]
+fn a_late_handle_timeout_gives_a_lingering_streams_gap_up_as_of_its_own_deadline() {
+    let cfg = Config {
+        idle_flush: Duration::from_millis(500),
+        reorder_wait: Duration::from_millis(1000),
+        ..Config::default()
+    };
+    let run = |stop: fn(&mut Gateway)| {
+        let mut gw = Gateway::new(cfg.clone());
+        gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hi "));
+        gw.handle_datagram(at(100), addr(4000), &t140(3, 7, "there"));
+        gw.handle_datagram(at(900), addr(4001), &bye(7));
+        stop(&mut gw);
+        let out = drain(&mut gw);
+        let flushes: Vec<String> = out
+            .iter()
+            .filter(|e| e.kind == "context.add")
+            .map(|e| e.payload["tags"][2].as_str().unwrap().to_owned())
+            .collect();
+        (adds_at(&out), flushes)
+    };
+    let exact = run(|gw| run_timers(gw, at(5000)));
+    assert_eq!(
+        exact.0,
+        vec![(
+            "t140:00000007@127.0.0.1:4000".to_owned(),
+            "Hi \u{fffd}there".to_owned(),
+            at(1600).to_iso8601()
+        )]
+    );
+    let late = run(|gw| gw.handle_timeout(at(5000)));
+    assert_eq!(
+        late, exact,
+        "a late handle_timeout must do what on-time calls do"
+    );
+}
+
 #[test]
 fn no_idle_flush_while_packets_wait_behind_a_gap() {
     let mut gw = Gateway::new(Config {
