@@ -1686,6 +1686,11 @@ impl Gateway {
         if self.ssrc_owner.contains_key(&key.ssrc) {
             return Err(DropReason::SsrcConflict);
         }
+        // Before room is made: the eviction that makes it is remembered too, and may push out
+        // this stream's own record ([`EVICTED_KEPT`]). Refused, the record is gone: the packet
+        // refused is lost, and the next one's fresh start marks that (a lost head) as the
+        // record's gap would have.
+        let returning = self.returning(&key, now);
         // A core under its reserve always has room ([`crate::budget`]). Beyond it, at a full
         // pool, room is made from this core's own streams; another core may take the room
         // given back before it is claimed again, and then more is made or the stream is
@@ -1708,7 +1713,7 @@ impl Gateway {
         {
             stream.created = Time::from_millis(ms + 1);
         }
-        if let Some(at) = self.returning(&key, now) {
+        if let Some(at) = returning {
             stream.register.resume(at);
         }
         // An SDES that arrived before the first RTP packet names the participant in its join.

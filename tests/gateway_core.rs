@@ -1502,6 +1502,46 @@ fn an_evicted_silent_stream_coming_back_keeps_its_sdes_name() {
     );
 }
 
+/// The last 64 streams evicted are remembered (README "Stream limit"): the caller is evicted
+/// first, then 63 more marked junk streams (64 evicted before its next packet, itself
+/// included), and it comes back unharmed, as with 62. Its return finds the table full, and the
+/// eviction that makes room for it pushes a 65th record. A review found room was made before
+/// the caller's record was looked up: the record pushed out was the caller's own, so it opened
+/// afresh, waited for a head already delivered and marked it lost (U+FFFD, `head_lost`)
+/// (review, session 33).
+#[test]
+fn the_64th_evicted_stream_back_is_still_remembered_when_its_return_evicts_another() {
+    for others in [62u32, 63] {
+        let mut gw = Gateway::new(Config {
+            max_streams: 3,
+            ..Config::default()
+        });
+        gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "\u{feff}"));
+        // Two fill the table; each one after evicts the oldest silent stream, the caller first.
+        for ssrc in 0..(3 + others) {
+            gw.handle_datagram(at(100), addr(5000), &t140(1, 1000 + ssrc, ""));
+        }
+        assert_eq!(gw.stats().evicted, u64::from(1 + others));
+        gw.handle_datagram(at(300), addr(4000), &t140(2, 1, "Hello. "));
+        run_timers(&mut gw, at(5000));
+        let got = adds_at(&drain(&mut gw));
+        assert_eq!(
+            (gw.stats().head_lost, gw.stats().lost),
+            (0, 0),
+            "{others} evicted after the caller: {got:?}"
+        );
+        assert_eq!(
+            got,
+            vec![(
+                "t140:00000001@127.0.0.1:4000".to_owned(),
+                "Hello.".to_owned(),
+                at(300).to_iso8601()
+            )],
+            "{others} evicted after the caller"
+        );
+    }
+}
+
 #[test]
 fn decoder_anomalies_on_in_order_packets_reach_the_stats() {
     let mut gw = Gateway::new(Config::default());
