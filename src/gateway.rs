@@ -663,7 +663,8 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
                     created: v.created,
                 };
                 let voice = VoiceRef::Named(id);
-                make_room(emit, v.speakers, *v.own, at, now, voice, &|_| false);
+                let room = make_room(emit, v.speakers, *v.own, at, now, voice, &|_| false);
+                v.mixer.spoke |= room.is_some_and(|(_, joined)| joined);
             }
             v.speaker(VoiceRef::Named(id), now)
         }
@@ -878,6 +879,7 @@ fn mixer_source_leaves(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, idx: u
         v.mixer.byes = v.mixer.byes.saturating_sub(1);
     }
     emit.speaker_ends(now, v.key, v.created, sp, "rtcp bye");
+    v.mixer.spoke |= sp.joined;
     sp.joined = false;
 }
 
@@ -952,7 +954,8 @@ struct Place<'a> {
 /// for it, `held`) ends, its leave sent, and its place is the new voice's, which joins at its
 /// first text. Without one, the stream's own voice speaks for the new one
 /// ([`crate::stream::speaker_index`]). t140llm's multiplexer names every reply's stream anew
-/// (a new CSRC in its CSRC mode), so a long-lived one passes the bound. Returns the place made.
+/// (a new CSRC in its CSRC mode), so a long-lived one passes the bound. Returns the place made,
+/// and whether the speaker that left it had joined ([`crate::stream::Mixer::spoke`]).
 #[cold]
 #[inline(never)]
 fn make_room(
@@ -963,7 +966,7 @@ fn make_room(
     now: Time,
     voice: VoiceRef<'_>,
     held: &dyn Fn(usize) -> bool,
-) -> Option<usize> {
+) -> Option<(usize, bool)> {
     if speakers.iter().any(|s| s.voice.as_ref() == voice) {
         return None;
     }
@@ -993,12 +996,13 @@ fn make_room(
         sp,
         "speaker limit of its RTP stream",
     );
+    let joined = sp.joined;
     *sp = Speaker::new(voice.to_voice(), at.key, now);
     // At least 1 ms after the start; a stream 49 days old saturates (its keys could repeat).
     let after = u32::try_from(since - start).unwrap_or(u32::MAX);
     sp.profile.key_since = std::num::NonZeroU32::new(after);
     emit.stats.speakers_recycled += 1;
-    Some(i)
+    Some((i, joined))
 }
 
 /// The newest millisecond a stream's context keys name: its start (`created`), or a later one
@@ -1015,13 +1019,15 @@ fn marks_only(text: &str) -> bool {
     text.chars().all(|c| c == '\u{fffd}' || c.is_whitespace())
 }
 
-/// Whether a stream carried text: a speaker joined, or holds text not yet sent other than loss
-/// marks (a junk SSRC's lost head holds a U+FFFD it will never send, [`marks_only`]). Such a
-/// stream is never evicted to make room ([`Gateway::evict_silent_stream`]).
+/// Whether a stream carried text: a speaker joined (and is joined still, or left since,
+/// [`crate::stream::Mixer::spoke`]), or holds text not yet sent other than loss marks (a junk
+/// SSRC's lost head holds a U+FFFD it will never send, [`marks_only`]). Such a stream is never
+/// evicted to make room ([`Gateway::evict_silent_stream`]).
 fn carried_text(s: &Stream) -> bool {
-    s.speakers
-        .iter()
-        .any(|sp| sp.joined || !marks_only(sp.chunker.pending()))
+    s.mixer.spoke
+        || s.speakers
+            .iter()
+            .any(|sp| sp.joined || !marks_only(sp.chunker.pending()))
 }
 
 /// Whether a stream that carried no text yet may: a packet it holds (behind a gap, or in a
@@ -1548,8 +1554,9 @@ impl Gateway {
                     )
                 })
                 .flatten();
+                mixer.spoke |= room.is_some_and(|(_, joined)| joined);
                 let i = speaker_index(speakers, own, key, VoiceRef::Csrc(c), now);
-                let made = speakers.len() > before || room == Some(i);
+                let made = speakers.len() > before || room.map(|(r, _)| r) == Some(i);
                 if made && speakers[i].voice.as_ref() == VoiceRef::Csrc(c) {
                     // A mixer's source's SDES (the mixer reports for its sources, RFC 3550
                     // 6.5) may have come before the source's first packet. Not the own voice
@@ -2059,6 +2066,7 @@ impl Gateway {
             // No reorder wait, or the stream never placed a packet: nothing to wait for.
             forget_byes(sp, mixer);
             self.emit.speaker_ends(now, key, created, sp, reason);
+            mixer.spoke |= sp.joined;
             sp.joined = false;
             return;
         };

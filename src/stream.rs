@@ -264,6 +264,11 @@ pub struct Mixer {
     /// Speakers whose leave waits after their BYE ([`crate::speaker::MixerVoice::bye_at`]):
     /// none, nearly always, and then no packet looks.
     pub byes: u8,
+    /// A source of it that had joined left (its BYE, or its place taken at the speaker bound):
+    /// the stream carried text though no speaker may be joined now, and is not evicted as a
+    /// stream that never did (README "Stream limit"). Set where a source leaves, never on
+    /// the packet path.
+    pub spoke: bool,
 }
 
 /// [`Stream::own`] before the stream's own speaker exists.

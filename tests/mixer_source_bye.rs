@@ -692,6 +692,46 @@ fn a_stream_spared_for_a_partial_character_is_evictable_once_it_came_to_nothing(
     }
 }
 
+/// README "Stream limit": a new stream at the limit takes the place of the oldest that never
+/// carried text. A mixer's stream whose source B spoke ("Bravo.", joined, sent) and then left
+/// after its BYE (RFC 3550 6.6) carried text, and is not evicted. When B speaks again (a
+/// packet stamped after its BYE joins it again), the mixer's next packet carries B's last text
+/// as RED redundancy (RFC 9071, per source, placed by timestamp), which the stream that kept it
+/// knows was delivered. A review found a leave (`joined = false`) made the stream count as
+/// never having carried text: it was evicted like a junk SSRC, the stream opened again took
+/// the repeat for text it never had, and "Bravo." was said twice (review, session 33).
+#[test]
+fn a_mixer_stream_whose_source_spoke_and_left_is_not_evicted_as_if_it_never_carried_text() {
+    let run = |evict: bool| {
+        let mut gw = Gateway::new(Config {
+            max_streams: 3,
+            ..Config::default()
+        });
+        gw.handle_datagram(at(0), addr(5000), &red_csrc(1, 1000, 2, &[], b"Bravo. "));
+        gw.handle_datagram(at(50), addr(5000), &mixer_bye(2));
+        run_timers(&mut gw, 1100);
+        let junk = if evict { 100..103 } else { 100..102 };
+        for ssrc in junk {
+            gw.handle_datagram(at(1200), addr(6000), &t140(1, ssrc, ""));
+        }
+        let evicted = gw.stats().evicted;
+        gw.handle_datagram(
+            at(1300),
+            addr(5000),
+            &red_csrc(2, 1300, 2, &[(300, b"Bravo. ")], b"Charlie. "),
+        );
+        run_timers(&mut gw, 5000);
+        let out = drain(&mut gw);
+        (evicted, text_of(&out, "csrc:00000002"))
+    };
+    assert_eq!(run(false), (0, "Bravo. Charlie.".to_owned()));
+    let (evicted, text) = run(true);
+    assert_eq!(
+        text, "Bravo. Charlie.",
+        "the mixer's stream was evicted ({evicted}) as if it never carried text"
+    );
+}
+
 /// A mixer's stream at its 32 speakers: a new voice takes the place of the longest silent
 /// speaker, which leaves. A late duplicate of a packet already delivered (dropped as stale,
 /// RFC 3550 A.1) from a source that has since left to make room is no voice: it says nothing.
