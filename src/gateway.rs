@@ -1808,7 +1808,8 @@ impl Gateway {
     /// numbering stood, so that its next packet is not taken for a stream whose head was lost
     /// (a wait, and a false U+FFFD, RFC 4103 5.3), and its speakers' SDES names, back in
     /// `early_names` for the join. Not for a stream whose source said BYE: what follows is
-    /// its next session's.
+    /// its next session's (nor kept past a BYE that comes after, [`Gateway::forget_evicted`]).
+    /// The names outlive the record, as any early name (README "Stream limit").
     #[cold]
     #[inline(never)]
     fn remember_evicted(&mut self, s: &mut Stream) {
@@ -1843,6 +1844,18 @@ impl Gateway {
         let i = self.evicted.iter().position(|(k, ..)| k == key)?;
         let (_, until, at) = self.evicted.remove(i)?;
         (now < until).then_some(at)
+    }
+
+    /// A BYE for `ssrc` of host `ip` that ends no stream nor speaker: a stream of it evicted
+    /// ([`Gateway::remember_evicted`]) ended its session (RFC 3550 6.6), so what was kept for
+    /// its return, where its numbering stood and its SDES name, is not its next session's
+    /// (which starts afresh, as after a BYE that finds its stream, RFC 3550 5.1).
+    #[cold]
+    #[inline(never)]
+    fn forget_evicted(&mut self, ip: IpAddr, ssrc: u32) {
+        let gone = |k: &StreamKey| k.source.ip() == ip && k.ssrc == ssrc;
+        self.evicted.retain(|(k, ..)| !gone(k));
+        self.early_names.retain(|e| !(e.0 == ip && e.1 == ssrc));
     }
 
     /// RTCP (RFC 3550 6): SDES NAME (else CNAME) names the participant, BYE ends the stream.
@@ -1921,11 +1934,13 @@ impl Gateway {
             }
         }
         for ssrc in sources {
-            let Some(h) = home else { continue };
-            if let Some(i) =
-                (self.csrc_speaker(h, ssrc)).or_else(|| self.unheard_source(now, h, ssrc))
-            {
-                self.end_speaker(now, h, i, "rtcp bye");
+            let speaker = home.and_then(|h| {
+                let i = (self.csrc_speaker(h, ssrc)).or_else(|| self.unheard_source(now, h, ssrc));
+                Some((h, i?))
+            });
+            match speaker {
+                Some((h, i)) => self.end_speaker(now, h, i, "rtcp bye"),
+                None => self.forget_evicted(source.ip(), ssrc),
             }
         }
         if ok {

@@ -1502,6 +1502,47 @@ fn an_evicted_silent_stream_coming_back_keeps_its_sdes_name() {
     );
 }
 
+/// A caller evicted while silent (its marked BOM at sequence 1) says BYE, then starts its next
+/// session under the same SSRC from the same address: a new session's first sequence number
+/// is random (RFC 3550 5.1), here 40,000, marked, with its BOM and first sentence. The BYE
+/// forgets what the eviction kept: the next session starts afresh, as when the BYE finds the
+/// stream live (the control). A review found the eviction record outlived the BYE (a BYE for
+/// a stream not in the table was ignored): the new session's first packet was judged against
+/// the old numbering (a jump, kept for a restart to be confirmed) and its sentence never went
+/// out (review, session 33).
+#[test]
+fn an_evicted_stream_whose_source_said_bye_starts_its_next_session_afresh() {
+    for evict in [false, true] {
+        let mut gw = Gateway::new(Config {
+            max_streams: 3,
+            ..Config::default()
+        });
+        gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "\u{feff}"));
+        let junk = if evict { 100..103 } else { 100..102 };
+        for ssrc in junk {
+            gw.handle_datagram(at(100), addr(5000), &t140(1, ssrc, ""));
+        }
+        assert_eq!(gw.stats().evicted, u64::from(evict));
+        gw.handle_datagram(at(200), addr(4001), &bye(1));
+        gw.handle_datagram(
+            at(1500),
+            addr(4000),
+            &t140m(40_000, 1, true, "\u{feff}Hello. "),
+        );
+        run_timers(&mut gw, at(5000));
+        assert_eq!(
+            adds_at(&drain(&mut gw)),
+            vec![(
+                "t140:00000001@127.0.0.1:4000".to_owned(),
+                "Hello.".to_owned(),
+                at(1500).to_iso8601()
+            )],
+            "evicted before its BYE: {evict}"
+        );
+        assert_eq!(gw.stats().lost, 0, "evicted before its BYE: {evict}");
+    }
+}
+
 /// The last 64 streams evicted are remembered (README "Stream limit"): the caller is evicted
 /// first, then 63 more marked junk streams (64 evicted before its next packet, itself
 /// included), and it comes back unharmed, as with 62. Its return finds the table full, and the
