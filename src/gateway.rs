@@ -924,21 +924,18 @@ fn lost_speaker(v: &Voices<'_>) -> Option<usize> {
 /// join carries the name and `rtcp_name` rules can match it.
 #[cold]
 #[inline(never)]
-fn name_new_speaker(
-    early: &mut Vec<(IpAddr, u32, String, u8)>,
-    key: &StreamKey,
-    id: u32,
-    sp: &mut Speaker,
-) {
-    let Some(i) = early
-        .iter()
-        .position(|(ip, ssrc, _, _)| *ip == key.source.ip() && *ssrc == id)
-    else {
+fn name_new_speaker(early: &mut Vec<EarlyName>, key: &StreamKey, id: u32, sp: &mut Speaker) {
+    let Some((_, _, name, rank, _)) = take_early_name(early, key.source.ip(), id) else {
         return;
     };
-    let (_, _, name, rank) = early.remove(i);
     sp.profile.name = name;
     sp.profile.name_rank = rank;
+}
+
+/// The early name of source `id` of host `ip`, taken out of `early`.
+fn take_early_name(early: &mut Vec<EarlyName>, ip: IpAddr, id: u32) -> Option<EarlyName> {
+    let i = early.iter().position(|e| e.0 == ip && e.1 == id)?;
+    Some(early.remove(i))
 }
 
 /// Where a stream's speakers speak: what a speaker's first chunk or its end reads.
@@ -1051,7 +1048,7 @@ pub struct Gateway {
     timers: Timers,
     serial: u64,
     /// SDES names of sources not seen on RTP yet (bounded, oldest evicted).
-    early_names: Vec<(IpAddr, u32, String, u8)>,
+    early_names: Vec<EarlyName>,
     /// The last streams ended, with the newest millisecond their keys used (the start, or a
     /// speaker's that took a place made at the speaker bound): one started again under its key (a
     /// BYE, then the sender's next packet, in one batch) starts a millisecond later,
@@ -1118,6 +1115,10 @@ impl Delays {
 }
 
 const MAX_EARLY_NAMES: usize = 256;
+/// An SDES name of a source not seen on RTP ([`Gateway::early_names`]): its host, SSRC (or
+/// CSRC), name and rank, and, for a mixer's source whose name its stream's eviction kept, the
+/// mixer's SSRC, whose BYE forgets it ([`Gateway::forget_evicted`]).
+type EarlyName = (IpAddr, u32, String, u8, Option<u32>);
 /// Speakers a mixer's stream makes for BYEs of sources not heard yet, at most, while none of
 /// them is heard ([`Gateway::unheard_source`]): a BYE that overtook a source's only packets is
 /// rare, and a conference's silent members' BYEs must not take its speakers' places.
@@ -1698,12 +1699,18 @@ impl Gateway {
         // refused is lost, and the next one's fresh start marks that (a lost head) as the
         // record's gap would have.
         let returning = self.returning(&key, now);
+        // Its SDES name too: the eviction's names go among the early names, and may push out
+        // the oldest, this one ([`MAX_EARLY_NAMES`]). Refused, it is put back for the next try.
+        let early = take_early_name(&mut self.early_names, key.source.ip(), key.ssrc);
         // A core under its reserve always has room ([`crate::budget`]). Beyond it, at a full
         // pool, room is made from this core's own streams; another core may take the room
         // given back before it is claimed again, and then more is made or the stream is
         // refused.
         while !self.streams.claim() {
             if !self.evict_silent_stream() && !self.end_a_lingering_stream(now) {
+                if let Some((ip, id, name, rank, via)) = early {
+                    self.keep_early_name(ip, id, name, rank, via);
+                }
                 return Err(DropReason::StreamLimit);
             }
         }
@@ -1724,18 +1731,10 @@ impl Gateway {
             stream.register.resume(at);
         }
         // An SDES that arrived before the first RTP packet names the participant in its join.
-        if self
-            .early_names
-            .iter()
-            .any(|(ip, ssrc, _, _)| *ip == key.source.ip() && *ssrc == key.ssrc)
-        {
+        if let Some((_, _, name, rank, _)) = early {
             let (idx, _) = stream.speaker(VoiceRef::Ssrc, now);
-            name_new_speaker(
-                &mut self.early_names,
-                &key,
-                key.ssrc,
-                &mut stream.speakers[idx],
-            );
+            stream.speakers[idx].profile.name = name;
+            stream.speakers[idx].profile.name_rank = rank;
         }
         let slot = self.slots.insert(stream);
         self.index.insert(key, slot);
@@ -1827,13 +1826,13 @@ impl Gateway {
             self.evicted.push_back((s.key, until, at));
         }
         for sp in s.speakers.iter_mut().filter(|sp| sp.profile.name_rank > 0) {
-            let id = match sp.voice {
-                Voice::Ssrc => s.key.ssrc,
-                Voice::Csrc(c) => c,
+            let (id, via) = match sp.voice {
+                Voice::Ssrc => (s.key.ssrc, None),
+                Voice::Csrc(c) => (c, Some(s.key.ssrc)),
                 Voice::Named(_) => continue,
             };
             let name = std::mem::take(&mut sp.profile.name);
-            self.keep_early_name(s.key.source.ip(), id, name, sp.profile.name_rank);
+            self.keep_early_name(s.key.source.ip(), id, name, sp.profile.name_rank, via);
         }
     }
 
@@ -1848,14 +1847,15 @@ impl Gateway {
 
     /// A BYE for `ssrc` of host `ip` that ends no stream nor speaker: a stream of it evicted
     /// ([`Gateway::remember_evicted`]) ended its session (RFC 3550 6.6), so what was kept for
-    /// its return, where its numbering stood and its SDES name, is not its next session's
-    /// (which starts afresh, as after a BYE that finds its stream, RFC 3550 5.1).
+    /// its return, where its numbering stood and its SDES names (a mixer's sources' too, which
+    /// end with it, README "RTCP"), is not its next session's (which starts afresh, as after a
+    /// BYE that finds its stream, RFC 3550 5.1).
     #[cold]
     #[inline(never)]
     fn forget_evicted(&mut self, ip: IpAddr, ssrc: u32) {
         let gone = |k: &StreamKey| k.source.ip() == ip && k.ssrc == ssrc;
         self.evicted.retain(|(k, ..)| !gone(k));
-        self.early_names.retain(|e| !(e.0 == ip && e.1 == ssrc));
+        (self.early_names).retain(|e| !(e.0 == ip && (e.1 == ssrc || e.4 == Some(ssrc))));
     }
 
     /// RTCP (RFC 3550 6): SDES NAME (else CNAME) names the participant, BYE ends the stream.
@@ -2169,7 +2169,7 @@ impl Gateway {
     ) {
         let Some(name) = sdes_name(name) else { return };
         let Some(slot) = slot.filter(|&s| self.takes_names(s)) else {
-            self.keep_early_name(source.ip(), ssrc, name, rank);
+            self.keep_early_name(source.ip(), ssrc, name, rank, None);
             return;
         };
         let s = self.slots.get_mut(slot).expect("live");
@@ -2181,17 +2181,22 @@ impl Gateway {
     }
 
     /// An SDES name for a source not seen on RTP ([`Gateway::early_names`]); a NAME is never
-    /// replaced by a CNAME.
-    fn keep_early_name(&mut self, ip: IpAddr, ssrc: u32, name: String, rank: u8) {
-        let same = |e: &(IpAddr, u32, String, u8)| e.0 == ip && e.1 == ssrc;
-        if self.early_names.iter().any(|e| same(e) && e.3 > rank) {
-            return;
+    /// replaced by a CNAME. A name replaced keeps its mixer ([`EarlyName`]): the source's
+    /// session is still the evicted mixer's until its BYE.
+    fn keep_early_name(&mut self, ip: IpAddr, ssrc: u32, name: String, rank: u8, via: Option<u32>) {
+        let same = |e: &EarlyName| e.0 == ip && e.1 == ssrc;
+        let mut via = via;
+        if let Some(e) = self.early_names.iter().find(|e| same(e)) {
+            if e.3 > rank {
+                return;
+            }
+            via = via.or(e.4);
         }
         self.early_names.retain(|e| !same(e));
         if self.early_names.len() >= MAX_EARLY_NAMES {
             self.early_names.remove(0);
         }
-        self.early_names.push((ip, ssrc, name, rank));
+        self.early_names.push((ip, ssrc, name, rank, via));
     }
 
     /// The earliest moment this stream needs attention.

@@ -1583,6 +1583,64 @@ fn the_64th_evicted_stream_back_is_still_remembered_when_its_return_evicts_anoth
     }
 }
 
+/// The same holds for the caller's SDES name, kept at its eviction among the early names (at
+/// most 256, oldest dropped first, README "Stream limit"): with 255 other sources named before
+/// their first packets, the caller's is the oldest, and the eviction that makes room for its
+/// return keeps the evicted stream's name too. The caller still joins with its name, as with
+/// 254 others. A review found room was made before the name was looked up: the eviction pushed
+/// out the caller's own name and it joined without it (review, session 33).
+#[test]
+fn the_eviction_made_for_a_streams_return_does_not_push_out_its_own_sdes_name() {
+    for fillers in [254u32, 255] {
+        let mut gw = Gateway::new(Config {
+            max_streams: 3,
+            ..Config::default()
+        });
+        // The caller, named before its first packet, opens with its BOM.
+        gw.handle_datagram(
+            at(0),
+            addr(4001),
+            &sdes(1, "user@host", Some("Ada Lovelace")),
+        );
+        gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "\u{feff}"));
+        // A burst of junk SSRCs evicts it (its name back among the early names, the only one).
+        for ssrc in 100..103 {
+            gw.handle_datagram(at(100), addr(5000), &t140(1, ssrc, ""));
+        }
+        assert_eq!(gw.stats().evicted, 1, "the caller's stream was evicted");
+        // The oldest junk stream, next to be evicted, has an SDES name of its own.
+        gw.handle_datagram(at(150), addr(5001), &sdes(100, "user@host", Some("Junk")));
+        // Other hosts' sources named before their first packet: the caller's is the oldest.
+        let other = SocketAddr::from(([127, 0, 0, 2], 6001));
+        for ssrc in 0..fillers {
+            gw.handle_datagram(
+                at(200),
+                other,
+                &sdes(10_000 + ssrc, "user@host", Some("Someone")),
+            );
+        }
+        // The caller types: its return evicts junk 100 to make room.
+        gw.handle_datagram(at(300), addr(4000), &t140m(2, 1, false, "Hello. "));
+        assert_eq!(gw.stats().evicted, 2, "the return made room by an eviction");
+        let joins: Vec<(String, String)> = drain(&mut gw)
+            .iter()
+            .filter(|e| e.kind == "session.join")
+            .map(|e| {
+                let name = e.payload["participant"]["name"].as_str().unwrap_or("");
+                (e.sender.clone(), name.to_owned())
+            })
+            .collect();
+        assert_eq!(
+            joins,
+            vec![(
+                "t140:00000001@127.0.0.1:4000".to_owned(),
+                "Ada Lovelace".to_owned()
+            )],
+            "with {fillers} other early names, the caller's return lost its SDES name"
+        );
+    }
+}
+
 #[test]
 fn decoder_anomalies_on_in_order_packets_reach_the_stats() {
     let mut gw = Gateway::new(Config::default());

@@ -732,6 +732,69 @@ fn a_mixer_stream_whose_source_spoke_and_left_is_not_evicted_as_if_it_never_carr
     );
 }
 
+/// A BYE for an evicted stream forgets what the eviction kept for its return (README "Stream
+/// limit": its SDES names are kept "unless a BYE came"), and for a mixer's stream that is its
+/// sources' names too, kept under their CSRCs: they end with the mixer (README "RTCP"). The
+/// mixer (SSRC 9) names its source CSRC 1 "Alice" in its SDES, is evicted silent, says BYE,
+/// and in its next session (a random first sequence number, RFC 3550 5.1) the same source
+/// speaks: it joins without the old session's name, as when the BYE finds the mixer's stream
+/// live (the control). A review found only the BYE's own SSRC's names were forgotten, and the
+/// source joined as "Alice" (review, session 33).
+#[test]
+fn a_bye_for_an_evicted_mixer_forgets_its_sources_names_too() {
+    let run = |evict: bool| {
+        let mut gw = Gateway::new(Config {
+            max_streams: 3,
+            ..Config::default()
+        });
+        // The mixer, its source CSRC 1 named in its SDES, nobody typing yet.
+        gw.handle_datagram(
+            at(0),
+            addr(4000),
+            &with_csrc_m(true, 1, 1000, 9, 1, "\u{feff}".as_bytes()),
+        );
+        let mut rr_sdes = Vec::new();
+        pvp_t140::rtcp::write_rr(&mut rr_sdes, 9);
+        pvp_t140::rtcp::write_sdes(&mut rr_sdes, 1, "user@host", Some("Alice"));
+        gw.handle_datagram(at(10), addr(4001), &rr_sdes);
+        let junk = if evict { 100..103 } else { 100..102 };
+        for ssrc in junk {
+            gw.handle_datagram(at(100), addr(5000), &t140(1, ssrc, ""));
+        }
+        assert_eq!(gw.stats().evicted, u64::from(evict));
+        gw.handle_datagram(at(200), addr(4001), &stream_bye(9));
+        gw.handle_datagram(
+            at(1500),
+            addr(4000),
+            &with_csrc_m(true, 40_000, 90_000, 9, 1, b"Hello. "),
+        );
+        run_timers(&mut gw, 10_000);
+        drain(&mut gw)
+            .iter()
+            .filter(|e| e.kind == "session.join")
+            .map(|e| {
+                let name = e.payload["participant"]["name"].as_str().unwrap_or("");
+                (e.sender.clone(), name.to_owned())
+            })
+            .collect::<Vec<_>>()
+    };
+    let live = run(false);
+    assert_eq!(
+        live,
+        vec![(
+            "t140:00000009@127.0.0.1:4000/csrc:00000001".to_owned(),
+            "T.140 00000001 via T.140 00000009 (127.0.0.1:4000)".to_owned()
+        )],
+        "control: the BYE found the mixer's stream live"
+    );
+    assert_eq!(
+        run(true),
+        live,
+        "the mixer's stream was evicted before its BYE: its next session's source took the old \
+         session's SDES name"
+    );
+}
+
 /// A mixer's stream at its 32 speakers: a new voice takes the place of the longest silent
 /// speaker, which leaves. A late duplicate of a packet already delivered (dropped as stale,
 /// RFC 3550 A.1) from a source that has since left to make room is no voice: it says nothing.
