@@ -10,8 +10,10 @@
 //! streams as cores) and the rest is a pool the cores share, an atomic claimed when a core
 //! beyond its reserve opens a stream and given back when one ends: no lock, nothing touched
 //! for a core's first streams, nothing on the packet path of a stream that exists, and the
-//! cores together never hold more than `max`. A core made by [`crate::Gateway::new`] has a
-//! budget of its own, so the sans-IO core alone stays deterministic.
+//! cores together never hold more than `max`. A core that goes away (a worker that failed or
+//! panicked) gives its reserve to the pool, for the cores left, which get its sources. A core
+//! made by [`crate::Gateway::new`] has a budget of its own, so the sans-IO core alone stays
+//! deterministic.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -21,10 +23,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 pub struct StreamBudget {
     /// Room of the pool taken.
     pooled: Arc<AtomicUsize>,
+    /// The pool's room: what the reserves leave of `max`, and the reserves of the cores gone.
+    /// It only grows.
+    pool: Arc<AtomicUsize>,
     /// Reserves not yet taken by a core ([`Claims::new`]).
     reserves: Arc<AtomicUsize>,
     reserve: usize,
-    pool: usize,
     max: usize,
 }
 
@@ -39,9 +43,9 @@ impl StreamBudget {
         };
         StreamBudget {
             pooled: Arc::default(),
+            pool: Arc::new(AtomicUsize::new(max - cores * reserve)),
             reserves: Arc::new(AtomicUsize::new(cores)),
             reserve,
-            pool: max - cores * reserve,
             max,
         }
     }
@@ -62,11 +66,13 @@ impl StreamBudget {
     }
 
     /// Room in the pool for one more stream, taken if there is. A count only (no data passes
-    /// through it): relaxed ordering is enough for the bound to hold.
+    /// through it): relaxed ordering is enough for the bound to hold, as the pool's room only
+    /// grows (a stale read of it is smaller, never larger).
     fn try_claim(&self) -> bool {
+        let pool = self.pool.load(Ordering::Relaxed);
         self.pooled
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                (n < self.pool).then_some(n + 1)
+                (n < pool).then_some(n + 1)
             })
             .is_ok()
     }
@@ -91,8 +97,8 @@ impl StreamBudget {
 }
 
 /// One core's share of a [`StreamBudget`]: the streams it claimed, its reserve's first. What it
-/// still holds when dropped goes back (a worker that failed or panicked must not keep its
-/// streams' room from the others).
+/// still holds when dropped goes back, and its reserve goes to the pool (a worker that failed
+/// or panicked must not keep its streams' room from the others, which get its sources).
 #[derive(Debug)]
 pub struct Claims {
     budget: StreamBudget,
@@ -137,9 +143,7 @@ impl Claims {
 impl Drop for Claims {
     fn drop(&mut self) {
         self.budget.release(self.held.saturating_sub(self.reserve));
-        if self.reserve > 0 {
-            self.budget.reserves.fetch_add(1, Ordering::Relaxed);
-        }
+        self.budget.pool.fetch_add(self.reserve, Ordering::Relaxed);
     }
 }
 
@@ -170,9 +174,12 @@ mod tests {
         assert_eq!((a.held(), budget.pooled()), (0, 1));
         assert!(b.claim() && !b.claim());
         assert!(a.claim(), "a core under its reserve always has room");
-        // A core that goes away gives back what it held from the pool.
+        // A core that goes away gives back what it held from the pool, and its reserve: the
+        // core left has the whole bound.
         drop(b);
         assert_eq!(budget.pooled(), 0);
+        assert_eq!((0..4).filter(|_| a.claim()).count(), 3);
+        assert_eq!(a.held(), 4);
         drop(a);
         assert_eq!(budget.pooled(), 0);
     }
@@ -203,9 +210,10 @@ mod tests {
             assert!(budget.reserve() * 2 * cores <= max.max(2 * cores));
             drop(all);
             assert_eq!(budget.pooled(), 0);
-            // The reserves come back with their cores.
+            // The reserves of the cores gone are the pool's: a core made now has none, and
+            // the whole bound.
             let mut c = Claims::new(budget.clone());
-            assert!(max < cores || c.claim());
+            assert_eq!((0..=max).filter(|_| c.claim()).count(), max);
         }
     }
 

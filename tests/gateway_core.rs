@@ -522,6 +522,40 @@ fn cores_sharing_a_stream_budget_share_its_limit_and_give_it_back() {
     assert_eq!(budget.pooled(), 0);
 }
 
+/// A core that goes away (its worker panicked, unwinding drops it) gives its reserve to the
+/// cores left, which get its sources (SO_REUSEPORT rehashes them): README, `--max-streams` is
+/// "one limit for the whole gateway, however many `--workers`". A review found the reserve went
+/// where only a core made later could take it, and the surviving core refused a caller while
+/// the gateway held 3 streams of its limit of 4 (review, session 33).
+#[test]
+fn a_dead_workers_room_goes_to_the_workers_left() {
+    // A reserve of 1 a core and a pool of 2.
+    let budget = StreamBudget::new(4, 2);
+    let mut a = Gateway::with_budget(Config::default(), budget.clone());
+    let mut b = Gateway::with_budget(Config::default(), budget.clone());
+    a.handle_datagram(at(0), addr(4000), &t140(1, 1, "Hello from a. "));
+    assert_eq!(a.live_streams(), 1);
+    // Worker `a` panics: its core is dropped while unwinding.
+    drop(a);
+    for ssrc in 2..=5u32 {
+        b.handle_datagram(
+            at(1),
+            addr(4000 + ssrc as u16),
+            &t140(1, ssrc, "A caller speaks. "),
+        );
+    }
+    assert_eq!(
+        (b.live_streams(), b.stats().drops(DropReason::StreamLimit)),
+        (4, 0),
+        "the gateway holds {} streams of its limit of 4, and refused a caller",
+        b.live_streams()
+    );
+    // The bound holds: a fifth is refused.
+    b.handle_datagram(at(2), addr(4010), &t140(1, 10, "One too many. "));
+    assert_eq!(b.live_streams(), 4);
+    assert_eq!(b.stats().drops(DropReason::StreamLimit), 1);
+}
+
 /// A flood of random SSRCs from one source lands on one worker (the kernel hashes a source
 /// address:port to one socket), and that worker's core cannot take the room the others are
 /// guaranteed: a real caller on another core still gets a stream, and the cores together never
