@@ -695,10 +695,10 @@ fn main() -> ExitCode {
     code
 }
 
-/// The live gateway's flags are not a subcommand's: one given before `replay` or `send` is
-/// refused, as clap's `args_conflicts_with_subcommands` refuses it, except `--log-format`,
-/// which is global (README: `pvp-t140 --log-format json replay ...`), and which that setting
-/// refused too.
+/// The live gateway's flags are not a subcommand's: those given before `replay` or `send` are
+/// refused, all named at once as clap's `args_conflicts_with_subcommands` named them (one a
+/// line), except `--log-format`, which is global (README: `pvp-t140 --log-format json replay
+/// ...`), and which that setting refused too.
 fn refuse_live_flags_with_a_subcommand(m: &clap::ArgMatches) {
     use clap::CommandFactory;
     use clap::parser::ValueSource;
@@ -706,18 +706,27 @@ fn refuse_live_flags_with_a_subcommand(m: &clap::ArgMatches) {
         return;
     };
     let mut cmd = Cli::command();
-    let given = cmd.get_arguments().find(|a| {
-        let id = a.get_id().as_str();
-        id != "log_format" && m.value_source(id) == Some(ValueSource::CommandLine)
-    });
-    if let Some(arg) = given {
-        let flag = arg
-            .get_long()
-            .map_or_else(|| arg.get_id().to_string(), |l| format!("--{l}"));
-        let msg = format!("the subcommand '{name}' cannot be used with '{flag}'");
-        cmd.error(clap::error::ErrorKind::ArgumentConflict, msg)
-            .exit();
-    }
+    let given: Vec<String> = cmd
+        .get_arguments()
+        .filter(|a| {
+            let id = a.get_id().as_str();
+            id != "log_format" && m.value_source(id) == Some(ValueSource::CommandLine)
+        })
+        .map(|a| {
+            a.get_long()
+                .map_or_else(|| a.get_id().to_string(), |l| format!("--{l}"))
+        })
+        .collect();
+    let msg = match given.as_slice() {
+        [] => return,
+        [flag] => format!("the subcommand '{name}' cannot be used with '{flag}'"),
+        flags => format!(
+            "the subcommand '{name}' cannot be used with:\n  {}",
+            flags.join("\n  ")
+        ),
+    };
+    cmd.error(clap::error::ErrorKind::ArgumentConflict, msg)
+        .exit();
 }
 
 /// The `log_format` a config file asks for, read on its own (a file refused for another key

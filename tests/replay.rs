@@ -825,3 +825,30 @@ fn log_format_before_replay_is_replays_and_a_live_flag_there_is_refused() {
         "{stderr}"
     );
 }
+
+/// Every live flag given before a subcommand is named in its refusal, as clap's
+/// `args_conflicts_with_subcommands` named them ("cannot be used with:" and one line a flag).
+/// A review found only the first named (`--listen X --workers 2 replay F` said `--listen`, and
+/// the user who removed it was refused again for `--workers`) (review, session 33).
+#[test]
+fn every_live_flag_before_a_subcommand_is_named_in_its_refusal() {
+    let capture = concat!(env!("CARGO_MANIFEST_DIR"), "/pcaps/backspace.pcap");
+    let out = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .args([
+            "--listen",
+            "127.0.0.1:9",
+            "--workers",
+            "2",
+            "replay",
+            capture,
+        ])
+        .output()
+        .expect("run pvp-t140");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("the subcommand 'replay' cannot be used with:")
+            && stderr.contains("\n  --listen\n  --workers\n"),
+        "{stderr}"
+    );
+}
