@@ -925,16 +925,14 @@ fn lost_speaker(v: &Voices<'_>) -> Option<usize> {
 #[cold]
 #[inline(never)]
 fn name_new_speaker(early: &mut Vec<EarlyName>, key: &StreamKey, id: u32, sp: &mut Speaker) {
-    let Some((_, _, name, rank, _)) = take_early_name(early, key.source.ip(), id) else {
-        return;
-    };
-    sp.profile.name = name;
-    sp.profile.name_rank = rank;
+    if let Some(e) = take_early_name(early, key.source.ip(), id) {
+        e.name(sp);
+    }
 }
 
 /// The early name of source `id` of host `ip`, taken out of `early`.
 fn take_early_name(early: &mut Vec<EarlyName>, ip: IpAddr, id: u32) -> Option<EarlyName> {
-    let i = early.iter().position(|e| e.0 == ip && e.1 == id)?;
+    let i = early.iter().position(|e| e.of(ip, id))?;
     Some(early.remove(i))
 }
 
@@ -1118,7 +1116,27 @@ const MAX_EARLY_NAMES: usize = 256;
 /// An SDES name of a source not seen on RTP ([`Gateway::early_names`]): its host, SSRC (or
 /// CSRC), name and rank, and, for a mixer's source whose name its stream's eviction kept, the
 /// mixer's SSRC, whose BYE forgets it ([`Gateway::forget_evicted`]).
-type EarlyName = (IpAddr, u32, String, u8, Option<u32>);
+struct EarlyName {
+    ip: IpAddr,
+    id: u32,
+    name: String,
+    /// [`crate::speaker::Profile::name_rank`].
+    rank: u8,
+    /// The mixer whose eviction kept it, for a mixer's source.
+    via: Option<u32>,
+}
+
+impl EarlyName {
+    fn of(&self, ip: IpAddr, id: u32) -> bool {
+        self.ip == ip && self.id == id
+    }
+
+    /// Gives the name to the speaker it came for, for its join.
+    fn name(self, sp: &mut Speaker) {
+        sp.profile.name = self.name;
+        sp.profile.name_rank = self.rank;
+    }
+}
 /// Speakers a mixer's stream makes for BYEs of sources not heard yet, at most, while none of
 /// them is heard ([`Gateway::unheard_source`]): a BYE that overtook a source's only packets is
 /// rare, and a conference's silent members' BYEs must not take its speakers' places.
@@ -1708,8 +1726,8 @@ impl Gateway {
         // refused.
         while !self.streams.claim() {
             if !self.evict_silent_stream() && !self.end_a_lingering_stream(now) {
-                if let Some((ip, id, name, rank, via)) = early {
-                    self.keep_early_name(ip, id, name, rank, via);
+                if let Some(e) = early {
+                    self.keep_early_name(e);
                 }
                 return Err(DropReason::StreamLimit);
             }
@@ -1731,10 +1749,9 @@ impl Gateway {
             stream.register.resume(at);
         }
         // An SDES that arrived before the first RTP packet names the participant in its join.
-        if let Some((_, _, name, rank, _)) = early {
+        if let Some(e) = early {
             let (idx, _) = stream.speaker(VoiceRef::Ssrc, now);
-            stream.speakers[idx].profile.name = name;
-            stream.speakers[idx].profile.name_rank = rank;
+            e.name(&mut stream.speakers[idx]);
         }
         let slot = self.slots.insert(stream);
         self.index.insert(key, slot);
@@ -1831,8 +1848,13 @@ impl Gateway {
                 Voice::Csrc(c) => (c, Some(s.key.ssrc)),
                 Voice::Named(_) => continue,
             };
-            let name = std::mem::take(&mut sp.profile.name);
-            self.keep_early_name(s.key.source.ip(), id, name, sp.profile.name_rank, via);
+            self.keep_early_name(EarlyName {
+                ip: s.key.source.ip(),
+                id,
+                name: std::mem::take(&mut sp.profile.name),
+                rank: sp.profile.name_rank,
+                via,
+            });
         }
     }
 
@@ -1855,7 +1877,7 @@ impl Gateway {
     fn forget_evicted(&mut self, ip: IpAddr, ssrc: u32) {
         let gone = |k: &StreamKey| k.source.ip() == ip && k.ssrc == ssrc;
         self.evicted.retain(|(k, ..)| !gone(k));
-        (self.early_names).retain(|e| !(e.0 == ip && (e.1 == ssrc || e.4 == Some(ssrc))));
+        (self.early_names).retain(|e| !(e.of(ip, ssrc) || e.ip == ip && e.via == Some(ssrc)));
     }
 
     /// RTCP (RFC 3550 6): SDES NAME (else CNAME) names the participant, BYE ends the stream.
@@ -2169,7 +2191,13 @@ impl Gateway {
     ) {
         let Some(name) = sdes_name(name) else { return };
         let Some(slot) = slot.filter(|&s| self.takes_names(s)) else {
-            self.keep_early_name(source.ip(), ssrc, name, rank, None);
+            self.keep_early_name(EarlyName {
+                ip: source.ip(),
+                id: ssrc,
+                name,
+                rank,
+                via: None,
+            });
             return;
         };
         let s = self.slots.get_mut(slot).expect("live");
@@ -2183,20 +2211,17 @@ impl Gateway {
     /// An SDES name for a source not seen on RTP ([`Gateway::early_names`]); a NAME is never
     /// replaced by a CNAME. A name replaced keeps its mixer ([`EarlyName`]): the source's
     /// session is still the evicted mixer's until its BYE.
-    fn keep_early_name(&mut self, ip: IpAddr, ssrc: u32, name: String, rank: u8, via: Option<u32>) {
-        let same = |e: &EarlyName| e.0 == ip && e.1 == ssrc;
-        let mut via = via;
-        if let Some(e) = self.early_names.iter().find(|e| same(e)) {
-            if e.3 > rank {
+    fn keep_early_name(&mut self, mut new: EarlyName) {
+        if let Some(i) = self.early_names.iter().position(|e| e.of(new.ip, new.id)) {
+            if self.early_names[i].rank > new.rank {
                 return;
             }
-            via = via.or(e.4);
+            new.via = new.via.or(self.early_names.remove(i).via);
         }
-        self.early_names.retain(|e| !same(e));
         if self.early_names.len() >= MAX_EARLY_NAMES {
             self.early_names.remove(0);
         }
-        self.early_names.push((ip, ssrc, name, rank, via));
+        self.early_names.push(new);
     }
 
     /// The earliest moment this stream needs attention.
