@@ -1001,23 +1001,12 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
             let _ = tokio::time::timeout(Duration::from_secs(1), reader).await;
         }
         let _ = stop_tx.send(true);
-        let mut total = Stats::default();
-        let mut full = 0;
-        for h in handles {
-            // Joined off the runtime's threads: the sink must go on taking the workers' last
-            // envelopes meanwhile.
-            let joined = tokio::task::spawn_blocking(move || h.join())
-                .await
-                .map_err(|e| format!("joining a receive worker: {e}"))?;
-            match joined {
-                Ok(Ok(report)) => {
-                    total.merge(&report.stats);
-                    full += report.sink_queue_full;
-                }
-                Ok(Err(e)) => tracing::error!("receive worker failed: {e}"),
-                Err(_) => tracing::error!("receive worker panicked"),
-            }
-        }
+        // Joined off the runtime's threads: the sink must go on taking the workers' last
+        // envelopes meanwhile.
+        let joined = tokio::task::spawn_blocking(move || udp::join_workers(handles))
+            .await
+            .map_err(|e| format!("joining the receive workers: {e}"))?;
+        let (total, full) = (joined.stats, joined.sink_queue_full);
         let sink_stats = sink.finish().await?;
         log_stats(&total);
         // Besides what the sink sent and dropped, the text that was received and refused: the
@@ -1032,7 +1021,12 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
             gated_chunks_refused = sink_metrics.gates_refused.get(),
             "stopped"
         );
-        Ok(())
+        // Everything was still flushed and said; the status tells a supervisor a worker did
+        // not end as a stop ends it.
+        match joined.failed {
+            0 => Ok(()),
+            n => Err(format!("{n} of {workers} receive workers failed")),
+        }
     })
 }
 

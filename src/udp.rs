@@ -46,6 +46,46 @@ pub struct WorkerReport {
     pub stats: crate::gateway::Stats,
     /// Envelopes refused because the queue to the sink was full (see [`SINK_QUEUE`]).
     pub sink_queue_full: u64,
+    /// Why the worker ended before its stop (its socket failed), if it did. It still flushed
+    /// what its streams held, and its counters are the ones above.
+    pub failed: Option<io::Error>,
+}
+
+/// The receive workers' reports joined ([`join_workers`]): their counters added up, and how
+/// many ended by a failure (a socket error, or a panic, whose counters are lost with it).
+#[derive(Debug, Default)]
+pub struct Joined {
+    pub stats: crate::gateway::Stats,
+    pub sink_queue_full: u64,
+    pub failed: usize,
+}
+
+/// Waits for every worker thread ([`spawn_worker`]) and adds up their reports. A worker that
+/// failed or panicked is logged and counted in [`Joined::failed`], so the process can say so in
+/// its exit status rather than end 0 as a clean stop would; the others' counters still count.
+pub fn join_workers(handles: Vec<std::thread::JoinHandle<io::Result<WorkerReport>>>) -> Joined {
+    let mut joined = Joined::default();
+    for (i, h) in handles.into_iter().enumerate() {
+        match h.join() {
+            Ok(Ok(report)) => {
+                joined.stats.merge(&report.stats);
+                joined.sink_queue_full += report.sink_queue_full;
+                if let Some(e) = report.failed {
+                    tracing::error!("receive worker {i} failed: {e}");
+                    joined.failed += 1;
+                }
+            }
+            Ok(Err(e)) => {
+                tracing::error!("receive worker {i} failed to start: {e}");
+                joined.failed += 1;
+            }
+            Err(_) => {
+                tracing::error!("receive worker {i} panicked; its counters are lost");
+                joined.failed += 1;
+            }
+        }
+    }
+    joined
 }
 
 /// Envelopes that may wait between the receive workers and the sink. A PVP server slower than
@@ -166,12 +206,10 @@ pub async fn run_worker(
             "sink queue was full; envelopes were dropped"
         );
     }
-    if let Some(e) = failed {
-        return Err(e);
-    }
     Ok(WorkerReport {
         stats: gw.stats(),
         sink_queue_full: full,
+        failed,
     })
 }
 
@@ -726,6 +764,49 @@ mod tests {
         });
         assert!(died.join().is_err());
         assert_eq!(running.get(), 0);
+    }
+
+    /// Joining the workers keeps the counters of those that stopped or failed and counts the
+    /// failures, a panic included, so the process exits non-zero rather than 0 as a clean stop
+    /// (it used to log them only, and exit 0 without the failed worker's counters).
+    #[test]
+    fn joining_counts_failed_and_panicked_workers_and_keeps_their_counters() {
+        let report = |datagrams, failed: Option<io::Error>| {
+            move || async move {
+                let mut stats = crate::gateway::Stats::default();
+                stats.datagrams = datagrams;
+                Ok(WorkerReport {
+                    stats,
+                    sink_queue_full: 1,
+                    failed,
+                })
+            }
+        };
+        let fine = spawn_loop("fine".into(), report(5, None)).unwrap();
+        let broken = io::Error::other("socket failed");
+        let failed = spawn_loop("failed".into(), report(7, Some(broken))).unwrap();
+        let panicked = spawn_loop("panicked".into(), || async {
+            if true {
+                panic!("a receive worker's bug");
+            }
+            Ok(WorkerReport {
+                stats: crate::gateway::Stats::default(),
+                sink_queue_full: 0,
+                failed: None,
+            })
+        })
+        .unwrap();
+        let joined = join_workers(vec![fine, failed, panicked]);
+        assert_eq!(
+            (
+                joined.stats.datagrams,
+                joined.sink_queue_full,
+                joined.failed
+            ),
+            (12, 2, 2)
+        );
+        let clean = spawn_loop("clean".into(), report(3, None)).unwrap();
+        assert_eq!(join_workers(vec![clean]).failed, 0);
     }
 
     /// Datagrams the kernel accepted before a stop are read and delivered before the final
