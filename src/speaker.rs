@@ -450,7 +450,8 @@ impl Speaker {
                 }
             }
             Piece::Lost => {
-                self.decoder.mark_loss(&mut self.chunker.fed(&mut out.cuts));
+                self.decoder
+                    .mark_loss(&mut self.chunker.fed(&mut out.cuts), &mut out.decode);
                 self.last_text = now;
             }
             Piece::Packet {
@@ -513,7 +514,7 @@ impl Speaker {
             let sink = &mut self.chunker.fed(&mut out.cuts);
             for _ in 0..gap {
                 out.lost += 1;
-                self.decoder.mark_loss(sink);
+                self.decoder.mark_loss(sink, &mut out.decode);
                 said = true;
             }
             out.unplaced = 0;
@@ -564,7 +565,7 @@ impl Speaker {
         let mut text = false;
         if started && left > 0 && gens > 0 && fresh == gens {
             out.lost += 1;
-            self.decoder.mark_loss(sink);
+            self.decoder.mark_loss(sink, &mut out.decode);
             text = true;
             left -= 1;
         }
@@ -635,7 +636,7 @@ impl Speaker {
         let mut said = false;
         if started && new == n && left > 0 && text {
             out.lost += 1;
-            self.decoder.mark_loss(sink);
+            self.decoder.mark_loss(sink, &mut out.decode);
             said = true;
             left -= 1;
         }

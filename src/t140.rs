@@ -224,6 +224,15 @@ impl Decoder {
         if self.need > 0 {
             self.give_up_partial(sink, counts);
         }
+        self.end_control(counts);
+    }
+
+    /// Ends an unfinished control function: an escape sequence or control string cut short (by
+    /// a loss or the stream's end) is skipped all the same, and counted as one.
+    fn end_control(&mut self, counts: &mut DecodeStats) {
+        if !matches!(self.ctl, Ctl::Normal | Ctl::AfterCr) {
+            count(&mut counts.sequences_skipped);
+        }
         self.ctl = Ctl::Normal;
     }
 
@@ -250,9 +259,9 @@ impl Decoder {
     /// The lost text may have ended inside a character: up to three continuation bytes that
     /// open the next block are its rest, lost with it (the U+FFFD stands for them), not a
     /// character of their own.
-    pub fn mark_loss<S: TextSink + ?Sized>(&mut self, sink: &mut S) {
+    pub fn mark_loss<S: TextSink + ?Sized>(&mut self, sink: &mut S, counts: &mut DecodeStats) {
         self.lead(AFTER_LOSS, 3, 0x80, 0xbf);
-        self.ctl = Ctl::Normal;
+        self.end_control(counts);
         sink.push_char(char::REPLACEMENT_CHARACTER);
     }
 
@@ -441,6 +450,42 @@ mod tests {
         }
     }
 
+    /// An escape sequence or control string cut short by a loss or by the stream's end is
+    /// skipped and counted as one (it was not counted: a sequence a loss cut vanished from the
+    /// counters); a CR awaiting its LF is no sequence.
+    #[test]
+    fn a_sequence_cut_by_a_loss_or_the_end_is_counted() {
+        for cut in [
+            &b"\x1b"[..],
+            b"\x1b(",
+            b"\x1b[1;",
+            b"\x1b]0;title",
+            b"\x1b]0;t\x1b",
+        ] {
+            for by_loss in [false, true] {
+                let mut d = Decoder::new();
+                let (mut s, mut counts) = (String::new(), DecodeStats::default());
+                d.feed(cut, &mut s, &mut counts);
+                if by_loss {
+                    d.mark_loss(&mut s, &mut counts);
+                }
+                d.finish(&mut s, &mut counts);
+                let want = if by_loss { "\u{fffd}" } else { "" };
+                assert_eq!(
+                    (s.as_str(), counts.sequences_skipped),
+                    (want, 1),
+                    "{cut:?}, by loss: {by_loss}"
+                );
+            }
+        }
+        let mut d = Decoder::new();
+        let (mut s, mut counts) = (String::new(), DecodeStats::default());
+        d.feed(b"a\r", &mut s, &mut counts);
+        d.mark_loss(&mut s, &mut counts);
+        d.finish(&mut s, &mut counts);
+        assert_eq!(counts.sequences_skipped, 0);
+    }
+
     /// A lost packet may end inside a character: the continuation bytes opening the next
     /// block are its rest, covered by the loss's one U+FFFD (RFC 4103 5.3), not a second one
     /// as invalid UTF-8. At most three are skipped, and only at the block's start.
@@ -457,7 +502,7 @@ mod tests {
             let mut d = Decoder::new();
             let (mut s, mut counts) = (String::new(), DecodeStats::default());
             d.feed(b"\xf0\x9f", &mut s, &mut counts);
-            d.mark_loss(&mut s);
+            d.mark_loss(&mut s, &mut counts);
             d.feed(next, &mut s, &mut counts);
             d.finish(&mut s, &mut counts);
             assert_eq!(
@@ -469,7 +514,7 @@ mod tests {
         // A loss whose next block ends inside its skip still decodes the block after.
         let mut d = Decoder::new();
         let (mut s, mut counts) = (String::new(), DecodeStats::default());
-        d.mark_loss(&mut s);
+        d.mark_loss(&mut s, &mut counts);
         d.feed(b"\x80", &mut s, &mut counts);
         d.feed(b"\xe2\x82\xac", &mut s, &mut counts);
         assert_eq!(s, "\u{fffd}\u{20ac}");

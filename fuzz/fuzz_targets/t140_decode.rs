@@ -53,7 +53,7 @@ fuzz_target!(|input: &[u8]| {
     let mut d = Decoder::new();
     let (a, b) = data.split_at(data.len() / 2);
     d.feed(a, &mut ch.fed(&mut out), n);
-    d.mark_loss(&mut ch.fed(&mut out));
+    d.mark_loss(&mut ch.fed(&mut out), n);
     d.feed(b, &mut ch.fed(&mut out), n);
     d.finish(&mut ch.fed(&mut out), n);
     let mut chunks: Vec<_> = out.drain().collect();
