@@ -17,6 +17,10 @@
 //!   300 rounds; 3 alternating passes, the lowest median kept.
 //! * **steady**: allocations and ns per datagram once 1,000 streams are warm (RED 2, a word a
 //!   packet), with and without sentence ends (chunks sent or not).
+//! * **limit flood**: at the stream limit (1,000 and N streams), every stream holding text
+//!   behind a gap (it may yet speak, so it is no eviction candidate), 20,000 datagrams of new
+//!   SSRCs are refused; ns per refused datagram. A walk of every candidate per refusal would
+//!   make N ~100x dearer than 1,000.
 //! * **stats()**: `Gateway::stats()` at 1k and 100k streams (it folds every live stream's
 //!   counters; the live shell calls it once a second per worker when `--metrics` is on).
 
@@ -324,6 +328,43 @@ fn timers(n: u32) -> (f64, f64, f64) {
     (median(due_ns), median(none_ns), median(stats_ns))
 }
 
+/// ns per datagram refused at the stream limit of `n` streams that may all yet speak.
+fn limit_flood(n: u32) -> f64 {
+    const FLOOD: u32 = 20_000;
+    let mut gw = Gateway::new(Config {
+        max_streams: n as usize,
+        ..config()
+    });
+    let mut d = Vec::new();
+    for i in 0..n {
+        // Sequence 1 opens the stream; 3 carries text behind the gap 2 left.
+        for (seq, text) in [(1, "\u{feff}"), (3, "held")] {
+            d.clear();
+            rtp::write_packet(&mut d, seq == 1, T140_PT, seq, 0, ssrc(i), text.as_bytes());
+            gw.handle_datagram(T0, source(i), &d);
+        }
+    }
+    drain(&mut gw);
+    let packets: Vec<(SocketAddr, Vec<u8>)> = (0..FLOOD)
+        .map(|k| {
+            let i = 2_000_000 + k;
+            let mut d = Vec::new();
+            rtp::write_packet(&mut d, true, T140_PT, 1, 0, ssrc(i), "\u{feff}".as_bytes());
+            (source(i), d)
+        })
+        .collect();
+    let refused_before = gw.stats().drops(pvp_t140::DropReason::StreamLimit);
+    let started = Instant::now();
+    // 100 ms of flood, 5 us apart: within the reorder wait, every stream still waits.
+    for (k, (from, d)) in packets.iter().enumerate() {
+        gw.handle_datagram(T0.plus_us(5 * k as u64), *from, d);
+    }
+    let ns = started.elapsed().as_nanos() as f64 / f64::from(FLOOD);
+    let refused = gw.stats().drops(pvp_t140::DropReason::StreamLimit) - refused_before;
+    assert_eq!(refused, u64::from(FLOOD), "every new stream is refused");
+    ns
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; nothing to parse.
     let n: u32 = std::env::var("SCALE_STREAMS")
@@ -378,6 +419,12 @@ fn main() {
         large.1,
         n / 1000,
         large.1 / small.1
+    );
+    let (flood_small, flood_large) = (limit_flood(1_000), limit_flood(n));
+    println!(
+        "limit   datagram refused at the stream limit, every stream may yet speak: {flood_small:>8.0} ns with 1k streams, {flood_large:>8.0} ns with {}k (x{:.2})",
+        n / 1000,
+        flood_large / flood_small
     );
     println!(
         "stats   Gateway::stats():                    {:>8.0} ns with 1k streams, {:>8.0} ns with {}k (x{:.2})",

@@ -1057,6 +1057,9 @@ pub struct Gateway {
     evicted: VecDeque<(StreamKey, Time, Position)>,
     /// Streams in creation order, as eviction candidates while they have not joined.
     silent: VecDeque<(u32, u64)>,
+    /// Until when a walk of `silent` is not tried again: the last found every candidate
+    /// sparing itself ([`SILENT_WALK_PAUSE`]).
+    silent_walk_after: Time,
     /// Streams lingering after their source's BYE, `(slot, serial)` in the order their BYEs
     /// came ([`Gateway::stream_bye`]); entries of streams that ended since are skipped.
     lingering: VecDeque<(u32, u64)>,
@@ -1146,6 +1149,15 @@ const MAX_NAME_CHARS: usize = 128;
 /// Ended streams [`Gateway::ended`] remembers: enough for a batch's worth of restarts.
 const ENDED_KEPT: usize = 32;
 
+/// How long a walk of the eviction candidates that found none, every one of them sparing
+/// itself because it may yet speak ([`may_yet_speak`]), is not tried again. A flood of new
+/// SSRCs at the stream limit, while every silent stream holds text behind a gap, would
+/// otherwise walk all `max_streams` of them for each datagram refused, for up to a reorder
+/// wait: one walk in 50 ms is at most a few milliseconds of work at 100,000 streams. A
+/// candidate that came to nothing meanwhile waits out the pause; the new stream is refused as
+/// it would have been a moment earlier.
+const SILENT_WALK_PAUSE: Duration = Duration::from_millis(50);
+
 /// Evicted streams [`Gateway::evicted`] remembers: a caller silent since its BOM comes back
 /// unharmed unless more streams than this were evicted before its next packet.
 const EVICTED_KEPT: usize = 64;
@@ -1221,6 +1233,7 @@ impl Gateway {
             ended: VecDeque::new(),
             evicted: VecDeque::new(),
             silent: VecDeque::new(),
+            silent_walk_after: Time::from_micros(0),
             lingering: VecDeque::new(),
             long_blocks: Default::default(),
             unclamped: Vec::new(),
@@ -1725,7 +1738,7 @@ impl Gateway {
         // given back before it is claimed again, and then more is made or the stream is
         // refused.
         while !self.streams.claim() {
-            if !self.evict_silent_stream() && !self.end_a_lingering_stream(now) {
+            if !self.evict_silent_stream(now) && !self.end_a_lingering_stream(now) {
                 if let Some(e) = early {
                     self.keep_early_name(e);
                 }
@@ -1787,9 +1800,14 @@ impl Gateway {
     /// never joined (never carried text), without a trace on the PVP side: a flood of random
     /// SSRCs cannot lock out a real speaker. What it needs to come back unharmed is kept
     /// ([`Gateway::remember_evicted`]). A stream that may yet speak ([`may_yet_speak`]:
-    /// text in a packet it holds, part of a character) goes back to the end of the queue. Amortised O(1): each entry is looked at once a call, and each
-    /// stream leaves the queue once it ended or carried text.
-    fn evict_silent_stream(&mut self) -> bool {
+    /// text in a packet it holds, part of a character) goes back to the end of the queue.
+    /// Amortised O(1): each stream leaves the queue once it ended or carried text, and a walk
+    /// that found only streams that may yet speak is not tried again for [`SILENT_WALK_PAUSE`].
+    fn evict_silent_stream(&mut self, now: Time) -> bool {
+        if now < self.silent_walk_after {
+            return false;
+        }
+        let mut spared = false;
         for _ in 0..self.silent.len() {
             let Some((slot, serial)) = self.silent.pop_front() else {
                 break;
@@ -1802,6 +1820,7 @@ impl Gateway {
             }
             if may_yet_speak(s) {
                 self.silent.push_back((slot, serial));
+                spared = true;
                 continue;
             }
             let mut s = self.slots.remove(slot).expect("checked");
@@ -1815,6 +1834,9 @@ impl Gateway {
             self.emit.stats.evicted += 1;
             self.emit.stats.harvest(&mut s.register);
             return true;
+        }
+        if spared {
+            self.silent_walk_after = now.saturating_add(SILENT_WALK_PAUSE);
         }
         false
     }

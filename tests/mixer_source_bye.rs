@@ -692,6 +692,38 @@ fn a_stream_spared_for_a_partial_character_is_evictable_once_it_came_to_nothing(
     }
 }
 
+/// README "Stream limit": a search for a stream to evict that found every candidate sparing
+/// itself (it may yet speak) is not made again for 50 ms, so that a flood of new SSRCs at the
+/// limit costs one walk of the streams in 50 ms rather than one a datagram (`cargo bench
+/// --bench scale`, "limit"). A candidate that came to nothing meanwhile is evicted once the
+/// pause is over.
+#[test]
+fn a_fruitless_search_for_room_pauses_for_50_ms() {
+    let mut gw = Gateway::new(Config {
+        max_streams: 2,
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "Talker. "));
+    // Stream 2: the first byte of a three-byte character.
+    let mut d = Vec::new();
+    pvp_t140::rtp::write_packet(&mut d, true, 98, 1, 0, 2, b"\xE2");
+    gw.handle_datagram(at(0), addr(4002), &d);
+    let refused = |gw: &Gateway| gw.stats().drops(pvp_t140::DropReason::StreamLimit);
+    // The search: stream 2 spared, the new stream refused.
+    gw.handle_datagram(at(100), addr(9999), &t140m(5, 99, true, ""));
+    assert_eq!((gw.stats().evicted, refused(&gw)), (0, 1));
+    // Stream 2 comes to nothing (a BOM after the partial character).
+    let mut d = Vec::new();
+    pvp_t140::rtp::write_packet(&mut d, false, 98, 2, 300, 2, "\u{feff}".as_bytes());
+    gw.handle_datagram(at(110), addr(4002), &d);
+    // Within the pause the next new stream is refused without a search...
+    gw.handle_datagram(at(149), addr(9998), &t140m(5, 98, true, ""));
+    assert_eq!((gw.stats().evicted, refused(&gw)), (0, 2));
+    // ...and after it, stream 2 gives it its place.
+    gw.handle_datagram(at(150), addr(9997), &t140m(5, 97, true, ""));
+    assert_eq!((gw.stats().evicted, refused(&gw)), (1, 2));
+}
+
 /// README "Stream limit": a new stream at the limit takes the place of the oldest that never
 /// carried text. A mixer's stream whose source B spoke ("Bravo.", joined, sent) and then left
 /// after its BYE (RFC 3550 6.6) carried text, and is not evicted. When B speaks again (a
