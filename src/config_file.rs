@@ -268,6 +268,19 @@ pub fn parse(path: &Path, text: &str) -> Result<(FileConfig, Mapping, Vec<IpNet>
                 "must not be empty (no SDES name is: it could match nothing)",
             ));
         }
+        if r.name
+            .as_deref()
+            .is_some_and(|n| crate::gateway::clean_name(n).is_none())
+        {
+            return Err(at(
+                path,
+                text,
+                key_span(text, Some(i), "name").unwrap_or(rule.span()),
+                &field("name"),
+                "must not be empty (nothing is left once spaces and control characters are \
+                 dropped, as they are from every display name)",
+            ));
+        }
         for (key, value) in [("participant", &r.participant), ("session", &r.session)] {
             if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
                 return Err(at(
@@ -361,6 +374,26 @@ rtcp_name = "Bob"
         assert!(
             e.starts_with("gw.toml:3: stream[0].rtcp_name: must not be empty"),
             "{e}"
+        );
+    }
+
+    /// A rule's `name` with nothing left once cleaned as every display name is (spaces and
+    /// control characters) is refused at load, not sent as it came. (Review, session 34: `name
+    /// = "\u0007"` reached PVP clients and the log with its BEL.)
+    #[test]
+    fn a_rules_name_that_shows_nothing_is_refused() {
+        for name in ["", "  ", "\\u0007", "\\u2028 \\u001b"] {
+            let e = p(&format!("[[stream]]\nssrc = \"1\"\nname = \"{name}\"\n")).unwrap_err();
+            assert!(
+                e.starts_with("gw.toml:3: stream[0].name: must not be empty"),
+                "{name}: {e}"
+            );
+        }
+        let (_, m, _) = p("[[stream]]\nssrc = \"1\"\nname = \" Ada\\u0007 \"\n").unwrap();
+        assert_eq!(
+            m.rules[0].name.as_deref(),
+            Some(" Ada\u{7} "),
+            "cleaned when sent"
         );
     }
 

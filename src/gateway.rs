@@ -347,7 +347,12 @@ impl Emitter {
         }
         Participant {
             id: sp.profile.participant.to_string(),
-            name: clean_name(&sp.profile.name).unwrap_or_else(|| sp.profile.name.clone()),
+            // A name with nothing left to show is not sent as it came: the voice's own name
+            // takes its place, as for a nameless speaker, or the stream's (a t140llm stream id
+            // of spaces is its voice's name).
+            name: clean_name(&sp.profile.name)
+                .or_else(|| clean_name(&sp.voice.display_name(key)))
+                .unwrap_or_else(|| key.display_name()),
             roles: sp
                 .profile
                 .roles
@@ -1172,11 +1177,12 @@ fn sdes_name(name: &str) -> Option<String> {
 
 /// A name as a participant's display name: controls out, as from the text (a name reaches PVP
 /// clients' screens and the log line of the join, where an escape sequence or a new line could
-/// pass for something else), at most [`MAX_NAME_CHARS`], trimmed; `None` when nothing is left.
-fn clean_name(name: &str) -> Option<String> {
+/// pass for something else; U+2028 and U+2029 are new lines too, README "Text decoding"), at
+/// most [`MAX_NAME_CHARS`], trimmed; `None` when nothing is left.
+pub(crate) fn clean_name(name: &str) -> Option<String> {
     let name: String = name
         .chars()
-        .filter(|c| !c.is_control())
+        .filter(|c| !c.is_control() && !matches!(c, '\u{2028}' | '\u{2029}'))
         .take(MAX_NAME_CHARS)
         .collect();
     let name = name.trim();

@@ -1117,6 +1117,27 @@ fn t140llm_fec_metadata_and_multiplex_prefixes() {
     );
 }
 
+/// A t140llm stream id of nothing but spaces names no one: its speaker joins with the stream's
+/// name, not a blank one. (Review, session 34: the id was sent as the display name as it came.)
+#[test]
+fn a_t140llm_stream_id_of_spaces_is_not_a_display_name() {
+    let mut gw = Gateway::new(t140llm_cfg());
+    let mut d = Vec::new();
+    rtp::write_packet(&mut d, false, 96, 0, 0, 0x55, b"   \x1eHi. ");
+    gw.handle_datagram(at(0), addr(6000), &d);
+    gw.shutdown(at(5));
+    let out = drain(&mut gw);
+    let join = out
+        .iter()
+        .find(|e| e.kind == "session.join")
+        .expect("a join");
+    assert_eq!(join.sender, "t140:00000055@127.0.0.1:6000/   ");
+    assert_eq!(
+        join.payload["participant"]["name"],
+        "T.140 00000055 (127.0.0.1:6000)"
+    );
+}
+
 #[test]
 fn newest_first_red_from_a_conformant_port_is_still_put_in_age_order() {
     // Without compat, a RED packet whose offsets increase along the headers is reversed.

@@ -286,6 +286,55 @@ fn an_sdes_name_carries_no_control_characters() {
     );
 }
 
+/// A display name with nothing left once cleaned (a mapping rule's `name` of a BEL: a
+/// configuration file refuses one, the API does not) is not sent as it came, control
+/// characters and all: the speaker gets the name a nameless one gets. And U+2028/U+2029,
+/// which the gateway takes for new lines in text (README "Text decoding"), are out of names
+/// as other controls are. (Review, session 34.)
+#[test]
+fn a_name_that_cleans_to_nothing_is_not_sent_and_line_separators_are_out_of_names() {
+    let rule_named = |name: &str| {
+        Gateway::new(Config {
+            mapping: Mapping {
+                rules: vec![Rule {
+                    match_ssrc: Some(7),
+                    name: Some(name.into()),
+                    ..Rule::default()
+                }],
+                ..Mapping::default()
+            },
+            ..Config::default()
+        })
+    };
+    let join_name = |gw: &mut Gateway| {
+        gw.handle_datagram(at(1), addr(4000), &t140(1, 7, "hi. "));
+        let out = drain(gw);
+        let join = out
+            .iter()
+            .find(|e| e.kind == "session.join")
+            .expect("a join");
+        join.payload["participant"]["name"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let nameless = join_name(&mut Gateway::new(Config::default()));
+    assert_eq!(nameless, "T.140 00000007 (127.0.0.1:4000)");
+    for name in ["\u{7}", "", " \u{2028} "] {
+        assert_eq!(join_name(&mut rule_named(name)), nameless, "{name:?}");
+    }
+    assert_eq!(join_name(&mut rule_named("Ada\u{2028}\u{2029}")), "Ada");
+    let mut gw = Gateway::new(Config::default());
+    let mut d = Vec::new();
+    pvp_t140::rtcp::write_sdes(&mut d, 7, "ada@host", Some("Ada\u{2028}INFO joins"));
+    gw.handle_datagram(at(0), addr(4001), &d);
+    let name = join_name(&mut gw);
+    assert!(
+        !name.contains(['\u{2028}', '\u{2029}']),
+        "a line separator in the name: {name:?}"
+    );
+}
+
 /// README: "Rules are evaluated when a speaker is about to join, so an RTCP SDES name that
 /// arrived by then can match", and a mixer's SDES for its sources' CSRCs names those speakers
 /// (RFC 3550 6.5, 7.3). A mixer's compound carries a chunk for every source it mixes, also the
