@@ -8,7 +8,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -27,7 +27,7 @@ use crate::gateway::{DropReason, Stats};
 #[derive(Debug, Clone)]
 pub struct SinkMetrics {
     /// Envelopes waiting between the receive workers and the sink.
-    pub queue_depth: Gauge,
+    pub queue_depth: QueueDepth,
     /// WebSocket (re)connections made after a failure or a drop.
     pub reconnects: Counter,
     /// Open PVP connections.
@@ -58,7 +58,7 @@ pub struct SinkMetrics {
 impl Default for SinkMetrics {
     fn default() -> Self {
         SinkMetrics {
-            queue_depth: Gauge::default(),
+            queue_depth: QueueDepth::default(),
             reconnects: Counter::default(),
             connections: Gauge::default(),
             failing: Gauge::default(),
@@ -71,6 +71,42 @@ impl Default for SinkMetrics {
             stdout_failed: Gauge::default(),
             participants: Counter::default(),
         }
+    }
+}
+
+/// [`SinkMetrics::queue_depth`]: the hand-off queue's own count
+/// ([`crate::handoff::Receiver::queued`]), read when it is shown. A depth the sink set when it
+/// took a batch went stale exactly when it mattered: a stdout writer stuck in a write takes
+/// none while the queue fills behind it.
+#[derive(Debug, Clone, Default)]
+pub struct QueueDepth(Arc<std::sync::Mutex<Arc<AtomicUsize>>>);
+
+impl QueueDepth {
+    /// Shows the count of the queue a sink starts taking from.
+    pub fn follow(&self, queued: Arc<AtomicUsize>) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = queued;
+    }
+
+    /// Envelopes waiting now.
+    pub fn get(&self) -> i64 {
+        let queued = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        i64::try_from(queued.load(Ordering::Acquire)).unwrap_or(i64::MAX)
+    }
+}
+
+impl EncodeMetric for QueueDepth {
+    fn encode(&self, mut encoder: prometheus_client::encoding::MetricEncoder) -> std::fmt::Result {
+        encoder.encode_gauge(&self.get())
+    }
+
+    fn metric_type(&self) -> prometheus_client::metrics::MetricType {
+        prometheus_client::metrics::MetricType::Gauge
     }
 }
 

@@ -401,6 +401,40 @@ async fn what_is_still_queued_when_the_grace_ends_counts_as_dropped() {
     assert_eq!((stats.sent, stats.dropped), (0, 3), "{stats:?}");
 }
 
+/// `pvp_t140_sink_queue_depth` with the WebSocket sink reads the hand-off queue's count when
+/// shown, as with stdout: the envelopes the sink task has not taken yet are in it, and gone from
+/// it once taken. (Review, session 34: the gauge was set only after the task took a batch.)
+#[tokio::test]
+async fn the_queue_depth_gauge_shows_what_the_sink_task_has_not_taken() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let cfg = config(format!("ws://127.0.0.1:{port}"), 64, None);
+    let metrics = cfg.metrics.clone();
+    let (mut tx, rx) = pvp_t140::handoff::queue(100);
+    let sink = pvp_t140::sink::Sink::start(
+        rx,
+        Some(WsSink::new(cfg)),
+        metrics.clone(),
+        Duration::from_millis(300),
+    )
+    .unwrap();
+    let mut talk = Talk::new();
+    let p = "t140:0000dead@127.0.0.1:40007";
+    // This runtime has one thread: the sink task runs only once the test awaits.
+    assert_eq!(
+        tx.offer(vec![talk.join(p), talk.add(p, "Waiting."), talk.leave(p)]),
+        0
+    );
+    assert_eq!(metrics.queue_depth.get(), 3);
+    drop(tx);
+    let stats = sink.finish().await.unwrap();
+    assert_eq!((stats.sent, stats.dropped), (0, 3), "{stats:?}");
+    assert_eq!(metrics.queue_depth.get(), 0);
+}
+
 /// A server's answer to a `gate.request`: a `gate.reject` or `gate.approve` of it.
 fn gate_reply(gate: &Value, kind: &str) -> Answer {
     Answer::Send(gate_answer(gate, kind, "01JQAAAAAAAAAAAAAAAAAAAAAB"))

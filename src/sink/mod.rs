@@ -77,7 +77,10 @@ impl Sink {
     ) -> std::io::Result<Sink> {
         Ok(match ws {
             None => Sink::Stdout(stdout::StdoutSink::spawn(rx, metrics, grace)?),
-            Some(ws) => Sink::Ws(tokio::spawn(feed_ws(rx, ws, metrics, grace))),
+            Some(ws) => {
+                metrics.queue_depth.follow(rx.queued());
+                Sink::Ws(tokio::spawn(feed_ws(rx, ws, grace)))
+            }
         })
     }
 
@@ -91,16 +94,10 @@ impl Sink {
     }
 }
 
-async fn feed_ws(
-    mut rx: handoff::Receiver,
-    mut ws: ws::WsSink,
-    metrics: SinkMetrics,
-    grace: Duration,
-) -> SinkStats {
+async fn feed_ws(mut rx: handoff::Receiver, mut ws: ws::WsSink, grace: Duration) -> SinkStats {
     // Whatever the workers queued since the last wake-up goes on as one batch.
     while let Some(batch) = rx.recv(TAKE).await {
         batch.into_iter().for_each(|e| ws.send(e));
-        metrics.queue_depth.set(rx.depth() as i64);
     }
     ws.close(grace).await
 }
