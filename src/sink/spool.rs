@@ -15,7 +15,7 @@
 //! A frame written in the instant before a kill, before its `done` record, is sent twice: the
 //! delivery is at least once, with that window as the only duplicate.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -45,6 +45,13 @@ const QUEUE: usize = 1 << 16;
 /// later than before (when each record was written at once) a record reaches the file, so
 /// what a SIGKILL can catch unwritten.
 const COALESCE: Duration = Duration::from_millis(1);
+/// Places of the envelopes last written (`done`) that a compaction remembers, so one journaled
+/// again after it was written ([`Spool::again`]: refused as RATE_LIMITED, which comes within
+/// the 5 s a connection holds it, README "Delivery to a PVP server") keeps its place, before
+/// what its participant said later (its leave). 65,536 is more than 5 s of 10,000 participants
+/// each saying a sentence every 2 s; 1.5 MiB at most. One found no longer here goes last, and
+/// a restart rejoins before it ([`resend_plan`]).
+const PLACES_KEPT: usize = 1 << 16;
 /// After a failed write, how long the writer waits before it tries again to rewrite the
 /// journal whole from memory (a full disk is not retried on every record).
 const REPAIR_EVERY: Duration = Duration::from_secs(1);
@@ -90,6 +97,8 @@ enum Record {
         /// For a join or a leave: whose presence it is; for an announce, whose name.
         who: Option<Who>,
         line: String,
+        /// Journaled again after it was written ([`Spool::again`]): it takes its old place.
+        again: bool,
     },
     /// An envelope whose frame was written.
     Done(ulid::Ulid),
@@ -116,6 +125,8 @@ struct Journal {
     /// Undelivered envelopes by order: their `add` records, and for a leave, whose.
     live: BTreeMap<u64, Live>,
     order: HashMap<ulid::Ulid, u64>,
+    /// The orders of the envelopes last written, the newest last (see [`PLACES_KEPT`]).
+    written: VecDeque<(ulid::Ulid, u64)>,
     live_bytes: u64,
     /// Each participant's latest join as a `join` record, with the join's order.
     joins: HashMap<Who, (u64, String)>,
@@ -165,6 +176,7 @@ impl Spool {
             next: 0,
             live: BTreeMap::new(),
             order: HashMap::new(),
+            written: VecDeque::new(),
             live_bytes: 0,
             joins: HashMap::new(),
             joins_bytes: 0,
@@ -174,7 +186,7 @@ impl Spool {
         };
         let mut lines = String::new();
         for e in &pending {
-            journal.add(&mut lines, e.id(), e.kind(), who(e), add_record(e));
+            journal.add(&mut lines, e.id(), e.kind(), who(e), add_record(e), false);
         }
         journal.file.write_all(lines.as_bytes()).map_err(err)?;
         journal.size = lines.len() as u64;
@@ -236,11 +248,16 @@ impl Spool {
 
     /// Before an envelope is sent.
     pub fn added(&self, e: &Envelope) {
+        self.add(e, false);
+    }
+
+    fn add(&self, e: &Envelope, again: bool) {
         self.hand_over(Record::Add {
             id: e.id(),
             kind: e.kind(),
             who: who(e),
             line: add_record(e),
+            again,
         });
     }
 
@@ -250,10 +267,11 @@ impl Spool {
     }
 
     /// An envelope written (and marked done), then refused by the server (RATE_LIMITED), to
-    /// be sent again: undelivered once more, in its first place for a restart (a compaction
-    /// in between puts it after what was journaled since).
+    /// be sent again: undelivered once more, in its first place for a restart, a compaction
+    /// in between or not: after what was journaled since (its participant's leave), it would
+    /// be resent after the leave, on a connection with no join (pvp-spec 6.3).
     pub fn again(&self, e: &Envelope) {
-        self.added(e);
+        self.add(e, true);
     }
 
     /// Waits until everything handed over so far is written (or failed to be). Blocks: for
@@ -306,7 +324,8 @@ impl Journal {
                         kind,
                         who,
                         line,
-                    } => self.add(&mut batch, id, kind, who, line),
+                        again,
+                    } => self.add(&mut batch, id, kind, who, line, again),
                     Record::Done(id) => self.done(&mut batch, id),
                     Record::Flush(tx) => flushed.push(tx),
                     #[cfg(all(test, any(target_os = "linux", target_os = "android")))]
@@ -353,7 +372,7 @@ impl Journal {
     }
 
     /// An envelope's `add` record, appended to `batch` (what is written next) and kept for
-    /// compacting.
+    /// compacting: last, or `again` in the place it had when written, if that is remembered.
     fn add(
         &mut self,
         batch: &mut String,
@@ -361,13 +380,21 @@ impl Journal {
         kind: Kind,
         who: Option<Who>,
         record: String,
+        again: bool,
     ) {
         batch.push_str(&record);
         if self.untracked {
             return;
         }
-        let n = self.next;
-        self.next += 1;
+        let place = again
+            .then(|| self.written.iter().rposition(|(w, _)| *w == id))
+            .flatten()
+            .and_then(|i| self.written.remove(i))
+            .map(|(_, n)| n);
+        let n = place.unwrap_or_else(|| {
+            self.next += 1;
+            self.next - 1
+        });
         if kind == Kind::SessionJoin
             && let Some(who) = who.clone()
         {
@@ -397,6 +424,7 @@ impl Journal {
             self.untracked = true;
             self.live = BTreeMap::new();
             self.order = HashMap::new();
+            self.written = VecDeque::new();
             self.joins = HashMap::new();
         }
     }
@@ -410,6 +438,10 @@ impl Journal {
             && let Some(l) = self.live.remove(&n)
         {
             self.live_bytes -= l.record.len() as u64;
+            if self.written.len() == PLACES_KEPT {
+                self.written.pop_front();
+            }
+            self.written.push_back((id, n));
             // Left: a restart will not need its join, unless it joined again since.
             if let Some(who) = l.leave_of
                 && self.joins.get(&who).is_some_and(|(at, _)| *at < n)
@@ -593,8 +625,9 @@ fn read_pending(path: &Path) -> Result<(Vec<Message>, HashMap<MessageWho, Messag
 }
 
 /// What to send after a restart: per participant, in the journal's order, a fresh join (its
-/// old connection is gone; a new one is bound by its first frame), the undelivered envelopes,
-/// and a leave (its stream went down with the old process), unless they are already there.
+/// old connection is gone; a new one is bound by its first frame), the undelivered envelopes
+/// (a fresh join again before any that follows a leave), and a leave (its stream went down
+/// with the old process), unless they are already there.
 fn resend_plan((pending, joins): (Vec<Message>, HashMap<MessageWho, Message>)) -> Vec<Envelope> {
     let mut ids = crate::pvp::IdGen::new(crate::clock::random_seed());
     let now = crate::time::Time::from_system(std::time::SystemTime::now());
@@ -616,22 +649,29 @@ fn resend_plan((pending, joins): (Vec<Message>, HashMap<MessageWho, Message>)) -
         {
             continue; // a lone leave of a participant we cannot rejoin: nothing to say
         }
-        if list.first().is_none_or(|e| e.kind != "session.join") {
-            match joins.get(&sender) {
-                Some(j) => {
-                    let mut j = j.clone();
-                    j.id = ids.next(now).to_string();
-                    j.ts = now.to_iso8601();
-                    out.push(j);
-                }
-                None => {
-                    tracing::warn!(session = %sender.0, sender = %sender.1, "undelivered envelopes without a join in the journal: sending them anyway")
-                }
-            }
-        }
         let ends_with_leave = list.last().is_some_and(|e| e.kind == "session.leave");
         let template = list.last().cloned();
-        out.extend(list);
+        // A rejoin before the first envelope, and before any that follows a leave (one
+        // journaled again after the leave, whose place was no longer known, [`PLACES_KEPT`]):
+        // a connection's first frame must be the join (pvp-spec 6.3).
+        let mut present = false;
+        for e in list {
+            if !present && e.kind != "session.join" {
+                match joins.get(&sender) {
+                    Some(j) => {
+                        let mut j = j.clone();
+                        j.id = ids.next(now).to_string();
+                        j.ts = now.to_iso8601();
+                        out.push(j);
+                    }
+                    None => {
+                        tracing::warn!(session = %sender.0, sender = %sender.1, "undelivered envelopes without a join in the journal: sending them anyway")
+                    }
+                }
+            }
+            present = e.kind != "session.leave";
+            out.push(e);
+        }
         if !ends_with_leave && let Some(mut leave) = template {
             leave.kind = "session.leave".into();
             leave.id = ids.next(now).to_string();
@@ -779,6 +819,72 @@ mod tests {
         }
         drop(spool);
         assert!(d.open().1.is_empty());
+    }
+
+    /// The same with a compaction during the pause: the chunk journaled again keeps its place
+    /// before the leave journaled meanwhile, so the restart rejoins, sends it and leaves
+    /// (journaled last, it was resent after the leave, on a connection with no join: a server
+    /// refuses that, pvp-spec 6.3). A review found it (review, session 34).
+    #[test]
+    fn a_chunk_journaled_again_before_a_compaction_is_resent_before_its_leave() {
+        let d = Scratch::new("again-compact", 16 << 10, 1 << 20);
+        let (spool, _) = d.open();
+        let mut talk = Talk::new();
+        deliver(&spool, &talk.join("alice"));
+        let chunk = talk.add("alice", "Refused for the rate, to go again.");
+        deliver(&spool, &chunk);
+        // The leave reaches the journal while the connection waits out the pause; then the
+        // refusal is read and the chunk journaled again.
+        spool.added(&talk.leave("alice"));
+        spool.again(&chunk);
+        spool.flush();
+        // Someone else's delivered traffic grows the journal: it is compacted.
+        deliver(&spool, &talk.join("bob"));
+        for i in 0..200 {
+            deliver(&spool, &talk.add("bob", &format!("Filler number {i}.")));
+        }
+        deliver(&spool, &talk.leave("bob"));
+        spool.flush();
+        let journal = std::fs::read_to_string(spool.path()).unwrap();
+        assert!(!journal.contains("Filler number 0."), "not compacted");
+        // Killed during the pause.
+        drop(spool);
+        let (_, resend) = d.open();
+        assert_eq!(
+            summary(&resend),
+            [
+                "alice session.join",
+                "alice context.add Refused for the rate, to go again.",
+                "alice session.leave",
+            ]
+        );
+    }
+
+    /// Whatever follows a leave in a participant's undelivered envelopes (a chunk journaled
+    /// again whose place was forgotten) comes after a rejoin: a connection's first frame is a
+    /// join (pvp-spec 6.3). A review found it (review, session 34).
+    #[test]
+    fn a_restart_rejoins_before_what_follows_a_leave() {
+        let mut talk = Talk::new();
+        let join = talk.join("alice").to_message();
+        let pending = [
+            talk.leave("alice"),
+            talk.add("alice", "Journaled again after the leave."),
+        ]
+        .iter()
+        .map(Envelope::to_message)
+        .collect();
+        let joins = HashMap::from([(message_who(&join), join)]);
+        assert_eq!(
+            summary(&resend_plan((pending, joins))),
+            [
+                "alice session.join",
+                "alice session.leave",
+                "alice session.join",
+                "alice context.add Journaled again after the leave.",
+                "alice session.leave",
+            ]
+        );
     }
 
     #[test]
