@@ -1128,6 +1128,99 @@ async fn a_chunk_refused_as_rate_limited_after_many_newer_writes_is_counted_drop
     assert_eq!((stats.sent, stats.dropped), (21, 1), "{stats:?}");
 }
 
+/// A server whose connections record every text frame, and to which the test hands frames to
+/// send (to the newest connection): its URL, its log, and the frames' way in.
+async fn controlled() -> (String, Log, tokio::sync::mpsc::UnboundedSender<Value>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let log: Log = Arc::default();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let out = log.clone();
+    tokio::spawn(async move {
+        let rx = Arc::new(tokio::sync::Mutex::new(rx));
+        let mut n = 0;
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (conn, log, rx) = (n, out.clone(), rx.clone());
+            n += 1;
+            tokio::spawn(async move {
+                let Ok(ws) = tokio_tungstenite::accept_async(tcp).await else {
+                    return;
+                };
+                let (mut w, mut r) = ws.split();
+                let writer = tokio::spawn(async move {
+                    let mut rx = rx.lock().await;
+                    while let Some(v) = rx.recv().await {
+                        if w.send(Message::text(v.to_string())).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+                while let Some(Ok(m)) = r.next().await {
+                    if let Ok(v) = serde_json::from_str::<Value>(m.to_text().unwrap_or("")) {
+                        log.lock().unwrap().push((conn, v));
+                    }
+                }
+                writer.abort();
+            });
+        }
+    });
+    (url, log, tx)
+}
+
+/// A text envelope is held to go again on a RATE_LIMITED for 5 s after it was written
+/// (README "Delivery to a PVP server"); one refused later is counted as dropped, not sent
+/// again. The age was checked only when the next text envelope was written: a participant that
+/// wrote one chunk and fell silent held it for ever, and a refusal naming it 6 s later (a late
+/// answer, a server replaying its history after a reconnect) sent it again, so the server could
+/// get it twice. A review found it (review, session 34).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limited_refusal_more_than_5_s_after_the_write_is_not_resent() {
+    let (url, log, to_client) = controlled().await;
+    let cfg = config(url, 64, None);
+    let metrics = cfg.metrics.clone();
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000b003@127.0.0.1:41004";
+    ws.send(talk.join(p));
+    let first = talk.add(p, "Written, then the speaker fell silent.");
+    let id = first.id().to_string();
+    ws.send(first);
+    wait_for(&log, "the chunk", |l| said(l, p).len() == 2).await;
+    // More than HOLD_FOR (5 s) after the write, with nothing written since.
+    tokio::time::sleep(Duration::from_millis(6_000)).await;
+    to_client
+        .send(from_server(
+            "error",
+            "01JQAAAAAAAAAAAAAAAAAAAAB1",
+            json!({"code": "RATE_LIMITED", "message": "slow down", "recoverable": true,
+                "related_to": id}),
+        ))
+        .unwrap();
+    // The pong to a ping sent after the error says the connection has read it.
+    to_client
+        .send(from_server(
+            "heartbeat.ping",
+            "01JQAAAAAAAAAAAAAAAAAAAAB2",
+            json!({}),
+        ))
+        .unwrap();
+    wait_for_pong(&log, "the pong").await;
+    // The leave comes after whatever the refusal made the connection send again.
+    ws.send(talk.leave(p));
+    wait_for(&log, "the leave", |l| {
+        said(l, p).last().is_some_and(|s| s == "leave")
+    })
+    .await;
+    let stats = ws.close(Duration::from_secs(3)).await;
+    assert_eq!(
+        said(&log, p),
+        ["join", "Written, then the speaker fell silent.", "leave"],
+        "a refusal 6 s after the write does not send the chunk again; {stats:?}"
+    );
+    assert_eq!(metrics.rate_limited_resent.get(), 0);
+    assert_eq!(stats.dropped, 1, "counted as dropped: {stats:?}");
+}
+
 /// `--gate-transcripts`: a chunk's gate that times out while the connection is down (the
 /// server gone for longer than `--gate-timeout-s` plus its grace) is settled as timed out. The
 /// reconnect asked again for every gate without a decision, the expired ones too, so

@@ -775,13 +775,7 @@ impl Retry {
     /// `e` was written: held if it is text.
     fn keep(&mut self, queued: std::time::Instant, e: Envelope) {
         let now = std::time::Instant::now();
-        while self
-            .held
-            .front()
-            .is_some_and(|(written, ..)| now.duration_since(*written) > HOLD_FOR)
-        {
-            self.held.pop_front();
-        }
+        self.expire(now);
         if !matches!(
             e.kind(),
             Kind::ContextAdd | Kind::ContextUpdate | Kind::ContextRemove
@@ -792,6 +786,17 @@ impl Retry {
             self.held.pop_front();
         }
         self.held.push_back((now, queued, e));
+    }
+
+    /// Lets go what was written more than [`HOLD_FOR`] before `now`.
+    fn expire(&mut self, now: std::time::Instant) {
+        while self
+            .held
+            .front()
+            .is_some_and(|(written, ..)| now.duration_since(*written) > HOLD_FOR)
+        {
+            self.held.pop_front();
+        }
     }
 }
 
@@ -817,6 +822,9 @@ fn rate_limited(
     counts: &Counts,
     participant: &str,
 ) {
+    // Held only for HOLD_FOR: one a participant wrote before falling silent is not sent again
+    // on a refusal that comes later (README "Delivery to a PVP server").
+    retry.expire(std::time::Instant::now());
     if let Some(i) = retry.held.iter().position(|(_, _, e)| e.id() == id) {
         let Some((_, queued, e)) = retry.held.remove(i) else {
             return;
