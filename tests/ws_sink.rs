@@ -515,6 +515,52 @@ async fn a_chunk_dropped_unapproved_at_shutdown_is_not_resent_after_a_restart() 
     );
 }
 
+/// `--gate-transcripts --gate-timeout-s 86400` (the flag's largest value): at a stop a pending
+/// chunk is dropped, counted, and the leave behind it goes out (README "Gated transcripts"),
+/// whatever the gate's deadline. The stop forced the gates out by releasing them at "now +
+/// 86,400 s", short of a deadline of the offer + timeout + 5 s of grace: a chunk offered less
+/// than 5 s before the stop stayed held, the leave was never sent, and the server kept a
+/// participant that was gone (pvp-spec 6.4). A review found it (review, session 34).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_drops_a_pending_chunk_and_sends_the_leave_whatever_the_gate_timeout() {
+    let (url, log) = server(|_, _| Answer::Nothing).await;
+    let metrics = SinkMetrics::default();
+    let mut ws = WsSink::new(WsConfig {
+        gate: Some(pvp_t140::sink::gate::GateConfig {
+            quorum: 1,
+            timeout: Duration::from_secs(86_400),
+        }),
+        metrics: metrics.clone(),
+        ..config(url, 64, None)
+    });
+    let mut talk = Talk::new();
+    let p = "t140:0000b001@127.0.0.1:41000";
+    ws.send(talk.join(p));
+    ws.send(talk.add(p, "Awaiting an approval that never comes."));
+    ws.send(talk.leave(p));
+    wait_for(&log, "the gate request", |l| requests(l, p) == 1).await;
+    let stats = ws.close(Duration::from_secs(5)).await;
+    assert_eq!(
+        said(&log, p),
+        ["join", "leave"],
+        "the stop drops the pending chunk and sends the leave; {stats:?}"
+    );
+    assert_eq!(
+        metrics.gates_refused.get(),
+        1,
+        "the dropped chunk is counted"
+    );
+}
+
+/// The `gate.request`s the server got from `who`.
+fn requests(log: &Log, who: &str) -> usize {
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, v)| v["sender"] == who && v["type"] == "gate.request")
+        .count()
+}
+
 /// `--gate-transcripts` with `--spool`: a chunk is rejected, then the speaker backspaces into
 /// it, so the core sends a `context.update` of its key. The gate drops the correction with its
 /// chunk (as the README says), but only counts it: it is never marked in the journal, so the
@@ -965,6 +1011,65 @@ async fn a_full_queue_drops_text_but_never_the_leave() {
         ["join", "Sentence 0.", "Sentence 1.", "Sentence 2.", "leave"]
     );
     assert_eq!((stats.sent, stats.dropped), (5, 7));
+}
+
+/// `--gate-transcripts`: the chunks awaiting approval count against the participant's queue
+/// bound (README "Delivery to a PVP server"): a chunk offered at the bound is dropped, counted
+/// with the refused chunks, its corrections with it, and marked done in the spool. The
+/// connection took every chunk from its queue at once and held it, a `gate.request` each, for
+/// up to a day: an approver that does not answer made a participant hold any number of
+/// chunks, and the server get as many requests. A review found it (review, session 34).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunks_awaiting_approval_are_bounded_by_the_participant_queue() {
+    let dir = std::env::temp_dir().join(format!("pvp-t140-gate-bound-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    // Nobody approves anything.
+    let (url, log) = server(|_, _| Answer::Nothing).await;
+    let (spool, _) = Spool::open(&dir, Default::default()).unwrap();
+    let spool = Arc::new(spool);
+    let queue = 2;
+    let cfg = WsConfig {
+        gate: Some(pvp_t140::sink::gate::GateConfig {
+            quorum: 1,
+            timeout: Duration::from_secs(60),
+        }),
+        ..config(url, queue, Some(spool.clone()))
+    };
+    let metrics = cfg.metrics.clone();
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000b002@127.0.0.1:41002";
+    ws.send(talk.join(p));
+    for i in 0..8 {
+        ws.send(talk.add(p, &format!("Sentence {i}.")));
+        // Taken from the queue (requested, or dropped) before the next comes.
+        wait_for(&log, "the chunk taken", |l| {
+            requests(l, p) + metrics.gates_refused.get() as usize == i + 1
+        })
+        .await;
+    }
+    assert_eq!(
+        requests(&log, p),
+        queue,
+        "held for approval: the queue's bound"
+    );
+    assert_eq!(metrics.gates_refused.get(), 6);
+    // A correction of the last chunk, dropped with it, and the leave; then the stop drops the
+    // two chunks held.
+    ws.send(talk.env(
+        p,
+        Kind::ContextUpdate,
+        json!({"key": "k-Sentence 7.", "new_content": "Sentence", "reason": "backspace"}),
+    ));
+    ws.send(talk.leave(p));
+    let stats = ws.close(Duration::from_secs(5)).await;
+    assert_eq!(said(&log, p), ["join", "leave"], "{stats:?}");
+    assert_eq!(metrics.gates_refused.get(), 6 + 1 + 2);
+    spool.flush();
+    drop(spool);
+    let again = resent(&dir);
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(again.is_empty(), "undelivered in the journal: {again:?}");
 }
 
 /// The gateway stops while a participant that has left is paused by RATE_LIMITED (pvp-spec

@@ -5,7 +5,8 @@
 //! `auto_approved`), and dropped and counted on a `gate.reject`, a `gate.timeout` that rejects or
 //! escalates, or when no answer comes within the timeout plus a grace period. Whatever the
 //! participant sends after a held chunk (corrections, its leave) waits behind it, so order holds
-//! and a correction of a rejected chunk is dropped with it.
+//! and a correction of a rejected chunk is dropped with it. What is held counts against the
+//! participant's queue bound: a chunk offered when it is reached is dropped as a rejected one.
 //!
 //! Plain data in and out (time passed in), driven by the participant's connection task.
 
@@ -70,6 +71,10 @@ const REFUSED_KEPT: usize = 64;
 pub struct Gates {
     cfg: GateConfig,
     held: VecDeque<Held>,
+    /// What may be held at once: the participant's queue bound (README "Delivery to a PVP
+    /// server"), which the held chunks would otherwise escape, a request each, for as long as
+    /// no approver answers.
+    room: usize,
     /// Keys of chunks that were not approved: their corrections are dropped too. A
     /// correction names its speaker's last item, so the newest few are enough.
     refused_keys: RefusedItems,
@@ -82,22 +87,31 @@ pub struct Gates {
     /// the spool (the refused chunks themselves it is handed by [`Gates::release`]), so that a
     /// restart does not resend a `context.update` for an item never added.
     dropped_corrections: Vec<ulid::Ulid>,
+    /// Chunks offered with `room` already held, dropped unasked, by id: the connection
+    /// counts them with the refused chunks and marks them done in the spool.
+    crowded_out: Vec<ulid::Ulid>,
 }
 
 impl Gates {
-    pub fn new(cfg: GateConfig) -> Self {
+    /// Gates holding at most `room` envelopes (see [`Gates::offer`]).
+    pub fn new(cfg: GateConfig, room: usize) -> Self {
         Gates {
             cfg,
             held: VecDeque::new(),
+            room,
             refused_keys: RefusedItems::new(REFUSED_KEPT),
             stats: GateStats::default(),
             gone: 0,
             dropped_corrections: Vec::new(),
+            crowded_out: Vec::new(),
         }
     }
 
     /// An envelope from the core. Returns what to send now: a `gate.request` for a chunk, the
-    /// envelope itself when nothing is held, else nothing (it waits its turn).
+    /// envelope itself when nothing is held, else nothing (it waits its turn). A chunk offered
+    /// with `room` envelopes held is dropped (its corrections with it, [`Gates::take_gone`],
+    /// [`Gates::take_crowded_out`]) as a full queue drops text: its participant's queue bound
+    /// bounds what waits for approval too.
     pub fn offer(
         &mut self,
         e: Envelope,
@@ -105,6 +119,12 @@ impl Gates {
         now: Instant,
         wall: Time,
     ) -> Option<Envelope> {
+        if e.kind() == Kind::ContextAdd && self.held.len() >= self.room {
+            self.refused_keys.refused(&e);
+            self.gone += 1;
+            self.crowded_out.push(e.id());
+            return None;
+        }
         if e.kind() == Kind::ContextAdd {
             let m = e.to_message();
             let preview: String = m.payload["content"]
@@ -246,9 +266,30 @@ impl Gates {
         std::mem::take(&mut self.dropped_corrections)
     }
 
+    /// The chunks dropped for want of room since the last call (counted in
+    /// [`Gates::take_gone`] too).
+    pub fn take_crowded_out(&mut self) -> Vec<ulid::Ulid> {
+        std::mem::take(&mut self.crowded_out)
+    }
+
     /// How many envelopes from the core were dropped since the last call.
     pub fn take_gone(&mut self) -> u64 {
         std::mem::take(&mut self.gone)
+    }
+
+    /// Every chunk still awaiting a decision times out now (the gateway stops: README "Gated
+    /// transcripts", a pending chunk is dropped), whatever its deadline; [`Gates::release`]
+    /// then drops it and lets what waited behind it go.
+    pub fn expire(&mut self) {
+        for h in &mut self.held {
+            if let Held::Gate {
+                verdict: verdict @ None,
+                ..
+            } = h
+            {
+                *verdict = Some(Verdict::TimedOut);
+            }
+        }
     }
 
     /// Everything held, given up (the server refused the participant): the envelopes from the
@@ -318,10 +359,13 @@ mod tests {
     #[test]
     fn chunks_wait_for_quorum_in_order_and_rejections_take_their_corrections() {
         let mut pvp = Builder::new("s".into(), None, 1);
-        let mut g = Gates::new(GateConfig {
-            quorum: 2,
-            timeout: Duration::from_secs(30),
-        });
+        let mut g = Gates::new(
+            GateConfig {
+                quorum: 2,
+                timeout: Duration::from_secs(30),
+            },
+            64,
+        );
         let t = Instant::now();
         let a = env(
             &mut pvp,
@@ -381,10 +425,13 @@ mod tests {
     #[test]
     fn unanswered_gates_time_out_and_auto_approval_sends() {
         let mut pvp = Builder::new("s".into(), None, 1);
-        let mut g = Gates::new(GateConfig {
-            quorum: 1,
-            timeout: Duration::from_secs(10),
-        });
+        let mut g = Gates::new(
+            GateConfig {
+                quorum: 1,
+                timeout: Duration::from_secs(10),
+            },
+            64,
+        );
         let t = Instant::now();
         let a = env(&mut pvp, Kind::ContextAdd, json!({"key": "k1"}));
         let b = env(&mut pvp, Kind::ContextAdd, json!({"key": "k2"}));
@@ -396,5 +443,57 @@ mod tests {
         assert_eq!(dropped.len(), 1);
         assert_eq!(dropped[0].1, Verdict::TimedOut);
         assert_eq!(send.iter().map(Envelope::id).collect::<Vec<_>>(), [b.id()]);
+    }
+
+    /// A stop expires every pending gate whatever its deadline (a day and 5 s away here), and
+    /// what waited behind goes; chunks offered with `room` envelopes held are dropped unasked,
+    /// their corrections with them. A review found both (review, session 34).
+    #[test]
+    fn gates_hold_at_most_their_room_and_a_stop_expires_every_pending_one() {
+        let mut pvp = Builder::new("s".into(), None, 1);
+        let mut g = Gates::new(
+            GateConfig {
+                quorum: 1,
+                timeout: Duration::from_secs(86_400),
+            },
+            2,
+        );
+        let t = Instant::now();
+        let add = |pvp: &mut Builder, k: &str| env(pvp, Kind::ContextAdd, json!({"key": k}));
+        let (a, b, c) = (
+            add(&mut pvp, "k1"),
+            add(&mut pvp, "k2"),
+            add(&mut pvp, "k3"),
+        );
+        assert!(g.offer(a.clone(), &mut pvp, t, Time(0)).is_some());
+        assert!(g.offer(b.clone(), &mut pvp, t, Time(0)).is_some());
+        assert!(
+            g.offer(c.clone(), &mut pvp, t, Time(0)).is_none(),
+            "no room"
+        );
+        assert_eq!(g.take_crowded_out(), [c.id()]);
+        assert_eq!(g.take_gone(), 1);
+        let upd = env(
+            &mut pvp,
+            Kind::ContextUpdate,
+            json!({"key": "k3", "new_content": "", "reason": "bs"}),
+        );
+        let leave = env(&mut pvp, Kind::SessionLeave, json!({}));
+        assert!(g.offer(upd.clone(), &mut pvp, t, Time(0)).is_none());
+        assert!(g.offer(leave.clone(), &mut pvp, t, Time(0)).is_none());
+        assert!(g.release(t).0.is_empty(), "undecided");
+        g.expire();
+        let (send, dropped) = g.release(t);
+        assert_eq!(
+            send.iter().map(Envelope::id).collect::<Vec<_>>(),
+            [leave.id()]
+        );
+        let dropped: Vec<_> = dropped.iter().map(|(e, v)| (e.id(), *v)).collect();
+        assert_eq!(
+            dropped,
+            [(a.id(), Verdict::TimedOut), (b.id(), Verdict::TimedOut)]
+        );
+        assert_eq!(g.take_dropped_corrections(), [upd.id()]);
+        assert!(g.is_empty());
     }
 }

@@ -378,7 +378,10 @@ async fn connection(
     let mut rate_limited_at: Option<tokio::time::Instant> = None;
     // Envelopes to send before taking more from the queue (released by gates).
     let mut outbox: VecDeque<(std::time::Instant, Envelope)> = VecDeque::new();
-    let mut gates = cfg.gate.map(super::gate::Gates::new);
+    // What awaits approval counts against the queue's bound (the place kept for the leave
+    // aside): a resend's queue, made larger for it, holds more.
+    let room = rx.max_capacity().saturating_sub(1);
+    let mut gates = cfg.gate.map(|g| super::gate::Gates::new(g, room));
     let mut backoff = Duration::from_millis(100);
     // The connection's own random numbers for `retry_delay`.
     let mut jitter = random_seed();
@@ -1028,8 +1031,9 @@ where
         .filter(|e| e.kind() != Kind::GateRequest)
         .collect();
     if let Some(g) = held.gates.as_mut() {
-        let (released, dropped) =
-            g.release(std::time::Instant::now() + Duration::from_secs(86_400));
+        // Every pending chunk, whatever its deadline (up to a day and 5 s away).
+        g.expire();
+        let (released, dropped) = g.release(std::time::Instant::now());
         for (e, _) in dropped {
             tracing::warn!(%participant, id = %e.id(), "stopping with a chunk still awaiting approval; dropped");
             refused(&e, cfg);
@@ -1082,11 +1086,16 @@ fn refused_id(id: ulid::Ulid, cfg: &WsConfig) {
     }
 }
 
-/// Counts what the gates dropped from the core since the last call as settled; the dropped
-/// corrections (of a refused chunk) are logged, counted with the refused chunks, and marked
-/// done in the spool (a dropped chunk is, where it is handed over).
+/// Counts what the gates dropped from the core since the last call as settled; the chunks
+/// dropped for want of room and the dropped corrections (of a refused chunk) are logged,
+/// counted with the refused chunks, and marked done in the spool (a chunk dropped undecided
+/// is, where it is handed over).
 fn gone(g: &mut super::gate::Gates, cfg: &WsConfig, counts: &Counts) {
     counts.settled(g.take_gone());
+    for id in g.take_crowded_out() {
+        tracing::warn!(%id, "transcript chunk offered with the participant's queue bound awaiting approval; dropped");
+        refused_id(id, cfg);
+    }
     for id in g.take_dropped_corrections() {
         tracing::info!(%id, "correction of a refused gated chunk dropped");
         refused_id(id, cfg);
