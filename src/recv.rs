@@ -476,4 +476,40 @@ mod tests {
         assert!(got[0].1 == long, "whole after the release");
         assert!(reader.holds_long());
     }
+
+    /// A pending socket error (here ECONNREFUSED, from the ICMP port unreachable a probe got)
+    /// is reported by a read of its own, ahead of the datagrams queued behind it, and cleared
+    /// by it: the next read takes them, in `recvmmsg` and in the one-at-a-time fallback alike.
+    /// The receive loop reads on past it (`udp::drain_by`, review, session 34).
+    #[tokio::test]
+    async fn a_pending_socket_error_comes_alone_and_the_datagrams_behind_it_next() {
+        for each in [false, true] {
+            let closed = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            let peer_addr = closed.local_addr().unwrap();
+            drop(closed);
+            // Linux reports ICMP errors on a UDP socket only once it is connected.
+            let rx = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+            rx.connect(peer_addr).await.unwrap();
+            rx.send(b"probe").await.unwrap();
+            let ready = rx.ready(tokio::io::Interest::ERROR);
+            let waited = tokio::time::timeout(std::time::Duration::from_secs(10), ready).await;
+            waited.expect("the ICMP error never came").unwrap();
+            let peer = std::net::UdpSocket::bind(peer_addr).unwrap();
+            for i in 0..3u8 {
+                peer.send_to(&[i], rx.local_addr().unwrap()).unwrap();
+            }
+            rx.readable().await.unwrap();
+            let mut reader = BatchReader::new();
+            let how = if each {
+                BatchReader::read_each
+            } else {
+                BatchReader::read_now
+            };
+            let e = reader.read_by(&rx, BATCH, how).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused, "each {each}");
+            assert_eq!(reader.read_by(&rx, BATCH, how).unwrap(), 3, "each {each}");
+            let got: Vec<Vec<u8>> = reader.datagrams().iter().map(|d| d.1.to_vec()).collect();
+            assert_eq!(got, [[0], [1], [2]], "each {each}");
+        }
+    }
 }
