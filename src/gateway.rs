@@ -207,7 +207,8 @@ pub struct Stats {
     pub speakers_joined: u64,
     /// Speakers that left to make room for a new voice on a stream at its speaker bound.
     pub speakers_recycled: u64,
-    /// RTCP-port datagrams this worker's feed lost ([`Gateway::rtcp_feed_lost`]).
+    /// RTCP datagrams this worker's feeds lost ([`Gateway::rtcp_feed_lost`]): the RTCP port's,
+    /// and those other workers handed on ([`Gateway::share_rtcp`]).
     pub rtcp_feed_missed: u64,
     /// Streams that never carried text, removed to make room at the stream limit.
     pub evicted: u64,
@@ -1079,6 +1080,9 @@ pub struct Gateway {
     /// A t140llm RED packet refused as ambiguous (a block over 255 bytes, its length clamped),
     /// for [`Gateway::receive_unclamped`] right after its refusal is counted.
     unclamped: Vec<(SocketAddr, Vec<u8>)>,
+    /// RTCP read on the RTP port that found none of this core's streams, for the other
+    /// receive workers ([`Gateway::share_rtcp`]); `None` while not shared.
+    shared_rtcp: Option<Vec<(SocketAddr, Vec<u8>)>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -1243,6 +1247,7 @@ impl Gateway {
             lingering: VecDeque::new(),
             long_blocks: Default::default(),
             unclamped: Vec::new(),
+            shared_rtcp: None,
         }
     }
 
@@ -1364,23 +1369,54 @@ impl Gateway {
         refused: Option<Refusal>,
         counts: bool,
     ) {
+        // Every worker has it already: none hands it on ([`Gateway::share_rtcp`]).
+        let shared = self.shared_rtcp.take();
         if counts {
-            return match refused {
+            match refused {
                 None if looks_like_rtcp(data) => self.handle_hinted(now, source, data, None, false),
                 _ => self.not_rtcp_on_rtcp_port(now, source, data, refused),
-            };
+            }
+        } else {
+            self.fire_due(now);
+            if refused.is_none() && looks_like_rtcp(data) {
+                // Its malformed parts are counted by the worker that counts.
+                let _ = self.receive_rtcp(now, source, data);
+            }
         }
-        self.fire_due(now);
-        if refused.is_none() && looks_like_rtcp(data) {
-            // Its malformed parts are counted by the worker that counts.
-            let _ = self.receive_rtcp(now, source, data);
-        }
+        self.shared_rtcp = shared;
+    }
+
+    /// With several receive workers: keep RTCP read on the RTP port (rtcp-mux, RFC 5761) that
+    /// finds none of this core's streams for [`Gateway::take_shared_rtcp`], so the shell hands
+    /// it to the other workers ([`Gateway::handle_shared_rtcp`]). A sender may send its RTCP
+    /// from another port than its RTP (RFC 3550 8.2), and the kernel's SO_REUSEPORT hash then
+    /// takes it to a worker of its own, which need not hold the stream (README, Scaling out).
+    /// The shell that turns this on takes what is kept after each batch.
+    pub fn share_rtcp(&mut self) {
+        self.shared_rtcp.get_or_insert_with(Vec::new);
+    }
+
+    /// What [`Gateway::share_rtcp`] kept since the last call, oldest first: (source, datagram).
+    pub fn take_shared_rtcp(&mut self) -> Vec<(SocketAddr, Vec<u8>)> {
+        self.shared_rtcp
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// RTCP another worker read on the RTP port and found none of its streams for
+    /// ([`Gateway::share_rtcp`]): acted on for this core's streams by the same rules, not
+    /// counted (the worker that read it counted and admitted it), not handed on again.
+    pub fn handle_shared_rtcp(&mut self, now: Time, source: SocketAddr, data: &[u8]) {
+        self.handle_rtcp_port(now, source, data, None, false);
     }
 
     /// `n` datagrams of the RTCP port that this worker's feed lost (it fell behind the port's
     /// reader): its streams did not see them (`rtcp_feed_missed`, every worker's own); the
     /// worker that counts the port's datagrams ([`Gateway::handle_rtcp_port`]) counts them as
-    /// received and dropped too, since it counted them nowhere else.
+    /// received and dropped too, since it counted them nowhere else. For RTCP other workers
+    /// handed on ([`Gateway::share_rtcp`]), `counts` is false: the worker that read them
+    /// counted them.
     pub fn rtcp_feed_lost(&mut self, n: u64, counts: bool) {
         tracing::warn!(skipped = n, "RTCP feed lagged");
         self.emit.stats.rtcp_feed_missed += n;
@@ -1948,6 +1984,8 @@ impl Gateway {
             ssrc
         };
         let sender = events.first().map(ssrc_of);
+        // Names or ends something: a report alone does neither.
+        let acts = (events.iter()).any(|e| !matches!(e, RtcpEvent::Report { .. }));
         let home = (events.iter())
             .find_map(|e| self.rtcp_stream(source, ssrc_of(e)))
             .or_else(|| self.rtcp_stream_of_host(source, sender?, sender));
@@ -1993,10 +2031,23 @@ impl Gateway {
                 None => self.forget_evicted(source.ip(), ssrc),
             }
         }
+        if home.is_none() && acts {
+            self.keep_for_other_workers(source, data);
+        }
         if ok {
             Ok(())
         } else {
             Err(DropReason::RtcpMalformed)
+        }
+    }
+
+    /// RTCP that names or ends no stream of this core, kept for the other workers when shared
+    /// ([`Gateway::share_rtcp`]).
+    #[cold]
+    #[inline(never)]
+    fn keep_for_other_workers(&mut self, source: SocketAddr, data: &[u8]) {
+        if let Some(kept) = &mut self.shared_rtcp {
+            kept.push((source, data.to_vec()));
         }
     }
 

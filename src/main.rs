@@ -941,7 +941,13 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         let sink = Sink::start(rx, ws, sink_metrics.clone(), udp::SHUTDOWN_GRACE)
             .map_err(|e| format!("starting the sink: {e}"))?;
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let (rtcp_tx, _) = tokio::sync::broadcast::channel(1024);
+        let (rtcp_tx, _) = tokio::sync::broadcast::channel(udp::RTCP_FEED);
+        // RTCP on the RTP port for another worker's streams (README, Scaling out).
+        let mut shares = match workers {
+            1 => Vec::new(),
+            n => udp::RtcpShare::group(n),
+        }
+        .into_iter();
         let mut handles = Vec::new();
         let mut snapshots = Vec::new();
         let running = prometheus_client::metrics::gauge::Gauge::default();
@@ -964,6 +970,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
                 shutdown: stop_rx.clone(),
                 publish,
                 running: running.clone(),
+                share: shares.next(),
             };
             handles.push(
                 udp::spawn_worker(i, socket, gw, links)

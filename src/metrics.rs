@@ -203,7 +203,7 @@ impl Collector for CoreCollector {
         counter(
             &mut enc,
             "pvp_t140_rtcp_feed_missed",
-            "RTCP-port datagrams a receive worker's feed lost (it fell behind): its streams missed them.",
+            "RTCP datagrams a receive worker's feeds lost (it fell behind the RTCP port's reader, or the RTCP other workers handed on): its streams missed them.",
             s.rtcp_feed_missed,
         )?;
         counter(

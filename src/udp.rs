@@ -40,6 +40,69 @@ impl RtcpDatagram {
     }
 }
 
+/// What the receive workers hand one another (`--workers N`): RTCP one read on its RTP port
+/// (rtcp-mux, RFC 5761) that found none of its streams ([`Gateway::share_rtcp`]). A sender's
+/// RTCP from another port than its RTP (RFC 3550 8.2) is hashed by the kernel to a worker of
+/// its own, which need not hold the stream; every other worker acts on it for its own streams
+/// by the same rules. Apart from the RTCP port's feed, so that a worker that falls behind
+/// counts what it lost here as missed only: the worker that read these counted them.
+pub struct RtcpShare {
+    /// This worker: its own datagrams come back on `rx` and are passed over.
+    worker: usize,
+    workers: usize,
+    tx: tokio::sync::broadcast::Sender<std::sync::Arc<SharedRtcp>>,
+    rx: tokio::sync::broadcast::Receiver<std::sync::Arc<SharedRtcp>>,
+    /// Workers that have read their sockets at the stop ([`RtcpShare::stop_together`]).
+    drained: tokio::sync::watch::Sender<usize>,
+}
+
+/// A datagram of [`RtcpShare`]: read by worker `origin` on its RTP port.
+#[derive(Debug)]
+struct SharedRtcp {
+    origin: usize,
+    from: std::net::SocketAddr,
+    data: Vec<u8>,
+}
+
+impl RtcpShare {
+    /// One for each of `workers` receive workers, linked.
+    pub fn group(workers: usize) -> Vec<RtcpShare> {
+        let (tx, _) = tokio::sync::broadcast::channel(RTCP_FEED);
+        let (drained, _) = tokio::sync::watch::channel(0);
+        (0..workers)
+            .map(|worker| RtcpShare {
+                worker,
+                workers,
+                rx: tx.subscribe(),
+                tx: tx.clone(),
+                drained: drained.clone(),
+            })
+            .collect()
+    }
+
+    /// Hands on what the core kept for the other workers.
+    fn hand_on(&self, gw: &mut Gateway) {
+        for (from, data) in gw.take_shared_rtcp() {
+            let origin = self.worker;
+            let _ = (self.tx).send(std::sync::Arc::new(SharedRtcp { origin, from, data }));
+        }
+    }
+
+    /// At a stop, once this worker's socket is read ([`drain_at_stop`]) and what it found
+    /// handed on: waits until every worker's is (at most twice [`STOP_DRAIN`]: a worker that
+    /// died never comes), so that each then finds in its feed what the others read last.
+    async fn stop_together(&self) {
+        self.drained.send_modify(|n| *n += 1);
+        let mut all = self.drained.subscribe();
+        let every = all.wait_for(|&n| n >= self.workers);
+        let _ = tokio::time::timeout(2 * STOP_DRAIN, every).await;
+    }
+}
+
+/// RTCP datagrams a worker's feed holds before it loses the oldest (each of the RTCP port's
+/// feed and [`RtcpShare`]'s).
+pub const RTCP_FEED: usize = 1024;
+
 /// What a worker hands back when it stops.
 #[derive(Debug)]
 pub struct WorkerReport {
@@ -118,7 +181,11 @@ pub async fn run_worker(
         mut shutdown,
         publish,
         running: _,
+        mut share,
     } = links;
+    if share.is_some() {
+        gw.share_rtcp();
+    }
     // Counters for the metrics endpoint, published once a second (not per packet).
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let clock = Clock::new();
@@ -157,7 +224,7 @@ pub async fn run_worker(
                 }
                 busy = drain_socket(&socket, &mut gw, &mut reader, &clock) == RECV_BUDGET;
             }
-            d = recv_rtcp(&mut rtcp) => match d {
+            d = recv_rtcp(rtcp.as_mut()) => match d {
                 Ok(d) => {
                     // The RTP already queued first: a sender's BYE on the RTCP port follows
                     // its last packets, and handled before them it would find no stream (a
@@ -167,6 +234,16 @@ pub async fn run_worker(
                 }
                 Err(lost) => gw.rtcp_feed_lost(lost, counts_rtcp),
             },
+            d = recv_rtcp(share.as_mut().map(|s| &mut s.rx)) => match d {
+                // Its own, back.
+                Ok(d) if share.as_ref().is_some_and(|s| s.worker == d.origin) => {}
+                Ok(d) => {
+                    // After the RTP already queued, as the RTCP port's.
+                    drain_socket_now(&socket, &mut gw, &mut reader, &clock);
+                    gw.handle_shared_rtcp(clock.now(), d.from, &d.data);
+                }
+                Err(lost) => gw.rtcp_feed_lost(lost, false),
+            },
             // The core's next timer or the linger, whichever is first (a timer not yet due
             // does nothing).
             () = sleep_until(wake) => gw.handle_timeout(clock.now()),
@@ -175,6 +252,9 @@ pub async fn run_worker(
                     let _ = p.send(gw.stats());
                 }
             }
+        }
+        if let Some(share) = &share {
+            share.hand_on(&mut gw);
         }
         let pending = gw.pending_output();
         if pending > 0 {
@@ -194,8 +274,15 @@ pub async fn run_worker(
         drain_at_stop(&socket, &mut gw, &mut reader, &clock).await;
     }
     // Then the RTCP the port's reader handed over before the stop (a BYE, most likely: a
-    // sender's last word): after the RTP, so that it finds the streams that RTP opened.
+    // sender's last word): after the RTP, so that it finds the streams that RTP opened. Then,
+    // with several workers, what the others read on their RTP ports for this one's streams,
+    // once every worker has read its socket and handed on what it found.
     drain_rtcp_at_stop(&mut rtcp, &mut gw, &clock, counts_rtcp);
+    if let Some(share) = &mut share {
+        share.hand_on(&mut gw);
+        share.stop_together().await;
+        drain_shared_at_stop(share, &mut gw, &clock);
+    }
     gw.shutdown(clock.now());
     // The final flushes and leaves are not refused for want of room (`handoff::Sender::force`):
     // SIGTERM must not lose text.
@@ -225,6 +312,9 @@ pub struct WorkerLinks {
     /// Receive workers running: [`spawn_worker`] counts this one in, and out when its thread
     /// ends by any path, a panic included, so `/healthz` sees a worker that died.
     pub running: prometheus_client::metrics::gauge::Gauge,
+    /// With several workers: RTCP read on the RTP port for another worker's streams, handed
+    /// on and taken ([`RtcpShare`]).
+    pub share: Option<RtcpShare>,
 }
 
 /// Counts a worker out of [`WorkerLinks::running`] when dropped: at the end of its thread,
@@ -284,9 +374,12 @@ fn take_output(gw: &mut Gateway) -> Vec<crate::pvp::Envelope> {
     batch
 }
 
-/// The next of the RTCP feed: a datagram, or how many it lost (`Err`: this worker fell more than
-/// the feed's bound behind; counted as dropped, [`Gateway::rtcp_feed_lost`]).
-async fn recv_rtcp(feed: &mut Option<RtcpFeed>) -> Result<std::sync::Arc<RtcpDatagram>, u64> {
+/// The next of an RTCP feed (the RTCP port's, or [`RtcpShare`]'s): a datagram, or how many it
+/// lost (`Err`: this worker fell more than the feed's bound behind; counted,
+/// [`Gateway::rtcp_feed_lost`]). A closed feed is never ready again.
+async fn recv_rtcp<T: Clone>(
+    feed: Option<&mut tokio::sync::broadcast::Receiver<T>>,
+) -> Result<T, u64> {
     use tokio::sync::broadcast::error::RecvError;
     let Some(rx) = feed else {
         return std::future::pending().await;
@@ -294,10 +387,7 @@ async fn recv_rtcp(feed: &mut Option<RtcpFeed>) -> Result<std::sync::Arc<RtcpDat
     match rx.recv().await {
         Ok(d) => Ok(d),
         Err(RecvError::Lagged(n)) => Err(n),
-        Err(RecvError::Closed) => {
-            *feed = None;
-            std::future::pending().await
-        }
+        Err(RecvError::Closed) => std::future::pending().await,
     }
 }
 
@@ -455,6 +545,19 @@ fn drain_rtcp_at_stop(feed: &mut Option<RtcpFeed>, gw: &mut Gateway, clock: &Clo
         match rx.try_recv() {
             Ok(d) => gw.handle_rtcp_port(clock.now(), d.from, &d.data, d.refused, counts),
             Err(TryRecvError::Lagged(n)) => gw.rtcp_feed_lost(n, counts),
+            Err(TryRecvError::Empty | TryRecvError::Closed) => break,
+        }
+    }
+}
+
+/// At a stop, the RTCP the other workers handed on ([`RtcpShare`]), their sockets read.
+fn drain_shared_at_stop(share: &mut RtcpShare, gw: &mut Gateway, clock: &Clock) {
+    use tokio::sync::broadcast::error::TryRecvError;
+    loop {
+        match share.rx.try_recv() {
+            Ok(d) if d.origin == share.worker => {}
+            Ok(d) => gw.handle_shared_rtcp(clock.now(), d.from, &d.data),
+            Err(TryRecvError::Lagged(n)) => gw.rtcp_feed_lost(n, false),
             Err(TryRecvError::Empty | TryRecvError::Closed) => break,
         }
     }
@@ -722,6 +825,7 @@ mod tests {
             shutdown,
             publish: None,
             running,
+            share: None,
         }
     }
 
@@ -957,5 +1061,86 @@ mod tests {
         let (report, envelopes) = run_stopped(socket, None);
         let text = field(&envelopes, crate::pvp::Kind::ContextAdd, "content").concat();
         assert_eq!(text, "Queued before the stop.", "{:?}", report.stats);
+    }
+
+    /// With several workers, RTCP on one's RTP port that finds none of its streams is handed
+    /// to the others ([`RtcpShare`]), counted once, by the worker that read it; at a stop
+    /// every worker reads its socket before any reads what the others handed on, so a BYE
+    /// read off one socket at the stop still ends the stream another read, even when that one
+    /// got to its stop first. Two workers on sockets of their own stand for SO_REUSEPORT's
+    /// hash: the sender's RTP on one, its RTCP (rtcp-mux, from another port of the host, RFC
+    /// 3550 8.2) on the other (review, session 34: the BYE was ignored).
+    #[test]
+    fn rtcp_another_worker_read_on_its_rtp_port_reaches_the_stream_at_a_stop() {
+        let sockets: Vec<std::net::UdpSocket> = (0..2)
+            .map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let (rtp_from, rtcp_from) = (
+            std::net::UdpSocket::bind("127.0.0.1:0").unwrap(),
+            std::net::UdpSocket::bind("127.0.0.1:0").unwrap(),
+        );
+        for (i, w) in ["Said ", "and ", "done."].iter().enumerate() {
+            let d = t140(100 + i as u16, 7, w);
+            rtp_from
+                .send_to(&d, sockets[0].local_addr().unwrap())
+                .unwrap();
+        }
+        let mut bye = Vec::new();
+        crate::rtcp::write_rr(&mut bye, 7);
+        crate::rtcp::write_sdes(&mut bye, 7, "speaker@127.0.0.1", None);
+        crate::rtcp::write_bye(&mut bye, 7);
+        rtcp_from
+            .send_to(&bye, sockets[1].local_addr().unwrap())
+            .unwrap();
+        let (out, mut rx) = crate::handoff::queue(64);
+        let (stop, shutdown) = tokio::sync::watch::channel(false);
+        stop.send(true).unwrap();
+        let shares = RtcpShare::group(2);
+        let mut drained = shares[0].drained.subscribe();
+        let spawn = |i, socket: std::net::UdpSocket, share| {
+            socket.set_nonblocking(true).unwrap();
+            let links = WorkerLinks {
+                share: Some(share),
+                ..links(out.clone(), shutdown.clone(), Gauge::default())
+            };
+            let gw = Gateway::new(crate::gateway::Config::default());
+            spawn_worker(i, socket, gw, links).unwrap()
+        };
+        let (mut sockets, mut shares) = (sockets.into_iter(), shares.into_iter());
+        let holder = spawn(0, sockets.next().unwrap(), shares.next().unwrap());
+        // The stream's worker has read its socket and waits for the other's.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let waits = async {
+            tokio::time::timeout(Duration::from_secs(10), drained.wait_for(|&n| n == 1)).await
+        };
+        rt.block_on(waits)
+            .expect("the worker never waited")
+            .unwrap();
+        let reader = spawn(1, sockets.next().unwrap(), shares.next().unwrap());
+        drop(out);
+        let stats: Vec<_> = [holder, reader]
+            .map(|w| w.join().unwrap().unwrap().stats)
+            .to_vec();
+        let envelopes: Vec<_> = std::iter::from_fn(|| rx.try_recv(64)).flatten().collect();
+        let text = field(&envelopes, crate::pvp::Kind::ContextAdd, "content").concat();
+        assert_eq!(text, "Said and done.");
+        let leaves = field(&envelopes, crate::pvp::Kind::SessionLeave, "reason");
+        assert_eq!(leaves, ["rtcp bye"], "{stats:?}");
+        // In its join, or in an announce after it: the stream spoke before its CNAME came.
+        use crate::pvp::Kind::{ParticipantAnnounce, SessionJoin};
+        let named = (envelopes.iter())
+            .filter(|e| [SessionJoin, ParticipantAnnounce].contains(&e.kind()))
+            .any(|e| {
+                e.to_message()
+                    .payload
+                    .to_string()
+                    .contains("speaker@127.0.0.1")
+            });
+        assert!(named, "never named by its CNAME");
+        let counted = |s: &crate::gateway::Stats| (s.datagrams, s.rtcp);
+        assert_eq!((counted(&stats[0]), counted(&stats[1])), ((3, 0), (1, 1)));
     }
 }

@@ -79,6 +79,7 @@ fn a_bye_woken_for_first_follows_its_rtp_and_leaves_no_stall() {
         shutdown,
         publish: None,
         running: prometheus_client::metrics::gauge::Gauge::default(),
+        share: None,
     };
     let cfg = Config {
         idle_flush: Duration::from_millis(100),

@@ -170,6 +170,7 @@ fn rtcp_datagrams_lost_to_a_lagged_feed_are_counted() {
             shutdown,
             publish: None,
             running: prometheus_client::metrics::gauge::Gauge::default(),
+            share: None,
         };
         let gw = Gateway::new(Config::default());
         let worker = pvp_t140::udp::spawn_worker(0, socket, gw, links).unwrap();

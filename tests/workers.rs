@@ -123,3 +123,70 @@ fn max_streams_bounds_the_gateway_not_each_receive_worker() {
     );
     assert!(counters.contains("stream_limit=15"), "{counters}");
 }
+
+/// `--workers N`: RTCP sent to the RTP port (rtcp-mux, RFC 5761) from another port of the
+/// sender's host than its RTP reaches the stream whichever worker the kernel hashed it to
+/// (README, RTCP: "from the same host on any port (RFC 3550 8.2)"; Scaling out): its BYE ends
+/// the stream with a `session.leave` and its CNAME names the participant. Sixteen senders
+/// over four workers: the chance that every sender's two ports hash to the same worker is
+/// 4^-16. A review found only the worker the RTCP was hashed to acted on it, which seldom held
+/// the stream: the BYE was ignored and the speaker stayed until `--stream-timeout-s`, never
+/// named (review, session 34).
+#[test]
+fn rtcp_to_the_rtp_port_from_another_port_of_the_host_reaches_the_stream_with_workers() {
+    let gw = Gateway::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "4",
+        "--rtcp",
+        "false",
+        "--stream-timeout-s",
+        "300",
+        "--idle-flush-ms",
+        "60000",
+    ]);
+    let n = 16;
+    let mut senders: Vec<(Sender, std::net::UdpSocket)> = (0..n)
+        .map(|i| {
+            let s = Sender::new(gw.listen, 0x7100 + i);
+            (s, std::net::UdpSocket::bind("127.0.0.1:0").unwrap())
+        })
+        .collect();
+    for (i, (s, _)) in senders.iter_mut().enumerate() {
+        s.send(&format!("Hello from speaker {i}. "));
+    }
+    // Each speaker's text is out before its RTCP is sent.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let count = |kind: &str| {
+        gw.stdout_lines()
+            .iter()
+            .filter(|l| l.contains(&format!("\"type\":\"{kind}\"")))
+            .count()
+    };
+    while count("context.add") < n as usize {
+        assert!(std::time::Instant::now() < deadline, "text never came out");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for (i, (_, rtcp)) in senders.iter().enumerate() {
+        let ssrc = 0x7100 + i as u32;
+        let mut d = Vec::new();
+        pvp_t140::rtcp::write_rr(&mut d, ssrc);
+        pvp_t140::rtcp::write_sdes(&mut d, ssrc, &format!("speaker{i}@127.0.0.1"), None);
+        pvp_t140::rtcp::write_bye(&mut d, ssrc);
+        rtcp.send_to(&d, gw.listen).unwrap();
+    }
+    // Each BYE ends its stream after the reorder wait (1 s).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while count("session.leave") < n as usize && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let leaves = count("session.leave");
+    let named = count("participant.announce");
+    assert_eq!(
+        (leaves, named),
+        (n as usize, n as usize),
+        "of {n} senders whose RTCP came to the RTP port from a second port, {leaves} left for \
+         their BYE and {named} were named by their CNAME within 20 s (--workers 4)"
+    );
+}
