@@ -1032,11 +1032,14 @@ fn carried_text(s: &Stream) -> bool {
 }
 
 /// Whether a stream that carried no text yet may: a packet it holds (behind a gap, or in a
-/// restart's run) has text, or a speaker's decoder holds part of a character. It stays an
-/// eviction candidate, later in the queue ([`Gateway::evict_silent_stream`]): what it holds
-/// may come to nothing.
+/// restart's run) has text, or a speaker's decoder holds part of a character or is inside a
+/// control function (an escape sequence begun: evicted, its decoder would go without `finish`,
+/// the sequence in no counter, and its rest come back as text, README "Text decoding"). It
+/// stays an eviction candidate, later in the queue ([`Gateway::evict_silent_stream`]): what it
+/// holds may come to nothing, and a stream that never returns ends by its timeout.
 fn may_yet_speak(s: &Stream) -> bool {
-    s.register.holds_text() || s.speakers.iter().any(|sp| sp.decoder.holds_partial())
+    s.register.holds_text()
+        || (s.speakers.iter()).any(|sp| sp.decoder.holds_partial() || sp.decoder.in_control())
 }
 
 /// The sans-IO core.
@@ -1842,7 +1845,8 @@ impl Gateway {
     /// never joined (never carried text), without a trace on the PVP side: a flood of random
     /// SSRCs cannot lock out a real speaker. What it needs to come back unharmed is kept
     /// ([`Gateway::remember_evicted`]). A stream that may yet speak ([`may_yet_speak`]:
-    /// text in a packet it holds, part of a character) goes back to the end of the queue.
+    /// text in a packet it holds, part of a character, an escape sequence begun) goes back to
+    /// the end of the queue.
     /// Amortised O(1): each stream leaves the queue once it ended or carried text, and a walk
     /// that found only streams that may yet speak is not tried again for [`SILENT_WALK_PAUSE`].
     fn evict_silent_stream(&mut self, now: Time) -> bool {

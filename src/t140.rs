@@ -230,7 +230,7 @@ impl Decoder {
     /// Ends an unfinished control function: an escape sequence or control string cut short (by
     /// a loss or the stream's end) is skipped all the same, and counted as one.
     fn end_control(&mut self, counts: &mut DecodeStats) {
-        if !matches!(self.ctl, Ctl::Normal | Ctl::AfterCr) {
+        if self.in_control() {
             count(&mut counts.sequences_skipped);
         }
         self.ctl = Ctl::Normal;
@@ -251,6 +251,12 @@ impl Decoder {
     /// text the next block completes.
     pub fn holds_partial(&self) -> bool {
         self.need > 0 && self.acc != AFTER_LOSS
+    }
+
+    /// Whether a control function is begun and not ended (ESC, a control sequence or string):
+    /// its rest is in the next block, and a fresh decoder would take it for text.
+    pub fn in_control(&self) -> bool {
+        !matches!(self.ctl, Ctl::Normal | Ctl::AfterCr)
     }
 
     /// Marks text lost beyond recovery (RFC 4103 section 5.3): resets any partial character or

@@ -1696,6 +1696,66 @@ fn the_eviction_made_for_a_streams_return_does_not_push_out_its_own_sdes_name() 
     }
 }
 
+/// A caller whose only packet so far opened a control sequence (`ESC [ 1 ;`, no text yet) is
+/// not evicted at the stream limit: its decoder, dropped without `finish`, would take the
+/// sequence out of every counter. It goes last, and a stream that never comes back ends by its
+/// timeout, the sequence cut short counted (README "Text decoding": "a sequence a loss or the
+/// stream's end cuts short is counted too"). A review found it evicted, and the sequence in no
+/// counter (review, session 34).
+#[test]
+fn a_sequence_cut_short_by_an_eviction_is_counted() {
+    let mut gw = Gateway::new(Config {
+        max_streams: 3,
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "\u{1b}[1;"));
+    for ssrc in 100..103 {
+        gw.handle_datagram(at(100), addr(5000), &t140(1, ssrc, ""));
+    }
+    run_timers(&mut gw, at(60_000));
+    gw.shutdown(at(60_001));
+    let _ = drain(&mut gw);
+    let stats = gw.stats();
+    assert_eq!(
+        stats.decode.sequences_skipped, 1,
+        "the control sequence the caller's stream ended inside is counted (evicted {})",
+        stats.evicted
+    );
+}
+
+/// The same caller's next packet (sequence 2) ends the sequence (`31m`), then its words: with a
+/// flood of junk SSRCs at the stream limit in between, its text is "Hello.", as without (README
+/// "Stream limit": a stream inside an escape sequence goes last). A review found it evicted,
+/// its decoder's state gone with it, and the rest of the sequence, `31m`, shown as the caller's
+/// text when it came back (review, session 34).
+#[test]
+fn a_stream_inside_an_escape_sequence_is_not_evicted_and_its_tail_is_no_text() {
+    for flood in [false, true] {
+        let mut gw = Gateway::new(Config {
+            max_streams: 3,
+            ..Config::default()
+        });
+        gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "\u{1b}[1;"));
+        if flood {
+            for ssrc in 100..103 {
+                gw.handle_datagram(at(100), addr(5000), &t140(1, ssrc, ""));
+            }
+        }
+        gw.handle_datagram(at(300), addr(4000), &t140(2, 1, "31mHello. "));
+        run_timers(&mut gw, at(5_000));
+        let got = adds(&drain(&mut gw));
+        assert_eq!(
+            got,
+            vec![(
+                "t140:00000001@127.0.0.1:4000".to_owned(),
+                "Hello.".to_owned()
+            )],
+            "flood: {flood} (evicted {})",
+            gw.stats().evicted
+        );
+    }
+}
+
 #[test]
 fn decoder_anomalies_on_in_order_packets_reach_the_stats() {
     let mut gw = Gateway::new(Config::default());
