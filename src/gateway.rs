@@ -951,12 +951,13 @@ struct Place<'a> {
 
 /// A voice not heard yet on a stream whose speakers are at [`crate::stream::MAX_SPEAKERS`]:
 /// the longest silent of them that holds nothing (not the stream's own voice; no text buffered,
-/// nor part of a character, nor a correction; no BYE it waits on; no packet the register holds
-/// for it, `held`) ends, its leave sent, and its place is the new voice's, which joins at its
-/// first text. Without one, the stream's own voice speaks for the new one
-/// ([`crate::stream::speaker_index`]). t140llm's multiplexer names every reply's stream anew
-/// (a new CSRC in its CSRC mode), so a long-lived one passes the bound. Returns the place made,
-/// and whether the speaker that left it had joined ([`crate::stream::Mixer::spoke`]).
+/// nor part of a character, nor an escape sequence begun, whose rest would be its next text;
+/// nor a correction; no BYE it waits on; no packet the register holds for it, `held`) ends,
+/// its leave sent, and its place is the new voice's, which joins at its first text. Without
+/// one, the stream's own voice speaks for the new one ([`crate::stream::speaker_index`]).
+/// t140llm's multiplexer names every reply's stream anew (a new CSRC in its CSRC mode), so a
+/// long-lived one passes the bound. Returns the place made, and whether the speaker that left
+/// it had joined ([`crate::stream::Mixer::spoke`]).
 #[cold]
 #[inline(never)]
 fn make_room(
@@ -976,6 +977,7 @@ fn make_room(
             && sp.chunker.is_blank()
             && !sp.chunker.erase_pending()
             && !sp.decoder.holds_partial()
+            && !sp.decoder.in_control()
             && sp.profile.bye_at().is_none()
             && !held(*i)
     };

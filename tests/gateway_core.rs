@@ -3148,6 +3148,35 @@ fn a_speaker_holding_text_keeps_its_place_at_the_bound() {
     assert_eq!(gw.stats().speakers_recycled, 1);
 }
 
+/// The same at the bound for a speaker inside an escape sequence: source 1, the longest silent,
+/// ended its packet with `ESC [ 1 ;`, so it holds the sequence's start, and source 2 leaves for
+/// 33 in its place; its next packet ends the sequence (`31m`) and its words are "Again.".
+/// A review found the speaker recycled, its decoder dropped without `finish` (the sequence in
+/// no counter), and the rest of the sequence shown as its text (review, session 34).
+#[test]
+fn a_speaker_inside_an_escape_sequence_keeps_its_place_at_the_bound() {
+    let mut gw = Gateway::new(Config::default());
+    let mixer = |seq: u16, csrc: u32, text: &str| {
+        with_csrc(seq, u32::from(seq) * 100, 9, csrc, 98, text.as_bytes())
+    };
+    gw.handle_datagram(at(0), addr(5000), &mixer(1, 1, "Done. \u{1b}[1;"));
+    for c in 2..=32u32 {
+        gw.handle_datagram(at(u64::from(c)), addr(5000), &mixer(c as u16, c, "Done. "));
+    }
+    gw.handle_datagram(at(40), addr(5000), &mixer(33, 33, "New. "));
+    gw.handle_datagram(at(80), addr(5000), &mixer(34, 1, "31mAgain. "));
+    gw.shutdown(at(5000));
+    let out = drain(&mut gw);
+    let said = adds(&out);
+    let of = |c: u32| format!("t140:00000009@127.0.0.1:5000/csrc:{c:08x}");
+    for (c, text) in [(1, "Again."), (33, "New.")] {
+        assert!(said.contains(&(of(c), text.to_owned())), "{c}: {said:?}");
+    }
+    let first_leave = out.iter().find(|e| e.kind == "session.leave").unwrap();
+    assert_eq!(first_leave.sender, of(2));
+    assert_eq!(gw.stats().decode.sequences_skipped, 1);
+}
+
 /// Context keys are unique per item (pvp-spec 9.1). A mixer's source that left to make room at
 /// the 32-speaker bound and is heard again gets a new speaker, whose chunks are numbered from
 /// 1 again in the same stream: its keys repeated its first participation's, until its keys
