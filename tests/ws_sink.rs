@@ -224,6 +224,18 @@ async fn wait_for(log: &Log, what: &str, pred: impl Fn(&Log) -> bool) {
     }
 }
 
+/// Waits (up to [`WAIT`]) until `pred` holds.
+async fn wait_until(what: &str, pred: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !pred() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// A stream that goes silent past --stream-timeout-s leaves; when the same sender (same SSRC
 /// and address, so the same participant id) speaks again it joins again. The sink opens a
 /// second connection for the new join while the first one still has the old stream's text and
@@ -1070,6 +1082,61 @@ async fn chunks_awaiting_approval_are_bounded_by_the_participant_queue() {
     let again = resent(&dir);
     std::fs::remove_dir_all(&dir).ok();
     assert!(again.is_empty(), "undelivered in the journal: {again:?}");
+}
+
+/// `--gate-transcripts` with `--spool`: a correction of a chunk crowded out at the gates'
+/// bound, offered while other chunks await approval, is dropped at once and marked done in the
+/// journal, like its chunk (README "Gated transcripts"). It waited behind the pending gates
+/// undone: a gateway killed then resent it alone after its restart, a `context.remove` of an
+/// item never added (pvp-spec 9.3). A review found it (review, session 34).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_correction_of_a_crowded_out_chunk_is_not_resent_after_a_kill() {
+    let dir = std::env::temp_dir().join(format!("pvp-t140-gate-crowd-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    // Nobody approves anything.
+    let (url, log) = server(|_, _| Answer::Nothing).await;
+    let (spool, _) = Spool::open(&dir, Default::default()).unwrap();
+    let spool = Arc::new(spool);
+    let cfg = WsConfig {
+        gate: Some(pvp_t140::sink::gate::GateConfig {
+            quorum: 1,
+            timeout: Duration::from_secs(60),
+        }),
+        ..config(url, 2, Some(spool.clone()))
+    };
+    let metrics = cfg.metrics.clone();
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000b0b1@127.0.0.1:42002";
+    ws.send(talk.join(p));
+    ws.send(talk.add(p, "S0"));
+    wait_for(&log, "S0's request", |l| requests(l, p) == 1).await;
+    ws.send(talk.add(p, "S1"));
+    wait_for(&log, "S1's request", |l| requests(l, p) == 2).await;
+    ws.send(talk.add(p, "S2"));
+    wait_until("S2 dropped", || metrics.gates_refused.get() == 1).await;
+    // The speaker backspaces over S2, crowded out; then S3 comes, crowded out too: once all
+    // three are counted the connection has taken the correction.
+    ws.send(talk.env(
+        p,
+        Kind::ContextRemove,
+        json!({"key": "k-S2", "reason": "T.140 backspace erased transcribed text"}),
+    ));
+    ws.send(talk.add(p, "S3"));
+    wait_until("S2, its correction and S3 dropped", || {
+        metrics.gates_refused.get() == 3
+    })
+    .await;
+    spool.flush();
+    // Killed now: what would the restart send?
+    let again = resent(&dir);
+    ws.close(Duration::from_secs(3)).await;
+    drop(spool);
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(
+        !again.iter().any(|l| l.contains("k-S2")),
+        "a restart sends the correction of the chunk dropped unasked: {again:?}"
+    );
 }
 
 /// The gateway stops while a participant that has left is paused by RATE_LIMITED (pvp-spec

@@ -6,7 +6,8 @@
 //! escalates, or when no answer comes within the timeout plus a grace period. Whatever the
 //! participant sends after a held chunk (corrections, its leave) waits behind it, so order holds
 //! and a correction of a rejected chunk is dropped with it. What is held counts against the
-//! participant's queue bound: a chunk offered when it is reached is dropped as a rejected one.
+//! participant's queue bound: a chunk or correction offered when it is reached is dropped as a
+//! rejected one.
 //!
 //! Plain data in and out (time passed in), driven by the participant's connection task.
 
@@ -87,8 +88,8 @@ pub struct Gates {
     /// the spool (the refused chunks themselves it is handed by [`Gates::release`]), so that a
     /// restart does not resend a `context.update` for an item never added.
     dropped_corrections: Vec<ulid::Ulid>,
-    /// Chunks offered with `room` already held, dropped unasked, by id: the connection
-    /// counts them with the refused chunks and marks them done in the spool.
+    /// Chunks (and corrections) offered with `room` already held, dropped unasked, by id: the
+    /// connection counts them with the refused chunks and marks them done in the spool.
     crowded_out: Vec<ulid::Ulid>,
 }
 
@@ -108,10 +109,11 @@ impl Gates {
     }
 
     /// An envelope from the core. Returns what to send now: a `gate.request` for a chunk, the
-    /// envelope itself when nothing is held, else nothing (it waits its turn). A chunk offered
-    /// with `room` envelopes held is dropped (its corrections with it, [`Gates::take_gone`],
-    /// [`Gates::take_crowded_out`]) as a full queue drops text: its participant's queue bound
-    /// bounds what waits for approval too.
+    /// envelope itself when nothing is held, else nothing (it waits its turn). A chunk or a
+    /// correction offered with `room` envelopes held is dropped (a chunk's corrections with
+    /// it, [`Gates::take_gone`], [`Gates::take_crowded_out`]) as a full queue drops text: its
+    /// participant's queue bound bounds what waits for approval too. A correction of a refused
+    /// chunk is dropped at once ([`Gates::take_dropped_corrections`]).
     pub fn offer(
         &mut self,
         e: Envelope,
@@ -119,7 +121,18 @@ impl Gates {
         now: Instant,
         wall: Time,
     ) -> Option<Envelope> {
-        if e.kind() == Kind::ContextAdd && self.held.len() >= self.room {
+        // A correction of a chunk already refused goes at once, not behind the pending gates:
+        // held there it would escape `room`, and with no done mark a restart would send it for
+        // an item never added (pvp-spec 9.3).
+        if self.refused_keys.corrects(&e) {
+            return self.pass(e);
+        }
+        // Text is what a full queue drops; a correction held counts as much as a chunk.
+        let text = matches!(
+            e.kind(),
+            Kind::ContextAdd | Kind::ContextUpdate | Kind::ContextRemove
+        );
+        if text && self.held.len() >= self.room {
             self.refused_keys.refused(&e);
             self.gone += 1;
             self.crowded_out.push(e.id());
@@ -495,5 +508,52 @@ mod tests {
         );
         assert_eq!(g.take_dropped_corrections(), [upd.id()]);
         assert!(g.is_empty());
+    }
+
+    /// A speaker who keeps typing and backspacing while no approver answers: each chunk is
+    /// crowded out at the bound, and each correction of one is dropped as it comes, not held
+    /// behind the pending gates (where the held envelopes grew without bound, past the
+    /// participant's queue bound); corrections of a held chunk count against the room too. A
+    /// review found it (review, session 34).
+    #[test]
+    fn corrections_of_crowded_out_chunks_do_not_grow_the_gates_past_their_room() {
+        let mut pvp = Builder::new("s".into(), None, 3);
+        let room = 2;
+        let mut g = Gates::new(
+            GateConfig {
+                quorum: 1,
+                timeout: Duration::from_secs(86_400),
+            },
+            room,
+        );
+        let t = Instant::now();
+        let add = |pvp: &mut Builder, k: &str| env(pvp, Kind::ContextAdd, json!({"key": k}));
+        let remove = |pvp: &mut Builder, k: &str| env(pvp, Kind::ContextRemove, json!({"key": k}));
+        let a = add(&mut pvp, "a");
+        assert!(g.offer(a, &mut pvp, t, Time(0)).is_some());
+        let b = add(&mut pvp, "b");
+        assert!(g.offer(b, &mut pvp, t, Time(0)).is_some());
+        for i in 0..1_000 {
+            let k = format!("erased {i}");
+            let (chunk, erase) = (add(&mut pvp, &k), remove(&mut pvp, &k));
+            assert!(g.offer(chunk, &mut pvp, t, Time(0)).is_none(), "no room");
+            assert!(g.offer(erase.clone(), &mut pvp, t, Time(0)).is_none());
+            assert_eq!(
+                g.take_dropped_corrections(),
+                [erase.id()],
+                "dropped at once"
+            );
+        }
+        assert_eq!(g.take_crowded_out().len(), 1_000);
+        assert_eq!(g.take_gone(), 2_000);
+        // A correction of a held chunk, at the bound, is crowded out too.
+        let upd = env(
+            &mut pvp,
+            Kind::ContextUpdate,
+            json!({"key": "b", "new_content": "", "reason": "bs"}),
+        );
+        assert!(g.offer(upd.clone(), &mut pvp, t, Time(0)).is_none());
+        assert_eq!(g.take_crowded_out(), [upd.id()]);
+        assert_eq!(g.abandon().len(), room);
     }
 }

@@ -1087,13 +1087,13 @@ fn refused_id(id: ulid::Ulid, cfg: &WsConfig) {
 }
 
 /// Counts what the gates dropped from the core since the last call as settled; the chunks
-/// dropped for want of room and the dropped corrections (of a refused chunk) are logged,
-/// counted with the refused chunks, and marked done in the spool (a chunk dropped undecided
-/// is, where it is handed over).
+/// (and corrections) dropped for want of room and the dropped corrections (of a refused
+/// chunk) are logged, counted with the refused chunks, and marked done in the spool (a chunk
+/// dropped undecided is, where it is handed over).
 fn gone(g: &mut super::gate::Gates, cfg: &WsConfig, counts: &Counts) {
     counts.settled(g.take_gone());
     for id in g.take_crowded_out() {
-        tracing::warn!(%id, "transcript chunk offered with the participant's queue bound awaiting approval; dropped");
+        tracing::warn!(%id, "transcript chunk or correction offered with the participant's queue bound awaiting approval; dropped");
         refused_id(id, cfg);
     }
     for id in g.take_dropped_corrections() {
