@@ -1300,6 +1300,49 @@ async fn a_chunk_refused_as_rate_limited_after_many_newer_writes_is_counted_drop
     assert_eq!((stats.sent, stats.dropped), (21, 1), "{stats:?}");
 }
 
+/// A RATE_LIMITED naming a text envelope no longer held (9 newer ones written since) is
+/// counted dropped once, however often it is read (a server repeating it, or replaying its
+/// history on a reconnect, pvp-spec 19.1). The id stayed among the connection's recent ones,
+/// so each reading took one more from `sent` (an unsigned count, which could wrap) and added
+/// one more to `dropped`. A review found it (review, session 34).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_read_twice_counts_a_chunk_no_longer_held_dropped_once() {
+    let (url, log, to_client) = controlled().await;
+    let mut ws = WsSink::new(config(url, 64, None));
+    let mut talk = Talk::new();
+    let p = "t140:0000b0b2@127.0.0.1:42004";
+    ws.send(talk.join(p));
+    let first = talk.add(p, "n0");
+    let id = first.id().to_string();
+    ws.send(first);
+    for i in 1..10 {
+        ws.send(talk.add(p, &format!("n{i}")));
+    }
+    // n0 has 9 newer text envelopes written after it: no longer held.
+    wait_for(&log, "all written", |l| said(l, p).len() == 11).await;
+    let refusal = from_server(
+        "error",
+        "01JQAAAAAAAAAAAAAAAAAAAAE1",
+        json!({"code": "RATE_LIMITED", "message": "slow down", "recoverable": true,
+            "related_to": id}),
+    );
+    to_client.send(refusal.clone()).unwrap();
+    to_client.send(refusal).unwrap();
+    // The pong to a ping sent after the errors says the connection has read them.
+    to_client
+        .send(from_server(
+            "heartbeat.ping",
+            "01JQAAAAAAAAAAAAAAAAAAAAE2",
+            json!({}),
+        ))
+        .unwrap();
+    wait_for_pong(&log, "the pong").await;
+    let stats = ws.close(Duration::from_secs(3)).await;
+    assert_eq!(said(&log, p).len(), 11, "n0 is not sent again");
+    // Written: the join and n0..n9; n0 was refused: 10 taken, 1 dropped.
+    assert_eq!((stats.sent, stats.dropped), (10, 1), "{stats:?}");
+}
+
 /// A server whose connections record every text frame, and to which the test hands frames to
 /// send (to the newest connection): its URL, its log, and the frames' way in.
 async fn controlled() -> (String, Log, tokio::sync::mpsc::UnboundedSender<Value>) {

@@ -854,6 +854,9 @@ fn rate_limited(
             Kind::ContextAdd | Kind::ContextUpdate | Kind::ContextRemove
         )
     {
+        // Counted once: the same refusal read again (a server replaying its history on a
+        // reconnect, pvp-spec 19.1) finds it no longer among the recent ones.
+        at.recent.retain(|(r, _)| *r != id);
         counts.sent.fetch_sub(1, Ordering::Relaxed);
         counts.given_up.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(%participant, %id, %kind, "refused as RATE_LIMITED, and no longer held to be sent again (written more than {HOLD_FOR:?} ago, or {HELD} newer text envelopes since); dropped");
