@@ -4,10 +4,12 @@
 //!
 //! `journal.ndjson` holds one JSON record a line: `{"add":ENVELOPE}` when an envelope enters the
 //! sink (handed over before any attempt to send it), `{"done":"ID"}` once its frame is written
-//! to the socket. A writer thread of its own writes the records with `write(2)` in the order
-//! they were handed over, so they survive the process being killed (not a power cut: there is
-//! no fsync per record); what it had not yet written when killed is lost with the rest of the
-//! process's memory. On start the journal is read, the envelopes without `done` are handed to
+//! to the socket. One refused after it was written is added again in its old place:
+//! `{"add":ENVELOPE,"before":"ID"}` names the undelivered envelope it goes before, since a
+//! compaction may have taken its first `add`. A writer thread of its own writes the records
+//! with `write(2)` in the order they were handed over, so they survive the process being
+//! killed (not a power cut: there is no fsync per record); what it had not yet written when
+//! killed is lost with the rest of the process's memory. On start the journal is read, the envelopes without `done` are handed to
 //! the sink again (each participant rejoins first and leaves after, since its stream is gone),
 //! and the journal starts over with just those. While running, a journal grown large, or one a
 //! write failed on, is rewritten the same way from memory (`COMPACT_AT`), with
@@ -141,6 +143,7 @@ struct Journal {
 
 #[derive(Debug)]
 struct Live {
+    id: ulid::Ulid,
     record: String,
     leave_of: Option<Who>,
 }
@@ -373,6 +376,9 @@ impl Journal {
 
     /// An envelope's `add` record, appended to `batch` (what is written next) and kept for
     /// compacting: last, or `again` in the place it had when written, if that is remembered.
+    /// Appended at the file's end, such a record names the undelivered envelope it goes before
+    /// (`"before"`, [`read_pending`]): a compaction since it was written took its first `add`,
+    /// and a restart would otherwise send it after its participant's leave.
     fn add(
         &mut self,
         batch: &mut String,
@@ -382,8 +388,8 @@ impl Journal {
         record: String,
         again: bool,
     ) {
-        batch.push_str(&record);
         if self.untracked {
+            batch.push_str(&record);
             return;
         }
         let place = again
@@ -391,6 +397,15 @@ impl Journal {
             .flatten()
             .and_then(|i| self.written.remove(i))
             .map(|(_, n)| n);
+        match place.and_then(|n| self.live.range(n + 1..).next()) {
+            Some((_, next)) => {
+                batch.push_str(record.strip_suffix("}\n").unwrap_or(&record));
+                batch.push_str(",\"before\":\"");
+                batch.push_str(next.id.array_to_str(&mut [0; ulid::ULID_LEN]));
+                batch.push_str("\"}\n");
+            }
+            None => batch.push_str(&record),
+        }
         let n = place.unwrap_or_else(|| {
             self.next += 1;
             self.next - 1
@@ -415,7 +430,14 @@ impl Journal {
         let leave_of = who.filter(|_| kind == Kind::SessionLeave);
         self.live_bytes += record.len() as u64;
         self.order.insert(id, n);
-        self.live.insert(n, Live { record, leave_of });
+        self.live.insert(
+            n,
+            Live {
+                id,
+                record,
+                leave_of,
+            },
+        );
         if self.live_bytes > self.live_cap {
             tracing::warn!(
                 undelivered_bytes = self.live_bytes,
@@ -566,6 +588,8 @@ fn message_who(m: &Message) -> MessageWho {
     (m.session.clone(), m.sender.clone())
 }
 
+/// The journal's undelivered envelopes in their places (one added again with `"before"` goes
+/// before the envelope it names), and the last join of every sender.
 fn read_pending(path: &Path) -> Result<(Vec<Message>, HashMap<MessageWho, Message>), String> {
     let f = match File::open(path) {
         Ok(f) => f,
@@ -573,6 +597,8 @@ fn read_pending(path: &Path) -> Result<(Vec<Message>, HashMap<MessageWho, Messag
         Err(e) => return Err(format!("--spool {}: {e}", path.display())),
     };
     let mut adds: Vec<Message> = Vec::new();
+    // Journaled again after a compaction took their first `add`: by the id they go before.
+    let mut placed: HashMap<String, Vec<(usize, Message)>> = HashMap::new();
     let mut joins: HashMap<MessageWho, Message> = HashMap::new();
     let mut done: HashSet<String> = HashSet::new();
     let mut seen: HashSet<String> = HashSet::new();
@@ -615,13 +641,46 @@ fn read_pending(path: &Path) -> Result<(Vec<Message>, HashMap<MessageWho, Messag
                 // Delivered or not, it names the participant a restart rejoins.
                 join.insert("participant".into(), e.payload.clone());
             }
-            adds.push(e);
+            match v.get("before").and_then(Value::as_str) {
+                Some(before) => placed.entry(before.to_owned()).or_default().push((n, e)),
+                None => adds.push(e),
+            }
         }
     }
+    let mut ordered = Vec::with_capacity(adds.len());
+    for e in adds {
+        in_place(e, &mut placed, &mut ordered);
+    }
+    // Those whose place is not found (a journal damaged) go last, in the order written.
+    let mut lost: Vec<_> = placed.into_values().flatten().collect();
+    lost.sort_by_key(|(n, _)| *n);
+    ordered.extend(lost.into_iter().map(|(_, e)| e));
     Ok((
-        adds.into_iter().filter(|e| !done.contains(&e.id)).collect(),
+        ordered
+            .into_iter()
+            .filter(|e| !done.contains(&e.id))
+            .collect(),
         joins,
     ))
+}
+
+/// Appends `e` to `out`, after what was journaled again to go before it (and, before each of
+/// those, what goes before that).
+fn in_place(
+    e: Message,
+    placed: &mut HashMap<String, Vec<(usize, Message)>>,
+    out: &mut Vec<Message>,
+) {
+    let mut stack = vec![(e, false)];
+    while let Some((e, ready)) = stack.pop() {
+        if ready {
+            out.push(e);
+            continue;
+        }
+        let before = placed.remove(&e.id).unwrap_or_default();
+        stack.push((e, true));
+        stack.extend(before.into_iter().rev().map(|(_, b)| (b, false)));
+    }
 }
 
 /// What to send after a restart: per participant, in the journal's order, a fresh join (its
@@ -855,6 +914,56 @@ mod tests {
             [
                 "alice session.join",
                 "alice context.add Refused for the rate, to go again.",
+                "alice session.leave",
+            ]
+        );
+    }
+
+    /// The same with the compaction between the chunks' `done` and the refusals: the journal
+    /// no longer has their first `add`, and the `add` written again goes at its end, after the
+    /// leave. It names the envelope it goes before, so a restart still sends the chunks, in
+    /// their order whatever the order of the refusals, before the leave (they came after it,
+    /// behind a second join and leave, until the next compaction). A review found it (review,
+    /// session 34).
+    #[test]
+    fn a_chunk_journaled_again_after_a_compaction_is_resent_before_its_leave() {
+        let d = Scratch::new("compact-again", 16 << 10, 1 << 20);
+        let (spool, _) = d.open();
+        let mut talk = Talk::new();
+        deliver(&spool, &talk.join("alice"));
+        let (first, second) = (talk.add("alice", "First."), talk.add("alice", "Second."));
+        deliver(&spool, &first);
+        deliver(&spool, &second);
+        // The leave is journaled while the connection still holds the chunks.
+        spool.added(&talk.leave("alice"));
+        // Someone else's delivered traffic grows the journal: it is compacted (the chunks,
+        // delivered, are not kept; the leave is).
+        deliver(&spool, &talk.join("bob"));
+        for i in 0..200 {
+            deliver(&spool, &talk.add("bob", &format!("Filler number {i}.")));
+        }
+        spool.flush();
+        let journal = std::fs::read_to_string(spool.path()).unwrap();
+        assert!(
+            !journal.contains("First.") && journal.contains("\"bye\""),
+            "not compacted: {journal}"
+        );
+        // Then the refusals are read, the later chunk's first: both are journaled again.
+        spool.again(&second);
+        spool.again(&first);
+        // Killed now.
+        drop(spool);
+        let (_, resend) = d.open();
+        let alice: Vec<_> = summary(&resend)
+            .into_iter()
+            .filter(|l| l.starts_with("alice"))
+            .collect();
+        assert_eq!(
+            alice,
+            [
+                "alice session.join",
+                "alice context.add First.",
+                "alice context.add Second.",
                 "alice session.leave",
             ]
         );
