@@ -1085,9 +1085,21 @@ pub struct Gateway {
     /// A t140llm RED packet refused as ambiguous (a block over 255 bytes, its length clamped),
     /// for [`Gateway::receive_unclamped`] right after its refusal is counted.
     unclamped: Vec<(SocketAddr, Vec<u8>)>,
-    /// RTCP read on the RTP port that found none of this core's streams, for the other
-    /// receive workers ([`Gateway::share_rtcp`]); `None` while not shared.
-    shared_rtcp: Option<Vec<(SocketAddr, Vec<u8>)>>,
+    /// RTCP read on the RTP port that found none of this core's streams, or whose BYE it
+    /// acted on, for the other receive workers ([`Gateway::share_rtcp`]); `None` while not
+    /// shared.
+    shared_rtcp: Option<Vec<(SocketAddr, HandedRtcp)>>,
+}
+
+/// RTCP a receive worker keeps for the others ([`Gateway::take_shared_rtcp`]), for
+/// [`Gateway::handle_shared_rtcp`].
+#[derive(Debug, Clone)]
+pub struct HandedRtcp {
+    data: Vec<u8>,
+    /// Its BYE was acted on by the worker that read it, which holds the stream: the others
+    /// only forget what they keep for its SSRCs (early names, evicted streams' records), as a
+    /// BYE on the RTCP port makes every worker do, and end nothing of theirs.
+    ended: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -1392,28 +1404,41 @@ impl Gateway {
     }
 
     /// With several receive workers: keep RTCP read on the RTP port (rtcp-mux, RFC 5761) that
-    /// finds none of this core's streams for [`Gateway::take_shared_rtcp`], so the shell hands
-    /// it to the other workers ([`Gateway::handle_shared_rtcp`]). A sender may send its RTCP
-    /// from another port than its RTP (RFC 3550 8.2), and the kernel's SO_REUSEPORT hash then
-    /// takes it to a worker of its own, which need not hold the stream (README, Scaling out).
-    /// The shell that turns this on takes what is kept after each batch.
+    /// finds none of this core's streams, or whose BYE ends one of them, for
+    /// [`Gateway::take_shared_rtcp`], so the shell hands it to the other workers
+    /// ([`Gateway::handle_shared_rtcp`]). A sender may send its RTCP from another port than its
+    /// RTP (RFC 3550 8.2), and the kernel's SO_REUSEPORT hash then takes it to a worker of its
+    /// own, which need not hold the stream (README, Scaling out). The shell that turns this on
+    /// takes what is kept after each batch.
     pub fn share_rtcp(&mut self) {
         self.shared_rtcp.get_or_insert_with(Vec::new);
     }
 
     /// What [`Gateway::share_rtcp`] kept since the last call, oldest first: (source, datagram).
-    pub fn take_shared_rtcp(&mut self) -> Vec<(SocketAddr, Vec<u8>)> {
+    pub fn take_shared_rtcp(&mut self) -> Vec<(SocketAddr, HandedRtcp)> {
         self.shared_rtcp
             .as_mut()
             .map(std::mem::take)
             .unwrap_or_default()
     }
 
-    /// RTCP another worker read on the RTP port and found none of its streams for
-    /// ([`Gateway::share_rtcp`]): acted on for this core's streams by the same rules, not
-    /// counted (the worker that read it counted and admitted it), not handed on again.
-    pub fn handle_shared_rtcp(&mut self, now: Time, source: SocketAddr, data: &[u8]) {
-        self.handle_rtcp_port(now, source, data, None, false);
+    /// RTCP another worker read on the RTP port ([`Gateway::share_rtcp`]), not counted (the
+    /// worker that read it counted and admitted it), not handed on again. One that found none
+    /// of that worker's streams is acted on for this core's streams by the same rules. One
+    /// whose BYE that worker acted on ended its stream there: here it only forgets what was
+    /// kept for the SSRCs it ends, since an SDES handed on before the stream's first packet
+    /// left an early name here too (README, Streams: kept "unless a BYE came").
+    pub fn handle_shared_rtcp(&mut self, now: Time, source: SocketAddr, rtcp: &HandedRtcp) {
+        if !rtcp.ended {
+            return self.handle_rtcp_port(now, source, &rtcp.data, None, false);
+        }
+        self.fire_due(now);
+        let ip = canonical(source).ip();
+        crate::rtcp::parse(&rtcp.data, &mut |e| {
+            if let RtcpEvent::Bye { ssrc } = e {
+                self.forget_evicted(ip, ssrc);
+            }
+        });
     }
 
     /// `n` datagrams of the RTCP port that this worker's feed lost (it fell behind the port's
@@ -1992,6 +2017,7 @@ impl Gateway {
         let sender = events.first().map(ssrc_of);
         // Names or ends something: a report alone does neither.
         let acts = (events.iter()).any(|e| !matches!(e, RtcpEvent::Report { .. }));
+        let says_bye = (events.iter()).any(|e| matches!(e, RtcpEvent::Bye { .. }));
         let home = (events.iter())
             .find_map(|e| self.rtcp_stream(source, ssrc_of(e)))
             .or_else(|| self.rtcp_stream_of_host(source, sender?, sender));
@@ -2038,7 +2064,11 @@ impl Gateway {
             }
         }
         if home.is_none() && acts {
-            self.keep_for_other_workers(source, data);
+            self.keep_for_other_workers(source, data, false);
+        } else if home.is_some() && says_bye {
+            // The other workers forget what they kept for it (names handed on before the
+            // stream's first packet).
+            self.keep_for_other_workers(source, data, true);
         }
         if ok {
             Ok(())
@@ -2047,13 +2077,14 @@ impl Gateway {
         }
     }
 
-    /// RTCP that names or ends no stream of this core, kept for the other workers when shared
-    /// ([`Gateway::share_rtcp`]).
+    /// RTCP that names or ends no stream of this core, or (`ended`) whose BYE ended one here,
+    /// kept for the other workers when shared ([`Gateway::share_rtcp`]).
     #[cold]
     #[inline(never)]
-    fn keep_for_other_workers(&mut self, source: SocketAddr, data: &[u8]) {
+    fn keep_for_other_workers(&mut self, source: SocketAddr, data: &[u8], ended: bool) {
         if let Some(kept) = &mut self.shared_rtcp {
-            kept.push((source, data.to_vec()));
+            let data = data.to_vec();
+            kept.push((source, HandedRtcp { data, ended }));
         }
     }
 

@@ -41,40 +41,47 @@ impl RtcpDatagram {
 }
 
 /// What the receive workers hand one another (`--workers N`): RTCP one read on its RTP port
-/// (rtcp-mux, RFC 5761) that found none of its streams ([`Gateway::share_rtcp`]). A sender's
-/// RTCP from another port than its RTP (RFC 3550 8.2) is hashed by the kernel to a worker of
-/// its own, which need not hold the stream; every other worker acts on it for its own streams
-/// by the same rules. Apart from the RTCP port's feed, so that a worker that falls behind
-/// counts what it lost here as missed only: the worker that read these counted them.
+/// (rtcp-mux, RFC 5761) that found none of its streams, or whose BYE it acted on
+/// ([`Gateway::share_rtcp`]). A sender's RTCP from another port than its RTP (RFC 3550 8.2) is
+/// hashed by the kernel to a worker of its own, which need not hold the stream; every other
+/// worker acts on it for its own streams by the same rules. Apart from the RTCP port's feed,
+/// so that a worker that falls behind counts what it lost here as missed only: the worker that
+/// read these counted them.
 pub struct RtcpShare {
-    /// This worker: its own datagrams come back on `rx` and are passed over.
-    worker: usize,
     workers: usize,
-    tx: tokio::sync::broadcast::Sender<std::sync::Arc<SharedRtcp>>,
+    /// The other workers' queues: what this one hands on goes to each of them, never to its
+    /// own, so that its own neither takes the room of the others' nor counts as missed when
+    /// it falls behind.
+    others: Vec<tokio::sync::broadcast::Sender<std::sync::Arc<SharedRtcp>>>,
+    /// This worker's queue (its sender's only receiver), fed by the others: [`RTCP_FEED`]
+    /// datagrams, then it loses the oldest and counts them when it reads on.
     rx: tokio::sync::broadcast::Receiver<std::sync::Arc<SharedRtcp>>,
     /// Workers that have read their sockets at the stop ([`RtcpShare::stop_together`]).
     drained: tokio::sync::watch::Sender<usize>,
 }
 
-/// A datagram of [`RtcpShare`]: read by worker `origin` on its RTP port.
+/// A datagram of [`RtcpShare`], as the worker that read it on its RTP port kept it.
 #[derive(Debug)]
 struct SharedRtcp {
-    origin: usize,
     from: std::net::SocketAddr,
-    data: Vec<u8>,
+    rtcp: crate::gateway::HandedRtcp,
 }
 
 impl RtcpShare {
     /// One for each of `workers` receive workers, linked.
     pub fn group(workers: usize) -> Vec<RtcpShare> {
-        let (tx, _) = tokio::sync::broadcast::channel(RTCP_FEED);
+        let (queues, rxs): (Vec<_>, Vec<_>) = (0..workers)
+            .map(|_| tokio::sync::broadcast::channel(RTCP_FEED))
+            .unzip();
         let (drained, _) = tokio::sync::watch::channel(0);
-        (0..workers)
-            .map(|worker| RtcpShare {
-                worker,
+        (rxs.into_iter().enumerate())
+            .map(|(worker, rx)| RtcpShare {
                 workers,
-                rx: tx.subscribe(),
-                tx: tx.clone(),
+                others: (queues.iter().enumerate())
+                    .filter(|&(i, _)| i != worker)
+                    .map(|(_, tx)| tx.clone())
+                    .collect(),
+                rx,
                 drained: drained.clone(),
             })
             .collect()
@@ -82,9 +89,11 @@ impl RtcpShare {
 
     /// Hands on what the core kept for the other workers.
     fn hand_on(&self, gw: &mut Gateway) {
-        for (from, data) in gw.take_shared_rtcp() {
-            let origin = self.worker;
-            let _ = (self.tx).send(std::sync::Arc::new(SharedRtcp { origin, from, data }));
+        for (from, rtcp) in gw.take_shared_rtcp() {
+            let d = std::sync::Arc::new(SharedRtcp { from, rtcp });
+            for tx in &self.others {
+                let _ = tx.send(d.clone());
+            }
         }
     }
 
@@ -235,12 +244,10 @@ pub async fn run_worker(
                 Err(lost) => gw.rtcp_feed_lost(lost, counts_rtcp),
             },
             d = recv_rtcp(share.as_mut().map(|s| &mut s.rx)) => match d {
-                // Its own, back.
-                Ok(d) if share.as_ref().is_some_and(|s| s.worker == d.origin) => {}
                 Ok(d) => {
                     // After the RTP already queued, as the RTCP port's.
                     drain_socket_now(&socket, &mut gw, &mut reader, &clock);
-                    gw.handle_shared_rtcp(clock.now(), d.from, &d.data);
+                    gw.handle_shared_rtcp(clock.now(), d.from, &d.rtcp);
                 }
                 Err(lost) => gw.rtcp_feed_lost(lost, false),
             },
@@ -271,7 +278,7 @@ pub async fn run_worker(
         }
     }
     if failed.is_none() {
-        drain_at_stop(&socket, &mut gw, &mut reader, &clock).await;
+        drain_at_stop(&socket, &mut gw, &mut reader, &clock, share.as_ref()).await;
     }
     // Then the RTCP the port's reader handed over before the stop (a BYE, most likely: a
     // sender's last word): after the RTP, so that it finds the streams that RTP opened. Then,
@@ -502,19 +509,27 @@ const STOP_DRAIN: Duration = Duration::from_millis(250);
 /// that ignored them would lose it. Reads until the socket is empty, or for at most
 /// [`STOP_DRAIN`] (a sender that keeps sending would otherwise hold the stop). Where
 /// `recvmmsg` is missing the read goes by tokio's readiness, which is awaited first (10 ms at
-/// most).
+/// most). What the core keeps for the other workers is handed on after each batch, as while
+/// running, so that it never holds more than a batch's ([`RtcpShare`]).
 async fn drain_at_stop(
     socket: &UdpSocket,
     gw: &mut Gateway,
     reader: &mut BatchReader,
     clock: &Clock,
+    share: Option<&RtcpShare>,
 ) {
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
     let _ = tokio::time::timeout(Duration::from_millis(10), socket.readable()).await;
     let until = std::time::Instant::now() + STOP_DRAIN;
-    while drain_socket_now(socket, gw, reader, clock) == RECV_BUDGET
-        && std::time::Instant::now() < until
-    {}
+    loop {
+        let read = drain_socket_now(socket, gw, reader, clock);
+        if let Some(share) = share {
+            share.hand_on(gw);
+        }
+        if read < RECV_BUDGET || std::time::Instant::now() >= until {
+            break;
+        }
+    }
 }
 
 /// [`drain_socket`] reading what the socket holds now, whatever tokio last learnt of its
@@ -555,8 +570,7 @@ fn drain_shared_at_stop(share: &mut RtcpShare, gw: &mut Gateway, clock: &Clock) 
     use tokio::sync::broadcast::error::TryRecvError;
     loop {
         match share.rx.try_recv() {
-            Ok(d) if d.origin == share.worker => {}
-            Ok(d) => gw.handle_shared_rtcp(clock.now(), d.from, &d.data),
+            Ok(d) => gw.handle_shared_rtcp(clock.now(), d.from, &d.rtcp),
             Err(TryRecvError::Lagged(n)) => gw.rtcp_feed_lost(n, false),
             Err(TryRecvError::Empty | TryRecvError::Closed) => break,
         }
@@ -1142,5 +1156,67 @@ mod tests {
         assert!(named, "never named by its CNAME");
         let counted = |s: &crate::gateway::Stats| (s.datagrams, s.rtcp);
         assert_eq!((counted(&stats[0]), counted(&stats[1])), ((3, 0), (1, 1)));
+    }
+
+    /// RTCP compound RR + SDES CNAME + BYE of `ssrc`: it names and ends something, so a
+    /// worker that holds no stream of it hands it on (`Gateway::share_rtcp`).
+    fn rtcp_bye(ssrc: u32) -> Vec<u8> {
+        let mut d = Vec::new();
+        crate::rtcp::write_rr(&mut d, ssrc);
+        crate::rtcp::write_sdes(&mut d, ssrc, "who@127.0.0.1", None);
+        crate::rtcp::write_bye(&mut d, ssrc);
+        d
+    }
+
+    /// A worker's `rtcp_feed_missed` counts only what it lost of what the others handed on
+    /// ([`RtcpShare`]): what it hands on itself goes to the others' queues, never its own, so
+    /// it takes none of the room there nor counts as missed. Worker 0 reads 1,100 RTCP
+    /// compounds on its RTP port for streams it does not hold and hands them all on at its
+    /// stop; worker 1 reads nothing. A review found every worker's receiver on the one
+    /// broadcast it also sent on: its own came back, were passed over, yet lagged, and worker
+    /// 0 counted 76 missed (review, session 34).
+    #[test]
+    fn a_worker_does_not_count_its_own_handed_on_rtcp_as_missed() {
+        // A receive buffer that holds the 1,100 (the kernel caps it at net.core.rmem_max).
+        let reader = bind_std("127.0.0.1:0".parse().unwrap(), false, 8 << 20).unwrap();
+        let quiet = bind_std("127.0.0.1:0".parse().unwrap(), false, 1 << 16).unwrap();
+        let to = reader.local_addr().unwrap();
+        let from = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let n = 1100u32;
+        for i in 0..n {
+            from.send_to(&rtcp_bye(0x5000 + i), to).unwrap();
+        }
+        let (out, _rx) = crate::handoff::queue(4096);
+        let (stop, shutdown) = tokio::sync::watch::channel(false);
+        stop.send(true).unwrap();
+        let cfg = crate::gateway::Config {
+            // Not the subject: every datagram admitted.
+            max_pps_per_source: 0,
+            ..crate::gateway::Config::default()
+        };
+        let mut shares = RtcpShare::group(2).into_iter();
+        let mut spawn = |i, socket, cfg| {
+            let links = WorkerLinks {
+                rtcp: None,
+                counts_rtcp: false,
+                share: shares.next(),
+                ..links(out.clone(), shutdown.clone(), Gauge::default())
+            };
+            spawn_worker(i, socket, Gateway::new(cfg), links).unwrap()
+        };
+        let w0 = spawn(0, reader, cfg.clone());
+        let w1 = spawn(1, quiet, cfg);
+        let s0 = w0.join().unwrap().unwrap().stats;
+        let s1 = w1.join().unwrap().unwrap().stats;
+        // The premise: worker 0 read every one (and counted each once), worker 1 none.
+        assert_eq!((s0.datagrams, s0.rtcp), (n as u64, n as u64), "{s0:?}");
+        assert_eq!(s1.datagrams, 0, "{s1:?}");
+        assert_eq!(
+            s0.rtcp_feed_missed, 0,
+            "worker 0 counted its own handed-on RTCP as missed (worker 1 missed {})",
+            s1.rtcp_feed_missed
+        );
+        // Worker 1's queue held the newest 1,024 of them; it counts the oldest as missed.
+        assert_eq!(s1.rtcp_feed_missed, (n as usize - RTCP_FEED) as u64);
     }
 }

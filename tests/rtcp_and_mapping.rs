@@ -1680,3 +1680,131 @@ fn a_report_claiming_more_blocks_than_it_holds_is_counted_malformed() {
     gw.handle_datagram(at(20), addr(4000), &rr);
     assert_eq!(gw.stats().drops(DropReason::RtcpMalformed), 2);
 }
+
+/// RR + SDES (CNAME, NAME) of `ssrc`, and its BYE when `bye`.
+fn sdes(ssrc: u32, name: &str, bye: bool) -> Vec<u8> {
+    let mut d = Vec::new();
+    pvp_t140::rtcp::write_rr(&mut d, ssrc);
+    pvp_t140::rtcp::write_sdes(&mut d, ssrc, "user@192.0.2.7", Some(name));
+    if bye {
+        pvp_t140::rtcp::write_bye(&mut d, ssrc);
+    }
+    d
+}
+
+/// What the shell does after each batch with `--workers N` (`RtcpShare::hand_on`, then
+/// `handle_shared_rtcp` on every other worker): `from`'s kept RTCP handed to `to`.
+fn hand_on(from: &mut Gateway, to: &mut Gateway, now: pvp_t140::Time) -> usize {
+    let kept = from.take_shared_rtcp();
+    for (source, data) in &kept {
+        to.handle_shared_rtcp(now, *source, data);
+    }
+    kept.len()
+}
+
+/// The session of SSRC 0x77 from 192.0.2.7: its SDES before its first text (RTCP comes first
+/// in a session; a T.140 user is silent until they type), its text, its BYE, all rtcp-mux from
+/// one socket (port 5000), then, after the stream is gone, a new session of the same host and
+/// SSRC from another port (6000). `a` and `b` stand for two workers: the kernel hashed port
+/// 5000 to `a`, port 6000 to `b`; without `workers`, `a` is a single worker given
+/// everything. Returns the second session's envelopes (from `b`, or `a`), as JSON text.
+fn second_session(workers: bool) -> Vec<String> {
+    let (h1, h2): (SocketAddr, SocketAddr) = (
+        "192.0.2.7:5000".parse().unwrap(),
+        "192.0.2.7:6000".parse().unwrap(),
+    );
+    let mut a = Gateway::new(Config::default());
+    let mut b = Gateway::new(Config::default());
+    a.share_rtcp();
+    b.share_rtcp();
+    let ssrc = 0x77;
+    a.handle_datagram(at(0), h1, &sdes(ssrc, "Old Session", false));
+    // `a` holds no stream for it yet: it keeps the name and hands it on.
+    assert_eq!(hand_on(&mut a, &mut b, at(0)), 1, "premise: handed on");
+    a.handle_datagram(at(100), h1, &t140(1, ssrc, "Hello. "));
+    a.handle_datagram(at(400), h1, &t140(2, ssrc, "Bye. "));
+    a.handle_datagram(at(700), h1, &sdes(ssrc, "Old Session", true));
+    // `a` holds the stream and ends it; `b` forgets the name it was handed.
+    hand_on(&mut a, &mut b, at(700));
+    a.handle_timeout(at(5_000));
+    let first: Vec<String> = drain(&mut a)
+        .iter()
+        .map(|m| serde_json::to_string(m).unwrap())
+        .collect();
+    assert!(
+        first
+            .iter()
+            .any(|m| m.contains("session.join") && m.contains("Old Session")),
+        "premise: the first session joined named: {first:?}"
+    );
+    assert!(
+        first.iter().any(|m| m.contains("session.leave")),
+        "premise: the first session left for its BYE: {first:?}"
+    );
+    // The next session: same host, same SSRC (a client with a configured SSRC), another port.
+    let second = if workers { &mut b } else { &mut a };
+    second.handle_datagram(at(120_000), h2, &t140(1, ssrc, "New here. "));
+    second.handle_timeout(at(125_000));
+    drain(second)
+        .iter()
+        .map(|m| serde_json::to_string(m).unwrap())
+        .collect()
+}
+
+/// `--workers N`: an SDES name handed to the other workers before its stream's first packet
+/// (the worker that read it held no stream for it yet) does not outlive the BYE of the stream
+/// the reading worker then opened: the BYE is handed on too, and the others forget their
+/// copies, so a later session of the same host and SSRC that the kernel hashes to another
+/// worker joins unnamed, as with one worker (README, Streams: a name is kept for a stream from
+/// the same host and SSRC "unless a BYE came"). A review found the copies survived and the new
+/// session joined under the ended session's name (review, session 34).
+#[test]
+fn a_name_handed_to_other_workers_does_not_outlive_the_bye_of_its_stream() {
+    let one = second_session(false);
+    assert!(
+        one.iter().any(|m| m.contains("session.join"))
+            && !one.iter().any(|m| m.contains("Old Session")),
+        "premise: one worker joins the new session unnamed: {one:?}"
+    );
+    let two = second_session(true);
+    assert!(two.iter().any(|m| m.contains("session.join")), "{two:?}");
+    let stale: Vec<&String> = two.iter().filter(|m| m.contains("Old Session")).collect();
+    assert!(
+        stale.is_empty(),
+        "with two workers the new session carries the ended session's name: {stale:?}"
+    );
+}
+
+/// `--workers N`: a BYE that ends a stream on the worker that read it is handed on only for
+/// the others to forget what they kept for it: a stream of the same host and SSRC from another
+/// port on another worker (a second instance of a client with a configured SSRC) is not ended
+/// nor renamed by it, as with one worker, where the BYE finds its own stream by its address
+/// (README, RTCP).
+#[test]
+fn a_bye_handed_on_for_a_stream_ended_elsewhere_ends_nothing_of_the_other_worker() {
+    let (h1, h2): (SocketAddr, SocketAddr) = (
+        "192.0.2.7:5000".parse().unwrap(),
+        "192.0.2.7:6000".parse().unwrap(),
+    );
+    let mut a = Gateway::new(Config::default());
+    let mut b = Gateway::new(Config::default());
+    a.share_rtcp();
+    b.share_rtcp();
+    let ssrc = 0x77;
+    a.handle_datagram(at(0), h1, &t140(1, ssrc, "First. "));
+    b.handle_datagram(at(0), h2, &t140(1, ssrc, "Second. "));
+    a.handle_datagram(at(300), h1, &sdes(ssrc, "First Caller", true));
+    assert_eq!(hand_on(&mut a, &mut b, at(300)), 1, "premise: handed on");
+    b.handle_datagram(at(2_000), h2, &t140(2, ssrc, "Still here. "));
+    b.handle_timeout(at(5_000));
+    let out: Vec<String> = drain(&mut b)
+        .iter()
+        .map(|m| serde_json::to_string(m).unwrap())
+        .collect();
+    assert!(
+        !out.iter()
+            .any(|m| m.contains("session.leave") || m.contains("First Caller")),
+        "the other worker's stream was ended or renamed by a BYE not its own: {out:?}"
+    );
+    assert!(out.iter().any(|m| m.contains("Still here.")), "{out:?}");
+}
