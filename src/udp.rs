@@ -1170,53 +1170,44 @@ mod tests {
 
     /// A worker's `rtcp_feed_missed` counts only what it lost of what the others handed on
     /// ([`RtcpShare`]): what it hands on itself goes to the others' queues, never its own, so
-    /// it takes none of the room there nor counts as missed. Worker 0 reads 1,100 RTCP
-    /// compounds on its RTP port for streams it does not hold and hands them all on at its
-    /// stop; worker 1 reads nothing. A review found every worker's receiver on the one
-    /// broadcast it also sent on: its own came back, were passed over, yet lagged, and worker
-    /// 0 counted 76 missed (review, session 34).
+    /// it takes none of the room there nor counts as missed. Core 0 reads 1,100 RTCP compounds
+    /// on its RTP port for streams it does not hold and hands them all on; core 1 reads
+    /// nothing. Driven without sockets or threads, as the worker drives them at its stop. A
+    /// review found every worker's receiver on the one broadcast it also sent on: its own came
+    /// back, were passed over, yet lagged, and worker 0 counted 76 missed (review, session 34).
     #[test]
     fn a_worker_does_not_count_its_own_handed_on_rtcp_as_missed() {
-        // A receive buffer that holds the 1,100 (the kernel caps it at net.core.rmem_max).
-        let reader = bind_std("127.0.0.1:0".parse().unwrap(), false, 8 << 20).unwrap();
-        let quiet = bind_std("127.0.0.1:0".parse().unwrap(), false, 1 << 16).unwrap();
-        let to = reader.local_addr().unwrap();
-        let from = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let n = 1100u32;
-        for i in 0..n {
-            from.send_to(&rtcp_bye(0x5000 + i), to).unwrap();
-        }
-        let (out, _rx) = crate::handoff::queue(4096);
-        let (stop, shutdown) = tokio::sync::watch::channel(false);
-        stop.send(true).unwrap();
         let cfg = crate::gateway::Config {
             // Not the subject: every datagram admitted.
             max_pps_per_source: 0,
             ..crate::gateway::Config::default()
         };
-        let mut shares = RtcpShare::group(2).into_iter();
-        let mut spawn = |i, socket, cfg| {
-            let links = WorkerLinks {
-                rtcp: None,
-                counts_rtcp: false,
-                share: shares.next(),
-                ..links(out.clone(), shutdown.clone(), Gauge::default())
-            };
-            spawn_worker(i, socket, Gateway::new(cfg), links).unwrap()
-        };
-        let w0 = spawn(0, reader, cfg.clone());
-        let w1 = spawn(1, quiet, cfg);
-        let s0 = w0.join().unwrap().unwrap().stats;
-        let s1 = w1.join().unwrap().unwrap().stats;
-        // The premise: worker 0 read every one (and counted each once), worker 1 none.
+        let mut shares = RtcpShare::group(2);
+        let mut cores = [Gateway::new(cfg.clone()), Gateway::new(cfg)];
+        for gw in &mut cores {
+            gw.share_rtcp();
+        }
+        let clock = Clock::new();
+        let from = "127.0.0.1:40000".parse().unwrap();
+        for i in 0..n {
+            cores[0].handle_datagram(clock.now(), from, &rtcp_bye(0x5000 + i));
+        }
+        shares[0].hand_on(&mut cores[0]);
+        shares[1].hand_on(&mut cores[1]);
+        for (share, gw) in shares.iter_mut().zip(&mut cores) {
+            drain_shared_at_stop(share, gw, &clock);
+        }
+        let (s0, s1) = (cores[0].stats(), cores[1].stats());
+        // The premise: core 0 read every one (and counted each once), core 1 none.
         assert_eq!((s0.datagrams, s0.rtcp), (n as u64, n as u64), "{s0:?}");
         assert_eq!(s1.datagrams, 0, "{s1:?}");
         assert_eq!(
             s0.rtcp_feed_missed, 0,
-            "worker 0 counted its own handed-on RTCP as missed (worker 1 missed {})",
+            "core 0 counted its own handed-on RTCP as missed (core 1 missed {})",
             s1.rtcp_feed_missed
         );
-        // Worker 1's queue held the newest 1,024 of them; it counts the oldest as missed.
+        // Core 1's queue held the newest 1,024 of them; it counts the oldest as missed.
         assert_eq!(s1.rtcp_feed_missed, (n as usize - RTCP_FEED) as u64);
     }
 }
