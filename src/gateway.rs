@@ -1068,9 +1068,12 @@ pub struct Gateway {
     evicted: VecDeque<(StreamKey, Time, Position)>,
     /// Streams in creation order, as eviction candidates while they have not joined.
     silent: VecDeque<(u32, u64)>,
-    /// Until when a walk of `silent` is not tried again: the last found every candidate
+    /// Candidates a walk of `silent` found sparing themselves ([`may_yet_speak`]): tried after
+    /// every one in `silent`, and again only once `spared_after` has passed.
+    spared: VecDeque<(u32, u64)>,
+    /// Until when `spared` is not walked again: the last walk found every one of them
     /// sparing itself ([`SILENT_WALK_PAUSE`]).
-    silent_walk_after: Time,
+    spared_after: Time,
     /// Streams lingering after their source's BYE, `(slot, serial)` in the order their BYEs
     /// came ([`Gateway::stream_bye`]); entries of streams that ended since are skipped.
     lingering: VecDeque<(u32, u64)>,
@@ -1175,13 +1178,13 @@ const MAX_NAME_CHARS: usize = 128;
 /// Ended streams [`Gateway::ended`] remembers: enough for a batch's worth of restarts.
 const ENDED_KEPT: usize = 32;
 
-/// How long a walk of the eviction candidates that found none, every one of them sparing
-/// itself because it may yet speak ([`may_yet_speak`]), is not tried again. A flood of new
-/// SSRCs at the stream limit, while every silent stream holds text behind a gap, would
-/// otherwise walk all `max_streams` of them for each datagram refused, for up to a reorder
-/// wait: one walk in 50 ms is at most a few milliseconds of work at 100,000 streams. A
-/// candidate that came to nothing meanwhile waits out the pause; the new stream is refused as
-/// it would have been a moment earlier.
+/// How long a walk of the spared eviction candidates (each may yet speak, [`may_yet_speak`])
+/// that found none to evict is not made again. A flood of new SSRCs at the stream limit,
+/// while every silent stream holds text behind a gap, would otherwise walk all `max_streams`
+/// of them for each datagram refused, for up to a reorder wait: one walk in 50 ms is at most
+/// a few milliseconds of work at 100,000 streams. Only the spared wait: a stream opened since
+/// is a candidate at once. A spared one that came to nothing meanwhile waits out the pause;
+/// the new stream is refused, or a lingering one ends, as a moment earlier.
 const SILENT_WALK_PAUSE: Duration = Duration::from_millis(50);
 
 /// Evicted streams [`Gateway::evicted`] remembers: a caller silent since its BOM comes back
@@ -1260,7 +1263,8 @@ impl Gateway {
             ended: VecDeque::new(),
             evicted: VecDeque::new(),
             silent: VecDeque::new(),
-            silent_walk_after: Time::from_micros(0),
+            spared: VecDeque::new(),
+            spared_after: Time::from_micros(0),
             lingering: VecDeque::new(),
             long_blocks: Default::default(),
             unclamped: Vec::new(),
@@ -1841,7 +1845,7 @@ impl Gateway {
         let slot = self.slots.insert(stream);
         self.index.insert(key, slot);
         debug_assert_eq!(self.streams.held(), self.index.len());
-        if self.silent.len() > 2 * self.index.len() + 64 {
+        if self.silent.len() + self.spared.len() > 2 * self.index.len() + 64 {
             self.prune_silent();
         }
         self.silent.push_back((slot, self.serial));
@@ -1861,28 +1865,44 @@ impl Gateway {
     #[inline(never)]
     fn prune_silent(&mut self) {
         let slots = &self.slots;
-        self.silent.retain(|&(slot, serial)| {
+        let candidate = |&(slot, serial): &(u32, u64)| {
             slots
                 .get(slot)
                 .is_some_and(|s| s.serial == serial && !carried_text(s))
-        });
+        };
+        self.silent.retain(candidate);
+        self.spared.retain(candidate);
     }
 
     /// At the stream limit, makes room by removing the oldest stream that holds no text and
     /// never joined (never carried text), without a trace on the PVP side: a flood of random
     /// SSRCs cannot lock out a real speaker. What it needs to come back unharmed is kept
     /// ([`Gateway::remember_evicted`]). A stream that may yet speak ([`may_yet_speak`]:
-    /// text in a packet it holds, part of a character, an escape sequence begun) goes back to
-    /// the end of the queue.
-    /// Amortised O(1): each stream leaves the queue once it ended or carried text, and a walk
-    /// that found only streams that may yet speak is not tried again for [`SILENT_WALK_PAUSE`].
+    /// text in a packet it holds, part of a character, an escape sequence begun) is spared:
+    /// it goes to `spared`, tried after every other candidate.
+    /// Amortised O(1): each stream leaves `silent` once, and `spared` once it ended or carried
+    /// text; a walk of `spared` that found none to evict is not made again for
+    /// [`SILENT_WALK_PAUSE`].
     fn evict_silent_stream(&mut self, now: Time) -> bool {
-        if now < self.silent_walk_after {
+        while let Some((slot, serial)) = self.silent.pop_front() {
+            let Some(s) = self.slots.get(slot).filter(|s| s.serial == serial) else {
+                continue;
+            };
+            if carried_text(s) {
+                continue;
+            }
+            if may_yet_speak(s) {
+                self.spared.push_back((slot, serial));
+                continue;
+            }
+            self.evict(slot);
+            return true;
+        }
+        if now < self.spared_after {
             return false;
         }
-        let mut spared = false;
-        for _ in 0..self.silent.len() {
-            let Some((slot, serial)) = self.silent.pop_front() else {
+        for _ in 0..self.spared.len() {
+            let Some((slot, serial)) = self.spared.pop_front() else {
                 break;
             };
             let Some(s) = self.slots.get(slot).filter(|s| s.serial == serial) else {
@@ -1892,26 +1912,30 @@ impl Gateway {
                 continue;
             }
             if may_yet_speak(s) {
-                self.silent.push_back((slot, serial));
-                spared = true;
+                self.spared.push_back((slot, serial));
                 continue;
             }
-            let mut s = self.slots.remove(slot).expect("checked");
-            s.register.drop_jumped();
-            self.remember_evicted(&mut s);
-            self.timers.remove(slot);
-            self.index.remove(&s.key);
-            self.streams.release();
-            self.release_ssrc(&s.key);
-            self.emit.stats.streams_live -= 1;
-            self.emit.stats.evicted += 1;
-            self.emit.stats.harvest(&mut s.register);
+            self.evict(slot);
             return true;
         }
-        if spared {
-            self.silent_walk_after = now.saturating_add(SILENT_WALK_PAUSE);
+        if !self.spared.is_empty() {
+            self.spared_after = now.saturating_add(SILENT_WALK_PAUSE);
         }
         false
+    }
+
+    /// Removes the live stream in `slot` to make room ([`Gateway::evict_silent_stream`]).
+    fn evict(&mut self, slot: u32) {
+        let mut s = self.slots.remove(slot).expect("live");
+        s.register.drop_jumped();
+        self.remember_evicted(&mut s);
+        self.timers.remove(slot);
+        self.index.remove(&s.key);
+        self.streams.release();
+        self.release_ssrc(&s.key);
+        self.emit.stats.streams_live -= 1;
+        self.emit.stats.evicted += 1;
+        self.emit.stats.harvest(&mut s.register);
     }
 
     /// What an evicted stream needs if its source comes back (a caller that opened with the

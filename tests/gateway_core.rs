@@ -3333,3 +3333,66 @@ fn a_mixer_stream_holds_at_most_its_speaker_bound_past_it() {
         "participants of one mixer stream at once: 32 speakers and the own voice at most"
     );
 }
+
+/// README "Stream limit": a new stream at the limit takes the place of the oldest that never
+/// carried text; "else a stream lingering after its BYE ends". At the limit (3), a caller
+/// inside an escape sequence (`ESC [ 1 ;`, may yet speak) is spared, so the first junk SSRC
+/// finds no candidate, ends the oldest lingering stream (B) and starts the 50 ms pause of the
+/// spared. The second junk SSRC, 10 ms later, takes the first's place (it never carried text):
+/// the pause is the spared streams' only. A review found the pause skipping the whole search,
+/// so the second lingering stream (C) was ended instead, its reorder wait cut short (review,
+/// session 34).
+#[test]
+fn the_search_pause_does_not_end_a_lingering_stream_while_a_new_silent_one_could_go() {
+    let mut gw = Gateway::new(Config {
+        max_streams: 3,
+        ..Config::default()
+    });
+    // A: a caller inside an escape sequence (spared: it may yet speak).
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "\u{1b}[1;"));
+    // B and C: callers that spoke and said BYE (RTCP from the port above), lingering.
+    gw.handle_datagram(at(0), addr(4010), &t140(1, 2, "Hello. "));
+    gw.handle_datagram(at(0), addr(4020), &t140(1, 3, "Bye. "));
+    gw.handle_datagram(at(100), addr(4011), &bye(2));
+    gw.handle_datagram(at(100), addr(4021), &bye(3));
+    let _ = drain(&mut gw);
+    // Junk SSRCs, one empty packet each (a scan).
+    gw.handle_datagram(at(200), addr(9000), &t140(1, 100, ""));
+    gw.handle_datagram(at(210), addr(9000), &t140(1, 101, ""));
+    let out = summary(&drain(&mut gw));
+    let stats = gw.stats();
+    assert_eq!(stats.drops(DropReason::StreamLimit), 0);
+    assert_eq!(
+        out,
+        ["session.leave t140:00000002@127.0.0.1:4010"],
+        "only B (no candidate then) ends; the second junk SSRC takes the first's place \
+         (evicted {})",
+        stats.evicted
+    );
+    assert_eq!(stats.evicted, 1);
+}
+
+/// The same pause with no lingering stream left: a real caller 10 ms after a junk stream
+/// opened (by ending the lingering one) takes the junk stream's place, which never carried
+/// text; the pause holds back only the spared caller inside its escape sequence. A review
+/// found the caller refused (`stream_limit`) for the pause (review, session 34).
+#[test]
+fn the_search_pause_does_not_refuse_a_new_stream_while_a_new_silent_one_could_go() {
+    let mut gw = Gateway::new(Config {
+        max_streams: 2,
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "\u{1b}[1;"));
+    gw.handle_datagram(at(0), addr(4010), &t140(1, 2, "Hello. "));
+    gw.handle_datagram(at(100), addr(4011), &bye(2));
+    gw.handle_datagram(at(200), addr(9000), &t140(1, 100, ""));
+    gw.handle_datagram(at(210), addr(9002), &t140(1, 101, "A real caller. "));
+    let out = summary(&drain(&mut gw));
+    let stats = gw.stats();
+    assert_eq!(
+        stats.drops(DropReason::StreamLimit),
+        0,
+        "refused while a stream that never carried text held a place (evicted {}): {out:?}",
+        stats.evicted
+    );
+}
