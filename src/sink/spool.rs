@@ -6,7 +6,8 @@
 //! sink (handed over before any attempt to send it), `{"done":"ID"}` once its frame is written
 //! to the socket. One refused after it was written is added again in its old place:
 //! `{"add":ENVELOPE,"before":"ID"}` names the undelivered envelope it goes before, since a
-//! compaction may have taken its first `add`. A writer thread of its own writes the records
+//! compaction may have taken its first `add`; of an envelope added more than once, the latest
+//! record gives its place. A writer thread of its own writes the records
 //! with `write(2)` in the order they were handed over, so they survive the process being
 //! killed (not a power cut: there is no fsync per record); what it had not yet written when
 //! killed is lost with the rest of the process's memory. On start the journal is read, the envelopes without `done` are handed to
@@ -589,19 +590,20 @@ fn message_who(m: &Message) -> MessageWho {
 }
 
 /// The journal's undelivered envelopes in their places (one added again with `"before"` goes
-/// before the envelope it names), and the last join of every sender.
+/// before the envelope it names; one added more than once, where its latest record puts it),
+/// and the last join of every sender.
 fn read_pending(path: &Path) -> Result<(Vec<Message>, HashMap<MessageWho, Message>), String> {
     let f = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
         Err(e) => return Err(format!("--spool {}: {e}", path.display())),
     };
-    let mut adds: Vec<Message> = Vec::new();
-    // Journaled again after a compaction took their first `add`: by the id they go before.
-    let mut placed: HashMap<String, Vec<(usize, Message)>> = HashMap::new();
+    // Every `add` record as written (line, what it goes before, envelope), and the index of
+    // each envelope's latest: that one gives its place.
+    let mut records: Vec<(usize, Option<String>, Message)> = Vec::new();
+    let mut latest: HashMap<String, usize> = HashMap::new();
     let mut joins: HashMap<MessageWho, Message> = HashMap::new();
     let mut done: HashSet<String> = HashSet::new();
-    let mut seen: HashSet<String> = HashSet::new();
     // Lines as bytes: a record cut short (a kill, or a write stopped at a page boundary by a
     // full disk) may end inside a UTF-8 character, and must be skipped like any other
     // incomplete record, not stop the gateway from starting.
@@ -624,9 +626,12 @@ fn read_pending(path: &Path) -> Result<(Vec<Message>, HashMap<MessageWho, Messag
             .get("add")
             .and_then(|e| serde_json::from_value::<Message>(e.clone()).ok())
         {
-            if !seen.insert(e.id.clone()) {
-                // Added again after it was done (`Spool::again`): undelivered, in its place.
+            let before = v.get("before").and_then(Value::as_str).map(str::to_owned);
+            if latest.insert(e.id.clone(), records.len()).is_some() {
+                // Added again after it was done (`Spool::again`): undelivered, in the place
+                // this record gives.
                 done.remove(&e.id);
+                records.push((n, before, e));
                 continue;
             }
             // A join's payload is an object (pvp-spec 6.3); one that is not, in a journal
@@ -641,10 +646,24 @@ fn read_pending(path: &Path) -> Result<(Vec<Message>, HashMap<MessageWho, Messag
                 // Delivered or not, it names the participant a restart rejoins.
                 join.insert("participant".into(), e.payload.clone());
             }
-            match v.get("before").and_then(Value::as_str) {
-                Some(before) => placed.entry(before.to_owned()).or_default().push((n, e)),
-                None => adds.push(e),
-            }
+            records.push((n, before, e));
+        }
+    }
+    // An envelope journaled again more than once is put where its latest record says: an
+    // earlier one named what followed its place then, and what was journaled again since
+    // between the two (or had its `done` since) would be put on the wrong side of it (a
+    // chunk's text out of order, pvp-spec 19.5). Read in the order written, the latest
+    // records naming one envelope are in the order of their places.
+    let mut adds: Vec<Message> = Vec::new();
+    // Journaled again after a compaction took their first `add`: by the id they go before.
+    let mut placed: HashMap<String, Vec<(usize, Message)>> = HashMap::new();
+    for (i, (n, before, e)) in records.into_iter().enumerate() {
+        if latest.get(&e.id) != Some(&i) {
+            continue;
+        }
+        match before {
+            Some(before) => placed.entry(before).or_default().push((n, e)),
+            None => adds.push(e),
         }
     }
     let mut ordered = Vec::with_capacity(adds.len());
@@ -967,6 +986,112 @@ mod tests {
                 "alice session.leave",
             ]
         );
+    }
+
+    /// Chunks journaled again after a compaction keep the order of their places when one of
+    /// them is refused twice: "Second." is refused, sent again and written; "First." is
+    /// refused; "Second." is refused once more. Both name the leave, and `read_pending` put
+    /// them in the order of their first records, so a restart sent "Second." before "First."
+    /// (pvp-spec 19.5); an envelope's latest record gives its place. A review found it
+    /// (review, session 34).
+    #[test]
+    fn chunks_journaled_again_after_a_compaction_keep_their_order_when_one_is_refused_twice() {
+        let d = Scratch::new("compact-twice", 16 << 10, 1 << 20);
+        let (spool, _) = d.open();
+        let mut talk = Talk::new();
+        deliver(&spool, &talk.join("alice"));
+        let (first, second) = (talk.add("alice", "First."), talk.add("alice", "Second."));
+        deliver(&spool, &first);
+        deliver(&spool, &second);
+        // The leave is journaled while the connection still holds the chunks.
+        spool.added(&talk.leave("alice"));
+        compact_with_filler(&spool, &mut talk);
+        let journal = std::fs::read_to_string(spool.path()).unwrap();
+        assert!(
+            !journal.contains("First.") && !journal.contains("Second."),
+            "not compacted: {journal}"
+        );
+        // "Second." refused, sent again after the pause, and written.
+        spool.again(&second);
+        spool.done(second.id());
+        // "First." refused; then "Second." refused once more.
+        spool.again(&first);
+        spool.again(&second);
+        // Killed now.
+        drop(spool);
+        let (_, resend) = d.open();
+        assert_eq!(
+            said_by(&resend, "alice"),
+            [
+                "alice session.join",
+                "alice context.add First.",
+                "alice context.add Second.",
+                "alice session.leave",
+            ]
+        );
+    }
+
+    /// The same when a chunk journaled again names another envelope the second time: "Two."
+    /// first goes before the leave ("Three." was delivered), and once "Three." and "One." were
+    /// journaled again, before "Three.". Kept where its first record put it (before the leave,
+    /// with "Three." and what goes before that), a restart sent it before "One.". A review
+    /// found it (review, session 34).
+    #[test]
+    fn a_chunk_journaled_again_twice_goes_where_its_latest_record_puts_it() {
+        let d = Scratch::new("compact-moved", 16 << 10, 1 << 20);
+        let (spool, _) = d.open();
+        let mut talk = Talk::new();
+        deliver(&spool, &talk.join("alice"));
+        let chunks = [
+            talk.add("alice", "One."),
+            talk.add("alice", "Two."),
+            talk.add("alice", "Three."),
+        ];
+        for c in &chunks {
+            deliver(&spool, c);
+        }
+        spool.added(&talk.leave("alice"));
+        compact_with_filler(&spool, &mut talk);
+        let [one, two, three] = &chunks;
+        // "Two." refused (it names the leave), then "Three." (the leave).
+        spool.again(two);
+        spool.again(three);
+        // "Two." is written again; "One." refused (it names "Three."); "Two." refused once
+        // more (it names "Three." now).
+        spool.done(two.id());
+        spool.again(one);
+        spool.again(two);
+        drop(spool);
+        let (_, resend) = d.open();
+        assert_eq!(
+            said_by(&resend, "alice"),
+            [
+                "alice session.join",
+                "alice context.add One.",
+                "alice context.add Two.",
+                "alice context.add Three.",
+                "alice session.leave",
+            ]
+        );
+    }
+
+    /// Someone else's delivered traffic grows the journal past the scratch's threshold (16
+    /// KiB): it is compacted.
+    fn compact_with_filler(spool: &Spool, talk: &mut Talk) {
+        deliver(spool, &talk.join("bob"));
+        for i in 0..200 {
+            deliver(spool, &talk.add("bob", &format!("Filler number {i}.")));
+        }
+        spool.flush();
+        let journal = std::fs::read_to_string(spool.path()).unwrap();
+        assert!(!journal.contains("Filler number 0."), "not compacted");
+    }
+
+    fn said_by(plan: &[Envelope], who: &str) -> Vec<String> {
+        summary(plan)
+            .into_iter()
+            .filter(|l| l.starts_with(who))
+            .collect()
     }
 
     /// Whatever follows a leave in a participant's undelivered envelopes (a chunk journaled
