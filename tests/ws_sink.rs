@@ -1343,6 +1343,56 @@ async fn a_refusal_read_twice_counts_a_chunk_no_longer_held_dropped_once() {
     assert_eq!((stats.sent, stats.dropped), (10, 1), "{stats:?}");
 }
 
+/// The same RATE_LIMITED error envelope (one id) read twice for a chunk still held is acted
+/// on once: the first reading sends the chunk again after the pause, and it is held once more;
+/// the second (a server repeating it, or replaying its history, pvp-spec 19.1) sent it a third
+/// time, so the server got the text twice (README "Delivery to a PVP server") and
+/// `rate_limited_resent` counted 2 for one refusal. A review found it (review, session 34).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_refusal_read_twice_does_not_send_a_held_chunk_a_third_time() {
+    let (url, log, to_client) = controlled().await;
+    let cfg = config(url, 64, None);
+    let metrics = cfg.metrics.clone();
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000e0e1@127.0.0.1:42104";
+    ws.send(talk.join(p));
+    let first = talk.add(p, "Refused once.");
+    let id = first.id().to_string();
+    ws.send(first);
+    wait_for(&log, "the chunk", |l| said(l, p).len() == 2).await;
+    let refusal = from_server(
+        "error",
+        "01JQAAAAAAAAAAAAAAAAAAAAF1",
+        json!({"code": "RATE_LIMITED", "message": "slow down", "recoverable": true,
+            "related_to": id}),
+    );
+    to_client.send(refusal.clone()).unwrap();
+    wait_for(&log, "the chunk sent again after the pause", |l| {
+        said(l, p).len() == 3
+    })
+    .await;
+    // The same error envelope read again, then a ping: the pong says the connection has read
+    // it.
+    to_client.send(refusal).unwrap();
+    to_client
+        .send(from_server(
+            "heartbeat.ping",
+            "01JQAAAAAAAAAAAAAAAAAAAAF2",
+            json!({}),
+        ))
+        .unwrap();
+    wait_for_pong(&log, "the pong").await;
+    // A stop waits out a pause (within its grace) to send what the participant holds.
+    let stats = ws.close(Duration::from_secs(5)).await;
+    assert_eq!(
+        said(&log, p),
+        ["join", "Refused once.", "Refused once."],
+        "{stats:?}"
+    );
+    assert_eq!(metrics.rate_limited_resent.get(), 1);
+}
+
 /// A server whose connections record every text frame, and to which the test hands frames to
 /// send (to the newest connection): its URL, its log, and the frames' way in.
 async fn controlled() -> (String, Log, tokio::sync::mpsc::UnboundedSender<Value>) {
