@@ -1034,14 +1034,18 @@ fn carried_text(s: &Stream) -> bool {
 }
 
 /// Whether a stream that carried no text yet may: a packet it holds (behind a gap, or in a
-/// restart's run) has text, or a speaker's decoder holds part of a character or is inside a
-/// control function (an escape sequence begun: evicted, its decoder would go without `finish`,
-/// the sequence in no counter, and its rest come back as text, README "Text decoding"). It
-/// stays an eviction candidate, later in the queue ([`Gateway::evict_silent_stream`]): what it
-/// holds may come to nothing, and a stream that never returns ends by its timeout.
-fn may_yet_speak(s: &Stream) -> bool {
+/// restart's run) has text (the reorder wait gives it out or up), or, while its last packet is
+/// within `wait` (the reorder wait) of `now`, a speaker's decoder holds part of a character or
+/// is inside a control function (an escape sequence begun: evicted, the rest would come back
+/// as text, README "Text decoding"). It stays an eviction candidate, later than the others
+/// ([`Gateway::evict_silent_stream`]): what it holds may come to nothing. Past the wait, a
+/// character or sequence left unfinished spares it no longer: a flood of SSRCs each sending
+/// one ESC, or the first byte of a character, would otherwise hold every place until the
+/// stream timeout and lock real callers out.
+fn may_yet_speak(s: &Stream, now: Time, wait: Duration) -> bool {
     s.register.holds_text()
-        || (s.speakers.iter()).any(|sp| sp.decoder.holds_partial() || sp.decoder.in_control())
+        || (now < s.last_packet.saturating_add(wait)
+            && (s.speakers.iter()).any(|sp| sp.decoder.holds_partial() || sp.decoder.in_control()))
 }
 
 /// The sans-IO core.
@@ -1891,7 +1895,7 @@ impl Gateway {
             if carried_text(s) {
                 continue;
             }
-            if may_yet_speak(s) {
+            if may_yet_speak(s, now, self.cfg.reorder_wait) {
                 self.spared.push_back((slot, serial));
                 continue;
             }
@@ -1911,7 +1915,7 @@ impl Gateway {
             if carried_text(s) {
                 continue;
             }
-            if may_yet_speak(s) {
+            if may_yet_speak(s, now, self.cfg.reorder_wait) {
                 self.spared.push_back((slot, serial));
                 continue;
             }
@@ -1924,9 +1928,15 @@ impl Gateway {
         false
     }
 
-    /// Removes the live stream in `slot` to make room ([`Gateway::evict_silent_stream`]).
+    /// Removes the live stream in `slot` to make room ([`Gateway::evict_silent_stream`]). A
+    /// character or escape sequence its speakers left unfinished ([`may_yet_speak`]) ends
+    /// with it, counted as at any stream's end; nothing it held is said.
     fn evict(&mut self, slot: u32) {
         let mut s = self.slots.remove(slot).expect("live");
+        for sp in &mut s.speakers {
+            sp.decoder
+                .finish(&mut String::new(), &mut self.emit.said.decode);
+        }
         s.register.drop_jumped();
         self.remember_evicted(&mut s);
         self.timers.remove(slot);

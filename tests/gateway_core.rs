@@ -1756,6 +1756,46 @@ fn a_stream_inside_an_escape_sequence_is_not_evicted_and_its_tail_is_no_text() {
     }
 }
 
+/// README "Stream limit": an unfinished character or escape sequence spares a stream only
+/// while its last packet is within the reorder wait (1 s). A flood of junk SSRCs each sending
+/// one ESC (or the first byte of a character) filled every place, and every one of them was
+/// spared until its stream timeout (60 s): a real caller was refused all that while. Past the
+/// wait the oldest is evicted for the caller, and its cut sequence is counted as skipped.
+#[test]
+fn an_unfinished_sequence_spares_a_stream_only_for_the_reorder_wait() {
+    let mut gw = Gateway::new(Config {
+        max_streams: 4,
+        ..Config::default()
+    });
+    for ssrc in 100..102 {
+        gw.handle_datagram(at(0), addr(5000), &t140(1, ssrc, "\u{1b}"));
+    }
+    let mut d = Vec::new();
+    for ssrc in 102..104 {
+        d.clear();
+        rtp::write_packet(&mut d, true, 98, 1, 0, ssrc, b"\xe2");
+        gw.handle_datagram(at(0), addr(5000), &d);
+    }
+    let refused = |gw: &Gateway| gw.stats().drops(DropReason::StreamLimit);
+    // Within the wait: spared, the caller refused.
+    gw.handle_datagram(at(900), addr(4000), &t140(1, 1, "Hello. "));
+    assert_eq!((refused(&gw), gw.stats().evicted), (1, 0));
+    // Past it: the oldest junk stream gives its place.
+    gw.handle_datagram(at(1_100), addr(4000), &t140(2, 1, "Hello there. "));
+    let s = gw.stats();
+    assert_eq!((refused(&gw), s.evicted), (1, 1));
+    assert_eq!(s.decode.sequences_skipped, 1, "the evicted stream's ESC");
+    run_timers(&mut gw, at(5_000));
+    let got = adds(&drain(&mut gw));
+    assert_eq!(
+        got,
+        vec![(
+            "t140:00000001@127.0.0.1:4000".to_owned(),
+            "\u{fffd}Hello there.".to_owned()
+        )]
+    );
+}
+
 #[test]
 fn decoder_anomalies_on_in_order_packets_reach_the_stats() {
     let mut gw = Gateway::new(Config::default());
