@@ -29,6 +29,10 @@
 //! workers get a share each). Streams are round-robin: with N streams at P packets/s each
 //! stream sends P/N packets/s.
 //!
+//! The rate mode's headline is gateway / null receiver sustained rate, and CPU per datagram at
+//! the highest offered rate at which both took a clean step; the k-th null receiver run pairs
+//! with the k-th gateway run, and each ratio is the median over the pairs.
+//!
 //! Drain mode (`--drain N`) measures capacity rather than a rate: the sender is not the limit
 //! and does not compete. Each receiver opens every stream (the same warm-up), is stopped with
 //! SIGSTOP, gets N datagrams of the same traffic queued in its socket (SO_RCVBUF sized for N
@@ -751,6 +755,27 @@ impl Child {
                 .ok()
                 .map(|m| counter(&m, "pvp_t140_datagrams_total")),
         }
+    }
+
+    /// The counters a drain is measured by, read up to 3 times 200 ms apart: the gateway's
+    /// /metrics, or the null receiver's count as `pvp_t140_datagrams_total`; `None` if never
+    /// read (a failed read is no count of 0: the drain is then invalid).
+    fn drain_counters(&mut self) -> Option<BTreeMap<String, f64>> {
+        for i in 0..3 {
+            if i > 0 {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            let m = match self.target {
+                Target::Null => self
+                    .delivered()
+                    .map(|n| BTreeMap::from([("pvp_t140_datagrams_total".to_owned(), n as f64)])),
+                Target::Gateway => self.scrape().ok(),
+            };
+            if m.is_some() {
+                return m;
+            }
+        }
+        None
     }
 
     /// Waits until the receiver has counted `expected` datagrams, or its count has not moved
@@ -1489,32 +1514,155 @@ fn rate(a: &RateArgs) -> Res<()> {
             println!("  warning logged: {w}");
         }
     }
-    let get = |t: Target| reports.iter().find(|r| r.target == t);
-    if let (Some(n), Some(g)) = (get(Target::Null), get(Target::Gateway)) {
-        let (ns, nb) = sustained(n, a.tolerance);
-        let (gs, gb) = sustained(g, a.tolerance);
-        let cpu = |r: &Report| {
-            let s = r.steps.last().expect("a step");
-            s.cpu / s.delivered.max(1) as f64
-        };
+    let pairs = rate_pairs(&reports, a.tolerance);
+    let offered = |o: u64| {
+        if o == 0 {
+            "max".to_string()
+        } else {
+            o.to_string()
+        }
+    };
+    for p in &pairs {
+        let ((ns, nb), (gs, gb)) = (p.null_sustained, p.gateway_sustained);
         println!(
-            "headline: gateway sustained / null receiver sustained = {:.0} / {:.0} = {:.2}{}; CPU per datagram gateway / null = {:.2}",
+            "pair #{} null / #{} gateway: sustained gateway / null = {:.0} / {:.0} = {:.2}{}; {}",
+            p.null + 1,
+            p.gateway + 1,
             gs,
             ns,
-            if ns > 0.0 { gs / ns } else { f64::NAN },
-            match (nb, gb) {
-                (Some(LowerBound::Sender), Some(LowerBound::Sender)) => {
-                    " (both lower bounds: the sender was the limit)"
-                }
-                (Some(_), Some(_)) => " (both lower bounds: no drops at the highest rate offered)",
-                (Some(_), None) => " (null figure is a lower bound: ratio is an upper bound)",
-                (None, Some(_)) => " (gateway figure is a lower bound)",
-                (None, None) => "",
+            p.sustained_ratio().unwrap_or(f64::NAN),
+            bound_note(nb, gb),
+            match p.cpu {
+                Some(c) => format!(
+                    "CPU per datagram gateway / null at {} pps offered (the highest both took cleanly) = {:.2} / {:.2} µs = {:.2}",
+                    offered(c.offered),
+                    1e6 * c.gateway,
+                    1e6 * c.null,
+                    p.cpu_ratio().unwrap_or(f64::NAN)
+                ),
+                None => "CPU per datagram: no offered rate both took cleanly".to_string(),
+            }
+        );
+    }
+    if !pairs.is_empty() {
+        let (sustained, cpu) = rate_headline(&pairs);
+        let notes: Vec<&str> = pairs
+            .iter()
+            .map(|p| bound_note(p.null_sustained.1, p.gateway_sustained.1))
+            .collect();
+        println!(
+            "headline: gateway sustained / null receiver sustained = {:.2}{}; CPU per datagram gateway / null at the same offered rate = {} (median of {} pair{})",
+            sustained.unwrap_or(f64::NAN),
+            if notes.iter().all(|n| *n == notes[0]) {
+                notes[0]
+            } else {
+                " (lower bounds differ between pairs: see each pair)"
             },
-            cpu(g) / cpu(n)
+            cpu.map_or("n/a (no offered rate both took cleanly)".into(), |c| {
+                format!("{c:.2}")
+            }),
+            pairs.len(),
+            if pairs.len() == 1 { "" } else { "s" }
         );
     }
     Ok(())
+}
+
+/// What the lower bounds of a null receiver's and a gateway's sustained rates make of their
+/// ratio.
+fn bound_note(null: Option<LowerBound>, gateway: Option<LowerBound>) -> &'static str {
+    match (null, gateway) {
+        (Some(LowerBound::Sender), Some(LowerBound::Sender)) => {
+            " (both lower bounds: the sender was the limit)"
+        }
+        (Some(_), Some(_)) => " (both lower bounds: no drops at the highest rate offered)",
+        (Some(_), None) => " (null figure is a lower bound: ratio is an upper bound)",
+        (None, Some(_)) => " (gateway figure is a lower bound)",
+        (None, None) => "",
+    }
+}
+
+/// Receiver CPU seconds per delivered datagram of two receivers at the same offered rate.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct SameRate {
+    offered: u64,
+    null: f64,
+    gateway: f64,
+}
+
+/// One null receiver / gateway pair of the rate mode's headline.
+#[derive(Debug, PartialEq)]
+struct RatePair {
+    /// Where the two runs are in `--receivers`.
+    null: usize,
+    gateway: usize,
+    null_sustained: (f64, Option<LowerBound>),
+    gateway_sustained: (f64, Option<LowerBound>),
+    /// `None` when no offered rate was clean for both.
+    cpu: Option<SameRate>,
+}
+
+impl RatePair {
+    fn sustained_ratio(&self) -> Option<f64> {
+        (self.null_sustained.0 > 0.0).then(|| self.gateway_sustained.0 / self.null_sustained.0)
+    }
+    fn cpu_ratio(&self) -> Option<f64> {
+        self.cpu
+            .filter(|c| c.null > 0.0)
+            .map(|c| c.gateway / c.null)
+    }
+}
+
+/// CPU per datagram of both receivers at the highest offered rate at which both had a clean
+/// step: compared at the same offered rate (docs/performance.md, section 1), not at each one's
+/// last step, since with `--step` the gateway may stop stepping before the null receiver does.
+fn cpu_at_same_rate(null: &Report, gateway: &Report, tol: f64) -> Option<SameRate> {
+    let per_datagram = |s: &Step| s.cpu / s.delivered.max(1) as f64;
+    null.steps
+        .iter()
+        .filter(|n| n.clean(tol))
+        .filter_map(|n| {
+            let g = gateway
+                .steps
+                .iter()
+                .find(|g| g.offered == n.offered && g.clean(tol))?;
+            Some(SameRate {
+                offered: n.offered,
+                null: per_datagram(n),
+                gateway: per_datagram(g),
+            })
+        })
+        .max_by_key(|c| c.offered)
+}
+
+/// The k-th null receiver run paired with the k-th gateway run, as in the drain mode, so runs
+/// repeated with `--receivers null,gateway,null,gateway` all count.
+fn rate_pairs(reports: &[Report], tol: f64) -> Vec<RatePair> {
+    let of = |t: Target| {
+        reports
+            .iter()
+            .enumerate()
+            .filter(move |(_, r)| r.target == t)
+    };
+    of(Target::Null)
+        .zip(of(Target::Gateway))
+        .map(|((i, n), (j, g))| RatePair {
+            null: i,
+            gateway: j,
+            null_sustained: sustained(n, tol),
+            gateway_sustained: sustained(g, tol),
+            cpu: cpu_at_same_rate(n, g, tol),
+        })
+        .collect()
+}
+
+/// The headline's ratios, gateway / null: sustained rates, and CPU per datagram at the same
+/// offered rate; each the median over the pairs that have one.
+fn rate_headline(pairs: &[RatePair]) -> (Option<f64>, Option<f64>) {
+    (
+        median(pairs.iter().filter_map(RatePair::sustained_ratio).collect()),
+        median(pairs.iter().filter_map(RatePair::cpu_ratio).collect()),
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1850,7 +1998,9 @@ struct Drain {
     idle: f64,
     tail_cpu: f64,
     tail_secs: f64,
-    delivered: u64,
+    /// `None` when the receiver's counters could not be read before or after the drain (the
+    /// figure is then invalid: a failed read is no count of 0).
+    delivered: Option<u64>,
     envelopes: Option<u64>,
     gw_drops: Vec<(String, u64)>,
     /// Envelopes the gateway's receive worker could not hand to the sink (its queue was full),
@@ -1868,11 +2018,33 @@ impl Drain {
         self.queued > 0
             && self.drops_queued == 0
             && self.drops_after == 0
-            && self.delivered >= self.queued
+            && self.delivered.is_some_and(|d| d >= self.queued)
             && self.cpu > 0.0
     }
     fn per_cpu_second(&self) -> f64 {
         self.queued as f64 / self.cpu
+    }
+}
+
+/// Datagrams delivered, envelopes (the gateway's) and the gateway's drops between the counters
+/// read before and after a drain; nothing when either read failed, since counting a failed
+/// read as 0 would count the warm-up as drained.
+fn drain_counts(
+    target: Target,
+    m0: Option<&BTreeMap<String, f64>>,
+    m1: Option<&BTreeMap<String, f64>>,
+) -> (Option<u64>, Option<u64>, Vec<(String, u64)>) {
+    let (Some(m0), Some(m1)) = (m0, m1) else {
+        return (None, None, Vec::new());
+    };
+    let delta = |k| counter(m1, k).saturating_sub(counter(m0, k));
+    match target {
+        Target::Null => (Some(delta("pvp_t140_datagrams_total")), None, Vec::new()),
+        Target::Gateway => (
+            Some(delta("pvp_t140_datagrams_total")),
+            Some(delta("pvp_t140_envelopes_total")),
+            gw_drops(m0, m1),
+        ),
     }
 }
 
@@ -1906,7 +2078,7 @@ fn run_drain(target: Target, a: &RateArgs, common: &Common, n: u64) -> Res<Drain
     let idle0 = sched_cpu_seconds(child.pid);
     std::thread::sleep(Duration::from_secs(1));
     let idle = sched_cpu_seconds(child.pid) - idle0;
-    let m0 = child.scrape().ok();
+    let m0 = child.drain_counters();
     let port = child.addr.port();
     let rcvbuf = socket_rcvbuf(port).or(child.rcvbuf);
     eprintln!(
@@ -2028,23 +2200,15 @@ fn run_drain(target: Target, a: &RateArgs, common: &Common, n: u64) -> Res<Drain
     let tail_cpu = sched_cpu_seconds(child.pid) - tail_c0;
     let tail_secs = tail0.elapsed().as_secs_f64();
     let drops_after = socket_drops(port) - d0 - drops_queued;
-    let (delivered, envelopes, gw_drops) = match target {
-        Target::Null => (
-            child.delivered().unwrap_or(0).saturating_sub(base),
-            None,
-            Vec::new(),
-        ),
-        Target::Gateway => {
-            let m1 = child.scrape()?;
-            let m0 = m0.unwrap_or_default();
-            let delta = |k| counter(&m1, k) - counter(&m0, k);
-            (
-                delta("pvp_t140_datagrams_total"),
-                Some(delta("pvp_t140_envelopes_total")),
-                gw_drops(&m0, &m1),
-            )
-        }
-    };
+    let m1 = child.drain_counters();
+    let (delivered, envelopes, gw_drops) = drain_counts(target, m0.as_ref(), m1.as_ref());
+    if delivered.is_none() {
+        eprintln!(
+            "  !!! {}: its counters could not be read {} the drain: this run is INVALID",
+            target.name(),
+            if m0.is_none() { "before" } else { "after" }
+        );
+    }
     let (rss, hwm) = child.memory();
     let log_lines = child.log_lines.load(Ordering::Relaxed);
     let warns = child.log_warnings.clone();
@@ -2175,8 +2339,12 @@ fn drain(a: &RateArgs, n: u64) -> Res<()> {
             d.cpu_ticks,
             d.wall,
             d.busy_wall,
-            d.delivered,
-            d.envelopes.map_or("n/a".into(), |e| e.to_string()),
+            d.delivered.map_or("?".into(), |n| n.to_string()),
+            match (d.target, d.envelopes) {
+                (_, Some(e)) => e.to_string(),
+                (Target::Null, None) => "n/a".to_string(),
+                (Target::Gateway, None) => "?".to_string(),
+            },
             match d.target {
                 Target::Null => "n/a".to_string(),
                 Target::Gateway if drops.is_empty() => "0".to_string(),
@@ -2198,14 +2366,19 @@ fn drain(a: &RateArgs, n: u64) -> Res<()> {
         if d.send_errors > 0 {
             println!("#{}: {} send errors", i + 1, d.send_errors);
         }
-        if d.delivered < d.queued {
-            println!(
+        match d.delivered {
+            Some(n) if n < d.queued => println!(
                 "#{}: delivered {} of {} queued (+ {} dropped)",
                 i + 1,
-                d.delivered,
+                n,
                 d.queued,
                 d.drops_queued + d.drops_after
-            );
+            ),
+            Some(_) => {}
+            None => println!(
+                "#{}: the receiver's counters could not be read before or after the drain: INVALID",
+                i + 1
+            ),
         }
         println!(
             "#{}: {}: queued in {:.2} s ({:.0} pps); tail {:.1} s after the drain {:.3} s CPU; RSS {:.1} MiB; stderr lines {}; stop -> {}",
@@ -2511,7 +2684,28 @@ fn write_pcap(path: &Path, d: &[Dgram]) -> Res<()> {
     w.flush().map_err(|e| e.to_string())
 }
 
-/// Datagrams per second of pvp-t140's core, and envelopes made (with and without NDJSON).
+/// The stdout sink's buffer (`sink::stdout`: a 64 KiB `BufWriter`).
+const NDJSON_BUFFER: usize = 64 << 10;
+
+/// What the stdout sink does with each envelope: its JSON line and a newline appended to a
+/// buffer that goes out (here to `io::sink`) and is reused once it holds 64 KiB. `json()` only
+/// lends the string the core built, so its length alone would be no work at all.
+fn ndjson_line(buf: &mut Vec<u8>, json: &str) {
+    buf.extend_from_slice(json.as_bytes());
+    buf.push(b'\n');
+    if buf.len() >= NDJSON_BUFFER {
+        ndjson_out(buf);
+    }
+}
+
+/// Writes the buffer out to `io::sink` and empties it.
+fn ndjson_out(buf: &mut Vec<u8>) {
+    let _ = std::io::sink().write_all(std::hint::black_box(&buf[..]));
+    buf.clear();
+}
+
+/// Datagrams per second of pvp-t140's core, envelopes made, and with `json` the NDJSON bytes
+/// written as the stdout sink writes them (`ndjson_line`).
 fn time_core(d: &[Dgram], json: bool) -> (f64, u64, u64) {
     let cfg = pvp_t140::Config {
         compat: pvp_t140::Compat::T140llm,
@@ -2522,17 +2716,20 @@ fn time_core(d: &[Dgram], json: bool) -> (f64, u64, u64) {
     let mut gw = pvp_t140::Gateway::new(cfg);
     let mut envelopes = 0u64;
     let mut bytes = 0u64;
+    let mut buf = Vec::with_capacity(2 * NDJSON_BUFFER);
     let started = Instant::now();
     for x in d {
         gw.handle_datagram(x.time, x.source, &x.payload);
         while let Some(e) = gw.poll_output() {
             envelopes += 1;
             if json {
-                bytes += e.json().len() as u64;
+                bytes += e.json().len() as u64 + 1;
+                ndjson_line(&mut buf, e.json());
             }
             std::hint::black_box(e);
         }
     }
+    ndjson_out(&mut buf);
     let secs = started.elapsed().as_secs_f64();
     (d.len() as f64 / secs, envelopes, bytes)
 }
@@ -2649,8 +2846,12 @@ mod tests {
     use super::*;
 
     fn report(steps: Vec<Step>) -> Report {
+        report_of(Target::Gateway, steps)
+    }
+
+    fn report_of(target: Target, steps: Vec<Step>) -> Report {
         Report {
-            target: Target::Gateway,
+            target,
             steps,
             hwm_kib: 0,
             rss_kib: 0,
@@ -2703,5 +2904,150 @@ mod tests {
         };
         let (best, bound) = sustained(&report(vec![step, dropping]), 0.001);
         assert_eq!((best, bound), (99_997.5, None));
+    }
+
+    /// A 4 s window at `offered` pps, every datagram delivered (clean) or a tenth lost, at
+    /// `micros` µs of receiver CPU per datagram.
+    fn window(offered: u64, clean: bool, micros: f64) -> Step {
+        let sent = offered * 4;
+        let delivered = if clean { sent } else { sent - sent / 10 };
+        Step {
+            offered,
+            sent,
+            secs: 4.0,
+            delivered,
+            cpu: micros * 1e-6 * delivered as f64,
+            ..Step::default()
+        }
+    }
+
+    /// The rate mode's CPU per datagram gateway / null is taken at the highest offered rate
+    /// both receivers took cleanly, not at each one's last step (with --step the gateway stops
+    /// at its first step with drops while the null receiver steps on), and with --receivers
+    /// null,gateway,null,gateway every pair counts, the k-th null with the k-th gateway, the
+    /// headline being the median over pairs (review, session 34: it divided the last steps,
+    /// at different offered rates, of the first pair only).
+    #[test]
+    fn cpu_per_datagram_is_compared_at_the_same_offered_rate_in_every_pair() {
+        let null = |m: f64| {
+            report_of(
+                Target::Null,
+                vec![
+                    window(100_000, true, m),
+                    window(125_000, true, m),
+                    window(156_250, true, 2.0 * m),
+                ],
+            )
+        };
+        let gateway = |m: f64| {
+            report_of(
+                Target::Gateway,
+                vec![window(100_000, true, m), window(125_000, false, 9.0)],
+            )
+        };
+        let one = rate_pairs(&[null(2.0), gateway(3.0)], 0.001);
+        assert_eq!(one.len(), 1);
+        let c = one[0].cpu.expect("a rate both took cleanly");
+        assert_eq!(c.offered, 100_000, "the gateway dropped at 125,000");
+        assert!((one[0].cpu_ratio().unwrap() - 1.5).abs() < 1e-9);
+
+        let reports = [null(2.0), gateway(3.0), null(1.0), gateway(2.0), null(1.0)];
+        let pairs = rate_pairs(&reports, 0.001);
+        let at: Vec<(usize, usize)> = pairs.iter().map(|p| (p.null, p.gateway)).collect();
+        assert_eq!(at, [(0, 1), (2, 3)], "the odd null run pairs with none");
+        let (sustained, cpu) = rate_headline(&pairs);
+        assert!((cpu.unwrap() - 1.75).abs() < 1e-9, "median of 1.5 and 2.0");
+        assert!((sustained.unwrap() - 100_000.0 / 156_250.0).abs() < 1e-9);
+
+        // No offered rate clean for both: no CPU figure, rather than one from different rates.
+        let gw_late = report_of(Target::Gateway, vec![window(200_000, true, 3.0)]);
+        let pairs = rate_pairs(&[null(2.0), gw_late], 0.001);
+        assert_eq!(pairs[0].cpu, None);
+        assert_eq!(rate_headline(&pairs).1, None);
+    }
+
+    fn drain_of(target: Target, delivered: Option<u64>) -> Drain {
+        Drain {
+            target,
+            queued: 1000,
+            send_errors: 0,
+            send_secs: 0.1,
+            drops_queued: 0,
+            drops_after: 0,
+            rx_queue: 0,
+            rcvbuf: None,
+            cpu: 0.01,
+            cpu_ticks: 0.01,
+            wall: 0.01,
+            busy_wall: 0.01,
+            idle: 0.0,
+            tail_cpu: 0.0,
+            tail_secs: 3.0,
+            delivered,
+            envelopes: None,
+            gw_drops: Vec::new(),
+            sink_queue_full: None,
+            hwm_kib: 0,
+            rss_kib: 0,
+            exit: String::new(),
+            log_lines: 0,
+            warnings: Vec::new(),
+        }
+    }
+
+    /// A drain whose counters could not be read before (or after) it is invalid: a failed
+    /// read counted as zero counters put the warm-up's datagrams and envelopes into the
+    /// drain's, and its figure passed as valid (review, session 34).
+    #[test]
+    fn a_failed_counter_read_makes_the_drain_invalid() {
+        let at = |datagrams: f64, envelopes: f64| {
+            BTreeMap::from([
+                ("pvp_t140_datagrams_total".to_owned(), datagrams),
+                ("pvp_t140_envelopes_total".to_owned(), envelopes),
+                (
+                    "pvp_t140_drops_total{reason=\"malformed\"}".to_owned(),
+                    datagrams / 1000.0,
+                ),
+            ])
+        };
+        let (m0, m1) = (at(10_000.0, 20.0), at(11_000.0, 26.0));
+        let (delivered, envelopes, drops) = drain_counts(Target::Gateway, Some(&m0), Some(&m1));
+        assert_eq!((delivered, envelopes), (Some(1000), Some(6)));
+        assert_eq!(drops, [("malformed".to_owned(), 1)]);
+        assert!(drain_of(Target::Gateway, delivered).valid());
+
+        for (before, after) in [(None, Some(&m1)), (Some(&m0), None), (None, None)] {
+            let (delivered, envelopes, drops) = drain_counts(Target::Gateway, before, after);
+            assert_eq!((delivered, envelopes), (None, None), "no count of 0");
+            assert!(drops.is_empty());
+            assert!(!drain_of(Target::Gateway, delivered).valid());
+            let (delivered, _, _) = drain_counts(Target::Null, before, after);
+            assert!(!drain_of(Target::Null, delivered).valid());
+        }
+    }
+
+    /// The t140llm mode's "+ NDJSON" pass does per envelope what the stdout sink does: its
+    /// JSON line and a newline copied into a buffer written out every 64 KiB (review, session
+    /// 34: it only added up `json().len()`, the length of a string the core had already built).
+    #[test]
+    fn the_ndjson_pass_writes_each_envelope_as_a_line() {
+        let mut buf = Vec::new();
+        ndjson_line(&mut buf, r#"{"type":"context.add"}"#);
+        ndjson_line(&mut buf, r#"{"type":"session.leave"}"#);
+        assert_eq!(
+            buf,
+            b"{\"type\":\"context.add\"}\n{\"type\":\"session.leave\"}\n"
+        );
+        let line = "x".repeat(1000);
+        let mut written = buf.len();
+        while written < NDJSON_BUFFER {
+            ndjson_line(&mut buf, &line);
+            written += line.len() + 1;
+            let held = if written < NDJSON_BUFFER { written } else { 0 };
+            assert_eq!(buf.len(), held);
+        }
+        assert!(buf.is_empty(), "written out and reused at 64 KiB");
+        ndjson_line(&mut buf, "{}");
+        assert_eq!(buf, b"{}\n");
     }
 }
