@@ -18,7 +18,9 @@
 //!   65,507 bytes, to show whether per-packet cost stays linear in the datagram size.
 //!
 //! Each iteration is one packet (`Throughput::Elements(1)`): criterion's "thrpt" is packets/s
-//! and "time" is ns/packet.
+//! and "time" is ns/packet. The `_shuffled_batch32_warm` and `_core` benchmarks are the
+//! exception: an iteration is a batch of 32 (`Throughput::Elements(32)`), so their "time" is
+//! per batch of 32 (divide by 32 for ns/packet); their "thrpt" is still packets/s.
 //!
 //! `cargo bench --bench core` (about a minute on 2 cores).
 
