@@ -5,7 +5,8 @@
 //! [`Gateway::poll_output`], and sleeps until [`Gateway::poll_timeout`]. No sockets, clocks or
 //! tasks live here, so the UDP loop, pcap replay, fuzzers and benches all drive the same code.
 
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
@@ -24,7 +25,7 @@ use crate::speaker::{
     Bye, CLOCK_RESTART_MS, Output, Speaker, Voice, VoiceRef, clock_jumped, split_named,
 };
 use crate::stream::{Hex8, KeyHasher, SourceText, Stream, StreamKey, canonical, speaker_index};
-use crate::t140::DecodeStats;
+use crate::t140::{DecodeStats, Decoder};
 use crate::time::Time;
 use crate::timers::Timers;
 
@@ -1033,19 +1034,41 @@ fn carried_text(s: &Stream) -> bool {
             .any(|sp| sp.joined || !marks_only(sp.chunker.pending()))
 }
 
-/// Whether a stream that carried no text yet may: a packet it holds (behind a gap, or in a
-/// restart's run) has text (the reorder wait gives it out or up), or, while its last packet is
-/// within `wait` (the reorder wait) of `now`, a speaker's decoder holds part of a character or
-/// is inside a control function (an escape sequence begun: evicted, the rest would come back
-/// as text, README "Text decoding"). It stays an eviction candidate, later than the others
-/// ([`Gateway::evict_silent_stream`]): what it holds may come to nothing. Past the wait, a
-/// character or sequence left unfinished spares it no longer: a flood of SSRCs each sending
-/// one ESC, or the first byte of a character, would otherwise hold every place until the
-/// stream timeout and lock real callers out.
+/// Whether a stream that carried no text yet may: a packet held behind a gap has text (the
+/// reorder wait gives it out or up), or, while its last packet is within `wait` (the reorder
+/// wait) of `now`, a packet a restart's run keeps has text, or a speaker's decoder holds part
+/// of a character or is inside a control function (an escape sequence begun). It stays an
+/// eviction candidate, tried after the others ([`Gateway::evict_silent_stream`]): what it
+/// holds may come to nothing. Past the wait, a run, character or sequence left unfinished
+/// spares it no longer: a flood of SSRCs each sending one ESC, a lead byte or a jump would
+/// otherwise hold every place until the stream timeout and lock real callers out.
 fn may_yet_speak(s: &Stream, now: Time, wait: Duration) -> bool {
-    s.register.holds_text()
+    s.register.text_behind_gap()
         || (now < s.last_packet.saturating_add(wait)
-            && (s.speakers.iter()).any(|sp| sp.decoder.holds_partial() || sp.decoder.in_control()))
+            && (s.register.text_in_run()
+                || (s.speakers.iter())
+                    .any(|sp| sp.decoder.holds_partial() || sp.decoder.in_control())))
+}
+
+/// An eviction candidate as [`Gateway::evict_silent_stream`] finds it.
+enum Candidate {
+    /// Ended, or carried text: no candidate any more.
+    Gone,
+    /// May yet speak ([`may_yet_speak`]).
+    Spared,
+    Evictable,
+}
+
+/// A stream evicted at the stream limit that may come back ([`Gateway::remember_evicted`]).
+struct Evicted {
+    key: StreamKey,
+    /// Its stream timeout: a return after it is a new stream.
+    until: Time,
+    /// Where its numbering stood.
+    at: Position,
+    /// Its own voice's decoder: a character or escape sequence its last packet left
+    /// unfinished goes on when it comes back, and is counted if it does not.
+    decoder: Decoder,
 }
 
 /// The sans-IO core.
@@ -1069,12 +1092,15 @@ pub struct Gateway {
     ended: VecDeque<(StreamKey, u64)>,
     /// The last streams evicted at the stream limit that may come back: until when (their
     /// stream timeout) and where their numbering stood ([`Gateway::remember_evicted`]).
-    evicted: VecDeque<(StreamKey, Time, Position)>,
+    evicted: VecDeque<Evicted>,
     /// Streams in creation order, as eviction candidates while they have not joined.
     silent: VecDeque<(u32, u64)>,
     /// Candidates a walk of `silent` found sparing themselves ([`may_yet_speak`]): tried after
     /// every one in `silent`, and again only once `spared_after` has passed.
     spared: VecDeque<(u32, u64)>,
+    /// Spared candidates a walk of `spared` found sparing themselves no longer, oldest
+    /// (lowest serial) first: they take their turn with `silent`'s, by age.
+    unspared: BinaryHeap<Reverse<(u64, u32)>>,
     /// Until when `spared` is not walked again: the last walk found every one of them
     /// sparing itself ([`SILENT_WALK_PAUSE`]).
     spared_after: Time,
@@ -1268,6 +1294,7 @@ impl Gateway {
             evicted: VecDeque::new(),
             silent: VecDeque::new(),
             spared: VecDeque::new(),
+            unspared: BinaryHeap::new(),
             spared_after: Time::from_micros(0),
             lingering: VecDeque::new(),
             long_blocks: Default::default(),
@@ -1822,6 +1849,9 @@ impl Gateway {
                 if let Some(e) = early {
                     self.keep_early_name(e);
                 }
+                if let Some(r) = returning {
+                    self.end_decoder(r.decoder);
+                }
                 return Err(DropReason::StreamLimit);
             }
         }
@@ -1838,8 +1868,13 @@ impl Gateway {
         {
             stream.created = Time::from_millis(ms + 1);
         }
-        if let Some(at) = returning {
-            stream.register.resume(at);
+        if let Some(r) = returning {
+            stream.register.resume(r.at);
+            // What its last packet left unfinished goes on (README "Stream limit").
+            if r.decoder.holds_partial() || r.decoder.in_control() {
+                let (idx, _) = stream.speaker(VoiceRef::Ssrc, now);
+                stream.speakers[idx].decoder = r.decoder;
+            }
         }
         // An SDES that arrived before the first RTP packet names the participant in its join.
         if let Some(e) = early {
@@ -1849,7 +1884,7 @@ impl Gateway {
         let slot = self.slots.insert(stream);
         self.index.insert(key, slot);
         debug_assert_eq!(self.streams.held(), self.index.len());
-        if self.silent.len() + self.spared.len() > 2 * self.index.len() + 64 {
+        if self.silent.len() + self.spared.len() + self.unspared.len() > 2 * self.index.len() + 64 {
             self.prune_silent();
         }
         self.silent.push_back((slot, self.serial));
@@ -1876,69 +1911,96 @@ impl Gateway {
         };
         self.silent.retain(candidate);
         self.spared.retain(candidate);
+        self.unspared
+            .retain(|&Reverse((serial, slot))| candidate(&(slot, serial)));
     }
 
     /// At the stream limit, makes room by removing the oldest stream that holds no text and
     /// never joined (never carried text), without a trace on the PVP side: a flood of random
     /// SSRCs cannot lock out a real speaker. What it needs to come back unharmed is kept
     /// ([`Gateway::remember_evicted`]). A stream that may yet speak ([`may_yet_speak`]:
-    /// text in a packet it holds, part of a character, an escape sequence begun) is spared:
-    /// it goes to `spared`, tried after every other candidate.
-    /// Amortised O(1): each stream leaves `silent` once, and `spared` once it ended or carried
-    /// text; a walk of `spared` that found none to evict is not made again for
-    /// [`SILENT_WALK_PAUSE`].
+    /// text behind a gap; for a reorder wait after its last packet, a restart's run, part of a
+    /// character, an escape sequence begun) is spared: it goes to `spared`, walked at most
+    /// every [`SILENT_WALK_PAUSE`], and those a walk finds sparing themselves no longer take
+    /// their turn again by age (`unspared`).
+    /// Amortised O(1) a stream, but for the walks of `spared`: one in 50 ms.
     fn evict_silent_stream(&mut self, now: Time) -> bool {
-        while let Some((slot, serial)) = self.silent.pop_front() {
-            let Some(s) = self.slots.get(slot).filter(|s| s.serial == serial) else {
-                continue;
+        // The oldest candidate in creation order.
+        let first = loop {
+            let Some(&(slot, serial)) = self.silent.front() else {
+                break None;
             };
-            if carried_text(s) {
-                continue;
+            match self.candidate(slot, serial, now) {
+                Candidate::Evictable => break Some((serial, slot)),
+                Candidate::Gone => {}
+                Candidate::Spared => self.spared.push_back((slot, serial)),
             }
-            if may_yet_speak(s, now, self.cfg.reorder_wait) {
-                self.spared.push_back((slot, serial));
-                continue;
+            self.silent.pop_front();
+        };
+        if now >= self.spared_after && !self.spared.is_empty() {
+            for _ in 0..self.spared.len() {
+                let Some((slot, serial)) = self.spared.pop_front() else {
+                    break;
+                };
+                match self.candidate(slot, serial, now) {
+                    Candidate::Gone => {}
+                    Candidate::Spared => self.spared.push_back((slot, serial)),
+                    Candidate::Evictable => self.unspared.push(Reverse((serial, slot))),
+                }
             }
-            self.evict(slot);
-            return true;
-        }
-        if now < self.spared_after {
-            return false;
-        }
-        for _ in 0..self.spared.len() {
-            let Some((slot, serial)) = self.spared.pop_front() else {
-                break;
-            };
-            let Some(s) = self.slots.get(slot).filter(|s| s.serial == serial) else {
-                continue;
-            };
-            if carried_text(s) {
-                continue;
-            }
-            if may_yet_speak(s, now, self.cfg.reorder_wait) {
-                self.spared.push_back((slot, serial));
-                continue;
-            }
-            self.evict(slot);
-            return true;
-        }
-        if !self.spared.is_empty() {
             self.spared_after = now.saturating_add(SILENT_WALK_PAUSE);
         }
-        false
+        // The oldest of those spared no longer.
+        let unspared = loop {
+            let Some(&Reverse((serial, slot))) = self.unspared.peek() else {
+                break None;
+            };
+            match self.candidate(slot, serial, now) {
+                Candidate::Evictable => break Some((serial, slot)),
+                Candidate::Gone => {}
+                Candidate::Spared => self.spared.push_back((slot, serial)),
+            }
+            self.unspared.pop();
+        };
+        let slot = match (first, unspared) {
+            (Some(a), Some(b)) if b.0 < a.0 => {
+                self.unspared.pop();
+                b.1
+            }
+            (Some(a), _) => {
+                self.silent.pop_front();
+                a.1
+            }
+            (None, Some(b)) => {
+                self.unspared.pop();
+                b.1
+            }
+            (None, None) => return false,
+        };
+        self.evict(slot);
+        true
+    }
+
+    fn candidate(&self, slot: u32, serial: u64, now: Time) -> Candidate {
+        match self.slots.get(slot).filter(|s| s.serial == serial) {
+            None => Candidate::Gone,
+            Some(s) if carried_text(s) => Candidate::Gone,
+            Some(s) if may_yet_speak(s, now, self.cfg.reorder_wait) => Candidate::Spared,
+            Some(_) => Candidate::Evictable,
+        }
     }
 
     /// Removes the live stream in `slot` to make room ([`Gateway::evict_silent_stream`]). A
-    /// character or escape sequence its speakers left unfinished ([`may_yet_speak`]) ends
-    /// with it, counted as at any stream's end; nothing it held is said.
+    /// character or escape sequence its speakers left unfinished ends with it, counted as at
+    /// any stream's end, unless its own voice's goes with its record for its return; nothing
+    /// it held is said.
     fn evict(&mut self, slot: u32) {
         let mut s = self.slots.remove(slot).expect("live");
-        for sp in &mut s.speakers {
-            sp.decoder
-                .finish(&mut String::new(), &mut self.emit.said.decode);
-        }
         s.register.drop_jumped();
         self.remember_evicted(&mut s);
+        for sp in &mut s.speakers {
+            self.end_decoder(std::mem::take(&mut sp.decoder));
+        }
         self.timers.remove(slot);
         self.index.remove(&s.key);
         self.streams.release();
@@ -1946,6 +2008,11 @@ impl Gateway {
         self.emit.stats.streams_live -= 1;
         self.emit.stats.evicted += 1;
         self.emit.stats.harvest(&mut s.register);
+    }
+
+    /// A decoder whose stream is gone: what it left unfinished is counted (nothing is said).
+    fn end_decoder(&mut self, mut d: Decoder) {
+        d.finish(&mut String::new(), &mut self.emit.said.decode);
     }
 
     /// What an evicted stream needs if its source comes back (a caller that opened with the
@@ -1965,11 +2032,22 @@ impl Gateway {
         // coming back waits for its head and marks it again.
         let marked = s.speakers.iter().any(|sp| !sp.chunker.is_blank());
         if let Some(at) = s.register.position().filter(|_| !marked) {
-            if self.evicted.len() == EVICTED_KEPT {
-                self.evicted.pop_front();
+            if self.evicted.len() == EVICTED_KEPT
+                && let Some(old) = self.evicted.pop_front()
+            {
+                self.end_decoder(old.decoder);
             }
             let until = s.last_packet.plus_us(self.delays.stream_timeout);
-            self.evicted.push_back((s.key, until, at));
+            let decoder = (s.speakers.iter_mut())
+                .find(|sp| sp.voice == Voice::Ssrc)
+                .map(|sp| std::mem::take(&mut sp.decoder))
+                .unwrap_or_default();
+            self.evicted.push_back(Evicted {
+                key: s.key,
+                until,
+                at,
+                decoder,
+            });
         }
         for sp in s.speakers.iter_mut().filter(|sp| sp.profile.name_rank > 0) {
             let (id, via) = match sp.voice {
@@ -1990,10 +2068,14 @@ impl Gateway {
     /// Where the numbering of an evicted stream of `key` stood ([`Gateway::remember_evicted`]),
     /// if it comes back before it would have timed out.
     #[cold]
-    fn returning(&mut self, key: &StreamKey, now: Time) -> Option<Position> {
-        let i = self.evicted.iter().position(|(k, ..)| k == key)?;
-        let (_, until, at) = self.evicted.remove(i)?;
-        (now < until).then_some(at)
+    fn returning(&mut self, key: &StreamKey, now: Time) -> Option<Evicted> {
+        let i = self.evicted.iter().position(|e| e.key == *key)?;
+        let e = self.evicted.remove(i)?;
+        if now < e.until {
+            return Some(e);
+        }
+        self.end_decoder(e.decoder);
+        None
     }
 
     /// A BYE for `ssrc` of host `ip` that ends no stream nor speaker: a stream of it evicted
@@ -2005,7 +2087,11 @@ impl Gateway {
     #[inline(never)]
     fn forget_evicted(&mut self, ip: IpAddr, ssrc: u32) {
         let gone = |k: &StreamKey| k.source.ip() == ip && k.ssrc == ssrc;
-        self.evicted.retain(|(k, ..)| !gone(k));
+        while let Some(i) = self.evicted.iter().position(|e| gone(&e.key)) {
+            if let Some(e) = self.evicted.remove(i) {
+                self.end_decoder(e.decoder);
+            }
+        }
         (self.early_names).retain(|e| !(e.of(ip, ssrc) || e.ip == ip && e.via == Some(ssrc)));
     }
 
@@ -2592,6 +2678,9 @@ impl Gateway {
             self.close_stream(now, slot, "gateway shutdown");
         }
         self.timers.clear();
+        for e in std::mem::take(&mut self.evicted) {
+            self.end_decoder(e.decoder);
+        }
         debug_assert_eq!(self.streams.held(), 0, "every stream gives back its room");
     }
 

@@ -288,21 +288,29 @@ impl Register {
         }
     }
 
-    /// Whether a held packet, or one a restart's run keeps, carries text (a block other than
-    /// empty or a lone BOM): a stream that holds only empty packets, waiting for its start,
-    /// never carried text, and may make room at the stream limit.
-    pub fn holds_text(&self) -> bool {
+    /// Whether a packet held behind a gap carries text (a block other than empty or a lone
+    /// BOM): the reorder wait gives it out or up. A stream that holds only empty packets,
+    /// waiting for its start, never carried text, and may make room at the stream limit.
+    pub fn text_behind_gap(&self) -> bool {
+        self.cold.held.iter().any(|h| self.carries_text(h))
+    }
+
+    /// Whether a packet a restart's run keeps (RFC 3550 A.1) carries text: confirmed, every
+    /// packet of it is said; nothing but the next packets (or the stream's end) decides it.
+    pub fn text_in_run(&self) -> bool {
+        let run = self.cold.rare.as_ref().map_or(&[][..], |r| &r.run[..]);
+        run.iter().any(|h| self.carries_text(h))
+    }
+
+    fn carries_text(&self, h: &Held) -> bool {
         let text = |b: &[u8]| !b.is_empty() && b != BOM;
-        // A restart's kept run too (RFC 3550 A.1): confirmed, every packet of it is said.
-        self.held_and_kept().any(|h| {
-            if !h.red {
-                return text(&h.payload);
-            }
-            match RedPayload::parse_as(&h.payload, self.format) {
-                Ok(p) => text(p.primary().data) || p.redundant_blocks().any(|b| text(b.data)),
-                Err(_) => !h.payload.is_empty(),
-            }
-        })
+        if !h.red {
+            return text(&h.payload);
+        }
+        match RedPayload::parse_as(&h.payload, self.format) {
+            Ok(p) => text(p.primary().data) || p.redundant_blocks().any(|b| text(b.data)),
+            Err(_) => !h.payload.is_empty(),
+        }
     }
 
     /// Whether `seq` is the next expected or ahead of it, within a jump's bound (RFC 3550 A.1
