@@ -2,23 +2,26 @@
 //! gateway killed with SIGKILL resends, on restart, exactly what it had journaled and not yet
 //! written — and nothing it had.
 //!
-//! `journal.ndjson` holds one JSON record a line: `{"add":ENVELOPE}` when an envelope enters the
-//! sink (handed over before any attempt to send it), `{"done":"ID"}` once its frame is written
-//! to the socket. One refused after it was written is added again in its old place:
-//! `{"add":ENVELOPE,"before":"ID"}` names the undelivered envelope it goes before, since a
-//! compaction may have taken its first `add`; of an envelope added more than once, the latest
-//! record gives its place. A writer thread of its own writes the records
-//! with `write(2)` in the order they were handed over, so they survive the process being
-//! killed (not a power cut: there is no fsync per record); what it had not yet written when
-//! killed is lost with the rest of the process's memory. On start the journal is read, the envelopes without `done` are handed to
-//! the sink again (each participant rejoins first and leaves after, since its stream is gone),
-//! and the journal starts over with just those. While running, a journal grown large, or one a
-//! write failed on, is rewritten the same way from memory (`COMPACT_AT`), with
-//! `{"join":ENVELOPE}` records keeping each present participant's join for a rejoin.
-//! A frame written in the instant before a kill, before its `done` record, is sent twice: the
-//! delivery is at least once, with that window as the only duplicate.
+//! `journal.ndjson` holds one JSON record a line: `{"add":ENVELOPE,"n":ORDER}` when an envelope
+//! enters the sink (handed over before any attempt to send it), `{"done":"ID"}` once its frame
+//! is written to the socket. `ORDER` is the envelope's place, and a restart sends what is
+//! undelivered in that order: one refused after it was written is added again with its old
+//! order, so it goes before what its participant said since (its leave), whether its first
+//! `add` is still in the file or a compaction took it (README, "Delivery to a PVP server"). A
+//! journal written before records had an order keeps each envelope where its first record is.
+//! A writer thread of its own writes the records with `write(2)` in the order they were handed
+//! over, so they survive the process being killed (not a power cut: there is no fsync per
+//! record); what it had not yet written when killed is lost with the rest of the process's
+//! memory. On start the journal is read, the envelopes without `done` are handed to the sink
+//! again (each participant rejoins first and leaves after, since its stream is gone), and the
+//! journal starts over with just those, ordered afresh. While running, a journal grown large,
+//! or one a write failed on, is rewritten the same way from memory (`COMPACT_AT`), each record
+//! with the order it has, with `{"join":ENVELOPE}` records keeping each present participant's
+//! join for a rejoin. A frame written in the instant before a kill, before its `done` record,
+//! is sent twice: the delivery is at least once, with that window as the only duplicate.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -48,12 +51,13 @@ const QUEUE: usize = 1 << 16;
 /// later than before (when each record was written at once) a record reaches the file, so
 /// what a SIGKILL can catch unwritten.
 const COALESCE: Duration = Duration::from_millis(1);
-/// Places of the envelopes last written (`done`) that a compaction remembers, so one journaled
+/// Orders of the envelopes last written (`done`) that the journal remembers, so one journaled
 /// again after it was written ([`Spool::again`]: refused as RATE_LIMITED, which comes within
 /// the 5 s a connection holds it, README "Delivery to a PVP server") keeps its place, before
-/// what its participant said later (its leave). 65,536 is more than 5 s of 10,000 participants
-/// each saying a sentence every 2 s; 1.5 MiB at most. One found no longer here goes last, and
-/// a restart rejoins before it ([`resend_plan`]).
+/// what its participant said later (its leave), though a compaction took its first `add`.
+/// 65,536 is more than 5 s of 10,000 participants each saying a sentence every 2 s; 1.5 MiB at
+/// most. One found no longer here gets a new order: it goes last unless its first `add` is
+/// still in the file ([`read_pending`]), and a restart rejoins before it ([`resend_plan`]).
 const PLACES_KEPT: usize = 1 << 16;
 /// After a failed write, how long the writer waits before it tries again to rewrite the
 /// journal whole from memory (a full disk is not retried on every record).
@@ -100,7 +104,7 @@ enum Record {
         /// For a join or a leave: whose presence it is; for an announce, whose name.
         who: Option<Who>,
         line: String,
-        /// Journaled again after it was written ([`Spool::again`]): it takes its old place.
+        /// Journaled again after it was written ([`Spool::again`]): it takes its old order.
         again: bool,
     },
     /// An envelope whose frame was written.
@@ -128,7 +132,8 @@ struct Journal {
     /// Undelivered envelopes by order: their `add` records, and for a leave, whose.
     live: BTreeMap<u64, Live>,
     order: HashMap<ulid::Ulid, u64>,
-    /// The orders of the envelopes last written, the newest last (see [`PLACES_KEPT`]).
+    /// The orders of the envelopes last written, the newest last (see [`PLACES_KEPT`]). Kept
+    /// past `live_cap` (it is bounded), so one written before is journaled again in its place.
     written: VecDeque<(ulid::Ulid, u64)>,
     live_bytes: u64,
     /// Each participant's latest join as a `join` record, with the join's order.
@@ -144,7 +149,6 @@ struct Journal {
 
 #[derive(Debug)]
 struct Live {
-    id: ulid::Ulid,
     record: String,
     leave_of: Option<Who>,
 }
@@ -375,46 +379,40 @@ impl Journal {
         }
     }
 
-    /// An envelope's `add` record, appended to `batch` (what is written next) and kept for
-    /// compacting: last, or `again` in the place it had when written, if that is remembered.
-    /// Appended at the file's end, such a record names the undelivered envelope it goes before
-    /// (`"before"`, [`read_pending`]): a compaction since it was written took its first `add`,
-    /// and a restart would otherwise send it after its participant's leave.
+    /// An envelope's `add` record, with its order (`"n"`, [`read_pending`]), appended to
+    /// `batch` (what is written next) and kept for compacting: last, or `again` with the order
+    /// it had when written, if that is remembered, so a restart puts it back in its place
+    /// wherever in the file the record is (a compaction since took its first `add`).
     fn add(
         &mut self,
         batch: &mut String,
         id: ulid::Ulid,
         kind: Kind,
         who: Option<Who>,
-        record: String,
+        plain: String,
         again: bool,
     ) {
-        if self.untracked {
-            batch.push_str(&record);
-            return;
-        }
         let place = again
             .then(|| self.written.iter().rposition(|(w, _)| *w == id))
             .flatten()
             .and_then(|i| self.written.remove(i))
             .map(|(_, n)| n);
-        match place.and_then(|n| self.live.range(n + 1..).next()) {
-            Some((_, next)) => {
-                batch.push_str(record.strip_suffix("}\n").unwrap_or(&record));
-                batch.push_str(",\"before\":\"");
-                batch.push_str(next.id.array_to_str(&mut [0; ulid::ULID_LEN]));
-                batch.push_str("\"}\n");
-            }
-            None => batch.push_str(&record),
-        }
         let n = place.unwrap_or_else(|| {
             self.next += 1;
             self.next - 1
         });
-        if kind == Kind::SessionJoin
+        // A join's `join` record for compacting, made of the line without the order.
+        let join = (kind == Kind::SessionJoin && !self.untracked).then(|| join_record(&plain));
+        let mut record = plain;
+        record.truncate(record.len() - "}\n".len());
+        let _ = writeln!(record, ",\"n\":{n}}}");
+        batch.push_str(&record);
+        if self.untracked {
+            return;
+        }
+        if let Some(join) = join
             && let Some(who) = who.clone()
         {
-            let join = join_record(&record);
             self.joins_bytes += join.len() as u64;
             if let Some((_, old)) = self.joins.insert(who, (n, join)) {
                 self.joins_bytes -= old.len() as u64;
@@ -431,14 +429,7 @@ impl Journal {
         let leave_of = who.filter(|_| kind == Kind::SessionLeave);
         self.live_bytes += record.len() as u64;
         self.order.insert(id, n);
-        self.live.insert(
-            n,
-            Live {
-                id,
-                record,
-                leave_of,
-            },
-        );
+        self.live.insert(n, Live { record, leave_of });
         if self.live_bytes > self.live_cap {
             tracing::warn!(
                 undelivered_bytes = self.live_bytes,
@@ -447,7 +438,6 @@ impl Journal {
             self.untracked = true;
             self.live = BTreeMap::new();
             self.order = HashMap::new();
-            self.written = VecDeque::new();
             self.joins = HashMap::new();
         }
     }
@@ -581,7 +571,6 @@ fn join_as_announced(join: &str, announce_add: &str) -> Option<String> {
     Some(format!("{j}\n"))
 }
 
-/// The undelivered envelopes, and the last join of every sender (delivered or not).
 /// A participant in a session, as a journal's message names it.
 type MessageWho = (String, String);
 
@@ -589,19 +578,24 @@ fn message_who(m: &Message) -> MessageWho {
     (m.session.clone(), m.sender.clone())
 }
 
-/// The journal's undelivered envelopes in their places (one added again with `"before"` goes
-/// before the envelope it names; one added more than once, where its latest record puts it),
-/// and the last join of every sender.
+/// The journal's undelivered envelopes in their places, and the last join of every sender.
+/// Each `add` record carries its envelope's order (`"n"`); one journaled again
+/// ([`Spool::again`]) carries its old order, so an envelope goes where its smallest order
+/// puts it, wherever its records are in the file (after its participant's leave, a compaction
+/// having taken its first `add`) and however often it was journaled again. A journal whose
+/// records have no order (written before they had one) keeps each envelope where its first
+/// record puts it: a record repeated later never moves it.
 fn read_pending(path: &Path) -> Result<(Vec<Message>, HashMap<MessageWho, Message>), String> {
     let f = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
         Err(e) => return Err(format!("--spool {}: {e}", path.display())),
     };
-    // Every `add` record as written (line, what it goes before, envelope), and the index of
-    // each envelope's latest: that one gives its place.
-    let mut records: Vec<(usize, Option<String>, Message)> = Vec::new();
-    let mut latest: HashMap<String, usize> = HashMap::new();
+    // Every envelope once, in the order of its first record, with its order (if every record
+    // has one), and the index of each.
+    let mut adds: Vec<(Option<u64>, Message)> = Vec::new();
+    let mut at: HashMap<String, usize> = HashMap::new();
+    let mut numbered = true;
     let mut joins: HashMap<MessageWho, Message> = HashMap::new();
     let mut done: HashSet<String> = HashSet::new();
     // Lines as bytes: a record cut short (a kill, or a write stopped at a page boundary by a
@@ -626,12 +620,14 @@ fn read_pending(path: &Path) -> Result<(Vec<Message>, HashMap<MessageWho, Messag
             .get("add")
             .and_then(|e| serde_json::from_value::<Message>(e.clone()).ok())
         {
-            let before = v.get("before").and_then(Value::as_str).map(str::to_owned);
-            if latest.insert(e.id.clone(), records.len()).is_some() {
-                // Added again after it was done (`Spool::again`): undelivered, in the place
-                // this record gives.
+            let order = v.get("n").and_then(Value::as_u64);
+            numbered &= order.is_some();
+            if let Some(&i) = at.get(&e.id) {
+                // Added again after it was done (`Spool::again`): undelivered, in its place.
                 done.remove(&e.id);
-                records.push((n, before, e));
+                if let (Some(first), Some(order)) = (&mut adds[i].0, order) {
+                    *first = (*first).min(order);
+                }
                 continue;
             }
             // A join's payload is an object (pvp-spec 6.3); one that is not, in a journal
@@ -646,60 +642,21 @@ fn read_pending(path: &Path) -> Result<(Vec<Message>, HashMap<MessageWho, Messag
                 // Delivered or not, it names the participant a restart rejoins.
                 join.insert("participant".into(), e.payload.clone());
             }
-            records.push((n, before, e));
+            at.insert(e.id.clone(), adds.len());
+            adds.push((order, e));
         }
     }
-    // An envelope journaled again more than once is put where its latest record says: an
-    // earlier one named what followed its place then, and what was journaled again since
-    // between the two (or had its `done` since) would be put on the wrong side of it (a
-    // chunk's text out of order, pvp-spec 19.5). Read in the order written, the latest
-    // records naming one envelope are in the order of their places.
-    let mut adds: Vec<Message> = Vec::new();
-    // Journaled again after a compaction took their first `add`: by the id they go before.
-    let mut placed: HashMap<String, Vec<(usize, Message)>> = HashMap::new();
-    for (i, (n, before, e)) in records.into_iter().enumerate() {
-        if latest.get(&e.id) != Some(&i) {
-            continue;
-        }
-        match before {
-            Some(before) => placed.entry(before).or_default().push((n, e)),
-            None => adds.push(e),
-        }
+    if numbered {
+        // Stable: records of a damaged journal with one order stay in the order written.
+        adds.sort_by_key(|(order, _)| *order);
     }
-    let mut ordered = Vec::with_capacity(adds.len());
-    for e in adds {
-        in_place(e, &mut placed, &mut ordered);
-    }
-    // Those whose place is not found (a journal damaged) go last, in the order written.
-    let mut lost: Vec<_> = placed.into_values().flatten().collect();
-    lost.sort_by_key(|(n, _)| *n);
-    ordered.extend(lost.into_iter().map(|(_, e)| e));
     Ok((
-        ordered
-            .into_iter()
+        adds.into_iter()
+            .map(|(_, e)| e)
             .filter(|e| !done.contains(&e.id))
             .collect(),
         joins,
     ))
-}
-
-/// Appends `e` to `out`, after what was journaled again to go before it (and, before each of
-/// those, what goes before that).
-fn in_place(
-    e: Message,
-    placed: &mut HashMap<String, Vec<(usize, Message)>>,
-    out: &mut Vec<Message>,
-) {
-    let mut stack = vec![(e, false)];
-    while let Some((e, ready)) = stack.pop() {
-        if ready {
-            out.push(e);
-            continue;
-        }
-        let before = placed.remove(&e.id).unwrap_or_default();
-        stack.push((e, true));
-        stack.extend(before.into_iter().rev().map(|(_, b)| (b, false)));
-    }
 }
 
 /// What to send after a restart: per participant, in the journal's order, a fresh join (its
@@ -940,10 +897,10 @@ mod tests {
 
     /// The same with the compaction between the chunks' `done` and the refusals: the journal
     /// no longer has their first `add`, and the `add` written again goes at its end, after the
-    /// leave. It names the envelope it goes before, so a restart still sends the chunks, in
-    /// their order whatever the order of the refusals, before the leave (they came after it,
-    /// behind a second join and leave, until the next compaction). A review found it (review,
-    /// session 34).
+    /// leave. It carries the chunk's old order, so a restart still sends the chunks, in their
+    /// order whatever the order of the refusals, before the leave (they came after it, behind a
+    /// second join and leave, until the next compaction). A review found it (review, session
+    /// 34).
     #[test]
     fn a_chunk_journaled_again_after_a_compaction_is_resent_before_its_leave() {
         let d = Scratch::new("compact-again", 16 << 10, 1 << 20);
@@ -990,10 +947,9 @@ mod tests {
 
     /// Chunks journaled again after a compaction keep the order of their places when one of
     /// them is refused twice: "Second." is refused, sent again and written; "First." is
-    /// refused; "Second." is refused once more. Both name the leave, and `read_pending` put
-    /// them in the order of their first records, so a restart sent "Second." before "First."
-    /// (pvp-spec 19.5); an envelope's latest record gives its place. A review found it
-    /// (review, session 34).
+    /// refused; "Second." is refused once more. Put in the order of their records in the file,
+    /// a restart sent "Second." before "First." (pvp-spec 19.5); each record carries its
+    /// chunk's old order. A review found it (review, session 34).
     #[test]
     fn chunks_journaled_again_after_a_compaction_keep_their_order_when_one_is_refused_twice() {
         let d = Scratch::new("compact-twice", 16 << 10, 1 << 20);
@@ -1031,13 +987,11 @@ mod tests {
         );
     }
 
-    /// The same when a chunk journaled again names another envelope the second time: "Two."
-    /// first goes before the leave ("Three." was delivered), and once "Three." and "One." were
-    /// journaled again, before "Three.". Kept where its first record put it (before the leave,
-    /// with "Three." and what goes before that), a restart sent it before "One.". A review
-    /// found it (review, session 34).
+    /// The same with three chunks refused in turns ("Two.", "Three.", then "Two." written
+    /// again, "One." and "Two." refused): a restart sends them in the order they were said,
+    /// before the leave (pvp-spec 19.5). A review found it (review, session 34).
     #[test]
-    fn a_chunk_journaled_again_twice_goes_where_its_latest_record_puts_it() {
+    fn chunks_refused_in_turns_after_a_compaction_keep_their_order() {
         let d = Scratch::new("compact-moved", 16 << 10, 1 << 20);
         let (spool, _) = d.open();
         let mut talk = Talk::new();
@@ -1053,11 +1007,10 @@ mod tests {
         spool.added(&talk.leave("alice"));
         compact_with_filler(&spool, &mut talk);
         let [one, two, three] = &chunks;
-        // "Two." refused (it names the leave), then "Three." (the leave).
+        // "Two." refused, then "Three.".
         spool.again(two);
         spool.again(three);
-        // "Two." is written again; "One." refused (it names "Three."); "Two." refused once
-        // more (it names "Three." now).
+        // "Two." is written again; "One." refused; "Two." refused once more.
         spool.done(two.id());
         spool.again(one);
         spool.again(two);
@@ -1071,6 +1024,166 @@ mod tests {
                 "alice context.add Two.",
                 "alice context.add Three.",
                 "alice session.leave",
+            ]
+        );
+    }
+
+    /// A chunk journaled again before an envelope that is itself journaled again later keeps
+    /// its participant's order, with no compaction: alice's "One." and "Two." are written;
+    /// bob's chunk, handed to the sink after them, is not yet. "One." is refused, bob's chunk
+    /// written, then "Two." refused, then bob's chunk. A restart sends alice's "One." before
+    /// "Two." (pvp-spec 19.5); placed before bob's chunk, which then moved after "Two.", it
+    /// went after "Two.". A review found it (review, session 34).
+    #[test]
+    fn a_chunk_journaled_again_before_an_envelope_journaled_again_later_keeps_its_order() {
+        let d = Scratch::new("moved-target", COMPACT_AT, LIVE_CAP);
+        let (spool, _) = d.open();
+        let mut talk = Talk::new();
+        deliver(&spool, &talk.join("alice"));
+        let (one, two) = (talk.add("alice", "One."), talk.add("alice", "Two."));
+        deliver(&spool, &one);
+        deliver(&spool, &two);
+        deliver(&spool, &talk.join("bob"));
+        let bobs = talk.add("bob", "Bob speaks.");
+        // Handed to the sink; bob's connection has not written it yet.
+        spool.added(&bobs);
+        spool.again(&one);
+        spool.done(bobs.id());
+        spool.again(&two);
+        spool.again(&bobs);
+        // Killed now (what was handed over is written: the writer finishes).
+        drop(spool);
+        let (_, resend) = d.open();
+        assert_eq!(
+            said_by(&resend, "alice"),
+            [
+                "alice session.join",
+                "alice context.add One.",
+                "alice context.add Two.",
+                "alice session.leave",
+            ]
+        );
+        assert_eq!(
+            said_by(&resend, "bob"),
+            [
+                "bob session.join",
+                "bob context.add Bob speaks.",
+                "bob session.leave",
+            ]
+        );
+    }
+
+    /// The same with alice's leave undelivered behind them: her chunks go in their order,
+    /// before her leave. A review found it (review, session 34).
+    #[test]
+    fn chunks_journaled_again_in_turns_with_anothers_keep_their_order_before_the_leave() {
+        let d = Scratch::new("moved-target-leave", COMPACT_AT, LIVE_CAP);
+        let (spool, _) = d.open();
+        let mut talk = Talk::new();
+        deliver(&spool, &talk.join("alice"));
+        deliver(&spool, &talk.join("bob"));
+        let (one, two) = (talk.add("alice", "One."), talk.add("alice", "Two."));
+        deliver(&spool, &one);
+        deliver(&spool, &two);
+        let bobs = talk.add("bob", "Bob speaks.");
+        spool.added(&bobs);
+        // alice leaves; her leave waits behind what her connection holds.
+        spool.added(&talk.leave("alice"));
+        spool.again(&one);
+        spool.done(bobs.id());
+        spool.again(&two);
+        spool.again(&bobs);
+        drop(spool);
+        let (_, resend) = d.open();
+        assert_eq!(
+            said_by(&resend, "alice"),
+            [
+                "alice session.join",
+                "alice context.add One.",
+                "alice context.add Two.",
+                "alice session.leave",
+            ]
+        );
+    }
+
+    /// A journal whose records have no order (as builds before the order field wrote it, with
+    /// a chunk journaled again as a plain `add` at the end, after its participant's leave)
+    /// keeps the chunk where its first record is: a restart sends it before the leave, not
+    /// join, leave, join, the chunk, leave (README: "in its place (before its participant's
+    /// leave, a compaction or not)"). A review found it (review, session 34).
+    #[test]
+    fn a_journal_without_orders_keeps_a_chunk_where_its_first_record_is() {
+        let d = Scratch::new("old-journal", COMPACT_AT, LIVE_CAP);
+        std::fs::create_dir_all(&d.dir).unwrap();
+        let mut talk = Talk::new();
+        let (join, first, second, leave) = (
+            talk.join("alice"),
+            talk.add("alice", "First."),
+            talk.add("alice", "Second."),
+            talk.leave("alice"),
+        );
+        let done = |e: &Envelope| format!("{{\"done\":\"{}\"}}\n", e.id());
+        let journal = [
+            add_record(&join),
+            done(&join),
+            add_record(&first),
+            done(&first),
+            add_record(&second),
+            done(&second),
+            add_record(&leave),
+            add_record(&first),
+        ]
+        .concat();
+        std::fs::write(d.dir.join("journal.ndjson"), journal).unwrap();
+        let (_, resend) = d.open();
+        assert_eq!(
+            summary(&resend),
+            [
+                "alice session.join",
+                "alice context.add First.",
+                "alice session.leave"
+            ]
+        );
+    }
+
+    /// Past the memory cap (the journal untracked, only appended to), a chunk written before
+    /// and journaled again still goes before its participant's leave: its record carries its
+    /// old order (the places of what was written are kept past the cap), and its first record
+    /// is in the file too. A review found it (review, session 34: the plain record appended
+    /// at the end put it after the leave).
+    #[test]
+    fn past_the_memory_cap_a_chunk_journaled_again_goes_before_its_leave() {
+        let d = Scratch::new("untracked", 2 << 10, 4 << 10);
+        let (spool, _) = d.open();
+        let mut talk = Talk::new();
+        deliver(&spool, &talk.join("alice"));
+        let first = talk.add("alice", "First.");
+        deliver(&spool, &first);
+        deliver(&spool, &talk.add("alice", "Second."));
+        spool.added(&talk.leave("alice"));
+        // Someone else's undelivered text passes the cap: untracked from here on.
+        spool.added(&talk.join("bob"));
+        let filler: Vec<_> = (0..8)
+            .map(|_| {
+                let e = talk.add("bob", &"x".repeat(1 << 10));
+                spool.added(&e);
+                e.id()
+            })
+            .collect();
+        spool.flush();
+        // "First." refused and journaled again; bob's text is delivered at last.
+        spool.again(&first);
+        for id in filler {
+            spool.done(id);
+        }
+        drop(spool);
+        let (_, resend) = d.open();
+        assert_eq!(
+            said_by(&resend, "alice"),
+            [
+                "alice session.join",
+                "alice context.add First.",
+                "alice session.leave"
             ]
         );
     }
