@@ -1393,6 +1393,51 @@ async fn the_same_refusal_read_twice_does_not_send_a_held_chunk_a_third_time() {
     assert_eq!(metrics.rate_limited_resent.get(), 1);
 }
 
+/// The same with an error id that is no ULID (pvp-spec 5.1: identifiers are opaque strings):
+/// it is remembered too, and the refusal read again is acted on once. Remembered only when it
+/// parsed as a ULID, it sent the chunk a third time. A review found it (review, session 34).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_refusal_with_an_id_that_is_no_ulid_read_twice_is_acted_on_once() {
+    let (url, log, to_client) = controlled().await;
+    let cfg = config(url, 64, None);
+    let metrics = cfg.metrics.clone();
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000e0e9@127.0.0.1:42109";
+    ws.send(talk.join(p));
+    let first = talk.add(p, "Refused once.");
+    let id = first.id().to_string();
+    ws.send(first);
+    wait_for(&log, "the chunk", |l| said(l, p).len() == 2).await;
+    let refusal = from_server(
+        "error",
+        "3f0c9a52-7d41-4e8e-9b1a-5c2d8e6f0a11",
+        json!({"code": "RATE_LIMITED", "message": "slow down", "recoverable": true,
+            "related_to": id}),
+    );
+    to_client.send(refusal.clone()).unwrap();
+    wait_for(&log, "the chunk sent again after the pause", |l| {
+        said(l, p).len() == 3
+    })
+    .await;
+    to_client.send(refusal).unwrap();
+    to_client
+        .send(from_server(
+            "heartbeat.ping",
+            "3f0c9a52-7d41-4e8e-9b1a-5c2d8e6f0a12",
+            json!({}),
+        ))
+        .unwrap();
+    wait_for_pong(&log, "the pong").await;
+    let stats = ws.close(Duration::from_secs(5)).await;
+    assert_eq!(
+        said(&log, p),
+        ["join", "Refused once.", "Refused once."],
+        "{stats:?}"
+    );
+    assert_eq!(metrics.rate_limited_resent.get(), 1);
+}
+
 /// A server whose connections record every text frame, and to which the test hands frames to
 /// send (to the newest connection): its URL, its log, and the frames' way in.
 async fn controlled() -> (String, Log, tokio::sync::mpsc::UnboundedSender<Value>) {

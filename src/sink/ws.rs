@@ -368,9 +368,10 @@ async fn connection(
     // Grown as envelopes are written: most participants write a few, and 10,000 connections
     // reserving 64 entries each held 15 MiB.
     let mut recent: VecDeque<(ulid::Ulid, Kind)> = VecDeque::new();
-    // Ids of the last RECENT RATE_LIMITED errors acted on, the newest last, grown as they
-    // come; kept across reconnects like `recent`: one read again is not acted on again.
-    let mut refusals: VecDeque<ulid::Ulid> = VecDeque::new();
+    // Ids (hashed, `id_hash`) of the last RECENT RATE_LIMITED errors acted on, the newest
+    // last, grown as they come; kept across reconnects like `recent`: one read again is not
+    // acted on again.
+    let mut refusals: VecDeque<u64> = VecDeque::new();
     // The last text written, in case the server refuses it as RATE_LIMITED.
     let mut retry = Retry::default();
     let mut pending: Option<(std::time::Instant, Envelope)> = None;
@@ -581,20 +582,18 @@ async fn connection(
                                         tracing::error!(%participant, %code, undelivered = lost, "PVP server refused this participant; its transcript is not delivered");
                                         return;
                                     }
-                                    Reaction::Backoff { error: Some(error), .. } if refusals.contains(&error) => {
+                                    Reaction::Backoff { error, .. } if refusals.contains(&error) => {
                                         // Read again (a server repeating it, or replaying its
                                         // history on a reconnect, pvp-spec 19.1): acted on
                                         // once. A chunk it sent again and held once more would
                                         // go a third time, the server taking it twice.
-                                        tracing::debug!(%participant, %error, "RATE_LIMITED read again; already acted on");
+                                        tracing::debug!(%participant, "RATE_LIMITED read again; already acted on");
                                     }
                                     Reaction::Backoff { related, error } => {
-                                        if let Some(error) = error {
-                                            if refusals.len() == RECENT {
-                                                refusals.pop_front();
-                                            }
-                                            refusals.push_back(error);
+                                        if refusals.len() == RECENT {
+                                            refusals.pop_front();
                                         }
+                                        refusals.push_back(error);
                                         let now = tokio::time::Instant::now();
                                         rate_backoff = rate_pause(rate_backoff, rate_limited_at.map(|t| now - t));
                                         rate_limited_at = Some(now);
@@ -1157,15 +1156,25 @@ enum Reaction {
     /// pvp-spec 17 UNAUTHORIZED or SESSION_NOT_FOUND: this participant cannot go on.
     Fatal(String),
     /// RATE_LIMITED: slow down; `related_to`, the write refused, if it names one; the error
-    /// envelope's own id, if a ULID (pvp-spec 5.1), to tell it read again.
+    /// envelope's own id, hashed ([`id_hash`]), to tell it read again.
     Backoff {
         related: Option<ulid::Ulid>,
-        error: Option<ulid::Ulid>,
+        error: u64,
     },
     /// A gate decision (`gate.approve`, `gate.reject`, `gate.timeout`).
     Gate(crate::pvp::Message),
     /// Not acted on, and counted: unparseable, or of an unknown protocol version.
     Rejected,
+}
+
+/// A server envelope's id as a connection remembers it: identifiers are opaque strings
+/// (pvp-spec 5.1; a ULID is only what ids SHOULD be), so any id is told read again, and a
+/// 64-bit hash keeps each remembered one at 8 bytes (two of [`RECENT`] alike by chance: about
+/// 1 in 2^58).
+fn id_hash(id: &str) -> u64 {
+    use std::hash::BuildHasher;
+    std::hash::BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default()
+        .hash_one(id)
 }
 
 /// The one field a connection reads of every frame before deciding whether to read it whole.
@@ -1262,7 +1271,7 @@ fn on_frame(
                             let related = err.related_to.as_deref();
                             return Reaction::Backoff {
                                 related: related.and_then(|id| ulid::Ulid::from_string(id).ok()),
-                                error: ulid::Ulid::from_string(&env.id).ok(),
+                                error: id_hash(&env.id),
                             };
                         }
                         _ => {}
