@@ -1023,15 +1023,18 @@ fn marks_only(text: &str) -> bool {
     text.chars().all(|c| c == '\u{fffd}' || c.is_whitespace())
 }
 
-/// Whether a stream carried text: a speaker joined (and is joined still, or left since,
-/// [`crate::stream::Mixer::spoke`]), or holds text not yet sent other than loss marks (a junk
-/// SSRC's lost head holds a U+FFFD it will never send, [`marks_only`]). Such a stream is never
-/// evicted to make room ([`Gateway::evict_silent_stream`]).
-fn carried_text(s: &Stream) -> bool {
-    s.mixer.spoke
-        || s.speakers
-            .iter()
-            .any(|sp| sp.joined || !marks_only(sp.chunker.pending()))
+/// Whether a speaker of the stream joined (and is joined still, or left since,
+/// [`crate::stream::Mixer::spoke`]): for good, the stream is no eviction candidate any more
+/// ([`Gateway::evict_silent_stream`]).
+fn spoke(s: &Stream) -> bool {
+    s.mixer.spoke || s.speakers.iter().any(|sp| sp.joined)
+}
+
+/// Whether a speaker holds text not yet sent other than loss marks (a junk SSRC's lost head
+/// holds a U+FFFD it will never send, [`marks_only`]): spared until its flush, which joins the
+/// speaker, or a backspace left with nothing to send.
+fn holds_words(s: &Stream) -> bool {
+    (s.speakers.iter()).any(|sp| !marks_only(sp.chunker.pending()))
 }
 
 /// Whether a stream that carried no text yet may: a packet held behind a gap has text (the
@@ -1052,7 +1055,7 @@ fn may_yet_speak(s: &Stream, now: Time, wait: Duration) -> bool {
 
 /// An eviction candidate as [`Gateway::evict_silent_stream`] finds it.
 enum Candidate {
-    /// Ended, or carried text: no candidate any more.
+    /// Ended, or a speaker joined: no candidate any more.
     Gone,
     /// May yet speak ([`may_yet_speak`]).
     Spared,
@@ -1064,11 +1067,13 @@ struct Evicted {
     key: StreamKey,
     /// Its stream timeout: a return after it is a new stream.
     until: Time,
-    /// Where its numbering stood.
-    at: Position,
-    /// Its own voice's decoder: a character or escape sequence its last packet left
-    /// unfinished goes on when it comes back, and is counted if it does not.
-    decoder: Decoder,
+    /// Where its numbering stood, if it is to continue it (not for a stream holding a lost
+    /// head's mark, nor under t140llm compat, which assumes every stream's start).
+    at: Option<Position>,
+    /// Its speakers' decoders that hold part of a character or an escape sequence begun: what
+    /// its last packets left unfinished goes on when it comes back, and is counted if it does
+    /// not. Empty (no allocation) nearly always.
+    decoders: Vec<(Voice, Decoder)>,
 }
 
 /// The sans-IO core.
@@ -1850,7 +1855,7 @@ impl Gateway {
                     self.keep_early_name(e);
                 }
                 if let Some(r) = returning {
-                    self.end_decoder(r.decoder);
+                    self.end_record(r);
                 }
                 return Err(DropReason::StreamLimit);
             }
@@ -1869,11 +1874,13 @@ impl Gateway {
             stream.created = Time::from_millis(ms + 1);
         }
         if let Some(r) = returning {
-            stream.register.resume(r.at);
-            // What its last packet left unfinished goes on (README "Stream limit").
-            if r.decoder.holds_partial() || r.decoder.in_control() {
-                let (idx, _) = stream.speaker(VoiceRef::Ssrc, now);
-                stream.speakers[idx].decoder = r.decoder;
+            if let Some(at) = r.at {
+                stream.register.resume(at);
+            }
+            // What its last packets left unfinished goes on (README "Stream limit").
+            for (voice, d) in r.decoders {
+                let (idx, _) = stream.speaker(voice.as_ref(), now);
+                stream.speakers[idx].decoder = d;
             }
         }
         // An SDES that arrived before the first RTP packet names the participant in its join.
@@ -1907,7 +1914,7 @@ impl Gateway {
         let candidate = |&(slot, serial): &(u32, u64)| {
             slots
                 .get(slot)
-                .is_some_and(|s| s.serial == serial && !carried_text(s))
+                .is_some_and(|s| s.serial == serial && !spoke(s))
         };
         self.silent.retain(candidate);
         self.spared.retain(candidate);
@@ -1984,8 +1991,11 @@ impl Gateway {
     fn candidate(&self, slot: u32, serial: u64, now: Time) -> Candidate {
         match self.slots.get(slot).filter(|s| s.serial == serial) {
             None => Candidate::Gone,
-            Some(s) if carried_text(s) => Candidate::Gone,
-            Some(s) if may_yet_speak(s, now, self.cfg.reorder_wait) => Candidate::Spared,
+            Some(s) if spoke(s) => Candidate::Gone,
+            // Words held until the idle flush: they join it, or a backspace erased them.
+            Some(s) if holds_words(s) || may_yet_speak(s, now, self.cfg.reorder_wait) => {
+                Candidate::Spared
+            }
             Some(_) => Candidate::Evictable,
         }
     }
@@ -2015,6 +2025,31 @@ impl Gateway {
         d.finish(&mut String::new(), &mut self.emit.said.decode);
     }
 
+    /// An evicted stream's record that ends without its return: its decoders' unfinished
+    /// characters and sequences are counted.
+    fn end_record(&mut self, e: Evicted) {
+        for (_, d) in e.decoders {
+            self.end_decoder(d);
+        }
+    }
+
+    /// Ends the records of evicted streams that would have timed out by `now`
+    /// ([`Gateway::end_record`]): checked at the oldest, as the timers run.
+    fn expire_evicted(&mut self, now: Time) {
+        if self.evicted.front().is_none_or(|e| e.until > now) {
+            return;
+        }
+        let mut kept = VecDeque::with_capacity(self.evicted.len());
+        for e in std::mem::take(&mut self.evicted) {
+            if e.until <= now {
+                self.end_record(e);
+            } else {
+                kept.push_back(e);
+            }
+        }
+        self.evicted = kept;
+    }
+
     /// What an evicted stream needs if its source comes back (a caller that opened with the
     /// BOM and has not typed yet is the oldest silent stream when a flood comes): where its
     /// numbering stood, so that its next packet is not taken for a stream whose head was lost
@@ -2031,22 +2066,23 @@ impl Gateway {
         // A loss mark it holds (a lost head's) is not forgotten: without a position, a stream
         // coming back waits for its head and marks it again.
         let marked = s.speakers.iter().any(|sp| !sp.chunker.is_blank());
-        if let Some(at) = s.register.position().filter(|_| !marked) {
+        let at = s.register.position().filter(|_| !marked);
+        let decoders: Vec<(Voice, Decoder)> = (s.speakers.iter_mut())
+            .filter(|sp| sp.decoder.holds_partial() || sp.decoder.in_control())
+            .map(|sp| (sp.voice.clone(), std::mem::take(&mut sp.decoder)))
+            .collect();
+        if at.is_some() || !decoders.is_empty() {
             if self.evicted.len() == EVICTED_KEPT
                 && let Some(old) = self.evicted.pop_front()
             {
-                self.end_decoder(old.decoder);
+                self.end_record(old);
             }
             let until = s.last_packet.plus_us(self.delays.stream_timeout);
-            let decoder = (s.speakers.iter_mut())
-                .find(|sp| sp.voice == Voice::Ssrc)
-                .map(|sp| std::mem::take(&mut sp.decoder))
-                .unwrap_or_default();
             self.evicted.push_back(Evicted {
                 key: s.key,
                 until,
                 at,
-                decoder,
+                decoders,
             });
         }
         for sp in s.speakers.iter_mut().filter(|sp| sp.profile.name_rank > 0) {
@@ -2074,7 +2110,7 @@ impl Gateway {
         if now < e.until {
             return Some(e);
         }
-        self.end_decoder(e.decoder);
+        self.end_record(e);
         None
     }
 
@@ -2089,7 +2125,7 @@ impl Gateway {
         let gone = |k: &StreamKey| k.source.ip() == ip && k.ssrc == ssrc;
         while let Some(i) = self.evicted.iter().position(|e| gone(&e.key)) {
             if let Some(e) = self.evicted.remove(i) {
-                self.end_decoder(e.decoder);
+                self.end_record(e);
             }
         }
         (self.early_names).retain(|e| !(e.of(ip, ssrc) || e.ip == ip && e.via == Some(ssrc)));
@@ -2546,6 +2582,7 @@ impl Gateway {
 
     /// Fires every timer due at `now`: reorder waits, idle flushes and stream timeouts.
     pub fn handle_timeout(&mut self, now: Time) {
+        self.expire_evicted(now);
         while let Some((at, slot)) = self.timers.pop_due(now) {
             let Some(s) = self.slots.get(slot) else {
                 continue;
@@ -2679,7 +2716,7 @@ impl Gateway {
         }
         self.timers.clear();
         for e in std::mem::take(&mut self.evicted) {
-            self.end_decoder(e.decoder);
+            self.end_record(e);
         }
         debug_assert_eq!(self.streams.held(), 0, "every stream gives back its room");
     }

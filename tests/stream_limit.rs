@@ -6,11 +6,15 @@
 use std::time::Duration;
 
 use pvp_t140::pvp::Message as Envelope;
-use pvp_t140::{Config, Gateway, Time, rtp};
+use pvp_t140::{Compat, Config, DropReason, Gateway, rtp};
 
 #[path = "common/core.rs"]
 mod core_helpers;
 use core_helpers::*;
+
+#[path = "common/mixer.rs"]
+mod mixer_helpers;
+use mixer_helpers::*;
 
 fn adds(out: &[Envelope]) -> Vec<(String, String)> {
     out.iter()
@@ -22,12 +26,6 @@ fn adds(out: &[Envelope]) -> Vec<(String, String)> {
             )
         })
         .collect()
-}
-
-fn run_timers(gw: &mut Gateway, now: Time) {
-    while let Some(t) = gw.poll_timeout().filter(|&t| t <= now) {
-        gw.handle_timeout(t);
-    }
 }
 
 fn raw(seq: u16, ssrc: u32, payload: &[u8]) -> Vec<u8> {
@@ -66,7 +64,7 @@ fn an_escape_sequence_cut_by_an_eviction_does_not_come_back_as_text() {
         gw.handle_datagram(at(flood_at), addr(5000), &t140(1, 102, ""));
         let evicted = gw.stats().evicted;
         gw.handle_datagram(at(back_at), addr(4000), &t140(2, 1, "31mHello. "));
-        run_timers(&mut gw, at(back_at + 5_000));
+        run_timers(&mut gw, back_at + 5_000);
         let got = adds(&drain(&mut gw));
         assert_eq!(
             got,
@@ -93,7 +91,7 @@ fn a_character_cut_by_an_eviction_is_not_said_twice_nor_counted_three_times() {
     gw.handle_datagram(at(1_100), addr(5000), &t140(1, 102, ""));
     let evicted = gw.stats().evicted;
     gw.handle_datagram(at(1_200), addr(4000), &raw(2, 1, b"\x82\xacHello. "));
-    run_timers(&mut gw, at(6_200));
+    run_timers(&mut gw, 6_200);
     let got = adds(&drain(&mut gw));
     let text: String = got.iter().map(|(_, t)| t.as_str()).collect();
     let shown = text.chars().filter(|&c| c == '\u{fffd}').count() as u64;
@@ -154,11 +152,11 @@ fn a_kept_jump_packet_does_not_spare_a_junk_stream_past_the_reorder_wait() {
         gw.handle_datagram(at(0), addr(5000), &t140(1, ssrc, ""));
         gw.handle_datagram(at(0), addr(5000), &t140m(5_001, ssrc, false, "\u{1b}"));
     }
-    run_timers(&mut gw, at(5_000));
+    run_timers(&mut gw, 5_000);
     let _ = drain(&mut gw);
     assert_eq!(gw.live_streams(), 2);
     gw.handle_datagram(at(5_000), addr(4000), &t140(1, 1, "Hello. "));
-    run_timers(&mut gw, at(10_000));
+    run_timers(&mut gw, 10_000);
     let got = adds(&drain(&mut gw));
     let s = gw.stats();
     assert_eq!(
@@ -167,5 +165,174 @@ fn a_kept_jump_packet_does_not_spare_a_junk_stream_past_the_reorder_wait() {
         "a real caller 5 s after the junk streams' last packets: refused {}, evicted {}",
         s.drops(pvp_t140::DropReason::StreamLimit),
         s.evicted
+    );
+}
+
+fn refused(gw: &Gateway) -> u64 {
+    gw.stats().drops(DropReason::StreamLimit)
+}
+
+/// A t140llm packet: no marker, payload type 98 (the gateway's T.140 type), sequence from 0,
+/// timestamp 160 a packet (docs/t140llm.md section 3).
+fn llm(seq: u16, ssrc: u32, payload: &[u8]) -> Vec<u8> {
+    let mut d = Vec::new();
+    pvp_t140::rtp::write_packet(&mut d, false, 98, seq, u32::from(seq) * 160, ssrc, payload);
+    d
+}
+
+/// README "Stream limit": "a character or escape sequence its last packet left unfinished goes
+/// on" when an evicted stream comes back, for a mixer's sources (CSRC voices) too: the rest of
+/// a source's escape sequence (`31m`) is skipped, not its text. A review found only the own
+/// voice's decoder kept (review, session 34).
+#[test]
+fn a_mixer_sources_escape_sequence_cut_by_an_eviction_does_not_come_back_as_text() {
+    let mut gw = Gateway::new(Config {
+        max_streams: 3,
+        ..Config::default()
+    });
+    // The mixer (SSRC 9) forwards source 7's first packet: an escape sequence begun.
+    gw.handle_datagram(at(0), addr(4000), &with_csrc(1, 1000, MIXER, 7, b"\x1b[1;"));
+    gw.handle_datagram(at(50), addr(5000), &t140(1, 100, ""));
+    gw.handle_datagram(at(50), addr(5000), &t140(1, 101, ""));
+    // Past the mixer's reorder wait: it is the oldest candidate and gives its place.
+    gw.handle_datagram(at(1_100), addr(5000), &t140(1, 102, ""));
+    assert_eq!(gw.stats().evicted, 1, "the mixer's stream is evicted");
+    // It comes back with the rest of the sequence, then text.
+    gw.handle_datagram(
+        at(1_200),
+        addr(4000),
+        &with_csrc(2, 1300, MIXER, 7, b"31mHello. "),
+    );
+    run_timers(&mut gw, 7_000);
+    let out = drain(&mut gw);
+    assert_eq!(
+        text_of(&out, "csrc:00000007"),
+        "Hello.",
+        "the rest of the escape sequence the eviction cut is shown as the source's text: {:#?}",
+        timeline(&out)
+    );
+}
+
+/// The same for a character: source 7's packet ended inside `€` (E2); the rest (82 AC) comes
+/// after the mixer's return and completes it. A review found it shown as U+FFFD and counted as
+/// invalid UTF-8 twice (review, session 34).
+#[test]
+fn a_mixer_sources_character_cut_by_an_eviction_is_reassembled() {
+    let mut gw = Gateway::new(Config {
+        max_streams: 3,
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &with_csrc(1, 1000, MIXER, 7, b"\xe2"));
+    gw.handle_datagram(at(50), addr(5000), &t140(1, 100, ""));
+    gw.handle_datagram(at(50), addr(5000), &t140(1, 101, ""));
+    gw.handle_datagram(at(1_100), addr(5000), &t140(1, 102, ""));
+    assert_eq!(gw.stats().evicted, 1);
+    gw.handle_datagram(
+        at(1_200),
+        addr(4000),
+        &with_csrc(2, 1300, MIXER, 7, b"\x82\xacHello. "),
+    );
+    run_timers(&mut gw, 7_000);
+    let out = drain(&mut gw);
+    let text = text_of(&out, "csrc:00000007");
+    assert_eq!(
+        (text.as_str(), gw.stats().decode.invalid_utf8),
+        ("\u{20ac}Hello.", 0),
+        "a mixer's source's character cut by the eviction"
+    );
+}
+
+/// `--compat t140llm`: its streams never mark a start and have no numbering to continue, yet
+/// an evicted one's unfinished escape sequence (t140llm cuts text by grapheme, so `ESC [` and
+/// `31m` may be two packets, docs/t140llm.md section 4) goes on when it comes back (README
+/// "Stream limit"). A review found no record kept, and `31m` shown (review, session 34).
+#[test]
+fn a_t140llm_escape_sequence_cut_by_an_eviction_does_not_come_back_as_text() {
+    let mut gw = Gateway::new(Config {
+        max_streams: 3,
+        compat: Compat::T140llm,
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &llm(0, 1, b"\x1b[1;"));
+    gw.handle_datagram(at(50), addr(5000), &llm(0, 100, b""));
+    gw.handle_datagram(at(50), addr(5000), &llm(0, 101, b""));
+    gw.handle_datagram(at(1_100), addr(5000), &llm(0, 102, b""));
+    assert_eq!(gw.stats().evicted, 1, "the caller is evicted");
+    gw.handle_datagram(at(1_200), addr(4000), &llm(1, 1, b"31mHello. "));
+    run_timers(&mut gw, 7_000);
+    let got = adds(&drain(&mut gw));
+    let text: Vec<&str> = got.iter().map(|(_, t)| t.as_str()).collect();
+    assert_eq!(
+        text,
+        ["Hello."],
+        "t140llm: the rest of the escape sequence the eviction cut is shown as text"
+    );
+}
+
+/// README "Stream limit": a new stream at the limit takes the place of the oldest "that never
+/// carried text (no speaker ever joined ...; nothing buffered but loss marks ...)". Junk SSRCs
+/// that each send one letter and then a backspace erasing it (nothing sent, no one joined,
+/// nothing buffered) stay candidates: a stream holding words is spared until its flush, not
+/// dropped from the queues. A review found them dropped for good by a search that saw the
+/// letter, holding every place until the stream timeout (review, session 34).
+#[test]
+fn a_junk_stream_whose_letter_was_erased_is_still_evictable() {
+    let mut gw = Gateway::new(Config {
+        max_streams: 2,
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(5000), &t140(1, 100, "x"));
+    gw.handle_datagram(at(0), addr(5000), &t140(1, 101, "y"));
+    // A third junk SSRC at the limit: both hold text, the search drops them, it is refused.
+    gw.handle_datagram(at(10), addr(5000), &t140(1, 102, ""));
+    assert_eq!(refused(&gw), 1);
+    // Both erase their letter: nothing buffered, no one joined, nothing will be sent.
+    gw.handle_datagram(at(20), addr(5000), &t140(2, 100, "\u{8}"));
+    gw.handle_datagram(at(20), addr(5000), &t140(2, 101, "\u{8}"));
+    run_timers(&mut gw, 5_000);
+    assert!(drain(&mut gw).is_empty(), "the junk streams said nothing");
+    // A real caller 5 s later.
+    gw.handle_datagram(at(5_000), addr(4000), &t140(1, 1, "Hello. "));
+    run_timers(&mut gw, 10_000);
+    let got = adds(&drain(&mut gw));
+    assert_eq!(
+        got,
+        vec![(
+            "t140:00000001@127.0.0.1:4000".to_owned(),
+            "Hello.".to_owned()
+        )],
+        "the caller is refused ({} refused at the limit, {} evicted) while two streams that \
+         never carried text hold the places",
+        refused(&gw),
+        gw.stats().evicted
+    );
+}
+
+/// README "Stream limit": an evicted stream is remembered "until [it] would have timed out",
+/// and a character or escape sequence its last packet left unfinished is "counted as cut short
+/// if it does not come back": counted as the timers run past the record's end, as a stream not
+/// evicted has its cut sequence counted at its timeout. A review found it counted only at the
+/// gateway's stop (or when 64 later evictions pushed the record out) (review, session 34).
+#[test]
+fn an_evicted_streams_cut_sequence_is_counted_once_its_record_has_expired() {
+    let mut gw = Gateway::new(Config {
+        max_streams: 3,
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "\u{1b}[1;"));
+    gw.handle_datagram(at(50), addr(5000), &t140(1, 100, ""));
+    gw.handle_datagram(at(50), addr(5000), &t140(1, 101, ""));
+    gw.handle_datagram(at(1_100), addr(5000), &t140(1, 102, ""));
+    assert_eq!(gw.stats().evicted, 1, "the caller is evicted");
+    // The stream timeout (60 s) passes for the caller's record and for the junk streams; the
+    // gateway goes on receiving.
+    run_timers(&mut gw, 70_000);
+    gw.handle_datagram(at(70_000), addr(6000), &t140(1, 200, "Hi. "));
+    run_timers(&mut gw, 75_000);
+    assert_eq!(
+        gw.stats().decode.sequences_skipped,
+        1,
+        "the caller's escape sequence, cut by its eviction, is not counted though its record \
+         ended 10 s ago"
     );
 }
