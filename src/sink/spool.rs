@@ -55,9 +55,10 @@ const COALESCE: Duration = Duration::from_millis(1);
 /// again after it was written ([`Spool::again`]: refused as RATE_LIMITED, which comes within
 /// the 5 s a connection holds it, README "Delivery to a PVP server") keeps its place, before
 /// what its participant said later (its leave), though a compaction took its first `add`.
-/// 65,536 is more than 5 s of 10,000 participants each saying a sentence every 2 s; 1.5 MiB at
-/// most. One found no longer here gets a new order: it goes last unless its first `add` is
-/// still in the file ([`read_pending`]), and a restart rejoins before it ([`resend_plan`]).
+/// 65,536 is more than 5 s of 10,000 participants each saying a sentence every 2 s; 2 MiB at
+/// most (32 bytes an entry: a ULID is 16-aligned). One found no longer here gets a new order:
+/// it goes last unless its first `add` is still in the file ([`read_pending`]), and a restart
+/// rejoins before it ([`resend_plan`]).
 const PLACES_KEPT: usize = 1 << 16;
 /// After a failed write, how long the writer waits before it tries again to rewrite the
 /// journal whole from memory (a full disk is not retried on every record).
