@@ -1067,12 +1067,12 @@ struct Evicted {
     key: StreamKey,
     /// Its stream timeout: a return after it is a new stream.
     until: Time,
-    /// Where its numbering stood, if it is to continue it (not for a stream holding a lost
-    /// head's mark, nor under t140llm compat, which assumes every stream's start).
+    /// Where its numbering stood (always kept: a stream holding a lost head's mark, or under
+    /// t140llm compat, which assumes every stream's start, has no record).
     at: Option<Position>,
-    /// Its speakers' decoders that hold part of a character or an escape sequence begun: what
-    /// its last packets left unfinished goes on when it comes back, and is counted if it does
-    /// not. Empty (no allocation) nearly always.
+    /// Its own voice's decoder if it holds part of a character or an escape sequence begun:
+    /// what its last packet left unfinished goes on when it comes back, and is counted if it
+    /// does not ([`Gateway::remember_evicted`]). Empty (no allocation) nearly always.
     decoders: Vec<(Voice, Decoder)>,
 }
 
@@ -1098,6 +1098,9 @@ pub struct Gateway {
     /// The last streams evicted at the stream limit that may come back: until when (their
     /// stream timeout) and where their numbering stood ([`Gateway::remember_evicted`]).
     evicted: VecDeque<Evicted>,
+    /// The earliest end of a record in `evicted` ([`Gateway::expire_evicted`]); may be
+    /// earlier than any left (a record taken or forgotten), which costs one scan.
+    evicted_until: Time,
     /// Streams in creation order, as eviction candidates while they have not joined.
     silent: VecDeque<(u32, u64)>,
     /// Candidates a walk of `silent` found sparing themselves ([`may_yet_speak`]): tried after
@@ -1297,6 +1300,7 @@ impl Gateway {
             early_names: Vec::new(),
             ended: VecDeque::new(),
             evicted: VecDeque::new(),
+            evicted_until: Time::NEVER,
             silent: VecDeque::new(),
             spared: VecDeque::new(),
             unspared: BinaryHeap::new(),
@@ -2034,20 +2038,24 @@ impl Gateway {
     }
 
     /// Ends the records of evicted streams that would have timed out by `now`
-    /// ([`Gateway::end_record`]): checked at the oldest, as the timers run.
+    /// ([`Gateway::end_record`]), as the timers run: one comparison, with the earliest end
+    /// (`evicted_until`; records end in no set order, each at its own last packet's timeout).
     fn expire_evicted(&mut self, now: Time) {
-        if self.evicted.front().is_none_or(|e| e.until > now) {
+        if now < self.evicted_until {
             return;
         }
         let mut kept = VecDeque::with_capacity(self.evicted.len());
+        let mut until = Time::NEVER;
         for e in std::mem::take(&mut self.evicted) {
             if e.until <= now {
                 self.end_record(e);
             } else {
+                until = until.min(e.until);
                 kept.push_back(e);
             }
         }
         self.evicted = kept;
+        self.evicted_until = until;
     }
 
     /// What an evicted stream needs if its source comes back (a caller that opened with the
@@ -2067,17 +2075,25 @@ impl Gateway {
         // coming back waits for its head and marks it again.
         let marked = s.speakers.iter().any(|sp| !sp.chunker.is_blank());
         let at = s.register.position().filter(|_| !marked);
+        // Only the own voice's, and only with the numbering continued: a mixer's source is
+        // placed by its timestamps and redundancy, which a speaker made afresh at the return
+        // does not have, and a stream with no numbering to continue (t140llm's, one holding a
+        // lost head's mark) takes its first packet's generations afresh; either would feed
+        // the kept decoder what it already had. Theirs are counted at the eviction, and what
+        // follows is read afresh (README "Stream limit").
         let decoders: Vec<(Voice, Decoder)> = (s.speakers.iter_mut())
+            .filter(|sp| at.is_some() && sp.voice == Voice::Ssrc)
             .filter(|sp| sp.decoder.holds_partial() || sp.decoder.in_control())
-            .map(|sp| (sp.voice.clone(), std::mem::take(&mut sp.decoder)))
+            .map(|sp| (Voice::Ssrc, std::mem::take(&mut sp.decoder)))
             .collect();
-        if at.is_some() || !decoders.is_empty() {
+        if at.is_some() {
             if self.evicted.len() == EVICTED_KEPT
                 && let Some(old) = self.evicted.pop_front()
             {
                 self.end_record(old);
             }
             let until = s.last_packet.plus_us(self.delays.stream_timeout);
+            self.evicted_until = self.evicted_until.min(until);
             self.evicted.push_back(Evicted {
                 key: s.key,
                 until,
