@@ -1067,13 +1067,13 @@ struct Evicted {
     key: StreamKey,
     /// Its stream timeout: a return after it is a new stream.
     until: Time,
-    /// Where its numbering stood (always kept: a stream holding a lost head's mark, or under
-    /// t140llm compat, which assumes every stream's start, has no record).
-    at: Option<Position>,
-    /// Its own voice's decoder if it holds part of a character or an escape sequence begun:
-    /// what its last packet left unfinished goes on when it comes back, and is counted if it
-    /// does not ([`Gateway::remember_evicted`]). Empty (no allocation) nearly always.
-    decoders: Vec<(Voice, Decoder)>,
+    /// Where its numbering stood (a stream holding a lost head's mark, or under t140llm
+    /// compat, which assumes every stream's start, has no record).
+    at: Position,
+    /// Its own voice's decoder: a character or escape sequence its last packet left
+    /// unfinished goes on when it comes back, and is counted if it does not
+    /// ([`Gateway::remember_evicted`]); a clean one counts nothing.
+    decoder: Decoder,
 }
 
 /// The sans-IO core.
@@ -1859,7 +1859,7 @@ impl Gateway {
                     self.keep_early_name(e);
                 }
                 if let Some(r) = returning {
-                    self.end_record(r);
+                    self.end_decoder(r.decoder);
                 }
                 return Err(DropReason::StreamLimit);
             }
@@ -1878,13 +1878,11 @@ impl Gateway {
             stream.created = Time::from_millis(ms + 1);
         }
         if let Some(r) = returning {
-            if let Some(at) = r.at {
-                stream.register.resume(at);
-            }
-            // What its last packets left unfinished goes on (README "Stream limit").
-            for (voice, d) in r.decoders {
-                let (idx, _) = stream.speaker(voice.as_ref(), now);
-                stream.speakers[idx].decoder = d;
+            stream.register.resume(r.at);
+            // What its last packet left unfinished goes on (README "Stream limit").
+            if r.decoder.holds_partial() || r.decoder.in_control() {
+                let (idx, _) = stream.speaker(VoiceRef::Ssrc, now);
+                stream.speakers[idx].decoder = r.decoder;
             }
         }
         // An SDES that arrived before the first RTP packet names the participant in its join.
@@ -2029,32 +2027,27 @@ impl Gateway {
         d.finish(&mut String::new(), &mut self.emit.said.decode);
     }
 
-    /// An evicted stream's record that ends without its return: its decoders' unfinished
-    /// characters and sequences are counted.
-    fn end_record(&mut self, e: Evicted) {
-        for (_, d) in e.decoders {
-            self.end_decoder(d);
+    /// Ends the records of evicted streams that would have timed out by `now`, as the timers
+    /// run: one comparison, with the earliest end (`evicted_until`; records end in no set
+    /// order, each at its own last packet's timeout).
+    fn expire_evicted(&mut self, now: Time) {
+        if now >= self.evicted_until {
+            self.end_evicted(|e| e.until <= now);
         }
     }
 
-    /// Ends the records of evicted streams that would have timed out by `now`
-    /// ([`Gateway::end_record`]), as the timers run: one comparison, with the earliest end
-    /// (`evicted_until`; records end in no set order, each at its own last packet's timeout).
-    fn expire_evicted(&mut self, now: Time) {
-        if now < self.evicted_until {
-            return;
-        }
-        let mut kept = VecDeque::with_capacity(self.evicted.len());
+    /// Ends the records of evicted streams that `gone` picks, without their return: what
+    /// each one's decoder left unfinished is counted.
+    fn end_evicted(&mut self, gone: impl Fn(&Evicted) -> bool) {
         let mut until = Time::NEVER;
         for e in std::mem::take(&mut self.evicted) {
-            if e.until <= now {
-                self.end_record(e);
+            if gone(&e) {
+                self.end_decoder(e.decoder);
             } else {
                 until = until.min(e.until);
-                kept.push_back(e);
+                self.evicted.push_back(e);
             }
         }
-        self.evicted = kept;
         self.evicted_until = until;
     }
 
@@ -2081,16 +2074,15 @@ impl Gateway {
         // lost head's mark) takes its first packet's generations afresh; either would feed
         // the kept decoder what it already had. Theirs are counted at the eviction, and what
         // follows is read afresh (README "Stream limit").
-        let decoders: Vec<(Voice, Decoder)> = (s.speakers.iter_mut())
-            .filter(|sp| at.is_some() && sp.voice == Voice::Ssrc)
-            .filter(|sp| sp.decoder.holds_partial() || sp.decoder.in_control())
-            .map(|sp| (Voice::Ssrc, std::mem::take(&mut sp.decoder)))
-            .collect();
-        if at.is_some() {
+        if let Some(at) = at {
+            let decoder = (s.speakers.iter_mut())
+                .find(|sp| sp.voice == Voice::Ssrc)
+                .map(|sp| std::mem::take(&mut sp.decoder))
+                .unwrap_or_default();
             if self.evicted.len() == EVICTED_KEPT
                 && let Some(old) = self.evicted.pop_front()
             {
-                self.end_record(old);
+                self.end_decoder(old.decoder);
             }
             let until = s.last_packet.plus_us(self.delays.stream_timeout);
             self.evicted_until = self.evicted_until.min(until);
@@ -2098,7 +2090,7 @@ impl Gateway {
                 key: s.key,
                 until,
                 at,
-                decoders,
+                decoder,
             });
         }
         for sp in s.speakers.iter_mut().filter(|sp| sp.profile.name_rank > 0) {
@@ -2126,7 +2118,7 @@ impl Gateway {
         if now < e.until {
             return Some(e);
         }
-        self.end_record(e);
+        self.end_decoder(e.decoder);
         None
     }
 
@@ -2138,12 +2130,7 @@ impl Gateway {
     #[cold]
     #[inline(never)]
     fn forget_evicted(&mut self, ip: IpAddr, ssrc: u32) {
-        let gone = |k: &StreamKey| k.source.ip() == ip && k.ssrc == ssrc;
-        while let Some(i) = self.evicted.iter().position(|e| gone(&e.key)) {
-            if let Some(e) = self.evicted.remove(i) {
-                self.end_record(e);
-            }
-        }
+        self.end_evicted(|e| e.key.source.ip() == ip && e.key.ssrc == ssrc);
         (self.early_names).retain(|e| !(e.of(ip, ssrc) || e.ip == ip && e.via == Some(ssrc)));
     }
 
@@ -2731,9 +2718,7 @@ impl Gateway {
             self.close_stream(now, slot, "gateway shutdown");
         }
         self.timers.clear();
-        for e in std::mem::take(&mut self.evicted) {
-            self.end_record(e);
-        }
+        self.end_evicted(|_| true);
         debug_assert_eq!(self.streams.held(), 0, "every stream gives back its room");
     }
 
