@@ -554,24 +554,33 @@ fn drain_socket_now(
 /// At a stop, the RTCP datagrams waiting in the worker's feed ([`run_rtcp_reader`] reads the
 /// port apart and hands them over), each handled as it would have been.
 fn drain_rtcp_at_stop(feed: &mut Option<RtcpFeed>, gw: &mut Gateway, clock: &Clock, counts: bool) {
-    use tokio::sync::broadcast::error::TryRecvError;
-    let Some(rx) = feed else { return };
-    loop {
-        match rx.try_recv() {
-            Ok(d) => gw.handle_rtcp_port(clock.now(), d.from, &d.data, d.refused, counts),
-            Err(TryRecvError::Lagged(n)) => gw.rtcp_feed_lost(n, counts),
-            Err(TryRecvError::Empty | TryRecvError::Closed) => break,
-        }
+    if let Some(rx) = feed {
+        drain_feed(rx, gw, counts, |gw, d| {
+            gw.handle_rtcp_port(clock.now(), d.from, &d.data, d.refused, counts)
+        });
     }
 }
 
 /// At a stop, the RTCP the other workers handed on ([`RtcpShare`]), their sockets read.
 fn drain_shared_at_stop(share: &mut RtcpShare, gw: &mut Gateway, clock: &Clock) {
+    drain_feed(&mut share.rx, gw, false, |gw, d| {
+        gw.handle_shared_rtcp(clock.now(), d.from, &d.rtcp)
+    });
+}
+
+/// What an RTCP feed holds, each to `each`, without waiting; what it lost counted
+/// ([`Gateway::rtcp_feed_lost`]), as [`recv_rtcp`] does while running.
+fn drain_feed<T: Clone>(
+    rx: &mut tokio::sync::broadcast::Receiver<T>,
+    gw: &mut Gateway,
+    counts: bool,
+    mut each: impl FnMut(&mut Gateway, T),
+) {
     use tokio::sync::broadcast::error::TryRecvError;
     loop {
-        match share.rx.try_recv() {
-            Ok(d) => gw.handle_shared_rtcp(clock.now(), d.from, &d.rtcp),
-            Err(TryRecvError::Lagged(n)) => gw.rtcp_feed_lost(n, false),
+        match rx.try_recv() {
+            Ok(d) => each(gw, d),
+            Err(TryRecvError::Lagged(n)) => gw.rtcp_feed_lost(n, counts),
             Err(TryRecvError::Empty | TryRecvError::Closed) => break,
         }
     }
