@@ -22,7 +22,7 @@ use crate::rtcp::RtcpEvent;
 use crate::rtp::{RtpError, RtpPacket, looks_like_rtcp, ts_after};
 use crate::slab::Slab;
 use crate::speaker::{
-    Bye, CLOCK_RESTART_MS, Output, Speaker, Voice, VoiceRef, clock_jumped, split_named,
+    Bye, CLOCK_RESTART_MS, Output, Recent, Speaker, Voice, VoiceRef, clock_jumped, split_named,
 };
 use crate::stream::{Hex8, KeyHasher, SourceText, Stream, StreamKey, canonical, speaker_index};
 use crate::t140::{DecodeStats, Decoder};
@@ -1067,13 +1067,24 @@ struct Evicted {
     key: StreamKey,
     /// Its stream timeout: a return after it is a new stream.
     until: Time,
-    /// Where its numbering stood (a stream holding a lost head's mark, or under t140llm
-    /// compat, which assumes every stream's start, has no record).
+    /// Where its numbering stood (a stream holding a lost head's mark has no record).
     at: Position,
-    /// Its own voice's decoder: a character or escape sequence its last packet left
-    /// unfinished goes on when it comes back, and is counted if it does not
-    /// ([`Gateway::remember_evicted`]); a clean one counts nothing.
+    /// Its voices whose last packet left a character or escape sequence unfinished: it goes
+    /// on when the stream comes back, and is counted if it does not
+    /// ([`Gateway::remember_evicted`]). Empty (no allocation) for most.
+    voices: Vec<KeptVoice>,
+}
+
+/// One voice of an evicted stream with a character or escape sequence unfinished: its decoder,
+/// and for a mixer's source where its redundancy was placed to (its last timestamp and last
+/// packet's blocks), so that a speaker made again from it at the return is not fed what it
+/// already had (RFC 4103 4.2: a packet's generations are its speaker's earlier packets).
+#[derive(Debug)]
+struct KeptVoice {
+    voice: Voice,
     decoder: Decoder,
+    last_ts: Option<u32>,
+    recent: Option<Recent>,
 }
 
 /// The sans-IO core.
@@ -1859,7 +1870,7 @@ impl Gateway {
                     self.keep_early_name(e);
                 }
                 if let Some(r) = returning {
-                    self.end_decoder(r.decoder);
+                    self.end_record(r);
                 }
                 return Err(DropReason::StreamLimit);
             }
@@ -1879,10 +1890,20 @@ impl Gateway {
         }
         if let Some(r) = returning {
             stream.register.resume(r.at);
-            // What its last packet left unfinished goes on (README "Stream limit").
-            if r.decoder.holds_partial() || r.decoder.in_control() {
-                let (idx, _) = stream.speaker(VoiceRef::Ssrc, now);
-                stream.speakers[idx].decoder = r.decoder;
+            // What its voices' last packets left unfinished goes on (README "Stream limit"),
+            // each from where its redundancy was placed to.
+            for v in r.voices {
+                let (idx, _) = stream.speaker(v.voice.as_ref(), now);
+                let sp = &mut stream.speakers[idx];
+                sp.decoder = v.decoder;
+                sp.last_ts = v.last_ts;
+                if let Some(recent) = v.recent {
+                    sp.profile.mixer().recent = recent;
+                }
+                // A mixer's source: its SDES names went among the early names at the eviction.
+                if let Voice::Csrc(c) = v.voice {
+                    name_new_speaker(&mut self.early_names, &key, c, sp);
+                }
             }
         }
         // An SDES that arrived before the first RTP packet names the participant in its join.
@@ -2042,7 +2063,7 @@ impl Gateway {
         let mut until = Time::NEVER;
         for e in std::mem::take(&mut self.evicted) {
             if gone(&e) {
-                self.end_decoder(e.decoder);
+                self.end_record(e);
             } else {
                 until = until.min(e.until);
                 self.evicted.push_back(e);
@@ -2068,21 +2089,26 @@ impl Gateway {
         // coming back waits for its head and marks it again.
         let marked = s.speakers.iter().any(|sp| !sp.chunker.is_blank());
         let at = s.register.position().filter(|_| !marked);
-        // Only the own voice's, and only with the numbering continued: a mixer's source is
-        // placed by its timestamps and redundancy, which a speaker made afresh at the return
-        // does not have, and a stream with no numbering to continue (t140llm's, one holding a
-        // lost head's mark) takes its first packet's generations afresh; either would feed
-        // the kept decoder what it already had. Theirs are counted at the eviction, and what
-        // follows is read afresh (README "Stream limit").
+        // Each voice with a character or escape sequence unfinished keeps it, with where its
+        // redundancy was placed to (a mixer's source's last timestamp and last packet), so
+        // that neither the numbering continued nor a speaker made again feeds it what it
+        // already had. Without a position (a lost head's mark) nothing is kept: the stream
+        // coming back takes its first packet's generations afresh, so its voices' unfinished
+        // parts are counted at the eviction (README "Stream limit").
         if let Some(at) = at {
-            let decoder = (s.speakers.iter_mut())
-                .find(|sp| sp.voice == Voice::Ssrc)
-                .map(|sp| std::mem::take(&mut sp.decoder))
-                .unwrap_or_default();
+            let voices = (s.speakers.iter_mut())
+                .filter(|sp| sp.decoder.holds_partial() || sp.decoder.in_control())
+                .map(|sp| KeptVoice {
+                    voice: sp.voice.clone(),
+                    decoder: std::mem::take(&mut sp.decoder),
+                    last_ts: sp.last_ts,
+                    recent: sp.profile.mixer.as_ref().map(|m| m.recent.clone()),
+                })
+                .collect();
             if self.evicted.len() == EVICTED_KEPT
                 && let Some(old) = self.evicted.pop_front()
             {
-                self.end_decoder(old.decoder);
+                self.end_record(old);
             }
             let until = s.last_packet.plus_us(self.delays.stream_timeout);
             self.evicted_until = self.evicted_until.min(until);
@@ -2090,7 +2116,7 @@ impl Gateway {
                 key: s.key,
                 until,
                 at,
-                decoder,
+                voices,
             });
         }
         for sp in s.speakers.iter_mut().filter(|sp| sp.profile.name_rank > 0) {
@@ -2118,8 +2144,16 @@ impl Gateway {
         if now < e.until {
             return Some(e);
         }
-        self.end_decoder(e.decoder);
+        self.end_record(e);
         None
+    }
+
+    /// An eviction record ending without its stream's return: what its voices left
+    /// unfinished is counted, as at any stream's end.
+    fn end_record(&mut self, e: Evicted) {
+        for v in e.voices {
+            self.end_decoder(v.decoder);
+        }
     }
 
     /// A BYE for `ssrc` of host `ip` that ends no stream nor speaker: a stream of it evicted

@@ -618,12 +618,13 @@ impl Register {
 
     /// Where the numbering stands, when nothing is held nor awaited (no head wait, no BYE, no
     /// leave): for a stream evicted at the stream limit, so that its next packet continues it
-    /// ([`Register::resume`]) instead of being taken for a stream whose head was lost. `None`
-    /// for a sender that never marks a start (its head is never taken for lost).
+    /// ([`Register::resume`]) instead of being taken for a stream whose head was lost. A
+    /// sender that never marks a start (t140llm's) is continued too: taken for a stream's
+    /// first, its next packet would give its redundancy again.
     pub fn position(&self) -> Option<Position> {
-        let next = self.expected.filter(|_| {
-            self.holding == 0 && self.slow == 0 && !self.assume_start && !self.holds_jumped()
-        })?;
+        let next = self
+            .expected
+            .filter(|_| self.holding == 0 && self.slow == 0 && !self.holds_jumped())?;
         Some(Position {
             next,
             generations: self.generations,

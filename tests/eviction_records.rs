@@ -44,18 +44,19 @@ fn mixer_red_character(evict: bool) -> (String, u64, Vec<Envelope>) {
 }
 
 /// A mixer's source whose RED packet ended inside `€` (E2), its stream evicted and back: the
-/// next packet's redundancy completes the character (the eviction's cut counted once), as
-/// without an eviction. A review found the source's decoder kept in the record and fed E2 a
-/// second time by a speaker made afresh: U+FFFD and `€` (review, session 34).
+/// source's decoder and last timestamp went with the record, so the next packet's redundancy
+/// (E2 again, already placed) is skipped and its primary completes the character, as without
+/// an eviction (nothing counted invalid). A review found the source's decoder kept in the
+/// record and fed E2 a second time by a speaker made afresh: U+FFFD and `€` (review, session
+/// 34); the speaker is now made again with its last timestamp (session 35).
 #[test]
 fn a_mixer_sources_character_cut_by_an_eviction_is_not_fed_twice_from_redundancy() {
     let (control, control_invalid, _) = mixer_red_character(false);
     assert_eq!((control.as_str(), control_invalid), ("\u{20ac}Hello.", 0));
-    // The eviction cut the character (counted once); the redundancy on return completes it.
     let (text, invalid, out) = mixer_red_character(true);
     assert_eq!(
         (text.as_str(), invalid),
-        ("\u{20ac}Hello.", 1),
+        ("\u{20ac}Hello.", 0),
         "the evicted mixer's source's cut character, with its redundancy on return: {:#?}",
         timeline(&out)
     );
@@ -201,18 +202,129 @@ fn t140llm_red_character(evict: bool) -> (Vec<String>, u64) {
     (texts, gw.stats().decode.invalid_utf8)
 }
 
-/// `--compat t140llm`: an evicted stream keeps no record (no numbering), so the returning
-/// stream delivers its first packet's every generation; the redundancy completes the character
-/// the eviction cut (counted once, at the eviction), never fed twice. A review found a kept
-/// decoder fed the repeated E2 again: U+FFFD and `€` (review, session 34).
+/// `--compat t140llm`: an evicted stream's record keeps its numbering and its unfinished
+/// character, so the returning stream's redundancy (E2 again, delivered before) is not
+/// delivered again and its primary completes the character, as without an eviction. A review
+/// found a kept decoder fed the repeated E2 again when the stream came back as a stream's
+/// first packet: U+FFFD and `€` (review, session 34); t140llm streams now keep their
+/// numbering too (session 35).
 #[test]
 fn a_t140llm_character_cut_by_an_eviction_is_not_fed_twice_from_redundancy() {
     let control = t140llm_red_character(false);
     assert_eq!(control, (vec!["\u{20ac}Hello.".to_owned()], 0), "control");
-    // The eviction cut the character (counted once); the redundancy on return completes it.
     assert_eq!(
         t140llm_red_character(true),
-        (vec!["\u{20ac}Hello.".to_owned()], 1),
+        (vec!["\u{20ac}Hello.".to_owned()], 0),
         "t140llm: the evicted caller's cut character, with its redundancy on return"
     );
+}
+
+/// The mixer's source 7 begins an escape sequence (`ESC [1;`) in a RED packet; with `evict`,
+/// the mixer's stream is evicted and comes back with a packet carrying that block again as
+/// redundancy, at timestamp offset `offset` (0: placed by content, RFC 2198 allows it), and
+/// the sequence's rest (`31m`) then text.
+fn mixer_red_escape(evict: bool, offset: u16) -> String {
+    let mut gw = Gateway::new(Config {
+        max_streams: if evict { 3 } else { 10 },
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &red_csrc(1, 1000, 7, &[], b"\x1b[1;"));
+    gw.handle_datagram(at(50), addr(5000), &t140(1, 100, ""));
+    gw.handle_datagram(at(50), addr(5000), &t140(1, 101, ""));
+    gw.handle_datagram(at(1_100), addr(5000), &t140(1, 102, ""));
+    assert_eq!(gw.stats().evicted, u64::from(evict));
+    gw.handle_datagram(
+        at(1_200),
+        addr(4000),
+        &red_csrc(2, 1300, 7, &[(offset, b"\x1b[1;")], b"31mHello. "),
+    );
+    run_timers(&mut gw, 7_000);
+    text_of(&drain(&mut gw), "csrc:00000007")
+}
+
+/// README "Stream limit": a mixer's source's escape sequence cut by the eviction goes on at
+/// the return, and its redundancy, placed by timestamp or (offset 0) by content, is not fed
+/// to it again: only the text is shown, as without an eviction (session 35).
+#[test]
+fn a_mixer_sources_escape_sequence_cut_by_an_eviction_goes_on_through_its_redundancy() {
+    for offset in [300, 0] {
+        assert_eq!(
+            mixer_red_escape(false, offset),
+            "Hello.",
+            "control, offset {offset}"
+        );
+        assert_eq!(
+            mixer_red_escape(true, offset),
+            "Hello.",
+            "evicted and back, the redundancy at offset {offset}"
+        );
+    }
+}
+
+/// `--compat t140llm` with RED (docs/t140llm.md section 5): an escape sequence begun
+/// (`ESC [1;`), the caller evicted, and back with that block again as redundancy and the
+/// sequence's rest: the numbering continued skips the redundancy, the kept decoder finishes
+/// the sequence, only the text is shown (session 35).
+#[test]
+fn a_t140llm_red_escape_sequence_cut_by_an_eviction_goes_on_without_repeating() {
+    let texts = |evict: bool| {
+        let mut gw = Gateway::new(Config {
+            max_streams: if evict { 3 } else { 10 },
+            compat: pvp_t140::Compat::T140llm,
+            ..Config::default()
+        });
+        gw.handle_datagram(at(0), addr(4000), &llm(0, 1, None, b"\x1b[1;"));
+        gw.handle_datagram(at(50), addr(5000), &llm(0, 100, None, b""));
+        gw.handle_datagram(at(50), addr(5000), &llm(0, 101, None, b""));
+        gw.handle_datagram(at(1_100), addr(5000), &llm(0, 102, None, b""));
+        assert_eq!(gw.stats().evicted, u64::from(evict));
+        gw.handle_datagram(
+            at(1_200),
+            addr(4000),
+            &llm(1, 1, Some(b"\x1b[1;"), b"31mHello. "),
+        );
+        run_timers(&mut gw, 7_000);
+        let texts: Vec<String> = drain(&mut gw)
+            .iter()
+            .filter(|e| e.kind == "context.add")
+            .map(|e| e.payload["content"].as_str().unwrap_or("").to_owned())
+            .collect();
+        (texts, gw.stats().decode.sequences_skipped)
+    };
+    let control = texts(false);
+    assert_eq!(control.0, ["Hello."], "control");
+    assert_eq!(texts(true), control, "evicted and back");
+}
+
+/// `--compat t140llm`'s multiplexer (docs/t140llm.md section 6: `<id>\x1E` before each
+/// packet's text): stream `alpha` begins an escape sequence, the caller is evicted and comes
+/// back with the rest; the named stream's decoder went with the record, so only the text is
+/// shown, as without an eviction (session 35).
+#[test]
+fn a_t140llm_named_streams_escape_sequence_cut_by_an_eviction_goes_on() {
+    let texts = |evict: bool| {
+        let mut gw = Gateway::new(Config {
+            max_streams: if evict { 3 } else { 10 },
+            compat: pvp_t140::Compat::T140llm,
+            ..Config::default()
+        });
+        gw.handle_datagram(at(0), addr(4000), &llm(0, 1, None, b"alpha\x1e\x1b[1;"));
+        gw.handle_datagram(at(50), addr(5000), &llm(0, 100, None, b""));
+        gw.handle_datagram(at(50), addr(5000), &llm(0, 101, None, b""));
+        gw.handle_datagram(at(1_100), addr(5000), &llm(0, 102, None, b""));
+        assert_eq!(gw.stats().evicted, u64::from(evict));
+        gw.handle_datagram(
+            at(1_200),
+            addr(4000),
+            &llm(1, 1, None, b"alpha\x1e31mHello. "),
+        );
+        run_timers(&mut gw, 7_000);
+        drain(&mut gw)
+            .iter()
+            .filter(|e| e.kind == "context.add")
+            .map(|e| e.payload["content"].as_str().unwrap_or("").to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(texts(false), ["Hello."], "control");
+    assert_eq!(texts(true), ["Hello."], "evicted and back");
 }

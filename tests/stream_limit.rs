@@ -185,7 +185,6 @@ fn llm(seq: u16, ssrc: u32, payload: &[u8]) -> Vec<u8> {
 /// a source's escape sequence (`31m`) is skipped, not its text. A review found only the own
 /// voice's decoder kept (review, session 34).
 #[test]
-#[ignore = "known gap (README Stream limit): only the own voice's unfinished character or sequence goes with an evicted stream's record; a mixer source's, and a t140llm stream's, would be fed their redundancy again by a speaker made afresh (tests/eviction_records.rs)"]
 fn a_mixer_sources_escape_sequence_cut_by_an_eviction_does_not_come_back_as_text() {
     let mut gw = Gateway::new(Config {
         max_streams: 3,
@@ -218,7 +217,6 @@ fn a_mixer_sources_escape_sequence_cut_by_an_eviction_does_not_come_back_as_text
 /// after the mixer's return and completes it. A review found it shown as U+FFFD and counted as
 /// invalid UTF-8 twice (review, session 34).
 #[test]
-#[ignore = "known gap (README Stream limit): only the own voice's unfinished character or sequence goes with an evicted stream's record; a mixer source's, and a t140llm stream's, would be fed their redundancy again by a speaker made afresh (tests/eviction_records.rs)"]
 fn a_mixer_sources_character_cut_by_an_eviction_is_reassembled() {
     let mut gw = Gateway::new(Config {
         max_streams: 3,
@@ -249,7 +247,6 @@ fn a_mixer_sources_character_cut_by_an_eviction_is_reassembled() {
 /// `31m` may be two packets, docs/t140llm.md section 4) goes on when it comes back (README
 /// "Stream limit"). A review found no record kept, and `31m` shown (review, session 34).
 #[test]
-#[ignore = "known gap (README Stream limit): only the own voice's unfinished character or sequence goes with an evicted stream's record; a mixer source's, and a t140llm stream's, would be fed their redundancy again by a speaker made afresh (tests/eviction_records.rs)"]
 fn a_t140llm_escape_sequence_cut_by_an_eviction_does_not_come_back_as_text() {
     let mut gw = Gateway::new(Config {
         max_streams: 3,
