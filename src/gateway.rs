@@ -1069,16 +1069,22 @@ struct Evicted {
     until: Time,
     /// Where its numbering stood (a stream holding a lost head's mark has no record).
     at: Position,
-    /// Its voices whose last packet left a character or escape sequence unfinished: it goes
-    /// on when the stream comes back, and is counted if it does not
-    /// ([`Gateway::remember_evicted`]). Empty (no allocation) for most.
+    /// Its last packet: the quiet before the return is measured from it (a t140llm reply's
+    /// start is told by that quiet).
+    last_packet: Time,
+    /// Its voices, made again at its return as they were ([`Gateway::remember_evicted`]).
+    /// Empty (no allocation) for a stream whose one voice is its own and holds nothing.
     voices: Vec<KeptVoice>,
 }
 
-/// One voice of an evicted stream with a character or escape sequence unfinished: its decoder,
+/// One voice of an evicted stream: its decoder (a character or escape sequence its last packet
+/// left unfinished goes on at the return, and is counted if the stream does not come back),
 /// and for a mixer's source where its redundancy was placed to (its last timestamp and last
-/// packet's blocks), so that a speaker made again from it at the return is not fed what it
-/// already had (RFC 4103 4.2: a packet's generations are its speaker's earlier packets).
+/// packet's blocks), so that the speaker made again is not fed what it already had (RFC 4103
+/// 4.2: a packet's generations are its speaker's earlier packets). Kept for every voice, so
+/// that the speakers at the return are those the stream had: a new one's redundancy is
+/// placed against the others' (the stream's floor), and a loss goes to the only voice only if
+/// it is the only one.
 #[derive(Debug)]
 struct KeptVoice {
     voice: Voice,
@@ -1352,9 +1358,16 @@ impl Gateway {
         self.emit.out.len()
     }
 
-    /// When [`Gateway::handle_timeout`] next has work (reorder wait, idle flush, timeout).
+    /// When [`Gateway::handle_timeout`] next has work (reorder wait, idle flush, timeout, the
+    /// end of an evicted stream's record).
     pub fn poll_timeout(&self) -> Option<Time> {
-        self.timers.next()
+        // An evicted stream's record ends as the timers run ([`Gateway::expire_evicted`]), so
+        // its end is a deadline too.
+        let records = (self.evicted_until != Time::NEVER).then_some(self.evicted_until);
+        match (self.timers.next(), records) {
+            (Some(t), Some(r)) => Some(t.min(r)),
+            (t, r) => t.or(r),
+        }
     }
 
     /// A hint for a driver holding a batch of datagrams, called before
@@ -1891,6 +1904,7 @@ impl Gateway {
         }
         if let Some(r) = returning {
             stream.register.resume(r.at);
+            stream.last_packet = r.last_packet;
             // What its voices' last packets left unfinished goes on (README "Stream limit"),
             // each from where its redundancy was placed to.
             for v in r.voices {
@@ -2097,8 +2111,14 @@ impl Gateway {
         // coming back takes its first packet's generations afresh, so its voices' unfinished
         // parts are counted at the eviction (README "Stream limit").
         if let Some(at) = at {
+            let many = s.speakers.len() > 1;
             let voices = (s.speakers.iter_mut())
-                .filter(|sp| sp.decoder.holds_partial() || sp.decoder.in_control())
+                .filter(|sp| {
+                    many || sp.voice != Voice::Ssrc
+                        || sp.last_ts.is_some()
+                        || sp.decoder.holds_partial()
+                        || sp.decoder.in_control()
+                })
                 .map(|sp| KeptVoice {
                     voice: sp.voice.clone(),
                     decoder: std::mem::take(&mut sp.decoder),
@@ -2117,6 +2137,7 @@ impl Gateway {
                 key: s.key,
                 until,
                 at,
+                last_packet: s.last_packet,
                 voices,
             });
         }
@@ -2166,6 +2187,16 @@ impl Gateway {
     #[inline(never)]
     fn forget_evicted(&mut self, ip: IpAddr, ssrc: u32) {
         self.end_evicted(|e| e.key.source.ip() == ip && e.key.ssrc == ssrc);
+        // A mixer's source of that host: its voice in the mixer's record is its ended session's.
+        let mut ended = Vec::new();
+        for e in self.evicted.iter_mut().filter(|e| e.key.source.ip() == ip) {
+            while let Some(i) = e.voices.iter().position(|v| v.voice == Voice::Csrc(ssrc)) {
+                ended.push(e.voices.remove(i).decoder);
+            }
+        }
+        for d in ended {
+            self.end_decoder(d);
+        }
         (self.early_names).retain(|e| !(e.of(ip, ssrc) || e.ip == ip && e.via == Some(ssrc)));
     }
 

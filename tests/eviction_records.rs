@@ -5,7 +5,7 @@
 //! directly. Reviews of this session's eviction records found each case (review, session 34).
 
 use pvp_t140::pvp::Message as Envelope;
-use pvp_t140::{Config, Gateway};
+use pvp_t140::{Compat, Config, Gateway};
 
 #[path = "common/core.rs"]
 mod core_helpers;
@@ -327,4 +327,367 @@ fn a_t140llm_named_streams_escape_sequence_cut_by_an_eviction_goes_on() {
     };
     assert_eq!(texts(false), ["Hello."], "control");
     assert_eq!(texts(true), ["Hello."], "evicted and back");
+}
+
+/// A plain t140llm packet (docs/t140llm.md section 3): no marker, timestamp 160 a packet.
+fn plain_llm(seq: u16, ssrc: u32, payload: &[u8]) -> Vec<u8> {
+    llm(seq, ssrc, None, payload)
+}
+
+fn contents(out: &[Envelope]) -> Vec<String> {
+    out.iter()
+        .filter(|e| e.kind == "context.add")
+        .map(|e| e.payload["content"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+/// `--compat t140llm`: the caller's first reply is only t140llm's BOM prewarm and an empty
+/// packet (sequences 0, 1), so it never carried text; with `evict` it is evicted by a flood
+/// past its reorder wait. Its next reply starts, as every t140llm reply does, at sequence 0
+/// and timestamp 0 (docs/t140llm.md section 13, deviation 3), after a quiet spell.
+fn t140llm_next_reply(evict: bool) -> (Vec<String>, u64) {
+    let mut gw = Gateway::new(Config {
+        max_streams: if evict { 3 } else { 10 },
+        compat: Compat::T140llm,
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &plain_llm(0, 1, "\u{feff}".as_bytes()));
+    gw.handle_datagram(at(100), addr(4000), &plain_llm(1, 1, b""));
+    gw.handle_datagram(at(150), addr(5000), &plain_llm(0, 100, b""));
+    gw.handle_datagram(at(150), addr(5000), &plain_llm(0, 101, b""));
+    gw.handle_datagram(at(1_200), addr(5000), &plain_llm(0, 102, b""));
+    assert_eq!(gw.stats().evicted, u64::from(evict));
+    // The next reply, 3 s later: sequence 0, timestamp 0 again.
+    gw.handle_datagram(at(3_000), addr(4000), &plain_llm(0, 1, b"Hello. "));
+    gw.handle_datagram(at(3_100), addr(4000), &plain_llm(1, 1, b"How are you? "));
+    run_timers(&mut gw, 10_000);
+    let stale = gw.stats().drops(pvp_t140::DropReason::Stale);
+    (contents(&drain(&mut gw)), stale)
+}
+
+/// `--compat t140llm`: a stream evicted and back continues its numbering, and the quiet before
+/// its return is measured from its last packet before the eviction, so a new reply starting at
+/// sequence 0 and timestamp 0 after a quiet spell starts anew (`Register::start_anew`), as
+/// without the eviction. A review found the return's own arrival taken for the last packet:
+/// the reply's packets dropped as stale copies of the old reply's (review, session 35).
+#[test]
+fn a_returning_t140llm_streams_next_reply_at_sequence_0_is_not_dropped_as_stale() {
+    let control = t140llm_next_reply(false);
+    assert_eq!(control.0, ["Hello.", "How are you?"], "control");
+    let (got, stale) = t140llm_next_reply(true);
+    assert_eq!(
+        got, control.0,
+        "the evicted t140llm caller's next reply (sequence 0 again) after its return; \
+         {stale} packet(s) dropped as stale"
+    );
+}
+
+/// The mixer's source 7 begins an escape sequence (`ESC [1;`); with `evict` the mixer's stream
+/// is evicted past its reorder wait. Then the mixer forwards source 7's BYE (RFC 3550 6.6,
+/// 7.3) from its RTCP port, and 3 s later source 7 speaks again (a new session of it,
+/// stamped well after the BYE) with "Hello. ".
+fn source_bye_while_evicted(evict: bool) -> (String, Vec<Envelope>) {
+    let mut gw = Gateway::new(Config {
+        max_streams: if evict { 3 } else { 10 },
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &red_csrc(1, 1000, 7, &[], b"\x1b[1;"));
+    gw.handle_datagram(at(50), addr(5000), &t140(1, 100, ""));
+    gw.handle_datagram(at(50), addr(5000), &t140(1, 101, ""));
+    gw.handle_datagram(at(1_100), addr(5000), &t140(1, 102, ""));
+    assert_eq!(gw.stats().evicted, u64::from(evict));
+    gw.handle_datagram(at(1_150), addr(4001), &mixer_bye(7));
+    run_timers(&mut gw, 4_000);
+    gw.handle_datagram(
+        at(4_000),
+        addr(4000),
+        &red_csrc(2, 5000, 7, &[], b"Hello. "),
+    );
+    run_timers(&mut gw, 10_000);
+    let out = drain(&mut gw);
+    (text_of(&out, "csrc:00000007"), out)
+}
+
+/// README "Stream limit": "A BYE for it forgets it, and its source's next session starts
+/// afresh", for a mixer's source too: a BYE the mixer forwards for source 7 while the mixer's
+/// stream is evicted ends source 7's voice in the mixer's record (its unfinished escape
+/// sequence counted), so its next session shows "Hello.". A review found the voice kept and
+/// its new session decoded inside the old escape sequence: "ello." (review, session 35).
+#[test]
+fn a_mixer_sources_bye_while_evicted_forgets_its_kept_escape_sequence() {
+    let (control, _) = source_bye_while_evicted(false);
+    assert_eq!(control, "Hello.", "control");
+    let (got, out) = source_bye_while_evicted(true);
+    assert_eq!(
+        got,
+        "Hello.",
+        "source 7's new session after its BYE, the mixer evicted at the BYE: {:#?}",
+        timeline(&out)
+    );
+}
+
+/// The mixer's sources 7 and 8: 7 begins an escape sequence (`ESC [1;`), 8 sends a whole one
+/// (`ESC [31m`, skipped and counted) and a BOM (RFC 4103 5.2); neither carried text, so the
+/// mixer's stream is evicted past its reorder wait (with `evict`). Both come back with their
+/// last block again as redundancy (RFC 4103 4.2, offset 300, or 0 with `zero`) and text.
+fn mixer_two_sources(evict: bool, zero: bool) -> (String, String, u64, u64) {
+    let mut gw = Gateway::new(Config {
+        max_streams: if evict { 3 } else { 10 },
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &red_csrc(1, 1000, 7, &[], b"\x1b[1;"));
+    let sgr = "\u{feff}\x1b[31m".as_bytes();
+    gw.handle_datagram(at(300), addr(4000), &red_csrc(2, 1300, 8, &[], sgr));
+    gw.handle_datagram(at(350), addr(5000), &t140(1, 100, ""));
+    gw.handle_datagram(at(350), addr(5000), &t140(1, 101, ""));
+    gw.handle_datagram(at(1_400), addr(5000), &t140(1, 102, ""));
+    assert_eq!(gw.stats().evicted, u64::from(evict));
+    gw.handle_datagram(
+        at(1_500),
+        addr(4000),
+        &red_csrc(
+            3,
+            1600,
+            7,
+            &[(if zero { 0 } else { 600 }, b"\x1b[1;")],
+            b"31mHello. ",
+        ),
+    );
+    gw.handle_datagram(
+        at(1_600),
+        addr(4000),
+        &red_csrc(4, 1700, 8, &[(if zero { 0 } else { 400 }, sgr)], b"Hi. "),
+    );
+    run_timers(&mut gw, 8_000);
+    let out = drain(&mut gw);
+    let d = gw.stats().decode;
+    (
+        text_of(&out, "csrc:00000007"),
+        text_of(&out, "csrc:00000008"),
+        d.sequences_skipped,
+        d.bom,
+    )
+}
+
+/// README "Stream limit": an evicted stream that comes back goes on with "the redundancy it
+/// already had not given again", for every source of a mixer, not only one with something
+/// unfinished: source 8's whole escape sequence and BOM, given again as redundancy (by
+/// timestamp offset, or at offset 0 by content), are counted once, as without the eviction.
+/// A review found a source not kept made afresh and fed every generation again: 3 sequences
+/// and 2 BOMs counted where the control counts 2 and 1 (review, session 35).
+#[test]
+fn a_returning_mixers_clean_source_does_not_count_its_redundancy_again() {
+    for zero in [false, true] {
+        let control = mixer_two_sources(false, zero);
+        assert_eq!(
+            control,
+            ("Hello.".to_owned(), "Hi.".to_owned(), 2, 1),
+            "control, offset 0: {zero}"
+        );
+        assert_eq!(
+            mixer_two_sources(true, zero),
+            control,
+            "evicted and back, offset 0: {zero} (text of 7, text of 8, sequences skipped, \
+             BOMs)"
+        );
+    }
+}
+
+/// The mixer's source 7 begins an escape sequence (kept by the eviction record), source 8
+/// sends a space (clean, not kept). With `evict` the mixer's stream is evicted. Then, back:
+/// mixer packet 3 (source 8's "x", ts 1600) is lost; 4 is source 7's rest of the sequence and
+/// "A. " (ts 1900); 5 is source 8's "y. " carrying " " and the lost "x" as redundancy (RFC
+/// 4103 4.2, offsets 900 and 600); 6 (source 7's "B", ts 2500) is lost; 7 is source 7's
+/// "C. " carrying "B" (offset 300). Every lost packet is recovered from redundancy.
+fn mixer_losses_after_return(evict: bool) -> (String, String, u64, u64, Vec<Envelope>) {
+    let mut gw = Gateway::new(Config {
+        max_streams: if evict { 3 } else { 10 },
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &red_csrc(1, 1000, 7, &[], b"\x1b[1;"));
+    gw.handle_datagram(at(300), addr(4000), &red_csrc(2, 1300, 8, &[], b" "));
+    gw.handle_datagram(at(350), addr(5000), &t140(1, 100, ""));
+    gw.handle_datagram(at(350), addr(5000), &t140(1, 101, ""));
+    run_timers(&mut gw, 1_400);
+    gw.handle_datagram(at(1_400), addr(5000), &t140(1, 102, ""));
+    assert_eq!(gw.stats().evicted, u64::from(evict));
+    // Packet 3 is lost: the return's first packet waits for it, then is placed.
+    run_timers(&mut gw, 2_000);
+    let p4 = red_csrc(4, 1900, 7, &[(900, b"\x1b[1;")], b"31mA. ");
+    gw.handle_datagram(at(2_000), addr(4000), &p4);
+    run_timers(&mut gw, 3_100);
+    let p5 = red_csrc(5, 2200, 8, &[(900, b" "), (600, b"x")], b"y. ");
+    gw.handle_datagram(at(3_100), addr(4000), &p5);
+    run_timers(&mut gw, 3_400);
+    // Packet 6 is lost.
+    let p7 = red_csrc(7, 2800, 7, &[(300, b"B")], b"C. ");
+    gw.handle_datagram(at(3_400), addr(4000), &p7);
+    run_timers(&mut gw, 20_000);
+    let out = drain(&mut gw);
+    let s = gw.stats();
+    (
+        text_of(&out, "csrc:00000007"),
+        text_of(&out, "csrc:00000008"),
+        s.recovered,
+        s.lost,
+        out,
+    )
+}
+
+/// README "Loss" / RFC 4103 5.3: a loss is marked only where redundancy cannot recover it.
+/// After a mixer's return, source 8 (nothing unfinished) recovers the packet lost at the
+/// return from its redundancy, and source 7's later loss is recovered too: "A. BC.", 2
+/// recovered, 0 lost, as without the eviction. A review found source 8 made afresh, its
+/// recovery placed below the stream's floor and uncounted, and a false U+FFFD in 7's text
+/// (review, session 35).
+#[test]
+fn a_returning_mixers_clean_source_recovering_its_own_loss_leaves_no_false_loss_mark() {
+    let (t7, t8, rec, lost, _) = mixer_losses_after_return(false);
+    assert_eq!(
+        (t7.as_str(), t8.as_str(), rec, lost),
+        ("A. BC.", "xy.", 2, 0),
+        "control"
+    );
+    let (t7, t8, rec, lost, out) = mixer_losses_after_return(true);
+    assert_eq!(
+        (t7.as_str(), t8.as_str(), rec, lost),
+        ("A. BC.", "xy.", 2, 0),
+        "evicted and back (texts of 7 and 8, recovered, lost): {:#?}",
+        timeline(&out)
+    );
+}
+
+/// A mixer's source 8 sends an escape sequence over two packets (`ESC [1;`, then `31m` with
+/// the first as redundancy): whole, nothing unfinished, nothing shown; with `evict` the
+/// mixer's stream is evicted right after. Its next packet carries one generation (RFC 4103
+/// 4.2 allows one), its last block `31m`, and "Hi. ".
+fn mixer_split_sequence(evict: bool) -> String {
+    let mut gw = Gateway::new(Config {
+        max_streams: if evict { 3 } else { 10 },
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &red_csrc(1, 1000, 8, &[], b"\x1b[1;"));
+    let p2 = red_csrc(2, 1300, 8, &[(300, b"\x1b[1;")], b"31m");
+    gw.handle_datagram(at(300), addr(4000), &p2);
+    gw.handle_datagram(at(350), addr(5000), &t140(1, 100, ""));
+    gw.handle_datagram(at(350), addr(5000), &t140(1, 101, ""));
+    gw.handle_datagram(at(400), addr(5000), &t140(1, 102, ""));
+    assert_eq!(gw.stats().evicted, u64::from(evict));
+    gw.handle_datagram(
+        at(600),
+        addr(4000),
+        &red_csrc(3, 1600, 8, &[(300, b"31m")], b"Hi. "),
+    );
+    run_timers(&mut gw, 8_000);
+    text_of(&drain(&mut gw), "csrc:00000008")
+}
+
+/// The visible form of the case above: a source's escape sequence's tail (`31m`), given
+/// again as its next packet's one generation after the return, is not shown as text. A
+/// review found "31mHi." (review, session 35).
+#[test]
+fn a_returning_mixers_clean_source_does_not_show_its_redundancy_as_text() {
+    assert_eq!(mixer_split_sequence(false), "Hi.", "control");
+    assert_eq!(
+        mixer_split_sequence(true),
+        "Hi.",
+        "the source's escape sequence's tail, given again as redundancy after the return"
+    );
+}
+
+/// `--compat t140llm`'s multiplexer (docs/t140llm.md section 6, `<id>\x1E` before each
+/// packet's text): stream `alpha` begins an escape sequence, stream `beta` sends a BOM; with
+/// `evict` the caller is evicted past its reorder wait. Back, packet 2 is lost, 3 is alpha's
+/// rest of the sequence and "Hello. ", 4 is beta's "Hi. ".
+fn t140llm_multiplexed_loss(evict: bool) -> (Vec<(String, String)>, u64) {
+    let mut gw = Gateway::new(Config {
+        max_streams: if evict { 3 } else { 10 },
+        compat: Compat::T140llm,
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &plain_llm(0, 1, b"alpha\x1e\x1b[1;"));
+    gw.handle_datagram(
+        at(10),
+        addr(4000),
+        &plain_llm(1, 1, "beta\x1e\u{feff}".as_bytes()),
+    );
+    gw.handle_datagram(at(50), addr(5000), &plain_llm(0, 100, b""));
+    gw.handle_datagram(at(50), addr(5000), &plain_llm(0, 101, b""));
+    gw.handle_datagram(at(1_100), addr(5000), &plain_llm(0, 102, b""));
+    assert_eq!(gw.stats().evicted, u64::from(evict));
+    gw.handle_datagram(
+        at(1_200),
+        addr(4000),
+        &plain_llm(3, 1, b"alpha\x1e31mHello. "),
+    );
+    gw.handle_datagram(at(1_250), addr(4000), &plain_llm(4, 1, b"beta\x1eHi. "));
+    run_timers(&mut gw, 9_000);
+    let adds = drain(&mut gw)
+        .iter()
+        .filter(|e| e.kind == "context.add")
+        .map(|e| {
+            let who = e.sender.rsplit('/').next().unwrap_or("").to_owned();
+            (who, e.payload["content"].as_str().unwrap_or("").to_owned())
+        })
+        .collect();
+    (adds, gw.stats().lost_unattributed)
+}
+
+/// README "t140llm": a loss in a multiplexed stream "is marked only where the stream has one
+/// voice, else counted". Every stream of the caller goes with the record, so at the return
+/// the loss the continued numbering sees is counted unattributed (not marked on `alpha`,
+/// which would also end its escape sequence), as without the eviction. A review found only
+/// `alpha` made again and the loss marked on it: "\u{FFFD}31mHello." (review, session 35).
+#[test]
+fn a_returning_t140llm_multiplexers_loss_is_not_pinned_on_its_one_restored_stream() {
+    let control = t140llm_multiplexed_loss(false);
+    let want = |a: &str, b: &str| {
+        vec![
+            (a.to_owned(), "Hello.".to_owned()),
+            (b.to_owned(), "Hi.".to_owned()),
+        ]
+    };
+    assert_eq!(control, (want("alpha", "beta"), 1), "control");
+    assert_eq!(
+        t140llm_multiplexed_loss(true),
+        control,
+        "evicted and back, a packet lost at the return (context.add by stream, unattributed \
+         losses)"
+    );
+}
+
+/// An evicted stream's record ends at its stream timeout, counting what its voices left
+/// unfinished, even when no stream is left to run the timers: its end is among the deadlines
+/// `poll_timeout` gives. Here the caller's escape sequence begun, evicted, and every other
+/// stream ended by its BYE. A review found the records ended only while some stream's timer
+/// or a datagram drove `handle_timeout` (review, session 35).
+#[test]
+fn an_evicted_streams_record_ends_at_its_timeout_with_no_stream_left() {
+    let mut gw = Gateway::new(Config {
+        max_streams: 3,
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "\x1b[1;"));
+    gw.handle_datagram(at(50), addr(5000), &t140(1, 100, ""));
+    gw.handle_datagram(at(50), addr(5000), &t140(1, 101, ""));
+    gw.handle_datagram(at(1_100), addr(5000), &t140(1, 102, ""));
+    assert_eq!(gw.stats().evicted, 1);
+    for ssrc in [100, 101, 102] {
+        gw.handle_datagram(at(1_200), addr(5000), &stream_bye(ssrc));
+    }
+    run_timers(&mut gw, 5_000);
+    assert_eq!(gw.stats().streams_live, 0, "every other stream ended");
+    assert_eq!(
+        gw.stats().decode.sequences_skipped,
+        0,
+        "the record lives on"
+    );
+    // The caller's stream timeout (60 s after its last packet) ends its record.
+    assert_eq!(gw.poll_timeout(), Some(at(60_000)));
+    run_timers(&mut gw, 60_000);
+    assert_eq!(
+        (gw.poll_timeout(), gw.stats().decode.sequences_skipped),
+        (None, 1),
+        "the record's end counted the escape sequence its eviction cut"
+    );
 }
