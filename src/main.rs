@@ -622,9 +622,17 @@ fn raise_fd_limit(max_streams: u64, workers: u64) {
 
 fn main() -> ExitCode {
     use clap::{CommandFactory, FromArgMatches};
-    let matches = Cli::command().get_matches();
-    refuse_live_flags_with_a_subcommand(&matches);
-    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let matches = match Cli::command().try_get_matches() {
+        Ok(m) => m,
+        Err(e) => return command_line_error(e),
+    };
+    if let Err(e) = refuse_live_flags_with_a_subcommand(&matches) {
+        return command_line_error(e);
+    }
+    let mut cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => return command_line_error(e),
+    };
     let config = match &cli.cmd {
         None => cli.run.config.clone(),
         Some(Cmd::Replay { config, .. }) => config.clone(),
@@ -695,15 +703,58 @@ fn main() -> ExitCode {
     code
 }
 
+/// A command line clap refused (a value out of its range, a flag it does not know, a live flag
+/// with a subcommand). In JSON mode it is one JSON line and exit status 1, as every other
+/// start-up error (see the last words in `main`): a collector reads every line of stderr as
+/// JSON. JSON mode is known only from the command line here (the config file is not read
+/// yet). Otherwise, and for `--help` and `--version`, clap says it (status 2 for an error).
+fn command_line_error(e: clap::Error) -> ExitCode {
+    if !e.use_stderr() || !json_logs_asked(std::env::args_os().skip(1)) {
+        e.exit();
+    }
+    // clap's words without the usage and the `--help` hint: `error: ` is the level's.
+    let rendered = e.render().to_string();
+    let msg: Vec<&str> = rendered
+        .split("\n\n")
+        .map(str::trim_end)
+        .filter(|p| !p.is_empty() && !p.starts_with("Usage:") && !p.starts_with("For more"))
+        .collect();
+    let msg = msg.join("\n");
+    eprintln!(
+        "{}",
+        last_word(
+            LogFormat::Json,
+            "ERROR",
+            msg.strip_prefix("error: ").unwrap_or(&msg)
+        )
+    );
+    ExitCode::FAILURE
+}
+
+/// Whether the raw arguments ask for `--log-format json` (or `--log-format=json`), the last
+/// one given winning; read before clap has accepted them.
+fn json_logs_asked(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
+    let mut json = false;
+    let mut args = args.take_while(|a| a != "--");
+    while let Some(a) = args.next() {
+        if a == "--log-format" {
+            json = args.next().is_some_and(|v| v == "json");
+        } else if let Some(v) = a.to_str().and_then(|a| a.strip_prefix("--log-format=")) {
+            json = v == "json";
+        }
+    }
+    json
+}
+
 /// The live gateway's flags are not a subcommand's: those given before `replay` or `send` are
 /// refused, all named at once as clap's `args_conflicts_with_subcommands` named them (one a
 /// line), except `--log-format`, which is global (README: `pvp-t140 --log-format json replay
 /// ...`), and which that setting refused too.
-fn refuse_live_flags_with_a_subcommand(m: &clap::ArgMatches) {
+fn refuse_live_flags_with_a_subcommand(m: &clap::ArgMatches) -> Result<(), clap::Error> {
     use clap::CommandFactory;
     use clap::parser::ValueSource;
     let Some((name, _)) = m.subcommand() else {
-        return;
+        return Ok(());
     };
     let mut cmd = Cli::command();
     let given: Vec<String> = cmd
@@ -718,15 +769,14 @@ fn refuse_live_flags_with_a_subcommand(m: &clap::ArgMatches) {
         })
         .collect();
     let msg = match given.as_slice() {
-        [] => return,
+        [] => return Ok(()),
         [flag] => format!("the subcommand '{name}' cannot be used with '{flag}'"),
         flags => format!(
             "the subcommand '{name}' cannot be used with:\n  {}",
             flags.join("\n  ")
         ),
     };
-    cmd.error(clap::error::ErrorKind::ArgumentConflict, msg)
-        .exit();
+    Err(cmd.error(clap::error::ErrorKind::ArgumentConflict, msg))
 }
 
 /// The `log_format` a config file asks for, read on its own (a file refused for another key

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::gateway_proc::{
-    Gateway, Sender, http_get, log_field, run_briefly, run_briefly_with, sample,
+    Gateway, Sender, http_get, log_field, run_briefly, run_briefly_status, run_briefly_with, sample,
 };
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -198,6 +198,93 @@ fn a_config_file_error_found_while_reading_it_is_a_json_line_when_the_file_asks_
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// A command line clap refuses is, with `--log-format json` on it, one JSON line and exit
+/// status 1, as the same mistake found by the core's own check (`--t140-pt 70`) or in a
+/// `--config` file: a flag value out of its range (`--t140-pt 200`, `--workers 0`,
+/// `--server-silence-s 0`, `--reorder-wait-ms 10001`, also as `--log-format=json`) and live
+/// flags before a subcommand. In text mode it stays clap's own error, exit status 2. A review
+/// found these were clap's plain multi-line usage error in JSON mode too, lines a collector
+/// drops, and the reason the gateway did not start lost (review, session 35).
+#[test]
+fn a_flag_value_refused_by_its_range_is_a_json_line_in_json_mode() {
+    let all_json = |err: &str| {
+        err.lines()
+            .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok())
+    };
+    let mut wrong = Vec::new();
+    for (format, bad) in [
+        (&["--log-format", "json"][..], ["--t140-pt", "200"]),
+        (&["--log-format", "json"], ["--workers", "0"]),
+        (&["--log-format", "json"], ["--server-silence-s", "0"]),
+        (&["--log-format=json"], ["--reorder-wait-ms", "10001"]),
+    ] {
+        let mut args = format.to_vec();
+        args.extend_from_slice(&["--listen", "127.0.0.1:0"]);
+        args.extend_from_slice(&bad);
+        let (status, err) = run_briefly_status(&args, &[], Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("{bad:?}: the gateway did not exit"));
+        assert_eq!(status.code(), Some(1), "{bad:?}: {err}");
+        assert!(
+            err.contains(bad[1]),
+            "{bad:?}: the error does not name the value: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{bad:?}: said once: {err}");
+        if !all_json(&err) {
+            wrong.push(format!("{bad:?}: a stderr line that is not JSON: {err:?}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    // The same kind of mistake that the core's own check finds is one JSON line.
+    let (status, err) = run_briefly_status(
+        &[
+            "--log-format",
+            "json",
+            "--listen",
+            "127.0.0.1:0",
+            "--t140-pt",
+            "70",
+        ],
+        &[],
+        Duration::from_secs(10),
+    )
+    .expect("exits");
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(all_json(&err), "{err}");
+    // Live flags before a subcommand: one JSON line naming them all.
+    let capture = concat!(env!("CARGO_MANIFEST_DIR"), "/pcaps/backspace.pcap");
+    let (status, err) = run_briefly_status(
+        &[
+            "--log-format",
+            "json",
+            "--listen",
+            "127.0.0.1:9",
+            "--workers",
+            "2",
+            "replay",
+            capture,
+        ],
+        &[],
+        Duration::from_secs(10),
+    )
+    .expect("exits");
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let message = log_field(&err, "message");
+    assert!(
+        message.contains("cannot be used with") && message.contains("--listen\n  --workers"),
+        "{message}"
+    );
+    // Text mode: clap's own error and status.
+    let (status, err) = run_briefly_status(
+        &["--listen", "127.0.0.1:0", "--t140-pt", "200"],
+        &[],
+        Duration::from_secs(10),
+    )
+    .expect("exits");
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.starts_with("error: invalid value '200'"), "{err}");
 }
 
 /// A gateway on an ephemeral port N with its RTCP port N + 1. That port may be taken (other

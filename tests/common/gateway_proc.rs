@@ -352,6 +352,15 @@ pub fn run_briefly_with(
     env: &[(&str, &str)],
     timeout: Duration,
 ) -> Option<(bool, String)> {
+    run_briefly_status(args, env, timeout).map(|(st, err)| (st.success(), err))
+}
+
+/// [`run_briefly_with`], giving the exit status itself.
+pub fn run_briefly_status(
+    args: &[&str],
+    env: &[(&str, &str)],
+    timeout: Duration,
+) -> Option<(ExitStatus, String)> {
     use std::io::Read;
     let mut child = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
         .args(args)
@@ -371,7 +380,7 @@ pub fn run_briefly_with(
                 .unwrap()
                 .read_to_string(&mut err)
                 .unwrap();
-            return Some((st.success(), err));
+            return Some((st, err));
         }
         if Instant::now() > deadline {
             let _ = child.kill();
