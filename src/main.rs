@@ -1125,14 +1125,18 @@ fn server_url(url: &str) -> Result<String, String> {
     })
 }
 
-/// SIGINT and SIGTERM, caught from the moment [`Signals::install`] runs, which is before the
-/// sockets are bound: a supervisor that stops the gateway as soon as it says it listens gets a
-/// graceful shutdown, not the signal's default action (death, with nothing flushed).
+/// SIGINT, SIGTERM and SIGHUP, caught from the moment [`Signals::install`] runs, which is
+/// before the sockets are bound: a supervisor that stops the gateway as soon as it says it
+/// listens gets a graceful shutdown, not the signal's default action (death, with nothing
+/// flushed). SIGHUP (the terminal closed, an ssh session lost, `kill -HUP`) stops it as SIGTERM
+/// does: text already accepted is not lost (README, "Trying it").
 struct Signals {
     #[cfg(unix)]
     int: Option<tokio::signal::unix::Signal>,
     #[cfg(unix)]
     term: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    hup: Option<tokio::signal::unix::Signal>,
 }
 
 impl Signals {
@@ -1144,6 +1148,7 @@ impl Signals {
             Signals {
                 int: signal(SignalKind::interrupt()).ok(),
                 term: signal(SignalKind::terminate()).ok(),
+                hup: signal(SignalKind::hangup()).ok(),
             }
         }
         #[cfg(not(unix))]
@@ -1153,7 +1158,11 @@ impl Signals {
     async fn wait(self) {
         #[cfg(unix)]
         {
-            let Signals { mut int, mut term } = self;
+            let Signals {
+                mut int,
+                mut term,
+                mut hup,
+            } = self;
             tokio::select! {
                 () = async {
                     match &mut int {
@@ -1167,6 +1176,14 @@ impl Signals {
                 } => {}
                 () = async {
                     match &mut term {
+                        Some(s) => {
+                            s.recv().await;
+                        }
+                        None => std::future::pending().await,
+                    }
+                } => {}
+                () = async {
+                    match &mut hup {
                         Some(s) => {
                             s.recv().await;
                         }

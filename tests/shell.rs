@@ -577,6 +577,30 @@ fn sigterm_right_after_listening_still_shuts_down_gracefully() {
     );
 }
 
+/// SIGHUP (the terminal closed, an ssh session lost, `kill -HUP`) stops the gateway as SIGTERM
+/// does: the half sentence it holds is written, its speaker leaves, and it exits 0. A review
+/// found SIGHUP took its default action, death (exit status 129) with the text lost (review,
+/// session 35).
+#[test]
+fn sighup_flushes_what_is_held_and_exits_0() {
+    let mut gw = Gateway::start(&["--listen", "127.0.0.1:0", "--idle-flush-ms", "600000"]);
+    let mut sender = Sender::new(gw.listen, 0x4a5);
+    sender.send("held until the stop");
+    gw.wait_stderr(WAIT, "stream started");
+    assert!(gw.stdout_lines().is_empty(), "flushed before the stop");
+    let status = gw.stop_with("HUP", WAIT);
+    assert!(status.success(), "SIGHUP: {status}");
+    let out = gw.stdout_lines();
+    let text = out
+        .iter()
+        .position(|l| l.contains("context.add") && l.contains("held until the stop"))
+        .unwrap_or_else(|| panic!("the held text was lost: {out:?}"));
+    assert!(
+        out[text..].iter().any(|l| l.contains("session.leave")),
+        "no leave after the text: {out:?}"
+    );
+}
+
 /// The `token` of the `session.join` a gateway started with `args` and the environment `env`
 /// (PVP_TOKEN is removed first, so the test's own environment does not leak in) writes for one
 /// sender: `None` when the join has no token field.

@@ -211,8 +211,14 @@ impl Gateway {
 
     /// SIGTERM, then waits for the exit status (killing it after `timeout`).
     pub fn terminate(&mut self, timeout: Duration) -> ExitStatus {
+        self.stop_with("TERM", timeout)
+    }
+
+    /// The signal `name` (`kill -NAME`), then waits for the exit status (killing it after
+    /// `timeout`).
+    pub fn stop_with(&mut self, name: &str, timeout: Duration) -> ExitStatus {
         let ok = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
+            .args([&format!("-{name}"), &self.child.id().to_string()])
             .status()
             .expect("run kill");
         assert!(ok.success());
@@ -226,7 +232,7 @@ impl Gateway {
             if Instant::now() > deadline {
                 let _ = self.child.kill();
                 panic!(
-                    "pvp-t140 did not exit within {timeout:?} of SIGTERM\nstderr:\n{}",
+                    "pvp-t140 did not exit within {timeout:?} of SIG{name}\nstderr:\n{}",
                     self.stderr_lines().join("\n")
                 );
             }
