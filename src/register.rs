@@ -547,9 +547,19 @@ impl Register {
             // The run's first packet is the new sequence's head: as a stream's first packet,
             // with every redundant generation when it starts a session (marked, or its text
             // beginning with the BOM, RFC 4103 5.2), so a lost first packet comes back.
+            // Its generations from the session's start on are the lost first packets' text,
+            // counted recovered as for a stream's head.
             let a = h.arrival();
-            let head = i == 0 && (a.marker || self.starts_session(&a));
-            self.deliver(&a, if head { usize::MAX } else { 0 }, 0, out);
+            let start = if i == 0 {
+                self.session_start(&a)
+            } else {
+                (0, None)
+            };
+            if i == 0 && (a.marker || start.1.is_some()) {
+                self.deliver_whole(&a, start, false, out);
+            } else {
+                self.deliver(&a, 0, 0, out);
+            }
             self.cold.spare.push(h.payload);
         }
         self.expected = Some(hi.wrapping_add(1));
@@ -879,6 +889,19 @@ impl Register {
             self.cold.stats.head_lost += 1;
             out(a.tag, Piece::Lost);
         }
+        self.deliver_whole(a, (generations, start), head_lost, out);
+    }
+
+    /// Delivers a head with every redundant generation ([`Register::deliver_head`], a
+    /// restart's run head that starts a session), counting those it recovers: `start` is
+    /// [`Register::session_start`]'s answer for it.
+    fn deliver_whole(
+        &mut self,
+        a: &Arrival<'_>,
+        (generations, start): (usize, Option<usize>),
+        head_lost: bool,
+        out: Out<'_>,
+    ) {
         if !a.marker {
             let recovered = match start {
                 _ if head_lost => generations,
@@ -1883,6 +1906,31 @@ mod tests {
             "the restart's lost first packet neither recovered nor marked: {:?}",
             r.text
         );
+    }
+
+    /// The same restart counts 40000's text, given back by the run's head's redundancy, as
+    /// recovered (`RegisterStats::recovered`: "Lost packets whose text came from a later
+    /// packet's redundancy"), as a stream's first packet starting the session by its
+    /// redundancy does. The restart's head counted nothing (review, session 35).
+    #[test]
+    fn a_restarts_lost_first_packet_recovered_from_the_runs_head_is_counted_as_recovered() {
+        let mut r = Rig::new();
+        r.red(0, 100, true, &["", ""], "a");
+        // 40000 "\u{feff}x" lost.
+        assert_eq!(
+            r.red(300, 40_001, false, &["", "\u{feff}x"], "y"),
+            Outcome::Jump
+        );
+        assert_eq!(
+            r.red(600, 40_002, false, &["\u{feff}x", "y"], "z"),
+            Outcome::Delivered
+        );
+        assert_eq!(r.text, "a\u{feff}xyz");
+        assert_eq!(r.reg.stats().restarts, 1);
+        let mut first = Rig::new();
+        first.red(0, 40_001, false, &["", "\u{feff}x"], "y");
+        assert_eq!(first.reg.stats().recovered, 1, "a stream's head counts it");
+        assert_eq!(r.reg.stats().recovered, 1, "40000's text came from 40001");
     }
 
     /// A restart whose second packet is lost: 40000 "\u{feff}x" (kept), 40001 lost, 40002
