@@ -1129,7 +1129,8 @@ fn server_url(url: &str) -> Result<String, String> {
 /// before the sockets are bound: a supervisor that stops the gateway as soon as it says it
 /// listens gets a graceful shutdown, not the signal's default action (death, with nothing
 /// flushed). SIGHUP (the terminal closed, an ssh session lost, `kill -HUP`) stops it as SIGTERM
-/// does: text already accepted is not lost (README, "Trying it").
+/// does: text already accepted is not lost (README, "Trying it"); unless it was ignored at
+/// start, as `nohup` starts a program so that a hangup does not end it ([`hangup_ignored`]).
 struct Signals {
     #[cfg(unix)]
     int: Option<tokio::signal::unix::Signal>,
@@ -1137,6 +1138,24 @@ struct Signals {
     term: Option<tokio::signal::unix::Signal>,
     #[cfg(unix)]
     hup: Option<tokio::signal::unix::Signal>,
+}
+
+/// Whether SIGHUP's disposition, inherited at exec, is to ignore it (`nohup`, `trap '' HUP`):
+/// catching it would undo that. Read from the kernel's `SigIgn` mask (proc(5)), so without
+/// `unsafe`; elsewhere taken as not ignored.
+#[cfg(unix)]
+fn hangup_ignored() -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| ignores_hangup(&s))
+}
+
+/// [`hangup_ignored`] from a `/proc/PID/status` text: bit 0 of `SigIgn` is signal 1, SIGHUP.
+#[cfg(unix)]
+fn ignores_hangup(status: &str) -> bool {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+        .is_some_and(|mask| mask & 1 == 1)
 }
 
 impl Signals {
@@ -1148,7 +1167,9 @@ impl Signals {
             Signals {
                 int: signal(SignalKind::interrupt()).ok(),
                 term: signal(SignalKind::terminate()).ok(),
-                hup: signal(SignalKind::hangup()).ok(),
+                hup: (!hangup_ignored())
+                    .then(|| signal(SignalKind::hangup()).ok())
+                    .flatten(),
             }
         }
         #[cfg(not(unix))]

@@ -601,6 +601,33 @@ fn sighup_flushes_what_is_held_and_exits_0() {
     );
 }
 
+/// A gateway started with SIGHUP ignored (`nohup pvp-t140 &`, `trap '' HUP`: POSIX nohup
+/// runs a program so that a hangup does not end it) keeps it ignored: a hangup changes
+/// nothing, and text sent after it is said by an idle flush, not by a stop. A review found the
+/// handler installed for SIGHUP replacing the inherited SIG_IGN, so a lost ssh session ended a
+/// `nohup`ed gateway (review, session 35).
+#[test]
+fn a_gateway_started_with_sighup_ignored_keeps_running_after_a_hangup() {
+    let mut gw = Gateway::start_after(
+        "trap '' HUP",
+        &["--listen", "127.0.0.1:0", "--idle-flush-ms", "100"],
+    );
+    let kill = Command::new("kill")
+        .args(["-HUP", &gw.pid().to_string()])
+        .status()
+        .expect("kill");
+    assert!(kill.success(), "kill -HUP");
+    let mut sender = Sender::new(gw.listen, 0xd0e);
+    sender.send("said after the hangup");
+    let line = gw.wait_stdout(WAIT, "said after the hangup");
+    assert!(
+        line.contains("flush:idle"),
+        "said by a stop, not an idle flush: {line}"
+    );
+    gw.assert_stderr_lacks("shutting down");
+    assert!(gw.terminate(WAIT).success());
+}
+
 /// The `token` of the `session.join` a gateway started with `args` and the environment `env`
 /// (PVP_TOKEN is removed first, so the test's own environment does not leak in) writes for one
 /// sender: `None` when the join has no token field.

@@ -59,8 +59,15 @@ impl Gateway {
     /// `ulimit -Sn`, then `exec`, so the process is the gateway itself).
     #[allow(dead_code)]
     pub fn start_with_fd_limit(soft: u64, args: &[&str]) -> Gateway {
+        Self::start_after(&format!("ulimit -Sn {soft}"), args)
+    }
+
+    /// As [`Gateway::start`], through `sh -c "PRELUDE && exec BIN ARGS"`: the process is the
+    /// gateway itself, started with what `prelude` set (a limit, a signal ignored).
+    #[allow(dead_code)]
+    pub fn start_after(prelude: &str, args: &[&str]) -> Gateway {
         let mut cmd = Command::new("sh");
-        cmd.args(["-c", &format!("ulimit -Sn {soft} && exec \"$0\" \"$@\"")])
+        cmd.args(["-c", &format!("{prelude} && exec \"$0\" \"$@\"")])
             .arg(env!("CARGO_BIN_EXE_pvp-t140"));
         Self::spawn_command(cmd, args, "info", true)
     }
@@ -148,6 +155,12 @@ impl Gateway {
             .unwrap_or_default();
         names.sort();
         names
+    }
+
+    /// The process id (a signal's target).
+    #[allow(dead_code)]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn stdout_lines(&self) -> Vec<String> {
