@@ -22,9 +22,12 @@ use crate::rtcp::RtcpEvent;
 use crate::rtp::{RtpError, RtpPacket, looks_like_rtcp, ts_after};
 use crate::slab::Slab;
 use crate::speaker::{
-    Bye, CLOCK_RESTART_MS, Output, Recent, Speaker, Voice, VoiceRef, clock_jumped, split_named,
+    Bye, CLOCK_RESTART_MS, Output, Speaker, Voice, VoiceRef, clock_jumped, split_named,
 };
-use crate::stream::{Hex8, KeyHasher, SourceText, Stream, StreamKey, canonical, speaker_index};
+use crate::stream::{
+    Hex8, KeyHasher, Mixer, NO_SPEAKER, SourceText, Speakers, Stream, StreamKey, canonical,
+    speaker_index,
+};
 use crate::t140::{DecodeStats, Decoder};
 use crate::time::Time;
 use crate::timers::Timers;
@@ -1072,25 +1075,11 @@ struct Evicted {
     /// Its last packet: the quiet before the return is measured from it (a t140llm reply's
     /// start is told by that quiet).
     last_packet: Time,
-    /// Its voices, made again at its return as they were ([`Gateway::remember_evicted`]).
-    /// Empty (no allocation) for a stream whose one voice is its own and holds nothing.
-    voices: Vec<KeptVoice>,
-}
-
-/// One voice of an evicted stream: its decoder (a character or escape sequence its last packet
-/// left unfinished goes on at the return, and is counted if the stream does not come back),
-/// and for a mixer's source where its redundancy was placed to (its last timestamp and last
-/// packet's blocks), so that the speaker made again is not fed what it already had (RFC 4103
-/// 4.2: a packet's generations are its speaker's earlier packets). Kept for every voice, so
-/// that the speakers at the return are those the stream had: a new one's redundancy is
-/// placed against the others' (the stream's floor), and a loss goes to the only voice only if
-/// it is the only one.
-#[derive(Debug)]
-struct KeptVoice {
-    voice: Voice,
-    decoder: Decoder,
-    last_ts: Option<u32>,
-    recent: Option<Recent>,
+    /// Its speakers as they were, moved out of the stream (no copy, no allocation): made
+    /// again at its return, they go on where they stood ([`Gateway::remember_evicted`]).
+    speakers: Speakers,
+    /// Its mixer's state across its speakers: the losses none has accounted for yet.
+    mixer: Mixer,
 }
 
 /// The sans-IO core.
@@ -1905,18 +1894,17 @@ impl Gateway {
         if let Some(r) = returning {
             stream.register.resume(r.at);
             stream.last_packet = r.last_packet;
-            // What its voices' last packets left unfinished goes on (README "Stream limit"),
-            // each from where its redundancy was placed to.
-            for v in r.voices {
-                let (idx, _) = stream.speaker(v.voice.as_ref(), now);
-                let sp = &mut stream.speakers[idx];
-                sp.decoder = v.decoder;
-                sp.last_ts = v.last_ts;
-                if let Some(recent) = v.recent {
-                    sp.profile.mixer().recent = recent;
-                }
-                // A mixer's source: its SDES names went among the early names at the eviction.
-                if let Voice::Csrc(c) = v.voice {
+            stream.mixer = r.mixer;
+            // Its speakers go on as they were (README "Stream limit"): what a last packet left
+            // unfinished, where a mixer's source's redundancy was placed to, the mapping's
+            // decision, the names. An SDES for a mixer's source that came meanwhile is among
+            // the early names (its own voice's is `early`, below).
+            stream.speakers = r.speakers;
+            stream.own = (stream.speakers.iter())
+                .position(|sp| sp.voice == Voice::Ssrc)
+                .map_or(NO_SPEAKER, |i| i as u8);
+            for sp in &mut stream.speakers {
+                if let Voice::Csrc(c) = sp.voice {
                     name_new_speaker(&mut self.early_names, &key, c, sp);
                 }
             }
@@ -2038,17 +2026,15 @@ impl Gateway {
         }
     }
 
-    /// Removes the live stream in `slot` to make room ([`Gateway::evict_silent_stream`]). A
-    /// character or escape sequence its speakers left unfinished ends with it, counted as at
-    /// any stream's end, unless its own voice's goes with its record for its return; nothing
-    /// it held is said.
+    /// Removes the live stream in `slot` to make room ([`Gateway::evict_silent_stream`]): its
+    /// speakers go with its record for its return, or, with none kept, end with it (what they
+    /// left unfinished counted, as at any stream's end); nothing it held is said.
     fn evict(&mut self, slot: u32) {
         let mut s = self.slots.remove(slot).expect("live");
-        s.register.drop_jumped();
+        // Before its restart's run is dropped: a stream holding one keeps no record.
         self.remember_evicted(&mut s);
-        for sp in &mut s.speakers {
-            self.end_decoder(std::mem::take(&mut sp.decoder));
-        }
+        s.register.drop_jumped();
+        self.end_speakers(s.key, std::mem::take(&mut s.speakers));
         self.timers.remove(slot);
         self.index.remove(&s.key);
         self.streams.release();
@@ -2090,10 +2076,11 @@ impl Gateway {
     /// What an evicted stream needs if its source comes back (a caller that opened with the
     /// BOM and has not typed yet is the oldest silent stream when a flood comes): where its
     /// numbering stood, so that its next packet is not taken for a stream whose head was lost
-    /// (a wait, and a false U+FFFD, RFC 4103 5.3), and its speakers' SDES names, back in
-    /// `early_names` for the join. Not for a stream whose source said BYE: what follows is
-    /// its next session's (nor kept past a BYE that comes after, [`Gateway::forget_evicted`]).
-    /// The names outlive the record, as any early name (README "Stream limit").
+    /// (a wait, and a false U+FFFD, RFC 4103 5.3), and its speakers as they were (decoders,
+    /// redundancy placed, mapping, names). Not for a stream whose source said BYE: what
+    /// follows is its next session's (nor kept past a BYE that comes after,
+    /// [`Gateway::forget_evicted`]). When the record ends its names outlive it, as any early
+    /// name ([`Gateway::end_speakers`], README "Stream limit").
     #[cold]
     #[inline(never)]
     fn remember_evicted(&mut self, s: &mut Stream) {
@@ -2104,28 +2091,11 @@ impl Gateway {
         // coming back waits for its head and marks it again.
         let marked = s.speakers.iter().any(|sp| !sp.chunker.is_blank());
         let at = s.register.position().filter(|_| !marked);
-        // Each voice with a character or escape sequence unfinished keeps it, with where its
-        // redundancy was placed to (a mixer's source's last timestamp and last packet), so
-        // that neither the numbering continued nor a speaker made again feeds it what it
-        // already had. Without a position (a lost head's mark) nothing is kept: the stream
-        // coming back takes its first packet's generations afresh, so its voices' unfinished
-        // parts are counted at the eviction (README "Stream limit").
+        // Its speakers go with the record as they are, so that neither the numbering
+        // continued nor a speaker made again feeds a voice what it already had. Without a
+        // position (a lost head's mark, a restart's run kept) nothing is kept: the stream
+        // coming back takes its first packet's generations afresh (README "Stream limit").
         if let Some(at) = at {
-            let many = s.speakers.len() > 1;
-            let voices = (s.speakers.iter_mut())
-                .filter(|sp| {
-                    many || sp.voice != Voice::Ssrc
-                        || sp.last_ts.is_some()
-                        || sp.decoder.holds_partial()
-                        || sp.decoder.in_control()
-                })
-                .map(|sp| KeptVoice {
-                    voice: sp.voice.clone(),
-                    decoder: std::mem::take(&mut sp.decoder),
-                    last_ts: sp.last_ts,
-                    recent: sp.profile.mixer.as_ref().map(|m| m.recent.clone()),
-                })
-                .collect();
             if self.evicted.len() == EVICTED_KEPT
                 && let Some(old) = self.evicted.pop_front()
             {
@@ -2138,17 +2108,28 @@ impl Gateway {
                 until,
                 at,
                 last_packet: s.last_packet,
-                voices,
+                speakers: std::mem::take(&mut s.speakers),
+                mixer: s.mixer,
             });
         }
-        for sp in s.speakers.iter_mut().filter(|sp| sp.profile.name_rank > 0) {
+    }
+
+    /// The speakers of a stream gone without a word (evicted, or its record ended): what
+    /// each left unfinished is counted, and their SDES names go among the early names, so
+    /// that a stream of the same source takes them for its join (README "Stream limit").
+    #[cold]
+    #[inline(never)]
+    fn end_speakers(&mut self, key: StreamKey, speakers: Speakers) {
+        for mut sp in speakers {
+            self.end_decoder(std::mem::take(&mut sp.decoder));
             let (id, via) = match sp.voice {
-                Voice::Ssrc => (s.key.ssrc, None),
-                Voice::Csrc(c) => (c, Some(s.key.ssrc)),
+                _ if sp.profile.name_rank == 0 => continue,
+                Voice::Ssrc => (key.ssrc, None),
+                Voice::Csrc(c) => (c, Some(key.ssrc)),
                 Voice::Named(_) => continue,
             };
             self.keep_early_name(EarlyName {
-                ip: s.key.source.ip(),
+                ip: key.source.ip(),
                 id,
                 name: std::mem::take(&mut sp.profile.name),
                 rank: sp.profile.name_rank,
@@ -2170,12 +2151,10 @@ impl Gateway {
         None
     }
 
-    /// An eviction record ending without its stream's return: what its voices left
-    /// unfinished is counted, as at any stream's end.
+    /// An eviction record ending without its stream's return: what its speakers left
+    /// unfinished is counted, as at any stream's end, and their names outlive it.
     fn end_record(&mut self, e: Evicted) {
-        for v in e.voices {
-            self.end_decoder(v.decoder);
-        }
+        self.end_speakers(e.key, e.speakers);
     }
 
     /// A BYE for `ssrc` of host `ip` that ends no stream nor speaker: a stream of it evicted
@@ -2187,11 +2166,12 @@ impl Gateway {
     #[inline(never)]
     fn forget_evicted(&mut self, ip: IpAddr, ssrc: u32) {
         self.end_evicted(|e| e.key.source.ip() == ip && e.key.ssrc == ssrc);
-        // A mixer's source of that host: its voice in the mixer's record is its ended session's.
+        // A mixer's source of that host: its speaker in the mixer's record is its ended
+        // session's (the record holds no packet for it: it has no run nor held packets).
         let mut ended = Vec::new();
         for e in self.evicted.iter_mut().filter(|e| e.key.source.ip() == ip) {
-            while let Some(i) = e.voices.iter().position(|v| v.voice == Voice::Csrc(ssrc)) {
-                ended.push(e.voices.remove(i).decoder);
+            while let Some(i) = e.speakers.iter().position(|v| v.voice == Voice::Csrc(ssrc)) {
+                ended.push(e.speakers.remove(i).decoder);
             }
         }
         for d in ended {
@@ -2632,7 +2612,9 @@ impl Gateway {
     /// is inline; the firing, rare per packet, is not, so it stays out of the packet path.
     #[inline]
     fn fire_due(&mut self, now: Time) {
-        if self.poll_timeout().is_some_and(|t| t <= now) {
+        // The timers only: an eviction record's end waits for them or for `handle_timeout`
+        // (one comparison less a packet).
+        if self.timers.next().is_some_and(|t| t <= now) {
             self.fire_due_from(now);
         }
     }

@@ -691,3 +691,257 @@ fn an_evicted_streams_record_ends_at_its_timeout_with_no_stream_left() {
         "the record's end counted the escape sequence its eviction cut"
     );
 }
+
+/// `--compat t140llm`, one caller not multiplexing: its BOM prewarm (sequence 0) makes its own
+/// voice, its only one. With `evict` a flood evicts it past its reorder wait. Back, packet 1
+/// is lost and packet 2 says "Hello. ".
+fn t140llm_single_voice_loss(evict: bool) -> (Vec<String>, u64, u64) {
+    let mut gw = Gateway::new(Config {
+        max_streams: if evict { 3 } else { 10 },
+        compat: Compat::T140llm,
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &plain_llm(0, 1, "\u{feff}".as_bytes()));
+    gw.handle_datagram(at(50), addr(5000), &plain_llm(0, 100, b""));
+    gw.handle_datagram(at(50), addr(5000), &plain_llm(0, 101, b""));
+    gw.handle_datagram(at(1_100), addr(5000), &plain_llm(0, 102, b""));
+    assert_eq!(gw.stats().evicted, u64::from(evict));
+    gw.handle_datagram(at(1_200), addr(4000), &plain_llm(2, 1, b"Hello. "));
+    run_timers(&mut gw, 9_000);
+    let s = gw.stats();
+    (contents(&drain(&mut gw)), s.lost, s.lost_unattributed)
+}
+
+/// README "Stream limit": an evicted stream's voices, its own included, "are made again as
+/// they were"; README "Loss" (t140llm): a loss goes to the stream's only voice if it has one.
+/// A t140llm caller whose one clean voice is its own loses a packet at its return: marked on
+/// that voice, as without the eviction. A review found a lone clean own voice not kept and
+/// the loss counted unattributed (review, session 35).
+#[test]
+fn t140llm_lone_own_voice_is_made_again_so_a_loss_at_the_return_is_marked() {
+    let control = t140llm_single_voice_loss(false);
+    assert_eq!(
+        control,
+        (vec!["\u{fffd}Hello.".to_owned()], 1, 0),
+        "control (texts, lost, lost_unattributed)"
+    );
+    assert_eq!(
+        t140llm_single_voice_loss(true),
+        control,
+        "evicted and back, packet 1 lost at the return (texts, lost, lost_unattributed)"
+    );
+}
+
+/// A stream's own compound RTCP from its RTP port's next one: an empty RR, then an SDES with
+/// its CNAME and NAME `name`.
+fn own_sdes(ssrc: u32, name: &str) -> Vec<u8> {
+    let mut d = Vec::new();
+    pvp_t140::rtcp::write_rr(&mut d, ssrc);
+    pvp_t140::rtcp::write_sdes(&mut d, ssrc, "user@host", Some(name));
+    d
+}
+
+/// `unmatched = "refuse"` and one rule for the SDES name "Alice". The caller (SSRC 1) says
+/// "Hi. " before its SDES came: the mapping refuses it (no rule matches a nameless speaker).
+/// Then its SDES NAME "Alice" comes. With `evict`, a flood evicts the caller (it never joined,
+/// and holds nothing); it comes back with "Bye. ".
+fn refused_then_named(evict: bool) -> (Vec<(String, String)>, u64) {
+    use pvp_t140::mapping::{Mapping, Rule, Unmatched};
+    let mut gw = Gateway::new(Config {
+        max_streams: if evict { 3 } else { 10 },
+        mapping: Mapping {
+            rules: vec![Rule {
+                match_rtcp_name: Some("Alice".into()),
+                participant: Some("alice".into()),
+                ..Rule::default()
+            }],
+            unmatched: Unmatched::Refuse,
+        },
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "Hi. "));
+    run_timers(&mut gw, 5_000);
+    assert_eq!(gw.stats().refused_chunks, 1, "refused");
+    gw.handle_datagram(at(5_000), addr(4001), &own_sdes(1, "Alice"));
+    gw.handle_datagram(at(5_100), addr(5000), &t140(1, 100, ""));
+    gw.handle_datagram(at(5_100), addr(5000), &t140(1, 101, ""));
+    gw.handle_datagram(at(5_200), addr(5000), &t140(1, 102, ""));
+    assert_eq!(gw.stats().evicted, u64::from(evict));
+    gw.handle_datagram(at(5_300), addr(4000), &t140(2, 1, "Bye. "));
+    run_timers(&mut gw, 12_000);
+    let out = drain(&mut gw);
+    let seen = out
+        .iter()
+        .map(|e| {
+            let c = e.payload["content"].as_str().unwrap_or("").to_owned();
+            (e.kind.clone(), c)
+        })
+        .collect();
+    (seen, gw.stats().refused_chunks)
+}
+
+/// README "Configuration file": rules are evaluated once for each speaker. A caller the
+/// mapping refused stays refused after its stream is evicted and back (its SDES name, which a
+/// rule would match, came meanwhile). A review found the speaker made afresh and mapped again:
+/// it joined and said "Bye." (review, session 35).
+#[test]
+fn a_speaker_the_mapping_refused_is_not_mapped_again_after_its_eviction() {
+    let control = refused_then_named(false);
+    assert_eq!(control, (vec![], 2), "control: refused for good");
+    assert_eq!(
+        refused_then_named(true),
+        control,
+        "evicted and back: (envelopes, refused chunks)"
+    );
+}
+
+/// A mixer (RFC 9071) with one generation of redundancy (RFC 4103 4.2 allows one). Source 7
+/// opens with its BOM (packet 1, ts 1000); packets 2 and 3 (7's "a" and "b") and 4 (source 8's
+/// "", ts 1900) are lost; packet 5 is source 8's first (ts 2200), its one generation being the
+/// lost packet 4: it accounts for one of the three lost, and two are left unplaced for the
+/// stream's next speaker ([`pvp_t140::speaker::Output::unplaced`]). With `evict`, a flood
+/// evicts the mixer's stream once packet 5 is delivered (nothing held, nothing said). Back,
+/// packet 6 is source 7's "Hello. " carrying "b" (offset 900): "a" is lost beyond recovery.
+fn mixer_unplaced_losses(evict: bool) -> (String, u64, u64, Vec<Envelope>) {
+    let mut gw = Gateway::new(Config {
+        max_streams: if evict { 3 } else { 10 },
+        ..Config::default()
+    });
+    gw.handle_datagram(
+        at(0),
+        addr(4000),
+        &red_csrc(1, 1000, 7, &[], "\u{feff}".as_bytes()),
+    );
+    gw.handle_datagram(
+        at(1_200),
+        addr(4000),
+        &red_csrc(5, 2200, 8, &[(300, b"")], b""),
+    );
+    // Packet 5 waits for the gap, then is placed.
+    run_timers(&mut gw, 2_300);
+    gw.handle_datagram(at(2_300), addr(5000), &t140(1, 100, ""));
+    gw.handle_datagram(at(2_300), addr(5000), &t140(1, 101, ""));
+    gw.handle_datagram(at(2_400), addr(5000), &t140(1, 102, ""));
+    assert_eq!(gw.stats().evicted, u64::from(evict));
+    gw.handle_datagram(
+        at(2_500),
+        addr(4000),
+        &red_csrc(6, 2500, 7, &[(900, b"b")], b"Hello. "),
+    );
+    run_timers(&mut gw, 9_000);
+    let out = drain(&mut gw);
+    let s = gw.stats();
+    (text_of(&out, "csrc:00000007"), s.lost, s.recovered, out)
+}
+
+/// RFC 4103 5.3, README "Loss": text lost beyond recovery is marked. A mixer's losses no
+/// speaker has accounted for yet go with its record, so source 7's lost "a" is marked after
+/// the return, as without the eviction. A review found them dropped at the eviction: "a"
+/// lost silently (review, session 35).
+#[test]
+fn a_returning_mixer_keeps_its_unplaced_losses() {
+    let (text, lost, recovered, _) = mixer_unplaced_losses(false);
+    assert_eq!(
+        (text.as_str(), lost, recovered),
+        ("\u{fffd}bHello.", 1, 2),
+        "control (text of 7, lost, recovered)"
+    );
+    let (text, lost, recovered, out) = mixer_unplaced_losses(true);
+    assert_eq!(
+        (text.as_str(), lost, recovered),
+        ("\u{fffd}bHello.", 1, 2),
+        "evicted and back (text of 7, lost, recovered): {:#?}",
+        timeline(&out)
+    );
+}
+
+/// The caller (SSRC 1) opens with its BOM (sequence 1), then restarts its numbering (RFC 3550
+/// A.1: a jump) with "He" at sequence 5000, which the register keeps in a restart's run until
+/// the next packet confirms it. Its next packet is late: with `evict`, a flood past the reorder
+/// wait evicts it meanwhile (the run spares it only for that wait). Then 5001 "llo. " and
+/// 5002 (its idle tail, empty) come.
+fn restart_run_evicted(evict: bool) -> (Vec<String>, u64) {
+    let mut gw = Gateway::new(Config {
+        max_streams: if evict { 3 } else { 10 },
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "\u{feff}"));
+    gw.handle_datagram(at(300), addr(4000), &t140m(5000, 1, false, "He"));
+    gw.handle_datagram(at(400), addr(5000), &t140(1, 100, ""));
+    gw.handle_datagram(at(400), addr(5000), &t140(1, 101, ""));
+    gw.handle_datagram(at(1_400), addr(5000), &t140(1, 102, ""));
+    assert_eq!(gw.stats().evicted, u64::from(evict));
+    gw.handle_datagram(at(1_500), addr(4000), &t140m(5001, 1, false, "llo. "));
+    gw.handle_datagram(at(1_800), addr(4000), &t140m(5002, 1, false, ""));
+    run_timers(&mut gw, 9_000);
+    (contents(&drain(&mut gw)), gw.stats().lost)
+}
+
+/// A stream holding a restart's run (`Register::position`: none while a run is kept) keeps no
+/// record: evicted and back it is a new stream whose head was lost, and what the dropped run
+/// said is marked, never lost silently. A review found the run dropped before the position
+/// was asked, the record kept, and "He" lost without a mark (review, session 35).
+#[test]
+fn a_stream_evicted_with_a_restart_run_kept_does_not_lose_the_run_silently() {
+    let control = restart_run_evicted(false);
+    assert_eq!(control, (vec!["Hello.".to_owned()], 0), "control");
+    let (texts, lost) = restart_run_evicted(true);
+    assert!(
+        texts == ["Hello."] || (texts.len() == 1 && texts[0].starts_with('\u{fffd}')),
+        "evicted while its restart's run waited, and back: {texts:?}, {lost} lost"
+    );
+}
+
+/// The mixer's source 7 (BOM only) is named "Alice" by the mixer's SDES; the mixer's stream is
+/// evicted by three junk streams (max 3), the first of which an SDES names "Junk". Then
+/// `others` SDES items for sources not seen on RTP arrive (other hosts' early names). The
+/// mixer comes back, source 7 saying "Hello. ": its room is made by evicting junk stream 100,
+/// whose name goes among the early names too.
+fn returning_source_name(others: u32) -> Vec<String> {
+    let mut gw = Gateway::new(Config {
+        max_streams: 3,
+        ..Config::default()
+    });
+    gw.handle_datagram(
+        at(0),
+        addr(4000),
+        &red_csrc(1, 1000, 7, &[], "\u{feff}".as_bytes()),
+    );
+    gw.handle_datagram(at(10), addr(4001), &mixer_sdes(7, "Alice"));
+    gw.handle_datagram(at(50), addr(5000), &t140(1, 100, ""));
+    gw.handle_datagram(at(50), addr(5000), &t140(1, 101, ""));
+    gw.handle_datagram(at(60), addr(5001), &own_sdes(100, "Junk"));
+    gw.handle_datagram(at(1_100), addr(5000), &t140(1, 102, ""));
+    assert_eq!(gw.stats().evicted, 1, "the mixer's stream is evicted");
+    for i in 0..others {
+        let from = std::net::SocketAddr::from(([127, 0, 0, 2], 7001));
+        gw.handle_datagram(at(1_150), from, &own_sdes(1_000 + i, "Someone"));
+    }
+    gw.handle_datagram(
+        at(1_200),
+        addr(4000),
+        &red_csrc(2, 1300, 7, &[], b"Hello. "),
+    );
+    assert_eq!(gw.stats().evicted, 2, "junk stream 100 made the room");
+    run_timers(&mut gw, 8_000);
+    join_names(&drain(&mut gw), "csrc:00000007")
+}
+
+/// README "Stream limit": an evicted stream's SDES names are kept for its return's join, a
+/// mixer's sources' too: they stay with its record's speakers, so the eviction that makes room
+/// for the return cannot push them out of the early names (256). A review found source 7's
+/// "Alice" pushed out by the junk stream's name (review, session 35).
+#[test]
+fn a_returning_mixers_source_name_is_not_pushed_out_by_the_eviction_that_makes_its_room() {
+    assert_eq!(
+        returning_source_name(254),
+        ["Alice"],
+        "control: 254 other early names"
+    );
+    assert_eq!(
+        returning_source_name(255),
+        ["Alice"],
+        "255 other early names: the eviction making room for the return pushed the source's \
+         name out"
+    );
+}
