@@ -336,6 +336,12 @@ impl Decoder {
                 let first = self.ctl == Ctl::Esc;
                 self.ctl = match c {
                     '[' if first => Ctl::Csi,
+                    // `ESC E` is NEL in a 7-bit code (ECMA-48 5.3: a C1 control is `ESC Fe`),
+                    // a new line as U+0085 is (README "Text decoding"), not a sequence skipped.
+                    'E' if first => {
+                        sink.new_line();
+                        Ctl::Normal
+                    }
                     'X' | 'P' | ']' | '^' | '_' if first => Ctl::Str(0),
                     '\u{20}'..='\u{2f}' => Ctl::EscInter,
                     '\u{30}'..='\u{7e}' => {
@@ -596,6 +602,25 @@ mod tests {
         let (s, st) = decode(&[b"Helo\x08\x08lo\x08\x08\x08\x08\x08\x08!"]);
         assert_eq!(s, "!");
         assert_eq!(st.backspace_unmatched, 2);
+    }
+
+    /// `ESC E`, NEL in a 7-bit code (ECMA-48 5.3: every C1 control is `ESC Fe`), is one new
+    /// line as U+0085 is (README "Text decoding"), also split between packets, and no skipped
+    /// sequence. A review found it skipped as an unknown escape sequence, joining the words
+    /// on either side ("onetwo") (review, session 35).
+    #[test]
+    fn esc_e_the_seven_bit_nel_is_a_new_line_as_u0085_is() {
+        let (c1, _) = decode(&["one\u{85}two".as_bytes()]);
+        assert_eq!(c1, "one\ntwo", "the reference: NEL as the C1 character");
+        let (seven_bit, counts) = decode(&[b"one\x1bEtwo"]);
+        assert_eq!(
+            (seven_bit.as_str(), counts.sequences_skipped),
+            ("one\ntwo", 0),
+            "ESC E is NEL in a 7-bit code"
+        );
+        assert_eq!(decode(&[b"one\x1b", b"Etwo"]).0, "one\ntwo");
+        // Only right after ESC: after an intermediate byte, `E` is a final byte.
+        assert_eq!(decode(&[b"one\x1b Etwo"]).0, "onetwo");
     }
 
     #[test]
