@@ -3,10 +3,11 @@
 //! pvp-implementation-guide STEP 4: flush on sentence boundaries, after a silence, and at a size
 //! threshold. A sentence ends at `.`, `!` or `?` followed by white space (so `3.14` and `e.g.x`
 //! do not split), or at an ideographic `。`, `！`, `？` followed by anything but another of them
-//! (CJK text has no spaces; `？！` and `。。。` end one sentence). A no-break space (U+00A0,
-//! U+2007, U+202F) joins its neighbours: it ends no sentence and is no word boundary. The size
-//! cut falls on the last word boundary and never inside a character. Idle and end flushes are
-//! driven from outside (the stream table owns the clock).
+//! or what extends its grapheme cluster (CJK text has no spaces; `？！` and `。。。` end one
+//! sentence, and a combining mark or U+FE0F typed after `。` is cut with it). A no-break space
+//! (U+00A0, U+2007, U+202F) joins its neighbours: it ends no sentence and is no word boundary.
+//! The size cut falls on the last word boundary and never inside a character. Idle and end
+//! flushes are driven from outside (the stream table owns the clock).
 
 use std::collections::VecDeque;
 
@@ -123,6 +124,11 @@ pub struct Chunker {
     /// end without loading the buffer: with thousands of streams that load is a cache miss
     /// per packet, and stores to the buffer do not stall as loads do.
     tail: u8,
+    /// The buffer's last grapheme cluster may be an ideographic sentence end with what extends
+    /// it (UAX #29: a combining mark, U+FE0F, a ZWJ, a skin tone), which `tail` does not show:
+    /// the sentence is cut before the next character that neither is an end nor extends the
+    /// cluster, as a bare end is ([`Fed::cut_ideographic_end`]). A hint, checked when read.
+    end_held: bool,
 }
 
 /// A chunker taking text, with where its chunks go: the decoder's [`TextSink`].
@@ -173,6 +179,7 @@ impl Chunker {
         self.unseen_ws = before.saturating_add(clamp(trailing.0));
         self.tail = 0;
         self.chars = 0;
+        self.end_held = false;
         chunk
     }
 
@@ -289,8 +296,8 @@ impl Fed<'_> {
     }
 
     fn push(&mut self, c: char) {
-        if may_end_ideographic(self.ch.tail) && !is_ideographic_end(c) {
-            self.cut_ideographic_end();
+        if (may_end_ideographic(self.ch.tail) || self.ch.end_held) && !is_ideographic_end(c) {
+            self.cut_ideographic_end(c);
         }
         if self.ch.chars >= self.cuts.max_chars {
             self.end_held_cut(c);
@@ -329,14 +336,31 @@ impl Fed<'_> {
         }
     }
 
-    /// Cuts a buffer ending in an ideographic sentence end, before a character that is not one:
-    /// the end is held until then so that `？！` or `。。。` stays one sentence end, as `?!`
-    /// waits for its space.
+    /// Cuts a buffer ending in an ideographic sentence end, before `next`, a character that is
+    /// not one: the end is held until then so that `？！` or `。。。` stays one sentence end, as
+    /// `?!` waits for its space. It is held too while `next` extends the end's grapheme
+    /// cluster (UAX #29 GB9: a combining mark, U+FE0F, a ZWJ), as the held size cut is, at most
+    /// [`MAX_HELD`] characters: a cluster erase (t140llm) takes the end with its marks, and no
+    /// chunk starts with a lone mark.
     #[inline(never)]
-    fn cut_ideographic_end(&mut self) {
-        if self.ch.buf.ends_with(is_ideographic_end) {
-            self.cut_all(FlushCause::Sentence);
+    fn cut_ideographic_end(&mut self, next: char) {
+        let held = if self.ch.buf.ends_with(is_ideographic_end) {
+            Some(0)
+        } else if self.ch.end_held {
+            held_past_end(&self.ch.buf)
+        } else {
+            None
+        };
+        let Some(held) = held else {
+            self.ch.end_held = false;
+            return;
+        };
+        // No ASCII character extends a cluster (UAX #29: none is Extend, ZWJ or a SpacingMark).
+        if held < MAX_HELD && !next.is_ascii() && extends_end(next) {
+            self.ch.end_held = true;
+            return;
         }
+        self.cut_all(FlushCause::Sentence);
     }
 
     /// Out of line: a sentence end is rare next to the characters that pass the checks above it,
@@ -411,6 +435,28 @@ fn continues_cluster(buf: &mut String, c: char) -> bool {
     joins
 }
 
+/// Whether `c` continues the grapheme cluster of an ideographic sentence end and what extended
+/// it (UAX #29 GB9, GB9a: an Extend or SpacingMark character, a ZWJ). The end is an ordinary
+/// character (class Other), so the marks after it do not change what continues its cluster, and
+/// the pair is read on the stack: no allocation on the per-character path.
+fn extends_end(c: char) -> bool {
+    use unicode_segmentation::UnicodeSegmentation;
+    let mut pair = [0; 7];
+    let end = '。'.encode_utf8(&mut pair).len();
+    let len = end + c.encode_utf8(&mut pair[end..]).len();
+    std::str::from_utf8(&pair[..len]).is_ok_and(|s| s.graphemes(true).nth(1).is_none())
+}
+
+/// Characters after the ideographic sentence end that begins the last grapheme cluster of
+/// `buf` (UAX #29), or `None` when that cluster begins with none.
+fn held_past_end(buf: &str) -> Option<u32> {
+    use unicode_segmentation::UnicodeSegmentation;
+    let (_, last) = buf.grapheme_indices(true).next_back()?;
+    let mut chars = last.chars();
+    chars.next().filter(|&c| is_ideographic_end(c))?;
+    Some(clamp(chars.count()))
+}
+
 /// Counts are kept in 32 bits (a chunker sits in its stream's hot cache line); a count beyond
 /// that saturates.
 fn clamp(n: usize) -> u32 {
@@ -474,8 +520,9 @@ impl TextSink for Fed<'_> {
     /// outlined, 12 instructions a packet more, once a second caller came).
     #[inline(always)]
     fn push_ascii(&mut self, s: &[u8]) {
-        if may_end_ideographic(self.ch.tail) {
-            self.cut_ideographic_end();
+        if may_end_ideographic(self.ch.tail) || self.ch.end_held {
+            // Any ASCII character stands for the run: none extends a cluster.
+            self.cut_ideographic_end(' ');
         }
         if let (true, Some(&b)) = (self.ch.chars >= self.cuts.max_chars, s.first()) {
             self.end_held_cut(char::from(b));
@@ -548,6 +595,8 @@ impl TextSink for Fed<'_> {
             self.ch.chars = clamp(self.ch.buf.chars().count());
             self.ch.unseen_ws = last.space_before;
             self.ch.unseen_joins = false;
+            // What is left may end in an ideographic end held with its marks.
+            self.ch.end_held = true;
             return true;
         }
         self.ch.erase_sent = self.ch.erase_sent.saturating_add(1);
@@ -733,6 +782,63 @@ mod tests {
         let out: Vec<String> = feed(&mut ch, "？\n").into_iter().map(|c| c.0).collect();
         assert_eq!(out, ["はい。", "OK？"]);
         assert_eq!(ch.ch.pending(), "");
+    }
+
+    /// An ideographic end is held while the characters after it extend its grapheme cluster
+    /// (UAX #29 GB9: a combining mark, U+FE0F, a ZWJ, a skin tone) and cut with them before
+    /// the first that neither does nor is another end: with [`Cuts::erase_clusters`]
+    /// (t140llm) the sender's backspace erases "。\u{301}" whole, so "はい" is left and
+    /// nothing cut; without it no chunk starts with a lone mark. A review found the end cut
+    /// before the mark, so "はい。" was sent with the full stop the sender erased (review,
+    /// session 35).
+    #[test]
+    fn a_cluster_erase_takes_an_ideographic_end_with_the_mark_that_extends_it() {
+        let mut ch = Pair::new(500);
+        ch.cuts.erase_clusters(true);
+        let cut = feed(&mut ch, "はい。\u{301}\u{8}");
+        assert!(
+            cut.is_empty(),
+            "the full stop the sender erased was cut to be sent: {cut:?}"
+        );
+        assert_eq!(ch.ch.pending(), "はい");
+        assert_eq!(ch.ch.take_erase_sent(), 0);
+        // A character after the backspace cuts nothing: no end is held any more.
+        assert!(feed(&mut ch, "x").is_empty());
+        // Without cluster erase: the end is cut with its marks, before the next character, a
+        // character at a time or an ASCII run; another end keeps the run one sentence end.
+        for (text, sentence, after) in [
+            ("はい。\u{301}次", "はい。\u{301}", "次"),
+            ("はい。\u{fe0f}\u{301}x", "はい。\u{fe0f}\u{301}", "x"),
+            ("はい。\u{301}。\u{301}\n", "はい。\u{301}。\u{301}", ""),
+            ("本当？\u{200d}\u{1f600}", "本当？\u{200d}", "\u{1f600}"),
+        ] {
+            let mut ch = Pair::new(500);
+            let cut = feed(&mut ch, text);
+            assert_eq!(cut, [(sentence.into(), FlushCause::Sentence)], "{text:?}");
+            assert_eq!(ch.ch.pending(), after, "{text:?}");
+        }
+        let mut ch = Pair::new(500);
+        feed(&mut ch, "はい。\u{fe0f}");
+        ch.s().push_ascii(b"OK");
+        let cut: Vec<_> = ch.cuts.drain().map(|c| c.text).collect();
+        assert_eq!(cut, ["はい。\u{fe0f}"]);
+        assert_eq!(ch.ch.pending(), "OK");
+        // A chunk reopened by a backspace and left ending in a held end is cut as one.
+        let mut ch = Pair::new(500);
+        assert!(feed(&mut ch, "はい。\u{301}\u{301}x\u{8}\u{8}").is_empty());
+        assert_eq!(ch.ch.pending(), "はい。\u{301}");
+        let cut = feed(&mut ch, "y");
+        assert_eq!(cut, [("はい。\u{301}".into(), FlushCause::Sentence)]);
+        // Bounded as the held size cut is.
+        let mut ch = Pair::new(500);
+        let text: String = "。"
+            .chars()
+            .chain(std::iter::repeat_n('\u{301}', 40))
+            .collect();
+        let cut = feed(&mut ch, &text);
+        assert_eq!(cut.len(), 1);
+        assert_eq!(cut[0].0.chars().count(), 1 + MAX_HELD as usize);
+        assert_eq!(ch.ch.pending().chars().count(), 40 - MAX_HELD as usize);
     }
 
     #[test]
