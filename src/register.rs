@@ -437,16 +437,17 @@ impl Register {
             return Ok(Outcome::Delivered);
         }
         // Ahead of a gap: hold a copy, then see whether redundancy already closes the gap.
-        // With the hold full, the oldest gap is given up only once the packet is in place: it
-        // may be the one that fills that gap (a late arrival behind those held), and is then
-        // delivered in its place. Given up first, its gap would be marked lost and the packet
-        // held behind the new position, never to drain.
+        // With the hold full, the oldest gap is given up only once the packet is in place and
+        // what it closes has drained: it may be the one that fills that gap (a late arrival
+        // behind those held, or a later packet whose generations reach back to it), and is
+        // then delivered in its place. Given up first, its gap would be marked lost (or taken
+        // for an idle tail) and the packet held behind the new position, never to drain.
         let exp = self.expected.unwrap_or(seq);
         self.hold(now, &a, exp);
+        self.drain(out);
         if self.held() > MAX_HELD {
             self.give_up_oldest(out);
         }
-        self.drain(out);
         Ok(if self.cold.held.iter().any(|h| h.seq == seq) {
             self.cold.stats.reordered += 1;
             Outcome::Held
