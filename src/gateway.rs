@@ -754,6 +754,19 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
     }
 }
 
+/// A stream's first packet with a CSRC: it is a mixer's, and its own packets are placed by
+/// timestamp from now on. Its own voice, if it spoke, was fed in sequence order, so before this
+/// packet (a mixer's timestamps are one clock, RFC 9071 section 4): its place is just before
+/// `ts`, and its later packets' redundancy of what it said then is not said again.
+#[cold]
+#[inline(never)]
+fn mixer_begins(mixed: &mut bool, speakers: &mut crate::stream::Speakers, own: u8, ts: u32) {
+    *mixed = true;
+    if let Some(sp) = speakers.as_mut_slice().get_mut(usize::from(own)) {
+        sp.last_ts = sp.last_ts.or(Some(ts.wrapping_sub(1)));
+    }
+}
+
 /// When the BYE of a speaker that has placed no packet yet was sent, if it waits: a speaker a
 /// BYE named before any of its packets came ([`Gateway::unheard_source`]) has that moment to
 /// tell its first packet's clock by (a mixer that restarted since stamps far behind it).
@@ -1684,6 +1697,7 @@ impl Gateway {
             created,
             format,
             bye_waits,
+            mixed,
             // Set to `now` on each way out below (before the in-order path's timers fire): the
             // in-order path does not read the old one.
             last_packet,
@@ -1691,6 +1705,9 @@ impl Gateway {
         } = stream;
         let tag = match (csrc, compat) {
             (Some(c), _) => {
+                if !*mixed {
+                    mixer_begins(mixed, speakers, *own, pkt.timestamp);
+                }
                 // Before a new source's speaker is made: the next session's packet must not
                 // make it (nor give it an early name) in the stream its BYE is ending.
                 if *bye_waits && !register.sent_before_bye(pkt.sequence, pkt.marker) {
@@ -1739,7 +1756,11 @@ impl Gateway {
             format: *format,
             compat,
         };
-        if csrc.is_none() && register.advance_in_order(pkt.sequence, parsed.as_ref()) {
+        // A mixer's own packet is placed by timestamp as its sources' are: counting sequence
+        // numbers would take its sources' packets for its own (RFC 9071 section 4). Never for
+        // t140llm, whose CSRC-less packets name their streams in their text.
+        let by_ts = csrc.is_some() || (*mixed && compat == Compat::None);
+        if !by_ts && register.advance_in_order(pkt.sequence, parsed.as_ref()) {
             // In order, nothing waiting: the primary block straight to its speaker.
             *last_packet = now;
             let text = parsed.map_or(payload, |p| p.primary().data);
@@ -1763,7 +1784,7 @@ impl Gateway {
             marker: pkt.marker,
             red,
             tag,
-            by_ts: csrc.is_some(),
+            by_ts,
             at: now,
             payload,
             parsed,

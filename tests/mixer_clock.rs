@@ -280,3 +280,78 @@ fn a_restart_while_a_sources_leave_waits_does_not_glue_its_new_words_to_the_old_
         timeline(&out)
     );
 }
+
+/// A mixer's stream (SSRC 9) carries its own RED packets (no CSRC: its own voice) between its
+/// source A's (CSRC 1); A's packet 3 ("one. ") is lost. The mixer's own packet 4 carries its own
+/// previous block "Note. " as its one generation (RFC 4103 4.2: a source's redundancy is its own
+/// earlier text). Placed by counting back sequence numbers, the gap of 1 was "recovered" by it and
+/// "Note. " said twice; placed by timestamp, as its sources' packets are, it is a repeat, and A's
+/// "one. " comes from A's packet 5 (README "Mixers": text is never delivered twice). A review
+/// found it (review, session 35).
+#[test]
+fn a_mixers_own_red_packet_after_a_sources_loss_does_not_repeat_its_own_text() {
+    let mut gw = Gateway::new(Config::default());
+    let m = addr(5000);
+    gw.handle_datagram(at(0), m, &own_red(true, 1, 1000, &[], b"Note. "));
+    gw.handle_datagram(at(100), m, &red_csrc(2, 1100, 1, &[], b"Alpha "));
+    // 3: A's (1400, [(300, "Alpha ")], "one. ") is lost.
+    gw.handle_datagram(
+        at(500),
+        m,
+        &own_red(false, 4, 1500, &[(500, b"Note. ")], b"Again. "),
+    );
+    gw.handle_datagram(
+        at(700),
+        m,
+        &red_csrc(5, 1700, 1, &[(600, b"Alpha "), (300, b"one. ")], b"two. "),
+    );
+    run_timers(&mut gw, 5000);
+    gw.shutdown(at(6000));
+    let out = drain(&mut gw);
+    assert_eq!(
+        (text_of_exactly(&out, OWN), text_of(&out, "csrc:00000001"),),
+        ("Note. Again.".to_owned(), "Alpha one. two.".to_owned()),
+        "{:#?}",
+        timeline(&out)
+    );
+}
+
+/// The same stream, the mixer's own packet 4 carrying no generation. A's lost packet 3 is
+/// recovered from A's packet 5; nothing is lost beyond recovery, so no U+FFFD on the mixer's own
+/// voice, `lost` 0 and `recovered` 1 (README "Loss": U+FFFD only for text lost beyond recovery).
+/// Counting sequence numbers gave the gap up behind the own packet and marked it there. A review
+/// found it (review, session 35).
+#[test]
+fn a_sources_recovered_loss_is_not_marked_on_the_mixers_own_voice() {
+    let mut gw = Gateway::new(Config::default());
+    let m = addr(5000);
+    gw.handle_datagram(at(0), m, &own_red(true, 1, 1000, &[], b"Note. "));
+    gw.handle_datagram(at(100), m, &red_csrc(2, 1100, 1, &[], b"Alpha "));
+    // 3: A's (1400, [(300, "Alpha ")], "one. ") is lost.
+    gw.handle_datagram(at(500), m, &own_red(false, 4, 1500, &[], b"Again. "));
+    gw.handle_datagram(
+        at(700),
+        m,
+        &red_csrc(5, 1700, 1, &[(600, b"Alpha "), (300, b"one. ")], b"two. "),
+    );
+    run_timers(&mut gw, 5000);
+    gw.shutdown(at(6000));
+    let out = drain(&mut gw);
+    let s = gw.stats();
+    assert_eq!(
+        (
+            text_of_exactly(&out, OWN),
+            text_of(&out, "csrc:00000001"),
+            s.lost,
+            s.recovered
+        ),
+        (
+            "Note. Again.".to_owned(),
+            "Alpha one. two.".to_owned(),
+            0,
+            1
+        ),
+        "{:#?}",
+        timeline(&out)
+    );
+}

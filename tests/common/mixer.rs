@@ -114,6 +114,38 @@ pub fn text_of(out: &[Envelope], csrc: &str) -> String {
         .join(" ")
 }
 
+/// The mixer's own participant id (its SSRC, [`MIXER`], with no CSRC) from port 5000.
+pub const OWN: &str = "t140:00000009@127.0.0.1:5000";
+
+/// The mixer's own RED packet (SSRC [`MIXER`], no CSRC, PT 100), `gens` oldest first.
+pub fn own_red(marker: bool, seq: u16, ts: u32, gens: &[(u16, &[u8])], primary: &[u8]) -> Vec<u8> {
+    let mut d = vec![0x80, 100 | if marker { 0x80 } else { 0 }, 0, 0];
+    d[2..4].copy_from_slice(&seq.to_be_bytes());
+    d.extend_from_slice(&ts.to_be_bytes());
+    d.extend_from_slice(&MIXER.to_be_bytes());
+    red::write_payload(&mut d, 98, gens, primary);
+    d
+}
+
+/// The `context.add` contents of the sender `id` exactly, joined by spaces.
+pub fn text_of_exactly(out: &[Envelope], id: &str) -> String {
+    out.iter()
+        .filter(|e| e.sender == id && e.kind == "context.add")
+        .map(|e| e.payload["content"].as_str().unwrap_or("").to_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Whether any `context.add` carries a loss mark (U+FFFD).
+pub fn any_mark(out: &[Envelope]) -> bool {
+    out.iter().filter(|e| e.kind == "context.add").any(|e| {
+        e.payload["content"]
+            .as_str()
+            .unwrap_or("")
+            .contains('\u{fffd}')
+    })
+}
+
 /// (ts, sender id's last part, kind, content) of every envelope: for failure messages.
 pub type Timeline = Vec<(String, String, String, String)>;
 
