@@ -341,3 +341,52 @@ fn a_restart_keeps_its_first_packet_when_the_second_is_lost() {
         ("Hello there. Second \u{fffd}part two.", 1, 1, 0)
     );
 }
+
+/// A mixer at its 32-speaker bound, each source quiet (each may leave for a new voice), restarts
+/// its sequence (RFC 3550 A.1: a jump, confirmed by the next packet) with a new source's packets
+/// (CSRC 0x21): they are that source's from the first (README "Speakers": a new voice past the
+/// bound takes the place of the longest silent one that holds nothing). A place was made only for
+/// a packet ahead of the stream, and a jump is not: the first two went out as the mixer's own
+/// participant's. A review found it (review, session 35).
+#[test]
+fn a_new_sources_first_packets_after_a_mixer_restart_at_the_bound_are_its_own() {
+    let mut gw = Gateway::new(Config::default());
+    let m = addr(5000);
+    for c in 1..=32u32 {
+        gw.handle_datagram(
+            at(u64::from(c) * 10),
+            m,
+            &mixer::with_csrc(c as u16, 1000 + c * 10, mixer::MIXER, c, b"Hello. "),
+        );
+    }
+    gw.handle_datagram(
+        at(5_000),
+        m,
+        &mixer::with_csrc_m(true, 20_000, 6_000, mixer::MIXER, 33, b"New here. "),
+    );
+    gw.handle_datagram(
+        at(5_300),
+        m,
+        &mixer::with_csrc_m(false, 20_001, 6_300, mixer::MIXER, 33, b"Hi all. "),
+    );
+    gw.handle_datagram(
+        at(5_600),
+        m,
+        &mixer::with_csrc_m(false, 20_002, 6_600, mixer::MIXER, 33, b"Bye. "),
+    );
+    mixer::run_timers(&mut gw, 10_000);
+    let out = drain(&mut gw);
+    assert_eq!(gw.stats().restarts, 1, "the jump is a restart");
+    assert_eq!(
+        (
+            mixer::text_of(&out, "csrc:00000021"),
+            mixer::text_of_exactly(&out, mixer::OWN)
+        ),
+        ("New here. Hi all. Bye.".to_owned(), String::new()),
+        "{:#?}",
+        mixer::timeline(&out)
+            .into_iter()
+            .skip(64)
+            .collect::<Vec<_>>()
+    );
+}
