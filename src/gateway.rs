@@ -607,6 +607,7 @@ struct Voices<'a> {
     speakers: &'a mut crate::stream::Speakers,
     own: &'a mut u8,
     mixer: &'a mut crate::stream::Mixer,
+    unplaced_at: &'a mut crate::stream::Unplaced,
     key: &'a StreamKey,
     created: &'a Time,
     format: RedFormat,
@@ -622,6 +623,7 @@ impl<'a> Voices<'a> {
             speakers,
             own,
             mixer,
+            unplaced_at,
             key,
             created,
             format,
@@ -631,6 +633,7 @@ impl<'a> Voices<'a> {
             speakers,
             own,
             mixer,
+            unplaced_at,
             key,
             created,
             format: *format,
@@ -697,7 +700,16 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
     // A mixer's packet placed by timestamp also accounts for the stream's earlier unplaced
     // losses (constant-folded away where `piece` is known to be text).
     let placed = matches!(piece, Piece::Packet { .. });
-    if let Piece::Packet { gap, red, .. } = &mut piece {
+    // This packet's own gap's losses, when no older ones wait: they lie after what the stream
+    // delivered so far.
+    let mut after = None;
+    if let Piece::Packet { gap, red, ts, .. } = &mut piece {
+        if v.mixer.unplaced > 0 {
+            unplaced_expire(v, *ts);
+        }
+        if v.mixer.unplaced == 0 && *gap > 0 {
+            after = Some(newest_delivered(v.speakers));
+        }
         *gap = gap.saturating_add(usize::from(v.mixer.unplaced));
         if *gap > 0 && !*red && v.compat == Compat::T140llm && v.speakers.len() > 1 {
             // t140llm's CSRC multiplexing: one sequence for every named stream, and no
@@ -736,14 +748,22 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
         }
     }
     if placed {
+        // The losses this packet may account for lie after what the stream delivered before
+        // the oldest of them (their packets came before those after the gap).
         emit.said.floor = match v.speakers[idx].last_ts {
+            None if v.mixer.unplaced > 0 => v.unplaced_at.after,
             None => newest_delivered(v.speakers),
             Some(_) => None,
         };
     }
     let sp = &mut v.speakers.as_mut_slice()[idx];
     sp.feed(now, piece, v.format, &mut emit.said);
-    if placed {
+    if let Piece::Packet { ts, .. } = piece {
+        if let Some(after) = after.filter(|_| emit.said.unplaced > 0) {
+            *v.unplaced_at = crate::stream::Unplaced { after, until: ts };
+        } else if emit.said.unplaced > 0 {
+            v.unplaced_at.until = ts;
+        }
         v.mixer.unplaced = u16::try_from(emit.said.unplaced).unwrap_or(u16::MAX);
     }
     emit.after_text(now, v.key, v.created, sp);
@@ -764,6 +784,22 @@ fn mixer_begins(mixed: &mut bool, speakers: &mut crate::stream::Speakers, own: u
     *mixed = true;
     if let Some(sp) = speakers.as_mut_slice().get_mut(usize::from(own)) {
         sp.last_ts = sp.last_ts.or(Some(ts.wrapping_sub(1)));
+    }
+}
+
+/// The furthest back a redundant block reaches: its timestamp offset has 14 bits (RFC 2198
+/// section 3).
+const RED_REACH_MS: u32 = 0x3fff;
+
+/// A mixer's unplaced losses that no packet stamped `ts` or later can account for, its
+/// generations reaching back at most [`RED_REACH_MS`], are let go: a source that went quiet
+/// after them lost its idle tail (RFC 4103 5.2), nothing to mark, and another speaker's loss
+/// much later is not theirs (README "Loss").
+#[cold]
+#[inline(never)]
+fn unplaced_expire(v: &mut Voices<'_>, ts: u32) {
+    if ts_after(ts, v.unplaced_at.until.wrapping_add(RED_REACH_MS)) {
+        v.mixer.unplaced = 0;
     }
 }
 
@@ -1698,6 +1734,7 @@ impl Gateway {
             format,
             bye_waits,
             mixed,
+            unplaced_at,
             // Set to `now` on each way out below (before the in-order path's timers fire): the
             // in-order path does not read the old one.
             last_packet,
@@ -1752,6 +1789,7 @@ impl Gateway {
             speakers,
             own,
             mixer,
+            unplaced_at,
             key,
             created,
             format: *format,

@@ -142,9 +142,10 @@ pub struct Output {
     /// A mixer stream's lost packets not yet placed, after the last packet placed by
     /// timestamp: the caller keeps them with the stream for its next speaker to account for.
     pub unplaced: usize,
-    /// For a mixer speaker's first packet, the newest timestamp its stream delivered: its
-    /// generations older than that were said before the stream's losses (a mixer's
-    /// timestamps are one clock), so they account for none of them. Set by the caller.
+    /// For a mixer speaker's first packet, the newest timestamp its stream delivered before the
+    /// oldest loss it may account for ([`crate::stream::Unplaced::after`]): its generations
+    /// older than that were said before the stream's losses (a mixer's timestamps are one
+    /// clock), so they account for none of them. Set by the caller.
     pub floor: Option<u32>,
 }
 

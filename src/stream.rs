@@ -258,13 +258,17 @@ pub struct Stream {
     pub key: StreamKey,
     /// Creation order, for shutdown flushing in a stable order.
     pub serial: u64,
+    /// Where a mixer's unplaced losses ([`Mixer::unplaced`]) lie on its clock, read only while
+    /// there are any: here, in the cold tail, not in [`Mixer`].
+    pub unplaced_at: Unplaced,
 }
 
 /// A mixer stream's state across its speakers (RFC 9071).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Mixer {
     /// Lost packets no speaker has accounted for yet (placement by timestamp,
-    /// [`crate::speaker::Output::unplaced`]).
+    /// [`crate::speaker::Output::unplaced`]), where [`Stream::unplaced_at`] says; let go once
+    /// no redundancy can reach back to them.
     pub unplaced: u16,
     /// Speakers whose leave waits after their BYE ([`crate::speaker::MixerVoice::bye_at`]):
     /// none, nearly always, and then no packet looks.
@@ -274,6 +278,17 @@ pub struct Mixer {
     /// stream that never did (README "Stream limit"). Set where a source leaves, never on
     /// the packet path.
     pub spoke: bool,
+}
+
+/// Where a mixer stream's lost packets that no speaker accounted for yet lie on its one clock
+/// (RFC 9071 section 4): after what the stream delivered before the oldest of them, up to the
+/// packet after the newest.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Unplaced {
+    /// The newest timestamp the stream delivered before the oldest (none: nothing yet).
+    pub after: Option<u32>,
+    /// The timestamp of the packet that followed the newest.
+    pub until: u32,
 }
 
 /// [`Stream::own`] before the stream's own speaker exists.
@@ -303,6 +318,7 @@ impl Stream {
             // One speaker is the rule; room for exactly one keeps an idle stream small
             // (an empty Vec grows to 4 on its first push).
             speakers: Speakers::new(),
+            unplaced_at: Unplaced::default(),
         }
     }
 

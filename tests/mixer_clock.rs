@@ -3,6 +3,8 @@
 //! restarting or stepping back (`speaker_clock_restarted`). A fifth review's tests, written
 //! against 0bbc089 (which reset every speaker at one packet stamped far back, and took the
 //! clock from each speaker's newest packet): five failed; one, a register gap, is ignored.
+//! Then placement on that clock across the mixer's one sequence: its own packets, and losses
+//! no speaker accounted for yet (review, session 35).
 
 use pvp_t140::{Config, Gateway};
 
@@ -351,6 +353,93 @@ fn a_sources_recovered_loss_is_not_marked_on_the_mixers_own_voice() {
             0,
             1
         ),
+        "{:#?}",
+        timeline(&out)
+    );
+}
+
+/// A says "Hi. " and goes idle; its idle tail's last packet (4) is lost and A says nothing
+/// more. B's packet 5 follows the gap and does not account for it (its generation is its own
+/// delivered text): unplaced. 30 s later B loses two packets (7, 8), both carried by its 9: nothing
+/// is missing, no U+FFFD, `lost` 0. The old loss lies on the mixer's clock before any packet's
+/// redundancy can reach back to it (RED's 14-bit offsets): let go as an idle tail (README "Loss"),
+/// not added to B's gap and marked in B's sentence ("How \u{fffd}are you today?"). A review found
+/// it (review, session 35).
+#[test]
+fn an_unplaced_tail_loss_is_not_marked_on_another_speaker_30_s_later() {
+    let mut gw = Gateway::new(Config::default());
+    let m = addr(5000);
+    gw.handle_datagram(at(0), m, &red_csrc(1, 1000, 2, &[], b"Hello "));
+    gw.handle_datagram(at(100), m, &red_csrc_m(true, 2, 1100, 1, &[], b"Hi. "));
+    gw.handle_datagram(at(400), m, &red_csrc(3, 1400, 1, &[(300, b"Hi. ")], b""));
+    // 4: A's last tail packet (1700, [(600, "Hi. "), (300, "")], "") is lost.
+    gw.handle_datagram(
+        at(800),
+        m,
+        &red_csrc(5, 1800, 2, &[(800, b"Hello ")], b"there. "),
+    );
+    run_timers(&mut gw, 10_000);
+    gw.handle_datagram(at(30_000), m, &red_csrc_m(true, 6, 31_000, 2, &[], b"How "));
+    // 7 (31300, "are ") and 8 (31600, "you "), B's, are lost.
+    gw.handle_datagram(
+        at(30_900),
+        m,
+        &red_csrc(9, 31_900, 2, &[(600, b"are "), (300, b"you ")], b"today? "),
+    );
+    run_timers(&mut gw, 40_000);
+    let out = drain(&mut gw);
+    let s = gw.stats();
+    assert_eq!(
+        (text_of(&out, "csrc:00000002"), s.lost),
+        ("Hello there. How are you today?".to_owned(), 0),
+        "{:#?}",
+        timeline(&out)
+    );
+}
+
+/// A and B speak; C's first packet (3, ts 1100) is lost; A's 4 (ts 1300) follows the gap and does
+/// not account for it: unplaced. C's 5 carries the lost packet at offset 300 (ts 1100): C's
+/// generations count against what the stream delivered before the loss (B's 1050, the mixer's one
+/// clock), not its newest (A's 1300), so C's recovers it (`recovered` 1) and the loss is placed;
+/// B's later loss, fully carried by its next packet, is not marked. A review found it (review,
+/// session 35).
+#[test]
+fn a_new_speakers_recovered_first_packet_is_accounted_with_another_speaker_after_the_gap() {
+    let mut gw = Gateway::new(Config::default());
+    let m = addr(5000);
+    gw.handle_datagram(at(0), m, &red_csrc(1, 1000, 1, &[], b"Hi "));
+    gw.handle_datagram(at(50), m, &red_csrc(2, 1050, 2, &[], b"Yo "));
+    // 3: C's first packet (1100, "Cee ") is lost.
+    gw.handle_datagram(
+        at(300),
+        m,
+        &red_csrc(4, 1300, 1, &[(300, b"Hi ")], b"there. "),
+    );
+    gw.handle_datagram(
+        at(400),
+        m,
+        &red_csrc(5, 1400, 3, &[(300, b"Cee ")], b"here. "),
+    );
+    run_timers(&mut gw, 3_000);
+    let recovered_by_c = gw.stats().recovered;
+    // 6 (B, 3350, "how ") and 7 (B, 3650, "are ") are lost; 8 carries both.
+    gw.handle_datagram(
+        at(3_950),
+        m,
+        &red_csrc(8, 3950, 2, &[(600, b"how "), (300, b"are ")], b"you? "),
+    );
+    run_timers(&mut gw, 6_000);
+    let out = drain(&mut gw);
+    let s = gw.stats();
+    assert_eq!(
+        (
+            text_of(&out, "csrc:00000003"),
+            recovered_by_c,
+            any_mark(&out),
+            s.lost,
+            s.recovered
+        ),
+        ("Cee here.".to_owned(), 1, false, 0, 3),
         "{:#?}",
         timeline(&out)
     );
