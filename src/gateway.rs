@@ -655,6 +655,9 @@ impl<'a> Voices<'a> {
 /// than the call).
 #[inline(always)]
 fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Piece<'_>) {
+    if let Piece::Restart = piece {
+        return mixer_restarted(v.speakers);
+    }
     let mut piece = piece;
     let voice = match piece {
         // t140llm multiplexing names the stream in front of every block.
@@ -720,10 +723,11 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
             *gap = 0;
         }
     }
-    if let Piece::Packet { ts, .. } = piece
-        && (v.speakers[idx].last_ts)
+    if let Piece::Packet { ts, at, .. } = piece
+        && ((v.speakers[idx].last_ts)
             .or_else(|| waiting_bye_ts(&v.speakers[idx]))
             .is_some_and(|l| ts_after(l, ts.wrapping_add(CLOCK_RESTART_MS)))
+            || clock_stepped_ahead(&mut v.speakers.as_mut_slice()[idx], ts, at))
     {
         speaker_clock_restarted(emit, v, now, idx, ts);
     }
@@ -800,6 +804,35 @@ const RED_REACH_MS: u32 = 0x3fff;
 fn unplaced_expire(v: &mut Voices<'_>, ts: u32) {
     if ts_after(ts, v.unplaced_at.until.wrapping_add(RED_REACH_MS)) {
         v.mixer.unplaced = 0;
+    }
+}
+
+/// Whether the mixer's clock stepped (or restarted) ahead since the speaker's last packet: this
+/// one, stamped `ts` and come at `at`, runs more than [`CLOCK_RESTART_MS`] further ahead of our
+/// clock than the speaker's packets did ([`crate::speaker::Lead`]). Its timestamp alone cannot
+/// tell: a speaker silent that long stamps as far ahead of its last packet. Stamped back from
+/// the new clock, its redundancy (its delivered packets) would look new.
+/// Not after the mixer restarted its sequence: its new clock is the new session's, and the
+/// restart's first packet's redundancy is its lost first packets' ([`Piece::Restart`]).
+#[inline(never)]
+fn clock_stepped_ahead(sp: &mut Speaker, ts: u32, at: Time) -> bool {
+    let Some(m) = sp.profile.mixer.as_deref_mut() else {
+        return false;
+    };
+    let this = ts.wrapping_sub(at.as_millis() as u32);
+    !std::mem::take(&mut m.restarted)
+        && (m.lead).is_some_and(|l| ts_after(this, l.most().wrapping_add(CLOCK_RESTART_MS)))
+}
+
+/// The mixer restarted its sequence ([`Piece::Restart`]): each speaker's next packet is on
+/// the new session's clock.
+#[cold]
+#[inline(never)]
+fn mixer_restarted(speakers: &mut crate::stream::Speakers) {
+    for sp in speakers.iter_mut() {
+        if let Some(m) = sp.profile.mixer.as_deref_mut() {
+            m.restarted = true;
+        }
     }
 }
 
@@ -887,7 +920,8 @@ fn first_bye_end(register: &Register, speakers: &crate::stream::Speakers) -> Tim
 
 /// A mixer's packet stamped `ts` for speaker `idx`, far behind the speaker's newest
 /// ([`CLOCK_RESTART_MS`]): the mixer's clock restarted (a restart the register accepted) or
-/// stepped back. The speaker's place moves back to just before it, so that this packet's text
+/// stepped back; or far ahead of our clock for its speaker ([`clock_stepped_ahead`]): it
+/// stepped forward. The speaker's place moves back to just before it, so that this packet's text
 /// is new and its redundancy (the speaker's earlier packets, delivered) is not said again; a
 /// BYE of the speaker that waits was on the old clock, so its leave comes now, before this.
 /// Only this speaker: the others move back when their own packets come (one that is new, or

@@ -44,6 +44,11 @@ pub enum Piece<'a> {
         /// When the packet came (not when it is delivered: it may have waited behind a gap).
         at: Time,
     },
+    /// The sender restarted its sequence (RFC 3550 A.1, confirmed), before the restart's
+    /// packets placed by timestamp: they are on a new clock (RFC 3550 5.1: a new session's
+    /// first timestamp is random), which a speaker's redundancy is not judged against as a
+    /// clock that stepped.
+    Restart,
 }
 
 /// One arriving packet, as the register needs it.
@@ -558,6 +563,9 @@ impl Register {
             .partition(|h| h.seq.wrapping_sub(lo) <= hi.wrapping_sub(lo));
         self.drop_strays(strays);
         run.sort_unstable_by_key(|h| h.seq.wrapping_sub(lo));
+        if let Some(h) = run.first().filter(|h| h.by_ts) {
+            out(h.tag, Piece::Restart);
+        }
         for (i, h) in run.into_iter().enumerate() {
             // The run's first packet is the new sequence's head: as a stream's first packet,
             // with every redundant generation when it starts a session (marked, or its text
@@ -1030,7 +1038,7 @@ mod tests {
             move |_, p| match p {
                 Piece::Text(t) => text.push_str(std::str::from_utf8(t).unwrap()),
                 Piece::Lost => text.push('~'),
-                Piece::Packet { .. } => unreachable!(),
+                Piece::Packet { .. } | Piece::Restart => unreachable!(),
             }
         }
 

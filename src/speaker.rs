@@ -277,6 +277,9 @@ pub struct MixerVoice {
     /// How far the mixer's clock ran ahead of this gateway's at this speaker's packets
     /// ([`Lead`]), for [`Bye::ts`].
     pub lead: Option<Lead>,
+    /// The mixer restarted its sequence since this speaker's last packet ([`Piece::Restart`]):
+    /// its next packet's clock is a new one, not the old one stepped.
+    pub restarted: bool,
 }
 
 /// How far a mixer's clock runs ahead of this gateway's (ms, wrapping): over a speaker's
@@ -462,6 +465,7 @@ impl Speaker {
                 gap,
                 at,
             } => self.place_by_ts(now, at, ts, red, payload, gap, format, out),
+            Piece::Restart => {}
         }
     }
 

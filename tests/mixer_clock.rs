@@ -444,3 +444,107 @@ fn a_new_speakers_recovered_first_packet_is_accounted_with_another_speaker_after
         timeline(&out)
     );
 }
+
+/// The mirror of `a_clock_step_back_does_not_repeat_redundancy_with_offsets`: the mixer's clock
+/// steps forward 50 s, its sequence running on: no restart, no loss. Each speaker's next packet
+/// carries its two previous packets (RFC 4103 4.2), already delivered, at offsets 600 and 300:
+/// stamped back from the new clock they look newer than what the speaker delivered, but the
+/// packet runs 50 s further ahead of our clock than the speaker's did (`speaker::Lead`), so the
+/// speaker's place moves on with the clock and nothing is said twice. Only a step back moved it
+/// before; a review found it (review, session 35).
+#[test]
+fn a_clock_step_forward_does_not_repeat_redundancy_with_offsets() {
+    let mut gw = Gateway::new(Config::default());
+    let m = addr(5000);
+    gw.handle_datagram(at(0), m, &red_csrc(1, 100_000, 1, &[], b"Hello "));
+    gw.handle_datagram(at(10), m, &red_csrc(2, 100_010, 2, &[], b"Hi "));
+    gw.handle_datagram(
+        at(300),
+        m,
+        &red_csrc(3, 100_300, 1, &[(300, b"Hello ")], b"world. "),
+    );
+    gw.handle_datagram(
+        at(310),
+        m,
+        &red_csrc(4, 100_310, 2, &[(300, b"Hi ")], b"there. "),
+    );
+    // The clock steps forward 50 s.
+    gw.handle_datagram(
+        at(600),
+        m,
+        &red_csrc(
+            5,
+            150_600,
+            1,
+            &[(600, b"Hello "), (300, b"world. ")],
+            b"Bye. ",
+        ),
+    );
+    gw.handle_datagram(
+        at(610),
+        m,
+        &red_csrc(
+            6,
+            150_610,
+            2,
+            &[(600, b"Hi "), (300, b"there. ")],
+            b"Ciao. ",
+        ),
+    );
+    run_timers(&mut gw, 5000);
+    let out = drain(&mut gw);
+    assert_eq!(
+        (
+            text_of(&out, "csrc:00000001"),
+            text_of(&out, "csrc:00000002"),
+        ),
+        ("Hello world. Bye.".to_owned(), "Hi there. Ciao.".to_owned()),
+        "{:#?}",
+        timeline(&out)
+    );
+}
+
+/// A mixer's restart (RFC 3550 A.1: its sequence jumps, two in sequence confirm it) comes with a
+/// new clock far ahead (RFC 3550 5.1: a new session's first timestamp is random), and its
+/// first packet, marked with the BOM, is lost: the next carries it as a generation that starts
+/// the session. That generation is the lost packet's text, not a clock step's repeat: the
+/// speaker's place is not moved on with the clock at a restart (`Piece::Restart`), so A says
+/// "New session." (review, session 35: the forward step's check must spare a restart).
+#[test]
+fn a_restart_on_a_clock_far_ahead_keeps_its_lost_first_packets_redundancy() {
+    let mut gw = Gateway::new(Config::default());
+    let m = addr(5000);
+    let new = "\u{feff}New ".as_bytes();
+    gw.handle_datagram(at(0), m, &red_csrc_m(true, 1, 1000, 1, &[], b"Hello. "));
+    gw.handle_datagram(
+        at(300),
+        m,
+        &red_csrc(2, 1300, 1, &[(300, b"Hello. ")], b"Again. "),
+    );
+    // 30000 (900_000, marked, "\u{feff}New ") is lost.
+    gw.handle_datagram(
+        at(5_300),
+        m,
+        &red_csrc(30_001, 900_300, 1, &[(300, new)], b"session. "),
+    );
+    gw.handle_datagram(
+        at(5_600),
+        m,
+        &red_csrc(
+            30_002,
+            900_600,
+            1,
+            &[(600, new), (300, b"session. ")],
+            b"Yes. ",
+        ),
+    );
+    run_timers(&mut gw, 10_000);
+    let out = drain(&mut gw);
+    assert_eq!(gw.stats().restarts, 1, "{:#?}", timeline(&out));
+    assert_eq!(
+        text_of(&out, "csrc:00000001"),
+        "Hello. Again. New session. Yes.",
+        "{:#?}",
+        timeline(&out)
+    );
+}
