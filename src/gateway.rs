@@ -798,11 +798,13 @@ const RED_REACH_MS: u32 = 0x3fff;
 /// A mixer's unplaced losses that no packet stamped `ts` or later can account for, its
 /// generations reaching back at most [`RED_REACH_MS`], are let go: a source that went quiet
 /// after them lost its idle tail (RFC 4103 5.2), nothing to mark, and another speaker's loss
-/// much later is not theirs (README "Loss").
+/// much later is not theirs (README "Loss"). So are those a clock that stepped back or
+/// restarted (as far behind them) left on the old clock.
 #[cold]
 #[inline(never)]
 fn unplaced_expire(v: &mut Voices<'_>, ts: u32) {
-    if ts_after(ts, v.unplaced_at.until.wrapping_add(RED_REACH_MS)) {
+    let d = ts.wrapping_sub(v.unplaced_at.until);
+    if d.min(d.wrapping_neg()) > RED_REACH_MS {
         v.mixer.unplaced = 0;
     }
 }

@@ -548,3 +548,39 @@ fn a_restart_on_a_clock_far_ahead_keeps_its_lost_first_packets_redundancy() {
         timeline(&out)
     );
 }
+
+/// As `an_unplaced_tail_loss_is_not_marked_on_another_speaker_30_s_later`, but the mixer's
+/// clock has stepped back 50 s when B speaks again: the unplaced loss lies on the old clock,
+/// as far ahead of B's packets as no redundancy reaches, and is let go too; B's fully
+/// recovered loss is not marked (review, session 35).
+#[test]
+fn an_unplaced_loss_before_a_clock_step_back_is_not_marked_after_it() {
+    let mut gw = Gateway::new(Config::default());
+    let m = addr(5000);
+    gw.handle_datagram(at(0), m, &red_csrc(1, 100_000, 2, &[], b"Hello "));
+    gw.handle_datagram(at(100), m, &red_csrc_m(true, 2, 100_100, 1, &[], b"Hi. "));
+    gw.handle_datagram(at(400), m, &red_csrc(3, 100_400, 1, &[(300, b"Hi. ")], b""));
+    // 4: A's last tail packet (100_700) is lost.
+    gw.handle_datagram(
+        at(800),
+        m,
+        &red_csrc(5, 100_800, 2, &[(800, b"Hello ")], b"there. "),
+    );
+    run_timers(&mut gw, 3_000);
+    // The clock steps back 50 s.
+    gw.handle_datagram(at(3_000), m, &red_csrc_m(true, 6, 53_000, 2, &[], b"How "));
+    // 7 (53_300, "are ") and 8 (53_600, "you "), B's, are lost.
+    gw.handle_datagram(
+        at(3_900),
+        m,
+        &red_csrc(9, 53_900, 2, &[(600, b"are "), (300, b"you ")], b"today? "),
+    );
+    run_timers(&mut gw, 10_000);
+    let out = drain(&mut gw);
+    assert_eq!(
+        (text_of(&out, "csrc:00000002"), gw.stats().lost),
+        ("Hello there. How are you today?".to_owned(), 0),
+        "{:#?}",
+        timeline(&out)
+    );
+}
