@@ -759,6 +759,12 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
             None => newest_delivered(v.speakers),
             Some(_) => None,
         };
+        emit.said.older = match v.speakers[idx].last_ts {
+            Some(l) if v.mixer.unplaced > 0 && !ts_after(v.unplaced_at.until, l) => {
+                usize::from(v.mixer.unplaced)
+            }
+            _ => 0,
+        };
     }
     let sp = &mut v.speakers.as_mut_slice()[idx];
     sp.feed(now, piece, v.format, &mut emit.said);

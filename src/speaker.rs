@@ -147,6 +147,11 @@ pub struct Output {
     /// older than that were said before the stream's losses (a mixer's timestamps are one
     /// clock), so they account for none of them. Set by the caller.
     pub floor: Option<u32>,
+    /// Of a mixer speaker's `gap`, the stream's unplaced losses that came before this
+    /// speaker's last delivered packet: not its older text (that packet's redundancy would
+    /// have told, or marked it), so they never make the U+FFFD of a packet whose every
+    /// generation is new. Set by the caller.
+    pub older: usize,
 }
 
 impl Output {
@@ -158,6 +163,7 @@ impl Output {
             lost: 0,
             unplaced: 0,
             floor: None,
+            older: 0,
         }
     }
 }
@@ -568,7 +574,7 @@ impl Speaker {
         // Every generation lost too, empty ones (an idle tail) included: older text may be
         // missing, as a plain stream's register would mark it.
         let mut text = false;
-        if started && left > 0 && gens > 0 && fresh == gens {
+        if started && left > out.older && gens > 0 && fresh == gens {
             out.lost += 1;
             self.decoder.mark_loss(sink, &mut out.decode);
             text = true;
@@ -639,7 +645,7 @@ impl Speaker {
             .skip(first_new)
             .any(|b| !b.data.is_empty());
         let mut said = false;
-        if started && new == n && left > 0 && text {
+        if started && new == n && left > out.older && text {
             out.lost += 1;
             self.decoder.mark_loss(sink, &mut out.decode);
             said = true;

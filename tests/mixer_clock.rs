@@ -584,3 +584,37 @@ fn an_unplaced_loss_before_a_clock_step_back_is_not_marked_after_it() {
         timeline(&out)
     );
 }
+
+/// As `an_unplaced_tail_loss_is_not_marked_on_another_speaker_30_s_later`, B's loss 2 s
+/// after A's lost tail packet, within RED's reach: the unplaced loss came before B's last
+/// delivered packet (5, after the gap, and 6), so it is not B's older text, and B's loss, fully
+/// carried by its next packet, is not marked (review, session 35).
+#[test]
+fn an_unplaced_loss_before_a_speakers_last_packet_is_not_marked_as_its_older_text() {
+    let mut gw = Gateway::new(Config::default());
+    let m = addr(5000);
+    gw.handle_datagram(at(0), m, &red_csrc(1, 1000, 2, &[], b"Hello "));
+    gw.handle_datagram(at(100), m, &red_csrc_m(true, 2, 1100, 1, &[], b"Hi. "));
+    gw.handle_datagram(at(400), m, &red_csrc(3, 1400, 1, &[(300, b"Hi. ")], b""));
+    // 4: A's last tail packet (1700, [(600, "Hi. "), (300, "")], "") is lost.
+    gw.handle_datagram(
+        at(800),
+        m,
+        &red_csrc(5, 1800, 2, &[(800, b"Hello ")], b"there. "),
+    );
+    gw.handle_datagram(at(2_000), m, &red_csrc_m(true, 6, 3_000, 2, &[], b"How "));
+    // 7 (3300, "are ") and 8 (3600, "you "), B's, are lost.
+    gw.handle_datagram(
+        at(2_900),
+        m,
+        &red_csrc(9, 3_900, 2, &[(600, b"are "), (300, b"you ")], b"today? "),
+    );
+    run_timers(&mut gw, 10_000);
+    let out = drain(&mut gw);
+    assert_eq!(
+        (text_of(&out, "csrc:00000002"), gw.stats().lost),
+        ("Hello there. How are you today?".to_owned(), 0),
+        "{:#?}",
+        timeline(&out)
+    );
+}
