@@ -25,8 +25,8 @@ use crate::speaker::{
     Bye, CLOCK_RESTART_MS, Output, Speaker, Voice, VoiceRef, clock_jumped, split_named,
 };
 use crate::stream::{
-    Hex8, KeyHasher, Mixer, NO_SPEAKER, SourceText, Speakers, Stream, StreamKey, canonical,
-    speaker_index,
+    Hex8, KeyHasher, Mixer, NO_SPEAKER, SourceText, Speakers, Stream, StreamKey, Unplaced,
+    canonical, speaker_index,
 };
 use crate::t140::{DecodeStats, Decoder};
 use crate::time::Time;
@@ -1169,8 +1169,11 @@ struct Evicted {
     /// Its speakers as they were, moved out of the stream (no copy, no allocation): made
     /// again at its return, they go on where they stood ([`Gateway::remember_evicted`]).
     speakers: Speakers,
-    /// Its mixer's state across its speakers: the losses none has accounted for yet.
+    /// Its mixer's state across its speakers: the losses none has accounted for yet, and
+    /// where they lie on its clock; whether it carried a CSRC.
     mixer: Mixer,
+    unplaced_at: Unplaced,
+    mixed: bool,
 }
 
 /// The sans-IO core.
@@ -1997,6 +2000,8 @@ impl Gateway {
             stream.register.resume(r.at);
             stream.last_packet = r.last_packet;
             stream.mixer = r.mixer;
+            stream.unplaced_at = r.unplaced_at;
+            stream.mixed = r.mixed;
             // Its speakers go on as they were (README "Stream limit"): what a last packet left
             // unfinished, where a mixer's source's redundancy was placed to, the mapping's
             // decision, the names. An SDES for a mixer's source that came meanwhile is among
@@ -2212,6 +2217,8 @@ impl Gateway {
                 last_packet: s.last_packet,
                 speakers: std::mem::take(&mut s.speakers),
                 mixer: s.mixer,
+                unplaced_at: s.unplaced_at,
+                mixed: s.mixed,
             });
         }
     }

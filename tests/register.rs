@@ -25,6 +25,7 @@ impl Rig {
             Piece::Text(t) => text.push_str(std::str::from_utf8(t).unwrap()),
             Piece::Lost => text.push('~'),
             Piece::Packet { .. } => panic!("no packet is placed by timestamp here"),
+            Piece::Restart => {}
         }
     }
 
