@@ -268,6 +268,18 @@ impl Chunker {
     fn sync_tail(&mut self) {
         self.tail = self.buf.as_bytes().last().copied().unwrap_or(0);
     }
+
+    /// Characters after the ideographic sentence end the buffer ends in, with what extends its
+    /// grapheme cluster (`end_held`), or `None` when it ends in none.
+    fn held_end(&self) -> Option<u32> {
+        if self.buf.ends_with(is_ideographic_end) {
+            Some(0)
+        } else if self.end_held {
+            held_past_end(&self.buf)
+        } else {
+            None
+        }
+    }
 }
 
 impl Fed<'_> {
@@ -317,7 +329,8 @@ impl Fed<'_> {
     /// A size cut held for the character after a full buffer with no white space to cut at
     /// ([`Fed::cut_size`]): made now, before `c`, unless `c` continues the buffer's last
     /// grapheme cluster (UAX #29: a combining mark, a ZWJ sequence, a flag's second half) or
-    /// its ideographic sentence end (`？！`), and the hold has not run [`MAX_HELD`] characters
+    /// its ideographic sentence end (`？！`, and `。\u{301}！`: README, chunking, a mark that
+    /// extends an end goes with it), and the hold has not run [`MAX_HELD`] characters
     /// past the limit. White space that breaks is left to the usual path, which cuts there:
     /// after `.`, `!` or `?` as a sentence end, else as the size cut at that space. A no-break
     /// space is no place to cut, and starts a cluster (which a combining mark may continue):
@@ -329,7 +342,7 @@ impl Fed<'_> {
             return;
         }
         let over = self.ch.chars - self.cuts.max_chars;
-        let joins = (is_ideographic_end(c) && self.ch.buf.ends_with(is_ideographic_end))
+        let joins = (is_ideographic_end(c) && self.ch.held_end().is_some())
             || continues_cluster(&mut self.ch.buf, c);
         if over >= MAX_HELD || !joins {
             self.cut_all(FlushCause::Size);
@@ -344,14 +357,7 @@ impl Fed<'_> {
     /// chunk starts with a lone mark.
     #[inline(never)]
     fn cut_ideographic_end(&mut self, next: char) {
-        let held = if self.ch.buf.ends_with(is_ideographic_end) {
-            Some(0)
-        } else if self.ch.end_held {
-            held_past_end(&self.ch.buf)
-        } else {
-            None
-        };
-        let Some(held) = held else {
+        let Some(held) = self.ch.held_end() else {
             self.ch.end_held = false;
             return;
         };
@@ -447,14 +453,15 @@ fn extends_end(c: char) -> bool {
     std::str::from_utf8(&pair[..len]).is_ok_and(|s| s.graphemes(true).nth(1).is_none())
 }
 
-/// Characters after the ideographic sentence end that begins the last grapheme cluster of
-/// `buf` (UAX #29), or `None` when that cluster begins with none.
+/// Characters after the ideographic sentence end in the last grapheme cluster of `buf` (UAX
+/// #29), or `None` when that cluster has none. The end need not begin the cluster: a Prepend
+/// character (GB9b: U+0600 ARABIC NUMBER SIGN) joins it to what follows. Only what extends
+/// the end (GB9, GB9a) follows it in its cluster, and two ends never share one.
 fn held_past_end(buf: &str) -> Option<u32> {
     use unicode_segmentation::UnicodeSegmentation;
     let (_, last) = buf.grapheme_indices(true).next_back()?;
-    let mut chars = last.chars();
-    chars.next().filter(|&c| is_ideographic_end(c))?;
-    Some(clamp(chars.count()))
+    let at = last.rfind(is_ideographic_end)?;
+    Some(clamp(last[at..].chars().count() - 1))
 }
 
 /// Counts are kept in 32 bits (a chunker sits in its stream's hot cache line); a count beyond
@@ -839,6 +846,29 @@ mod tests {
         assert_eq!(cut.len(), 1);
         assert_eq!(cut[0].0.chars().count(), 1 + MAX_HELD as usize);
         assert_eq!(ch.ch.pending().chars().count(), 40 - MAX_HELD as usize);
+    }
+
+    /// An ideographic end after a Prepend character (UAX #29 GB9b: U+0600 ARABIC NUMBER
+    /// SIGN), which joins the end into its grapheme cluster, is held with the mark that
+    /// extends it and cut before the next character, as without the mark. A review found the
+    /// hold looking for the end only at the cluster's start, so the sentence end was dropped
+    /// and never cut (review, session 35).
+    #[test]
+    fn an_ideographic_end_after_a_prepend_character_is_still_cut_once_a_mark_extends_it() {
+        let mut ch = Pair::new(500);
+        assert_eq!(
+            feed(&mut ch, "\u{600}。x"),
+            [("\u{600}。".to_owned(), FlushCause::Sentence)]
+        );
+        let mut ch = Pair::new(500);
+        let cut = feed(&mut ch, "\u{600}。\u{301}x");
+        assert_eq!(
+            cut,
+            [("\u{600}。\u{301}".to_owned(), FlushCause::Sentence)],
+            "the sentence end was lost: pending {:?}",
+            ch.ch.pending()
+        );
+        assert_eq!(ch.ch.pending(), "x");
     }
 
     #[test]
@@ -1233,6 +1263,33 @@ mod tests {
         assert_eq!(feed(&mut ch, "。。"), []);
         assert_eq!(feed(&mut ch, "a"), [("。。".into(), FlushCause::Sentence)]);
         assert_eq!(ch.ch.pending(), "a");
+    }
+
+    /// A run of ideographic ends is one end when a mark extends its first (README, chunking:
+    /// "a mark that extends it" goes with the end): at the size limit the held cut keeps
+    /// "。\u{301}！" whole and it is cut as one sentence, as "。！" is and as it is under the
+    /// limit. A review found the held cut asking only whether the buffer ended in an end, so
+    /// "！" went out as a chunk of its own (review, session 35).
+    #[test]
+    fn a_held_size_cut_keeps_an_end_run_whole_when_a_mark_extends_its_first_end() {
+        let mut ch = Pair::new(10);
+        assert_eq!(
+            feed(&mut ch, "abcdefghi。！x"),
+            [("abcdefghi。！".to_owned(), FlushCause::Sentence)]
+        );
+        let mut ch = Pair::new(500);
+        assert_eq!(
+            feed(&mut ch, "abcdefghi。\u{301}！x"),
+            [("abcdefghi。\u{301}！".to_owned(), FlushCause::Sentence)]
+        );
+        // At the limit: the end is the 10th character, the mark and `！` held past it.
+        let mut ch = Pair::new(10);
+        assert_eq!(
+            feed(&mut ch, "abcdefghi。\u{301}！x"),
+            [("abcdefghi。\u{301}！".to_owned(), FlushCause::Sentence)],
+            "`。\\u{{301}}！` is one sentence end"
+        );
+        assert_eq!(ch.ch.pending(), "x");
     }
 
     /// A no-break space exists to keep its neighbours together (Unicode class GL):

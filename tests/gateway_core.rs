@@ -676,6 +676,40 @@ fn size_limit_cuts_at_a_word_boundary() {
     );
 }
 
+/// At `--max-chunk-chars` an ideographic end run whose first end a mark extends is one
+/// sentence end (README, chunking): "abcdefghi。\u{301}！x" with a limit of 10 is one chunk cut
+/// flush:sentence, then "x". A review found a flush:size cut before `！` and `！` sent as a
+/// chunk of its own (review, session 35).
+#[test]
+fn the_gateway_sends_no_lone_ideographic_end_after_a_marked_one_at_the_size_limit() {
+    let mut gw = Gateway::new(Config {
+        max_chunk_chars: 10,
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "abcdefghi。\u{301}！x"));
+    gw.shutdown(at(1));
+    let adds: Vec<_> = drain(&mut gw)
+        .into_iter()
+        .filter(|e| e.kind == "context.add")
+        .map(|e| {
+            (
+                e.payload["content"].as_str().unwrap().to_owned(),
+                e.payload["tags"][2].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        adds,
+        vec![
+            (
+                "abcdefghi。\u{301}！".to_owned(),
+                serde_json::json!("flush:sentence")
+            ),
+            ("x".to_owned(), serde_json::json!("flush:end")),
+        ]
+    );
+}
+
 #[test]
 fn keys_and_ids_are_unique() {
     let mut gw = Gateway::new(Config::default());
