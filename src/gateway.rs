@@ -1156,6 +1156,20 @@ enum Candidate {
     Evictable,
 }
 
+/// What becomes of the SDES names of speakers that end without a word
+/// ([`Gateway::end_speakers`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Names {
+    /// Among the early names, as the newest (a stream evicted with no record: nothing came
+    /// for it since).
+    Newest,
+    /// Among the early names unless one as high came meanwhile (a record ending: an SDES
+    /// that came while it was kept is newer).
+    Older,
+    /// Not kept: a BYE ended the source's session (README "Stream limit").
+    Forget,
+}
+
 /// A stream evicted at the stream limit that may come back ([`Gateway::remember_evicted`]).
 struct Evicted {
     key: StreamKey,
@@ -1302,10 +1316,14 @@ impl EarlyName {
         self.ip == ip && self.id == id
     }
 
-    /// Gives the name to the speaker it came for, for its join.
+    /// Gives the name to the speaker it came for, for its join, unless the speaker has a name
+    /// of a higher rank (one made again from an eviction record keeps its NAME against a
+    /// CNAME-only SDES that came meanwhile, as a live speaker does, [`Emitter::rename`]).
     fn name(self, sp: &mut Speaker) {
-        sp.profile.name = self.name;
-        sp.profile.name_rank = self.rank;
+        if self.rank >= sp.profile.name_rank {
+            sp.profile.name = self.name;
+            sp.profile.name_rank = self.rank;
+        }
     }
 }
 /// Speakers a mixer's stream makes for BYEs of sources not heard yet, at most, while none of
@@ -1968,17 +1986,26 @@ impl Gateway {
         // Its SDES name too: the eviction's names go among the early names, and may push out
         // the oldest, this one ([`MAX_EARLY_NAMES`]). Refused, it is put back for the next try.
         let early = take_early_name(&mut self.early_names, key.source.ip(), key.ssrc);
+        // So are those of a returning mixer's sources that came while it was evicted.
+        let sources_early: Vec<EarlyName> = returning.as_ref().map_or(Vec::new(), |r| {
+            (r.speakers.iter())
+                .filter_map(|sp| match sp.voice {
+                    Voice::Csrc(c) => take_early_name(&mut self.early_names, key.source.ip(), c),
+                    _ => None,
+                })
+                .collect()
+        });
         // A core under its reserve always has room ([`crate::budget`]). Beyond it, at a full
         // pool, room is made from this core's own streams; another core may take the room
         // given back before it is claimed again, and then more is made or the stream is
         // refused.
         while !self.streams.claim() {
             if !self.evict_silent_stream(now) && !self.end_a_lingering_stream(now) {
-                if let Some(e) = early {
+                for e in early.into_iter().chain(sources_early) {
                     self.keep_early_name(e);
                 }
                 if let Some(r) = returning {
-                    self.end_record(r);
+                    self.end_record(r, Names::Older);
                 }
                 return Err(DropReason::StreamLimit);
             }
@@ -2004,15 +2031,17 @@ impl Gateway {
             stream.mixed = r.mixed;
             // Its speakers go on as they were (README "Stream limit"): what a last packet left
             // unfinished, where a mixer's source's redundancy was placed to, the mapping's
-            // decision, the names. An SDES for a mixer's source that came meanwhile is among
-            // the early names (its own voice's is `early`, below).
+            // decision, the names, unless an SDES of a rank as high came meanwhile (its own
+            // voice's is `early`, below).
             stream.speakers = r.speakers;
             stream.own = (stream.speakers.iter())
                 .position(|sp| sp.voice == Voice::Ssrc)
                 .map_or(NO_SPEAKER, |i| i as u8);
-            for sp in &mut stream.speakers {
-                if let Voice::Csrc(c) = sp.voice {
-                    name_new_speaker(&mut self.early_names, &key, c, sp);
+            for e in sources_early {
+                if let Some(sp) =
+                    (stream.speakers.iter_mut()).find(|sp| sp.voice == Voice::Csrc(e.id))
+                {
+                    e.name(sp);
                 }
             }
         }
@@ -2141,7 +2170,7 @@ impl Gateway {
         // Before its restart's run is dropped: a stream holding one keeps no record.
         self.remember_evicted(&mut s);
         s.register.drop_jumped();
-        self.end_speakers(s.key, std::mem::take(&mut s.speakers));
+        self.end_speakers(s.key, std::mem::take(&mut s.speakers), Names::Newest);
         self.timers.remove(slot);
         self.index.remove(&s.key);
         self.streams.release();
@@ -2161,17 +2190,17 @@ impl Gateway {
     /// order, each at its own last packet's timeout).
     fn expire_evicted(&mut self, now: Time) {
         if now >= self.evicted_until {
-            self.end_evicted(|e| e.until <= now);
+            self.end_evicted(|e| e.until <= now, Names::Older);
         }
     }
 
     /// Ends the records of evicted streams that `gone` picks, without their return: what
     /// each one's decoder left unfinished is counted.
-    fn end_evicted(&mut self, gone: impl Fn(&Evicted) -> bool) {
+    fn end_evicted(&mut self, gone: impl Fn(&Evicted) -> bool, names: Names) {
         let mut until = Time::NEVER;
         for e in std::mem::take(&mut self.evicted) {
             if gone(&e) {
-                self.end_record(e);
+                self.end_record(e, names);
             } else {
                 until = until.min(e.until);
                 self.evicted.push_back(e);
@@ -2206,7 +2235,7 @@ impl Gateway {
             if self.evicted.len() == EVICTED_KEPT
                 && let Some(old) = self.evicted.pop_front()
             {
-                self.end_record(old);
+                self.end_record(old, Names::Older);
             }
             let until = s.last_packet.plus_us(self.delays.stream_timeout);
             self.evicted_until = self.evicted_until.min(until);
@@ -2228,22 +2257,29 @@ impl Gateway {
     /// that a stream of the same source takes them for its join (README "Stream limit").
     #[cold]
     #[inline(never)]
-    fn end_speakers(&mut self, key: StreamKey, speakers: Speakers) {
+    fn end_speakers(&mut self, key: StreamKey, speakers: Speakers, names: Names) {
         for mut sp in speakers {
             self.end_decoder(std::mem::take(&mut sp.decoder));
             let (id, via) = match sp.voice {
-                _ if sp.profile.name_rank == 0 => continue,
+                _ if sp.profile.name_rank == 0 || names == Names::Forget => continue,
                 Voice::Ssrc => (key.ssrc, None),
                 Voice::Csrc(c) => (c, Some(key.ssrc)),
                 Voice::Named(_) => continue,
             };
-            self.keep_early_name(EarlyName {
+            let name = EarlyName {
                 ip: key.source.ip(),
                 id,
                 name: std::mem::take(&mut sp.profile.name),
                 rank: sp.profile.name_rank,
                 via,
-            });
+            };
+            // A record's name is older than any SDES that came while it was kept.
+            if names == Names::Older
+                && (self.early_names.iter()).any(|e| e.of(name.ip, id) && e.rank >= name.rank)
+            {
+                continue;
+            }
+            self.keep_early_name(name);
         }
     }
 
@@ -2256,14 +2292,14 @@ impl Gateway {
         if now < e.until {
             return Some(e);
         }
-        self.end_record(e);
+        self.end_record(e, Names::Older);
         None
     }
 
     /// An eviction record ending without its stream's return: what its speakers left
     /// unfinished is counted, as at any stream's end, and their names outlive it.
-    fn end_record(&mut self, e: Evicted) {
-        self.end_speakers(e.key, e.speakers);
+    fn end_record(&mut self, e: Evicted, names: Names) {
+        self.end_speakers(e.key, e.speakers, names);
     }
 
     /// A BYE for `ssrc` of host `ip` that ends no stream nor speaker: a stream of it evicted
@@ -2274,7 +2310,10 @@ impl Gateway {
     #[cold]
     #[inline(never)]
     fn forget_evicted(&mut self, ip: IpAddr, ssrc: u32) {
-        self.end_evicted(|e| e.key.source.ip() == ip && e.key.ssrc == ssrc);
+        self.end_evicted(
+            |e| e.key.source.ip() == ip && e.key.ssrc == ssrc,
+            Names::Forget,
+        );
         // A mixer's source of that host: its speaker in the mixer's record is its ended
         // session's (the record holds no packet for it: it has no run nor held packets).
         let mut ended = Vec::new();
@@ -2875,7 +2914,7 @@ impl Gateway {
             self.close_stream(now, slot, "gateway shutdown");
         }
         self.timers.clear();
-        self.end_evicted(|_| true);
+        self.end_evicted(|_| true, Names::Older);
         debug_assert_eq!(self.streams.held(), 0, "every stream gives back its room");
     }
 
