@@ -2,6 +2,7 @@
 
 #![forbid(unsafe_code)]
 
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -650,7 +651,7 @@ fn main() -> ExitCode {
             ) => cli.log_format,
             _ => file_log_format(&path).unwrap_or(cli.log_format),
         };
-        eprintln!("{}", last_word(format, "ERROR", &e));
+        say_before_logs(last_word(format, "ERROR", &e) + "\n");
         return ExitCode::FAILURE;
     }
     let log_format = cli.log_format;
@@ -707,10 +708,22 @@ fn main() -> ExitCode {
 /// with a subcommand). In JSON mode it is one JSON line and exit status 1, as every other
 /// start-up error (see the last words in `main`): a collector reads every line of stderr as
 /// JSON. JSON mode is known only from the command line here (the config file is not read
-/// yet). Otherwise, and for `--help` and `--version`, clap says it (status 2 for an error).
+/// yet). Otherwise it is clap's words and status 2, said here rather than by `Error::exit`,
+/// whose write to stderr is not bounded ([`say_before_logs`]). `--help` and `--version` are
+/// clap's, on stdout.
 fn command_line_error(e: clap::Error) -> ExitCode {
-    if !e.use_stderr() || !json_logs_asked(std::env::args_os().skip(1)) {
+    if !e.use_stderr() {
         e.exit();
+    }
+    if !json_logs_asked(std::env::args_os().skip(1)) {
+        // In colour only on a terminal, as clap's `ColorChoice::Auto`.
+        let rendered = e.render();
+        say_before_logs(if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            rendered.ansi().to_string()
+        } else {
+            rendered.to_string()
+        });
+        return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
     }
     // clap's words without the usage and the `--help` hint: `error: ` is the level's.
     let rendered = e.render().to_string();
@@ -720,14 +733,8 @@ fn command_line_error(e: clap::Error) -> ExitCode {
         .filter(|p| !p.is_empty() && !p.starts_with("Usage:") && !p.starts_with("For more"))
         .collect();
     let msg = msg.join("\n");
-    eprintln!(
-        "{}",
-        last_word(
-            LogFormat::Json,
-            "ERROR",
-            msg.strip_prefix("error: ").unwrap_or(&msg)
-        )
-    );
+    let msg = msg.strip_prefix("error: ").unwrap_or(&msg);
+    say_before_logs(last_word(LogFormat::Json, "ERROR", msg) + "\n");
     ExitCode::FAILURE
 }
 
@@ -814,15 +821,32 @@ fn finish_logs(guard: tracing_appender::non_blocking::WorkerGuard, last_words: V
     if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
         let _ = nix::unistd::dup2_stdout(&null);
     }
+    within_stderr_grace(move || {
+        drop(guard);
+        for line in last_words {
+            let _ = writeln!(std::io::stderr(), "{line}");
+        }
+    });
+}
+
+/// An error said before the logs are set up (the command line, the config file): written as
+/// the exit's last words are, bounded by [`STDERR_GRACE`] (README, `--log-format`: a stderr
+/// nobody reads holds the exit at most 2 s), and a write error ignored: a closed stderr does
+/// not turn the exit status into a panic's.
+fn say_before_logs(text: String) {
+    within_stderr_grace(move || {
+        let _ = std::io::stderr().write_all(text.as_bytes());
+    });
+}
+
+/// Runs `write` (to stderr) on a thread of its own and waits for it at most [`STDERR_GRACE`].
+/// Not joined: a thread blocked on stderr ends with the process.
+fn within_stderr_grace(write: impl FnOnce() + Send + 'static) {
     let (done, finished) = std::sync::mpsc::channel();
-    // Not joined: a thread blocked on stderr ends with the process.
     let spawned = std::thread::Builder::new()
         .name("last-words".into())
         .spawn(move || {
-            drop(guard);
-            for line in last_words {
-                eprintln!("{line}");
-            }
+            write();
             let _ = done.send(());
         });
     if spawned.is_ok() {

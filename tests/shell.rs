@@ -287,6 +287,185 @@ fn a_flag_value_refused_by_its_range_is_a_json_line_in_json_mode() {
     assert!(err.starts_with("error: invalid value '200'"), "{err}");
 }
 
+/// Waits for `child` at most `timeout`; kills it (and reaps it) past that.
+#[cfg(target_os = "linux")]
+fn wait_at_most(
+    child: &mut std::process::Child,
+    timeout: Duration,
+) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return Some(st);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A pipe whose buffer is already full (a log collector that stopped reading, its pipe shared
+/// with an earlier run of the process): a write to its write end blocks. The reader is
+/// returned so that the pipe stays open, never read.
+#[cfg(target_os = "linux")]
+fn full_pipe() -> (std::io::PipeReader, std::io::PipeWriter) {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    use std::io::Write;
+    use std::os::fd::AsFd;
+    let (r, mut w) = std::io::pipe().unwrap();
+    let flags = OFlag::from_bits_truncate(fcntl(w.as_fd(), FcntlArg::F_GETFL).unwrap());
+    fcntl(w.as_fd(), FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK)).unwrap();
+    let chunk = [b'x'; 4096];
+    let mut filled = 0usize;
+    for size in [4096usize, 1] {
+        loop {
+            match w.write(&chunk[..size]) {
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("filling the pipe: {e}"),
+            }
+        }
+    }
+    assert!(filled > 0);
+    // Blocking again (the flag belongs to the open file description the child inherits).
+    fcntl(w.as_fd(), FcntlArg::F_SETFL(flags)).unwrap();
+    (r, w)
+}
+
+/// README, `--log-format` row: "a stderr nobody reads holds the exit at most 2 s". An error
+/// said before the logs are set up (a flag value out of range or live flags before a
+/// subcommand, in either log format; a config file's error, either format) ends the process
+/// (status 1 or 2) with a stderr whose pipe is full, as one found once the logs are set up
+/// does. A review found those errors written with a plain, blocking `eprintln!` or clap's own
+/// `Error::exit`: the process never exited, holding its supervisor's restart for good
+/// (review, session 35).
+#[cfg(target_os = "linux")]
+#[test]
+fn a_start_up_error_said_before_the_logs_are_set_up_does_not_hang_on_a_full_stderr() {
+    let bad_file = config_file("full-stderr-json", "log_format = \"json\"\nworkers = 0\n");
+    let bad_text_file = config_file("full-stderr-text", "workers = 0\n");
+    let bad = bad_file.display().to_string();
+    let bad_text = bad_text_file.display().to_string();
+    let cases: [(&str, &[&str]); 5] = [
+        (
+            "a flag value out of range, --log-format json",
+            &[
+                "--log-format",
+                "json",
+                "--listen",
+                "127.0.0.1:0",
+                "--t140-pt",
+                "200",
+            ],
+        ),
+        (
+            "live flags before a subcommand, --log-format json",
+            &[
+                "--log-format",
+                "json",
+                "--listen",
+                "127.0.0.1:9",
+                "send",
+                "--to",
+                "127.0.0.1:9",
+            ],
+        ),
+        (
+            "a config file error, the file asking for JSON logs",
+            &["--config", &bad, "--listen", "127.0.0.1:0"],
+        ),
+        (
+            "a config file error, text logs",
+            &["--config", &bad_text, "--listen", "127.0.0.1:0"],
+        ),
+        (
+            "a flag value out of range, text logs",
+            &["--listen", "127.0.0.1:0", "--t140-pt", "200"],
+        ),
+    ];
+    let mut hung = Vec::new();
+    for (what, args) in cases {
+        let (_reader, writer) = full_pipe();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(writer))
+            .spawn()
+            .unwrap();
+        // The bound is 2 s; 10 s leaves room for a loaded machine.
+        match wait_at_most(&mut child, Duration::from_secs(10)) {
+            None => hung.push(format!("{what}: still running 10 s later ({args:?})")),
+            Some(st) if st.code() != Some(1) && st.code() != Some(2) => {
+                hung.push(format!("{what}: exit status {st:?}"))
+            }
+            Some(_) => {}
+        }
+    }
+    std::fs::remove_file(&bad_file).ok();
+    std::fs::remove_file(&bad_text_file).ok();
+    assert!(
+        hung.is_empty(),
+        "a stderr nobody reads held the exit for good:\n{}",
+        hung.join("\n")
+    );
+}
+
+/// README, `--log-format` row: "in JSON mode an error that stops the start (...) is one JSON
+/// line and exit status 1". It is status 1 too when stderr cannot be written (its reader, a
+/// log collector, has gone: EPIPE), for a flag value out of range and for a config file's
+/// error, as for an error found once the logs are set up. A review found the `eprintln!` of
+/// those errors panicking ("failed printing to stderr"): exit status 101, a panic's (review,
+/// session 35).
+#[cfg(target_os = "linux")]
+#[test]
+fn a_json_start_up_error_exits_1_when_stderr_is_closed() {
+    let bad_file = config_file("closed-stderr", "log_format = \"json\"\nworkers = 0\n");
+    let bad = bad_file.display().to_string();
+    let cases: [(&str, &[&str]); 2] = [
+        (
+            "a flag value out of range",
+            &[
+                "--log-format",
+                "json",
+                "--listen",
+                "127.0.0.1:0",
+                "--t140-pt",
+                "200",
+            ],
+        ),
+        (
+            "a config file error, the file asking for JSON logs",
+            &["--config", &bad, "--listen", "127.0.0.1:0"],
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (what, args) in cases {
+        let (reader, writer) = std::io::pipe().unwrap();
+        // The reader has gone before the process starts: every write is EPIPE.
+        drop(reader);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(writer))
+            .spawn()
+            .unwrap();
+        match wait_at_most(&mut child, WAIT) {
+            None => wrong.push(format!("{what}: did not exit")),
+            Some(st) if st.code() != Some(1) => {
+                wrong.push(format!("{what}: exit status {st:?}, not 1"))
+            }
+            Some(_) => {}
+        }
+    }
+    std::fs::remove_file(&bad_file).ok();
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
 /// A gateway on an ephemeral port N with its RTCP port N + 1. That port may be taken (other
 /// tests' sockets): the gateway then reads RTCP multiplexed only ("mux only"), and is started
 /// again on another port.
