@@ -1816,10 +1816,9 @@ impl Gateway {
                 }
                 let before = speakers.len();
                 // Not for a packet behind the stream (a late duplicate, which the register
-                // drops): a speaker would leave for a voice that says nothing. A jump's packet
-                // may be a restart's first (RFC 3550 A.1), said once the run confirms it.
+                // drops): a speaker would leave for a voice that says nothing.
                 let room = (before >= crate::stream::MAX_SPEAKERS
-                    && register.is_ahead_or_jump(pkt.sequence))
+                    && register.is_ahead(pkt.sequence))
                 .then(|| {
                     let held = |i: usize| register.holds_tag(i as u16);
                     let at = Place { key, created };

@@ -325,26 +325,6 @@ impl Register {
             .is_none_or(|e| seq.wrapping_sub(e) < MAX_DROPOUT)
     }
 
-    /// Whether `seq` is ahead ([`Register::is_ahead`]) or a jump's (RFC 3550 A.1: it starts
-    /// or continues a restart's run, or is a stray): not a late or duplicate packet behind the
-    /// stream, which the register drops.
-    #[cold]
-    #[inline(never)]
-    pub fn is_ahead_or_jump(&self, seq: u16) -> bool {
-        self.is_ahead(seq) || self.expected.is_some_and(|e| self.is_jump_from(seq, e))
-    }
-
-    /// Whether `seq` is a jump (RFC 3550 A.1) for a stream that expects `expected` next.
-    #[inline(always)]
-    fn is_jump_from(&self, seq: u16, expected: u16) -> bool {
-        let last = expected.wrapping_sub(1);
-        let max_seq = self.newest_received(expected);
-        let waited_for = seq.wrapping_sub(last).wrapping_sub(1) < max_seq.wrapping_sub(last);
-        !waited_for
-            && seq.wrapping_sub(max_seq) >= MAX_DROPOUT
-            && last.wrapping_sub(seq) >= MAX_MISORDER
-    }
-
     /// Whether a packet held (or kept in a restart's run) is for the speaker `tag`.
     pub fn holds_tag(&self, tag: u16) -> bool {
         self.held_and_kept().any(|h| h.tag == tag)
@@ -416,7 +396,13 @@ impl Register {
         // last delivered and it are the gaps being waited for, never jumps; behind is measured
         // from the last delivered, what A.1's `max_seq` is when nothing is held. (Measured from
         // `expected`, a jump of exactly MAX_DROPOUT read as a gap of MAX_DROPOUT - 1 packets.)
-        if self.is_jump_from(seq, expected) {
+        let last = expected.wrapping_sub(1);
+        let max_seq = self.newest_received(expected);
+        let waited_for = seq.wrapping_sub(last).wrapping_sub(1) < max_seq.wrapping_sub(last);
+        if !waited_for
+            && seq.wrapping_sub(max_seq) >= MAX_DROPOUT
+            && last.wrapping_sub(seq) >= MAX_MISORDER
+        {
             return Ok(self.jump(now, &a, expected, out));
         }
         if self.cold.held.iter().any(|h| h.seq == seq) {
