@@ -708,7 +708,7 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
     let mut after = None;
     if let Piece::Packet { gap, red, ts, .. } = &mut piece {
         if v.mixer.unplaced > 0 {
-            unplaced_expire(v, *ts);
+            emit.stats.idle_tail += unplaced_expire(v, *ts);
         }
         if v.mixer.unplaced == 0 && *gap > 0 {
             after = Some(newest_delivered(v.speakers));
@@ -784,19 +784,6 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
     }
 }
 
-/// A stream's first packet with a CSRC: it is a mixer's, and its own packets are placed by
-/// timestamp from now on. Its own voice, if it spoke, was fed in sequence order, so before this
-/// packet (a mixer's timestamps are one clock, RFC 9071 section 4): its place is just before
-/// `ts`, and its later packets' redundancy of what it said then is not said again.
-#[cold]
-#[inline(never)]
-fn mixer_begins(mixed: &mut bool, speakers: &mut crate::stream::Speakers, own: u8, ts: u32) {
-    *mixed = true;
-    if let Some(sp) = speakers.as_mut_slice().get_mut(usize::from(own)) {
-        sp.last_ts = sp.last_ts.or(Some(ts.wrapping_sub(1)));
-    }
-}
-
 /// The furthest back a redundant block reaches: its timestamp offset has 14 bits (RFC 2198
 /// section 3).
 const RED_REACH_MS: u32 = 0x3fff;
@@ -808,11 +795,13 @@ const RED_REACH_MS: u32 = 0x3fff;
 /// restarted (as far behind them) left on the old clock.
 #[cold]
 #[inline(never)]
-fn unplaced_expire(v: &mut Voices<'_>, ts: u32) {
+fn unplaced_expire(v: &mut Voices<'_>, ts: u32) -> u64 {
     let d = ts.wrapping_sub(v.unplaced_at.until);
     if d.min(d.wrapping_neg()) > RED_REACH_MS {
-        v.mixer.unplaced = 0;
+        // Taken for the idle tail they most likely were (README "Loss"), and counted so.
+        return u64::from(std::mem::take(&mut v.mixer.unplaced));
     }
+    0
 }
 
 /// Whether the mixer's clock stepped (or restarted) ahead since the speaker's last packet: this
@@ -1184,10 +1173,9 @@ struct Evicted {
     /// again at its return, they go on where they stood ([`Gateway::remember_evicted`]).
     speakers: Speakers,
     /// Its mixer's state across its speakers: the losses none has accounted for yet, and
-    /// where they lie on its clock; whether it carried a CSRC.
+    /// where they lie on its clock.
     mixer: Mixer,
     unplaced_at: Unplaced,
-    mixed: bool,
 }
 
 /// The sans-IO core.
@@ -1796,7 +1784,6 @@ impl Gateway {
             created,
             format,
             bye_waits,
-            mixed,
             unplaced_at,
             // Set to `now` on each way out below (before the in-order path's timers fire): the
             // in-order path does not read the old one.
@@ -1805,9 +1792,6 @@ impl Gateway {
         } = stream;
         let tag = match (csrc, compat) {
             (Some(c), _) => {
-                if !*mixed {
-                    mixer_begins(mixed, speakers, *own, pkt.timestamp);
-                }
                 // Before a new source's speaker is made: the next session's packet must not
                 // make it (nor give it an early name) in the stream its BYE is ending.
                 if *bye_waits && !register.sent_before_bye(pkt.sequence, pkt.marker) {
@@ -1857,11 +1841,7 @@ impl Gateway {
             format: *format,
             compat,
         };
-        // A mixer's own packet is placed by timestamp as its sources' are: counting sequence
-        // numbers would take its sources' packets for its own (RFC 9071 section 4). Never for
-        // t140llm, whose CSRC-less packets name their streams in their text.
-        let by_ts = csrc.is_some() || (*mixed && compat == Compat::None);
-        if !by_ts && register.advance_in_order(pkt.sequence, parsed.as_ref()) {
+        if csrc.is_none() && register.advance_in_order(pkt.sequence, parsed.as_ref()) {
             // In order, nothing waiting: the primary block straight to its speaker.
             *last_packet = now;
             let text = parsed.map_or(payload, |p| p.primary().data);
@@ -1885,7 +1865,7 @@ impl Gateway {
             marker: pkt.marker,
             red,
             tag,
-            by_ts,
+            by_ts: csrc.is_some(),
             at: now,
             payload,
             parsed,
@@ -2027,7 +2007,6 @@ impl Gateway {
             stream.last_packet = r.last_packet;
             stream.mixer = r.mixer;
             stream.unplaced_at = r.unplaced_at;
-            stream.mixed = r.mixed;
             // Its speakers go on as they were (README "Stream limit"): what a last packet left
             // unfinished, where a mixer's source's redundancy was placed to, the mapping's
             // decision, the names, unless an SDES of a rank as high came meanwhile (its own
@@ -2246,7 +2225,6 @@ impl Gateway {
                 speakers: std::mem::take(&mut s.speakers),
                 mixer: s.mixer,
                 unplaced_at: s.unplaced_at,
-                mixed: s.mixed,
             });
         }
     }

@@ -242,11 +242,6 @@ pub struct Stream {
     /// in the register ([`crate::register::Register::mark_bye`]): a `u16` here moved the
     /// speaker's hot part across a cache line.
     pub bye_waits: bool,
-    /// A packet of it carried a CSRC: the stream is a mixer's, and its own (CSRC-less)
-    /// packets are placed by timestamp too, their sequence numbers being shared with its
-    /// sources' (RFC 9071 section 4; RFC 4103 4.2: redundancy is per speaker). Read by every
-    /// packet, so here, not in [`Mixer`]: there it moved the speaker's hot part a line on.
-    pub mixed: bool,
     /// What only a mixer's stream uses, kept together so the packet path carries one
     /// reference to it.
     pub mixer: Mixer,
@@ -310,7 +305,6 @@ impl Stream {
             last_packet: now,
             own: NO_SPEAKER,
             bye_waits: false,
-            mixed: false,
             mixer: Mixer::default(),
             packets: 0,
             register: Register::with_sender(format, assume_start),

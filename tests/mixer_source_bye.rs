@@ -49,13 +49,9 @@ fn a_mixers_own_in_order_packet_does_not_push_a_sources_leave_past_its_wait() {
     );
 }
 
-/// The same, driven on to 3000. The mixer's own packet is placed by timestamp as its sources'
-/// are (one clock, RFC 9071 section 4): stamped 1200, after B's BYE was sent (by 1120, README
-/// "RTCP"), it is the stream delivering a packet stamped later, and B leaves with it, at 200.
-/// (Before the own packets were placed by timestamp, review session 35, B left at its wait's
-/// end, 1100.)
+/// The same, driven on to 3000: B's leave is stamped at the end of its wait (1100).
 #[test]
-fn a_sources_leave_after_the_mixers_own_packet_stamped_after_its_bye_is_stamped_then() {
+fn a_sources_leave_after_the_mixers_own_packet_is_stamped_at_its_waits_end() {
     let mut gw = Gateway::new(Config::default());
     gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"Alpha "));
     gw.handle_datagram(at(10), addr(5000), &with_csrc(2, 1010, 9, 2, b"Bravo. "));
@@ -69,7 +65,7 @@ fn a_sources_leave_after_the_mixers_own_packet_stamped_after_its_bye_is_stamped_
         .iter()
         .find(|e| e.kind == "session.leave" && e.sender.ends_with("csrc:00000002"))
         .expect("B leaves");
-    assert_eq!(leave.ts, at(200).to_iso8601(), "{:#?}", timeline(&out));
+    assert_eq!(leave.ts, at(1100).to_iso8601(), "{:#?}", timeline(&out));
 }
 
 /// B said "Bravo " (no sentence end: it waits in the chunker for the idle flush at 2010),
