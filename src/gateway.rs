@@ -2149,6 +2149,8 @@ impl Gateway {
         self.remember_evicted(&mut s);
         s.register.drop_jumped();
         self.end_speakers(s.key, std::mem::take(&mut s.speakers), Names::Newest);
+        // Unless its record keeps them ([`Gateway::remember_evicted`]), as at a stream's end.
+        self.emit.stats.idle_tail += u64::from(s.mixer.unplaced);
         self.timers.remove(slot);
         self.index.remove(&s.key);
         self.streams.release();
@@ -2223,7 +2225,7 @@ impl Gateway {
                 at,
                 last_packet: s.last_packet,
                 speakers: std::mem::take(&mut s.speakers),
-                mixer: s.mixer,
+                mixer: std::mem::take(&mut s.mixer),
                 unplaced_at: s.unplaced_at,
             });
         }
@@ -2250,10 +2252,13 @@ impl Gateway {
                 rank: sp.profile.name_rank,
                 via,
             };
-            // A record's name is older than any SDES that came while it was kept.
+            // A record's name is older than any SDES that came while it was kept; that one
+            // is its mixer's source's still (forgotten with the mixer's BYE).
             if names == Names::Older
-                && (self.early_names.iter()).any(|e| e.of(name.ip, id) && e.rank >= name.rank)
+                && let Some(e) =
+                    (self.early_names.iter_mut()).find(|e| e.of(name.ip, id) && e.rank >= name.rank)
             {
+                e.via = e.via.or(via);
                 continue;
             }
             self.keep_early_name(name);
@@ -2277,6 +2282,7 @@ impl Gateway {
     /// unfinished is counted, as at any stream's end, and their names outlive it.
     fn end_record(&mut self, e: Evicted, names: Names) {
         self.end_speakers(e.key, e.speakers, names);
+        self.emit.stats.idle_tail += u64::from(e.mixer.unplaced);
     }
 
     /// A BYE for `ssrc` of host `ip` that ends no stream nor speaker: a stream of it evicted
@@ -2363,7 +2369,14 @@ impl Gateway {
                 None => {
                     let slot = (self.rtcp_stream(source, ssrc))
                         .or_else(|| self.rtcp_stream_of_host(source, ssrc, sender));
-                    self.name_stream(now, source, ssrc, slot, name, rank);
+                    // A source of a mixer evicted from this host: its name is the mixer's
+                    // session's, forgotten with the mixer's BYE.
+                    let via = sender.filter(|&m| {
+                        m != ssrc
+                            && (self.evicted.iter())
+                                .any(|e| e.key.ssrc == m && e.key.source.ip() == source.ip())
+                    });
+                    self.name_stream(now, source, ssrc, slot, name, rank, via);
                 }
             }
         }
@@ -2626,6 +2639,8 @@ impl Gateway {
     /// `rank` 2 for NAME, 1 for CNAME: a NAME is never replaced by a CNAME.
     /// `slot`: the stream the compound names ([`Gateway::rtcp_stream`], or the host's for the
     /// compound's sender), if any.
+    /// `via`: the evicted mixer whose source `ssrc` is ([`EarlyName::via`]).
+    #[allow(clippy::too_many_arguments)]
     fn name_stream(
         &mut self,
         now: Time,
@@ -2634,6 +2649,7 @@ impl Gateway {
         slot: Option<u32>,
         name: &str,
         rank: u8,
+        via: Option<u32>,
     ) {
         let Some(name) = sdes_name(name) else { return };
         let Some(slot) = slot.filter(|&s| self.takes_names(s)) else {
@@ -2642,7 +2658,7 @@ impl Gateway {
                 id: ssrc,
                 name,
                 rank,
-                via: None,
+                via,
             });
             return;
         };
@@ -3013,6 +3029,9 @@ impl Gateway {
         let (register, mut voices) = Voices::of(&mut s, compat);
         let emit = &mut self.emit;
         register.finish(&mut |tag, piece| route(emit, &mut voices, now, tag, piece));
+        // A mixer's losses no speaker accounted for: no later packet will reach back to them,
+        // so they were an idle tail (README "Loss").
+        self.emit.stats.idle_tail += u64::from(std::mem::take(&mut voices.mixer.unplaced));
         if voices.mixer.byes > 0 {
             // Mixer sources whose BYE waited for what was held: everything is out, and they
             // said BYE before the stream ended, so they leave first.

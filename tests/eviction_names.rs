@@ -335,3 +335,89 @@ fn a_record_ending_does_not_put_its_older_name_over_a_newer_sdes() {
         "the record's older NAME replaced the NAME that came while the stream was evicted"
     );
 }
+
+/// The mixer (SSRC 9, port 4000) opens with its source 7's BOM; its SDES names 7 "Alice". A
+/// flood evicts the mixer's stream (record kept). While it is evicted, the mixer forwards 7's
+/// SDES again, NAME `renamed` (if given). If `record_ends_first`, the record ends at the
+/// stream timeout before the mixer's own BYE comes; otherwise the BYE comes while the record
+/// is kept. Then the mixer starts a new session (sequence 1, marked) in which source 7 says
+/// "Hello. ". Returns the names source 7 joins with.
+fn source_after_mixers_bye(renamed: Option<&str>, record_ends_first: bool) -> Vec<String> {
+    let mut gw = Gateway::new(Config {
+        max_streams: 3,
+        ..Config::default()
+    });
+    gw.handle_datagram(
+        at(0),
+        addr(4000),
+        &red_csrc(1, 1000, 7, &[], "\u{feff}".as_bytes()),
+    );
+    gw.handle_datagram(
+        at(10),
+        addr(4001),
+        &mixer_sdes(7, "alice@host", Some("Alice")),
+    );
+    flood(&mut gw);
+    assert_eq!(gw.stats().evicted, 1, "the mixer's stream is evicted");
+    if let Some(name) = renamed {
+        gw.handle_datagram(
+            at(2_000),
+            addr(4001),
+            &mixer_sdes(7, "alice@host", Some(name)),
+        );
+    }
+    let bye_at = if record_ends_first {
+        run_timers(&mut gw, 61_000);
+        61_000
+    } else {
+        3_000
+    };
+    // The mixer's own BYE (RFC 3550 6.6): its session, and its sources' with it, ends.
+    gw.handle_datagram(at(bye_at), addr(4001), &stream_bye(MIXER));
+    gw.handle_datagram(
+        at(bye_at + 100),
+        addr(4000),
+        &red_csrc(1, 90_000, 7, &[], b"Hello. "),
+    );
+    run_timers(&mut gw, bye_at + 10_000);
+    join_names(&drain(&mut gw), "csrc:00000007")
+}
+
+/// README "Stream limit": a record's names are kept when it ends "unless a BYE came (a
+/// mixer's BYE forgets its sources' names too)". An SDES the mixer forwarded for its source
+/// while evicted is the mixer's session's (`EarlyName::via`), and stays so when the record's
+/// own older name gives way to it: the mixer's BYE after the record ended forgets it. A review
+/// found it kept, and 7's next session joined as "Alicia" (review, session 35).
+#[test]
+fn a_mixers_bye_after_its_record_ended_forgets_a_sources_name_that_came_while_evicted() {
+    let control = source_after_mixers_bye(None, true);
+    assert_eq!(control.len(), 1, "control: 7 joins once in the new session");
+    assert_ne!(
+        control,
+        ["Alice"],
+        "control: the record's name (via the mixer) is forgotten by the mixer's BYE"
+    );
+    assert_ne!(
+        source_after_mixers_bye(Some("Alicia"), true),
+        ["Alicia"],
+        "the SDES that came while the mixer was evicted outlived the mixer's BYE: the record's \
+         end skipped its own name (with the mixer as `via`) for it, which has no `via`"
+    );
+}
+
+/// The same with the BYE coming while the record is kept (review, session 35).
+#[test]
+fn a_mixers_bye_while_its_record_is_kept_forgets_a_sources_name_that_came_while_evicted() {
+    let control = source_after_mixers_bye(None, false);
+    assert_eq!(control.len(), 1, "control: 7 joins once in the new session");
+    assert_ne!(
+        control,
+        ["Alice"],
+        "control: the record's name is forgotten"
+    );
+    assert_ne!(
+        source_after_mixers_bye(Some("Alicia"), false),
+        ["Alicia"],
+        "the SDES that came while the mixer was evicted outlived the mixer's BYE"
+    );
+}

@@ -661,3 +661,38 @@ fn an_unplaced_loss_let_go_as_an_idle_tail_is_counted_as_one() {
         timeline(&out)
     );
 }
+
+/// README "Loss": a mixer's loss no speaker accounted for by the time no later packet can
+/// reach back to it is taken for an idle tail, and counted so, also when the stream ends
+/// (its timeout) before any later packet. A review found it counted nowhere (review, session
+/// 35).
+#[test]
+fn an_unplaced_loss_let_go_at_the_streams_end_is_counted_as_an_idle_tail() {
+    let mut gw = Gateway::new(Config::default());
+    let m = addr(5000);
+    gw.handle_datagram(at(0), m, &red_csrc(1, 1000, 2, &[], b"Hello "));
+    gw.handle_datagram(at(100), m, &red_csrc_m(true, 2, 1100, 1, &[], b"Hi. "));
+    gw.handle_datagram(at(400), m, &red_csrc(3, 1400, 1, &[(300, b"Hi. ")], b""));
+    // 4: A's last tail packet (1700, [(600, "Hi. "), (300, "")], "") is lost.
+    gw.handle_datagram(
+        at(800),
+        m,
+        &red_csrc(5, 1800, 2, &[(800, b"Hello ")], b"there. "),
+    );
+    // No packet follows: the stream times out (60 s) and ends.
+    run_timers(&mut gw, 120_000);
+    let out = drain(&mut gw);
+    let s = gw.stats();
+    assert_eq!(s.streams_live, 0, "control: the stream ended");
+    assert_eq!(
+        (
+            text_of(&out, "csrc:00000002"),
+            s.lost,
+            s.recovered,
+            s.idle_tail
+        ),
+        ("Hello there.".to_owned(), 0, 0, 1),
+        "{:#?}",
+        timeline(&out)
+    );
+}

@@ -62,6 +62,21 @@ impl Gateway {
         Self::start_after(&format!("ulimit -Sn {soft}"), args)
     }
 
+    /// As [`Gateway::start`], with SIGHUP's default action whatever this process inherited
+    /// (`env --default-signal=HUP`, GNU coreutils): a test run under `nohup` would otherwise
+    /// start the gateway with SIGHUP ignored, which it keeps ignored.
+    #[allow(dead_code)]
+    pub fn start_with_hangup(args: &[&str]) -> Gateway {
+        let mut cmd = Command::new("env");
+        cmd.args(["--default-signal=HUP", env!("CARGO_BIN_EXE_pvp-t140")]);
+        Self::spawn_command(
+            cmd,
+            args,
+            "debug,tungstenite=info,tokio_tungstenite=info",
+            true,
+        )
+    }
+
     /// As [`Gateway::start`], through `sh -c "PRELUDE && exec BIN ARGS"`: the process is the
     /// gateway itself, started with what `prelude` set (a limit, a signal ignored).
     #[allow(dead_code)]
