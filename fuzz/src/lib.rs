@@ -147,15 +147,21 @@ pub fn check_chunk_size(text: &str, max: usize) -> Result<(), String> {
     if chars.len() > max + held {
         return Err(format!("{} chars > {max} + {held}", chars.len()));
     }
+    let ideographic_end = |c: char| matches!(c, '。' | '！' | '？');
+    // Where each cluster starts, and whether the cluster before it holds an ideographic end
+    // (an end with the marks that extend it, README "Chunking": `？！` is one end).
     let mut starts = vec![false; chars.len()];
+    let mut after_end = vec![false; chars.len()];
     let mut at = 0;
+    let mut last_held_end = false;
     for g in text.graphemes(true) {
         starts[at] = true;
+        after_end[at] = last_held_end;
+        last_held_end = g.chars().any(ideographic_end);
         at += g.chars().count();
     }
-    let ideographic_end = |c: char| matches!(c, '。' | '！' | '？');
     for i in max.max(1)..chars.len() {
-        let joins = !starts[i] || (ideographic_end(chars[i]) && ideographic_end(chars[i - 1]));
+        let joins = !starts[i] || (ideographic_end(chars[i]) && after_end[i]);
         if !joins {
             return Err(format!(
                 "{} chars > {max}, and char {i} ({:?}) starts a cluster past the limit",
@@ -178,6 +184,10 @@ mod tests {
         assert!(check_chunk_size("e\u{301}", 1).is_ok());
         assert!(check_chunk_size("。。", 1).is_ok());
         assert!(check_chunk_size("本当？！", 3).is_ok());
+        // An end held with the mark that extends it, then another end (the chunker's held
+        // size cut keeps the run whole, session 35).
+        assert!(check_chunk_size("。\u{591}。\u{591}", 2).is_ok());
+        assert!(check_chunk_size("。\u{591}x", 2).is_err());
         // A character past the limit starting a cluster of its own is a broken promise.
         assert!(check_chunk_size("ab", 1).is_err());
         assert!(check_chunk_size("a。", 1).is_err());
