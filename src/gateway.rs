@@ -798,8 +798,7 @@ const RED_REACH_MS: u32 = 0x3fff;
 fn unplaced_expire(v: &mut Voices<'_>, ts: u32) -> u64 {
     let d = ts.wrapping_sub(v.unplaced_at.until);
     if d.min(d.wrapping_neg()) > RED_REACH_MS {
-        // Taken for the idle tail they most likely were (README "Loss"), and counted so.
-        return u64::from(std::mem::take(&mut v.mixer.unplaced));
+        return v.mixer.let_go_unplaced();
     }
     0
 }
@@ -1452,11 +1451,8 @@ impl Gateway {
     pub fn poll_timeout(&self) -> Option<Time> {
         // An evicted stream's record ends as the timers run ([`Gateway::expire_evicted`]), so
         // its end is a deadline too.
-        let records = (self.evicted_until != Time::NEVER).then_some(self.evicted_until);
-        match (self.timers.next(), records) {
-            (Some(t), Some(r)) => Some(t.min(r)),
-            (t, r) => t.or(r),
-        }
+        let next = (self.timers.next().unwrap_or(Time::NEVER)).min(self.evicted_until);
+        (next != Time::NEVER).then_some(next)
     }
 
     /// A hint for a driver holding a batch of datagrams, called before
@@ -2149,8 +2145,8 @@ impl Gateway {
         self.remember_evicted(&mut s);
         s.register.drop_jumped();
         self.end_speakers(s.key, std::mem::take(&mut s.speakers), Names::Newest);
-        // Unless its record keeps them ([`Gateway::remember_evicted`]), as at a stream's end.
-        self.emit.stats.idle_tail += u64::from(s.mixer.unplaced);
+        // Unless its record took them ([`Gateway::remember_evicted`]), as at a stream's end.
+        self.emit.stats.idle_tail += s.mixer.let_go_unplaced();
         self.timers.remove(slot);
         self.index.remove(&s.key);
         self.streams.release();
@@ -2280,9 +2276,9 @@ impl Gateway {
 
     /// An eviction record ending without its stream's return: what its speakers left
     /// unfinished is counted, as at any stream's end, and their names outlive it.
-    fn end_record(&mut self, e: Evicted, names: Names) {
+    fn end_record(&mut self, mut e: Evicted, names: Names) {
         self.end_speakers(e.key, e.speakers, names);
-        self.emit.stats.idle_tail += u64::from(e.mixer.unplaced);
+        self.emit.stats.idle_tail += e.mixer.let_go_unplaced();
     }
 
     /// A BYE for `ssrc` of host `ip` that ends no stream nor speaker: a stream of it evicted
@@ -3029,9 +3025,7 @@ impl Gateway {
         let (register, mut voices) = Voices::of(&mut s, compat);
         let emit = &mut self.emit;
         register.finish(&mut |tag, piece| route(emit, &mut voices, now, tag, piece));
-        // A mixer's losses no speaker accounted for: no later packet will reach back to them,
-        // so they were an idle tail (README "Loss").
-        self.emit.stats.idle_tail += u64::from(std::mem::take(&mut voices.mixer.unplaced));
+        self.emit.stats.idle_tail += voices.mixer.let_go_unplaced();
         if voices.mixer.byes > 0 {
             // Mixer sources whose BYE waited for what was held: everything is out, and they
             // said BYE before the stream ended, so they leave first.

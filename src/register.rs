@@ -559,15 +559,12 @@ impl Register {
             // Its generations from the session's start on are the lost first packets' text,
             // counted recovered as for a stream's head.
             let a = h.arrival();
-            let start = if i == 0 {
-                self.session_start(&a)
-            } else {
-                (0, None)
-            };
-            if i == 0 && (a.marker || start.1.is_some()) {
-                self.deliver_whole(&a, start, false, out);
-            } else {
-                self.deliver(&a, 0, 0, out);
+            let head = (i == 0)
+                .then(|| self.session_start(&a))
+                .filter(|start| a.marker || start.1.is_some());
+            match head {
+                Some(start) => self.deliver_whole(&a, start, false, out),
+                None => self.deliver(&a, 0, 0, out),
             }
             self.cold.spare.push(h.payload);
         }

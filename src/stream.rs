@@ -286,6 +286,15 @@ pub struct Unplaced {
     pub until: u32,
 }
 
+impl Mixer {
+    /// Lets go of the losses no speaker accounted for: no later packet will reach back to them
+    /// (the stream or its record ends, or RED's reach is past), so they were an idle tail
+    /// (RFC 4103 5.2, README "Loss"). Returns how many, for `idle_tail`.
+    pub fn let_go_unplaced(&mut self) -> u64 {
+        u64::from(std::mem::take(&mut self.unplaced))
+    }
+}
+
 /// [`Stream::own`] before the stream's own speaker exists.
 pub const NO_SPEAKER: u8 = u8::MAX;
 const _: () = assert!(MAX_SPEAKERS < NO_SPEAKER as usize);
