@@ -1287,15 +1287,16 @@ impl Delays {
 const MAX_EARLY_NAMES: usize = 256;
 /// An SDES name of a source not seen on RTP ([`Gateway::early_names`]): its host, SSRC (or
 /// CSRC), name and rank, and, for a mixer's source whose name its stream's eviction kept, the
-/// mixer's SSRC, whose BYE forgets it ([`Gateway::forget_evicted`]).
+/// mixer's stream, whose BYE forgets it ([`Gateway::forget_evicted`], [`Gateway::stream_bye`]).
 struct EarlyName {
     ip: IpAddr,
     id: u32,
     name: String,
     /// [`crate::speaker::Profile::name_rank`].
     rank: u8,
-    /// The mixer whose eviction kept it, for a mixer's source.
-    via: Option<u32>,
+    /// The mixer whose eviction kept it, for a mixer's source: its stream's key (address and
+    /// SSRC, as streams are known), so that another stream of the host with that SSRC is not it.
+    via: Option<StreamKey>,
 }
 
 impl EarlyName {
@@ -2238,7 +2239,7 @@ impl Gateway {
             let (id, via) = match sp.voice {
                 _ if sp.profile.name_rank == 0 || names == Names::Forget => continue,
                 Voice::Ssrc => (key.ssrc, None),
-                Voice::Csrc(c) => (c, Some(key.ssrc)),
+                Voice::Csrc(c) => (c, Some(key)),
                 Voice::Named(_) => continue,
             };
             let name = EarlyName {
@@ -2281,6 +2282,18 @@ impl Gateway {
         self.emit.stats.idle_tail += e.mixer.let_go_unplaced();
     }
 
+    /// The evicted stream ([`Gateway::remember_evicted`]) of `ssrc` an RTCP packet from `source`
+    /// is for, as [`Gateway::rtcp_stream`] finds a live one: from the same address (rtcp-mux,
+    /// RFC 5761) or the port below (RFC 3550 11). Not any port of the host: its SSRC was freed
+    /// at the eviction, and another stream of the host may hold it now.
+    fn evicted_mixer(&self, source: SocketAddr, ssrc: u32) -> Option<StreamKey> {
+        let below = source.port().wrapping_sub(1);
+        (self.evicted.iter()).map(|e| e.key).find(|k| {
+            let ip = k.source.ip() == source.ip();
+            k.ssrc == ssrc && ip && (k.source.port() == source.port() || k.source.port() == below)
+        })
+    }
+
     /// A BYE for `ssrc` of host `ip` that ends no stream nor speaker: a stream of it evicted
     /// ([`Gateway::remember_evicted`]) ended its session (RFC 3550 6.6), so what was kept for
     /// its return, where its numbering stood and its SDES names (a mixer's sources' too, which
@@ -2304,7 +2317,8 @@ impl Gateway {
         for d in ended {
             self.end_decoder(d);
         }
-        (self.early_names).retain(|e| !(e.of(ip, ssrc) || e.ip == ip && e.via == Some(ssrc)));
+        let via = |m: StreamKey| m.ssrc == ssrc && m.source.ip() == ip;
+        (self.early_names).retain(|e| !(e.of(ip, ssrc) || e.via.is_some_and(via)));
     }
 
     /// RTCP (RFC 3550 6): SDES NAME (else CNAME) names the participant, BYE ends the stream.
@@ -2365,13 +2379,10 @@ impl Gateway {
                 None => {
                     let slot = (self.rtcp_stream(source, ssrc))
                         .or_else(|| self.rtcp_stream_of_host(source, ssrc, sender));
-                    // A source of a mixer evicted from this host: its name is the mixer's
+                    // A source of a mixer evicted from this address: its name is the mixer's
                     // session's, forgotten with the mixer's BYE.
-                    let via = sender.filter(|&m| {
-                        m != ssrc
-                            && (self.evicted.iter())
-                                .any(|e| e.key.ssrc == m && e.key.source.ip() == source.ip())
-                    });
+                    let via =
+                        (sender.filter(|&m| m != ssrc)).and_then(|m| self.evicted_mixer(source, m));
                     self.name_stream(now, source, ssrc, slot, name, rank, via);
                 }
             }
@@ -2645,7 +2656,7 @@ impl Gateway {
         slot: Option<u32>,
         name: &str,
         rank: u8,
-        via: Option<u32>,
+        via: Option<StreamKey>,
     ) {
         let Some(name) = sdes_name(name) else { return };
         let Some(slot) = slot.filter(|&s| self.takes_names(s)) else {
@@ -2914,7 +2925,7 @@ impl Gateway {
     /// gaps or continue its numbering as any others, then ends: what it holds is given up,
     /// what it said goes out, and it leaves. A new session's packet ends it at once
     /// ([`Gateway::new_session_after_bye`]). The SSRC is free at once (RFC 3550 8.2): another
-    /// sender may take it meanwhile.
+    /// sender may take it meanwhile. A mixer's sources' names it kept go at once.
     fn stream_bye(&mut self, now: Time, slot: u32) {
         let no_wait = self.cfg.reorder_wait.is_zero();
         let Some(s) = self.slots.get_mut(slot) else {
@@ -2924,12 +2935,17 @@ impl Gateway {
             // A BYE again: the first one's wait goes on.
             return;
         }
+        // A mixer's session ends with its sources' (RFC 3550 6.6): the names that came
+        // through it while it was evicted for sources it had not heard (its return took only
+        // its speakers') go, as a BYE on its record forgets them ([`Gateway::forget_evicted`]).
+        let key = s.key;
+        (self.early_names).retain(|e| e.via != Some(key));
         if no_wait || !s.register.mark_bye(now) {
             self.close_stream(now, slot, "rtcp bye");
             return;
         }
         s.bye_waits = true;
-        let (key, serial) = (s.key, s.serial);
+        let serial = s.serial;
         self.release_ssrc(&key);
         if self.lingering.len() > 2 * self.index.len() + 64 {
             self.prune_lingering();

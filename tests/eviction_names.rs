@@ -1,8 +1,8 @@
 //! SDES names across an eviction at the stream limit (README "Stream limit"): a record keeps
 //! its speakers' names for their return, SDES that comes while it is kept is an early name,
 //! and a record that ends leaves its names among the early names, unless a BYE came. A review
-//! of the record's third rework found each case (review, session 35). The sans-IO core driven
-//! directly.
+//! of the record's third rework found cases 1-4 (review, session 35), a later one the mixer's
+//! address and live BYE of 5 and 6 (review, session 36). The sans-IO core driven directly.
 
 use std::net::SocketAddr;
 
@@ -419,5 +419,138 @@ fn a_mixers_bye_while_its_record_is_kept_forgets_a_sources_name_that_came_while_
         source_after_mixers_bye(Some("Alicia"), false),
         ["Alicia"],
         "the SDES that came while the mixer was evicted outlived the mixer's BYE"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. An SDES's mixer (`via`) is the evicted stream of the compound's own address, not any
+//    evicted stream of its sender's SSRC on the host.
+// ---------------------------------------------------------------------------------------------
+
+/// Mixer A (SSRC 9, port 4000) opens with its source 7's BOM; a flood evicts it (record
+/// kept). Mixer B, another conference of the same host with the same SSRC (port 6000, its
+/// RTCP on 6001), announces its source 5 ("Carol") before its first packet. If `a_says_bye`,
+/// A's BYE comes (from 4001, RFC 3550 6.6: A's session and its sources' end). Then B's first
+/// packet: source 5 says "Hello. ". Returns the names source 5 joins with.
+fn other_mixers_source_after_bye(a_says_bye: bool) -> Vec<String> {
+    let mut gw = Gateway::new(Config {
+        max_streams: 3,
+        ..Config::default()
+    });
+    gw.handle_datagram(
+        at(0),
+        addr(4000),
+        &red_csrc(1, 1000, 7, &[], "\u{feff}".as_bytes()),
+    );
+    flood(&mut gw);
+    assert_eq!(gw.stats().evicted, 1, "mixer A's stream is evicted");
+    gw.handle_datagram(
+        at(1_150),
+        addr(6001),
+        &mixer_sdes(5, "carol@host", Some("Carol")),
+    );
+    if a_says_bye {
+        gw.handle_datagram(at(1_160), addr(4001), &stream_bye(MIXER));
+    }
+    gw.handle_datagram(
+        at(1_200),
+        addr(6000),
+        &red_csrc(1, 5000, 5, &[], b"Hello. "),
+    );
+    run_timers(&mut gw, 8_000);
+    join_names(&drain(&mut gw), "csrc:00000005")
+}
+
+/// An SDES is an evicted mixer's source's (`EarlyName::via`) only when it comes from that
+/// mixer's address (rtcp-mux, or the port above its RTP, RFC 3550 11), as a stream's RTCP is
+/// found: another mixer of the host with the same SSRC, on another port, is not it, and the
+/// evicted one's BYE does not forget that one's sources' names (review, session 36: Carol, whose
+/// SDES came from port 6001, was taken for a source of the mixer evicted from port 4000).
+#[test]
+fn an_evicted_mixers_bye_does_not_forget_the_names_of_another_port_with_its_ssrc() {
+    assert_eq!(
+        other_mixers_source_after_bye(false),
+        ["Carol"],
+        "control: no BYE from mixer A"
+    );
+    assert_eq!(
+        other_mixers_source_after_bye(true),
+        ["Carol"],
+        "mixer A's BYE forgot the name mixer B's SDES gave its source 5"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. A mixer's BYE on its live stream forgets the names that came through it while it was
+//    evicted, for sources it had not heard.
+// ---------------------------------------------------------------------------------------------
+
+/// The mixer (SSRC 9, port 4000) opens with its source 7's BOM; a flood evicts its stream
+/// (record kept). While it is evicted, the mixer's SDES names its source 5 ("Carol"), not
+/// heard yet. The mixer comes back, 7 saying "Hello. ". If `bye`, the mixer's own BYE comes on
+/// its live stream (RFC 3550 6.6), which lingers for the reorder wait and ends; then source 5
+/// says "Hi. " in the mixer's next session (sequence 1, marked), else in this one (sequence 3).
+/// Returns the names source 5 joins with.
+fn unheard_source_after_live_mixers_bye(bye: bool) -> Vec<String> {
+    let mut gw = Gateway::new(Config {
+        max_streams: 3,
+        ..Config::default()
+    });
+    gw.handle_datagram(
+        at(0),
+        addr(4000),
+        &red_csrc(1, 1000, 7, &[], "\u{feff}".as_bytes()),
+    );
+    flood(&mut gw);
+    assert_eq!(gw.stats().evicted, 1, "the mixer's stream is evicted");
+    gw.handle_datagram(
+        at(1_150),
+        addr(4001),
+        &mixer_sdes(5, "carol@host", Some("Carol")),
+    );
+    gw.handle_datagram(
+        at(1_200),
+        addr(4000),
+        &red_csrc(2, 1300, 7, &[], b"Hello. "),
+    );
+    assert_eq!(
+        gw.stats().evicted,
+        2,
+        "a junk stream made room for the return"
+    );
+    if bye {
+        gw.handle_datagram(at(2_000), addr(4001), &stream_bye(MIXER));
+    }
+    run_timers(&mut gw, 5_000);
+    gw.handle_datagram(
+        at(5_000),
+        addr(4000),
+        &red_csrc(if bye { 1 } else { 3 }, 90_000, 5, &[], b"Hi. "),
+    );
+    run_timers(&mut gw, 12_000);
+    join_names(&drain(&mut gw), "csrc:00000005")
+}
+
+/// README "Stream limit": a mixer's BYE forgets its sources' names. Those that came through it
+/// while it was evicted (`EarlyName::via`) for a source it had not heard are not in its record,
+/// so its return does not take them: its BYE on the live stream forgets them too, as one on
+/// its record does (review, session 36: source 5 joined the mixer's next session as "Carol").
+#[test]
+fn a_live_mixers_bye_forgets_a_name_that_came_through_it_while_evicted() {
+    assert_eq!(
+        unheard_source_after_live_mixers_bye(false),
+        ["Carol"],
+        "control: without the BYE, source 5 takes its early name"
+    );
+    let after_bye = unheard_source_after_live_mixers_bye(true);
+    assert_eq!(
+        after_bye.len(),
+        1,
+        "source 5 joins once in the next session"
+    );
+    assert_ne!(
+        after_bye,
+        ["Carol"],
+        "the name that came through the mixer while it was evicted outlived its BYE"
     );
 }
