@@ -1838,7 +1838,8 @@ impl Gateway {
             format: *format,
             compat,
         };
-        if csrc.is_none() && register.advance_in_order(pkt.sequence, parsed.as_ref()) {
+        if csrc.is_none() && register.advance_in_order(pkt.sequence, pkt.timestamp, parsed.as_ref())
+        {
             // In order, nothing waiting: the primary block straight to its speaker.
             *last_packet = now;
             let text = parsed.map_or(payload, |p| p.primary().data);

@@ -132,8 +132,8 @@ impl Held {
 pub type Out<'o> = &'o mut dyn FnMut(u16, Piece<'_>);
 
 /// `repr(C)`: with thousands of streams every packet finds its stream cold in the cache, so
-/// the register keeps inline only what an in-order packet reads (position, flags, how many
-/// packets are held: 16 bytes), and boxes the rest (held packets, counters, spare buffers),
+/// the register keeps inline only what an in-order packet reads or writes (position, flags,
+/// how many packets are held, the last timestamp: 16 bytes), and boxes the rest (held packets, counters, spare buffers),
 /// which only loss, reordering and RED recovery reach.
 #[derive(Debug, Default)]
 #[repr(C)]
@@ -154,6 +154,12 @@ pub struct Register {
     /// `cold.held.len()`, kept here so the in-order test does not reach the box (at most
     /// [`MAX_HELD`]).
     holding: u8,
+    /// `last_ts` is the last delivered packet's (false until one is, as after
+    /// [`Register::resume`]).
+    stamped: bool,
+    /// The RTP timestamp of the last packet delivered: a restart's run is judged against it
+    /// ([`Register::late_copies`], [`NEW_CLOCK`]). In the head's padding: it stays 16 bytes.
+    last_ts: u32,
     cold: Box<Cold>,
 }
 
@@ -219,6 +225,14 @@ struct Bye {
 /// Jump packets a register keeps: a restart's first packets swapped or duplicated still make
 /// a run of three.
 const MAX_KEPT: usize = 4;
+
+/// How far past the last delivered packet's timestamp a restart's run must be stamped to be on
+/// a new clock (RFC 3550 5.1: a new session's first timestamp is random), not the old one going
+/// on (a translator renumbering, a sender restarting its numbering but not its clock): 2^23
+/// ticks, 2.3 hours of T.140's 1000 Hz clock (RFC 4103 4.1), far longer than a stream stays
+/// silent (`--stream-timeout-s`, 60 s by default). A random first stamp lands further ahead
+/// nearly half the time; behind, or nearer, the run's head is taken as before.
+const NEW_CLOCK: u32 = 1 << 23;
 
 // `holding` counts one over the bound for a moment (`Register::receive`).
 const _: () = assert!(MAX_HELD < u8::MAX as usize);
@@ -347,7 +361,7 @@ impl Register {
     /// Advances past it and returns true; otherwise changes nothing, and the packet goes
     /// through [`Register::receive`].
     #[inline]
-    pub fn advance_in_order(&mut self, seq: u16, red: Option<&RedPayload<'_>>) -> bool {
+    pub fn advance_in_order(&mut self, seq: u16, ts: u32, red: Option<&RedPayload<'_>>) -> bool {
         if self.expected != Some(seq) || self.holding != 0 || self.slow != 0 {
             return false;
         }
@@ -355,6 +369,7 @@ impl Register {
             self.generations = self.generations.max(generations(p));
         }
         self.expected = Some(seq.wrapping_add(1));
+        (self.last_ts, self.stamped) = (ts, true);
         true
     }
 
@@ -488,7 +503,10 @@ impl Register {
     /// lands there 1 time in 22.) The run is the kept packets in sequence up to this one,
     /// whatever order they came in; once long enough it is delivered, every packet of it, and
     /// the stream goes on from its end. Kept packets outside it are strays, dropped and
-    /// counted as jumps.
+    /// counted as jumps, unless the run is on a new clock ([`NEW_CLOCK`]): then those before
+    /// it on that clock are the restart's too, and the gaps between wait as any gap. A run a
+    /// short way back that is stamped before the last delivered packet and starts no session
+    /// is late duplicates ([`Register::late_copies`]): dropped as stale.
     #[cold]
     #[inline(never)]
     fn jump(&mut self, now: Time, a: &Arrival<'_>, expected: u16, out: Out<'_>) -> Outcome {
@@ -538,38 +556,106 @@ impl Register {
         if hi != seq || hi.wrapping_sub(lo) + 1 < needed {
             return Outcome::Jump;
         }
+        if needed == 3 && self.late_copies(lo, hi) {
+            // Late duplicates of packets already delivered: dropped, as any stale packet.
+            let run = self.cold.rare.as_mut().map(|j| std::mem::take(&mut j.run));
+            let (copies, strays): (Vec<Held>, Vec<Held>) = (run.unwrap_or_default().into_iter())
+                .partition(|h| h.seq.wrapping_sub(lo) <= hi.wrapping_sub(lo));
+            self.drop_strays(strays);
+            self.cold.stats.stale += copies.len() as u64;
+            (self.cold.spare).extend(copies.into_iter().map(|h| h.payload));
+            return Outcome::Stale;
+        }
         // The sender restarted its sequence: what the old one still waited for is given up,
         // then the run goes out in order, each packet's text as it came.
         self.cold.stats.restarts += 1;
         self.give_up_all(out);
         let run = self.cold.rare.as_mut().map(|j| std::mem::take(&mut j.run));
-        let (mut run, strays): (Vec<Held>, Vec<Held>) = run
-            .unwrap_or_default()
-            .into_iter()
-            .partition(|h| h.seq.wrapping_sub(lo) <= hi.wrapping_sub(lo));
+        let run = run.unwrap_or_default();
+        // On a new clock, the run's head follows packets of the new session lost, or kept
+        // before it (a loss between them made them no run): those stamped on the new clock
+        // too, and not after the head, are the run's.
+        let head_ts = (run.iter().find(|h| h.seq == lo)).map_or(a.ts, |h| h.ts);
+        let new_clock = self.on_new_clock(head_ts);
+        let before = |h: &Held| {
+            let back = lo.wrapping_sub(h.seq);
+            new_clock
+                && back <= MAX_DROPOUT
+                && self.on_new_clock(h.ts)
+                && !crate::rtp::ts_after(h.ts, head_ts)
+        };
+        let (mut run, strays): (Vec<Held>, Vec<Held>) = (run.into_iter())
+            .partition(|h| h.seq.wrapping_sub(lo) <= hi.wrapping_sub(lo) || before(h));
+        // All of them lie from MAX_DROPOUT before the run's first to its last.
+        let floor = lo.wrapping_sub(MAX_DROPOUT);
+        let from = (run.iter().map(|h| h.seq))
+            .min_by_key(|s| s.wrapping_sub(floor))
+            .unwrap_or(lo);
         self.drop_strays(strays);
-        run.sort_unstable_by_key(|h| h.seq.wrapping_sub(lo));
+        run.sort_unstable_by_key(|h| h.seq.wrapping_sub(from));
         if let Some(h) = run.first().filter(|h| h.by_ts) {
             out(h.tag, Piece::Restart);
         }
-        for (i, h) in run.into_iter().enumerate() {
-            // The run's first packet is the new sequence's head: as a stream's first packet,
-            // with every redundant generation when it starts a session (marked, or its text
-            // beginning with the BOM, RFC 4103 5.2), so a lost first packet comes back.
-            // Its generations from the session's start on are the lost first packets' text,
-            // counted recovered as for a stream's head.
+        let mut run = run.into_iter();
+        if let Some(h) = run.next() {
+            // The run's first packet is the new sequence's head. On a new clock, as a
+            // stream's first packet ([`Register::deliver_head`]): every redundant generation,
+            // and a loss mark unless it starts a session. On the old clock going on (a
+            // renumbered sender), its generations may repeat text delivered: with every
+            // generation only when it starts a session (marked, or its text beginning with
+            // the BOM, RFC 4103 5.2), so a lost first packet comes back, those from the
+            // session's start on counted recovered as for a stream's head; else its primary.
             let a = h.arrival();
-            let head = (i == 0)
-                .then(|| self.session_start(&a))
-                .filter(|start| a.marker || start.1.is_some());
-            match head {
-                Some(start) => self.deliver_whole(&a, start, false, out),
-                None => self.deliver(&a, 0, 0, out),
+            if new_clock {
+                self.deliver_head(&a, out);
+            } else {
+                let start = self.session_start(&a);
+                match a.marker || start.1.is_some() {
+                    true => self.deliver_whole(&a, start, false, out),
+                    false => self.deliver(&a, 0, 0, out),
+                }
             }
+            self.expected = Some(h.seq.wrapping_add(1));
             self.cold.spare.push(h.payload);
         }
-        self.expected = Some(hi.wrapping_add(1));
+        // The rest in order; past a gap (a new clock's run only) held, for the reorder wait.
+        for h in run {
+            if self.holding == 0 && self.expected == Some(h.seq) {
+                self.deliver(&h.arrival(), 0, 0, out);
+                self.expected = Some(h.seq.wrapping_add(1));
+                self.cold.spare.push(h.payload);
+            } else {
+                self.cold.held.push(h);
+                self.holding += 1;
+            }
+        }
+        self.drain(out);
         Outcome::Delivered
+    }
+
+    /// Whether a restart's run `lo..=hi` a short way back (RFC 3550 A.1's MAX_MISORDER to
+    /// MAX_DROPOUT) is late duplicates of packets already delivered: every packet stamped
+    /// before the last delivered (a copy cannot be later; 100 or more packets of a session
+    /// take time, so strictly before), and none starting a session (marked or opening with the
+    /// BOM, RFC 4103 5.2, also by its redundancy), which a restarting sender's first packets
+    /// do. (A restart stamped behind, its random new clock, RFC 3550 5.1, and a sender at 8 kHz
+    /// restarting at timestamp 0 have a copy's header but its marker; a sender that never
+    /// marks a start, t140llm's, is never refused.)
+    fn late_copies(&self, lo: u16, hi: u16) -> bool {
+        let run = self.cold.rare.as_ref().map_or(&[][..], |r| &r.run[..]);
+        let copy = |h: &&Held| {
+            let a = h.arrival();
+            crate::rtp::ts_after(self.last_ts, h.ts) && !a.marker && !self.starts_session(&a)
+        };
+        let in_run = |h: &&Held| h.seq.wrapping_sub(lo) <= hi.wrapping_sub(lo);
+        self.stamped && !self.assume_start && run.iter().filter(in_run).all(|h| copy(&h))
+    }
+
+    /// Whether `ts` is on a new clock: more than [`NEW_CLOCK`] past the last delivered
+    /// packet's timestamp.
+    fn on_new_clock(&self, ts: u32) -> bool {
+        let past = self.last_ts.wrapping_add(NEW_CLOCK);
+        self.stamped && crate::rtp::ts_after(ts, past)
     }
 
     /// A packet kept past this call (held, or a jump's): its payload copied into a spare
@@ -623,6 +709,7 @@ impl Register {
         self.drop_jumped();
         self.slow &= !HEAD_WAIT;
         self.expected = None;
+        self.stamped = false;
     }
 
     /// Drops what jump packets are kept (the stream is going): they count as jumps.
@@ -963,6 +1050,7 @@ impl Register {
     /// wrong), then the primary. `usize::MAX` takes all generations as the stream's head.
     /// Packets placed by timestamp go out whole, with `gap` lost packets before them.
     fn deliver(&mut self, a: &Arrival<'_>, recover: usize, gap: usize, out: Out<'_>) {
+        (self.last_ts, self.stamped) = (a.ts, true);
         if a.by_ts {
             out(
                 a.tag,
@@ -2077,5 +2165,48 @@ mod tests {
             ("a\u{feff}xyzw", 1),
             "what the restart sent, once, in order"
         );
+    }
+
+    /// Late duplicates far behind in a plain stream, stamped as they were sent, come together
+    /// while the stream is quiet: 5, 6, 7 of a live 1..=120 (RFC 4103 5.1's pace). Stamped
+    /// before the last delivered packet and starting no session, they are stale, not a
+    /// restart (RFC 3550 A.1's three sequential packets), and the live stream goes on. (Taken
+    /// for a restart, their text was said again and the stream moved back; a review found it
+    /// in a mixer's stream, `tests/mixer_clock.rs`, review, session 36.)
+    #[test]
+    fn late_duplicates_stamped_before_the_last_delivered_are_stale_not_a_restart() {
+        let (mut r, before) = Rig::paced_1_to_120();
+        let got: Vec<Outcome> = (5..=7u16)
+            .map(|s| r.stamped(40_000, s, 300 * u32::from(s), false, "old."))
+            .collect();
+        assert_eq!(got, [Outcome::Jump, Outcome::Jump, Outcome::Stale]);
+        assert_eq!(
+            r.stamped(40_100, 121, 36_300, false, "w121."),
+            Outcome::Delivered
+        );
+        assert_eq!(&r.text[before.len()..], "w121.");
+        let s = r.reg.stats();
+        assert_eq!((s.restarts, s.stale, s.jumps), (0, 3, 0));
+    }
+
+    /// A plain restart stamped behind the old clock (RFC 3550 5.1: a random new clock) whose
+    /// marked first packet, 10, is lost has a late duplicate's header: 11, 12, 13 are dropped
+    /// as stale (a known gap, README "Sequence"). Its next marked packet (the first after a
+    /// pause, RFC 4103 5.2) starts a session: the run it ends, 14..=16, is believed, and the
+    /// stream goes on from it.
+    #[test]
+    fn a_restart_stamped_behind_without_its_start_is_taken_at_its_next_marked_packet() {
+        let (mut r, before) = Rig::paced_1_to_120();
+        let mut got = Vec::new();
+        for (k, t) in ["a.", "b.", "c.", "d.", "e.", "F."].iter().enumerate() {
+            let k16 = k as u16;
+            let ts = 9_300 + 300 * k as u32;
+            got.push(r.stamped(40_000 + 300 * u64::from(k16), 11 + k16, ts, k == 5, t));
+        }
+        use Outcome::{Delivered, Jump, Stale};
+        assert_eq!(got, [Jump, Jump, Stale, Jump, Jump, Delivered]);
+        assert_eq!(r.stamped(42_000, 17, 11_100, false, "g."), Delivered);
+        assert_eq!(&r.text[before.len()..], "d.e.F.g.");
+        assert_eq!(r.reg.stats().restarts, 1);
     }
 }

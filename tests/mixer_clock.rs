@@ -2,7 +2,8 @@
 //! sources): the clock at a source's BYE (`bye_sent_by`, `speaker::Lead`), and the clock
 //! restarting or stepping back (`speaker_clock_restarted`). A fifth review's tests, written
 //! against 0bbc089 (which reset every speaker at one packet stamped far back, and took the
-//! clock from each speaker's newest packet): five failed; one, a register gap, is ignored.
+//! clock from each speaker's newest packet): five failed; one, a register gap, was ignored
+//! until the register told late duplicates by their timestamps (review, session 36).
 //! Then placement on that clock across the mixer's one sequence: its own packets, and losses
 //! no speaker accounted for yet (review, session 35).
 
@@ -124,17 +125,14 @@ fn a_clock_step_back_does_not_repeat_zero_offset_redundancy() {
 }
 
 /// Three late duplicates of A's old packets, 30 s stale, arrive together (a duplicating
-/// path) while the stream is quiet. The register (RFC 3550 A.1, three sequential packets
-/// behind) takes them for a restart and delivers them; stamped more than 10 s behind A's
-/// newest, they reset the mixer's clock state and their text is said again. Three rules that
-/// told such a run from a restart by its stamps (in the stream's past) and its pace (came
-/// together) were written this session, and three review rounds found each losing or
-/// delaying real restarts' text (t140llm's every reply restarts at 0 with the same headers; a
-/// sender on an 8 kHz clock; a burst of four; a gap timer) or still repeating duplicates that
-/// come 60 ms apart. The headers of a restart and of late duplicates can be the same; the
-/// gateway prefers saying text twice to losing it.
+/// path) while the stream is quiet: not a restart (RFC 3550 A.1's three sequential packets
+/// behind), and their text is not said again. Stamped before the last delivered packet and
+/// none starting a session (no marker, no BOM, RFC 4103 5.2), they are late copies (README
+/// "Sequence"). The fifth review found them taken for a restart and said again; rules by
+/// stamps and pace alone lost real restarts' text (a restart stamped behind, or an 8 kHz
+/// sender's from timestamp 0, has a copy's header but its marker: `tests/sequence_restarts.rs`
+/// and the register's tests) (fixed, review, session 36).
 #[test]
-#[ignore = "known gap: the register takes three sequential late duplicates far behind, come while the stream is quiet, for a sequence restart (RFC 3550 A.1) and delivers their text again, in plain streams as well"]
 fn late_duplicates_taken_for_a_restart_do_not_repeat_old_text() {
     let mut gw = Gateway::new(Config::default());
     let m = addr(5000);
