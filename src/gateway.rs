@@ -214,6 +214,9 @@ pub struct Stats {
     /// RTCP datagrams this worker's feeds lost ([`Gateway::rtcp_feed_lost`]): the RTCP port's,
     /// and those other workers handed on ([`Gateway::share_rtcp`]).
     pub rtcp_feed_missed: u64,
+    /// Errors this worker's socket returned to a read, other than "nothing to read"
+    /// ([`Gateway::socket_errors`]).
+    pub socket_errors: u64,
     /// Streams that never carried text, removed to make room at the stream limit.
     pub evicted: u64,
     /// Chunks of speakers the stream mapping refused (not sent).
@@ -280,6 +283,7 @@ impl Stats {
         self.speakers_joined += o.speakers_joined;
         self.speakers_recycled += o.speakers_recycled;
         self.rtcp_feed_missed += o.rtcp_feed_missed;
+        self.socket_errors += o.socket_errors;
         self.evicted += o.evicted;
         self.refused_chunks += o.refused_chunks;
         for (a, b) in self.chunks.iter_mut().zip(o.chunks) {
@@ -1594,6 +1598,13 @@ impl Gateway {
                 self.forget_evicted(ip, ssrc);
             }
         });
+    }
+
+    /// `n` errors the receive socket returned to reads (an ICMP's ECONNREFUSED, ENOBUFS, ...):
+    /// the shell reads past them, pausing while they persist (`udp::ErrorPause`); counted
+    /// here so that they show in the metrics with the rest of this worker's counters.
+    pub fn socket_errors(&mut self, n: u64) {
+        self.emit.stats.socket_errors += n;
     }
 
     /// `n` datagrams of the RTCP port that this worker's feed lost (it fell behind the port's

@@ -208,6 +208,12 @@ impl Collector for CoreCollector {
         )?;
         counter(
             &mut enc,
+            "pvp_t140_socket_errors",
+            "Errors the receive workers' sockets returned to reads (ECONNREFUSED from an ICMP port unreachable, ENOBUFS, ...): read past, with a pause while they persist.",
+            s.socket_errors,
+        )?;
+        counter(
+            &mut enc,
             "pvp_t140_speakers_recycled",
             "Speakers that left to make room for a new voice on a stream at its bound of 32.",
             s.speakers_recycled,

@@ -208,6 +208,9 @@ pub async fn run_worker(
     // Since when envelopes have been waiting for the hand-off (None: none waiting).
     let mut held_since: Option<std::time::Instant> = None;
     let mut failed = None;
+    // While the socket keeps failing: when to read it again ([`ErrorPause`]).
+    let mut pause = ErrorPause::default();
+    let mut paused: Option<std::time::Instant> = None;
     loop {
         // A stop already given ends the loop before anything else is read: the stop reads
         // what is queued in a set order (`drain_at_stop`), RTP first.
@@ -223,7 +226,7 @@ pub async fn run_worker(
         // handle_datagram either way).
         tokio::select! {
             r = shutdown.changed() => if r.is_err() || *shutdown.borrow() { break },
-            r = socket.readable() => {
+            r = socket.readable(), if paused.is_none() => {
                 if let Err(e) = r {
                     // The socket can no longer be read: end as a stop would, flushing what
                     // the streams hold, so that nothing already accepted is lost.
@@ -231,8 +234,13 @@ pub async fn run_worker(
                     failed = Some(e);
                     break;
                 }
-                busy = drain_socket(&socket, &mut gw, &mut reader, &clock) == RECV_BUDGET;
+                let drained = drain_socket(&socket, &mut gw, &mut reader, &clock);
+                busy = drained.read == RECV_BUDGET;
+                let now = std::time::Instant::now();
+                paused = pause.after("RTP", now, drained.failing.as_ref()).map(|p| p.until);
             }
+            // A socket that kept failing is read again after its pause.
+            () = sleep_until(paused), if paused.is_some() => paused = None,
             d = recv_rtcp(rtcp.as_mut()) => match d {
                 Ok(d) => {
                     // The RTP already queued first: a sender's BYE on the RTCP port follows
@@ -411,6 +419,9 @@ pub async fn run_rtcp_reader(
 ) {
     let mut buf = vec![0u8; 65_536];
     let clock = Clock::new();
+    // An error that persists pauses the reads, as a worker's ([`ErrorPause`]).
+    let mut pause = ErrorPause::default();
+    let mut paused: Option<std::time::Instant> = None;
     let mut share = |r: io::Result<(usize, std::net::SocketAddr)>, buf: &[u8]| match r {
         Ok((n, from)) => {
             let refused = admission.admit(clock.now(), from).err();
@@ -428,7 +439,12 @@ pub async fn run_rtcp_reader(
             break;
         }
         tokio::select! {
-            r = socket.recv_from(&mut buf) => share(r, &buf),
+            r = socket.recv_from(&mut buf), if paused.is_none() => {
+                let now = std::time::Instant::now();
+                paused = pause.after("RTCP", now, r.as_ref().err()).map(|p| p.until);
+                share(r, &buf);
+            }
+            () = sleep_until(paused), if paused.is_some() => paused = None,
             r = stop.changed() => if r.is_err() { break },
         }
     }
@@ -449,7 +465,7 @@ pub async fn run_rtcp_reader(
 /// ([`BatchReader`]); the core borrows each datagram from the reader's buffers: no allocation
 /// per packet here. The kernel's receive path and the core then each run over a batch, not
 /// alternately per datagram, so each keeps its code and data in cache, and the core loads the
-/// batch's streams together (`Gateway::handle_batch`). Returns how many datagrams it read.
+/// batch's streams together (`Gateway::handle_batch`).
 ///
 /// The clock is read once per batch: a batch is read in well under a millisecond, and T.140
 /// timing works in hundreds of milliseconds (RFC 4103 5.1, 300 ms buffering).
@@ -458,12 +474,20 @@ fn drain_socket(
     gw: &mut Gateway,
     reader: &mut BatchReader,
     clock: &Clock,
-) -> usize {
+) -> Drained {
     drain_by(socket, gw, reader, clock, BatchReader::read)
 }
 
+/// What [`drain_by`] did: how many datagrams it read, and the error it stopped on if the
+/// socket kept failing ([`ERRORS_IN_A_ROW`] reads in a row).
+#[derive(Debug)]
+struct Drained {
+    read: usize,
+    failing: Option<io::Error>,
+}
+
 /// [`drain_socket`] and [`drain_socket_now`]: batches read by `read` into the core, up to
-/// [`RECV_BUDGET`]. Returns how many datagrams it read.
+/// [`RECV_BUDGET`].
 #[inline(always)]
 fn drain_by(
     socket: &UdpSocket,
@@ -471,7 +495,7 @@ fn drain_by(
     reader: &mut BatchReader,
     clock: &Clock,
     read_batch: impl Fn(&mut BatchReader, &UdpSocket, usize) -> io::Result<usize>,
-) -> usize {
+) -> Drained {
     let (mut read, mut errors) = (0, 0);
     while read < RECV_BUDGET {
         if let Err(e) = read_batch(reader, socket, RECV_BUDGET - read) {
@@ -479,12 +503,20 @@ fn drain_by(
             // an ICMP port unreachable, ...): not fatal, reported once ahead of the datagrams
             // queued behind it and cleared by this read, so the read goes on (a stop reads
             // once: what it left would be lost). A few in a row at most: one that persists
-            // must not spin here.
-            if e.kind() == io::ErrorKind::WouldBlock || errors == ERRORS_IN_A_ROW {
+            // must not spin here, and the caller pauses ([`ErrorPause`]): tokio still takes
+            // the socket for readable, so without a pause its loop would spin instead.
+            if e.kind() == io::ErrorKind::WouldBlock {
                 break;
             }
+            gw.socket_errors(1);
             tracing::debug!("receive: {e}");
             errors += 1;
+            if errors == ERRORS_IN_A_ROW {
+                return Drained {
+                    read,
+                    failing: Some(e),
+                };
+            }
             continue;
         }
         errors = 0;
@@ -495,7 +527,81 @@ fn drain_by(
         gw.handle_batch(clock.now(), &batch);
         read += batch.len();
     }
-    read
+    Drained {
+        read,
+        failing: None,
+    }
+}
+
+/// Pauses a socket's reads while it keeps failing: an error that persists (ENOBUFS, ENOMEM,
+/// a broken descriptor) leaves tokio taking the socket for readable, and a loop reading it at
+/// once again would burn a core. The first pause is [`PAUSE_FIRST`], each next one twice the
+/// last, up to [`PAUSE_MOST`]; a read that succeeds starts over. Logged at warn level at most
+/// every [`LOG_EVERY`], with the failures since, and counted where the socket's reads are
+/// ([`Gateway::socket_errors`]). Time is passed in, so tests drive it.
+#[derive(Debug, Default)]
+struct ErrorPause {
+    /// The next pause (zero: [`PAUSE_FIRST`]).
+    next: Duration,
+    logged: Option<std::time::Instant>,
+    /// Failures since the last log line.
+    unlogged: u64,
+}
+
+/// See [`ErrorPause`]: short beside T.140's 300 ms buffering (RFC 4103 5.1), so a socket that
+/// recovers loses little time; the kernel's buffer holds what comes meanwhile.
+const PAUSE_FIRST: Duration = Duration::from_millis(1);
+/// See [`ErrorPause`].
+const PAUSE_MOST: Duration = Duration::from_millis(100);
+/// See [`ErrorPause`].
+const LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// A pause [`ErrorPause::after`] decided.
+#[derive(Debug, PartialEq)]
+struct Pause {
+    until: std::time::Instant,
+    wait: Duration,
+    /// Logged at warn level, with this many failures since the last line (this one
+    /// included); `None`: not logged, one was less than [`LOG_EVERY`] ago.
+    log: Option<u64>,
+}
+
+impl ErrorPause {
+    /// After reading the `socket` (RTP, RTCP: for the log) at `now`: `failing` is the error it
+    /// kept returning, if it did. Returns the pause before the next read (`None`: read on as
+    /// usual), logged when its [`Pause::log`] says so.
+    fn after(
+        &mut self,
+        socket: &str,
+        now: std::time::Instant,
+        failing: Option<&io::Error>,
+    ) -> Option<Pause> {
+        let Some(e) = failing else {
+            self.next = Duration::ZERO;
+            return None;
+        };
+        let wait = self.next.max(PAUSE_FIRST);
+        self.next = (wait * 2).min(PAUSE_MOST);
+        self.unlogged += 1;
+        let log = self.logged.is_none_or(|t| now >= t + LOG_EVERY).then(|| {
+            self.logged = Some(now);
+            std::mem::take(&mut self.unlogged)
+        });
+        if let Some(failures) = log {
+            tracing::warn!(
+                socket,
+                error = %e,
+                failures,
+                pause_ms = wait.as_millis() as u64,
+                "receive socket keeps failing: its reads pause"
+            );
+        }
+        Some(Pause {
+            until: now + wait,
+            wait,
+            log,
+        })
+    }
 }
 
 /// Socket errors [`drain_by`] reads past in a row before it stops for this turn.
@@ -522,7 +628,7 @@ async fn drain_at_stop(
     let _ = tokio::time::timeout(Duration::from_millis(10), socket.readable()).await;
     let until = std::time::Instant::now() + STOP_DRAIN;
     loop {
-        let read = drain_socket_now(socket, gw, reader, clock);
+        let read = drain_socket_now(socket, gw, reader, clock).read;
         if let Some(share) = share {
             share.hand_on(gw);
         }
@@ -535,13 +641,13 @@ async fn drain_at_stop(
 /// [`drain_socket`] reading what the socket holds now, whatever tokio last learnt of its
 /// readiness ([`BatchReader::read_ignoring_readiness`]): tokio learns of queued datagrams only
 /// when its reactor runs, which it may not have since they came (a stop seen first, an RTCP
-/// datagram woken for first). Up to [`RECV_BUDGET`]; returns how many it read.
+/// datagram woken for first). Up to [`RECV_BUDGET`].
 fn drain_socket_now(
     socket: &UdpSocket,
     gw: &mut Gateway,
     reader: &mut BatchReader,
     clock: &Clock,
-) -> usize {
+) -> Drained {
     drain_by(
         socket,
         gw,
@@ -1218,5 +1324,72 @@ mod tests {
         );
         // Core 1's queue held the newest 1,024 of them; it counts the oldest as missed.
         assert_eq!(s1.rtcp_feed_missed, (n as usize - RTCP_FEED) as u64);
+    }
+
+    /// A socket that keeps failing (ENOBUFS, ENOMEM, a broken descriptor: not WouldBlock, not
+    /// a one-off ECONNREFUSED) pauses its reads 1 ms, then twice as long each time up to
+    /// 100 ms, and a read that succeeds starts over; the failures are logged at most every
+    /// 10 s, with how many since. The receive loop read such a socket again at once, forever,
+    /// burning a core (review, session 36).
+    #[test]
+    fn a_socket_that_keeps_failing_pauses_its_reads_doubling_to_100_ms() {
+        let t0 = std::time::Instant::now();
+        let e = io::Error::from_raw_os_error(105); // ENOBUFS
+        let mut pause = ErrorPause::default();
+        let ms = Duration::from_millis;
+        let mut now = t0;
+        let mut waits = Vec::new();
+        let mut logs = Vec::new();
+        for _ in 0..10 {
+            let p = pause.after("RTP", now, Some(&e)).expect("a pause");
+            assert_eq!(p.until, now + p.wait);
+            waits.push(p.wait.as_millis());
+            logs.push(p.log);
+            now = p.until;
+        }
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 64, 100, 100, 100]);
+        // The first logged; the next nine within 10 s not.
+        assert_eq!(logs[0], Some(1));
+        assert!(logs[1..].iter().all(Option::is_none), "{logs:?}");
+        // A read that succeeds: no pause, and the next failure pauses briefly again.
+        assert_eq!(pause.after("RTP", now, None), None);
+        assert_eq!(pause.after("RTP", now, Some(&e)).unwrap().wait, ms(1));
+        // 10 s after the last line, the next failure is logged with the failures since.
+        let p = pause.after("RTP", t0 + LOG_EVERY, Some(&e)).unwrap();
+        assert_eq!((p.wait, p.log), (ms(2), Some(11)));
+    }
+
+    /// The read that drives a worker stops after [`ERRORS_IN_A_ROW`] errors in a row and hands
+    /// the error up, for the loop to pause ([`ErrorPause`]), each error counted in the core's
+    /// `socket_errors` (`pvp_t140_socket_errors_total`); one error ahead of datagrams (a
+    /// pending ICMP error) is read past, counted, and is no failure. Driven through the seam
+    /// `drain_by` takes its reads from (review, session 36).
+    #[tokio::test]
+    async fn a_drain_stops_on_an_error_that_persists_and_counts_every_error() {
+        let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let mut gw = Gateway::new(crate::gateway::Config::default());
+        let mut reader = BatchReader::new();
+        let clock = Clock::new();
+        let enobufs = |_: &mut BatchReader, _: &UdpSocket, _: usize| -> io::Result<usize> {
+            Err(io::Error::from_raw_os_error(105))
+        };
+        let d = drain_by(&socket, &mut gw, &mut reader, &clock, enobufs);
+        assert_eq!(d.read, 0);
+        assert_eq!(d.failing.map(|e| e.raw_os_error()), Some(Some(105)));
+        assert_eq!(gw.stats().socket_errors, u64::from(ERRORS_IN_A_ROW));
+
+        // One ECONNREFUSED, then the socket is drained: read past, not failing.
+        let calls = std::cell::Cell::new(0);
+        let once = |_: &mut BatchReader, _: &UdpSocket, _: usize| -> io::Result<usize> {
+            calls.set(calls.get() + 1);
+            Err(match calls.get() {
+                1 => io::ErrorKind::ConnectionRefused.into(),
+                _ => io::ErrorKind::WouldBlock.into(),
+            })
+        };
+        let d = drain_by(&socket, &mut gw, &mut reader, &clock, once);
+        assert!(d.failing.is_none(), "{d:?}");
+        assert_eq!(calls.get(), 2);
+        assert_eq!(gw.stats().socket_errors, u64::from(ERRORS_IN_A_ROW) + 1);
     }
 }
