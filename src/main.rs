@@ -901,7 +901,8 @@ fn run_send(to: SocketAddr, cfg: pvp_t140::send::SenderConfig, bye: bool) -> Res
         .map_err(|e| format!("tokio runtime: {e}"))?;
     let ssrc = cfg.ssrc;
     tracing::info!(%to, ssrc = format_args!("{ssrc:08x}"), red = cfg.redundancy, "sending stdin as T.140");
-    let sent = rt.block_on(udp::send_text(to, cfg, UntilInterrupt::stdin(), bye));
+    // The signals are caught inside the runtime, before the first packet goes out.
+    let sent = rt.block_on(async { udp::send_text(to, cfg, UntilInterrupt::stdin(), bye).await });
     // Not waited for: a read of stdin still blocks its thread after an interrupt, and would
     // hold the process until the terminal gave a line.
     rt.shutdown_background();
@@ -1075,6 +1076,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
                 tokio::spawn(udp::run_rtcp_reader(sock, rtcp_tx, rtcp_stopped, admission))
             });
         signals.wait().await;
+        tracing::info!("shutting down: flushing streams");
         // The RTCP port first: what it holds goes into the workers' feed, which they read at
         // their stop after their own sockets.
         let _ = rtcp_stop.send(true);
@@ -1239,7 +1241,6 @@ impl Signals {
         }
         #[cfg(not(unix))]
         let _ = tokio::signal::ctrl_c().await;
-        tracing::info!("shutting down: flushing streams");
     }
 }
 
@@ -1268,20 +1269,23 @@ fn log_stats(s: &Stats) {
     );
 }
 
-/// Standard input that ends at the first Ctrl-C (SIGINT): `send` then sends what it read, the
-/// redundancy and its BYE, as at the end of input, instead of dying with the text in its
-/// buffer and the receiver left to time the stream out.
+/// Standard input that ends at the first Ctrl-C (SIGINT), SIGTERM or SIGHUP, the gateway's
+/// [`Signals`] (SIGHUP not when ignored at start, as under `nohup`): `send` then sends what it
+/// read, the redundancy and its BYE, as at the end of input, instead of dying with the text in
+/// its buffer and the receiver left to time the stream out (RFC 3550 6.3.7: a leaving
+/// participant sends a BYE). A supervisor's stop or a closed terminal ends it as Ctrl-C does.
 struct UntilInterrupt {
     input: tokio::io::Stdin,
     /// None once it fired: the input has ended for good.
-    interrupt: Option<std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<()>>>>>,
+    interrupt: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>>,
 }
 
 impl UntilInterrupt {
+    /// Inside the runtime: the signals are caught from here on.
     fn stdin() -> Self {
         UntilInterrupt {
             input: tokio::io::stdin(),
-            interrupt: Some(Box::pin(tokio::signal::ctrl_c())),
+            interrupt: Some(Box::pin(Signals::install().wait())),
         }
     }
 }

@@ -779,14 +779,27 @@ fn many_generations_keep_the_datagram_bound() {
 
 /// Ctrl-C on `pvp-t140 send` ends its input as the input's end does: the text it read goes
 /// out, then the BYE, and it exits 0. It died with the text in its buffer, and the receiver
-/// kept the stream until its timeout (review, session 32).
+/// kept the stream until its timeout (review, session 32). SIGTERM (a supervisor's stop) and
+/// SIGHUP (a closed terminal) end it the same way; they killed it without a BYE (review,
+/// session 36). Started with the three signals' default actions (`env --default-signal`), as a
+/// test run in the background or under `nohup` would otherwise have some ignored.
 #[test]
-fn ctrl_c_on_send_sends_what_it_read_and_the_bye() {
+fn ctrl_c_sigterm_or_sighup_on_send_sends_what_it_read_and_the_bye() {
+    for signal in ["INT", "TERM", "HUP"] {
+        stopped_send_sends_what_it_read_and_the_bye(signal);
+    }
+}
+
+fn stopped_send_sends_what_it_read_and_the_bye(signal: &str) {
     use std::io::Write;
     let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     rx.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let to = rx.local_addr().unwrap().to_string();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+    let mut child = std::process::Command::new("env")
+        .args([
+            "--default-signal=INT,TERM,HUP",
+            env!("CARGO_BIN_EXE_pvp-t140"),
+        ])
         .args(["send", "--to", &to, "--red", "0"])
         .stdin(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
@@ -797,27 +810,31 @@ fn ctrl_c_on_send_sends_what_it_read_and_the_bye() {
     stdin.flush().unwrap();
     let mut buf = [0u8; 2048];
     let mut got = Vec::new();
-    // The first text goes out at once; then the interrupt, stdin still open.
+    // The first text goes out at once (the signals are caught by then); then the signal,
+    // stdin still open. `env` execs the sender: the pid is the sender's.
     let n = rx.recv(&mut buf).expect("the first packet");
     got.push(buf[..n].to_vec());
     let _ = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
+        .args([&format!("-{signal}"), &child.id().to_string()])
         .status();
     while !got
         .last()
         .is_some_and(|d| is_rtcp(d) && rtcp_types(d).ends_with(&[203]))
     {
-        let n = rx.recv(&mut buf).expect("a BYE after the interrupt");
+        let n = rx
+            .recv(&mut buf)
+            .unwrap_or_else(|e| panic!("a BYE after SIG{signal}: {e}"));
         got.push(buf[..n].to_vec());
     }
-    assert!(child.wait().unwrap().success());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "SIG{signal}: {status}");
     drop(stdin);
     let text: String = got
         .iter()
         .filter(|d| !is_rtcp(d))
         .map(|d| String::from_utf8_lossy(&primary_of(d, 100)).into_owned())
         .collect();
-    assert_eq!(text, "\u{feff}Hello");
+    assert_eq!(text, "\u{feff}Hello", "SIG{signal}");
 }
 
 /// An endless input that counts the bytes it handed out.
