@@ -914,6 +914,7 @@ fn run_send(to: SocketAddr, cfg: pvp_t140::send::SenderConfig, bye: bool) -> Res
         packets = stats.packets,
         chars = stats.chars,
         bytes = stats.bytes,
+        send_errors = stats.send_errors,
         "sent"
     );
     Ok(())

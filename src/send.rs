@@ -109,6 +109,9 @@ pub struct SenderStats {
     pub chars: u64,
     /// Datagram bytes, RTP header included.
     pub bytes: u64,
+    /// Datagrams the socket would not send (counted by the IO shell, `udp::send_text`; the
+    /// counts above include them): skipped, the session going on.
+    pub send_errors: u64,
 }
 
 /// The sans-IO T.140 sender of one RTP stream.

@@ -791,7 +791,8 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// waits for the next one, which may bring its LF.
 ///
 /// An input that fails ends as one that ended: what was read goes out, then the redundancy
-/// and the BYE (RFC 3550 6.3.7), and the error is returned after them.
+/// and the BYE (RFC 3550 6.3.7), and the error is returned after them. A datagram the socket
+/// will not send is skipped and the session goes on ([`SendFailures`]).
 pub async fn send_text(
     to: std::net::SocketAddr,
     cfg: crate::send::SenderConfig,
@@ -819,13 +820,13 @@ pub async fn send_text(
     let mut carry: Vec<u8> = Vec::new();
     let mut eof = false;
     let mut failed = None;
-    let send = async |d: &[u8]| socket.send_to(d, to).await.map_err(SendError::Socket);
+    let mut failures = SendFailures::default();
     loop {
         if let Some(report) = sender.poll_rtcp(clock.now()) {
-            send(&report).await?;
+            failures.send(&socket, &report, to).await?;
         }
         while let Some(pkt) = sender.poll_packet(clock.now()) {
-            send(&pkt).await?;
+            failures.send(&socket, &pkt, to).await?;
         }
         if eof && sender.is_idle() {
             break;
@@ -854,12 +855,97 @@ pub async fn send_text(
         }
     }
     if bye && let Some(bye) = sender.bye(clock.now()) {
-        send(&bye).await?;
+        failures.send(&socket, &bye, to).await?;
     }
     match failed {
         Some(e) => Err(SendError::Input(e)),
-        None => Ok(sender.stats()),
+        None => Ok(crate::send::SenderStats {
+            send_errors: failures.total,
+            ..sender.stats()
+        }),
     }
+}
+
+/// The send errors of a [`send_text`] session. An error that passes is skipped, counted and
+/// logged (at warn level the first of a run, then at debug), and the session goes on: an ICMP
+/// port unreachable's ECONNREFUSED before the receiver listens, a full queue (ENOBUFS), a
+/// route that is missing for a while (EHOSTUNREACH, ENETUNREACH, ENETDOWN). The redundancy
+/// (RFC 4103, RFC 2198) carries a skipped packet's text in the next ones. Any other error ends
+/// the session once [`SEND_FAILURES`] sends in a row have failed so: one that persists
+/// (EACCES, EINVAL) would fail every packet.
+#[derive(Debug, Default)]
+struct SendFailures {
+    /// Sends failed since the last that went out.
+    in_a_row: u32,
+    /// Of those, by an error that does not pass.
+    persisting: u32,
+    total: u64,
+}
+
+/// See [`SendFailures`].
+const SEND_FAILURES: u32 = 8;
+
+impl SendFailures {
+    /// Sends `d` to `to`; `Err` ends the session ([`SendFailures::after`]).
+    async fn send(
+        &mut self,
+        socket: &UdpSocket,
+        d: &[u8],
+        to: std::net::SocketAddr,
+    ) -> Result<(), SendError> {
+        let sent = socket.send_to(d, to).await;
+        self.after(sent).map_err(SendError::Socket)
+    }
+
+    /// After a `send_to`: `Err` ends the session.
+    fn after(&mut self, sent: io::Result<usize>) -> io::Result<()> {
+        let e = match sent {
+            Ok(_) => {
+                if self.in_a_row > 0 {
+                    tracing::info!(failed = self.in_a_row, "sending again");
+                }
+                (self.in_a_row, self.persisting) = (0, 0);
+                return Ok(());
+            }
+            Err(e) => e,
+        };
+        self.total += 1;
+        self.in_a_row += 1;
+        if !passes(&e) {
+            self.persisting += 1;
+            if self.persisting >= SEND_FAILURES {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("{e} ({} sends in a row failed)", self.in_a_row),
+                ));
+            }
+        }
+        if self.in_a_row == 1 {
+            tracing::warn!(error = %e, "send failed: the datagram is skipped, the session goes on");
+        } else {
+            tracing::debug!(error = %e, failed = self.in_a_row, "send failed");
+        }
+        Ok(())
+    }
+}
+
+/// Whether a send error is one that passes ([`SendFailures`]).
+fn passes(e: &io::Error) -> bool {
+    use io::ErrorKind::*;
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    if e.raw_os_error() == Some(nix::errno::Errno::ENOBUFS as i32) {
+        return true;
+    }
+    matches!(
+        e.kind(),
+        ConnectionRefused
+            | HostUnreachable
+            | NetworkUnreachable
+            | NetworkDown
+            | WouldBlock
+            | Interrupted
+            | OutOfMemory
+    )
 }
 
 /// Text [`send_text`] reads ahead of what it has sent, at most (plus one read).
@@ -1391,5 +1477,40 @@ mod tests {
         assert!(d.failing.is_none(), "{d:?}");
         assert_eq!(calls.get(), 2);
         assert_eq!(gw.stats().socket_errors, u64::from(ERRORS_IN_A_ROW) + 1);
+    }
+
+    /// A send error that passes (ECONNREFUSED from an earlier ICMP port unreachable before
+    /// the receiver listens, ENOBUFS, EHOSTUNREACH, ENETUNREACH) is skipped and counted, and
+    /// the session goes on however many come; another error ends it once eight sends since
+    /// the last that went out failed so, with an error that says so. A single send error ended a `send` session (review,
+    /// session 36).
+    #[test]
+    fn a_send_error_that_passes_keeps_the_session_and_one_that_persists_ends_it() {
+        let mut f = SendFailures::default();
+        let refused = || Err(io::ErrorKind::ConnectionRefused.into());
+        for _ in 0..100 {
+            assert!(f.after(refused()).is_ok());
+        }
+        assert!(f.after(Err(io::Error::from_raw_os_error(105))).is_ok()); // ENOBUFS
+        assert!(f.after(Err(io::ErrorKind::HostUnreachable.into())).is_ok());
+        assert!(
+            f.after(Err(io::ErrorKind::NetworkUnreachable.into()))
+                .is_ok()
+        );
+        assert!(f.after(Ok(10)).is_ok());
+        assert_eq!((f.in_a_row, f.total), (0, 103));
+        let denied = || Err(io::ErrorKind::PermissionDenied.into());
+        for _ in 1..SEND_FAILURES {
+            assert!(f.after(denied()).is_ok());
+        }
+        // A send that goes out starts the count over.
+        assert!(f.after(Ok(10)).is_ok());
+        for _ in 1..SEND_FAILURES {
+            assert!(f.after(denied()).is_ok());
+            assert!(f.after(refused()).is_ok());
+        }
+        let e = f.after(denied()).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+        assert!(e.to_string().contains("15 sends in a row failed"), "{e}");
     }
 }

@@ -837,6 +837,73 @@ fn stopped_send_sends_what_it_read_and_the_bye(signal: &str) {
     assert_eq!(text, "\u{feff}Hello", "SIG{signal}");
 }
 
+/// `pvp-t140 send` toward a port nobody listens on yet, then a listener there: the text typed
+/// after it opens arrives, then the BYE. A send error (ECONNREFUSED, which an earlier ICMP port
+/// unreachable leaves on a socket that reports it) ended the session (review, session 36; a
+/// socket that does not report it, as Linux's unconnected ones, checks the session's end-to-end
+/// part; `udp`'s unit test checks the errors).
+#[test]
+fn send_toward_a_closed_port_goes_on_once_a_listener_opens() {
+    use std::io::Write;
+    let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to = port.local_addr().unwrap();
+    drop(port);
+    let refused_before = udp_no_ports();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .args(["send", "--to", &to.to_string(), "--red", "0", "--cps", "0"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"Nobody hears this. ").unwrap();
+    stdin.flush().unwrap();
+    // The kernel's count of datagrams to a port nobody listens on (answered with an ICMP port
+    // unreachable) rises once the first packet went out; where it cannot be read, on at once.
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while let (Some(before), Some(now)) = (refused_before, udp_no_ports()) {
+        if now > before || std::time::Instant::now() >= until {
+            break;
+        }
+        std::thread::yield_now();
+    }
+    let rx = std::net::UdpSocket::bind(to).unwrap();
+    rx.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    stdin.write_all(b"Now someone listens.").unwrap();
+    stdin.flush().unwrap();
+    let mut buf = [0u8; 2048];
+    let mut text = String::new();
+    while !text.contains("Now someone listens.") {
+        let n = rx.recv(&mut buf).expect("text once the listener opened");
+        if !is_rtcp(&buf[..n]) {
+            text.push_str(&String::from_utf8_lossy(&primary_of(&buf[..n], 100)));
+        }
+    }
+    drop(stdin);
+    loop {
+        let n = rx.recv(&mut buf).expect("the BYE at the input's end");
+        if is_rtcp(&buf[..n]) && rtcp_types(&buf[..n]).ends_with(&[203]) {
+            break;
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The kernel's `Udp: NoPorts` count (/proc/net/snmp): datagrams that came for a port nobody
+/// listens on. None where it cannot be read.
+fn udp_no_ports() -> Option<u64> {
+    let snmp = std::fs::read_to_string("/proc/net/snmp").ok()?;
+    let mut udp = snmp.lines().filter(|l| l.starts_with("Udp:"));
+    let (names, values) = (udp.next()?, udp.next()?);
+    let i = names.split_whitespace().position(|n| n == "NoPorts")?;
+    values.split_whitespace().nth(i)?.parse().ok()
+}
+
 /// An endless input that counts the bytes it handed out.
 struct Endless(std::sync::Arc<std::sync::atomic::AtomicUsize>);
 
