@@ -1156,8 +1156,10 @@ fn server_url(url: &str) -> Result<String, String> {
 /// before the sockets are bound: a supervisor that stops the gateway as soon as it says it
 /// listens gets a graceful shutdown, not the signal's default action (death, with nothing
 /// flushed). SIGHUP (the terminal closed, an ssh session lost, `kill -HUP`) stops it as SIGTERM
-/// does: text already accepted is not lost (README, "Trying it"); unless it was ignored at
-/// start, as `nohup` starts a program so that a hangup does not end it ([`hangup_ignored`]).
+/// does: text already accepted is not lost (README, "Trying it"). SIGHUP and SIGINT ignored at
+/// start stay ignored ([`ignored_at_start`]): `nohup` starts a program so that a hangup does not
+/// end it, and a shell without job control starts a background job (`pvp-t140 &` in a script)
+/// with SIGINT ignored, so that a Ctrl-C for the foreground does not reach it (POSIX XCU 2.11).
 struct Signals {
     #[cfg(unix)]
     int: Option<tokio::signal::unix::Signal>,
@@ -1167,23 +1169,29 @@ struct Signals {
     hup: Option<tokio::signal::unix::Signal>,
 }
 
-/// Whether SIGHUP's disposition, inherited at exec, is to ignore it (`nohup`, `trap '' HUP`):
-/// catching it would undo that. Read from the kernel's `SigIgn` mask (proc(5)), so without
-/// `unsafe`; elsewhere taken as not ignored.
+/// Whether the disposition of signal `signo`, inherited at exec, is to ignore it (`nohup`,
+/// `trap '' HUP`, a background job's SIGINT): catching it would undo that. Read from the
+/// kernel's `SigIgn` mask (proc(5)), so without `unsafe`; elsewhere taken as not ignored.
 #[cfg(unix)]
-fn hangup_ignored() -> bool {
-    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| ignores_hangup(&s))
+fn ignored_at_start(signo: u32) -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| ignores(&s, signo))
 }
 
-/// [`hangup_ignored`] from a `/proc/PID/status` text: bit 0 of `SigIgn` is signal 1, SIGHUP.
+/// [`ignored_at_start`] from a `/proc/PID/status` text: bit N-1 of `SigIgn` is signal N.
 #[cfg(unix)]
-fn ignores_hangup(status: &str) -> bool {
+fn ignores(status: &str, signo: u32) -> bool {
     status
         .lines()
         .find_map(|l| l.strip_prefix("SigIgn:"))
         .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
-        .is_some_and(|mask| mask & 1 == 1)
+        .is_some_and(|mask| (mask >> (signo - 1)) & 1 == 1)
 }
+
+/// SIGHUP's and SIGINT's numbers, the same on every Unix (POSIX XSI).
+#[cfg(unix)]
+const SIGHUP: u32 = 1;
+#[cfg(unix)]
+const SIGINT: u32 = 2;
 
 impl Signals {
     /// Inside the runtime.
@@ -1191,12 +1199,15 @@ impl Signals {
         #[cfg(unix)]
         {
             use tokio::signal::unix::{SignalKind, signal};
+            let unless_ignored = |signo, kind| {
+                (!ignored_at_start(signo))
+                    .then(|| signal(kind).ok())
+                    .flatten()
+            };
             Signals {
-                int: signal(SignalKind::interrupt()).ok(),
+                int: unless_ignored(SIGINT, SignalKind::interrupt()),
                 term: signal(SignalKind::terminate()).ok(),
-                hup: (!hangup_ignored())
-                    .then(|| signal(SignalKind::hangup()).ok())
-                    .flatten(),
+                hup: unless_ignored(SIGHUP, SignalKind::hangup()),
             }
         }
         #[cfg(not(unix))]
@@ -1217,9 +1228,7 @@ impl Signals {
                         Some(s) => {
                             s.recv().await;
                         }
-                        None => {
-                            let _ = tokio::signal::ctrl_c().await;
-                        }
+                        None => std::future::pending().await,
                     }
                 } => {}
                 () = async {
@@ -1271,7 +1280,7 @@ fn log_stats(s: &Stats) {
 }
 
 /// Standard input that ends at the first Ctrl-C (SIGINT), SIGTERM or SIGHUP, the gateway's
-/// [`Signals`] (SIGHUP not when ignored at start, as under `nohup`): `send` then sends what it
+/// [`Signals`] (SIGINT and SIGHUP not when ignored at start: a background job, `nohup`): `send` then sends what it
 /// read, the redundancy and its BYE, as at the end of input, instead of dying with the text in
 /// its buffer and the receiver left to time the stream out (RFC 3550 6.3.7: a leaving
 /// participant sends a BYE). A supervisor's stop or a closed terminal ends it as Ctrl-C does.

@@ -809,6 +809,32 @@ fn a_gateway_started_with_sighup_ignored_keeps_running_after_a_hangup() {
     assert!(gw.terminate(WAIT).success());
 }
 
+/// A gateway started with SIGINT ignored keeps it ignored, as with SIGHUP: a shell without job
+/// control starts a background job (`pvp-t140 &` in a script) with SIGINT ignored (POSIX XCU
+/// 2.11), so that a Ctrl-C at the terminal for the foreground reaches no background job. A
+/// review found the gateway's handler replacing the inherited SIG_IGN (review, session 36).
+#[test]
+fn a_gateway_started_with_sigint_ignored_keeps_running_after_an_interrupt() {
+    let mut gw = Gateway::start_after(
+        "trap '' INT",
+        &["--listen", "127.0.0.1:0", "--idle-flush-ms", "100"],
+    );
+    let kill = Command::new("kill")
+        .args(["-INT", &gw.pid().to_string()])
+        .status()
+        .expect("kill");
+    assert!(kill.success(), "kill -INT");
+    let mut sender = Sender::new(gw.listen, 0xd0f);
+    sender.send("said after the interrupt");
+    let line = gw.wait_stdout(WAIT, "said after the interrupt");
+    assert!(
+        line.contains("flush:idle"),
+        "said by a stop, not an idle flush: {line}"
+    );
+    gw.assert_stderr_lacks("shutting down");
+    assert!(gw.terminate(WAIT).success());
+}
+
 /// The `token` of the `session.join` a gateway started with `args` and the environment `env`
 /// (PVP_TOKEN is removed first, so the test's own environment does not leak in) writes for one
 /// sender: `None` when the join has no token field.
