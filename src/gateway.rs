@@ -2157,7 +2157,14 @@ impl Gateway {
         // Before its restart's run is dropped: a stream holding one keeps no record.
         self.remember_evicted(&mut s);
         s.register.drop_jumped();
-        self.end_speakers(s.key, std::mem::take(&mut s.speakers), Names::Newest);
+        // A stream lingering after its BYE hands on no name: the source's session ended, and
+        // a name that came since is the next session's (README "RTCP"; review, session 36).
+        let names = if s.bye_waits {
+            Names::Forget
+        } else {
+            Names::Newest
+        };
+        self.end_speakers(s.key, std::mem::take(&mut s.speakers), names);
         // Unless its record took them ([`Gateway::remember_evicted`]), as at a stream's end.
         self.emit.stats.idle_tail += s.mixer.let_go_unplaced();
         self.timers.remove(slot);

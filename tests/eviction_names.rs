@@ -2,7 +2,8 @@
 //! its speakers' names for their return, SDES that comes while it is kept is an early name,
 //! and a record that ends leaves its names among the early names, unless a BYE came. A review
 //! of the record's third rework found cases 1-4 (review, session 35), a later one the mixer's
-//! address and live BYE of 5 and 6 (review, session 36). The sans-IO core driven directly.
+//! address and live BYE of 5 and 6, and a review of the timers the lingering stream of 7
+//! (review, session 36). The sans-IO core driven directly.
 
 use std::net::SocketAddr;
 
@@ -553,4 +554,45 @@ fn a_live_mixers_bye_forgets_a_name_that_came_through_it_while_evicted() {
         ["Carol"],
         "the name that came through the mixer while it was evicted outlived its BYE"
     );
+}
+
+/// 7. A stream lingering after its BYE, evicted at the stream limit, hands its name to no one
+/// (review, session 36). A stream that never spoke, named by its SDES ("Old"), says BYE and lingers for the reorder
+/// wait; meanwhile its source's next session names itself "New" (README "RTCP": "The SSRC is
+/// free from the BYE on, and a name that comes meanwhile is the next session's"). A new
+/// caller at the stream limit evicts the lingering stream (it is the oldest silent stream),
+/// and the eviction puts the old session's name back among the early names as the newest,
+/// replacing "New": the next session joins as "Old". README "Stream limit": the SDES names
+/// of an evicted stream are kept "unless a BYE came". Without the eviction (the lingering
+/// stream ends at its wait's end) the next session joins as "New", and with no "New" under
+/// its own derived name, never as "Old".
+#[test]
+fn a_lingering_stream_evicted_at_the_limit_does_not_pass_its_name_to_the_next_session() {
+    for evict in [false, true] {
+        let mut gw = Gateway::new(Config {
+            max_streams: 1,
+            ..Config::default()
+        });
+        gw.handle_datagram(at(0), addr(4000), &t140(1, 5, "\u{feff}"));
+        gw.handle_datagram(at(10), addr(4000), &own_sdes(5, "user@host", Some("Old")));
+        gw.handle_datagram(at(20), addr(4000), &stream_bye(5));
+        // The source's next session names itself while the old stream lingers.
+        gw.handle_datagram(at(30), addr(4000), &own_sdes(5, "user@host", Some("New")));
+        if evict {
+            // Another caller at the limit: the lingering stream (silent, oldest) makes room.
+            gw.handle_datagram(at(100), addr(6000), &t140(1, 77, "\u{feff}"));
+            assert_eq!(gw.stats().evicted, 1, "the lingering stream was evicted");
+        }
+        // The next session of the same source and SSRC speaks.
+        gw.handle_datagram(at(5_000), addr(4000), &t140m(40_000, 5, true, "Hello. "));
+        let out = drain(&mut gw);
+        let join = out
+            .iter()
+            .find(|e| e.kind == "session.join" && e.sender == "t140:00000005@127.0.0.1:4000")
+            .expect("the next session joins");
+        assert_eq!(
+            join.payload["participant"]["name"], "New",
+            "evicted while lingering: {evict}"
+        );
+    }
 }
