@@ -2354,7 +2354,8 @@ impl Gateway {
         let mut events: smallvec::SmallVec<[RtcpEvent<'_>; 8]> = smallvec::SmallVec::new();
         let ok = crate::rtcp::parse(data, &mut |e| events.push(e));
         // Names first, one per source: the best item of the whole compound (NAME, else CNAME),
-        // so an SDES carrying both announces once. Then BYEs.
+        // so an SDES carrying both announces once. An item that leaves no name (all controls)
+        // is passed over, so the CNAME still names (README "RTCP"; review, session 36). Then BYEs.
         let mut best: Vec<(u32, &str, u8)> = Vec::new();
         for e in &events {
             let (ssrc, name, rank) = match *e {
@@ -2362,6 +2363,9 @@ impl Gateway {
                 RtcpEvent::Cname { ssrc, cname } => (ssrc, cname, 1),
                 RtcpEvent::Bye { .. } | RtcpEvent::Report { .. } => continue,
             };
+            if sdes_name(name).is_none() {
+                continue;
+            }
             match best.iter_mut().find(|b| b.0 == ssrc) {
                 Some(b) if b.2 < rank => *b = (ssrc, name, rank),
                 Some(_) => {}

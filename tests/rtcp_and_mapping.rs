@@ -1598,6 +1598,26 @@ fn an_sdes_name_shown_the_same_is_not_announced_again() {
     );
 }
 
+/// A NAME item of nothing but control characters leaves no name, so the CNAME names the
+/// participant, as when the NAME is not UTF-8 (README "RTCP": "SDES NAME (else CNAME), without
+/// control characters"). The items were ranked before cleaning: the unusable NAME beat the
+/// CNAME and the participant joined unnamed (review, session 36).
+#[test]
+fn a_name_item_of_only_controls_falls_back_to_the_cname() {
+    let mut gw = Gateway::new(Config::default());
+    let mut c = Vec::new();
+    pvp_t140::rtcp::write_rr(&mut c, 7);
+    pvp_t140::rtcp::write_sdes(&mut c, 7, "alice@example.org", Some("\u{7}\u{1b}"));
+    gw.handle_datagram(at(0), addr(4000), &c);
+    gw.handle_datagram(at(10), addr(4000), &t140(1, 7, "Hello there. "));
+    let out = drain(&mut gw);
+    let join = out
+        .iter()
+        .find(|e| e.kind == "session.join")
+        .expect("a join");
+    assert_eq!(join.payload["participant"]["name"], "alice@example.org");
+}
+
 /// A mixer's SDES for a source not heard yet is kept for that source's speaker, and only for
 /// it: at the speaker bound with no place to make, the source's packet goes to the stream's
 /// own voice, made then, which speaks for every source past the bound and does not join under
