@@ -556,16 +556,17 @@ fn a_live_mixers_bye_forgets_a_name_that_came_through_it_while_evicted() {
     );
 }
 
-/// 7. A stream lingering after its BYE, evicted at the stream limit, hands its name to no one
-/// (review, session 36). A stream that never spoke, named by its SDES ("Old"), says BYE and lingers for the reorder
+// ---------------------------------------------------------------------------------------------
+// 7. A stream lingering after its BYE, evicted at the stream limit, hands its name to no one.
+// ---------------------------------------------------------------------------------------------
+
+/// A stream that never spoke, named by its SDES ("Old"), says BYE and lingers for the reorder
 /// wait; meanwhile its source's next session names itself "New" (README "RTCP": "The SSRC is
 /// free from the BYE on, and a name that comes meanwhile is the next session's"). A new
-/// caller at the stream limit evicts the lingering stream (it is the oldest silent stream),
-/// and the eviction puts the old session's name back among the early names as the newest,
-/// replacing "New": the next session joins as "Old". README "Stream limit": the SDES names
-/// of an evicted stream are kept "unless a BYE came". Without the eviction (the lingering
-/// stream ends at its wait's end) the next session joins as "New", and with no "New" under
-/// its own derived name, never as "Old".
+/// caller at the stream limit evicts the lingering stream (the oldest silent stream); the
+/// next session joins as "New", with or without the eviction: the evicted stream's name is
+/// not put back among the early names, as README "Stream limit" keeps them "unless a BYE
+/// came" (it joined as "Old"; review, session 36).
 #[test]
 fn a_lingering_stream_evicted_at_the_limit_does_not_pass_its_name_to_the_next_session() {
     for evict in [false, true] {
