@@ -419,9 +419,11 @@ pub async fn run_rtcp_reader(
 ) {
     let mut buf = vec![0u8; 65_536];
     let clock = Clock::new();
-    // An error that persists pauses the reads, as a worker's ([`ErrorPause`]).
+    // An error that persists pauses the reads, as a worker's ([`ErrorPause`]); as its
+    // `drain_by`, one is read past and ERRORS_IN_A_ROW pause (review, session 36).
     let mut pause = ErrorPause::default();
     let mut paused: Option<std::time::Instant> = None;
+    let mut errors = 0;
     let mut share = |r: io::Result<(usize, std::net::SocketAddr)>, buf: &[u8]| match r {
         Ok((n, from)) => {
             let refused = admission.admit(clock.now(), from).err();
@@ -441,7 +443,19 @@ pub async fn run_rtcp_reader(
         tokio::select! {
             r = socket.recv_from(&mut buf), if paused.is_none() => {
                 let now = std::time::Instant::now();
-                paused = pause.after("RTCP", now, r.as_ref().err()).map(|p| p.until);
+                match &r {
+                    Ok(_) => {
+                        errors = 0;
+                        paused = pause.after("RTCP", now, None).map(|p| p.until);
+                    }
+                    Err(e) => {
+                        errors += 1;
+                        if errors >= ERRORS_IN_A_ROW {
+                            errors = 0;
+                            paused = pause.after("RTCP", now, Some(e)).map(|p| p.until);
+                        }
+                    }
+                }
                 share(r, &buf);
             }
             () = sleep_until(paused), if paused.is_some() => paused = None,
@@ -859,6 +873,9 @@ pub async fn send_text(
     }
     match failed {
         Some(e) => Err(SendError::Input(e)),
+        // The session ended before an error that does not pass reached SEND_FAILURES: the
+        // last sends failed so, and the session is no success (review, session 36).
+        None if let Some(e) = failures.persists() => Err(SendError::Socket(e)),
         None => Ok(crate::send::SenderStats {
             send_errors: failures.total,
             ..sender.stats()
@@ -879,6 +896,8 @@ struct SendFailures {
     in_a_row: u32,
     /// Of those, by an error that does not pass.
     persisting: u32,
+    /// The last of those (`None` once a send went out).
+    last_persisting: Option<io::Error>,
     total: u64,
 }
 
@@ -905,6 +924,7 @@ impl SendFailures {
                     tracing::info!(failed = self.in_a_row, "sending again");
                 }
                 (self.in_a_row, self.persisting) = (0, 0);
+                self.last_persisting = None;
                 return Ok(());
             }
             Err(e) => e,
@@ -914,11 +934,9 @@ impl SendFailures {
         if !passes(&e) {
             self.persisting += 1;
             if self.persisting >= SEND_FAILURES {
-                return Err(io::Error::new(
-                    e.kind(),
-                    format!("{e} ({} sends in a row failed)", self.in_a_row),
-                ));
+                return Err(self.failed_in_a_row(&e));
             }
+            self.last_persisting = Some(io::Error::new(e.kind(), e.to_string()));
         }
         if self.in_a_row == 1 {
             tracing::warn!(error = %e, "send failed: the datagram is skipped, the session goes on");
@@ -926,6 +944,24 @@ impl SendFailures {
             tracing::debug!(error = %e, failed = self.in_a_row, "send failed");
         }
         Ok(())
+    }
+}
+
+impl SendFailures {
+    /// `e`, saying how many sends in a row failed.
+    fn failed_in_a_row(&self, e: &io::Error) -> io::Error {
+        io::Error::new(
+            e.kind(),
+            format!("{e} ({} sends in a row failed)", self.in_a_row),
+        )
+    }
+
+    /// At the session's end: the error that does not pass its last sends failed with, if
+    /// they did (a short session ends before [`SEND_FAILURES`] of them: EACCES on each of a
+    /// line's four datagrams sent nothing, and is no success).
+    fn persists(&mut self) -> Option<io::Error> {
+        let e = self.last_persisting.take()?;
+        Some(self.failed_in_a_row(&e))
     }
 }
 

@@ -295,3 +295,94 @@ fn a_mixer_forwarded_bye_for_its_source_does_not_end_another_workers_stream_of_t
         "the direct stream on another worker was renamed/ended by the mixer's compound"
     );
 }
+
+/// The RTCP port's reader and receive errors (review, session 36).
+mod rtcp_reader_errors {
+    use std::time::Duration;
+
+    /// A `tracing` writer into a shared buffer: the log lines a test's code wrote.
+    #[derive(Clone, Default)]
+    struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Logs {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+        type Writer = Logs;
+        fn make_writer(&'a self) -> Logs {
+            self.clone()
+        }
+    }
+
+    /// The RTCP port's reader reads past a one-off error and pauses "the same way" as a worker
+    /// only when errors persist (review, session 36; before, it paused at once) (README, metrics:
+    /// `_socket_errors_total`: an error "read past; one that persists ... pauses that socket's
+    /// reads"; `ErrorPause`: "Pauses a socket's reads while it keeps failing", whose `after` takes
+    /// "the error it kept returning, if it did"). A worker reads past a one-off error
+    /// (`drain_by` pauses only after `ERRORS_IN_A_ROW`, 8, in a row), but `run_rtcp_reader`
+    /// (src/udp.rs, its `select!`) hands every single `recv_from` error to `ErrorPause::after`: one
+    /// pending error (here an ICMP port unreachable's ECONNREFUSED, ahead of a good datagram)
+    /// pauses the reads and logs at warn level "receive socket keeps failing: its reads pause"
+    /// (failures=1), and it takes the 10 s log slot that a real persistent failure would need.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_rtcp_reader_reads_past_a_one_off_error_as_a_worker_does() {
+        use tracing_subscriber::util::SubscriberInitExt;
+        let logs = Logs::default();
+        let _guard = tracing_subscriber::fmt()
+            .with_writer(logs.clone())
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .finish()
+            .set_default();
+
+        // A port nobody listens on, for the ICMP port unreachable, then the peer sending from it.
+        let closed = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let peer_addr = closed.local_addr().unwrap();
+        drop(closed);
+        let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        socket.connect(peer_addr).await.unwrap();
+        socket.send(b"x").await.unwrap();
+        // The error is pending (EPOLLERR), not consumed.
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            socket.ready(tokio::io::Interest::ERROR),
+        )
+        .await
+        .expect("an ICMP port unreachable")
+        .unwrap();
+        let peer = std::net::UdpSocket::bind(peer_addr).unwrap();
+        peer.send_to(
+            b"\x81\xcb\x00\x01\x00\x00\x00\x07",
+            socket.local_addr().unwrap(),
+        )
+        .unwrap();
+
+        let (tx, mut rx) = tokio::sync::broadcast::channel(16);
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let reader = tokio::spawn(pvp_t140::udp::run_rtcp_reader(
+            socket,
+            tx,
+            stop_rx,
+            pvp_t140::admission::Admission::new(Vec::new(), 0),
+        ));
+        let d = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("the datagram behind the error")
+            .unwrap();
+        assert_eq!(d.from, peer_addr);
+        stop_tx.send(true).unwrap();
+        reader.await.unwrap();
+        let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+        assert!(
+            !text.contains("keeps failing"),
+            "a one-off error paused the RTCP reader and was logged as one that persists:\n{text}"
+        );
+    }
+}

@@ -960,3 +960,77 @@ fn send_reads_its_input_no_further_ahead_than_it_sends() {
         assert!(read >= pvp_t140::udp::READ_AHEAD, "{read}");
     });
 }
+
+/// A session whose sends fail with an error that does not pass (review, session 36).
+mod persisting_send_errors {
+    use std::time::Duration;
+
+    use pvp_t140::send::SenderConfig;
+    use pvp_t140::udp::{SendError, send_text};
+
+    /// 127.255.255.255 is loopback's broadcast address (the kernel's local table: `broadcast
+    /// 127.255.255.255 dev lo`): a `send_to` there without SO_BROADCAST fails with EACCES, an
+    /// error that does not pass (`SendFailures`: "one that persists (EACCES, EINVAL) would fail
+    /// every packet"), on every datagram.
+    const BROADCAST: &str = "127.255.255.255:5004";
+
+    fn cfg() -> SenderConfig {
+        SenderConfig {
+            ssrc: 0x5443_3134,
+            cps: None,
+            ..SenderConfig::default()
+        }
+    }
+
+    /// A short `send` session whose every datagram the socket refused with EACCES (a persistent
+    /// error, not one that passes) ends with that error, though it ended before 8 such failures in
+    /// a row (review, session 36: it returned `Ok`, its stats saying `send_errors: 4`, and
+    /// `pvp-t140 send` exited 0 with "sent": not one datagram went out, and the error that
+    /// persisted was never reported. c7ce028 made the session end only after 8 such failures in a
+    /// row; a session that ends by itself first (its input ended: a line of text, its redundancy
+    /// and the BYE are fewer than 8 datagrams) drops the error on the floor. Before c7ce028 the
+    /// first EACCES ended the session with `send to ...: Permission denied`).
+    #[tokio::test]
+    async fn a_session_whose_every_send_failed_with_eacces_is_not_a_success() {
+        let to = BROADCAST.parse().unwrap();
+        let input: &[u8] = b"hi\n";
+        let result =
+            tokio::time::timeout(Duration::from_secs(20), send_text(to, cfg(), input, true))
+                .await
+                .expect("the session ends");
+        match result {
+            Err(SendError::Socket(e)) => {
+                assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}")
+            }
+            other => panic!(
+                "every datagram failed with EACCES, yet the session ended with {other:?} \
+                 (pvp-t140 send exits 0)"
+            ),
+        }
+    }
+
+    /// The same through the binary: `echo hi | pvp-t140 send --to 127.255.255.255:5004` sends
+    /// nothing (EACCES on each of its 4 datagrams) and exits non-zero saying why (review, session
+    /// 36: it exited 0, logging "sent packets=3 ...
+    /// send_errors=4" as if it had sent).
+    #[test]
+    fn pvp_t140_send_that_sent_nothing_for_eacces_exits_non_zero() {
+        use std::io::Write;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+            .args(["send", "--to", BROADCAST])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(b"hi\n").unwrap();
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "every send failed with EACCES, yet exit {}: {stderr}",
+            out.status
+        );
+        assert!(stderr.contains("Permission denied"), "{stderr}");
+    }
+}
