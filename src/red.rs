@@ -170,12 +170,9 @@ impl<'a> RedPayload<'a> {
 }
 
 /// RFC 4103 4.2 puts redundant blocks in age order, so offsets decrease along the headers.
-/// Two or more blocks whose non-zero offsets strictly increase can only be a sender writing
-/// newest first (t140llm does): a conformant sender never looks like this. Empty blocks count
-/// too: after a pause a newest-first packet may hold one text generation and an empty tail
-/// (review, session 36). A zero offset breaks the check (Asterisk writes 0 in every header),
-/// except on an empty block, which a sender may leave at 0. Our sender's empty blocks keep
-/// offsets decreasing (src/send.rs). Followed header by header while the payload is parsed.
+/// Two or more non-empty blocks whose non-zero offsets strictly increase can only be a sender
+/// writing newest first (t140llm does): a conformant sender never looks like this. Followed
+/// header by header while the payload is parsed.
 #[derive(Default)]
 struct Order {
     last: u16,
@@ -185,7 +182,7 @@ struct Order {
 
 impl Order {
     fn block(&mut self, offset: u16, len: usize) {
-        if self.broken || (len == 0 && offset == 0) {
+        if len == 0 || self.broken {
             return;
         }
         if offset == 0 || offset <= self.last {
@@ -296,24 +293,9 @@ mod tests {
         assert!(red.was_newest_first());
         let data: Vec<_> = red.redundant_blocks().map(|b| b.data).collect();
         assert_eq!(data, vec![&b"b"[..], b"c"]);
-        // Zero offsets (Asterisk writes 0): no evidence, wire order kept.
+        // Zero offsets (Asterisk writes 0) or an empty block: no evidence, wire order kept.
         let mut p = Vec::new();
         write_payload(&mut p, 98, &[(0, b"b"), (0, b"c")], b"d");
-        assert!(!RedPayload::parse(&p).unwrap().was_newest_first());
-        // An empty block at offset 0 is no evidence either way.
-        let mut p = Vec::new();
-        write_payload(&mut p, 98, &[(300, b"c"), (600, b"b"), (0, b"")], b"d");
-        assert!(RedPayload::parse(&p).unwrap().was_newest_first());
-        // One text generation and an older empty one, offsets increasing: newest first.
-        let mut p = Vec::new();
-        write_payload(&mut p, 98, &[(300, b"B"), (7700, b"")], b"C");
-        let red = RedPayload::parse(&p).unwrap();
-        assert!(red.was_newest_first());
-        let data: Vec<_> = red.redundant_blocks().map(|b| b.data).collect();
-        assert_eq!(data, vec![&b""[..], b"B"]);
-        // Our sender's empty blocks (placeholders k buffer times back): age order kept.
-        let mut p = Vec::new();
-        write_payload(&mut p, 98, &[(600, b""), (300, b"a")], b"b");
         assert!(!RedPayload::parse(&p).unwrap().was_newest_first());
     }
 

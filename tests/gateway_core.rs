@@ -1186,41 +1186,6 @@ fn newest_first_red_from_a_conformant_port_is_still_put_in_age_order() {
     assert_eq!(got[0].1, "abcd.");
 }
 
-/// A newest-first RED packet with one text generation and an empty older one (offsets 300
-/// then 7700 along the headers: the second packet after a pause) is put in age order, so the
-/// lost marked packet before it is recovered from the text block, not the empty one (RFC 4103
-/// 4.2). Empty blocks were no evidence of the order, and "B" was lost unmarked while the loss
-/// was counted recovered (review, session 36).
-#[test]
-fn newest_first_red_with_one_text_generation_is_put_in_age_order() {
-    let mut gw = Gateway::new(Config::default());
-    let red_packet = |marker, seq, ts, gens: &[(u16, &str)], primary| {
-        let mut d = Vec::new();
-        rtp::write_packet(&mut d, marker, 100, seq, ts, 7, &red(gens, primary));
-        d
-    };
-    // A sender writing RFC 2198 headers newest first, two generations.
-    // seq 10: "A. ", the session's start; 11 and 12: the idle tail (empty primaries).
-    let p10 = red_packet(true, 10, 1000, &[(300, ""), (600, "")], "A. ");
-    let p11 = red_packet(false, 11, 1300, &[(300, "A. "), (600, "")], "");
-    let p12 = red_packet(false, 12, 1600, &[(300, ""), (600, "A. ")], "");
-    gw.handle_datagram(at(0), addr(4000), &p10);
-    gw.handle_datagram(at(300), addr(4000), &p11);
-    gw.handle_datagram(at(600), addr(4000), &p12);
-    // After the pause, seq 13 ("B", marked) is lost; seq 14 carries it newest first:
-    // [300: "B" (seq 13), 7700: "" (seq 12)].
-    let p14 = red_packet(false, 14, 9300, &[(300, "B"), (7700, "")], "C. ");
-    gw.handle_datagram(at(8300), addr(4000), &p14);
-    gw.handle_timeout(at(12_000));
-    let got = adds(&drain(&mut gw));
-    let text: Vec<&str> = got.iter().map(|(_, t)| t.as_str()).collect();
-    assert_eq!(
-        text,
-        vec!["A.", "BC."],
-        "the lost packet's text comes back from the newest generation"
-    );
-}
-
 #[test]
 fn sources_outside_the_allow_list_and_above_the_rate_are_counted_drops() {
     let mut gw = Gateway::new(Config {
