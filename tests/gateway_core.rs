@@ -3475,3 +3475,93 @@ fn the_search_pause_does_not_refuse_a_new_stream_while_a_new_silent_one_could_go
         stats.evicted
     );
 }
+
+/// Linphone's mediastreamer2 sender: oldest first, empty blocks with arbitrary offsets.
+mod mediastreamer2 {
+    use super::*;
+
+    /// A RED packet (PT 100, SSRC 7), `gens` oldest first as they go on the wire.
+    fn red_packet(marker: bool, seq: u16, ts: u32, gens: &[(u16, &str)], primary: &str) -> Vec<u8> {
+        let g: Vec<(u16, &[u8])> = gens.iter().map(|(o, t)| (*o, t.as_bytes())).collect();
+        let mut payload = Vec::new();
+        pvp_t140::red::write_payload(&mut payload, 98, &g, primary.as_bytes());
+        let mut d = Vec::new();
+        pvp_t140::rtp::write_packet(&mut d, marker, 100, seq, ts, 7, &payload);
+        d
+    }
+
+    /// A session from mediastreamer2's RFC 4103 sender (src/otherfilters/rfc4103_source.c,
+    /// Linphone; three buffers, two generations, blocks oldest first). Each block's offset is
+    /// `timestamp[primary] - timestamp[buffer]` masked to 14 bits (`get_red_subheader`:
+    /// `0x3FFF & offset`); a buffer that becomes the primary is emptied, and the sender stops once
+    /// every buffer is empty, so after a pause the first packets' redundant blocks are empty, with
+    /// the idle tail's timestamps. "A. " at 1,000 ms of ticker time, its idle tail (1,300, 1,600,
+    /// 1,900), then a pause; "B" at `t` (marked: no redundant data, RFC 4103 5.2) is lost; "C. "
+    /// 300 ms later carries it: `[(t + 300 - 1,900) mod 16384, ""], [300, "B"]`. Returns the
+    /// texts said and the `red_newest_first` count.
+    fn mediastreamer2_after_a_pause(t: u32) -> (Vec<String>, u64) {
+        let mut gw = Gateway::new(Config::default());
+        let m = |d: u32| (d & 0x3fff) as u16;
+        let send = |gw: &mut Gateway, p: Vec<u8>, ts: u32| {
+            gw.handle_datagram(at(u64::from(ts)), addr(4000), &p);
+        };
+        // Buffers 1 and 2 unused (timestamp 0) at the start.
+        send(
+            &mut gw,
+            red_packet(true, 1, 1000, &[(m(1000), ""), (m(1000), "")], "A. "),
+            1000,
+        );
+        send(
+            &mut gw,
+            red_packet(false, 2, 1300, &[(m(1300), ""), (300, "A. ")], ""),
+            1300,
+        );
+        send(
+            &mut gw,
+            red_packet(false, 3, 1600, &[(600, "A. "), (300, "")], ""),
+            1600,
+        );
+        send(
+            &mut gw,
+            red_packet(false, 4, 1900, &[(600, ""), (300, "")], ""),
+            1900,
+        );
+        // seq 5, "B" at t: [t - 1600, ""], [t - 1900, ""] (lost).
+        let _lost = red_packet(true, 5, t, &[(m(t - 1600), ""), (m(t - 1900), "")], "B");
+        send(
+            &mut gw,
+            red_packet(false, 6, t + 300, &[(m(t - 1600), ""), (300, "B")], "C. "),
+            t + 300,
+        );
+        run_timers(&mut gw, at(u64::from(t) + 12_000));
+        gw.shutdown(at(u64::from(t) + 12_000));
+        let out = drain(&mut gw);
+        let text = out
+            .iter()
+            .filter(|e| e.kind == "context.add")
+            .map(|e| e.payload["content"].as_str().unwrap_or("").to_owned())
+            .collect();
+        (text, gw.stats().red_newest_first)
+    }
+
+    /// RFC 2198 3 / RFC 4103 4.2: blocks go oldest first, and mediastreamer2 sends them so; its
+    /// empty blocks after a pause carry the pause's length mod 16384 as offset. When that is below
+    /// the text block's real offset (a pause of 16,184 + 100 ms: offset 100 < 300), the offsets
+    /// "increase" along the headers: empty blocks are no evidence of a newest-first packet
+    /// (`red::Order`), so the packet keeps its wire order and "B" is recovered, as with another
+    /// pause (10 s). A review found a change that counted empty blocks' offsets reversing it and
+    /// taking "B" from the empty block, unmarked; the change was taken back (review, session 36).
+    #[test]
+    fn an_oldest_first_senders_empty_block_with_a_small_offset_does_not_reverse_the_packet() {
+        let (text, newest_first) = mediastreamer2_after_a_pause(11_900);
+        assert_eq!(text, ["A.", "BC."], "control: a pause of 10 s");
+        assert_eq!(newest_first, 0, "control: no packet newest first");
+        let (text, newest_first) = mediastreamer2_after_a_pause(1_900 + 16_384 - 200);
+        assert_eq!(
+            (text, newest_first),
+            (vec!["A.".to_owned(), "BC.".to_owned()], 0),
+            "an oldest-first packet whose empty block's offset (100) is below its text block's (300) \
+             was reversed: the lost packet was taken from the empty block"
+        );
+    }
+}
