@@ -317,6 +317,7 @@ impl Stats {
             self.reordered += r.reordered;
             self.restarts += r.restarts;
             self.drops[DropReason::SequenceJump.index()] += r.jumps;
+            self.drops[DropReason::Stale.index()] += r.stale_kept;
             self.head_lost += r.head_lost;
             self.idle_tail += r.idle_tail;
         }
@@ -1918,7 +1919,7 @@ impl Gateway {
         let outcome = outcome?;
         match outcome {
             // A jump's packet is kept until a restart is confirmed; those that prove strays
-            // count as drops when they are let go (`harvest`).
+            // or late copies count as drops when they are let go (`harvest`).
             Outcome::Delivered | Outcome::Held | Outcome::Jump => Ok(()),
             Outcome::Stale => Err(DropReason::Stale),
         }
