@@ -86,7 +86,7 @@ pub enum Outcome {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct RegisterStats {
     pub stale: u64,
-    /// Kept jump packets let go as late copies ([`Register::late_copies`]; `stale` counts
+    /// Kept jump packets let go as late copies (`Register::late_copies`; `stale` counts
     /// them too): each came back [`Outcome::Jump`], so only this counts its drop (README
     /// "Sequence": late packets are counted drops). The packet that showed them copies is
     /// counted through its own [`Outcome::Stale`].

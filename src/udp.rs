@@ -806,7 +806,7 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 ///
 /// An input that fails ends as one that ended: what was read goes out, then the redundancy
 /// and the BYE (RFC 3550 6.3.7), and the error is returned after them. A datagram the socket
-/// will not send is skipped and the session goes on ([`SendFailures`]).
+/// will not send is skipped and the session goes on (`SendFailures`).
 pub async fn send_text(
     to: std::net::SocketAddr,
     cfg: crate::send::SenderConfig,
