@@ -1030,6 +1030,24 @@ fn take_early_name(early: &mut Vec<EarlyName>, ip: IpAddr, id: u32) -> Option<Ea
     Some(early.remove(i))
 }
 
+/// The SSRC an RTCP event is about.
+fn rtcp_ssrc(e: &RtcpEvent<'_>) -> u32 {
+    let (RtcpEvent::Cname { ssrc, .. }
+    | RtcpEvent::Name { ssrc, .. }
+    | RtcpEvent::Bye { ssrc }
+    | RtcpEvent::Report { ssrc }) = *e;
+    ssrc
+}
+
+/// Whether RTCP about `ssrc` from `source` is for stream `k`: from its address (rtcp-mux,
+/// RFC 5761) or the port above its RTP's (RFC 3550 11), as [`Gateway::rtcp_stream`] finds it.
+fn rtcp_from(k: &StreamKey, source: SocketAddr, ssrc: u32) -> bool {
+    let port = k.source.port();
+    k.ssrc == ssrc
+        && k.source.ip() == source.ip()
+        && (port == source.port() || port == source.port().wrapping_sub(1))
+}
+
 /// Where a stream's speakers speak: what a speaker's first chunk or its end reads.
 #[derive(Clone, Copy)]
 struct Place<'a> {
@@ -1593,12 +1611,17 @@ impl Gateway {
             return self.handle_rtcp_port(now, source, &rtcp.data, None, false);
         }
         self.fire_due(now);
-        let ip = canonical(source).ip();
+        let source = canonical(source);
+        let (mut byes, mut sender) = (smallvec::SmallVec::<[u32; 8]>::new(), None);
         crate::rtcp::parse(&rtcp.data, &mut |e| {
             if let RtcpEvent::Bye { ssrc } = e {
-                self.forget_evicted(ip, ssrc);
+                byes.push(ssrc);
             }
+            sender = sender.or(Some(rtcp_ssrc(&e)));
         });
+        for ssrc in byes {
+            self.forget_evicted(source, ssrc, sender);
+        }
     }
 
     /// `n` errors the receive socket returned to reads (an ICMP's ECONNREFUSED, ENOBUFS, ...):
@@ -2307,38 +2330,53 @@ impl Gateway {
     /// RFC 5761) or the port below (RFC 3550 11). Not any port of the host: its SSRC was freed
     /// at the eviction, and another stream of the host may hold it now.
     fn evicted_mixer(&self, source: SocketAddr, ssrc: u32) -> Option<StreamKey> {
-        let below = source.port().wrapping_sub(1);
-        (self.evicted.iter()).map(|e| e.key).find(|k| {
-            let ip = k.source.ip() == source.ip();
-            k.ssrc == ssrc && ip && (k.source.port() == source.port() || k.source.port() == below)
-        })
+        (self.evicted.iter())
+            .map(|e| e.key)
+            .find(|k| rtcp_from(k, source, ssrc))
     }
 
-    /// A BYE for `ssrc` of host `ip` that ends no stream nor speaker: a stream of it evicted
+    /// A BYE for `ssrc` from `source` that ends no stream nor speaker: a stream of it evicted
     /// ([`Gateway::remember_evicted`]) ended its session (RFC 3550 6.6), so what was kept for
     /// its return, where its numbering stood and its SDES names (a mixer's sources' too, which
     /// end with it, README "RTCP"), is not its next session's (which starts afresh, as after a
-    /// BYE that finds its stream, RFC 3550 5.1).
+    /// BYE that finds its stream, RFC 3550 5.1). Its stream is the one of the BYE's address or
+    /// the port below, as a live stream's RTCP is found ([`Gateway::rtcp_stream`]); any of the
+    /// host only when none is (RTCP from an unrelated port, RFC 3550 8.2): another stream of
+    /// the host may have taken the SSRC freed at the eviction, and its record is not ended
+    /// (review, session 36). `sender`: the compound's first SSRC, whose record holds the
+    /// speaker a mixer's source's BYE ends.
     #[cold]
     #[inline(never)]
-    fn forget_evicted(&mut self, ip: IpAddr, ssrc: u32) {
-        self.end_evicted(
-            |e| e.key.source.ip() == ip && e.key.ssrc == ssrc,
-            Names::Forget,
-        );
-        // A mixer's source of that host: its speaker in the mixer's record is its ended
-        // session's (the record holds no packet for it: it has no run nor held packets).
-        let mut ended = Vec::new();
-        for e in self.evicted.iter_mut().filter(|e| e.key.source.ip() == ip) {
+    fn forget_evicted(&mut self, source: SocketAddr, ssrc: u32, sender: Option<u32>) {
+        let ip = source.ip();
+        let at_address = |k: &StreamKey| rtcp_from(k, source, ssrc);
+        let addressed = (self.evicted.iter()).any(|e| at_address(&e.key))
+            || (self.early_names.iter()).any(|e| e.via.as_ref().is_some_and(at_address));
+        let ended = |k: &StreamKey| {
+            if addressed {
+                at_address(k)
+            } else {
+                k.ssrc == ssrc && k.source.ip() == ip
+            }
+        };
+        self.end_evicted(|e| ended(&e.key), Names::Forget);
+        // A mixer's source: its speaker in the mixer's record is its ended session's (the
+        // record holds no packet for it: it has no run nor held packets). The record of the
+        // compound's mixer, else any of the host's.
+        let mixer = (sender.filter(|&m| m != ssrc)).and_then(|m| self.evicted_mixer(source, m));
+        let mut gone = Vec::new();
+        for e in self.evicted.iter_mut().filter(|e| match mixer {
+            Some(m) => e.key == m,
+            None => e.key.source.ip() == ip,
+        }) {
             while let Some(i) = e.speakers.iter().position(|v| v.voice == Voice::Csrc(ssrc)) {
-                ended.push(e.speakers.remove(i).decoder);
+                gone.push(e.speakers.remove(i).decoder);
             }
         }
-        for d in ended {
+        for d in gone {
             self.end_decoder(d);
         }
-        let via = |m: StreamKey| m.ssrc == ssrc && m.source.ip() == ip;
-        (self.early_names).retain(|e| !(e.of(ip, ssrc) || e.via.is_some_and(via)));
+        (self.early_names).retain(|e| !(e.of(ip, ssrc) || e.via.as_ref().is_some_and(ended)));
     }
 
     /// RTCP (RFC 3550 6): SDES NAME (else CNAME) names the participant, BYE ends the stream.
@@ -2377,19 +2415,12 @@ impl Gateway {
         // CNAME every compound carries, RFC 3550 6.1). A mixer forwards its sources' SDES and
         // BYE with their CSRCs as the SSRC (RFC 3550 6.5, 6.6, 7.3): those name, or end, that
         // stream's speakers of those CSRCs.
-        let ssrc_of = |e: &RtcpEvent<'_>| {
-            let (RtcpEvent::Cname { ssrc, .. }
-            | RtcpEvent::Name { ssrc, .. }
-            | RtcpEvent::Bye { ssrc }
-            | RtcpEvent::Report { ssrc }) = *e;
-            ssrc
-        };
-        let sender = events.first().map(ssrc_of);
+        let sender = events.first().map(rtcp_ssrc);
         // Names or ends something: a report alone does neither.
         let acts = (events.iter()).any(|e| !matches!(e, RtcpEvent::Report { .. }));
         let says_bye = (events.iter()).any(|e| matches!(e, RtcpEvent::Bye { .. }));
         let home = (events.iter())
-            .find_map(|e| self.rtcp_stream(source, ssrc_of(e)))
+            .find_map(|e| self.rtcp_stream(source, rtcp_ssrc(e)))
             .or_else(|| self.rtcp_stream_of_host(source, sender?, sender));
         // Names for a waiting mixer's sources are kept for its next session's speakers.
         let named_home = home.filter(|&h| self.takes_names(h));
@@ -2403,10 +2434,13 @@ impl Gateway {
                 None => {
                     let slot = (self.rtcp_stream(source, ssrc))
                         .or_else(|| self.rtcp_stream_of_host(source, ssrc, sender));
-                    // A source of a mixer evicted from this address: its name is the mixer's
-                    // session's, forgotten with the mixer's BYE.
-                    let via =
-                        (sender.filter(|&m| m != ssrc)).and_then(|m| self.evicted_mixer(source, m));
+                    // A source of the compound's mixer, live or evicted from this address: its
+                    // name is the mixer's session's, forgotten with the mixer's BYE (review,
+                    // session 36: a live mixer's, never evicted, outlived it).
+                    let mixer = sender.filter(|&m| m != ssrc);
+                    let live = named_home.and_then(|h| self.slots.get(h)).map(|s| s.key);
+                    let via = (live.filter(|k| Some(k.ssrc) == mixer))
+                        .or_else(|| self.evicted_mixer(source, mixer?));
                     self.name_stream(now, source, ssrc, slot, name, rank, via);
                 }
             }
@@ -2434,7 +2468,7 @@ impl Gateway {
             });
             match speaker {
                 Some((h, i)) => self.end_speaker(now, h, i, "rtcp bye"),
-                None => self.forget_evicted(source.ip(), ssrc),
+                None => self.forget_evicted(source, ssrc, sender),
             }
         }
         if home.is_none() && acts {

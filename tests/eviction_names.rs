@@ -3,7 +3,8 @@
 //! and a record that ends leaves its names among the early names, unless a BYE came. A review
 //! of the record's third rework found cases 1-4 (review, session 35), a later one the mixer's
 //! address and live BYE of 5 and 6, and a review of the timers the lingering stream of 7
-//! (review, session 36). The sans-IO core driven directly.
+//! (review, session 36); a review of those fixes found the record of another port of 8 and the
+//! never-evicted mixer of 9 (session 36, fixed in 37). The sans-IO core driven directly.
 
 use std::net::SocketAddr;
 
@@ -596,4 +597,120 @@ fn a_lingering_stream_evicted_at_the_limit_does_not_pass_its_name_to_the_next_se
             "evicted while lingering: {evict}"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 8. An evicted mixer's BYE ends its own record, not another port's of its host with its SSRC.
+// ---------------------------------------------------------------------------------------------
+
+/// Mixer A (SSRC 9, port 4000) opens with its source 7's BOM; a flood evicts it (record
+/// kept). Mixer B, another conference of the same host, takes the freed SSRC 9 on port 6000:
+/// its source 5 opens with its BOM, and three more junk streams evict B too (record kept). If
+/// `a_says_bye`, A's BYE comes from 4001 (RFC 3550 6.6). Then B comes back: source 5 says
+/// "Hello. " in B's packet 2. Returns the text of source 5.
+fn other_mixers_return_after_bye(a_says_bye: bool) -> String {
+    let mut gw = Gateway::new(Config {
+        max_streams: 3,
+        ..Config::default()
+    });
+    gw.handle_datagram(
+        at(0),
+        addr(4000),
+        &red_csrc(1, 1000, 7, &[], "\u{feff}".as_bytes()),
+    );
+    flood(&mut gw);
+    assert_eq!(gw.stats().evicted, 1, "mixer A's stream is evicted");
+    gw.handle_datagram(
+        at(1_150),
+        addr(6000),
+        &red_csrc(1, 5000, 5, &[], "\u{feff}".as_bytes()),
+    );
+    for (i, ssrc) in [103, 104, 105].into_iter().enumerate() {
+        gw.handle_datagram(at(1_200 + 10 * i as u64), addr(5000), &t140(1, ssrc, ""));
+    }
+    assert_eq!(gw.stats().evicted, 5, "mixer B's stream is evicted too");
+    if a_says_bye {
+        gw.handle_datagram(at(1_300), addr(4001), &stream_bye(MIXER));
+    }
+    gw.handle_datagram(
+        at(1_400),
+        addr(6000),
+        &red_csrc(2, 5300, 5, &[], b"Hello. "),
+    );
+    run_timers(&mut gw, 8_000);
+    text_of(&drain(&mut gw), "csrc:00000005")
+}
+
+/// A BYE that finds no live stream ends the eviction record of its address (rtcp-mux, or the
+/// port above its RTP), as its RTCP finds a live stream: mixer A's BYE from port 4001 ended
+/// mixer B's record too, of port 6000, which took A's freed SSRC after A's eviction, and B's
+/// next packet was then read as a new stream's whose head was lost: a false U+FFFD (review,
+/// session 36).
+#[test]
+fn an_evicted_mixers_bye_does_not_end_the_record_of_another_port_with_its_ssrc() {
+    assert_eq!(
+        other_mixers_return_after_bye(false),
+        "Hello.",
+        "control: B comes back where it stood"
+    );
+    assert_eq!(
+        other_mixers_return_after_bye(true),
+        "Hello.",
+        "mixer A's BYE ended mixer B's eviction record"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 9. A live mixer's BYE forgets the names its SDES gave sources it had not heard.
+// ---------------------------------------------------------------------------------------------
+
+/// The mixer (SSRC 9, port 4000) opens with its source 7's "Hello. ", never evicted; its SDES
+/// names its source 5 ("Carol"), not heard yet. If `bye`, the mixer's own BYE comes (RFC 3550
+/// 6.6: its session and its sources' end), its stream lingers for the reorder wait and ends;
+/// then source 5 says "Hi. " in the mixer's next session (sequence 1, marked), else in this one
+/// (sequence 3). Returns the names source 5 joins with.
+fn unheard_source_of_never_evicted_mixer(bye: bool) -> Vec<String> {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &red_csrc(1, 1000, 7, &[], b"Hello. "));
+    gw.handle_datagram(
+        at(100),
+        addr(4001),
+        &mixer_sdes(5, "carol@host", Some("Carol")),
+    );
+    gw.handle_datagram(at(200), addr(4000), &red_csrc(2, 1300, 7, &[], b"Yes. "));
+    if bye {
+        gw.handle_datagram(at(2_000), addr(4001), &stream_bye(MIXER));
+    }
+    run_timers(&mut gw, 5_000);
+    gw.handle_datagram(
+        at(5_000),
+        addr(4000),
+        &red_csrc(if bye { 1 } else { 3 }, 90_000, 5, &[], b"Hi. "),
+    );
+    run_timers(&mut gw, 12_000);
+    join_names(&drain(&mut gw), "csrc:00000005")
+}
+
+/// README "Stream limit" and "RTCP": a mixer's BYE forgets its sources' names. A name its SDES
+/// gave a source it had not heard is an early name of the mixer's session whether or not the
+/// mixer was ever evicted (review, session 36: without an eviction it had no mixer, and source
+/// 5 joined the mixer's next session as "Carol").
+#[test]
+fn a_never_evicted_mixers_bye_forgets_the_names_it_gave_unheard_sources() {
+    assert_eq!(
+        unheard_source_of_never_evicted_mixer(false),
+        ["Carol"],
+        "control: without the BYE, source 5 takes its early name"
+    );
+    let after_bye = unheard_source_of_never_evicted_mixer(true);
+    assert_eq!(
+        after_bye.len(),
+        1,
+        "source 5 joins once in the next session"
+    );
+    assert_ne!(
+        after_bye,
+        ["Carol"],
+        "the name the mixer's SDES gave outlived the mixer's BYE"
+    );
 }
