@@ -902,7 +902,10 @@ fn run_send(to: SocketAddr, cfg: pvp_t140::send::SenderConfig, bye: bool) -> Res
     let ssrc = cfg.ssrc;
     tracing::info!(%to, ssrc = format_args!("{ssrc:08x}"), red = cfg.redundancy, "sending stdin as T.140");
     // The signals are caught inside the runtime, before the first packet goes out.
-    let sent = rt.block_on(async { udp::send_text(to, cfg, UntilInterrupt::stdin(), bye).await });
+    let sent = rt.block_on(async {
+        let (input, hurry) = UntilInterrupt::stdin();
+        udp::send_text_until(to, cfg, input, bye, hurry).await
+    });
     // Not waited for: a read of stdin still blocks its thread after an interrupt, and would
     // hold the process until the terminal gave a line.
     rt.shutdown_background();
@@ -915,6 +918,7 @@ fn run_send(to: SocketAddr, cfg: pvp_t140::send::SenderConfig, bye: bool) -> Res
         chars = stats.chars,
         bytes = stats.bytes,
         send_errors = stats.send_errors,
+        unsent = stats.unsent,
         "sent"
     );
     Ok(())
@@ -931,7 +935,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         .build()
         .map_err(|e| format!("tokio runtime: {e}"))?;
     rt.block_on(async {
-        let signals = Signals::install();
+        let mut signals = Signals::install();
         let sockets = udp::bind_group(args.listen, workers, args.recv_buffer as usize)
             .map_err(|e| e.to_string())?;
         let local = sockets[0].local_addr().map_err(|e| e.to_string())?;
@@ -1214,17 +1218,14 @@ impl Signals {
         Signals {}
     }
 
-    async fn wait(self) {
+    /// The next of the signals (again and again: `send` stops at once at its second).
+    async fn wait(&mut self) {
         #[cfg(unix)]
         {
-            let Signals {
-                mut int,
-                mut term,
-                mut hup,
-            } = self;
+            let Signals { int, term, hup } = self;
             tokio::select! {
                 () = async {
-                    match &mut int {
+                    match int {
                         Some(s) => {
                             s.recv().await;
                         }
@@ -1232,7 +1233,7 @@ impl Signals {
                     }
                 } => {}
                 () = async {
-                    match &mut term {
+                    match term {
                         Some(s) => {
                             s.recv().await;
                         }
@@ -1240,7 +1241,7 @@ impl Signals {
                     }
                 } => {}
                 () = async {
-                    match &mut hup {
+                    match hup {
                         Some(s) => {
                             s.recv().await;
                         }
@@ -1284,19 +1285,41 @@ fn log_stats(s: &Stats) {
 /// read, the redundancy and its BYE, as at the end of input, instead of dying with the text in
 /// its buffer and the receiver left to time the stream out (RFC 3550 6.3.7: a leaving
 /// participant sends a BYE). A supervisor's stop or a closed terminal ends it as Ctrl-C does.
+/// What stdin's reader had already read when the signal came is still the input's.
 struct UntilInterrupt {
     input: tokio::io::Stdin,
-    /// None once it fired: the input has ended for good.
+    /// None once it fired: the input ends with what is already read.
     interrupt: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>>,
+    ended: bool,
 }
 
 impl UntilInterrupt {
-    /// Inside the runtime: the signals are caught from here on.
-    fn stdin() -> Self {
-        UntilInterrupt {
+    /// Inside the runtime: the signals are caught from here on. With the future that a second
+    /// signal completes ([`udp::send_text_until`]: the text not yet sent is given up, so that a
+    /// user who asks twice is not kept waiting for `--cps` to pace out what was read).
+    fn stdin() -> (Self, impl std::future::Future<Output = ()>) {
+        let (count, signals_seen) = tokio::sync::watch::channel(0u32);
+        let mut signals = Signals::install();
+        tokio::spawn(async move {
+            while !count.is_closed() {
+                signals.wait().await;
+                count.send_modify(|n| *n += 1);
+            }
+        });
+        let nth = |n: u32| {
+            let mut seen = signals_seen.clone();
+            async move {
+                if seen.wait_for(|&c| c >= n).await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        let input = UntilInterrupt {
             input: tokio::io::stdin(),
-            interrupt: Some(Box::pin(Signals::install().wait())),
-        }
+            interrupt: Some(Box::pin(nth(1))),
+            ended: false,
+        };
+        (input, nth(2))
     }
 }
 
@@ -1306,14 +1329,27 @@ impl tokio::io::AsyncRead for UntilInterrupt {
         cx: &mut std::task::Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        let Some(interrupt) = self.interrupt.as_mut() else {
-            return std::task::Poll::Ready(Ok(()));
-        };
-        if interrupt.as_mut().poll(cx).is_ready() {
-            self.interrupt = None;
-            tracing::info!("interrupted: sending what was read, then the BYE");
-            return std::task::Poll::Ready(Ok(()));
+        use std::task::Poll;
+        if self.ended {
+            return Poll::Ready(Ok(()));
         }
-        std::pin::Pin::new(&mut self.input).poll_read(cx, buf)
+        let fired = match self.interrupt.as_mut() {
+            Some(interrupt) => interrupt.as_mut().poll(cx).is_ready(),
+            None => true,
+        };
+        if !fired {
+            return std::pin::Pin::new(&mut self.input).poll_read(cx, buf);
+        }
+        if self.interrupt.take().is_some() {
+            tracing::info!("interrupted: sending what was read, then the BYE");
+        }
+        // A read stdin's thread finished before the signal is the input's (it was typed
+        // before the Ctrl-C): taken without waiting, then the input ends.
+        let before = buf.filled().len();
+        match std::pin::Pin::new(&mut self.input).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) if buf.filled().len() > before => {}
+            _ => self.ended = true,
+        }
+        Poll::Ready(Ok(()))
     }
 }

@@ -8,9 +8,9 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::Poll;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -50,6 +50,9 @@ pub struct SinkMetrics {
     pub rate_limited_resent: Counter,
     /// 1 once stdout has failed (its reader went away): every envelope is dropped from then on.
     pub stdout_failed: Gauge,
+    /// Whether the stdout writer is in a write, and since when: `/healthz` tells a stdout
+    /// nobody reads (or a full disk) from one that takes lines.
+    pub stdout_busy: StdoutBusy,
     /// Participants joined, as the sink's [`crate::presence::Presence`] lets their joins out:
     /// one a participant id, however many speakers a mapping rule gives it.
     pub participants: Counter,
@@ -70,7 +73,47 @@ impl Default for SinkMetrics {
             rate_limited_resent: Counter::default(),
             stdout_failed: Gauge::default(),
             participants: Counter::default(),
+            stdout_busy: StdoutBusy::default(),
         }
+    }
+}
+
+/// [`SinkMetrics::stdout_busy`]: when the stdout writer entered the write it is still in, if it
+/// is in one. A reader that stopped reading (a stuck pipeline) holds the writer in a write for
+/// good, as a full disk under a redirected stdout does (the writer waits for room): lines
+/// queue, then are refused, and `/healthz` says so once [`STDOUT_STALL`] has passed. Two
+/// relaxed atomic stores a write of the writer's 64 KiB buffer, not a line.
+#[derive(Debug, Clone, Default)]
+pub struct StdoutBusy(Arc<AtomicU64>);
+
+/// A write to stdout taking longer than this is a stdout that takes no lines (`/healthz`).
+pub const STDOUT_STALL: Duration = Duration::from_secs(10);
+
+/// The instants [`StdoutBusy`] stores are milliseconds from this one (from its first use).
+fn busy_origin() -> Instant {
+    static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *ORIGIN.get_or_init(Instant::now)
+}
+
+impl StdoutBusy {
+    /// The writer enters a write.
+    pub fn enter(&self) {
+        let since = Instant::now().saturating_duration_since(busy_origin());
+        // 0 is "not in a write".
+        let ms = u64::try_from(since.as_millis()).unwrap_or(u64::MAX - 1) + 1;
+        self.0.store(ms, Ordering::Relaxed);
+    }
+
+    /// The write returned.
+    pub fn leave(&self) {
+        self.0.store(0, Ordering::Relaxed);
+    }
+
+    /// How long the writer has been in its write at `now`, if it is in one.
+    pub fn stalled_for(&self, now: Instant) -> Option<Duration> {
+        let ms = self.0.load(Ordering::Relaxed).checked_sub(1)?;
+        let since = busy_origin() + Duration::from_millis(ms);
+        Some(now.saturating_duration_since(since))
     }
 }
 
@@ -709,6 +752,29 @@ pub fn server_endpoint(url: &str) -> Result<(String, u16), String> {
     Ok((host.to_owned(), port))
 }
 
+/// `/healthz` with stdout the sink: not ready once it has failed (its reader went away), nor
+/// while a write has not returned for [`STDOUT_STALL`] (its reader stopped reading, or the disk
+/// under it is full: what comes queues, then is refused).
+fn stdout_health(sink: &SinkMetrics, now: Instant) -> (axum::http::StatusCode, String) {
+    use axum::http::StatusCode;
+    if sink.stdout_failed.get() > 0 {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "stdout failed: envelopes are dropped\n".into(),
+        );
+    }
+    if let Some(stall) = (sink.stdout_busy.stalled_for(now)).filter(|&t| t >= STDOUT_STALL) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "stdout has taken nothing for {} s (its reader is not reading, or the disk is full): envelopes queue, then are refused\n",
+                stall.as_secs()
+            ),
+        );
+    }
+    (StatusCode::OK, "ready: udp bound, sink stdout\n".into())
+}
+
 async fn healthz(h: Health) -> (axum::http::StatusCode, String) {
     use axum::http::StatusCode;
     let running = h.running.get();
@@ -722,13 +788,7 @@ async fn healthz(h: Health) -> (axum::http::StatusCode, String) {
         );
     }
     let Some(url) = h.server else {
-        if h.sink.stdout_failed.get() > 0 {
-            return (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "stdout failed: envelopes are dropped\n".into(),
-            );
-        }
-        return (StatusCode::OK, "ready: udp bound, sink stdout\n".into());
+        return stdout_health(&h.sink, Instant::now());
     };
     if h.sink.failing.get() > 0 {
         return (
@@ -892,6 +952,34 @@ mod tests {
         assert_eq!(
             (status.as_u16(), body.as_str()),
             (200, "ready: udp bound, sink stdout\n")
+        );
+    }
+
+    /// `/healthz` with stdout the sink: ready while the writer's writes return; not once one
+    /// has not returned for [`STDOUT_STALL`] (a stdout nobody reads: the queue fills and
+    /// envelopes are refused; session 36's note: it said 200 then); ready again once it
+    /// returns.
+    #[test]
+    fn healthz_is_not_ready_while_a_write_to_stdout_has_not_returned_for_the_stall() {
+        let sink = SinkMetrics::default();
+        let now = Instant::now();
+        assert_eq!(stdout_health(&sink, now).0.as_u16(), 200, "not in a write");
+        sink.stdout_busy.enter();
+        let after = |d: Duration| stdout_health(&sink, Instant::now() + d);
+        assert_eq!(after(Duration::ZERO).0.as_u16(), 200, "a write just begun");
+        assert_eq!(
+            after(STDOUT_STALL - Duration::from_secs(1)).0.as_u16(),
+            200,
+            "a write shorter than the stall"
+        );
+        let (status, body) = after(STDOUT_STALL + Duration::from_secs(2));
+        assert_eq!(status.as_u16(), 503);
+        assert!(body.starts_with("stdout has taken nothing for 1"), "{body}");
+        sink.stdout_busy.leave();
+        assert_eq!(
+            after(STDOUT_STALL * 2).0.as_u16(),
+            200,
+            "the write returned"
         );
     }
 

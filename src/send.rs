@@ -112,6 +112,9 @@ pub struct SenderStats {
     /// Datagrams the socket would not send (counted by the IO shell, `udp::send_text`; the
     /// counts above include them): skipped, the session going on.
     pub send_errors: u64,
+    /// Characters of queued text given up unsent ([`Sender::drop_backlog`]: `send`'s second
+    /// interrupt).
+    pub unsent: u64,
 }
 
 /// The sans-IO T.140 sender of one RTP stream.
@@ -294,6 +297,20 @@ impl Sender {
             self.queued_at = Some(now);
         }
         self.pending.push_str(text);
+    }
+
+    /// Gives up the text queued and not yet sent, returning how many characters it had
+    /// (counted in [`SenderStats::unsent`]). What went out is unchanged: its redundancy still
+    /// follows (RFC 4103 4, 5.2), so a receiver recovers a last packet lost, and the session
+    /// can end with its BYE at once. For a sender told to stop now, not at its `cps` pace
+    /// (`pvp-t140 send`'s second Ctrl-C).
+    pub fn drop_backlog(&mut self) -> u64 {
+        let n = self.pending.chars().count() as u64;
+        self.pending.clear();
+        self.queued_at = None;
+        self.carried = false;
+        self.stats.unsent += n;
+        n
     }
 
     /// Bytes of text queued and not yet sent: what a reader of the input may bound (the `cps`
@@ -1128,5 +1145,40 @@ mod tests {
         assert!(s.is_idle());
         assert_eq!(s.poll_timeout(), None);
         assert!(s.poll_packet(at(10_000)).is_none());
+    }
+
+    /// A second interrupt gives up the text `cps` still holds back: what went out keeps its
+    /// redundancy (the last text packet, if lost, is still recovered), the unsent text is
+    /// counted, and the sender is idle once the redundancy is out.
+    #[test]
+    fn dropping_the_backlog_keeps_the_redundancy_of_what_went_out() {
+        let mut s = Sender::new(
+            SenderConfig {
+                cps: Some(2),
+                ..cfg(2)
+            },
+            at(0),
+        );
+        s.push_text(at(0), "abcdef");
+        let first = drain(&mut s, at(0));
+        assert_eq!(first.len(), 1);
+        let sent = first[0].primary.trim_start_matches('\u{feff}').to_owned();
+        assert!(!sent.is_empty() && "abcdef".starts_with(&sent), "{sent:?}");
+        assert_eq!(s.drop_backlog(), 6 - sent.chars().count() as u64);
+        assert_eq!(s.stats().unsent, 6 - sent.chars().count() as u64);
+        let rest = run(&mut s);
+        assert!(s.is_idle());
+        assert!(
+            rest.iter().all(|(_, p)| p.primary.is_empty()),
+            "no new text after the drop: {rest:?}"
+        );
+        assert_eq!(
+            rest.iter()
+                .filter(|(_, p)| p.gens.iter().any(|g| g.1 == first[0].primary))
+                .count(),
+            2,
+            "the last text goes out as both generations: {rest:?}"
+        );
+        assert_eq!(s.drop_backlog(), 0, "nothing left to drop");
     }
 }

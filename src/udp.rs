@@ -810,10 +810,26 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 pub async fn send_text(
     to: std::net::SocketAddr,
     cfg: crate::send::SenderConfig,
-    mut input: impl tokio::io::AsyncRead + Unpin,
+    input: impl tokio::io::AsyncRead + Unpin,
     bye: bool,
 ) -> Result<crate::send::SenderStats, SendError> {
+    send_text_until(to, cfg, input, bye, std::future::pending()).await
+}
+
+/// [`send_text`], told to stop now by `hurry` (`pvp-t140 send`'s second Ctrl-C or SIGTERM):
+/// the input ends, the text read and not yet sent is given up (`cps` may hold minutes of it:
+/// [`READ_AHEAD`] at 30 characters a second), counted and logged; the redundancy of what went
+/// out (a second at most with the default buffer time) and the BYE still go out.
+pub async fn send_text_until(
+    to: std::net::SocketAddr,
+    cfg: crate::send::SenderConfig,
+    mut input: impl tokio::io::AsyncRead + Unpin,
+    bye: bool,
+    hurry: impl std::future::Future<Output = ()>,
+) -> Result<crate::send::SenderStats, SendError> {
     use tokio::io::AsyncReadExt;
+    let mut hurry = std::pin::pin!(hurry);
+    let mut hurried = false;
     let bind: std::net::SocketAddr = if to.is_ipv6() {
         "[::]:0".parse()
     } else {
@@ -865,11 +881,28 @@ pub async fn send_text(
                 let text = text.replace("\r\n", "\n").replace('\n', "\u{2028}");
                 sender.push_text(clock.now(), &text);
             }
+            () = &mut hurry, if !hurried => {
+                hurried = true;
+                eof = true;
+                carry.clear();
+                let unsent = sender.drop_backlog();
+                tracing::warn!(
+                    unsent,
+                    "interrupted again: the text not sent yet is given up; the redundancy and the BYE go out"
+                );
+            }
             () = sleep_until(deadline) => {}
         }
     }
     if bye && let Some(bye) = sender.bye(clock.now()) {
         failures.send(&socket, &bye, to).await?;
+    }
+    if failures.total > 0 && (failed.is_some() || failures.last_persisting.is_some()) {
+        // The session's error is returned without its counters: say what was skipped.
+        tracing::warn!(
+            send_errors = failures.total,
+            "datagrams not sent in this session"
+        );
     }
     match failed {
         Some(e) => Err(SendError::Input(e)),

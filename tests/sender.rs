@@ -837,6 +837,92 @@ fn stopped_send_sends_what_it_read_and_the_bye(signal: &str) {
     assert_eq!(text, "\u{feff}Hello", "SIG{signal}");
 }
 
+/// A second signal stops `pvp-t140 send` at once. After the first it sends what it read at
+/// `--cps` (up to 64 KiB, over half an hour at 30 characters a second), and a second one did
+/// nothing (session 36's note): now it gives up the text not sent yet (logged, counted), and
+/// the redundancy of what went out and the BYE follow within a second. Here 300 characters at
+/// `--cps 2` would take 150 s; the receiver waits 20 s at most for the BYE. The second signal
+/// is sent once the log says the first was taken (two signals sent together may be one).
+#[test]
+fn a_second_signal_gives_up_the_unsent_text_and_sends_the_bye_at_once() {
+    use std::io::{BufRead, Write};
+    let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    rx.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let to = rx.local_addr().unwrap().to_string();
+    let mut child = std::process::Command::new("env")
+        .args([
+            "--default-signal=INT,TERM,HUP",
+            env!("CARGO_BIN_EXE_pvp-t140"),
+        ])
+        .args(["send", "--to", &to, "--red", "2", "--cps", "2"])
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let input = "abcdefghij".repeat(30);
+    stdin.write_all(input.as_bytes()).unwrap();
+    stdin.flush().unwrap();
+    let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
+    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    let mut log = Vec::new();
+    let mut wait_for_log = |what: &str| loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|e| panic!("log line {what:?} ({e}); log so far: {log:#?}"));
+        log.push(line.clone());
+        if line.contains(what) {
+            return line;
+        }
+    };
+    let mut buf = [0u8; 2048];
+    let mut got = Vec::new();
+    let n = rx.recv(&mut buf).expect("the first packet");
+    got.push(buf[..n].to_vec());
+    let kill = || {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+    };
+    kill();
+    wait_for_log("interrupted: sending what was read");
+    kill();
+    let again = wait_for_log("interrupted again");
+    while !got
+        .last()
+        .is_some_and(|d| is_rtcp(d) && rtcp_types(d).ends_with(&[203]))
+    {
+        let n = rx
+            .recv(&mut buf)
+            .unwrap_or_else(|e| panic!("a BYE soon after the second signal: {e}"));
+        got.push(buf[..n].to_vec());
+    }
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    drop(stdin);
+    let text: String = got
+        .iter()
+        .filter(|d| !is_rtcp(d))
+        .map(|d| String::from_utf8_lossy(&primary_of(d, 100)).into_owned())
+        .collect();
+    let text = text.trim_start_matches('\u{feff}');
+    assert!(
+        input.starts_with(text) && text.len() < input.len(),
+        "a part of the input, in order: {text:?}"
+    );
+    let unsent = input.len() - text.len();
+    assert!(
+        again.contains(&format!("unsent={unsent}")),
+        "the log counts the {unsent} characters given up: {again}"
+    );
+}
+
 /// `pvp-t140 send` toward a port nobody listens on yet, then a listener there: the text typed
 /// after it opens arrives, then the BYE. A send error (ECONNREFUSED, which an earlier ICMP port
 /// unreachable leaves on a socket that reports it) ended the session (review, session 36; a

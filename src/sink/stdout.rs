@@ -131,6 +131,7 @@ fn writer(feed: &Mutex<Feed>, out: Box<dyn Write + Send>, metrics: &SinkMetrics,
                 accepted: 0,
                 ends: VecDeque::new(),
                 sent: &counts.sent,
+                busy: &metrics.stdout_busy,
             },
         )),
         buffered: 0,
@@ -308,6 +309,8 @@ struct Accepted<'a> {
     /// It holds at most a buffer's lines, so it stops growing: no allocation a line.
     ends: VecDeque<u64>,
     sent: &'a AtomicU64,
+    /// In a write to stdout, since when: `/healthz` tells a stdout nobody reads.
+    busy: &'a crate::metrics::StdoutBusy,
 }
 
 impl Accepted<'_> {
@@ -333,14 +336,20 @@ impl Accepted<'_> {
 
 impl Write for Accepted<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.out.write(buf)?;
+        self.busy.enter();
+        let written = self.out.write(buf);
+        self.busy.leave();
+        let n = written?;
         self.accepted += n as u64;
         self.settle();
         Ok(n)
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.out.flush()
+        self.busy.enter();
+        let flushed = self.out.flush();
+        self.busy.leave();
+        flushed
     }
 }
 
@@ -622,6 +631,8 @@ mod tests {
             .expect("the writer writes");
         assert_eq!(tx.offer(numbered(1, 10)), 0);
         let shown = metrics.queue_depth.get();
+        // /healthz tells the write that has not returned (`metrics::STDOUT_STALL`).
+        let in_write = metrics.stdout_busy.stalled_for(std::time::Instant::now());
         drop(tx);
         let _ = sink.close().await;
         drop(release);
@@ -629,6 +640,7 @@ mod tests {
             shown, 10,
             "10 envelopes wait behind the stuck writer; the gauge shows {shown}"
         );
+        assert!(in_write.is_some(), "the writer is in its write");
     }
 
     /// `n` envelopes numbered from `from`, each line about 200 bytes long.
