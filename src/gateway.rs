@@ -2352,11 +2352,15 @@ impl Gateway {
         let at_address = |k: &StreamKey| rtcp_from(k, source, ssrc);
         let addressed = (self.evicted.iter()).any(|e| at_address(&e.key))
             || (self.early_names.iter()).any(|e| e.via.as_ref().is_some_and(at_address));
+        // The host's other ports only for the compound's sender, as a live stream's RTCP is
+        // found ([`Gateway::rtcp_stream_of_host`]): a mixer's BYE for its source's CSRC is not
+        // another port's stream's that holds that SSRC (review, session 37).
+        let host_wide = sender == Some(ssrc);
         let ended = |k: &StreamKey| {
             if addressed {
                 at_address(k)
             } else {
-                k.ssrc == ssrc && k.source.ip() == ip
+                host_wide && k.ssrc == ssrc && k.source.ip() == ip
             }
         };
         self.end_evicted(|e| ended(&e.key), Names::Forget);
@@ -2438,7 +2442,12 @@ impl Gateway {
                     // name is the mixer's session's, forgotten with the mixer's BYE (review,
                     // session 36: a live mixer's, never evicted, outlived it).
                     let mixer = sender.filter(|&m| m != ssrc);
-                    let live = named_home.and_then(|h| self.slots.get(h)).map(|s| s.key);
+                    // Only a stream known as a mixer (a source of it heard): a plain
+                    // endpoint's compound may name its own next SSRC, which its first
+                    // stream's BYE does not end (RFC 3550 6.6; review, session 37).
+                    let live = (named_home.and_then(|h| self.slots.get(h)))
+                        .filter(|s| (s.speakers.iter()).any(|sp| matches!(sp.voice, Voice::Csrc(_))))
+                        .map(|s| s.key);
                     let via = (live.filter(|k| Some(k.ssrc) == mixer))
                         .or_else(|| self.evicted_mixer(source, mixer?));
                     self.name_stream(now, source, ssrc, slot, name, rank, via);
