@@ -2446,7 +2446,9 @@ impl Gateway {
                     // endpoint's compound may name its own next SSRC, which its first
                     // stream's BYE does not end (RFC 3550 6.6; review, session 37).
                     let live = (named_home.and_then(|h| self.slots.get(h)))
-                        .filter(|s| (s.speakers.iter()).any(|sp| matches!(sp.voice, Voice::Csrc(_))))
+                        .filter(|s| {
+                            (s.speakers.iter()).any(|sp| matches!(sp.voice, Voice::Csrc(_)))
+                        })
                         .map(|s| s.key);
                     let via = (live.filter(|k| Some(k.ssrc) == mixer))
                         .or_else(|| self.evicted_mixer(source, mixer?));

@@ -83,7 +83,10 @@ fn caller_after_mixer_forwards_bye(bye: bool) -> (String, Vec<(String, String)>)
 #[test]
 fn a_mixers_forwarded_source_bye_does_not_end_another_ports_record_with_that_ssrc() {
     let (control, all) = caller_after_mixer_forwards_bye(false);
-    assert_eq!(control, "Hello.", "control: P comes back where it stood: {all:?}");
+    assert_eq!(
+        control, "Hello.",
+        "control: P comes back where it stood: {all:?}"
+    );
     let (after, all) = caller_after_mixer_forwards_bye(true);
     assert_eq!(
         after, "Hello.",
@@ -148,7 +151,9 @@ fn a_plain_streams_bye_does_not_forget_its_endpoints_other_ssrcs_early_name() {
 /// both (`handle_rtcp_port`, worker 0 counting), as `udp` feeds them. Returns the names the
 /// 4100 stream joins with.
 fn direct_source_after_live_mixers_bye(workers: usize) -> Vec<String> {
-    let mut w: Vec<Gateway> = (0..workers).map(|_| Gateway::new(Config::default())).collect();
+    let mut w: Vec<Gateway> = (0..workers)
+        .map(|_| Gateway::new(Config::default()))
+        .collect();
     let last = workers - 1;
     let mut sdes = Vec::new();
     pvp_t140::rtcp::write_rr(&mut sdes, MIXER);
@@ -187,7 +192,11 @@ fn with_two_workers_a_live_mixers_bye_forgets_its_unheard_sources_name_as_one_wo
     let one = direct_source_after_live_mixers_bye(1);
     let two = direct_source_after_live_mixers_bye(2);
     assert_eq!(one.len(), 1, "the 4100 stream joins once: {one:?}");
-    assert_ne!(one, ["Carol"], "control: one worker forgot the name at the mixer's BYE");
+    assert_ne!(
+        one,
+        ["Carol"],
+        "control: one worker forgot the name at the mixer's BYE"
+    );
     assert_eq!(
         two, one,
         "with two workers the other worker kept the mixer's source's name past the mixer's BYE"
@@ -218,7 +227,10 @@ fn a_single_stop_sending_sigterm_and_sighup_together_still_sends_what_was_read()
     rx.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let to = rx.local_addr().unwrap().to_string();
     let mut child = std::process::Command::new("env")
-        .args(["--default-signal=INT,TERM,HUP", env!("CARGO_BIN_EXE_pvp-t140")])
+        .args([
+            "--default-signal=INT,TERM,HUP",
+            env!("CARGO_BIN_EXE_pvp-t140"),
+        ])
         .args(["send", "--to", &to, "--red", "0", "--cps", "10"])
         .env("RUST_LOG", "info")
         .stdin(std::process::Stdio::piped())
