@@ -1218,40 +1218,31 @@ impl Signals {
         Signals {}
     }
 
-    /// The next of the signals (again and again: `send` stops at once at its second).
-    async fn wait(&mut self) {
+    /// The next of the signals (again and again: `send` stops at once at its second); true
+    /// for a hangup (SIGHUP).
+    async fn wait(&mut self) -> bool {
         #[cfg(unix)]
         {
+            async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
+                match s {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            }
             let Signals { int, term, hup } = self;
             tokio::select! {
-                () = async {
-                    match int {
-                        Some(s) => {
-                            s.recv().await;
-                        }
-                        None => std::future::pending().await,
-                    }
-                } => {}
-                () = async {
-                    match term {
-                        Some(s) => {
-                            s.recv().await;
-                        }
-                        None => std::future::pending().await,
-                    }
-                } => {}
-                () = async {
-                    match hup {
-                        Some(s) => {
-                            s.recv().await;
-                        }
-                        None => std::future::pending().await,
-                    }
-                } => {}
+                () = next(int) => false,
+                () = next(term) => false,
+                () = next(hup) => true,
             }
         }
         #[cfg(not(unix))]
-        let _ = tokio::signal::ctrl_c().await;
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            false
+        }
     }
 }
 
@@ -1295,31 +1286,39 @@ struct UntilInterrupt {
 
 impl UntilInterrupt {
     /// Inside the runtime: the signals are caught from here on. With the future that a second
-    /// signal completes ([`udp::send_text_until`]: the text not yet sent is given up, so that a
-    /// user who asks twice is not kept waiting for `--cps` to pace out what was read).
+    /// Ctrl-C or SIGTERM completes ([`udp::send_text_until`]: the text not yet sent is given
+    /// up, so that a user who asks twice is not kept waiting for `--cps` to pace out what was
+    /// read). A hangup ends the input and never hurries it: one stop often comes as two
+    /// signals of different kinds at once (systemd's `SendSIGHUP=yes` sends SIGHUP right after
+    /// SIGTERM; a closed terminal's shell and the kernel each send a SIGHUP), and must not
+    /// give up what was read (review, session 37).
     fn stdin() -> (Self, impl std::future::Future<Output = ()>) {
-        let (count, signals_seen) = tokio::sync::watch::channel(0u32);
+        // (signals, of them Ctrl-C or SIGTERM)
+        let (count, signals_seen) = tokio::sync::watch::channel((0u32, 0u32));
         let mut signals = Signals::install();
         tokio::spawn(async move {
             while !count.is_closed() {
-                signals.wait().await;
-                count.send_modify(|n| *n += 1);
+                let hangup = signals.wait().await;
+                count.send_modify(|(any, stops)| {
+                    *any += 1;
+                    *stops += u32::from(!hangup);
+                });
             }
         });
-        let nth = |n: u32| {
+        let when = |f: fn(&(u32, u32)) -> bool| {
             let mut seen = signals_seen.clone();
             async move {
-                if seen.wait_for(|&c| c >= n).await.is_err() {
+                if seen.wait_for(f).await.is_err() {
                     std::future::pending::<()>().await;
                 }
             }
         };
         let input = UntilInterrupt {
             input: tokio::io::stdin(),
-            interrupt: Some(Box::pin(nth(1))),
+            interrupt: Some(Box::pin(when(|&(any, _)| any >= 1))),
             ended: false,
         };
-        (input, nth(2))
+        (input, when(|&(_, stops)| stops >= 2))
     }
 }
 

@@ -1120,3 +1120,103 @@ mod persisting_send_errors {
         assert!(stderr.contains("Permission denied"), "{stderr}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// `pvp-t140 send`: one stop that delivers SIGTERM and SIGHUP together counts as two
+//    signals and gives up the text read.
+// ---------------------------------------------------------------------------------------------
+
+/// README (send): "Ctrl-C on the sender ends its input as the input's end does (what it read,
+/// the redundancy and the BYE still go out); so do SIGTERM and SIGHUP"; src/main.rs
+/// `UntilInterrupt`: "A supervisor's stop or a closed terminal ends it as Ctrl-C does". One
+/// stop often comes as two different signals at once: systemd's `SendSIGHUP=yes` sends SIGHUP
+/// "immediately after" KillSignal (SIGTERM); a closed terminal's shell resends SIGHUP to its
+/// jobs and the kernel sends another at the shell's exit. `UntilInterrupt::stdin`'s counting
+/// task counts any two signals (of different kinds they are never coalesced), so such a stop
+/// is taken as the second, impatient signal: the text read and not yet paced out is given up
+/// ("interrupted again", `unsent=N`), and the receiver never gets it. Here 20 characters at
+/// `--cps 10` (two seconds); the real binary, a UDP receiver on 127.0.0.1, polled until the
+/// BYE with a 20 s timeout.
+#[test]
+fn a_single_stop_sending_sigterm_and_sighup_together_still_sends_what_was_read() {
+    use std::io::{BufRead, Write};
+    use std::time::Duration;
+    let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    rx.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let to = rx.local_addr().unwrap().to_string();
+    let mut child = std::process::Command::new("env")
+        .args([
+            "--default-signal=INT,TERM,HUP",
+            env!("CARGO_BIN_EXE_pvp-t140"),
+        ])
+        .args(["send", "--to", &to, "--red", "0", "--cps", "10"])
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let input = "abcdefghijklmnopqrst";
+    stdin.write_all(input.as_bytes()).unwrap();
+    stdin.flush().unwrap();
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let log_w = log.clone();
+    let logger = std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            log_w.lock().unwrap().push(line);
+        }
+    });
+    let is_rtcp = |d: &[u8]| d.len() >= 8 && (200..=204).contains(&d[1]);
+    let has_bye = |d: &[u8]| {
+        let mut rest = d;
+        while rest.len() >= 4 {
+            if rest[1] == 203 {
+                return true;
+            }
+            let len = (usize::from(u16::from_be_bytes([rest[2], rest[3]])) + 1) * 4;
+            rest = &rest[len.min(rest.len())..];
+        }
+        false
+    };
+    let mut buf = [0u8; 2048];
+    let mut got: Vec<Vec<u8>> = Vec::new();
+    // The first packet: the signals are caught from before it.
+    loop {
+        let n = rx.recv(&mut buf).expect("the first packet");
+        got.push(buf[..n].to_vec());
+        if !is_rtcp(&buf[..n]) {
+            break;
+        }
+    }
+    // One stop: SIGTERM, then SIGHUP at once (systemd SendSIGHUP=yes).
+    let pid = child.id().to_string();
+    std::process::Command::new("sh")
+        .args(["-c", "kill -TERM \"$1\"; kill -HUP \"$1\"", "sh", &pid])
+        .status()
+        .unwrap();
+    while !got.last().is_some_and(|d| is_rtcp(d) && has_bye(d)) {
+        let n = rx
+            .recv(&mut buf)
+            .unwrap_or_else(|e| panic!("the BYE: {e}; log: {:#?}", log.lock().unwrap()));
+        got.push(buf[..n].to_vec());
+    }
+    let status = child.wait().unwrap();
+    drop(stdin);
+    logger.join().unwrap();
+    assert!(status.success(), "{status}");
+    let text: String = got
+        .iter()
+        .filter(|d| !is_rtcp(d))
+        .map(|d| {
+            let cc = usize::from(d[0] & 0x0f);
+            String::from_utf8_lossy(&d[12 + 4 * cc..]).into_owned()
+        })
+        .collect();
+    assert_eq!(
+        text.trim_start_matches('\u{feff}'),
+        input,
+        "one stop (SIGTERM + SIGHUP) gave up the text read; log: {:#?}",
+        log.lock().unwrap()
+    );
+}
