@@ -1,0 +1,256 @@
+//! Review b: delivery to a PVP server (src/sink/ws.rs), against a real WebSocket server on
+//! 127.0.0.1 driving the real `WsSink`.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use pvp_t140::metrics::SinkMetrics;
+use pvp_t140::pvp::{Builder, Envelope, Kind, SenderId};
+use pvp_t140::sink::ws::{WsConfig, WsSink};
+use pvp_t140::time::Time;
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Every text frame the server read, in order, and whether the server took it (`false`:
+/// answered with an error).
+type Log = Arc<Mutex<Vec<(Value, bool)>>>;
+
+/// What the server answers a frame with: whether it takes it, and the frames it sends back.
+type Answer = Box<dyn Fn(&Value) -> (bool, Vec<Value>) + Send + Sync>;
+
+async fn server(answer: Answer) -> (String, Log) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let log: Log = Arc::default();
+    let answer = Arc::new(answer);
+    let out = log.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (log, answer) = (out.clone(), answer.clone());
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                    return;
+                };
+                while let Some(Ok(m)) = ws.next().await {
+                    let Ok(v) = serde_json::from_str::<Value>(m.to_text().unwrap_or("")) else {
+                        continue;
+                    };
+                    let (taken, replies) = answer(&v);
+                    log.lock().unwrap().push((v, taken));
+                    for r in replies {
+                        let _ = ws.send(Message::text(r.to_string())).await;
+                    }
+                }
+            });
+        }
+    });
+    (url, log)
+}
+
+fn config(url: String) -> WsConfig {
+    WsConfig {
+        url,
+        session: "s".into(),
+        heartbeat: Duration::from_secs(30),
+        connect_timeout: Duration::from_secs(5),
+        write_timeout: Duration::from_secs(5),
+        silence: Duration::from_secs(90),
+        queue: 64,
+        metrics: SinkMetrics::default(),
+        tls: None,
+        spool: None,
+        gate: None,
+    }
+}
+
+struct Talk {
+    b: Builder,
+    t: u64,
+}
+
+impl Talk {
+    fn new() -> Self {
+        Talk {
+            b: Builder::new("s".into(), None, 77),
+            t: 1_700_000_000_000,
+        }
+    }
+    fn env(&mut self, who: &str, kind: Kind, payload: Value) -> Envelope {
+        self.t += 1;
+        self.b
+            .envelope(Time::from_millis(self.t), SenderId::from(who), kind, &payload)
+    }
+    fn join(&mut self, who: &str) -> Envelope {
+        self.env(
+            who,
+            Kind::SessionJoin,
+            json!({"participant": {"id": who, "name": who, "type": "human",
+                "roles": ["navigator"], "transport": "t140"}, "supported_versions": [1]}),
+        )
+    }
+    fn add(&mut self, who: &str, text: &str) -> Envelope {
+        self.env(
+            who,
+            Kind::ContextAdd,
+            json!({"key": format!("k-{text}"), "content_type": "audio_transcript", "content": text}),
+        )
+    }
+    fn leave(&mut self, who: &str) -> Envelope {
+        self.env(who, Kind::SessionLeave, json!({"reason": "stream timeout"}))
+    }
+}
+
+/// A ULID of the server's own (Crockford digits only).
+fn fresh_id() -> String {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    format!("01JQ{:022}", N.fetch_add(1, std::sync::atomic::Ordering::SeqCst))
+}
+
+fn from_server(kind: &str, payload: Value) -> Value {
+    json!({"v": 1, "id": fresh_id(), "ts": "2026-11-25T00:00:00.000Z",
+        "session": "s", "sender": "server", "type": kind, "payload": payload})
+}
+
+fn rate_limited(related: &Value) -> Value {
+    from_server(
+        "error",
+        json!({"code": "RATE_LIMITED", "message": "slow down", "recoverable": true,
+            "related_to": related}),
+    )
+}
+
+/// What the server took from `who` (frames it answered with an error left out), heartbeats
+/// left out: "join", "leave", "gate.request", or the text added.
+fn taken(log: &Log, who: &str) -> Vec<String> {
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|(v, ok)| *ok && v["sender"] == who)
+        .filter_map(|(v, _)| match v["type"].as_str().unwrap() {
+            "session.join" => Some("join".to_owned()),
+            "session.leave" => Some("leave".to_owned()),
+            "gate.request" => Some("gate.request".to_owned()),
+            "context.add" => Some(v["payload"]["content"].as_str().unwrap().to_owned()),
+            _ => None,
+        })
+        .collect()
+}
+
+async fn wait_until(what: &str, log: &Log, pred: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !pred() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}: {:?}",
+            log.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// With `--gate-transcripts`, a server that refuses a chunk's `gate.request` as RATE_LIMITED
+/// (pvp-spec 17: "Servers MUST send `error` messages for all rejected operations": the gate
+/// was not created) never gets it again: the connection only pauses, and asks again only after
+/// a reconnect, which a healthy connection never makes. No approver ever sees the chunk, it
+/// waits out `--gate-timeout-s` + 5 s, holding everything behind it, and is then dropped as
+/// "timed out" (README "Gated transcripts"; "RATE_LIMITED pauses it ... to send what the
+/// participant still holds"). A user expects the request to be made again after the pause,
+/// as refused text is (README "Delivery to a PVP server"), and the approved chunk delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gate_request_refused_as_rate_limited_is_asked_again_after_the_pause() {
+    let refused_once = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let r = refused_once.clone();
+    let (url, log) = server(Box::new(move |v| {
+        if v["type"] != "gate.request" {
+            return (true, vec![]);
+        }
+        if !r.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return (false, vec![rate_limited(&v["id"])]);
+        }
+        let approve = json!({"v": 1, "id": fresh_id(),
+            "ts": "2026-11-25T00:00:00.000Z", "session": "s", "sender": "approver-1",
+            "type": "gate.approve", "ref": v["id"],
+            "payload": {"gate": v["id"], "approver": "approver-1"}});
+        (true, vec![approve])
+    }))
+    .await;
+    let cfg = WsConfig {
+        gate: Some(pvp_t140::sink::gate::GateConfig {
+            quorum: 1,
+            timeout: Duration::from_secs(3),
+        }),
+        ..config(url)
+    };
+    let metrics = cfg.metrics.clone();
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000b001@127.0.0.1:40101";
+    ws.send(talk.join(p));
+    ws.send(talk.add(p, "Please approve me."));
+    // Either the chunk is added, or its gate runs out (3 s + 5 s) and it is dropped.
+    wait_until("the chunk added or dropped", &log, || {
+        taken(&log, p).iter().any(|s| s == "Please approve me.")
+            || metrics.gates_refused.get() > 0
+    })
+    .await;
+    ws.send(talk.leave(p));
+    let stats = ws.close(Duration::from_secs(5)).await;
+    assert_eq!(
+        taken(&log, p),
+        ["join", "gate.request", "Please approve me.", "leave"],
+        "refused gate.request never asked again; chunks dropped by the gate: {}; {stats:?}",
+        metrics.gates_refused.get()
+    );
+}
+
+/// A server that rate-limits a participant's first frames refuses its `session.join` as
+/// RATE_LIMITED (`related_to` = the join): the participant is not in the session. The
+/// connection pauses, then sends its text (which it resends if refused) but never the join
+/// again, nor does it reconnect, so the server holds text from a participant that never
+/// joined (pvp-spec 6.3: a connection's first frame must be the join; README "A join is never
+/// refused (its participant's later envelopes would be without one, which a server
+/// refuses)"). A user expects the join to go again after the pause, before the text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_refused_as_rate_limited_is_sent_again_before_the_text() {
+    let joined = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let j = joined.clone();
+    let t = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (url, log) = server(Box::new(move |v| {
+        use std::sync::atomic::Ordering::SeqCst;
+        match v["type"].as_str().unwrap_or("") {
+            // The first join is refused for the rate; any later one taken.
+            "session.join" => {
+                if j.fetch_add(1, SeqCst) == 0 {
+                    (false, vec![rate_limited(&v["id"])])
+                } else {
+                    (true, vec![])
+                }
+            }
+            // The burst's first text is refused for the rate as well; any later taken.
+            "context.add" if !t.swap(true, SeqCst) => (false, vec![rate_limited(&v["id"])]),
+            _ => (true, vec![]),
+        }
+    }))
+    .await;
+    let mut ws = WsSink::new(config(url));
+    let mut talk = Talk::new();
+    let p = "t140:0000b002@127.0.0.1:40102";
+    ws.send(talk.join(p));
+    ws.send(talk.add(p, "Hello."));
+    // The text is refused, then sent again after the pause and taken (with or without a
+    // join before it).
+    wait_until("the text taken", &log, || {
+        taken(&log, p).iter().any(|s| s == "Hello.")
+    })
+    .await;
+    ws.send(talk.leave(p));
+    let stats = ws.close(Duration::from_secs(5)).await;
+    assert_eq!(
+        taken(&log, p),
+        ["join", "Hello.", "leave"],
+        "what the server took from {p}; {stats:?}"
+    );
+}
