@@ -204,6 +204,9 @@ async fn a_gate_request_refused_as_rate_limited_is_asked_again_after_the_pause()
         "refused gate.request never asked again; chunks dropped by the gate: {}; {stats:?}",
         metrics.gates_refused.get()
     );
+    // Written and taken: the join, the request, the chunk and the leave.
+    assert_eq!((stats.sent, stats.dropped), (4, 0));
+    assert_eq!(metrics.gates_refused.get(), 0);
 }
 
 /// A server that rate-limits a participant's first frames refuses its `session.join` as
@@ -253,4 +256,5 @@ async fn a_join_refused_as_rate_limited_is_sent_again_before_the_text() {
         ["join", "Hello.", "leave"],
         "what the server took from {p}; {stats:?}"
     );
+    assert_eq!((stats.sent, stats.dropped), (3, 0));
 }

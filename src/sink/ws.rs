@@ -600,7 +600,7 @@ async fn connection(
                                         paused_until = Some(tokio::time::Instant::now() + rate_backoff);
                                         tracing::warn!(%participant, pause = ?rate_backoff, "PVP server rate-limits this participant; pausing");
                                         if let Some(id) = related {
-                                            let refused = Refused { pending: &mut pending, outbox: &mut outbox, recent: &mut recent };
+                                            let refused = Refused { pending: &mut pending, outbox: &mut outbox, recent: &mut recent, gates: gates.as_ref(), join: join.as_ref() };
                                             rate_limited(id, &mut retry, refused, &cfg, &counts, &participant);
                                         }
                                     }
@@ -823,6 +823,10 @@ struct Refused<'a> {
     pending: &'a mut Option<(std::time::Instant, Envelope)>,
     outbox: &'a mut VecDeque<(std::time::Instant, Envelope)>,
     recent: &'a mut VecDeque<(ulid::Ulid, Kind)>,
+    /// The gates whose requests a refusal may name.
+    gates: Option<&'a super::gate::Gates>,
+    /// The participant's join as written (its id), to send again if it is refused.
+    join: Option<&'a Envelope>,
 }
 
 /// The server refused the written envelope `id` as RATE_LIMITED (pvp-spec 17: an error for a
@@ -830,8 +834,9 @@ struct Refused<'a> {
 /// all the participant has not sent yet; until then it is neither sent nor settled, and in the
 /// spool undelivered again, in its place. Text no longer held is lost: counted as dropped
 /// (it stays done in the spool: a restart would send it after what came later) and logged.
-/// Anything else refused (a heartbeat, a gate's request, which a reconnect asks again) is not
-/// sent again.
+/// The participant's join, and a gate's request still undecided, go again after the pause too (the server made no
+/// gate: no decision would ever come, and the chunk would time out unasked). Anything else
+/// refused (a heartbeat) is not sent again.
 fn rate_limited(
     id: ulid::Ulid,
     retry: &mut Retry,
@@ -862,6 +867,47 @@ fn rate_limited(
         }
         at.outbox
             .insert(retry.ahead.min(at.outbox.len()), (queued, e));
+        retry.ahead += 1;
+    } else if let Some(j) = at.join.filter(|j| j.id() == id)
+        && at
+            .recent
+            .iter()
+            .any(|&(r, k)| r == id && k == Kind::SessionJoin)
+    {
+        // The join refused: the participant is not in the session, and what it sends is
+        // without one (pvp-spec 6.3). It goes again after the pause, ahead of everything not
+        // yet sent (text refused with it follows it); counted as sent and settled once written
+        // again.
+        at.recent.retain(|(r, _)| *r != id);
+        counts.sent.fetch_sub(1, Ordering::Relaxed);
+        counts.settled.fetch_sub(1, Ordering::Relaxed);
+        tracing::info!(%participant, %id, "session.join refused as RATE_LIMITED; sent again after the pause");
+        if let Some(p) = at.pending.take() {
+            at.outbox.insert(retry.ahead.min(at.outbox.len()), p);
+        }
+        at.outbox.insert(
+            retry.ahead.min(at.outbox.len()),
+            (std::time::Instant::now(), j.clone()),
+        );
+        retry.ahead += 1;
+    } else if let Some(request) = at
+        .gates
+        .and_then(|g| g.undecided().find(|r| r.id() == id))
+        .cloned()
+    {
+        // A gate's request refused: the server made no gate, and no decision will come for
+        // it. Asked again after the pause, ahead of what waits (it is sent only while its gate
+        // is still undecided); counted as sent once it is written again.
+        at.recent.retain(|(r, _)| *r != id);
+        counts.sent.fetch_sub(1, Ordering::Relaxed);
+        tracing::info!(%participant, %id, "gate.request refused as RATE_LIMITED; asked again after the pause");
+        if let Some(p) = at.pending.take() {
+            at.outbox.insert(retry.ahead.min(at.outbox.len()), p);
+        }
+        at.outbox.insert(
+            retry.ahead.min(at.outbox.len()),
+            (std::time::Instant::now(), request),
+        );
         retry.ahead += 1;
     } else if let Some(&(_, kind)) = at.recent.iter().find(|(r, _)| *r == id)
         && matches!(
