@@ -22,14 +22,29 @@ type Log = Arc<Mutex<Vec<(Value, bool)>>>;
 type Answer = Box<dyn Fn(&Value) -> (bool, Vec<Value>) + Send + Sync>;
 
 async fn server(answer: Answer) -> (String, Log) {
+    server_on(Box::new(move |_, v| {
+        let (taken, replies) = answer(v);
+        (taken, replies, false)
+    }))
+    .await
+}
+
+/// What the server answers a frame from connection `conn` (accept order) with: whether it
+/// takes it, the frames it sends back, and whether it then closes the connection.
+type ConnAnswer = Box<dyn Fn(usize, &Value) -> (bool, Vec<Value>, bool) + Send + Sync>;
+
+/// [`server`], logging each frame with its connection's number in `"conn"`.
+async fn server_on(answer: ConnAnswer) -> (String, Log) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("ws://{}", listener.local_addr().unwrap());
     let log: Log = Arc::default();
     let answer = Arc::new(answer);
     let out = log.clone();
     tokio::spawn(async move {
+        let mut n = 0;
         while let Ok((tcp, _)) = listener.accept().await {
-            let (log, answer) = (out.clone(), answer.clone());
+            let (log, answer, conn) = (out.clone(), answer.clone(), n);
+            n += 1;
             tokio::spawn(async move {
                 let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
                     return;
@@ -38,10 +53,16 @@ async fn server(answer: Answer) -> (String, Log) {
                     let Ok(v) = serde_json::from_str::<Value>(m.to_text().unwrap_or("")) else {
                         continue;
                     };
-                    let (taken, replies) = answer(&v);
+                    let (taken, replies, close) = answer(conn, &v);
+                    let mut v = v;
+                    v["conn"] = json!(conn);
                     log.lock().unwrap().push((v, taken));
                     for r in replies {
                         let _ = ws.send(Message::text(r.to_string())).await;
+                    }
+                    if close {
+                        let _ = ws.close(None).await;
+                        return;
                     }
                 }
             });
@@ -80,8 +101,12 @@ impl Talk {
     }
     fn env(&mut self, who: &str, kind: Kind, payload: Value) -> Envelope {
         self.t += 1;
-        self.b
-            .envelope(Time::from_millis(self.t), SenderId::from(who), kind, &payload)
+        self.b.envelope(
+            Time::from_millis(self.t),
+            SenderId::from(who),
+            kind,
+            &payload,
+        )
     }
     fn join(&mut self, who: &str) -> Envelope {
         self.env(
@@ -106,7 +131,10 @@ impl Talk {
 /// A ULID of the server's own (Crockford digits only).
 fn fresh_id() -> String {
     static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-    format!("01JQ{:022}", N.fetch_add(1, std::sync::atomic::Ordering::SeqCst))
+    format!(
+        "01JQ{:022}",
+        N.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+    )
 }
 
 fn from_server(kind: &str, payload: Value) -> Value {
@@ -192,8 +220,7 @@ async fn a_gate_request_refused_as_rate_limited_is_asked_again_after_the_pause()
     ws.send(talk.add(p, "Please approve me."));
     // Either the chunk is added, or its gate runs out (3 s + 5 s) and it is dropped.
     wait_until("the chunk added or dropped", &log, || {
-        taken(&log, p).iter().any(|s| s == "Please approve me.")
-            || metrics.gates_refused.get() > 0
+        taken(&log, p).iter().any(|s| s == "Please approve me.") || metrics.gates_refused.get() > 0
     })
     .await;
     ws.send(talk.leave(p));
@@ -257,4 +284,71 @@ async fn a_join_refused_as_rate_limited_is_sent_again_before_the_text() {
         "what the server took from {p}; {stats:?}"
     );
     assert_eq!((stats.sent, stats.dropped), (3, 0));
+}
+
+/// The same refusal after a reconnect: a server back from a restart, with every participant
+/// rejoining at once, refuses this participant's rejoin as RATE_LIMITED. The rejoin (a fresh
+/// id, not among the envelopes the connection remembers) is not sent again either, so all
+/// the participant says on the new connection comes from a sender that is not in the
+/// session (README: "joins again after a reconnect"; pvp-spec 6.3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejoin_refused_as_rate_limited_is_sent_again_before_the_text() {
+    let joins = Arc::new(Mutex::new(std::collections::HashMap::<usize, u32>::new()));
+    let j = joins.clone();
+    let (url, log) = server_on(Box::new(move |conn, v| {
+        let kind = v["type"].as_str().unwrap_or("");
+        if kind == "session.join" {
+            let mut joins = j.lock().unwrap();
+            let n = joins.entry(conn).or_default();
+            *n += 1;
+            // After the restart, the first join is refused for the rate.
+            if conn == 1 && *n == 1 {
+                return (false, vec![rate_limited(&v["id"])], false);
+            }
+        }
+        // The server goes down (restarts) once it has "Before.".
+        let close = conn == 0 && v["payload"]["content"] == "Before.";
+        (true, vec![], close)
+    }))
+    .await;
+    let mut ws = WsSink::new(config(url));
+    let mut talk = Talk::new();
+    let p = "t140:0000b003@127.0.0.1:40103";
+    ws.send(talk.join(p));
+    ws.send(talk.add(p, "Before."));
+    wait_until("the first connection's text", &log, || {
+        taken(&log, p).iter().any(|s| s == "Before.")
+    })
+    .await;
+    wait_until("the rejoin refused", &log, || {
+        log.lock()
+            .unwrap()
+            .iter()
+            .any(|(v, ok)| !ok && v["type"] == "session.join")
+    })
+    .await;
+    ws.send(talk.add(p, "After."));
+    wait_until("the text after the restart", &log, || {
+        taken(&log, p).iter().any(|s| s == "After.")
+    })
+    .await;
+    ws.send(talk.leave(p));
+    let stats = ws.close(Duration::from_secs(5)).await;
+    let on_second: Vec<String> = {
+        let l = log.lock().unwrap();
+        l.iter()
+            .filter(|(v, ok)| *ok && v["conn"] == 1)
+            .filter_map(|(v, _)| match v["type"].as_str().unwrap() {
+                "session.join" => Some("join".to_owned()),
+                "session.leave" => Some("leave".to_owned()),
+                "context.add" => Some(v["payload"]["content"].as_str().unwrap().to_owned()),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(
+        on_second,
+        ["join", "After.", "leave"],
+        "what the restarted server took; {stats:?}"
+    );
 }

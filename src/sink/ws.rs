@@ -364,6 +364,10 @@ async fn connection(
     let mut pvp = Builder::new(cfg.session.clone(), None, random_seed());
     pvp.session = session;
     let mut join: Option<Envelope> = None;
+    // The id of the last rejoin made after a reconnect, and whether the server refused it as
+    // RATE_LIMITED, so that it is made again once the pause is over.
+    let mut rejoined: Option<ulid::Ulid> = None;
+    let mut rejoin_again = false;
     // Ids of recent envelopes, so an `error`'s `related_to` can be told in the log.
     // Grown as envelopes are written: most participants write a few, and 10,000 connections
     // reserving 64 entries each held 15 MiB.
@@ -469,6 +473,7 @@ async fn connection(
         // After a reconnect the server has forgotten us: join again (a fresh id, same content).
         if let Some(j) = &join {
             let again = pvp.reissue(now(), j);
+            let again_id = again.id();
             if !send_frame(
                 &mut ws,
                 Message::text(again.into_json()),
@@ -479,6 +484,8 @@ async fn connection(
             {
                 continue 'reconnect;
             }
+            rejoined = Some(again_id);
+            rejoin_again = false;
             // Chunks held for approval are asked about again: a decision for a request the
             // old connection carried may never come now (a restarted server has no gate).
             // One whose request was never written is still `pending`, and goes out from there.
@@ -506,6 +513,26 @@ async fn connection(
         let mut alive = Liveness::new(cfg.heartbeat, cfg.silence);
         loop {
             let paused = paused_until.is_some_and(|t| t > tokio::time::Instant::now());
+            if rejoin_again && !paused {
+                // The rejoin was refused as RATE_LIMITED: made again after the pause, before
+                // anything else (text refused with it goes after it).
+                rejoin_again = false;
+                if let Some(j) = &join {
+                    let again = pvp.reissue(now(), j);
+                    let again_id = again.id();
+                    if !send_frame(
+                        &mut ws,
+                        Message::text(again.into_json()),
+                        &cfg,
+                        &participant,
+                    )
+                    .await
+                    {
+                        continue 'reconnect;
+                    }
+                    rejoined = Some(again_id);
+                }
+            }
             if pending.is_none() && !paused {
                 pending = outbox.pop_front();
                 if pending.is_some() {
@@ -599,7 +626,13 @@ async fn connection(
                                         rate_limited_at = Some(now);
                                         paused_until = Some(tokio::time::Instant::now() + rate_backoff);
                                         tracing::warn!(%participant, pause = ?rate_backoff, "PVP server rate-limits this participant; pausing");
-                                        if let Some(id) = related {
+                                        if related.is_some() && related == rejoined {
+                                            // The rejoin after a reconnect (not from the
+                                            // queue, so not counted) was not taken.
+                                            tracing::info!(%participant, "rejoin refused as RATE_LIMITED; made again after the pause");
+                                            rejoined = None;
+                                            rejoin_again = true;
+                                        } else if let Some(id) = related {
                                             let refused = Refused { pending: &mut pending, outbox: &mut outbox, recent: &mut recent, gates: gates.as_ref(), join: join.as_ref() };
                                             rate_limited(id, &mut retry, refused, &cfg, &counts, &participant);
                                         }
