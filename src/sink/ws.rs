@@ -930,9 +930,12 @@ fn rate_limited(
     {
         // A gate's request refused: the server made no gate, and no decision will come for
         // it. Asked again after the pause, ahead of what waits (it is sent only while its gate
-        // is still undecided); counted as sent once it is written again.
-        at.recent.retain(|(r, _)| *r != id);
-        counts.sent.fetch_sub(1, Ordering::Relaxed);
+        // is still undecided); counted as sent once it is written again. One asked again
+        // after a reconnect was written uncounted, and is not among the recent ones.
+        if at.recent.iter().any(|(r, _)| *r == id) {
+            at.recent.retain(|(r, _)| *r != id);
+            counts.sent.fetch_sub(1, Ordering::Relaxed);
+        }
         tracing::info!(%participant, %id, "gate.request refused as RATE_LIMITED; asked again after the pause");
         if let Some(p) = at.pending.take() {
             at.outbox.insert(retry.ahead.min(at.outbox.len()), p);
