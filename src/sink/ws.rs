@@ -867,9 +867,10 @@ struct Refused<'a> {
 /// all the participant has not sent yet; until then it is neither sent nor settled, and in the
 /// spool undelivered again, in its place. Text no longer held is lost: counted as dropped
 /// (it stays done in the spool: a restart would send it after what came later) and logged.
-/// The participant's join, and a gate's request still undecided, go again after the pause too (the server made no
-/// gate: no decision would ever come, and the chunk would time out unasked). Anything else
-/// refused (a heartbeat) is not sent again.
+/// The participant's join goes again after the pause too (it is not in the session without
+/// it), and so does a gate's request still undecided (the server made no gate: no decision
+/// would ever come, and the chunk would time out unasked). Anything else refused (a
+/// heartbeat) is not sent again.
 fn rate_limited(
     id: ulid::Ulid,
     retry: &mut Retry,
