@@ -1,5 +1,8 @@
-//! Review b: delivery to a PVP server (src/sink/ws.rs), against a real WebSocket server on
-//! 127.0.0.1 driving the real `WsSink`.
+//! RATE_LIMITED for a participant's control envelopes (README "Delivery to a PVP server"): a
+//! `session.join`, a rejoin after a reconnect, or a `gate.request` the server refused is sent
+//! again after the pause, before the text (review, session 37: none was, and the participant
+//! spoke without being in the session, or a gated chunk timed out unasked). The real `WsSink`
+//! against a real WebSocket server on 127.0.0.1.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
