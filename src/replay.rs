@@ -68,7 +68,7 @@ pub fn run(
     let mut write_err: Option<io::Error> = None;
     let mut presence = Presence::default();
     let mut unfed = Unfed::new();
-    let capture = capture::read_frames(path, |frame| {
+    let read = capture::read_frames(path, |frame| {
         match frame {
             Frame::Udp(d, interface) if port.is_none_or(|p| d.destination.port() == p) => {
                 unfed.feed(&mut clock, interface);
@@ -91,16 +91,19 @@ pub fn run(
                 ControlFlow::Break(())
             }
         }
-    })
-    .map_err(ReplayError::Capture)?;
+    });
     if let Some(e) = write_err {
         return Err(ReplayError::Output(e));
     }
+    // A capture refused part-way (a corrupt record after whole ones: Wireshark, too, shows
+    // every record before it) still ends what the records before it began: their text held
+    // for a flush and their leaves are written, then the capture's error is reported.
     let end = clock.now().max(unfed.newest);
     fire_due(&mut gw, end);
     gw.shutdown(end);
-    drain(&mut gw, &mut presence, out).map_err(ReplayError::Output)?;
-    out.flush().map_err(ReplayError::Output)?;
+    let written = drain(&mut gw, &mut presence, out).and_then(|()| out.flush());
+    let capture = read.map_err(ReplayError::Capture)?;
+    written.map_err(ReplayError::Output)?;
     Ok(ReplaySummary {
         capture,
         stats: gw.stats(),
