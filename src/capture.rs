@@ -110,6 +110,9 @@ pub enum CaptureError {
     Io(io::Error),
     /// The bytes are not a capture replay can read.
     Format(String),
+    /// A record the reader cannot parse (a bit flip, a bad copy) after `after` packet records
+    /// that it read: the capture is readable up to it.
+    Corrupt { after: u64, detail: String },
 }
 
 impl std::fmt::Display for CaptureError {
@@ -117,6 +120,10 @@ impl std::fmt::Display for CaptureError {
         match self {
             CaptureError::Io(e) => write!(f, "{e}"),
             CaptureError::Format(e) => write!(f, "not a readable pcap/pcapng capture: {e}"),
+            CaptureError::Corrupt { after, detail } => write!(
+                f,
+                "a corrupt record after the first {after} packet records, which were read: {detail}"
+            ),
         }
     }
 }
@@ -326,6 +333,18 @@ fn read_failed<I: std::fmt::Debug>(
     }
 }
 
+/// A format error after packet records were read is a corrupt record in a readable capture,
+/// not a file that is no capture at all: said so, with how many came before it.
+fn corrupt_after(e: CaptureError, stats: &CaptureStats) -> CaptureError {
+    match e {
+        CaptureError::Format(detail) if stats.frames > 0 => CaptureError::Corrupt {
+            after: stats.frames,
+            detail,
+        },
+        e => e,
+    }
+}
+
 /// As [`read_frames`], from any reader.
 pub fn read_frames_from(
     reader: impl io::Read + Send,
@@ -443,7 +462,7 @@ pub fn read_frames_from(
                 reader.grow(capacity);
                 reader.refill().map_err(|e| read_failed(e, &error))?;
             }
-            Err(e) => return Err(read_failed(e, &error)),
+            Err(e) => return Err(corrupt_after(read_failed(e, &error), &stats)),
         }
     }
     reassembler.finish(&mut stats);

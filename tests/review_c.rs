@@ -89,7 +89,8 @@ fn of_type<'a>(envelopes: &'a [Value], kind: &str) -> Vec<&'a Value> {
 
 /// A pcapng whose blocks are all whole but one in the middle is corrupt (its trailing Block
 /// Total Length disagrees with its leading one: a bit flip, a bad copy) is refused as a
-/// whole: "not a readable pcap/pcapng capture: NomError([], Verify)", exit 1. By then the
+/// whole: "not a readable pcap/pcapng capture: NomError([], Verify)" (as if it were no
+/// capture at all), exit 1. By then the
 /// records before it have been fed to the core and their participant has joined on stdout,
 /// but the replay never shuts the core down: the text it holds (here the unfinished sentence
 /// "Hello there", waiting for its idle flush) is never written, and the participant never
@@ -114,6 +115,12 @@ fn a_corrupt_block_mid_capture_still_flushes_and_leaves_what_came_before() {
     blocks[bad][n - 4..].copy_from_slice(&wrong);
     let (ok, envelopes, stderr) = replay("corrupt-mid", &blocks.concat(), &[]);
     assert!(!ok && stderr.contains("corrupt-mid"), "the error is still reported: {stderr}");
+    // And said as what it is: a corrupt record after whole ones, not a file that is no capture.
+    assert!(
+        stderr.contains("a corrupt record after the first 1 packet records")
+            && !stderr.contains("not a readable"),
+        "{stderr}"
+    );
     let adds: Vec<&str> = of_type(&envelopes, "context.add")
         .iter()
         .map(|e| e["payload"]["content"].as_str().unwrap())
