@@ -370,8 +370,9 @@ pub fn read_frames_from(
         // pcap-parser 0.17 subtracts 12 from a pcapng block's length without checking it
         // (a panic in debug builds): refuse such a block here first.
         if pcapng && short_pcapng_block(reader.data(), &mut le) {
-            return Err(CaptureError::Format(
-                "pcapng block shorter than its own header".into(),
+            return Err(corrupt_after(
+                CaptureError::Format("pcapng block shorter than its own header".into()),
+                &stats,
             ));
         }
         match reader.next() {
@@ -448,19 +449,24 @@ pub fn read_frames_from(
                     stats.cut_short = true;
                     break;
                 }
-                Err(e) => return Err(read_failed(e, &error)),
+                Err(e) => return Err(corrupt_after(read_failed(e, &error), &stats)),
             },
             Err(PcapError::BufferTooSmall) => {
                 // The next record does not fit: grow, then read on.
                 if capacity >= MAX_BUFFER {
-                    return Err(CaptureError::Format(format!(
-                        "a record of more than {} MiB (a corrupt length?)",
-                        MAX_BUFFER >> 20
-                    )));
+                    return Err(corrupt_after(
+                        CaptureError::Format(format!(
+                            "a record of more than {} MiB (a corrupt length?)",
+                            MAX_BUFFER >> 20
+                        )),
+                        &stats,
+                    ));
                 }
                 capacity = (capacity * 2).min(MAX_BUFFER);
                 reader.grow(capacity);
-                reader.refill().map_err(|e| read_failed(e, &error))?;
+                reader
+                    .refill()
+                    .map_err(|e| corrupt_after(read_failed(e, &error), &stats))?;
             }
             Err(e) => return Err(corrupt_after(read_failed(e, &error), &stats)),
         }
