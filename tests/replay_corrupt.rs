@@ -1,4 +1,6 @@
-//! Review C: input and configuration paths (replay's capture reading, `--config`).
+//! A capture corrupt part-way (README "Replaying captures"): what the records before the corrupt
+//! one began is flushed and left, then the error names the record (review, session 37: replay
+//! returned at the error, its held text and leaves lost). The real binary on a written pcapng.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -22,7 +24,7 @@ fn rtp(pt: u8, marker: bool, seq: u16, ts: u32, ssrc: u32, payload: &[u8]) -> Ve
 /// A little-endian pcapng block.
 fn block(kind: u32, body: &[u8]) -> Vec<u8> {
     let mut body = body.to_vec();
-    while body.len() % 4 != 0 {
+    while !body.len().is_multiple_of(4) {
         body.push(0);
     }
     let len = (12 + body.len()) as u32;
@@ -107,14 +109,21 @@ fn of_type<'a>(envelopes: &'a [Value], kind: &str) -> Vec<&'a Value> {
 fn a_corrupt_block_mid_capture_still_flushes_and_leaves_what_came_before() {
     let hello = rtp(98, true, 1, 0, 0x1234, b"Hi. Hello there");
     let later = rtp(98, false, 2, 3000, 0x1234, b" and more");
-    let mut blocks = pcapng(&[(1_000_000, hello), (4_000_000, later.clone()), (4_500_000, later)]);
+    let mut blocks = pcapng(&[
+        (1_000_000, hello),
+        (4_000_000, later.clone()),
+        (4_500_000, later),
+    ]);
     // The second packet's block: its trailing length no longer matches.
     let bad = blocks.len() - 2;
     let n = blocks[bad].len();
     let wrong = (n as u32 + 4).to_le_bytes();
     blocks[bad][n - 4..].copy_from_slice(&wrong);
     let (ok, envelopes, stderr) = replay("corrupt-mid", &blocks.concat(), &[]);
-    assert!(!ok && stderr.contains("corrupt-mid"), "the error is still reported: {stderr}");
+    assert!(
+        !ok && stderr.contains("corrupt-mid"),
+        "the error is still reported: {stderr}"
+    );
     // And said as what it is: a corrupt record after whole ones, not a file that is no capture.
     assert!(
         stderr.contains("a corrupt record after the first 1 packet records")
