@@ -64,6 +64,13 @@ fn replay(name: &str, packets: &[(u64, Vec<u8>)], args: &[&str]) -> Vec<Value> {
 }
 
 fn replay_capture(name: &str, capture: &[u8], args: &[&str]) -> Vec<Value> {
+    let (ok, envelopes, stderr) = replay_status(name, capture, args);
+    assert!(ok, "{stderr}");
+    envelopes
+}
+
+/// Runs `pvp-t140 replay` on `capture`: exit success, stdout envelopes, stderr.
+fn replay_status(name: &str, capture: &[u8], args: &[&str]) -> (bool, Vec<Value>, String) {
     let path: PathBuf = std::env::temp_dir().join(format!(
         "pvp-t140-replay-{name}-{}.pcap",
         std::process::id()
@@ -76,16 +83,16 @@ fn replay_capture(name: &str, capture: &[u8], args: &[&str]) -> Vec<Value> {
         .output()
         .expect("run pvp-t140 replay");
     std::fs::remove_file(&path).ok();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
+    let envelopes = String::from_utf8(out.stdout)
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+        .collect();
+    (
+        out.status.success(),
+        envelopes,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// (sender, content) of every context.add.
@@ -850,5 +857,105 @@ fn every_live_flag_before_a_subcommand_is_named_in_its_refusal() {
         stderr.contains("the subcommand 'replay' cannot be used with:")
             && stderr.contains("\n  --listen\n  --workers\n"),
         "{stderr}"
+    );
+}
+
+/// A little-endian pcapng block.
+fn block(kind: u32, body: &[u8]) -> Vec<u8> {
+    let mut body = body.to_vec();
+    while !body.len().is_multiple_of(4) {
+        body.push(0);
+    }
+    let len = (12 + body.len()) as u32;
+    let mut b = kind.to_le_bytes().to_vec();
+    b.extend_from_slice(&len.to_le_bytes());
+    b.extend_from_slice(&body);
+    b.extend_from_slice(&len.to_le_bytes());
+    b
+}
+
+/// A little-endian pcapng, one raw-IP interface (microseconds), holding the Enhanced Packet
+/// Blocks of (time in µs, UDP payload to 127.0.0.1:5004).
+fn pcapng_blocks(packets: &[(u64, Vec<u8>)]) -> Vec<Vec<u8>> {
+    let mut shb = 0x1a2b_3c4du32.to_le_bytes().to_vec();
+    shb.extend_from_slice(&1u16.to_le_bytes());
+    shb.extend_from_slice(&0u16.to_le_bytes());
+    shb.extend_from_slice(&u64::MAX.to_le_bytes());
+    let mut idb = 101u16.to_le_bytes().to_vec(); // LINKTYPE_RAW
+    idb.extend_from_slice(&0u16.to_le_bytes());
+    idb.extend_from_slice(&262_144u32.to_le_bytes());
+    let mut blocks = vec![block(0x0a0d_0d0a, &shb), block(1, &idb)];
+    for (us, payload) in packets {
+        let ip = udp_ipv4([127, 0, 0, 1], 40000, [127, 0, 0, 1], 5004, payload);
+        let mut epb = 0u32.to_le_bytes().to_vec();
+        epb.extend_from_slice(&((us >> 32) as u32).to_le_bytes());
+        epb.extend_from_slice(&(*us as u32).to_le_bytes());
+        epb.extend_from_slice(&(ip.len() as u32).to_le_bytes());
+        epb.extend_from_slice(&(ip.len() as u32).to_le_bytes());
+        epb.extend_from_slice(&ip);
+        blocks.push(block(6, &epb));
+    }
+    blocks
+}
+
+fn of_type<'a>(envelopes: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    envelopes.iter().filter(|e| e["type"] == kind).collect()
+}
+
+/// A pcapng whose blocks are all whole but one in the middle is corrupt (its trailing Block
+/// Total Length disagrees with its leading one: a bit flip, a bad copy) is refused as a
+/// whole: "not a readable pcap/pcapng capture: NomError([], Verify)" (as if it were no
+/// capture at all), exit 1. By then the
+/// records before it have been fed to the core and their participant has joined on stdout,
+/// but the replay never shuts the core down: the text it holds (here the unfinished sentence
+/// "Hello there", waiting for its idle flush) is never written, and the participant never
+/// leaves, so the NDJSON stream has a `session.join` (and "Hi.") without its `session.leave`.
+///
+/// README, Replaying captures: every timestamped frame moves the clock "and the replay ends at
+/// the capture's last frame: the idle flushes and stream timeouts due in the time the capture
+/// covers happen as they did live"; a capture that ends inside a record (`cut_short`) is
+/// replayed "up to it", flushed and left "as Wireshark reads such a file" (capture.rs), and
+/// Wireshark likewise shows every record before a corrupt one. The records before the
+/// corrupt one must give their text and the leave, whatever the exit status says about the
+/// file (it stays a failure, naming the file).
+#[test]
+fn a_corrupt_block_mid_capture_still_flushes_and_leaves_what_came_before() {
+    let hello = rtp(98, true, 1, 0, 0x1234, b"Hi. Hello there");
+    let later = rtp(98, false, 2, 3000, 0x1234, b" and more");
+    let mut blocks = pcapng_blocks(&[
+        (1_000_000, hello),
+        (4_000_000, later.clone()),
+        (4_500_000, later),
+    ]);
+    // The second packet's block: its trailing length no longer matches.
+    let bad = blocks.len() - 2;
+    let n = blocks[bad].len();
+    let wrong = (n as u32 + 4).to_le_bytes();
+    blocks[bad][n - 4..].copy_from_slice(&wrong);
+    let (ok, envelopes, stderr) = replay_status("corrupt-mid", &blocks.concat(), &[]);
+    assert!(
+        !ok && stderr.contains("corrupt-mid"),
+        "the error is still reported: {stderr}"
+    );
+    // And said as what it is: a corrupt record after whole ones, not a file that is no capture.
+    assert!(
+        stderr.contains("a corrupt record after the first 1 packet records")
+            && !stderr.contains("not a readable"),
+        "{stderr}"
+    );
+    let adds: Vec<&str> = of_type(&envelopes, "context.add")
+        .iter()
+        .map(|e| e["payload"]["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        adds,
+        ["Hi.", "Hello there"],
+        "the text before the corrupt block is lost; stderr: {stderr}"
+    );
+    assert_eq!(of_type(&envelopes, "session.join").len(), 1, "{stderr}");
+    assert_eq!(
+        of_type(&envelopes, "session.leave").len(),
+        1,
+        "a join without its leave; stderr: {stderr}"
     );
 }
