@@ -1,0 +1,294 @@
+//! Review d: RATE_LIMITED control envelopes (session.join, gate.request) sent again after the
+//! pause, against a real WebSocket server on 127.0.0.1 driving the real `WsSink`.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use pvp_t140::metrics::SinkMetrics;
+use pvp_t140::pvp::{Builder, Envelope, Kind, SenderId};
+use pvp_t140::sink::ws::{WsConfig, WsSink};
+use pvp_t140::time::Time;
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Every text frame the server read, in order, and whether the server took it (`false`:
+/// answered with an error).
+type Log = Arc<Mutex<Vec<(Value, bool)>>>;
+
+/// What the server answers a frame with: whether it takes it, and the frames it sends back.
+type Answer = Box<dyn Fn(&Value) -> (bool, Vec<Value>) + Send + Sync>;
+
+async fn server(answer: Answer) -> (String, Log) {
+    server_on(Box::new(move |_, v| {
+        let (taken, replies) = answer(v);
+        (taken, replies, false)
+    }))
+    .await
+}
+
+/// What the server answers a frame from connection `conn` (accept order) with: whether it
+/// takes it, the frames it sends back, and whether it then closes the connection.
+type ConnAnswer = Box<dyn Fn(usize, &Value) -> (bool, Vec<Value>, bool) + Send + Sync>;
+
+/// [`server`], logging each frame with its connection's number in `"conn"`.
+async fn server_on(answer: ConnAnswer) -> (String, Log) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let log: Log = Arc::default();
+    let answer = Arc::new(answer);
+    let out = log.clone();
+    tokio::spawn(async move {
+        let mut n = 0;
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (log, answer, conn) = (out.clone(), answer.clone(), n);
+            n += 1;
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                    return;
+                };
+                while let Some(Ok(m)) = ws.next().await {
+                    let Ok(v) = serde_json::from_str::<Value>(m.to_text().unwrap_or("")) else {
+                        continue;
+                    };
+                    let (taken, replies, close) = answer(conn, &v);
+                    let mut v = v;
+                    v["conn"] = json!(conn);
+                    log.lock().unwrap().push((v, taken));
+                    for r in replies {
+                        let _ = ws.send(Message::text(r.to_string())).await;
+                    }
+                    if close {
+                        let _ = ws.close(None).await;
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (url, log)
+}
+
+fn config(url: String) -> WsConfig {
+    WsConfig {
+        url,
+        session: "s".into(),
+        heartbeat: Duration::from_secs(30),
+        connect_timeout: Duration::from_secs(5),
+        write_timeout: Duration::from_secs(5),
+        silence: Duration::from_secs(90),
+        queue: 64,
+        metrics: SinkMetrics::default(),
+        tls: None,
+        spool: None,
+        gate: None,
+    }
+}
+
+struct Talk {
+    b: Builder,
+    t: u64,
+}
+
+impl Talk {
+    fn new() -> Self {
+        Talk {
+            b: Builder::new("s".into(), None, 77),
+            t: 1_700_000_000_000,
+        }
+    }
+    fn env(&mut self, who: &str, kind: Kind, payload: Value) -> Envelope {
+        self.t += 1;
+        self.b.envelope(
+            Time::from_millis(self.t),
+            SenderId::from(who),
+            kind,
+            &payload,
+        )
+    }
+    fn join(&mut self, who: &str) -> Envelope {
+        self.env(
+            who,
+            Kind::SessionJoin,
+            json!({"participant": {"id": who, "name": who, "type": "human",
+                "roles": ["navigator"], "transport": "t140"}, "supported_versions": [1]}),
+        )
+    }
+    fn add(&mut self, who: &str, text: &str) -> Envelope {
+        self.env(
+            who,
+            Kind::ContextAdd,
+            json!({"key": format!("k-{text}"), "content_type": "audio_transcript", "content": text}),
+        )
+    }
+    fn leave(&mut self, who: &str) -> Envelope {
+        self.env(who, Kind::SessionLeave, json!({"reason": "stream timeout"}))
+    }
+}
+
+/// A ULID of the server's own (Crockford digits only).
+fn fresh_id() -> String {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    format!(
+        "01JQ{:022}",
+        N.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+    )
+}
+
+fn from_server(kind: &str, payload: Value) -> Value {
+    json!({"v": 1, "id": fresh_id(), "ts": "2026-11-25T00:00:00.000Z",
+        "session": "s", "sender": "server", "type": kind, "payload": payload})
+}
+
+fn rate_limited(related: &Value) -> Value {
+    from_server(
+        "error",
+        json!({"code": "RATE_LIMITED", "message": "slow down", "recoverable": true,
+            "related_to": related}),
+    )
+}
+
+/// What the server took from `who` (frames it answered with an error left out), heartbeats
+/// left out: "join", "leave", "gate.request", or the text added.
+fn taken(log: &Log, who: &str) -> Vec<String> {
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|(v, ok)| *ok && v["sender"] == who)
+        .filter_map(|(v, _)| match v["type"].as_str().unwrap() {
+            "session.join" => Some("join".to_owned()),
+            "session.leave" => Some("leave".to_owned()),
+            "gate.request" => Some("gate.request".to_owned()),
+            "context.add" => Some(v["payload"]["content"].as_str().unwrap().to_owned()),
+            _ => None,
+        })
+        .collect()
+}
+
+async fn wait_until(what: &str, log: &Log, pred: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !pred() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}: {:?}",
+            log.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// How many frames of `kind` from `who` the server read (taken or not) with the id `id`, or
+/// any id if `id` is None.
+fn frames(log: &Log, who: &str, kind: &str) -> Vec<(String, u64, bool)> {
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|(v, _)| v["sender"] == who && v["type"] == kind)
+        .map(|(v, ok)| (v["id"].as_str().unwrap().to_owned(), v["conn"].as_u64().unwrap(), *ok))
+        .collect()
+}
+
+/// A join refused as RATE_LIMITED is put in the outbox, to go again after the pause (same id).
+/// If the connection drops during that pause (the server closes it right after the error: a
+/// restarting or overloaded server), the reconnect rejoins at once (fresh id), and then the
+/// refused join still in the outbox is written as well: the participant joins twice on the
+/// new connection, the second time with an id the server already saw on the old one.
+/// README: "joins again after a reconnect" (one join a connection; pvp-spec 6.3: the join is
+/// the connection's first frame, and ids are unique, pvp-spec 4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_refused_then_a_reconnect_during_the_pause_joins_once() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let joined = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let j = joined.clone();
+    let (url, log) = server_on(Box::new(move |_conn, v| {
+        if v["type"] == "session.join" && j.fetch_add(1, SeqCst) == 0 {
+            // Refused for the rate, and the server goes away.
+            return (false, vec![rate_limited(&v["id"])], true);
+        }
+        (true, vec![], false)
+    }))
+    .await;
+    let mut ws = WsSink::new(config(url));
+    let mut talk = Talk::new();
+    let p = "t140:0000d001@127.0.0.1:40201";
+    ws.send(talk.join(p));
+    wait_until("the join refused", &log, || {
+        log.lock().unwrap().iter().any(|(v, ok)| !ok && v["type"] == "session.join")
+    })
+    .await;
+    ws.send(talk.add(p, "Hello."));
+    wait_until("the text taken", &log, || {
+        taken(&log, p).iter().any(|s| s == "Hello.")
+    })
+    .await;
+    ws.send(talk.leave(p));
+    let stats = ws.close(Duration::from_secs(5)).await;
+    let joins = frames(&log, p, "session.join");
+    assert_eq!(
+        taken(&log, p),
+        ["join", "Hello.", "leave"],
+        "joins read by the server (id, connection, taken): {joins:?}; {stats:?}"
+    );
+}
+
+/// A gate.request refused as RATE_LIMITED is put in the outbox, to be asked again after the
+/// pause. If the connection drops during the pause, the reconnect asks every undecided gate
+/// again at once (leaving out only one still in `pending`, not one in the outbox), and then
+/// the outbox asks it once more: the server gets the same request (same id) twice on the new
+/// connection, and approvers are asked twice about one chunk (README "Gated transcripts":
+/// "Chunks held for approval are asked about again" after a reconnect, once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gate_request_refused_then_a_reconnect_during_the_pause_is_asked_once() {
+    let refused_once = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let r = refused_once.clone();
+    let (url, log) = server_on(Box::new(move |_conn, v| {
+        if v["type"] != "gate.request" {
+            return (true, vec![], false);
+        }
+        if !r.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            // Refused for the rate, and the server goes away.
+            return (false, vec![rate_limited(&v["id"])], true);
+        }
+        (true, vec![], false)
+    }))
+    .await;
+    let cfg = WsConfig {
+        gate: Some(pvp_t140::sink::gate::GateConfig {
+            quorum: 1,
+            timeout: Duration::from_secs(30),
+        }),
+        ..config(url)
+    };
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000d002@127.0.0.1:40202";
+    ws.send(talk.join(p));
+    ws.send(talk.add(p, "Please approve me."));
+    wait_until("the first request refused", &log, || {
+        frames(&log, p, "gate.request").iter().any(|(_, _, ok)| !ok)
+    })
+    .await;
+    let first = frames(&log, p, "gate.request")[0].0.clone();
+    // The first request asked on the second connection.
+    wait_until("the request asked again", &log, || {
+        frames(&log, p, "gate.request").iter().any(|(_, c, ok)| *ok && *c == 1)
+    })
+    .await;
+    // A second chunk: taken from the queue only once the pause is over and the outbox is
+    // empty, so its request comes after anything the outbox still held.
+    ws.send(talk.add(p, "Second."));
+    wait_until("the second chunk's request", &log, || {
+        frames(&log, p, "gate.request").iter().any(|(id, _, _)| *id != first)
+    })
+    .await;
+    let requests = frames(&log, p, "gate.request");
+    let _ = ws.close(Duration::from_secs(1)).await;
+    let again: Vec<_> = requests.iter().filter(|(id, c, _)| *c == 1 && *id == first).collect();
+    assert_eq!(
+        again.len(),
+        1,
+        "gate.request frames read by the server (id, connection, taken): {requests:?}"
+    );
+}
