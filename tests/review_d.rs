@@ -292,3 +292,76 @@ async fn a_gate_request_refused_then_a_reconnect_during_the_pause_is_asked_once(
         "gate.request frames read by the server (id, connection, taken): {requests:?}"
     );
 }
+
+/// With `--gate-transcripts`, a participant that has left (its leave held behind a chunk
+/// awaiting approval) loses its connection; the server, back, refuses the rejoin as
+/// RATE_LIMITED, and an approver approves the chunk. The gateway stops during
+/// the pause: the stop path waits the pause out and writes the approved chunk and the leave,
+/// but never the rejoin that was to be made again after the pause, so the server gets text
+/// from a participant not in the session (README "One naming the participant's `session.join`
+/// (or its rejoin after a reconnect) ... goes again after the pause, ahead of what waits";
+/// "a stop waits out a pause ... to send what the participant still holds"; pvp-spec 6.3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejoin_refused_then_a_stop_during_the_pause_still_rejoins_first() {
+    let asked: Arc<Mutex<Value>> = Arc::default();
+    let a = asked.clone();
+    let (url, log) = server_on(Box::new(move |conn, v| {
+        let kind = v["type"].as_str().unwrap_or("");
+        match (conn, kind) {
+            // The server restarts once asked about the chunk.
+            (0, "gate.request") => {
+                *a.lock().unwrap() = v["id"].clone();
+                (true, vec![], true)
+            }
+            // Back, it refuses the rejoin for the rate, and an approver (who saw the request
+            // before the restart) approves the chunk.
+            (1, "session.join") => {
+                let gate = a.lock().unwrap().clone();
+                let approve = json!({"v": 1, "id": fresh_id(),
+                    "ts": "2026-11-25T00:00:00.000Z", "session": "s", "sender": "approver-1",
+                    "type": "gate.approve", "ref": gate,
+                    "payload": {"gate": gate, "approver": "approver-1"}});
+                (false, vec![rate_limited(&v["id"]), approve], false)
+            }
+            _ => (true, vec![], false),
+        }
+    }))
+    .await;
+    let cfg = WsConfig {
+        gate: Some(pvp_t140::sink::gate::GateConfig {
+            quorum: 1,
+            timeout: Duration::from_secs(30),
+        }),
+        ..config(url)
+    };
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000d003@127.0.0.1:40203";
+    ws.send(talk.join(p));
+    ws.send(talk.add(p, "Please approve me."));
+    ws.send(talk.leave(p));
+    wait_until("the request asked again on the second connection", &log, || {
+        frames(&log, p, "gate.request").iter().any(|(_, c, _)| *c == 1)
+    })
+    .await;
+    // The gateway stops (within the 500 ms pause).
+    let stats = ws.close(Duration::from_secs(5)).await;
+    let on_second: Vec<String> = {
+        let l = log.lock().unwrap();
+        l.iter()
+            .filter(|(v, ok)| *ok && v["conn"] == 1 && v["sender"] == p)
+            .filter_map(|(v, _)| match v["type"].as_str().unwrap() {
+                "session.join" => Some("join".to_owned()),
+                "session.leave" => Some("leave".to_owned()),
+                "context.add" => Some(v["payload"]["content"].as_str().unwrap().to_owned()),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(
+        on_second,
+        ["join", "Please approve me.", "leave"],
+        "what the restarted server took; {stats:?}; all: {:?}",
+        log.lock().unwrap()
+    );
+}

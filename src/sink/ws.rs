@@ -486,6 +486,20 @@ async fn connection(
             }
             rejoined = Some(again_id);
             rejoin_again = false;
+            // A join refused as RATE_LIMITED and waiting in the outbox to go again: the
+            // rejoin stands for it (settled, as one whose write failed).
+            let mut i = 0;
+            while i < outbox.len() {
+                if outbox[i].1.kind() == Kind::SessionJoin {
+                    outbox.remove(i);
+                    if i < retry.ahead {
+                        retry.ahead -= 1;
+                    }
+                    counts.settled(1);
+                } else {
+                    i += 1;
+                }
+            }
             // Chunks held for approval are asked about again: a decision for a request the
             // old connection carried may never come now (a restarted server has no gate).
             // One whose request was never written is still `pending`, and goes out from there.
@@ -493,14 +507,17 @@ async fn connection(
             if let Some(g) = gates.as_mut() {
                 settle(g, &mut outbox, &cfg, &participant, &counts);
             }
-            let unsent = pending
-                .as_ref()
+            // So is one refused as RATE_LIMITED, waiting in the outbox to be asked again.
+            let unsent: Vec<ulid::Ulid> = pending
+                .iter()
+                .chain(outbox.iter())
                 .filter(|(_, e)| e.kind() == Kind::GateRequest)
-                .map(|(_, e)| e.id());
+                .map(|(_, e)| e.id())
+                .collect();
             let again: Vec<String> = gates
                 .iter()
                 .flat_map(super::gate::Gates::undecided)
-                .filter(|r| Some(r.id()) != unsent)
+                .filter(|r| !unsent.contains(&r.id()))
                 .map(|r| r.json().to_owned())
                 .collect();
             for request in again {
