@@ -694,7 +694,8 @@ async fn connection(
                     _ = stop.changed(), if !queue_open => {
                         // The gateway stops while chunks of a participant that left still
                         // await approval: they will not get it now.
-                        let held = Held { pending: pending.take(), outbox: &mut outbox, gates: &mut gates, paused_until };
+                        let rejoin = if rejoin_again { join.as_ref().map(|j| pvp.reissue(now(), j)) } else { None };
+                                let held = Held { pending: pending.take(), outbox: &mut outbox, gates: &mut gates, paused_until, rejoin };
                         stopping(&mut ws, held, &cfg, &participant, &counts).await;
                         return;
                     }
@@ -718,7 +719,8 @@ async fn connection(
                             // not get one now.
                             queue_open = false;
                             if *stop.borrow() || gates.as_ref().is_none_or(|g| g.is_empty()) {
-                                let held = Held { pending: pending.take(), outbox: &mut outbox, gates: &mut gates, paused_until };
+                                let rejoin = if rejoin_again { join.as_ref().map(|j| pvp.reissue(now(), j)) } else { None };
+                                let held = Held { pending: pending.take(), outbox: &mut outbox, gates: &mut gates, paused_until, rejoin };
                                 stopping(&mut ws, held, &cfg, &participant, &counts).await;
                                 return;
                             }
@@ -1130,6 +1132,8 @@ struct Held<'a> {
     gates: &'a mut Option<super::gate::Gates>,
     /// The end of a RATE_LIMITED pause (pvp-spec 17) still running.
     paused_until: Option<tokio::time::Instant>,
+    /// A rejoin refused as RATE_LIMITED, made again (before anything else) after the pause.
+    rejoin: Option<Envelope>,
 }
 
 /// The end of a connection whose queue has closed: chunks still awaiting approval are dropped
@@ -1163,6 +1167,12 @@ where
         && let Some(until) = held.paused_until
     {
         tokio::time::sleep_until(until).await;
+    }
+    if !send.is_empty()
+        && let Some(j) = held.rejoin
+        && !send_frame(ws, Message::text(j.into_json()), cfg, participant).await
+    {
+        return;
     }
     for e in send {
         let (id, kind) = (e.id(), e.kind());
