@@ -369,3 +369,55 @@ async fn a_rejoin_refused_then_a_stop_during_the_pause_still_rejoins_first() {
         log.lock().unwrap()
     );
 }
+
+/// pvp-spec 19.1: "The server SHOULD replay missed messages on reconnection". A server that
+/// refused the join as RATE_LIMITED just as the connection dropped replays that refusal on the
+/// new connection, after the participant's rejoin (a fresh id) was taken. The refusal names the
+/// old connection's join, which the rejoin already stands for, yet the connection puts that
+/// old join in its outbox and sends it again after the pause: the participant joins twice on
+/// the new connection, the second time under an id the server saw before (README "joins again
+/// after a reconnect"; "The same error envelope read again ... is acted on once").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_refusal_of_the_old_connections_join_does_not_join_again() {
+    let first: Arc<Mutex<Value>> = Arc::default();
+    let f = first.clone();
+    let replayed = std::sync::atomic::AtomicBool::new(false);
+    let (url, log) = server_on(Box::new(move |conn, v| {
+        match (conn, v["type"].as_str().unwrap_or("")) {
+            // Refused for the rate, and the connection drops before the error is written.
+            (0, "session.join") => {
+                *f.lock().unwrap() = v["id"].clone();
+                (false, vec![], true)
+            }
+            // The rejoin taken; the missed error replayed.
+            (1, "session.join") if !replayed.swap(true, std::sync::atomic::Ordering::SeqCst) => {
+                let old = f.lock().unwrap().clone();
+                (true, vec![rate_limited(&old)], false)
+            }
+            _ => (true, vec![], false),
+        }
+    }))
+    .await;
+    let mut ws = WsSink::new(config(url));
+    let mut talk = Talk::new();
+    let p = "t140:0000d004@127.0.0.1:40204";
+    ws.send(talk.join(p));
+    wait_until("the rejoin", &log, || {
+        frames(&log, p, "session.join").iter().any(|(_, c, _)| *c == 1)
+    })
+    .await;
+    // Taken from the queue only after the pause (if any) and whatever the outbox held.
+    ws.send(talk.add(p, "Hello."));
+    wait_until("the text taken", &log, || {
+        taken(&log, p).iter().any(|s| s == "Hello.")
+    })
+    .await;
+    ws.send(talk.leave(p));
+    let stats = ws.close(Duration::from_secs(5)).await;
+    let joins = frames(&log, p, "session.join");
+    assert_eq!(
+        taken(&log, p),
+        ["join", "Hello.", "leave"],
+        "joins read by the server (id, connection, taken): {joins:?}; {stats:?}"
+    );
+}

@@ -486,6 +486,9 @@ async fn connection(
             }
             rejoined = Some(again_id);
             rejoin_again = false;
+            // The joins written on an earlier connection: the rejoin stands for them, and a
+            // refusal of one (replayed, pvp-spec 19.1) does not send it again.
+            recent.retain(|(_, k)| *k != Kind::SessionJoin);
             // A join refused as RATE_LIMITED and waiting in the outbox to go again: the
             // rejoin stands for it (settled, as one whose write failed).
             let mut i = 0;
