@@ -186,7 +186,13 @@ fn frames(log: &Log, who: &str, kind: &str) -> Vec<(String, u64, bool)> {
         .unwrap()
         .iter()
         .filter(|(v, _)| v["sender"] == who && v["type"] == kind)
-        .map(|(v, ok)| (v["id"].as_str().unwrap().to_owned(), v["conn"].as_u64().unwrap(), *ok))
+        .map(|(v, ok)| {
+            (
+                v["id"].as_str().unwrap().to_owned(),
+                v["conn"].as_u64().unwrap(),
+                *ok,
+            )
+        })
         .collect()
 }
 
@@ -215,7 +221,10 @@ async fn a_join_refused_then_a_reconnect_during_the_pause_joins_once() {
     let p = "t140:0000d001@127.0.0.1:40201";
     ws.send(talk.join(p));
     wait_until("the join refused", &log, || {
-        log.lock().unwrap().iter().any(|(v, ok)| !ok && v["type"] == "session.join")
+        log.lock()
+            .unwrap()
+            .iter()
+            .any(|(v, ok)| !ok && v["type"] == "session.join")
     })
     .await;
     ws.send(talk.add(p, "Hello."));
@@ -273,19 +282,26 @@ async fn a_gate_request_refused_then_a_reconnect_during_the_pause_is_asked_once(
     let first = frames(&log, p, "gate.request")[0].0.clone();
     // The first request asked on the second connection.
     wait_until("the request asked again", &log, || {
-        frames(&log, p, "gate.request").iter().any(|(_, c, ok)| *ok && *c == 1)
+        frames(&log, p, "gate.request")
+            .iter()
+            .any(|(_, c, ok)| *ok && *c == 1)
     })
     .await;
     // A second chunk: taken from the queue only once the pause is over and the outbox is
     // empty, so its request comes after anything the outbox still held.
     ws.send(talk.add(p, "Second."));
     wait_until("the second chunk's request", &log, || {
-        frames(&log, p, "gate.request").iter().any(|(id, _, _)| *id != first)
+        frames(&log, p, "gate.request")
+            .iter()
+            .any(|(id, _, _)| *id != first)
     })
     .await;
     let requests = frames(&log, p, "gate.request");
     let _ = ws.close(Duration::from_secs(1)).await;
-    let again: Vec<_> = requests.iter().filter(|(id, c, _)| *c == 1 && *id == first).collect();
+    let again: Vec<_> = requests
+        .iter()
+        .filter(|(id, c, _)| *c == 1 && *id == first)
+        .collect();
     assert_eq!(
         again.len(),
         1,
@@ -341,9 +357,15 @@ async fn a_rejoin_refused_then_a_stop_during_the_pause_still_rejoins_first() {
     ws.send(talk.join(p));
     ws.send(talk.add(p, "Please approve me."));
     ws.send(talk.leave(p));
-    wait_until("the request asked again on the second connection", &log, || {
-        frames(&log, p, "gate.request").iter().any(|(_, c, _)| *c == 1)
-    })
+    wait_until(
+        "the request asked again on the second connection",
+        &log,
+        || {
+            frames(&log, p, "gate.request")
+                .iter()
+                .any(|(_, c, _)| *c == 1)
+        },
+    )
     .await;
     // The gateway stops (within the 500 ms pause).
     let stats = ws.close(Duration::from_secs(5)).await;
@@ -361,7 +383,11 @@ async fn a_rejoin_refused_then_a_stop_during_the_pause_still_rejoins_first() {
     };
     // The chunk is there if its approval was read before the stop (else it was dropped as
     // undecided): either way the join comes first.
-    let without_chunk: Vec<&str> = on_second.iter().map(String::as_str).filter(|s| *s != "Please approve me.").collect();
+    let without_chunk: Vec<&str> = on_second
+        .iter()
+        .map(String::as_str)
+        .filter(|s| *s != "Please approve me.")
+        .collect();
     assert_eq!(
         (on_second.first().map(String::as_str), without_chunk),
         (Some("join"), vec!["join", "leave"]),
@@ -403,7 +429,9 @@ async fn a_replayed_refusal_of_the_old_connections_join_does_not_join_again() {
     let p = "t140:0000d004@127.0.0.1:40204";
     ws.send(talk.join(p));
     wait_until("the rejoin", &log, || {
-        frames(&log, p, "session.join").iter().any(|(_, c, _)| *c == 1)
+        frames(&log, p, "session.join")
+            .iter()
+            .any(|(_, c, _)| *c == 1)
     })
     .await;
     // Taken from the queue only after the pause (if any) and whatever the outbox held.
