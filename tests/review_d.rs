@@ -18,22 +18,11 @@ const WAIT: Duration = Duration::from_secs(20);
 /// answered with an error).
 type Log = Arc<Mutex<Vec<(Value, bool)>>>;
 
-/// What the server answers a frame with: whether it takes it, and the frames it sends back.
-type Answer = Box<dyn Fn(&Value) -> (bool, Vec<Value>) + Send + Sync>;
-
-async fn server(answer: Answer) -> (String, Log) {
-    server_on(Box::new(move |_, v| {
-        let (taken, replies) = answer(v);
-        (taken, replies, false)
-    }))
-    .await
-}
-
 /// What the server answers a frame from connection `conn` (accept order) with: whether it
 /// takes it, the frames it sends back, and whether it then closes the connection.
 type ConnAnswer = Box<dyn Fn(usize, &Value) -> (bool, Vec<Value>, bool) + Send + Sync>;
 
-/// [`server`], logging each frame with its connection's number in `"conn"`.
+/// A WebSocket server, logging each frame with its connection's number in `"conn"`.
 async fn server_on(answer: ConnAnswer) -> (String, Log) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("ws://{}", listener.local_addr().unwrap());
