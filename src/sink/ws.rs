@@ -472,18 +472,9 @@ async fn connection(
         let _open = ConnGuard(m.connections.clone());
         // After a reconnect the server has forgotten us: join again (a fresh id, same content).
         if let Some(j) = &join {
-            let again = pvp.reissue(now(), j);
-            let again_id = again.id();
-            if !send_frame(
-                &mut ws,
-                Message::text(again.into_json()),
-                &cfg,
-                &participant,
-            )
-            .await
-            {
+            let Some(again_id) = rejoin(&mut ws, &mut pvp, j, &cfg, &participant).await else {
                 continue 'reconnect;
-            }
+            };
             rejoined = Some(again_id);
             rejoin_again = false;
             // The joins written on an earlier connection: the rejoin stands for them, and a
@@ -538,18 +529,10 @@ async fn connection(
                 // anything else (text refused with it goes after it).
                 rejoin_again = false;
                 if let Some(j) = &join {
-                    let again = pvp.reissue(now(), j);
-                    let again_id = again.id();
-                    if !send_frame(
-                        &mut ws,
-                        Message::text(again.into_json()),
-                        &cfg,
-                        &participant,
-                    )
-                    .await
-                    {
+                    let Some(again_id) = rejoin(&mut ws, &mut pvp, j, &cfg, &participant).await
+                    else {
                         continue 'reconnect;
-                    }
+                    };
                     rejoined = Some(again_id);
                 }
             }
@@ -698,7 +681,7 @@ async fn connection(
                         // The gateway stops while chunks of a participant that left still
                         // await approval: they will not get it now.
                         let rejoin = if rejoin_again { join.as_ref().map(|j| pvp.reissue(now(), j)) } else { None };
-                                let held = Held { pending: pending.take(), outbox: &mut outbox, gates: &mut gates, paused_until, rejoin };
+                        let held = Held { pending: pending.take(), outbox: &mut outbox, gates: &mut gates, paused_until, rejoin };
                         stopping(&mut ws, held, &cfg, &participant, &counts).await;
                         return;
                     }
@@ -994,6 +977,26 @@ const MAX_MESSAGE: usize = 1 << 20;
 /// Writes one frame, or gives up after `--write-timeout-s`: a server that has stopped reading
 /// (hung, or gone without a FIN) would otherwise hold the participant until TCP gives up, many
 /// minutes later, while its transcript queues and then drops. False: reconnect.
+/// The participant's join made again (a fresh id, the same content: a server forgets a
+/// connection's participant with it, and a refused join is not in the session), written; its
+/// id, or `None` if the write failed (the connection is made again).
+async fn rejoin<S>(
+    write: &mut S,
+    pvp: &mut Builder,
+    join: &Envelope,
+    cfg: &WsConfig,
+    participant: &str,
+) -> Option<ulid::Ulid>
+where
+    S: futures_util::Sink<Message> + Unpin,
+{
+    let again = pvp.reissue(now(), join);
+    let id = again.id();
+    send_frame(write, Message::text(again.into_json()), cfg, participant)
+        .await
+        .then_some(id)
+}
+
 async fn send_frame<S>(write: &mut S, frame: Message, cfg: &WsConfig, participant: &str) -> bool
 where
     S: futures_util::Sink<Message> + Unpin,
