@@ -368,6 +368,13 @@ async fn connection(
     // RATE_LIMITED, so that it is made again once the pause is over.
     let mut rejoined: Option<ulid::Ulid> = None;
     let mut rejoin_again = false;
+    // The last `participant.announce` written since the last (re)join, so that one the server
+    // refuses as RATE_LIMITED goes again after the pause; a later announce, or a rejoin (which
+    // carries the name it announced), stands for it.
+    let mut announced: Option<Envelope> = None;
+    // Ids of the last few heartbeats and pongs written, so that a refusal naming one is told
+    // as such (nothing lost, nothing sent again).
+    let mut own: VecDeque<(ulid::Ulid, Kind)> = VecDeque::new();
     // Ids of recent envelopes, so an `error`'s `related_to` can be told in the log.
     // Grown as envelopes are written: most participants write a few, and 10,000 connections
     // reserving 64 entries each held 15 MiB.
@@ -480,11 +487,16 @@ async fn connection(
             // The joins written on an earlier connection: the rejoin stands for them, and a
             // refusal of one (replayed, pvp-spec 19.1) does not send it again.
             recent.retain(|(_, k)| *k != Kind::SessionJoin);
-            // A join refused as RATE_LIMITED and waiting in the outbox to go again: the
-            // rejoin stands for it (settled, as one whose write failed).
+            // A join or an announce refused as RATE_LIMITED and waiting in the outbox to go
+            // again: the rejoin (under the name last announced) stands for it (settled, as one
+            // whose write failed). An announce not yet written (released by a gate) still goes.
+            let stale = announced.take().map(|a| a.id());
             let mut i = 0;
             while i < outbox.len() {
-                if outbox[i].1.kind() == Kind::SessionJoin {
+                let (kind, id) = (outbox[i].1.kind(), outbox[i].1.id());
+                if kind == Kind::SessionJoin
+                    || (kind == Kind::ParticipantAnnounce && Some(id) == stale)
+                {
                     outbox.remove(i);
                     if i < retry.ahead {
                         retry.ahead -= 1;
@@ -576,9 +588,11 @@ async fn connection(
                             Some(Ok(Message::Text(t))) => {
                                 match on_frame(&mut pvp, &participant, t.as_str(), &recent) {
                                     Reaction::Reply(reply) => {
+                                        let told = (reply.id(), reply.kind());
                                         if !send_frame(&mut ws, Message::text(reply.into_json()), &cfg, &participant).await {
                                             continue 'reconnect;
                                         }
+                                        remember_own(&mut own, told);
                                     }
                                     Reaction::Fatal(code) => {
                                         // The server will not take this participant: say so
@@ -636,7 +650,7 @@ async fn connection(
                                             rejoined = None;
                                             rejoin_again = true;
                                         } else if let Some(id) = related {
-                                            let refused = Refused { pending: &mut pending, outbox: &mut outbox, recent: &mut recent, gates: gates.as_ref(), join: join.as_ref() };
+                                            let refused = Refused { pending: &mut pending, outbox: &mut outbox, recent: &mut recent, gates: gates.as_ref(), join: join.as_ref(), announced: announced.as_ref(), rejoin_again, own: &own };
                                             rate_limited(id, &mut retry, refused, &cfg, &counts, &participant);
                                         }
                                     }
@@ -728,9 +742,11 @@ async fn connection(
                             }
                         }
                         let ping = pvp.heartbeat(now(), participant.clone(), None);
+                        let told = (ping.id(), ping.kind());
                         if !send_frame(&mut ws, Message::text(ping.into_json()), &cfg, &participant).await {
                             continue 'reconnect;
                         }
+                        remember_own(&mut own, told);
                         None
                     }
                     }
@@ -782,6 +798,9 @@ async fn connection(
                 // Gone: a reconnect before the queue's end is seen (a server closing right
                 // after the leave) must not join it again.
                 join = None;
+                announced = None;
+            } else if kind == Kind::ParticipantAnnounce {
+                announced = Some(e.clone());
             }
             if recent.len() == RECENT {
                 recent.pop_front();
@@ -865,6 +884,22 @@ struct Refused<'a> {
     gates: Option<&'a super::gate::Gates>,
     /// The participant's join as written (its id), to send again if it is refused.
     join: Option<&'a Envelope>,
+    /// The last announce written since the last (re)join, to send again if it is refused.
+    announced: Option<&'a Envelope>,
+    /// A refused rejoin is to be made again after the pause (it carries the name announced).
+    rejoin_again: bool,
+    /// The heartbeats and pongs last written.
+    own: &'a VecDeque<(ulid::Ulid, Kind)>,
+}
+
+/// Heartbeats and pongs a connection remembers writing (see [`Refused::own`]).
+const OWN: usize = 4;
+
+fn remember_own(own: &mut VecDeque<(ulid::Ulid, Kind)>, told: (ulid::Ulid, Kind)) {
+    if own.len() == OWN {
+        own.pop_front();
+    }
+    own.push_back(told);
 }
 
 /// The server refused the written envelope `id` as RATE_LIMITED (pvp-spec 17: an error for a
@@ -874,8 +909,9 @@ struct Refused<'a> {
 /// (it stays done in the spool: a restart would send it after what came later) and logged.
 /// The participant's join goes again after the pause too (it is not in the session without
 /// it), and so does a gate's request still undecided (the server made no gate: no decision
-/// would ever come, and the chunk would time out unasked). Anything else refused (a
-/// heartbeat) is not sent again.
+/// would ever come, and the chunk would time out unasked), and the participant's last
+/// `participant.announce` (its new name), unless a later announce or a rejoin carries the name
+/// by then. Anything else refused (a heartbeat, a pong) is not sent again.
 fn rate_limited(
     id: ulid::Ulid,
     retry: &mut Retry,
@@ -951,6 +987,36 @@ fn rate_limited(
             (std::time::Instant::now(), request),
         );
         retry.ahead += 1;
+    } else if let Some(a) = at.announced.filter(|a| a.id() == id)
+        && at
+            .recent
+            .iter()
+            .any(|&(r, k)| r == id && k == Kind::ParticipantAnnounce)
+    {
+        // The participant's new name refused: the server keeps the old one. It goes again
+        // after the pause, in its place (ahead of what was not taken after it), unless what
+        // waits to go already carries the name (a later announce, a join or a rejoin);
+        // counted as sent once written again.
+        at.recent.retain(|(r, _)| *r != id);
+        counts.sent.fetch_sub(1, Ordering::Relaxed);
+        let superseded = at.rejoin_again
+            || at.pending.iter().chain(at.outbox.iter()).any(|(_, e)| {
+                matches!(e.kind(), Kind::ParticipantAnnounce | Kind::SessionJoin)
+            });
+        if superseded {
+            tracing::info!(%participant, %id, "participant.announce refused as RATE_LIMITED; what goes after the pause carries its name");
+            return;
+        }
+        counts.settled.fetch_sub(1, Ordering::Relaxed);
+        tracing::info!(%participant, %id, "participant.announce refused as RATE_LIMITED; sent again after the pause");
+        if let Some(p) = at.pending.take() {
+            at.outbox.insert(retry.ahead.min(at.outbox.len()), p);
+        }
+        at.outbox.insert(
+            retry.ahead.min(at.outbox.len()),
+            (std::time::Instant::now(), a.clone()),
+        );
+        retry.ahead += 1;
     } else if let Some(&(_, kind)) = at.recent.iter().find(|(r, _)| *r == id)
         && matches!(
             kind,
@@ -963,7 +1029,13 @@ fn rate_limited(
         counts.sent.fetch_sub(1, Ordering::Relaxed);
         counts.given_up.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(%participant, %id, %kind, "refused as RATE_LIMITED, and no longer held to be sent again (written more than {HOLD_FOR:?} ago, or {HELD} newer text envelopes since); dropped");
-    } else if !at.recent.iter().any(|(r, _)| *r == id) {
+    } else if let Some(&(_, kind)) = at.own.iter().find(|(r, _)| *r == id) {
+        // A heartbeat or a pong: nothing lost; the next goes at its time.
+        tracing::info!(%participant, %id, %kind, "refused as RATE_LIMITED; not sent again");
+    } else if let Some(&(_, kind)) = at.recent.iter().find(|(r, _)| *r == id) {
+        // A leave, or an announce a later one (or a rejoin) stands for.
+        tracing::info!(%participant, %id, %kind, "refused as RATE_LIMITED; not sent again");
+    } else {
         tracing::warn!(%participant, %id, "refused as RATE_LIMITED an envelope not among the last {RECENT} written: if it was text, it is lost (not counted)");
     }
 }
