@@ -451,3 +451,59 @@ async fn a_refused_heartbeat_or_pong_is_not_said_to_be_maybe_lost_text() {
         "{lines:#?}"
     );
 }
+
+/// An announce refused as RATE_LIMITED waits in the outbox for the pause; the connection drops
+/// during it (the server closes right after the error). The rejoin carries the announced name
+/// and stands for the announce: it is not sent again on the new connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_announce_refused_then_a_reconnect_during_the_pause_is_carried_by_the_rejoin() {
+    let refused = std::sync::atomic::AtomicBool::new(false);
+    let (url, log) = server_on(Box::new(move |_conn, v| {
+        if v["type"] == "participant.announce"
+            && !refused.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            // Refused for the rate, and the server goes away.
+            return (false, vec![rate_limited(&v["id"])], true);
+        }
+        (true, vec![], false)
+    }))
+    .await;
+    let mut ws = WsSink::new(config(url));
+    let mut talk = Talk::new();
+    let p = "t140:0000e005@127.0.0.1:40305";
+    ws.send(talk.join(p));
+    ws.send(announce(&mut talk, p, "Alice"));
+    wait_until("the rejoin", &log, || {
+        frames(&log, p, "session.join")
+            .iter()
+            .any(|(_, c, _)| *c == 1)
+    })
+    .await;
+    ws.send(talk.add(p, "Hello."));
+    wait_until("the text taken", &log, || {
+        taken(&log, p).iter().any(|s| s == "Hello.")
+    })
+    .await;
+    ws.send(talk.leave(p));
+    let stats = ws.close(Duration::from_secs(5)).await;
+    let announces = frames(&log, p, "participant.announce");
+    assert_eq!(announces.len(), 1, "{announces:?}; {stats:?}");
+    let on_second: Vec<Value> = log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(v, ok)| *ok && v["conn"] == 1 && v["sender"] == p)
+        .map(|(v, _)| v["type"].clone())
+        .collect();
+    assert_eq!(
+        on_second,
+        [json!("session.join"), json!("context.add"), json!("session.leave")]
+    );
+    let rejoin_name = log
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|(v, _)| v["type"] == "session.join" && v["conn"] == 1)
+        .map(|(v, _)| v["payload"]["participant"]["name"].clone());
+    assert_eq!(rejoin_name, Some(json!("Alice")));
+}
