@@ -372,8 +372,9 @@ async fn connection(
     // refuses as RATE_LIMITED goes again after the pause; a later announce, or a rejoin (which
     // carries the name it announced), stands for it.
     let mut announced: Option<Envelope> = None;
-    // Ids of the last few heartbeats and pongs written, so that a refusal naming one is told
-    // as such (nothing lost, nothing sent again).
+    // Ids of the last few heartbeats, pongs and rejoins the connection made itself and wrote,
+    // so that a refusal naming one is told as such (nothing lost; a heartbeat is not sent
+    // again, and a refused rejoin only if it is the last, `rejoined`).
     let mut own: VecDeque<(ulid::Ulid, Kind)> = VecDeque::new();
     // Ids of recent envelopes, so an `error`'s `related_to` can be told in the log.
     // Grown as envelopes are written: most participants write a few, and 10,000 connections
@@ -483,6 +484,7 @@ async fn connection(
                 continue 'reconnect;
             };
             rejoined = Some(again_id);
+            remember_own(&mut own, (again_id, Kind::SessionJoin));
             rejoin_again = false;
             // The joins written on an earlier connection: the rejoin stands for them, and a
             // refusal of one (replayed, pvp-spec 19.1) does not send it again.
@@ -546,6 +548,7 @@ async fn connection(
                         continue 'reconnect;
                     };
                     rejoined = Some(again_id);
+                    remember_own(&mut own, (again_id, Kind::SessionJoin));
                 }
             }
             if pending.is_none() && !paused {
@@ -888,11 +891,11 @@ struct Refused<'a> {
     announced: Option<&'a Envelope>,
     /// A refused rejoin is to be made again after the pause (it carries the name announced).
     rejoin_again: bool,
-    /// The heartbeats and pongs last written.
+    /// The heartbeats, pongs and rejoins last written.
     own: &'a VecDeque<(ulid::Ulid, Kind)>,
 }
 
-/// Heartbeats and pongs a connection remembers writing (see [`Refused::own`]).
+/// Heartbeats, pongs and rejoins a connection remembers writing (see [`Refused::own`]).
 const OWN: usize = 4;
 
 fn remember_own(own: &mut VecDeque<(ulid::Ulid, Kind)>, told: (ulid::Ulid, Kind)) {
@@ -999,10 +1002,11 @@ fn rate_limited(
         // counted as sent once written again.
         at.recent.retain(|(r, _)| *r != id);
         counts.sent.fetch_sub(1, Ordering::Relaxed);
-        let superseded = at.rejoin_again
-            || at.pending.iter().chain(at.outbox.iter()).any(|(_, e)| {
-                matches!(e.kind(), Kind::ParticipantAnnounce | Kind::SessionJoin)
-            });
+        let superseded =
+            at.rejoin_again
+                || at.pending.iter().chain(at.outbox.iter()).any(|(_, e)| {
+                    matches!(e.kind(), Kind::ParticipantAnnounce | Kind::SessionJoin)
+                });
         if superseded {
             tracing::info!(%participant, %id, "participant.announce refused as RATE_LIMITED; what goes after the pause carries its name");
             return;
@@ -1030,7 +1034,8 @@ fn rate_limited(
         counts.given_up.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(%participant, %id, %kind, "refused as RATE_LIMITED, and no longer held to be sent again (written more than {HOLD_FOR:?} ago, or {HELD} newer text envelopes since); dropped");
     } else if let Some(&(_, kind)) = at.own.iter().find(|(r, _)| *r == id) {
-        // A heartbeat or a pong: nothing lost; the next goes at its time.
+        // A heartbeat or a pong (nothing lost; the next goes at its time), or a rejoin a later
+        // one stands for.
         tracing::info!(%participant, %id, %kind, "refused as RATE_LIMITED; not sent again");
     } else if let Some(&(_, kind)) = at.recent.iter().find(|(r, _)| *r == id) {
         // A leave, or an announce a later one (or a rejoin) stands for.
