@@ -895,6 +895,19 @@ struct Refused<'a> {
     own: &'a VecDeque<(ulid::Ulid, Kind)>,
 }
 
+impl Refused<'_> {
+    /// `refused` goes again after the pause, ahead of what waits but behind what was refused
+    /// before it (`retry.ahead`); `pending`, taken after it, goes back behind it.
+    fn send_again(&mut self, retry: &mut Retry, refused: (std::time::Instant, Envelope)) {
+        if let Some(p) = self.pending.take() {
+            self.outbox.insert(retry.ahead.min(self.outbox.len()), p);
+        }
+        self.outbox
+            .insert(retry.ahead.min(self.outbox.len()), refused);
+        retry.ahead += 1;
+    }
+}
+
 /// Heartbeats, pongs and rejoins a connection remembers writing (see [`Refused::own`]).
 const OWN: usize = 4;
 
@@ -918,7 +931,7 @@ fn remember_own(own: &mut VecDeque<(ulid::Ulid, Kind)>, told: (ulid::Ulid, Kind)
 fn rate_limited(
     id: ulid::Ulid,
     retry: &mut Retry,
-    at: Refused<'_>,
+    mut at: Refused<'_>,
     cfg: &WsConfig,
     counts: &Counts,
     participant: &str,
@@ -939,13 +952,7 @@ fn rate_limited(
         counts.settled.fetch_sub(1, Ordering::Relaxed);
         cfg.metrics.rate_limited_resent.inc();
         tracing::info!(%participant, %id, kind = %e.kind(), "refused as RATE_LIMITED; sent again after the pause");
-        // `pending` was taken after it: it goes back behind.
-        if let Some(p) = at.pending.take() {
-            at.outbox.insert(retry.ahead.min(at.outbox.len()), p);
-        }
-        at.outbox
-            .insert(retry.ahead.min(at.outbox.len()), (queued, e));
-        retry.ahead += 1;
+        at.send_again(retry, (queued, e));
     } else if let Some(j) = at.join.filter(|j| j.id() == id)
         && at
             .recent
@@ -960,14 +967,7 @@ fn rate_limited(
         counts.sent.fetch_sub(1, Ordering::Relaxed);
         counts.settled.fetch_sub(1, Ordering::Relaxed);
         tracing::info!(%participant, %id, "session.join refused as RATE_LIMITED; sent again after the pause");
-        if let Some(p) = at.pending.take() {
-            at.outbox.insert(retry.ahead.min(at.outbox.len()), p);
-        }
-        at.outbox.insert(
-            retry.ahead.min(at.outbox.len()),
-            (std::time::Instant::now(), j.clone()),
-        );
-        retry.ahead += 1;
+        at.send_again(retry, (std::time::Instant::now(), j.clone()));
     } else if let Some(request) = at
         .gates
         .and_then(|g| g.undecided().find(|r| r.id() == id))
@@ -982,14 +982,7 @@ fn rate_limited(
             counts.sent.fetch_sub(1, Ordering::Relaxed);
         }
         tracing::info!(%participant, %id, "gate.request refused as RATE_LIMITED; asked again after the pause");
-        if let Some(p) = at.pending.take() {
-            at.outbox.insert(retry.ahead.min(at.outbox.len()), p);
-        }
-        at.outbox.insert(
-            retry.ahead.min(at.outbox.len()),
-            (std::time::Instant::now(), request),
-        );
-        retry.ahead += 1;
+        at.send_again(retry, (std::time::Instant::now(), request));
     } else if let Some(a) = at.announced.filter(|a| a.id() == id)
         && at
             .recent
@@ -1013,14 +1006,7 @@ fn rate_limited(
         }
         counts.settled.fetch_sub(1, Ordering::Relaxed);
         tracing::info!(%participant, %id, "participant.announce refused as RATE_LIMITED; sent again after the pause");
-        if let Some(p) = at.pending.take() {
-            at.outbox.insert(retry.ahead.min(at.outbox.len()), p);
-        }
-        at.outbox.insert(
-            retry.ahead.min(at.outbox.len()),
-            (std::time::Instant::now(), a.clone()),
-        );
-        retry.ahead += 1;
+        at.send_again(retry, (std::time::Instant::now(), a.clone()));
     } else if let Some(&(_, kind)) = at.recent.iter().find(|(r, _)| *r == id)
         && matches!(
             kind,
