@@ -48,6 +48,9 @@ pub struct SinkMetrics {
     /// Text envelopes the PVP server refused as RATE_LIMITED after they were written, sent
     /// again after the pause.
     pub rate_limited_resent: Counter,
+    /// PARTICIPANT_NOT_FOUND errors (pvp-spec 17) that made a connection join the session
+    /// again: the server had forgotten the participant.
+    pub rejoined_not_found: Counter,
     /// 1 once stdout has failed (its reader went away): every envelope is dropped from then on.
     pub stdout_failed: Gauge,
     /// Whether the stdout writer is in a write, and since when: `/healthz` tells a stdout
@@ -71,6 +74,7 @@ impl Default for SinkMetrics {
             spool_write_errors: Counter::default(),
             server_frames_rejected: Counter::default(),
             rate_limited_resent: Counter::default(),
+            rejoined_not_found: Counter::default(),
             stdout_failed: Gauge::default(),
             participants: Counter::default(),
             stdout_busy: StdoutBusy::default(),
@@ -454,6 +458,11 @@ pub fn registry(
             "pvp_t140_rate_limited_resent",
             "Text envelopes the PVP server refused as RATE_LIMITED, sent again after the pause",
             &sink.rate_limited_resent,
+        ),
+        (
+            "pvp_t140_rejoined_not_found",
+            "PARTICIPANT_NOT_FOUND errors that made a participant join the PVP session again",
+            &sink.rejoined_not_found,
         ),
     ] {
         r.register(name, help, counter.clone());
@@ -859,6 +868,7 @@ mod tests {
         sink.spool_write_errors.inc_by(3);
         sink.server_frames_rejected.inc_by(4);
         sink.rate_limited_resent.inc_by(5);
+        sink.rejoined_not_found.inc_by(6);
         let mut body = String::new();
         let running = Gauge::default();
         running.set(2);
@@ -873,6 +883,7 @@ mod tests {
             "pvp_t140_spool_write_errors_total 3",
             "pvp_t140_server_frames_rejected_total 4",
             "pvp_t140_rate_limited_resent_total 5",
+            "pvp_t140_rejoined_not_found_total 6",
             "pvp_t140_receive_workers_running 2",
         ] {
             assert!(body.lines().any(|l| l == line), "{line} not in\n{body}");

@@ -636,25 +636,40 @@ async fn connection(
                                         // go a third time, the server taking it twice.
                                         tracing::debug!(%participant, "RATE_LIMITED read again; already acted on");
                                     }
-                                    Reaction::Backoff { related, error } => {
+                                    Reaction::Backoff { related, error, rejoin } => {
                                         if refusals.len() == RECENT {
                                             refusals.pop_front();
                                         }
                                         refusals.push_back(error);
+                                        // A server that forgot the participant is paused for
+                                        // too: one that keeps forgetting it (refusing the
+                                        // rejoin and all after it) is not rejoined at wire
+                                        // speed, and the pause doubles while it repeats.
                                         let now = tokio::time::Instant::now();
                                         rate_backoff = rate_pause(rate_backoff, rate_limited_at.map(|t| now - t));
                                         rate_limited_at = Some(now);
                                         paused_until = Some(tokio::time::Instant::now() + rate_backoff);
-                                        tracing::warn!(%participant, pause = ?rate_backoff, "PVP server rate-limits this participant; pausing");
+                                        let code = if rejoin { "PARTICIPANT_NOT_FOUND" } else { "RATE_LIMITED" };
+                                        if rejoin {
+                                            tracing::warn!(%participant, pause = ?rate_backoff, "PVP server has forgotten this participant (PARTICIPANT_NOT_FOUND); joining again after a pause");
+                                        } else {
+                                            tracing::warn!(%participant, pause = ?rate_backoff, "PVP server rate-limits this participant; pausing");
+                                        }
+                                        // Not after its leave (there is no join then): the
+                                        // participant has left.
+                                        if rejoin && join.is_some() && !rejoin_again {
+                                            m.rejoined_not_found.inc();
+                                            rejoin_again = true;
+                                        }
                                         if related.is_some() && related == rejoined {
                                             // The rejoin after a reconnect (not from the
                                             // queue, so not counted) was not taken.
-                                            tracing::info!(%participant, "rejoin refused as RATE_LIMITED; made again after the pause");
+                                            tracing::info!(%participant, "rejoin refused as {code}; made again after the pause");
                                             rejoined = None;
                                             rejoin_again = true;
                                         } else if let Some(id) = related {
                                             let refused = Refused { pending: &mut pending, outbox: &mut outbox, recent: &mut recent, gates: gates.as_ref(), join: join.as_ref(), announced: announced.as_ref(), rejoin_again, own: &own };
-                                            rate_limited(id, &mut retry, refused, &cfg, &counts, &participant);
+                                            not_taken(id, code, &mut retry, refused, &cfg, &counts, &participant);
                                         }
                                     }
                                     Reaction::Gate(env) => {
@@ -697,8 +712,7 @@ async fn connection(
                     _ = stop.changed(), if !queue_open => {
                         // The gateway stops while chunks of a participant that left still
                         // await approval: they will not get it now.
-                        let rejoin = if rejoin_again { join.as_ref().map(|j| pvp.reissue(now(), j)) } else { None };
-                        let held = Held { pending: pending.take(), outbox: &mut outbox, gates: &mut gates, paused_until, rejoin };
+                        let held = Held::new(&mut pending, &mut outbox, &mut gates, paused_until, join.as_ref().filter(|_| rejoin_again), &mut pvp);
                         stopping(&mut ws, held, &cfg, &participant, &counts).await;
                         return;
                     }
@@ -722,8 +736,7 @@ async fn connection(
                             // not get one now.
                             queue_open = false;
                             if *stop.borrow() || gates.as_ref().is_none_or(|g| g.is_empty()) {
-                                let rejoin = if rejoin_again { join.as_ref().map(|j| pvp.reissue(now(), j)) } else { None };
-                                let held = Held { pending: pending.take(), outbox: &mut outbox, gates: &mut gates, paused_until, rejoin };
+                                let held = Held::new(&mut pending, &mut outbox, &mut gates, paused_until, join.as_ref().filter(|_| rejoin_again), &mut pvp);
                                 stopping(&mut ws, held, &cfg, &participant, &counts).await;
                                 return;
                             }
@@ -918,18 +931,21 @@ fn remember_own(own: &mut VecDeque<(ulid::Ulid, Kind)>, told: (ulid::Ulid, Kind)
     own.push_back(told);
 }
 
-/// The server refused the written envelope `id` as RATE_LIMITED (pvp-spec 17: an error for a
-/// rejected operation): it was not taken. Text still held goes again after the pause, ahead of
-/// all the participant has not sent yet; until then it is neither sent nor settled, and in the
+/// The server refused the written envelope `id` as RATE_LIMITED, or as PARTICIPANT_NOT_FOUND
+/// (`code`; pvp-spec 17: an error for a rejected operation): it was not taken. Text still
+/// held goes again after the pause, ahead of all the participant has not sent yet (after the
+/// rejoin, for PARTICIPANT_NOT_FOUND); until then it is neither sent nor settled, and in the
 /// spool undelivered again, in its place. Text no longer held is lost: counted as dropped
 /// (it stays done in the spool: a restart would send it after what came later) and logged.
 /// The participant's join goes again after the pause too (it is not in the session without
-/// it), and so does a gate's request still undecided (the server made no gate: no decision
-/// would ever come, and the chunk would time out unasked), and the participant's last
-/// `participant.announce` (its new name), unless a later announce or a rejoin carries the name
-/// by then. Anything else refused (a heartbeat, a pong) is not sent again.
-fn rate_limited(
+/// it) unless a rejoin stands for it, and so does a gate's request still undecided (the
+/// server made no gate: no decision would ever come, and the chunk would time out unasked),
+/// and the participant's last `participant.announce` (its new name), unless a later announce
+/// or a rejoin carries the name by then. Anything else refused (a heartbeat, a pong) is not
+/// sent again.
+fn not_taken(
     id: ulid::Ulid,
+    code: &'static str,
     retry: &mut Retry,
     mut at: Refused<'_>,
     cfg: &WsConfig,
@@ -950,8 +966,10 @@ fn rate_limited(
         }
         counts.sent.fetch_sub(1, Ordering::Relaxed);
         counts.settled.fetch_sub(1, Ordering::Relaxed);
-        cfg.metrics.rate_limited_resent.inc();
-        tracing::info!(%participant, %id, kind = %e.kind(), "refused as RATE_LIMITED; sent again after the pause");
+        if code == "RATE_LIMITED" {
+            cfg.metrics.rate_limited_resent.inc();
+        }
+        tracing::info!(%participant, %id, kind = %e.kind(), "refused as {code}; sent again after the pause");
         at.send_again(retry, (queued, e));
     } else if let Some(j) = at.join.filter(|j| j.id() == id)
         && at
@@ -964,9 +982,14 @@ fn rate_limited(
         // yet sent (text refused with it follows it); counted as sent and settled once written
         // again.
         at.recent.retain(|(r, _)| *r != id);
+        if at.rejoin_again {
+            // A rejoin goes after the pause, and stands for it.
+            tracing::info!(%participant, %id, "session.join refused as {code}; the rejoin after the pause stands for it");
+            return;
+        }
         counts.sent.fetch_sub(1, Ordering::Relaxed);
         counts.settled.fetch_sub(1, Ordering::Relaxed);
-        tracing::info!(%participant, %id, "session.join refused as RATE_LIMITED; sent again after the pause");
+        tracing::info!(%participant, %id, "session.join refused as {code}; sent again after the pause");
         at.send_again(retry, (std::time::Instant::now(), j.clone()));
     } else if let Some(request) = at
         .gates
@@ -981,7 +1004,7 @@ fn rate_limited(
             at.recent.retain(|(r, _)| *r != id);
             counts.sent.fetch_sub(1, Ordering::Relaxed);
         }
-        tracing::info!(%participant, %id, "gate.request refused as RATE_LIMITED; asked again after the pause");
+        tracing::info!(%participant, %id, "gate.request refused as {code}; asked again after the pause");
         at.send_again(retry, (std::time::Instant::now(), request));
     } else if let Some(a) = at.announced.filter(|a| a.id() == id)
         && at
@@ -1001,11 +1024,11 @@ fn rate_limited(
                     matches!(e.kind(), Kind::ParticipantAnnounce | Kind::SessionJoin)
                 });
         if superseded {
-            tracing::info!(%participant, %id, "participant.announce refused as RATE_LIMITED; what goes after the pause carries its name");
+            tracing::info!(%participant, %id, "participant.announce refused as {code}; what goes after the pause carries its name");
             return;
         }
         counts.settled.fetch_sub(1, Ordering::Relaxed);
-        tracing::info!(%participant, %id, "participant.announce refused as RATE_LIMITED; sent again after the pause");
+        tracing::info!(%participant, %id, "participant.announce refused as {code}; sent again after the pause");
         at.send_again(retry, (std::time::Instant::now(), a.clone()));
     } else if let Some(&(_, kind)) = at.recent.iter().find(|(r, _)| *r == id)
         && matches!(
@@ -1018,16 +1041,16 @@ fn rate_limited(
         at.recent.retain(|(r, _)| *r != id);
         counts.sent.fetch_sub(1, Ordering::Relaxed);
         counts.given_up.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(%participant, %id, %kind, "refused as RATE_LIMITED, and no longer held to be sent again (written more than {HOLD_FOR:?} ago, or {HELD} newer text envelopes since); dropped");
+        tracing::warn!(%participant, %id, %kind, "refused as {code}, and no longer held to be sent again (written more than {HOLD_FOR:?} ago, or {HELD} newer text envelopes since); dropped");
     } else if let Some(&(_, kind)) = at.own.iter().find(|(r, _)| *r == id) {
         // A heartbeat or a pong (nothing lost; the next goes at its time), or a rejoin a later
         // one stands for.
-        tracing::info!(%participant, %id, %kind, "refused as RATE_LIMITED; not sent again");
+        tracing::info!(%participant, %id, %kind, "refused as {code}; not sent again");
     } else if let Some(&(_, kind)) = at.recent.iter().find(|(r, _)| *r == id) {
         // A leave, or an announce a later one (or a rejoin) stands for.
-        tracing::info!(%participant, %id, %kind, "refused as RATE_LIMITED; not sent again");
+        tracing::info!(%participant, %id, %kind, "refused as {code}; not sent again");
     } else {
-        tracing::warn!(%participant, %id, "refused as RATE_LIMITED an envelope not among the last {RECENT} written: if it was text, it is lost (not counted)");
+        tracing::warn!(%participant, %id, "refused as {code} an envelope not among the last {RECENT} written: if it was text, it is lost (not counted)");
     }
 }
 
@@ -1037,9 +1060,6 @@ const READ_BUFFER: usize = 4 * 1024;
 /// The largest frame or message a server may send.
 const MAX_MESSAGE: usize = 1 << 20;
 
-/// Writes one frame, or gives up after `--write-timeout-s`: a server that has stopped reading
-/// (hung, or gone without a FIN) would otherwise hold the participant until TCP gives up, many
-/// minutes later, while its transcript queues and then drops. False: reconnect.
 /// The participant's join made again (a fresh id, the same content: a server forgets a
 /// connection's participant with it, and a refused join is not in the session), written; its
 /// id, or `None` if the write failed (the connection is made again).
@@ -1060,6 +1080,9 @@ where
         .then_some(id)
 }
 
+/// Writes one frame, or gives up after `--write-timeout-s`: a server that has stopped reading
+/// (hung, or gone without a FIN) would otherwise hold the participant until TCP gives up, many
+/// minutes later, while its transcript queues and then drops. False: reconnect.
 async fn send_frame<S>(write: &mut S, frame: Message, cfg: &WsConfig, participant: &str) -> bool
 where
     S: futures_util::Sink<Message> + Unpin,
@@ -1205,6 +1228,27 @@ struct Held<'a> {
     rejoin: Option<Envelope>,
 }
 
+impl<'a> Held<'a> {
+    /// What is held; `rejoin`, a join refused (its rejoin) to be made again first, a fresh
+    /// one.
+    fn new(
+        pending: &mut Option<(std::time::Instant, Envelope)>,
+        outbox: &'a mut VecDeque<(std::time::Instant, Envelope)>,
+        gates: &'a mut Option<super::gate::Gates>,
+        paused_until: Option<tokio::time::Instant>,
+        rejoin: Option<&Envelope>,
+        pvp: &mut Builder,
+    ) -> Self {
+        Held {
+            pending: pending.take(),
+            outbox,
+            gates,
+            paused_until,
+            rejoin: rejoin.map(|j| pvp.reissue(now(), j)),
+        }
+    }
+}
+
 /// The end of a connection whose queue has closed: chunks still awaiting approval are dropped
 /// (counted, and marked done in the spool: a restart must not offer them again); what is
 /// approved and what waited behind it (the leave) goes out, after a rate-limit pause still
@@ -1335,10 +1379,13 @@ enum Reaction {
     /// pvp-spec 17 UNAUTHORIZED or SESSION_NOT_FOUND: this participant cannot go on.
     Fatal(String),
     /// RATE_LIMITED: slow down; `related_to`, the write refused, if it names one; the error
-    /// envelope's own id, hashed ([`id_hash`]), to tell it read again.
+    /// envelope's own id, hashed ([`id_hash`]), to tell it read again. PARTICIPANT_NOT_FOUND
+    /// too, with `rejoin`: the server has forgotten the participant (a session it expired, a
+    /// restart behind a proxy that kept the connection), which joins again.
     Backoff {
         related: Option<ulid::Ulid>,
         error: u64,
+        rejoin: bool,
     },
     /// A gate decision (`gate.approve`, `gate.reject`, `gate.timeout`).
     Gate(crate::pvp::Message),
@@ -1446,11 +1493,12 @@ fn on_frame(
                     );
                     match err.code.as_str() {
                         "UNAUTHORIZED" | "SESSION_NOT_FOUND" => return Reaction::Fatal(err.code),
-                        "RATE_LIMITED" => {
+                        code @ ("RATE_LIMITED" | "PARTICIPANT_NOT_FOUND") => {
                             let related = err.related_to.as_deref();
                             return Reaction::Backoff {
                                 related: related.and_then(|id| ulid::Ulid::from_string(id).ok()),
                                 error: id_hash(&env.id),
+                                rejoin: code == "PARTICIPANT_NOT_FOUND",
                             };
                         }
                         _ => {}
