@@ -23,8 +23,7 @@ fn not_found(related: Option<&Value>) -> Value {
 /// second join. The refused text goes again after the rejoin, once, in its place.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_text_goes_again_after_a_rejoin() {
-    let joins = Arc::new(std::sync::atomic::AtomicU32::new(0));
-    let j = joins.clone();
+    let j = std::sync::atomic::AtomicU32::new(0);
     let (url, log) = server(Box::new(move |v| {
         use std::sync::atomic::Ordering::SeqCst;
         match v["type"].as_str().unwrap_or("") {
@@ -71,8 +70,7 @@ async fn refused_text_goes_again_after_a_rejoin() {
 /// once, and one that names no envelope still makes the connection join again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_error_naming_nothing_rejoins_once_however_often_it_is_read() {
-    let joins = Arc::new(std::sync::atomic::AtomicU32::new(0));
-    let j = joins.clone();
+    let j = std::sync::atomic::AtomicU32::new(0);
     let error = not_found(None);
     let (url, log) = server(Box::new(move |v| {
         use std::sync::atomic::Ordering::SeqCst;
@@ -112,8 +110,7 @@ async fn an_error_naming_nothing_rejoins_once_however_often_it_is_read() {
 /// two), and the text refused with it follows the rejoin.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_join_is_stood_for_by_the_rejoin() {
-    let joins = Arc::new(std::sync::atomic::AtomicU32::new(0));
-    let j = joins.clone();
+    let j = std::sync::atomic::AtomicU32::new(0);
     let (url, log) = server(Box::new(move |v| {
         use std::sync::atomic::Ordering::SeqCst;
         match v["type"].as_str().unwrap_or("") {
@@ -132,12 +129,7 @@ async fn a_refused_join_is_stood_for_by_the_rejoin() {
     let p = "t140:0000f003@127.0.0.1:40403";
     ws.send(talk.join(p));
     ws.send(talk.add(p, "Hello."));
-    wait_until("the text taken", &log, || {
-        taken(&log, p).iter().any(|s| s == "Hello.")
-    })
-    .await;
-    ws.send(talk.leave(p));
-    let stats = ws.close(Duration::from_secs(5)).await;
+    let stats = leave_once_taken(ws, &mut talk, &log, p, "Hello.").await;
     assert_eq!(
         taken(&log, p),
         ["join", "Hello.", "leave"],

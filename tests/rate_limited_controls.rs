@@ -102,12 +102,7 @@ async fn a_join_refused_as_rate_limited_is_sent_again_before_the_text() {
     ws.send(talk.add(p, "Hello."));
     // The text is refused, then sent again after the pause and taken (with or without a
     // join before it).
-    wait_until("the text taken", &log, || {
-        taken(&log, p).iter().any(|s| s == "Hello.")
-    })
-    .await;
-    ws.send(talk.leave(p));
-    let stats = ws.close(Duration::from_secs(5)).await;
+    let stats = leave_once_taken(ws, &mut talk, &log, p, "Hello.").await;
     assert_eq!(
         taken(&log, p),
         ["join", "Hello.", "leave"],
@@ -219,12 +214,7 @@ async fn a_join_refused_then_a_reconnect_during_the_pause_joins_once() {
     })
     .await;
     ws.send(talk.add(p, "Hello."));
-    wait_until("the text taken", &log, || {
-        taken(&log, p).iter().any(|s| s == "Hello.")
-    })
-    .await;
-    ws.send(talk.leave(p));
-    let stats = ws.close(Duration::from_secs(5)).await;
+    let stats = leave_once_taken(ws, &mut talk, &log, p, "Hello.").await;
     let joins = frames(&log, p, "session.join");
     assert_eq!(
         taken(&log, p),
@@ -427,12 +417,7 @@ async fn a_replayed_refusal_of_the_old_connections_join_does_not_join_again() {
     .await;
     // Taken from the queue only after the pause (if any) and whatever the outbox held.
     ws.send(talk.add(p, "Hello."));
-    wait_until("the text taken", &log, || {
-        taken(&log, p).iter().any(|s| s == "Hello.")
-    })
-    .await;
-    ws.send(talk.leave(p));
-    let stats = ws.close(Duration::from_secs(5)).await;
+    let stats = leave_once_taken(ws, &mut talk, &log, p, "Hello.").await;
     let joins = frames(&log, p, "session.join");
     assert_eq!(
         taken(&log, p),

@@ -53,12 +53,7 @@ async fn an_announce_refused_as_rate_limited_is_sent_again_before_the_text_after
     ws.send(talk.join(p));
     ws.send(announce(&mut talk, p, "Alice"));
     ws.send(talk.add(p, "Hello."));
-    wait_until("the text taken", &log, || {
-        taken(&log, p).iter().any(|s| s == "Hello.")
-    })
-    .await;
-    ws.send(talk.leave(p));
-    let stats = ws.close(Duration::from_secs(5)).await;
+    let stats = leave_once_taken(ws, &mut talk, &log, p, "Hello.").await;
     let announces = frames(&log, p, "participant.announce");
     assert_eq!(
         taken(&log, p),
@@ -102,12 +97,7 @@ async fn an_announce_refused_after_a_later_one_was_written_is_not_sent_again() {
     .await;
     // Taken from the queue after the pause and whatever the outbox held.
     ws.send(talk.add(p, "Hello."));
-    wait_until("the text taken", &log, || {
-        taken(&log, p).iter().any(|s| s == "Hello.")
-    })
-    .await;
-    ws.send(talk.leave(p));
-    let stats = ws.close(Duration::from_secs(5)).await;
+    let stats = leave_once_taken(ws, &mut talk, &log, p, "Hello.").await;
     let announces = frames(&log, p, "participant.announce");
     assert_eq!(
         taken(&log, p),
@@ -154,12 +144,7 @@ async fn a_replayed_refusal_of_an_announce_after_the_rejoin_does_not_announce_ag
     })
     .await;
     ws.send(talk.add(p, "Hello."));
-    wait_until("the text taken", &log, || {
-        taken(&log, p).iter().any(|s| s == "Hello.")
-    })
-    .await;
-    ws.send(talk.leave(p));
-    let stats = ws.close(Duration::from_secs(5)).await;
+    let stats = leave_once_taken(ws, &mut talk, &log, p, "Hello.").await;
     let announces = frames(&log, p, "participant.announce");
     assert_eq!(announces.len(), 1, "{announces:?}; {stats:?}");
     let rejoin_name = log
@@ -286,12 +271,7 @@ async fn an_announce_refused_then_a_reconnect_during_the_pause_is_carried_by_the
     })
     .await;
     ws.send(talk.add(p, "Hello."));
-    wait_until("the text taken", &log, || {
-        taken(&log, p).iter().any(|s| s == "Hello.")
-    })
-    .await;
-    ws.send(talk.leave(p));
-    let stats = ws.close(Duration::from_secs(5)).await;
+    let stats = leave_once_taken(ws, &mut talk, &log, p, "Hello.").await;
     let announces = frames(&log, p, "participant.announce");
     assert_eq!(announces.len(), 1, "{announces:?}; {stats:?}");
     let on_second: Vec<Value> = log

@@ -201,3 +201,20 @@ pub fn frames(log: &Log, who: &str, kind: &str) -> Vec<(String, u64, bool)> {
         })
         .collect()
 }
+
+/// Waits until the server took `text` from `p`, then sends `p`'s leave and closes the sink
+/// (5 s of grace): its counts.
+pub async fn leave_once_taken(
+    mut ws: WsSink,
+    talk: &mut Talk,
+    log: &Log,
+    p: &str,
+    text: &str,
+) -> pvp_t140::sink::SinkStats {
+    wait_until("the text taken", log, || {
+        taken(log, p).iter().any(|s| s == text)
+    })
+    .await;
+    ws.send(talk.leave(p));
+    ws.close(Duration::from_secs(5)).await
+}
