@@ -1282,6 +1282,9 @@ struct UntilInterrupt {
     /// None once it fired: the input ends with what is already read.
     interrupt: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>>,
     ended: bool,
+    /// Set once stdin itself has ended (not a signal): a later signal is logged by the task
+    /// that counts them, as no read is made to log it.
+    input_ended: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl UntilInterrupt {
@@ -1296,6 +1299,8 @@ impl UntilInterrupt {
         // (signals, of them Ctrl-C or SIGTERM)
         let (count, signals_seen) = tokio::sync::watch::channel((0u32, 0u32));
         let mut signals = Signals::install();
+        let ended = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let input_ended = ended.clone();
         tokio::spawn(async move {
             while !count.is_closed() {
                 let hangup = signals.wait().await;
@@ -1303,6 +1308,15 @@ impl UntilInterrupt {
                     *any += 1;
                     *stops += u32::from(!hangup);
                 });
+                // The input had already ended: nothing reads it to say so, and a user whose
+                // first Ctrl-C did nothing visible would not know a second one is heard.
+                if input_ended.load(std::sync::atomic::Ordering::Relaxed)
+                    && *count.borrow() == (1, u32::from(!hangup))
+                {
+                    tracing::info!(
+                        "interrupted after the input ended: still sending what was read, then the BYE; interrupt again to give up the unsent text"
+                    );
+                }
             }
         });
         let when = |f: fn(&(u32, u32)) -> bool| {
@@ -1317,6 +1331,7 @@ impl UntilInterrupt {
             input: tokio::io::stdin(),
             interrupt: Some(Box::pin(when(|&(any, _)| any >= 1))),
             ended: false,
+            input_ended: ended,
         };
         (input, when(|&(_, stops)| stops >= 2))
     }
@@ -1337,7 +1352,14 @@ impl tokio::io::AsyncRead for UntilInterrupt {
             None => true,
         };
         if !fired {
-            return std::pin::Pin::new(&mut self.input).poll_read(cx, buf);
+            let before = (buf.filled().len(), buf.remaining());
+            let read = std::pin::Pin::new(&mut self.input).poll_read(cx, buf);
+            if matches!(read, Poll::Ready(Ok(()))) && before.1 > 0 && buf.filled().len() == before.0
+            {
+                self.input_ended
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            return read;
         }
         if self.interrupt.take().is_some() {
             tracing::info!("interrupted: sending what was read, then the BYE");

@@ -880,6 +880,13 @@ pub async fn send_text_until(
                 // T.140's new line is U+2028 (LINE SEPARATOR); terminals and pipes give LF.
                 let text = text.replace("\r\n", "\n").replace('\n', "\u{2028}");
                 sender.push_text(clock.now(), &text);
+                if eof && sender.backlog() > 0 {
+                    // `cps` may take minutes over what is left: say so, and how to stop.
+                    tracing::info!(
+                        unsent = sender.backlog(),
+                        "input ended; sending the rest at the --cps pace, then the BYE (interrupt twice to give it up)"
+                    );
+                }
             }
             () = &mut hurry, if !hurried => {
                 hurried = true;

@@ -845,6 +845,19 @@ fn stopped_send_sends_what_it_read_and_the_bye(signal: &str) {
 /// is sent once the log says the first was taken (two signals sent together may be one).
 #[test]
 fn a_second_signal_gives_up_the_unsent_text_and_sends_the_bye_at_once() {
+    second_signal_gives_up(false);
+}
+
+/// The same after the input has ended (a file piped in, a closed stdin): the first signal
+/// reached no read, so it did nothing visible, and nothing said a second was heard (session
+/// 37's note). The end of input says what is left to send and how to give it up, and the
+/// first signal after it is logged.
+#[test]
+fn a_signal_after_the_input_ended_is_told_and_a_second_gives_up_the_rest() {
+    second_signal_gives_up(true);
+}
+
+fn second_signal_gives_up(input_ends_first: bool) {
     use std::io::{BufRead, Write};
     let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     rx.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
@@ -860,10 +873,11 @@ fn a_second_signal_gives_up_the_unsent_text_and_sends_the_bye_at_once() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
+    let mut stdin = child.stdin.take();
     let input = "abcdefghij".repeat(30);
-    stdin.write_all(input.as_bytes()).unwrap();
-    stdin.flush().unwrap();
+    let pipe = stdin.as_mut().unwrap();
+    pipe.write_all(input.as_bytes()).unwrap();
+    pipe.flush().unwrap();
     let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
     let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
     std::thread::spawn(move || {
@@ -890,8 +904,15 @@ fn a_second_signal_gives_up_the_unsent_text_and_sends_the_bye_at_once() {
             .args(["-TERM", &child.id().to_string()])
             .status();
     };
-    kill();
-    wait_for_log("interrupted: sending what was read");
+    if input_ends_first {
+        drop(stdin.take());
+        wait_for_log("input ended; sending the rest at the --cps pace");
+        kill();
+        wait_for_log("interrupted after the input ended");
+    } else {
+        kill();
+        wait_for_log("interrupted: sending what was read");
+    }
     kill();
     let again = wait_for_log("interrupted again");
     while !got
