@@ -308,6 +308,11 @@ pub async fn run_worker(
             "sink queue was full; envelopes were dropped"
         );
     }
+    // The last snapshot is the final one: after a socket failure the process goes on, and
+    // `/metrics` would keep this worker's ended streams as live and miss its last counts.
+    if let Some(p) = &publish {
+        p.send_replace(gw.stats());
+    }
     Ok(WorkerReport {
         stats: gw.stats(),
         sink_queue_full: full,
@@ -1250,6 +1255,47 @@ mod tests {
             })
             .collect();
         assert_eq!(text, "Queued before the stop.");
+    }
+
+    /// The counters a worker publishes for `/metrics` end as its report does: what its last
+    /// read and its final flushes counted is published when it ends, by a stop or a socket
+    /// failure (the process goes on after a failure, and its snapshot would say for good that
+    /// the worker's ended streams are live and miss its last datagrams and chunks).
+    #[test]
+    fn a_worker_publishes_its_final_counters_when_it_ends() {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket.set_nonblocking(true).unwrap();
+        let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        for (i, w) in ["Counted ", "at ", "the ", "end."].iter().enumerate() {
+            let d = t140(100 + i as u16, 7, w);
+            peer.send_to(&d, socket.local_addr().unwrap()).unwrap();
+        }
+        let (out, _rx) = crate::handoff::queue(64);
+        let (stop, shutdown) = tokio::sync::watch::channel(false);
+        stop.send(true).unwrap();
+        let (publish, snapshot) = tokio::sync::watch::channel(crate::gateway::Stats::default());
+        let links = WorkerLinks {
+            publish: Some(publish),
+            ..links(out, shutdown, Gauge::default())
+        };
+        let gw = Gateway::new(crate::gateway::Config::default());
+        let report = spawn_worker(0, socket, gw, links)
+            .unwrap()
+            .join()
+            .unwrap()
+            .unwrap();
+        let published = snapshot.borrow().clone();
+        assert_eq!(report.stats.datagrams, 4, "{:?}", report.stats);
+        assert_eq!(
+            (
+                published.datagrams,
+                published.streams_live,
+                published.streams_total,
+                published.envelopes
+            ),
+            (4, 0, 1, report.stats.envelopes),
+            "{published:?}"
+        );
     }
 
     /// An RTCP BYE already handed to the worker by the RTCP port's reader (waiting in the
