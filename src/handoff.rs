@@ -8,6 +8,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use prometheus_client::metrics::counter::Counter;
 use tokio::sync::mpsc;
 
 use crate::pvp::{Envelope, Kind, SenderId};
@@ -25,6 +26,7 @@ pub fn queue(bound: usize) -> (Sender, Receiver) {
             held: VecDeque::new(),
             held_ids: Counts::default(),
             refused: RefusedItems::new(bound),
+            refused_total: Counter::default(),
         },
         Receiver { rx, queued },
     )
@@ -45,6 +47,8 @@ pub struct Sender {
     held_ids: Counts,
     /// Items refused for lack of room, whose corrections are refused too (pvp-spec 9.3).
     refused: RefusedItems,
+    /// Every refusal, shared by the clones ([`Sender::count_refusals`]).
+    refused_total: Counter,
 }
 
 impl Clone for Sender {
@@ -56,6 +60,7 @@ impl Clone for Sender {
             held: VecDeque::new(),
             held_ids: Counts::default(),
             refused: RefusedItems::new(self.bound),
+            refused_total: self.refused_total.clone(),
         }
     }
 }
@@ -72,7 +77,28 @@ impl Sender {
     /// stuck sink streams that come and go add nothing (the queue's excess is a leave a live
     /// speaker whose join went in, and joins held here are one a live speaker). An item
     /// refused takes its later corrections with it (`crate::refused`).
-    pub fn offer(&mut self, mut batch: Vec<Envelope>) -> usize {
+    pub fn offer(&mut self, batch: Vec<Envelope>) -> usize {
+        let refused = self.hand_over(batch);
+        self.count(refused)
+    }
+
+    /// Counts `refused` envelopes on `/metrics` ([`Sender::count_refusals`]).
+    fn count(&self, refused: usize) -> usize {
+        if refused > 0 {
+            self.refused_total.inc_by(refused as u64);
+        }
+        refused
+    }
+
+    /// Refusals (by [`Sender::offer`] and [`Sender::force`], of this sender and its clones)
+    /// are counted in `total` as they happen, so `/metrics` shows a sink falling behind while
+    /// it does, not only in the log at exit.
+    pub fn count_refusals(&mut self, total: Counter) {
+        self.refused_total = total;
+    }
+
+    /// [`Sender::offer`], uncounted.
+    fn hand_over(&mut self, mut batch: Vec<Envelope>) -> usize {
         // Claim room first (for the joins waiting too), give back what does not go: concurrent
         // workers never together exceed the bound (save by leaves, which the claim covers).
         let n = batch.len() + self.held.len();
@@ -152,7 +178,8 @@ impl Sender {
             batch.splice(0..0, self.held.drain(..));
         }
         self.queued.fetch_add(batch.len(), Ordering::AcqRel);
-        refused + self.deliver(batch)
+        let lost = refused + self.deliver(batch);
+        self.count(lost)
     }
 
     /// Sends `batch`, whose room is claimed; with the sink gone, gives the room back and
@@ -411,5 +438,22 @@ pub(crate) mod tests {
         assert_eq!(tx.offer(envelopes(3)), 3);
         assert_eq!(tx.force(envelopes(2)), 2);
         assert_eq!(tx.queued.load(Ordering::Acquire), 0);
+    }
+
+    /// Refusals show on `/metrics` as they happen, a worker's clone's too (review, session 38:
+    /// they were only in the log at exit).
+    #[test]
+    fn refusals_are_counted_where_metrics_read_them() {
+        let total = Counter::default();
+        let (mut tx, rx) = queue(2);
+        tx.count_refusals(total.clone());
+        let mut other = tx.clone();
+        assert_eq!(tx.offer(envelopes(3)), 1);
+        assert_eq!(total.get(), 1);
+        assert_eq!(other.offer(envelopes(2)), 2);
+        assert_eq!(total.get(), 3);
+        drop(rx);
+        assert_eq!(tx.force(envelopes(2)), 2);
+        assert_eq!(total.get(), 5);
     }
 }

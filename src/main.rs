@@ -1017,7 +1017,8 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
             sink = %pvp_t140::sink::ShownUrl(args.server.as_deref().unwrap_or("stdout")),
             "pvp-t140 listening"
         );
-        let (tx, rx) = pvp_t140::handoff::queue(udp::SINK_QUEUE);
+        let (mut tx, rx) = pvp_t140::handoff::queue(udp::SINK_QUEUE);
+        tx.count_refusals(sink_metrics.sink_queue_refused.clone());
         let sink = Sink::start(rx, ws, sink_metrics.clone(), udp::SHUTDOWN_GRACE)
             .map_err(|e| format!("starting the sink: {e}"))?;
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

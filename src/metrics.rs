@@ -51,6 +51,9 @@ pub struct SinkMetrics {
     /// PARTICIPANT_NOT_FOUND errors (pvp-spec 17) that made a connection join the session
     /// again: the server had forgotten the participant.
     pub rejoined_not_found: Counter,
+    /// Envelopes the receive workers could not hand to the sink: its queue was full (a PVP
+    /// server or a stdout slower than the speakers), or the sink was gone.
+    pub sink_queue_refused: Counter,
     /// 1 once stdout has failed (its reader went away): every envelope is dropped from then on.
     pub stdout_failed: Gauge,
     /// Whether the stdout writer is in a write, and since when: `/healthz` tells a stdout
@@ -75,6 +78,7 @@ impl Default for SinkMetrics {
             server_frames_rejected: Counter::default(),
             rate_limited_resent: Counter::default(),
             rejoined_not_found: Counter::default(),
+            sink_queue_refused: Counter::default(),
             stdout_failed: Gauge::default(),
             participants: Counter::default(),
             stdout_busy: StdoutBusy::default(),
@@ -463,6 +467,11 @@ pub fn registry(
             "pvp_t140_rejoined_not_found",
             "PARTICIPANT_NOT_FOUND errors that made a participant join the PVP session again",
             &sink.rejoined_not_found,
+        ),
+        (
+            "pvp_t140_sink_queue_refused",
+            "Envelopes refused at the queue to the sink (full, or the sink gone)",
+            &sink.sink_queue_refused,
         ),
     ] {
         r.register(name, help, counter.clone());
@@ -869,6 +878,7 @@ mod tests {
         sink.server_frames_rejected.inc_by(4);
         sink.rate_limited_resent.inc_by(5);
         sink.rejoined_not_found.inc_by(6);
+        sink.sink_queue_refused.inc_by(7);
         let mut body = String::new();
         let running = Gauge::default();
         running.set(2);
@@ -884,6 +894,7 @@ mod tests {
             "pvp_t140_server_frames_rejected_total 4",
             "pvp_t140_rate_limited_resent_total 5",
             "pvp_t140_rejoined_not_found_total 6",
+            "pvp_t140_sink_queue_refused_total 7",
             "pvp_t140_receive_workers_running 2",
         ] {
             assert!(body.lines().any(|l| l == line), "{line} not in\n{body}");
