@@ -72,6 +72,8 @@ const REPAIR_EVERY: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub struct Spool {
     path: PathBuf,
+    /// `DIR/journal.lock`, locked for as long as the spool is open ([`lock`]).
+    _lock: Option<File>,
     tx: Option<mpsc::SyncSender<Record>>,
     writer: Option<std::thread::JoinHandle<()>>,
     /// Records that could not be written (disk full, I/O error): logged loudly, counted.
@@ -170,6 +172,7 @@ impl Spool {
         write_errors: Counter,
     ) -> Result<(Spool, Vec<Envelope>), String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("--spool {}: {e}", dir.display()))?;
+        let lock = lock(dir)?;
         let path = dir.join("journal.ndjson");
         let pending = resend_plan(read_pending(&path)?);
         let tmp = staging(&path);
@@ -209,6 +212,7 @@ impl Spool {
             .map_err(|e| format!("--spool: starting its writer thread: {e}"))?;
         let spool = Spool {
             path,
+            _lock: lock,
             tx: Some(tx),
             writer: Some(writer),
             write_errors,
@@ -538,6 +542,35 @@ impl Journal {
         }
         self.size = size;
         Ok(())
+    }
+}
+
+/// Takes `dir` for this process: a second gateway on the same directory would read the first
+/// one's undelivered envelopes and send them too, then replace the journal the first one goes
+/// on appending to (through its open handle, into a file no longer in the directory), so a kill
+/// of the first would lose what it had not delivered. Held (an advisory lock on
+/// `DIR/journal.lock`) until the spool is dropped or the process ends, however it ends. A
+/// filesystem without locks (some network ones) is used unlocked, with a warning.
+fn lock(dir: &Path) -> Result<Option<File>, String> {
+    let path = dir.join("journal.lock");
+    let err = |e: std::io::Error| format!("--spool {}: {e}", path.display());
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(err)?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Err(format!(
+            "--spool {}: in use by another running gateway (its journal.lock is locked)",
+            dir.display()
+        )),
+        Err(std::fs::TryLockError::Error(e)) if e.kind() == std::io::ErrorKind::Unsupported => {
+            tracing::warn!(path = %path.display(), "--spool: this filesystem has no file locks; make sure no other gateway uses the directory");
+            Ok(None)
+        }
+        Err(std::fs::TryLockError::Error(e)) => Err(err(e)),
     }
 }
 
@@ -1231,6 +1264,40 @@ mod tests {
                 "alice session.join",
                 "alice context.add Journaled again after the leave.",
                 "alice session.leave",
+            ]
+        );
+    }
+
+    /// Two gateways given the same `--spool DIR` (a restart while the old process still runs,
+    /// or two instances from one config): the second read the first's undelivered text and
+    /// sent it too, then swapped in a journal of its own, so every record the first wrote from
+    /// then on went to a file no longer in the directory, and a kill of the first lost what
+    /// it had not delivered. The second is refused at start; the first keeps its journal.
+    #[test]
+    fn a_second_gateway_on_the_same_spool_directory_is_refused() {
+        let d = Scratch::new("shared", 64 << 20, 1 << 20);
+        let (first, _) = d.open();
+        let mut talk = Talk::new();
+        deliver(&first, &talk.join("olga"));
+        first.added(&talk.add("olga", "Held by the first gateway."));
+        first.flush();
+        let second = Spool::open_with(&d.dir, d.compact_at, d.live_cap, Counter::default());
+        assert!(
+            second.is_err(),
+            "a second gateway opened the spool the first one uses"
+        );
+        drop(second);
+        first.added(&talk.add("olga", "Said after the second one tried."));
+        drop(first);
+        // The first is gone: the directory is free, and its journal has all it said.
+        let (_, resend) = d.open();
+        assert_eq!(
+            summary(&resend),
+            [
+                "olga session.join",
+                "olga context.add Held by the first gateway.",
+                "olga context.add Said after the second one tried.",
+                "olga session.leave",
             ]
         );
     }
