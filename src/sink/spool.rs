@@ -147,6 +147,10 @@ struct Journal {
     /// A write failed: the file may lack records or end in part of one. Until the journal is
     /// rewritten whole from memory, when that may next be tried.
     damaged: Option<Instant>,
+    /// A write failed: the file may end in part of a record, so the next write starts with a
+    /// newline. Appended to that part, a whole record would share its line, and the next start
+    /// would skip both.
+    torn: bool,
     repair_every: Duration,
 }
 
@@ -194,6 +198,7 @@ impl Spool {
             joins_bytes: 0,
             untracked: false,
             damaged: None,
+            torn: false,
             repair_every: REPAIR_EVERY,
         };
         let mut lines = String::new();
@@ -372,9 +377,18 @@ impl Journal {
         if records.is_empty() {
             return;
         }
-        match self.file.write_all(records.as_bytes()) {
-            Ok(()) => self.size += records.len() as u64,
+        let newline = if self.torn { "\n" } else { "" };
+        match self
+            .file
+            .write_all(newline.as_bytes())
+            .and_then(|()| self.file.write_all(records.as_bytes()))
+        {
+            Ok(()) => {
+                self.size += (newline.len() + records.len()) as u64;
+                self.torn = false;
+            }
             Err(e) => {
+                self.torn = true;
                 errors.inc();
                 tracing::error!(path = %self.path.display(), "spool write failed ({e}): until the journal is rewritten whole, what was not written would not survive a crash");
                 // Part of it may have been written: the size is no longer known.
@@ -541,6 +555,7 @@ impl Journal {
             tracing::debug!("spool: no thread to close the old journal; closed here");
         }
         self.size = size;
+        self.torn = false;
         Ok(())
     }
 }
@@ -637,6 +652,9 @@ fn read_pending(path: &Path) -> Result<(Vec<Message>, HashMap<MessageWho, Messag
     // incomplete record, not stop the gateway from starting.
     for (n, line) in BufReader::new(f).split(b'\n').enumerate() {
         let line = line.map_err(|e| format!("--spool {}: {e}", path.display()))?;
+        if line.is_empty() {
+            continue; // after a failed write (`Journal::torn`)
+        }
         let Ok(v) = serde_json::from_slice::<Value>(&line) else {
             // A record cut short by the kill: the last line may be partial.
             tracing::warn!(path = %path.display(), line = n + 1, "skipping an incomplete journal record");
@@ -1514,6 +1532,59 @@ mod tests {
                 "grace session.leave",
             ]
         );
+    }
+
+    /// A write stopped short (a disk with room for part of a batch: write(2) takes what fits,
+    /// then ENOSPC) leaves part of a record at the journal's end; the rewrite from memory fails
+    /// too (no room for the whole journal), and the next batches, small, fit. They were
+    /// written right after the torn bytes, on the torn record's line, which the next start
+    /// skips whole: a kill before the rewrite succeeded lost records written whole after the
+    /// failure. Here the journal's descriptor is a non-blocking socket, whose write takes what
+    /// fits in its buffer and then fails (EAGAIN), and what the test reads from the other end
+    /// is what the file would hold.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[test]
+    fn records_written_after_a_write_stopped_short_survive_a_kill() {
+        use std::io::Read;
+        use std::os::unix::net::UnixStream;
+        let (d, spool, mut talk) = joined("torn-mid", "mia");
+        let mut journal = journal_text(&spool).into_bytes();
+        // No rewrite succeeds (the staging name is taken, as on a full disk).
+        std::fs::create_dir(staging(spool.path())).unwrap();
+        let (disk, mut file) = UnixStream::pair().unwrap();
+        disk.set_nonblocking(true).unwrap();
+        file.set_nonblocking(true).unwrap();
+        spool.swap_file(File::from(std::os::fd::OwnedFd::from(disk)));
+        let mut read_all = |journal: &mut Vec<u8>| {
+            let mut buf = [0; 64 << 10];
+            while let Ok(n) = file.read(&mut buf) {
+                journal.extend_from_slice(&buf[..n]);
+            }
+        };
+        // More than the socket's buffer takes: the write stops short.
+        spool.added(&talk.add("mia", &"Too long to fit. ".repeat(1 << 16)));
+        spool.flush();
+        assert_eq!(spool.write_errors(), 1);
+        read_all(&mut journal);
+        assert!(!journal.ends_with(b"\n"), "the write was not cut short");
+        // Room again for small writes.
+        spool.added(&talk.add("mia", "Written whole after the failed write."));
+        spool.flush();
+        read_all(&mut journal);
+        assert_eq!(spool.write_errors(), 1);
+        // Killed now; the next start reads what the file holds.
+        let killed = d.dir.join("killed.ndjson");
+        std::fs::write(&killed, &journal).unwrap();
+        let plan = resend_plan(read_pending(&killed).unwrap());
+        assert_eq!(
+            summary(&plan),
+            [
+                "mia session.join",
+                "mia context.add Written whole after the failed write.",
+                "mia session.leave",
+            ]
+        );
+        std::fs::remove_dir(staging(spool.path())).unwrap();
     }
 
     #[cfg(any(target_os = "linux", target_os = "android"))]
