@@ -532,7 +532,18 @@ impl Journal {
     /// that thread).
     fn compact(&mut self) -> std::io::Result<()> {
         let tmp = staging(&self.path);
-        let mut out = std::io::BufWriter::with_capacity(64 << 10, File::create(&tmp)?);
+        let rewritten = self.rewrite(&tmp);
+        if rewritten.is_err() {
+            // What was written of it holds a disk that is likely full: the journal's own
+            // appends may still fit in it.
+            let _ = std::fs::remove_file(&tmp);
+        }
+        rewritten
+    }
+
+    /// [`Journal::compact`] through `tmp`.
+    fn rewrite(&mut self, tmp: &Path) -> std::io::Result<()> {
+        let mut out = std::io::BufWriter::with_capacity(64 << 10, File::create(tmp)?);
         let mut size = 0;
         let joins = self.joins.values().map(|(_, r)| r);
         for r in joins.chain(self.live.values().map(|l| &l.record)) {
@@ -542,7 +553,7 @@ impl Journal {
         let file = out
             .into_inner()
             .map_err(std::io::IntoInnerError::into_error)?;
-        std::fs::rename(&tmp, &self.path)?;
+        std::fs::rename(tmp, &self.path)?;
         // The handle written through is the journal now; it goes on at its end. Closing the
         // old one frees the replaced file, tens of MB: done on a thread of its own, so as not
         // to hold up the records behind.
@@ -1754,6 +1765,87 @@ mod tests {
         );
     }
 
+    /// `name`, empty, on the small tmpfs `PVP_T140_SMALL_FS` names, for one test at a time
+    /// (the tests fill it).
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    fn small_fs(name: &str) -> (std::sync::MutexGuard<'static, ()>, PathBuf) {
+        static SMALL_FS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let guard = SMALL_FS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let fs = std::env::var_os("PVP_T140_SMALL_FS")
+            .expect("PVP_T140_SMALL_FS: an empty directory on a 64 KiB tmpfs");
+        let dir = PathBuf::from(fs).join(name);
+        let _ = std::fs::remove_dir_all(&dir);
+        (guard, dir)
+    }
+
+    /// Fills the disk under `dir` but for `pages` free pages, with `dir/filler`.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    fn fill_but(dir: &Path, pages: u64) -> PathBuf {
+        let filler = dir.join("filler");
+        let mut f = File::create(&filler).unwrap();
+        let page = [0u8; 4096];
+        while f.write_all(&page).is_ok() {}
+        let len = f.metadata().unwrap().len();
+        f.set_len(len.saturating_sub(pages * 4096) / 4096 * 4096)
+            .unwrap();
+        f.sync_all().unwrap();
+        filler
+    }
+
+    /// A compaction on a nearly full disk fails writing the new journal, and left it behind,
+    /// half written: it held the disk's last free pages until the next attempt (a second
+    /// later for a repair; the next threshold for a compaction), so the journal's own appends,
+    /// which would have fit, failed too and what they held was lost to a kill. A failed
+    /// rewrite removes what it wrote.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[test]
+    #[ignore = "needs a 64 KiB tmpfs named by PVP_T140_SMALL_FS; .ci/run mounts one and runs this"]
+    fn a_compaction_failed_on_a_full_disk_leaves_no_new_journal_behind() {
+        let (_fs, dir) = small_fs("compact");
+        let (spool, _) = Spool::open_with(&dir, 16 << 10, 1 << 20, Counter::default()).unwrap();
+        let mut talk = Talk::new();
+        deliver(&spool, &talk.join("nina"));
+        // About 6 KiB undelivered, which a compaction keeps: two pages.
+        for i in 0..25 {
+            spool.added(&talk.add("nina", &format!("Undelivered, kept, number {i:03}.")));
+        }
+        // Delivered traffic, the journal just short of the threshold.
+        let mut i = 0;
+        while std::fs::metadata(spool.path()).map_or(0, |m| m.len()) < 15 << 10 {
+            deliver(
+                &spool,
+                &talk.add("nina", &format!("Delivered, number {i:03}.")),
+            );
+            spool.flush();
+            i += 1;
+        }
+        // Two pages free: one for the journal to grow into, one for part of a new journal.
+        let filler = fill_but(&dir, 2);
+        while std::fs::metadata(spool.path()).unwrap().len() < 16 << 10 {
+            deliver(&spool, &talk.add("nina", "Delivered past the threshold."));
+            spool.flush();
+        }
+        let journal = std::fs::read_to_string(spool.path()).unwrap();
+        assert!(journal.contains("Delivered, number 000."), "compacted");
+        let left = std::fs::metadata(staging(spool.path())).map(|m| m.len());
+        // The journal goes on into the page the new journal had (5 KiB more).
+        for _ in 0..25 {
+            deliver(
+                &spool,
+                &talk.add("nina", "Delivered after the failed compaction."),
+            );
+            spool.flush();
+        }
+        let failed = spool.write_errors();
+        drop(spool);
+        std::fs::remove_file(&filler).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(left.is_err(), "a new journal left behind: {left:?} bytes");
+        assert_eq!(failed, 0, "the journal's writes failed");
+    }
+
     /// The same with a real full disk: `PVP_T140_SMALL_FS` names an empty directory on a
     /// small tmpfs (`mount -t tmpfs -o size=64k tmpfs DIR`, as root; `.ci/run` does so). The
     /// journal's write(2) stops short at a page boundary with ENOSPC, inside a character of
@@ -1763,10 +1855,7 @@ mod tests {
     #[test]
     #[ignore = "needs a 64 KiB tmpfs named by PVP_T140_SMALL_FS; .ci/run mounts one and runs this"]
     fn a_write_torn_by_a_full_disk_does_not_stop_the_next_start() {
-        let fs = std::env::var_os("PVP_T140_SMALL_FS")
-            .expect("PVP_T140_SMALL_FS: an empty directory on a 64 KiB tmpfs");
-        let dir = PathBuf::from(fs).join("spool");
-        let _ = std::fs::remove_dir_all(&dir);
+        let (_fs, dir) = small_fs("spool");
         let (spool, _) = Spool::open_with(&dir, 64 << 20, 1 << 20, Counter::default()).unwrap();
         let mut talk = Talk::new();
         let j = talk.join("lea");
