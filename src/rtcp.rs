@@ -90,7 +90,8 @@ fn report<'a>(
 }
 
 /// RFC 3550 6.6: `count` SSRCs, then optionally a reason: a length octet and that many
-/// octets, within the packet. The SSRCs are told before a damaged reason is found.
+/// octets, within the packet, then null octets. The SSRCs are told before a damaged reason is
+/// found; octets after the reason that are not null are an SSRC the count left out.
 fn bye<'a>(body: &'a [u8], count: usize, each: &mut dyn FnMut(RtcpEvent<'a>)) -> bool {
     if body.len() < count * 4 {
         return false;
@@ -101,12 +102,20 @@ fn bye<'a>(body: &'a [u8], count: usize, each: &mut dyn FnMut(RtcpEvent<'a>)) ->
         });
     }
     let reason = &body[count * 4..];
-    reason
-        .first()
-        .is_none_or(|&n| usize::from(n) < reason.len())
+    match reason.first() {
+        None => true,
+        Some(&n) => reason.get(1 + usize::from(n)..).is_some_and(nulls),
+    }
 }
 
-/// RFC 3550 6.5: chunks of an SSRC followed by items, ended by a zero byte and padded to 32 bits.
+/// Whether `rest` of a packet, past what its count covers, is null octets (RFC 3550 6.5,
+/// 6.6 pad with them): anything else is a chunk or SSRC the count did not cover.
+fn nulls(rest: &[u8]) -> bool {
+    rest.iter().all(|&b| b == 0)
+}
+
+/// RFC 3550 6.5: chunks of an SSRC followed by items, ended by a zero byte and padded to 32 bits;
+/// after `count` of them, null octets only ([`nulls`]).
 fn sdes<'a>(body: &'a [u8], count: usize, each: &mut dyn FnMut(RtcpEvent<'a>)) -> bool {
     let mut pos = 0;
     for _ in 0..count {
@@ -146,7 +155,7 @@ fn sdes<'a>(body: &'a [u8], count: usize, each: &mut dyn FnMut(RtcpEvent<'a>)) -
             pos = end;
         }
     }
-    true
+    body.get(pos..).is_none_or(nulls)
 }
 
 /// Builds an SDES packet with CNAME and optionally NAME for one source (tests and the sender).
@@ -316,6 +325,38 @@ mod tests {
             events(&[0x80, XR, 0, 1, 0, 0, 0, 9]).1,
             "XR with no report blocks"
         );
+    }
+
+    /// RFC 3550 6.5, 6.6: an SDES packet is its SC chunks, a BYE its SC SSRCs and reason,
+    /// each then null octets to its end. Octets beyond those that are not null are a count
+    /// that does not match the packet (a chunk or SSRC the count leaves out): what the count
+    /// covers is told, and the packet is malformed, not passed as valid with a source's name
+    /// or BYE silently dropped (review b).
+    #[test]
+    fn chunks_or_ssrcs_beyond_the_count_are_malformed() {
+        // SC = 1, two chunks: the first is told, the second is damage.
+        let mut d = Vec::new();
+        write_sdes(&mut d, 9, "c9", Some("Nine"));
+        let mut two = Vec::new();
+        write_sdes(&mut two, 10, "c10", Some("Ten"));
+        d.extend_from_slice(&two[4..]);
+        let words = (d.len() / 4 - 1) as u16;
+        d[2..4].copy_from_slice(&words.to_be_bytes());
+        let (ev, ok) = events(&d);
+        assert!(!ok, "a chunk the count leaves out");
+        assert_eq!(ev.len(), 2, "{ev:?}");
+        // SC = 1, two SSRCs, the second's first octet 0 (read as an empty reason).
+        let d = [0x81, BYE, 0, 2, 0, 0, 0, 9, 0, 0, 0x12, 0x34];
+        let (ev, ok) = events(&d);
+        assert!(!ok, "an SSRC the count leaves out");
+        assert_eq!(ev, vec![RtcpEvent::Bye { ssrc: 9 }]);
+        // Null octets after them are padding, as the RFC pads them.
+        let d = [0x81, BYE, 0, 3, 0, 0, 0, 9, 2, b'o', b'k', 0, 0, 0, 0, 0];
+        assert!(events(&d).1, "a reason and null octets");
+        let d = [0x81, SDES, 0, 3, 0, 0, 0, 9, 1, 1, b'c', 0, 0, 0, 0, 0];
+        assert!(events(&d).1, "a chunk and a null word");
+        let d = [0x80, SDES, 0, 1, 0, 0, 0, 0];
+        assert!(events(&d).1, "no chunks, a null word");
     }
 
     #[test]
