@@ -2,7 +2,7 @@
 //!
 //! pvp-implementation-guide STEP 4: flush on sentence boundaries, after a silence, and at a size
 //! threshold. A sentence ends at `.`, `!` or `?` followed by white space (so `3.14` and `e.g.x`
-//! do not split), or at an ideographic `。`, `！`, `？` followed by anything but another of them
+//! do not split), closing quotes or brackets between them (`"Stop." Then`), or at an ideographic `。`, `！`, `？` followed by anything but another of them
 //! or what extends its grapheme cluster (CJK text has no spaces; `？！` and `。。。` end one
 //! sentence, and a combining mark or U+FE0F typed after `。` is cut with it). A no-break space
 //! (U+00A0, U+2007, U+202F) joins its neighbours: it ends no sentence and is no word boundary.
@@ -298,7 +298,10 @@ impl Fed<'_> {
             self.ch.tail,
             self.ch.buf.as_bytes().last().copied().unwrap_or(0)
         );
-        if breaks && matches!(self.ch.tail, b'.' | b'!' | b'?') {
+        if breaks
+            && (matches!(self.ch.tail, b'.' | b'!' | b'?')
+                || (may_close(self.ch.tail) && ends_quoted_sentence(&self.ch.buf)))
+        {
             self.cut_all(FlushCause::Sentence);
             self.ch.unseen_ws = 1;
             self.ch.unseen_joins = joins;
@@ -480,6 +483,33 @@ fn is_ideographic_end(c: char) -> bool {
 #[inline]
 fn may_end_ideographic(tail: u8) -> bool {
     matches!(tail, 0x81 | 0x82 | 0x9f)
+}
+
+/// Closing quotes and brackets, which may follow a sentence's `.`, `!` or `?` (`"Stop."`,
+/// `(see above.)`, `“Really?”`) before the white space that ends it.
+fn is_closing(c: char) -> bool {
+    matches!(
+        c,
+        '"' | '\'' | ')' | ']' | '\u{bb}' | '\u{2019}' | '\u{201d}'
+    )
+}
+
+/// The last bytes of the closing characters ([`is_closing`]): `"`, `'`, `)`, `]`, and those
+/// of `»` (C2 BB), `’` (E2 80 99) and `”` (E2 80 9D). A buffer whose last byte is none of them
+/// is not read to find a quoted sentence end.
+#[inline]
+fn may_close(tail: u8) -> bool {
+    matches!(tail, b'"' | b'\'' | b')' | b']' | 0xbb | 0x99 | 0x9d)
+}
+
+/// Whether `buf` ends in `.`, `!` or `?` followed by closing quotes or brackets: a sentence
+/// end once white space follows, as a bare `.` is. Out of line: asked only when the buffer
+/// ends in such a byte and white space comes.
+#[cold]
+#[inline(never)]
+fn ends_quoted_sentence(buf: &str) -> bool {
+    let body = buf.trim_end_matches(is_closing);
+    body.len() < buf.len() && body.ends_with(['.', '!', '?'])
 }
 
 /// No-break spaces: white space that keeps its neighbours together (Unicode line breaking class
@@ -1152,7 +1182,7 @@ mod tests {
             seed ^= seed << 17;
             seed % n
         };
-        const BYTES: &[u8] = b"abcdefghij    .!?,XYZ0123";
+        const BYTES: &[u8] = b"abcdefghij    .!?,XYZ0123\")";
         for round in 0..400 {
             let max = [1, 2, 3, 7, 16, 64, 500][round % 7];
             let text: Vec<u8> = (0..next(120))
@@ -1290,6 +1320,43 @@ mod tests {
             "`。\\u{{301}}！` is one sentence end"
         );
         assert_eq!(ch.ch.pending(), "x");
+    }
+
+    /// A sentence end inside closing quotes or brackets (`"Stop." Then`, `(see above.)`,
+    /// `“Really?” she`) ends the sentence at the white space after them, as `Stop. Then`
+    /// does: the full stop is no longer the buffer's last character, and the sentence ran on
+    /// into the next until the idle flush or the size limit. A review found it never cut
+    /// (review c). A closing quote after no terminator (`"3.14" is`) still ends nothing.
+    #[test]
+    fn a_sentence_end_before_closing_quotes_ends_the_sentence() {
+        let mut ch = Pair::new(500);
+        let out = feed(
+            &mut ch,
+            "He said \"Stop.\" Then (see above.) She asked \u{201c}Really?\u{201d} Yes!') ok",
+        );
+        assert_eq!(
+            out,
+            [
+                ("He said \"Stop.\"".into(), FlushCause::Sentence),
+                ("Then (see above.)".into(), FlushCause::Sentence),
+                (
+                    "She asked \u{201c}Really?\u{201d}".into(),
+                    FlushCause::Sentence
+                ),
+                ("Yes!')".into(), FlushCause::Sentence),
+            ]
+        );
+        assert_eq!(ch.ch.pending(), "ok");
+        // The ASCII path cuts the same.
+        let mut ch = Pair::new(500);
+        ch.s().push_ascii(b"He said \"Stop.\"");
+        ch.s().push_ascii(b" Then");
+        let out: Vec<_> = ch.cuts.drain().map(|c| (c.text, c.cause)).collect();
+        assert_eq!(out, [("He said \"Stop.\"".into(), FlushCause::Sentence)]);
+        // No terminator inside the quotes: no sentence end.
+        let mut ch = Pair::new(500);
+        assert!(feed(&mut ch, "Pi is \"3.14\" and (x) 'y' \u{201d} z").is_empty());
+        assert!(feed(&mut ch, "\" \u{2019} ").is_empty());
     }
 
     /// A no-break space exists to keep its neighbours together (Unicode class GL):
