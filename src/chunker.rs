@@ -2,10 +2,12 @@
 //!
 //! pvp-implementation-guide STEP 4: flush on sentence boundaries, after a silence, and at a size
 //! threshold. A sentence ends at `.`, `!` or `?` followed by white space (so `3.14` and `e.g.x`
-//! do not split), closing quotes or brackets between them (`"Stop." Then`), or at an ideographic `。`, `！`, `？` followed by anything but another of them
-//! or what extends its grapheme cluster (CJK text has no spaces; `？！` and `。。。` end one
-//! sentence, and a combining mark or U+FE0F typed after `。` is cut with it). A no-break space
-//! (U+00A0, U+2007, U+202F) joins its neighbours: it ends no sentence and is no word boundary.
+//! do not split), closing quotes or brackets between them (`"Stop." Then`), or at an
+//! ideographic `。`, `！`, `？` followed by anything but another of them, a closing bracket or
+//! what extends its grapheme cluster (CJK text has no spaces; `？！` and `。。。` end one
+//! sentence, `「本当？」` is cut after its `」`, and a combining mark or U+FE0F typed after `。`
+//! is cut with it). A no-break space (U+00A0, U+2007, U+202F) joins its neighbours: it ends no
+//! sentence and is no word boundary.
 //! The size cut falls on the last word boundary and never inside a character. Idle and end
 //! flushes are driven from outside (the stream table owns the clock).
 
@@ -275,7 +277,14 @@ impl Chunker {
         if self.buf.ends_with(is_ideographic_end) {
             Some(0)
         } else if self.end_held {
-            held_past_end(&self.buf)
+            // Closing brackets after the end (`？」`) are held with it.
+            let body = self.buf.trim_end_matches(is_ideographic_close);
+            let closing = clamp(self.buf[body.len()..].chars().count());
+            if closing > 0 && body.ends_with(is_ideographic_end) {
+                Some(closing)
+            } else {
+                held_past_end(body).map(|n| n.saturating_add(closing))
+            }
         } else {
             None
         }
@@ -345,7 +354,8 @@ impl Fed<'_> {
             return;
         }
         let over = self.ch.chars - self.cuts.max_chars;
-        let joins = (is_ideographic_end(c) && self.ch.held_end().is_some())
+        let joins = ((is_ideographic_end(c) || is_ideographic_close(c))
+            && self.ch.held_end().is_some())
             || continues_cluster(&mut self.ch.buf, c);
         if over >= MAX_HELD || !joins {
             self.cut_all(FlushCause::Size);
@@ -364,8 +374,10 @@ impl Fed<'_> {
             self.ch.end_held = false;
             return;
         };
-        // No ASCII character extends a cluster (UAX #29: none is Extend, ZWJ or a SpacingMark).
-        if held < MAX_HELD && !next.is_ascii() && extends_end(next) {
+        // No ASCII character extends a cluster (UAX #29: none is Extend, ZWJ or a SpacingMark),
+        // nor closes a CJK sentence.
+        if held < MAX_HELD && !next.is_ascii() && (is_ideographic_close(next) || extends_end(next))
+        {
             self.ch.end_held = true;
             return;
         }
@@ -476,6 +488,28 @@ fn clamp(n: usize) -> u32 {
 /// Ends a sentence with no white space after it (CJK text has none).
 fn is_ideographic_end(c: char) -> bool {
     matches!(c, '。' | '！' | '？')
+}
+
+/// Closing brackets and quotes that follow an ideographic sentence end in CJK text (`「本当？」`,
+/// `“好。”`): part of the sentence they close, held with its end ([`Fed::cut_ideographic_end`]).
+fn is_ideographic_close(c: char) -> bool {
+    matches!(
+        c,
+        '」' | '』'
+            | '）'
+            | '］'
+            | '｝'
+            | '】'
+            | '〕'
+            | '〗'
+            | '〙'
+            | '〛'
+            | '〉'
+            | '》'
+            | '｣'
+            | '\u{2019}'
+            | '\u{201d}'
+    )
 }
 
 /// The last bytes of `。` (E3 80 82), `！` (EF BC 81) and `？` (EF BC 9F): a buffer whose last
@@ -1357,6 +1391,46 @@ mod tests {
         let mut ch = Pair::new(500);
         assert!(feed(&mut ch, "Pi is \"3.14\" and (x) 'y' \u{201d} z").is_empty());
         assert!(feed(&mut ch, "\" \u{2019} ").is_empty());
+    }
+
+    /// A closing bracket or quote after an ideographic sentence end (`「本当？」と`, `“好。”他`)
+    /// belongs to the sentence it closes: the end is held through it and cut before the next
+    /// character, a character at a time, at the size limit, or before an ASCII run. A review
+    /// found the end cut before the bracket, so the next chunk began with `」` (review c).
+    #[test]
+    fn a_closing_bracket_after_an_ideographic_end_goes_with_the_sentence() {
+        let mut ch = Pair::new(500);
+        let out = feed(
+            &mut ch,
+            "「本当？」と彼は言った。『はい。』』\u{201c}好。\u{201d}他",
+        );
+        assert_eq!(
+            out,
+            [
+                ("「本当？」".into(), FlushCause::Sentence),
+                ("と彼は言った。".into(), FlushCause::Sentence),
+                ("『はい。』』".into(), FlushCause::Sentence),
+                ("\u{201c}好。\u{201d}".into(), FlushCause::Sentence),
+            ]
+        );
+        assert_eq!(ch.ch.pending(), "他");
+        // Before an ASCII run.
+        let mut ch = Pair::new(500);
+        feed(&mut ch, "「はい。」");
+        ch.s().push_ascii(b"OK");
+        let out: Vec<_> = ch.cuts.drain().map(|c| c.text).collect();
+        assert_eq!(out, ["「はい。」"]);
+        assert_eq!(ch.ch.pending(), "OK");
+        // At the size limit the bracket is held past it, as `？！` is.
+        let mut ch = Pair::new(4);
+        assert_eq!(
+            feed(&mut ch, "「はい。」x"),
+            [("「はい。」".into(), FlushCause::Sentence)]
+        );
+        assert_eq!(ch.ch.pending(), "x");
+        // A bracket after no end is text as any other.
+        let mut ch = Pair::new(500);
+        assert!(feed(&mut ch, "「はい」と").is_empty());
     }
 
     /// A no-break space exists to keep its neighbours together (Unicode class GL):
