@@ -661,7 +661,7 @@ impl<'a> Voices<'a> {
 #[inline(always)]
 fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Piece<'_>) {
     if let Piece::Restart = piece {
-        return mixer_restarted(v.speakers);
+        return restarted(v.speakers, &mut emit.said.decode);
     }
     let mut piece = piece;
     let voice = match piece {
@@ -825,15 +825,18 @@ fn clock_stepped_ahead(sp: &mut Speaker, ts: u32, at: Time) -> bool {
         && (m.lead).is_some_and(|l| ts_after(this, l.most().wrapping_add(CLOCK_RESTART_MS)))
 }
 
-/// The mixer restarted its sequence ([`Piece::Restart`]): each speaker's next packet is on
-/// the new session's clock.
+/// The sender restarted its sequence ([`Piece::Restart`]): a mixer's speakers' next packets
+/// are on the new session's clock, and no speaker's decoder reads the new session's text as
+/// the rest of a control function the old one left unfinished (its end lost: an OSC string
+/// swallowed up to 256 characters of the new session).
 #[cold]
 #[inline(never)]
-fn mixer_restarted(speakers: &mut crate::stream::Speakers) {
+fn restarted(speakers: &mut crate::stream::Speakers, counts: &mut crate::t140::DecodeStats) {
     for sp in speakers.iter_mut() {
         if let Some(m) = sp.profile.mixer.as_deref_mut() {
             m.restarted = true;
         }
+        sp.decoder.end_control(counts);
     }
 }
 

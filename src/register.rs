@@ -47,7 +47,8 @@ pub enum Piece<'a> {
     /// The sender restarted its sequence (RFC 3550 A.1, confirmed), before the restart's
     /// packets placed by timestamp: they are on a new clock (RFC 3550 5.1: a new session's
     /// first timestamp is random), which a speaker's redundancy is not judged against as a
-    /// clock that stepped.
+    /// clock that stepped. Also before a restart that starts a session (RFC 4103 5.2): an
+    /// escape sequence or control string the old session left unfinished ends there.
     Restart,
 }
 
@@ -607,7 +608,10 @@ impl Register {
             .unwrap_or(lo);
         self.drop_strays(strays);
         run.sort_unstable_by_key(|h| h.seq.wrapping_sub(from));
-        if let Some(h) = run.first().filter(|h| h.by_ts) {
+        // Placed by timestamp, the restart's packets are on a new clock; starting a session
+        // (marked, or a BOM: RFC 4103 5.2), they are no continuation of the old session's text.
+        let told = |h: &&Held| h.by_ts || h.marker || self.starts_session(&h.arrival());
+        if let Some(h) = run.first().filter(told) {
             out(h.tag, Piece::Restart);
         }
         let mut run = run.into_iter();
@@ -1134,7 +1138,8 @@ mod tests {
             move |_, p| match p {
                 Piece::Text(t) => text.push_str(std::str::from_utf8(t).unwrap()),
                 Piece::Lost => text.push('~'),
-                Piece::Packet { .. } | Piece::Restart => unreachable!(),
+                Piece::Restart => {}
+                Piece::Packet { .. } => unreachable!(),
             }
         }
 

@@ -228,8 +228,9 @@ impl Decoder {
     }
 
     /// Ends an unfinished control function: an escape sequence or control string cut short (by
-    /// a loss or the stream's end) is skipped all the same, and counted as one.
-    fn end_control(&mut self, counts: &mut DecodeStats) {
+    /// a loss, the stream's end or a sender's restart) is skipped all the same, and counted as
+    /// one.
+    pub fn end_control(&mut self, counts: &mut DecodeStats) {
         if self.in_control() {
             count(&mut counts.sequences_skipped);
         }
