@@ -536,14 +536,15 @@ fn may_close(tail: u8) -> bool {
     matches!(tail, b'"' | b'\'' | b')' | b']' | 0xbb | 0x99 | 0x9d)
 }
 
-/// Whether `buf` ends in `.`, `!` or `?` followed by closing quotes or brackets: a sentence
+/// Whether `buf` ends in `.`, `!` or `?` followed by closing quotes or brackets, and the
+/// no-break spaces French typography puts inside guillemets (`« Bonjour.\u{a0}»`): a sentence
 /// end once white space follows, as a bare `.` is. Out of line: asked only when the buffer
 /// ends in such a byte and white space comes.
 #[cold]
 #[inline(never)]
 fn ends_quoted_sentence(buf: &str) -> bool {
-    let body = buf.trim_end_matches(is_closing);
-    body.len() < buf.len() && body.ends_with(['.', '!', '?'])
+    let body = buf.trim_end_matches(|c| is_closing(c) || is_no_break(c));
+    buf.ends_with(is_closing) && body.ends_with(['.', '!', '?'])
 }
 
 /// No-break spaces: white space that keeps its neighbours together (Unicode line breaking class
@@ -1381,6 +1382,11 @@ mod tests {
             ]
         );
         assert_eq!(ch.ch.pending(), "ok");
+        // French guillemets, a no-break space inside them.
+        let mut ch = Pair::new(500);
+        let out = feed(&mut ch, "Il dit \u{ab}\u{a0}Bonjour.\u{a0}\u{bb} Puis");
+        let want = "Il dit \u{ab}\u{a0}Bonjour.\u{a0}\u{bb}";
+        assert_eq!(out, [(want.into(), FlushCause::Sentence)]);
         // The ASCII path cuts the same.
         let mut ch = Pair::new(500);
         ch.s().push_ascii(b"He said \"Stop.\"");
