@@ -15,7 +15,9 @@
 //!   harness copying and patching each packet from its template).
 //!
 //! * `adversarial/*`: RED packets made only of empty redundant-block headers, MTU-sized and
-//!   65,507 bytes, to show whether per-packet cost stays linear in the datagram size.
+//!   65,507 bytes, to show whether per-packet cost stays linear in the datagram size; and RTCP
+//!   SDES compounds naming ~170 and ~8,000 sources (1,400 bytes, 64 KiB), whose cost stays
+//!   bounded (a compound acts on at most 256 sources).
 //!
 //! Each iteration is one packet (`Throughput::Elements(1)`): criterion's "thrpt" is packets/s
 //! and "time" is ns/packet. The `_shuffled_batch32_warm` and `_core` benchmarks are the
@@ -220,6 +222,34 @@ fn bench_adversarial(c: &mut Criterion) {
         let name = format!("red_{headers}_empty_generations_{size}B");
         g.bench_function(&name, |b| b.iter(|| send(&mut gw)));
         assert_eq!(gw.stats().drops_total(), 0, "{name}");
+    }
+    // RTCP: SDES chunks of distinct sources (a NAME each), 1,400 bytes (about 170 sources)
+    // and the largest datagram (about 8,000: the compound acts on the first 256, counted as
+    // `rtcp_too_many_sources`). Each compound's cost should stay bounded, not quadratic.
+    for size in [1_400usize, 65_000] {
+        let mut pkt = Vec::new();
+        let mut ssrc = 1_000u32;
+        while pkt.len() + 4 + 31 * 8 <= size {
+            let start = pkt.len();
+            pkt.extend_from_slice(&[0x80 | 31, 202, 0, 0]);
+            for _ in 0..31 {
+                pkt.extend_from_slice(&ssrc.to_be_bytes());
+                pkt.extend_from_slice(&[2, 1, b'x', 0]);
+                ssrc += 1;
+            }
+            let words = ((pkt.len() - start) / 4 - 1) as u16;
+            pkt[start + 2..start + 4].copy_from_slice(&words.to_be_bytes());
+        }
+        let mut gw = Gateway::new(Config::default());
+        let source: SocketAddr = "192.0.2.67:5005".parse().unwrap();
+        let mut now = START;
+        let name = format!("rtcp_sdes_{}_sources_{}B", ssrc - 1_000, pkt.len());
+        g.bench_function(&name, |b| {
+            b.iter(|| {
+                now = Time(now.0 + PACKET_INTERVAL_US);
+                gw.handle_datagram(now, source, &pkt);
+            })
+        });
     }
     g.finish();
 }

@@ -140,6 +140,9 @@ pub enum DropReason {
     /// A datagram of the RTCP port that a receive worker's feed lost: the worker fell more than
     /// the feed's bound behind the port's reader.
     RtcpFeedLagged,
+    /// An RTCP compound that names, or says BYE for, more than [`MAX_RTCP_SOURCES`] sources:
+    /// the first of them are acted on, the rest not.
+    RtcpTooManySources,
 }
 
 impl From<Refusal> for DropReason {
@@ -152,7 +155,7 @@ impl From<Refusal> for DropReason {
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 18] = [
+    pub const ALL: [DropReason; 19] = [
         DropReason::Rtp(RtpError::TooShort),
         DropReason::Rtp(RtpError::BadVersion),
         DropReason::Rtp(RtpError::CsrcOverrun),
@@ -171,6 +174,7 @@ impl DropReason {
         DropReason::NotAllowed,
         DropReason::RateLimited,
         DropReason::RtcpFeedLagged,
+        DropReason::RtcpTooManySources,
     ];
 
     fn index(self) -> usize {
@@ -191,6 +195,7 @@ impl DropReason {
             DropReason::NotAllowed => "not_allowed",
             DropReason::RateLimited => "rate_limited",
             DropReason::RtcpFeedLagged => "rtcp_feed_lagged",
+            DropReason::RtcpTooManySources => "rtcp_too_many_sources",
         }
     }
 }
@@ -1311,6 +1316,13 @@ impl Delays {
 }
 
 const MAX_EARLY_NAMES: usize = 256;
+
+/// Sources one RTCP compound may name, and sources other than streams' own it may say BYE for
+/// (a mixer's, RFC 3550 6.5, 6.6): no sender needs more (a stream has at most
+/// [`crate::stream::MAX_SPEAKERS`] speakers, and at most [`MAX_EARLY_NAMES`] names wait for streams), and
+/// each costs a look through those; a 64 KiB datagram of 8,000-16,000 of them kept a worker
+/// 20-36 ms (review, session 38). The first of them are acted on, the rest counted.
+pub const MAX_RTCP_SOURCES: usize = MAX_EARLY_NAMES;
 /// An SDES name of a source not seen on RTP ([`Gateway::early_names`]): its host, SSRC (or
 /// CSRC), name and rank, and, for a mixer's source whose name its stream's eviction kept, the
 /// mixer's stream, whose BYE forgets it ([`Gateway::forget_evicted`], [`Gateway::stream_bye`]).
@@ -2403,6 +2415,7 @@ impl Gateway {
         // so an SDES carrying both announces once. An item that leaves no name (all controls)
         // is passed over, so the CNAME still names (README "RTCP"; review, session 36). Then BYEs.
         let mut best: Vec<(u32, &str, u8)> = Vec::new();
+        let mut too_many = false;
         for e in &events {
             let (ssrc, name, rank) = match *e {
                 RtcpEvent::Name { ssrc, name } => (ssrc, name, 2),
@@ -2412,9 +2425,16 @@ impl Gateway {
             if sdes_name(name).is_none() {
                 continue;
             }
+            let full = best.len() == MAX_RTCP_SOURCES;
             match best.iter_mut().find(|b| b.0 == ssrc) {
                 Some(b) if b.2 < rank => *b = (ssrc, name, rank),
                 Some(_) => {}
+                None if full => {
+                    // No look through the full list for every later item: a better item for
+                    // a source already listed that comes after this is passed over too.
+                    too_many = true;
+                    break;
+                }
                 None => best.push((ssrc, name, rank)),
             }
         }
@@ -2472,6 +2492,7 @@ impl Gateway {
             });
             match own {
                 Some(slot) => self.stream_bye(now, slot),
+                None if sources.len() == MAX_RTCP_SOURCES => too_many = true,
                 None => sources.push(ssrc),
             }
         }
@@ -2492,10 +2513,12 @@ impl Gateway {
             // stream's first packet).
             self.keep_for_other_workers(source, data, true);
         }
-        if ok {
-            Ok(())
-        } else {
+        if !ok {
             Err(DropReason::RtcpMalformed)
+        } else if too_many {
+            Err(DropReason::RtcpTooManySources)
+        } else {
+            Ok(())
         }
     }
 
