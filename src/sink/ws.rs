@@ -368,6 +368,9 @@ async fn connection(
     // RATE_LIMITED, so that it is made again once the pause is over.
     let mut rejoined: Option<ulid::Ulid> = None;
     let mut rejoin_again = false;
+    // The rejoin to be made is for PARTICIPANT_NOT_FOUND: the server lost the gates the
+    // participant asked for with it, and they are asked again after it.
+    let mut forgotten = false;
     // The last `participant.announce` written since the last (re)join, so that one the server
     // refuses as RATE_LIMITED goes again after the pause; a later announce, or a rejoin (which
     // carries the name it announced), stands for it.
@@ -486,52 +489,28 @@ async fn connection(
             rejoined = Some(again_id);
             remember_own(&mut own, (again_id, Kind::SessionJoin));
             rejoin_again = false;
-            // The joins written on an earlier connection: the rejoin stands for them, and a
-            // refusal of one (replayed, pvp-spec 19.1) does not send it again.
-            recent.retain(|(_, k)| *k != Kind::SessionJoin);
-            // A join or an announce refused as RATE_LIMITED and waiting in the outbox to go
-            // again: the rejoin (under the name last announced) stands for it (settled, as one
-            // whose write failed). An announce not yet written (released by a gate) still goes.
-            let stale = announced.take().map(|a| a.id());
-            let mut i = 0;
-            while i < outbox.len() {
-                let (kind, id) = (outbox[i].1.kind(), outbox[i].1.id());
-                if kind == Kind::SessionJoin
-                    || (kind == Kind::ParticipantAnnounce && Some(id) == stale)
-                {
-                    outbox.remove(i);
-                    if i < retry.ahead {
-                        retry.ahead -= 1;
-                    }
-                    counts.settled(1);
-                } else {
-                    i += 1;
-                }
-            }
+            forgotten = false;
+            stand_for(
+                &mut recent,
+                &mut announced,
+                &mut outbox,
+                &mut retry,
+                &counts,
+            );
             // Chunks held for approval are asked about again: a decision for a request the
             // old connection carried may never come now (a restarted server has no gate).
-            // One whose request was never written is still `pending`, and goes out from there.
-            // Gates that expired while disconnected are settled first, not asked about.
-            if let Some(g) = gates.as_mut() {
-                settle(g, &mut outbox, &cfg, &participant, &counts);
-            }
-            // So is one refused as RATE_LIMITED, waiting in the outbox to be asked again.
-            let unsent: Vec<ulid::Ulid> = pending
-                .iter()
-                .chain(outbox.iter())
-                .filter(|(_, e)| e.kind() == Kind::GateRequest)
-                .map(|(_, e)| e.id())
-                .collect();
-            let again: Vec<String> = gates
-                .iter()
-                .flat_map(super::gate::Gates::undecided)
-                .filter(|r| !unsent.contains(&r.id()))
-                .map(|r| r.json().to_owned())
-                .collect();
-            for request in again {
-                if !send_frame(&mut ws, Message::text(request), &cfg, &participant).await {
-                    continue 'reconnect;
-                }
+            if !ask_again(
+                &mut ws,
+                &mut gates,
+                &pending,
+                &mut outbox,
+                &cfg,
+                &participant,
+                &counts,
+            )
+            .await
+            {
+                continue 'reconnect;
             }
         }
         let mut heartbeat = heartbeat_ticks(cfg.heartbeat);
@@ -549,6 +528,29 @@ async fn connection(
                     };
                     rejoined = Some(again_id);
                     remember_own(&mut own, (again_id, Kind::SessionJoin));
+                    stand_for(
+                        &mut recent,
+                        &mut announced,
+                        &mut outbox,
+                        &mut retry,
+                        &counts,
+                    );
+                    // A server that forgot the participant (a restart behind a proxy that
+                    // kept the connection) has no gate for it either.
+                    if std::mem::take(&mut forgotten)
+                        && !ask_again(
+                            &mut ws,
+                            &mut gates,
+                            &pending,
+                            &mut outbox,
+                            &cfg,
+                            &participant,
+                            &counts,
+                        )
+                        .await
+                    {
+                        continue 'reconnect;
+                    }
                 }
             }
             if pending.is_none() && !paused {
@@ -657,9 +659,12 @@ async fn connection(
                                         }
                                         // Not after its leave (there is no join then): the
                                         // participant has left.
-                                        if rejoin && join.is_some() && !rejoin_again {
-                                            m.rejoined_not_found.inc();
-                                            rejoin_again = true;
+                                        if rejoin && join.is_some() {
+                                            if !rejoin_again {
+                                                m.rejoined_not_found.inc();
+                                                rejoin_again = true;
+                                            }
+                                            forgotten = true;
                                         }
                                         if related.is_some() && related == rejoined {
                                             // The rejoin after a reconnect (not from the
@@ -929,6 +934,75 @@ fn remember_own(own: &mut VecDeque<(ulid::Ulid, Kind)>, told: (ulid::Ulid, Kind)
         own.pop_front();
     }
     own.push_back(told);
+}
+
+/// A rejoin was written: the joins written before it stand for nothing more, and a refusal of
+/// one (replayed, pvp-spec 19.1) does not send it again. A join or an announce refused and
+/// waiting in the outbox to go again: the rejoin (under the name last announced) stands for it
+/// (settled, as one whose write failed). An announce not yet written (released by a gate)
+/// still goes.
+fn stand_for(
+    recent: &mut VecDeque<(ulid::Ulid, Kind)>,
+    announced: &mut Option<Envelope>,
+    outbox: &mut VecDeque<(std::time::Instant, Envelope)>,
+    retry: &mut Retry,
+    counts: &Counts,
+) {
+    recent.retain(|(_, k)| *k != Kind::SessionJoin);
+    let stale = announced.take().map(|a| a.id());
+    let mut i = 0;
+    while i < outbox.len() {
+        let (kind, id) = (outbox[i].1.kind(), outbox[i].1.id());
+        if kind == Kind::SessionJoin || (kind == Kind::ParticipantAnnounce && Some(id) == stale) {
+            outbox.remove(i);
+            if i < retry.ahead {
+                retry.ahead -= 1;
+            }
+            counts.settled(1);
+        } else {
+            i += 1;
+        }
+    }
+}
+
+/// The requests of the chunks held for approval written again after a rejoin, to a server
+/// that may have no gate for them. One whose request was never written is still `pending`,
+/// and goes out from there; so does one refused and waiting in the outbox to be asked again.
+/// Gates that expired meanwhile are settled first, not asked about. False: a write failed
+/// (reconnect).
+async fn ask_again<S>(
+    ws: &mut S,
+    gates: &mut Option<super::gate::Gates>,
+    pending: &Option<(std::time::Instant, Envelope)>,
+    outbox: &mut VecDeque<(std::time::Instant, Envelope)>,
+    cfg: &WsConfig,
+    participant: &str,
+    counts: &Counts,
+) -> bool
+where
+    S: futures_util::Sink<Message> + Unpin,
+{
+    if let Some(g) = gates.as_mut() {
+        settle(g, outbox, cfg, participant, counts);
+    }
+    let unsent: Vec<ulid::Ulid> = pending
+        .iter()
+        .chain(outbox.iter())
+        .filter(|(_, e)| e.kind() == Kind::GateRequest)
+        .map(|(_, e)| e.id())
+        .collect();
+    let again: Vec<String> = gates
+        .iter()
+        .flat_map(super::gate::Gates::undecided)
+        .filter(|r| !unsent.contains(&r.id()))
+        .map(|r| r.json().to_owned())
+        .collect();
+    for request in again {
+        if !send_frame(ws, Message::text(request), cfg, participant).await {
+            return false;
+        }
+    }
+    true
 }
 
 /// The server refused the written envelope `id` as RATE_LIMITED, or as PARTICIPANT_NOT_FOUND
