@@ -582,15 +582,21 @@ impl Speaker {
         }
         out.unplaced = left;
         out.recovered += fresh.min(gap) as u64;
+        // Each block is judged against what was delivered before this packet, as `fresh`
+        // counted them: two generations may carry one timestamp (RFC 3550 5.1: packets made at
+        // once share it), and the second is as new as the first.
+        let before = self.last_ts;
         for b in p.redundant_blocks().filter(|b| timed(b)) {
             let orig = ts.wrapping_sub(u32::from(b.ts_offset));
-            if !newer(orig, self.last_ts) {
+            if !newer(orig, before) {
                 continue;
             }
             if !b.data.is_empty() {
                 text |= self.decoder.feed_said(b.data, sink, &mut out.decode);
             }
-            self.last_ts = Some(orig);
+            if newer(orig, self.last_ts) {
+                self.last_ts = Some(orig);
+            }
         }
         text
     }
