@@ -636,7 +636,7 @@ async fn connection(
                                         // history on a reconnect, pvp-spec 19.1): acted on
                                         // once. A chunk it sent again and held once more would
                                         // go a third time, the server taking it twice.
-                                        tracing::debug!(%participant, "RATE_LIMITED read again; already acted on");
+                                        tracing::debug!(%participant, "RATE_LIMITED or PARTICIPANT_NOT_FOUND read again; already acted on");
                                     }
                                     Reaction::Backoff { related, error, rejoin } => {
                                         if refusals.len() == RECENT {
