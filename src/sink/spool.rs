@@ -592,12 +592,22 @@ fn lock(dir: &Path) -> Result<Option<File>, String> {
             "--spool {}: in use by another running gateway (its journal.lock is locked)",
             dir.display()
         )),
-        Err(std::fs::TryLockError::Error(e)) if e.kind() == std::io::ErrorKind::Unsupported => {
+        Err(std::fs::TryLockError::Error(e)) if without_locks(&e) => {
             tracing::warn!(path = %path.display(), "--spool: this filesystem has no file locks; make sure no other gateway uses the directory");
             Ok(None)
         }
         Err(std::fs::TryLockError::Error(e)) => Err(err(e)),
     }
+}
+
+/// Whether a lock's error says the filesystem keeps no locks ([`lock`]): EOPNOTSUPP or ENOSYS,
+/// or on Linux ENOLCK, what flock(2) gives on NFS with no lock daemon to ask.
+fn without_locks(e: &std::io::Error) -> bool {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    if e.raw_os_error() == Some(nix::errno::Errno::ENOLCK as i32) {
+        return true;
+    }
+    e.kind() == std::io::ErrorKind::Unsupported
 }
 
 /// Where a new journal is written before it replaces `path`, whole.
@@ -1329,6 +1339,21 @@ mod tests {
                 "olga session.leave",
             ]
         );
+    }
+
+    /// A filesystem without locks is used unlocked, with a warning, as `lock` says: on Linux
+    /// that is mostly NFS with no lock daemon, where flock(2) fails with ENOLCK ("No locks
+    /// available"), which is no `Unsupported`: a gateway that ran on such a share stopped at
+    /// start once the lock came.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[test]
+    fn a_filesystem_without_locks_is_used_unlocked() {
+        let enolck = std::io::Error::from_raw_os_error(nix::errno::Errno::ENOLCK as i32);
+        assert!(without_locks(&enolck), "{enolck}");
+        let unsupported = std::io::Error::from_raw_os_error(nix::errno::Errno::EOPNOTSUPP as i32);
+        assert!(without_locks(&unsupported), "{unsupported}");
+        let denied = std::io::Error::from_raw_os_error(nix::errno::Errno::EACCES as i32);
+        assert!(!without_locks(&denied), "{denied}");
     }
 
     #[test]
