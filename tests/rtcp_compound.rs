@@ -47,7 +47,11 @@ fn a_compound_of_thousands_of_sources_acts_on_the_first_and_counts_the_rest() {
     gw.handle_datagram(at(10), addr(4001), &sdes);
     assert_eq!(gw.stats().drops(DropReason::RtcpTooManySources), 1);
     // 256 sources, the most one compound may name: nothing counted.
-    gw.handle_datagram(at(20), addr(4001), &sources(202, 1000, &[1, 1, b'x', 0], 256));
+    gw.handle_datagram(
+        at(20),
+        addr(4001),
+        &sources(202, 1000, &[1, 1, b'x', 0], 256),
+    );
     assert_eq!(gw.stats().drops(DropReason::RtcpTooManySources), 1);
     assert_eq!(gw.stats().drops(DropReason::RtcpMalformed), 0);
     // A BYE for 16,000 sources that are no stream's, and the stream's own last.
