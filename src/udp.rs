@@ -886,10 +886,12 @@ pub async fn send_text_until(
                 let text = text.replace("\r\n", "\n").replace('\n', "\u{2028}");
                 sender.push_text(clock.now(), &text);
                 if eof && sender.backlog() > 0 {
-                    // `cps` may take minutes over what is left: say so, and how to stop.
+                    // `cps` may take minutes over what is left: say so. Not how to stop: the
+                    // input may have ended by `pvp-t140 send`'s first signal, after which one
+                    // more gives it up, not two; a first signal after the end of input says so.
                     tracing::info!(
                         unsent = sender.backlog(),
-                        "input ended; sending the rest at the --cps pace, then the BYE (interrupt twice to give it up)"
+                        "input ended; sending the rest at the --cps pace, then the BYE"
                     );
                 }
             }
