@@ -1310,12 +1310,18 @@ impl UntilInterrupt {
                     *stops += u32::from(!hangup);
                 });
                 // The input had already ended: nothing reads it to say so, and a user whose
-                // first Ctrl-C did nothing visible would not know a second one is heard.
-                if input_ended.load(std::sync::atomic::Ordering::Relaxed)
-                    && *count.borrow() == (1, u32::from(!hangup))
-                {
+                // first Ctrl-C did nothing visible would not know a second one is heard. A
+                // hangup never counts toward that: after one, the first Ctrl-C or SIGTERM is
+                // still the one that asks for another.
+                let (any, stops) = *count.borrow();
+                let ended = input_ended.load(std::sync::atomic::Ordering::Relaxed);
+                if ended && !hangup && stops == 1 {
                     tracing::info!(
                         "interrupted after the input ended: still sending what was read, then the BYE; interrupt again to give up the unsent text"
+                    );
+                } else if ended && any == 1 {
+                    tracing::info!(
+                        "hung up after the input ended: still sending what was read, then the BYE"
                     );
                 }
             }
