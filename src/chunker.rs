@@ -342,11 +342,11 @@ impl Fed<'_> {
     /// ([`Fed::cut_size`]): made now, before `c`, unless `c` continues the buffer's last
     /// grapheme cluster (UAX #29: a combining mark, a ZWJ sequence, a flag's second half) or
     /// its ideographic sentence end (`？！`, and `。\u{301}！`: README, chunking, a mark that
-    /// extends an end goes with it), and the hold has not run [`MAX_HELD`] characters
-    /// past the limit. White space that breaks is left to the usual path, which cuts there:
-    /// after `.`, `!` or `?` as a sentence end, else as the size cut at that space. A no-break
-    /// space is no place to cut, and starts a cluster (which a combining mark may continue):
-    /// the cut is made before it.
+    /// extends an end goes with it) or closes a sentence (the `"` of `"Stop."`), and the hold
+    /// has not run [`MAX_HELD`] characters past the limit. White space that breaks is left to
+    /// the usual path, which cuts there: after `.`, `!` or `?` as a sentence end, else as the
+    /// size cut at that space. A no-break space is no place to cut, and starts a cluster (which
+    /// a combining mark may continue): the cut is made before it.
     #[cold]
     #[inline(never)]
     fn end_held_cut(&mut self, c: char) {
@@ -356,6 +356,7 @@ impl Fed<'_> {
         let over = self.ch.chars - self.cuts.max_chars;
         let joins = ((is_ideographic_end(c) || is_ideographic_close(c))
             && self.ch.held_end().is_some())
+            || (is_closing(c) && in_sentence_end(&self.ch.buf))
             || continues_cluster(&mut self.ch.buf, c);
         if over >= MAX_HELD || !joins {
             self.cut_all(FlushCause::Size);
@@ -543,8 +544,14 @@ fn may_close(tail: u8) -> bool {
 #[cold]
 #[inline(never)]
 fn ends_quoted_sentence(buf: &str) -> bool {
-    let body = buf.trim_end_matches(|c| is_closing(c) || is_no_break(c));
-    buf.ends_with(is_closing) && body.ends_with(['.', '!', '?'])
+    buf.ends_with(is_closing) && in_sentence_end(buf)
+}
+
+/// Whether `buf` ends in `.`, `!` or `?`, closing quotes or brackets and no-break spaces
+/// after it or not: a closing character next is held with it past the size limit
+/// ([`Fed::end_held_cut`]), as `？」` is, so no chunk starts with the `"` of `"Stop."`.
+fn in_sentence_end(buf: &str) -> bool {
+    (buf.trim_end_matches(|c| is_closing(c) || is_no_break(c))).ends_with(['.', '!', '?'])
 }
 
 /// No-break spaces: white space that keeps its neighbours together (Unicode line breaking class
@@ -614,8 +621,14 @@ impl TextSink for Fed<'_> {
             if self.ch.chars >= self.cuts.max_chars {
                 // Mid-run the next character is ASCII after ASCII: a cluster boundary, so
                 // the cut is made now unless the next is the space, which cuts as it would
-                // (a sentence end after `.`); at the run's end, the next may join the cluster.
-                self.cut_size(rest.first().is_none_or(|&n| n == b' '));
+                // (a sentence end after `.`), or closes a sentence (`"Stop."`), held as far as
+                // a held cut is; at the run's end, the next may join the cluster.
+                self.cut_size(rest.first().is_none_or(|&n| {
+                    n == b' '
+                        || (may_close(n)
+                            && self.ch.chars - self.cuts.max_chars < MAX_HELD
+                            && in_sentence_end(&self.ch.buf))
+                }));
             }
         }
     }
@@ -1397,6 +1410,52 @@ mod tests {
         let mut ch = Pair::new(500);
         assert!(feed(&mut ch, "Pi is \"3.14\" and (x) 'y' \u{201d} z").is_empty());
         assert!(feed(&mut ch, "\" \u{2019} ").is_empty());
+    }
+
+    /// At the size limit with no white space to cut at, the closing quotes or brackets after a
+    /// sentence end are held with it, as `？」` is, at most [`MAX_HELD`] characters: the cut
+    /// fell between `.` and `"`, and the next chunk was a lone `"` (review g). A character at a
+    /// time, and in an ASCII run, within it or across runs.
+    #[test]
+    fn a_closing_quote_at_the_size_limit_stays_with_its_sentence() {
+        let want = [
+            ("\"'Stop.'\"".into(), FlushCause::Sentence),
+            ("Then".into(), FlushCause::Idle),
+        ];
+        for parts in [
+            &["\"'Stop.'\" Then"][..],
+            &["\"'Stop.", "'\" Then"],
+            &["\"'Stop.'", "\"", " Then"],
+        ] {
+            for ascii in [false, true] {
+                let mut ch = Pair::new(7);
+                for p in parts {
+                    match ascii {
+                        true => ch.s().push_ascii(p.as_bytes()),
+                        false => p.chars().for_each(|c| ch.s().push_char(c)),
+                    }
+                }
+                let mut out: Vec<_> = ch.cuts.drain().map(|c| (c.text, c.cause)).collect();
+                out.extend(ch.ch.flush(FlushCause::Idle).map(|c| (c.text, c.cause)));
+                assert_eq!(out, want, "{parts:?} ascii {ascii}");
+            }
+        }
+        // Other text after the quote is cut from it; a run of quotes is held at most so far.
+        let mut ch = Pair::new(5);
+        ch.s().push_ascii(b"Stop.\"x");
+        let out: Vec<_> = ch.cuts.drain().map(|c| (c.text, c.cause)).collect();
+        assert_eq!(out, [("Stop.\"".into(), FlushCause::Size)]);
+        assert_eq!(ch.ch.pending(), "x");
+        for ascii in [false, true] {
+            let mut ch = Pair::new(5);
+            let text = format!("Stop.{}", "\"".repeat(100));
+            match ascii {
+                true => ch.s().push_ascii(text.as_bytes()),
+                false => text.chars().for_each(|c| ch.s().push_char(c)),
+            }
+            let first = ch.cuts.pop().map(|c| c.text.chars().count());
+            assert_eq!(first, Some(5 + MAX_HELD as usize), "ascii {ascii}");
+        }
     }
 
     /// A closing bracket or quote after an ideographic sentence end (`「本当？」と`, `“好。”他`)
