@@ -277,9 +277,16 @@ impl Chunker {
         if self.buf.ends_with(is_ideographic_end) {
             Some(0)
         } else if self.end_held {
-            // Closing brackets after the end (`？」`) are held with it.
-            let body = self.buf.trim_end_matches(is_ideographic_close);
-            let closing = clamp(self.buf[body.len()..].chars().count());
+            // Closing brackets after the end (`？」`), with what extends them, are held with it.
+            use unicode_segmentation::UnicodeSegmentation;
+            let mut body = self.buf.as_str();
+            let mut closing = 0u32;
+            while let Some((at, last)) = body.grapheme_indices(true).next_back()
+                && last.starts_with(is_ideographic_close)
+            {
+                closing = closing.saturating_add(clamp(last.chars().count()));
+                body = &body[..at];
+            }
             if closing > 0 && body.ends_with(is_ideographic_end) {
                 Some(closing)
             } else {
@@ -1496,6 +1503,19 @@ mod tests {
         // A bracket after no end is text as any other.
         let mut ch = Pair::new(500);
         assert!(feed(&mut ch, "「はい」と").is_empty());
+    }
+
+    /// A mark typed after the closing bracket of an ideographic sentence end (`？」\u{301}`)
+    /// extends the bracket's cluster: the end is held through it (`extends_end`), but
+    /// `held_end` then found no end in the last cluster, so the hold was dropped and the
+    /// sentence was never cut; it ran on until the idle flush or the size limit (review g).
+    /// Before the bracket was held, the cut fell before `」`.
+    #[test]
+    fn a_mark_after_a_closing_bracket_does_not_lose_the_sentence_end() {
+        let mut ch = Pair::new(500);
+        let out = feed(&mut ch, "「本当？」\u{301}と");
+        assert_eq!(out, [("「本当？」\u{301}".into(), FlushCause::Sentence)]);
+        assert_eq!(ch.ch.pending(), "と");
     }
 
     /// A no-break space exists to keep its neighbours together (Unicode class GL):
