@@ -1319,7 +1319,7 @@ const MAX_EARLY_NAMES: usize = 256;
 
 /// Sources one RTCP compound may name, and sources other than streams' own it may say BYE for
 /// (a mixer's, RFC 3550 6.5, 6.6): no sender needs more (a stream has at most
-/// [`crate::stream::MAX_SPEAKERS`] speakers, and at most [`MAX_EARLY_NAMES`] names wait for streams), and
+/// [`crate::stream::MAX_SPEAKERS`] speakers, and at most 256 names wait for streams), and
 /// each costs a look through those; a 64 KiB datagram of 8,000-16,000 of them kept a worker
 /// 20-36 ms (review, session 38). The first of them are acted on, the rest counted.
 pub const MAX_RTCP_SOURCES: usize = MAX_EARLY_NAMES;
