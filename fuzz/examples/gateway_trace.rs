@@ -17,7 +17,7 @@ fn main() {
     let mut now = start;
     let drain = |gw: &mut Gateway| {
         while let Some(e) = gw.poll_output() {
-            println!("  {}", e.to_json());
+            println!("  {}", e.json());
         }
     };
     for ev in &events {

@@ -130,10 +130,7 @@ impl Check {
         let s = gw.stats();
         assert_eq!(s.streams_live, gw.live_streams() as u64);
         assert!(s.streams_total >= s.streams_live);
-        assert_eq!(
-            s.speakers_joined, self.joins,
-            "joins vs speakers_joined"
-        );
+        assert_eq!(s.speakers_joined, self.joins, "joins vs speakers_joined");
         assert_eq!(s.envelopes, self.envelopes);
     }
 }

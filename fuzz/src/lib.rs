@@ -160,8 +160,46 @@ pub fn check_chunk_size(text: &str, max: usize) -> Result<(), String> {
         last_held_end = g.chars().any(ideographic_end);
         at += g.chars().count();
     }
+    // A closing quote or bracket the chunker holds with the sentence end before it (README
+    // "Chunking": `"Stop."`, `？」`), past closing ones and no-break spaces already held.
+    let closing = |c: char| {
+        matches!(
+            c,
+            '"' | '\''
+                | ')'
+                | ']'
+                | '\u{bb}'
+                | '\u{2019}'
+                | '\u{201d}'
+                | '」'
+                | '』'
+                | '）'
+                | '］'
+                | '｝'
+                | '】'
+                | '〕'
+                | '〗'
+                | '〙'
+                | '〛'
+                | '〉'
+                | '》'
+                | '｣'
+        )
+    };
+    let closes_an_end = |i: usize| {
+        let before: String = chars[..i].iter().collect();
+        let t = before.trim_end_matches(|c: char| {
+            closing(c) || matches!(c, '\u{a0}' | '\u{2007}' | '\u{202f}')
+        });
+        t.graphemes(true).next_back().is_some_and(|g| {
+            g.chars()
+                .any(|c| matches!(c, '.' | '!' | '?') || ideographic_end(c))
+        })
+    };
     for i in max.max(1)..chars.len() {
-        let joins = !starts[i] || (ideographic_end(chars[i]) && after_end[i]);
+        let joins = !starts[i]
+            || (ideographic_end(chars[i]) && after_end[i])
+            || (closing(chars[i]) && closes_an_end(i));
         if !joins {
             return Err(format!(
                 "{} chars > {max}, and char {i} ({:?}) starts a cluster past the limit",
@@ -183,6 +221,10 @@ mod tests {
         assert!(check_chunk_size("abc", 3).is_ok());
         assert!(check_chunk_size("e\u{301}", 1).is_ok());
         assert!(check_chunk_size("。。", 1).is_ok());
+        // Closing quotes held with the sentence end they close, and only those.
+        assert!(check_chunk_size(".'''", 1).is_ok());
+        assert!(check_chunk_size("？」", 1).is_ok());
+        assert!(check_chunk_size("a''", 1).is_err());
         assert!(check_chunk_size("本当？！", 3).is_ok());
         // An end held with the mark that extends it, then another end (the chunker's held
         // size cut keeps the run whole, session 35).
