@@ -186,20 +186,22 @@ pub fn check_chunk_size(text: &str, max: usize) -> Result<(), String> {
                 | '｣'
         )
     };
-    let closes_an_end = |i: usize| {
+    // `ideographic`: only an ideographic end counts (an ideographic end after closing
+    // brackets is held with the end they close, `。】。`).
+    let closes_an_end = |i: usize, ideographic: bool| {
         let before: String = chars[..i].iter().collect();
         let t = before.trim_end_matches(|c: char| {
             closing(c) || matches!(c, '\u{a0}' | '\u{2007}' | '\u{202f}')
         });
         t.graphemes(true).next_back().is_some_and(|g| {
             g.chars()
-                .any(|c| matches!(c, '.' | '!' | '?') || ideographic_end(c))
+                .any(|c| (!ideographic && matches!(c, '.' | '!' | '?')) || ideographic_end(c))
         })
     };
     for i in max.max(1)..chars.len() {
         let joins = !starts[i]
-            || (ideographic_end(chars[i]) && after_end[i])
-            || (closing(chars[i]) && closes_an_end(i));
+            || (ideographic_end(chars[i]) && (after_end[i] || closes_an_end(i, true)))
+            || (closing(chars[i]) && closes_an_end(i, false));
         if !joins {
             return Err(format!(
                 "{} chars > {max}, and char {i} ({:?}) starts a cluster past the limit",
@@ -225,6 +227,8 @@ mod tests {
         assert!(check_chunk_size(".'''", 1).is_ok());
         assert!(check_chunk_size("？」", 1).is_ok());
         assert!(check_chunk_size("a''", 1).is_err());
+        assert!(check_chunk_size("。】。", 1).is_ok());
+        assert!(check_chunk_size("a.】。", 1).is_err());
         assert!(check_chunk_size("本当？！", 3).is_ok());
         // An end held with the mark that extends it, then another end (the chunker's held
         // size cut keeps the run whole, session 35).
