@@ -190,13 +190,21 @@ pub fn check_chunk_size(text: &str, max: usize) -> Result<(), String> {
     // brackets is held with the end they close, `。】。`).
     let closes_an_end = |i: usize, ideographic: bool| {
         let before: String = chars[..i].iter().collect();
-        let t = before.trim_end_matches(|c: char| {
-            closing(c) || matches!(c, '\u{a0}' | '\u{2007}' | '\u{202f}')
-        });
-        t.graphemes(true).next_back().is_some_and(|g| {
+        // Past the clusters that begin with a closing character (with the marks that extend
+        // it: `」` + U+302A) or a no-break space, to the end they close.
+        let held = |g: &&str| {
             g.chars()
-                .any(|c| (!ideographic && matches!(c, '.' | '!' | '?')) || ideographic_end(c))
-        })
+                .next()
+                .is_some_and(|c| closing(c) || matches!(c, '\u{a0}' | '\u{2007}' | '\u{202f}'))
+        };
+        before
+            .graphemes(true)
+            .rev()
+            .find(|g| !held(g))
+            .is_some_and(|g| {
+                g.chars()
+                    .any(|c| (!ideographic && matches!(c, '.' | '!' | '?')) || ideographic_end(c))
+            })
     };
     for i in max.max(1)..chars.len() {
         let joins = !starts[i]
@@ -228,6 +236,7 @@ mod tests {
         assert!(check_chunk_size("？」", 1).is_ok());
         assert!(check_chunk_size("a''", 1).is_err());
         assert!(check_chunk_size("。】。", 1).is_ok());
+        assert!(check_chunk_size("。】\u{302a}】", 1).is_ok());
         assert!(check_chunk_size("a.】。", 1).is_err());
         assert!(check_chunk_size("本当？！", 3).is_ok());
         // An end held with the mark that extends it, then another end (the chunker's held
