@@ -162,30 +162,7 @@ pub fn check_chunk_size(text: &str, max: usize) -> Result<(), String> {
     }
     // A closing quote or bracket the chunker holds with the sentence end before it (README
     // "Chunking": `"Stop."`, `？」`), past closing ones and no-break spaces already held.
-    let closing = |c: char| {
-        matches!(
-            c,
-            '"' | '\''
-                | ')'
-                | ']'
-                | '\u{bb}'
-                | '\u{2019}'
-                | '\u{201d}'
-                | '」'
-                | '』'
-                | '）'
-                | '］'
-                | '｝'
-                | '】'
-                | '〕'
-                | '〗'
-                | '〙'
-                | '〛'
-                | '〉'
-                | '》'
-                | '｣'
-        )
-    };
+    let closing = pvp_t140::chunker::holds_with_an_end;
     // `ideographic`: only an ideographic end counts (an ideographic end after closing
     // brackets is held with the end they close, `。】。`).
     let closes_an_end = |i: usize, ideographic: bool| {
