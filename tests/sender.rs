@@ -858,33 +858,14 @@ fn a_signal_after_the_input_ended_is_told_and_a_second_gives_up_the_rest() {
 }
 
 fn second_signal_gives_up(input_ends_first: bool) {
-    use std::io::{BufRead, Write};
-    let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    rx.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let to = rx.local_addr().unwrap().to_string();
-    let mut child = std::process::Command::new("env")
-        .args([
-            "--default-signal=INT,TERM,HUP",
-            env!("CARGO_BIN_EXE_pvp-t140"),
-        ])
-        .args(["send", "--to", &to, "--red", "2", "--cps", "2"])
-        .env("RUST_LOG", "info")
-        .stdin(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    use std::io::Write;
+    let (rx, mut child) = paced_send();
     let mut stdin = child.stdin.take();
     let input = "abcdefghij".repeat(30);
     let pipe = stdin.as_mut().unwrap();
     pipe.write_all(input.as_bytes()).unwrap();
     pipe.flush().unwrap();
-    let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
-    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
-    std::thread::spawn(move || {
-        for line in stderr.lines().map_while(Result::ok) {
-            let _ = lines_tx.send(line);
-        }
-    });
+    let lines = stderr_lines(&mut child);
     let mut log = Vec::new();
     let mut wait_for_log = |what: &str| loop {
         let line = lines
@@ -1249,31 +1230,12 @@ fn a_single_stop_sending_sigterm_and_sighup_together_still_sends_what_was_read()
 /// asks for two more; the first signal's own line is there.
 #[test]
 fn a_first_signal_before_the_input_ends_is_not_told_to_interrupt_twice() {
-    use std::io::{BufRead, Write};
-    let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    rx.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let to = rx.local_addr().unwrap().to_string();
-    let mut child = std::process::Command::new("env")
-        .args([
-            "--default-signal=INT,TERM,HUP",
-            env!("CARGO_BIN_EXE_pvp-t140"),
-        ])
-        .args(["send", "--to", &to, "--red", "2", "--cps", "2"])
-        .env("RUST_LOG", "info")
-        .stdin(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    use std::io::Write;
+    let (rx, mut child) = paced_send();
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all("abcdefghij".repeat(30).as_bytes()).unwrap();
     stdin.flush().unwrap();
-    let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
-    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
-    std::thread::spawn(move || {
-        for line in stderr.lines().map_while(Result::ok) {
-            let _ = lines_tx.send(line);
-        }
-    });
+    let lines = stderr_lines(&mut child);
     let mut log = Vec::new();
     let mut wait_for_log = |what: &str| loop {
         let line = lines
@@ -1314,31 +1276,12 @@ fn a_first_signal_before_the_input_ends_is_not_told_to_interrupt_twice() {
 /// Ctrl-C or SIGTERM after it says one more gives the text up, and one more does.
 #[test]
 fn a_hangup_after_the_input_ended_does_not_say_one_more_signal_gives_up_the_rest() {
-    use std::io::{BufRead, Write};
-    let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    rx.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let to = rx.local_addr().unwrap().to_string();
-    let mut child = std::process::Command::new("env")
-        .args([
-            "--default-signal=INT,TERM,HUP",
-            env!("CARGO_BIN_EXE_pvp-t140"),
-        ])
-        .args(["send", "--to", &to, "--red", "2", "--cps", "2"])
-        .env("RUST_LOG", "info")
-        .stdin(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    use std::io::Write;
+    let (_rx, mut child) = paced_send();
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all("abcdefghij".repeat(30).as_bytes()).unwrap();
     drop(stdin);
-    let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
-    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
-    std::thread::spawn(move || {
-        for line in stderr.lines().map_while(Result::ok) {
-            let _ = lines_tx.send(line);
-        }
-    });
+    let lines = stderr_lines(&mut child);
     let mut log = Vec::new();
     let mut wait_for_log = |what: &str| loop {
         let line = lines
@@ -1368,4 +1311,38 @@ fn a_hangup_after_the_input_ended_does_not_say_one_more_signal_gives_up_the_rest
     wait_for_log("interrupted again");
     let status = child.wait().unwrap();
     assert!(status.success(), "{status}");
+}
+
+/// `pvp-t140 send --red 2 --cps 2` toward a socket of its own (read timeout 20 s), its stdin
+/// piped, its log (info) on a piped stderr, every signal at its default (a test harness may
+/// have ignored some): for the signal tests.
+fn paced_send() -> (std::net::UdpSocket, std::process::Child) {
+    let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    rx.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let to = rx.local_addr().unwrap().to_string();
+    let child = std::process::Command::new("env")
+        .args([
+            "--default-signal=INT,TERM,HUP",
+            env!("CARGO_BIN_EXE_pvp-t140"),
+        ])
+        .args(["send", "--to", &to, "--red", "2", "--cps", "2"])
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    (rx, child)
+}
+
+/// The child's stderr, a line at a time, read on a thread of its own.
+fn stderr_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
+    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    lines
 }
