@@ -385,6 +385,11 @@ impl Recent {
         self.len = (keep + 1) as u8;
     }
 
+    /// The last packet's primary, if a packet was kept.
+    fn primary(&self) -> Option<u32> {
+        self.blocks[..usize::from(self.len)].last().copied()
+    }
+
     /// The newest `m` blocks, oldest first (`m` at most the length).
     fn newest(&self, m: usize) -> &[u32] {
         let len = usize::from(self.len);
@@ -531,7 +536,17 @@ impl Speaker {
             out.unplaced = 0;
             payload
         };
-        if newer(ts, self.last_ts) {
+        // RFC 3550 5.1: packets made at once share a timestamp, so a primary stamped like
+        // the last one is new text unless it is the last one's (a repeat under a new
+        // sequence number).
+        let alike = self.last_ts == Some(ts)
+            && !primary.is_empty()
+            && self
+                .profile
+                .mixer
+                .as_ref()
+                .is_some_and(|m| m.recent.primary() != Some(fingerprint(primary)));
+        if alike || newer(ts, self.last_ts) {
             if !primary.is_empty() {
                 let sink = &mut self.chunker.fed(&mut out.cuts);
                 said |= self.decoder.feed_said(primary, sink, &mut out.decode);
@@ -566,9 +581,27 @@ impl Speaker {
         // What the stream's losses can have been: newer than what this speaker delivered, or
         // for a new speaker than what the stream delivered.
         let since = self.last_ts.or(out.floor);
+        let orig = |b: &crate::red::RedBlock<'_>| ts.wrapping_sub(u32::from(b.ts_offset));
+        // RFC 3550 5.1: packets made at once share a timestamp, so generations stamped like
+        // the last delivered packet and after the (last) one that is its text are packets
+        // lost with it. None is taken when none is its text: never repeat text.
+        let last = self.profile.mixer.as_ref().and_then(|m| m.recent.primary());
+        let alike_after = self.last_ts.and_then(|l| {
+            p.redundant_blocks()
+                .filter(timed)
+                .enumerate()
+                .filter(|(_, b)| orig(b) == l && Some(fingerprint(b.data)) == last)
+                .map(|(i, _)| i)
+                .last()
+        });
+        let is_new = |i: usize, b: &crate::red::RedBlock<'_>, base: Option<u32>| {
+            newer(orig(b), base) || alike_after.is_some_and(|a| i > a)
+        };
         let fresh = p
             .redundant_blocks()
-            .filter(|b| timed(b) && newer(ts.wrapping_sub(u32::from(b.ts_offset)), since))
+            .filter(timed)
+            .enumerate()
+            .filter(|(i, b)| is_new(*i, b, since))
             .count();
         let mut left = gap.saturating_sub(fresh);
         // Every generation lost too, empty ones (an idle tail) included: older text may be
@@ -586,16 +619,15 @@ impl Speaker {
         // counted them: two generations may carry one timestamp (RFC 3550 5.1: packets made at
         // once share it), and the second is as new as the first.
         let before = self.last_ts;
-        for b in p.redundant_blocks().filter(|b| timed(b)) {
-            let orig = ts.wrapping_sub(u32::from(b.ts_offset));
-            if !newer(orig, before) {
+        for (i, b) in p.redundant_blocks().filter(timed).enumerate() {
+            if !is_new(i, &b, before) {
                 continue;
             }
             if !b.data.is_empty() {
                 text |= self.decoder.feed_said(b.data, sink, &mut out.decode);
             }
-            if newer(orig, self.last_ts) {
-                self.last_ts = Some(orig);
+            if newer(orig(&b), self.last_ts) {
+                self.last_ts = Some(orig(&b));
             }
         }
         text

@@ -731,12 +731,10 @@ fn a_mixers_generations_stamped_alike_are_both_recovered() {
 }
 
 /// A mixer's source sends two packets stamped alike (RFC 3550 5.1 allows consecutive packets
-/// made at once to share a timestamp), both arriving in order: the second's text is dropped
-/// as a repeat, and nothing counts it.
+/// made at once to share a timestamp), both arriving in order: the second's text was dropped
+/// as a repeat, and nothing counted it (review, session 38). A primary stamped like the last
+/// one is new text unless it is the same text.
 #[test]
-#[ignore = "by design so far (speaker::tests::a_repeat_delivers_nothing drops a packet stamped \
-            as the speaker's last); telling two packets stamped alike from a repeat under a \
-            new sequence number needs a maintainer's decision"]
 fn a_mixers_packets_stamped_alike_in_order_are_both_said() {
     let mut gw = Gateway::new(Config::default());
     let packets = [
@@ -752,4 +750,69 @@ fn a_mixers_packets_stamped_alike_in_order_are_both_said() {
     }
     gw.shutdown(at(30_000));
     assert_eq!(text(&drain(&mut gw)), "abcd");
+}
+
+/// The same with redundancy (RFC 4103 4.2): the third packet carries the second, stamped
+/// alike, at offset 0, and its own primary is new text.
+#[test]
+fn a_mixers_red_packets_stamped_alike_in_order_are_both_said() {
+    let mut gw = Gateway::new(Config::default());
+    let m = addr(7000);
+    let packets = [
+        red_csrc(1, 1000, 1, &[], b"a"),
+        red_csrc(2, 1300, 1, &[(300, b"a")], b"b"),
+        red_csrc(3, 1300, 1, &[(300, b"a"), (0, b"b")], b"c"),
+        red_csrc(4, 1600, 1, &[(300, b"b"), (300, b"c")], b"d"),
+    ];
+    for (i, d) in packets.iter().enumerate() {
+        let now = at(300 * i as u64);
+        gw.handle_timeout(now);
+        gw.handle_datagram(now, m, d);
+    }
+    gw.shutdown(at(30_000));
+    assert_eq!(text(&drain(&mut gw)), "abcd");
+    let s = gw.stats();
+    assert_eq!((s.recovered, s.lost), (0, 0));
+}
+
+/// A mixer that sends its source's last packet again under a new sequence number: the same
+/// text stamped alike is a repeat, not said twice.
+#[test]
+fn a_mixers_repeat_under_a_new_sequence_number_is_said_once() {
+    let mut gw = Gateway::new(Config::default());
+    let packets = [
+        with_csrc(1, 1000, MIXER, 1, b"a"),
+        with_csrc(2, 1300, MIXER, 1, b"b"),
+        with_csrc(3, 1300, MIXER, 1, b"b"),
+        with_csrc(4, 1600, MIXER, 1, b"c"),
+    ];
+    for (i, d) in packets.iter().enumerate() {
+        let now = at(300 * i as u64);
+        gw.handle_timeout(now);
+        gw.handle_datagram(now, addr(7000), d);
+    }
+    gw.shutdown(at(30_000));
+    assert_eq!(text(&drain(&mut gw)), "abc");
+}
+
+/// The second of two packets stamped alike is lost; the next packet carries both as
+/// redundancy, each at offset 300: the lost one is recovered, the other not said again.
+#[test]
+fn a_lost_packet_stamped_like_the_one_before_it_is_recovered() {
+    let mut gw = Gateway::new(Config::default());
+    let m = addr(7000);
+    let packets = [
+        (1, red_csrc(1, 1000, 1, &[], b"a")),
+        (2, red_csrc(2, 1300, 1, &[(300, b"a")], b"b")),
+        (4, red_csrc(4, 1600, 1, &[(300, b"b"), (300, b"c")], b"d")),
+    ];
+    for (i, d) in &packets {
+        let now = at(300 * i);
+        gw.handle_timeout(now);
+        gw.handle_datagram(now, m, d);
+    }
+    gw.shutdown(at(30_000));
+    assert_eq!(text(&drain(&mut gw)), "abcd");
+    let s = gw.stats();
+    assert_eq!((s.recovered, s.lost), (1, 0));
 }
