@@ -841,8 +841,13 @@ impl Builder {
 }
 
 /// The pvp-spec 7.1 announcement of a T.140 participant (a human), keys in serde_json's order.
+/// It claims the `add_context` capability (7.3), the one thing it does: adding context is no
+/// right of any role in the 7.2 table, the implementation guide's router requires the
+/// capability for `context.add`, and the reference server takes it or the driver or navigator
+/// role, so a participant with `--role observer` (or approver, admin, adversary) announced
+/// without it had every chunk refused.
 fn write_announce(out: &mut String, p: &Participant) {
-    out.push_str("{\"id\":");
+    out.push_str("{\"capabilities\":[\"add_context\"],\"id\":");
     push_json_str(out, &p.id);
     out.push_str(",\"metadata\":");
     p.metadata.write_to(out);
@@ -972,6 +977,7 @@ mod tests {
                 .field("stream_id", hostile),
         };
         let announce = json!({
+            "capabilities": ["add_context"],
             "id": p.id,
             "name": p.name,
             "type": "human",

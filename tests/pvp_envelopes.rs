@@ -124,6 +124,7 @@ fn prop_join_announce_update_remove_leave_are_serde_json() {
         };
         let announce = json!({
             "id": id, "name": name, "type": "human", "roles": ["navigator", "observer"],
+            "capabilities": ["add_context"],
             "transport": "t140",
             "metadata": {"csrc": csrc, "gateway": "g", "source": "[::1]:5", "ssrc": "00000001",
                 "stream_id": sid},
