@@ -3,13 +3,131 @@
 
 mod common;
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::gateway_proc::{Gateway, Sender};
 use common::pvp_server::{ServerOptions, TestPvpServer};
+use futures_util::{SinkExt, StreamExt};
+use pvp_t140::metrics::SinkMetrics;
+use pvp_t140::pvp::{Builder, Envelope, Kind, SenderId};
+use pvp_t140::sink::ws::{WsConfig, WsSink};
+use pvp_t140::time::Time;
 use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
 
 const WAIT: Duration = Duration::from_secs(20);
+
+/// Every text frame the server read, with the number of the connection it came on.
+type Log = Arc<Mutex<Vec<(usize, Value)>>>;
+
+/// A WebSocket server on a free port of 127.0.0.1 that records every text frame and answers
+/// each with the frames `answer` gives (text, sent in order).
+async fn server(answer: fn(usize, &Value) -> Vec<String>) -> (String, Log) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let log: Log = Arc::default();
+    let out = log.clone();
+    tokio::spawn(async move {
+        let mut n = 0;
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (conn, log) = (n, out.clone());
+            n += 1;
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                    return;
+                };
+                while let Some(Ok(m)) = ws.next().await {
+                    let Ok(v) = serde_json::from_str::<Value>(m.to_text().unwrap_or("")) else {
+                        continue;
+                    };
+                    let replies = answer(conn, &v);
+                    log.lock().unwrap().push((conn, v));
+                    for r in replies {
+                        if ws.send(Message::text(r)).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (url, log)
+}
+
+fn config(url: String) -> WsConfig {
+    WsConfig {
+        url,
+        session: "s".into(),
+        heartbeat: Duration::from_secs(30),
+        connect_timeout: Duration::from_secs(5),
+        write_timeout: Duration::from_secs(5),
+        silence: Duration::from_secs(90),
+        queue: 64,
+        metrics: SinkMetrics::default(),
+        tls: None,
+        spool: None,
+        gate: None,
+    }
+}
+
+/// A frame from the server in session "s".
+fn frame(kind: &str, id: &str, sender: &str, payload: Value) -> String {
+    json!({"v": 1, "id": id, "ts": "2026-11-28T00:00:00.000Z", "session": "s",
+        "sender": sender, "type": kind, "payload": payload})
+    .to_string()
+}
+
+const ME: &str = "t140:0000a11e@127.0.0.1:40001";
+
+struct Talk {
+    b: Builder,
+    t: u64,
+}
+
+impl Talk {
+    fn new() -> Self {
+        Talk {
+            b: Builder::new("s".into(), None, 99),
+            t: 1_700_000_000_000,
+        }
+    }
+    fn env(&mut self, kind: Kind, payload: Value) -> Envelope {
+        self.t += 1;
+        self.b.envelope(
+            Time::from_millis(self.t),
+            SenderId::from(ME),
+            kind,
+            &payload,
+        )
+    }
+    fn join(&mut self) -> Envelope {
+        self.env(
+            Kind::SessionJoin,
+            json!({"participant": {"id": ME, "name": ME, "type": "human",
+                "roles": ["navigator"], "transport": "t140"}, "supported_versions": [1]}),
+        )
+    }
+}
+
+async fn wait_for(log: &Log, what: &str, pred: impl Fn(&[(usize, Value)]) -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !pred(&log.lock().unwrap()) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}: {:?}",
+            log.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn pongs(log: &[(usize, Value)]) -> Vec<String> {
+    log.iter()
+        .filter(|(_, v)| v["type"] == "heartbeat.pong")
+        .map(|(_, v)| v["ref"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
 
 /// pvp-spec 7.3 lists `add_context` as the capability that lets a participant add context
 /// items, and the implementation guide's router rules say "`context.add`: requires
@@ -52,4 +170,53 @@ async fn an_observer_participant_may_still_add_its_transcript() {
     assert_eq!(adds.len(), 1);
     server.assert_no_violations();
     server.stop().await;
+}
+
+/// pvp-spec 8.1: the server pings and participants answer. A server that relays session traffic
+/// (the reference logs every routed message, `heartbeat.ping` included, and replays that whole
+/// history to each joiner) hands a connection other members' pings and its own earlier ones:
+/// each was answered with a pong, which the reference broadcasts to every member again. A join
+/// into an hour-old session of 100 participants wrote 12,000 pongs and read 1.2 million.
+/// Only the server's pings are answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_servers_pings_are_answered() {
+    let (url, log) = server(|_, v| {
+        if v["type"] != "session.join" {
+            return vec![];
+        }
+        vec![
+            // History: another member's ping, and one of this participant's own.
+            frame(
+                "heartbeat.ping",
+                "01JQAAAAAAAAAAAAAAAAAAAAA1",
+                "t140:0000b0b0@127.0.0.1:40002",
+                json!({}),
+            ),
+            frame(
+                "heartbeat.ping",
+                "01JQAAAAAAAAAAAAAAAAAAAAA2",
+                ME,
+                json!({}),
+            ),
+            // The server's own.
+            frame(
+                "heartbeat.ping",
+                "01JQAAAAAAAAAAAAAAAAAAAAA3",
+                "system",
+                json!({}),
+            ),
+        ]
+    })
+    .await;
+    let mut ws = WsSink::new(config(url));
+    let mut talk = Talk::new();
+    ws.send(talk.join());
+    wait_for(&log, "the pong to the server's ping", |l| {
+        pongs(l).contains(&"01JQAAAAAAAAAAAAAAAAAAAAA3".to_owned())
+    })
+    .await;
+    // Frames are read and answered in order: any pong to the earlier pings is written by now.
+    let got = pongs(&log.lock().unwrap());
+    ws.close(Duration::from_secs(1)).await;
+    assert_eq!(got, ["01JQAAAAAAAAAAAAAAAAAAAAA3"]);
 }

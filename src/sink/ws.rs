@@ -3,7 +3,8 @@
 //! PVP servers bind a connection to the `sender` of its first frame (and track presence and
 //! announce `session.leave` per connection), so each T.140 stream gets its own connection,
 //! opened lazily with its `session.join`. Each connection is a task fed by a bounded queue: the
-//! UDP loop never waits on a socket. A connection answers `heartbeat.ping`, sends its own ping
+//! UDP loop never waits on a socket. A connection answers the server's `heartbeat.ping` (not
+//! another member's, nor its own read back), sends its own ping
 //! every `heartbeat` so its participant stays active, and logs every `error` it is sent. A
 //! server that has gone quiet is probed with a WebSocket ping and left once `silence` passes
 //! (`Liveness`).
@@ -1488,7 +1489,13 @@ struct Head<'a> {
     kind: std::borrow::Cow<'a, str>,
 }
 
-/// Reacts to one frame from the server: a pong for a ping; for an `error`, a log line that
+/// Whether an envelope's sender is the server itself (pvp-spec 4.2: it "MAY use `system`"),
+/// not a member of the session.
+fn from_server(sender: &str) -> bool {
+    matches!(sender, "system" | "server")
+}
+
+/// Reacts to one frame from the server: a pong for the server's ping; for an `error`, a log line that
 /// names the failed message (`related_to`), and what its code calls for.
 fn on_frame(
     pvp: &mut Builder,
@@ -1522,6 +1529,15 @@ fn on_frame(
         return Reaction::Rejected;
     }
     match env.kind.as_str() {
+        // pvp-spec 8.1: the server pings, participants answer. A server relaying session
+        // traffic hands a connection other members' pings too, and its own earlier ones (the
+        // reference logs every routed message, pings included, and replays that history to
+        // each joiner): answered, each was a pong the reference broadcasts to every member, a
+        // join into an hour-old session of 100 participants 12,000 of them.
+        "heartbeat.ping" if !from_server(&env.sender) => {
+            tracing::trace!(%participant, sender = %env.sender, id = %env.id, "heartbeat.ping not from the server; not answered");
+            Reaction::None
+        }
         "heartbeat.ping" => {
             Reaction::Reply(pvp.heartbeat(now(), participant.clone(), Some(&env.id)))
         }
@@ -1544,7 +1560,7 @@ fn on_frame(
                     // or under this participant's id: one naming a message older than the
                     // recent ones is still the server's word about this connection.
                     let ours = related_kind.is_some()
-                        || matches!(env.sender.as_str(), "system" | "server")
+                        || from_server(&env.sender)
                         || env.sender == participant.as_str();
                     if !ours {
                         tracing::info!(
