@@ -1108,6 +1108,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
             mapping_refused_chunks = total.refused_chunks,
             participants_refused = sink_metrics.refused.get(),
             gated_chunks_refused = sink_metrics.gates_refused.get(),
+            server_refused_items = sink_metrics.server_refused_items.get(),
             "stopped"
         );
         // Everything was still flushed and said; the status tells a supervisor a worker did

@@ -51,6 +51,11 @@ pub struct SinkMetrics {
     /// PARTICIPANT_NOT_FOUND errors (pvp-spec 17) that made a connection join the session
     /// again: the server had forgotten the participant.
     pub rejoined_not_found: Counter,
+    /// Text envelopes (`context.*`) an `error` from the PVP server named as refused
+    /// (pvp-spec 17) with a code that neither stops the participant nor pauses it
+    /// (CONTEXT_TOO_LARGE, INVALID_MESSAGE, INVALID_STATE, INTERNAL_ERROR, ...): not taken,
+    /// and counted as dropped.
+    pub server_refused_items: Counter,
     /// Envelopes the receive workers could not hand to the sink: its queue was full (a PVP
     /// server or a stdout slower than the speakers), or the sink was gone.
     pub sink_queue_refused: Counter,
@@ -78,6 +83,7 @@ impl Default for SinkMetrics {
             server_frames_rejected: Counter::default(),
             rate_limited_resent: Counter::default(),
             rejoined_not_found: Counter::default(),
+            server_refused_items: Counter::default(),
             sink_queue_refused: Counter::default(),
             stdout_failed: Gauge::default(),
             participants: Counter::default(),
@@ -467,6 +473,11 @@ pub fn registry(
             "pvp_t140_rejoined_not_found",
             "PARTICIPANT_NOT_FOUND errors that made a participant join the PVP session again",
             &sink.rejoined_not_found,
+        ),
+        (
+            "pvp_t140_server_refused_items",
+            "Text envelopes a PVP server error refused (CONTEXT_TOO_LARGE, INVALID_MESSAGE, ...)",
+            &sink.server_refused_items,
         ),
         (
             "pvp_t140_sink_queue_refused",
@@ -879,6 +890,7 @@ mod tests {
         sink.rate_limited_resent.inc_by(5);
         sink.rejoined_not_found.inc_by(6);
         sink.sink_queue_refused.inc_by(7);
+        sink.server_refused_items.inc_by(8);
         let mut body = String::new();
         let running = Gauge::default();
         running.set(2);
@@ -895,6 +907,7 @@ mod tests {
             "pvp_t140_rate_limited_resent_total 5",
             "pvp_t140_rejoined_not_found_total 6",
             "pvp_t140_sink_queue_refused_total 7",
+            "pvp_t140_server_refused_items_total 8",
             "pvp_t140_receive_workers_running 2",
         ] {
             assert!(body.lines().any(|l| l == line), "{line} not in\n{body}");

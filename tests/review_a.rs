@@ -108,6 +108,12 @@ impl Talk {
                 "roles": ["navigator"], "transport": "t140"}, "supported_versions": [1]}),
         )
     }
+    fn add(&mut self, text: &str) -> Envelope {
+        self.env(
+            Kind::ContextAdd,
+            json!({"key": format!("k-{text}"), "content_type": "audio_transcript", "content": text}),
+        )
+    }
 }
 
 async fn wait_for(log: &Log, what: &str, pred: impl Fn(&[(usize, Value)]) -> bool) {
@@ -219,4 +225,56 @@ async fn only_the_servers_pings_are_answered() {
     let got = pongs(&log.lock().unwrap());
     ws.close(Duration::from_secs(1)).await;
     assert_eq!(got, ["01JQAAAAAAAAAAAAAAAAAAAAA3"]);
+}
+
+/// pvp-spec 17: "Servers MUST send error messages for all rejected operations". An `error`
+/// whose `related_to` names a `context.add` the connection wrote (CONTEXT_TOO_LARGE,
+/// INVALID_MESSAGE, INVALID_STATE, or the reference's catch-all INTERNAL_ERROR) says the chunk
+/// was not taken: it was logged, but counted as sent, and the exit line said nothing was lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_the_server_refused_counts_as_dropped_not_sent() {
+    let (url, log) = server(|_, v| {
+        if v["type"] != "context.add" {
+            return vec![];
+        }
+        let id = v["id"].as_str().unwrap();
+        vec![
+            frame(
+                "error",
+                "01JQAAAAAAAAAAAAAAAAAAAAE1",
+                "system",
+                json!({"code": "CONTEXT_TOO_LARGE", "message": "too large",
+                    "recoverable": true, "related_to": id}),
+            ),
+            // The same error read again (a server replaying its history) counts once.
+            frame(
+                "error",
+                "01JQAAAAAAAAAAAAAAAAAAAAE1",
+                "system",
+                json!({"code": "CONTEXT_TOO_LARGE", "message": "too large",
+                    "recoverable": true, "related_to": id}),
+            ),
+            frame(
+                "heartbeat.ping",
+                "01JQAAAAAAAAAAAAAAAAAAAAP1",
+                "system",
+                json!({}),
+            ),
+        ]
+    })
+    .await;
+    let cfg = config(url);
+    let metrics = cfg.metrics.clone();
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    ws.send(talk.join());
+    ws.send(talk.add("Far too long a sentence."));
+    wait_for(&log, "the pong after the error", |l| !pongs(l).is_empty()).await;
+    let stats = ws.close(Duration::from_secs(2)).await;
+    assert_eq!(
+        (stats.sent, stats.dropped),
+        (1, 1),
+        "the join sent, the chunk dropped"
+    );
+    assert_eq!(metrics.server_refused_items.get(), 1);
 }

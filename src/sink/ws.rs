@@ -678,6 +678,18 @@ async fn connection(
                                             not_taken(id, code, &mut retry, refused, &cfg, &counts, &participant);
                                         }
                                     }
+                                    Reaction::Refused(id) => {
+                                        // Counted once: the same error read again (a server
+                                        // replaying its history) no longer finds it recent.
+                                        if let Some(i) = recent.iter().position(|(r, _)| *r == id) {
+                                            let (_, kind) = recent.remove(i).unwrap_or((id, Kind::ContextAdd));
+                                            retry.held.retain(|(_, _, e)| e.id() != id);
+                                            counts.sent.fetch_sub(1, Ordering::Relaxed);
+                                            counts.given_up.fetch_add(1, Ordering::Relaxed);
+                                            m.server_refused_items.inc();
+                                            tracing::warn!(%participant, %id, %kind, "refused by the PVP server; dropped");
+                                        }
+                                    }
                                     Reaction::Gate(env) => {
                                         if let Some(g) = gates.as_mut() {
                                             g.on_server(&env);
@@ -1462,6 +1474,10 @@ enum Reaction {
         error: u64,
         rejoin: bool,
     },
+    /// Any other `error` naming a text envelope (`context.*`) the connection wrote
+    /// (CONTEXT_TOO_LARGE, INVALID_MESSAGE, INVALID_STATE, INTERNAL_ERROR, ...): the server
+    /// did not take it (pvp-spec 17: an error for every rejected operation).
+    Refused(ulid::Ulid),
     /// A gate decision (`gate.approve`, `gate.reject`, `gate.timeout`).
     Gate(crate::pvp::Message),
     /// Not acted on, and counted: unparseable, or of an unknown protocol version.
@@ -1592,6 +1608,14 @@ fn on_frame(
                             };
                         }
                         _ => {}
+                    }
+                    if let Some(id) = err
+                        .related_to
+                        .as_deref()
+                        .and_then(|id| ulid::Ulid::from_string(id).ok())
+                        && related_kind.is_some_and(|k| k.starts_with("context."))
+                    {
+                        return Reaction::Refused(id);
                     }
                 }
                 Err(e) => tracing::warn!(%participant, "malformed error envelope: {e}"),
