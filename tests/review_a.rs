@@ -278,3 +278,44 @@ async fn a_chunk_the_server_refused_counts_as_dropped_not_sent() {
     );
     assert_eq!(metrics.server_refused_items.get(), 1);
 }
+
+/// A server may send messages larger than the 1 MiB a connection reads (another member's
+/// inline `file` or `image` context, pvp-spec 9.1). The connection fails on it and is made
+/// again; a server that replays its history to each joiner (the reference does; pvp-spec 19.1:
+/// "SHOULD replay missed messages on reconnection") sends it again on every rejoin, so the
+/// participant reconnects for ever, and the server's pings after it are never answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "known gap: tungstenite cannot skip a frame over max_message_size (it errors and the \
+            stream is unusable); raising the limit costs each of thousands of connections that \
+            much memory when an echoing server broadcasts a large message"]
+async fn a_large_message_in_the_servers_history_does_not_wedge_the_participant() {
+    let (url, log) = server(|_, v| {
+        if v["type"] != "session.join" {
+            return vec![];
+        }
+        let big = "x".repeat(2 << 20);
+        vec![
+            frame(
+                "context.add",
+                "01JQAAAAAAAAAAAAAAAAAAAAB1",
+                "human-1",
+                json!({"key": "screenshot", "content_type": "image", "content": big}),
+            ),
+            frame(
+                "heartbeat.ping",
+                "01JQAAAAAAAAAAAAAAAAAAAAP2",
+                "system",
+                json!({}),
+            ),
+        ]
+    })
+    .await;
+    let mut ws = WsSink::new(config(url));
+    let mut talk = Talk::new();
+    ws.send(talk.join());
+    wait_for(&log, "a pong after the large message", |l| {
+        !pongs(l).is_empty()
+    })
+    .await;
+    ws.close(Duration::from_secs(1)).await;
+}
