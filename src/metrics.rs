@@ -42,8 +42,8 @@ pub struct SinkMetrics {
     pub gates_refused: Counter,
     /// `--spool` journal writes that failed (disk full, I/O error).
     pub spool_write_errors: Counter,
-    /// Frames from the PVP server not acted on: unparseable, or of a protocol version other
-    /// than 1 (pvp-spec 4.2).
+    /// Frames from the PVP server not acted on: unparseable (an `error` whose payload is not
+    /// pvp-spec 17's too), binary, or of a protocol version other than 1 (pvp-spec 4.2).
     pub server_frames_rejected: Counter,
     /// Text envelopes the PVP server refused as RATE_LIMITED after they were written, sent
     /// again after the pause.

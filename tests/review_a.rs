@@ -319,3 +319,39 @@ async fn a_large_message_in_the_servers_history_does_not_wedge_the_participant()
     .await;
     ws.close(Duration::from_secs(1)).await;
 }
+
+/// README: frames from the server that do not parse are not acted on and are counted in
+/// `pvp_t140_server_frames_rejected_total`. An `error` envelope whose payload is not pvp-spec
+/// 17's (no `code` string, no `message`) was logged and neither acted on nor counted: a server
+/// refusing the participant in a shape the gateway cannot read went unseen on /metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_envelope_with_a_malformed_payload_is_counted_as_rejected() {
+    let (url, log) = server(|_, v| {
+        if v["type"] != "session.join" {
+            return vec![];
+        }
+        vec![
+            frame(
+                "error",
+                "01JQAAAAAAAAAAAAAAAAAAAAM1",
+                "system",
+                json!({"code": 401, "recoverable": false}),
+            ),
+            frame(
+                "heartbeat.ping",
+                "01JQAAAAAAAAAAAAAAAAAAAAM2",
+                "system",
+                json!({}),
+            ),
+        ]
+    })
+    .await;
+    let cfg = config(url);
+    let metrics = cfg.metrics.clone();
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    ws.send(talk.join());
+    wait_for(&log, "the pong after the error", |l| !pongs(l).is_empty()).await;
+    ws.close(Duration::from_secs(1)).await;
+    assert_eq!(metrics.server_frames_rejected.get(), 1);
+}

@@ -1480,7 +1480,8 @@ enum Reaction {
     Refused(ulid::Ulid),
     /// A gate decision (`gate.approve`, `gate.reject`, `gate.timeout`).
     Gate(crate::pvp::Message),
-    /// Not acted on, and counted: unparseable, or of an unknown protocol version.
+    /// Not acted on, and counted: unparseable (an `error` whose payload is not pvp-spec 17's
+    /// too), or of an unknown protocol version.
     Rejected,
 }
 
@@ -1618,7 +1619,12 @@ fn on_frame(
                         return Reaction::Refused(id);
                     }
                 }
-                Err(e) => tracing::warn!(%participant, "malformed error envelope: {e}"),
+                Err(e) => {
+                    // Not pvp-spec 17's shape: not acted on, and counted as a frame that does
+                    // not parse (a refusal the gateway cannot read shows on /metrics).
+                    tracing::warn!(%participant, id = %env.id, "malformed error envelope, not acted on: {e}");
+                    return Reaction::Rejected;
+                }
             }
             Reaction::None
         }
