@@ -736,7 +736,7 @@ impl Builder {
     /// Written straight into its JSON text, as serde_json would write it (keys sorted): every
     /// new stream joins, and a flood of new streams should not cost a JSON tree each.
     pub fn join(&mut self, now: Time, sender: SenderId, p: &Participant) -> Envelope {
-        let capacity = 256 + p.id.len() + p.name.len();
+        let capacity = 288 + p.id.len() + p.name.len();
         let (id, mut out) = self.begin(now, &sender, Kind::SessionJoin, capacity);
         out.push_str("{\"participant\":");
         write_announce(&mut out, p);
@@ -751,7 +751,7 @@ impl Builder {
 
     /// pvp-spec 7.1 `participant.announce`, sent again when what we know of a participant changes.
     pub fn announce(&mut self, now: Time, sender: SenderId, p: &Participant) -> Envelope {
-        let capacity = 192 + p.id.len() + p.name.len();
+        let capacity = 224 + p.id.len() + p.name.len();
         let (id, mut out) = self.begin(now, &sender, Kind::ParticipantAnnounce, capacity);
         write_announce(&mut out, p);
         Self::finish(id, Kind::ParticipantAnnounce, sender, out)
