@@ -1,0 +1,754 @@
+//! Review d: the stream table and its timers, driven through the sans-IO core with time as a
+//! value (and the timer wheel through its own API).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use pvp_t140::pvp::Message;
+use pvp_t140::timers::Timers;
+use pvp_t140::{Config, Gateway, Time, rtp};
+
+#[path = "common/core.rs"]
+mod core_helpers;
+use core_helpers::*;
+
+struct Counting;
+
+thread_local! {
+    static ARMED: Cell<bool> = const { Cell::new(false) };
+    static LIVE: Cell<i64> = const { Cell::new(0) };
+}
+
+fn note_live(delta: i64) {
+    if ARMED.try_with(Cell::get).unwrap_or(false) {
+        let _ = LIVE.try_with(|c| c.set(c.get() + delta));
+    }
+}
+
+// SAFETY: every call is forwarded unchanged to `System`; counting touches only const-initialised
+// thread-locals without destructors, which never allocate.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note_live(layout.size() as i64);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note_live(layout.size() as i64);
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note_live(new_size as i64 - layout.size() as i64);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        note_live(-(layout.size() as i64));
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Net bytes this thread's `f` left allocated.
+fn retained<R>(f: impl FnOnce() -> R) -> (i64, R) {
+    LIVE.with(|c| c.set(0));
+    ARMED.with(|a| a.set(true));
+    let r = f();
+    ARMED.with(|a| a.set(false));
+    (LIVE.with(Cell::get), r)
+}
+
+fn ms_of(m: &Message) -> u64 {
+    let t = humantime::parse_rfc3339(&m.ts).unwrap();
+    t.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64 - T0
+}
+
+/// 100,000 new streams at a stream limit of 16, each evicting the oldest (a flood of random
+/// SSRCs): the table stays at the limit and nothing piles up.
+#[test]
+fn streams_evicted_at_the_limit_leave_no_memory_behind() {
+    let mut gw = Gateway::new(Config {
+        max_streams: 16,
+        max_pps_per_source: 0,
+        ..Config::default()
+    });
+    let mut ssrc = 0x7000_0000u32;
+    let mut now = 0u64;
+    let mut flood = |gw: &mut Gateway, n: u32| {
+        let mut p = Vec::new();
+        for i in 0..n {
+            ssrc += 1;
+            now += 1;
+            p.clear();
+            rtp::write_packet(&mut p, true, 98, 1, 0, ssrc, "\u{feff}".as_bytes());
+            let source = SocketAddr::from(([10, 1, 0, 1], 20_000 + (i % 500) as u16));
+            gw.handle_datagram(at(now), source, &p);
+            while gw.poll_output().is_some() {}
+        }
+    };
+    flood(&mut gw, 5_000);
+    let (grew, ()) = retained(|| flood(&mut gw, 100_000));
+    assert_eq!(gw.live_streams(), 16);
+    assert_eq!(
+        gw.stats().drops_total(),
+        0,
+        "none refused: each evicts the oldest"
+    );
+    assert!(
+        grew < 64 * 1024,
+        "100,000 evictions left {grew} bytes allocated"
+    );
+}
+
+/// The timer wheel against a model, with the clock stepping back as well as forward, deadlines
+/// already past when set, slots removed and reused, and deadlines near the end of time.
+#[test]
+fn timers_fire_as_a_model_with_time_stepping_back() {
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let tick = 1u64 << 14;
+    for round in 0..30u64 {
+        let mut t = Timers::default();
+        let mut model: BTreeMap<u32, u64> = BTreeMap::new();
+        let mut now = 1_700_000_000_000_000 + round * 13;
+        for _ in 0..5_000 {
+            let slot = (next() % 300) as u32;
+            match next() % 12 {
+                0..=5 => {
+                    let due = match next() % 6 {
+                        0 => now.saturating_sub(next() % (10 * tick)),
+                        1 => now + next() % tick,
+                        2 => now + next() % (4_096 * tick),
+                        3 => now + next() % (20_000 * tick),
+                        4 => u64::MAX - 1 - next() % 1000,
+                        _ => now + next() % (8 * tick),
+                    };
+                    t.set(slot, Time(due), Time(now));
+                    model.insert(slot, due);
+                }
+                6 => {
+                    t.remove(slot);
+                    model.remove(&slot);
+                }
+                7 => {
+                    // The clock steps back a little (never below what fired: the model).
+                    now = now.saturating_sub(next() % (3 * tick));
+                }
+                _ => {
+                    now += match next() % 8 {
+                        0 => 4_096 * tick + next() % (8_192 * tick),
+                        1..=3 => next() % (4 * tick),
+                        _ => next() % 2_000,
+                    };
+                    let mut want: Vec<(u64, u32)> = model
+                        .iter()
+                        .filter(|(_, at)| **at <= now)
+                        .map(|(s, at)| (*at, *s))
+                        .collect();
+                    want.sort();
+                    for (_, s) in &want {
+                        model.remove(s);
+                    }
+                    let got: Vec<(u64, u32)> = std::iter::from_fn(|| t.pop_due(Time(now)))
+                        .map(|(at, s)| (at.0, s))
+                        .collect();
+                    assert_eq!(got, want, "round {round} at {now}");
+                }
+            }
+            if let Some(e) = model.values().min() {
+                let n = t.next().expect("an entry for every deadline");
+                assert!(n.0 <= *e, "next {} after {e}", n.0);
+            }
+        }
+    }
+}
+
+/// Idle flushes and stream timeouts of many streams (enough that the wheel is used), due at
+/// every offset within and across ticks, fire each at its own time, in time order, when one
+/// late `handle_timeout` catches up on all of them, and again when it is called at each
+/// deadline.
+#[test]
+fn idle_flushes_and_timeouts_fire_at_their_own_times_late_or_not() {
+    for late in [false, true] {
+        let mut gw = Gateway::new(Config {
+            max_pps_per_source: 0,
+            ..Config::default()
+        });
+        let mut want_flush = BTreeMap::new();
+        let mut last = BTreeMap::new();
+        let mut rng = 0x9e37_79b9u64;
+        let mut times: Vec<u64> = (0..400u64)
+            .map(|i| {
+                rng = rng
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                i * 37 + (rng >> 40) % 70_000
+            })
+            .collect();
+        // The shell's clock never steps back.
+        times.sort();
+        for (i, &t) in (0u32..).zip(&times) {
+            let ssrc = 0x100 + i;
+            let src = addr(30_000 + (i % 7) as u16);
+            let sender = format!("t140:{ssrc:08x}@{src}");
+            gw.handle_datagram(at(t), src, &t140(1, ssrc, "hi"));
+            last.insert(sender.clone(), t);
+            want_flush.insert(sender, t + 2_000);
+        }
+        let mut out = Vec::new();
+        if late {
+            // Past everything, in one call.
+            gw.handle_timeout(at(10_000_000));
+            out = drain(&mut gw);
+        } else {
+            while let Some(t) = gw.poll_timeout() {
+                gw.handle_timeout(t);
+                out.extend(drain(&mut gw));
+            }
+        }
+        let mut prev = 0;
+        for m in &out {
+            let ms = ms_of(m);
+            assert!(ms >= prev, "{} at {ms} after {prev}", m.kind);
+            prev = ms;
+            match m.kind.as_str() {
+                "context.add" => assert_eq!(ms, want_flush[&m.sender], "{}", m.sender),
+                "session.leave" => assert_eq!(ms, last[&m.sender] + 60_000, "{}", m.sender),
+                _ => {}
+            }
+        }
+        assert_eq!(
+            out.iter().filter(|m| m.kind == "context.add").count(),
+            400,
+            "late {late}"
+        );
+        assert_eq!(gw.live_streams(), 0);
+    }
+}
+
+/// A stream evicted at the limit and back under the same key while its old timer entry waits,
+/// several times over: each of its words goes out once, at its idle flush, and it leaves once.
+#[test]
+fn a_stream_evicted_and_back_again_fires_once_at_its_own_time() {
+    let mut gw = Gateway::new(Config {
+        max_streams: 1,
+        max_pps_per_source: 0,
+        ..Config::default()
+    });
+    let a = addr(4000);
+    let b = addr(4002);
+    let mut out = Vec::new();
+    // A opens with a BOM, B's packet evicts it, A's next evicts B, and so on.
+    gw.handle_datagram(at(0), a, &t140(1, 7, "\u{feff}"));
+    for k in 0..5u16 {
+        let t = 100 + u64::from(k) * 100;
+        gw.handle_datagram(at(t), b, &t140(1 + k, 9, "\u{feff}"));
+        gw.handle_datagram(at(t + 50), a, &t140(2 + k, 7, "\u{feff}"));
+        out.extend(drain(&mut gw));
+    }
+    gw.handle_datagram(at(1_000), a, &t140(7, 7, "word"));
+    while let Some(t) = gw.poll_timeout() {
+        gw.handle_timeout(t);
+        out.extend(drain(&mut gw));
+    }
+    let kinds: Vec<(String, u64, String)> = out
+        .iter()
+        .map(|m| (m.kind.clone(), ms_of(m), m.sender.clone()))
+        .collect();
+    let a_id = "t140:00000007@127.0.0.1:4000".to_string();
+    assert_eq!(
+        kinds,
+        vec![
+            ("session.join".into(), 3_000, a_id.clone()),
+            ("context.add".into(), 3_000, a_id.clone()),
+            ("session.leave".into(), 61_000, a_id.clone()),
+        ]
+    );
+    assert_eq!(gw.stats().drops_total(), 0);
+}
+
+/// The limit holds after evictions and timeouts: it never refuses once streams have gone.
+#[test]
+fn the_limit_admits_again_after_streams_time_out() {
+    let mut gw = Gateway::new(Config {
+        max_streams: 3,
+        max_pps_per_source: 0,
+        stream_timeout: Duration::from_secs(5),
+        ..Config::default()
+    });
+    let mut t = 0;
+    for round in 0..50u32 {
+        // Three callers that speak (not evictable), then a fourth refused.
+        for k in 0..3u32 {
+            let ssrc = round * 10 + k + 1;
+            gw.handle_datagram(at(t), addr(5000 + k as u16), &t140(1, ssrc, "Hello."));
+        }
+        assert_eq!(gw.live_streams(), 3);
+        let refused_before = gw.stats().drops(pvp_t140::DropReason::StreamLimit);
+        gw.handle_datagram(at(t + 1), addr(5009), &t140(1, round * 10 + 9, "x"));
+        assert_eq!(
+            gw.stats().drops(pvp_t140::DropReason::StreamLimit),
+            refused_before + 1
+        );
+        t += 6_000;
+        gw.handle_timeout(at(t));
+        drain(&mut gw);
+        assert_eq!(gw.live_streams(), 0, "round {round}");
+    }
+}
+
+/// Random traffic (plain, RED, a mixer's CSRCs, t140llm prefixes, jumps, duplicates, SDES and
+/// BYEs, from a port and the one above) at a stream limit of 1-4, with the clock jumping past
+/// stream timeouts: the table never holds more than the limit, its live count is the
+/// counters', every participant joins once before it speaks and leaves once, envelope times
+/// never go back and no context key repeats.
+#[test]
+fn random_traffic_at_a_small_limit_keeps_the_tables_invariants() {
+    for seed in 1..=30u64 {
+        let mut rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let llm = seed % 3 == 0;
+        let mut gw = Gateway::new(Config {
+            max_streams: 1 + (seed % 4) as usize,
+            max_pps_per_source: 0,
+            stream_timeout: Duration::from_secs(1 + seed % 5),
+            reorder_wait: Duration::from_millis(seed % 3 * 500),
+            compat: if llm {
+                pvp_t140::Compat::T140llm
+            } else {
+                pvp_t140::Compat::None
+            },
+            t140_pt: if llm { 96 } else { 98 },
+            red_pt: if llm { 98 } else { 100 },
+            ..Config::default()
+        });
+        let (tpt, rpt) = if llm { (96, 98) } else { (98, 100) };
+        let mut seqs: BTreeMap<(u16, u32), u16> = BTreeMap::new();
+        let mut now = 0u64;
+        let mut out = Vec::new();
+        let texts: [&[u8]; 9] = [
+            b"a",
+            b"Hi. ",
+            "\u{feff}".as_bytes(),
+            b"\x1b[",
+            b"\xe2\x82",
+            b"\xac",
+            b"\x08",
+            b"",
+            b"word ",
+        ];
+        for _ in 0..3_000 {
+            let port = 6000 + (next() % 4) as u16 * 2;
+            let ssrc = 1 + (next() % 5) as u32;
+            let src = addr(port);
+            match next() % 20 {
+                0 => {
+                    let mut d = Vec::new();
+                    pvp_t140::rtcp::write_rr(&mut d, ssrc);
+                    if next() % 2 == 0 {
+                        pvp_t140::rtcp::write_sdes(
+                            &mut d,
+                            40 + (next() % 3) as u32,
+                            "c",
+                            Some("Src"),
+                        );
+                    }
+                    if next() % 2 == 0 {
+                        pvp_t140::rtcp::write_bye(&mut d, ssrc);
+                    } else {
+                        pvp_t140::rtcp::write_bye(&mut d, 40 + (next() % 3) as u32);
+                    }
+                    let port = if next() % 2 == 0 { port + 1 } else { port };
+                    gw.handle_datagram(at(now), addr(port), &d);
+                }
+                1 => now += 1_000 + next() % 70_000,
+                2..=5 => now += next() % 3_000,
+                _ => {
+                    let seq = seqs.entry((port, ssrc)).or_insert((next() % 65536) as u16);
+                    let s = match next() % 10 {
+                        0 => seq.wrapping_add((next() % 5) as u16),
+                        1 => seq.wrapping_sub((next() % 5) as u16),
+                        2 => seq.wrapping_add((next() % 40000) as u16),
+                        _ => seq.wrapping_add(1),
+                    };
+                    *seq = s;
+                    let text = texts[(next() % texts.len() as u64) as usize];
+                    let mut d = Vec::new();
+                    let ts = u32::from(s).wrapping_mul(300);
+                    let mut prefixed;
+                    let mut text = text;
+                    if llm && next() % 3 == 0 {
+                        prefixed = format!("id{}\x1e", next() % 3).into_bytes();
+                        prefixed.extend_from_slice(text);
+                        text = &prefixed;
+                    }
+                    if next() % 3 == 0 {
+                        let prev = texts[(next() % texts.len() as u64) as usize];
+                        let mut payload = Vec::new();
+                        pvp_t140::red::write_payload(&mut payload, tpt, &[(300, prev)], text);
+                        rtp::write_packet(&mut d, next() % 8 == 0, rpt, s, ts, ssrc, &payload);
+                    } else {
+                        rtp::write_packet(&mut d, next() % 8 == 0, tpt, s, ts, ssrc, text);
+                    }
+                    if next() % 4 == 0 {
+                        // A mixer's packet: one CSRC.
+                        let csrc = 40 + (next() % 3) as u32;
+                        d[0] = (d[0] & 0xf0) | 1;
+                        d.splice(12..12, csrc.to_be_bytes());
+                    }
+                    gw.handle_datagram(at(now), src, &d);
+                }
+            }
+            out.extend(drain(&mut gw));
+            assert!(gw.live_streams() <= gw.config().max_streams);
+            assert_eq!(
+                gw.stats().streams_live as usize,
+                gw.live_streams(),
+                "seed {seed}"
+            );
+            if next() % 10 == 0
+                && let Some(t) = gw.poll_timeout()
+                && t <= at(now)
+            {
+                gw.handle_timeout(at(now));
+                out.extend(drain(&mut gw));
+            }
+        }
+        gw.shutdown(at(now + 1));
+        out.extend(drain(&mut gw));
+        assert_eq!(gw.live_streams(), 0);
+        let mut joined: BTreeMap<String, bool> = BTreeMap::new();
+        let mut keys = std::collections::HashSet::new();
+        for m in out.iter().filter(|m| m.kind == "context.add") {
+            let k = m.payload["key"].as_str().unwrap().to_string();
+            assert!(keys.insert(k.clone()), "seed {seed}: key {k} twice");
+        }
+        let mut prev = 0;
+        for m in &out {
+            let ms = ms_of(m);
+            assert!(
+                ms >= prev,
+                "seed {seed}: {} {} at {ms} after {prev}",
+                m.kind,
+                m.sender
+            );
+            prev = ms;
+            let j = joined.entry(m.sender.clone()).or_default();
+            match m.kind.as_str() {
+                "session.join" => {
+                    assert!(!*j, "seed {seed}: {} joined twice", m.sender);
+                    *j = true;
+                }
+                "session.leave" => {
+                    assert!(*j, "seed {seed}: {} left unjoined", m.sender);
+                    *j = false;
+                }
+                _ => assert!(*j, "seed {seed}: {} {} unjoined", m.kind, m.sender),
+            }
+        }
+        assert!(joined.values().all(|j| !j), "seed {seed}: left joined");
+    }
+}
+
+/// Streams that join, say a sentence and time out, 50,000 of them: nothing piles up.
+#[test]
+fn speaking_streams_that_come_and_go_leave_no_memory_behind() {
+    let mut gw = Gateway::new(Config {
+        max_pps_per_source: 0,
+        stream_timeout: Duration::from_secs(1),
+        ..Config::default()
+    });
+    let mut ssrc = 0x3000_0000u32;
+    let mut now = 0u64;
+    let mut churn = |gw: &mut Gateway, n: u32| {
+        for i in 0..n {
+            ssrc += 1;
+            now += 1;
+            let source = SocketAddr::from(([10, 1, 0, 1], 20_000 + (i % 500) as u16));
+            gw.handle_datagram(at(now), source, &t140(1, ssrc, "Hi. there"));
+            while gw.poll_output().is_some() {}
+        }
+    };
+    churn(&mut gw, 10_000);
+    let (grew, ()) = retained(|| churn(&mut gw, 50_000));
+    assert!(
+        grew < 256 * 1024,
+        "50,000 streams left {grew} bytes allocated"
+    );
+}
+
+/// As the flood above, each stream named by an SDES before its first packet, from 200 hosts:
+/// the names kept for evicted streams' returns stay bounded.
+#[test]
+fn named_streams_evicted_at_the_limit_leave_no_memory_behind() {
+    let mut gw = Gateway::new(Config {
+        max_streams: 16,
+        max_pps_per_source: 0,
+        ..Config::default()
+    });
+    let mut ssrc = 0x7000_0000u32;
+    let mut now = 0u64;
+    let mut flood = |gw: &mut Gateway, n: u32| {
+        let mut p = Vec::new();
+        for i in 0..n {
+            ssrc += 1;
+            now += 1;
+            let source = SocketAddr::from(([10, 1, (i % 200) as u8, 1], 20_000 + (i % 500) as u16));
+            let mut sdes = Vec::new();
+            pvp_t140::rtcp::write_rr(&mut sdes, ssrc);
+            pvp_t140::rtcp::write_sdes(&mut sdes, ssrc, "c@x", Some("Some Name Here"));
+            gw.handle_datagram(at(now), source, &sdes);
+            p.clear();
+            rtp::write_packet(&mut p, true, 98, 1, 0, ssrc, "\u{feff}".as_bytes());
+            gw.handle_datagram(at(now), source, &p);
+            while gw.poll_output().is_some() {}
+        }
+    };
+    flood(&mut gw, 5_000);
+    let (grew, ()) = retained(|| flood(&mut gw, 30_000));
+    assert_eq!(gw.live_streams(), 16);
+    assert!(
+        grew < 64 * 1024,
+        "30,000 evictions left {grew} bytes allocated"
+    );
+}
+
+fn red_pkt(
+    seq: u16,
+    ts: u32,
+    ssrc: u32,
+    marker: bool,
+    gens: &[(u16, &str)],
+    primary: &str,
+) -> Vec<u8> {
+    let g: Vec<(u16, &[u8])> = gens.iter().map(|(o, t)| (*o, t.as_bytes())).collect();
+    let mut payload = Vec::new();
+    pvp_t140::red::write_payload(&mut payload, 98, &g, primary.as_bytes());
+    let mut d = Vec::new();
+    rtp::write_packet(&mut d, marker, 100, seq, ts, ssrc, &payload);
+    d
+}
+
+/// Across the sequence and timestamp wrap, with a loss recovered from redundancy: the text in
+/// order, once, and the idle flush at its own time.
+#[test]
+fn text_across_the_sequence_and_timestamp_wrap_flushes_on_time() {
+    let mut gw = Gateway::new(Config {
+        max_streams: 1,
+        max_pps_per_source: 0,
+        ..Config::default()
+    });
+    let a = addr(4000);
+    let ts0 = u32::MAX - 600;
+    let mut t = 0;
+    let texts = ["a", "b", "c", "d", "e", "f", "g", "h"];
+    let mut hist: Vec<&str> = Vec::new();
+    let mut out = Vec::new();
+    for (k, s) in (0..8u16).zip(texts) {
+        let seq = 65533u16.wrapping_add(k);
+        let ts = ts0.wrapping_add(u32::from(k) * 300);
+        let gens: Vec<(u16, &str)> = hist
+            .iter()
+            .rev()
+            .take(2)
+            .enumerate()
+            .map(|(i, g)| ((i as u16 + 1) * 300, *g))
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        let p = red_pkt(seq, ts, 7, k == 0, &gens, s);
+        hist.push(s);
+        t += 300;
+        if k == 2 {
+            continue; // lost: recovered from the next's redundancy
+        }
+        gw.handle_datagram(at(t), a, &p);
+        out.extend(drain(&mut gw));
+    }
+    while let Some(x) = gw.poll_timeout() {
+        gw.handle_timeout(x);
+        out.extend(drain(&mut gw));
+    }
+    let adds: Vec<(u64, String)> = out
+        .iter()
+        .filter(|m| m.kind == "context.add")
+        .map(|m| (ms_of(m), m.payload["content"].as_str().unwrap().to_string()))
+        .collect();
+    assert_eq!(adds, vec![(2_400 + 2_000, "abcdefgh".to_string())]);
+    assert_eq!(gw.stats().drops_total(), 0);
+}
+
+/// Lossless in-order senders (a marked packet after each pause, RFC 4103 5.2) at a limit of
+/// 1-3: every word of a sender none of whose packets was refused comes out, evictions,
+/// returns and timeouts notwithstanding.
+#[test]
+fn no_word_of_a_sender_never_refused_is_lost_to_eviction() {
+    let mut checked = 0;
+    for seed in 1..=400u64 {
+        let mut rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let max = 1 + (seed % 3) as usize;
+        let mut gw = Gateway::new(Config {
+            max_streams: max,
+            max_pps_per_source: 0,
+            stream_timeout: Duration::from_secs(2 + seed % 30),
+            idle_flush: Duration::from_millis(200 + seed % 2000),
+            ..Config::default()
+        });
+        let senders = 2 + (seed % 9) as u32;
+        let mut seq = vec![0u16; senders as usize];
+        let mut sent = vec![String::new(); senders as usize];
+        let mut tainted = vec![false; senders as usize];
+        let mut last = vec![0u64; senders as usize];
+        let mut now = 0u64;
+        let mut out = Vec::new();
+        let texts = ["", "\u{feff}", "\u{feff}", "", "ab", "c. ", "é", "x"];
+        for _ in 0..300 {
+            let k = (next() % u64::from(senders)) as usize;
+            now += next() % 400;
+            if next() % 30 == 0 {
+                now += next() % 40_000;
+            }
+            seq[k] = seq[k].wrapping_add(1);
+            let text = if next() % 4 == 0 {
+                texts[4 + (next() % 4) as usize]
+            } else {
+                texts[(next() % 4) as usize]
+            };
+            let src = addr(7000 + 2 * k as u16);
+            let ssrc = 100 + k as u32;
+            let mut d = Vec::new();
+            // RFC 4103 5.2: the first packet after an idle period is marked.
+            let idle = now - last[k] > 1_000;
+            last[k] = now;
+            rtp::write_packet(
+                &mut d,
+                seq[k] == 1 || idle,
+                98,
+                seq[k],
+                u32::from(seq[k]) * 300,
+                ssrc,
+                text.as_bytes(),
+            );
+            let before = gw.stats().drops_total();
+            gw.handle_datagram(at(now), src, &d);
+            if gw.stats().drops_total() != before {
+                tainted[k] = true;
+            }
+            sent[k].push_str(text);
+            out.extend(drain(&mut gw));
+        }
+        gw.shutdown(at(now + 1));
+        out.extend(drain(&mut gw));
+        for k in 0..senders as usize {
+            if tainted[k] {
+                continue;
+            }
+            checked += 1;
+            let id = format!("t140:{:08x}@127.0.0.1:{}", 100 + k, 7000 + 2 * k);
+            let got: String = out
+                .iter()
+                .filter(|m| m.kind == "context.add" && m.sender == id)
+                .map(|m| m.payload["content"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+                .concat();
+            let norm = |s: &str| {
+                s.chars()
+                    .filter(|c| !c.is_whitespace() && *c != '\u{feff}')
+                    .collect::<String>()
+            };
+            assert_eq!(
+                norm(&got),
+                norm(&sent[k]),
+                "seed {seed} sender {k}: evicted {}",
+                gw.stats().evicted
+            );
+        }
+    }
+    assert!(checked > 50, "{checked}");
+}
+
+/// The wheel with many slots whose deadlines crowd into a few ticks (bucket chains of many
+/// blocks), deadlines a whole span ahead (the bucket being emptied), lazy re-arms and
+/// compaction, against a model.
+#[test]
+fn timers_with_crowded_ticks_fire_as_a_model() {
+    let mut rng = 0x1234_5678_9abc_def1u64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let tick = 1u64 << 14;
+    let span = 4_096 * tick;
+    for round in 0..10u64 {
+        let mut t = Timers::default();
+        let mut model: BTreeMap<u32, u64> = BTreeMap::new();
+        let mut now = 1_700_000_000_000_000 + round;
+        for _ in 0..40_000 {
+            let slot = (next() % 2_000) as u32;
+            match next() % 10 {
+                0..=6 => {
+                    let base = now - now % tick;
+                    let due = match next() % 5 {
+                        0 => base + (next() % 3) * tick + next() % 4,
+                        1 => base + span + (next() % 2) * tick,
+                        2 => base + span - tick + next() % tick,
+                        3 => now + next() % 50,
+                        _ => base + (next() % 6) * span / 2,
+                    };
+                    t.set(slot, Time(due), Time(now));
+                    model.insert(slot, due);
+                }
+                7 => {
+                    t.remove(slot);
+                    model.remove(&slot);
+                }
+                _ => {
+                    now += match next() % 6 {
+                        0 => span - tick + next() % (2 * tick),
+                        1 => next() % span,
+                        _ => next() % (2 * tick),
+                    };
+                    let mut want: Vec<(u64, u32)> = model
+                        .iter()
+                        .filter(|(_, at)| **at <= now)
+                        .map(|(s, at)| (*at, *s))
+                        .collect();
+                    want.sort();
+                    for (_, s) in &want {
+                        model.remove(s);
+                    }
+                    let got: Vec<(u64, u32)> = std::iter::from_fn(|| t.pop_due(Time(now)))
+                        .map(|(at, s)| (at.0, s))
+                        .collect();
+                    assert_eq!(got, want, "round {round} at {now}");
+                }
+            }
+            if let Some(e) = model.values().min() {
+                let n = t.next().expect("an entry for every deadline");
+                assert!(n.0 <= *e, "next {} after {e}", n.0);
+            }
+        }
+    }
+}
