@@ -72,7 +72,8 @@ pub struct Config {
     pub max_chunk_chars: usize,
     /// A stream with no packets for this long is flushed and leaves.
     pub stream_timeout: Duration,
-    /// New streams beyond this are refused and counted; existing ones keep working. The bound
+    /// Streams at most: at the limit a new stream takes the place of the oldest that never
+    /// carried text (README "Stream limit"), else it is refused and counted. The bound
     /// of one core ([`Gateway::new`]); cores sharing a [`StreamBudget`] share its bound instead,
     /// each guaranteed a part of it.
     pub max_streams: usize,

@@ -197,7 +197,8 @@ struct CoreArgs {
     /// A stream silent this long is flushed and leaves the session.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     stream_timeout_s: u64,
-    /// Streams beyond this many are refused (counted); existing streams keep working.
+    /// Streams at most. At the limit a new stream takes the place of the oldest that never
+    /// carried text, else of one lingering after its BYE, else it is refused (counted).
     #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
     max_streams: u64,
     /// How long a packet that arrived ahead of a gap waits for the gap to fill before the

@@ -752,3 +752,45 @@ fn timers_with_crowded_ticks_fire_as_a_model() {
         }
     }
 }
+
+/// `--help` said streams beyond `--max-streams` "are refused (counted); existing streams keep
+/// working", and README's flag table that they "are refused and counted": at the limit a new
+/// stream takes the place of the oldest that never carried text, which is removed (README
+/// "Stream limit"); only with none such (nor one lingering after its BYE) is it refused.
+#[test]
+fn the_help_and_flag_table_say_what_the_stream_limit_does() {
+    let mut gw = Gateway::new(Config {
+        max_streams: 1,
+        max_pps_per_source: 0,
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "\u{feff}"));
+    gw.handle_datagram(at(10), addr(4002), &t140(1, 9, "Hello."));
+    // Not refused: the silent stream made room.
+    assert_eq!(gw.stats().drops_total(), 0);
+    assert_eq!(gw.stats().evicted, 1);
+    assert_eq!(gw.live_streams(), 1);
+    // With every place held by a stream that spoke, the next one is refused.
+    gw.handle_datagram(at(20), addr(4004), &t140(1, 11, "Hi."));
+    assert_eq!(gw.stats().drops(pvp_t140::DropReason::StreamLimit), 1);
+
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8(help.stdout)
+        .unwrap()
+        .replace(char::is_whitespace, " ");
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    let at_flag = help.find("--max-streams").expect("the flag in --help");
+    let text = &help[at_flag..at_flag + 300];
+    assert!(!text.contains("existing streams keep working"), "{text}");
+    assert!(text.contains("never carried text"), "{text}");
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let row = readme
+        .lines()
+        .find(|l| l.starts_with("| `--max-streams`"))
+        .unwrap();
+    assert!(row.contains("never carried text"), "{row}");
+}
