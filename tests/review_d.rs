@@ -794,3 +794,53 @@ fn the_help_and_flag_table_say_what_the_stream_limit_does() {
         .unwrap();
     assert!(row.contains("never carried text"), "{row}");
 }
+
+/// README "Stream limit": the last 64 streams evicted with nothing held are remembered; one of
+/// them comes back without a wait for its head or a loss mark (its record is taken before its
+/// return makes room, so 64 packets of others may open and evict streams meanwhile: A and 63
+/// others evicted), and one that 64 other evictions followed is not (its next unmarked packet
+/// waits for a head and marks it lost).
+#[test]
+fn the_last_64_evicted_streams_are_remembered_and_no_more() {
+    for others in [64u32, 65] {
+        let mut gw = Gateway::new(Config {
+            max_streams: 1,
+            max_pps_per_source: 0,
+            ..Config::default()
+        });
+        let a = addr(4000);
+        gw.handle_datagram(at(0), a, &t140(1, 7, "\u{feff}"));
+        for k in 0..others {
+            gw.handle_datagram(
+                at(1 + u64::from(k)),
+                addr(5000),
+                &t140(1, 100 + k, "\u{feff}"),
+            );
+        }
+        // A's eviction and `others` more (the last made by A's return itself).
+        gw.handle_datagram(at(100), a, &t140m(2, 7, false, "Hi."));
+        let mut out = drain(&mut gw);
+        while let Some(t) = gw.poll_timeout() {
+            gw.handle_timeout(t);
+            out.extend(drain(&mut gw));
+        }
+        let adds: Vec<(u64, String)> = out
+            .iter()
+            .filter(|m| m.kind == "context.add")
+            .map(|m| (ms_of(m), m.payload["content"].as_str().unwrap().to_string()))
+            .collect();
+        if others == 64 {
+            assert_eq!(
+                adds,
+                vec![(2_100, "Hi.".to_string())],
+                "{others} evicted after A"
+            );
+        } else {
+            assert_eq!(
+                adds,
+                vec![(3_100, "\u{fffd}Hi.".to_string())],
+                "{others} after A"
+            );
+        }
+    }
+}
