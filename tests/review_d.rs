@@ -844,3 +844,66 @@ fn the_last_64_evicted_streams_are_remembered_and_no_more() {
         }
     }
 }
+
+/// Cores sharing a stream budget (`--workers N`) under random traffic: together they never
+/// hold more than the limit, and none refuses a stream while it holds less than its reserve.
+#[test]
+fn cores_sharing_a_budget_stay_within_it_and_refuse_none_under_their_reserve() {
+    use pvp_t140::budget::StreamBudget;
+    for seed in 1..=40u64 {
+        let mut rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let max = 2 + (seed % 7) as usize;
+        let n = 1 + (seed % 3) as usize;
+        let budget = StreamBudget::new(max, n);
+        let mut cores: Vec<Gateway> = (0..n)
+            .map(|_| {
+                Gateway::with_budget(
+                    Config {
+                        max_streams: max,
+                        max_pps_per_source: 0,
+                        stream_timeout: Duration::from_secs(3),
+                        ..Config::default()
+                    },
+                    budget.clone(),
+                )
+            })
+            .collect();
+        let reserve = budget.reserve();
+        let mut now = 0;
+        for _ in 0..2_000 {
+            let c = (next() % n as u64) as usize;
+            now += next() % 300;
+            let ssrc = 1 + (next() % 40) as u32 + 100 * c as u32;
+            let src = addr(9000 + c as u16 * 100 + (next() % 4) as u16 * 2);
+            let text = if next() % 5 == 0 { "Hi. x" } else { "\u{feff}" };
+            let live = cores[c].live_streams();
+            let refused = cores[c].stats().drops(pvp_t140::DropReason::StreamLimit);
+            let mut d = Vec::new();
+            rtp::write_packet(
+                &mut d,
+                true,
+                98,
+                1 + (next() % 3) as u16,
+                0,
+                ssrc,
+                text.as_bytes(),
+            );
+            cores[c].handle_datagram(at(now), src, &d);
+            if cores[c].stats().drops(pvp_t140::DropReason::StreamLimit) > refused {
+                assert!(
+                    live >= reserve,
+                    "seed {seed}: refused under the reserve ({live} < {reserve})"
+                );
+            }
+            while cores[c].poll_output().is_some() {}
+            let total: usize = cores.iter().map(|g| g.live_streams()).sum();
+            assert!(total <= max, "seed {seed}: {total} > {max}");
+        }
+    }
+}
