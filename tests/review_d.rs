@@ -907,3 +907,41 @@ fn cores_sharing_a_budget_stay_within_it_and_refuse_none_under_their_reserve() {
         }
     }
 }
+
+/// As the flood above from IPv6 and v4-mapped sources (the index's other map and its mapped
+/// keys): the limit holds, none is refused, nothing piles up.
+#[test]
+fn ipv6_and_mapped_streams_evicted_at_the_limit_leave_no_memory_behind() {
+    let mut gw = Gateway::new(Config {
+        max_streams: 16,
+        max_pps_per_source: 0,
+        ..Config::default()
+    });
+    let mut ssrc = 0x7000_0000u32;
+    let mut now = 0u64;
+    let mut flood = |gw: &mut Gateway, n: u32| {
+        let mut p = Vec::new();
+        for i in 0..n {
+            ssrc += 1;
+            now += 1;
+            p.clear();
+            rtp::write_packet(&mut p, true, 98, 1, 0, ssrc, "\u{feff}".as_bytes());
+            let source: SocketAddr = if i % 2 == 0 {
+                format!("[2001:db8::{:x}]:{}", i % 300, 20_000 + i % 500)
+                    .parse()
+                    .unwrap()
+            } else {
+                format!("[::ffff:10.0.{}.1]:{}", i % 200, 20_000 + i % 500)
+                    .parse()
+                    .unwrap()
+            };
+            gw.handle_datagram(at(now), source, &p);
+            while gw.poll_output().is_some() {}
+        }
+    };
+    flood(&mut gw, 5_000);
+    let (grew, ()) = retained(|| flood(&mut gw, 30_000));
+    assert_eq!(gw.live_streams(), 16);
+    assert_eq!(gw.stats().drops_total(), 0);
+    assert!(grew < 64 * 1024, "left {grew} bytes");
+}
