@@ -1,5 +1,6 @@
-//! Review d: the stream table and its timers, driven through the sans-IO core with time as a
-//! value (and the timer wheel through its own API).
+//! The stream table and its timers, driven through the sans-IO core with time as a value (and
+//! the timer wheel through its own API): memory after churn, limits, timers against a model
+//! (review d, session 39).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

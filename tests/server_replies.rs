@@ -1,5 +1,6 @@
-//! Review a: the PVP envelopes and the WebSocket session against pvp-spec sections 4-9, 17, 19
-//! and the reference server's behaviour, over real sockets on 127.0.0.1.
+//! What the gateway does with what a PVP server sends back (pvp-spec sections 7, 9, 17, 19, and
+//! the reference server agrathwohl/pvp): capabilities it checks, pings it sends, errors it
+//! answers a write with. Over real sockets on 127.0.0.1 (review a, session 39).
 
 mod common;
 
