@@ -369,12 +369,28 @@ pub fn read_frames_from(
     loop {
         // pcap-parser 0.17 subtracts 12 from a pcapng block's length without checking it
         // (a panic in debug builds): refuse such a block here first.
-        if pcapng && short_pcapng_block(reader.data(), &mut le) {
+        let block_len = if pcapng {
+            pcapng_block_len(reader.data(), &mut le)
+        } else {
+            None
+        };
+        if block_len.is_some_and(|len| len < 12) {
             return Err(corrupt_after(
                 CaptureError::Format("pcapng block shorter than its own header".into()),
                 &stats,
             ));
         }
+        // The next pcapng block is all in the buffer: if pcap-parser still wants more bytes,
+        // its contents (a packet's captured length, an option's or a record's length) run
+        // past its Block Total Length. That is a corrupt block, not a file cut short: reading
+        // on for the bytes would take the blocks after it as its contents and drop them.
+        let whole = block_len.is_some_and(|len| reader.data().len() >= len as usize);
+        let overrun = || {
+            corrupt_after(
+                CaptureError::Format("pcapng block whose contents run past its length".into()),
+                &stats,
+            )
+        };
         match reader.next() {
             Ok((offset, block)) => {
                 // A packet on an interface the section did not describe is counted, skipped.
@@ -439,6 +455,11 @@ pub fn read_frames_from(
                 }
             }
             Err(PcapError::Eof) => break,
+            Err(
+                PcapError::UnexpectedEof | PcapError::Incomplete(_) | PcapError::BufferTooSmall,
+            ) if whole => {
+                return Err(overrun());
+            }
             Err(PcapError::UnexpectedEof) => {
                 stats.cut_short = true;
                 break;
@@ -525,23 +546,22 @@ fn captured(data: &[u8], caplen: u32) -> &[u8] {
     &data[..caplen.min(data.len())]
 }
 
-/// True when the next pcapng block claims a length under 12 bytes (type, two lengths). Tracks
-/// the section's byte order from each Section Header Block.
-fn short_pcapng_block(data: &[u8], le: &mut bool) -> bool {
+/// The Block Total Length the next pcapng block claims, once the buffer holds it. Tracks the
+/// section's byte order from each Section Header Block.
+fn pcapng_block_len(data: &[u8], le: &mut bool) -> Option<u32> {
     const SHB: [u8; 4] = [0x0a, 0x0d, 0x0d, 0x0a];
     if data.len() < 8 {
-        return false;
+        return None;
     }
     if data[..4] == SHB && data.len() >= 12 {
         *le = data[8..12] == [0x4d, 0x3c, 0x2b, 0x1a];
     }
     let len = [data[4], data[5], data[6], data[7]];
-    let len = if *le {
+    Some(if *le {
         u32::from_le_bytes(len)
     } else {
         u32::from_be_bytes(len)
-    };
-    len < 12
+    })
 }
 
 /// What a frame carries that replay uses.
