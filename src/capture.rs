@@ -361,6 +361,8 @@ pub fn read_frames_from(
     let mut reassembler = Reassembler::default();
     let mut legacy_link = Linktype::ETHERNET;
     let mut legacy_nanos = false;
+    // A pcap's byte order, once its header was read.
+    let mut legacy_be: Option<bool> = None;
     // The current pcapng section's interfaces and byte order.
     let mut interfaces: Vec<Interface> = Vec::new();
     let mut big_endian = false;
@@ -374,6 +376,17 @@ pub fn read_frames_from(
         } else {
             None
         };
+        if let Some(caplen) = legacy_be.and_then(|be| pcap_caplen(reader.data(), be))
+            && caplen > MAX_PCAP_CAPLEN
+        {
+            return Err(corrupt_after(
+                CaptureError::Format(format!(
+                    "pcap record with a captured length of {caplen} bytes, more than \
+                     {MAX_PCAP_CAPLEN}"
+                )),
+                &stats,
+            ));
+        }
         if block_len.is_some_and(|len| len < 12) {
             return Err(corrupt_after(
                 CaptureError::Format("pcapng block shorter than its own header".into()),
@@ -402,6 +415,7 @@ pub fn read_frames_from(
                     PcapBlockOwned::LegacyHeader(h) => {
                         legacy_link = h.network;
                         legacy_nanos = h.is_nanosecond_precision();
+                        legacy_be = Some(h.is_bigendian());
                         None
                     }
                     PcapBlockOwned::Legacy(b) => {
@@ -544,6 +558,22 @@ fn take_frame(
 fn captured(data: &[u8], caplen: u32) -> &[u8] {
     let caplen = usize::try_from(caplen).unwrap_or(usize::MAX);
     &data[..caplen.min(data.len())]
+}
+
+/// The most a pcap record captures: libpcap's largest snap length (`MAXIMUM_SNAPLEN`), past
+/// which libpcap, tcpdump and Wireshark call the file bad. A longer one is a corrupt length:
+/// read as one, it would take the records after it for its bytes.
+const MAX_PCAP_CAPLEN: u32 = 262_144;
+
+/// The captured length the next pcap record claims, once the buffer holds it (after the
+/// timestamp's two 32-bit words, in every pcap variant).
+fn pcap_caplen(data: &[u8], big_endian: bool) -> Option<u32> {
+    let b: [u8; 4] = data.get(8..12)?.try_into().ok()?;
+    Some(if big_endian {
+        u32::from_be_bytes(b)
+    } else {
+        u32::from_le_bytes(b)
+    })
 }
 
 /// The Block Total Length the next pcapng block claims, once the buffer holds it. Tracks the

@@ -307,6 +307,7 @@ fn pcapng_obsolete_packet_block_is_read_like_an_enhanced_packet_block() {
 
 /// A record the reader's buffer cannot hold even grown to its 16 MiB limit (in practice a
 /// corrupt length) is a clear error, not a panic and not an attempt to allocate what it claims.
+/// A pcap record is refused sooner, past libpcap's largest snap length.
 #[test]
 fn a_record_past_the_buffer_limit_is_a_clear_error() {
     let mut file = pcap(LINKTYPE_ETHERNET, &[]);
@@ -316,6 +317,14 @@ fn a_record_past_the_buffer_limit_is_a_clear_error() {
     file.extend_from_slice(&0x7fff_ffffu32.to_le_bytes());
     // Endless data, so the reader never runs out before the record fills its buffer.
     let reader = std::io::Read::chain(&file[..], std::io::repeat(0));
+    let err = read_udp_from(reader, &mut |_| {}).expect_err("too big");
+    assert!(err.to_string().contains("more than 262144"), "{err}");
+
+    let mut ng = Ng::new(true);
+    ng.idb(LINKTYPE_ETHERNET, &[]);
+    ng.out.extend_from_slice(&6u32.to_le_bytes());
+    ng.out.extend_from_slice(&0x7fff_fff0u32.to_le_bytes());
+    let reader = std::io::Read::chain(&ng.out[..], std::io::repeat(0));
     let err = read_udp_from(reader, &mut |_| {}).expect_err("too big");
     assert!(err.to_string().contains("more than 16 MiB"), "{err}");
 }

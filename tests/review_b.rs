@@ -158,3 +158,73 @@ fn a_pcapng_block_overrunning_its_own_length_is_corrupt_not_a_capture_cut_short(
         }
     }
 }
+
+/// Classic little-endian microsecond pcap of Ethernet frames, (µs, frame).
+fn pcap(frames: &[(u64, Vec<u8>)]) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
+    f.extend_from_slice(&2u16.to_le_bytes());
+    f.extend_from_slice(&4u16.to_le_bytes());
+    f.extend_from_slice(&[0; 8]);
+    f.extend_from_slice(&262_144u32.to_le_bytes());
+    f.extend_from_slice(&u32::from(LINKTYPE_ETHERNET).to_le_bytes());
+    for (us, data) in frames {
+        pcap_record(&mut f, *us, data, data.len() as u32);
+    }
+    f
+}
+
+fn pcap_record(f: &mut Vec<u8>, us: u64, data: &[u8], caplen: u32) {
+    f.extend_from_slice(&((us / 1_000_000) as u32).to_le_bytes());
+    f.extend_from_slice(&((us % 1_000_000) as u32).to_le_bytes());
+    f.extend_from_slice(&caplen.to_le_bytes());
+    f.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    f.extend_from_slice(data);
+}
+
+/// A pcap record whose captured length a bit flip made 1 MiB larger: more than libpcap
+/// writes or reads (262,144 bytes: tcpdump refuses the file there, "invalid packet capture
+/// length"), so a corrupt record. The reader took the records after it as its bytes, ran out
+/// of file, and called the capture "cut short inside its last record" (a warning, exit
+/// status 0): the datagrams after the damage silently gone.
+#[test]
+fn a_pcap_record_longer_than_any_snap_length_is_corrupt_not_a_capture_cut_short() {
+    let mut file = pcap(&[(1_000_000, frame(b"before"))]);
+    let bad = frame(b"the bad one");
+    pcap_record(&mut file, 2_000_000, &bad, bad.len() as u32 | 0x10_0000);
+    for i in 0..3 {
+        pcap_record(
+            &mut file,
+            3_000_000 + i,
+            &frame(b"after"),
+            frame(b"after").len() as u32,
+        );
+    }
+    match read(&file) {
+        Err(CaptureError::Corrupt { after: 1, detail }) => {
+            assert!(detail.contains("262144"), "{detail}")
+        }
+        other => panic!("a corrupt record must be an error, got {other:?}"),
+    }
+    // The largest a snap length gives is still read.
+    let big = ethernet(&udp_ipv4(
+        [127, 0, 0, 1],
+        40001,
+        [127, 0, 0, 1],
+        9999,
+        &vec![b'x'; 65_507],
+    ));
+    let mut file = pcap(&[(1_000_000, frame(b"before"))]);
+    let mut huge = big.clone();
+    huge.resize(262_144, 0);
+    pcap_record(&mut file, 2_000_000, &huge, 262_144);
+    pcap_record(
+        &mut file,
+        3_000_000,
+        &frame(b"after"),
+        frame(b"after").len() as u32,
+    );
+    let (got, stats) = read(&file).expect("readable");
+    assert_eq!((stats.frames, stats.udp), (3, 3), "{stats:?}");
+    assert_eq!(got[2].payload, b"after");
+}
