@@ -228,3 +228,52 @@ fn a_pcap_record_longer_than_any_snap_length_is_corrupt_not_a_capture_cut_short(
     assert_eq!((stats.frames, stats.udp), (3, 3), "{stats:?}");
     assert_eq!(got[2].payload, b"after");
 }
+
+/// Runs `pvp-t140 replay` on a file: stdout.
+fn replay_file(path: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .arg("replay")
+        .arg(path)
+        .args(args)
+        .output()
+        .expect("run pvp-t140 replay");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The README says what of a replay's output varies from run to run: only the random part of
+/// each message id (a ULID whose first 10 characters are its time, the capture's). Two runs
+/// must give the same bytes once those 16 characters are masked, and the ids must differ in
+/// them (the spec's ids are globally unique: a replay run twice into one server is two sets
+/// of messages).
+#[test]
+fn replaying_a_capture_twice_differs_only_in_the_random_part_of_the_message_ids() {
+    let pcaps = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("pcaps");
+    for name in ["two_ssrc.pcap", "rtcp.pcap", "single_any.pcapng"] {
+        let (a, b) = (
+            replay_file(&pcaps.join(name), &[]),
+            replay_file(&pcaps.join(name), &[]),
+        );
+        assert!(!a.is_empty(), "{name}");
+        let masked = |s: &str| -> (String, Vec<String>) {
+            let mut out = String::new();
+            let mut random = Vec::new();
+            for line in s.lines() {
+                let i = line.find("\"id\":\"").expect("an id") + 6;
+                let id = &line[i..i + 26];
+                random.push(id[10..].to_owned());
+                out.push_str(&line[..i + 10]);
+                out.push_str(&line[i + 26..]);
+                out.push('\n');
+            }
+            (out, random)
+        };
+        let ((ma, ra), (mb, rb)) = (masked(&a), masked(&b));
+        assert_eq!(ma, mb, "{name}: more than the ids' random part varies");
+        assert!(ra.iter().zip(&rb).all(|(x, y)| x != y), "{name}");
+    }
+}
