@@ -413,7 +413,10 @@ pub fn read_frames_from(
                 };
                 let frame = match block {
                     PcapBlockOwned::LegacyHeader(h) => {
-                        legacy_link = h.network;
+                        // The low 16 bits: the high ones may say the frames end in an FCS
+                        // (the pcap spec's FCS length and its P bit; libpcap's LT_LINKTYPE),
+                        // which the IP lengths leave out.
+                        legacy_link = Linktype(h.network.0 & 0xffff);
                         legacy_nanos = h.is_nanosecond_precision();
                         legacy_be = Some(h.is_bigendian());
                         None

@@ -277,3 +277,175 @@ fn replaying_a_capture_twice_differs_only_in_the_random_part_of_the_message_ids(
         assert!(ra.iter().zip(&rb).all(|(x, y)| x != y), "{name}");
     }
 }
+
+/// A classic pcap in either byte order and time unit: (seconds, fraction, frame).
+fn pcap_of(be: bool, nanos: bool, linktype: u32, frames: &[(u32, u32, Vec<u8>)]) -> Vec<u8> {
+    let u32b = |v: u32| if be { v.to_be_bytes() } else { v.to_le_bytes() };
+    let u16b = |v: u16| if be { v.to_be_bytes() } else { v.to_le_bytes() };
+    let mut f = Vec::new();
+    f.extend_from_slice(&u32b(if nanos { 0xa1b2_3c4d } else { 0xa1b2_c3d4 }));
+    f.extend_from_slice(&u16b(2));
+    f.extend_from_slice(&u16b(4));
+    f.extend_from_slice(&[0; 8]);
+    f.extend_from_slice(&u32b(262_144));
+    f.extend_from_slice(&u32b(linktype));
+    for (s, frac, data) in frames {
+        f.extend_from_slice(&u32b(*s));
+        f.extend_from_slice(&u32b(*frac));
+        f.extend_from_slice(&u32b(data.len() as u32));
+        f.extend_from_slice(&u32b(data.len() as u32));
+        f.extend_from_slice(data);
+    }
+    f
+}
+
+/// An IPv6/UDP packet behind `exts` (each an extension header body of 6 bytes + padding to
+/// 8, chained by `next`), from [::1]:40000 to [::1]:5004.
+fn udp_ipv6(exts: &[u8], payload: &[u8]) -> Vec<u8> {
+    let mut udp = Vec::new();
+    udp.extend_from_slice(&40000u16.to_be_bytes());
+    udp.extend_from_slice(&5004u16.to_be_bytes());
+    udp.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    udp.extend_from_slice(&[0, 0]);
+    udp.extend_from_slice(payload);
+    // Chain: exts are next-header codes of 8-byte extension headers.
+    let mut chain = Vec::new();
+    for (i, _) in exts.iter().enumerate() {
+        let next = exts.get(i + 1).copied().unwrap_or(17);
+        chain.extend_from_slice(&[next, 0, 1, 4, 0, 0, 0, 0]); // PadN of 4
+    }
+    let first = exts.first().copied().unwrap_or(17);
+    let mut p = vec![0x60, 0, 0, 0];
+    p.extend_from_slice(&((chain.len() + udp.len()) as u16).to_be_bytes());
+    p.push(first);
+    p.push(64);
+    let mut lo = [0u8; 16];
+    lo[15] = 1;
+    p.extend_from_slice(&lo);
+    p.extend_from_slice(&lo);
+    p.extend_from_slice(&chain);
+    p.extend_from_slice(&udp);
+    p
+}
+
+/// What the README promises replay reads, each checked once: both pcap byte orders in micro-
+/// and nanoseconds; BSD loopback with either IPv6 family value and byte order; raw IP (101,
+/// 228, 229); 802.1Q and QinQ; IPv4 options; IPv6 extension headers before UDP; Ethernet
+/// padding and bytes past the UDP Length left out; a pcapng with two interfaces of different
+/// link types and resolutions, blocks of unknown type, and a second section in the other byte
+/// order.
+#[test]
+fn the_formats_and_link_layers_replay_reads() {
+    let v4 = |p: &[u8]| udp_ipv4([127, 0, 0, 1], 40000, [127, 0, 0, 1], 5004, p);
+    for be in [false, true] {
+        for nanos in [false, true] {
+            let frac = if nanos { 250_000_000 } else { 250_000 };
+            let file = pcap_of(be, nanos, 1, &[(7, frac, ethernet(&v4(b"x")))]);
+            let (got, _) = read(&file).unwrap();
+            assert_eq!(got[0].time.0, 7_250_000, "be {be} nanos {nanos}");
+        }
+    }
+    // BSD loopback: AF_INET 2; AF_INET6 24, 28, 30; the host's byte order.
+    let null = |family: u32, be: bool, ip: Vec<u8>| {
+        let mut f = if be {
+            family.to_be_bytes()
+        } else {
+            family.to_le_bytes()
+        }
+        .to_vec();
+        f.extend(ip);
+        f
+    };
+    let frames = vec![
+        (1, 0, null(2, false, v4(b"a"))),
+        (2, 0, null(30, false, udp_ipv6(&[], b"b"))),
+        (3, 0, null(24, true, udp_ipv6(&[], b"c"))),
+        (4, 0, null(28, false, udp_ipv6(&[0, 60], b"d"))), // hop-by-hop, dest options
+    ];
+    let (got, s) = read(&pcap_of(false, false, 0, &frames)).unwrap();
+    let texts: Vec<&[u8]> = got.iter().map(|d| &d.payload[..]).collect();
+    assert_eq!(texts, [b"a", b"b", b"c", b"d"], "{s:?}");
+    assert_eq!(got[1].source, addr("[::1]:40000"));
+    for (lt, ip) in [
+        (101, v4(b"r")),
+        (228, v4(b"r")),
+        (229, udp_ipv6(&[43], b"r")),
+    ] {
+        let (got, s) = read(&pcap_of(false, false, lt, &[(1, 0, ip)])).unwrap();
+        assert_eq!(got.len(), 1, "linktype {lt}: {s:?}");
+        assert_eq!(got[0].payload, b"r");
+    }
+    // QinQ, then IPv4 options (IHL 6, a NOP-padded option), Ethernet padding, a UDP Length
+    // shorter than the IP payload.
+    let mut qinq = vec![0; 12];
+    qinq.extend_from_slice(&[0x88, 0xa8, 0, 10, 0x81, 0x00, 0, 20, 0x08, 0x00]);
+    qinq.extend(v4(b"q"));
+    let mut opts = v4(b"o");
+    opts[0] = 0x46;
+    opts.splice(20..20, [1, 1, 1, 0]);
+    let total = opts.len() as u16;
+    opts[2..4].copy_from_slice(&total.to_be_bytes());
+    let mut padded = ethernet(&v4(b"p"));
+    padded.resize(60, 0xee);
+    let mut short_udp = v4(b"uvwxyz");
+    short_udp[24..26].copy_from_slice(&9u16.to_be_bytes()); // UDP Length 9: "u" only
+    let frames = vec![
+        (1, 0, qinq),
+        (2, 0, ethernet(&opts)),
+        (3, 0, padded),
+        (4, 0, ethernet(&short_udp)),
+    ];
+    let (got, s) = read(&pcap_of(false, false, 1, &frames)).unwrap();
+    let texts: Vec<&[u8]> = got.iter().map(|d| &d.payload[..]).collect();
+    assert_eq!(texts, [b"q", b"o", b"p", b"u"], "{s:?}");
+
+    // pcapng: interface 0 Ethernet in µs, interface 1 raw IP in ns; unknown blocks; then a
+    // big-endian section whose interface 0 is raw IP.
+    let mut ng = Ng::new(true);
+    ng.idb(LINKTYPE_ETHERNET);
+    let mut idb = Vec::new();
+    idb.extend_from_slice(&ng.u16(101));
+    idb.extend_from_slice(&ng.u16(0));
+    idb.extend_from_slice(&ng.u32(0));
+    idb.extend_from_slice(&ng.u16(9)); // if_tsresol
+    idb.extend_from_slice(&ng.u16(1));
+    idb.extend_from_slice(&[9, 0, 0, 0]);
+    idb.extend_from_slice(&[0; 4]); // opt_endofopt
+    ng.block(1, &idb);
+    ng.epb(1_000_000, &ethernet(&v4(b"e")));
+    ng.block(0x1234_5678, &[1, 2, 3, 4, 5, 6, 7, 8]);
+    ng.block(0x8000_4242, &[]);
+    let body = ng.epb_body(1, 2_500_000_000, &v4(b"n"), v4(b"n").len() as u32);
+    ng.block(6, &body);
+    let mut be = Ng::new(false);
+    be.idb(101);
+    be.epb(3_000_000, &v4(b"B"));
+    ng.out.extend_from_slice(&be.out);
+    let (got, s) = read(&ng.out).unwrap();
+    let got: Vec<(u64, &[u8])> = got.iter().map(|d| (d.time.0, &d.payload[..])).collect();
+    assert_eq!(
+        got,
+        [(1_000_000, &b"e"[..]), (2_500_000, b"n"), (3_000_000, b"B")],
+        "{s:?}"
+    );
+}
+
+/// A pcap header's link type field holds the link type in its low 16 bits; the high bits may
+/// say the frames end in an FCS (the pcap spec, draft-ietf-opsawg-pcap section 4: FCS length
+/// in bits 28-31, its presence in bit 26; libpcap's LT_LINKTYPE masks them off, and so does
+/// Wireshark). An Ethernet capture with FCS (0x2400_0001: two 16-bit words) is Ethernet.
+#[test]
+fn a_pcap_link_type_with_the_fcs_bits_set_is_still_its_link_type() {
+    let mut f = ethernet(&udp_ipv4(
+        [127, 0, 0, 1],
+        40000,
+        [127, 0, 0, 1],
+        5004,
+        b"fcs",
+    ));
+    f.extend_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
+    let file = pcap_of(false, false, 0x2400_0001, &[(1, 0, f)]);
+    let (got, s) = read(&file).unwrap();
+    assert_eq!(got.len(), 1, "{s:?}");
+    assert_eq!(got[0].payload, b"fcs");
+}
