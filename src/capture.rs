@@ -355,7 +355,12 @@ pub fn read_frames_from(
         inner: reader,
         error: &error,
     };
-    let mut reader = create_reader(INITIAL_BUFFER, reader).map_err(|e| read_failed(e, &error))?;
+    let mut reader = create_reader(INITIAL_BUFFER, reader).map_err(|e| match e {
+        // pcap-parser's own words ("Eof", "Incomplete(2)") would not tell the user why.
+        PcapError::Eof => CaptureError::Format("the file is empty".into()),
+        PcapError::Incomplete(_) => CaptureError::Format("the file ends inside its header".into()),
+        e => read_failed(e, &error),
+    })?;
     let mut capacity = INITIAL_BUFFER;
     let mut stats = CaptureStats::default();
     let mut reassembler = Reassembler::default();

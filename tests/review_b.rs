@@ -449,3 +449,23 @@ fn a_pcap_link_type_with_the_fcs_bits_set_is_still_its_link_type() {
     assert_eq!(got.len(), 1, "{s:?}");
     assert_eq!(got[0].payload, b"fcs");
 }
+
+/// An empty file (tcpdump killed before it wrote its buffer) and one cut inside its file
+/// header are not captures: the error must say which, not pcap-parser's "Eof" or
+/// "Incomplete(2)".
+#[test]
+fn an_empty_capture_or_one_cut_in_its_header_says_so() {
+    let whole = pcap(&[(1_000_000, frame(b"x"))]);
+    // (A pcapng cut inside its Section Header Block is still pcap-parser's
+    // "HeaderNotRecognized": its first check of the block fails and it tries pcap.)
+    for (bytes, says) in [
+        (&whole[..0], "empty"),
+        (&whole[..10], "ends inside its header"),
+    ] {
+        let err = read(bytes).expect_err("not a capture");
+        assert!(
+            matches!(err, CaptureError::Format(_)) && err.to_string().contains(says),
+            "{err}"
+        );
+    }
+}
