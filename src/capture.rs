@@ -621,11 +621,18 @@ fn packet_of(data: &[u8], link: Linktype, interface: usize) -> Option<Packet<'_>
         Linktype::IPV4,
         Linktype::IPV6,
         Linktype::NULL,
+        Linktype::LOOP,
     ];
     if !supported.contains(&link) {
         return None;
     }
     let sliced = match get_packetdata(data, link, data.len())? {
+        // OpenBSD's loopback: BSD loopback's 4-byte address family (in network byte order)
+        // before the IP packet; pcap-parser 0.17 has no decoder for it. The IP version says
+        // which IP, as with LINKTYPE_NULL.
+        PacketData::Unsupported(_) if link == Linktype::LOOP => {
+            SlicedPacket::from_ip(data.get(4..)?).ok()?
+        }
         PacketData::L2(frame) => SlicedPacket::from_ethernet(frame).ok()?,
         // A Linux cooked capture (SLL, SLL2) of a VLAN-tagged frame: libpcap puts the 802.1Q
         // tag back after the cooked header, whose protocol then says VLAN.

@@ -469,3 +469,18 @@ fn an_empty_capture_or_one_cut_in_its_header_says_so() {
         );
     }
 }
+
+/// OpenBSD's loopback (`tcpdump -i lo0`) is LINKTYPE_LOOP (108): BSD loopback with its
+/// address family in network byte order (AF_INET 2, AF_INET6 24). The README's "BSD loopback"
+/// took only LINKTYPE_NULL (0), and skipped every frame of such a capture.
+#[test]
+fn an_openbsd_loopback_capture_is_read() {
+    let mut a = 2u32.to_be_bytes().to_vec();
+    a.extend(udp_ipv4([127, 0, 0, 1], 40000, [127, 0, 0, 1], 5004, b"a"));
+    let mut b = 24u32.to_be_bytes().to_vec();
+    b.extend(udp_ipv6(&[], b"b"));
+    let file = pcap_of(true, false, 108, &[(1, 0, a), (2, 0, b)]);
+    let (got, s) = read(&file).unwrap();
+    let texts: Vec<&[u8]> = got.iter().map(|d| &d.payload[..]).collect();
+    assert_eq!(texts, [b"a", b"b"], "{s:?}");
+}
