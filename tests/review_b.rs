@@ -484,3 +484,64 @@ fn an_openbsd_loopback_capture_is_read() {
     let texts: Vec<&[u8]> = got.iter().map(|d| &d.payload[..]).collect();
     assert_eq!(texts, [b"a", b"b"], "{s:?}");
 }
+
+/// An IPv6 atomic fragment (a Fragment header with offset 0 and no more fragments, RFC 6946:
+/// a whole datagram) is read as the datagram it is.
+#[test]
+fn an_ipv6_atomic_fragment_is_a_whole_datagram() {
+    let mut ip = udp_ipv6(&[], b"atomic");
+    ip[6] = 44; // next header: Fragment
+    ip.splice(40..40, [17, 0, 0, 0, 0, 0, 0, 7]);
+    let len = (ip.len() - 40) as u16;
+    ip[4..6].copy_from_slice(&len.to_be_bytes());
+    let file = pcap_of(false, false, 101, &[(1, 0, ip)]);
+    let (got, s) = read(&file).unwrap();
+    assert_eq!(got.len(), 1, "{s:?}");
+    assert_eq!(got[0].payload, b"atomic");
+}
+
+fn rtp98(seq: u16, text: &str) -> Vec<u8> {
+    let mut p = vec![0x80, if seq == 1 { 0x80 | 98 } else { 98 }];
+    p.extend_from_slice(&seq.to_be_bytes());
+    p.extend_from_slice(&(u32::from(seq) * 300).to_be_bytes());
+    p.extend_from_slice(&0x1234_5678u32.to_be_bytes());
+    p.extend_from_slice(text.as_bytes());
+    p
+}
+
+/// A pcapng interface in whole seconds (if_tsresol 0) stamping near 2^64 units: the time
+/// saturates, and the replay must not panic on it (timers, ids, ISO 8601 of the far future).
+#[test]
+fn a_capture_stamped_at_the_end_of_time_replays_without_a_panic() {
+    let mut ng = Ng::new(true);
+    let mut idb = Vec::new();
+    idb.extend_from_slice(&ng.u16(101));
+    idb.extend_from_slice(&ng.u16(0));
+    idb.extend_from_slice(&ng.u32(0));
+    idb.extend_from_slice(&ng.u16(9));
+    idb.extend_from_slice(&ng.u16(1));
+    idb.extend_from_slice(&[0, 0, 0, 0]); // 10^0: seconds
+    idb.extend_from_slice(&[0; 4]);
+    ng.block(1, &idb);
+    let ip = |seq, text| {
+        udp_ipv4(
+            [127, 0, 0, 1],
+            40000,
+            [127, 0, 0, 1],
+            5004,
+            &rtp98(seq, text),
+        )
+    };
+    ng.epb(u64::MAX - 10, &ip(1, "Hello "));
+    ng.epb(u64::MAX - 5, &ip(2, "there. "));
+    ng.epb(u64::MAX, &ip(3, "More"));
+    let path = std::env::temp_dir().join(format!(
+        "pvp-t140-review-b-eot-{}.pcapng",
+        std::process::id()
+    ));
+    std::fs::write(&path, &ng.out).unwrap();
+    let out = replay_file(&path, &[]);
+    std::fs::remove_file(&path).ok();
+    assert!(out.contains("Hello there."), "{out}");
+    assert!(out.contains("More"), "{out}");
+}
