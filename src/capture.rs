@@ -640,6 +640,16 @@ fn packet_of(data: &[u8], link: Linktype, interface: usize) -> Option<Packet<'_>
             SlicedPacket::from_ether_type(etherparse::EtherType(ethertype), packet).ok()?
         }
         PacketData::L3(_, packet) => SlicedPacket::from_ip(packet).ok()?,
+        // A Linux cooked capture of a GRE tunnel device (ARPHRD_IPGRE): the protocol field is
+        // the GRE protocol type and the inner packet follows (the SLL and SLL2 specs), which
+        // pcap-parser 0.17 takes for a GRE header.
+        PacketData::L4(47, packet)
+            if link == Linktype::LINUX_SLL || link == Linktype::LINUX_SLL2 =>
+        {
+            let at = if link == Linktype::LINUX_SLL { 14 } else { 0 };
+            let proto = u16::from_be_bytes(data.get(at..at + 2)?.try_into().ok()?);
+            SlicedPacket::from_ether_type(etherparse::EtherType(proto), packet).ok()?
+        }
         PacketData::L4(..) | PacketData::Unsupported(_) => return None,
     };
     // Where the link layer says this copy was captured, for the fragments' key.

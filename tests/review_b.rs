@@ -545,3 +545,27 @@ fn a_capture_stamped_at_the_end_of_time_replays_without_a_panic() {
     assert!(out.contains("Hello there."), "{out}");
     assert!(out.contains("More"), "{out}");
 }
+
+/// `tcpdump -i any` on a host whose T.140 peer is reached over a GRE tunnel (`ip tunnel add
+/// gre1 mode gre`): the tunnel device's packets are cooked with ARPHRD_IPGRE (778), the
+/// protocol field a GRE protocol type (0x0800, 0x86DD) and the inner packet after the header
+/// (LINKTYPE_LINUX_SLL/SLL2 specs; Wireshark reads them so). pcap-parser takes the payload for
+/// a GRE header, and replay skipped every such datagram: the stream was missing from it.
+#[test]
+fn a_cooked_capture_of_a_gre_tunnel_device_is_read() {
+    let ip = udp_ipv4([10, 0, 0, 1], 40000, [10, 0, 0, 2], 5004, b"gre");
+    // SLL2: protocol, reserved, ifindex, ARPHRD, packet type, address length, address.
+    let mut sll2 = vec![0x08, 0x00, 0, 0, 0, 0, 0, 9, 0x03, 0x0a, 0, 0];
+    sll2.extend_from_slice(&[0; 8]);
+    sll2.extend_from_slice(&ip);
+    // SLL: packet type, ARPHRD, address length, address, protocol.
+    let mut sll = vec![0, 0, 0x03, 0x0a, 0, 0];
+    sll.extend_from_slice(&[0; 8]);
+    sll.extend_from_slice(&[0x08, 0x00]);
+    sll.extend_from_slice(&ip);
+    for (lt, f) in [(276, sll2), (113, sll)] {
+        let (got, s) = read(&pcap_of(false, false, lt, &[(1, 0, f)])).unwrap();
+        assert_eq!(got.len(), 1, "linktype {lt}: {s:?}");
+        assert_eq!(got[0].payload, b"gre");
+    }
+}
