@@ -303,6 +303,33 @@ pub fn read_udp_from(
     })
 }
 
+/// The file's header, read whole: pcap-parser tells pcap from pcapng, and reads the header,
+/// from its first read alone, which a pipe may cut short (it gives what was written so far).
+/// The 24-byte pcap header, or the pcapng Section Header Block (as long as its length says,
+/// up to the reader's first buffer); less only at the end of the file.
+fn read_head(reader: &mut impl io::Read) -> io::Result<Vec<u8>> {
+    const PCAP_HEADER: usize = 24;
+    let mut head = Vec::new();
+    let mut need = PCAP_HEADER;
+    while head.len() < need {
+        let mut buf = [0; 512];
+        let want = (need - head.len()).min(buf.len());
+        match reader.read(&mut buf[..want]) {
+            Ok(0) => break,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+        if need == PCAP_HEADER && head.len() >= 12 && head[..4] == [0x0a, 0x0d, 0x0d, 0x0a] {
+            let mut le = true;
+            if let Some(len) = pcapng_block_len(&head, &mut le) {
+                need = usize::try_from(len).map_or(INITIAL_BUFFER, |l| l.clamp(12, INITIAL_BUFFER));
+            }
+        }
+    }
+    Ok(head)
+}
+
 /// A reader that keeps the I/O error it last failed with: pcap-parser turns every one into a
 /// bare `PcapError::ReadError`, which would lose the cause (a disk error, a directory given as
 /// the file) and blame the file's format.
@@ -350,9 +377,11 @@ pub fn read_frames_from(
     reader: impl io::Read + Send,
     each: &mut dyn FnMut(Frame) -> ControlFlow<()>,
 ) -> Result<CaptureStats, CaptureError> {
+    let mut reader = reader;
+    let head = read_head(&mut reader).map_err(CaptureError::Io)?;
     let error = Mutex::new(None);
     let reader = KeepsError {
-        inner: reader,
+        inner: io::Read::chain(io::Cursor::new(head), reader),
         error: &error,
     };
     let mut reader = create_reader(INITIAL_BUFFER, reader).map_err(|e| match e {

@@ -569,3 +569,40 @@ fn a_cooked_capture_of_a_gre_tunnel_device_is_read() {
         assert_eq!(got[0].payload, b"gre");
     }
 }
+
+/// A reader that gives at most `n` bytes a read, as a pipe does with what its writer wrote so
+/// far (`ssh host cat x.pcapng | pvp-t140 replay /dev/stdin`).
+struct Trickle<'a> {
+    data: &'a [u8],
+    n: usize,
+}
+
+impl std::io::Read for Trickle<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let k = self.n.min(buf.len()).min(self.data.len());
+        buf[..k].copy_from_slice(&self.data[..k]);
+        self.data = &self.data[k..];
+        Ok(k)
+    }
+}
+
+/// pcap-parser decides what the file is from its first read alone: a pipe whose first read
+/// held less than the file header (24 bytes) or the Section Header Block made a valid capture
+/// "not a readable pcap/pcapng capture". Every later record was already read whatever the
+/// reads' sizes.
+#[test]
+fn a_capture_read_in_small_pieces_is_read_whole() {
+    let mut ng = Ng::new(true);
+    ng.idb(LINKTYPE_ETHERNET);
+    ng.epb(1_000_000, &frame(b"ng"));
+    let classic = pcap(&[(1_000_000, frame(b"classic"))]);
+    for (file, text) in [(&ng.out, &b"ng"[..]), (&classic, &b"classic"[..])] {
+        for n in [1, 7, 13] {
+            let mut got = Vec::new();
+            read_udp_from(Trickle { data: file, n }, &mut |d| got.push(d))
+                .unwrap_or_else(|e| panic!("{n}-byte reads: {e}"));
+            assert_eq!(got.len(), 1, "{n}-byte reads");
+            assert_eq!(got[0].payload, text);
+        }
+    }
+}
