@@ -306,8 +306,9 @@ pub fn read_udp_from(
 /// The file's header, read whole: pcap-parser tells pcap from pcapng, and reads the header,
 /// from its first read alone, which a pipe may cut short (it gives what was written so far).
 /// The 24-byte pcap header, or the pcapng Section Header Block (as long as its length says,
-/// up to the reader's first buffer); less only at the end of the file.
-fn read_head(reader: &mut impl io::Read) -> io::Result<Vec<u8>> {
+/// up to the reader's first buffer); less only at the end of the file, and then whether a
+/// pcapng's was cut short.
+fn read_head(reader: &mut impl io::Read) -> io::Result<(Vec<u8>, bool)> {
     const PCAP_HEADER: usize = 24;
     let mut head = Vec::new();
     let mut need = PCAP_HEADER;
@@ -327,7 +328,8 @@ fn read_head(reader: &mut impl io::Read) -> io::Result<Vec<u8>> {
             }
         }
     }
-    Ok(head)
+    let short = head.len() < need && head.starts_with(&[0x0a, 0x0d, 0x0d, 0x0a]);
+    Ok((head, short))
 }
 
 /// A reader that keeps the I/O error it last failed with: pcap-parser turns every one into a
@@ -378,7 +380,7 @@ pub fn read_frames_from(
     each: &mut dyn FnMut(Frame) -> ControlFlow<()>,
 ) -> Result<CaptureStats, CaptureError> {
     let mut reader = reader;
-    let head = read_head(&mut reader).map_err(CaptureError::Io)?;
+    let (head, short) = read_head(&mut reader).map_err(CaptureError::Io)?;
     let error = Mutex::new(None);
     let reader = KeepsError {
         inner: io::Read::chain(io::Cursor::new(head), reader),
@@ -388,6 +390,11 @@ pub fn read_frames_from(
         // pcap-parser's own words ("Eof", "Incomplete(2)") would not tell the user why.
         PcapError::Eof => CaptureError::Format("the file is empty".into()),
         PcapError::Incomplete(_) => CaptureError::Format("the file ends inside its header".into()),
+        // A pcapng cut inside its Section Header Block: pcap-parser, failing to read the
+        // block, tries pcap's magic.
+        PcapError::HeaderNotRecognized if short => {
+            CaptureError::Format("the file ends inside its header".into())
+        }
         e => read_failed(e, &error),
     })?;
     let mut capacity = INITIAL_BUFFER;

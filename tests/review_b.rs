@@ -456,11 +456,13 @@ fn a_pcap_link_type_with_the_fcs_bits_set_is_still_its_link_type() {
 #[test]
 fn an_empty_capture_or_one_cut_in_its_header_says_so() {
     let whole = pcap(&[(1_000_000, frame(b"x"))]);
-    // (A pcapng cut inside its Section Header Block is still pcap-parser's
-    // "HeaderNotRecognized": its first check of the block fails and it tries pcap.)
+    let mut ng = Ng::new(true);
+    ng.idb(LINKTYPE_ETHERNET);
     for (bytes, says) in [
         (&whole[..0], "empty"),
         (&whole[..10], "ends inside its header"),
+        (&ng.out[..20], "ends inside its header"),
+        (&ng.out[..2], "ends inside its header"),
     ] {
         let err = read(bytes).expect_err("not a capture");
         assert!(
