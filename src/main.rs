@@ -65,7 +65,7 @@ enum Cmd {
     /// Replay a pcap/pcapng capture through the gateway, using the capture's timestamps as the
     /// clock, and print the envelopes as NDJSON.
     Replay {
-        /// The capture file (pcap or pcapng; Ethernet, Linux SLL/SLL2 or raw IP).
+        /// The capture file (pcap or pcapng; Ethernet, Linux SLL/SLL2, raw IP or BSD loopback).
         file: PathBuf,
         /// Only UDP datagrams to this destination port and the RTCP port after it, as a live
         /// gateway on it reads by default (default: all).
