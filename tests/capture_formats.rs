@@ -1,4 +1,5 @@
-//! Review b: pcap/pcapng reading and replay, cases found in review (see the commit messages).
+//! Capture formats and link layers `replay` reads, and damaged captures it must refuse at the
+//! damage, written byte by byte (review b, session 39; the commit messages say why each).
 
 use std::net::SocketAddr;
 
