@@ -127,6 +127,10 @@ struct RunArgs {
     /// net.core.rmem_max (raise it with `sysctl -w net.core.rmem_max=BYTES`).
     #[arg(long, default_value_t = udp::RECV_BUFFER as u64, value_parser = clap::value_parser!(u64).range(1..=i32::MAX as u64))]
     recv_buffer: u64,
+    /// Whether the receive buffer's size was asked for (`--recv-buffer`, or `recv_buffer` in
+    /// the file): less from the kernel is then a warning, on the default a note.
+    #[arg(skip)]
+    recv_buffer_asked: bool,
     /// Journal every envelope for the PVP server in DIR before sending it, so one killed before
     /// it was written to the server is sent after a restart (requires --server).
     #[arg(long)]
@@ -454,6 +458,7 @@ fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Re
                 ));
             }
             run.recv_buffer = positive(v, "recv_buffer")?;
+            run.recv_buffer_asked = true;
         }
         set!(spool, run.spool, Some);
         set!(gate_transcripts, run.gate_transcripts);
@@ -635,6 +640,10 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return command_line_error(e),
     };
+    cli.run.recv_buffer_asked = matches!(
+        matches.value_source("recv_buffer"),
+        Some(clap::parser::ValueSource::CommandLine)
+    );
     let config = match &cli.cmd {
         None => cli.run.config.clone(),
         Some(Cmd::Replay { config, .. }) => config.clone(),
@@ -940,6 +949,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         let sockets = udp::bind_group(args.listen, workers, args.recv_buffer as usize)
             .map_err(|e| e.to_string())?;
         let local = sockets[0].local_addr().map_err(|e| e.to_string())?;
+        say_recv_buffer(&sockets[0], args.recv_buffer, args.recv_buffer_asked);
         // RTCP on the next port up (RFC 3550 11); rtcp-mux on the RTP port works regardless.
         let rtcp = match (args.rtcp, local.port()) {
             (false, _) | (_, 0 | u16::MAX) => None,
@@ -1119,6 +1129,35 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
             n => Err(format!("{n} of {workers} receive workers failed")),
         }
     })
+}
+
+/// Says so when the kernel gave an RTP socket less receive buffer than `--recv-buffer` asked
+/// for: it caps SO_RCVBUF at `net.core.rmem_max` without an error, and a burst beyond what it
+/// gave is dropped by the kernel, where the gateway counts nothing. A warning when the size was
+/// asked for, a note on the default (208 KiB of a stock kernel's 8 MiB asked).
+fn say_recv_buffer(socket: &std::net::UdpSocket, asked: u64, explicit: bool) {
+    let Ok(reported) = socket2::SockRef::from(socket).recv_buffer_size() else {
+        return;
+    };
+    // Linux reports twice what it set, the other half for its own bookkeeping (socket(7)).
+    let got = if cfg!(any(target_os = "linux", target_os = "android")) {
+        reported / 2
+    } else {
+        reported
+    } as u64;
+    if got >= asked {
+        return;
+    }
+    let msg = format!(
+        "--recv-buffer {asked}: the kernel gave each RTP socket {got} bytes of receive buffer \
+         (net.core.rmem_max caps it); a burst beyond that is dropped by the kernel, uncounted. \
+         Raise the cap (`sysctl -w net.core.rmem_max={asked}`) or ask for less"
+    );
+    if explicit {
+        tracing::warn!(asked, got, "{msg}");
+    } else {
+        tracing::info!(asked, got, "{msg}");
+    }
 }
 
 /// `--server` as the WebSocket client is to be given it: a `ws://` or `wss://` URL, its scheme
