@@ -127,10 +127,9 @@ struct RunArgs {
     /// net.core.rmem_max (raise it with `sysctl -w net.core.rmem_max=BYTES`).
     #[arg(long, default_value_t = udp::RECV_BUFFER as u64, value_parser = clap::value_parser!(u64).range(1..=i32::MAX as u64))]
     recv_buffer: u64,
-    /// Whether the receive buffer's size was asked for (`--recv-buffer`, or `recv_buffer` in
-    /// the file): less from the kernel is then a warning, on the default a note.
+    /// Which of [`ASKED`] were given (on the command line or in the file), by their file keys.
     #[arg(skip)]
-    recv_buffer_asked: bool,
+    asked: Vec<&'static str>,
     /// Journal every envelope for the PVP server in DIR before sending it, so one killed before
     /// it was written to the server is sent after a restart (requires --server).
     #[arg(long)]
@@ -458,7 +457,6 @@ fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Re
                 ));
             }
             run.recv_buffer = positive(v, "recv_buffer")?;
-            run.recv_buffer_asked = true;
         }
         set!(spool, run.spool, Some);
         set!(gate_transcripts, run.gate_transcripts);
@@ -469,6 +467,12 @@ fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Re
             run.gate_quorum = u32::try_from(v).map_err(|_| bad("gate_quorum", "too large"))?;
         }
         set!(gate_timeout_s, run.gate_timeout_s, seconds);
+        let keys: toml::Table = toml::from_str(&f.source.1).unwrap_or_default();
+        for key in ASKED {
+            if keys.contains_key(key) && !run.asked.contains(&key) {
+                run.asked.push(key);
+            }
+        }
     }
     let core = match &mut cli.cmd {
         Some(Cmd::Replay { core, .. }) => core,
@@ -640,10 +644,15 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return command_line_error(e),
     };
-    cli.run.recv_buffer_asked = matches!(
-        matches.value_source("recv_buffer"),
-        Some(clap::parser::ValueSource::CommandLine)
-    );
+    cli.run.asked = ASKED
+        .into_iter()
+        .filter(|id| {
+            matches!(
+                matches.value_source(id),
+                Some(clap::parser::ValueSource::CommandLine)
+            )
+        })
+        .collect();
     let config = match &cli.cmd {
         None => cli.run.config.clone(),
         Some(Cmd::Replay { config, .. }) => config.clone(),
@@ -949,7 +958,9 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         let sockets = udp::bind_group(args.listen, workers, args.recv_buffer as usize)
             .map_err(|e| e.to_string())?;
         let local = sockets[0].local_addr().map_err(|e| e.to_string())?;
-        say_recv_buffer(&sockets[0], args.recv_buffer, args.recv_buffer_asked);
+        let asked = |key: &str| args.asked.contains(&key);
+        say_recv_buffer(&sockets[0], args.recv_buffer, asked("recv_buffer"));
+        say_unused(args);
         // RTCP on the next port up (RFC 3550 11); rtcp-mux on the RTP port works regardless.
         let rtcp = match (args.rtcp, local.port()) {
             (false, _) | (_, 0 | u16::MAX) => None,
@@ -1129,6 +1140,62 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
             n => Err(format!("{n} of {workers} receive workers failed")),
         }
     })
+}
+
+/// Settings whose being given (not defaulted) matters once they are read: by their file keys,
+/// which are their flags' ids (`recv_buffer` for `--recv-buffer`).
+const ASKED: [&str; 8] = [
+    "recv_buffer",
+    "ca_file",
+    "heartbeat_s",
+    "connect_timeout_s",
+    "write_timeout_s",
+    "server_silence_s",
+    "gate_quorum",
+    "gate_timeout_s",
+];
+
+/// Says which settings given do nothing in the mode the gateway runs in: those of the PVP
+/// server's connections without `--server`, the gate's without `--gate-transcripts` (one who
+/// gave `--gate-quorum 2` meant gating, and gets none). `--spool` and `--gate-transcripts`
+/// without `--server` are refused instead ([`run_live`]); `--ca-file` with a `ws://` server is
+/// said there.
+fn say_unused(args: &RunArgs) {
+    let flag = |key: &str| format!("--{}", key.replace('_', "-"));
+    let given = |keys: &[&str]| -> Vec<String> {
+        keys.iter()
+            .filter(|k| args.asked.contains(k))
+            .map(|k| flag(k))
+            .collect()
+    };
+    let gate = ["gate_quorum", "gate_timeout_s"];
+    if args.server.is_none() {
+        let mut keys = vec![
+            "ca_file",
+            "heartbeat_s",
+            "connect_timeout_s",
+            "write_timeout_s",
+            "server_silence_s",
+        ];
+        keys.extend(gate);
+        let unused = given(&keys);
+        if !unused.is_empty() {
+            tracing::warn!(
+                "{} not used: they are for a PVP server (--server), and envelopes go to \
+                 stdout",
+                unused.join(", ")
+            );
+        }
+    } else if !args.gate_transcripts {
+        let unused = given(&gate);
+        if !unused.is_empty() {
+            tracing::warn!(
+                "{} not used: settings of the transcript gate, and there is no \
+                 --gate-transcripts (chunks are added ungated)",
+                unused.join(", ")
+            );
+        }
+    }
 }
 
 /// Says so when the kernel gave an RTP socket less receive buffer than `--recv-buffer` asked

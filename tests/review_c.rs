@@ -53,3 +53,47 @@ fn a_receive_buffer_the_kernel_honoured_is_not_warned_about() {
     assert!(gw.terminate(WAIT).success());
     gw.assert_stderr_lacks("net.core.rmem_max");
 }
+
+/// The settings of the PVP server's connections (`--ca-file`, `--heartbeat-s`,
+/// `--connect-timeout-s`, `--write-timeout-s`, `--server-silence-s`) do nothing without
+/// `--server`, and `--gate-quorum`/`--gate-timeout-s` nothing without `--gate-transcripts`;
+/// given so, they were taken without a word (`--ca-file /nonexistent` was not even read), while
+/// `--ca-file` with a `ws://` server says it is not used, and `--spool`/`--gate-transcripts`
+/// without `--server` are refused. A gateway started with `--gate-quorum 2` and no
+/// `--gate-transcripts` adds every chunk ungated: an operator who meant gating is not told.
+#[test]
+fn settings_that_do_nothing_without_their_mode_are_said_unused() {
+    let mut gw = Gateway::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--ca-file",
+        "/nonexistent/ca.pem",
+        "--heartbeat-s",
+        "5",
+    ]);
+    let line = gw.wait_stderr(WAIT, "not used");
+    assert!(line.contains("\"WARN\""), "{line}");
+    assert!(
+        line.contains("--ca-file") && line.contains("--heartbeat-s"),
+        "{line}"
+    );
+    assert!(line.contains("--server"), "{line}");
+    assert!(gw.terminate(WAIT).success());
+
+    // From the file too, named by its keys; the gate's settings without the gate.
+    let cfg = std::env::temp_dir().join(format!("pvp-t140-{}-unused.toml", std::process::id()));
+    std::fs::write(&cfg, "gate_quorum = 2\nconnect_timeout_s = 3\n").unwrap();
+    let mut gw = Gateway::start(&["--listen", "127.0.0.1:0", "--config", cfg.to_str().unwrap()]);
+    let line = gw.wait_stderr(WAIT, "not used");
+    std::fs::remove_file(&cfg).ok();
+    assert!(
+        line.contains("--gate-quorum") && line.contains("--connect-timeout-s"),
+        "{line}"
+    );
+    assert!(gw.terminate(WAIT).success());
+
+    // Defaults are no one's choice: nothing is said of them.
+    let mut gw = Gateway::start(&["--listen", "127.0.0.1:0"]);
+    assert!(gw.terminate(WAIT).success());
+    gw.assert_stderr_lacks("not used");
+}
