@@ -68,7 +68,8 @@ enum Cmd {
         /// The capture file (pcap or pcapng; Ethernet, Linux SLL/SLL2, raw IP or BSD loopback).
         file: PathBuf,
         /// Only UDP datagrams to this destination port and the RTCP port after it, as a live
-        /// gateway on it reads by default (default: all).
+        /// gateway on it reads by default (the RTCP port not with `rtcp = false` in --config;
+        /// default: all).
         #[arg(long)]
         port: Option<u16>,
         /// The live gateway's TOML file: its core settings and `[[stream]]` mapping rules
@@ -76,6 +77,10 @@ enum Cmd {
         /// Flags on the command line override it.
         #[arg(long)]
         config: Option<PathBuf>,
+        /// The live gateway's `--rtcp`, from `--config` (`rtcp = false`: its RTCP port was
+        /// never read, nor is it here).
+        #[arg(skip = true)]
+        rtcp: bool,
         #[command(flatten)]
         core: CoreArgs,
     },
@@ -475,7 +480,12 @@ fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Re
         }
     }
     let core = match &mut cli.cmd {
-        Some(Cmd::Replay { core, .. }) => core,
+        Some(Cmd::Replay { core, rtcp, .. }) => {
+            // What the live gateway read decides what is replayed (README, "Replaying
+            // captures"): its RTCP port only if it read it.
+            *rtcp = f.rtcp.unwrap_or(true);
+            core
+        }
         _ => &mut cli.run.core,
     };
     // The bounds `CoreArgs::config` checks of the flags, checked here first so that the error
@@ -677,8 +687,12 @@ fn main() -> ExitCode {
     let log_guard = init_logs(log_format);
     let result = match cli.cmd {
         Some(Cmd::Replay {
-            file, port, core, ..
-        }) => run_replay(&file, port, &core),
+            file,
+            port,
+            rtcp,
+            core,
+            ..
+        }) => run_replay(&file, port, rtcp, &core),
         Some(Cmd::Send {
             to,
             red,
@@ -873,12 +887,17 @@ fn within_stderr_grace(write: impl FnOnce() + Send + 'static) {
     }
 }
 
-fn run_replay(file: &std::path::Path, port: Option<u16>, core: &CoreArgs) -> Result<(), String> {
+fn run_replay(
+    file: &std::path::Path,
+    port: Option<u16>,
+    rtcp: bool,
+    core: &CoreArgs,
+) -> Result<(), String> {
     let cfg = core.config()?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     // An error of the capture names it; one of the output is stdout's, not the capture's.
-    let summary = replay::run(file, cfg, port, &mut out).map_err(|e| match e {
+    let summary = replay::run_reading(file, cfg, port, rtcp, &mut out).map_err(|e| match e {
         replay::ReplayError::Capture(e) => format!("{}: {e}", file.display()),
         replay::ReplayError::Output(e) => format!("writing envelopes to stdout: {e}"),
     })?;

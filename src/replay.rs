@@ -61,6 +61,19 @@ pub fn run(
     port: Option<u16>,
     out: &mut dyn Write,
 ) -> Result<ReplaySummary, ReplayError> {
+    run_reading(path, cfg, port, true, out)
+}
+
+/// [`run`], the RTCP port after `port` fed only with `rtcp` (the live gateway's `--rtcp`: one
+/// run with `rtcp = false` never read that port, and its replay must not either).
+pub fn run_reading(
+    path: &Path,
+    cfg: Config,
+    port: Option<u16>,
+    rtcp: bool,
+    out: &mut dyn Write,
+) -> Result<ReplaySummary, ReplayError> {
+    let read_rtcp_port = |p: u16| rtcp.then(|| rtcp_port(p)).flatten();
     // The RTCP port's own admission, as the live gateway's reader of it has.
     let mut rtcp_admission = Admission::new(cfg.allow.clone(), cfg.max_pps_per_source);
     let mut gw = Gateway::new(cfg);
@@ -75,7 +88,9 @@ pub fn run(
                 gw.handle_datagram(clock.at(d.time), d.source, &d.payload);
             }
             // As a live gateway on that port reads its RTCP port: RTCP only.
-            Frame::Udp(d, interface) if port.and_then(rtcp_port) == Some(d.destination.port()) => {
+            Frame::Udp(d, interface)
+                if port.and_then(read_rtcp_port) == Some(d.destination.port()) =>
+            {
                 unfed.feed(&mut clock, interface);
                 let at = clock.at(d.time);
                 let refused = rtcp_admission.admit(at, d.source).err();

@@ -1,6 +1,8 @@
 //! Review c: the command line and the configuration file, run as the real binary.
 
 mod common;
+#[path = "common/frames.rs"]
+mod frames;
 
 use std::time::Duration;
 
@@ -96,4 +98,87 @@ fn settings_that_do_nothing_without_their_mode_are_said_unused() {
     let mut gw = Gateway::start(&["--listen", "127.0.0.1:0"]);
     assert!(gw.terminate(WAIT).success());
     gw.assert_stderr_lacks("not used");
+}
+
+/// A classic microsecond pcap (LINKTYPE_NULL) of (time in µs, destination port, UDP payload),
+/// each from 127.0.0.1:40000 to 127.0.0.1.
+fn pcap_to(packets: &[(u64, u16, Vec<u8>)]) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
+    f.extend_from_slice(&2u16.to_le_bytes());
+    f.extend_from_slice(&4u16.to_le_bytes());
+    f.extend_from_slice(&[0; 8]);
+    f.extend_from_slice(&262_144u32.to_le_bytes());
+    f.extend_from_slice(&0u32.to_le_bytes());
+    for (us, port, payload) in packets {
+        let mut data = 2u32.to_le_bytes().to_vec();
+        data.extend(frames::udp_ipv4(
+            [127, 0, 0, 1],
+            40000,
+            [127, 0, 0, 1],
+            *port,
+            payload,
+        ));
+        f.extend_from_slice(&((us / 1_000_000) as u32).to_le_bytes());
+        f.extend_from_slice(&((us % 1_000_000) as u32).to_le_bytes());
+        f.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        f.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        f.extend_from_slice(&data);
+    }
+    f
+}
+
+/// README, "Replaying captures": "`--port N` keeps the datagrams to port N and to N+1, the
+/// RTCP port a live gateway listening on N reads by default (`--rtcp`), so both give the same
+/// envelopes", and "`--config FILE` takes the file the live gateway ran with". A gateway whose
+/// file says `rtcp = false` leaves port N+1 alone (another service's RTCP may be there), but
+/// its replay fed that port's RTCP to the core all the same: here a BYE on 5005, which the
+/// live gateway never read, ended the stream in the replay ("rtcp bye", at once) where live
+/// it ended by timing out. Replay must read what the live gateway read.
+#[test]
+fn replay_with_a_file_that_says_rtcp_false_leaves_the_rtcp_port_alone() {
+    const T0: u64 = 1_700_000_000_000_000;
+    let mut rtp = vec![0x80, 0x80 | 98, 0, 1, 0, 0, 0, 0];
+    rtp.extend_from_slice(&0x7777u32.to_be_bytes());
+    rtp.extend_from_slice(b"Hello there. ");
+    let mut bye = vec![0x81, 203, 0, 1];
+    bye.extend_from_slice(&0x7777u32.to_be_bytes());
+    let capture = pcap_to(&[(T0, 5004, rtp), (T0 + 300_000, 5005, bye)]);
+    let dir = std::env::temp_dir();
+    let pid = std::process::id();
+    let (cap, cfg) = (
+        dir.join(format!("pvp-t140-rvc-{pid}.pcap")),
+        dir.join(format!("pvp-t140-rvc-{pid}-rtcp.toml")),
+    );
+    std::fs::write(&cap, capture).unwrap();
+    let leave_reason = |config: &str| {
+        std::fs::write(&cfg, config).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+            .arg("replay")
+            .arg(&cap)
+            .args(["--port", "5004", "--config", cfg.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .find(|e| e["type"] == "session.leave")
+            .map(|e| e["payload"]["reason"].as_str().unwrap().to_owned())
+    };
+    let with_rtcp = leave_reason("rtcp = true\n");
+    let without = leave_reason("rtcp = false\n");
+    std::fs::remove_file(&cap).ok();
+    std::fs::remove_file(&cfg).ok();
+    assert_eq!(with_rtcp.as_deref(), Some("rtcp bye"));
+    assert_ne!(
+        without.as_deref(),
+        Some("rtcp bye"),
+        "the live gateway never read the BYE on the RTCP port"
+    );
 }
