@@ -135,6 +135,10 @@ struct RunArgs {
     /// Which of [`ASKED`] were given (on the command line or in the file), by their file keys.
     #[arg(skip)]
     asked: Vec<&'static str>,
+    /// The settings checked only when used that came from the file, each with where it is
+    /// written there (`gw.toml:2: spool`): their errors name it instead of a flag.
+    #[arg(skip)]
+    located: Vec<(&'static str, String)>,
     /// Journal every envelope for the PVP server in DIR before sending it, so one killed before
     /// it was written to the server is sent after a restart (requires --server).
     #[arg(long)]
@@ -256,6 +260,26 @@ enum MixerArg {
 enum LogFormat {
     Text,
     Json,
+}
+
+impl RunArgs {
+    /// How an error names the setting `key`: where the file has it, else its flag.
+    fn named(&self, key: &str) -> String {
+        self.located.iter().find(|(k, _)| *k == key).map_or_else(
+            || format!("--{}", key.replace('_', "-")),
+            |(_, at)| at.clone(),
+        )
+    }
+
+    /// An error that begins with the flag of `key`, beginning instead with where the file has
+    /// it when it came from there.
+    fn said(&self, key: &str, err: String) -> String {
+        let flag = format!("--{}", key.replace('_', "-"));
+        match err.strip_prefix(&flag) {
+            Some(rest) => format!("{}{rest}", self.named(key)),
+            None => err,
+        }
+    }
 }
 
 impl CoreArgs {
@@ -476,6 +500,11 @@ fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Re
         for key in ASKED {
             if keys.contains_key(key) && !run.asked.contains(&key) {
                 run.asked.push(key);
+            }
+        }
+        for key in ["spool", "ca_file", "gate_transcripts"] {
+            if keys.contains_key(key) && !given(key) {
+                run.located.push((key, f.locate(key)));
             }
         }
     }
@@ -1000,10 +1029,16 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         let rtcp_addr = rtcp.as_ref().and_then(|s| s.local_addr().ok());
         let sink_metrics = pvp_t140::metrics::SinkMetrics::default();
         if args.gate_transcripts && args.server.is_none() {
-            return Err("--gate-transcripts needs --server (approvals come from the PVP session)".into());
+            return Err(format!(
+                "{} needs --server (approvals come from the PVP session)",
+                args.named("gate_transcripts")
+            ));
         }
         if args.spool.is_some() && args.server.is_none() {
-            return Err("--spool needs --server (stdout is written at once)".into());
+            return Err(format!(
+                "{} needs --server (stdout is written at once)",
+                args.named("spool")
+            ));
         }
         // The URL as connected to (scheme in lowercase, a query given its path): /healthz
         // checks the same server the connections use.
@@ -1015,7 +1050,8 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
                         let (s, pending) = pvp_t140::sink::spool::Spool::open(
                             dir,
                             sink_metrics.spool_write_errors.clone(),
-                        )?;
+                        )
+                        .map_err(|e| args.said("spool", e))?;
                         tracing::info!(journal = %s.path().display(), resend = pending.len(), "spool open");
                         (Some(std::sync::Arc::new(s)), pending)
                     }
@@ -1034,7 +1070,10 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
                     queue: 4096,
                     metrics: sink_metrics.clone(),
                     tls: if url.starts_with("wss://") {
-                        Some(pvp_t140::sink::tls::client_config(args.ca_file.as_deref())?)
+                        Some(
+                            pvp_t140::sink::tls::client_config(args.ca_file.as_deref())
+                                .map_err(|e| args.said("ca_file", e))?,
+                        )
                     } else {
                         None
                     },

@@ -129,7 +129,7 @@ fn a_receive_buffer_out_of_range_is_refused() {
 /// the README's table, but `FileConfig` has no field for them and denies unknown fields, so a
 /// file with `spool = "..."` or `gate_transcripts = true` is refused as a TOML error ("unknown
 /// field"): delivery settings cannot live in the configuration file at all. Each key must be
-/// read; the two that need `--server` then say so, as their flags do.
+/// read; the two that need `--server` then say so, naming the file's line and key.
 #[test]
 fn every_flag_in_the_readme_table_is_a_configuration_file_key() {
     let spool = std::env::temp_dir().join(format!("pvp-t140-{}-spooldir", std::process::id()));
@@ -137,12 +137,12 @@ fn every_flag_in_the_readme_table_is_a_configuration_file_key() {
         (
             "gate",
             "gate_transcripts = true\n".to_owned(),
-            Some("--gate-transcripts needs --server"),
+            Some(":1: gate_transcripts needs --server"),
         ),
         (
             "spool",
             format!("spool = {:?}\n", spool.to_str().unwrap()),
-            Some("--spool needs --server"),
+            Some(":1: spool needs --server"),
         ),
         (
             "quorum",

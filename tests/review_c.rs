@@ -182,3 +182,59 @@ fn replay_with_a_file_that_says_rtcp_false_leaves_the_rtcp_port_alone() {
         "the live gateway never read the BYE on the RTCP port"
     );
 }
+
+/// README, "Configuration file": "an error names the file, line and field". The file's
+/// `spool` and `ca_file` were checked only when used, and their errors spoke of flags the user
+/// never typed (`--spool needs --server`, `--ca-file ca.pem: I/O error: No such file or
+/// directory`), naming neither the file nor the line: with a relative `ca_file`, read from the
+/// working directory (`/` under systemd), nothing said where the name came from.
+#[test]
+fn errors_of_the_files_spool_and_ca_file_name_the_file_line_and_key() {
+    let pid = std::process::id();
+    for (name, text, expect) in [
+        (
+            "spool",
+            "session = \"s\"\nspool = \"/tmp/pvp-t140-rvc-spool\"\n",
+            ":2: spool needs --server",
+        ),
+        (
+            "gate",
+            "gate_transcripts = true\n",
+            ":1: gate_transcripts needs --server",
+        ),
+        (
+            "ca",
+            "server = \"wss://127.0.0.1:9\"\nca_file = \"pvp-t140-rvc-no-such-ca.pem\"\n",
+            ":2: ca_file pvp-t140-rvc-no-such-ca.pem: ",
+        ),
+        (
+            "spooldir",
+            "server = \"ws://127.0.0.1:9\"\n\nspool = \"/proc/pvp-t140-rvc/x\"\n",
+            ":3: spool /proc/pvp-t140-rvc/x: ",
+        ),
+    ] {
+        let cfg = std::env::temp_dir().join(format!("pvp-t140-rvc-{pid}-{name}.toml"));
+        std::fs::write(&cfg, text).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+            .args(["--listen", "127.0.0.1:0", "--config", cfg.to_str().unwrap()])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        std::fs::remove_file(&cfg).ok();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{name}: {err}");
+        let last = err.lines().last().unwrap_or_default();
+        assert!(
+            last.starts_with(&format!("pvp-t140: {}{expect}", cfg.display())),
+            "{name}: {last}"
+        );
+    }
+    // On the command line, the flags are named as before.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .args(["--listen", "127.0.0.1:0", "--spool", "/tmp/x"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("pvp-t140: --spool needs --server"), "{err}");
+}
