@@ -376,9 +376,14 @@ impl CoreArgs {
 /// live gateway's, or for `replay` the core's and the mapping rules, the keys of live IO
 /// (listen, server, metrics, workers...) left out, so a capture replays with the file the
 /// gateway ran with.
-fn apply_file(cli: &mut Cli, m: &clap::ArgMatches, path: &std::path::Path) -> Result<(), String> {
+fn apply_file(
+    cli: &mut Cli,
+    m: &clap::ArgMatches,
+    path: &std::path::Path,
+    text: &str,
+) -> Result<(), String> {
     use clap::parser::ValueSource;
-    let (f, mapping, allow) = pvp_t140::config_file::load(path)?;
+    let (f, mapping, allow) = pvp_t140::config_file::parse(path, text)?;
     // Where the flags were given: replay's are its subcommand's (the global log format too).
     let (m, live) = match &cli.cmd {
         None => (m, true),
@@ -697,8 +702,16 @@ fn main() -> ExitCode {
         Some(Cmd::Replay { config, .. }) => config.clone(),
         Some(Cmd::Send { .. }) => None,
     };
-    if let Some(path) = config
-        && let Err(e) = apply_file(&mut cli, &matches, &path)
+    // Read once: a file that is a pipe (a FIFO, `--config <(envsubst < gw.toml)`) has nothing
+    // to give a second read, and a FIFO's second open waits for a writer that never comes.
+    let file = config.map(|path| {
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()));
+        (path, text)
+    });
+    if let Some((path, text)) = &file
+        && let Err(e) = text
+            .clone()
+            .and_then(|text| apply_file(&mut cli, &matches, path, &text))
     {
         // Before the logs are set up: said as the exit's last words are, in the format the
         // file asks for unless the command line says otherwise (the file may have been
@@ -707,7 +720,11 @@ fn main() -> ExitCode {
             Some(
                 clap::parser::ValueSource::CommandLine | clap::parser::ValueSource::EnvVariable,
             ) => cli.log_format,
-            _ => file_log_format(&path).unwrap_or(cli.log_format),
+            _ => text
+                .as_deref()
+                .ok()
+                .and_then(file_log_format)
+                .unwrap_or(cli.log_format),
         };
         say_before_logs(last_word(format, "ERROR", &e) + "\n");
         return ExitCode::FAILURE;
@@ -848,11 +865,10 @@ fn refuse_live_flags_with_a_subcommand(m: &clap::ArgMatches) -> Result<(), clap:
     Err(cmd.error(clap::error::ErrorKind::ArgumentConflict, msg))
 }
 
-/// The `log_format` a config file asks for, read on its own (a file refused for another key
-/// still says how its errors should be written).
-fn file_log_format(path: &std::path::Path) -> Option<LogFormat> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let table: toml::Table = toml::from_str(&text).ok()?;
+/// The `log_format` a config file's text asks for, read on its own (a file refused for another
+/// key still says how its errors should be written).
+fn file_log_format(text: &str) -> Option<LogFormat> {
+    let table: toml::Table = toml::from_str(text).ok()?;
     LogFormat::from_str(table.get("log_format")?.as_str()?, true).ok()
 }
 

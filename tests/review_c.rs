@@ -286,3 +286,48 @@ fn a_rule_naming_the_cname_matches_a_sender_that_also_sends_a_name() {
         )]
     );
 }
+
+/// `--config` read from a pipe (a named FIFO a secrets tool or a template writes,
+/// `--config <(envsubst < gw.toml)`) is read once. A file refused for a value was opened a
+/// second time to find the `log_format` its error should be written in: a FIFO's second open
+/// waits for a writer that never comes, and the gateway hung without a word instead of
+/// exiting with the error (a process substitution's pipe, read again, is empty: the error
+/// came in text, not in the JSON the file asked for).
+#[test]
+fn a_config_file_from_a_fifo_that_is_refused_says_why_and_exits() {
+    let fifo = std::env::temp_dir().join(format!("pvp-t140-rvc-{}.fifo", std::process::id()));
+    let _ = std::fs::remove_file(&fifo);
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let path = fifo.clone();
+    let writer = std::thread::spawn(move || {
+        // Opening for writing waits for the gateway to open it for reading.
+        std::fs::write(&path, "log_format = \"json\"\nidle_flush_ms = 0\n").unwrap();
+    });
+    let run = common::gateway_proc::run_briefly(
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+            fifo.to_str().unwrap(),
+        ],
+        Duration::from_secs(10),
+    );
+    writer.join().unwrap();
+    std::fs::remove_file(&fifo).ok();
+    let (ok, err) = run.expect("the gateway hung on a refused config file from a FIFO");
+    assert!(!ok, "{err}");
+    let line: serde_json::Value = serde_json::from_str(err.trim()).expect("one JSON line");
+    assert!(
+        line["fields"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(":2: idle_flush_ms: must be at least 1"),
+        "{line}"
+    );
+}
