@@ -1,4 +1,6 @@
-//! Review c: the command line and the configuration file, run as the real binary.
+//! What the gateway says at start about the settings it was given: a buffer the kernel capped,
+//! settings that do nothing, errors naming the file and line; and the file read once. Run as
+//! the real binary (review c, session 39).
 
 mod common;
 #[path = "common/core.rs"]
