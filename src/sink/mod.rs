@@ -26,7 +26,7 @@ impl std::fmt::Display for ShownUrl<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let url = self.0;
         let Some(at) = url.rfind('@') else {
-            return f.write_str(url);
+            return write_query_hidden(f, url);
         };
         let start = url
             .find("://")
@@ -40,10 +40,43 @@ impl std::fmt::Display for ShownUrl<'_> {
             .map_or(0, |i| i + 3)
             .min(at);
         match url[start..at].find(':') {
-            Some(colon) => write!(f, "{}:***{}", &url[..start + colon], &url[at..]),
-            None => f.write_str(url),
+            Some(colon) => {
+                write!(f, "{}:***", &url[..start + colon])?;
+                write_query_hidden(f, &url[at..])
+            }
+            None => write_query_hidden(f, url),
         }
     }
+}
+
+/// Query parameters whose names say they hold a secret (`?token=`, `access_token`, `api_key`,
+/// `password`, `sig`, ...; a server may take its token there, as browsers' WebSocket cannot set
+/// headers) are written `name=***`; the rest of `s` as it is.
+fn write_query_hidden(f: &mut std::fmt::Formatter<'_>, s: &str) -> std::fmt::Result {
+    let Some(q) = s.find('?') else {
+        return f.write_str(s);
+    };
+    f.write_str(&s[..=q])?;
+    let (query, fragment) = s[q + 1..].split_at(s[q + 1..].find('#').unwrap_or(s.len() - q - 1));
+    for (i, pair) in query.split('&').enumerate() {
+        if i > 0 {
+            f.write_str("&")?;
+        }
+        match pair.split_once('=') {
+            Some((name, _)) if secret_name(name) => write!(f, "{name}=***")?,
+            _ => f.write_str(pair)?,
+        }
+    }
+    f.write_str(fragment)
+}
+
+fn secret_name(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    [
+        "token", "pass", "pwd", "secret", "key", "auth", "sig", "cred",
+    ]
+    .iter()
+    .any(|w| name.contains(w))
 }
 
 /// Counters every sink keeps.
@@ -105,6 +138,21 @@ async fn feed_ws(mut rx: handoff::Receiver, mut ws: ws::WsSink, grace: Duration)
 #[cfg(test)]
 mod tests {
     use super::ShownUrl;
+
+    #[test]
+    fn a_token_in_a_server_urls_query_is_not_shown() {
+        let shown = |u: &str| ShownUrl(u).to_string();
+        assert_eq!(
+            shown("wss://host/pvp?session=s1&token=abc&x"),
+            "wss://host/pvp?session=s1&token=***&x"
+        );
+        assert_eq!(
+            shown("ws://h/?Access_Token=a&API_KEY=b&sig=c#frag"),
+            "ws://h/?Access_Token=***&API_KEY=***&sig=***#frag"
+        );
+        assert_eq!(shown("ws://u:pw@h/?token=t"), "ws://u:***@h/?token=***");
+        assert_eq!(shown("ws://h/?session=a"), "ws://h/?session=a");
+    }
 
     #[test]
     fn a_password_in_a_server_url_is_not_shown() {
