@@ -150,8 +150,27 @@ pub fn parse_net(s: &str) -> Option<IpNet> {
 
 /// Reads and checks a configuration file.
 pub fn load(path: &Path) -> Result<(FileConfig, Mapping, Vec<IpNet>), String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    parse(path, &text)
+    parse(path, &read(path)?)
+}
+
+/// The largest configuration file read: far beyond any real one (a thousand `[[stream]]`
+/// rules are about 100 KiB), and a bound on what `--config /dev/zero` or a runaway pipe costs.
+pub const MAX_FILE: u64 = 1 << 20;
+
+/// Reads a configuration file as UTF-8, refusing one over [`MAX_FILE`] before reading more.
+pub fn read(path: &Path) -> Result<String, String> {
+    use std::io::Read;
+    let shown = path.display();
+    let file = std::fs::File::open(path).map_err(|e| format!("{shown}: {e}"))?;
+    let mut bytes = Vec::new();
+    (file.take(MAX_FILE + 1).read_to_end(&mut bytes)).map_err(|e| format!("{shown}: {e}"))?;
+    if bytes.len() as u64 > MAX_FILE {
+        return Err(format!(
+            "{shown}: larger than {} KiB: not a configuration file",
+            MAX_FILE >> 10
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| format!("{shown}: stream did not contain valid UTF-8"))
 }
 
 pub fn parse(path: &Path, text: &str) -> Result<(FileConfig, Mapping, Vec<IpNet>), String> {

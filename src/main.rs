@@ -705,7 +705,7 @@ fn main() -> ExitCode {
     // Read once: a file that is a pipe (a FIFO, `--config <(envsubst < gw.toml)`) has nothing
     // to give a second read, and a FIFO's second open waits for a writer that never comes.
     let file = config.map(|path| {
-        let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()));
+        let text = pvp_t140::config_file::read(&path);
         (path, text)
     });
     if let Some((path, text)) = &file

@@ -333,3 +333,16 @@ fn a_config_file_from_a_fifo_that_is_refused_says_why_and_exits() {
         "{line}"
     );
 }
+
+/// `--config /dev/zero` (or a pipe that never ends) is refused once past 1 MiB, naming the
+/// file: it was read without bound, the gateway's memory growing until the kernel killed it.
+#[test]
+fn an_endless_config_file_is_refused_past_a_bound() {
+    let run = common::gateway_proc::run_briefly(
+        &["--listen", "127.0.0.1:0", "--config", "/dev/zero"],
+        Duration::from_secs(20),
+    );
+    let (ok, err) = run.expect("the gateway read /dev/zero without end");
+    assert!(!ok, "{err}");
+    assert!(err.contains("/dev/zero: larger than 1024 KiB"), "{err}");
+}
