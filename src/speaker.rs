@@ -513,6 +513,8 @@ impl Speaker {
         let mut gens: SmallVec<[u32; 8]> = SmallVec::new();
         // Whether text came (not only a keep-alive): what the idle flush counts from.
         let mut said = false;
+        // Whether a generation was taken as new: the packet comes after the last delivered.
+        let mut took = false;
         let primary = if red {
             let Ok(p) = RedPayload::parse_as(payload, format) else {
                 return;
@@ -521,9 +523,9 @@ impl Speaker {
             if p.redundant_blocks()
                 .any(|b| b.ts_offset == 0 && !b.data.is_empty())
             {
-                said = self.place_by_content(&p, &gens, gap, out);
+                (said, took) = self.place_by_content(&p, &gens, gap, out);
             } else {
-                said = self.place_by_offset(ts, &p, gap, out);
+                (said, took) = self.place_by_offset(ts, &p, gap, out);
             }
             p.primary().data
         } else {
@@ -538,14 +540,16 @@ impl Speaker {
         };
         // RFC 3550 5.1: packets made at once share a timestamp, so a primary stamped like
         // the last one is new text unless it is the last one's (a repeat under a new
-        // sequence number).
+        // sequence number). A packet whose generations were new text comes after the last
+        // one, whatever its primary says.
         let alike = self.last_ts == Some(ts)
             && !primary.is_empty()
-            && self
-                .profile
-                .mixer
-                .as_ref()
-                .is_some_and(|m| m.recent.primary() != Some(fingerprint(primary)));
+            && (took
+                || self
+                    .profile
+                    .mixer
+                    .as_ref()
+                    .is_some_and(|m| m.recent.primary() != Some(fingerprint(primary))));
         if alike || newer(ts, self.last_ts) {
             if !primary.is_empty() {
                 let sink = &mut self.chunker.fed(&mut out.cuts);
@@ -565,14 +569,14 @@ impl Speaker {
     /// newer than what this speaker delivered is one of its packets lost in the stream, an
     /// empty one (its idle tail, RFC 4103 5.2) too: each accounts for one of `gap`. So do a
     /// new speaker's generations: its earlier packets, had they arrived, would have made it a
-    /// speaker already. Returns whether text came of it.
+    /// speaker already. Returns whether text came of it, and whether a generation was new.
     fn place_by_offset(
         &mut self,
         ts: u32,
         p: &RedPayload<'_>,
         gap: usize,
         out: &mut Output,
-    ) -> bool {
+    ) -> (bool, bool) {
         let sink = &mut self.chunker.fed(&mut out.cuts);
         let newer = |t: u32, last: Option<u32>| last.is_none_or(|l| ts_after(t, l));
         let started = self.last_ts.is_some();
@@ -630,7 +634,7 @@ impl Speaker {
                 self.last_ts = Some(orig(&b));
             }
         }
-        text
+        (text, fresh > 0)
     }
 
     /// [`Speaker::place_by_ts`] for generations at timestamp offset 0, which RFC 2198 allows
@@ -643,14 +647,15 @@ impl Speaker {
     /// and a block said twice in a row is told from a repeat by its neighbours. When nothing
     /// lines up within `gap`, the generations repeat delivered text. When only taking them all
     /// lines up (more lost than the packet carries), every one is new and, as with timestamps,
-    /// one U+FFFD marks the older text that may be missing. Returns whether text came of it.
+    /// one U+FFFD marks the older text that may be missing. Returns whether text came of it,
+    /// and whether a generation was new.
     fn place_by_content(
         &mut self,
         p: &RedPayload<'_>,
         gens: &[u32],
         gap: usize,
         out: &mut Output,
-    ) -> bool {
+    ) -> (bool, bool) {
         let sink = &mut self.chunker.fed(&mut out.cuts);
         let n = gens.len();
         let started = self.last_ts.is_some();
@@ -696,7 +701,7 @@ impl Speaker {
                 said |= self.decoder.feed_said(b.data, sink, &mut out.decode);
             }
         }
-        said
+        (said, started && new > 0)
     }
 }
 
