@@ -588,18 +588,24 @@ impl Speaker {
         let orig = |b: &crate::red::RedBlock<'_>| ts.wrapping_sub(u32::from(b.ts_offset));
         // RFC 3550 5.1: packets made at once share a timestamp, so generations stamped like
         // the last delivered packet and after the (last) one that is its text are packets
-        // lost with it. None is taken when none is its text: never repeat text.
+        // lost after it. When none is its text and none is older, they are all after it (RFC
+        // 4103 4.2: a packet's generations are its source's packets just before it, so the
+        // last delivered one would be among them), if the stream lost as many. Otherwise none
+        // is taken: never repeat text.
         let last = self.profile.mixer.as_ref().and_then(|m| m.recent.primary());
-        let alike_after = self.last_ts.and_then(|l| {
-            p.redundant_blocks()
-                .filter(timed)
-                .enumerate()
+        let alike_from = self.last_ts.and_then(|l| {
+            let blocks = || p.redundant_blocks().filter(timed).enumerate();
+            let after_its_text = blocks()
                 .filter(|(_, b)| orig(b) == l && Some(fingerprint(b.data)) == last)
-                .map(|(i, _)| i)
-                .last()
+                .map(|(i, _)| i + 1)
+                .last();
+            after_its_text.or_else(|| {
+                (gens > 0 && gap >= gens && !blocks().any(|(_, b)| ts_after(l, orig(&b))))
+                    .then_some(0)
+            })
         });
         let is_new = |i: usize, b: &crate::red::RedBlock<'_>, base: Option<u32>| {
-            newer(orig(b), base) || alike_after.is_some_and(|a| i > a)
+            newer(orig(b), base) || alike_from.is_some_and(|a| i >= a)
         };
         let fresh = p
             .redundant_blocks()
