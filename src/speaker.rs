@@ -607,11 +607,14 @@ impl Speaker {
         let is_new = |i: usize, b: &crate::red::RedBlock<'_>, base: Option<u32>| {
             newer(orig(b), base) || alike_from.is_some_and(|a| i >= a)
         };
+        // A new speaker delivered nothing: its generations stamped like the stream's floor
+        // may be packets sent after the one delivered there (RFC 3550 5.1: stamped alike).
+        let at_floor = |b: &crate::red::RedBlock<'_>| !started && since == Some(orig(b));
         let fresh = p
             .redundant_blocks()
             .filter(timed)
             .enumerate()
-            .filter(|(i, b)| is_new(*i, b, since))
+            .filter(|(i, b)| is_new(*i, b, since) || at_floor(b))
             .count();
         let mut left = gap.saturating_sub(fresh);
         // Every generation lost too, empty ones (an idle tail) included: older text may be
