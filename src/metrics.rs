@@ -52,9 +52,9 @@ pub struct SinkMetrics {
     /// again: the server had forgotten the participant.
     pub rejoined_not_found: Counter,
     /// Text envelopes (`context.*`) an `error` from the PVP server named as refused
-    /// (pvp-spec 17) with a code that neither stops the participant nor pauses it
-    /// (CONTEXT_TOO_LARGE, INVALID_MESSAGE, INVALID_STATE, INTERNAL_ERROR, ...): not taken,
-    /// and counted as dropped.
+    /// (pvp-spec 17) with a code that does not pause the participant (CONTEXT_TOO_LARGE,
+    /// INVALID_MESSAGE, INVALID_STATE, INTERNAL_ERROR, ..., and UNAUTHORIZED or
+    /// SESSION_NOT_FOUND, which also stop it): not taken, and counted as dropped.
     pub server_refused_items: Counter,
     /// Envelopes the receive workers could not hand to the sink: its queue was full (a PVP
     /// server or a stdout slower than the speakers), or the sink was gone.

@@ -600,9 +600,13 @@ async fn connection(
                                         }
                                         remember_own(&mut own, told);
                                     }
-                                    Reaction::Fatal(code) => {
+                                    Reaction::Fatal { code, related } => {
                                         // The server will not take this participant: say so
                                         // loudly, stop, and count what it can no longer send.
+                                        // The text the error names was not taken either.
+                                        if let Some(id) = related {
+                                            refused_text(id, &mut recent, &mut retry, &counts, m, &participant);
+                                        }
                                         send_frame(&mut ws, Message::Close(None), &cfg, &participant).await;
                                         rx.close();
                                         // Given up on: not resent after a restart either.
@@ -679,16 +683,7 @@ async fn connection(
                                         }
                                     }
                                     Reaction::Refused(id) => {
-                                        // Counted once: the same error read again (a server
-                                        // replaying its history) no longer finds it recent.
-                                        if let Some(i) = recent.iter().position(|(r, _)| *r == id) {
-                                            let (_, kind) = recent.remove(i).unwrap_or((id, Kind::ContextAdd));
-                                            retry.held.retain(|(_, _, e)| e.id() != id);
-                                            counts.sent.fetch_sub(1, Ordering::Relaxed);
-                                            counts.given_up.fetch_add(1, Ordering::Relaxed);
-                                            m.server_refused_items.inc();
-                                            tracing::warn!(%participant, %id, %kind, "refused by the PVP server; dropped");
-                                        }
+                                        refused_text(id, &mut recent, &mut retry, &counts, m, &participant);
                                     }
                                     Reaction::Gate(env) => {
                                         if let Some(g) = gates.as_mut() {
@@ -1463,8 +1458,13 @@ impl Drop for ConnGuard {
 enum Reaction {
     None,
     Reply(Envelope),
-    /// pvp-spec 17 UNAUTHORIZED or SESSION_NOT_FOUND: this participant cannot go on.
-    Fatal(String),
+    /// pvp-spec 17 UNAUTHORIZED or SESSION_NOT_FOUND: this participant cannot go on;
+    /// `related`, the text envelope (`context.*`) the connection wrote that it names, if any:
+    /// not taken either.
+    Fatal {
+        code: String,
+        related: Option<ulid::Ulid>,
+    },
     /// RATE_LIMITED: slow down; `related_to`, the write refused, if it names one; the error
     /// envelope's own id, hashed ([`id_hash`]), to tell it read again. PARTICIPANT_NOT_FOUND
     /// too, with `rejoin`: the server has forgotten the participant (a session it expired, a
@@ -1483,6 +1483,28 @@ enum Reaction {
     /// Not acted on, and counted: unparseable (an `error` whose payload is not pvp-spec 17's
     /// too), or of an unknown protocol version.
     Rejected,
+}
+
+/// The text envelope `id` (`context.*`) the connection wrote was refused by the server with
+/// an `error` (pvp-spec 17): not taken, and not sent again. It moves from sent to dropped and
+/// is counted in `server_refused_items`, once: the same error read again (a server replaying
+/// its history) no longer finds it among the recent ones.
+fn refused_text(
+    id: ulid::Ulid,
+    recent: &mut VecDeque<(ulid::Ulid, Kind)>,
+    retry: &mut Retry,
+    counts: &Counts,
+    m: &crate::metrics::SinkMetrics,
+    participant: &str,
+) {
+    if let Some(i) = recent.iter().position(|(r, _)| *r == id) {
+        let (_, kind) = recent.remove(i).unwrap_or((id, Kind::ContextAdd));
+        retry.held.retain(|(_, _, e)| e.id() != id);
+        counts.sent.fetch_sub(1, Ordering::Relaxed);
+        counts.given_up.fetch_add(1, Ordering::Relaxed);
+        m.server_refused_items.inc();
+        tracing::warn!(%participant, %id, %kind, "refused by the PVP server; dropped");
+    }
 }
 
 /// A server envelope's id as a connection remembers it: identifiers are opaque strings
@@ -1598,8 +1620,19 @@ fn on_frame(
                         related_kind = related_kind.unwrap_or("-"),
                         "PVP server error: {}", err.message
                     );
+                    // The text envelope of this connection's the error names, if any.
+                    let text = err
+                        .related_to
+                        .as_deref()
+                        .and_then(|id| ulid::Ulid::from_string(id).ok())
+                        .filter(|_| related_kind.is_some_and(|k| k.starts_with("context.")));
                     match err.code.as_str() {
-                        "UNAUTHORIZED" | "SESSION_NOT_FOUND" => return Reaction::Fatal(err.code),
+                        "UNAUTHORIZED" | "SESSION_NOT_FOUND" => {
+                            return Reaction::Fatal {
+                                code: err.code,
+                                related: text,
+                            };
+                        }
                         code @ ("RATE_LIMITED" | "PARTICIPANT_NOT_FOUND") => {
                             let related = err.related_to.as_deref();
                             return Reaction::Backoff {
@@ -1610,12 +1643,7 @@ fn on_frame(
                         }
                         _ => {}
                     }
-                    if let Some(id) = err
-                        .related_to
-                        .as_deref()
-                        .and_then(|id| ulid::Ulid::from_string(id).ok())
-                        && related_kind.is_some_and(|k| k.starts_with("context."))
-                    {
+                    if let Some(id) = text {
                         return Reaction::Refused(id);
                     }
                 }
@@ -1674,7 +1702,7 @@ mod tests {
         let refused = r#"{"v":1,"id":"01HZY3Q6W8V0J5N7Q2R4S6T8V1","ts":"2024-01-01T00:00:00.000Z","session":"s1","sender":"server","type":"error","payload":{"code":"UNAUTHORIZED","message":"no","recoverable":false}}"#;
         assert!(matches!(
             on_frame(&mut pvp, &me, refused, &recent),
-            Reaction::Fatal(c) if c == "UNAUTHORIZED"
+            Reaction::Fatal { code, .. } if code == "UNAUTHORIZED"
         ));
         assert!(matches!(
             on_frame(&mut pvp, &me, "{\"type\":", &recent),
@@ -1698,7 +1726,7 @@ mod tests {
         };
         let naming = |id: &str| format!(r#","related_to":"{id}""#);
         let other_msg = "01HZY3Q6W8V0J5N7Q2R4S6T8V9";
-        let fatal = |r: Reaction| matches!(r, Reaction::Fatal(_));
+        let fatal = |r: Reaction| matches!(r, Reaction::Fatal { .. });
         // Another member's, about its own message or naming none.
         assert!(!fatal(on_frame(
             &mut pvp,

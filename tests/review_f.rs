@@ -1,0 +1,169 @@
+//! Review f (session 39): the PVP WebSocket sink's answers to a server's pings and errors,
+//! after review a's fixes (capabilities, pings from the server only, refused text counted as
+//! dropped). Over real sockets on 127.0.0.1.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use pvp_t140::metrics::SinkMetrics;
+use pvp_t140::pvp::{Builder, Envelope, Kind, SenderId};
+use pvp_t140::sink::ws::{WsConfig, WsSink};
+use pvp_t140::time::Time;
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Every text frame the server read, with the number of the connection it came on.
+type Log = Arc<Mutex<Vec<(usize, Value)>>>;
+
+/// A WebSocket server on a free port of 127.0.0.1 that records every text frame and answers
+/// each with the frames `answer` gives (text, sent in order).
+async fn server(answer: fn(usize, &Value) -> Vec<String>) -> (String, Log) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let log: Log = Arc::default();
+    let out = log.clone();
+    tokio::spawn(async move {
+        let mut n = 0;
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (conn, log) = (n, out.clone());
+            n += 1;
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                    return;
+                };
+                while let Some(Ok(m)) = ws.next().await {
+                    let Ok(v) = serde_json::from_str::<Value>(m.to_text().unwrap_or("")) else {
+                        continue;
+                    };
+                    let replies = answer(conn, &v);
+                    log.lock().unwrap().push((conn, v));
+                    for r in replies {
+                        if ws.send(Message::text(r)).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (url, log)
+}
+
+fn config(url: String) -> WsConfig {
+    WsConfig {
+        url,
+        session: "s".into(),
+        heartbeat: Duration::from_secs(30),
+        connect_timeout: Duration::from_secs(5),
+        write_timeout: Duration::from_secs(5),
+        silence: Duration::from_secs(90),
+        queue: 64,
+        metrics: SinkMetrics::default(),
+        tls: None,
+        spool: None,
+        gate: None,
+    }
+}
+
+/// A frame from the server in session "s".
+fn frame(kind: &str, id: &str, sender: &str, payload: Value) -> String {
+    json!({"v": 1, "id": id, "ts": "2026-11-28T00:00:00.000Z", "session": "s",
+        "sender": sender, "type": kind, "payload": payload})
+    .to_string()
+}
+
+const ME: &str = "t140:0000f00f@127.0.0.1:40001";
+
+struct Talk {
+    b: Builder,
+    t: u64,
+}
+
+impl Talk {
+    fn new() -> Self {
+        Talk {
+            b: Builder::new("s".into(), None, 77),
+            t: 1_700_000_000_000,
+        }
+    }
+    fn env(&mut self, kind: Kind, payload: Value) -> Envelope {
+        self.t += 1;
+        self.b.envelope(
+            Time::from_millis(self.t),
+            SenderId::from(ME),
+            kind,
+            &payload,
+        )
+    }
+    fn join(&mut self) -> Envelope {
+        self.env(
+            Kind::SessionJoin,
+            json!({"participant": {"id": ME, "name": ME, "type": "human",
+                "roles": ["observer"], "transport": "t140"}, "supported_versions": [1]}),
+        )
+    }
+    fn add(&mut self, text: &str) -> Envelope {
+        self.env(
+            Kind::ContextAdd,
+            json!({"key": format!("k-{text}"), "content_type": "audio_transcript", "content": text}),
+        )
+    }
+}
+
+#[allow(dead_code)]
+async fn wait_for(log: &Log, what: &str, pred: impl Fn(&[(usize, Value)]) -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !pred(&log.lock().unwrap()) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}: {:?}",
+            log.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// pvp-spec 17: a server refusing a participant's `context.add` with UNAUTHORIZED (the
+/// validating server in tests/common and a spec-following server do; the reference turns it
+/// into INTERNAL_ERROR) names the chunk in `related_to`: it was not taken. The participant
+/// stops, and what it still held is counted as dropped, but the refused chunk itself stayed in
+/// the sink's sent count: the `stopped` line said it was delivered, and
+/// `pvp_t140_server_refused_items_total` (which counts it under any other code) did not count it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_refused_as_unauthorized_counts_as_dropped_not_sent() {
+    let (url, _log) = server(|_, v| {
+        if v["type"] != "context.add" {
+            return vec![];
+        }
+        let id = v["id"].as_str().unwrap();
+        vec![frame(
+            "error",
+            "01JQAAAAAAAAAAAAAAAAAAAAF1",
+            "system",
+            json!({"code": "UNAUTHORIZED", "message": "may not add context",
+                "recoverable": false, "related_to": id}),
+        )]
+    })
+    .await;
+    let cfg = config(url);
+    let metrics = cfg.metrics.clone();
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    ws.send(talk.join());
+    ws.send(talk.add("Not allowed."));
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while metrics.refused.get() == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "never refused");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stats = ws.close(Duration::from_secs(2)).await;
+    assert_eq!(
+        (stats.sent, stats.dropped),
+        (1, 1),
+        "the join sent, the refused chunk dropped"
+    );
+    assert_eq!(metrics.server_refused_items.get(), 1);
+}
