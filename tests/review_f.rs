@@ -113,7 +113,6 @@ impl Talk {
     }
 }
 
-#[allow(dead_code)]
 async fn wait_for(log: &Log, what: &str, pred: impl Fn(&[(usize, Value)]) -> bool) {
     let deadline = tokio::time::Instant::now() + WAIT;
     while !pred(&log.lock().unwrap()) {
@@ -166,4 +165,55 @@ async fn a_chunk_refused_as_unauthorized_counts_as_dropped_not_sent() {
         "the join sent, the refused chunk dropped"
     );
     assert_eq!(metrics.server_refused_items.get(), 1);
+}
+
+/// pvp-spec 17: an error for every rejected operation. With `--gate-transcripts` a chunk is
+/// held behind its `gate.request`; a server that will not make the gate (INVALID_STATE here: a
+/// strict server's answer to an `action_ref` naming a message it never saw, the held chunk;
+/// INVALID_MESSAGE, INTERNAL_ERROR alike) says so at once, naming the request. The error was
+/// only logged: no decision could ever come, yet the chunk waited out its whole timeout (60 s
+/// by default, up to a day) plus 5 s, everything the participant said after it and its leave
+/// waiting behind it, and was then dropped as "timed out". It is refused at once now, as a
+/// gate.reject would refuse it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gate_request_the_server_refuses_drops_its_chunk_at_once() {
+    let (url, log) = server(|_, v| {
+        if v["type"] != "gate.request" {
+            return vec![];
+        }
+        let id = v["id"].as_str().unwrap();
+        vec![frame(
+            "error",
+            "01JQAAAAAAAAAAAAAAAAAAAAG1",
+            "system",
+            json!({"code": "INVALID_STATE", "message": "action_ref names no message",
+                "recoverable": false, "related_to": id}),
+        )]
+    })
+    .await;
+    let mut cfg = config(url);
+    // A decision that never comes would hold the chunk for an hour.
+    cfg.gate = Some(pvp_t140::sink::gate::GateConfig {
+        quorum: 1,
+        timeout: Duration::from_secs(3600),
+    });
+    let metrics = cfg.metrics.clone();
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    ws.send(talk.join());
+    ws.send(talk.add("Held for approval."));
+    let leave = talk.env(Kind::SessionLeave, json!({"reason": "stream ended"}));
+    ws.send(leave);
+    wait_for(&log, "the leave behind the refused chunk", |l| {
+        l.iter().any(|(_, v)| v["type"] == "session.leave")
+    })
+    .await;
+    let stats = ws.close(Duration::from_secs(2)).await;
+    let l = log.lock().unwrap();
+    assert!(
+        !l.iter().any(|(_, v)| v["type"] == "context.add"),
+        "the chunk was never approved: {l:?}"
+    );
+    assert_eq!(metrics.gates_refused.get(), 1);
+    assert_eq!((stats.sent, stats.dropped), (3, 0), "join, request, leave");
 }

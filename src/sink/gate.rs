@@ -3,7 +3,8 @@
 //! `action_type: "context_change"`, `action_ref` = the id of the held `context.add`); it is sent
 //! once `quorum` `gate.approve`s for that gate arrive (or the server's `gate.timeout` says
 //! `auto_approved`), and dropped and counted on a `gate.reject`, a `gate.timeout` that rejects or
-//! escalates, or when no answer comes within the timeout plus a grace period. Whatever the
+//! escalates, an `error` from the server naming the request ([`Gates::refuse`]), or when no
+//! answer comes within the timeout plus a grace period. Whatever the
 //! participant sends after a held chunk (corrections, its leave) waits behind it, so order holds
 //! and a correction of a rejected chunk is dropped with it. What is held counts against the
 //! participant's queue bound: a chunk or correction offered when it is reached is dropped as a
@@ -216,6 +217,22 @@ impl Gates {
             }
             _ => {}
         }
+    }
+
+    /// The server answered the `gate.request` `request` with an `error` (pvp-spec 17: it made
+    /// no gate, and no decision will come): its chunk is refused as a `gate.reject` would
+    /// refuse it, at the next [`Gates::release`]. False if no undecided gate has that request.
+    pub fn refuse(&mut self, request: &str) -> bool {
+        for h in &mut self.held {
+            if let Held::Gate { id, verdict, .. } = h
+                && id == request
+                && verdict.is_none()
+            {
+                *verdict = Some(Verdict::Rejected);
+                return true;
+            }
+        }
+        false
     }
 
     /// Resolves what can be resolved at `now`, in order: returns what to send, and the chunks

@@ -685,6 +685,17 @@ async fn connection(
                                     Reaction::Refused(id) => {
                                         refused_text(id, &mut recent, &mut retry, &counts, m, &participant);
                                     }
+                                    Reaction::NotTaken(id) => {
+                                        // A gate's request the server made no gate for: no
+                                        // decision will come, and its chunk is refused now,
+                                        // not after its timeout with all behind it waiting.
+                                        if let Some(g) = gates.as_mut()
+                                            && g.refuse(&id.to_string())
+                                        {
+                                            tracing::warn!(%participant, %id, "gate.request refused by the PVP server; its chunk is not approved");
+                                            settle(g, &mut outbox, &cfg, &participant, &counts);
+                                        }
+                                    }
                                     Reaction::Gate(env) => {
                                         if let Some(g) = gates.as_mut() {
                                             g.on_server(&env);
@@ -1478,6 +1489,9 @@ enum Reaction {
     /// (CONTEXT_TOO_LARGE, INVALID_MESSAGE, INVALID_STATE, INTERNAL_ERROR, ...): the server
     /// did not take it (pvp-spec 17: an error for every rejected operation).
     Refused(ulid::Ulid),
+    /// Any other `error` naming (`related_to`) an envelope that is not text, with a code not
+    /// otherwise acted on: a gate's request, if it names one, made no gate.
+    NotTaken(ulid::Ulid),
     /// A gate decision (`gate.approve`, `gate.reject`, `gate.timeout`).
     Gate(crate::pvp::Message),
     /// Not acted on, and counted: unparseable (an `error` whose payload is not pvp-spec 17's
@@ -1645,6 +1659,15 @@ fn on_frame(
                     }
                     if let Some(id) = text {
                         return Reaction::Refused(id);
+                    }
+                    // Not among the recent writes if it is a gate's request asked again after
+                    // a reconnect: the connection's gates tell.
+                    if let Some(id) = err
+                        .related_to
+                        .as_deref()
+                        .and_then(|id| ulid::Ulid::from_string(id).ok())
+                    {
+                        return Reaction::NotTaken(id);
                     }
                 }
                 Err(e) => {
