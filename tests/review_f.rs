@@ -217,3 +217,94 @@ async fn a_gate_request_the_server_refuses_drops_its_chunk_at_once() {
     assert_eq!(metrics.gates_refused.get(), 1);
     assert_eq!((stats.sent, stats.dropped), (3, 0), "join, request, leave");
 }
+
+/// pvp-spec 17 lists AGENT_ERROR, "agent-side processing error": an agent member of the
+/// session may answer a message it could not process with an `error` naming it (the reference
+/// agent does, under its own id), and a server relaying session traffic hands it to every
+/// member. An agent failing on this participant's chunk is no refusal by the server, which took
+/// the chunk: it was counted as dropped and in `pvp_t140_server_refused_items_total`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_error_about_a_chunk_is_no_refusal_by_the_server() {
+    let (url, log) = server(|_, v| {
+        if v["type"] != "context.add" {
+            return vec![];
+        }
+        let id = v["id"].as_str().unwrap();
+        vec![
+            frame(
+                "error",
+                "01JQAAAAAAAAAAAAAAAAAAAAH1",
+                "claude-agent-1",
+                json!({"code": "AGENT_ERROR", "message": "could not summarise it",
+                    "recoverable": true, "related_to": id}),
+            ),
+            frame(
+                "heartbeat.ping",
+                "01JQAAAAAAAAAAAAAAAAAAAAH2",
+                "system",
+                json!({}),
+            ),
+        ]
+    })
+    .await;
+    let cfg = config(url);
+    let metrics = cfg.metrics.clone();
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    ws.send(talk.join());
+    ws.send(talk.add("Taken by the server."));
+    wait_for(&log, "the pong after the agent's error", |l| {
+        l.iter().any(|(_, v)| v["type"] == "heartbeat.pong")
+    })
+    .await;
+    let stats = ws.close(Duration::from_secs(2)).await;
+    assert_eq!(
+        (stats.sent, stats.dropped),
+        (2, 0),
+        "the join and the chunk sent (a pong is not counted)"
+    );
+    assert_eq!(metrics.server_refused_items.get(), 0);
+}
+
+/// The same for a gated chunk: an agent's error naming its `gate.request` (which the server
+/// relayed to every member, the agent included) says nothing of the gate, which an approver
+/// then approves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_error_about_a_gate_request_does_not_refuse_the_chunk() {
+    let (url, log) = server(|_, v| {
+        if v["type"] != "gate.request" {
+            return vec![];
+        }
+        let id = v["id"].as_str().unwrap();
+        vec![
+            frame(
+                "error",
+                "01JQAAAAAAAAAAAAAAAAAAAAJ1",
+                "claude-agent-1",
+                json!({"code": "AGENT_ERROR", "message": "cannot judge transcripts",
+                    "recoverable": true, "related_to": id}),
+            ),
+            json!({"v": 1, "id": "01JQAAAAAAAAAAAAAAAAAAAAJ2", "ts": "2026-11-28T00:00:00.000Z",
+                "session": "s", "sender": "approver-1", "type": "gate.approve", "ref": id,
+                "payload": {"gate": id, "approver": "approver-1"}})
+            .to_string(),
+        ]
+    })
+    .await;
+    let mut cfg = config(url);
+    cfg.gate = Some(pvp_t140::sink::gate::GateConfig {
+        quorum: 1,
+        timeout: Duration::from_secs(3600),
+    });
+    let metrics = cfg.metrics.clone();
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    ws.send(talk.join());
+    ws.send(talk.add("Approved in the end."));
+    wait_for(&log, "the approved chunk", |l| {
+        l.iter().any(|(_, v)| v["type"] == "context.add")
+    })
+    .await;
+    ws.close(Duration::from_secs(2)).await;
+    assert_eq!(metrics.gates_refused.get(), 0);
+}

@@ -1634,12 +1634,19 @@ fn on_frame(
                         related_kind = related_kind.unwrap_or("-"),
                         "PVP server error: {}", err.message
                     );
+                    // Whether the server itself says it: another member's error naming one
+                    // of our messages (an agent's AGENT_ERROR, pvp-spec 17, about a chunk or a
+                    // gate's request it could not process, relayed to every member) is no
+                    // refusal of it. The server took what the member was handed.
+                    let by_server = from_server(&env.sender) || env.sender == participant.as_str();
                     // The text envelope of this connection's the error names, if any.
-                    let text = err
+                    let named = err
                         .related_to
                         .as_deref()
                         .and_then(|id| ulid::Ulid::from_string(id).ok())
-                        .filter(|_| related_kind.is_some_and(|k| k.starts_with("context.")));
+                        .filter(|_| by_server);
+                    let text =
+                        named.filter(|_| related_kind.is_some_and(|k| k.starts_with("context.")));
                     match err.code.as_str() {
                         "UNAUTHORIZED" | "SESSION_NOT_FOUND" => {
                             return Reaction::Fatal {
@@ -1662,11 +1669,7 @@ fn on_frame(
                     }
                     // Not among the recent writes if it is a gate's request asked again after
                     // a reconnect: the connection's gates tell.
-                    if let Some(id) = err
-                        .related_to
-                        .as_deref()
-                        .and_then(|id| ulid::Ulid::from_string(id).ok())
-                    {
+                    if let Some(id) = named {
                         return Reaction::NotTaken(id);
                     }
                 }
