@@ -1,6 +1,7 @@
 //! What the gateway does with what a PVP server sends back (pvp-spec sections 7, 9, 17, 19, and
 //! the reference server agrathwohl/pvp): capabilities it checks, pings it sends, errors it
-//! answers a write with. Over real sockets on 127.0.0.1 (review a, session 39).
+//! answers a write or a gate request with, and errors that are not its own. Over real sockets
+//! on 127.0.0.1 (reviews a and f, session 39).
 
 mod common;
 
@@ -355,4 +356,190 @@ async fn an_error_envelope_with_a_malformed_payload_is_counted_as_rejected() {
     wait_for(&log, "the pong after the error", |l| !pongs(l).is_empty()).await;
     ws.close(Duration::from_secs(1)).await;
     assert_eq!(metrics.server_frames_rejected.get(), 1);
+}
+
+// Review f (session 39), of review a's fixes.
+
+/// pvp-spec 17: a server refusing a participant's `context.add` with UNAUTHORIZED (the
+/// validating server in tests/common and a spec-following server do; the reference turns it
+/// into INTERNAL_ERROR) names the chunk in `related_to`: it was not taken. The participant
+/// stops, and what it still held is counted as dropped, but the refused chunk itself stayed in
+/// the sink's sent count: the `stopped` line said it was delivered, and
+/// `pvp_t140_server_refused_items_total` (which counts it under any other code) did not count it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_refused_as_unauthorized_counts_as_dropped_not_sent() {
+    let (url, _log) = server(|_, v| {
+        if v["type"] != "context.add" {
+            return vec![];
+        }
+        let id = v["id"].as_str().unwrap();
+        vec![frame(
+            "error",
+            "01JQAAAAAAAAAAAAAAAAAAAAF1",
+            "system",
+            json!({"code": "UNAUTHORIZED", "message": "may not add context",
+                "recoverable": false, "related_to": id}),
+        )]
+    })
+    .await;
+    let cfg = config(url);
+    let metrics = cfg.metrics.clone();
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    ws.send(talk.join());
+    ws.send(talk.add("Not allowed."));
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while metrics.refused.get() == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "never refused");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stats = ws.close(Duration::from_secs(2)).await;
+    assert_eq!(
+        (stats.sent, stats.dropped),
+        (1, 1),
+        "the join sent, the refused chunk dropped"
+    );
+    assert_eq!(metrics.server_refused_items.get(), 1);
+}
+
+/// pvp-spec 17: an error for every rejected operation. With `--gate-transcripts` a chunk is
+/// held behind its `gate.request`; a server that will not make the gate (INVALID_STATE here: a
+/// strict server's answer to an `action_ref` naming a message it never saw, the held chunk;
+/// INVALID_MESSAGE, INTERNAL_ERROR alike) says so at once, naming the request. The error was
+/// only logged: no decision could ever come, yet the chunk waited out its whole timeout (60 s
+/// by default, up to a day) plus 5 s, everything the participant said after it and its leave
+/// waiting behind it, and was then dropped as "timed out". It is refused at once now, as a
+/// gate.reject would refuse it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gate_request_the_server_refuses_drops_its_chunk_at_once() {
+    let (url, log) = server(|_, v| {
+        if v["type"] != "gate.request" {
+            return vec![];
+        }
+        let id = v["id"].as_str().unwrap();
+        vec![frame(
+            "error",
+            "01JQAAAAAAAAAAAAAAAAAAAAG1",
+            "system",
+            json!({"code": "INVALID_STATE", "message": "action_ref names no message",
+                "recoverable": false, "related_to": id}),
+        )]
+    })
+    .await;
+    let mut cfg = config(url);
+    // A decision that never comes would hold the chunk for an hour.
+    cfg.gate = Some(pvp_t140::sink::gate::GateConfig {
+        quorum: 1,
+        timeout: Duration::from_secs(3600),
+    });
+    let metrics = cfg.metrics.clone();
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    ws.send(talk.join());
+    ws.send(talk.add("Held for approval."));
+    let leave = talk.env(Kind::SessionLeave, json!({"reason": "stream ended"}));
+    ws.send(leave);
+    wait_for(&log, "the leave behind the refused chunk", |l| {
+        l.iter().any(|(_, v)| v["type"] == "session.leave")
+    })
+    .await;
+    let stats = ws.close(Duration::from_secs(2)).await;
+    let l = log.lock().unwrap();
+    assert!(
+        !l.iter().any(|(_, v)| v["type"] == "context.add"),
+        "the chunk was never approved: {l:?}"
+    );
+    assert_eq!(metrics.gates_refused.get(), 1);
+    assert_eq!((stats.sent, stats.dropped), (3, 0), "join, request, leave");
+}
+
+/// pvp-spec 17 lists AGENT_ERROR, "agent-side processing error": an agent member of the
+/// session may answer a message it could not process with an `error` naming it (the reference
+/// agent does, under its own id), and a server relaying session traffic hands it to every
+/// member. An agent failing on this participant's chunk is no refusal by the server, which took
+/// the chunk: it was counted as dropped and in `pvp_t140_server_refused_items_total`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_error_about_a_chunk_is_no_refusal_by_the_server() {
+    let (url, log) = server(|_, v| {
+        if v["type"] != "context.add" {
+            return vec![];
+        }
+        let id = v["id"].as_str().unwrap();
+        vec![
+            frame(
+                "error",
+                "01JQAAAAAAAAAAAAAAAAAAAAH1",
+                "claude-agent-1",
+                json!({"code": "AGENT_ERROR", "message": "could not summarise it",
+                    "recoverable": true, "related_to": id}),
+            ),
+            frame(
+                "heartbeat.ping",
+                "01JQAAAAAAAAAAAAAAAAAAAAH2",
+                "system",
+                json!({}),
+            ),
+        ]
+    })
+    .await;
+    let cfg = config(url);
+    let metrics = cfg.metrics.clone();
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    ws.send(talk.join());
+    ws.send(talk.add("Taken by the server."));
+    wait_for(&log, "the pong after the agent's error", |l| {
+        l.iter().any(|(_, v)| v["type"] == "heartbeat.pong")
+    })
+    .await;
+    let stats = ws.close(Duration::from_secs(2)).await;
+    assert_eq!(
+        (stats.sent, stats.dropped),
+        (2, 0),
+        "the join and the chunk sent (a pong is not counted)"
+    );
+    assert_eq!(metrics.server_refused_items.get(), 0);
+}
+
+/// The same for a gated chunk: an agent's error naming its `gate.request` (which the server
+/// relayed to every member, the agent included) says nothing of the gate, which an approver
+/// then approves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_error_about_a_gate_request_does_not_refuse_the_chunk() {
+    let (url, log) = server(|_, v| {
+        if v["type"] != "gate.request" {
+            return vec![];
+        }
+        let id = v["id"].as_str().unwrap();
+        vec![
+            frame(
+                "error",
+                "01JQAAAAAAAAAAAAAAAAAAAAJ1",
+                "claude-agent-1",
+                json!({"code": "AGENT_ERROR", "message": "cannot judge transcripts",
+                    "recoverable": true, "related_to": id}),
+            ),
+            json!({"v": 1, "id": "01JQAAAAAAAAAAAAAAAAAAAAJ2", "ts": "2026-11-28T00:00:00.000Z",
+                "session": "s", "sender": "approver-1", "type": "gate.approve", "ref": id,
+                "payload": {"gate": id, "approver": "approver-1"}})
+            .to_string(),
+        ]
+    })
+    .await;
+    let mut cfg = config(url);
+    cfg.gate = Some(pvp_t140::sink::gate::GateConfig {
+        quorum: 1,
+        timeout: Duration::from_secs(3600),
+    });
+    let metrics = cfg.metrics.clone();
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    ws.send(talk.join());
+    ws.send(talk.add("Approved in the end."));
+    wait_for(&log, "the approved chunk", |l| {
+        l.iter().any(|(_, v)| v["type"] == "context.add")
+    })
+    .await;
+    ws.close(Duration::from_secs(2)).await;
+    assert_eq!(metrics.gates_refused.get(), 0);
 }
