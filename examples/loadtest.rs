@@ -1193,7 +1193,7 @@ impl Step {
         self.delivered as f64 / self.secs
     }
     fn sender_bound(&self) -> bool {
-        self.offered > 0 && self.sent_pps() < 0.97 * self.offered as f64
+        self.offered > 0 && self.sent_pps() < SAME_RATE * self.offered as f64
     }
     fn clean(&self, tol: f64) -> bool {
         let lost = self.sent.saturating_sub(self.delivered);
@@ -1534,13 +1534,14 @@ fn rate(a: &RateArgs) -> Res<()> {
             bound_note(nb, gb),
             match p.cpu {
                 Some(c) => format!(
-                    "CPU per datagram gateway / null at {} pps offered (the highest both took cleanly) = {:.2} / {:.2} µs = {:.2}",
+                    "CPU per datagram gateway / null at {} pps offered (the highest both took cleanly and were sent alike) = {:.2} / {:.2} µs = {:.2}",
                     offered(c.offered),
                     1e6 * c.gateway,
                     1e6 * c.null,
                     p.cpu_ratio().unwrap_or(f64::NAN)
                 ),
-                None => "CPU per datagram: no offered rate both took cleanly".to_string(),
+                None => "CPU per datagram: no offered rate both took cleanly and were sent alike"
+                    .to_string(),
             }
         );
     }
@@ -1558,9 +1559,10 @@ fn rate(a: &RateArgs) -> Res<()> {
             } else {
                 " (lower bounds differ between pairs: see each pair)"
             },
-            cpu.map_or("n/a (no offered rate both took cleanly)".into(), |c| {
-                format!("{c:.2}")
-            }),
+            cpu.map_or(
+                "n/a (no offered rate both took cleanly and were sent alike)".into(),
+                |c| { format!("{c:.2}") }
+            ),
             pairs.len(),
             if pairs.len() == 1 { "" } else { "s" }
         );
@@ -1590,6 +1592,10 @@ struct SameRate {
     gateway: f64,
 }
 
+/// Sent rates within this fraction of each other are the same rate (as [`Step::sender_bound`]'s
+/// 97% of the offered rate).
+const SAME_RATE: f64 = 0.97;
+
 /// One null receiver / gateway pair of the rate mode's headline.
 #[derive(Debug, PartialEq)]
 struct RatePair {
@@ -1616,8 +1622,16 @@ impl RatePair {
 /// CPU per datagram of both receivers at the highest offered rate at which both had a clean
 /// step: compared at the same offered rate (docs/performance.md, section 1), not at each one's
 /// last step, since with `--step` the gateway may stop stepping before the null receiver does.
+/// The same offered rate must also be the same rate sent: the sender can fall short of it for
+/// one receiver and not the other, and `--pps 0` offers each all it can; two steps whose sent
+/// rates differ by more than [`SAME_RATE`] are not compared (CPU per datagram falls as the
+/// rate rises).
 fn cpu_at_same_rate(null: &Report, gateway: &Report, tol: f64) -> Option<SameRate> {
     let per_datagram = |s: &Step| s.cpu / s.delivered.max(1) as f64;
+    let same_sent = |n: &Step, g: &Step| {
+        let (a, b) = (n.sent_pps(), g.sent_pps());
+        (a - b).abs() <= (1.0 - SAME_RATE) * a.max(b)
+    };
     null.steps
         .iter()
         .filter(|n| n.clean(tol))
@@ -1625,7 +1639,7 @@ fn cpu_at_same_rate(null: &Report, gateway: &Report, tol: f64) -> Option<SameRat
             let g = gateway
                 .steps
                 .iter()
-                .find(|g| g.offered == n.offered && g.clean(tol))?;
+                .find(|g| g.offered == n.offered && g.clean(tol) && same_sent(n, g))?;
             Some(SameRate {
                 offered: n.offered,
                 null: per_datagram(n),
@@ -2964,6 +2978,44 @@ mod tests {
         let pairs = rate_pairs(&[null(2.0), gw_late], 0.001);
         assert_eq!(pairs[0].cpu, None);
         assert_eq!(rate_headline(&pairs).1, None);
+    }
+
+    /// The same offered rate is no same rate when the sender fell short of it for one receiver
+    /// and not the other, or offered all it could (`--pps 0`) to each: CPU per datagram falls
+    /// as the rate rises (more datagrams a wake-up), so two receivers taken at different real
+    /// rates are not compared like with like. Section 1 of docs/performance.md has both cases:
+    /// at 152,587 offered the null receiver was sent 152,586 a second, the gateway 131,020;
+    /// flat out, 278,185 and 107,122 (review g: both were reported "at the same offered rate").
+    #[test]
+    fn cpu_per_datagram_is_not_compared_at_different_real_rates() {
+        let short = |offered: u64, sent_pps: u64, micros: f64| Step {
+            sent: sent_pps * 4,
+            delivered: sent_pps * 4,
+            cpu: micros * 1e-6 * (sent_pps * 4) as f64,
+            ..window(offered, true, micros)
+        };
+        // Flat out: the sender gave the null receiver 278k a second, the gateway 107k.
+        let null = report_of(Target::Null, vec![short(0, 278_185, 2.75)]);
+        let gateway = report_of(Target::Gateway, vec![short(0, 107_122, 5.14)]);
+        assert_eq!(rate_pairs(&[null, gateway], 0.001)[0].cpu, None);
+        // Stepped: both clean at 152,587 offered, but the gateway was sent only 131,020 a
+        // second; the highest rate both were really sent is the step below.
+        let null = report_of(
+            Target::Null,
+            vec![window(122_070, true, 3.3), short(152_587, 152_586, 3.26)],
+        );
+        let gateway = report_of(
+            Target::Gateway,
+            vec![window(122_070, true, 4.22), short(152_587, 131_020, 4.08)],
+        );
+        let c = rate_pairs(&[null, gateway], 0.001)[0]
+            .cpu
+            .expect("a common rate");
+        assert_eq!(c.offered, 122_070);
+        // Flat out at rates within the sender's 3%: compared.
+        let null = report_of(Target::Null, vec![short(0, 205_262, 2.34)]);
+        let gateway = report_of(Target::Gateway, vec![short(0, 201_000, 4.0)]);
+        assert!(rate_pairs(&[null, gateway], 0.001)[0].cpu.is_some());
     }
 
     fn drain_of(target: Target, delivered: Option<u64>) -> Drain {
