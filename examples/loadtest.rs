@@ -1195,8 +1195,11 @@ impl Step {
     fn sender_bound(&self) -> bool {
         self.offered > 0 && self.sent_pps() < SAME_RATE * self.offered as f64
     }
+    /// Kernel drops, datagrams never counted, and datagrams the gateway counted but dropped
+    /// itself each within `tol` of those sent.
     fn clean(&self, tol: f64) -> bool {
-        let lost = self.sent.saturating_sub(self.delivered);
+        let lost = self.sent.saturating_sub(self.delivered)
+            + self.gw_drops.iter().map(|(_, n)| n).sum::<u64>();
         (self.socket_drops as f64) <= tol * self.sent as f64
             && (lost as f64) <= tol * self.sent as f64
     }
@@ -2028,11 +2031,16 @@ struct Drain {
 }
 
 impl Drain {
+    /// Every datagram queued was read and handled: none dropped by the kernel, none by the
+    /// gateway (`pvp_t140_drops_total`), no envelope refused at its sink's queue. A gateway that
+    /// dropped work drained cheaper datagrams than the null receiver did.
     fn valid(&self) -> bool {
         self.queued > 0
             && self.drops_queued == 0
             && self.drops_after == 0
             && self.delivered.is_some_and(|d| d >= self.queued)
+            && self.gw_drops.is_empty()
+            && self.sink_queue_full.is_none_or(|f| f == 0)
             && self.cpu > 0.0
     }
     fn per_cpu_second(&self) -> f64 {
@@ -2415,8 +2423,13 @@ fn drain(a: &RateArgs, n: u64) -> Res<()> {
         .any(|d| d.sink_queue_full.is_some_and(|f| f > 0))
     {
         println!(
-            "note: the gateway's sink queue ({} envelopes) overflowed during a drain: envelopes were dropped before the sink, so the sink's share of the work is missing from those runs' CPU",
+            "!!! the gateway's sink queue ({} envelopes) overflowed during a drain: envelopes were dropped before the sink, so the sink's share of the work is missing from those runs' CPU: they are INVALID",
             pvp_t140::udp::SINK_QUEUE
+        );
+    }
+    if runs.iter().any(|d| !d.gw_drops.is_empty()) {
+        println!(
+            "!!! the gateway dropped datagrams itself (gateway drops): those runs did less work a datagram and are INVALID"
         );
     }
     if runs.iter().any(|d| d.drops_queued > 0) {
@@ -3076,6 +3089,31 @@ mod tests {
             let (delivered, _, _) = drain_counts(Target::Null, before, after);
             assert!(!drain_of(Target::Null, delivered).valid());
         }
+    }
+
+    /// A datagram the gateway itself dropped (a reason of `pvp_t140_drops_total`), or an
+    /// envelope its sink queue refused, is work the gateway did not do: a drain with either
+    /// compared the gateway's CPU for less work with the null receiver's for all of it, and was
+    /// counted as valid; a rate step with either was clean (review g). The null receiver has
+    /// no such counters.
+    #[test]
+    fn a_gateway_that_dropped_work_is_no_valid_drain_and_no_clean_step() {
+        let mut d = drain_of(Target::Gateway, Some(1000));
+        assert!(d.valid());
+        d.gw_drops = vec![("red_block_overrun".to_owned(), 900)];
+        assert!(!d.valid(), "the gateway dropped 900 of 1000 datagrams");
+        let mut d = drain_of(Target::Gateway, Some(1000));
+        d.sink_queue_full = Some(40);
+        assert!(!d.valid(), "40 envelopes refused at the sink's queue");
+        d.sink_queue_full = Some(0);
+        assert!(d.valid());
+
+        let mut step = window(100_000, true, 3.0);
+        assert!(step.clean(0.001));
+        step.gw_drops = vec![("stale".to_owned(), 4_000)];
+        assert!(!step.clean(0.001), "1% dropped by the gateway");
+        step.gw_drops = vec![("stale".to_owned(), 40)];
+        assert!(step.clean(0.001), "within the tolerance");
     }
 
     /// The t140llm mode's "+ NDJSON" pass does per envelope what the stdout sink does: its
