@@ -42,7 +42,13 @@ impl std::fmt::Display for ShownUrl<'_> {
         match url[start..at].find(':') {
             Some(colon) => {
                 write!(f, "{}:***", &url[..start + colon])?;
-                write_query_hidden(f, &url[at..])
+                // An `@` in the query (`?user=a@b.example&token=...`, after a port's `:`):
+                // what follows it is still the query.
+                if url[..at].contains('?') {
+                    write_pairs_hidden(f, &url[at..])
+                } else {
+                    write_query_hidden(f, &url[at..])
+                }
             }
             None => write_query_hidden(f, url),
         }
@@ -57,7 +63,12 @@ fn write_query_hidden(f: &mut std::fmt::Formatter<'_>, s: &str) -> std::fmt::Res
         return f.write_str(s);
     };
     f.write_str(&s[..=q])?;
-    let (query, fragment) = s[q + 1..].split_at(s[q + 1..].find('#').unwrap_or(s.len() - q - 1));
+    write_pairs_hidden(f, &s[q + 1..])
+}
+
+/// A query (up to a `#`) as [`write_query_hidden`] writes it, then the fragment as it is.
+fn write_pairs_hidden(f: &mut std::fmt::Formatter<'_>, s: &str) -> std::fmt::Result {
+    let (query, fragment) = s.split_at(s.find('#').unwrap_or(s.len()));
     for (i, pair) in query.split('&').enumerate() {
         if i > 0 {
             f.write_str("&")?;
