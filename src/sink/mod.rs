@@ -69,20 +69,36 @@ fn write_query_hidden(f: &mut std::fmt::Formatter<'_>, s: &str) -> std::fmt::Res
 /// A query (up to a `#`) as [`write_query_hidden`] writes it, then the fragment as it is.
 fn write_pairs_hidden(f: &mut std::fmt::Formatter<'_>, s: &str) -> std::fmt::Result {
     let (query, fragment) = s.split_at(s.find('#').unwrap_or(s.len()));
-    for (i, pair) in query.split('&').enumerate() {
-        if i > 0 {
-            f.write_str("&")?;
-        }
+    // Pairs are separated by `&`, or `;` as some servers also take (the older HTML form rules).
+    for piece in query.split_inclusive(['&', ';']) {
+        let (pair, sep) = match piece.strip_suffix(['&', ';']) {
+            Some(pair) => (pair, &piece[pair.len()..]),
+            None => (piece, ""),
+        };
         match pair.split_once('=') {
-            Some((name, _)) if secret_name(name) => write!(f, "{name}=***")?,
-            _ => f.write_str(pair)?,
+            Some((name, _)) if secret_name(name) => write!(f, "{name}=***{sep}")?,
+            _ => f.write_str(piece)?,
         }
     }
     f.write_str(fragment)
 }
 
 fn secret_name(name: &str) -> bool {
-    let name = name.to_ascii_lowercase();
+    // As the server reads it: percent-decoded (`%74oken` is `token`).
+    let mut decoded = Vec::with_capacity(name.len());
+    let mut bytes = name.bytes();
+    while let Some(b) = bytes.next() {
+        let hex = |c: u8| char::from(c).to_digit(16);
+        let mut ahead = bytes.clone();
+        match (b, ahead.next().and_then(hex), ahead.next().and_then(hex)) {
+            (b'%', Some(h), Some(l)) => {
+                decoded.push((h * 16 + l) as u8);
+                bytes = ahead;
+            }
+            _ => decoded.push(b),
+        }
+    }
+    let name = String::from_utf8_lossy(&decoded).to_ascii_lowercase();
     [
         "token", "pass", "pwd", "secret", "key", "auth", "sig", "cred",
     ]
