@@ -439,6 +439,24 @@ pub fn read_frames_from(
         // past its Block Total Length. That is a corrupt block, not a file cut short: reading
         // on for the bytes would take the blocks after it as its contents and drop them.
         let whole = block_len.is_some_and(|len| reader.data().len() >= len as usize);
+        // Such a block that replay does not use (a Name Resolution Block whose records fill it
+        // without the end record, which Wireshark reads; any block but the section's, the
+        // interfaces' and the packets'), its two Block Total Lengths agreeing, is skipped:
+        // its contents matter to nothing replayed, and the blocks after it are whole.
+        let skippable = block_len.filter(|_| whole).and_then(|len| {
+            let data = reader.data();
+            let len = usize::try_from(len).ok()?;
+            let u32_at = |i: usize| {
+                let b: [u8; 4] = data.get(i..i + 4)?.try_into().ok()?;
+                Some(if le {
+                    u32::from_le_bytes(b)
+                } else {
+                    u32::from_be_bytes(b)
+                })
+            };
+            let used = [0x0a0d_0d0a, 1, PACKET_BLOCK, 3, 6].contains(&u32_at(0)?);
+            (!used && u32_at(len - 4)? as usize == len).then_some(len)
+        });
         let overrun = || {
             corrupt_after(
                 CaptureError::Format("pcapng block whose contents run past its length".into()),
@@ -515,9 +533,10 @@ pub fn read_frames_from(
             Err(PcapError::Eof) => break,
             Err(
                 PcapError::UnexpectedEof | PcapError::Incomplete(_) | PcapError::BufferTooSmall,
-            ) if whole => {
-                return Err(overrun());
-            }
+            ) if whole => match skippable {
+                Some(len) => reader.consume(len),
+                None => return Err(overrun()),
+            },
             Err(PcapError::UnexpectedEof) => {
                 stats.cut_short = true;
                 break;

@@ -118,8 +118,9 @@ fn addr(s: &str) -> SocketAddr {
 }
 
 /// A pcapng block whose contents claim more than its Block Total Length holds (an EPB whose
-/// Captured Packet Length a bit flip made larger than the block, an NRB without its end
-/// record) is whole in the file: a corrupt record, as Wireshark reports it. pcap-parser says
+/// Captured Packet Length a bit flip made larger than the block) is whole in the file: a
+/// corrupt record, as Wireshark reports it. (An NRB without its end record, which Wireshark
+/// reads, is skipped: replay uses no block but the section's, interfaces' and packets'.) pcap-parser says
 /// it needs more bytes, and the reader read on to the end of the file and called the capture
 /// "cut short inside its last record" (a warning, exit status 0), dropping every record after
 /// the bad one without an error.
@@ -150,6 +151,13 @@ fn a_pcapng_block_overrunning_its_own_length_is_corrupt_not_a_capture_cut_short(
                 ng.epb(3_000_000 + i, &frame(b"after"));
             }
             let what = format!("{bad}, little-endian: {le}");
+            if bad == "nrb" {
+                // A block replay does not use, whose two lengths agree, is skipped (review h:
+                // Wireshark reads an NRB without its end record).
+                let (got, stats) = read(&ng.out).expect(&what);
+                assert_eq!((got.len(), stats.frames), (4, 4), "{what}");
+                continue;
+            }
             match read(&ng.out) {
                 Err(CaptureError::Corrupt { after, .. }) => {
                     assert!((1..=2).contains(&after), "{what}: after {after}")
