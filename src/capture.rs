@@ -306,8 +306,8 @@ pub fn read_udp_from(
 /// The file's header, read whole: pcap-parser tells pcap from pcapng, and reads the header,
 /// from its first read alone, which a pipe may cut short (it gives what was written so far).
 /// The 24-byte pcap header, or the pcapng Section Header Block (as long as its length says,
-/// up to the reader's first buffer); less only at the end of the file, and then whether a
-/// pcapng's was cut short.
+/// up to the reader's largest buffer: a long capture comment makes it larger than the first);
+/// less only at the end of the file, and then whether a pcapng's was cut short.
 fn read_head(reader: &mut impl io::Read) -> io::Result<(Vec<u8>, bool)> {
     const PCAP_HEADER: usize = 24;
     let mut head = Vec::new();
@@ -324,7 +324,7 @@ fn read_head(reader: &mut impl io::Read) -> io::Result<(Vec<u8>, bool)> {
         if need == PCAP_HEADER && head.len() >= 12 && head[..4] == [0x0a, 0x0d, 0x0d, 0x0a] {
             let mut le = true;
             if let Some(len) = pcapng_block_len(&head, &mut le) {
-                need = usize::try_from(len).map_or(INITIAL_BUFFER, |l| l.clamp(12, INITIAL_BUFFER));
+                need = usize::try_from(len).map_or(MAX_BUFFER, |l| l.clamp(12, MAX_BUFFER));
             }
         }
     }
@@ -381,12 +381,14 @@ pub fn read_frames_from(
 ) -> Result<CaptureStats, CaptureError> {
     let mut reader = reader;
     let (head, short) = read_head(&mut reader).map_err(CaptureError::Io)?;
+    // The reader's first read must hold the header whole.
+    let mut capacity = INITIAL_BUFFER.max(head.len());
     let error = Mutex::new(None);
     let reader = KeepsError {
         inner: io::Read::chain(io::Cursor::new(head), reader),
         error: &error,
     };
-    let mut reader = create_reader(INITIAL_BUFFER, reader).map_err(|e| match e {
+    let mut reader = create_reader(capacity, reader).map_err(|e| match e {
         // pcap-parser's own words ("Eof", "Incomplete(2)") would not tell the user why.
         PcapError::Eof => CaptureError::Format("the file is empty".into()),
         PcapError::Incomplete(_) => CaptureError::Format("the file ends inside its header".into()),
@@ -397,7 +399,6 @@ pub fn read_frames_from(
         }
         e => read_failed(e, &error),
     })?;
-    let mut capacity = INITIAL_BUFFER;
     let mut stats = CaptureStats::default();
     let mut reassembler = Reassembler::default();
     let mut legacy_link = Linktype::ETHERNET;

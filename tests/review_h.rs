@@ -211,3 +211,32 @@ fn a_name_resolution_block_without_its_end_record_is_skipped_not_corrupt() {
     let (got, stats) = read(&ng.0).expect("Wireshark reads it");
     assert_eq!(payloads(&got), [&b"before"[..], b"after"], "{stats:?}");
 }
+
+/// A pcapng whose Section Header Block is larger than the reader's first buffer (64 KiB: a
+/// long capture comment, as Wireshark's capture file properties write it) is valid, and
+/// Wireshark reads it; replay said "the file ends inside its header".
+#[test]
+fn a_pcapng_with_a_section_header_longer_than_64_kib_is_read() {
+    use captures::*;
+    let mut shb = Vec::new();
+    shb.extend_from_slice(&0x1a2b_3c4du32.to_le_bytes());
+    shb.extend_from_slice(&1u16.to_le_bytes());
+    shb.extend_from_slice(&0u16.to_le_bytes());
+    shb.extend_from_slice(&u64::MAX.to_le_bytes());
+    // opt_comment of 80,000 bytes, then opt_endofopt.
+    shb.extend_from_slice(&1u16.to_le_bytes());
+    shb.extend_from_slice(&40_000u16.to_le_bytes());
+    shb.extend(std::iter::repeat_n(b'c', 40_000));
+    shb.extend_from_slice(&1u16.to_le_bytes());
+    shb.extend_from_slice(&40_000u16.to_le_bytes());
+    shb.extend(std::iter::repeat_n(b'c', 40_000));
+    shb.extend_from_slice(&[0; 4]);
+    let rest = Ng::new().0;
+    let shb_len = u32::from_le_bytes(rest[4..8].try_into().unwrap()) as usize;
+    let mut ng = Ng(Vec::new());
+    ng.block(0x0a0d_0d0a, &shb);
+    ng.0.extend_from_slice(&rest[shb_len..]);
+    ng.epb(1_000_000, &frame(b"one"), &[]);
+    let (got, stats) = read(&ng.0).expect("a valid capture");
+    assert_eq!(payloads(&got), [&b"one"[..]], "{stats:?}");
+}
