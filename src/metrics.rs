@@ -56,6 +56,12 @@ pub struct SinkMetrics {
     /// INVALID_MESSAGE, INVALID_STATE, INTERNAL_ERROR, ..., and UNAUTHORIZED or
     /// SESSION_NOT_FOUND, which also stop it): not taken, and counted as dropped.
     pub server_refused_items: Counter,
+    /// PVP sessions the server ended (pvp-spec 6.5 `session.end`), each counted once whatever
+    /// the number of its participants' connections that read it.
+    pub sessions_ended: Counter,
+    /// Envelopes for a session the server had ended: not sent (the server takes nothing more,
+    /// pvp-spec 6.5), and counted as dropped.
+    pub session_ended_items: Counter,
     /// Envelopes the receive workers could not hand to the sink: its queue was full (a PVP
     /// server or a stdout slower than the speakers), or the sink was gone.
     pub sink_queue_refused: Counter,
@@ -84,6 +90,8 @@ impl Default for SinkMetrics {
             rate_limited_resent: Counter::default(),
             rejoined_not_found: Counter::default(),
             server_refused_items: Counter::default(),
+            sessions_ended: Counter::default(),
+            session_ended_items: Counter::default(),
             sink_queue_refused: Counter::default(),
             stdout_failed: Gauge::default(),
             participants: Counter::default(),
@@ -473,6 +481,16 @@ pub fn registry(
             "pvp_t140_rejoined_not_found",
             "PARTICIPANT_NOT_FOUND errors that made a participant join the PVP session again",
             &sink.rejoined_not_found,
+        ),
+        (
+            "pvp_t140_sessions_ended",
+            "PVP sessions the server ended (session.end)",
+            &sink.sessions_ended,
+        ),
+        (
+            "pvp_t140_session_ended_items",
+            "Envelopes for a PVP session the server had ended, dropped unsent",
+            &sink.session_ended_items,
         ),
         (
             "pvp_t140_server_refused_items",

@@ -64,6 +64,36 @@ struct Conn {
 /// item, and a participant is one speaker, or a few a mapping rule names alike.
 const REFUSED_KEPT: usize = 16;
 
+/// Sessions the server ended (pvp-spec 6.5 `session.end`), by [`Route::session`]: shared by
+/// the sink, which drops what is queued for them from then on, and every connection, which
+/// reads the end its server broadcast to each member: the first to read it says so, once.
+#[derive(Default)]
+struct Ended {
+    any: std::sync::atomic::AtomicBool,
+    sessions: std::sync::Mutex<std::collections::HashSet<Box<str>>>,
+}
+
+impl Ended {
+    fn contains(&self, session: &str) -> bool {
+        self.any.load(Ordering::Relaxed)
+            && self
+                .sessions
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .contains(session)
+    }
+    /// Whether this call ended it (the first to).
+    fn end(&self, session: &str) -> bool {
+        let first = self
+            .sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(session.into());
+        self.any.store(true, Ordering::Relaxed);
+        first
+    }
+}
+
 /// What a connection is for: one participant in one session. A server binds a connection to
 /// the sender and session of its first frame (pvp-spec 19.1), and one id may speak in two
 /// sessions (a `[[stream]]` rule's participant in two rooms): each is its own connection.
@@ -109,6 +139,8 @@ pub struct WsSink {
     /// Set when the sink closes: a connection whose participant has left but whose chunks
     /// still await approval stops waiting for the decisions then.
     stop: tokio::sync::watch::Sender<bool>,
+    /// Sessions the server ended.
+    ended: Arc<Ended>,
 }
 
 impl WsSink {
@@ -125,6 +157,7 @@ impl WsSink {
             settled: Arc::new(AtomicU64::new(0)),
             given_up: Arc::new(AtomicU64::new(0)),
             stop: tokio::sync::watch::channel(false).0,
+            ended: Arc::default(),
         }
     }
 
@@ -170,17 +203,37 @@ impl WsSink {
     fn enqueue_with_room(&mut self, e: Envelope, room: usize) {
         let leaving = e.kind() == Kind::SessionLeave;
         let route = Route::of(&e);
+        if self.ended.contains(&route.session) {
+            // pvp-spec 6.5: the server takes nothing more for a session it ended. Counted,
+            // not written to be refused one by one, and no connection made for it.
+            self.dropped += 1;
+            self.cfg.metrics.session_ended_items.inc();
+            if let Some(spool) = &self.cfg.spool {
+                spool.done(e.id());
+            }
+            tracing::debug!(participant = %route.sender, id = %e.id(), kind = %e.kind(), "PVP session ended; envelope dropped");
+            if leaving && let Some(conn) = self.conns.remove(&route) {
+                self.leaving.insert(route, conn.task);
+            }
+            return;
+        }
         if !self.conns.contains_key(&route) {
             let (tx, rx) = mpsc::channel(room + 1);
             let before = self.leaving.remove(&route);
             // The connection's own envelopes (pongs, heartbeats, gate requests) go to its
             // participant's session from its first frame, which may answer a server's ping
             // before the join is written; a mapping rule may have routed it off `--session`.
-            let session = crate::pvp::SessionText::new(e.to_message().session);
+            let session_id = e.to_message().session;
+            let session = crate::pvp::SessionText::new(&session_id);
             let task = tokio::spawn(connection(
                 self.cfg.clone(),
                 e.sender().clone(),
-                session,
+                (
+                    session,
+                    self.ended.clone(),
+                    route.session.clone(),
+                    session_id,
+                ),
                 rx,
                 Counts {
                     sent: self.sent.clone(),
@@ -345,7 +398,14 @@ impl Counts {
 async fn connection(
     cfg: Arc<WsConfig>,
     participant: SenderId,
-    session: crate::pvp::SessionText,
+    // The session's text for the connection's own envelopes; the sessions ended, and this
+    // one's as the route has it and as its envelopes carry it.
+    (session, ended, route_session, session_id): (
+        crate::pvp::SessionText,
+        Arc<Ended>,
+        Box<str>,
+        String,
+    ),
     mut rx: mpsc::Receiver<(std::time::Instant, Envelope)>,
     counts: Counts,
     before: Option<JoinHandle<()>>,
@@ -380,6 +440,10 @@ async fn connection(
     // so that a refusal naming one is told as such (nothing lost; a heartbeat is not sent
     // again, and a refused rejoin only if it is the last, `rejoined`).
     let mut own: VecDeque<(ulid::Ulid, Kind)> = VecDeque::new();
+    // The session's members the server announced as admins (pvp-spec 6.5: an admin ends a
+    // session): a `session.end` from anyone else (a server relaying it unchecked, as the
+    // reference one does) is not acted on.
+    let mut admins: Vec<Box<str>> = Vec::new();
     // Ids of recent envelopes, so an `error`'s `related_to` can be told in the log.
     // Grown as envelopes are written: most participants write a few, and 10,000 connections
     // reserving 64 entries each held 15 MiB.
@@ -608,32 +672,44 @@ async fn connection(
                                             refused_text(id, &mut recent, &mut retry, &counts, m, &participant);
                                         }
                                         send_frame(&mut ws, Message::Close(None), &cfg, &participant).await;
-                                        rx.close();
-                                        // Given up on: not resent after a restart either.
-                                        let mut lost = 0u64;
-                                        let mut give_up = |e: Envelope| {
-                                            lost += 1;
-                                            if let Some(spool) = &cfg.spool {
-                                                spool.done(e.id());
-                                            }
-                                        };
-                                        // A gate's request is not from the queue: not counted.
-                                        for (_, e) in pending.take().into_iter().chain(outbox.drain(..)) {
-                                            if e.kind() != Kind::GateRequest {
-                                                give_up(e);
-                                            }
-                                        }
-                                        for e in gates.as_mut().map(super::gate::Gates::abandon).unwrap_or_default() {
-                                            give_up(e);
-                                        }
-                                        while let Some((_, e)) = rx.recv().await {
-                                            give_up(e);
-                                        }
-                                        counts.settled(lost);
-                                        counts.given_up.fetch_add(lost, Ordering::Relaxed);
+                                        let lost = give_up_all(&mut rx, &mut pending, &mut outbox, &mut gates, &cfg, &counts).await;
                                         // Counted before it is logged: whoever reads the log finds it counted.
                                         m.refused.inc();
                                         tracing::error!(%participant, %code, undelivered = lost, "PVP server refused this participant; its transcript is not delivered");
+                                        return;
+                                    }
+                                    Reaction::Roles { id, admin } => {
+                                        let at = admins.iter().position(|a| **a == *id);
+                                        match (at, admin) {
+                                            (None, true) => admins.push(id.into()),
+                                            (Some(i), false) => {
+                                                admins.swap_remove(i);
+                                            }
+                                            _ => {}
+                                        }
+                                    }
+                                    Reaction::SessionEnd { session: s, .. } if s != session_id => {
+                                        tracing::info!(%participant, session = %s, "session.end for another PVP session; not acted on");
+                                    }
+                                    Reaction::SessionEnd { sender, .. }
+                                        if !from_server(&sender) && !admins.iter().any(|a| **a == *sender) =>
+                                    {
+                                        tracing::warn!(%participant, %sender, "session.end from a member not announced as an admin (pvp-spec 6.5); not acted on");
+                                    }
+                                    Reaction::SessionEnd { sender, reason, final_state, .. } => {
+                                        // pvp-spec 6.5: the server takes nothing more for the
+                                        // session: what this participant holds and says from
+                                        // now on is dropped, and it does not reconnect. Every
+                                        // member's connection reads the end; the first to
+                                        // says so.
+                                        send_frame(&mut ws, Message::Close(None), &cfg, &participant).await;
+                                        if ended.end(&route_session) {
+                                            m.sessions_ended.inc();
+                                            tracing::warn!(session = %session_id, ended_by = %sender, %reason, %final_state, "PVP session ended by the server; its text is dropped from now on");
+                                        }
+                                        let lost = give_up_all(&mut rx, &mut pending, &mut outbox, &mut gates, &cfg, &counts).await;
+                                        m.session_ended_items.inc_by(lost);
+                                        tracing::debug!(%participant, undelivered = lost, "PVP session ended; participant stopped");
                                         return;
                                     }
                                     Reaction::Backoff { error, .. } if refusals.contains(&error) => {
@@ -1176,6 +1252,46 @@ where
 /// Writes one frame, or gives up after `--write-timeout-s`: a server that has stopped reading
 /// (hung, or gone without a FIN) would otherwise hold the participant until TCP gives up, many
 /// minutes later, while its transcript queues and then drops. False: reconnect.
+/// Gives up on everything a participant that cannot go on holds and will be handed (its queue
+/// closed): counted as settled and given up on (dropped, in the sink's totals), and not resent
+/// after a restart either. Returns how many.
+async fn give_up_all(
+    rx: &mut mpsc::Receiver<(std::time::Instant, Envelope)>,
+    pending: &mut Option<(std::time::Instant, Envelope)>,
+    outbox: &mut VecDeque<(std::time::Instant, Envelope)>,
+    gates: &mut Option<super::gate::Gates>,
+    cfg: &WsConfig,
+    counts: &Counts,
+) -> u64 {
+    rx.close();
+    let mut lost = 0u64;
+    let mut give_up = |e: Envelope| {
+        lost += 1;
+        if let Some(spool) = &cfg.spool {
+            spool.done(e.id());
+        }
+    };
+    // A gate's request is not from the queue: not counted.
+    for (_, e) in pending.take().into_iter().chain(outbox.drain(..)) {
+        if e.kind() != Kind::GateRequest {
+            give_up(e);
+        }
+    }
+    for e in gates
+        .as_mut()
+        .map(super::gate::Gates::abandon)
+        .unwrap_or_default()
+    {
+        give_up(e);
+    }
+    while let Some((_, e)) = rx.recv().await {
+        give_up(e);
+    }
+    counts.settled(lost);
+    counts.given_up.fetch_add(lost, Ordering::Relaxed);
+    lost
+}
+
 async fn send_frame<S>(write: &mut S, frame: Message, cfg: &WsConfig, participant: &str) -> bool
 where
     S: futures_util::Sink<Message> + Unpin,
@@ -1494,6 +1610,19 @@ enum Reaction {
     NotTaken(ulid::Ulid),
     /// A gate decision (`gate.approve`, `gate.reject`, `gate.timeout`).
     Gate(crate::pvp::Message),
+    /// pvp-spec 6.5 `session.end`, well formed, of `session`: the server takes nothing more.
+    SessionEnd {
+        session: String,
+        sender: String,
+        reason: String,
+        final_state: String,
+    },
+    /// A member's roles as the server announced them (`participant.announce`,
+    /// `participant.role_change`): whether `id` is an admin, who may end the session.
+    Roles {
+        id: String,
+        admin: bool,
+    },
     /// Not acted on, and counted: unparseable (an `error` whose payload is not pvp-spec 17's
     /// too), or of an unknown protocol version.
     Rejected,
@@ -1560,7 +1689,14 @@ fn on_frame(
         Ok(h)
             if matches!(
                 &*h.kind,
-                "heartbeat.ping" | "gate.approve" | "gate.reject" | "gate.timeout" | "error"
+                "heartbeat.ping"
+                    | "gate.approve"
+                    | "gate.reject"
+                    | "gate.timeout"
+                    | "error"
+                    | "session.end"
+                    | "participant.announce"
+                    | "participant.role_change"
             ) => {}
         Ok(_) => return Reaction::None,
         Err(err) => {
@@ -1595,6 +1731,48 @@ fn on_frame(
             Reaction::Reply(pvp.heartbeat(now(), participant.clone(), Some(&env.id)))
         }
         "gate.approve" | "gate.reject" | "gate.timeout" => Reaction::Gate(env),
+        "participant.announce" | "participant.role_change" => {
+            #[derive(serde::Deserialize)]
+            struct Roles {
+                #[serde(alias = "participant")]
+                id: String,
+                #[serde(alias = "new_roles")]
+                roles: Vec<String>,
+            }
+            match serde_json::from_value::<Roles>(env.payload) {
+                Ok(r) => Reaction::Roles {
+                    admin: r.roles.iter().any(|r| r == "admin"),
+                    id: r.id,
+                },
+                Err(_) => Reaction::None,
+            }
+        }
+        "session.end" => {
+            #[derive(serde::Deserialize)]
+            struct End {
+                reason: String,
+                final_state: String,
+            }
+            match serde_json::from_value::<End>(env.payload) {
+                Ok(end)
+                    if matches!(
+                        end.final_state.as_str(),
+                        "completed" | "aborted" | "timeout"
+                    ) =>
+                {
+                    Reaction::SessionEnd {
+                        session: env.session,
+                        sender: env.sender,
+                        reason: end.reason,
+                        final_state: end.final_state,
+                    }
+                }
+                _ => {
+                    tracing::warn!(%participant, id = %env.id, sender = %env.sender, "malformed session.end (pvp-spec 6.5: reason, and final_state completed, aborted or timeout), not acted on");
+                    Reaction::Rejected
+                }
+            }
+        }
         "error" => {
             match serde_json::from_value::<ErrorPayload>(env.payload) {
                 Ok(err) => {

@@ -1,0 +1,268 @@
+//! Review j: the session's lifecycle as the server tells it (pvp-spec 6.5 `session.end`).
+
+#![allow(dead_code)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use pvp_t140::metrics::SinkMetrics;
+use pvp_t140::pvp::{Builder, Envelope, Kind, SenderId};
+use pvp_t140::sink::ws::{WsConfig, WsSink};
+use pvp_t140::time::Time;
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+type Log = Arc<Mutex<Vec<(usize, Value)>>>;
+
+/// A WebSocket server on 127.0.0.1 that records every text frame and answers each with the
+/// frames `answer` gives.
+async fn server(answer: fn(usize, &Value) -> Vec<String>) -> (String, Log) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let log: Log = Arc::default();
+    let out = log.clone();
+    tokio::spawn(async move {
+        let mut n = 0;
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (conn, log) = (n, out.clone());
+            n += 1;
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                    return;
+                };
+                while let Some(Ok(m)) = ws.next().await {
+                    let Ok(v) = serde_json::from_str::<Value>(m.to_text().unwrap_or("")) else {
+                        continue;
+                    };
+                    let replies = answer(conn, &v);
+                    log.lock().unwrap().push((conn, v));
+                    for r in replies {
+                        if ws.send(Message::text(r)).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (url, log)
+}
+
+fn config(url: String) -> WsConfig {
+    WsConfig {
+        url,
+        session: "s".into(),
+        heartbeat: Duration::from_secs(30),
+        connect_timeout: Duration::from_secs(5),
+        write_timeout: Duration::from_secs(5),
+        silence: Duration::from_secs(90),
+        queue: 64,
+        metrics: SinkMetrics::default(),
+        tls: None,
+        spool: None,
+        gate: None,
+    }
+}
+
+fn frame(session: &str, kind: &str, sender: &str, payload: Value) -> String {
+    json!({"v": 1, "id": format!("01JQEND{:019}", rand_id()), "ts": "2026-11-28T00:00:00.000Z",
+        "session": session, "sender": sender, "type": kind, "payload": payload})
+    .to_string()
+}
+
+fn rand_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(1);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+const ME: &str = "t140:0000a11e@127.0.0.1:40001";
+const YOU: &str = "t140:0000b0b0@127.0.0.1:40002";
+
+struct Talk {
+    b: Builder,
+    t: u64,
+}
+
+impl Talk {
+    fn new() -> Self {
+        Talk {
+            b: Builder::new("s".into(), None, 99),
+            t: 1_700_000_000_000,
+        }
+    }
+    fn env(&mut self, who: &str, kind: Kind, payload: Value) -> Envelope {
+        self.t += 1;
+        self.b.envelope(
+            Time::from_millis(self.t),
+            SenderId::from(who),
+            kind,
+            &payload,
+        )
+    }
+    fn join(&mut self, who: &str) -> Envelope {
+        self.env(
+            who,
+            Kind::SessionJoin,
+            json!({"participant": {"id": who, "name": who, "type": "human",
+                "roles": ["navigator"], "transport": "t140"}, "supported_versions": [1]}),
+        )
+    }
+    fn add(&mut self, who: &str, text: &str) -> Envelope {
+        self.env(
+            who,
+            Kind::ContextAdd,
+            json!({"key": format!("k-{text}"), "content_type": "audio_transcript", "content": text}),
+        )
+    }
+}
+
+async fn wait_until(what: &str, pred: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !pred() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn adds(log: &Log) -> usize {
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, v)| v["type"] == "context.add")
+        .count()
+}
+
+/// pvp-spec 6.5: "The server MUST NOT accept further messages after a session ends". The
+/// server broadcasts the admin's `session.end` to every member: both participants' connections
+/// read it. It is acted on once for the session (one count, one warning), neither connection
+/// reconnects, and text said after it is dropped under its own count, never written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_end_stops_the_sessions_text_once_without_reconnecting() {
+    let (url, log) = server(|_, v| {
+        if v["type"] != "session.join" {
+            return vec![];
+        }
+        vec![
+            frame(
+                "s",
+                "participant.announce",
+                "admin-1",
+                json!({"id": "admin-1", "name": "Chair", "type": "human", "roles": ["admin"]}),
+            ),
+            frame(
+                "s",
+                "session.end",
+                "admin-1",
+                json!({"reason": "meeting over", "final_state": "completed"}),
+            ),
+        ]
+    })
+    .await;
+    let cfg = config(url);
+    let metrics = cfg.metrics.clone();
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    ws.send(talk.join(ME));
+    ws.send(talk.join(YOU));
+    wait_until("the session ended", || metrics.sessions_ended.get() == 1).await;
+    // Both connections read it and end (their tasks finish): none reconnects.
+    let l = log.clone();
+    wait_until("both joined", || {
+        l.lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, v)| v["type"] == "session.join")
+            .count()
+            == 2
+    })
+    .await;
+    for i in 0..3 {
+        ws.send(talk.add(ME, &format!("after the end {i}")));
+        ws.send(talk.add(YOU, &format!("you too {i}")));
+    }
+    let stats = ws.close(Duration::from_secs(2)).await;
+    assert_eq!(adds(&log), 0, "no text written into the ended session");
+    assert_eq!(
+        metrics.sessions_ended.get(),
+        1,
+        "one session, acted on once"
+    );
+    assert_eq!(metrics.session_ended_items.get(), 6);
+    assert_eq!(stats.dropped, 6);
+    assert!(
+        log.lock().unwrap().iter().all(|(c, _)| *c < 2),
+        "no reconnect: {:?}",
+        log.lock().unwrap()
+    );
+}
+
+/// A `session.end` for another session, from a member not announced as an admin (the
+/// reference server relays any member's unchecked), or one whose payload is not pvp-spec 6.5's (a
+/// `final_state` outside its enum), is not acted on: the participant's text still goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_end_for_another_session_or_malformed_is_not_acted_on() {
+    let (url, log) = server(|_, v| {
+        if v["type"] != "session.join" {
+            return vec![];
+        }
+        vec![
+            frame(
+                "s",
+                "participant.announce",
+                "admin-1",
+                json!({"id": "admin-1", "name": "Chair", "type": "human", "roles": ["admin"]}),
+            ),
+            frame(
+                "s",
+                "participant.announce",
+                "bob",
+                json!({"id": "bob", "name": "Bob", "type": "human", "roles": ["navigator"]}),
+            ),
+            frame(
+                "s",
+                "session.end",
+                "bob",
+                json!({"reason": "prank", "final_state": "aborted"}),
+            ),
+            frame(
+                "other",
+                "session.end",
+                "admin-1",
+                json!({"reason": "theirs", "final_state": "completed"}),
+            ),
+            frame(
+                "s",
+                "session.end",
+                "admin-1",
+                json!({"reason": "bad", "final_state": "exploded"}),
+            ),
+            frame(
+                "s",
+                "session.end",
+                "admin-1",
+                json!({"final_state": "aborted"}),
+            ),
+        ]
+    })
+    .await;
+    let cfg = config(url);
+    let metrics = cfg.metrics.clone();
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    ws.send(talk.join(ME));
+    let l = log.clone();
+    wait_until("joined", || !l.lock().unwrap().is_empty()).await;
+    ws.send(talk.add(ME, "still here"));
+    let l = log.clone();
+    wait_until("the text written", || adds(&l) == 1).await;
+    let stats = ws.close(Duration::from_secs(2)).await;
+    assert_eq!(metrics.sessions_ended.get(), 0);
+    assert_eq!(stats.dropped, 0);
+}
