@@ -266,3 +266,55 @@ async fn a_session_end_for_another_session_or_malformed_is_not_acted_on() {
     assert_eq!(metrics.sessions_ended.get(), 0);
     assert_eq!(stats.dropped, 0);
 }
+
+/// pvp-spec 17 `SESSION_NOT_FOUND` for a chunk after the server took the participant's join:
+/// the server lost the session (a restart whose connection a proxy kept, an expiry). The
+/// reference server makes the session a `session.join` names, so a rejoin brings it back; the
+/// participant was stopped for good instead, all it said afterwards lost. It now rejoins
+/// after a pause, as for PARTICIPANT_NOT_FOUND, and its text goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_lost_after_the_join_is_joined_again() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static ONCE: AtomicBool = AtomicBool::new(false);
+    let (url, log) = server(|_, v| {
+        if v["type"] != "context.add" || ONCE.swap(true, Ordering::SeqCst) {
+            return vec![];
+        }
+        vec![frame(
+            "s",
+            "error",
+            "system",
+            json!({"code": "SESSION_NOT_FOUND", "message": "Session s not found",
+                "recoverable": false, "related_to": v["id"]}),
+        )]
+    })
+    .await;
+    let cfg = config(url);
+    let metrics = cfg.metrics.clone();
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    ws.send(talk.join(ME));
+    ws.send(talk.add(ME, "lost with the session"));
+    let l = log.clone();
+    wait_until("a second join", || {
+        l.lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, v)| v["type"] == "session.join")
+            .count()
+            == 2
+    })
+    .await;
+    ws.send(talk.add(ME, "after the rejoin"));
+    let l = log.clone();
+    wait_until("the text after the rejoin", || {
+        l.lock()
+            .unwrap()
+            .iter()
+            .any(|(_, v)| v["payload"]["content"] == "after the rejoin")
+    })
+    .await;
+    ws.close(Duration::from_secs(2)).await;
+    assert_eq!(metrics.refused.get(), 0, "the participant was not stopped");
+    assert_eq!(metrics.rejoined_not_found.get(), 1);
+}

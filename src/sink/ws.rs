@@ -1826,6 +1826,23 @@ fn on_frame(
                     let text =
                         named.filter(|_| related_kind.is_some_and(|k| k.starts_with("context.")));
                     match err.code.as_str() {
+                        // The server lost the session after taking this participant's join (a
+                        // restart whose connection a proxy kept, a session expired): a server
+                        // like the reference one, which makes the session a join names, takes
+                        // it back with a rejoin, made as for PARTICIPANT_NOT_FOUND (after a
+                        // pause, doubling while it repeats). The join itself refused so, or an
+                        // error naming nothing known, stops the participant.
+                        "SESSION_NOT_FOUND"
+                            if by_server
+                                && related_kind
+                                    .is_some_and(|k| k != Kind::SessionJoin.as_str()) =>
+                        {
+                            return Reaction::Backoff {
+                                related: named,
+                                error: id_hash(&env.id),
+                                rejoin: true,
+                            };
+                        }
                         "UNAUTHORIZED" | "SESSION_NOT_FOUND" => {
                             return Reaction::Fatal {
                                 code: err.code,
