@@ -318,3 +318,53 @@ async fn a_session_lost_after_the_join_is_joined_again() {
     assert_eq!(metrics.refused.get(), 0, "the participant was not stopped");
     assert_eq!(metrics.rejoined_not_found.get(), 1);
 }
+
+/// A join the server refuses with a code that does not stop the participant (a full session:
+/// INVALID_STATE here), then its text as PARTICIPANT_NOT_FOUND, as a strict server would: the
+/// participant rejoins, but after pauses that double (500 ms, 1 s, 2 s, ... to 30 s), counted
+/// in `rejoined_not_found`, not at wire speed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_refused_as_full_is_retried_with_growing_pauses() {
+    let (url, log) = server(|_, v| {
+        let code = match v["type"].as_str() {
+            Some("session.join") => "INVALID_STATE",
+            Some("context.add") => "PARTICIPANT_NOT_FOUND",
+            _ => return vec![],
+        };
+        vec![frame(
+            "s",
+            "error",
+            "system",
+            json!({"code": code, "message": "session full",
+                "recoverable": true, "related_to": v["id"]}),
+        )]
+    })
+    .await;
+    let cfg = config(url);
+    let metrics = cfg.metrics.clone();
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let start = std::time::Instant::now();
+    ws.send(talk.join(ME));
+    ws.send(talk.add(ME, "hello"));
+    let l = log.clone();
+    let joins = move || {
+        l.lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, v)| v["type"] == "session.join")
+            .count()
+    };
+    let j = joins.clone();
+    wait_until("three joins", move || j() >= 3).await;
+    let took = start.elapsed();
+    // Two pauses went by: at least 500 ms and 1 s.
+    assert!(
+        took >= Duration::from_millis(1400),
+        "rejoined too fast: {took:?}"
+    );
+    assert!(joins() <= 4, "{} joins in {took:?}", joins());
+    assert!(metrics.rejoined_not_found.get() >= 2);
+    assert_eq!(metrics.refused.get(), 0);
+    ws.close(Duration::from_millis(200)).await;
+}
