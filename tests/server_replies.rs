@@ -5,73 +5,20 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::gateway_proc::{Gateway, Sender};
 use common::pvp_server::{ServerOptions, TestPvpServer};
-use futures_util::{SinkExt, StreamExt};
-use pvp_t140::metrics::SinkMetrics;
 use pvp_t140::pvp::{Builder, Envelope, Kind, SenderId};
-use pvp_t140::sink::ws::{WsConfig, WsSink};
+use pvp_t140::sink::ws::WsSink;
 use pvp_t140::time::Time;
 use serde_json::{Value, json};
-use tokio_tungstenite::tungstenite::Message;
 
 const WAIT: Duration = Duration::from_secs(20);
 
-/// Every text frame the server read, with the number of the connection it came on.
-type Log = Arc<Mutex<Vec<(usize, Value)>>>;
-
-/// A WebSocket server on a free port of 127.0.0.1 that records every text frame and answers
-/// each with the frames `answer` gives (text, sent in order).
-async fn server(answer: fn(usize, &Value) -> Vec<String>) -> (String, Log) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("ws://{}", listener.local_addr().unwrap());
-    let log: Log = Arc::default();
-    let out = log.clone();
-    tokio::spawn(async move {
-        let mut n = 0;
-        while let Ok((tcp, _)) = listener.accept().await {
-            let (conn, log) = (n, out.clone());
-            n += 1;
-            tokio::spawn(async move {
-                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
-                    return;
-                };
-                while let Some(Ok(m)) = ws.next().await {
-                    let Ok(v) = serde_json::from_str::<Value>(m.to_text().unwrap_or("")) else {
-                        continue;
-                    };
-                    let replies = answer(conn, &v);
-                    log.lock().unwrap().push((conn, v));
-                    for r in replies {
-                        if ws.send(Message::text(r)).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-            });
-        }
-    });
-    (url, log)
-}
-
-fn config(url: String) -> WsConfig {
-    WsConfig {
-        url,
-        session: "s".into(),
-        heartbeat: Duration::from_secs(30),
-        connect_timeout: Duration::from_secs(5),
-        write_timeout: Duration::from_secs(5),
-        silence: Duration::from_secs(90),
-        queue: 64,
-        metrics: SinkMetrics::default(),
-        tls: None,
-        spool: None,
-        gate: None,
-    }
-}
+#[path = "common/ws_recorder.rs"]
+mod ws_recorder;
+use ws_recorder::{Log, config, server};
 
 /// A frame from the server in session "s".
 fn frame(kind: &str, id: &str, sender: &str, payload: Value) -> String {

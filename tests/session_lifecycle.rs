@@ -1,71 +1,20 @@
-//! Review j: the session's lifecycle as the server tells it (pvp-spec 6.5 `session.end`).
+//! The session's lifecycle as the server tells it: `session.end` (pvp-spec 6.5), a session the
+//! server lost, a join refused as full. Over real sockets on 127.0.0.1 (review j, session 39).
 
 #![allow(dead_code)]
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::{SinkExt, StreamExt};
-use pvp_t140::metrics::SinkMetrics;
 use pvp_t140::pvp::{Builder, Envelope, Kind, SenderId};
-use pvp_t140::sink::ws::{WsConfig, WsSink};
+use pvp_t140::sink::ws::WsSink;
 use pvp_t140::time::Time;
 use serde_json::{Value, json};
-use tokio_tungstenite::tungstenite::Message;
 
 const WAIT: Duration = Duration::from_secs(20);
 
-type Log = Arc<Mutex<Vec<(usize, Value)>>>;
-
-/// A WebSocket server on 127.0.0.1 that records every text frame and answers each with the
-/// frames `answer` gives.
-async fn server(answer: fn(usize, &Value) -> Vec<String>) -> (String, Log) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("ws://{}", listener.local_addr().unwrap());
-    let log: Log = Arc::default();
-    let out = log.clone();
-    tokio::spawn(async move {
-        let mut n = 0;
-        while let Ok((tcp, _)) = listener.accept().await {
-            let (conn, log) = (n, out.clone());
-            n += 1;
-            tokio::spawn(async move {
-                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
-                    return;
-                };
-                while let Some(Ok(m)) = ws.next().await {
-                    let Ok(v) = serde_json::from_str::<Value>(m.to_text().unwrap_or("")) else {
-                        continue;
-                    };
-                    let replies = answer(conn, &v);
-                    log.lock().unwrap().push((conn, v));
-                    for r in replies {
-                        if ws.send(Message::text(r)).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-            });
-        }
-    });
-    (url, log)
-}
-
-fn config(url: String) -> WsConfig {
-    WsConfig {
-        url,
-        session: "s".into(),
-        heartbeat: Duration::from_secs(30),
-        connect_timeout: Duration::from_secs(5),
-        write_timeout: Duration::from_secs(5),
-        silence: Duration::from_secs(90),
-        queue: 64,
-        metrics: SinkMetrics::default(),
-        tls: None,
-        spool: None,
-        gate: None,
-    }
-}
+#[path = "common/ws_recorder.rs"]
+mod ws_recorder;
+use ws_recorder::{Log, config, server};
 
 fn frame(session: &str, kind: &str, sender: &str, payload: Value) -> String {
     json!({"v": 1, "id": format!("01JQEND{:019}", rand_id()), "ts": "2026-11-28T00:00:00.000Z",
