@@ -9,16 +9,15 @@ use std::time::Duration;
 
 use common::gateway_proc::{Gateway, Sender};
 use common::pvp_server::{ServerOptions, TestPvpServer};
-use pvp_t140::pvp::{Builder, Envelope, Kind, SenderId};
+use pvp_t140::pvp::Kind;
 use pvp_t140::sink::ws::WsSink;
-use pvp_t140::time::Time;
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(20);
 
 #[path = "common/ws_recorder.rs"]
 mod ws_recorder;
-use ws_recorder::{Log, config, server};
+use ws_recorder::{Log, Talk, config, server};
 
 /// A frame from the server in session "s".
 fn frame(kind: &str, id: &str, sender: &str, payload: Value) -> String {
@@ -28,42 +27,6 @@ fn frame(kind: &str, id: &str, sender: &str, payload: Value) -> String {
 }
 
 const ME: &str = "t140:0000a11e@127.0.0.1:40001";
-
-struct Talk {
-    b: Builder,
-    t: u64,
-}
-
-impl Talk {
-    fn new() -> Self {
-        Talk {
-            b: Builder::new("s".into(), None, 99),
-            t: 1_700_000_000_000,
-        }
-    }
-    fn env(&mut self, kind: Kind, payload: Value) -> Envelope {
-        self.t += 1;
-        self.b.envelope(
-            Time::from_millis(self.t),
-            SenderId::from(ME),
-            kind,
-            &payload,
-        )
-    }
-    fn join(&mut self) -> Envelope {
-        self.env(
-            Kind::SessionJoin,
-            json!({"participant": {"id": ME, "name": ME, "type": "human",
-                "roles": ["navigator"], "transport": "t140"}, "supported_versions": [1]}),
-        )
-    }
-    fn add(&mut self, text: &str) -> Envelope {
-        self.env(
-            Kind::ContextAdd,
-            json!({"key": format!("k-{text}"), "content_type": "audio_transcript", "content": text}),
-        )
-    }
-}
 
 async fn wait_for(log: &Log, what: &str, pred: impl Fn(&[(usize, Value)]) -> bool) {
     let deadline = tokio::time::Instant::now() + WAIT;
@@ -165,7 +128,7 @@ async fn only_the_servers_pings_are_answered() {
     .await;
     let mut ws = WsSink::new(config(url));
     let mut talk = Talk::new();
-    ws.send(talk.join());
+    ws.send(talk.join(ME));
     wait_for(&log, "the pong to the server's ping", |l| {
         pongs(l).contains(&"01JQAAAAAAAAAAAAAAAAAAAAA3".to_owned())
     })
@@ -216,8 +179,8 @@ async fn a_chunk_the_server_refused_counts_as_dropped_not_sent() {
     let metrics = cfg.metrics.clone();
     let mut ws = WsSink::new(cfg);
     let mut talk = Talk::new();
-    ws.send(talk.join());
-    ws.send(talk.add("Far too long a sentence."));
+    ws.send(talk.join(ME));
+    ws.send(talk.add(ME, "Far too long a sentence."));
     wait_for(&log, "the pong after the error", |l| !pongs(l).is_empty()).await;
     let stats = ws.close(Duration::from_secs(2)).await;
     assert_eq!(
@@ -261,7 +224,7 @@ async fn a_large_message_in_the_servers_history_does_not_wedge_the_participant()
     .await;
     let mut ws = WsSink::new(config(url));
     let mut talk = Talk::new();
-    ws.send(talk.join());
+    ws.send(talk.join(ME));
     wait_for(&log, "a pong after the large message", |l| {
         !pongs(l).is_empty()
     })
@@ -299,7 +262,7 @@ async fn an_error_envelope_with_a_malformed_payload_is_counted_as_rejected() {
     let metrics = cfg.metrics.clone();
     let mut ws = WsSink::new(cfg);
     let mut talk = Talk::new();
-    ws.send(talk.join());
+    ws.send(talk.join(ME));
     wait_for(&log, "the pong after the error", |l| !pongs(l).is_empty()).await;
     ws.close(Duration::from_secs(1)).await;
     assert_eq!(metrics.server_frames_rejected.get(), 1);
@@ -333,8 +296,8 @@ async fn a_chunk_refused_as_unauthorized_counts_as_dropped_not_sent() {
     let metrics = cfg.metrics.clone();
     let mut ws = WsSink::new(cfg);
     let mut talk = Talk::new();
-    ws.send(talk.join());
-    ws.send(talk.add("Not allowed."));
+    ws.send(talk.join(ME));
+    ws.send(talk.add(ME, "Not allowed."));
     let deadline = tokio::time::Instant::now() + WAIT;
     while metrics.refused.get() == 0 {
         assert!(tokio::time::Instant::now() < deadline, "never refused");
@@ -382,9 +345,9 @@ async fn a_gate_request_the_server_refuses_drops_its_chunk_at_once() {
     let metrics = cfg.metrics.clone();
     let mut ws = WsSink::new(cfg);
     let mut talk = Talk::new();
-    ws.send(talk.join());
-    ws.send(talk.add("Held for approval."));
-    let leave = talk.env(Kind::SessionLeave, json!({"reason": "stream ended"}));
+    ws.send(talk.join(ME));
+    ws.send(talk.add(ME, "Held for approval."));
+    let leave = talk.env(ME, Kind::SessionLeave, json!({"reason": "stream ended"}));
     ws.send(leave);
     wait_for(&log, "the leave behind the refused chunk", |l| {
         l.iter().any(|(_, v)| v["type"] == "session.leave")
@@ -433,8 +396,8 @@ async fn an_agents_error_about_a_chunk_is_no_refusal_by_the_server() {
     let metrics = cfg.metrics.clone();
     let mut ws = WsSink::new(cfg);
     let mut talk = Talk::new();
-    ws.send(talk.join());
-    ws.send(talk.add("Taken by the server."));
+    ws.send(talk.join(ME));
+    ws.send(talk.add(ME, "Taken by the server."));
     wait_for(&log, "the pong after the agent's error", |l| {
         l.iter().any(|(_, v)| v["type"] == "heartbeat.pong")
     })
@@ -481,8 +444,8 @@ async fn an_agents_error_about_a_gate_request_does_not_refuse_the_chunk() {
     let metrics = cfg.metrics.clone();
     let mut ws = WsSink::new(cfg);
     let mut talk = Talk::new();
-    ws.send(talk.join());
-    ws.send(talk.add("Approved in the end."));
+    ws.send(talk.join(ME));
+    ws.send(talk.add(ME, "Approved in the end."));
     wait_for(&log, "the approved chunk", |l| {
         l.iter().any(|(_, v)| v["type"] == "context.add")
     })

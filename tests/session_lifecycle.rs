@@ -5,16 +5,14 @@
 
 use std::time::Duration;
 
-use pvp_t140::pvp::{Builder, Envelope, Kind, SenderId};
 use pvp_t140::sink::ws::WsSink;
-use pvp_t140::time::Time;
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(20);
 
 #[path = "common/ws_recorder.rs"]
 mod ws_recorder;
-use ws_recorder::{Log, config, server};
+use ws_recorder::{Log, Talk, config, server};
 
 fn frame(session: &str, kind: &str, sender: &str, payload: Value) -> String {
     json!({"v": 1, "id": format!("01JQEND{:019}", rand_id()), "ts": "2026-11-28T00:00:00.000Z",
@@ -30,44 +28,6 @@ fn rand_id() -> u64 {
 
 const ME: &str = "t140:0000a11e@127.0.0.1:40001";
 const YOU: &str = "t140:0000b0b0@127.0.0.1:40002";
-
-struct Talk {
-    b: Builder,
-    t: u64,
-}
-
-impl Talk {
-    fn new() -> Self {
-        Talk {
-            b: Builder::new("s".into(), None, 99),
-            t: 1_700_000_000_000,
-        }
-    }
-    fn env(&mut self, who: &str, kind: Kind, payload: Value) -> Envelope {
-        self.t += 1;
-        self.b.envelope(
-            Time::from_millis(self.t),
-            SenderId::from(who),
-            kind,
-            &payload,
-        )
-    }
-    fn join(&mut self, who: &str) -> Envelope {
-        self.env(
-            who,
-            Kind::SessionJoin,
-            json!({"participant": {"id": who, "name": who, "type": "human",
-                "roles": ["navigator"], "transport": "t140"}, "supported_versions": [1]}),
-        )
-    }
-    fn add(&mut self, who: &str, text: &str) -> Envelope {
-        self.env(
-            who,
-            Kind::ContextAdd,
-            json!({"key": format!("k-{text}"), "content_type": "audio_transcript", "content": text}),
-        )
-    }
-}
 
 async fn wait_until(what: &str, pred: impl Fn() -> bool) {
     let deadline = tokio::time::Instant::now() + WAIT;
