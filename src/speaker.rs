@@ -544,12 +544,7 @@ impl Speaker {
         // one, whatever its primary says.
         let alike = self.last_ts == Some(ts)
             && !primary.is_empty()
-            && (took
-                || self
-                    .profile
-                    .mixer
-                    .as_ref()
-                    .is_some_and(|m| m.recent.primary() != Some(fingerprint(primary))));
+            && (took || self.last_primary() != Some(fingerprint(primary)));
         if alike || newer(ts, self.last_ts) {
             if !primary.is_empty() {
                 let sink = &mut self.chunker.fed(&mut out.cuts);
@@ -565,6 +560,11 @@ impl Speaker {
         }
     }
 
+    /// The fingerprint of the last primary this mixer speaker delivered ([`Recent`]).
+    fn last_primary(&self) -> Option<u32> {
+        self.profile.mixer.as_ref().and_then(|m| m.recent.primary())
+    }
+
     /// [`Speaker::place_by_ts`] for generations with timestamp offsets. Every generation
     /// newer than what this speaker delivered is one of its packets lost in the stream, an
     /// empty one (its idle tail, RFC 4103 5.2) too: each accounts for one of `gap`. So do a
@@ -577,6 +577,8 @@ impl Speaker {
         gap: usize,
         out: &mut Output,
     ) -> (bool, bool) {
+        // Read before the chunker is borrowed for the generations' text.
+        let last = self.last_primary();
         let sink = &mut self.chunker.fed(&mut out.cuts);
         let newer = |t: u32, last: Option<u32>| last.is_none_or(|l| ts_after(t, l));
         let started = self.last_ts.is_some();
@@ -592,7 +594,6 @@ impl Speaker {
         // 4103 4.2: a packet's generations are its source's packets just before it, so the
         // last delivered one would be among them), if the stream lost as many. Otherwise none
         // is taken: never repeat text.
-        let last = self.profile.mixer.as_ref().and_then(|m| m.recent.primary());
         let alike_from = self.last_ts.and_then(|l| {
             let blocks = || p.redundant_blocks().filter(timed).enumerate();
             let after_its_text = blocks()
