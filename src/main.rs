@@ -262,20 +262,24 @@ enum LogFormat {
     Json,
 }
 
+/// The command-line flag of the setting `key` (a configuration file key): `--ca-file`.
+fn flag(key: &str) -> String {
+    format!("--{}", key.replace('_', "-"))
+}
+
 impl RunArgs {
     /// How an error names the setting `key`: where the file has it, else its flag.
     fn named(&self, key: &str) -> String {
-        self.located.iter().find(|(k, _)| *k == key).map_or_else(
-            || format!("--{}", key.replace('_', "-")),
-            |(_, at)| at.clone(),
-        )
+        self.located
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map_or_else(|| flag(key), |(_, at)| at.clone())
     }
 
     /// An error that begins with the flag of `key`, beginning instead with where the file has
     /// it when it came from there.
     fn said(&self, key: &str, err: String) -> String {
-        let flag = format!("--{}", key.replace('_', "-"));
-        match err.strip_prefix(&flag) {
+        match err.strip_prefix(&flag(key)) {
             Some(rest) => format!("{}{rest}", self.named(key)),
             None => err,
         }
@@ -1235,7 +1239,6 @@ const ASKED: [&str; 8] = [
 /// without `--server` are refused instead ([`run_live`]); `--ca-file` with a `ws://` server is
 /// said there.
 fn say_unused(args: &RunArgs) {
-    let flag = |key: &str| format!("--{}", key.replace('_', "-"));
     let given = |keys: &[&str]| -> Vec<String> {
         keys.iter()
             .filter(|k| args.asked.contains(k))
