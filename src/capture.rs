@@ -447,16 +447,8 @@ pub fn read_frames_from(
         let skippable = block_len.filter(|_| whole).and_then(|len| {
             let data = reader.data();
             let len = usize::try_from(len).ok()?;
-            let u32_at = |i: usize| {
-                let b: [u8; 4] = data.get(i..i + 4)?.try_into().ok()?;
-                Some(if le {
-                    u32::from_le_bytes(b)
-                } else {
-                    u32::from_be_bytes(b)
-                })
-            };
-            let used = [0x0a0d_0d0a, 1, PACKET_BLOCK, 3, 6].contains(&u32_at(0)?);
-            (!used && u32_at(len - 4)? as usize == len).then_some(len)
+            let used = [0x0a0d_0d0a, 1, PACKET_BLOCK, 3, 6].contains(&u32_at(data, 0, le)?);
+            (!used && u32_at(data, len - 4, le)? as usize == len).then_some(len)
         });
         let overrun = || {
             corrupt_after(
@@ -632,11 +624,16 @@ const MAX_PCAP_CAPLEN: u32 = 262_144;
 /// The captured length the next pcap record claims, once the buffer holds it (after the
 /// timestamp's two 32-bit words, in every pcap variant).
 fn pcap_caplen(data: &[u8], big_endian: bool) -> Option<u32> {
-    let b: [u8; 4] = data.get(8..12)?.try_into().ok()?;
-    Some(if big_endian {
-        u32::from_be_bytes(b)
-    } else {
+    u32_at(data, 8, !big_endian)
+}
+
+/// The 32-bit field at `i` of a capture's bytes, in its byte order (`le`: little-endian).
+fn u32_at(data: &[u8], i: usize, le: bool) -> Option<u32> {
+    let b: [u8; 4] = data.get(i..i + 4)?.try_into().ok()?;
+    Some(if le {
         u32::from_le_bytes(b)
+    } else {
+        u32::from_be_bytes(b)
     })
 }
 
@@ -650,12 +647,7 @@ fn pcapng_block_len(data: &[u8], le: &mut bool) -> Option<u32> {
     if data[..4] == SHB && data.len() >= 12 {
         *le = data[8..12] == [0x4d, 0x3c, 0x2b, 0x1a];
     }
-    let len = [data[4], data[5], data[6], data[7]];
-    Some(if *le {
-        u32::from_le_bytes(len)
-    } else {
-        u32::from_be_bytes(len)
-    })
+    u32_at(data, 4, *le)
 }
 
 /// What a frame carries that replay uses.
