@@ -20,7 +20,8 @@ secs=${FUZZ_SECONDS:-30}
 runs_for() {
     case $1 in
         rtp_parse) echo 3000000 ;; red_parse) echo 1500000 ;; t140_decode) echo 400000 ;;
-        pcap_read) echo 2000000 ;; gateway) echo 25000 ;; batch) echo 1000 ;; *) echo 100000 ;;
+        pcap_read) echo 2000000 ;; gateway) echo 25000 ;; batch) echo 1000 ;; ws_frames) echo 300000 ;;
+        *) echo 100000 ;;
     esac
 }
 # `batch` reads the `gateway` target's input format, and starts from its seeds.

@@ -3,6 +3,7 @@
 //! queue in front of the sink ([`handoff`]) and moves on.
 
 pub mod gate;
+pub mod oversize;
 pub mod spool;
 pub mod stdout;
 pub mod tls;

@@ -15,9 +15,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use futures_util::{SinkExt, StreamExt};
+use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::error::UrlError;
+use tokio_tungstenite::tungstenite::{self, Message};
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use super::oversize::SkipOversize;
 
 use super::SinkStats;
 use crate::clock::random_seed;
@@ -491,18 +497,9 @@ async fn connection(
             // restarting server (or a proxy's every connection) come back spread out.
             backoff_wait(next_wait(&mut backoff, &mut jitter), &stop).await;
         }
-        let connector = cfg.tls.clone().map(tokio_tungstenite::Connector::Rustls);
         // Boxed: the handshake's state (10 KB) is then held only while connecting, not for
         // the connection's life inside every participant's task.
-        let connecting = Box::pin(tokio_tungstenite::connect_async_tls_with_config(
-            cfg.url.as_str(),
-            Some(socket_config()),
-            // Nagle off: a frame goes out at once. With it on, a frame written right after
-            // another (the first context.add behind its join, a pong, a burst) waits for the
-            // server's delayed ACK, about 40 ms (measured with `loadtest ws`).
-            true,
-            connector,
-        ));
+        let connecting = Box::pin(connect(&cfg));
         let connected = match tokio::time::timeout(cfg.connect_timeout, connecting).await {
             Ok(r) => r.map_err(|e| e.to_string()),
             Err(_) => Err(format!("no answer within {:?}", cfg.connect_timeout)),
@@ -511,7 +508,7 @@ async fn connection(
         // branch's handler runs, so the handler may write, and a split's lock would cost
         // every frame read (with an echoing server, every envelope N times).
         let mut ws = match connected {
-            Ok((ws, _)) => {
+            Ok(ws) => {
                 opened = Some(tokio::time::Instant::now());
                 // A participant's first connection is logged at debug level (its join is at
                 // info already: two lines a participant, not four); one made again after a drop
@@ -802,7 +799,12 @@ async fn connection(
                             Some(Ok(Message::Binary(_))) => {
                                 // pvp-spec 19.1: one envelope a text frame. Not acted on (a
                                 // ping in it goes unanswered): counted, so that can be told.
-                                tracing::debug!(%participant, "binary frame from PVP server; not acted on");
+                                // A message over the limit comes as an empty binary one.
+                                if let Some(size) = ws.get_mut().take_skipped() {
+                                    tracing::warn!(%participant, size, limit = MAX_MESSAGE, "message from PVP server larger than a connection reads; skipped, not acted on");
+                                } else {
+                                    tracing::debug!(%participant, "binary frame from PVP server; not acted on");
+                                }
                                 m.server_frames_rejected.inc();
                             }
                             Some(Ok(_)) => {}
@@ -925,6 +927,50 @@ async fn connection(
             retry.keep(queued, e);
         }
     }
+}
+
+/// A connection to the server: TCP (Nagle off), TLS for `wss://`, and the handshake, with
+/// [`SkipOversize`] between TLS and tungstenite, so that a server message over
+/// [`MAX_MESSAGE`] is skipped rather than failing the connection (see its module).
+async fn connect(
+    cfg: &WsConfig,
+) -> Result<WebSocketStream<SkipOversize<MaybeTlsStream<TcpStream>>>, tungstenite::Error> {
+    let request = cfg.url.as_str().into_client_request()?;
+    let uri = request.uri();
+    let host = uri
+        .host()
+        .ok_or(tungstenite::Error::Url(UrlError::NoHostName))?;
+    let tls = match uri.scheme_str() {
+        Some("wss") => true,
+        Some("ws") => false,
+        _ => return Err(tungstenite::Error::Url(UrlError::UnsupportedUrlScheme)),
+    };
+    let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
+    let tcp = TcpStream::connect(format!("{host}:{port}")).await?;
+    // Nagle off: a frame goes out at once. With it on, a frame written right after another
+    // (the first context.add behind its join, a pong, a burst) waits for the server's delayed
+    // ACK, about 40 ms (measured with `loadtest ws`).
+    tcp.set_nodelay(true)?;
+    let stream = if tls {
+        let config = cfg.tls.clone().ok_or_else(|| {
+            tungstenite::Error::Io(std::io::Error::other("wss:// without a TLS configuration"))
+        })?;
+        // rustls takes an IPv6 address without the URL's brackets.
+        let name = host.trim_start_matches('[').trim_end_matches(']');
+        let name = rustls_pki_types::ServerName::try_from(name)
+            .map_err(|_| tungstenite::Error::Tls(tungstenite::error::TlsError::InvalidDnsName))?
+            .to_owned();
+        let tls = tokio_rustls::TlsConnector::from(config)
+            .connect(name, tcp)
+            .await?;
+        MaybeTlsStream::Rustls(tls)
+    } else {
+        MaybeTlsStream::Plain(tcp)
+    };
+    let stream = SkipOversize::new(stream, MAX_MESSAGE);
+    let (ws, _) =
+        tokio_tungstenite::client_async_with_config(request, stream, Some(socket_config())).await?;
+    Ok(ws)
 }
 
 /// A participant's connection reads little (pings, errors, gate decisions, and whatever the

@@ -1,0 +1,450 @@
+//! A server's messages over what a participant's connection reads, skipped whole.
+//!
+//! tungstenite refuses a frame over its `max_frame_size` by failing the connection, the frame's
+//! payload left unread, so the stream cannot go on. A PVP server may send one (another member's
+//! inline `image` or `file` context, pvp-spec 9.1), and one that replays its history to each
+//! joiner (pvp-spec 19.1) sends it again after every reconnect: the participant reconnected for
+//! ever, its pings unanswered. This layer sits under tungstenite and reads the WebSocket framing
+//! (RFC 6455 5.2) as it passes: a data frame over the limit is handed on as an empty *binary*
+//! frame and its payload discarded as it arrives, so memory stays bounded and the connection
+//! goes on. The connection counts the empty frame as a rejected one (pvp-spec 19.1: an envelope
+//! a text frame) and asks [`SkipOversize::take_skipped`] for the size to log.
+//!
+//! Left as before: a message cut by the server into frames each under the limit but over it in
+//! all (tungstenite's `max_message_size` fails the connection; servers send a message as one
+//! frame), and masked frames (a server must not mask, RFC 6455 5.1; tungstenite fails them).
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// The longest frame header: 2 bytes, an 8-byte length, a 4-byte mask (RFC 6455 5.2).
+const HEADER_MAX: usize = 14;
+
+/// Where in the byte stream the next byte falls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum At {
+    /// The handshake's HTTP response, passed whole; how much of its closing CRLF CRLF has
+    /// been seen.
+    Handshake(u8),
+    /// A frame header (held in `hdr` until whole).
+    Header,
+    /// A frame's payload: how much of it is left, and whether it is passed or discarded.
+    Payload { left: u64, keep: bool },
+}
+
+/// A stream under tungstenite that turns data frames over `limit` into empty binary frames.
+pub struct SkipOversize<S> {
+    inner: S,
+    limit: u64,
+    at: At,
+    /// A header read so far.
+    hdr: [u8; HEADER_MAX],
+    hdr_len: usize,
+    /// A header to hand on before anything else (one that arrived split across reads).
+    out: [u8; HEADER_MAX],
+    out_len: usize,
+    out_pos: usize,
+    /// The current fragmented message is being discarded: its later frames are too.
+    discarding: bool,
+    /// The size of the last frame discarded, until the connection asks for it.
+    skipped: Option<u64>,
+}
+
+impl<S> SkipOversize<S> {
+    /// `inner` before the WebSocket handshake: the HTTP response is passed whole.
+    pub fn new(inner: S, limit: usize) -> Self {
+        SkipOversize {
+            inner,
+            limit: limit as u64,
+            at: At::Handshake(0),
+            hdr: [0; HEADER_MAX],
+            hdr_len: 0,
+            out: [0; HEADER_MAX],
+            out_len: 0,
+            out_pos: 0,
+            discarding: false,
+            skipped: None,
+        }
+    }
+
+    /// The payload size of the frame last discarded, once.
+    pub fn take_skipped(&mut self) -> Option<u64> {
+        self.skipped.take()
+    }
+
+    /// The header in `hdr` is whole: the header to hand on in its place, its length, and what
+    /// follows it.
+    fn decide(&mut self) -> ([u8; HEADER_MAX], usize) {
+        let h = &self.hdr[..self.hdr_len];
+        let len = payload_len(h);
+        let opcode = h[0] & 0x0f;
+        let fin = h[0] & 0x80;
+        let masked = h[1] & 0x80 != 0;
+        let mut out = [0; HEADER_MAX];
+        if opcode >= 8 {
+            // Control frames (at most 125 bytes, and allowed between a message's fragments).
+            out[..h.len()].copy_from_slice(h);
+            self.at = At::Payload {
+                left: len,
+                keep: true,
+            };
+            return (out, h.len());
+        }
+        if opcode != 0 {
+            self.discarding = false;
+        }
+        if self.discarding || (len > self.limit && !masked) {
+            // Binary for a message's first frame: an empty text frame would be read as an
+            // envelope that does not parse; a continuation keeps its opcode. Either way no
+            // payload and the frame's FIN.
+            out[0] = fin | if opcode == 0 { 0 } else { 2 };
+            out[1] = 0;
+            self.discarding = fin == 0;
+            self.skipped = Some(self.skipped.unwrap_or(0).saturating_add(len));
+            self.at = At::Payload {
+                left: len,
+                keep: false,
+            };
+            return (out, 2);
+        }
+        out[..h.len()].copy_from_slice(h);
+        self.at = At::Payload {
+            left: len,
+            keep: true,
+        };
+        (out, h.len())
+    }
+
+    /// Passes, rewrites or drops the bytes just read, in place; how many are left to hand on.
+    /// A header not yet whole at the end is held in `hdr`.
+    fn filter(&mut self, data: &mut [u8]) -> usize {
+        let (mut r, mut w) = (0, 0);
+        while r < data.len() {
+            match self.at {
+                At::Handshake(seen) => {
+                    let b = data[r];
+                    data[w] = b;
+                    r += 1;
+                    w += 1;
+                    let seen = if b == b"\r\n\r\n"[usize::from(seen)] {
+                        seen + 1
+                    } else {
+                        u8::from(b == b'\r')
+                    };
+                    self.at = if seen == 4 {
+                        At::Header
+                    } else {
+                        At::Handshake(seen)
+                    };
+                }
+                At::Header => {
+                    self.hdr[self.hdr_len] = data[r];
+                    self.hdr_len += 1;
+                    r += 1;
+                    if self.hdr_len == header_len(&self.hdr[..self.hdr_len]) {
+                        // Every byte of this header came in this read (one split across reads
+                        // is finished in `poll_read`), so the header handed on, never longer,
+                        // fits where it was.
+                        let (out, n) = self.decide();
+                        data[w..w + n].copy_from_slice(&out[..n]);
+                        w += n;
+                        self.hdr_len = 0;
+                        self.settle();
+                    }
+                }
+                At::Payload { left, keep } => {
+                    let n = (data.len() - r).min(usize::try_from(left).unwrap_or(usize::MAX));
+                    if keep {
+                        if w != r {
+                            data.copy_within(r..r + n, w);
+                        }
+                        w += n;
+                    }
+                    r += n;
+                    self.at = At::Payload {
+                        left: left - n as u64,
+                        keep,
+                    };
+                    self.settle();
+                }
+            }
+        }
+        w
+    }
+
+    /// A payload read to its end is followed by the next header.
+    fn settle(&mut self) {
+        if let At::Payload { left: 0, .. } = self.at {
+            self.at = At::Header;
+        }
+    }
+}
+
+/// How long the header starting with `h` is (2 until its second byte is known).
+fn header_len(h: &[u8]) -> usize {
+    if h.len() < 2 {
+        return 2;
+    }
+    let ext = match h[1] & 0x7f {
+        126 => 2,
+        127 => 8,
+        _ => 0,
+    };
+    let mask = if h[1] & 0x80 != 0 { 4 } else { 0 };
+    2 + ext + mask
+}
+
+/// The payload length of the whole header `h`.
+fn payload_len(h: &[u8]) -> u64 {
+    match h[1] & 0x7f {
+        126 => u64::from(u16::from_be_bytes([h[2], h[3]])),
+        127 => u64::from_be_bytes(h[2..10].try_into().expect("8 bytes")),
+        n => u64::from(n),
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for SkipOversize<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        loop {
+            if this.out_pos < this.out_len {
+                let n = buf.remaining().min(this.out_len - this.out_pos);
+                buf.put_slice(&this.out[this.out_pos..this.out_pos + n]);
+                this.out_pos += n;
+                return Poll::Ready(Ok(()));
+            }
+            if buf.remaining() == 0 {
+                return Poll::Ready(Ok(()));
+            }
+            if this.hdr_len > 0 {
+                // A header split across reads: the rest of it is read alone, so that the
+                // header handed on goes out before anything after it.
+                let need = header_len(&this.hdr[..this.hdr_len]);
+                let mut rest = ReadBuf::new(&mut this.hdr[this.hdr_len..need]);
+                ready!(Pin::new(&mut this.inner).poll_read(cx, &mut rest))?;
+                let n = rest.filled().len();
+                if n == 0 {
+                    // The stream ends inside a header: tungstenite is handed what came, and
+                    // reports the cut.
+                    this.out[..this.hdr_len].copy_from_slice(&this.hdr[..this.hdr_len]);
+                    (this.out_len, this.out_pos) = (this.hdr_len, 0);
+                    this.hdr_len = 0;
+                    this.at = At::Payload {
+                        left: u64::MAX,
+                        keep: true,
+                    };
+                    continue;
+                }
+                this.hdr_len += n;
+                if this.hdr_len == header_len(&this.hdr[..this.hdr_len]) {
+                    let (out, len) = this.decide();
+                    this.out = out;
+                    (this.out_len, this.out_pos) = (len, 0);
+                    this.hdr_len = 0;
+                    this.settle();
+                }
+                continue;
+            }
+            let start = buf.filled().len();
+            ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
+            let end = buf.filled().len();
+            if end == start {
+                return Poll::Ready(Ok(()));
+            }
+            let kept = this.filter(&mut buf.filled_mut()[start..end]);
+            buf.set_filled(start + kept);
+            if kept > 0 {
+                return Poll::Ready(Ok(()));
+            }
+            // All of it discarded or held: read on (a read of nothing means the end).
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for SkipOversize<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    /// Hands out its bytes in reads of the sizes given, in turn.
+    struct Pieces {
+        data: Vec<u8>,
+        at: usize,
+        sizes: Vec<usize>,
+        turn: usize,
+    }
+
+    impl AsyncRead for Pieces {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            let this = self.get_mut();
+            let size = this.sizes[this.turn % this.sizes.len()];
+            this.turn += 1;
+            let n = size.min(buf.remaining()).min(this.data.len() - this.at);
+            buf.put_slice(&this.data[this.at..this.at + n]);
+            this.at += n;
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// A server's frame (unmasked): FIN and opcode, payload.
+    fn frame(fin: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
+        let mut f = vec![u8::from(fin) << 7 | opcode];
+        match payload.len() {
+            n if n < 126 => f.push(n as u8),
+            n if n <= 0xffff => {
+                f.push(126);
+                f.extend_from_slice(&(n as u16).to_be_bytes());
+            }
+            n => {
+                f.push(127);
+                f.extend_from_slice(&(n as u64).to_be_bytes());
+            }
+        }
+        f.extend_from_slice(payload);
+        f
+    }
+
+    const RESPONSE: &[u8] = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n";
+
+    fn read_all(data: Vec<u8>, sizes: Vec<usize>, limit: usize) -> Vec<u8> {
+        let pieces = Pieces {
+            data,
+            at: 0,
+            sizes,
+            turn: 0,
+        };
+        let mut s = SkipOversize::new(pieces, limit);
+        let mut out = Vec::new();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(s.read_to_end(&mut out)).unwrap();
+        out
+    }
+
+    #[test]
+    fn frames_over_the_limit_become_empty_binary_frames_however_the_reads_fall() {
+        let big = vec![b'x'; 70_000];
+        let mut input = RESPONSE.to_vec();
+        let mut want = RESPONSE.to_vec();
+        let parts: Vec<(Vec<u8>, Vec<u8>)> = vec![
+            (frame(true, 1, b"{\"a\":1}"), frame(true, 1, b"{\"a\":1}")),
+            (frame(true, 1, &big), vec![0x82, 0]),
+            (frame(true, 9, b"ping"), frame(true, 9, b"ping")),
+            (frame(true, 1, &big[..300]), frame(true, 1, &big[..300])),
+            // A fragmented message whose first frame is too large: all of it discarded, a
+            // ping between its fragments passed.
+            (frame(false, 1, &big), vec![0x02, 0]),
+            (frame(true, 9, b""), frame(true, 9, b"")),
+            (frame(false, 0, b"abc"), vec![0x00, 0]),
+            (frame(true, 0, b"def"), vec![0x80, 0]),
+            (frame(true, 2, &big), vec![0x82, 0]),
+            (frame(true, 1, b"after"), frame(true, 1, b"after")),
+        ];
+        for (i, w) in &parts {
+            input.extend_from_slice(i);
+            want.extend_from_slice(w);
+        }
+        for sizes in [
+            vec![1],
+            vec![2],
+            vec![3, 1],
+            vec![7, 13, 1],
+            vec![4096],
+            vec![65_536],
+            vec![1, 4096, 9],
+        ] {
+            assert_eq!(
+                read_all(input.clone(), sizes.clone(), 1 << 16),
+                want,
+                "reads of {sizes:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_stream_cut_inside_a_header_hands_on_what_came() {
+        let mut input = RESPONSE.to_vec();
+        input.extend_from_slice(&frame(true, 1, b"ok"));
+        let whole = input.clone();
+        input.extend_from_slice(&[0x81, 127, 0, 0]);
+        for sizes in [vec![1], vec![4096]] {
+            let out = read_all(input.clone(), sizes, 1 << 16);
+            assert_eq!(out[..whole.len()], whole[..]);
+            assert_eq!(out[whole.len()..], [0x81, 127, 0, 0]);
+        }
+    }
+
+    /// End to end through tungstenite: a server sends a message over the limit, then a small
+    /// one; the client reads an empty binary message, then the small one, on one connection.
+    #[tokio::test]
+    async fn tungstenite_reads_on_after_a_message_over_the_limit() {
+        use futures_util::{SinkExt, StreamExt};
+        use tokio_tungstenite::tungstenite::Message;
+        let (client, server) = tokio::io::duplex(64 * 1024);
+        let server = tokio::spawn(async move {
+            let mut ws = tokio_tungstenite::accept_async(server).await.unwrap();
+            ws.send(Message::text("x".repeat(3 << 20))).await.unwrap();
+            ws.send(Message::text("{\"small\":true}")).await.unwrap();
+            ws
+        });
+        let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+            .max_message_size(Some(1 << 20))
+            .max_frame_size(Some(1 << 20));
+        let (mut ws, _) = tokio_tungstenite::client_async_with_config(
+            "ws://localhost/",
+            SkipOversize::new(client, 1 << 20),
+            Some(config),
+        )
+        .await
+        .unwrap();
+        let first = ws.next().await.unwrap().unwrap();
+        assert_eq!(first, Message::Binary(Default::default()));
+        assert_eq!(ws.get_mut().take_skipped(), Some(3 << 20));
+        let second = ws.next().await.unwrap().unwrap();
+        assert_eq!(second, Message::text("{\"small\":true}"));
+        assert_eq!(ws.get_mut().take_skipped(), None);
+        drop(server.await.unwrap());
+    }
+}
