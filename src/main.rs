@@ -1109,14 +1109,6 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
             }
             None => None,
         };
-        tracing::info!(
-            listen = %local,
-            rtcp = %rtcp_addr.map_or("mux only".to_owned(), |a| a.to_string()),
-            workers,
-            session = %cfg.session,
-            sink = %pvp_t140::sink::ShownUrl(args.server.as_deref().unwrap_or("stdout")),
-            "pvp-t140 listening"
-        );
         let (mut tx, rx) = pvp_t140::handoff::queue(udp::SINK_QUEUE);
         tx.count_refusals(sink_metrics.sink_queue_refused.clone());
         let sink = Sink::start(rx, ws, sink_metrics.clone(), udp::SHUTDOWN_GRACE)
@@ -1130,14 +1122,39 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         }
         .into_iter();
         let mut handles = Vec::new();
-        let mut snapshots = Vec::new();
         let running = prometheus_client::metrics::gauge::Gauge::default();
+        // The workers' counters for the metrics endpoint, which is served before any worker
+        // starts: an address in use fails the start before a datagram is read, not after
+        // the workers took some (dropped unflushed by the error's exit).
+        let (publishers, snapshots): (Vec<_>, Vec<_>) = (0..sockets.len())
+            .map(|_| tokio::sync::watch::channel(Stats::default()))
+            .unzip();
+        if let Some(addr) = args.metrics {
+            let health = pvp_t140::metrics::Health {
+                running: running.clone(),
+                workers: sockets.len(),
+                server: server.clone(),
+                sink: sink_metrics.clone(),
+            };
+            let registry = pvp_t140::metrics::registry(snapshots, &running, &sink_metrics);
+            let at = pvp_t140::metrics::serve(addr, registry, health)
+                .await
+                .map_err(|e| format!("metrics on {addr}: {e}"))?;
+            tracing::info!(metrics = %at, "serving /metrics and /healthz");
+        }
+        // Said once nothing of the start can fail but a thread's spawn.
+        tracing::info!(
+            listen = %local,
+            rtcp = %rtcp_addr.map_or("mux only".to_owned(), |a| a.to_string()),
+            workers,
+            session = %cfg.session,
+            sink = %pvp_t140::sink::ShownUrl(args.server.as_deref().unwrap_or("stdout")),
+            "pvp-t140 listening"
+        );
         // One stream limit for the gateway, not one a worker, with a share each worker is
         // guaranteed (README, `--max-streams`; [`pvp_t140::budget`]).
         let budget = pvp_t140::budget::StreamBudget::new(cfg.max_streams, sockets.len());
-        for (i, socket) in sockets.into_iter().enumerate() {
-            let (stats_tx, stats_rx) = tokio::sync::watch::channel(Stats::default());
-            snapshots.push(stats_rx);
+        for ((i, socket), stats_tx) in sockets.into_iter().enumerate().zip(publishers) {
             let publish = args.metrics.is_some().then_some(stats_tx);
             let feed = rtcp.as_ref().map(|_| rtcp_tx.subscribe());
             let mut wcfg = cfg.clone();
@@ -1159,19 +1176,6 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
             );
         }
         drop(tx);
-        if let Some(addr) = args.metrics {
-            let health = pvp_t140::metrics::Health {
-                running: running.clone(),
-                workers: handles.len(),
-                server: server.clone(),
-                sink: sink_metrics.clone(),
-            };
-            let registry = pvp_t140::metrics::registry(snapshots, &running, &sink_metrics);
-            let at = pvp_t140::metrics::serve(addr, registry, health)
-                .await
-                .map_err(|e| format!("metrics on {addr}: {e}"))?;
-            tracing::info!(metrics = %at, "serving /metrics and /healthz");
-        }
         let (rtcp_stop, rtcp_stopped) = tokio::sync::watch::channel(false);
         let rtcp_reader =
             rtcp.map(|sock| {
