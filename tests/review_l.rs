@@ -359,3 +359,50 @@ fn a_metrics_address_in_use_fails_the_start_before_the_gateway_listens() {
         "said it listens, then failed to start:\n{stderr}"
     );
 }
+
+/// On a dual-stack listener with four workers, IPv4 senders' BYEs sent rtcp-mux to the RTP
+/// port, half from the RTP port itself and half from another port of the host (RFC 3550 8.2,
+/// hashed to any worker), end their streams: each leaves for its BYE.
+#[test]
+fn ipv4_rtcp_mux_byes_on_a_dual_stack_listener_with_workers_end_their_streams() {
+    let (gw, listening) = Gw::start(&["--listen", "[::]:0", "--workers", "4", "--rtcp", "false"]);
+    let port = addr(&listening, "listen").unwrap().port();
+    let to = SocketAddr::from(([127, 0, 0, 1], port));
+    let n = 8u32;
+    let senders: Vec<(UdpSocket, UdpSocket)> = (0..n)
+        .map(|_| {
+            (
+                UdpSocket::bind("127.0.0.1:0").unwrap(),
+                UdpSocket::bind("127.0.0.1:0").unwrap(),
+            )
+        })
+        .collect();
+    for (i, (s, _)) in senders.iter().enumerate() {
+        s.send_to(&rtp(1000, 0xa000 + i as u32, "Said."), to)
+            .unwrap();
+    }
+    // Read before the BYEs: the BYE's stream exists.
+    std::thread::sleep(Duration::from_millis(300));
+    gw.freeze();
+    for (i, (s, other)) in senders.iter().enumerate() {
+        let ssrc = 0xa000 + i as u32;
+        let mut bye = Vec::new();
+        pvp_t140::rtcp::write_rr(&mut bye, ssrc);
+        pvp_t140::rtcp::write_bye(&mut bye, ssrc);
+        let from = if i % 2 == 0 { s } else { other };
+        from.send_to(&bye, to).unwrap();
+    }
+    let (envelopes, stderr) = gw.stop(true);
+    let mut reasons: Vec<(String, String)> = (envelopes.iter())
+        .filter(|e| e["type"] == "session.leave")
+        .map(|e| {
+            let who = e["sender"].as_str().unwrap().to_owned();
+            (who, e["payload"]["reason"].as_str().unwrap().to_owned())
+        })
+        .collect();
+    reasons.sort();
+    assert_eq!(reasons.len(), n as usize, "{stderr}");
+    for (who, why) in &reasons {
+        assert_eq!(why, "rtcp bye", "{who}\n{stderr}");
+    }
+}
