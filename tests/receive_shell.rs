@@ -1,4 +1,4 @@
-//! Review l: the receive shell (udp.rs, recv.rs, handoff.rs, main.rs's start and stop) against
+//! The receive shell (udp.rs, recv.rs, handoff.rs, main.rs's start and stop) against
 //! real sockets and the real binary. Linux only (`/proc`, `kill`).
 #![cfg(target_os = "linux")]
 
