@@ -1455,6 +1455,10 @@ fn log_stats(s: &Stats) {
         lost = s.lost,
         invalid_utf8 = s.decode.invalid_utf8,
         controls_dropped = s.decode.controls_dropped,
+        // Reads the kernel failed, and RTCP the workers' feed lost: on /metrics too, but a
+        // run without --metrics would otherwise never show them.
+        socket_errors = s.socket_errors,
+        rtcp_feed_missed = s.rtcp_feed_missed,
         drops = %drops.join(","),
         chunks = %chunks.join(","),
         "counters"

@@ -192,6 +192,9 @@ fn dual_stack_workers_deliver_ipv4_and_ipv6_senders_queued_before_sigterm() {
         counter(&stderr, "datagrams"),
         Some((senders.len() * words.len()) as u64)
     );
+    // Said at exit even without --metrics: a run that lost reads would show it.
+    assert_eq!(counter(&stderr, "socket_errors"), Some(0), "{stderr}");
+    assert_eq!(counter(&stderr, "rtcp_feed_missed"), Some(0), "{stderr}");
 }
 
 /// The largest datagrams UDP carries (65,507 bytes over IPv4, 65,527 over IPv6) arrive whole:
