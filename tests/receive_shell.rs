@@ -2,120 +2,14 @@
 //! real sockets and the real binary. Linux only (`/proc`, `kill`).
 #![cfg(target_os = "linux")]
 
-use std::io::{BufRead, BufReader, Read};
 use std::net::{SocketAddr, UdpSocket};
-use std::process::{Child, ChildStderr, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use serde_json::Value;
 
-struct Gw(
-    Child,
-    BufReader<ChildStderr>,
-    Option<std::thread::JoinHandle<String>>,
-);
-
-fn addr(v: &Value, field: &str) -> Option<SocketAddr> {
-    v["fields"][field].as_str()?.parse().ok()
-}
-
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !done() {
-        assert!(Instant::now() < deadline, "{what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-impl Gw {
-    /// Starts the binary; returns it and its "pvp-t140 listening" log line.
-    fn start(args: &[&str]) -> (Gw, Value) {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
-            .args(args)
-            .args(["--log-format", "json"])
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut err = BufReader::new(child.stderr.take().unwrap());
-        // Read as it comes: a full pipe would hold the gateway's writer.
-        let mut stdout = child.stdout.take().unwrap();
-        let out = std::thread::spawn(move || {
-            let mut s = String::new();
-            stdout.read_to_string(&mut s).unwrap();
-            s
-        });
-        let mut line = String::new();
-        while !line.contains("pvp-t140 listening") {
-            line.clear();
-            assert!(err.read_line(&mut line).unwrap() > 0, "exited at start");
-        }
-        (
-            Gw(child, err, Some(out)),
-            serde_json::from_str(&line).unwrap(),
-        )
-    }
-
-    fn signal(&self, sig: &str) {
-        let pid = self.0.id().to_string();
-        let status = Command::new("kill").args([sig, &pid]).status().unwrap();
-        assert!(status.success());
-    }
-
-    /// SIGSTOP, then waits until every thread of the process is stopped.
-    fn freeze(&self) {
-        self.signal("-STOP");
-        let stopped = |t: std::fs::DirEntry| {
-            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
-            let state = stat
-                .rsplit_once(')')
-                .and_then(|(_, r)| r.trim().chars().next());
-            matches!(state, Some('T' | 't'))
-        };
-        let tasks = format!("/proc/{}/task", self.0.id());
-        wait_until("never stopped", || {
-            std::fs::read_dir(&tasks).unwrap().flatten().all(stopped)
-        });
-    }
-
-    /// SIGTERM (while frozen, then SIGCONT); after a clean exit, the envelopes on stdout and
-    /// the rest of stderr.
-    fn stop(mut self, frozen: bool) -> (Vec<Value>, String) {
-        self.signal("-TERM");
-        if frozen {
-            self.signal("-CONT");
-        }
-        let mut status = None;
-        wait_until("no exit after SIGTERM", || {
-            status = self.0.try_wait().unwrap();
-            status.is_some()
-        });
-        let out = self.2.take().unwrap().join().unwrap();
-        let mut err = String::new();
-        self.1.read_to_string(&mut err).unwrap();
-        assert!(status.unwrap().success(), "{status:?}\n{err}");
-        let envelopes = out.lines().map(|l| serde_json::from_str(l).unwrap());
-        (envelopes.collect(), err)
-    }
-}
-
-impl Drop for Gw {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A T.140 packet of sequence number `seq` (the first, 1000, marked and with the BOM).
-fn rtp(seq: u16, ssrc: u32, text: &str) -> Vec<u8> {
-    let (mut d, bom) = (Vec::new(), if seq == 1000 { "\u{feff}" } else { "" });
-    let payload = format!("{bom}{text}");
-    let ts = u32::from(seq) * 300;
-    pvp_t140::rtp::write_packet(&mut d, seq == 1000, 98, seq, ts, ssrc, payload.as_bytes());
-    d
-}
+mod common;
+use common::frozen::{Gw, addr, rtp};
 
 /// Every sender's text, by participant id, in order.
 fn texts(envelopes: &[Value]) -> std::collections::BTreeMap<String, String> {

@@ -4,109 +4,12 @@
 //! (`/proc`, `kill`). From a review of 522d066.
 #![cfg(target_os = "linux")]
 
-use std::io::{BufRead, BufReader, Read};
-use std::net::{SocketAddr, UdpSocket};
-use std::process::{Child, ChildStderr, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::net::UdpSocket;
 
 use serde_json::Value;
 
-struct Gw(Child, BufReader<ChildStderr>);
-
-fn addr(v: &Value, field: &str) -> Option<SocketAddr> {
-    v["fields"][field].as_str()?.parse().ok()
-}
-
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !done() {
-        assert!(Instant::now() < deadline, "{what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-impl Gw {
-    /// Starts the binary; returns it and its "pvp-t140 listening" log line.
-    fn start(args: &[&str]) -> (Gw, Value) {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
-            .args(args)
-            .args(["--log-format", "json"])
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut err = BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        while !line.contains("pvp-t140 listening") {
-            line.clear();
-            assert!(err.read_line(&mut line).unwrap() > 0, "exited at start");
-        }
-        (Gw(child, err), serde_json::from_str(&line).unwrap())
-    }
-
-    fn signal(&self, sig: &str) {
-        let pid = self.0.id().to_string();
-        let status = Command::new("kill").args([sig, &pid]).status().unwrap();
-        assert!(status.success());
-    }
-
-    /// SIGSTOP, then waits until every thread of the process is stopped.
-    fn freeze(&self) {
-        self.signal("-STOP");
-        let stopped = |t: std::fs::DirEntry| {
-            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
-            let state = stat
-                .rsplit_once(')')
-                .and_then(|(_, r)| r.trim().chars().next());
-            matches!(state, Some('T' | 't'))
-        };
-        let tasks = format!("/proc/{}/task", self.0.id());
-        wait_until("never stopped", || {
-            std::fs::read_dir(&tasks).unwrap().flatten().all(stopped)
-        });
-    }
-
-    /// SIGTERM while frozen, then SIGCONT; after a clean exit, the envelopes on stdout and
-    /// the rest of stderr (a few lines: the pipes cannot fill).
-    fn stop_frozen(mut self) -> (Vec<Value>, String) {
-        self.signal("-TERM");
-        self.signal("-CONT");
-        let mut status = None;
-        wait_until("no exit after SIGTERM", || {
-            status = self.0.try_wait().unwrap();
-            status.is_some()
-        });
-        let (mut out, mut err) = (String::new(), String::new());
-        self.0
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut out)
-            .unwrap();
-        self.1.read_to_string(&mut err).unwrap();
-        assert!(status.unwrap().success(), "{status:?}\n{err}");
-        let envelopes = out.lines().map(|l| serde_json::from_str(l).unwrap());
-        (envelopes.collect(), err)
-    }
-}
-
-impl Drop for Gw {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A T.140 packet of sequence number `seq` (the first, 1000, marked and with the BOM).
-fn rtp(seq: u16, ssrc: u32, text: &str) -> Vec<u8> {
-    let (mut d, bom) = (Vec::new(), if seq == 1000 { "\u{feff}" } else { "" });
-    let payload = format!("{bom}{text}");
-    let ts = u32::from(seq) * 300;
-    pvp_t140::rtp::write_packet(&mut d, seq == 1000, 98, seq, ts, ssrc, payload.as_bytes());
-    d
-}
+mod common;
+use common::frozen::{Gw, addr, rtp};
 
 /// With `--workers 3` (SO_REUSEPORT), 12 senders' words queue in the sockets while the
 /// gateway is frozen, SIGTERM comes before any is read, and every sender's text reaches stdout
@@ -135,7 +38,7 @@ fn every_word_queued_before_sigterm_reaches_stdout_with_three_workers() {
                 .unwrap();
         }
     }
-    let (envelopes, stderr) = gw.stop_frozen();
+    let (envelopes, stderr) = gw.stop(true);
     let mut by_sender = std::collections::BTreeMap::<String, String>::new();
     for e in envelopes.iter().filter(|e| e["type"] == "context.add") {
         let sender = e["sender"].as_str().unwrap().to_owned();
@@ -189,7 +92,7 @@ fn a_bye_queued_on_the_rtcp_port_before_sigterm_is_acted_on() {
         pvp_t140::rtcp::write_rr(&mut bye, 0x77);
         pvp_t140::rtcp::write_bye(&mut bye, 0x77);
         rtcp_s.send_to(&bye, rtcp).unwrap();
-        let (envelopes, _) = gw.stop_frozen();
+        let (envelopes, _) = gw.stop(true);
         let reasons: Vec<_> = (envelopes.iter())
             .filter(|e| e["type"] == "session.leave")
             .map(|e| e["payload"]["reason"].as_str().unwrap().to_owned())
