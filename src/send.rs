@@ -288,8 +288,14 @@ impl Sender {
     }
 
     /// Queue text typed/recognised at `now` (any UTF-8, controls passed through as-is: backspace
-    /// U+0008, U+2028, CR LF).
+    /// U+0008, U+2028, CR LF). A BOM that begins the session's text is the one the sender puts
+    /// first itself (T.140), so it is not sent twice (a UTF-8 file saved with a BOM).
     pub fn push_text(&mut self, now: Time, text: &str) {
+        let text = if self.bom_sent || !self.pending.is_empty() {
+            text
+        } else {
+            text.strip_prefix(BOM).unwrap_or(text)
+        };
         if text.is_empty() {
             return;
         }
