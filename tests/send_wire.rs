@@ -1,4 +1,4 @@
-//! Review i: the sender (`pvp-t140 send`: `send::Sender`, `udp::send_text`, the RTCP it builds)
+//! The sender (`pvp-t140 send`: `send::Sender`, `udp::send_text`, the RTCP it builds)
 //! against its wire formats, RFC 4103, RFC 2198, RFC 3550 and T.140. Datagrams are sent to a
 //! real 127.0.0.1 socket and parsed here, by hand.
 
