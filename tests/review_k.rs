@@ -209,3 +209,86 @@ fn bad_metrics_clients_are_answered_and_text_still_flows() {
     assert_eq!(status, 200);
     assert!(gw.terminate(WAIT).success());
 }
+
+/// The decoder's anomalies in one real datagram (a BOM, a control, an escape sequence,
+/// invalid UTF-8) each move their counter on /metrics while the stream lives.
+#[test]
+fn decoder_anomalies_move_their_counters_on_the_endpoint() {
+    let mut gw = Gateway::start(&["--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"]);
+    let m = gw.metrics_addr();
+    let mut payload = "\u{FEFF}Hi\x07 there\x1b[31m red".as_bytes().to_vec();
+    payload.extend_from_slice(b"\xff ok. ");
+    // Marker bit: the stream's first packet.
+    let p = rtp(0x80, 0x80 | 98, 0x5151, &payload);
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.send_to(&p, gw.listen).unwrap();
+    gw.wait_stdout(WAIT, "red");
+    let names = [
+        "pvp_t140_boms_total",
+        "pvp_t140_controls_dropped_total",
+        "pvp_t140_escape_sequences_skipped_total",
+        "pvp_t140_invalid_utf8_total",
+    ];
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (_, body) = http_get(m, "/metrics");
+        let got: Vec<Option<f64>> = names
+            .iter()
+            .map(|n| common::gateway_proc::sample(&body, &format!("{n} ")))
+            .collect();
+        if got.iter().all(|v| *v == Some(1.0)) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{names:?} {got:?}\n{body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(gw.terminate(WAIT).success());
+}
+
+fn rtp_seq(seq: u16, marker: bool, ssrc: u32, text: &str) -> Vec<u8> {
+    let mut p = rtp(
+        0x80,
+        if marker { 0x80 | 98 } else { 98 },
+        ssrc,
+        text.as_bytes(),
+    );
+    p[2..4].copy_from_slice(&seq.to_be_bytes());
+    p[4..8].copy_from_slice(&(u32::from(seq) * 300).to_be_bytes());
+    p
+}
+
+/// A duplicate and a packet ahead of a gap, sent to the real socket, move
+/// `_drops_total{reason="stale_or_duplicate"}` and `_reordered_packets_total`.
+#[test]
+fn a_duplicate_and_a_reordered_packet_move_their_counters() {
+    let mut gw = Gateway::start(&["--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"]);
+    let m = gw.metrics_addr();
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    for p in [
+        rtp_seq(10, true, 0x77, "One "),
+        rtp_seq(10, true, 0x77, "One "),
+        rtp_seq(12, false, 0x77, "three."),
+        rtp_seq(11, false, 0x77, "two "),
+    ] {
+        s.send_to(&p, gw.listen).unwrap();
+    }
+    gw.wait_stdout(WAIT, "One two three.");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (_, body) = http_get(m, "/metrics");
+        let got = (
+            common::gateway_proc::sample(
+                &body,
+                "pvp_t140_drops_total{reason=\"stale_or_duplicate\"}",
+            ),
+            common::gateway_proc::sample(&body, "pvp_t140_reordered_packets_total "),
+            common::gateway_proc::sample(&body, "pvp_t140_lost_packets_total "),
+        );
+        if got == (Some(1.0), Some(1.0), Some(0.0)) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{got:?}\n{body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(gw.terminate(WAIT).success());
+}
