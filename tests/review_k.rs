@@ -292,3 +292,32 @@ fn a_duplicate_and_a_reordered_packet_move_their_counters() {
     }
     assert!(gw.terminate(WAIT).success());
 }
+
+/// RTCP on the RTP port (RFC 5761): a receiver report moves `_rtcp_packets_total`, a
+/// malformed compound `_drops_total{reason="rtcp_malformed"}` as well.
+#[test]
+fn rtcp_on_the_rtp_port_moves_its_counters() {
+    let mut gw = Gateway::start(&["--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"]);
+    let m = gw.metrics_addr();
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    // RR with no report blocks: 8 bytes, length 1.
+    s.send_to(&[0x80, 201, 0, 1, 0, 0, 0, 9], gw.listen)
+        .unwrap();
+    // An RR whose length says 100 words.
+    s.send_to(&[0x80, 201, 0, 100, 0, 0, 0, 9], gw.listen)
+        .unwrap();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (_, body) = http_get(m, "/metrics");
+        let got = (
+            common::gateway_proc::sample(&body, "pvp_t140_rtcp_packets_total "),
+            common::gateway_proc::sample(&body, "pvp_t140_drops_total{reason=\"rtcp_malformed\"}"),
+        );
+        if got == (Some(2.0), Some(1.0)) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{got:?}\n{body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(gw.terminate(WAIT).success());
+}
