@@ -1,4 +1,5 @@
-//! Review k: metrics and observability, checked against the README over real sockets.
+//! Metrics and observability (review k), checked against the README over real sockets: the
+//! names the README lists, OpenMetrics format, counters moved by real datagrams, bad HTTP clients.
 
 mod common;
 
