@@ -62,7 +62,11 @@ fn more_backspaces_than_text_remove_the_item() {
     gw.handle_timeout(at(2000));
     gw.handle_datagram(at(2100), addr(4000), &t140(2, 7, "\u{8}\u{8}\u{8}\u{8}ok"));
     gw.handle_timeout(at(4000));
-    assert_eq!(shown(&drain(&mut gw)), ["ok"]);
+    let out = drain(&mut gw);
+    assert_eq!(shown(&out), ["ok"]);
+    assert_eq!(out.iter().filter(|e| e.kind == "context.remove").count(), 1);
+    assert_eq!(gw.stats().corrections, 1);
+    assert_eq!(gw.stats().erase_unmatched, 2);
 }
 
 /// A size cut then backspaces reaching back into the cut chunk and the item before.
@@ -196,4 +200,31 @@ fn backspaces_through_the_buffer_into_a_size_cut_item() {
     );
     gw.handle_timeout(at(3000));
     assert_eq!(shown(&drain(&mut gw)), ["abc"]);
+}
+
+/// An SGR sequence between the text and the backspace is skipped, not erased.
+#[test]
+fn a_backspace_after_an_escape_sequence_erases_the_character_before_it() {
+    let mut gw = idle();
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "ab\u{1b}[31m"));
+    gw.handle_timeout(at(1000));
+    gw.handle_datagram(at(1100), addr(4000), &t140(2, 7, "\u{feff}\u{8}"));
+    gw.handle_timeout(at(3000));
+    assert_eq!(shown(&drain(&mut gw)), ["a"]);
+}
+
+/// A CR LF typed then one backspace erases the whole new line, not half of it.
+#[test]
+fn one_backspace_erases_a_cr_lf() {
+    let mut gw = idle();
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "ab\r\ncd"));
+    gw.handle_timeout(at(1000));
+    gw.handle_datagram(at(1100), addr(4000), &t140(2, 7, "\u{8}\u{8}\u{8}"));
+    gw.handle_timeout(at(3000));
+    let mut out = drain(&mut gw);
+    assert_eq!(shown(&out), ["ab"]);
+    gw.handle_datagram(at(3100), addr(4000), &t140(3, 7, "\u{8}"));
+    gw.handle_timeout(at(5000));
+    out.extend(drain(&mut gw));
+    assert_eq!(shown(&out), ["a"]);
 }
