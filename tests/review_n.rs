@@ -228,3 +228,53 @@ fn one_backspace_erases_a_cr_lf() {
     out.extend(drain(&mut gw));
     assert_eq!(shown(&out), ["a"]);
 }
+
+/// Backspaces in the same packet as the sentence end they erase: nothing erased is ever sent.
+#[test]
+fn a_sentence_end_erased_in_its_own_packet_is_never_sent() {
+    let mut gw = idle();
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hi. \u{8}\u{8}\u{8}o"));
+    gw.handle_timeout(at(3000));
+    let out = drain(&mut gw);
+    assert_eq!(shown(&out), ["Ho"]);
+    assert!(
+        out.iter()
+            .all(|e| e.kind != "context.update" && e.kind != "context.remove")
+    );
+}
+
+/// What a sender's restart (new sequence and timestamp base, marked) does to a backspace.
+#[test]
+fn a_lone_backspace_packet_after_a_sequence_jump_is_counted_dropped_not_applied() {
+    let mut gw = idle();
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello world"));
+    gw.handle_timeout(at(1000));
+    gw.handle_datagram(at(1100), addr(4000), &t140m(5000, 7, true, "\u{8}\u{8}"));
+    gw.handle_timeout(at(3000));
+    gw.handle_timeout(at(100_000));
+    let out = drain(&mut gw);
+    let kinds: Vec<&str> = out.iter().map(|e| e.kind.as_str()).collect();
+    // RFC 3550 A.1: a lone packet after a jump is not taken as a restart; it is counted dropped.
+    assert!(!kinds.contains(&"context.update"), "{kinds:?}");
+    assert_eq!(shown(&out), ["Hello world"]);
+    assert_eq!(gw.stats().drops_total(), 1);
+}
+
+/// A sender's restart confirmed by a second packet: both packets are read.
+#[test]
+fn backspaces_after_a_confirmed_sender_restart_correct_the_last_item() {
+    let mut gw = idle();
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Hello world"));
+    gw.handle_timeout(at(1000));
+    gw.handle_datagram(at(1100), addr(4000), &t140m(5000, 7, true, "\u{8}\u{8}"));
+    gw.handle_datagram(at(1400), addr(4000), &t140m(5001, 7, false, "x"));
+    gw.handle_timeout(at(3000));
+    gw.handle_timeout(at(100_000));
+    let out = drain(&mut gw);
+    let kinds: Vec<&str> = out.iter().map(|e| e.kind.as_str()).collect();
+    // A confirmed restart continues the speaker: its backspaces correct its last item.
+    assert!(kinds.contains(&"context.update"), "{kinds:?}");
+    assert_eq!(shown(&out), ["Hello wor", "x"]);
+    assert_eq!(gw.stats().restarts, 1);
+    assert_eq!(gw.stats().corrections, 1);
+}
