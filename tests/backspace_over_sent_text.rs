@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use pvp_t140::pvp::Message as Envelope;
 use pvp_t140::{Config, Gateway};
 
 #[path = "common/core.rs"]
@@ -14,30 +13,6 @@ use core_helpers::*;
 #[path = "common/mixer.rs"]
 mod mixer_helpers;
 use mixer_helpers::*;
-
-/// What a reader of the context items sees: every add, update and remove applied in order.
-fn shown(out: &[Envelope]) -> Vec<String> {
-    let mut items: Vec<(String, String)> = Vec::new();
-    for e in out {
-        match e.kind.as_str() {
-            "context.add" => items.push((
-                e.payload["key"].as_str().unwrap().into(),
-                e.payload["content"].as_str().unwrap().into(),
-            )),
-            "context.update" => {
-                let k = e.payload["key"].as_str().unwrap();
-                let it = items.iter_mut().find(|i| i.0 == k).unwrap();
-                it.1 = e.payload["new_content"].as_str().unwrap().into();
-            }
-            "context.remove" => {
-                let k = e.payload["key"].as_str().unwrap();
-                items.retain(|i| i.0 != k);
-            }
-            _ => {}
-        }
-    }
-    items.into_iter().map(|i| i.1).collect()
-}
 
 /// "Yes. I", then three backspaces (erasing "I", the space, the ".") and "! ": the speaker's
 /// text is "Yes!". The space after the sent "Yes." is remembered while "I" is buffered, so

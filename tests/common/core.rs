@@ -40,3 +40,27 @@ pub fn drain(gw: &mut Gateway) -> Vec<Message> {
         .map(|e| e.to_message())
         .collect()
 }
+
+/// What a reader of the context items sees: every add, update and remove applied in order.
+pub fn shown(out: &[Message]) -> Vec<String> {
+    let mut items: Vec<(String, String)> = Vec::new();
+    for e in out {
+        match e.kind.as_str() {
+            "context.add" => items.push((
+                e.payload["key"].as_str().unwrap().into(),
+                e.payload["content"].as_str().unwrap().into(),
+            )),
+            "context.update" => {
+                let k = e.payload["key"].as_str().unwrap();
+                let it = items.iter_mut().find(|i| i.0 == k).unwrap();
+                it.1 = e.payload["new_content"].as_str().unwrap().into();
+            }
+            "context.remove" => {
+                let k = e.payload["key"].as_str().unwrap();
+                items.retain(|i| i.0 != k);
+            }
+            _ => {}
+        }
+    }
+    items.into_iter().map(|i| i.1).collect()
+}

@@ -1,38 +1,13 @@
-//! Review n: T.140 erasure and corrections (backspace over sent text), through the sans-IO
-//! gateway with time passed in as a value.
+//! T.140 erasure and corrections at their edges (review n): duplicates, RED recovery, flushes,
+//! escapes, leaves and restarts, through the sans-IO gateway with time passed in as a value.
 
 use std::time::Duration;
 
-use pvp_t140::pvp::Message as Envelope;
 use pvp_t140::{Config, Gateway};
 
 #[path = "common/core.rs"]
 mod core_helpers;
 use core_helpers::*;
-
-/// Every add, update and remove applied in order: what a reader of the items sees.
-fn shown(out: &[Envelope]) -> Vec<String> {
-    let mut items: Vec<(String, String)> = Vec::new();
-    for e in out {
-        match e.kind.as_str() {
-            "context.add" => items.push((
-                e.payload["key"].as_str().unwrap().into(),
-                e.payload["content"].as_str().unwrap().into(),
-            )),
-            "context.update" => {
-                let k = e.payload["key"].as_str().unwrap();
-                let it = items.iter_mut().find(|i| i.0 == k).unwrap();
-                it.1 = e.payload["new_content"].as_str().unwrap().into();
-            }
-            "context.remove" => {
-                let k = e.payload["key"].as_str().unwrap();
-                items.retain(|i| i.0 != k);
-            }
-            _ => {}
-        }
-    }
-    items.into_iter().map(|i| i.1).collect()
-}
 
 fn idle() -> Gateway {
     Gateway::new(Config {
