@@ -1354,6 +1354,7 @@ fn server_url(url: &str) -> Result<String, String> {
 /// start stay ignored ([`ignored_at_start`]): `nohup` starts a program so that a hangup does not
 /// end it, and a shell without job control starts a background job (`pvp-t140 &` in a script)
 /// with SIGINT ignored, so that a Ctrl-C for the foreground does not reach it (POSIX XCU 2.11).
+/// SIGXFSZ is caught too, and never acted on: a write past the file-size limit fails (EFBIG).
 struct Signals {
     #[cfg(unix)]
     int: Option<tokio::signal::unix::Signal>,
@@ -1398,6 +1399,13 @@ impl Signals {
                     .then(|| signal(kind).ok())
                     .flatten()
             };
+            // SIGXFSZ: a write past the file-size limit (`ulimit -f`, systemd `LimitFSIZE=`)
+            // to a stdout redirected to a file, or to the `--spool` journal, then fails with
+            // EFBIG, a write error counted as any other, instead of the signal's default
+            // action killing the process with all it held (a handler, once installed, stays
+            // for the process's life).
+            #[cfg(any(target_os = "linux", target_os = "android"))]
+            let _ = signal(SignalKind::from_raw(nix::libc::SIGXFSZ));
             Signals {
                 int: unless_ignored(SIGINT, SignalKind::interrupt()),
                 term: signal(SignalKind::terminate()).ok(),
