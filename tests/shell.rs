@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::gateway_proc::{
-    Gateway, Sender, http_get, log_field, run_briefly, run_briefly_status, run_briefly_with, sample,
+    Gateway, Sender, http_get, log_field, log_number, run_briefly, run_briefly_status,
+    run_briefly_with, sample,
 };
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -924,14 +925,6 @@ fn an_empty_token_on_the_command_line_or_in_the_environment_is_no_token() {
     );
     assert_eq!(join_token(&["--config", path], &[("PVP_TOKEN", "")]), None);
     std::fs::remove_file(&cfg).ok();
-}
-
-/// A number field of a JSON log line.
-fn log_number(line: &str, name: &str) -> u64 {
-    let v: serde_json::Value = serde_json::from_str(line).expect("JSON log line");
-    v["fields"][name]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no number {name} in {line}"))
 }
 
 /// Text received and not delivered shows where a user looks: on /metrics and in the totals of

@@ -11,16 +11,9 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::gateway_proc::{Gateway, Sender, http_get, sample};
+use common::gateway_proc::{Gateway, Sender, http_get, log_number, sample};
 
 const WAIT: Duration = Duration::from_secs(30);
-
-fn field(line: &str, name: &str) -> u64 {
-    let v: serde_json::Value = serde_json::from_str(line).expect("JSON log line");
-    v["fields"][name]
-        .as_u64()
-        .unwrap_or_else(|| panic!("{name} in {line}"))
-}
 
 #[test]
 fn sigterm_with_an_unread_stdout_exits_after_the_grace_and_counts_the_unwritten() {
@@ -56,9 +49,12 @@ fn sigterm_with_an_unread_stdout_exits_after_the_grace_and_counts_the_unwritten(
             .unwrap_or_else(|| panic!("no {message:?} line in\n{}", lines.join("\n")))
             .clone()
     };
-    let envelopes = field(&find("counters"), "envelopes");
+    let envelopes = log_number(&find("counters"), "envelopes");
     let stopped = find("stopped");
-    let (sent, dropped) = (field(&stopped, "sent"), field(&stopped, "dropped"));
+    let (sent, dropped) = (
+        log_number(&stopped, "sent"),
+        log_number(&stopped, "dropped"),
+    );
     assert!(envelopes > 400, "joins, 401 chunks, leaves: {envelopes}");
     assert!(dropped > 0, "the pipe cannot hold them all: {stopped}");
     assert_eq!(

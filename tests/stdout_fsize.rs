@@ -9,7 +9,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::gateway_proc::Sender;
+use common::gateway_proc::{Sender, log_number};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -113,13 +113,6 @@ impl Drop for Proc {
     }
 }
 
-fn field(line: &str, name: &str) -> u64 {
-    let v: serde_json::Value = serde_json::from_str(line).expect("JSON log line");
-    v["fields"][name]
-        .as_u64()
-        .unwrap_or_else(|| panic!("{name} in {line}"))
-}
-
 /// README ("Metrics and health", `_stdout_failed`): once stdout cannot take a line, the lines
 /// not known to have reached it and every later one are counted as dropped; a stop counts them
 /// (`stopped ... dropped=N`). A stdout redirected to a file that may not grow past a limit
@@ -176,6 +169,6 @@ fn stdout_to_a_file_at_its_size_limit_is_a_failure_counted_not_a_death() {
         .iter()
         .find(|l| l.contains("\"message\":\"stopped\""))
         .expect("a stopped line");
-    assert!(field(stopped, "dropped") > 0, "{stopped}");
+    assert!(log_number(stopped, "dropped") > 0, "{stopped}");
     let _ = std::fs::remove_dir_all(&dir);
 }

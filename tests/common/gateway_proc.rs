@@ -424,3 +424,11 @@ pub fn run_briefly_status(
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// A number field of a JSON log line.
+pub fn log_number(line: &str, name: &str) -> u64 {
+    let v: serde_json::Value = serde_json::from_str(line).expect("JSON log line");
+    v["fields"][name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no number {name} in {line}"))
+}
