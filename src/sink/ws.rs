@@ -940,11 +940,10 @@ async fn connect(
     let host = uri
         .host()
         .ok_or(tungstenite::Error::Url(UrlError::NoHostName))?;
-    let tls = match uri.scheme_str() {
-        Some("wss") => true,
-        Some("ws") => false,
-        _ => return Err(tungstenite::Error::Url(UrlError::UnsupportedUrlScheme)),
-    };
+    let tls = matches!(
+        tungstenite::client::uri_mode(uri)?,
+        tungstenite::stream::Mode::Tls
+    );
     let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
     let tcp = TcpStream::connect(format!("{host}:{port}")).await?;
     // Nagle off: a frame goes out at once. With it on, a frame written right after another
