@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 mod common;
-use common::frozen::{Gw, addr, rtp};
+use common::frozen::{Gw, addr, rtp, rtp_and_rtcp_sockets, start_with_rtcp_port};
 
 /// Every sender's text, by participant id, in order.
 fn texts(envelopes: &[Value]) -> std::collections::BTreeMap<String, String> {
@@ -153,20 +153,9 @@ fn text_held_behind_a_gap_is_delivered_at_sigterm() {
 /// 1, from its RTCP port, RTP + 1) ends its stream: the leave says so.
 #[test]
 fn an_ipv4_senders_bye_on_a_dual_stack_rtcp_port_ends_its_stream() {
-    let (gw, to, rtcp) = loop {
-        let (gw, l) = Gw::start(&["--listen", "[::]:0", "--workers", "2"]);
-        if let (Some(to), Some(rtcp)) = (addr(&l, "listen"), addr(&l, "rtcp")) {
-            break (gw, to, rtcp);
-        }
-    };
+    let (gw, to, rtcp) = start_with_rtcp_port(&["--listen", "[::]:0", "--workers", "2"]);
     let v4 = |a: SocketAddr| SocketAddr::from(([127, 0, 0, 1], a.port()));
-    let (rtp_s, rtcp_s) = loop {
-        let a = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let next = a.local_addr().unwrap().port().wrapping_add(1);
-        if let Ok(b) = UdpSocket::bind(("127.0.0.1", next)) {
-            break (a, b);
-        }
-    };
+    let (rtp_s, rtcp_s) = rtp_and_rtcp_sockets();
     gw.freeze();
     for (w, word) in ["Said ", "and ", "done."].iter().enumerate() {
         rtp_s

@@ -9,7 +9,7 @@ use std::net::UdpSocket;
 use serde_json::Value;
 
 mod common;
-use common::frozen::{Gw, addr, rtp};
+use common::frozen::{Gw, addr, rtp, rtp_and_rtcp_sockets, start_with_rtcp_port};
 
 /// With `--workers 3` (SO_REUSEPORT), 12 senders' words queue in the sockets while the
 /// gateway is frozen, SIGTERM comes before any is read, and every sender's text reaches stdout
@@ -67,21 +67,9 @@ fn every_word_queued_before_sigterm_reaches_stdout_with_three_workers() {
 fn a_bye_queued_on_the_rtcp_port_before_sigterm_is_acted_on() {
     let (mut lost, runs) = (Vec::new(), 10);
     for _ in 0..runs {
-        // Its RTCP port (port + 1) may be taken: then it reads rtcp-mux only; start another.
-        let (gw, to, rtcp) = loop {
-            let (gw, l) = Gw::start(&["--listen", "127.0.0.1:0", "--idle-flush-ms", "60000"]);
-            if let (Some(to), Some(rtcp)) = (addr(&l, "listen"), addr(&l, "rtcp")) {
-                break (gw, to, rtcp);
-            }
-        };
-        // The sender's RTP port and its RTCP port, RTP + 1 (RFC 3550 11).
-        let (rtp_s, rtcp_s) = loop {
-            let a = UdpSocket::bind("127.0.0.1:0").unwrap();
-            let next = a.local_addr().unwrap().port().wrapping_add(1);
-            if let Ok(b) = UdpSocket::bind(("127.0.0.1", next)) {
-                break (a, b);
-            }
-        };
+        let (gw, to, rtcp) =
+            start_with_rtcp_port(&["--listen", "127.0.0.1:0", "--idle-flush-ms", "60000"]);
+        let (rtp_s, rtcp_s) = rtp_and_rtcp_sockets();
         gw.freeze();
         for (w, word) in ["Said ", "and ", "done."].iter().enumerate() {
             rtp_s

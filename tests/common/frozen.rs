@@ -3,7 +3,7 @@
 //! (`/proc`, `kill`): for stop_drain.rs and receive_shell.rs.
 
 use std::io::{BufRead, BufReader, Read};
-use std::net::SocketAddr;
+use std::net::{SocketAddr, UdpSocket};
 use std::process::{Child, ChildStderr, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -105,6 +105,28 @@ impl Drop for Gw {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// Starts the binary with `args` until it also reads its RTCP port (port + 1 may be taken: it
+/// then reads rtcp-mux only, and another is started); it, its RTP and its RTCP address.
+pub fn start_with_rtcp_port(args: &[&str]) -> (Gw, SocketAddr, SocketAddr) {
+    loop {
+        let (gw, l) = Gw::start(args);
+        if let (Some(to), Some(rtcp)) = (addr(&l, "listen"), addr(&l, "rtcp")) {
+            return (gw, to, rtcp);
+        }
+    }
+}
+
+/// A sender's RTP socket on 127.0.0.1 and its RTCP socket on the port after it (RFC 3550 11).
+pub fn rtp_and_rtcp_sockets() -> (UdpSocket, UdpSocket) {
+    loop {
+        let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let next = a.local_addr().unwrap().port().wrapping_add(1);
+        if let Ok(b) = UdpSocket::bind(("127.0.0.1", next)) {
+            return (a, b);
+        }
     }
 }
 
