@@ -83,39 +83,30 @@ impl<S> SkipOversize<S> {
         let opcode = h[0] & 0x0f;
         let fin = h[0] & 0x80;
         let masked = h[1] & 0x80 != 0;
-        let mut out = [0; HEADER_MAX];
-        if opcode >= 8 {
-            // Control frames (at most 125 bytes, and allowed between a message's fragments).
-            out[..h.len()].copy_from_slice(h);
-            self.at = At::Payload {
-                left: len,
-                keep: true,
-            };
-            return (out, h.len());
-        }
-        if opcode != 0 {
+        // Control frames (at most 125 bytes, and allowed between a message's fragments) pass
+        // and leave the message being discarded as it is.
+        if opcode < 8 && opcode != 0 {
             self.discarding = false;
         }
-        if self.discarding || (len > self.limit && !masked) {
+        let skip = opcode < 8 && (self.discarding || (len > self.limit && !masked));
+        let mut out = [0; HEADER_MAX];
+        let n = if skip {
             // Binary for a message's first frame: an empty text frame would be read as an
             // envelope that does not parse; a continuation keeps its opcode. Either way no
             // payload and the frame's FIN.
             out[0] = fin | if opcode == 0 { 0 } else { 2 };
-            out[1] = 0;
             self.discarding = fin == 0;
             self.skipped = Some(self.skipped.unwrap_or(0).saturating_add(len));
-            self.at = At::Payload {
-                left: len,
-                keep: false,
-            };
-            return (out, 2);
-        }
-        out[..h.len()].copy_from_slice(h);
+            2
+        } else {
+            out[..h.len()].copy_from_slice(h);
+            h.len()
+        };
         self.at = At::Payload {
             left: len,
-            keep: true,
+            keep: !skip,
         };
-        (out, h.len())
+        (out, n)
     }
 
     /// Passes, rewrites or drops the bytes just read, in place; how many are left to hand on.
