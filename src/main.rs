@@ -58,6 +58,11 @@ enum Cmd {
         /// RTP payload type of text/red (not 64-95: taken for RTCP, RFC 5761 section 4).
         #[arg(long, default_value_t = 100, value_parser = send_payload_type)]
         red_pt: u8,
+        /// The speaker's name, sent as RTCP SDES NAME (RFC 3550 6.5.2): the gateway names
+        /// the participant by it (default: by the CNAME, `pvp-t140-<ssrc>@<host>`). At most
+        /// 255 bytes of UTF-8, no control characters.
+        #[arg(long, value_parser = sdes_name)]
+        name: Option<String>,
         /// Do not send an RTCP BYE at the end of input.
         #[arg(long)]
         no_bye: bool,
@@ -104,6 +109,27 @@ fn send_payload_type(s: &str) -> Result<u8, String> {
         Ok(64..=95) => Err("payload types 64-95 cannot be told from RTCP on the same port (RFC 5761 section 4); use a dynamic type, 96-127".into()),
         Ok(pt @ 0..=127) => Ok(pt),
         _ => Err("an RTP payload type is 0-127".into()),
+    }
+}
+
+/// `send --name`: an SDES item holds 255 octets (RFC 3550 6.5), and a receiver shows the name
+/// as a participant's: a control character in it (a new line, an escape) would be stripped or
+/// shown raw, so it is refused here rather than sent.
+fn sdes_name(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        Err("a name has at least one visible character".into())
+    } else if s.len() > 255 {
+        Err(format!(
+            "a name is at most 255 bytes (RFC 3550 6.5), this one {}",
+            s.len()
+        ))
+    } else if s
+        .chars()
+        .any(|c| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}'))
+    {
+        Err("a name has no control characters nor line separators".into())
+    } else {
+        Ok(s.to_owned())
     }
 }
 
@@ -750,6 +776,7 @@ fn main() -> ExitCode {
             ssrc,
             t140_pt,
             red_pt,
+            name,
             no_bye,
         }) => {
             let seed = random_seed();
@@ -761,6 +788,7 @@ fn main() -> ExitCode {
                 cps: (cps > 0).then_some(cps),
                 initial_seq: (seed >> 32) as u16,
                 initial_ts: (seed >> 64) as u32,
+                name,
                 ..Default::default()
             };
             run_send(to, cfg, !no_bye)

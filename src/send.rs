@@ -81,6 +81,8 @@ pub struct SenderConfig {
     /// compound report on RTCP's schedule ([`Sender::poll_rtcp`]); without, only the
     /// [`Sender::bye`] that ends the session, named `pvp-t140`.
     pub cname: Option<String>,
+    /// The SDES NAME sent with the CNAME (RFC 3550 6.5.2), the speaker's name a receiver shows.
+    pub name: Option<String>,
 }
 
 impl Default for SenderConfig {
@@ -95,6 +97,7 @@ impl Default for SenderConfig {
             initial_seq: 0,
             initial_ts: 0,
             cname: None,
+            name: None,
         }
     }
 }
@@ -217,7 +220,7 @@ impl Sender {
 
     /// The RTCP compound due at or before `now`, if any (RFC 3550 6.1): a report (a sender
     /// report if RTP went out since the report before last, else an empty RR), then an SDES
-    /// with the CNAME. Reports
+    /// with the CNAME (and the NAME, when given). Reports
     /// run for the whole session, text or not, on RFC 3550's schedule (6.2, 6.3): a first after
     /// half the 5 s minimum, then every 5 s, each interval randomized over [0.5, 1.5] and
     /// divided by e - 3/2 (6.3.1), so senders started together do not report together.
@@ -265,7 +268,7 @@ impl Sender {
             rtcp::write_rr(&mut out, self.cfg.ssrc);
         }
         let cname = self.cfg.cname.as_deref().unwrap_or("pvp-t140");
-        rtcp::write_sdes(&mut out, self.cfg.ssrc, cname, None);
+        rtcp::write_sdes(&mut out, self.cfg.ssrc, cname, self.cfg.name.as_deref());
         out
     }
 

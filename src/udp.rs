@@ -843,10 +843,16 @@ pub async fn send_text_until(
     .expect("literal");
     let socket = UdpSocket::bind(bind).await.map_err(SendError::Socket)?;
     let clock = Clock::new();
-    // RFC 3550 6.5.1: "user@host", host the numeric address the RTP goes out from.
+    // RFC 3550 6.5.1: "user@host", host the numeric address the RTP goes out from. The CNAME
+    // "SHOULD also be unique among all participants within one RTP session", and one shared by
+    // two SSRCs says they are one endpoint's streams (RFC 7022 4): two senders on one host (a
+    // captioning pipeline a speaker) differ by their SSRC, which is unique in the session.
     let host = local_ip_towards(to).unwrap_or(bind.ip());
+    let cname = cfg
+        .cname
+        .unwrap_or_else(|| format!("pvp-t140-{:08x}@{host}", cfg.ssrc));
     let cfg = crate::send::SenderConfig {
-        cname: Some(format!("pvp-t140@{host}")),
+        cname: Some(cname),
         ..cfg
     };
     let mut sender = crate::send::Sender::new(cfg, clock.now());

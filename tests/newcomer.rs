@@ -120,7 +120,13 @@ fn the_readme_run_command_prints_a_context_add_on_stdout() {
         .expect("one announce among the first five");
     assert!(0 < at && at < 4, "{first:?}");
     let announce: serde_json::Value = serde_json::from_str(&out[at]).unwrap();
-    assert_eq!(announce["payload"]["name"], "pvp-t140@127.0.0.1");
+    // Named `pvp-t140-<ssrc>@<host>`, the SSRC the join named it by: unique in the session
+    // (RFC 3550 6.5.1), so two senders on one host are two names.
+    let joined = out[0].split("t140:").nth(1).expect("joined as t140:<ssrc>");
+    assert_eq!(
+        announce["payload"]["name"],
+        format!("pvp-t140-{}@127.0.0.1", &joined[..8])
+    );
     assert_eq!(types.last().map(String::as_str), Some("session.leave"));
     // Logs never mix into the NDJSON on stdout.
     assert!(

@@ -143,14 +143,10 @@ fn an_input_that_starts_with_a_bom_sends_one_bom() {
 /// RFC 3550 6.5.1: "Like the SSRC identifier, the CNAME identifier SHOULD also be unique among
 /// all participants within one RTP session"; a CNAME shared by two SSRCs says they are one
 /// participant's streams (to be synchronized, RFC 7022 4). Two `pvp-t140 send` processes on one
-/// host (two captioning pipelines, one for each speaker) both say `pvp-t140@127.0.0.1`: the
-/// gateway names both participants alike, and a mapping rule's `rtcp_name` cannot tell them
-/// apart.
+/// host (two captioning pipelines, one for each speaker) said `pvp-t140@127.0.0.1` alike: the
+/// gateway named both participants alike, and a mapping rule's `rtcp_name` could not tell them
+/// apart. Each CNAME now carries its SSRC.
 #[test]
-#[ignore = "known gap: the sender's CNAME is the fixed `pvp-t140@<host>` (README, Trying it), \
-            the same for every sender of a host; a unique one (RFC 7022's random short-term \
-            CNAME, or a process id in its user part) changes the participant names the README \
-            documents, a choice for the project, not a review"]
 fn two_senders_on_one_host_do_not_share_a_cname() {
     let got = send_all(vec![
         (cfg(0x1111_1111, 2), b"one\n".to_vec()),

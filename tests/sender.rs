@@ -480,9 +480,9 @@ fn bye_is_sent_in_a_compound_of_sr_sdes_cname_and_bye() {
     assert_eq!(events[0], format!("{:?}", rtcp::RtcpEvent::Report { ssrc }));
     assert!(
         events[1].starts_with(&format!(
-            "Cname {{ ssrc: {ssrc}, cname: \"pvp-t140@127.0.0.1\""
+            "Cname {{ ssrc: {ssrc}, cname: \"pvp-t140-{ssrc:08x}@127.0.0.1\""
         )),
-        "the CNAME names the address the RTP goes out from: {events:?}"
+        "the CNAME names the SSRC and the address the RTP goes out from: {events:?}"
     );
     assert_eq!(events[2], format!("{:?}", rtcp::RtcpEvent::Bye { ssrc }));
     // It came last, after the text and the idle period's empty block.
@@ -1345,4 +1345,112 @@ fn stderr_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<St
         }
     });
     lines
+}
+
+/// `send --name`: the speaker's name goes out as an SDES NAME (RFC 3550 6.5.2) beside the
+/// CNAME, and the gateway names the participant by it, so two captioning pipelines on one host
+/// show as their speakers, not as two addresses.
+#[test]
+fn send_name_is_the_sdes_name_the_gateway_names_the_participant_by() {
+    let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    rx.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .args([
+            "send",
+            "--ssrc",
+            "0x0a0b0c0d",
+            "--name",
+            "Ada Lovelace",
+            "--to",
+        ])
+        .arg(rx.local_addr().unwrap().to_string())
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"Hello there.\n").unwrap();
+    let mut gw = Gateway::new(Config::default());
+    let source = SocketAddr::from(([127, 0, 0, 1], 5004));
+    let mut buf = [0u8; 2048];
+    let mut names = Vec::new();
+    let mut now = at(0);
+    // Until the BYE's compound (the last datagram the sender sends).
+    loop {
+        let (n, _) = rx.recv_from(&mut buf).expect("datagrams until the BYE");
+        now = now.saturating_add(Duration::from_millis(10));
+        gw.handle_datagram(now, source, &buf[..n]);
+        if is_rtcp(&buf[..n]) {
+            let mut bye = false;
+            rtcp::parse(&buf[..n], &mut |e| match e {
+                rtcp::RtcpEvent::Name { name, .. } => names.push(name.to_owned()),
+                rtcp::RtcpEvent::Bye { .. } => bye = true,
+                _ => {}
+            });
+            if bye {
+                break;
+            }
+        }
+    }
+    assert!(child.wait().unwrap().success());
+    assert!(
+        !names.is_empty() && names.iter().all(|n| n == "Ada Lovelace"),
+        "{names:?}"
+    );
+    gw.shutdown(now.saturating_add(Duration::from_secs(10)));
+    let out: Vec<_> = std::iter::from_fn(|| gw.poll_output().map(|e| e.to_message())).collect();
+    let named: Vec<String> = out
+        .iter()
+        .filter_map(|m| match m.kind.as_str() {
+            "session.join" => m.payload["participant"]["name"].as_str(),
+            "participant.announce" => m.payload["name"].as_str(),
+            _ => None,
+        })
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        named.last().map(String::as_str),
+        Some("Ada Lovelace"),
+        "{named:?}"
+    );
+}
+
+/// `send --name` refuses what an SDES item cannot carry or a receiver would show wrongly: over
+/// 255 bytes (RFC 3550 6.5), control characters, nothing visible; a name of exactly 255 bytes
+/// (multi-byte characters included) is taken.
+#[test]
+fn send_name_refuses_what_sdes_cannot_carry() {
+    let run = |name: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+            .args(["send", "--to", "127.0.0.1:9", "--no-bye", "--name", name])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    for bad in [
+        "x".repeat(256),
+        "Ada\nLovelace".into(),
+        "Ada\u{1b}[31m".into(),
+        "Ada\u{2028}".into(),
+        " ".into(),
+        String::new(),
+    ] {
+        let out = run(&bad);
+        assert!(!out.status.success(), "{bad:?} accepted");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("--name"),
+            "{bad:?}"
+        );
+    }
+    for good in [
+        "é".repeat(127) + "x",
+        "Ada Lovelace".into(),
+        "通訳 2".into(),
+    ] {
+        let out = run(&good);
+        assert!(
+            out.status.success(),
+            "{good:?} refused: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
