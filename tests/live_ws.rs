@@ -382,6 +382,57 @@ async fn an_oversized_message_from_the_server_is_skipped_on_the_same_connection(
     assert!(gw.terminate(WAIT).success());
 }
 
+/// The same message cut by the server into 64 KiB frames (RFC 6455 5.4), each under the limit
+/// and over it in all: tungstenite failed the connection on it (its message limit), and a
+/// server replaying it to each joiner kept the participant reconnecting. It is cut at the
+/// limit, a character split there finished so the text stays UTF-8, and read as a message that
+/// does not parse, counted, on the same connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_message_in_fragments_is_skipped_on_the_same_connection() {
+    let server = TestPvpServer::start().await;
+    let url = server.url();
+    let mut gw = Gateway::start_for_server(&url, &["--session", "frag"]);
+    let mut a = Sender::new(gw.listen, 0x0f4a);
+    a.send("Hello. ");
+    let pa = a.participant();
+    server
+        .wait_until(WAIT, "the first sentence", |s| {
+            adds_of(s, &pa) == ["Hello."]
+        })
+        .await;
+    let conn = conn_of(&server, &pa);
+    // 3-byte characters: a 1 MiB cut falls inside one two times in three.
+    let huge = make_envelope(
+        "context.add",
+        "frag",
+        "someone",
+        json!({"key": "k", "content_type": "text", "content": "€".repeat(700_000)}),
+        None,
+    );
+    assert!(server.send_fragmented_to(conn, huge, 64 << 10));
+    let skipped = gw.wait_stderr(WAIT, "larger than a connection reads; skipped");
+    assert!(skipped.contains("\"size\":2100"), "{skipped}");
+    a.send("Still here. ");
+    server
+        .wait_until(WAIT, "the second sentence", |s| {
+            adds_of(s, &pa) == ["Hello.", "Still here."]
+        })
+        .await;
+    assert_eq!(conn_of(&server, &pa), conn, "on the same connection");
+    assert_eq!(
+        server.received_of_type("session.join").len(),
+        1,
+        "not joined again"
+    );
+    assert!(
+        !gw.stderr_lines()
+            .iter()
+            .any(|l| l.contains("PVP connection failed")),
+        "the connection never failed"
+    );
+    assert!(gw.terminate(WAIT).success());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unauthorized_is_fatal_for_that_participant_and_rate_limited_backs_off() {
     let server = TestPvpServer::start().await;

@@ -1,6 +1,6 @@
 //! The layer under tungstenite that skips a server's messages over the limit
 //! (`sink::oversize`): never panics, hands on the same bytes however the reads fall, never
-//! more than came, and every frame it hands on within the limit.
+//! more than came, and every frame and message it hands on within the limit.
 #![no_main]
 
 use std::pin::Pin;
@@ -62,9 +62,9 @@ fn read_all(data: &[u8], sizes: &[u8], read_size: usize) -> Vec<u8> {
     }
 }
 
-/// The payload lengths of the data frames in `out` after the handshake (control frames are
-/// handed on as they came: tungstenite fails one over 125 bytes).
-fn frame_lens(out: &[u8]) -> Vec<u64> {
+/// The first byte (FIN, opcode) and payload length of each data frame in `out` after the
+/// handshake (control frames are handed on as they came: tungstenite fails one over 125 bytes).
+fn frame_lens(out: &[u8]) -> Vec<(u8, u64)> {
     let mut at = RESPONSE.len();
     let mut lens = Vec::new();
     while out.len().saturating_sub(at) >= 2 {
@@ -85,7 +85,7 @@ fn frame_lens(out: &[u8]) -> Vec<u64> {
             break; // masked: handed on as it came, and tungstenite fails it
         }
         if out[at] & 0x0f < 8 {
-            lens.push(len);
+            lens.push((out[at], len));
         }
         at = match usize::try_from(len)
             .ok()
@@ -110,7 +110,18 @@ fuzz_target!(|input: &[u8]| {
     assert_eq!(whole[..RESPONSE.len()], *RESPONSE);
     assert_eq!(read_all(&data, sizes, 1 << 16), whole, "reads of {sizes:?}");
     assert_eq!(read_all(&data, sizes, 5), whole, "small reads of {sizes:?}");
-    for len in frame_lens(&whole) {
+    // Every frame within the limit, and every message within it and the rest of a character
+    // (a message cut in fragments keeps what finishes a character split at the cut).
+    let mut message = 0u64;
+    for (b0, len) in frame_lens(&whole) {
         assert!(len <= LIMIT as u64, "a frame of {len} handed on");
+        if b0 & 0x0f != 0 {
+            message = 0;
+        }
+        message += len;
+        assert!(
+            message <= LIMIT as u64 + 3,
+            "a message of {message} handed on"
+        );
     }
 });

@@ -10,9 +10,12 @@
 //! goes on. The connection counts the empty frame as a rejected one (pvp-spec 19.1: an envelope
 //! a text frame) and asks [`SkipOversize::take_skipped`] for the size to log.
 //!
-//! Left as before: a message cut by the server into frames each under the limit but over it in
-//! all (tungstenite's `max_message_size` fails the connection; servers send a message as one
-//! frame), and masked frames (a server must not mask, RFC 6455 5.1; tungstenite fails them).
+//! A message the server cuts into frames, each under the limit but over it in all, is cut where
+//! it crosses the limit: the frames before are passed, the rest discarded (the frame that
+//! crosses passes the 0-3 bytes that finish a character split at the cut, so a text message
+//! stays UTF-8, which tungstenite checks), and the connection reads a shorter message that
+//! does not parse as an envelope and is counted as rejected. Left as before: masked frames (a
+//! server must not mask, RFC 6455 5.1; tungstenite fails them).
 
 use std::io;
 use std::pin::Pin;
@@ -31,8 +34,9 @@ enum At {
     Handshake(u8),
     /// A frame header (held in `hdr` until whole).
     Header,
-    /// A frame's payload: how much of it is left, and whether it is passed or discarded.
-    Payload { left: u64, keep: bool },
+    /// A frame's payload: how much of it is left, how much of that is passed (the rest is
+    /// discarded), and whether the passed bytes are a text message's (their UTF-8 tracked).
+    Payload { left: u64, pass: u64, text: bool },
 }
 
 /// A stream under tungstenite that turns data frames over `limit` into empty binary frames.
@@ -49,6 +53,12 @@ pub struct SkipOversize<S> {
     out_pos: usize,
     /// The current fragmented message is being discarded: its later frames are too.
     discarding: bool,
+    /// Payload bytes of the current data message passed so far.
+    passed: u64,
+    /// The current data message is text (RFC 6455 5.6: UTF-8, checked by tungstenite).
+    text: bool,
+    /// Continuation bytes the last character passed still owes (UTF-8, RFC 3629 3).
+    owed: u8,
     /// The size of the last frame discarded, until the connection asks for it.
     skipped: Option<u64>,
 }
@@ -66,11 +76,14 @@ impl<S> SkipOversize<S> {
             out_len: 0,
             out_pos: 0,
             discarding: false,
+            passed: 0,
+            text: false,
+            owed: 0,
             skipped: None,
         }
     }
 
-    /// The payload size of the frame last discarded, once.
+    /// The size of the message last discarded or cut, once.
     pub fn take_skipped(&mut self) -> Option<u64> {
         self.skipped.take()
     }
@@ -83,30 +96,68 @@ impl<S> SkipOversize<S> {
         let opcode = h[0] & 0x0f;
         let fin = h[0] & 0x80;
         let masked = h[1] & 0x80 != 0;
+        let data = opcode < 8;
+        if data && opcode != 0 {
+            // A message's first frame.
+            self.discarding = false;
+            (self.passed, self.text, self.owed) = (0, opcode == 1, 0);
+        }
         // Control frames (at most 125 bytes, and allowed between a message's fragments) pass
         // and leave the message being discarded as it is.
-        if opcode < 8 && opcode != 0 {
-            self.discarding = false;
-        }
-        let skip = opcode < 8 && (self.discarding || (len > self.limit && !masked));
+        let over = !masked && self.passed.saturating_add(len) > self.limit;
+        let skip = data && (self.discarding || over);
         let mut out = [0; HEADER_MAX];
-        let n = if skip {
+        let (n, pass) = if skip {
             // Binary for a message's first frame: an empty text frame would be read as an
-            // envelope that does not parse; a continuation keeps its opcode. Either way no
-            // payload and the frame's FIN.
+            // envelope that does not parse, and nothing of it was passed. A continuation keeps
+            // its opcode and passes what finishes a character cut at the limit. Either way the
+            // frame's FIN.
+            if opcode != 0 {
+                self.text = false;
+            }
+            let pass = if self.text {
+                len.min(u64::from(self.owed))
+            } else {
+                0
+            };
             out[0] = fin | if opcode == 0 { 0 } else { 2 };
+            out[1] = pass as u8;
+            // The message's size: what was passed of it before the cut, and every frame after.
+            let before = if self.discarding { 0 } else { self.passed };
             self.discarding = fin == 0;
-            self.skipped = Some(self.skipped.unwrap_or(0).saturating_add(len));
-            2
+            self.skipped = Some(
+                self.skipped
+                    .unwrap_or(0)
+                    .saturating_add(before)
+                    .saturating_add(len),
+            );
+            (2, pass)
         } else {
             out[..h.len()].copy_from_slice(h);
-            h.len()
+            if data {
+                self.passed += len;
+            }
+            (h.len(), len)
         };
         self.at = At::Payload {
             left: len,
-            keep: !skip,
+            pass,
+            text: data && self.text,
         };
         (out, n)
+    }
+
+    /// The UTF-8 state after `passed`, bytes of a text message handed on.
+    fn track(&mut self, passed: &[u8]) {
+        for &b in passed {
+            self.owed = match b {
+                0x80..=0xbf => self.owed.saturating_sub(1),
+                0xf0.. => 3,
+                0xe0.. => 2,
+                0xc0.. => 1,
+                _ => 0,
+            };
+        }
     }
 
     /// Passes, rewrites or drops the bytes just read, in place; how many are left to hand on.
@@ -146,18 +197,23 @@ impl<S> SkipOversize<S> {
                         self.settle();
                     }
                 }
-                At::Payload { left, keep } => {
+                At::Payload { left, pass, text } => {
                     let n = (data.len() - r).min(usize::try_from(left).unwrap_or(usize::MAX));
-                    if keep {
+                    let p = n.min(usize::try_from(pass).unwrap_or(usize::MAX));
+                    if p > 0 {
                         if w != r {
-                            data.copy_within(r..r + n, w);
+                            data.copy_within(r..r + p, w);
                         }
-                        w += n;
+                        if text {
+                            self.track(&data[w..w + p]);
+                        }
+                        w += p;
                     }
                     r += n;
                     self.at = At::Payload {
                         left: left - n as u64,
-                        keep,
+                        pass: pass - p as u64,
+                        text,
                     };
                     self.settle();
                 }
@@ -229,7 +285,8 @@ impl<S: AsyncRead + Unpin> AsyncRead for SkipOversize<S> {
                     this.hdr_len = 0;
                     this.at = At::Payload {
                         left: u64::MAX,
-                        keep: true,
+                        pass: u64::MAX,
+                        text: false,
                     };
                     continue;
                 }
@@ -394,6 +451,58 @@ mod tests {
         }
     }
 
+    /// A message cut into frames each under the limit, over it in all: the frames before the
+    /// crossing one pass, the crossing one passes the bytes that finish a character split
+    /// there, every later one passes empty with its FIN; what was passed stays UTF-8.
+    #[test]
+    fn a_message_over_the_limit_in_fragments_is_cut_at_a_character() {
+        let limit = 1 << 16;
+        // Text: the limit falls after the first byte of a 3-byte character.
+        let mut first = vec![b'a'; limit - 1];
+        first.push(0xe2);
+        let mut crossing = vec![0x82, 0xac];
+        crossing.extend_from_slice(&[b'b'; 100]);
+        let mut input = RESPONSE.to_vec();
+        let mut want = RESPONSE.to_vec();
+        let parts: Vec<(Vec<u8>, Vec<u8>)> = vec![
+            (frame(false, 1, &first), frame(false, 1, &first)),
+            (frame(false, 0, &crossing), frame(false, 0, &[0x82, 0xac])),
+            (frame(true, 9, b"ping"), frame(true, 9, b"ping")),
+            (frame(false, 0, b"more"), vec![0x00, 0]),
+            (frame(true, 0, b"end"), vec![0x80, 0]),
+            (frame(true, 1, b"next"), frame(true, 1, b"next")),
+            // Binary: nothing owed, nothing of the crossing frame passed.
+            (frame(false, 2, &first), frame(false, 2, &first)),
+            (frame(true, 0, &crossing), vec![0x80, 0]),
+            // Fragments within the limit in all pass whole.
+            (
+                frame(false, 1, &first[..limit / 2]),
+                frame(false, 1, &first[..limit / 2]),
+            ),
+            (
+                frame(true, 0, &first[limit / 2..limit - 1]),
+                frame(true, 0, &first[limit / 2..limit - 1]),
+            ),
+        ];
+        for (i, w) in &parts {
+            input.extend_from_slice(i);
+            want.extend_from_slice(w);
+        }
+        for sizes in [
+            vec![1],
+            vec![3, 1],
+            vec![7, 13, 1],
+            vec![4096],
+            vec![65_536],
+        ] {
+            assert_eq!(
+                read_all(input.clone(), sizes.clone(), limit),
+                want,
+                "reads of {sizes:?}"
+            );
+        }
+    }
+
     #[test]
     fn a_stream_cut_inside_a_header_hands_on_what_came() {
         let mut input = RESPONSE.to_vec();
@@ -436,6 +545,54 @@ mod tests {
         let second = ws.next().await.unwrap().unwrap();
         assert_eq!(second, Message::text("{\"small\":true}"));
         assert_eq!(ws.get_mut().take_skipped(), None);
+        drop(server.await.unwrap());
+    }
+
+    /// End to end through tungstenite: a text message of 3-byte characters cut by the server
+    /// into 64 KiB frames, 3 MiB in all, reads as a shorter text message (UTF-8, within the
+    /// limit and a character), then the next message, on one connection.
+    #[tokio::test]
+    async fn tungstenite_reads_a_fragmented_message_over_the_limit_cut_short() {
+        use futures_util::{SinkExt, StreamExt};
+        use tokio_tungstenite::tungstenite::Message;
+        use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+        use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+        let text = "€".repeat(1 << 20);
+        let (client, server) = tokio::io::duplex(64 * 1024);
+        let sent = text.clone();
+        let server = tokio::spawn(async move {
+            let mut ws = tokio_tungstenite::accept_async(server).await.unwrap();
+            let pieces: Vec<&[u8]> = sent.as_bytes().chunks(64 << 10).collect();
+            for (i, p) in pieces.iter().enumerate() {
+                let op = OpCode::Data(if i == 0 { Data::Text } else { Data::Continue });
+                let frame = Frame::message(p.to_vec(), op, i + 1 == pieces.len());
+                ws.feed(Message::Frame(frame)).await.unwrap();
+            }
+            ws.send(Message::text("{\"small\":true}")).await.unwrap();
+            ws
+        });
+        let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+            .max_message_size(Some((1 << 20) + 3))
+            .max_frame_size(Some(1 << 20));
+        let (mut ws, _) = tokio_tungstenite::client_async_with_config(
+            "ws://localhost/",
+            SkipOversize::new(client, 1 << 20),
+            Some(config),
+        )
+        .await
+        .unwrap();
+        let Message::Text(cut) = ws.next().await.unwrap().unwrap() else {
+            panic!("a text message");
+        };
+        assert!(
+            cut.len() <= (1 << 20) + 3 && cut.len() > (1 << 20) - 3,
+            "{}",
+            cut.len()
+        );
+        assert!(text.starts_with(cut.as_str()));
+        assert_eq!(ws.get_mut().take_skipped(), Some(3 << 20));
+        let second = ws.next().await.unwrap().unwrap();
+        assert_eq!(second, Message::text("{\"small\":true}"));
         drop(server.await.unwrap());
     }
 }

@@ -776,6 +776,11 @@ async fn connection(
                                         }
                                     }
                                     Reaction::Rejected => {
+                                        // A message cut into frames and over the limit in all
+                                        // comes cut short (see `SkipOversize`).
+                                        if let Some(size) = ws.get_mut().take_skipped() {
+                                            tracing::warn!(%participant, size, limit = MAX_MESSAGE, "message from PVP server larger than a connection reads; skipped, not acted on");
+                                        }
                                         m.server_frames_rejected.inc();
                                     }
                                     Reaction::None => {}
@@ -980,7 +985,8 @@ async fn connect(
 fn socket_config() -> tokio_tungstenite::tungstenite::protocol::WebSocketConfig {
     tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
         .read_buffer_size(READ_BUFFER)
-        .max_message_size(Some(MAX_MESSAGE))
+        // A message cut at the limit keeps up to 3 bytes more: the rest of a character.
+        .max_message_size(Some(MAX_MESSAGE + 3))
         .max_frame_size(Some(MAX_MESSAGE))
 }
 

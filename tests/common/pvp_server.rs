@@ -792,6 +792,8 @@ pub fn make_envelope(
 
 enum Out {
     Frame(Value),
+    /// An envelope as one text message cut into frames of this many bytes (RFC 6455 5.4).
+    Fragments(Value, usize),
     Close,
 }
 
@@ -998,6 +1000,17 @@ impl TestPvpServer {
         st.sent.len() > before
     }
 
+    /// Sends an envelope (not checked, not recorded as sent) as one text message cut into
+    /// frames of `frame_size` bytes, as a server may (RFC 6455 5.4). Returns false if the
+    /// connection is gone.
+    pub fn send_fragmented_to(&self, conn: usize, envelope: Value, frame_size: usize) -> bool {
+        let st = self.shared.lock();
+        st.conns
+            .get(&conn)
+            .and_then(|c| c.tx.as_ref())
+            .is_some_and(|tx| tx.send(Out::Fragments(envelope, frame_size)).is_ok())
+    }
+
     /// Closes one connection from the server side (WebSocket close frame), e.g. to exercise the
     /// client's reconnection (19.1). Returns false if the connection is gone.
     pub fn close_connection(&self, conn: usize) -> bool {
@@ -1161,6 +1174,11 @@ async fn run_connection(
                         break;
                     }
                 }
+                Some(Out::Fragments(v, size)) => {
+                    if send_fragments(&mut ws, v.to_string().as_bytes(), size).await.is_err() {
+                        break;
+                    }
+                }
                 Some(Out::Close) | None => {
                     let _ = ws.close(None).await;
                     break;
@@ -1196,6 +1214,25 @@ async fn run_connection(
         c.open = false;
         c.tx = None;
     }
+}
+
+/// One text message as frames of `size` bytes: the first a text frame, the rest continuations,
+/// FIN on the last (RFC 6455 5.4).
+async fn send_fragments(
+    ws: &mut tokio_tungstenite::WebSocketStream<TcpStream>,
+    text: &[u8],
+    size: usize,
+) -> Result<(), tokio_tungstenite::tungstenite::Error> {
+    use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+    let pieces: Vec<&[u8]> = text.chunks(size.max(1)).collect();
+    for (i, piece) in pieces.iter().enumerate() {
+        let opcode = OpCode::Data(if i == 0 { Data::Text } else { Data::Continue });
+        let fin = i + 1 == pieces.len();
+        ws.feed(Message::Frame(Frame::message(piece.to_vec(), opcode, fin)))
+            .await?;
+    }
+    ws.flush().await
 }
 
 fn send_ping(shared: &Shared, conn: usize) {
