@@ -208,6 +208,13 @@ impl Gates {
                 }
             }
             "gate.reject" => *verdict = Some(Verdict::Rejected),
+            // The server's word (pvp-spec 14.3: it resolves a gate at its timeout, per its
+            // policy), not a member's: a server like the reference one checks the approver
+            // role for `gate.approve` and `gate.reject` but relays a `gate.timeout` from anyone
+            // as it came, which would let any member (an observer) approve a chunk unasked.
+            "gate.timeout" if !super::ws::from_server(&env.sender) => {
+                tracing::warn!(gate, sender = %env.sender, "gate.timeout not from the PVP server; not acted on");
+            }
             "gate.timeout" => {
                 *verdict = Some(if env.payload["resolution"] == "auto_approved" {
                     Verdict::Approved
@@ -467,7 +474,12 @@ mod tests {
         let b = env(&mut pvp, Kind::ContextAdd, json!({"key": "k2"}));
         g.offer(a, &mut pvp, t, Time(0)).unwrap();
         let rb = g.offer(b.clone(), &mut pvp, t, Time(0)).unwrap();
-        g.on_server(&server("gate.timeout", json!({"gate": rb.id().to_string(), "resolution": "auto_approved", "approvals_received": 0, "approvals_required": 1})));
+        let mut timeout = server(
+            "gate.timeout",
+            json!({"gate": rb.id().to_string(), "resolution": "auto_approved", "approvals_received": 0, "approvals_required": 1}),
+        );
+        timeout.sender = "system".into();
+        g.on_server(&timeout);
         assert_eq!(g.next_deadline(), Some(t + Duration::from_secs(15)));
         let (send, dropped) = g.release(t + Duration::from_secs(15));
         assert_eq!(dropped.len(), 1);

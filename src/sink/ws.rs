@@ -1724,7 +1724,7 @@ struct Head<'a> {
 
 /// Whether an envelope's sender is the server itself (pvp-spec 4.2: it "MAY use `system`"),
 /// not a member of the session.
-fn from_server(sender: &str) -> bool {
+pub(crate) fn from_server(sender: &str) -> bool {
     matches!(sender, "system" | "server")
 }
 

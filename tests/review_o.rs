@@ -1,0 +1,140 @@
+//! Review o: `--gate-transcripts` (src/sink/gate.rs) against pvp-spec 14, driven through
+//! the gates' plain-data API with time passed in as a value.
+
+use std::time::{Duration, Instant};
+
+use pvp_t140::pvp::{Builder, Envelope, Kind, Message};
+use pvp_t140::sink::gate::{GateConfig, Gates};
+use pvp_t140::time::Time;
+use serde_json::{Value, json};
+
+fn gates(quorum: u32) -> Gates {
+    Gates::new(
+        GateConfig {
+            quorum,
+            timeout: Duration::from_secs(60),
+        },
+        64,
+    )
+}
+
+fn add(pvp: &mut Builder, key: &str) -> Envelope {
+    pvp.envelope(
+        Time(0),
+        "t140:00000001@127.0.0.1:5000".into(),
+        Kind::ContextAdd,
+        &json!({"key": key, "content": "Hello there."}),
+    )
+}
+
+/// A frame from the server, sent under `sender`.
+fn from(sender: &str, kind: &str, payload: Value) -> Message {
+    Message {
+        v: 1,
+        id: "01JAAAAAAAAAAAAAAAAAAAAAAA".into(),
+        ts: "2026-11-28T00:00:00.000Z".into(),
+        session: "s".into(),
+        sender: sender.into(),
+        kind: kind.into(),
+        payload,
+        reference: None,
+    }
+}
+
+/// pvp-spec 14.2: "Any N participants with approve capability". One member (the envelope's
+/// sender, whom the server authenticated and checked for the approver role) approving twice,
+/// naming a different `approver` in each payload, is one participant: with a quorum of 2 the
+/// chunk must still wait. It was released on the second approval.
+#[test]
+#[ignore = "fixed in the next commit"]
+fn one_member_approving_twice_under_two_approver_names_is_one_approval() {
+    let mut pvp = Builder::new("s".into(), None, 1);
+    let mut g = gates(2);
+    let t = Instant::now();
+    let chunk = add(&mut pvp, "k1");
+    let request = g.offer(chunk, &mut pvp, t, Time(0)).unwrap();
+    let gate = request.id().to_string();
+    for name in ["alice", "bob"] {
+        g.on_server(&from(
+            "mallory",
+            "gate.approve",
+            json!({"gate": gate, "approver": name}),
+        ));
+    }
+    let (send, dropped) = g.release(t);
+    assert!(
+        send.is_empty() && dropped.is_empty(),
+        "released on one member's two approvals"
+    );
+    // A second member makes the quorum.
+    g.on_server(&from(
+        "carol",
+        "gate.approve",
+        json!({"gate": gate, "approver": "carol"}),
+    ));
+    assert_eq!(g.release(t).0.len(), 1);
+    assert_eq!(g.stats.approved, 1);
+}
+
+/// A server relaying approvals under its own id (pvp-spec 4.2 "system") names the approver in
+/// the payload: those count by `approver`.
+#[test]
+fn approvals_relayed_by_the_server_count_by_their_approver() {
+    let mut pvp = Builder::new("s".into(), None, 1);
+    let mut g = gates(2);
+    let t = Instant::now();
+    let request = g.offer(add(&mut pvp, "k1"), &mut pvp, t, Time(0)).unwrap();
+    let gate = request.id().to_string();
+    for name in ["alice", "bob"] {
+        g.on_server(&from(
+            "system",
+            "gate.approve",
+            json!({"gate": gate, "approver": name}),
+        ));
+    }
+    assert_eq!(g.release(t).0.len(), 1);
+}
+
+/// pvp-spec 14.3 / implementation guide 1.4: `gate.timeout` is the server's ("Emit
+/// `gate.timeout` when timeout expires", "resolve based on session config"). The reference
+/// server checks the approver role for `gate.approve` and `gate.reject` but relays a
+/// `gate.timeout` from any member as-is (router.ts' default branch), so any member, an
+/// observer included, could approve a chunk unasked with `resolution: "auto_approved"`, or
+/// suppress it with "rejected". The gateway acted on it whoever sent it.
+#[test]
+fn a_gate_timeout_from_a_member_is_not_the_servers_decision() {
+    let mut pvp = Builder::new("s".into(), None, 1);
+    let mut g = gates(1);
+    let t = Instant::now();
+    let a = g.offer(add(&mut pvp, "k1"), &mut pvp, t, Time(0)).unwrap();
+    let b = g.offer(add(&mut pvp, "k2"), &mut pvp, t, Time(0)).unwrap();
+    let timeout = |gate: &Envelope, resolution: &str| {
+        json!({"gate": gate.id().to_string(), "approvals_received": 0,
+               "approvals_required": 1, "resolution": resolution})
+    };
+    g.on_server(&from(
+        "observer-1",
+        "gate.timeout",
+        timeout(&a, "auto_approved"),
+    ));
+    g.on_server(&from("observer-1", "gate.timeout", timeout(&b, "rejected")));
+    let (send, dropped) = g.release(t);
+    assert!(
+        send.is_empty(),
+        "a member's auto_approved released the chunk"
+    );
+    assert!(
+        dropped.is_empty(),
+        "a member's gate.timeout dropped a chunk"
+    );
+    // The server's own gate.timeout decides.
+    g.on_server(&from(
+        "system",
+        "gate.timeout",
+        timeout(&a, "auto_approved"),
+    ));
+    g.on_server(&from("server", "gate.timeout", timeout(&b, "rejected")));
+    let (send, dropped) = g.release(t);
+    assert_eq!(send.len(), 1);
+    assert_eq!(dropped.len(), 1);
+}
