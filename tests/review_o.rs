@@ -46,7 +46,6 @@ fn from(sender: &str, kind: &str, payload: Value) -> Message {
 /// naming a different `approver` in each payload, is one participant: with a quorum of 2 the
 /// chunk must still wait. It was released on the second approval.
 #[test]
-#[ignore = "fixed in the next commit"]
 fn one_member_approving_twice_under_two_approver_names_is_one_approval() {
     let mut pvp = Builder::new("s".into(), None, 1);
     let mut g = gates(2);

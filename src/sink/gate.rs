@@ -199,7 +199,15 @@ impl Gates {
         }
         match env.kind.as_str() {
             "gate.approve" => {
-                let who = env.payload["approver"].as_str().unwrap_or(&env.sender);
+                // The participant who approves is the one who sent it (the server checked its
+                // approver role): a member naming another `approver` in each of its approvals
+                // is still one participant (pvp-spec 14.2). Only an approval the server sends
+                // under its own id names the approver in the payload alone.
+                let who = if super::ws::from_server(&env.sender) {
+                    env.payload["approver"].as_str().unwrap_or(&env.sender)
+                } else {
+                    &env.sender
+                };
                 if !approvers.iter().any(|a| a == who) {
                     approvers.push(who.to_owned());
                 }
@@ -434,15 +442,19 @@ mod tests {
             "gate.reject",
             json!({"gate": rb.id().to_string(), "rejector": "x", "reason": "no"}),
         ));
-        g.on_server(&server(
+        let mut approve = server(
             "gate.approve",
             json!({"gate": ra.id().to_string(), "approver": "x"}),
-        ));
+        );
+        approve.sender = "x".into();
+        g.on_server(&approve);
         assert!(g.release(t).0.is_empty());
-        g.on_server(&server(
+        let mut approve = server(
             "gate.approve",
             json!({"gate": ra.id().to_string(), "approver": "y"}),
-        ));
+        );
+        approve.sender = "y".into();
+        g.on_server(&approve);
         let (send, dropped) = g.release(t);
         assert_eq!(send.iter().map(Envelope::id).collect::<Vec<_>>(), [a.id()]);
         assert_eq!(dropped.len(), 1);
