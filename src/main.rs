@@ -173,7 +173,8 @@ struct RunArgs {
     /// goes out, and the context.add only once the gate passes (requires --server).
     #[arg(long)]
     gate_transcripts: bool,
-    /// gate.approve messages a chunk needs (the request's quorum is {type: "any", count}).
+    /// Approvers a chunk needs: distinct members' gate.approve, one member's repeats counting
+    /// once (the request's quorum is {type: "any", count}).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     gate_quorum: u32,
     /// The gate request's timeout_seconds; unanswered chunks are dropped 5 s after it.

@@ -137,3 +137,24 @@ fn a_gate_timeout_from_a_member_is_not_the_servers_decision() {
     assert_eq!(send.len(), 1);
     assert_eq!(dropped.len(), 1);
 }
+
+/// `--help` said `--gate-quorum` is the "gate.approve messages a chunk needs", but the gates
+/// count approvers (distinct members; README "Gated transcripts", pvp-spec 14.2): two
+/// messages from one approver do not meet a quorum of two.
+#[test]
+fn help_says_the_quorum_counts_approvers_not_messages() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    let quorum = help
+        .split("--gate-quorum <GATE_QUORUM>")
+        .nth(1)
+        .and_then(|s| s.split("--gate-timeout-s").next())
+        .expect("--gate-quorum in --help");
+    assert!(
+        !quorum.contains("messages a chunk needs") && quorum.contains("distinct"),
+        "--gate-quorum's help: {quorum}"
+    );
+}
