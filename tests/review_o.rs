@@ -158,3 +158,38 @@ fn help_says_the_quorum_counts_approvers_not_messages() {
         "--gate-quorum's help: {quorum}"
     );
 }
+
+/// README (Gated transcripts): after a reconnect the participant "sends the requests of its
+/// pending chunks again (the same envelopes): a server that restarted has lost its gates"; a
+/// request refused as RATE_LIMITED is asked again after the pause. The server makes the gate
+/// then, and times it out `timeout_seconds` from then, as its approvers see. The gateway kept
+/// the deadline of the first offer: a server down for 40 s of a 60 s timeout left approvers
+/// 25 s of the 60 they were told, and an approval (or the server's `auto_approved`) after that
+/// was ignored, the chunk dropped as timed out. Asked again, a gate waits `timeout_seconds` and
+/// the grace from then.
+#[test]
+fn a_request_asked_again_gets_its_whole_timeout_from_then() {
+    let mut pvp = Builder::new("s".into(), None, 1);
+    let mut g = gates(1);
+    let t = Instant::now();
+    let request = g.offer(add(&mut pvp, "k1"), &mut pvp, t, Time(0)).unwrap();
+    let secs = Duration::from_secs;
+    // The connection comes back 40 s later and asks again.
+    assert!(g.asked(request.id(), t + secs(40)));
+    assert_eq!(g.next_deadline(), Some(t + secs(105)));
+    let (send, dropped) = g.release(t + secs(90));
+    assert!(send.is_empty() && dropped.is_empty(), "timed out early");
+    g.on_server(&from(
+        "approver-1",
+        "gate.approve",
+        json!({"gate": request.id().to_string(), "approver": "approver-1"}),
+    ));
+    assert_eq!(g.release(t + secs(90)).0.len(), 1);
+    // Asked earlier than the deadline it has, a gate keeps it; a decided one is not asked.
+    let r2 = g
+        .offer(add(&mut pvp, "k2"), &mut pvp, t + secs(100), Time(0))
+        .unwrap();
+    assert!(g.asked(r2.id(), t));
+    assert_eq!(g.next_deadline(), Some(t + secs(165)));
+    assert!(!g.asked(request.id(), t + secs(100)));
+}

@@ -363,6 +363,29 @@ impl Gates {
         })
     }
 
+    /// The request `request` was written at `now` (again, after a reconnect or a refusal as
+    /// RATE_LIMITED): a server that had lost its gate, or never made it, makes it now and
+    /// times it out `timeout_seconds` from now, as its approvers are told; so the chunk waits
+    /// that long and the grace from now, not from when it was first offered, for their
+    /// decision. False if no undecided gate has that request.
+    pub fn asked(&mut self, request: ulid::Ulid, now: Instant) -> bool {
+        let request = request.to_string();
+        for h in &mut self.held {
+            if let Held::Gate {
+                id,
+                verdict: None,
+                deadline,
+                ..
+            } = h
+                && *id == request
+            {
+                *deadline = (*deadline).max(now + self.cfg.timeout + GRACE);
+                return true;
+            }
+        }
+        false
+    }
+
     pub fn next_deadline(&self) -> Option<Instant> {
         self.held.iter().find_map(|h| match h {
             Held::Gate {

@@ -917,6 +917,12 @@ async fn connection(
             }
             m.send_latency.observe(queued.elapsed().as_secs_f64());
             written(id, kind, &cfg, &counts);
+            if kind == Kind::GateRequest
+                && let Some(g) = gates.as_mut()
+            {
+                // Asked again after a refusal: its approvers have `timeout_seconds` from now.
+                g.asked(id, std::time::Instant::now());
+            }
             if kind == Kind::SessionLeave {
                 // Gone: a reconnect before the queue's end is seen (a server closing right
                 // after the leave) must not join it again.
@@ -1137,15 +1143,19 @@ where
         .filter(|(_, e)| e.kind() == Kind::GateRequest)
         .map(|(_, e)| e.id())
         .collect();
-    let again: Vec<String> = gates
+    let again: Vec<(ulid::Ulid, String)> = gates
         .iter()
         .flat_map(super::gate::Gates::undecided)
         .filter(|r| !unsent.contains(&r.id()))
-        .map(|r| r.json().to_owned())
+        .map(|r| (r.id(), r.json().to_owned()))
         .collect();
-    for request in again {
+    for (id, request) in again {
         if !send_frame(ws, Message::text(request), cfg, participant).await {
             return false;
+        }
+        // Its approvers have `timeout_seconds` from now.
+        if let Some(g) = gates.as_mut() {
+            g.asked(id, std::time::Instant::now());
         }
     }
     true
