@@ -1,7 +1,14 @@
 //! Review o: `--gate-transcripts` (src/sink/gate.rs) against pvp-spec 14, driven through
 //! the gates' plain-data API with time passed in as a value.
 
+mod common;
+
 use std::time::{Duration, Instant};
+
+use common::gateway_proc::{Gateway, Sender, http_get, sample};
+use common::pvp_server::{ServerOptions, TestPvpServer, make_envelope};
+use futures_util::{SinkExt, StreamExt};
+use tokio_tungstenite::tungstenite::Message as Frame;
 
 use pvp_t140::pvp::{Builder, Envelope, Kind, Message};
 use pvp_t140::sink::gate::{GateConfig, Gates};
@@ -192,4 +199,105 @@ fn a_request_asked_again_gets_its_whole_timeout_from_then() {
     assert!(g.asked(r2.id(), t));
     assert_eq!(g.next_deadline(), Some(t + secs(165)));
     assert!(!g.asked(request.id(), t + secs(100)));
+}
+
+/// End to end, a real gateway and a server relaying session traffic as the reference one does:
+/// a member (joined as an approver, but any member will do) answers each of the gateway's
+/// `gate.request`s with a `gate.timeout` of its own, `resolution: "auto_approved"`, then a
+/// `gate.reject`. Only the reject is a decision the gateway may act on: the chunk must not be
+/// added. It was, on the forged timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_cannot_auto_approve_a_chunk_with_a_gate_timeout_of_its_own() {
+    let server = TestPvpServer::start_with(ServerOptions {
+        broadcast: true,
+        ..ServerOptions::default()
+    })
+    .await;
+    let (mut ws, _) = tokio_tungstenite::connect_async(server.url())
+        .await
+        .unwrap();
+    let join = make_envelope(
+        "session.join",
+        "gated",
+        "member-1",
+        json!({
+            "participant": {"id": "member-1", "name": "Member", "type": "human",
+                "roles": ["approver"], "transport": "websocket"},
+            "supported_versions": [1]
+        }),
+        None,
+    );
+    ws.send(Frame::text(join.to_string())).await.unwrap();
+    tokio::spawn(async move {
+        while let Some(Ok(msg)) = ws.next().await {
+            let Ok(e) = serde_json::from_str::<Value>(msg.to_text().unwrap_or("")) else {
+                continue;
+            };
+            if e["type"] != "gate.request" {
+                continue;
+            }
+            let gate = e["id"].as_str().unwrap();
+            let forged = make_envelope(
+                "gate.timeout",
+                "gated",
+                "member-1",
+                json!({"gate": gate, "approvals_received": 0, "approvals_required": 1,
+                    "resolution": "auto_approved"}),
+                Some(gate),
+            );
+            let reject = make_envelope(
+                "gate.reject",
+                "gated",
+                "member-1",
+                json!({"gate": gate, "rejector": "member-1", "reason": "no"}),
+                Some(gate),
+            );
+            for e in [forged, reject] {
+                ws.send(Frame::text(e.to_string())).await.unwrap();
+            }
+        }
+    });
+    let mut gw = Gateway::start_for_server(
+        &server.url(),
+        &[
+            "--session",
+            "gated",
+            "--gate-transcripts",
+            "--metrics",
+            "127.0.0.1:0",
+        ],
+    );
+    let mut s = Sender::new(gw.listen, 0x7a11);
+    s.send("Not for the record. ");
+    let p = s.participant();
+    let m = gw.metrics_addr();
+    let adds = |srv: &TestPvpServer| -> Vec<Value> {
+        srv.received_of_type("context.add")
+            .into_iter()
+            .filter(|e| e["sender"] == p.as_str())
+            .collect()
+    };
+    // Settled one way or the other: added, or dropped and counted.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let body = tokio::task::spawn_blocking(move || http_get(m, "/metrics").1)
+            .await
+            .unwrap();
+        let refused = sample(&body, "pvp_t140_gated_chunks_refused_total").unwrap_or(0.0);
+        if refused >= 1.0 || !adds(&server).is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the chunk was not settled:\n{body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(gw.terminate(Duration::from_secs(20)).success());
+    let added = adds(&server);
+    assert!(
+        added.is_empty(),
+        "added on a member's gate.timeout: {added:?}"
+    );
+    server.stop().await;
 }
