@@ -1,5 +1,6 @@
-//! Review o: `--gate-transcripts` (src/sink/gate.rs) against pvp-spec 14, driven through
-//! the gates' plain-data API with time passed in as a value.
+//! `--gate-transcripts` (src/sink/gate.rs) against pvp-spec 14: who decides, what a quorum
+//! counts, a request asked again; through the gates' plain-data API with time passed in as a
+//! value, and end to end with a real gateway and server.
 
 mod common;
 
