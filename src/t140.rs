@@ -113,11 +113,17 @@ enum Ctl {
     /// for foreground and background has 33 parameter bytes) yet in no state but this: every
     /// byte is swallowed until the final byte, and a byte no sequence can hold ends it.
     Csi,
-    /// Inside a control string (SOS, DCS, OSC, PM, APC) until ST, with its length so far.
+    /// Inside a command string (DCS, OSC, PM, APC) until ST, with its length so far.
     Str(u16),
-    /// Inside a control string, just saw ESC (possible `ESC \` = ST), with its length before
-    /// the ESC.
-    StrEsc(u16),
+    /// Inside a command string, just saw ESC: `ESC \` (ST) ends it, any other ESC ends it
+    /// and begins an escape sequence.
+    StrEsc,
+    /// Inside an SOS string, which may hold any character but SOS and ST (ECMA-48 8.3.128), an
+    /// ESC too, until ST, with its length so far.
+    Sos(u16),
+    /// Inside an SOS string, just saw ESC (possible `ESC \` = ST), with its length before the
+    /// ESC.
+    SosEsc(u16),
 }
 
 /// [`Decoder::acc`] after a loss mark, while continuation bytes opening the next block are
@@ -327,7 +333,7 @@ impl Decoder {
             // The BOM is no character to a T.140 receiver (senders put it first, and some send
             // it alone as a keep-alive): one between CR and LF leaves them one new line, and one
             // inside an escape sequence (or between a string's ESC and `\`) leaves it whole.
-            Ctl::AfterCr | Ctl::Esc | Ctl::EscInter | Ctl::Csi | Ctl::StrEsc(_)
+            Ctl::AfterCr | Ctl::Esc | Ctl::EscInter | Ctl::Csi | Ctl::StrEsc | Ctl::SosEsc(_)
                 if c == '\u{feff}' =>
             {
                 count(&mut counts.bom);
@@ -343,7 +349,8 @@ impl Decoder {
                         sink.new_line();
                         Ctl::Normal
                     }
-                    'X' | 'P' | ']' | '^' | '_' if first => Ctl::Str(0),
+                    'X' if first => Ctl::Sos(0),
+                    'P' | ']' | '^' | '_' if first => Ctl::Str(0),
                     '\u{20}'..='\u{2f}' => Ctl::EscInter,
                     '\u{30}'..='\u{7e}' => {
                         count(&mut counts.sequences_skipped);
@@ -377,10 +384,9 @@ impl Decoder {
                 };
                 return;
             }
-            Ctl::Str(n) | Ctl::StrEsc(n) => {
-                let was_esc = matches!(self.ctl, Ctl::StrEsc(_));
-                // ST ends a string; so does BEL, which no command string may hold (ECMA-48
-                // 5.6) and which xterm-style senders end an OSC title with.
+            Ctl::Sos(n) | Ctl::SosEsc(n) => {
+                let was_esc = matches!(self.ctl, Ctl::SosEsc(_));
+                // ST ends the string; so does BEL, which xterm-style senders end strings with.
                 let end = c == '\u{9c}' || c == '\u{7}' || (was_esc && c == '\\');
                 // The string ends at its character past the bound, but an ESC is counted only
                 // once the character after it shows it is no ST's first half: an `ESC \` right
@@ -397,7 +403,38 @@ impl Decoder {
                     count(&mut counts.sequences_skipped);
                     Ctl::Normal
                 } else if c == '\u{1b}' {
-                    Ctl::StrEsc(n)
+                    Ctl::SosEsc(n)
+                } else {
+                    Ctl::Sos(n + 1)
+                };
+                return;
+            }
+            Ctl::StrEsc => {
+                // `ESC \` (ST) ends the string whole. An ESC before anything else ends it too,
+                // and begins an escape sequence of its own: no command string may hold an ESC
+                // but as ST's first half (ECMA-48 5.6; an SOS string may), and a DEC/xterm
+                // parser leaves a string at an ESC. Taken for the string's content, it
+                // swallowed up to 256 characters of text after an OSC whose terminator was lost
+                // or stripped.
+                count(&mut counts.sequences_skipped);
+                if c == '\\' {
+                    self.ctl = Ctl::Normal;
+                    return;
+                }
+                self.ctl = Ctl::Esc;
+                return self.char(c, sink, counts);
+            }
+            Ctl::Str(n) => {
+                // ST ends the string; so does BEL, which no command string may hold (ECMA-48
+                // 5.6) and which xterm-style senders end an OSC title with. The string ends at
+                // its character past the bound; an ESC waits for the character after it
+                // ([`Ctl::StrEsc`]), so an `ESC \` right after the 256th still ends it whole.
+                let end = c == '\u{9c}' || c == '\u{7}';
+                self.ctl = if end || n + u16::from(c != '\u{1b}') > MAX_STRING {
+                    count(&mut counts.sequences_skipped);
+                    Ctl::Normal
+                } else if c == '\u{1b}' {
+                    Ctl::StrEsc
                 } else {
                     Ctl::Str(n + 1)
                 };
@@ -426,7 +463,8 @@ impl Decoder {
             }
             '\u{1b}' => self.ctl = Ctl::Esc,
             '\u{9b}' => self.ctl = Ctl::Csi,
-            '\u{90}' | '\u{98}' | '\u{9d}' | '\u{9e}' | '\u{9f}' => self.ctl = Ctl::Str(0),
+            '\u{98}' => self.ctl = Ctl::Sos(0),
+            '\u{90}' | '\u{9d}' | '\u{9e}' | '\u{9f}' => self.ctl = Ctl::Str(0),
             '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' => count(&mut counts.controls_dropped),
             _ => sink.push_char(c),
         }
@@ -663,10 +701,11 @@ mod tests {
     }
 
     /// An ESC right after a control string's 256th character that proves no ST's first half
-    /// (`ESC H`) is the character past the bound: the string ends on it and what follows is
-    /// read afresh, as after a 257th `z`, so "Hi" is text and an `ESC [1m` after it is still
-    /// a sequence. A review found the character after the ESC eaten with the string ("i",
-    /// "[1m") (review, session 33).
+    /// ends the string, as any ESC in it does, and begins an escape sequence of its own
+    /// (review q): `ESC H` is one (HTS), skipped, and a character no sequence holds after it
+    /// (`é`) is read afresh, so nothing past the string is eaten with it. "Hi" after an
+    /// `ESC ESC [1m` is text, the second ESC a sequence of its own. A review found the
+    /// character after the ESC eaten with the string (review, session 33).
     #[test]
     fn an_esc_right_after_a_full_control_string_ends_it_without_eating_the_next_character() {
         // `ESC ]` then "0;" and 254 characters: 256 in the string.
@@ -676,20 +715,37 @@ mod tests {
         let mut plain = osc.clone();
         plain.extend_from_slice(b"zHi");
         assert_eq!(decode(&[&plain]).0, "Hi", "the reference: a 257th z");
-        // The 257th character an ESC that proves not to be ST's first half.
+        // The 257th character an ESC that proves not to be ST's first half: `ESC H` (HTS).
         let mut esc = osc.clone();
         esc.extend_from_slice(b"\x1bHi");
         let (text, counts) = decode(&[&esc]);
-        assert_eq!(counts.sequences_skipped, 1);
+        assert_eq!((text.as_str(), counts.sequences_skipped), ("i", 2));
+        let mut esc = osc.clone();
+        esc.extend_from_slice("\x1b\u{e9}t".as_bytes());
         assert_eq!(
-            text, "Hi",
-            "the character after the ESC is not part of the string"
+            decode(&[&esc]).0,
+            "\u{e9}t",
+            "the character after the ESC is read"
         );
         // The 257th an ESC followed by another: that one starts a sequence of its own.
         let mut esc_esc = osc;
         esc_esc.extend_from_slice(b"\x1b\x1b[1mHi");
         let (text, counts) = decode(&[&esc_esc]);
-        assert_eq!((text.as_str(), counts.sequences_skipped), ("Hi", 2));
+        assert_eq!((text.as_str(), counts.sequences_skipped), ("Hi", 3));
+    }
+
+    /// Within the bound too, an ESC that is no ST's first half ends the string and begins a
+    /// sequence (review q): an OSC title whose BEL was lost, then an SGR, leaves the text after
+    /// them whole, also with the ESC at a packet's end.
+    #[test]
+    fn an_esc_inside_a_control_string_ends_it_and_begins_a_sequence() {
+        let (s, st) = decode(&[b"\x1b]0;title\x1b[32mHello"]);
+        assert_eq!((s.as_str(), st.sequences_skipped), ("Hello", 2));
+        assert_eq!(decode(&[b"\x1bPdcs\x1b", b"[1mHi"]).0, "Hi");
+        // An SOS string may hold an ESC (ECMA-48 8.3.128): only ST ends it.
+        assert_eq!(decode(&[b"\x1bXa\x1b[1mb\x1b\\Hi"]).0, "Hi");
+        assert_eq!(decode(&["\u{98}a\x1b[1mb\u{9c}Hi".as_bytes()]).0, "Hi");
+        assert_eq!(decode(&[b"\x1b]0;t\x1b", b"\\Hi"]).0, "Hi");
     }
 
     /// A 24-bit colour SGR for foreground and background (ITU T.416 parameters, 33 parameter

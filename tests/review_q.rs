@@ -1,0 +1,62 @@
+//! Review q: T.140 decoding and the chunker, through the sans-IO core with time as a value.
+
+use std::time::Duration;
+
+use pvp_t140::{Config, Gateway, rtp};
+
+#[path = "common/core.rs"]
+mod core_helpers;
+use core_helpers::*;
+
+fn gw(max: usize) -> Gateway {
+    Gateway::new(Config {
+        idle_flush: Duration::from_millis(500),
+        max_chunk_chars: max,
+        ..Config::default()
+    })
+}
+
+fn packet(seq: u16, payload: &[u8]) -> Vec<u8> {
+    let mut d = Vec::new();
+    rtp::write_packet(&mut d, seq == 1, 98, seq, u32::from(seq) * 300, 7, payload);
+    d
+}
+
+/// Packets one after another, 50 ms apart, then the stream's end.
+fn say(max: usize, packets: &[&[u8]]) -> Vec<String> {
+    let mut g = gw(max);
+    let mut ms = 0;
+    let mut out = Vec::new();
+    for (i, p) in packets.iter().enumerate() {
+        g.handle_datagram(at(ms), addr(4000), &packet(i as u16 + 1, p));
+        ms += 50;
+        g.handle_timeout(at(ms));
+        out.extend(drain(&mut g));
+    }
+    g.shutdown(at(ms + 100_000));
+    out.extend(drain(&mut g));
+    shown(&out)
+}
+
+/// A control string left without its terminator (ST or BEL) ends at the next ESC, which
+/// begins an escape sequence of its own: ECMA-48 5.6 allows no ESC in a command string but as
+/// ST's first half, and a DEC/xterm parser leaves any string at an ESC. The decoder took the
+/// ESC and everything after it for the string's content, so an OSC title whose BEL a relay
+/// stripped, followed by an SGR, swallowed the speaker's next 256 characters.
+#[test]
+fn an_unterminated_osc_string_ends_at_the_next_escape_sequence() {
+    let said = say(
+        500,
+        &[
+            b"\x1b]0;my title\x1b[32mHello world, how are you?",
+            b" Fine.",
+        ],
+    );
+    assert_eq!(said, ["Hello world, how are you?", "Fine."]);
+    // Split between packets, the ESC last in one.
+    let said = say(500, &[b"\x1b]0;my title\x1b", b"[32mHello. "]);
+    assert_eq!(said, ["Hello."]);
+    // ST (ESC \) still ends the string whole, nothing of it left.
+    let said = say(500, &[b"\x1b]0;my title\x1b", b"\\Hello. "]);
+    assert_eq!(said, ["Hello."]);
+}
