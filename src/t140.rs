@@ -453,7 +453,9 @@ impl Decoder {
                 self.ctl = Ctl::AfterCr;
             }
             // NEL (ISO 6429 next line) as the other new lines: what a sender means is plain.
-            '\n' | '\u{2028}' | '\u{2029}' | '\u{85}' => sink.new_line(),
+            // VT and FF too: white space and mandatory line breaks (UAX #14 class BK) that,
+            // dropped as controls, joined the words on either side (review q).
+            '\n' | '\u{b}' | '\u{c}' | '\u{2028}' | '\u{2029}' | '\u{85}' => sink.new_line(),
             // A tab separates words: dropped, it joined them ("a\tb" read "ab").
             '\t' => sink.push_char(' '),
             '\u{8}' => {

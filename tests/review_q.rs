@@ -60,3 +60,14 @@ fn an_unterminated_osc_string_ends_at_the_next_escape_sequence() {
     let said = say(500, &[b"\x1b]0;my title\x1b", b"\\Hello. "]);
     assert_eq!(said, ["Hello."]);
 }
+
+/// VT (U+000B) and FF (U+000C) are Unicode white space and mandatory line breaks (UAX #14
+/// class BK), as LF is: they separate the words on either side. Dropped as other C0 controls
+/// are, they joined them ("onetwo"), as a tab once did (README "Text decoding").
+#[test]
+fn form_feed_and_vertical_tab_keep_the_words_apart() {
+    assert_eq!(
+        say(500, &[b"one\x0ctwo. Three\x0bfour."]),
+        ["one\ntwo.", "Three\nfour."]
+    );
+}
