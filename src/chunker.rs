@@ -131,6 +131,11 @@ pub struct Chunker {
     /// the sentence is cut before the next character that neither is an end nor extends the
     /// cluster, as a bare end is ([`Fed::cut_ideographic_end`]). A hint, checked when read.
     end_held: bool,
+    /// The buffer follows a chunk cut whole (an idle or sentence flush) with nothing between
+    /// but `unseen_ws`, none of it erased since: a cluster erase of a mark that extends that
+    /// chunk's last character goes on into it ([`Fed::backspace`]). False before the first
+    /// cut, once a backspace reached past the buffer, and after [`Chunker::forget_typed`].
+    after_cut: bool,
 }
 
 /// A chunker taking text, with where its chunks go: the decoder's [`TextSink`].
@@ -179,6 +184,7 @@ impl Chunker {
             self.unseen_joins = (before == 0 || self.unseen_joins) && trailing.1;
         }
         self.unseen_ws = before.saturating_add(clamp(trailing.0));
+        self.after_cut |= chunk.is_some();
         self.tail = 0;
         self.chars = 0;
         self.end_held = false;
@@ -192,6 +198,7 @@ impl Chunker {
         self.unseen_ws = 0;
         self.unseen_joins = false;
         self.erase_sent = 0;
+        self.after_cut = false;
     }
 
     /// The whole buffer as a chunk, trimmed in place, and the white-space characters trimmed
@@ -665,11 +672,23 @@ impl TextSink for Fed<'_> {
                 && self.ch.unseen_ws > 0
                 && self.ch.unseen_joins
                 && joins_a_space(&self.ch.buf);
+            // Or on the text cut before it, with nothing between: an idle flush came between a
+            // base character and the mark extending it, so the cluster the sender erases is
+            // split between the cut text and the buffer, and the erase goes on into the cut
+            // text (reopened if not yet handed out, else corrected as sent text).
+            let on_cut = first
+                && !on_space
+                && self.ch.after_cut
+                && self.ch.unseen_ws == 0
+                && joins_a_space(&self.ch.buf);
             let erased = pop_cluster(&mut self.ch.buf);
             self.ch.sync_tail();
             self.ch.chars = self.ch.chars.saturating_sub(erased);
             if on_space {
                 self.ch.unseen_ws -= 1;
+            }
+            if on_cut {
+                self.backspace();
             }
             return true;
         }
@@ -678,6 +697,10 @@ impl TextSink for Fed<'_> {
             self.ch.chars -= 1;
             return true;
         }
+        // Past the buffer, what a mark typed next extends is no longer the cut text's last
+        // character as it was cut (a new line the erasing exposes starts a cluster of its
+        // own): no cluster erase goes on into it.
+        self.ch.after_cut = false;
         if self.ch.unseen_ws > 0 {
             self.ch.unseen_ws -= 1;
             return true;

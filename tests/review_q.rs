@@ -71,3 +71,47 @@ fn form_feed_and_vertical_tab_keep_the_words_apart() {
         ["one\ntwo.", "Three\nfour."]
     );
 }
+
+/// t140llm erases a grapheme cluster a backspace (README "t140llm"). A combining mark that
+/// comes after an idle flush sent its base character is one cluster with it, so the
+/// backspace after the mark erases both: the sent item must lose its "c". The chunker erases
+/// the mark alone (the buffer's one cluster) and the item kept the "c" the sender erased. A
+/// mark after white space still erases only that space with it.
+#[test]
+fn a_cluster_erase_reaches_the_base_a_flush_sent_before_its_mark() {
+    let mut g = Gateway::new(Config {
+        idle_flush: Duration::from_millis(500),
+        compat: pvp_t140::gateway::Compat::T140llm,
+        ..Config::default()
+    });
+    g.handle_datagram(at(0), addr(4000), &packet(1, b"Hello c"));
+    g.handle_timeout(at(1000));
+    g.handle_datagram(at(1100), addr(4000), &packet(2, "\u{301}".as_bytes()));
+    g.handle_datagram(at(1150), addr(4000), &packet(3, b"\x08"));
+    g.shutdown(at(100_000));
+    assert_eq!(shown(&drain(&mut g)), ["Hello"]);
+    assert_eq!(g.stats().erase_unmatched, 0);
+    // The chunker alone: the erase goes on into the text flushed.
+    let mut ch = pvp_t140::chunker::Chunker::new();
+    let mut cuts = pvp_t140::chunker::Cuts::new(500);
+    cuts.erase_clusters(true);
+    ch.fed(&mut cuts).push_ascii(b"Hello c");
+    let idle = ch.flush(pvp_t140::chunker::FlushCause::Idle).unwrap();
+    assert_eq!(idle.text, "Hello c");
+    use pvp_t140::t140::TextSink;
+    ch.fed(&mut cuts).push_char('\u{301}');
+    assert!(ch.fed(&mut cuts).backspace(), "the mark erased");
+    assert_eq!(ch.take_erase_sent(), 1, "and the sent c with it");
+    // A mark after a space: the space and the mark, nothing sent.
+    let mut ch = pvp_t140::chunker::Chunker::new();
+    ch.fed(&mut cuts).push_ascii(b"Hi ");
+    ch.flush(pvp_t140::chunker::FlushCause::Idle).unwrap();
+    ch.fed(&mut cuts).push_char('\u{301}');
+    ch.fed(&mut cuts).backspace();
+    assert_eq!(ch.take_erase_sent(), 0);
+    // A lone mark with nothing cut before it: nothing more to erase, nothing counted.
+    let mut ch = pvp_t140::chunker::Chunker::new();
+    ch.fed(&mut cuts).push_char('\u{301}');
+    assert!(ch.fed(&mut cuts).backspace());
+    assert_eq!(ch.take_erase_sent(), 0);
+}
