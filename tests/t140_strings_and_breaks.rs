@@ -1,4 +1,5 @@
-//! Review q: T.140 decoding and the chunker, through the sans-IO core with time as a value.
+//! T.140 decoding and the chunker: unterminated control strings, VT and FF, a t140llm erase
+//! across an idle flush; through the sans-IO core with time as a value.
 
 use std::time::Duration;
 
