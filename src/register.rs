@@ -26,6 +26,13 @@ pub const OVERTAKEN_MARKED: u16 = 16;
 /// Packets held waiting for a gap to fill; beyond this the oldest gap is given up at once.
 pub const MAX_HELD: usize = 64;
 
+/// A held packet's buffer is kept for reuse ([`Cold`]'s `spare`) only up to this capacity: a
+/// spare buffer outlives the packet, for the stream's life, and at the capacity the largest
+/// packet it ever held gave it, so 65 datagrams of 64 KiB ahead of a gap, once, left 4 MiB
+/// allocated by a stream that holds nothing. RFC 4103 packets are far smaller (a 300 ms buffer
+/// of typing, three RED generations), so the steady state still reuses every buffer.
+const SPARE_CAPACITY: usize = 2048;
+
 /// What the register hands to the decoder, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Piece<'a> {
@@ -576,7 +583,7 @@ impl Register {
             self.cold.stats.stale += copies.len() as u64;
             // All but this packet (the run's newest) were kept, answered `Jump`.
             self.cold.stats.stale_kept += copies.len().saturating_sub(1) as u64;
-            (self.cold.spare).extend(copies.into_iter().map(|h| h.payload));
+            copies.into_iter().for_each(|h| self.recycle(h.payload));
             return Outcome::Stale;
         }
         // The sender restarted its sequence: what the old one still waited for is given up,
@@ -634,7 +641,7 @@ impl Register {
                 }
             }
             self.expected = Some(h.seq.wrapping_add(1));
-            self.cold.spare.push(h.payload);
+            self.recycle(h.payload);
         }
         // The rest in order; past a gap (packets kept before the run) held, for the reorder
         // wait.
@@ -642,7 +649,7 @@ impl Register {
             if self.holding == 0 && self.expected == Some(h.seq) {
                 self.deliver(&h.arrival(), 0, 0, out);
                 self.expected = Some(h.seq.wrapping_add(1));
-                self.cold.spare.push(h.payload);
+                self.recycle(h.payload);
             } else {
                 self.cold.held.push(h);
                 self.holding += 1;
@@ -702,6 +709,14 @@ impl Register {
         }
     }
 
+    /// Keeps a delivered or dropped packet's buffer for the next copy, unless a large packet
+    /// grew it past [`SPARE_CAPACITY`]: then it is freed.
+    fn recycle(&mut self, payload: Vec<u8>) {
+        if payload.capacity() <= SPARE_CAPACITY {
+            self.cold.spare.push(payload);
+        }
+    }
+
     /// The newest sequence number received (RFC 3550 A.1's `max_seq`): the newest held, else
     /// the last delivered. With nothing held the boxed part is not read.
     fn newest_received(&self, expected: u16) -> u16 {
@@ -716,7 +731,7 @@ impl Register {
     fn drop_strays(&mut self, strays: impl IntoIterator<Item = Held>) {
         for h in strays {
             self.cold.stats.jumps += 1;
-            self.cold.spare.push(h.payload);
+            self.recycle(h.payload);
         }
     }
 
@@ -912,7 +927,7 @@ impl Register {
             let a = h.arrival();
             self.deliver_head(&a, out);
             self.expected = Some(h.seq.wrapping_add(1));
-            self.cold.spare.push(h.payload);
+            self.recycle(h.payload);
             self.drain(out);
             return;
         }
@@ -947,7 +962,7 @@ impl Register {
             self.deliver(&a, covered, 0, out);
         }
         self.expected = Some(h.seq.wrapping_add(1));
-        self.cold.spare.push(h.payload);
+        self.recycle(h.payload);
         self.drain(out);
     }
 
@@ -968,7 +983,7 @@ impl Register {
             let h = self.unhold_first();
             self.deliver(&h.arrival(), gap, 0, out);
             self.expected = Some(h.seq.wrapping_add(1));
-            self.cold.spare.push(h.payload);
+            self.recycle(h.payload);
         }
     }
 
