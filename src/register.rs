@@ -197,10 +197,13 @@ struct Rare {
     /// text instead of marking it lost), or they prove strays. At most [`MAX_KEPT`], in
     /// arrival order.
     run: Vec<Held>,
-    /// Where the old sequence stood (next expected, newest received) when the last was kept:
-    /// if it moved since (its live packets kept coming), packets a short way back are late
-    /// duplicates, not a restart (RFC 3550 A.1's three), and those kept are strays.
-    since: (u16, u16),
+    /// The old sequence's newest packet received (held ones too) when the last was kept: if
+    /// it moved since (its live packets kept coming), packets a short way back are late
+    /// duplicates, not a restart (RFC 3550 A.1's three), and those kept are strays. Not the
+    /// next expected: the reorder wait giving a gap up moves that with no packet come, and a
+    /// restart's marked first packet, kept across it, was dropped as a stray (its text lost
+    /// unmarked, or the rest of the restart, stamped behind, dropped as late copies).
+    since: u16,
     /// The source's BYE came ([`Register::mark_bye`]): where and when.
     bye: Option<Bye>,
 }
@@ -529,7 +532,7 @@ impl Register {
     #[inline(never)]
     fn jump(&mut self, now: Time, a: &Arrival<'_>, expected: u16, out: Out<'_>) -> Outcome {
         let seq = a.seq;
-        let old = (expected, self.newest_received(expected));
+        let old = self.newest_received(expected);
         let short_back = expected.wrapping_sub(seq) <= MAX_DROPOUT;
         if self.cold.rare.as_ref().is_some_and(|r| r.since != old) && short_back {
             // The old sequence went on since: what was kept were strays.

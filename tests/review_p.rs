@@ -196,3 +196,45 @@ fn given_up_large_held_packets_do_not_stay_allocated() {
         "{live} bytes stay allocated by a register holding nothing"
     );
 }
+
+/// A sender restarts its numbering 1000 back (RFC 3550 A.1 asks for three packets in a row to
+/// believe that) while the old sequence waits for a lost packet: 1..=10 said, 11 lost, 12 held;
+/// the restart's marked first packet "\u{feff}N1." is kept, then the reorder wait gives 11 up
+/// (a timer, no packet of the old sequence), then N2, N3, N4 come. The restart is each of its
+/// packets once: the kept first one was dropped as a stray because the give-up moved the next
+/// expected number, which the register read as the old sequence going on. On the old clock
+/// its text was lost without a mark; stamped behind (a new random clock, RFC 3550 5.1), the
+/// rest of the restart was then taken for late copies and dropped too.
+#[test]
+fn a_restart_back_whose_first_packet_is_kept_across_a_reorder_give_up_keeps_it() {
+    for base in [4000u32, 3_000_000_000] {
+        let mut r = Rig::new();
+        for s in 1..=10u16 {
+            let t = format!("w{s}.");
+            r.raw(
+                u64::from(s) * 300,
+                s,
+                u32::from(s) * 300,
+                s == 1,
+                false,
+                t.as_bytes(),
+            );
+        }
+        assert_eq!(r.raw(3600, 12, 3600, false, false, b"w12."), Outcome::Held);
+        let r0: u16 = 12u16.wrapping_sub(1000);
+        let n1 = "\u{feff}N1.".as_bytes();
+        assert_eq!(r.raw(4000, r0, base, true, false, n1), Outcome::Jump);
+        r.expire(4600);
+        assert_eq!(r.text, "w1.w2.w3.w4.w5.w6.w7.w8.w9.w10.~w12.");
+        r.raw(4700, r0 + 1, base + 700, false, false, b"N2.");
+        r.raw(5000, r0 + 2, base + 1000, false, false, b"N3.");
+        r.raw(5300, r0 + 3, base + 1300, false, false, b"N4.");
+        r.expire(20_000);
+        assert_eq!(
+            r.text, "w1.w2.w3.w4.w5.w6.w7.w8.w9.w10.~w12.|\u{feff}N1.N2.N3.N4.",
+            "restart stamped from {base}"
+        );
+        let s = r.reg.stats();
+        assert_eq!((s.restarts, s.jumps, s.lost, s.stale), (1, 0, 1, 0));
+    }
+}
