@@ -544,8 +544,12 @@ impl Register {
             self.cold.stats.stale += 1;
             return Outcome::Stale;
         }
-        if rare.run.len() >= MAX_KEPT {
-            // The farthest from this one goes (a stray far off, or the oldest of a run).
+        if rare.run.len() >= MAX_KEPT && !Self::confirms(&rare.run, seq, expected) {
+            // The farthest from this one goes (a stray far off, or the oldest of a run). Not
+            // when this packet confirms a run with all kept: a restart's first packets out of
+            // order fill the kept before their run is believed, and the farthest is then the
+            // run's own first (its session start, RFC 4103 5.2), whose loss made the rest late
+            // copies when stamped behind. The run is taken at once, so no more stay kept.
             let distance = |h: &Held| {
                 let d = h.seq.wrapping_sub(seq);
                 d.min(d.wrapping_neg())
@@ -567,16 +571,12 @@ impl Register {
         while has(hi.wrapping_add(1)) {
             hi = hi.wrapping_add(1);
         }
-        let needed = if expected.wrapping_sub(lo) <= MAX_DROPOUT {
-            3
-        } else {
-            2
-        };
         // A restart's packets go forward: the run is believed when its newest arrives last
         // (as A.1's `bad_seq` is the packet after the jump), never from packets walking back.
-        if hi != seq || hi.wrapping_sub(lo) + 1 < needed {
+        if hi != seq || hi.wrapping_sub(lo) + 1 < Self::needed(expected, lo) {
             return Outcome::Jump;
         }
+        let needed = Self::needed(expected, lo);
         if needed == 3 && self.late_copies(lo, hi) {
             // Late duplicates of packets already delivered: dropped, as any stale packet.
             let run = self.cold.rare.as_mut().map(|j| std::mem::take(&mut j.run));
@@ -660,6 +660,29 @@ impl Register {
         }
         self.drain(out);
         Outcome::Delivered
+    }
+
+    /// How many packets in sequence make a restart's run starting at `lo` believed: three a
+    /// jump back of at most MAX_DROPOUT (more likely late duplicates), else two (RFC 3550 A.1).
+    fn needed(expected: u16, lo: u16) -> u16 {
+        if expected.wrapping_sub(lo) <= MAX_DROPOUT {
+            3
+        } else {
+            2
+        }
+    }
+
+    /// Whether `seq`, kept with `kept`, ends a run long enough to be believed ([`Register::jump`]).
+    fn confirms(kept: &[Held], seq: u16, expected: u16) -> bool {
+        let has = |s: u16| kept.iter().any(|h| h.seq == s);
+        if has(seq.wrapping_add(1)) {
+            return false;
+        }
+        let mut lo = seq;
+        while has(lo.wrapping_sub(1)) {
+            lo = lo.wrapping_sub(1);
+        }
+        seq.wrapping_sub(lo) + 1 >= Self::needed(expected, lo)
     }
 
     /// Whether a restart's run `lo..=hi` a short way back (RFC 3550 A.1's MAX_MISORDER to
