@@ -544,7 +544,8 @@ impl Register {
             self.cold.stats.stale += 1;
             return Outcome::Stale;
         }
-        if rare.run.len() >= MAX_KEPT && !Self::confirms(&rare.run, seq, expected) {
+        let confirmed = Self::confirms(&rare.run, seq, expected);
+        if rare.run.len() >= MAX_KEPT && !confirmed {
             // The farthest from this one goes (a stray far off, or the oldest of a run). Not
             // when this packet confirms a run with all kept: a restart's first packets out of
             // order fill the kept before their run is believed, and the farthest is then the
@@ -571,9 +572,7 @@ impl Register {
         while has(hi.wrapping_add(1)) {
             hi = hi.wrapping_add(1);
         }
-        // A restart's packets go forward: the run is believed when its newest arrives last
-        // (as A.1's `bad_seq` is the packet after the jump), never from packets walking back.
-        if hi != seq || hi.wrapping_sub(lo) + 1 < Self::needed(expected, lo) {
+        if !confirmed {
             return Outcome::Jump;
         }
         let needed = Self::needed(expected, lo);
@@ -672,17 +671,35 @@ impl Register {
         }
     }
 
-    /// Whether `seq`, kept with `kept`, ends a run long enough to be believed ([`Register::jump`]).
+    /// Whether `seq`, kept with `kept` (not among them), makes a run to be believed
+    /// ([`Register::jump`]). A restart's packets go forward: the run is believed when its
+    /// newest arrives last (as A.1's `bad_seq` is the packet after the jump), never from
+    /// packets walking back; but when the kept are full and all of them run in sequence with
+    /// this one, and this one is later in it than the first kept, they are a restart's first
+    /// packets out of order (README "Sequence": the run may arrive out of order), believed
+    /// now: one of them let go to keep this one was the run's own, its first (the session
+    /// start) as often as not.
     fn confirms(kept: &[Held], seq: u16, expected: u16) -> bool {
         let has = |s: u16| kept.iter().any(|h| h.seq == s);
-        if has(seq.wrapping_add(1)) {
-            return false;
-        }
-        let mut lo = seq;
+        let (mut lo, mut hi) = (seq, seq);
         while has(lo.wrapping_sub(1)) {
             lo = lo.wrapping_sub(1);
         }
-        seq.wrapping_sub(lo) + 1 >= Self::needed(expected, lo)
+        while has(hi.wrapping_add(1)) {
+            hi = hi.wrapping_add(1);
+        }
+        let len = usize::from(hi.wrapping_sub(lo)) + 1;
+        match hi == seq {
+            true => len >= usize::from(Self::needed(expected, lo)),
+            // Forward: this one after the first kept in the run (packets walking back, each
+            // before the last, never make one).
+            false => {
+                let first = kept.first().map_or(seq, |h| h.seq);
+                kept.len() >= MAX_KEPT
+                    && len == kept.len() + 1
+                    && seq.wrapping_sub(lo) > first.wrapping_sub(lo)
+            }
+        }
     }
 
     /// Whether a restart's run `lo..=hi` a short way back (RFC 3550 A.1's MAX_MISORDER to

@@ -449,3 +449,60 @@ fn a_restart_back_with_two_of_its_first_packets_swapped_keeps_its_first_packet()
         assert_eq!((s.restarts, s.jumps, s.stale, s.lost), (1, 0, 0, 0));
     }
 }
+
+/// The same family, with more of the run out of order: the kept (four) fill with the run's
+/// own packets before its newest comes last, and one let go for the next was the run's first
+/// (the session start), or the rest waited for one already let go. A restart 1557 back stamped
+/// behind, n0 n1 n3 n4 n2 n5..: nothing of the new session was said (the run without its
+/// marked first packet taken for late copies); one 46624 back, n0 n2 n1 n4 n3 n5..: n0's text
+/// lost (marked as a lost head on a new clock, unmarked on the old).
+#[test]
+fn a_restart_whose_first_five_packets_come_out_of_order_keeps_them_all() {
+    let cases: [(u16, u32, &[usize]); 3] = [
+        (1557, 20, &[0, 1, 3, 4, 2, 5, 6]),
+        (46_624, 500_000, &[0, 2, 1, 4, 3, 5, 6]),
+        (46_624, 3_000_000_000, &[0, 2, 1, 4, 3, 5, 6]),
+    ];
+    for (back, ts_new, order) in cases {
+        let mut r = Rig::new();
+        for s in 1..=10u16 {
+            let t = format!("o{s}.");
+            let ts = u32::from(s) * 300;
+            r.raw(
+                u64::from(s) * 300,
+                1000 + s,
+                ts,
+                s == 1,
+                false,
+                t.as_bytes(),
+            );
+        }
+        let base = 1011u16.wrapping_sub(back);
+        let tok = |i: usize| match i {
+            0 => "\u{feff}n0.".to_string(),
+            _ => format!("n{i}."),
+        };
+        for (k, &i) in order.iter().enumerate() {
+            let at = 3500 + k as u64 * 300;
+            r.expire(at);
+            let ts = ts_new + i as u32 * 300;
+            r.raw(
+                at,
+                base.wrapping_add(i as u16),
+                ts,
+                i == 0,
+                false,
+                tok(i).as_bytes(),
+            );
+        }
+        r.expire(100_000);
+        let old: String = (1..=10).map(|s| format!("o{s}.")).collect();
+        assert_eq!(
+            r.text,
+            format!("{old}|\u{feff}n0.n1.n2.n3.n4.n5.n6."),
+            "back {back}, stamped from {ts_new}, order {order:?}"
+        );
+        let s = r.reg.stats();
+        assert_eq!((s.restarts, s.jumps, s.stale, s.lost), (1, 0, 0, 0));
+    }
+}
