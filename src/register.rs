@@ -254,6 +254,12 @@ const MAX_KEPT: usize = 4;
 /// nearly half the time; behind, or nearer, the run's head is taken as before.
 const NEW_CLOCK: u32 = 1 << 23;
 
+/// How far after a restart's first packet a packet kept ahead of the run may be stamped and
+/// be the restart's ([`Register::jump`]): 2^16 ticks, 65 s of T.140's 1000 Hz clock (RFC 4103
+/// 4.1), far longer than the restart's first packets take, and a late duplicate stamped on
+/// another (random) clock lands that close once in 65,536.
+const AFTER_HEAD: u32 = 1 << 16;
+
 // `holding` counts one over the bound for a moment (`Register::receive`).
 const _: () = assert!(MAX_HELD < u8::MAX as usize);
 
@@ -608,9 +614,21 @@ impl Register {
                 && !crate::rtp::ts_after(h.ts, head_ts)
                 && (no_copy || a.marker || self.starts_session(&a))
         };
+        // Kept a short way after the run (within MAX_DROPOUT, A.1's in order) and stamped
+        // after its head, by less than [`AFTER_HEAD`]: the restart's too, come ahead of the
+        // packets between (reordered), which the gap then waits for as any gap. Let go as
+        // strays, their text was marked lost when the wait for the gap ended. A late duplicate
+        // of the old sequence is stamped on the old clock: not after the head (it stamped its
+        // run on from there), or far from it.
+        let after = |h: &Held| {
+            let on = h.seq.wrapping_sub(hi);
+            let since_head = h.ts.wrapping_sub(head_ts);
+            on != 0 && on < MAX_DROPOUT && since_head != 0 && since_head < AFTER_HEAD
+        };
         let (mut run, strays): (Vec<Held>, Vec<Held>) = (run.into_iter())
-            .partition(|h| h.seq.wrapping_sub(lo) <= hi.wrapping_sub(lo) || before(h));
-        // All of them lie from MAX_DROPOUT before the run's first to its last.
+            .partition(|h| h.seq.wrapping_sub(lo) <= hi.wrapping_sub(lo) || before(h) || after(h));
+        // All of them lie from MAX_DROPOUT before the run's first to MAX_DROPOUT after its
+        // last.
         let floor = lo.wrapping_sub(MAX_DROPOUT);
         let from = (run.iter().map(|h| h.seq))
             .min_by_key(|s| s.wrapping_sub(floor))

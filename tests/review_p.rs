@@ -506,3 +506,79 @@ fn a_restart_whose_first_five_packets_come_out_of_order_keeps_them_all() {
         assert_eq!((s.restarts, s.jumps, s.stale, s.lost), (1, 0, 0, 0));
     }
 }
+
+/// A restart far back (RFC 3550 A.1: two packets in a row believe it) whose third packet
+/// overtakes the second: n0, n3, n1, n2, n4... . n0 and n1 confirm the run; n3, kept before
+/// them, was let go as a stray, so n2 came in order, n4 then waited behind the gap n3 left and
+/// n3's text, received, was marked lost at the end of the wait.
+#[test]
+fn a_restart_packet_kept_ahead_of_its_run_is_not_dropped_as_a_stray() {
+    for ts_new in [500_000u32, 3_000_000_000] {
+        let mut r = Rig::new();
+        for s in 1..=10u16 {
+            let t = format!("o{s}.");
+            let ts = u32::from(s) * 300;
+            r.raw(
+                u64::from(s) * 300,
+                1000 + s,
+                ts,
+                s == 1,
+                false,
+                t.as_bytes(),
+            );
+        }
+        let base = 1011u16.wrapping_sub(10_160);
+        let tok = |i: usize| match i {
+            0 => "\u{feff}n0.".to_string(),
+            _ => format!("n{i}."),
+        };
+        for (k, i) in [0usize, 3, 1, 2, 4, 5].into_iter().enumerate() {
+            let at = 3500 + k as u64 * 300;
+            r.expire(at);
+            let ts = ts_new + i as u32 * 300;
+            r.raw(
+                at,
+                base.wrapping_add(i as u16),
+                ts,
+                i == 0,
+                false,
+                tok(i).as_bytes(),
+            );
+        }
+        r.expire(100_000);
+        let old: String = (1..=10).map(|s| format!("o{s}.")).collect();
+        assert_eq!(
+            r.text,
+            format!("{old}|\u{feff}n0.n1.n2.n3.n4.n5."),
+            "stamped from {ts_new}"
+        );
+        let s = r.reg.stats();
+        assert_eq!((s.restarts, s.jumps, s.stale, s.lost), (1, 0, 0, 0));
+    }
+}
+
+/// The other side of the rule above: a late duplicate of the old sequence kept before a
+/// restart's run, a little after it in numbering, is not taken for the restart's (it is
+/// stamped on the old clock): live 1000..=1200, the old 1054 "D" late, then a restart at
+/// 1050 "x", 1051 "y", 1052 "z", 1053 "w", 1054 "v", on a clock ahead or behind.
+#[test]
+fn an_old_late_duplicate_after_a_restarts_run_is_still_a_stray() {
+    for ts_new in [500_000u32, 3_000_000_000] {
+        let mut r = Rig::new();
+        for s in 1000..=1200u16 {
+            let ts = u32::from(s) * 300;
+            r.raw(u64::from(s), s, ts, s == 1000, false, b".");
+        }
+        let before = r.text.clone();
+        assert_eq!(
+            r.raw(2000, 1054, 1054 * 300, false, false, b"D"),
+            Outcome::Jump
+        );
+        for (k, t) in ["x", "y", "z", "w", "v"].into_iter().enumerate() {
+            let (at, ts) = (3000 + k as u64 * 300, ts_new + k as u32 * 300);
+            r.raw(at, 1050 + k as u16, ts, k == 0, false, t.as_bytes());
+        }
+        r.expire(100_000);
+        assert_eq!(&r.text[before.len()..], "|xyzwv", "stamped from {ts_new}");
+    }
+}
