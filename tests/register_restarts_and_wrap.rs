@@ -1,4 +1,5 @@
-//! Review p: the per-stream receive register (src/register.rs) and RED parsing (src/red.rs),
+//! The per-stream receive register (src/register.rs) and RED parsing (src/red.rs): the sequence
+//! wrap, restarts out of order, held buffers freed, random impairment accounted once;
 //! driven through the public API with time passed as a value.
 
 use pvp_t140::Time;
