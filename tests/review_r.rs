@@ -13,6 +13,9 @@ use serde_json::Value;
 mod common;
 use common::frozen::{rtp_and_rtcp_sockets, start_with_rtcp_port};
 
+#[path = "common/core.rs"]
+mod core;
+
 #[path = "common/frames.rs"]
 mod frames;
 use frames::udp_ipv4;
@@ -77,10 +80,25 @@ fn session() -> Vec<(u64, From, To, Vec<u8>)> {
     rtcp::write_rr(&mut b_bye, B);
     rtcp::write_bye(&mut b_bye, B);
     vec![
-        (0, From::ARtp, To::Rtp, plain(true, 1000, 0, A, "\u{feff}Hello there. ")),
+        (
+            0,
+            From::ARtp,
+            To::Rtp,
+            plain(true, 1000, 0, A, "\u{feff}Hello there. "),
+        ),
         (30, From::ARtcp, To::Rtcp, sr),
-        (60, From::BRtp, To::Rtp, red(true, 1, 0, B, &[], "\u{feff}Good ")),
-        (120, From::BRtp, To::Rtp, red(false, 2, 100, B, &[(100, "Good ")], "morning")),
+        (
+            60,
+            From::BRtp,
+            To::Rtp,
+            red(true, 1, 0, B, &[], "\u{feff}Good "),
+        ),
+        (
+            120,
+            From::BRtp,
+            To::Rtp,
+            red(false, 2, 100, B, &[(100, "Good ")], "morning"),
+        ),
         // seq 3 (" all") lost; 5 overtakes 4 and carries both in its redundancy.
         (
             240,
@@ -95,11 +113,31 @@ fn session() -> Vec<(u64, From, To, Vec<u8>)> {
             red(false, 4, 300, B, &[(200, "morning"), (100, " all")], " of"),
         ),
         // A's 1001 lost for good: no redundancy.
-        (300, From::ARtp, To::Rtp, plain(false, 1002, 600, A, "Lost one. ")),
+        (
+            300,
+            From::ARtp,
+            To::Rtp,
+            plain(false, 1002, 600, A, "Lost one. "),
+        ),
         // An idle gap, then words with no sentence end: an idle flush.
-        (1800, From::ARtp, To::Rtp, plain(false, 1003, 1800, A, "After the pause")),
-        (1850, From::ARtp, To::Rtp, plain(false, 1004, 1850, A, " waits")),
-        (1900, From::BRtp, To::Rtp, red(false, 6, 1900, B, &[(1500, " you. ")], "Bye now")),
+        (
+            1800,
+            From::ARtp,
+            To::Rtp,
+            plain(false, 1003, 1800, A, "After the pause"),
+        ),
+        (
+            1850,
+            From::ARtp,
+            To::Rtp,
+            plain(false, 1004, 1850, A, " waits"),
+        ),
+        (
+            1900,
+            From::BRtp,
+            To::Rtp,
+            red(false, 6, 1900, B, &[(1500, " you. ")], "Bye now"),
+        ),
         (3000, From::ARtcp, To::Rtcp, bye_with_reason(A, "done")),
         // B's BYE multiplexed on the RTP port (RFC 5761).
         (3100, From::BRtp, To::Rtp, b_bye),
@@ -153,8 +191,28 @@ const ARGS: [&str; 4] = ["--idle-flush-ms", "500", "--reorder-wait-ms", "200"];
 
 #[test]
 fn a_session_gives_the_same_envelopes_live_and_replayed() {
+    let live = parity(session(), &ARGS);
+    let adds: Vec<String> = (live.iter())
+        .filter(|e| e["type"] == "context.add")
+        .map(|e| e["payload"]["content"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        adds,
+        [
+            "Hello there.",
+            "Good morning all of you.",
+            "\u{fffd}Lost one.",
+            "After the pause waits",
+            "Bye now"
+        ]
+    );
+}
+
+/// Runs `session` live and replayed with `extra` flags; asserts the normalised envelopes are
+/// the same; returns them.
+fn parity(session: Vec<(u64, From, To, Vec<u8>)>, extra: &[&str]) -> Vec<Value> {
     let mut args = vec!["--listen", "127.0.0.1:0"];
-    args.extend(ARGS);
+    args.extend(extra);
     let (gw, to_rtp, to_rtcp) = start_with_rtcp_port(&args);
     let (a_rtp, a_rtcp) = rtp_and_rtcp_sockets();
     let b_rtp = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -171,7 +229,7 @@ fn a_session_gives_the_same_envelopes_live_and_replayed() {
     };
     let start = Instant::now();
     let mut frames = Vec::new();
-    for (ms, from, to, d) in session() {
+    for (ms, from, to, d) in session {
         // Pacing only: the gaps are 4x the waits they cross.
         let due = start + Duration::from_millis(ms);
         if let Some(w) = due.checked_duration_since(Instant::now()) {
@@ -191,7 +249,7 @@ fn a_session_gives_the_same_envelopes_live_and_replayed() {
         .arg("replay")
         .arg(&path)
         .args(["--port", &port])
-        .args(ARGS)
+        .args(extra)
         .output()
         .unwrap();
     std::fs::remove_file(&path).ok();
@@ -216,11 +274,188 @@ fn a_session_gives_the_same_envelopes_live_and_replayed() {
         show(&live),
         show(&replayed)
     );
-    // And what both say is the session as sent.
-    let adds: Vec<String> = (live.iter())
-        .filter(|e| e["type"] == "context.add")
-        .map(|e| e["payload"]["content"].as_str().unwrap().to_owned())
-        .collect();
     eprintln!("{}", show(&live));
-    assert!(adds.contains(&"Good morning all of you.".to_owned()), "{adds:?}");
+    live
+}
+
+mod core_rtcp {
+    use pvp_t140::pvp::Message;
+    use pvp_t140::{Gateway, gateway::Config};
+
+    use super::core::{addr, at, drain, t140, t140m};
+
+    use super::{bye_with_reason, rtcp};
+
+    fn gw() -> Gateway {
+        Gateway::new(Config::default())
+    }
+
+    fn until(gw: &mut Gateway, ms: u64) -> Vec<Message> {
+        while let Some(t) = gw.poll_timeout().filter(|&t| t <= at(ms)) {
+            gw.handle_timeout(t);
+        }
+        drain(gw)
+    }
+
+    fn kinds(out: &[Message]) -> Vec<String> {
+        out.iter().map(|m| m.kind.clone()).collect()
+    }
+
+    /// RFC 3550 6.6 then 8.2: a BYE ends the SSRC's session; the same SSRC from the same
+    /// address after the linger is a new session: it joins again and its words are said.
+    #[test]
+    fn the_same_ssrc_after_its_bye_joins_again_with_its_words() {
+        let mut g = gw();
+        g.handle_datagram(at(0), addr(4000), &t140(1, 7, "First. "));
+        g.handle_datagram(at(100), addr(4001), &bye_with_reason(7, "bye"));
+        let mut out = until(&mut g, 3000);
+        g.handle_datagram(at(3000), addr(4000), &t140m(1, 7, true, "Again. "));
+        out.extend(until(&mut g, 10_000));
+        g.shutdown(at(10_000));
+        out.extend(drain(&mut g));
+        assert_eq!(
+            kinds(&out),
+            [
+                "session.join",
+                "context.add",
+                "session.leave",
+                "session.join",
+                "context.add",
+                "session.leave"
+            ],
+            "{out:?}"
+        );
+    }
+
+    /// A BYE for an SSRC never seen ends nothing and keeps no one from joining after.
+    #[test]
+    fn a_bye_for_an_unseen_ssrc_then_its_packets_join() {
+        let mut g = gw();
+        let mut bye = Vec::new();
+        rtcp::write_rr(&mut bye, 9);
+        rtcp::write_bye(&mut bye, 9);
+        g.handle_datagram(at(0), addr(4001), &bye);
+        g.handle_datagram(at(50), addr(4000), &t140(1, 9, "Hi. "));
+        let mut out = until(&mut g, 5000);
+        g.shutdown(at(5000));
+        out.extend(drain(&mut g));
+        assert_eq!(
+            kinds(&out),
+            ["session.join", "context.add", "session.leave"],
+            "{out:?}"
+        );
+    }
+
+    /// SDES NAME with an escape sequence, a new line and 300 characters: the join's name
+    /// has no controls and is bounded.
+    #[test]
+    fn an_sdes_name_is_cleaned_and_bounded_in_the_join() {
+        let mut g = gw();
+        let long = format!("\u{1b}[31mEve\nil\u{2028}{}", "x".repeat(240));
+        let mut d = Vec::new();
+        rtcp::write_rr(&mut d, 5);
+        rtcp::write_sdes(&mut d, 5, "eve@host", Some(&long));
+        g.handle_datagram(at(0), addr(4001), &d);
+        g.handle_datagram(at(10), addr(4000), &t140(1, 5, "Hi. "));
+        let out = until(&mut g, 100);
+        let join = out.iter().find(|m| m.kind == "session.join").unwrap();
+        let name = join.payload["participant"]["name"].as_str().unwrap();
+        assert!(
+            !name.chars().any(|c| c.is_control() || c == '\u{2028}'),
+            "{name:?}"
+        );
+        assert!(name.chars().count() <= 128, "{}", name.len());
+    }
+
+    /// RFC 5761: RTCP (PT 200-204) on the RTP port is not RTP: a BYE-only datagram with a
+    /// padding bit is no stream and no text.
+    #[test]
+    fn rtcp_on_the_rtp_port_opens_no_stream() {
+        let mut g = gw();
+        for pt in 200u8..=204 {
+            let d = [0x80, pt, 0, 1, 0, 0, 0, 0x33];
+            g.handle_datagram(at(0), addr(4000), &d);
+        }
+        let out = until(&mut g, 100_000);
+        assert!(out.is_empty(), "{out:?}");
+    }
+}
+
+/// An SDES before the stream's first packet, a BYE for an SSRC never seen, a BYE then the
+/// same SSRC again (a new session, RFC 3550 6.6), stream timeouts: the same both ways.
+#[test]
+fn byes_early_names_and_timeouts_are_the_same_live_and_replayed() {
+    let mut early = Vec::new();
+    rtcp::write_rr(&mut early, A);
+    rtcp::write_sdes(&mut early, A, "alice@host", Some("Alice"));
+    let mut unseen = Vec::new();
+    rtcp::write_rr(&mut unseen, B);
+    rtcp::write_bye(&mut unseen, 0xC3C3_C3C3);
+    let mut a_bye = Vec::new();
+    rtcp::write_rr(&mut a_bye, A);
+    rtcp::write_bye(&mut a_bye, A);
+    let session = vec![
+        (0, From::ARtcp, To::Rtcp, early),
+        (
+            100,
+            From::ARtp,
+            To::Rtp,
+            plain(true, 1, 0, A, "\u{feff}Hi. "),
+        ),
+        (150, From::BRtp, To::Rtp, unseen),
+        (
+            400,
+            From::BRtp,
+            To::Rtp,
+            plain(true, 10, 0, B, "Timeout soon. "),
+        ),
+        (300, From::ARtcp, To::Rtcp, a_bye),
+        (1500, From::ARtp, To::Rtp, plain(true, 1, 0, A, "Back. ")),
+        (1600, From::ARtp, To::Rtp, plain(false, 2, 100, A, "Still ")),
+        (1650, From::ARtp, To::Rtp, plain(false, 3, 150, A, "here")),
+        (3300, From::BRtp, To::Elsewhere, b"end".to_vec()),
+    ];
+    let mut session = session;
+    session.sort_by_key(|s| s.0);
+    let mut args = ARGS.to_vec();
+    args.extend(["--stream-timeout-s", "1"]);
+    let live = parity(session, &args);
+    let said: Vec<(String, String)> = (live.iter())
+        .map(|e| {
+            let what = match e["type"].as_str().unwrap() {
+                "session.join" => e["payload"]["participant"]["name"].to_string(),
+                "context.add" => e["payload"]["content"].to_string(),
+                "session.leave" => e["payload"]["reason"].to_string(),
+                k => k.to_owned(),
+            };
+            (e["type"].as_str().unwrap().to_owned(), what)
+        })
+        .collect();
+    let kinds: Vec<&str> = said
+        .iter()
+        .map(|(k, w)| {
+            if k == "context.add" {
+                w.as_str()
+            } else {
+                k.as_str()
+            }
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "session.join",
+            "\"Hi.\"",
+            "session.join",
+            "\"Timeout soon.\"",
+            "session.leave",
+            "session.leave",
+            "session.join",
+            "\"Back.\"",
+            "\"Still here\"",
+            "session.leave"
+        ],
+        "{said:?}"
+    );
+    assert_eq!(said[0].1, "\"Alice\"", "the early SDES names the join");
 }
