@@ -73,8 +73,8 @@ enum Cmd {
         /// The capture file (pcap or pcapng; Ethernet, Linux SLL/SLL2, raw IP or BSD loopback).
         file: PathBuf,
         /// Only UDP datagrams to this destination port and the RTCP port after it, as a live
-        /// gateway on it reads by default (the RTCP port not with `rtcp = false` in --config;
-        /// default: all).
+        /// gateway on it reads by default (the RTCP port not with `--rtcp false`, or `rtcp =
+        /// false` in --config; default: all).
         #[arg(long)]
         port: Option<u16>,
         /// The live gateway's TOML file: its core settings and `[[stream]]` mapping rules
@@ -82,10 +82,10 @@ enum Cmd {
         /// Flags on the command line override it.
         #[arg(long)]
         config: Option<PathBuf>,
-        /// The live gateway's `--rtcp`, from `--config` (`rtcp = false`: its RTCP port was
-        /// never read, nor is it here).
-        #[arg(skip = true)]
-        rtcp: bool,
+        /// The live gateway's `--rtcp`: with `false` its RTCP port (the one after --port's) was
+        /// never read, nor is it here [default: --config's `rtcp`, else true].
+        #[arg(long, action = clap::ArgAction::Set)]
+        rtcp: Option<bool>,
         #[command(flatten)]
         core: CoreArgs,
     },
@@ -547,8 +547,8 @@ fn apply_file(
     let core = match &mut cli.cmd {
         Some(Cmd::Replay { core, rtcp, .. }) => {
             // What the live gateway read decides what is replayed (README, "Replaying
-            // captures"): its RTCP port only if it read it.
-            *rtcp = f.rtcp.unwrap_or(true);
+            // captures"): its RTCP port only if it read it. The flag overrides the file.
+            *rtcp = rtcp.or(f.rtcp);
             core
         }
         _ => &mut cli.run.core,
@@ -769,7 +769,7 @@ fn main() -> ExitCode {
             rtcp,
             core,
             ..
-        }) => run_replay(&file, port, rtcp, &core),
+        }) => run_replay(&file, port, rtcp.unwrap_or(true), &core),
         Some(Cmd::Send {
             to,
             red,

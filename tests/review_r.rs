@@ -459,3 +459,146 @@ fn byes_early_names_and_timeouts_are_the_same_live_and_replayed() {
     );
     assert_eq!(said[0].1, "\"Alice\"", "the early SDES names the join");
 }
+
+fn mixed(marker: bool, seq: u16, ts: u32, csrc: u32, text: &str) -> Vec<u8> {
+    let mut d = plain(marker, seq, ts, A, text);
+    d[0] |= 1;
+    let payload = d.split_off(12);
+    d.extend_from_slice(&csrc.to_be_bytes());
+    d.extend_from_slice(&payload);
+    d
+}
+
+/// A mixer (RFC 9071) whose RTCP, on the RTCP port, names its sources and says BYE for one,
+/// which speaks again later, then the mixer's own BYE: the same both ways.
+#[test]
+fn a_mixers_sources_are_the_same_live_and_replayed() {
+    let mut names = Vec::new();
+    rtcp::write_sr(&mut names, A, 0, 0, 0, 0);
+    rtcp::write_sdes(&mut names, A, "mixer@host", None);
+    rtcp::write_sdes(&mut names, 0x11, "one@host", Some("One"));
+    rtcp::write_sdes(&mut names, 0x22, "two@host", Some("Two"));
+    let mut one_bye = Vec::new();
+    rtcp::write_rr(&mut one_bye, A);
+    rtcp::write_bye(&mut one_bye, 0x11);
+    let mut own_bye = Vec::new();
+    rtcp::write_rr(&mut own_bye, A);
+    rtcp::write_bye(&mut own_bye, A);
+    let session = vec![
+        (0, From::ARtcp, To::Rtcp, names),
+        (
+            100,
+            From::ARtp,
+            To::Rtp,
+            mixed(true, 1, 100, 0x11, "\u{feff}One speaks. "),
+        ),
+        (
+            200,
+            From::ARtp,
+            To::Rtp,
+            mixed(false, 2, 200, 0x22, "Two speaks. "),
+        ),
+        (
+            300,
+            From::ARtp,
+            To::Rtp,
+            mixed(false, 3, 300, 0x11, "One again"),
+        ),
+        (400, From::ARtcp, To::Rtcp, one_bye),
+        (
+            500,
+            From::ARtp,
+            To::Rtp,
+            mixed(false, 4, 500, 0x22, "Two goes on. "),
+        ),
+        (
+            1500,
+            From::ARtp,
+            To::Rtp,
+            mixed(true, 5, 1500, 0x11, "One is back. "),
+        ),
+        (2000, From::ARtcp, To::Rtcp, own_bye),
+        (2600, From::BRtp, To::Elsewhere, b"end".to_vec()),
+    ];
+    let live = parity(session, &ARGS);
+    let said: Vec<String> = (live.iter())
+        .map(|e| {
+            let who = e["sender"]
+                .as_str()
+                .unwrap()
+                .rsplit('/')
+                .next()
+                .unwrap()
+                .to_owned();
+            match e["type"].as_str().unwrap() {
+                "session.join" => format!("{who} joins as {}", e["payload"]["participant"]["name"]),
+                "context.add" => format!("{who}: {}", e["payload"]["content"]),
+                "session.leave" => format!("{who} leaves: {}", e["payload"]["reason"]),
+                k => format!("{who} {k}"),
+            }
+        })
+        .collect();
+    assert_eq!(
+        said,
+        [
+            "csrc:00000011 joins as \"One\"",
+            "csrc:00000011: \"One speaks.\"",
+            "csrc:00000022 joins as \"Two\"",
+            "csrc:00000022: \"Two speaks.\"",
+            "csrc:00000022: \"Two goes on.\"",
+            "csrc:00000011: \"One again\"",
+            "csrc:00000011 leaves: \"rtcp bye\"",
+            "csrc:00000011 joins as \"One\"",
+            "csrc:00000011: \"One is back.\"",
+            "csrc:00000011 leaves: \"rtcp bye\"",
+            "csrc:00000022 leaves: \"rtcp bye\"",
+        ]
+    );
+}
+
+/// A live gateway run with `--rtcp false` (its --help's way to leave the RTCP port alone)
+/// never read port N+1: replaying its capture with `--port N` must not either, and the flag
+/// that said so live says so to replay. Only a config file's `rtcp = false` did: `replay
+/// --rtcp false` was refused ("unexpected argument"), and without it a BYE sent to N+1 (to
+/// another program there) ended the stream in replay, never live.
+#[test]
+fn replay_takes_the_live_gateways_rtcp_flag() {
+    let rtp_from: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+    let rtcp_from: SocketAddr = "127.0.0.1:40001".parse().unwrap();
+    let to_rtp: SocketAddr = "127.0.0.1:5004".parse().unwrap();
+    let to_rtcp: SocketAddr = "127.0.0.1:5005".parse().unwrap();
+    let mut bye = Vec::new();
+    rtcp::write_rr(&mut bye, A);
+    rtcp::write_bye(&mut bye, A);
+    let frames = [
+        (0, rtp_from, to_rtp, plain(true, 1, 0, A, "One. ")),
+        (100, rtcp_from, to_rtcp, bye),
+        (200, rtp_from, to_rtp, plain(false, 2, 200, A, "Two. ")),
+    ];
+    let path = std::env::temp_dir().join(format!(
+        "pvp-t140-review-r-rtcp-{}.pcap",
+        std::process::id()
+    ));
+    std::fs::write(&path, pcap(&frames)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .arg("replay")
+        .arg(&path)
+        .args(["--port", "5004", "--rtcp", "false"])
+        .output()
+        .unwrap();
+    std::fs::remove_file(&path).ok();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let envelopes: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let reasons: Vec<&str> = (envelopes.iter())
+        .filter(|e| e["type"] == "session.leave")
+        .map(|e| e["payload"]["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(reasons, ["gateway shutdown"], "{envelopes:?}");
+    let joins = envelopes.iter().filter(|e| e["type"] == "session.join");
+    assert_eq!(joins.count(), 1, "{envelopes:?}");
+}
