@@ -327,6 +327,55 @@ mod core_rtcp {
         );
     }
 
+    /// Within the linger after a BYE: a marked packet far past the old numbering is a new
+    /// session (the old leaves at once, the new joins); a marked one close on is the old
+    /// session's last words after a pause (RFC 4103 5.2), said before its one leave.
+    #[test]
+    fn packets_in_the_linger_after_a_bye_are_told_apart() {
+        let mut g = gw();
+        g.handle_datagram(at(0), addr(4000), &t140(1, 7, "First. "));
+        g.handle_datagram(at(100), addr(4001), &bye_with_reason(7, "bye"));
+        g.handle_datagram(at(300), addr(4000), &t140m(50, 7, true, "New. "));
+        let mut out = until(&mut g, 10_000);
+        g.shutdown(at(10_000));
+        out.extend(drain(&mut g));
+        let k = kinds(&out);
+        assert_eq!(
+            k,
+            [
+                "session.join",
+                "context.add",
+                "session.leave",
+                "session.join",
+                "context.add",
+                "session.leave"
+            ],
+            "{out:?}"
+        );
+
+        let mut g = gw();
+        g.handle_datagram(at(0), addr(4000), &t140(1, 7, "First. "));
+        g.handle_datagram(at(100), addr(4001), &bye_with_reason(7, "bye"));
+        g.handle_datagram(at(300), addr(4000), &t140m(3, 7, true, "Last. "));
+        let mut out = until(&mut g, 10_000);
+        g.shutdown(at(10_000));
+        out.extend(drain(&mut g));
+        assert_eq!(
+            kinds(&out),
+            [
+                "session.join",
+                "context.add",
+                "context.add",
+                "session.leave"
+            ],
+            "{out:?}"
+        );
+        assert_eq!(
+            out[2].payload["content"], "\u{fffd}Last.",
+            "seq 2 lost: marked"
+        );
+    }
+
     /// A BYE for an SSRC never seen ends nothing and keeps no one from joining after.
     #[test]
     fn a_bye_for_an_unseen_ssrc_then_its_packets_join() {
