@@ -651,3 +651,39 @@ fn replay_takes_the_live_gateways_rtcp_flag() {
     let joins = envelopes.iter().filter(|e| e["type"] == "session.join");
     assert_eq!(joins.count(), 1, "{envelopes:?}");
 }
+
+/// A sender's first compound (RR + SDES NAME) to the RTCP port, then at once its first RTP
+/// packet, as endpoints start (RFC 3550 6.2: the first compound goes out at once); and its
+/// BYE at once after its last packet. Replayed, the join says "Alice". Live it said "T.140
+/// a1a1a1a1 (127.0.0.1:P)" and a `participant.announce` renamed it (4 runs in 5): udp.rs
+/// drains the RTP already queued before each RTCP datagram of the feed (so that a BYE follows
+/// the last packets), which puts an SDES sent first after the packet that opens the stream,
+/// and the RTCP reader's hop through the feed lets the RTP be read first anyway. Timing-bound,
+/// so not run by default.
+#[test]
+#[ignore = "known gap: live, an SDES sent to the RTCP port just before the first RTP packet is \
+            read after it (the worker drains queued RTP before each RTCP datagram, and the RTCP \
+            reader is a hop behind): the join goes out unnamed and an announce follows, where \
+            replay joins named; a fix (no drain before an SDES-only compound, and a short hold \
+            of a new stream's join for RTCP in the feed) touches the shell's ordering"]
+fn an_sdes_sent_just_before_the_first_packet_names_the_join_live_as_replayed() {
+    let mut early = Vec::new();
+    rtcp::write_rr(&mut early, A);
+    rtcp::write_sdes(&mut early, A, "alice@host", Some("Alice"));
+    let mut a_bye = Vec::new();
+    rtcp::write_rr(&mut a_bye, A);
+    rtcp::write_bye(&mut a_bye, A);
+    let session = vec![
+        (0, From::ARtcp, To::Rtcp, early),
+        (0, From::ARtp, To::Rtp, plain(true, 1, 0, A, "\u{feff}Hi. ")),
+        (
+            100,
+            From::ARtp,
+            To::Rtp,
+            plain(false, 2, 100, A, "Last words"),
+        ),
+        (100, From::ARtcp, To::Rtcp, a_bye),
+        (1000, From::BRtp, To::Elsewhere, b"end".to_vec()),
+    ];
+    parity(session, &ARGS);
+}
