@@ -1,4 +1,4 @@
-//! Review r: replay/live parity and the receive side of RTCP. One session (two SSRCs, RED, a
+//! Replay/live parity and the receive side of RTCP. One session (two SSRCs, RED, a
 //! loss recovered and one not, reordering, SR+SDES, BYE with and without a reason, idle gaps)
 //! sent live to the real binary and written to a pcap replayed by the real binary: the same
 //! envelopes but for ids, wall-clock stamps and the key's stream-start time.
