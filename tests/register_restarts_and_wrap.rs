@@ -68,6 +68,43 @@ impl Rig {
         self.raw(ms, seq, ms as u32, marker, false, t.as_bytes())
     }
 
+    /// What [`Rig::old_ten`] says.
+    const OLD_TEN: &str = "o1.o2.o3.o4.o5.o6.o7.o8.o9.o10.";
+
+    /// An old sequence: "o1." to "o10.", numbered 1001 to 1010, 300 ms and 300 ticks apart.
+    fn old_ten(&mut self) {
+        for s in 1..=10u16 {
+            let t = format!("o{s}.");
+            let at = u64::from(s) * 300;
+            self.raw(
+                at,
+                1000 + s,
+                u32::from(s) * 300,
+                s == 1,
+                false,
+                t.as_bytes(),
+            );
+        }
+    }
+
+    /// A restart's packets `i` in `order`, numbered `base + i`, saying "n{i}." (n0 marked and
+    /// after a BOM: a session's start), 300 ms apart from 3.5 s and stamped `ts + 300 i`; with
+    /// `expire`, the register's wait runs before each.
+    fn restart(&mut self, base: u16, ts: u32, order: &[usize], expire: bool) {
+        for (k, &i) in order.iter().enumerate() {
+            let at = 3500 + k as u64 * 300;
+            if expire {
+                self.expire(at);
+            }
+            let t = match i {
+                0 => "\u{feff}n0.".to_string(),
+                _ => format!("n{i}."),
+            };
+            let seq = base.wrapping_add(i as u16);
+            self.raw(at, seq, ts + i as u32 * 300, i == 0, false, t.as_bytes());
+        }
+    }
+
     fn expire(&mut self, ms: u64) {
         let text = &mut self.text;
         self.reg
@@ -350,7 +387,7 @@ fn a_red_restart_across_the_wrap_says_its_text_once_in_any_order() {
                 );
             }
             r.expire(100_000);
-            let old: String = (1..=10).map(|s| format!("o{s}.")).collect();
+            let old = Rig::OLD_TEN;
             let text = r.text.replace('|', "");
             eprintln!(
                 "back {back} ts {ts_new} order {order:?}: {}",
@@ -371,31 +408,11 @@ fn a_red_restart_across_the_wrap_says_its_text_once_in_any_order() {
 fn a_restart_back_with_two_of_its_first_packets_swapped_keeps_its_first_packet() {
     for (back, ts_new) in [(200u16, 500_000u32), (200, 20), (2002, 500_000), (2002, 20)] {
         let mut r = Rig::new();
-        for s in 1..=10u16 {
-            let t = format!("o{s}.");
-            let ts = u32::from(s) * 300;
-            r.raw(
-                u64::from(s) * 300,
-                1000 + s,
-                ts,
-                s == 1,
-                false,
-                t.as_bytes(),
-            );
-        }
+        r.old_ten();
         let base = 1011u16.wrapping_sub(back);
-        let tok = |i: usize| match i {
-            0 => "\u{feff}n0.".to_string(),
-            _ => format!("n{i}."),
-        };
-        for (k, i) in [0usize, 1, 3, 2, 4].into_iter().enumerate() {
-            let at = 3500 + k as u64 * 300;
-            let ts = ts_new + i as u32 * 300;
-            let seq = base.wrapping_add(i as u16);
-            r.raw(at, seq, ts, i == 0, false, tok(i).as_bytes());
-        }
+        r.restart(base, ts_new, &[0usize, 1, 3, 2, 4], false);
         r.expire(100_000);
-        let old: String = (1..=10).map(|s| format!("o{s}.")).collect();
+        let old = Rig::OLD_TEN;
         assert_eq!(
             r.text,
             format!("{old}|\u{feff}n0.n1.n2.n3.n4."),
@@ -421,38 +438,11 @@ fn a_restart_whose_first_five_packets_come_out_of_order_keeps_them_all() {
     ];
     for (back, ts_new, order) in cases {
         let mut r = Rig::new();
-        for s in 1..=10u16 {
-            let t = format!("o{s}.");
-            let ts = u32::from(s) * 300;
-            r.raw(
-                u64::from(s) * 300,
-                1000 + s,
-                ts,
-                s == 1,
-                false,
-                t.as_bytes(),
-            );
-        }
+        r.old_ten();
         let base = 1011u16.wrapping_sub(back);
-        let tok = |i: usize| match i {
-            0 => "\u{feff}n0.".to_string(),
-            _ => format!("n{i}."),
-        };
-        for (k, &i) in order.iter().enumerate() {
-            let at = 3500 + k as u64 * 300;
-            r.expire(at);
-            let ts = ts_new + i as u32 * 300;
-            r.raw(
-                at,
-                base.wrapping_add(i as u16),
-                ts,
-                i == 0,
-                false,
-                tok(i).as_bytes(),
-            );
-        }
+        r.restart(base, ts_new, order, true);
         r.expire(100_000);
-        let old: String = (1..=10).map(|s| format!("o{s}.")).collect();
+        let old = Rig::OLD_TEN;
         assert_eq!(
             r.text,
             format!("{old}|\u{feff}n0.n1.n2.n3.n4.n5.n6."),
@@ -471,38 +461,11 @@ fn a_restart_whose_first_five_packets_come_out_of_order_keeps_them_all() {
 fn a_restart_packet_kept_ahead_of_its_run_is_not_dropped_as_a_stray() {
     for ts_new in [500_000u32, 3_000_000_000] {
         let mut r = Rig::new();
-        for s in 1..=10u16 {
-            let t = format!("o{s}.");
-            let ts = u32::from(s) * 300;
-            r.raw(
-                u64::from(s) * 300,
-                1000 + s,
-                ts,
-                s == 1,
-                false,
-                t.as_bytes(),
-            );
-        }
+        r.old_ten();
         let base = 1011u16.wrapping_sub(10_160);
-        let tok = |i: usize| match i {
-            0 => "\u{feff}n0.".to_string(),
-            _ => format!("n{i}."),
-        };
-        for (k, i) in [0usize, 3, 1, 2, 4, 5].into_iter().enumerate() {
-            let at = 3500 + k as u64 * 300;
-            r.expire(at);
-            let ts = ts_new + i as u32 * 300;
-            r.raw(
-                at,
-                base.wrapping_add(i as u16),
-                ts,
-                i == 0,
-                false,
-                tok(i).as_bytes(),
-            );
-        }
+        r.restart(base, ts_new, &[0usize, 3, 1, 2, 4, 5], true);
         r.expire(100_000);
-        let old: String = (1..=10).map(|s| format!("o{s}.")).collect();
+        let old = Rig::OLD_TEN;
         assert_eq!(
             r.text,
             format!("{old}|\u{feff}n0.n1.n2.n3.n4.n5."),
@@ -550,38 +513,11 @@ fn an_old_late_duplicate_after_a_restarts_run_is_still_a_stray() {
 fn a_restart_whose_first_packet_comes_after_its_run_is_confirmed_keeps_it() {
     for ts_new in [500_000u32, 3_000_000_000] {
         let mut r = Rig::new();
-        for s in 1..=10u16 {
-            let t = format!("o{s}.");
-            let ts = u32::from(s) * 300;
-            r.raw(
-                u64::from(s) * 300,
-                1000 + s,
-                ts,
-                s == 1,
-                false,
-                t.as_bytes(),
-            );
-        }
+        r.old_ten();
         let base = 1011u16.wrapping_sub(20_000);
-        let tok = |i: usize| match i {
-            0 => "\u{feff}n0.".to_string(),
-            _ => format!("n{i}."),
-        };
-        for (k, i) in [1usize, 2, 0, 3, 4].into_iter().enumerate() {
-            let at = 3500 + k as u64 * 300;
-            r.expire(at);
-            let ts = ts_new + i as u32 * 300;
-            r.raw(
-                at,
-                base.wrapping_add(i as u16),
-                ts,
-                i == 0,
-                false,
-                tok(i).as_bytes(),
-            );
-        }
+        r.restart(base, ts_new, &[1usize, 2, 0, 3, 4], true);
         r.expire(100_000);
-        let old: String = (1..=10).map(|s| format!("o{s}.")).collect();
+        let old = Rig::OLD_TEN;
         assert_eq!(
             r.text.replace('|', ""),
             format!("{old}\u{feff}n0.n1.n2.n3.n4."),
