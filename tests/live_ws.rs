@@ -341,45 +341,15 @@ async fn a_server_that_stops_reading_is_left_and_joined_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_message_from_the_server_is_skipped_on_the_same_connection() {
-    let server = TestPvpServer::start().await;
-    let url = server.url();
-    let mut gw = Gateway::start_for_server(&url, &["--session", "big"]);
-    let mut a = Sender::new(gw.listen, 0x0b16);
-    a.send("Hello. ");
-    let pa = a.participant();
-    server
-        .wait_until(WAIT, "the first sentence", |s| {
-            adds_of(s, &pa) == ["Hello."]
-        })
-        .await;
-    let conn = conn_of(&server, &pa);
     // 2 MiB of context: far beyond any envelope the gateway reads, and what a faulty server
     // could otherwise make each of thousands of connections hold. It is skipped as it arrives
     // (sink::oversize): the connection was failed and made again before, and a server replaying
     // it to each joiner kept the participant reconnecting.
-    let huge = make_envelope(
-        "context.add",
-        "big",
-        "someone",
-        json!({"key": "k", "content_type": "text", "content": "x".repeat(2 << 20)}),
-        None,
-    );
-    assert!(server.send_to(conn, huge));
-    let skipped = gw.wait_stderr(WAIT, "larger than a connection reads; skipped");
-    assert!(skipped.contains("\"size\":2097"), "{skipped}");
-    a.send("Still here. ");
-    server
-        .wait_until(WAIT, "the second sentence", |s| {
-            adds_of(s, &pa) == ["Hello.", "Still here."]
-        })
-        .await;
-    assert_eq!(conn_of(&server, &pa), conn, "on the same connection");
-    assert_eq!(
-        server.received_of_type("session.join").len(),
-        1,
-        "not joined again"
-    );
-    assert!(gw.terminate(WAIT).success());
+    let content = "x".repeat(2 << 20);
+    skipped_on_the_same_connection("big", content, "\"size\":2097", |server, conn, huge| {
+        server.send_to(conn, huge)
+    })
+    .await;
 }
 
 /// The same message cut by the server into 64 KiB frames (RFC 6455 5.4), each under the limit
@@ -389,10 +359,27 @@ async fn an_oversized_message_from_the_server_is_skipped_on_the_same_connection(
 /// does not parse, counted, on the same connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_message_in_fragments_is_skipped_on_the_same_connection() {
+    // 3-byte characters: a 1 MiB cut falls inside one two times in three.
+    let content = "€".repeat(700_000);
+    skipped_on_the_same_connection("frag", content, "\"size\":2100", |server, conn, huge| {
+        server.send_fragmented_to(conn, huge, 64 << 10)
+    })
+    .await;
+}
+
+/// A participant says a sentence; the server sends its connection a `context.add` of
+/// `content` by `send`; the gateway logs it skipped (its size starting `size`), and the next
+/// sentence arrives on the same connection, not joined again, the connection never failed.
+async fn skipped_on_the_same_connection(
+    session: &str,
+    content: String,
+    size: &str,
+    send: impl FnOnce(&TestPvpServer, usize, serde_json::Value) -> bool,
+) {
     let server = TestPvpServer::start().await;
     let url = server.url();
-    let mut gw = Gateway::start_for_server(&url, &["--session", "frag"]);
-    let mut a = Sender::new(gw.listen, 0x0f4a);
+    let mut gw = Gateway::start_for_server(&url, &["--session", session]);
+    let mut a = Sender::new(gw.listen, 0x0b16);
     a.send("Hello. ");
     let pa = a.participant();
     server
@@ -401,17 +388,16 @@ async fn an_oversized_message_in_fragments_is_skipped_on_the_same_connection() {
         })
         .await;
     let conn = conn_of(&server, &pa);
-    // 3-byte characters: a 1 MiB cut falls inside one two times in three.
     let huge = make_envelope(
         "context.add",
-        "frag",
+        session,
         "someone",
-        json!({"key": "k", "content_type": "text", "content": "€".repeat(700_000)}),
+        json!({"key": "k", "content_type": "text", "content": content}),
         None,
     );
-    assert!(server.send_fragmented_to(conn, huge, 64 << 10));
+    assert!(send(&server, conn, huge));
     let skipped = gw.wait_stderr(WAIT, "larger than a connection reads; skipped");
-    assert!(skipped.contains("\"size\":2100"), "{skipped}");
+    assert!(skipped.contains(size), "{skipped}");
     a.send("Still here. ");
     server
         .wait_until(WAIT, "the second sentence", |s| {
