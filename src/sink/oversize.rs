@@ -517,29 +517,36 @@ mod tests {
         }
     }
 
+    /// A client over `io` as a participant's connection is (`ws::connect`): this layer at 1 MiB,
+    /// tungstenite's frame limit the same, its message limit 3 bytes over (a character's rest).
+    async fn client(
+        io: tokio::io::DuplexStream,
+    ) -> tokio_tungstenite::WebSocketStream<SkipOversize<tokio::io::DuplexStream>> {
+        let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+            .max_message_size(Some((1 << 20) + 3))
+            .max_frame_size(Some(1 << 20));
+        let io = SkipOversize::new(io, 1 << 20);
+        let (ws, _) =
+            tokio_tungstenite::client_async_with_config("ws://localhost/", io, Some(config))
+                .await
+                .unwrap();
+        ws
+    }
+
     /// End to end through tungstenite: a server sends a message over the limit, then a small
     /// one; the client reads an empty binary message, then the small one, on one connection.
     #[tokio::test]
     async fn tungstenite_reads_on_after_a_message_over_the_limit() {
         use futures_util::{SinkExt, StreamExt};
         use tokio_tungstenite::tungstenite::Message;
-        let (client, server) = tokio::io::duplex(64 * 1024);
+        let (client_io, server) = tokio::io::duplex(64 * 1024);
         let server = tokio::spawn(async move {
             let mut ws = tokio_tungstenite::accept_async(server).await.unwrap();
             ws.send(Message::text("x".repeat(3 << 20))).await.unwrap();
             ws.send(Message::text("{\"small\":true}")).await.unwrap();
             ws
         });
-        let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
-            .max_message_size(Some(1 << 20))
-            .max_frame_size(Some(1 << 20));
-        let (mut ws, _) = tokio_tungstenite::client_async_with_config(
-            "ws://localhost/",
-            SkipOversize::new(client, 1 << 20),
-            Some(config),
-        )
-        .await
-        .unwrap();
+        let mut ws = client(client_io).await;
         let first = ws.next().await.unwrap().unwrap();
         assert_eq!(first, Message::Binary(Default::default()));
         assert_eq!(ws.get_mut().take_skipped(), Some(3 << 20));
@@ -559,7 +566,7 @@ mod tests {
         use tokio_tungstenite::tungstenite::protocol::frame::Frame;
         use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
         let text = "€".repeat(1 << 20);
-        let (client, server) = tokio::io::duplex(64 * 1024);
+        let (client_io, server) = tokio::io::duplex(64 * 1024);
         let sent = text.clone();
         let server = tokio::spawn(async move {
             let mut ws = tokio_tungstenite::accept_async(server).await.unwrap();
@@ -572,16 +579,7 @@ mod tests {
             ws.send(Message::text("{\"small\":true}")).await.unwrap();
             ws
         });
-        let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
-            .max_message_size(Some((1 << 20) + 3))
-            .max_frame_size(Some(1 << 20));
-        let (mut ws, _) = tokio_tungstenite::client_async_with_config(
-            "ws://localhost/",
-            SkipOversize::new(client, 1 << 20),
-            Some(config),
-        )
-        .await
-        .unwrap();
+        let mut ws = client(client_io).await;
         let Message::Text(cut) = ws.next().await.unwrap().unwrap() else {
             panic!("a text message");
         };
