@@ -60,7 +60,7 @@ enum Cmd {
         red_pt: u8,
         /// The speaker's name, sent as RTCP SDES NAME (RFC 3550 6.5.2): the gateway names
         /// the participant by it (default: by the CNAME, `pvp-t140-<ssrc>@<host>`). At most
-        /// 255 bytes of UTF-8, no control characters.
+        /// 255 bytes of UTF-8, no control characters nor bidirectional overrides.
         #[arg(long, value_parser = sdes_name)]
         name: Option<String>,
         /// Do not send an RTCP BYE at the end of input.
@@ -113,8 +113,8 @@ fn send_payload_type(s: &str) -> Result<u8, String> {
 }
 
 /// `send --name`: an SDES item holds 255 octets (RFC 3550 6.5), and a receiver shows the name
-/// as a participant's: a control character in it (a new line, an escape) would be stripped or
-/// shown raw, so it is refused here rather than sent.
+/// as a participant's: a control character in it (a new line, an escape) or a bidirectional
+/// override would be stripped or shown raw, so it is refused here rather than sent.
 fn sdes_name(s: &str) -> Result<String, String> {
     if s.trim().is_empty() {
         Err("a name has at least one visible character".into())
@@ -123,11 +123,11 @@ fn sdes_name(s: &str) -> Result<String, String> {
             "a name is at most 255 bytes (RFC 3550 6.5), this one {}",
             s.len()
         ))
-    } else if s
-        .chars()
-        .any(|c| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}'))
-    {
-        Err("a name has no control characters nor line separators".into())
+    } else if s.chars().any(|c| {
+        c.is_control()
+            || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    }) {
+        Err("a name has no control characters, line separators nor bidirectional overrides".into())
     } else {
         Ok(s.to_owned())
     }

@@ -335,6 +335,43 @@ fn a_name_that_cleans_to_nothing_is_not_sent_and_line_separators_are_out_of_name
     );
 }
 
+/// Bidirectional embedding, override and isolate controls (U+202A-U+202E, U+2066-U+2069) are
+/// out of names too: a name is shown beside other text (a member list, a transcript's speaker,
+/// the gateway's own log line), where an unclosed RIGHT-TO-LEFT OVERRIDE in `Mallory\u{202e}`
+/// turns what follows it around (the Trojan Source trick, CVE-2021-42574). A name of nothing
+/// else is no name.
+#[test]
+fn bidi_controls_are_out_of_names() {
+    let named = |name: &str| {
+        let mut gw = Gateway::new(Config::default());
+        let mut d = Vec::new();
+        pvp_t140::rtcp::write_sdes(&mut d, 7, "m@host", Some(name));
+        gw.handle_datagram(at(0), addr(4000), &d);
+        gw.handle_datagram(at(1), addr(4000), &t140(1, 7, "hi. "));
+        let out = drain(&mut gw);
+        let join = out
+            .iter()
+            .find(|e| e.kind == "session.join")
+            .expect("a join");
+        join.payload["participant"]["name"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(named("Mallory\u{202e}"), "Mallory");
+    assert_eq!(
+        named("\u{2067}Ada\u{2069} L\u{202a}o\u{202c}ve"),
+        "Ada Love"
+    );
+    // Nothing but bidi controls: the CNAME names it, as an empty NAME leaves it.
+    assert_eq!(named("\u{202e}\u{202d}\u{2066}"), "m@host");
+    // Scripts written right to left keep their letters (and the implicit marks U+200E/U+200F).
+    assert_eq!(
+        named("\u{5e9}\u{5e8}\u{5d4}\u{200f}"),
+        "\u{5e9}\u{5e8}\u{5d4}\u{200f}"
+    );
+}
+
 /// README: "Rules are evaluated when a speaker is about to join, so an RTCP SDES name that
 /// arrived by then can match", and a mixer's SDES for its sources' CSRCs names those speakers
 /// (RFC 3550 6.5, 7.3). A mixer's compound carries a chunk for every source it mixes, also the

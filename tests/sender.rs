@@ -1431,6 +1431,7 @@ fn send_name_refuses_what_sdes_cannot_carry() {
         "Ada\nLovelace".into(),
         "Ada\u{1b}[31m".into(),
         "Ada\u{2028}".into(),
+        "Ada\u{202e}".into(),
         " ".into(),
         String::new(),
     ] {
