@@ -33,6 +33,12 @@ pub const MAX_HELD: usize = 64;
 /// of typing, three RED generations), so the steady state still reuses every buffer.
 const SPARE_CAPACITY: usize = 2048;
 
+/// Spare buffers a stream keeps ([`Cold`]'s `spare`): a burst of [`MAX_HELD`] packets of
+/// [`SPARE_CAPACITY`] ahead of a gap, once, left 64 of them, 128 KiB a stream that holds
+/// nothing, for its life. A stream reordered now and then holds one or two packets at a time;
+/// one holding more copies the rest into new buffers while it does.
+const MAX_SPARES: usize = 8;
+
 /// What the register hands to the decoder, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Piece<'a> {
@@ -771,9 +777,9 @@ impl Register {
     }
 
     /// Keeps a delivered or dropped packet's buffer for the next copy, unless a large packet
-    /// grew it past [`SPARE_CAPACITY`]: then it is freed.
+    /// grew it past [`SPARE_CAPACITY`] or [`MAX_SPARES`] are kept: then it is freed.
     fn recycle(&mut self, payload: Vec<u8>) {
-        if payload.capacity() <= SPARE_CAPACITY {
+        if payload.capacity() <= SPARE_CAPACITY && self.cold.spare.len() < MAX_SPARES {
             self.cold.spare.push(payload);
         }
     }

@@ -190,6 +190,33 @@ fn given_up_large_held_packets_do_not_stay_allocated() {
     );
 }
 
+/// The same with packets of 2,000 bytes, each under the size whose buffer is freed: a burst
+/// of 64 of them ahead of a gap, once, left 64 spare buffers (128 KiB) on a stream holding
+/// nothing, for its life; a few spares are kept, the rest freed.
+#[test]
+fn a_burst_of_held_packets_leaves_a_few_spare_buffers_not_all() {
+    let (live, r) = retained(|| {
+        let mut r = Rig::new();
+        r.plain(0, 0, true, "a");
+        let packet = "x".repeat(2000);
+        for i in 1..=(MAX_HELD as u16) {
+            r.raw(u64::from(i), i + 1, 0, false, false, packet.as_bytes());
+        }
+        assert_eq!(r.reg.held(), MAX_HELD);
+        r.expire(100_000);
+        assert_eq!(r.reg.held(), 0);
+        r.plain(100_001, MAX_HELD as u16 + 2, false, "b");
+        r.text.clear();
+        r.text.shrink_to_fit();
+        r
+    });
+    assert_eq!(r.reg.held(), 0);
+    assert!(
+        live < 32 * 1024,
+        "{live} bytes stay allocated by a register holding nothing"
+    );
+}
+
 /// A sender restarts its numbering 1000 back (RFC 3550 A.1 asks for three packets in a row to
 /// believe that) while the old sequence waits for a lost packet: 1..=10 said, 11 lost, 12 held;
 /// the restart's marked first packet "\u{feff}N1." is kept, then the reorder wait gives 11 up
