@@ -9,6 +9,13 @@ use serde_json::{Value, json};
 
 use crate::time::Time;
 
+/// Whether an envelope's sender is the server itself (pvp-spec 4.2: it "MAY use `system`"),
+/// not a member of the session: the server's word (a ping, an error, a gate's timeout) is
+/// acted on only from it.
+pub fn from_server(sender: &str) -> bool {
+    matches!(sender, "system" | "server")
+}
+
 /// pvp-spec 4.1 message envelope in its general, parsed form: what a server sends us, what the
 /// spool journal holds, and what tests inspect. The gateway itself emits [`Envelope`]s.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -203,7 +203,7 @@ impl Gates {
                 // approver role): a member naming another `approver` in each of its approvals
                 // is still one participant (pvp-spec 14.2). Only an approval the server sends
                 // under its own id names the approver in the payload alone.
-                let who = if super::ws::from_server(&env.sender) {
+                let who = if crate::pvp::from_server(&env.sender) {
                     env.payload["approver"].as_str().unwrap_or(&env.sender)
                 } else {
                     &env.sender
@@ -220,7 +220,7 @@ impl Gates {
             // policy), not a member's: a server like the reference one checks the approver
             // role for `gate.approve` and `gate.reject` but relays a `gate.timeout` from anyone
             // as it came, which would let any member (an observer) approve a chunk unasked.
-            "gate.timeout" if !super::ws::from_server(&env.sender) => {
+            "gate.timeout" if !crate::pvp::from_server(&env.sender) => {
                 tracing::warn!(gate, sender = %env.sender, "gate.timeout not from the PVP server; not acted on");
             }
             "gate.timeout" => {

@@ -689,7 +689,7 @@ async fn connection(
                                         tracing::info!(%participant, session = %s, "session.end for another PVP session; not acted on");
                                     }
                                     Reaction::SessionEnd { sender, .. }
-                                        if !from_server(&sender) && !admins.iter().any(|a| **a == *sender) =>
+                                        if !crate::pvp::from_server(&sender) && !admins.iter().any(|a| **a == *sender) =>
                                     {
                                         tracing::warn!(%participant, %sender, "session.end from a member not announced as an admin (pvp-spec 6.5); not acted on");
                                     }
@@ -1732,12 +1732,6 @@ struct Head<'a> {
     kind: std::borrow::Cow<'a, str>,
 }
 
-/// Whether an envelope's sender is the server itself (pvp-spec 4.2: it "MAY use `system`"),
-/// not a member of the session.
-pub(crate) fn from_server(sender: &str) -> bool {
-    matches!(sender, "system" | "server")
-}
-
 /// Reacts to one frame from the server: a pong for the server's ping; for an `error`, a log line that
 /// names the failed message (`related_to`), and what its code calls for.
 fn on_frame(
@@ -1784,7 +1778,7 @@ fn on_frame(
         // reference logs every routed message, pings included, and replays that history to
         // each joiner): answered, each was a pong the reference broadcasts to every member, a
         // join into an hour-old session of 100 participants 12,000 of them.
-        "heartbeat.ping" if !from_server(&env.sender) => {
+        "heartbeat.ping" if !crate::pvp::from_server(&env.sender) => {
             tracing::trace!(%participant, sender = %env.sender, id = %env.id, "heartbeat.ping not from the server; not answered");
             Reaction::None
         }
@@ -1852,7 +1846,7 @@ fn on_frame(
                     // or under this participant's id: one naming a message older than the
                     // recent ones is still the server's word about this connection.
                     let ours = related_kind.is_some()
-                        || from_server(&env.sender)
+                        || crate::pvp::from_server(&env.sender)
                         || env.sender == participant.as_str();
                     if !ours {
                         tracing::info!(
@@ -1877,7 +1871,8 @@ fn on_frame(
                     // of our messages (an agent's AGENT_ERROR, pvp-spec 17, about a chunk or a
                     // gate's request it could not process, relayed to every member) is no
                     // refusal of it. The server took what the member was handed.
-                    let by_server = from_server(&env.sender) || env.sender == participant.as_str();
+                    let by_server =
+                        crate::pvp::from_server(&env.sender) || env.sender == participant.as_str();
                     // The text envelope of this connection's the error names, if any.
                     let named = err
                         .related_to
