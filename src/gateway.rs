@@ -1383,22 +1383,23 @@ fn sdes_name(name: &str) -> Option<String> {
     clean_name(name).map(|_| name.to_owned())
 }
 
-/// A name as a participant's display name: controls out, as from the text (a name reaches PVP
-/// clients' screens and the log line of the join, where an escape sequence or a new line could
-/// pass for something else; U+2028 and U+2029 are new lines too, README "Text decoding"), and
-/// the bidirectional embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069), which
-/// a name left open turns the text shown after it around (Trojan Source, CVE-2021-42574); at
-/// most [`MAX_NAME_CHARS`], trimmed; `None` when nothing is left.
+/// Whether `c` is kept out of a participant's display name: controls, as from the text (a
+/// name reaches PVP clients' screens and the log line of the join, where an escape sequence or
+/// a new line could pass for something else), U+2028 and U+2029 (new lines too, README "Text
+/// decoding"), and the bidirectional embeddings, overrides and isolates (U+202A-U+202E,
+/// U+2066-U+2069), with which a name left open turns the text shown after it around (Trojan
+/// Source, CVE-2021-42574). `pvp-t140 send --name` refuses a name with one.
+pub fn not_in_names(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// A name as a participant's display name: without what [`not_in_names`] keeps out, at most
+/// [`MAX_NAME_CHARS`], trimmed; `None` when nothing is left.
 pub(crate) fn clean_name(name: &str) -> Option<String> {
     let name: String = name
         .chars()
-        .filter(|c| {
-            !c.is_control()
-                && !matches!(
-                    c,
-                    '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
-                )
-        })
+        .filter(|&c| !not_in_names(c))
         .take(MAX_NAME_CHARS)
         .collect();
     let name = name.trim();

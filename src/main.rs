@@ -123,10 +123,7 @@ fn sdes_name(s: &str) -> Result<String, String> {
             "a name is at most 255 bytes (RFC 3550 6.5), this one {}",
             s.len()
         ))
-    } else if s.chars().any(|c| {
-        c.is_control()
-            || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-    }) {
+    } else if s.chars().any(pvp_t140::gateway::not_in_names) {
         Err("a name has no control characters, line separators nor bidirectional overrides".into())
     } else {
         Ok(s.to_owned())
