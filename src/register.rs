@@ -556,7 +556,8 @@ impl Register {
             self.cold.stats.stale += 1;
             return Outcome::Stale;
         }
-        let confirmed = Self::confirms(&rare.run, seq, expected);
+        let (lo, hi) = Self::span(&rare.run, seq);
+        let confirmed = Self::confirms(&rare.run, seq, expected, lo, hi);
         if rare.run.len() >= MAX_KEPT && !confirmed {
             // The farthest from this one goes (a stray far off, or the oldest of a run). Not
             // when this packet confirms a run with all kept: a restart's first packets out of
@@ -576,14 +577,7 @@ impl Register {
         let copy = self.copy(now, a);
         let rare = self.cold.rare.get_or_insert_default();
         rare.run.push(copy);
-        let has = |s: u16| rare.run.iter().any(|h| h.seq == s);
-        let (mut lo, mut hi) = (seq, seq);
-        while has(lo.wrapping_sub(1)) {
-            lo = lo.wrapping_sub(1);
-        }
-        while has(hi.wrapping_add(1)) {
-            hi = hi.wrapping_add(1);
-        }
+        // Confirmed, nothing was let go above: `lo..=hi` is still the run around this packet.
         if !confirmed {
             return Outcome::Jump;
         }
@@ -695,15 +689,9 @@ impl Register {
         }
     }
 
-    /// Whether `seq`, kept with `kept` (not among them), makes a run to be believed
-    /// ([`Register::jump`]). A restart's packets go forward: the run is believed when its
-    /// newest arrives last (as A.1's `bad_seq` is the packet after the jump), never from
-    /// packets walking back; but when the kept are full and all of them run in sequence with
-    /// this one, and this one is later in it than the first kept, they are a restart's first
-    /// packets out of order (README "Sequence": the run may arrive out of order), believed
-    /// now: one of them let go to keep this one was the run's own, its first (the session
-    /// start) as often as not.
-    fn confirms(kept: &[Held], seq: u16, expected: u16) -> bool {
+    /// The run in sequence around `seq` among `kept` (not among them) and it: its first and
+    /// last numbers.
+    fn span(kept: &[Held], seq: u16) -> (u16, u16) {
         let has = |s: u16| kept.iter().any(|h| h.seq == s);
         let (mut lo, mut hi) = (seq, seq);
         while has(lo.wrapping_sub(1)) {
@@ -712,6 +700,18 @@ impl Register {
         while has(hi.wrapping_add(1)) {
             hi = hi.wrapping_add(1);
         }
+        (lo, hi)
+    }
+
+    /// Whether `seq`, kept with `kept` (not among them), makes a run to be believed
+    /// ([`Register::jump`]); `lo..=hi` is its run ([`Register::span`]). A restart's packets go
+    /// forward: the run is believed when its newest arrives last (as A.1's `bad_seq` is the
+    /// packet after the jump), never from packets walking back; but when the kept are full and
+    /// all of them run in sequence with this one, and this one is later in it than the first
+    /// kept, they are a restart's first packets out of order (README "Sequence": the run may
+    /// arrive out of order), believed now: one of them let go to keep this one was the run's
+    /// own, its first (the session start) as often as not.
+    fn confirms(kept: &[Held], seq: u16, expected: u16, lo: u16, hi: u16) -> bool {
         let len = usize::from(hi.wrapping_sub(lo)) + 1;
         match hi == seq {
             true => len >= usize::from(Self::needed(expected, lo)),
