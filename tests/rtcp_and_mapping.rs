@@ -286,6 +286,20 @@ fn an_sdes_name_carries_no_control_characters() {
     );
 }
 
+/// The name SSRC 7's join gives it once its first packet comes from 127.0.0.1:4000.
+fn join_name(gw: &mut Gateway) -> String {
+    gw.handle_datagram(at(1), addr(4000), &t140(1, 7, "hi. "));
+    let out = drain(gw);
+    let join = out
+        .iter()
+        .find(|e| e.kind == "session.join")
+        .expect("a join");
+    join.payload["participant"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
 /// A display name with nothing left once cleaned (a mapping rule's `name` of a BEL: a
 /// configuration file refuses one, the API does not) is not sent as it came, control
 /// characters and all: the speaker gets the name a nameless one gets. And U+2028/U+2029,
@@ -305,18 +319,6 @@ fn a_name_that_cleans_to_nothing_is_not_sent_and_line_separators_are_out_of_name
             },
             ..Config::default()
         })
-    };
-    let join_name = |gw: &mut Gateway| {
-        gw.handle_datagram(at(1), addr(4000), &t140(1, 7, "hi. "));
-        let out = drain(gw);
-        let join = out
-            .iter()
-            .find(|e| e.kind == "session.join")
-            .expect("a join");
-        join.payload["participant"]["name"]
-            .as_str()
-            .unwrap()
-            .to_owned()
     };
     let nameless = join_name(&mut Gateway::new(Config::default()));
     assert_eq!(nameless, "T.140 00000007 (127.0.0.1:4000)");
@@ -347,16 +349,7 @@ fn bidi_controls_are_out_of_names() {
         let mut d = Vec::new();
         pvp_t140::rtcp::write_sdes(&mut d, 7, "m@host", Some(name));
         gw.handle_datagram(at(0), addr(4000), &d);
-        gw.handle_datagram(at(1), addr(4000), &t140(1, 7, "hi. "));
-        let out = drain(&mut gw);
-        let join = out
-            .iter()
-            .find(|e| e.kind == "session.join")
-            .expect("a join");
-        join.payload["participant"]["name"]
-            .as_str()
-            .unwrap()
-            .to_owned()
+        join_name(&mut gw)
     };
     assert_eq!(named("Mallory\u{202e}"), "Mallory");
     assert_eq!(
