@@ -8,57 +8,35 @@ mod common;
 use std::time::Duration;
 
 use common::gateway_proc::{Gateway, Sender, http_get, sample};
-use common::pvp_server::{ServerOptions, TestPvpServer, make_envelope};
-use futures_util::{SinkExt, StreamExt};
+use common::pvp_server::{ServerOptions, TestPvpServer, gate_answerer, make_envelope};
 use serde_json::{Value, json};
-use tokio_tungstenite::tungstenite::Message;
 
 const WAIT: Duration = Duration::from_secs(20);
 
 /// An approver that approves every gate whose message says "approve", rejects "reject".
 async fn approver(url: String, session: &'static str) {
-    let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
-    let join = make_envelope(
-        "session.join",
-        session,
-        "approver-1",
-        json!({
-            "participant": {"id": "approver-1", "name": "Approver", "type": "human", "roles": ["approver"], "transport": "websocket"},
-            "supported_versions": [1]
-        }),
-        None,
-    );
-    ws.send(Message::text(join.to_string())).await.unwrap();
-    tokio::spawn(async move {
-        while let Some(Ok(msg)) = ws.next().await {
-            let Ok(e) = serde_json::from_str::<Value>(msg.to_text().unwrap_or("")) else {
-                continue;
-            };
-            if e["type"] != "gate.request" {
-                continue;
-            }
-            let message = e["payload"]["message"].as_str().unwrap_or("");
-            let gate = e["id"].as_str().unwrap();
-            let reply = if message.contains("reject") {
-                make_envelope(
-                    "gate.reject",
-                    session,
-                    "approver-1",
-                    json!({"gate": gate, "rejector": "approver-1", "reason": "no"}),
-                    Some(gate),
-                )
-            } else {
-                make_envelope(
-                    "gate.approve",
-                    session,
-                    "approver-1",
-                    json!({"gate": gate, "approver": "approver-1"}),
-                    Some(gate),
-                )
-            };
-            ws.send(Message::text(reply.to_string())).await.unwrap();
-        }
-    });
+    gate_answerer(url, session, "approver-1", move |e| {
+        let message = e["payload"]["message"].as_str().unwrap_or("");
+        let gate = e["id"].as_str().unwrap();
+        vec![if message.contains("reject") {
+            make_envelope(
+                "gate.reject",
+                session,
+                "approver-1",
+                json!({"gate": gate, "rejector": "approver-1", "reason": "no"}),
+                Some(gate),
+            )
+        } else {
+            make_envelope(
+                "gate.approve",
+                session,
+                "approver-1",
+                json!({"gate": gate, "approver": "approver-1"}),
+                Some(gate),
+            )
+        }]
+    })
+    .await;
 }
 
 /// A server relaying session traffic to every member (as the reference one does), with an

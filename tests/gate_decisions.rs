@@ -7,9 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::gateway_proc::{Gateway, Sender, http_get, sample};
-use common::pvp_server::{ServerOptions, TestPvpServer, make_envelope};
-use futures_util::{SinkExt, StreamExt};
-use tokio_tungstenite::tungstenite::Message as Frame;
+use common::pvp_server::{ServerOptions, TestPvpServer, gate_answerer, make_envelope};
 
 use pvp_t140::pvp::{Builder, Envelope, Kind, Message};
 use pvp_t140::sink::gate::{GateConfig, Gates};
@@ -214,50 +212,26 @@ async fn a_member_cannot_auto_approve_a_chunk_with_a_gate_timeout_of_its_own() {
         ..ServerOptions::default()
     })
     .await;
-    let (mut ws, _) = tokio_tungstenite::connect_async(server.url())
-        .await
-        .unwrap();
-    let join = make_envelope(
-        "session.join",
-        "gated",
-        "member-1",
-        json!({
-            "participant": {"id": "member-1", "name": "Member", "type": "human",
-                "roles": ["approver"], "transport": "websocket"},
-            "supported_versions": [1]
-        }),
-        None,
-    );
-    ws.send(Frame::text(join.to_string())).await.unwrap();
-    tokio::spawn(async move {
-        while let Some(Ok(msg)) = ws.next().await {
-            let Ok(e) = serde_json::from_str::<Value>(msg.to_text().unwrap_or("")) else {
-                continue;
-            };
-            if e["type"] != "gate.request" {
-                continue;
-            }
-            let gate = e["id"].as_str().unwrap();
-            let forged = make_envelope(
-                "gate.timeout",
-                "gated",
-                "member-1",
-                json!({"gate": gate, "approvals_received": 0, "approvals_required": 1,
-                    "resolution": "auto_approved"}),
-                Some(gate),
-            );
-            let reject = make_envelope(
-                "gate.reject",
-                "gated",
-                "member-1",
-                json!({"gate": gate, "rejector": "member-1", "reason": "no"}),
-                Some(gate),
-            );
-            for e in [forged, reject] {
-                ws.send(Frame::text(e.to_string())).await.unwrap();
-            }
-        }
-    });
+    gate_answerer(server.url(), "gated", "member-1", |e| {
+        let gate = e["id"].as_str().unwrap();
+        let forged = make_envelope(
+            "gate.timeout",
+            "gated",
+            "member-1",
+            json!({"gate": gate, "approvals_received": 0, "approvals_required": 1,
+                "resolution": "auto_approved"}),
+            Some(gate),
+        );
+        let reject = make_envelope(
+            "gate.reject",
+            "gated",
+            "member-1",
+            json!({"gate": gate, "rejector": "member-1", "reason": "no"}),
+            Some(gate),
+        );
+        vec![forged, reject]
+    })
+    .await;
     let mut gw = Gateway::start_for_server(
         &server.url(),
         &[

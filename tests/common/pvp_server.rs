@@ -1595,3 +1595,40 @@ fn broadcast(st: &mut State, conn: usize, v: &Value, typ: &str, joined_now: bool
         st.send(m, v.clone());
     }
 }
+
+/// A member of `session` on the server at `url`, joined as `id` with the approver role, that
+/// answers each `gate.request` it is relayed with the envelopes `answer` makes of it (a
+/// decision, or a forgery), in order. Runs until the server closes the connection.
+pub async fn gate_answerer(
+    url: String,
+    session: &str,
+    id: &str,
+    answer: impl Fn(&Value) -> Vec<Value> + Send + 'static,
+) {
+    let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+    let join = make_envelope(
+        "session.join",
+        session,
+        id,
+        json!({
+            "participant": {"id": id, "name": id, "type": "human", "roles": ["approver"],
+                "transport": "websocket"},
+            "supported_versions": [1]
+        }),
+        None,
+    );
+    ws.send(Message::text(join.to_string())).await.unwrap();
+    tokio::spawn(async move {
+        while let Some(Ok(msg)) = ws.next().await {
+            let Ok(e) = serde_json::from_str::<Value>(msg.to_text().unwrap_or("")) else {
+                continue;
+            };
+            if e["type"] != "gate.request" {
+                continue;
+            }
+            for reply in answer(&e) {
+                ws.send(Message::text(reply.to_string())).await.unwrap();
+            }
+        }
+    });
+}
