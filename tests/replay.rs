@@ -8,7 +8,7 @@ use serde_json::Value;
 
 #[path = "common/frames.rs"]
 mod frames;
-use frames::udp_ipv4;
+use frames::{pcap_to, udp_ipv4};
 
 /// One RTP packet.
 fn rtp(pt: u8, marker: bool, seq: u16, ts: u32, ssrc: u32, payload: &[u8]) -> Vec<u8> {
@@ -20,43 +20,10 @@ fn rtp(pt: u8, marker: bool, seq: u16, ts: u32, ssrc: u32, payload: &[u8]) -> Ve
     p
 }
 
-/// A loopback (LINKTYPE_NULL) IPv4/UDP frame from 127.0.0.1:40000 to 127.0.0.1:`port`.
-fn frame_to(port: u16, payload: &[u8]) -> Vec<u8> {
-    let mut f = 2u32.to_le_bytes().to_vec();
-    f.extend(udp_ipv4(
-        [127, 0, 0, 1],
-        40000,
-        [127, 0, 0, 1],
-        port,
-        payload,
-    ));
-    f
-}
-
 /// A classic microsecond pcap of (time in µs, UDP payload).
 fn pcap(packets: &[(u64, Vec<u8>)]) -> Vec<u8> {
     let to: Vec<(u64, u16, Vec<u8>)> = packets.iter().map(|(t, p)| (*t, 5004, p.clone())).collect();
     pcap_to(&to)
-}
-
-/// A classic microsecond pcap of (time in µs, destination port, UDP payload).
-fn pcap_to(packets: &[(u64, u16, Vec<u8>)]) -> Vec<u8> {
-    let mut f = Vec::new();
-    f.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
-    f.extend_from_slice(&2u16.to_le_bytes());
-    f.extend_from_slice(&4u16.to_le_bytes());
-    f.extend_from_slice(&[0; 8]);
-    f.extend_from_slice(&262_144u32.to_le_bytes());
-    f.extend_from_slice(&0u32.to_le_bytes()); // LINKTYPE_NULL
-    for (us, port, payload) in packets {
-        let data = frame_to(*port, payload);
-        f.extend_from_slice(&((us / 1_000_000) as u32).to_le_bytes());
-        f.extend_from_slice(&((us % 1_000_000) as u32).to_le_bytes());
-        f.extend_from_slice(&(data.len() as u32).to_le_bytes());
-        f.extend_from_slice(&(data.len() as u32).to_le_bytes());
-        f.extend_from_slice(&data);
-    }
-    f
 }
 
 fn replay(name: &str, packets: &[(u64, Vec<u8>)], args: &[&str]) -> Vec<Value> {

@@ -18,7 +18,6 @@ mod core;
 
 #[path = "common/frames.rs"]
 mod frames;
-use frames::udp_ipv4;
 
 use pvp_t140::rtcp;
 use pvp_t140::rtp::write_packet;
@@ -147,30 +146,10 @@ fn session() -> Vec<(u64, From, To, Vec<u8>)> {
 
 fn pcap(frames: &[(u64, SocketAddr, SocketAddr, Vec<u8>)]) -> Vec<u8> {
     const T0: u64 = 1_700_000_000_000_000;
-    let mut f = Vec::new();
-    f.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
-    f.extend_from_slice(&2u16.to_le_bytes());
-    f.extend_from_slice(&4u16.to_le_bytes());
-    f.extend_from_slice(&[0; 8]);
-    f.extend_from_slice(&262_144u32.to_le_bytes());
-    f.extend_from_slice(&0u32.to_le_bytes()); // LINKTYPE_NULL
-    for (ms, from, to, payload) in frames {
-        let mut data = 2u32.to_le_bytes().to_vec();
-        data.extend(udp_ipv4(
-            [127, 0, 0, 1],
-            from.port(),
-            [127, 0, 0, 1],
-            to.port(),
-            payload,
-        ));
-        let us = T0 + ms * 1000;
-        f.extend_from_slice(&((us / 1_000_000) as u32).to_le_bytes());
-        f.extend_from_slice(&((us % 1_000_000) as u32).to_le_bytes());
-        f.extend_from_slice(&(data.len() as u32).to_le_bytes());
-        f.extend_from_slice(&(data.len() as u32).to_le_bytes());
-        f.extend_from_slice(&data);
-    }
-    f
+    let records = frames
+        .iter()
+        .map(|(ms, from, to, payload)| (T0 + ms * 1000, from.port(), to.port(), &payload[..]));
+    frames::pcap_loopback(records)
 }
 
 /// An envelope without what may differ: its id, its wall-clock ts, the key's start time.

@@ -104,34 +104,6 @@ fn settings_that_do_nothing_without_their_mode_are_said_unused() {
     gw.assert_stderr_lacks("not used");
 }
 
-/// A classic microsecond pcap (LINKTYPE_NULL) of (time in µs, destination port, UDP payload),
-/// each from 127.0.0.1:40000 to 127.0.0.1.
-fn pcap_to(packets: &[(u64, u16, Vec<u8>)]) -> Vec<u8> {
-    let mut f = Vec::new();
-    f.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
-    f.extend_from_slice(&2u16.to_le_bytes());
-    f.extend_from_slice(&4u16.to_le_bytes());
-    f.extend_from_slice(&[0; 8]);
-    f.extend_from_slice(&262_144u32.to_le_bytes());
-    f.extend_from_slice(&0u32.to_le_bytes());
-    for (us, port, payload) in packets {
-        let mut data = 2u32.to_le_bytes().to_vec();
-        data.extend(frames::udp_ipv4(
-            [127, 0, 0, 1],
-            40000,
-            [127, 0, 0, 1],
-            *port,
-            payload,
-        ));
-        f.extend_from_slice(&((us / 1_000_000) as u32).to_le_bytes());
-        f.extend_from_slice(&((us % 1_000_000) as u32).to_le_bytes());
-        f.extend_from_slice(&(data.len() as u32).to_le_bytes());
-        f.extend_from_slice(&(data.len() as u32).to_le_bytes());
-        f.extend_from_slice(&data);
-    }
-    f
-}
-
 /// README, "Replaying captures": "`--port N` keeps the datagrams to port N and to N+1, the
 /// RTCP port a live gateway listening on N reads by default (`--rtcp`), so both give the same
 /// envelopes", and "`--config FILE` takes the file the live gateway ran with". A gateway whose
@@ -147,7 +119,7 @@ fn replay_with_a_file_that_says_rtcp_false_leaves_the_rtcp_port_alone() {
     rtp.extend_from_slice(b"Hello there. ");
     let mut bye = vec![0x81, 203, 0, 1];
     bye.extend_from_slice(&0x7777u32.to_be_bytes());
-    let capture = pcap_to(&[(T0, 5004, rtp), (T0 + 300_000, 5005, bye)]);
+    let capture = frames::pcap_to(&[(T0, 5004, rtp), (T0 + 300_000, 5005, bye)]);
     let dir = std::env::temp_dir();
     let pid = std::process::id();
     let (cap, cfg) = (

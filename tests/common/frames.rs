@@ -28,3 +28,40 @@ pub fn udp_ipv4(src: [u8; 4], sport: u16, dst: [u8; 4], dport: u16, payload: &[u
     p.extend_from_slice(payload);
     p
 }
+
+/// A classic little-endian microsecond pcap (LINKTYPE_NULL: BSD loopback) of IPv4/UDP
+/// datagrams between ports of 127.0.0.1: (time in µs, source port, destination port, payload).
+pub fn pcap_loopback<'a>(records: impl IntoIterator<Item = (u64, u16, u16, &'a [u8])>) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
+    f.extend_from_slice(&2u16.to_le_bytes());
+    f.extend_from_slice(&4u16.to_le_bytes());
+    f.extend_from_slice(&[0; 8]);
+    f.extend_from_slice(&262_144u32.to_le_bytes());
+    f.extend_from_slice(&0u32.to_le_bytes()); // LINKTYPE_NULL
+    for (us, sport, dport, payload) in records {
+        let mut data = 2u32.to_le_bytes().to_vec(); // AF_INET
+        data.extend(udp_ipv4(
+            [127, 0, 0, 1],
+            sport,
+            [127, 0, 0, 1],
+            dport,
+            payload,
+        ));
+        f.extend_from_slice(&((us / 1_000_000) as u32).to_le_bytes());
+        f.extend_from_slice(&((us % 1_000_000) as u32).to_le_bytes());
+        f.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        f.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        f.extend_from_slice(&data);
+    }
+    f
+}
+
+/// [`pcap_loopback`] of (time in µs, destination port, UDP payload), each from port 40000.
+pub fn pcap_to(packets: &[(u64, u16, Vec<u8>)]) -> Vec<u8> {
+    pcap_loopback(
+        packets
+            .iter()
+            .map(|(us, port, p)| (*us, 40000, *port, &p[..])),
+    )
+}
