@@ -40,6 +40,11 @@ pub struct SinkMetrics {
     pub refused: Counter,
     /// Gated chunks rejected or timed out (`--gate-transcripts`).
     pub gates_refused: Counter,
+    /// Transcript chunks held for approval, each asked once in a `gate.request` (pvp-spec
+    /// 14.1; a request asked again after a reconnect is not counted again).
+    pub gate_requests: Counter,
+    /// Gated chunks approved and released to the server.
+    pub gates_approved: Counter,
     /// `--spool` journal writes that failed (disk full, I/O error).
     pub spool_write_errors: Counter,
     /// Frames from the PVP server not acted on: unparseable (an `error` whose payload is not
@@ -85,6 +90,8 @@ impl Default for SinkMetrics {
             send_latency: Histogram::new(exponential_buckets(0.0001, 4.0, 10)),
             refused: Counter::default(),
             gates_refused: Counter::default(),
+            gate_requests: Counter::default(),
+            gates_approved: Counter::default(),
             spool_write_errors: Counter::default(),
             server_frames_rejected: Counter::default(),
             rate_limited_resent: Counter::default(),
@@ -461,6 +468,16 @@ pub fn registry(
             "pvp_t140_gated_chunks_refused",
             "Gated transcript chunks rejected, timed out or dropped at shutdown",
             &sink.gates_refused,
+        ),
+        (
+            "pvp_t140_gate_requests",
+            "Transcript chunks held for approval (gate.request), each counted once",
+            &sink.gate_requests,
+        ),
+        (
+            "pvp_t140_gated_chunks_approved",
+            "Gated transcript chunks approved and released",
+            &sink.gates_approved,
         ),
         (
             "pvp_t140_spool_write_errors",

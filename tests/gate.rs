@@ -104,6 +104,71 @@ async fn chunks_are_added_only_once_approved_and_in_order() {
     server.stop().await;
 }
 
+/// The gates' work is on /metrics: each chunk held counted once as a request, the approved
+/// ones as approved, the rejected one as refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_approvals_and_refusals_are_counted_on_metrics() {
+    let server = gated_server().await;
+    let url = server.url();
+    let mut gw = Gateway::start_for_server(
+        &url,
+        &[
+            "--session",
+            "gated",
+            "--gate-transcripts",
+            "--metrics",
+            "127.0.0.1:0",
+        ],
+    );
+    let m = gw.metrics_addr();
+    let mut s = Sender::new(gw.listen, 0x6c70);
+    s.send("Please approve this. ");
+    s.send("Please reject this. ");
+    s.send("And approve this too. ");
+    // Released in order: once the second approved chunk is out, the rejected one before it
+    // was settled.
+    let deadline = std::time::Instant::now() + WAIT;
+    let body = loop {
+        let body = tokio::task::spawn_blocking(move || http_get(m, "/metrics").1)
+            .await
+            .unwrap();
+        if sample(&body, "pvp_t140_gated_chunks_approved_total").unwrap_or(0.0) >= 2.0 {
+            break body;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not approved:\n{body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        sample(&body, "pvp_t140_gate_requests_total"),
+        Some(3.0),
+        "{body}"
+    );
+    assert_eq!(
+        sample(&body, "pvp_t140_gated_chunks_approved_total"),
+        Some(2.0),
+        "{body}"
+    );
+    assert_eq!(
+        sample(&body, "pvp_t140_gated_chunks_refused_total"),
+        Some(1.0),
+        "{body}"
+    );
+    assert!(gw.terminate(WAIT).success());
+    let p = s.participant();
+    let requests = server.received_of_type("gate.request");
+    assert_eq!(
+        requests
+            .iter()
+            .filter(|e| e["sender"] == p.as_str())
+            .count(),
+        3
+    );
+    server.stop().await;
+}
+
 #[test]
 fn gating_needs_a_server() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_pvp-t140"))

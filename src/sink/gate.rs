@@ -92,6 +92,8 @@ pub struct Gates {
     /// Chunks (and corrections) offered with `room` already held, dropped unasked, by id: the
     /// connection counts them with the refused chunks and marks them done in the spool.
     crowded_out: Vec<ulid::Ulid>,
+    /// `stats.approved` as [`Gates::take_approved`] last told it.
+    approved_told: u64,
 }
 
 impl Gates {
@@ -106,6 +108,7 @@ impl Gates {
             gone: 0,
             dropped_corrections: Vec::new(),
             crowded_out: Vec::new(),
+            approved_told: 0,
         }
     }
 
@@ -318,6 +321,13 @@ impl Gates {
     }
 
     /// How many envelopes from the core were dropped since the last call.
+    /// The chunks approved and released since the last call (for `/metrics`).
+    pub fn take_approved(&mut self) -> u64 {
+        let n = self.stats.approved - self.approved_told;
+        self.approved_told = self.stats.approved;
+        n
+    }
+
     pub fn take_gone(&mut self) -> u64 {
         std::mem::take(&mut self.gone)
     }

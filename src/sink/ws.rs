@@ -830,6 +830,9 @@ async fn connection(
                                 // goes out.
                                 Some(g) => {
                                     let out = g.offer(e, &mut pvp, std::time::Instant::now(), now());
+                                    if out.as_ref().is_some_and(|o| o.kind() == Kind::GateRequest) {
+                                        cfg.metrics.gate_requests.inc();
+                                    }
                                     gone(g, &cfg, &counts);
                                     out.map(|out| (queued, out))
                                 }
@@ -1603,6 +1606,7 @@ fn refused_id(id: ulid::Ulid, cfg: &WsConfig) {
 /// dropped undecided is, where it is handed over).
 fn gone(g: &mut super::gate::Gates, cfg: &WsConfig, counts: &Counts) {
     counts.settled(g.take_gone());
+    cfg.metrics.gates_approved.inc_by(g.take_approved());
     for id in g.take_crowded_out() {
         tracing::warn!(%id, "transcript chunk or correction offered with the participant's queue bound awaiting approval; dropped");
         refused_id(id, cfg);
