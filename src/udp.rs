@@ -806,8 +806,8 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// compound after a report and the CNAME (RFC 3550 6.1).
 ///
 /// Input is UTF-8: an invalid byte becomes U+FFFD, a character split across reads is kept
-/// whole. New lines (LF, CR LF) become T.140's U+2028 (LINE SEPARATOR); a CR that ends a read
-/// waits for the next one, which may bring its LF.
+/// whole. New lines (LF, CR LF, a lone CR) become T.140's U+2028 (LINE SEPARATOR); a CR that
+/// ends a read waits for the next one, which may bring its LF.
 ///
 /// An input that fails ends as one that ended: what was read goes out, then the redundancy
 /// and the BYE (RFC 3550 6.3.7), and the error is returned after them. A datagram the socket
@@ -888,8 +888,7 @@ pub async fn send_text_until(
                 eof = n == 0;
                 carry.extend_from_slice(&buf[..n]);
                 let text = decode(&mut carry, eof);
-                // T.140's new line is U+2028 (LINE SEPARATOR); terminals and pipes give LF.
-                let text = text.replace("\r\n", "\n").replace('\n', "\u{2028}");
+                let text = new_lines(&text);
                 sender.push_text(clock.now(), &text);
                 if eof && sender.backlog() > 0 {
                     // `cps` may take minutes over what is left: say so. Not how to stop: the
@@ -1061,6 +1060,14 @@ impl std::error::Error for SendError {}
 /// Takes the text at the front of `carry`: valid UTF-8 as is, each invalid sequence as one
 /// U+FFFD. Left in `carry` for the next read: an incomplete character at the end, and a CR at
 /// the end (its LF may come next; CR LF is one new line). At end of input nothing is left.
+/// T.140's new line is U+2028 (LINE SEPARATOR); pipes give LF or CR LF, and a terminal in raw
+/// mode or an old Mac file a lone CR. Each is one new line (Unicode TR13's new-line function),
+/// sent as U+2028 alone: T.140's own new line is U+2028, and receivers differ on a bare CR.
+/// [`decode`] holds back a CR that ends a read, so a CR here is not half of a split CR LF.
+fn new_lines(text: &str) -> String {
+    text.replace("\r\n", "\n").replace(['\r', '\n'], "\u{2028}")
+}
+
 fn decode(carry: &mut Vec<u8>, eof: bool) -> String {
     let mut text = String::with_capacity(carry.len());
     let mut rest = carry.as_slice();

@@ -506,6 +506,19 @@ fn crlf_split_across_reads_is_one_new_line() {
     assert_eq!(sent_text(&got), "\u{feff}one\u{2028}two");
 }
 
+/// A lone CR (a terminal in raw mode sends one for Enter, an old Mac file ends its lines so)
+/// is a new line, sent as U+2028 like LF and CR LF: a bare CR went out as it was, and
+/// receivers differ on it (this gateway takes it as a new line, a terminal as a return).
+#[test]
+fn a_lone_cr_is_sent_as_a_new_line() {
+    let got = send_chunks(&[b"one\rtwo\r\rthree"], 0, false);
+    assert_eq!(
+        sent_text(&got),
+        "\u{feff}one\u{2028}two\u{2028}\u{2028}three"
+    );
+    assert!(!sent_text(&got).contains('\r'));
+}
+
 /// A character split across reads arrives whole even when an invalid byte came earlier in the
 /// same read: only the invalid byte becomes U+FFFD. RFC 4103 3 / T.140: the text is UTF-8 and
 /// a block holds whole characters; the whole read was once converted lossily, and the split
@@ -516,12 +529,12 @@ fn a_character_split_across_reads_survives_an_earlier_invalid_byte() {
     assert_eq!(sent_text(&got), "\u{feff}x\u{fffd}\u{e9}y");
 }
 
-/// At the end of input nothing is held back: a trailing CR is sent as it is, and an incomplete
-/// character as one U+FFFD (no text is lost, and the sender still ends).
+/// At the end of input nothing is held back: a trailing CR is sent as the new line it is, and
+/// an incomplete character as one U+FFFD (no text is lost, and the sender still ends).
 #[test]
 fn a_trailing_cr_and_an_incomplete_character_are_sent_at_the_end_of_input() {
     let got = send_chunks(&[b"a\r"], 0, false);
-    assert_eq!(sent_text(&got), "\u{feff}a\r");
+    assert_eq!(sent_text(&got), "\u{feff}a\u{2028}");
     let got = send_chunks(&[b"b\xe6\x97"], 0, false);
     assert_eq!(sent_text(&got), "\u{feff}b\u{fffd}");
 }
@@ -534,7 +547,7 @@ fn the_text_sent_does_not_depend_on_how_the_input_is_cut_into_reads() {
     let input: &[u8] = b"a\r\nb\xc3\xa9\r\r\n\xff\xe6\x97\xa5\xf0\x9f\x98\x80\xe6\x97x\r\n\ny\r";
     let whole = String::from_utf8_lossy(input)
         .replace("\r\n", "\n")
-        .replace('\n', "\u{2028}");
+        .replace(['\r', '\n'], "\u{2028}");
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     for _ in 0..6 {
         // Reads of 1-4 bytes at random (xorshift64).
