@@ -485,11 +485,32 @@ impl Emitter {
             // is a NAME all the same, and rules match the item as it came.
             sp.profile.name = name;
             sp.profile.name_rank = rank;
+            self.map_again(key, sp);
             return;
         }
         sp.profile.name = name;
         sp.profile.name_rank = rank;
+        self.map_again(key, sp);
         self.announce(now, key, sp);
+    }
+
+    /// A speaker the mapping refused before its SDES name came (its first sentence is cut at
+    /// once, the sender's first RTCP report 1-3 s later, RFC 3550 6.3.1) is taken once a rule
+    /// matches it by the name: it joins with its next chunk, as that rule makes it. What it
+    /// said before stays refused (counted).
+    fn map_again(&mut self, key: &StreamKey, sp: &mut Speaker) {
+        if !sp.refused || sp.profile.name_rank == 0 {
+            return;
+        }
+        let own = match sp.voice {
+            Voice::Csrc(c) => c,
+            _ => key.ssrc,
+        };
+        let name = Some(sp.profile.name.as_str());
+        if let Decision::Rule(_) = self.mapping.decide(own, key.source.ip(), name) {
+            sp.refused = false;
+            sp.profile.mapped = false;
+        }
     }
 
     /// A new name for a participant that already joined (one that has not carries it in its join).

@@ -1,0 +1,65 @@
+//! Review t: configuration (`--config`, `[[stream]]` mapping, presence, CLI flags).
+
+use pvp_t140::mapping::{Mapping, Rule, Unmatched};
+use pvp_t140::{Config, Gateway};
+
+#[path = "common/core.rs"]
+mod core_helpers;
+use core_helpers::*;
+
+fn sdes_name(ssrc: u32, cname: &str, name: &str) -> Vec<u8> {
+    let mut d = Vec::new();
+    pvp_t140::rtcp::write_rr(&mut d, ssrc);
+    pvp_t140::rtcp::write_sdes(&mut d, ssrc, cname, Some(name));
+    d
+}
+
+fn run_to(gw: &mut Gateway, ms: u64) {
+    while let Some(t) = gw.poll_timeout().filter(|&t| t <= at(ms)) {
+        gw.handle_timeout(t);
+    }
+}
+
+/// A rule matching by `rtcp_name` with `unmatched = "refuse"`: the sender's first RTCP report
+/// (with its SDES NAME) comes 1-3 s after its first text (RFC 3550 6.3.1, as `pvp-t140 send`
+/// does), and a first sentence is cut at once. The speaker is decided at that first chunk,
+/// before its name came, and refused for good: none of its text, even what it says after the
+/// name arrived, reaches the session.
+#[test]
+fn a_speaker_refused_before_its_sdes_name_came_is_taken_once_a_rule_matches_it() {
+    let mut gw = Gateway::new(Config {
+        mapping: Mapping {
+            rules: vec![Rule {
+                match_rtcp_name: Some("Alice".into()),
+                participant: Some("alice".into()),
+                ..Rule::default()
+            }],
+            unmatched: Unmatched::Refuse,
+        },
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(5000), &t140(1, 7, "Hello there. "));
+    run_to(&mut gw, 1000);
+    gw.handle_datagram(
+        at(1500),
+        addr(5000),
+        &sdes_name(7, "pvp-t140-7@127.0.0.1", "Alice"),
+    );
+    gw.handle_datagram(at(2000), addr(5000), &t140(2, 7, "How are you? "));
+    run_to(&mut gw, 5000);
+    let out = drain(&mut gw);
+    let adds: Vec<_> = out
+        .iter()
+        .filter(|e| e.kind == "context.add")
+        .map(|e| {
+            (
+                e.sender.to_string(),
+                e.payload["content"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        adds.contains(&("alice".into(), "How are you?".into())),
+        "{adds:?}"
+    );
+}
