@@ -98,7 +98,7 @@ fn key_span(text: &str, rule: Option<usize>, key: &str) -> Option<Range<usize>> 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StreamRule {
-    /// SSRC to match: an integer or a hex string (`"0x1a2b3c4d"`).
+    /// SSRC to match: an integer or a hex string with `0x` (`"0x1a2b3c4d"`).
     pub ssrc: Option<Spanned<toml::Value>>,
     /// Source address or network (`"10.0.0.5"`, `"10.0.0.0/8"`).
     pub source: Option<Spanned<String>>,
@@ -249,10 +249,14 @@ pub fn parse(path: &Path, text: &str) -> Result<(FileConfig, Mapping, Vec<IpNet>
             Some(v) => {
                 let parsed = match v.get_ref() {
                     toml::Value::Integer(n) => u32::try_from(*n).ok(),
-                    toml::Value::String(s) => {
-                        let h = s.trim_start_matches("0x").trim_start_matches("0X");
-                        u32::from_str_radix(h, 16).ok()
-                    }
+                    // Hex only after one `0x`: a bare string is ambiguous (`"4660"` is
+                    // decimal to `send --ssrc`, `"00001234"` hex in a participant id), and
+                    // `from_str_radix` alone takes a sign.
+                    toml::Value::String(s) => s
+                        .strip_prefix("0x")
+                        .or_else(|| s.strip_prefix("0X"))
+                        .filter(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_hexdigit()))
+                        .and_then(|h| u32::from_str_radix(h, 16).ok()),
                     _ => None,
                 };
                 Some(parsed.ok_or_else(|| {
@@ -261,7 +265,7 @@ pub fn parse(path: &Path, text: &str) -> Result<(FileConfig, Mapping, Vec<IpNet>
                         text,
                         v.span(),
                         &field("ssrc"),
-                        "an integer or a hex string like \"0x1a2b3c4d\"",
+                        "an integer (ssrc = 4660, or 0x1234) or a hex string with 0x, like \"0x1a2b3c4d\"",
                     )
                 })?)
             }
@@ -402,13 +406,13 @@ rtcp_name = "Bob"
     #[test]
     fn a_rules_name_that_shows_nothing_is_refused() {
         for name in ["", "  ", "\\u0007", "\\u2028 \\u001b"] {
-            let e = p(&format!("[[stream]]\nssrc = \"1\"\nname = \"{name}\"\n")).unwrap_err();
+            let e = p(&format!("[[stream]]\nssrc = \"0x1\"\nname = \"{name}\"\n")).unwrap_err();
             assert!(
                 e.starts_with("gw.toml:3: stream[0].name: must not be empty"),
                 "{name}: {e}"
             );
         }
-        let (_, m, _) = p("[[stream]]\nssrc = \"1\"\nname = \" Ada\\u0007 \"\n").unwrap();
+        let (_, m, _) = p("[[stream]]\nssrc = \"0x1\"\nname = \" Ada\\u0007 \"\n").unwrap();
         assert_eq!(
             m.rules[0].name.as_deref(),
             Some(" Ada\u{7} "),

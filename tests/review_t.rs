@@ -63,3 +63,41 @@ fn a_speaker_refused_before_its_sdes_name_came_is_taken_once_a_rule_matches_it()
         "{adds:?}"
     );
 }
+
+/// A `[[stream]]` rule's `ssrc` is "an integer or a hex string like \"0x1a2b3c4d\"". A string
+/// without `0x` was read as hex all the same: `ssrc = "4660"`, the spelling `send --ssrc 4660`
+/// takes as decimal, made a rule for SSRC 0x4660 that never matched the sender (and with
+/// `unmatched = "refuse"` dropped all its text) without a word; `"0x0x12"` and `"+12"` were
+/// taken too. An SSRC string that is not `0x` and hex digits is refused, naming the line.
+#[test]
+fn an_ssrc_string_is_hex_only_with_0x_and_anything_else_is_refused() {
+    use std::path::Path;
+    let parse = |v: &str| {
+        pvp_t140::config_file::parse(
+            Path::new("gw.toml"),
+            &format!("[[stream]]\nssrc = {v}\nparticipant = \"a\"\n"),
+        )
+    };
+    for bad in [
+        "\"4660\"",
+        "\"0x0x12\"",
+        "\"+12\"",
+        "\"0x+12\"",
+        "\"1a2b\"",
+        "\"0x\"",
+    ] {
+        match parse(bad) {
+            Err(e) => assert!(e.starts_with("gw.toml:2: stream[0].ssrc:"), "{bad}: {e}"),
+            Ok((_, m, _)) => panic!("{bad} taken as {:#x?}", m.rules[0].match_ssrc),
+        }
+    }
+    for (good, want) in [
+        ("\"0x1234\"", 0x1234),
+        ("\"0X00001234\"", 0x1234),
+        ("4660", 4660),
+        ("0x1234", 0x1234),
+    ] {
+        let (_, m, _) = parse(good).unwrap();
+        assert_eq!(m.rules[0].match_ssrc, Some(want), "{good}");
+    }
+}
