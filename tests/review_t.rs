@@ -101,3 +101,39 @@ fn an_ssrc_string_is_hex_only_with_0x_and_anything_else_is_refused() {
         assert_eq!(m.rules[0].match_ssrc, Some(want), "{good}");
     }
 }
+
+/// As above with `unmatched = "auto"`: the speaker joined by the automatic rule at its first
+/// sentence, before its SDES NAME came, and all it says stays under `t140:<ssrc>@<addr>`, the
+/// rule naming it never applied. This is what `pvp-t140 send --name Alice` meets: its first
+/// RTCP report goes 1-3 s after its first text.
+#[test]
+#[ignore = "known gap: the mapping is decided at the first chunk; a speaker that joined by the automatic rule before its SDES name came is not moved to the rule's participant (that needs a leave and a join under a new id mid-stream, or holding the first chunks until the first RTCP report)"]
+fn a_speaker_auto_joined_before_its_sdes_name_came_is_named_by_the_rule_afterwards() {
+    let mut gw = Gateway::new(Config {
+        mapping: Mapping {
+            rules: vec![Rule {
+                match_rtcp_name: Some("Alice".into()),
+                participant: Some("alice".into()),
+                ..Rule::default()
+            }],
+            unmatched: Unmatched::Auto,
+        },
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(5000), &t140(1, 7, "Hello there. "));
+    run_to(&mut gw, 1000);
+    gw.handle_datagram(
+        at(1500),
+        addr(5000),
+        &sdes_name(7, "pvp-t140-7@127.0.0.1", "Alice"),
+    );
+    gw.handle_datagram(at(2000), addr(5000), &t140(2, 7, "How are you? "));
+    run_to(&mut gw, 5000);
+    let out = drain(&mut gw);
+    let adds: Vec<_> = out
+        .iter()
+        .filter(|e| e.kind == "context.add")
+        .map(|e| e.sender.to_string())
+        .collect();
+    assert_eq!(adds.last().map(String::as_str), Some("alice"), "{adds:?}");
+}
