@@ -1055,6 +1055,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         let asked = |key: &str| args.asked.contains(&key);
         say_recv_buffer(&sockets[0], args.recv_buffer, asked("recv_buffer"));
         say_unused(args);
+        say_server_silence(args);
         // RTCP on the next port up (RFC 3550 11); rtcp-mux on the RTP port works regardless.
         let rtcp = match (args.rtcp, local.port()) {
             (false, _) | (_, 0 | u16::MAX) => None,
@@ -1302,6 +1303,24 @@ fn say_unused(args: &RunArgs) {
                 unused.join(", ")
             );
         }
+    }
+}
+
+/// Says so when a silent server is left later than `--server-silence-s`: the silence is
+/// counted in whole heartbeat intervals, at least two, so that a ping always has an interval
+/// to be answered in (`sink::ws::Liveness`). `--server-silence-s 10` with 30 s heartbeats is
+/// 60 s.
+fn say_server_silence(args: &RunArgs) {
+    if args.server.is_none() {
+        return;
+    }
+    let (silence, heartbeat) = (args.server_silence_s, args.heartbeat_s.max(1));
+    let taken = silence.div_ceil(heartbeat).max(2).saturating_mul(heartbeat);
+    if taken != silence {
+        tracing::warn!(
+            "--server-silence-s {silence} is counted in --heartbeat-s intervals ({heartbeat} s), \
+             at least two: a silent server is left after {taken} s"
+        );
     }
 }
 

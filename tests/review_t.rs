@@ -7,6 +7,12 @@ use pvp_t140::{Config, Gateway};
 mod core_helpers;
 use core_helpers::*;
 
+#[path = "common/gateway_proc.rs"]
+#[allow(dead_code)]
+mod gateway_proc;
+
+const WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
 fn sdes_name(ssrc: u32, cname: &str, name: &str) -> Vec<u8> {
     let mut d = Vec::new();
     pvp_t140::rtcp::write_rr(&mut d, ssrc);
@@ -136,4 +142,35 @@ fn a_speaker_auto_joined_before_its_sdes_name_came_is_named_by_the_rule_afterwar
         .map(|e| e.sender.to_string())
         .collect();
     assert_eq!(adds.last().map(String::as_str), Some("alice"), "{adds:?}");
+}
+
+/// README: "after `--server-silence-s` (90 s) with nothing at all from the server it is left".
+/// The silence is counted in whole heartbeat intervals, at least two (`sink::ws::Liveness`):
+/// `--server-silence-s 10` with the default 30 s heartbeat leaves a vanished server after 60 s,
+/// six times what was asked, and nothing said so. The time it is taken as is said at start.
+#[test]
+fn a_server_silence_taken_longer_than_given_is_said_at_start() {
+    let mut gw = gateway_proc::Gateway::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--server",
+        "ws://127.0.0.1:9",
+        "--server-silence-s",
+        "10",
+    ]);
+    let line = gw.wait_stderr(WAIT, "--server-silence-s 10");
+    assert!(line.contains("\"WARN\"") && line.contains("60 s"), "{line}");
+    assert!(gw.terminate(WAIT).success());
+
+    // A whole number of heartbeats, at least two: nothing to say.
+    let mut gw = gateway_proc::Gateway::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--server",
+        "ws://127.0.0.1:9",
+        "--server-silence-s",
+        "60",
+    ]);
+    assert!(gw.terminate(WAIT).success());
+    gw.assert_stderr_lacks("--server-silence-s");
 }
