@@ -291,6 +291,22 @@ pub fn parse(path: &Path, text: &str) -> Result<(FileConfig, Mapping, Vec<IpNet>
                 "must not be empty (no SDES name is: it could match nothing)",
             ));
         }
+        // An SDES item holds 255 octets (RFC 3550 6.5): a longer name could match nothing.
+        if let Some(n) = r.rtcp_name.as_deref().map(str::trim)
+            && n.len() > 255
+        {
+            return Err(at(
+                path,
+                text,
+                key_span(text, Some(i), "rtcp_name").unwrap_or(rule.span()),
+                &field("rtcp_name"),
+                &format!(
+                    "{} bytes: an SDES item holds at most 255 (RFC 3550 6.5), so it could match \
+                     nothing",
+                    n.len()
+                ),
+            ));
+        }
         if r.name
             .as_deref()
             .is_some_and(|n| crate::gateway::clean_name(n).is_none())

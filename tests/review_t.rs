@@ -174,3 +174,25 @@ fn a_server_silence_taken_longer_than_given_is_said_at_start() {
     assert!(gw.terminate(WAIT).success());
     gw.assert_stderr_lacks("--server-silence-s");
 }
+
+/// An `rtcp_name` is compared with an SDES item, which holds at most 255 octets (RFC 3550
+/// 6.5): a longer one could match nothing, as an empty one (refused at load) could not, and
+/// a rule that can never apply was taken without a word (with `unmatched = "refuse"`, the
+/// speaker it was meant for refused).
+#[test]
+fn an_rtcp_name_longer_than_an_sdes_item_is_refused_at_load() {
+    let parse = |name: &str| {
+        pvp_t140::config_file::parse(
+            std::path::Path::new("gw.toml"),
+            &format!("unmatched = \"refuse\"\n[[stream]]\nrtcp_name = \"{name}\"\n"),
+        )
+    };
+    let e = parse(&"a".repeat(256)).unwrap_err();
+    assert!(e.starts_with("gw.toml:3: stream[0].rtcp_name:"), "{e}");
+    assert!(e.contains("255"), "{e}");
+    let (_, m, _) = parse(&format!(" {} ", "é".repeat(127))).unwrap();
+    assert_eq!(
+        m.rules[0].match_rtcp_name.as_ref().map(String::len),
+        Some(254)
+    );
+}
