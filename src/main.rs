@@ -657,8 +657,18 @@ fn init_logs(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
     DROPPED_LOG_LINES
         .set(writer.error_counter())
         .unwrap_or_else(|_| unreachable!("logging is set up once"));
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // A RUST_LOG that does not parse (`pvp_t140=warning`) gives the default, and is said: the
+    // operator asked for something else.
+    let (filter, not_understood) = match tracing_subscriber::EnvFilter::try_from_default_env() {
+        Ok(filter) => (filter, None),
+        Err(e) => (
+            tracing_subscriber::EnvFilter::new("info"),
+            std::env::var("RUST_LOG")
+                .ok()
+                .filter(|v| !v.trim().is_empty())
+                .map(|v| (v, e)),
+        ),
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer)
@@ -666,6 +676,9 @@ fn init_logs(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
+    }
+    if let Some((value, e)) = not_understood {
+        tracing::warn!("RUST_LOG {value:?} not understood ({e}): logging at the default, info");
     }
     guard
 }

@@ -196,3 +196,24 @@ fn an_rtcp_name_longer_than_an_sdes_item_is_refused_at_load() {
         Some(254)
     );
 }
+
+/// README: "filter with `RUST_LOG` (default `info`)". A `RUST_LOG` that does not parse
+/// (`pvp_t140=warning`: the level is `warn`) was dropped without a word, and the gateway
+/// logged at info, where the operator asked for less: a typo in the environment taken
+/// silently. It is said, naming the variable, and the default applies.
+#[test]
+fn a_rust_log_that_does_not_parse_is_said() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .args(["--listen", "127.0.0.1:0", "--session", " "])
+        .env("RUST_LOG", "pvp_t140=warning")
+        .output()
+        .unwrap();
+    // The blank session stops the start at once, after the logs are set up.
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.lines()
+            .any(|l| l.contains("RUST_LOG") && l.contains("pvp_t140=warning")),
+        "{err}"
+    );
+}
