@@ -168,7 +168,9 @@ struct RunArgs {
     spool: Option<PathBuf>,
     /// Hold each transcript chunk for approval: a gate.request (action_type "context_change")
     /// goes out, and the context.add only once the gate passes (requires --server).
-    #[arg(long)]
+    /// `--gate-transcripts false` turns off a --config file's `gate_transcripts = true`.
+    #[arg(long, num_args = 0..=1, default_value_t = false, default_missing_value = "true",
+          action = clap::ArgAction::Set)]
     gate_transcripts: bool,
     /// Approvers a chunk needs: distinct members' gate.approve, one member's repeats counting
     /// once (the request's quorum is {type: "any", count}).

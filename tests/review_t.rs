@@ -217,3 +217,35 @@ fn a_rust_log_that_does_not_parse_is_said() {
         "{err}"
     );
 }
+
+/// README: "Flags given on the command line (or by environment variable) override the file".
+/// `gate_transcripts = true` in the file could not be: `--gate-transcripts` took no value, so
+/// no flag said "off", and a shared file that gates could not be run ungated. (`--rtcp false`
+/// takes a value for the same reason.)
+#[test]
+fn gate_transcripts_in_the_file_can_be_turned_off_on_the_command_line() {
+    let cfg = std::env::temp_dir().join(format!("pvp-t140-rvt-{}-gate.toml", std::process::id()));
+    std::fs::write(&cfg, "gate_transcripts = true\n").unwrap();
+    // The file's gate without a server is refused...
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .args(["--listen", "127.0.0.1:0", "--config", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("gate_transcripts needs --server"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // ... and turned off on the command line, the gateway runs.
+    let mut gw = gateway_proc::Gateway::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--gate-transcripts",
+        "false",
+    ]);
+    std::fs::remove_file(&cfg).ok();
+    assert!(gw.terminate(WAIT).success());
+}
