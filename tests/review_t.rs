@@ -7,6 +7,10 @@ use pvp_t140::{Config, Gateway};
 mod core_helpers;
 use core_helpers::*;
 
+#[path = "common/mixer.rs"]
+mod mixer_helpers;
+use mixer_helpers::with_csrc;
+
 #[path = "common/gateway_proc.rs"]
 #[allow(dead_code)]
 mod gateway_proc;
@@ -248,4 +252,50 @@ fn gate_transcripts_in_the_file_can_be_turned_off_on_the_command_line() {
     ]);
     std::fs::remove_file(&cfg).ok();
     assert!(gw.terminate(WAIT).success());
+}
+
+/// README "Configuration file": a mixer's speaker is matched by its CSRC as `ssrc`; a rule for
+/// the mixer's own SSRC matches only what the mixer sends without a CSRC (the README said
+/// "SSRC" alone, and a rule for a mixer's SSRC with `unmatched = "refuse"` refused every
+/// speaker behind it).
+#[test]
+fn a_mixers_speakers_are_matched_by_their_csrc_not_the_mixers_ssrc() {
+    let rule = |ssrc: u32, who: &str| Rule {
+        match_ssrc: Some(ssrc),
+        participant: Some(who.into()),
+        ..Rule::default()
+    };
+    let mut gw = Gateway::new(Config {
+        mapping: Mapping {
+            rules: vec![rule(9, "mixer"), rule(1, "one")],
+            unmatched: Unmatched::Refuse,
+        },
+        ..Config::default()
+    });
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, 9, 1, b"From one. "));
+    gw.handle_datagram(
+        at(100),
+        addr(5000),
+        &with_csrc(2, 1100, 9, 2, b"From two. "),
+    );
+    gw.handle_datagram(at(200), addr(5000), &t140(3, 9, "From the mixer. "));
+    run_to(&mut gw, 10_000);
+    let adds: Vec<_> = drain(&mut gw)
+        .iter()
+        .filter(|e| e.kind == "context.add")
+        .map(|e| {
+            (
+                e.sender.to_string(),
+                e.payload["content"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        adds,
+        [
+            ("one".to_owned(), "From one.".to_owned()),
+            ("mixer".to_owned(), "From the mixer.".to_owned())
+        ]
+    );
+    assert_eq!(gw.stats().refused_chunks, 1);
 }
