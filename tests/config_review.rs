@@ -1,4 +1,4 @@
-//! Review t: configuration (`--config`, `[[stream]]` mapping, presence, CLI flags).
+//! Configuration, found by review t (`--config`, `[[stream]]` mapping, presence, CLI flags).
 
 use pvp_t140::mapping::{Mapping, Rule, Unmatched};
 use pvp_t140::{Config, Gateway};
