@@ -51,7 +51,7 @@ impl StdoutSink {
     /// Writes what `rx` delivers to stdout until every sender is gone; at the end
     /// ([`StdoutSink::close`]) waits at most `grace` for the rest to be written.
     pub fn spawn(rx: handoff::Receiver, metrics: SinkMetrics, grace: Duration) -> io::Result<Self> {
-        Self::with_writer(rx, metrics, grace, Box::new(Patient(io::stdout())))
+        Self::with_writer(rx, metrics, grace, Box::new(Patient(raw_stdout())))
     }
 
     /// [`StdoutSink::spawn`] with another writer (tests).
@@ -179,6 +179,23 @@ fn writer(feed: &Mutex<Feed>, out: Box<dyn Write + Send>, metrics: &SinkMetrics,
         }
     }
     out.flush();
+}
+
+/// stdout's descriptor itself, with no buffer of std's in front of it: `io::stdout()` is a
+/// `LineWriter` which, when a write to the descriptor is short (a file at its size limit, a
+/// non-blocking pipe with little room), keeps up to 1 KiB of the rest, lines ending in it
+/// included, and reports it written. [`Accepted`] would count those lines as sent, and a later
+/// failed write (EFBIG) lost them: `sent` said more than stdout had (review v). A duplicate of
+/// the descriptor, so nothing closes stdout itself; `io::stdout()` if it cannot be made.
+fn raw_stdout() -> Box<dyn Write + Send> {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsFd;
+        if let Ok(fd) = io::stdout().as_fd().try_clone_to_owned() {
+            return Box::new(std::fs::File::from(fd));
+        }
+    }
+    Box::new(io::stdout())
 }
 
 /// stdout written as a blocking descriptor would be, even when it is not: a parent may hand

@@ -1,0 +1,183 @@
+//! Review v: the stdout sink and PVP's stdio binding (pvp-spec 19.4), against the real binary.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::gateway_proc::{Sender, log_number};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("pvp-t140-review-v-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The gateway started by `sh -c "PRELUDE && exec BIN ARGS"` with stdout to `out`, JSON logs
+/// on a stderr read here.
+struct Proc {
+    child: Child,
+    listen: std::net::SocketAddr,
+    stderr: Arc<Mutex<Vec<String>>>,
+}
+
+impl Proc {
+    fn start(prelude: &str, out: Stdio, args: &[&str]) -> Proc {
+        let mut child = Command::new("sh")
+            .args(["-c", &format!("{prelude} && exec \"$0\" \"$@\"")])
+            .arg(env!("CARGO_BIN_EXE_pvp-t140"))
+            .args(args)
+            .args(["--log-format", "json"])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        let err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(l);
+            }
+        });
+        let mut p = Proc {
+            child,
+            listen: "0.0.0.0:0".parse().unwrap(),
+            stderr: lines,
+        };
+        let line = p.wait_stderr("pvp-t140 listening");
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        p.listen = v["fields"]["listen"].as_str().unwrap().parse().unwrap();
+        p
+    }
+
+    fn to_file(prelude: &str, out: &Path, args: &[&str]) -> Proc {
+        Self::start(prelude, std::fs::File::create(out).unwrap().into(), args)
+    }
+
+    fn has(&self, needle: &str) -> bool {
+        self.stderr
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains(needle))
+    }
+
+    fn wait_stderr(&mut self, needle: &str) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(l) = self
+                .stderr
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|l| l.contains(needle))
+            {
+                return l.clone();
+            }
+            if let Some(st) = self.child.try_wait().unwrap() {
+                std::thread::sleep(Duration::from_millis(100));
+                panic!(
+                    "exited ({st:?}) before {needle:?}; stderr:\n{}",
+                    self.stderr.lock().unwrap().join("\n")
+                );
+            }
+            assert!(Instant::now() < deadline, "no {needle:?} on stderr");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn terminate(&mut self) -> ExitStatus {
+        if self.child.try_wait().unwrap().is_none() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+        }
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                std::thread::sleep(Duration::from_millis(100));
+                return st;
+            }
+            assert!(Instant::now() < deadline, "did not stop");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn stderr(&self) -> Vec<String> {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    fn stopped(&self) -> String {
+        let lines = self.stderr();
+        lines
+            .iter()
+            .find(|l| l.contains("\"message\":\"stopped\""))
+            .unwrap_or_else(|| panic!("no stopped line:\n{}", lines.join("\n")))
+            .clone()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// README ("Metrics and health", `_stdout_failed`): "the lines not known to have reached it
+/// and every later one are counted as dropped"; a line counts as sent once stdout accepted its
+/// last byte. stdout is a file at its size limit (`ulimit -f`): the write that crosses the
+/// limit is short, and the rest of the line was taken into std's own line buffer in front of
+/// the descriptor (`io::stdout()` is a `LineWriter`), reported as accepted, counted as sent,
+/// and never written. `sent` must be the number of whole lines in the file.
+#[test]
+fn lines_sent_are_the_whole_lines_in_a_file_at_its_size_limit() {
+    let dir = scratch("fsize-sent");
+    let out = dir.join("out.ndjson");
+    // 2 KiB (dash's `ulimit -f` counts 512-byte blocks).
+    let mut gw = Proc::to_file(
+        "ulimit -f 4",
+        &out,
+        &["--listen", "127.0.0.1:0", "--rtcp", "false"],
+    );
+    let mut a = Sender::new(gw.listen, 0x5eed_0a01);
+    let deadline = Instant::now() + WAIT;
+    let mut i = 0;
+    while !gw.has("writing to stdout failed") {
+        assert!(Instant::now() < deadline, "the file never filled");
+        a.send(&format!("Sentence {i} fills the file a little more. "));
+        i += 1;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = gw.terminate();
+    assert!(status.code().is_some(), "{status:?}");
+    let bytes = std::fs::read(&out).unwrap();
+    let whole = bytes.iter().filter(|&&b| b == b'\n').count() as u64;
+    let stopped = gw.stopped();
+    let counters = gw.wait_stderr("\"message\":\"counters\"");
+    let (sent, dropped) = (
+        log_number(&stopped, "sent"),
+        log_number(&stopped, "dropped"),
+    );
+    assert_eq!(
+        sent + dropped,
+        log_number(&counters, "envelopes"),
+        "{stopped}"
+    );
+    assert_eq!(
+        sent,
+        whole,
+        "{whole} whole lines in the file ({} bytes); {stopped}",
+        bytes.len()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
