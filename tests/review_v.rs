@@ -181,3 +181,95 @@ fn lines_sent_are_the_whole_lines_in_a_file_at_its_size_limit() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// stdout that blocks in its first write until released (a reader that comes back late), then
+/// takes everything; it records the writes made after the release.
+struct LateReader {
+    entered: std::sync::mpsc::Sender<()>,
+    release: std::sync::mpsc::Receiver<()>,
+    first: bool,
+    after_release: Arc<Mutex<Vec<usize>>>,
+}
+
+impl std::io::Write for LateReader {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.first {
+            self.first = false;
+            let _ = self.entered.send(());
+            let _ = self.release.recv();
+        }
+        self.after_release.lock().unwrap().push(buf.len());
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// At the stop, what the stdout writer took but had not written when the grace ran out counts
+/// as dropped (README, "Trying it" and "Metrics and health"), and the process exits. The writer
+/// thread is not joined, so when stdout's reader comes back between that count and the exit, the
+/// writer went on writing the rest of its batch: lines the `stopped` line counts as dropped
+/// reached the reader (at most once is kept, the count is not). After the count, nothing more
+/// may be written: the write in progress at that moment at most.
+#[tokio::test]
+async fn after_the_grace_lines_counted_dropped_are_not_written_when_stdout_comes_back() {
+    use pvp_t140::pvp::{Builder, Kind, SenderId};
+    let (mut tx, rx) = pvp_t140::handoff::queue(100_000);
+    let (entered_tx, entered) = std::sync::mpsc::channel();
+    let (release, release_rx) = std::sync::mpsc::channel::<()>();
+    let after_release = Arc::new(Mutex::new(Vec::new()));
+    let (gone_tx, gone) = std::sync::mpsc::channel::<()>();
+    struct Gone(#[allow(dead_code)] std::sync::mpsc::Sender<()>, LateReader);
+    impl std::io::Write for Gone {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.1.write(buf)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            self.1.flush()
+        }
+    }
+    let sink = pvp_t140::sink::stdout::StdoutSink::with_writer(
+        rx,
+        pvp_t140::metrics::SinkMetrics::default(),
+        Duration::from_millis(200),
+        Box::new(Gone(
+            gone_tx,
+            LateReader {
+                entered: entered_tx,
+                release: release_rx,
+                first: true,
+                after_release: after_release.clone(),
+            },
+        )),
+    )
+    .unwrap();
+    // 2,000 lines of about 250 bytes, in one hand-off: several of the writer's 64 KiB buffers.
+    let mut b = Builder::new("s".into(), None, 1);
+    let filler = "x".repeat(150);
+    let batch: Vec<_> = (0..2000)
+        .map(|i| {
+            b.envelope(
+                pvp_t140::Time::from_millis(1_700_000_000_000 + i),
+                SenderId::from("p"),
+                Kind::ContextAdd,
+                &serde_json::json!({ "i": i, "pad": filler }),
+            )
+        })
+        .collect();
+    assert_eq!(tx.offer(batch), 0);
+    drop(tx);
+    entered.recv_timeout(WAIT).expect("the writer writes");
+    let stats = sink.close().await;
+    assert_eq!(stats.sent, 0);
+    assert_eq!(stats.dropped, 2000);
+    // The reader comes back.
+    drop(release);
+    let _ = gone.recv_timeout(WAIT);
+    let writes = after_release.lock().unwrap().clone();
+    assert!(
+        writes.len() <= 1,
+        "{} writes after the stop counted every line dropped: {writes:?}",
+        writes.len()
+    );
+}

@@ -45,6 +45,10 @@ struct Counts {
     taken: AtomicU64,
     sent: AtomicU64,
     dropped: AtomicU64,
+    /// Set when [`StdoutSink::close`] has counted what is unwritten as dropped: nothing is
+    /// written after that (the write in progress then aside), so that a reader who comes back
+    /// before the process exits gets no line counted as dropped.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl StdoutSink {
@@ -93,6 +97,9 @@ impl StdoutSink {
         let grace = self.grace;
         let finished = tokio::time::timeout(grace, self.done).await.is_ok();
         let c = &self.counts;
+        if !finished {
+            c.closed.store(true, Ordering::SeqCst);
+        }
         let sent = c.sent.load(Ordering::Relaxed);
         let mut dropped = c.dropped.load(Ordering::Relaxed);
         if !finished {
@@ -131,6 +138,7 @@ fn writer(feed: &Mutex<Feed>, out: Box<dyn Write + Send>, metrics: &SinkMetrics,
                 accepted: 0,
                 ends: VecDeque::new(),
                 sent: &counts.sent,
+                closed: &counts.closed,
                 busy: &metrics.stdout_busy,
             },
         )),
@@ -298,7 +306,10 @@ impl Lines<'_> {
     }
 
     fn fail(&mut self, err: &io::Error) {
-        tracing::error!("writing to stdout failed: {err}; envelopes from now on are dropped");
+        // After the stop's count, the writes refused are no failure of stdout's.
+        if !self.counts.closed.load(Ordering::SeqCst) {
+            tracing::error!("writing to stdout failed: {err}; envelopes from now on are dropped");
+        }
         let mut lost = 0;
         if let Some(out) = self.out.take() {
             // Unwritten: what it holds, and every line stdout has not accepted whole, counts
@@ -326,6 +337,8 @@ struct Accepted<'a> {
     /// It holds at most a buffer's lines, so it stops growing: no allocation a line.
     ends: VecDeque<u64>,
     sent: &'a AtomicU64,
+    /// [`Counts::closed`]: writes are refused once it is set.
+    closed: &'a std::sync::atomic::AtomicBool,
     /// In a write to stdout, since when: `/healthz` tells a stdout nobody reads.
     busy: &'a crate::metrics::StdoutBusy,
 }
@@ -353,6 +366,11 @@ impl Accepted<'_> {
 
 impl Write for Accepted<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(io::Error::other(
+                "stopped: what is unwritten was counted as dropped",
+            ));
+        }
         self.busy.enter();
         let written = self.out.write(buf);
         self.busy.leave();
