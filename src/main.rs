@@ -1258,10 +1258,21 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
             "stopped"
         );
         // Everything was still flushed and said; the status tells a supervisor a worker did
-        // not end as a stop ends it.
-        match joined.failed {
-            0 => Ok(()),
-            n => Err(format!("{n} of {workers} receive workers failed")),
+        // not end as a stop ends it, or that stdout failed (its reader gone, the file at its
+        // size limit): what was received after that was not delivered.
+        let stdout_failed = args.server.is_none() && sink_metrics.stdout_failed.get() > 0;
+        match (joined.failed, stdout_failed) {
+            (0, false) => Ok(()),
+            (0, true) => Err(format!(
+                "writing to stdout failed; {} envelopes were dropped",
+                sink_stats.dropped
+            )),
+            (n, false) => Err(format!("{n} of {workers} receive workers failed")),
+            (n, true) => Err(format!(
+                "{n} of {workers} receive workers failed; writing to stdout failed, {} \
+                 envelopes were dropped",
+                sink_stats.dropped
+            )),
         }
     })
 }

@@ -273,3 +273,32 @@ async fn after_the_grace_lines_counted_dropped_are_not_written_when_stdout_comes
         writes.len()
     );
 }
+
+/// stdout whose reader has gone (`pvp-t140 | consumer`, the consumer crashed): every envelope
+/// from then on is dropped, counted, and logged once. At the stop the status said success (0),
+/// as if the run had delivered what it received: a script or supervisor checking it could not
+/// tell a run whose output was lost. A failed stdout (EPIPE, EFBIG, EIO) makes the exit status 1
+/// with an error saying so, as a failed receive worker does.
+#[test]
+fn a_stop_after_stdout_failed_exits_1_and_says_why() {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let mut gw = Proc::start(
+        "true",
+        writer.into(),
+        &["--listen", "127.0.0.1:0", "--rtcp", "false"],
+    );
+    let mut a = Sender::new(gw.listen, 0x5eed_0a02);
+    a.send("Hello to nobody. ");
+    gw.wait_stderr("writing to stdout failed");
+    let status = gw.terminate();
+    let stopped = gw.stopped();
+    assert!(log_number(&stopped, "dropped") >= 2, "{stopped}");
+    let lines = gw.stderr();
+    assert_eq!(status.code(), Some(1), "{}", lines.join("\n"));
+    let last = lines.last().unwrap();
+    assert!(
+        last.contains("\"level\":\"ERROR\"") && last.contains("stdout"),
+        "{last}"
+    );
+}
