@@ -302,3 +302,121 @@ fn a_stop_after_stdout_failed_exits_1_and_says_why() {
         "{last}"
     );
 }
+
+/// A stdout pipe nobody reads until the gateway has exited (README: after SIGTERM the grace
+/// passes, what was not written counts as dropped): the `stopped` line's `sent` is the number of
+/// whole lines the reader then finds, and every envelope is counted once.
+#[test]
+fn an_unread_pipe_read_after_the_exit_holds_as_many_lines_as_were_counted_sent() {
+    let (mut reader, writer) = std::io::pipe().unwrap();
+    let mut gw = Proc::start(
+        "true",
+        writer.into(),
+        &["--listen", "127.0.0.1:0", "--rtcp", "false"],
+    );
+    let mut a = Sender::new(gw.listen, 0x5eed_0a03);
+    for i in 0..40 {
+        let text: String = (0..10)
+            .map(|j| {
+                format!(
+                    "Sentence {} is long enough to fill the pipe soon enough. ",
+                    i * 10 + j
+                )
+            })
+            .collect();
+        a.send(&text);
+    }
+    let mut b = Sender::new(gw.listen, 0x5eed_0a04);
+    b.send("The last one. ");
+    gw.wait_stderr(&b.participant());
+    let status = gw.terminate();
+    assert!(status.success(), "{status:?}");
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut reader, &mut bytes).unwrap();
+    let text = String::from_utf8_lossy(&bytes);
+    let whole: Vec<&str> = text
+        .split_inclusive('\n')
+        .filter(|l| l.ends_with('\n'))
+        .collect();
+    for l in &whole {
+        serde_json::from_str::<serde_json::Value>(l).unwrap();
+    }
+    let stopped = gw.stopped();
+    let counters = gw.wait_stderr("\"message\":\"counters\"");
+    let (sent, dropped) = (
+        log_number(&stopped, "sent"),
+        log_number(&stopped, "dropped"),
+    );
+    assert!(dropped > 0, "{stopped}");
+    assert_eq!(
+        sent + dropped,
+        log_number(&counters, "envelopes"),
+        "{stopped}"
+    );
+    assert_eq!(sent, whole.len() as u64, "{stopped}");
+}
+
+/// stdout that takes every write, slowly (a reader that keeps up at its own pace).
+#[derive(Clone)]
+struct Slow(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Slow {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        std::thread::sleep(Duration::from_micros(300));
+        let n = buf.len().min(512);
+        self.0.lock().unwrap().extend_from_slice(&buf[..n]);
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A stdout slower than the envelopes come, and a grace that runs out while the writer is busy
+/// (not stuck): every envelope is counted once, as sent or as dropped, and `sent` is what
+/// stdout holds whole once the writer has stopped, but for the lines the write in progress at
+/// the count ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_stdout_at_the_stop_counts_every_envelope_once() {
+    use pvp_t140::pvp::{Builder, Kind, SenderId};
+    for round in 0..5 {
+        let (mut tx, rx) = pvp_t140::handoff::queue(1_000_000);
+        let out = Slow(Arc::default());
+        let sink = pvp_t140::sink::stdout::StdoutSink::with_writer(
+            rx,
+            pvp_t140::metrics::SinkMetrics::default(),
+            Duration::from_millis(30),
+            Box::new(out.clone()),
+        )
+        .unwrap();
+        let mut b = Builder::new("s".into(), None, 1);
+        let total = 20_000u64;
+        let feeder = std::thread::spawn(move || {
+            for i in 0..total {
+                let e = b.envelope(
+                    pvp_t140::Time::from_millis(1_700_000_000_000 + i),
+                    SenderId::from("p"),
+                    Kind::ContextAdd,
+                    &serde_json::json!({ "i": i }),
+                );
+                assert_eq!(tx.offer(vec![e]), 0);
+            }
+        });
+        feeder.join().unwrap();
+        let stats = sink.close().await;
+        // The writer's write in progress ends; nothing is written after it.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let bytes = out.0.lock().unwrap().clone();
+        let whole = bytes.iter().filter(|&&b| b == b'\n').count() as u64;
+        assert_eq!(
+            stats.sent + stats.dropped,
+            total,
+            "round {round}: {stats:?}"
+        );
+        assert!(
+            // The write in progress at the count (512 bytes at most) may end lines after it.
+            whole >= stats.sent && whole <= stats.sent + 512 / 100,
+            "round {round}: {whole} whole lines, {stats:?}"
+        );
+    }
+}
