@@ -420,3 +420,39 @@ async fn a_slow_stdout_at_the_stop_counts_every_envelope_once() {
         );
     }
 }
+
+/// A stdout still taking lines, slowly, when the grace runs out is no failed stdout: after the
+/// stop's count the writer writes no more, and that refusal must not set `stdout_failed`, which
+/// the exit status reads (a stop after stdout failed exits 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_stdout_at_the_stop_is_not_a_failed_one() {
+    use pvp_t140::pvp::{Builder, Kind, SenderId};
+    let (mut tx, rx) = pvp_t140::handoff::queue(1_000_000);
+    let out = Slow(Arc::default());
+    let metrics = pvp_t140::metrics::SinkMetrics::default();
+    let sink = pvp_t140::sink::stdout::StdoutSink::with_writer(
+        rx,
+        metrics.clone(),
+        Duration::from_millis(30),
+        Box::new(out.clone()),
+    )
+    .unwrap();
+    let mut b = Builder::new("s".into(), None, 1);
+    let batch: Vec<_> = (0..20_000u64)
+        .map(|i| {
+            b.envelope(
+                pvp_t140::Time::from_millis(1_700_000_000_000 + i),
+                SenderId::from("p"),
+                Kind::ContextAdd,
+                &serde_json::json!({ "i": i }),
+            )
+        })
+        .collect();
+    assert_eq!(tx.offer(batch), 0);
+    drop(tx);
+    let stats = sink.close().await;
+    assert!(stats.dropped > 0, "{stats:?}");
+    // The write in progress ends, and the writer with it.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(metrics.stdout_failed.get(), 0);
+}

@@ -306,9 +306,12 @@ impl Lines<'_> {
     }
 
     fn fail(&mut self, err: &io::Error) {
-        // After the stop's count, the writes refused are no failure of stdout's.
-        if !self.counts.closed.load(Ordering::SeqCst) {
+        // After the stop's count, the writes refused are no failure of stdout's: neither said
+        // nor shown (the exit status reads the gauge).
+        let closed = self.counts.closed.load(Ordering::SeqCst);
+        if !closed {
             tracing::error!("writing to stdout failed: {err}; envelopes from now on are dropped");
+            self.failed_gauge.set(1);
         }
         let mut lost = 0;
         if let Some(out) = self.out.take() {
@@ -317,7 +320,6 @@ impl Lines<'_> {
             let (accepted, _) = out.into_parts();
             lost = accepted.ends.len() as u64;
         }
-        self.failed_gauge.set(1);
         self.drop_rest(lost);
     }
 
