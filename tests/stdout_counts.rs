@@ -1,4 +1,4 @@
-//! Review v: the stdout sink and PVP's stdio binding (pvp-spec 19.4), against the real binary.
+//! The stdout sink (found by review v) and PVP's stdio binding (pvp-spec 19.4), against the real binary.
 
 mod common;
 
