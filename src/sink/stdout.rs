@@ -17,6 +17,9 @@ use super::SinkStats;
 use crate::handoff;
 use crate::metrics::SinkMetrics;
 
+/// Tries, a millisecond apart, at the queue's lock when the stop counts what is unwritten.
+const LOOKS: usize = 100;
+
 /// Envelopes taken from the queue at most at once: what is written between two looks at it.
 const TAKE: usize = 1024;
 
@@ -103,20 +106,23 @@ impl StdoutSink {
         let sent = c.sent.load(Ordering::Relaxed);
         let mut dropped = c.dropped.load(Ordering::Relaxed);
         if !finished {
-            let taken = c.taken.load(Ordering::Relaxed);
             // The writer is stuck in a write: the queue is free to look at (a writer waiting
-            // for the queue would have found it closed and finished).
-            let queued = match self.feed.try_lock() {
-                Ok(mut f) => {
+            // for the queue would have found it closed and finished), but for the moment the
+            // writer takes its next batch under the lock, so a lock held is tried again.
+            let mut queued = 0;
+            for _ in 0..LOOKS {
+                if let Ok(mut f) = self.feed.try_lock() {
                     let Feed { rx, presence } = &mut *f;
-                    let mut n = 0;
                     while let Some(batch) = rx.try_recv(usize::MAX) {
-                        n += batch.iter().filter(|e| presence.admit(e)).count() as u64;
+                        queued += batch.iter().filter(|e| presence.admit(e)).count() as u64;
                     }
-                    n
+                    break;
                 }
-                Err(_) => 0,
-            };
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            // `taken` is read after the queue: a batch the writer took meanwhile is counted
+            // in it (under the lock) and no longer in the queue.
+            let taken = c.taken.load(Ordering::Relaxed);
             let unwritten = taken.saturating_sub(sent + dropped) + queued;
             tracing::warn!(
                 unwritten,
@@ -175,10 +181,12 @@ fn writer(feed: &Mutex<Feed>, out: Box<dyn Write + Send>, metrics: &SinkMetrics,
             }
             out
         });
-        drop(f);
+        // Counted under the lock: `close` looks at the queue under it, and a batch taken from
+        // the queue but not yet counted would be in neither.
         counts
             .taken
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        drop(f);
         for (i, e) in batch.iter().enumerate() {
             if !out.line(e.json()) {
                 out.drop_rest((batch.len() - i) as u64);
