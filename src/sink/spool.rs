@@ -742,6 +742,12 @@ fn resend_plan((pending, joins): (Vec<Message>, HashMap<MessageWho, Message>)) -
     let mut order: Vec<MessageWho> = Vec::new();
     let mut by_sender: HashMap<MessageWho, Vec<Message>> = HashMap::new();
     for e in pending {
+        // One that cannot be sent (a kind the gateway never sends, an id that is no ULID: a
+        // journal edited by hand or by another tool) is no reason for a rejoin and a leave.
+        if let Err(why) = e.to_envelope() {
+            tracing::warn!("journal record not re-sent: {why}");
+            continue;
+        }
         let who = message_who(&e);
         if !by_sender.contains_key(&who) {
             order.push(who.clone());
