@@ -352,3 +352,100 @@ fn a_journal_of_another_session_is_resent_to_its_own() {
     assert!(summary(&plan).iter().all(|l| l.starts_with("old-room ")));
     assert!(plan.iter().all(|e| e.session_json() == "old-room"));
 }
+
+#[path = "common/ws_rate.rs"]
+#[allow(unused_imports)]
+mod ws_rate;
+
+/// A restart's resend whose text the server refuses as RATE_LIMITED (a burst after an outage
+/// is what a rate limit catches) or PARTICIPANT_NOT_FOUND: the text must reach the server after
+/// the pause, or stay undelivered in the journal for the next start, and not both. The resend
+/// writes the participant's leave right behind its text, so the refusal is read after the leave
+/// (review s: the text was lost, neither sent again nor left in the journal).
+async fn resent_text_refused_as(code: &'static str) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let d = Dir::new(&format!("resend-{code}"));
+    let mut t = Talk::new("s");
+    write(&d.journal(), &one_undelivered(&mut t));
+    let (spool, plan) = Spool::open(&d.0, Counter::default()).unwrap();
+    assert_eq!(summary(&plan), PLAN);
+    let refused = std::sync::Arc::new(AtomicBool::new(false));
+    let r = refused.clone();
+    let (url, log) = ws_rate::server(Box::new(move |v: &Value| {
+        if v["type"] == "context.add" && !r.swap(true, Ordering::SeqCst) {
+            let error = ws_rate::from_server(
+                "error",
+                json!({"code": code, "message": "not now", "recoverable": true,
+                    "related_to": v["id"]}),
+            );
+            (false, vec![error])
+        } else {
+            (true, vec![])
+        }
+    }))
+    .await;
+    let mut cfg = ws_rate::config(url);
+    cfg.spool = Some(std::sync::Arc::new(spool));
+    let mut ws = ws_rate::WsSink::new(cfg);
+    ws.resend(plan);
+    ws_rate::wait_until("the resend's leave", &log, || {
+        ws_rate::taken(&log, "a").contains(&"leave".to_owned())
+    })
+    .await;
+    let stats = ws.close(std::time::Duration::from_secs(10)).await;
+    assert!(refused.load(Ordering::SeqCst));
+    let delivered = ws_rate::taken(&log, "a").contains(&"Hello.".to_owned());
+    let again = d.open();
+    let offered_again = summary(&again).contains(&"s a context.add Hello.".to_owned());
+    assert!(
+        delivered != offered_again,
+        "delivered: {delivered}, offered again: {offered_again}: {:?}",
+        ws_rate::taken(&log, "a")
+    );
+    if offered_again {
+        assert_eq!(summary(&again), PLAN);
+        assert_eq!(stats.dropped, 1, "{stats:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resent_text_the_server_rate_limits_is_not_lost() {
+    resent_text_refused_as("RATE_LIMITED").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resent_text_refused_as_participant_not_found_is_not_lost() {
+    resent_text_refused_as("PARTICIPANT_NOT_FOUND").await;
+}
+
+/// A journal from a session the server no longer has (a restart with another `--session`,
+/// the old room gone): the resend is refused as SESSION_NOT_FOUND, given up on, and not
+/// offered again by every later start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resend_to_a_session_the_server_lacks_is_given_up_once() {
+    let d = Dir::new("resend-no-session");
+    let mut t = Talk::new("old-room");
+    write(&d.journal(), &one_undelivered(&mut t));
+    let (spool, plan) = Spool::open(&d.0, Counter::default()).unwrap();
+    let (url, log) = ws_rate::server(Box::new(move |v: &Value| {
+        if v["session"] == "old-room" && v["type"] != "heartbeat.pong" {
+            let error = ws_rate::from_server(
+                "error",
+                json!({"code": "SESSION_NOT_FOUND", "message": "no such session",
+                    "recoverable": false, "related_to": v["id"]}),
+            );
+            (false, vec![error])
+        } else {
+            (true, vec![])
+        }
+    }))
+    .await;
+    let mut cfg = ws_rate::config(url);
+    cfg.spool = Some(std::sync::Arc::new(spool));
+    let mut ws = ws_rate::WsSink::new(cfg);
+    ws.resend(plan);
+    ws_rate::wait_until("the rejoin read", &log, || !log.lock().unwrap().is_empty()).await;
+    let stats = ws.close(std::time::Duration::from_secs(10)).await;
+    assert_eq!(stats.sent + stats.dropped, 3, "{stats:?}");
+    assert_eq!(summary(&d.open()), Vec::<String>::new());
+}

@@ -627,7 +627,8 @@ async fn connection(
                 && gates.as_ref().is_none_or(|g| g.is_empty())
             {
                 // The participant left, and what waited for approval is settled and sent.
-                close_politely(&mut ws, &cfg, &participant).await;
+                let late = Late::new(&mut retry, &mut recent, &mut pvp, &participant);
+                close_politely(&mut ws, &cfg, &participant, Some((late, &counts))).await;
                 return;
             }
             let gate_deadline = gates.as_ref().and_then(super::gate::Gates::next_deadline);
@@ -820,7 +821,8 @@ async fn connection(
                         // The gateway stops while chunks of a participant that left still
                         // await approval: they will not get it now.
                         let held = Held::new(&mut pending, &mut outbox, &mut gates, paused_until, join.as_ref().filter(|_| rejoin_again), &mut pvp);
-                        stopping(&mut ws, held, &cfg, &participant, &counts).await;
+                        let late = Late::new(&mut retry, &mut recent, &mut pvp, &participant);
+                        stopping(&mut ws, held, late, &cfg, &participant, &counts).await;
                         return;
                     }
                     e = rx.recv(), if queue_open && !paused && pending.is_none() => match e {
@@ -847,7 +849,8 @@ async fn connection(
                             queue_open = false;
                             if *stop.borrow() || gates.as_ref().is_none_or(|g| g.is_empty()) {
                                 let held = Held::new(&mut pending, &mut outbox, &mut gates, paused_until, join.as_ref().filter(|_| rejoin_again), &mut pvp);
-                                stopping(&mut ws, held, &cfg, &participant, &counts).await;
+                                let late = Late::new(&mut retry, &mut recent, &mut pvp, &participant);
+                                stopping(&mut ws, held, late, &cfg, &participant, &counts).await;
                                 return;
                             }
                             None
@@ -1491,6 +1494,93 @@ fn written(id: ulid::Ulid, kind: Kind, cfg: &WsConfig, counts: &Counts) {
 }
 
 /// What a connection still holds when its queue has closed for the gateway's stop.
+/// What a connection whose participant has left (its leave written) still acts on while it
+/// closes: a refusal of text it wrote just before. A restart's resend writes the leave right
+/// behind the text (README "Delivery to a PVP server"), so a RATE_LIMITED for resent text
+/// (what a burst after an outage meets) is always read then: the text is not sent again now
+/// (there is no join after the leave), but it was not taken either. It is counted as dropped
+/// rather than sent and, with `--spool`, undelivered again in the journal in its place, so the
+/// next start sends it (its participant rejoining first). Any other refusal of text is counted
+/// as for a connection still open ([`refused_text`]); so is the participant refused
+/// (UNAUTHORIZED, SESSION_NOT_FOUND for its join: a journal of a session the server no longer
+/// has), after which nothing is journaled again: every later start would be refused the same.
+struct Late<'a> {
+    retry: &'a mut Retry,
+    recent: &'a mut VecDeque<(ulid::Ulid, Kind)>,
+    pvp: &'a mut Builder,
+    participant: &'a SenderId,
+    /// The server refused the participant.
+    refused: bool,
+}
+
+impl<'a> Late<'a> {
+    fn new(
+        retry: &'a mut Retry,
+        recent: &'a mut VecDeque<(ulid::Ulid, Kind)>,
+        pvp: &'a mut Builder,
+        participant: &'a SenderId,
+    ) -> Self {
+        Late {
+            retry,
+            recent,
+            pvp,
+            participant,
+            refused: false,
+        }
+    }
+
+    fn read(&mut self, text: &str, cfg: &WsConfig, counts: &Counts) {
+        let participant = self.participant;
+        match on_frame(self.pvp, participant, text, self.recent) {
+            Reaction::Fatal { code, related } => {
+                if let Some(id) = related {
+                    refused_text(
+                        id,
+                        self.recent,
+                        self.retry,
+                        counts,
+                        &cfg.metrics,
+                        participant,
+                    );
+                }
+                if !std::mem::replace(&mut self.refused, true) {
+                    cfg.metrics.refused.inc();
+                    tracing::error!(%participant, %code, "PVP server refused this participant as it left; what it refuses of its text is not sent again");
+                }
+            }
+            Reaction::Backoff {
+                related: Some(id), ..
+            } if !self.refused => {
+                self.retry.expire(std::time::Instant::now());
+                let Some(i) = self.retry.held.iter().position(|(_, _, e)| e.id() == id) else {
+                    return;
+                };
+                let Some((_, _, e)) = self.retry.held.remove(i) else {
+                    return;
+                };
+                self.recent.retain(|(r, _)| *r != id);
+                if let Some(spool) = &cfg.spool {
+                    spool.again(&e);
+                }
+                counts.sent.fetch_sub(1, Ordering::Relaxed);
+                counts.given_up.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%participant, %id, kind = %e.kind(), spool = cfg.spool.is_some(), "refused after the participant's leave was written: not sent again now (with --spool, the next start sends it); dropped");
+            }
+            Reaction::Refused(id) => {
+                refused_text(
+                    id,
+                    self.recent,
+                    self.retry,
+                    counts,
+                    &cfg.metrics,
+                    participant,
+                );
+            }
+            _ => {}
+        }
+    }
+}
+
 struct Held<'a> {
     pending: Option<(std::time::Instant, Envelope)>,
     outbox: &'a mut VecDeque<(std::time::Instant, Envelope)>,
@@ -1526,8 +1616,14 @@ impl<'a> Held<'a> {
 /// (counted, and marked done in the spool: a restart must not offer them again); what is
 /// approved and what waited behind it (the leave) goes out, after a rate-limit pause still
 /// running (the sink's shutdown grace bounds the wait), and the connection closes.
-async fn stopping<S>(ws: &mut S, held: Held<'_>, cfg: &WsConfig, participant: &str, counts: &Counts)
-where
+async fn stopping<S>(
+    ws: &mut S,
+    held: Held<'_>,
+    late: Late<'_>,
+    cfg: &WsConfig,
+    participant: &str,
+    counts: &Counts,
+) where
     S: futures_util::Sink<Message> + futures_util::Stream<Item = WsResult> + Unpin,
 {
     let mut send: Vec<Envelope> = held
@@ -1570,17 +1666,26 @@ where
         }
         written(id, kind, cfg, counts);
     }
-    close_politely(ws, cfg, participant).await;
+    close_politely(ws, cfg, participant, Some((late, counts))).await;
 }
 
-/// Everything is sent: a Close, and up to 2 s for the server's.
-async fn close_politely<S>(ws: &mut S, cfg: &WsConfig, participant: &str)
-where
+/// Everything is sent: a Close, and up to 2 s for the server's, reading what it sent before
+/// it (`late`: refusals of text written just before the leave).
+async fn close_politely<S>(
+    ws: &mut S,
+    cfg: &WsConfig,
+    participant: &str,
+    mut late: Option<(Late<'_>, &Counts)>,
+) where
     S: futures_util::Sink<Message> + futures_util::Stream<Item = WsResult> + Unpin,
 {
     send_frame(ws, Message::Close(None), cfg, participant).await;
     let _ = tokio::time::timeout(Duration::from_secs(2), async {
-        while let Some(Ok(_)) = ws.next().await {}
+        while let Some(Ok(m)) = ws.next().await {
+            if let (Some((late, counts)), Message::Text(text)) = (late.as_mut(), &m) {
+                late.read(text, cfg, counts);
+            }
+        }
     })
     .await;
     tracing::debug!(%participant, "PVP connection closed");
