@@ -1493,7 +1493,6 @@ fn written(id: ulid::Ulid, kind: Kind, cfg: &WsConfig, counts: &Counts) {
     }
 }
 
-/// What a connection still holds when its queue has closed for the gateway's stop.
 /// What a connection whose participant has left (its leave written) still acts on while it
 /// closes: a refusal of text it wrote just before. A restart's resend writes the leave right
 /// behind the text (README "Delivery to a PVP server"), so a RATE_LIMITED for resent text
@@ -1581,6 +1580,7 @@ impl<'a> Late<'a> {
     }
 }
 
+/// What a connection still holds when its queue has closed for the gateway's stop.
 struct Held<'a> {
     pending: Option<(std::time::Instant, Envelope)>,
     outbox: &'a mut VecDeque<(std::time::Instant, Envelope)>,

@@ -1,4 +1,4 @@
-//! Review s: the `--spool DIR` journal as a restarted gateway reads it (hand-made journals:
+//! The `--spool DIR` journal as a restarted gateway reads it (hand-made journals:
 //! damaged, foreign, left by a kill at an awkward moment), through the public `Spool::open`.
 
 use std::path::{Path, PathBuf};
