@@ -3,8 +3,9 @@
 //! of streams needs thousands of descriptors. The common soft limit is 1,024 (systemd's default
 //! for services and most login shells), which would turn the thousandth participant's connect
 //! into "Too many open files" retries while its transcript waits and then drops. So at start
-//! the soft limit is raised as far as `--max-streams` needs (the hard limit permitting), as
-//! network servers commonly do, and a hard limit that is still too low is said once, loudly.
+//! the soft limit is raised as far as `--max-streams` streams' participants need (up to 32 a
+//! stream: a mixer's sources; the hard limit permitting), as network servers commonly do, and a
+//! hard limit too low for one participant a stream is said once, loudly.
 
 use std::io;
 
@@ -39,13 +40,23 @@ impl Limit {
     }
 }
 
-/// Raises the soft open-file limit to what `participants` connections need besides `workers`
-/// receive workers ([`reserved`]), or to the hard limit if that is lower. Never lowers it.
+/// Participants `streams` streams can have at most: a stream is up to
+/// [`crate::stream::MAX_SPEAKERS`] of them (an RFC 9071 mixer's sources, t140llm's named
+/// streams), each a connection of its own. Raised for one a stream, two mixers of 32 sources
+/// under `--max-streams 2` and a soft limit of 64 connected 55 of their 64 participants; the
+/// rest retried and dropped their transcripts (review u).
+pub fn participants_of(streams: u64) -> u64 {
+    streams.saturating_mul(crate::stream::MAX_SPEAKERS as u64)
+}
+
+/// Raises the soft open-file limit to what the participants of `streams` streams
+/// ([`participants_of`]) need besides `workers` receive workers ([`reserved`]), or to the hard
+/// limit if that is lower. Never lowers it.
 #[cfg(unix)]
-pub fn raise(participants: u64, workers: u64) -> io::Result<Limit> {
+pub fn raise(streams: u64, workers: u64) -> io::Result<Limit> {
     let (before, _) = rlimit::getrlimit(rlimit::Resource::NOFILE)?;
     let reserved = reserved(workers);
-    let now = rlimit::increase_nofile_limit(participants.saturating_add(reserved))?;
+    let now = rlimit::increase_nofile_limit(participants_of(streams).saturating_add(reserved))?;
     Ok(Limit {
         before,
         now: now.max(before),
@@ -55,7 +66,7 @@ pub fn raise(participants: u64, workers: u64) -> io::Result<Limit> {
 
 /// No per-process open-file limit to raise here.
 #[cfg(not(unix))]
-pub fn raise(_participants: u64, _workers: u64) -> io::Result<Limit> {
+pub fn raise(_streams: u64, _workers: u64) -> io::Result<Limit> {
     Err(io::Error::new(
         io::ErrorKind::Unsupported,
         "no open-file limit on this platform",

@@ -694,8 +694,8 @@ fn dropped_log_lines() -> usize {
 }
 
 /// One descriptor a participant's connection ([`pvp_t140::fdlimit`]): raise the soft limit so
-/// `--max-streams` participants can connect besides what `workers` receive workers hold, and
-/// say so if the hard limit does not allow it.
+/// the participants of `--max-streams` streams (up to 32 a stream) can connect besides what
+/// `workers` receive workers hold, and say so if the hard limit does not allow one a stream.
 fn raise_fd_limit(max_streams: u64, workers: u64) {
     match pvp_t140::fdlimit::raise(max_streams, workers) {
         Ok(l) => {
