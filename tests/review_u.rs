@@ -229,3 +229,165 @@ async fn every_participant_of_mixer_streams_connects_under_a_low_soft_limit() {
     assert_eq!(got, want, "participants heard; {raised:?}");
     server.assert_no_violations();
 }
+
+/// Udp RcvbufErrors from /proc/net/snmp (all sockets of this network namespace).
+fn udp_rcvbuf_errors() -> u64 {
+    let snmp = std::fs::read_to_string("/proc/net/snmp").unwrap_or_default();
+    let mut udp = snmp.lines().filter(|l| l.starts_with("Udp:"));
+    let (Some(names), Some(values)) = (udp.next(), udp.next()) else {
+        return 0;
+    };
+    (names.split_whitespace().zip(values.split_whitespace()))
+        .find(|(n, _)| *n == "RcvbufErrors")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// One source flooding text packets of one stream far over `--max-pps-per-source` beside a
+/// quiet speaker: the quiet one is heard whole, and the flood's excess is counted as
+/// `rate_limited`, its admitted part no more than its burst and rate allow.
+#[test]
+fn a_flooding_source_is_limited_and_a_quiet_one_beside_it_is_heard() {
+    let (gw, listening) = Gw::start(&["--listen", "127.0.0.1:0", "--idle-flush-ms", "60000"]);
+    let to = addr(&listening, "listen").unwrap();
+    let kernel_drops = udp_rcvbuf_errors();
+    let flood = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let quiet = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let words = ["Quiet ", "words ", "are ", "still ", "heard."];
+    let started = std::time::Instant::now();
+    let (mut sent, mut next) = (0u32, 0);
+    for i in 0..20_000u32 {
+        let seq = 1000u16.wrapping_add(i as u16);
+        let _ = flood.send_to(&rtp(seq, 0xf100d, "x"), to);
+        sent += 1;
+        if i % 4000 == 0 {
+            quiet
+                .send_to(&rtp(1000 + next as u16, 0x9, words[next]), to)
+                .unwrap();
+            next += 1;
+        }
+        if i % 50 == 49 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_millis(300));
+    let (envelopes, stderr) = gw.stop(false);
+    let dropped_by_kernel = udp_rcvbuf_errors() - kernel_drops;
+    let c = counters(&stderr);
+    let line = c.to_string();
+    let quiet_text: String = (envelopes.iter())
+        .filter(|e| e["type"] == "context.add")
+        .filter(|e| e["sender"].as_str().unwrap().starts_with("t140:00000009@"))
+        .map(|e| e["payload"]["content"].as_str().unwrap())
+        .collect();
+    if dropped_by_kernel == 0 {
+        assert_eq!(quiet_text, words.concat(), "{line}");
+        assert_eq!(c["fields"]["datagrams"], u64::from(sent) + 5, "{line}");
+    }
+    let limited: u64 = (line.split(['"', ',']))
+        .find_map(|p| p.strip_prefix("rate_limited="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no rate_limited in {line}"));
+    let admitted = u64::from(sent) - dropped_by_kernel - limited;
+    assert!(
+        admitted <= 1000 + (1000.0 * (secs + 0.5)) as u64,
+        "{admitted} admitted of {sent} in {secs:.2} s: {line}"
+    );
+}
+
+/// SIGTERM while the hand-off queue to a stuck stdout is full: every envelope the workers
+/// made is either written or counted as refused (`sink_queue_full`), and the stop's final
+/// flush (a speaker whose words waited for their idle flush, and whose join found no room)
+/// is written whole, join first, once stdout is read again (README: "At shutdown the final
+/// flushes and leaves are queued whatever the bound, so SIGTERM loses no text").
+#[test]
+fn sigterm_with_the_hand_off_queue_full_writes_the_final_flush_and_counts_the_rest() {
+    use std::io::{BufRead, BufReader, Read};
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .args(["--listen", "127.0.0.1:0", "--max-pps-per-source", "0"])
+        .args(["--idle-flush-ms", "60000", "--log-format", "json"])
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("pvp-t140 listening") {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "exited at start");
+    }
+    let to = addr(&serde_json::from_str(&line).unwrap(), "listen").unwrap();
+    let stderr = std::thread::spawn(move || {
+        let mut s = String::new();
+        err.read_to_string(&mut s).unwrap();
+        s
+    });
+    let kernel_drops = udp_rcvbuf_errors();
+    // 70,000 sentences, one a packet: more than the pipe and the 65,536 of the queue hold.
+    let loud = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let n = 70_000u32;
+    for i in 0..n {
+        let d = rtp(1000u16.wrapping_add(i as u16), 0x1, &format!("n{i}. "));
+        loud.send_to(&d, to).unwrap();
+        if i % 50 == 49 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let quiet = UdpSocket::bind("127.0.0.1:0").unwrap();
+    quiet
+        .send_to(&rtp(1000, 0x2, "Words that wait for their flush"), to)
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let status = child.wait().unwrap();
+    let stderr = stderr.join().unwrap();
+    assert!(status.success(), "{status:?}\n{stderr}");
+    let envelopes: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let quiet_id = format!("t140:00000002@{}", quiet.local_addr().unwrap());
+    let quiet_kinds: Vec<String> = (envelopes.iter())
+        .filter(|e| e["sender"] == quiet_id.as_str())
+        .map(|e| format!("{} {}", e["type"], e["payload"]["content"]))
+        .collect();
+    assert_eq!(
+        quiet_kinds,
+        [
+            "\"session.join\" null",
+            "\"context.add\" \"Words that wait for their flush\"",
+            "\"session.leave\" null",
+        ],
+        "{}",
+        stderr.lines().rev().take(3).collect::<Vec<_>>().join("\n")
+    );
+    if udp_rcvbuf_errors() == kernel_drops {
+        let stopped = (stderr.lines())
+            .find(|l| l.contains("\"stopped\""))
+            .unwrap_or_else(|| panic!("{stderr}"));
+        let v: Value = serde_json::from_str(stopped).unwrap();
+        let refused = v["fields"]["sink_queue_full"].as_u64().unwrap();
+        let loud_adds = (envelopes.iter())
+            .filter(|e| e["type"] == "context.add")
+            .filter(|e| e["sender"] != quiet_id.as_str())
+            .count() as u64;
+        assert_eq!(loud_adds + refused, u64::from(n), "{stopped}");
+        assert!(refused > 0, "the queue never filled: {stopped}");
+    }
+}
