@@ -14,9 +14,38 @@
 //! panicked) gives its reserve to the pool, for the cores left, which get its sources. A core
 //! made by [`crate::Gateway::new`] has a budget of its own, so the sans-IO core alone stays
 //! deterministic.
+//!
+//! Cores sharing a budget also share who holds each SSRC ([`Claims::own_ssrc`]): README
+//! "Speakers" refuses a known SSRC from another address (`ssrc_conflict`), and the kernel may
+//! hash that other address to another worker, whose core alone did not know the SSRC (review
+//! u: one SSRC from 16 ports under `--workers 2` was two streams). Touched only when a stream
+//! opens or ends, as the pool is; a lock of one of [`OWNER_SHARDS`], by the SSRC.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// Locks the SSRC owners of several cores are spread over ([`Owners`]): a flood of random
+/// SSRCs opening and evicting streams on every core seldom waits for another core.
+const OWNER_SHARDS: usize = 64;
+
+/// Which source holds each SSRC, over the cores of a budget ([`Claims::own_ssrc`]).
+#[derive(Debug)]
+struct Owners(Box<[Mutex<HashMap<u32, SocketAddr>>]>);
+
+impl Owners {
+    fn new() -> Self {
+        Owners((0..OWNER_SHARDS).map(|_| Mutex::default()).collect())
+    }
+
+    fn shard(&self, ssrc: u32) -> MutexGuard<'_, HashMap<u32, SocketAddr>> {
+        // SSRCs are random (RFC 3550 8.1): their low bits spread them.
+        self.0[ssrc as usize % OWNER_SHARDS]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
 
 /// The bound of the cores it is cloned to: a reserve for each and a pool they share.
 #[derive(Debug, Clone)]
@@ -30,6 +59,8 @@ pub struct StreamBudget {
     reserves: Arc<AtomicUsize>,
     reserve: usize,
     max: usize,
+    /// With more than one core: who holds each SSRC, over all of them.
+    owners: Option<Arc<Owners>>,
 }
 
 impl StreamBudget {
@@ -47,6 +78,7 @@ impl StreamBudget {
             reserves: Arc::new(AtomicUsize::new(cores)),
             reserve,
             max,
+            owners: (cores > 1).then(|| Arc::new(Owners::new())),
         }
     }
 
@@ -104,6 +136,9 @@ pub struct Claims {
     budget: StreamBudget,
     reserve: usize,
     held: usize,
+    /// The SSRCs this core holds in the budget's [`Owners`] (none with one core), given back
+    /// when it goes away.
+    owned: HashMap<u32, SocketAddr>,
 }
 
 impl Claims {
@@ -113,7 +148,46 @@ impl Claims {
             budget,
             reserve,
             held: 0,
+            owned: HashMap::new(),
         }
+    }
+
+    /// Takes `ssrc` for a stream from `source` about to open: false when another core's stream
+    /// holds it from another source (with one core, the core's own table decides). Given back
+    /// by [`Claims::disown_ssrc`] when the stream ends or is not opened after all.
+    pub fn own_ssrc(&mut self, ssrc: u32, source: SocketAddr) -> bool {
+        let Some(owners) = &self.budget.owners else {
+            return true;
+        };
+        let mut shard = owners.shard(ssrc);
+        match shard.get(&ssrc) {
+            Some(&owner) => owner == source,
+            None => {
+                shard.insert(ssrc, source);
+                self.owned.insert(ssrc, source);
+                true
+            }
+        }
+    }
+
+    /// Gives back `ssrc`, if this core holds it for `source`.
+    pub fn disown_ssrc(&mut self, ssrc: u32, source: SocketAddr) {
+        if self.budget.owners.is_none() || self.owned.get(&ssrc) != Some(&source) {
+            return;
+        }
+        self.owned.remove(&ssrc);
+        self.disown_ssrc_of(ssrc, source);
+    }
+
+    /// Whether another source than `source` holds `ssrc` on another core.
+    pub fn ssrc_held_elsewhere(&self, ssrc: u32, source: SocketAddr) -> bool {
+        let Some(owners) = &self.budget.owners else {
+            return false;
+        };
+        owners
+            .shard(ssrc)
+            .get(&ssrc)
+            .is_some_and(|&owner| owner != source)
     }
 
     /// Streams this core claimed and has not given back.
@@ -144,6 +218,23 @@ impl Drop for Claims {
     fn drop(&mut self) {
         self.budget.release(self.held.saturating_sub(self.reserve));
         self.budget.pool.fetch_add(self.reserve, Ordering::Relaxed);
+        // A core gone (a worker that failed or panicked) holds no SSRC: its sources are hashed
+        // to the cores left.
+        for (ssrc, source) in std::mem::take(&mut self.owned) {
+            self.disown_ssrc_of(ssrc, source);
+        }
+    }
+}
+
+impl Claims {
+    /// [`Claims::disown_ssrc`] of an SSRC already taken out of `owned`.
+    fn disown_ssrc_of(&self, ssrc: u32, source: SocketAddr) {
+        if let Some(owners) = &self.budget.owners {
+            let mut shard = owners.shard(ssrc);
+            if shard.get(&ssrc) == Some(&source) {
+                shard.remove(&ssrc);
+            }
+        }
     }
 }
 

@@ -2033,7 +2033,9 @@ impl Gateway {
             source: canonical(key.source),
             ..key
         };
-        if self.ssrc_owner.contains_key(&key.ssrc) {
+        // Another worker's stream may hold it too ([`crate::budget`]): taken here, given back
+        // if the stream is refused below, or when it ends ([`Gateway::release_ssrc`]).
+        if self.ssrc_owner.contains_key(&key.ssrc) || !self.streams.own_ssrc(key.ssrc, key.source) {
             return Err(DropReason::SsrcConflict);
         }
         // Before room is made: the eviction that makes it is remembered too, and may push out
@@ -2065,6 +2067,7 @@ impl Gateway {
                 if let Some(r) = returning {
                     self.end_record(r, Names::Older);
                 }
+                self.streams.disown_ssrc(key.ssrc, key.source);
                 return Err(DropReason::StreamLimit);
             }
         }
@@ -3134,6 +3137,7 @@ impl Gateway {
             .ssrc_owner
             .get(&own.ssrc)
             .is_some_and(|&owner| owner != own.source)
+            || self.streams.ssrc_held_elsewhere(own.ssrc, own.source)
         {
             return Err(DropReason::SsrcConflict);
         }
@@ -3152,6 +3156,7 @@ impl Gateway {
         if self.ssrc_owner.get(&key.ssrc) == Some(&key.source) {
             self.ssrc_owner.remove(&key.ssrc);
         }
+        self.streams.disown_ssrc(key.ssrc, key.source);
     }
 
     /// Ends a stream: held packets are given up, every speaker flushes and leaves.

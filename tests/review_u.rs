@@ -10,6 +10,9 @@ use serde_json::Value;
 mod common;
 use common::frozen::{Gw, addr, rtp};
 
+#[path = "common/core.rs"]
+mod core_helpers;
+
 /// The final counters' line (`counters`), as JSON.
 fn counters(stderr: &str) -> Value {
     let line = (stderr.lines())
@@ -52,12 +55,10 @@ fn datagrams_shorter_than_a_header_are_counted_and_a_bare_header_is_a_packet() {
 
 /// README "Speakers": "a known SSRC arriving from another address is refused
 /// (`ssrc_conflict`)". With `--workers 2` the kernel hashes each source address:port to one
-/// worker, and each worker keeps its own SSRC owners: the same SSRC from 16 ports of the host
-/// is one stream with one worker and up to 16 with two (seen: 2 joins, 14 `ssrc_conflict`).
-/// A fix shares the SSRC owners between the workers (opened and closed streams only, as the
-/// stream budget is), and must release a failed worker's.
+/// worker, and each worker kept its own SSRC owners: the same SSRC from 16 ports of the host
+/// was one stream with one worker and two with two (2 joins, 14 `ssrc_conflict`): the workers
+/// now share who holds each SSRC ([`pvp_t140::budget`]).
 #[test]
-#[ignore = "known gap: with --workers N each worker keeps its own SSRC owners, so one SSRC from ports hashed to two workers is two streams (README, Scaling out)"]
 fn one_ssrc_from_many_ports_is_one_stream_whatever_the_workers() {
     for workers in ["1", "2"] {
         let (gw, listening) = Gw::start(&[
@@ -390,4 +391,43 @@ fn sigterm_with_the_hand_off_queue_full_writes_the_final_flush_and_counts_the_re
         assert_eq!(loud_adds + refused, u64::from(n), "{stopped}");
         assert!(refused > 0, "the queue never filled: {stopped}");
     }
+}
+
+/// Cores sharing a budget (`--workers N`) share who holds each SSRC: a known SSRC from
+/// another source on another core is refused as `ssrc_conflict`, and is free again once the
+/// stream holding it ends, once a stream refused at the limit is not opened after all, and
+/// once the core holding it goes away (a worker that failed: its sources go to the others).
+#[test]
+fn cores_sharing_a_budget_refuse_an_ssrc_another_core_holds_until_it_is_free() {
+    use core_helpers::{addr as from, at, t140};
+    use pvp_t140::budget::StreamBudget;
+    use pvp_t140::{Config, DropReason, Gateway};
+    let conflicts = |gw: &Gateway| gw.stats().drops(DropReason::SsrcConflict);
+    let limited = |gw: &Gateway| gw.stats().drops(DropReason::StreamLimit);
+    // A reserve of 1 each and a pool of 1.
+    let budget = StreamBudget::new(3, 2);
+    let core = || Gateway::with_budget(Config::default(), budget.clone());
+    let (mut a, mut b) = (core(), core());
+    a.handle_datagram(at(0), from(4000), &t140(1, 7, "From a. "));
+    b.handle_datagram(at(0), from(4001), &t140(1, 7, "From b. "));
+    assert_eq!(
+        (a.live_streams(), b.live_streams(), conflicts(&b)),
+        (1, 0, 1)
+    );
+    // a's stream ends: the SSRC is b's source's to take.
+    a.shutdown(at(10));
+    b.handle_datagram(at(20), from(4001), &t140(1, 7, "Now b. "));
+    assert_eq!((b.live_streams(), conflicts(&b)), (1, 1));
+    // b holds its reserve and the pool with streams that spoke: its next is refused at the
+    // limit, and the SSRC it would have taken stays free.
+    b.handle_datagram(at(30), from(4002), &t140(1, 8, "Pool. "));
+    b.handle_datagram(at(40), from(4003), &t140(1, 9, "Refused. "));
+    assert_eq!((b.live_streams(), limited(&b)), (2, 1));
+    a.handle_datagram(at(50), from(4004), &t140(1, 9, "Taken by a. "));
+    assert_eq!((a.live_streams(), conflicts(&a)), (1, 0));
+    // b goes away holding SSRC 7: a third core may take it from another source.
+    drop(b);
+    let mut c = core();
+    c.handle_datagram(at(60), from(4005), &t140(1, 7, "Taken by c. "));
+    assert_eq!((c.live_streams(), conflicts(&c)), (1, 0));
 }
