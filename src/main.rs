@@ -696,13 +696,22 @@ fn dropped_log_lines() -> usize {
 /// One descriptor a participant's connection ([`pvp_t140::fdlimit`]): raise the soft limit so
 /// the participants of `--max-streams` streams (up to 32 a stream) can connect besides what
 /// `workers` receive workers hold, and say so if the hard limit does not allow one a stream.
+/// On stdout (`max_streams` 0: no connections) for what the workers hold alone.
 fn raise_fd_limit(max_streams: u64, workers: u64) {
     match pvp_t140::fdlimit::raise(max_streams, workers) {
         Ok(l) => {
             if l.now > l.before {
                 tracing::info!(from = l.before, to = l.now, "open-file limit raised");
             }
-            if l.participants() < max_streams {
+            if l.now < l.reserved {
+                tracing::warn!(
+                    limit = l.now,
+                    workers,
+                    "the open-file limit is too low for --workers: receive workers may fail to \
+                     start (\"Too many open files\"). Raise the hard limit (`ulimit -Hn`, \
+                     systemd `LimitNOFILE=`) or lower --workers"
+                );
+            } else if max_streams > 0 && l.participants() < max_streams {
                 tracing::warn!(
                     limit = l.now,
                     max_streams,
@@ -714,6 +723,8 @@ fn raise_fd_limit(max_streams: u64, workers: u64) {
                 );
             }
         }
+        // No limit to raise on this platform: nothing to say for the workers alone.
+        Err(e) if max_streams == 0 && e.kind() == std::io::ErrorKind::Unsupported => {}
         Err(e) => tracing::warn!("open-file limit not raised: {e}"),
     }
 }
@@ -1149,7 +1160,12 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
                 raise_fd_limit(cfg.max_streams as u64, workers as u64);
                 Some(ws)
             }
-            None => None,
+            None => {
+                // No participant connections on stdout, but each receive worker holds
+                // descriptors of its own: under a low soft limit many workers failed to start.
+                raise_fd_limit(0, workers as u64);
+                None
+            }
         };
         let (mut tx, rx) = pvp_t140::handoff::queue(udp::SINK_QUEUE);
         tx.count_refusals(sink_metrics.sink_queue_refused.clone());

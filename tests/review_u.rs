@@ -473,3 +473,53 @@ fn a_flood_from_many_ports_does_not_refuse_quiet_callers_under_their_rate() {
         "{refused} of {callers} quiet callers refused"
     );
 }
+
+/// Each receive worker holds descriptors of its own (its socket and its runtime's, some 5:
+/// `fdlimit::PER_WORKER`), whatever the sink. The soft open-file limit was raised only with
+/// `--server`: on stdout, `--workers 64` under a soft limit of 200 said "listening" with 64
+/// workers, and 30-odd of them failed to start ("Too many open files"), logged only at the
+/// stop; /healthz said 503 for good. The limit is raised for the workers on stdout too.
+#[test]
+fn every_receive_worker_starts_under_a_low_soft_limit_on_stdout() {
+    use common::gateway_proc::{Gateway, http_get, sample};
+    let (_, hard) = rlimit::getrlimit(rlimit::Resource::NOFILE).unwrap();
+    if hard < 1024 {
+        eprintln!("SKIPPED: hard open-file limit {hard} is too low for this test");
+        return;
+    }
+    let mut gw = Gateway::start_with_fd_limit(
+        200,
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--workers",
+            "64",
+            "--metrics",
+            "127.0.0.1:0",
+        ],
+    );
+    let m = gw.metrics_addr();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let (mut status, mut running) = (0, None);
+    while std::time::Instant::now() < deadline {
+        status = http_get(m, "/healthz").0;
+        running = sample(
+            &http_get(m, "/metrics").1,
+            "pvp_t140_receive_workers_running",
+        );
+        if status == 200 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let failed = (gw.stderr_lines().iter())
+        .filter(|l| l.contains("failed to start"))
+        .count();
+    gw.terminate(Duration::from_secs(30));
+    let failed = failed.max(
+        (gw.stderr_lines().iter())
+            .filter(|l| l.contains("failed to start"))
+            .count(),
+    );
+    assert_eq!((status, running, failed), (200, Some(64.0), 0));
+}
