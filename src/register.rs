@@ -571,7 +571,9 @@ impl Register {
             let far = (0..rare.run.len())
                 .max_by_key(|&i| distance(&rare.run[i]))
                 .unwrap_or(0);
-            let stray = rare.run.swap_remove(far);
+            // `remove`, not `swap_remove`: the kept stay in arrival order, which
+            // [`Register::confirms`] reads (its first kept).
+            let stray = rare.run.remove(far);
             self.drop_strays([stray]);
         }
         let copy = self.copy(now, a);
