@@ -536,10 +536,11 @@ impl Register {
     /// whatever order they came in; once long enough it is delivered, every packet of it, and
     /// the stream goes on from its end. Kept packets outside it are strays, dropped and
     /// counted as jumps, unless they lie before it, not stamped after its head, and are no
-    /// copies (stamped after the last delivered packet, as on a new clock, [`NEW_CLOCK`]) or
-    /// start a session: then they are the restart's too, and the gaps between wait as any
-    /// gap. A run a short way back that is stamped before the last delivered packet and
-    /// starts no session is late duplicates ([`Register::late_copies`]): dropped as stale.
+    /// copies (stamped after the last delivered packet, as on a new clock, [`NEW_CLOCK`]),
+    /// start a session, or lie between such a start and the run stamped from the start's on:
+    /// then they are the restart's too, and the gaps between wait as any gap. A run a short
+    /// way back that is stamped before the last delivered packet and starts no session is
+    /// late duplicates ([`Register::late_copies`]): dropped as stale.
     #[cold]
     #[inline(never)]
     fn jump(&mut self, now: Time, a: &Arrival<'_>, expected: u16, out: Out<'_>) -> Outcome {
@@ -605,16 +606,30 @@ impl Register {
         // The run's head may follow packets of the new session lost, or kept before it (a
         // loss between them made them no run): those not stamped after the head that are no
         // copies (stamped after the last delivered) or start a session (marked, or a BOM,
-        // RFC 4103 5.2: a restart's first packet), whatever the clock, are the run's.
+        // RFC 4103 5.2: a restart's first packet), whatever the clock, are the run's; and so
+        // are those between such a start and the head, stamped from the start's on (the
+        // session's packets after its first, come though a later one was lost: on a clock
+        // behind the old one, they have a copy's stamp, but not a copy's place).
         let head_ts = (run.iter().find(|h| h.seq == lo)).map_or(a.ts, |h| h.ts);
         let new_clock = self.on_new_clock(head_ts);
+        let close = |h: &Held| {
+            lo.wrapping_sub(h.seq) <= MAX_DROPOUT && !crate::rtp::ts_after(h.ts, head_ts)
+        };
+        let starts = |h: &Held| {
+            let a = h.arrival();
+            a.marker || self.starts_session(&a)
+        };
+        // The earliest kept start before the run: how far back, and its stamp.
+        let start = (run.iter())
+            .filter(|h| h.seq != lo && close(h) && starts(h))
+            .map(|h| (lo.wrapping_sub(h.seq), h.ts))
+            .max_by_key(|&(back, _)| back);
         let before = |h: &Held| {
             let back = lo.wrapping_sub(h.seq);
-            let a = h.arrival();
             let no_copy = self.stamped && crate::rtp::ts_after(h.ts, self.last_ts);
-            back <= MAX_DROPOUT
-                && !crate::rtp::ts_after(h.ts, head_ts)
-                && (no_copy || a.marker || self.starts_session(&a))
+            let after_start =
+                start.is_some_and(|(first, ts)| back < first && !crate::rtp::ts_after(ts, h.ts));
+            close(h) && (no_copy || starts(h) || after_start)
         };
         // Kept a short way after the run (within MAX_DROPOUT, A.1's in order) and stamped
         // after its head, by less than [`AFTER_HEAD`]: the restart's too, come ahead of the

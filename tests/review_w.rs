@@ -113,3 +113,21 @@ fn a_stray_let_go_keeps_the_kept_in_arrival_order() {
         assert_eq!((s.restarts, s.jumps, s.stale, s.lost), (1, 1, 0, 0));
     }
 }
+
+/// A restart 200 back (three in a row believe it) stamped behind the old clock (a new random
+/// clock, RFC 3550 5.1), plain T.140, its third packet lost: n0 (marked, BOM), n1, n3, n4, n5.
+/// n0 is kept before the run n3..=n5 and taken as the restart's (it starts a session); n1,
+/// between n0 and the run and stamped between them, was let go as a stray (neither marked nor
+/// stamped after the old sequence's last), and its text, received, marked lost with n2's.
+#[test]
+fn a_packet_between_a_restarts_kept_start_and_its_run_is_the_restarts() {
+    let mut r = Rig::new();
+    r.old_ten();
+    let base = 1011u16 - 200;
+    r.restart(3_500, base, 20, &[0, 1, 3, 4, 5]);
+    r.expire(100_000);
+    let old = Rig::OLD_TEN;
+    assert_eq!(r.text, format!("{old}|\u{feff}n0.n1.~n3.n4.n5."));
+    let s = r.reg.stats();
+    assert_eq!((s.restarts, s.jumps, s.stale, s.lost), (1, 0, 0, 1));
+}
