@@ -131,3 +131,90 @@ fn a_packet_between_a_restarts_kept_start_and_its_run_is_the_restarts() {
     let s = r.reg.stats();
     assert_eq!((s.restarts, s.jumps, s.stale, s.lost), (1, 0, 0, 1));
 }
+
+/// A restart 200 back stamped behind whose marked first packet overtook the old sequence's
+/// last packet (sent before the restart, delayed): n0, then the old 1011, then n1 n2 n3. The
+/// old sequence "went on" since n0 was kept, so n0 was let go as a stray, and n1..=n3,
+/// unmarked and stamped behind, were taken for late copies: nothing of the new session said
+/// (until its next marked packet). Stamped ahead, n0's text is lost without a mark. (With RED,
+/// n1's redundancy carries n0.) The rule guards against late duplicates interleaved with live
+/// packets (RFC 3550 A.1's three in a row); a live packet and one sent before the restart but
+/// delayed look alike, so exempting a kept session start would widen the known gap of late
+/// duplicates that include a marked packet.
+#[test]
+#[ignore = "known gap: a restart's first packet that overtakes the old sequence's last packets is let go as a stray"]
+fn a_restarts_first_packet_that_overtook_the_old_sequences_last_is_kept() {
+    let mut r = Rig::new();
+    r.old_ten();
+    let base = 1011u16 - 200;
+    r.restart(3_500, base, 20, &[0]);
+    assert_eq!(
+        r.raw(3_600, 1011, 3_300, false, b"o11."),
+        Outcome::Delivered
+    );
+    r.restart(3_800, base, 20, &[1, 2, 3, 4]);
+    r.expire(100_000);
+    let old = Rig::OLD_TEN;
+    assert_eq!(r.text, format!("{old}o11.|\u{feff}n0.n1.n2.n3.n4."));
+}
+
+/// The same source restarting twice within the reorder wait, the old sequence holding a gap
+/// when the first restart comes: far ahead (two in a row), then a short way back from the
+/// first restart (three in a row): each run said once, in order, the gap marked once.
+#[test]
+fn two_restarts_within_the_reorder_wait_each_say_their_text_once() {
+    let mut r = Rig::new();
+    r.old_ten();
+    // 1011 lost, 1012 held.
+    assert_eq!(r.raw(3_300, 1012, 3_600, false, b"o12."), Outcome::Held);
+    for (k, t) in ["\u{feff}a0.", "a1.", "a2."].into_iter().enumerate() {
+        let at = 3_400 + k as u64 * 50;
+        r.raw(
+            at,
+            40_000 + k as u16,
+            90_000 + k as u32 * 50,
+            k == 0,
+            t.as_bytes(),
+        );
+    }
+    for (k, t) in ["\u{feff}b0.", "b1.", "b2.", "b3."].into_iter().enumerate() {
+        let at = 3_600 + k as u64 * 50;
+        r.raw(
+            at,
+            39_500 + k as u16,
+            7 + k as u32 * 50,
+            k == 0,
+            t.as_bytes(),
+        );
+    }
+    r.expire(100_000);
+    let old = Rig::OLD_TEN;
+    assert_eq!(
+        r.text,
+        format!("{old}~o12.|\u{feff}a0.a1.a2.|\u{feff}b0.b1.b2.b3.")
+    );
+    let s = r.reg.stats();
+    assert_eq!((s.restarts, s.jumps, s.stale, s.lost), (2, 0, 0, 1));
+}
+
+/// A restart far off (two in a row) whose run spans the 16-bit sequence wrap and whose clock
+/// is across the 32-bit timestamp wrap from the old one (stamped behind it, by less than
+/// 2^31): n0 at 65534 kept before the run (its session start, n1 lost), n5 kept ahead of it,
+/// the run n2 (at 0), n3; then n4, n6. n0 and n5 are the restart's; the gap waits and is
+/// marked once.
+#[test]
+fn a_restart_across_both_wraps_keeps_its_start_and_the_packet_ahead() {
+    let mut r = Rig::new();
+    for s in 1..=10u16 {
+        let t = format!("o{s}.");
+        let at = u64::from(s) * 300;
+        r.raw(at, 20_000 + s, u32::from(s) * 300, s == 1, t.as_bytes());
+    }
+    let ts = 3_000u32.wrapping_sub(1_000_000);
+    r.restart(3_500, 65_534, ts, &[0, 5, 2, 3, 4, 6]);
+    r.expire(100_000);
+    let old = Rig::OLD_TEN;
+    assert_eq!(r.text, format!("{old}|\u{feff}n0.~n2.n3.n4.n5.n6."));
+    let s = r.reg.stats();
+    assert_eq!((s.restarts, s.jumps, s.stale, s.lost), (1, 0, 0, 1));
+}
