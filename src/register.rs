@@ -722,25 +722,27 @@ impl Register {
 
     /// Whether `seq`, kept with `kept` (not among them), makes a run to be believed
     /// ([`Register::jump`]); `lo..=hi` is its run ([`Register::span`]). A restart's packets go
-    /// forward: the run is believed when its newest arrives last (as A.1's `bad_seq` is the
-    /// packet after the jump), never from packets walking back; but when the kept are full and
-    /// all of them run in sequence with this one, and this one is later in it than the first
-    /// kept, they are a restart's first packets out of order (README "Sequence": the run may
-    /// arrive out of order), believed now: one of them let go to keep this one was the run's
-    /// own, its first (the session start) as often as not.
+    /// forward: the run is believed when enough of it in sequence end at this one (as A.1's
+    /// `bad_seq` is the packet after the jump), whatever of it came ahead, never from packets
+    /// walking back (each the first of its run). Counted only when its newest arrives last, a
+    /// run whose later packet came early (n0 n5 n2 n3 n4) went unbelieved while the kept
+    /// filled, and the farthest let go was the run's session start kept before it. And when
+    /// the kept are full and all of them run in sequence with this one, and this one is later
+    /// in it than the first kept, they are a restart's first packets out of order (README
+    /// "Sequence": the run may arrive out of order), believed now: one of them let go to keep
+    /// this one was the run's own, its first (the session start) as often as not.
     fn confirms(kept: &[Held], seq: u16, expected: u16, lo: u16, hi: u16) -> bool {
-        let len = usize::from(hi.wrapping_sub(lo)) + 1;
-        match hi == seq {
-            true => len >= usize::from(Self::needed(expected, lo)),
-            // Forward: this one after the first kept in the run (packets walking back, each
-            // before the last, never make one).
-            false => {
-                let first = kept.first().map_or(seq, |h| h.seq);
-                kept.len() >= MAX_KEPT
-                    && len == kept.len() + 1
-                    && seq.wrapping_sub(lo) > first.wrapping_sub(lo)
-            }
+        let up_to = usize::from(seq.wrapping_sub(lo)) + 1;
+        if up_to >= usize::from(Self::needed(expected, lo)) {
+            return true;
         }
+        // Forward: this one after the first kept in the run (packets walking back, each
+        // before the last, never make one).
+        let len = usize::from(hi.wrapping_sub(lo)) + 1;
+        let first = kept.first().map_or(seq, |h| h.seq);
+        kept.len() >= MAX_KEPT
+            && len == kept.len() + 1
+            && seq.wrapping_sub(lo) > first.wrapping_sub(lo)
     }
 
     /// Whether a restart's run `lo..=hi` a short way back (RFC 3550 A.1's MAX_MISORDER to

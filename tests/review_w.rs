@@ -89,9 +89,9 @@ impl Rig {
 /// The kept jump packets are "in arrival order" ([`Register`]'s `run`), and a run completed
 /// out of order with the kept full is believed only when its last-come packet is later than
 /// the first kept. Letting a stray go by `swap_remove` moved the newest kept to the front:
-/// a stray (far off) kept, then a restart 200 back arriving n0 n2 n4 n1 n3 n5: n1 let the stray
-/// go and put n4 first, so n3 (before n4) confirmed nothing, and the farthest from it, the
-/// run's marked first packet n0, was let go. Stamped behind, the rest was then taken for late
+/// a stray (far off) kept, then a restart 200 back arriving n0 n4 n3 n2 n1 n5: n2 let the
+/// stray go and put n3 first, so n1 (before n3) confirmed nothing, and the run's packets were
+/// let go one by one, its marked first packet n0 among them. Stamped behind, the rest was then taken for late
 /// copies and dropped (nothing of the new session said); stamped ahead, n0's text was lost
 /// without a mark.
 #[test]
@@ -101,7 +101,7 @@ fn a_stray_let_go_keeps_the_kept_in_arrival_order() {
         r.old_ten();
         assert_eq!(r.raw(3_400, 30_000, 77, false, b"X"), Outcome::Jump);
         let base = 1011u16 - 200;
-        r.restart(3_500, base, ts_new, &[0, 2, 4, 1, 3, 5]);
+        r.restart(3_500, base, ts_new, &[0, 4, 3, 2, 1, 5]);
         r.expire(100_000);
         let old = Rig::OLD_TEN;
         assert_eq!(
@@ -210,6 +210,25 @@ fn a_restart_across_both_wraps_keeps_its_start_and_the_packet_ahead() {
         let at = u64::from(s) * 300;
         r.raw(at, 20_000 + s, u32::from(s) * 300, s == 1, t.as_bytes());
     }
+    let ts = 3_000u32.wrapping_sub(1_000_000);
+    r.restart(3_500, 65_534, ts, &[0, 5, 2, 3, 4, 6]);
+    r.expire(100_000);
+    let old = Rig::OLD_TEN;
+    assert_eq!(r.text, format!("{old}|\u{feff}n0.~n2.n3.n4.n5.n6."));
+    let s = r.reg.stats();
+    assert_eq!((s.restarts, s.jumps, s.stale, s.lost), (1, 0, 0, 1));
+}
+
+/// A restart a short way back (three in a row; here 1013 back, across the 16-bit wrap)
+/// stamped behind, plain T.140, its second packet lost and its sixth come early: n0 (marked,
+/// BOM), n5, n2, n3, n4, n6. With four kept (n0, n5, n2, n3), n4 did not confirm (the run's
+/// newest, n5, came before it), and the farthest from it, n0, the session start, was let go
+/// as a stray; n6 then confirmed a run with nothing starting a session, stamped behind: taken
+/// for late copies and dropped, nothing of the new session said.
+#[test]
+fn a_kept_session_start_is_not_let_go_for_a_later_packet_of_its_restart() {
+    let mut r = Rig::new();
+    r.old_ten();
     let ts = 3_000u32.wrapping_sub(1_000_000);
     r.restart(3_500, 65_534, ts, &[0, 5, 2, 3, 4, 6]);
     r.expire(100_000);
