@@ -2,6 +2,7 @@
 //! `Register::jump`), driven through the public API with time passed as a value.
 
 use pvp_t140::Time;
+use pvp_t140::red::write_payload;
 use pvp_t140::register::{Arrival, Outcome, Piece, Register};
 use std::time::Duration;
 
@@ -30,11 +31,26 @@ impl Rig {
     }
 
     fn raw(&mut self, ms: u64, seq: u16, ts: u32, marker: bool, p: &[u8]) -> Outcome {
+        self.any(ms, seq, ts, marker, false, p)
+    }
+
+    /// A RED packet (RFC 2198) with generations `gens`, oldest first, 300 ticks apart.
+    fn red(&mut self, ms: u64, seq: u16, ts: u32, marker: bool, gens: &[&str], t: &str) -> Outcome {
+        let n = gens.len() as u16;
+        let blocks: Vec<(u16, &[u8])> = (gens.iter().enumerate())
+            .map(|(i, g)| ((n - i as u16) * 300, g.as_bytes()))
+            .collect();
+        let mut p = Vec::new();
+        write_payload(&mut p, 98, &blocks, t.as_bytes());
+        self.any(ms, seq, ts, marker, true, &p)
+    }
+
+    fn any(&mut self, ms: u64, seq: u16, ts: u32, marker: bool, red: bool, p: &[u8]) -> Outcome {
         let a = Arrival {
             seq,
             ts,
             marker,
-            red: false,
+            red,
             tag: 0,
             by_ts: false,
             at: Time::from_millis(ms),
@@ -236,4 +252,48 @@ fn a_kept_session_start_is_not_let_go_for_a_later_packet_of_its_restart() {
     assert_eq!(r.text, format!("{old}|\u{feff}n0.~n2.n3.n4.n5.n6."));
     let s = r.reg.stats();
     assert_eq!((s.restarts, s.jumps, s.stale, s.lost), (1, 0, 0, 1));
+}
+
+/// A restart's kept packets larger than a spare buffer (2 KiB) are said whole: the copy grows
+/// past it (and is freed after, not kept as a spare).
+#[test]
+fn a_restarts_kept_packets_over_2_kib_are_said_whole() {
+    let mut r = Rig::new();
+    r.old_ten();
+    let big: Vec<String> = (0..3).map(|i| format!("{i}").repeat(5_000)).collect();
+    let base = 1011u16 - 500;
+    for (i, t) in big.iter().enumerate() {
+        let seq = base + i as u16;
+        let out = r.raw(4_000 + i as u64, seq, 9 + i as u32, i == 0, t.as_bytes());
+        assert_eq!(out, [Outcome::Jump, Outcome::Jump, Outcome::Delivered][i]);
+    }
+    assert_eq!(r.text, format!("{}|{}", Rig::OLD_TEN, big.concat()));
+}
+
+/// RED restarts (RFC 2198, RFC 4103 4.2) a short way back: one on a clock behind whose marked
+/// first packet is lost (its next's redundancy carries it and its BOM: a session start, not
+/// late copies), and one renumbered on the old clock going on (a relay), unmarked, whose
+/// first packet's generations repeat text already said: said once.
+#[test]
+fn red_restarts_say_their_first_packets_once() {
+    // Behind, n0 lost: n1 carries it.
+    let mut r = Rig::new();
+    r.old_ten();
+    let base = 1011u16 - 300;
+    r.red(4_000, base + 1, 20, false, &["", "\u{feff}n0."], "n1.");
+    r.red(4_300, base + 2, 320, false, &["\u{feff}n0.", "n1."], "n2.");
+    r.red(4_600, base + 3, 620, false, &["n1.", "n2."], "n3.");
+    assert_eq!(r.text, format!("{}|\u{feff}n0.n1.n2.n3.", Rig::OLD_TEN));
+    assert_eq!(r.reg.stats().restarts, 1);
+
+    // A relay renumbering, the old clock going on: the first packet's generations are o9, o10.
+    let mut r = Rig::new();
+    r.old_ten();
+    let base = 1011u16 - 300;
+    r.red(3_300, base, 3_300, false, &["o9.", "o10."], "p1.");
+    r.red(3_600, base + 1, 3_600, false, &["o10.", "p1."], "p2.");
+    r.red(3_900, base + 2, 3_900, false, &["p1.", "p2."], "p3.");
+    assert_eq!(r.text, format!("{}p1.p2.p3.", Rig::OLD_TEN));
+    let s = r.reg.stats();
+    assert_eq!((s.restarts, s.lost, s.stale), (1, 0, 0));
 }
