@@ -297,3 +297,21 @@ fn red_restarts_say_their_first_packets_once() {
     let s = r.reg.stats();
     assert_eq!((s.restarts, s.lost, s.stale), (1, 0, 0));
 }
+
+/// Known gap: a restart confirmed while the old sequence waits for a gap gives the gap up at
+/// once, so the old sequence's late packet, come within the reorder wait but after the
+/// restart's second packet, is marked lost (and then kept as a jump, let go as a stray):
+/// 1011 lost for a moment, 1012 held, the restart far off n0 n1, then 1011.
+#[test]
+#[ignore = "known gap: a restart cuts the old sequence's reorder wait short; its late packet is marked lost"]
+fn an_old_gap_filled_within_the_wait_after_a_restart_is_not_marked_lost() {
+    let mut r = Rig::new();
+    r.old_ten();
+    assert_eq!(r.raw(3_300, 1012, 3_600, false, b"o12."), Outcome::Held);
+    r.raw(3_400, 40_000, 9, true, "\u{feff}n0.".as_bytes());
+    r.raw(3_500, 40_001, 309, false, b"n1.");
+    r.raw(3_600, 1011, 3_300, false, b"o11.");
+    r.expire(100_000);
+    let old = Rig::OLD_TEN;
+    assert_eq!(r.text, format!("{old}o11.o12.|\u{feff}n0.n1."));
+}
