@@ -760,11 +760,12 @@ fn a_reordered_marker_packet_is_not_taken_for_the_session_start() {
         redundancy: 0,
         ..sender()
     };
-    // "world" comes after an idle tick: p1 has the marker bit. It arrives first.
+    // The idle period's empty block goes out at 300 (p1, polled then: the empty push), and
+    // "world" after it starts a new transmission: p2 has the marker bit. It arrives first.
     let t = deliver_by_hand(
         plain,
-        &[(0, "Hello"), (400, " world")],
-        &[(450, 1), (500, 0)],
+        &[(0, "Hello"), (300, ""), (700, " world")],
+        &[(750, 2), (800, 0), (801, 1)],
     );
     assert_eq!(t, "Hello world");
 }

@@ -1,4 +1,4 @@
-//! Review u: the UDP receive shell (udp.rs, recv.rs, handoff.rs, admission.rs, budget.rs)
+//! Found by review u: the UDP receive shell (udp.rs, recv.rs, handoff.rs, admission.rs, budget.rs)
 //! against real sockets on 127.0.0.1 and the real binary. Linux only (`/proc`, `kill`).
 #![cfg(target_os = "linux")]
 

@@ -1,4 +1,4 @@
-//! Review w: a second look at the register's sequence-restart rules (src/register.rs
+//! Found by review w: a second look at the register's sequence-restart rules (src/register.rs
 //! `Register::jump`), driven through the public API with time passed as a value.
 
 use pvp_t140::Time;
