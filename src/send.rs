@@ -165,7 +165,7 @@ pub struct Sender {
 /// Redundant generations a sender sends at most with `buffer_time` between its packets: as
 /// many as keep each block at least 16 bytes within [`MAX_DATAGRAM`] (58), and none
 /// that the 14-bit timestamp offset cannot place (RFC 2198 section 3: 16,383 ms back, 54
-/// generations at 300 ms; such a generation could only ever be sent empty).
+/// generations at 300 ms; such a generation could never be sent).
 pub fn max_redundancy(buffer_time: Duration) -> u8 {
     let fits = (MAX_DATAGRAM - RTP_HEADER - 1 - MIN_BLOCK) / (4 + MIN_BLOCK);
     let placed = u128::from(MAX_TS_OFFSET)
@@ -521,8 +521,13 @@ impl Sender {
 
     /// The redundant generations of a packet stamped `ts`, oldest first (RFC 2198 section 3).
     /// Generation k is the primary of the packet k sequence numbers back. A generation with no
-    /// packet behind it, or one too old for the 14-bit offset, is an empty block; its offset is
-    /// a plausible one (k buffer times), kept non-increasing toward the primary.
+    /// packet behind it (the session's first packets) is an empty block; its offset is a
+    /// plausible one (k buffer times), kept non-increasing toward the primary. One too old for
+    /// the 14-bit offset (the sender not polled for 16 s while its redundancy was pending) is
+    /// left out, and every older one with it: an empty block would tell a receiver that the
+    /// packet carried no text, and it would take the loss of that packet's text for none
+    /// (README "Loss": U+FFFD); a receiver counts generations back from the primary, so
+    /// fewer of them are still placed right.
     fn generations(&self, ts: u32) -> Vec<(u16, &[u8])> {
         let n = usize::from(self.cfg.redundancy);
         let step = self
@@ -538,8 +543,10 @@ impl Sender {
                 .len()
                 .checked_sub(k)
                 .map(|i| &self.history[i])
-                .map(|(bts, data)| (ts.wrapping_sub(*bts), data.as_slice()))
-                .filter(|(offset, _)| *offset <= MAX_TS_OFFSET);
+                .map(|(bts, data)| (ts.wrapping_sub(*bts), data.as_slice()));
+            if block.is_some_and(|(offset, _)| offset > MAX_TS_OFFSET) {
+                break;
+            }
             let (offset, data) = block.unwrap_or_else(|| {
                 let placeholder = (newer + 1).max(step.saturating_mul(k as u32));
                 (placeholder.min(MAX_TS_OFFSET), &[][..])
@@ -1126,16 +1133,17 @@ mod tests {
     }
 
     #[test]
-    fn a_generation_too_old_for_14_bits_is_sent_empty() {
+    fn a_generation_too_old_for_14_bits_is_left_out() {
         let mut s = Sender::new(cfg(2), at(0));
         s.push_text(at(0), "a");
         drain(&mut s, at(0));
-        // The shell did not poll for 20 s: "a" is 20000 ms back, beyond the 14-bit offset.
+        // The shell did not poll for 20 s: "a" is 20000 ms back, beyond the 14-bit offset. It
+        // is left out, not sent as an empty block (which would say its packet had no text).
         let p = drain(&mut s, at(20_000));
         assert_eq!(p.len(), 1);
-        assert_eq!(p[0].gens, gens(&[(600, ""), (300, "")]));
+        assert_eq!(p[0].gens, gens(&[]));
         let p = drain(&mut s, at(20_300));
-        assert_eq!(p[0].gens, gens(&[(600, ""), (300, "")]));
+        assert_eq!(p[0].gens, gens(&[(300, "")]));
         assert!(s.is_idle());
     }
 

@@ -1,0 +1,188 @@
+//! Review x: `pvp-t140 send` as a strict emitter. What the sans-IO sender puts on the wire,
+//! parsed here independently of the crate's own parsers (RFC 3550 5.1, RFC 2198 3), and run
+//! through the crate's gateway where the outcome is what a user sees.
+
+use std::net::SocketAddr;
+
+use pvp_t140::send::{Sender, SenderConfig};
+use pvp_t140::{Config, Gateway, Time};
+
+const T0: u64 = 1_700_000_000_000; // ms
+
+fn at(ms: u64) -> Time {
+    Time::from_millis(T0 + ms)
+}
+
+fn cfg(redundancy: u8) -> SenderConfig {
+    SenderConfig {
+        ssrc: 0x7265_7678,
+        redundancy,
+        initial_seq: 0xfff0,
+        initial_ts: 0xffff_f000,
+        cps: None,
+        ..SenderConfig::default()
+    }
+}
+
+/// An RTP packet read by hand (RFC 3550 5.1).
+#[derive(Debug)]
+struct Rtp {
+    marker: bool,
+    pt: u8,
+    seq: u16,
+    ts: u32,
+    payload: Vec<u8>,
+}
+
+fn rtp(d: &[u8]) -> Rtp {
+    assert!(d.len() >= 12, "short RTP: {d:?}");
+    assert_eq!(d[0], 0x80, "V=2, no padding, no extension, no CSRC");
+    Rtp {
+        marker: d[1] & 0x80 != 0,
+        pt: d[1] & 0x7f,
+        seq: u16::from_be_bytes([d[2], d[3]]),
+        ts: u32::from_be_bytes([d[4], d[5], d[6], d[7]]),
+        payload: d[12..].to_vec(),
+    }
+}
+
+/// RFC 2198 section 3 by hand: `(redundant (pt, offset, data) oldest first, primary pt, primary)`.
+type Red = (Vec<(u8, u16, Vec<u8>)>, u8, Vec<u8>);
+
+fn red(p: &[u8]) -> Red {
+    let mut i = 0;
+    let mut heads = Vec::new();
+    loop {
+        let b = p[i];
+        if b & 0x80 == 0 {
+            i += 1;
+            break;
+        }
+        let v = u32::from_be_bytes([0, p[i + 1], p[i + 2], p[i + 3]]);
+        heads.push((b & 0x7f, (v >> 10) as u16, (v & 0x3ff) as usize));
+        i += 4;
+    }
+    let primary_pt = p[i - 1] & 0x7f;
+    let mut gens = Vec::new();
+    for (pt, off, len) in heads {
+        gens.push((pt, off, p[i..i + len].to_vec()));
+        i += len;
+    }
+    (gens, primary_pt, p[i..].to_vec())
+}
+
+/// Runs a RED sender: `(ms, datagram)` of everything it sends, `script` pushed at its times and
+/// the sender polled on its own timeouts, except that it is not polled at all between
+/// `stall.0` and `stall.1` ms (the process stopped: Ctrl-Z, a debugger, a swapped-out host).
+fn drive(s: &mut Sender, script: &[(u64, &str)], stall: (u64, u64)) -> Vec<(u64, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut next = 0;
+    let mut now = 0u64;
+    loop {
+        while next < script.len() && script[next].0 <= now {
+            s.push_text(at(now), script[next].1);
+            next += 1;
+        }
+        while let Some(d) = s.poll_packet(at(now)) {
+            out.push((now, d));
+        }
+        let due = s.poll_timeout().map(|t| t.as_millis() - T0);
+        let due = due.map(|t| {
+            if t > stall.0 && t < stall.1 {
+                stall.1
+            } else {
+                t
+            }
+        });
+        now = match (due, script.get(next).map(|s| s.0)) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => match a.or(b) {
+                Some(t) => t,
+                None => break,
+            },
+        };
+        assert!(out.len() < 1000);
+    }
+    out
+}
+
+/// RFC 2198 section 3: a redundant block's "timestamp offset" is the offset of its data's
+/// timestamp from the packet's, in a 14-bit field; RFC 4103 4.2 places generation k of a
+/// packet as the primary of the packet k sequence numbers back. A block whose packet is too
+/// far back for 14 bits (a sender not polled for 20 s while its redundancy was pending: the
+/// process stopped with Ctrl-Z, then resumed) was sent as an *empty* block with an invented
+/// offset (300, 600 ms), saying that packet carried no text. When that packet was lost, the
+/// receiver takes the empty block for it: the text is gone and nothing marks the loss. A block
+/// that cannot be placed must be left out (fewer generations; a receiver counts back from the
+/// primary), so that the receiver sees the loss and marks it (U+FFFD, RFC 4103 5.3).
+#[test]
+fn a_generation_too_old_for_14_bits_is_left_out_not_sent_as_empty() {
+    let mut s = Sender::new(cfg(2), at(0));
+    // "Bye now." goes out at 5000 (after an idle period); the process then stops for 20 s.
+    let sent = drive(
+        &mut s,
+        &[(0, "Hello there. "), (5000, "Bye now. ")],
+        (5000, 25_000),
+    );
+    let pkts: Vec<(u64, Rtp)> = sent.iter().map(|(ms, d)| (*ms, rtp(d))).collect();
+    let by_seq = |seq: u16| pkts.iter().find(|(_, p)| p.seq == seq).map(|(_, p)| p);
+    // Every redundant block is the primary of the packet it counts back to, at that packet's
+    // true timestamp offset.
+    for (ms, p) in &pkts {
+        assert_eq!(p.pt, 100);
+        assert_eq!(p.marker, *ms == 0 || *ms == 5000, "marker at {ms} ms");
+        let (gens, ppt, _) = red(&p.payload);
+        assert_eq!(ppt, 98);
+        let n = gens.len();
+        for (k, (pt, off, data)) in gens.iter().enumerate() {
+            assert_eq!(*pt, 98);
+            let back = (n - k) as u16;
+            let Some(q) = by_seq(p.seq.wrapping_sub(back)) else {
+                assert!(data.is_empty(), "a block for a packet never sent has text");
+                continue;
+            };
+            let (_, _, qprimary) = red(&q.payload);
+            assert_eq!(data, &qprimary, "packet at {ms} ms, generation {back} back");
+            assert_eq!(
+                u32::from(*off),
+                p.ts.wrapping_sub(q.ts),
+                "packet at {ms} ms: generation {back} back says offset {off}, the packet it \
+                 stands for is {} ms back",
+                p.ts.wrapping_sub(q.ts)
+            );
+        }
+    }
+}
+
+/// The same stall, as a user sees it: the packet with "Bye now." is lost, the rest arrives,
+/// and the gateway must mark the loss.
+#[test]
+fn text_lost_before_a_stall_longer_than_14_bits_of_offset_is_marked() {
+    let mut s = Sender::new(cfg(2), at(0));
+    let sent = drive(
+        &mut s,
+        &[(0, "Hello there. "), (5000, "Bye now. ")],
+        (5000, 25_000),
+    );
+    let source = SocketAddr::from(([192, 0, 2, 7], 5004));
+    let mut gw = Gateway::new(Config::default());
+    for (ms, d) in &sent {
+        if *ms != 5000 {
+            gw.handle_datagram(at(*ms), source, d);
+        }
+        gw.handle_timeout(at(*ms));
+    }
+    gw.handle_timeout(at(40_000));
+    gw.shutdown(at(40_000));
+    let mut shown = String::new();
+    while let Some(e) = gw.poll_output().map(|e| e.to_message()) {
+        if e.kind == "context.add" {
+            shown.push_str(e.payload["content"].as_str().unwrap());
+        }
+    }
+    assert!(shown.contains("Hello there."), "{shown:?}");
+    assert!(
+        shown.contains('\u{fffd}'),
+        "the lost text went unmarked: {shown:?}"
+    );
+}
