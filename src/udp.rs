@@ -807,7 +807,8 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 ///
 /// Input is UTF-8: an invalid byte becomes U+FFFD, a character split across reads is kept
 /// whole. New lines (LF, CR LF, a lone CR) become T.140's U+2028 (LINE SEPARATOR); a CR that
-/// ends a read waits for the next one, which may bring its LF.
+/// ends a read goes out at once (a terminal in raw mode sends one for Enter, and the user may
+/// type nothing more), and an LF that begins the next read is the rest of its CR LF.
 ///
 /// An input that fails ends as one that ended: what was read goes out, then the redundancy
 /// and the BYE (RFC 3550 6.3.7), and the error is returned after them. A datagram the socket
@@ -857,8 +858,10 @@ pub async fn send_text_until(
     };
     let mut sender = crate::send::Sender::new(cfg, clock.now());
     let mut buf = vec![0u8; 4096];
-    // Bytes read and not yet sent: an incomplete UTF-8 character, or a CR, that ended a read.
+    // Bytes read and not yet sent: an incomplete UTF-8 character that ended a read.
     let mut carry: Vec<u8> = Vec::new();
+    // The text read so far ended with a CR: an LF that comes next is its CR LF's.
+    let mut after_cr = false;
     let mut eof = false;
     let mut failed = None;
     let mut failures = SendFailures::default();
@@ -888,7 +891,7 @@ pub async fn send_text_until(
                 eof = n == 0;
                 carry.extend_from_slice(&buf[..n]);
                 let text = decode(&mut carry, eof);
-                let text = new_lines(&text);
+                let text = new_lines(&text, &mut after_cr);
                 sender.push_text(clock.now(), &text);
                 if eof && sender.backlog() > 0 {
                     // `cps` may take minutes over what is left: say so. Not how to stop: the
@@ -1057,17 +1060,27 @@ impl std::fmt::Display for SendError {
 
 impl std::error::Error for SendError {}
 
-/// Takes the text at the front of `carry`: valid UTF-8 as is, each invalid sequence as one
-/// U+FFFD. Left in `carry` for the next read: an incomplete character at the end, and a CR at
-/// the end (its LF may come next; CR LF is one new line). At end of input nothing is left.
 /// T.140's new line is U+2028 (LINE SEPARATOR); pipes give LF or CR LF, and a terminal in raw
 /// mode or an old Mac file a lone CR. Each is one new line (Unicode TR13's new-line function),
 /// sent as U+2028 alone: T.140's own new line is U+2028, and receivers differ on a bare CR.
-/// [`decode`] holds back a CR that ends a read, so a CR here is not half of a split CR LF.
-fn new_lines(text: &str) -> String {
-    text.replace("\r\n", "\n").replace(['\r', '\n'], "\u{2028}")
+/// `after_cr`: the text before this ended with a CR, sent as a new line at once (not held
+/// for the next read, which may be the next key a long while later); an LF that begins this
+/// text is the rest of that CR LF, not a new line of its own. Updated for the next text.
+fn new_lines(text: &str, after_cr: &mut bool) -> String {
+    if text.is_empty() {
+        return String::new();
+    }
+    let rest = match text.strip_prefix('\n') {
+        Some(rest) if *after_cr => rest,
+        _ => text,
+    };
+    *after_cr = text.ends_with('\r');
+    rest.replace("\r\n", "\n").replace(['\r', '\n'], "\u{2028}")
 }
 
+/// Takes the text at the front of `carry`: valid UTF-8 as is, each invalid sequence as one
+/// U+FFFD. Left in `carry` for the next read: an incomplete character at the end. At end of
+/// input nothing is left.
 fn decode(carry: &mut Vec<u8>, eof: bool) -> String {
     let mut text = String::with_capacity(carry.len());
     let mut rest = carry.as_slice();
@@ -1095,12 +1108,7 @@ fn decode(carry: &mut Vec<u8>, eof: bool) -> String {
             }
         }
     }
-    let mut left = rest.to_vec();
-    if !eof && left.is_empty() && text.ends_with('\r') {
-        text.pop();
-        left.insert(0, b'\r');
-    }
-    *carry = left;
+    *carry = rest.to_vec();
     text
 }
 

@@ -186,3 +186,96 @@ fn text_lost_before_a_stall_longer_than_14_bits_of_offset_is_marked() {
         "the lost text went unmarked: {shown:?}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// `pvp-t140 send`'s shell (`udp::send_text`) over loopback.
+
+/// An input that hands out what the test sends it, read by read, and ends when the test drops
+/// its end: a terminal or a pipe whose writer is still there.
+struct Fed(tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>);
+
+impl tokio::io::AsyncRead for Fed {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.0.poll_recv(cx) {
+            std::task::Poll::Ready(Some(c)) => {
+                buf.put_slice(&c);
+                std::task::Poll::Ready(Ok(()))
+            }
+            std::task::Poll::Ready(None) => std::task::Poll::Ready(Ok(())),
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
+    }
+}
+
+fn is_rtcp(d: &[u8]) -> bool {
+    d.len() >= 8 && (200..=204).contains(&d[1])
+}
+
+/// The primary text of an RTP datagram from a `send` with `--red` > 0.
+fn primary_text(d: &[u8]) -> String {
+    let p = rtp(d);
+    String::from_utf8(red(&p.payload).2).expect("UTF-8")
+}
+
+/// A terminal in raw mode sends a lone CR for Enter, each key its own read (README: "sends each
+/// new line, LF, CR LF or a lone CR, as T.140's U+2028"). The shell held back a CR that ended
+/// a read until the next read, in case it brought the LF of a CR LF: so the new line of a user
+/// who pressed Enter and stopped typing did not go out at all, the sender went idle without
+/// it, and the receiver saw it only with the next key (or at the end of input). Real-time text
+/// (RFC 4103 5.1) sends what was typed within the buffer time. A CR is a new line at once; an
+/// LF that begins the next read after it is the rest of that CR LF and is dropped.
+#[test]
+fn a_new_line_typed_as_a_lone_cr_goes_out_without_waiting_for_the_next_key() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let rx = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let to = rx.local_addr().unwrap();
+        let (feed, input) = tokio::sync::mpsc::unbounded_channel();
+        let send = tokio::spawn(pvp_t140::udp::send_text(to, cfg(2), Fed(input), true));
+        feed.send(b"Hello\r".to_vec()).unwrap();
+        // Until the sender is idle: its text packet, then the two empty packets of its
+        // redundancy tail.
+        let mut rtp_pkts = Vec::new();
+        let mut buf = vec![0u8; 2048];
+        while rtp_pkts.len() < 3 {
+            let (n, _) =
+                tokio::time::timeout(std::time::Duration::from_secs(10), rx.recv_from(&mut buf))
+                    .await
+                    .expect("the sender sends")
+                    .unwrap();
+            if !is_rtcp(&buf[..n]) {
+                rtp_pkts.push(buf[..n].to_vec());
+            }
+        }
+        let shown: Vec<String> = rtp_pkts.iter().map(|d| primary_text(d)).collect();
+        // Then a CR LF split across reads, and the input ends: one new line, not two.
+        feed.send(b"Bye\r".to_vec()).unwrap();
+        feed.send(b"\n".to_vec()).unwrap();
+        drop(feed);
+        send.await.unwrap().unwrap();
+        let mut all = shown.concat();
+        while let Ok(Ok((n, _))) = tokio::time::timeout(
+            std::time::Duration::from_millis(300),
+            rx.recv_from(&mut buf),
+        )
+        .await
+        {
+            if !is_rtcp(&buf[..n]) {
+                all.push_str(&primary_text(&buf[..n]));
+            }
+        }
+        assert_eq!(
+            shown,
+            ["\u{feff}Hello\u{2028}", "", ""],
+            "the sender went idle without the new line typed"
+        );
+        assert_eq!(all, "\u{feff}Hello\u{2028}Bye\u{2028}");
+    });
+}
