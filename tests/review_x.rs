@@ -101,7 +101,15 @@ fn drive(s: &mut Sender, script: &[(u64, &str)], stall: (u64, u64)) -> Vec<(u64,
                 None => break,
             },
         };
-        assert!(out.len() < 1000);
+        assert!(
+            out.len() < 20_000,
+            "the sender never goes idle: {:?}, backlog {}",
+            out[out.len() - 5..]
+                .iter()
+                .map(|(ms, d)| (*ms, d.len()))
+                .collect::<Vec<_>>(),
+            s.backlog()
+        );
     }
     out
 }
@@ -278,4 +286,165 @@ fn a_new_line_typed_as_a_lone_cr_goes_out_without_waiting_for_the_next_key() {
         );
         assert_eq!(all, "\u{feff}Hello\u{2028}Bye\u{2028}");
     });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Invariants over random typing, checked on the wire by hand.
+
+/// Random scripts (words and pastes, with combining marks, emoji, new lines and backspaces,
+/// typed at random moments, some exactly on the sender's ticks), for every `--red` and a few
+/// `cps`: what the sender emits keeps RFC 3550 5.1 (sequence +1, timestamps on the 1000 Hz
+/// clock, strictly increasing), RFC 2198 3 (each generation the primary of the packet it counts
+/// back to, at its true offset), RFC 4103 5.1/5.2 (packets of a transmission a buffer time
+/// apart; the marker on the first packet and on the first after the idle period only), 6 (no
+/// more than `cps` characters in any second), T.140 (one BOM, first) and the datagram bound.
+#[test]
+fn random_typing_keeps_every_rule_on_the_wire() {
+    let pieces = [
+        "a",
+        "Hello",
+        " ",
+        "world. ",
+        "e\u{301}",
+        "日本語",
+        "😀",
+        "👩\u{200d}💻",
+        "\u{2028}",
+        "\u{8}",
+        "x",
+    ];
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut rnd = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    for round in 0..60 {
+        let red_n = (round % 4) as u8;
+        let cps = [None, Some(30), Some(7), Some(1)][(round / 4 % 4) as usize];
+        let mut s = Sender::new(SenderConfig { cps, ..cfg(red_n) }, at(0));
+        // The script: (ms, text); some on multiples of 300 (the sender's ticks).
+        let mut script: Vec<(u64, String)> = Vec::new();
+        let mut t = 0;
+        for _ in 0..(5 + rnd(30)) {
+            t += match rnd(4) {
+                0 => 0,
+                1 => 300 * (1 + rnd(4)),
+                2 => rnd(400),
+                _ => 1000 + rnd(3000),
+            };
+            let mut text = String::new();
+            // Pastes only where `cps` lets them out in minutes, not hours.
+            let paste = rnd(10) == 0 && cps.is_none_or(|c| c >= 30);
+            let n = if paste { 200 + rnd(900) } else { 1 + rnd(6) };
+            for _ in 0..n {
+                text.push_str(pieces[rnd(pieces.len() as u64) as usize]);
+            }
+            script.push((t, text));
+        }
+        let typed: String = script.iter().map(|(_, t)| t.as_str()).collect();
+        let refs: Vec<(u64, &str)> = script.iter().map(|(t, s)| (*t, s.as_str())).collect();
+        let sent = drive(&mut s, &refs, (u64::MAX, u64::MAX));
+        let ctx = format!("round {round}, red {red_n}, cps {cps:?}");
+        let pkts: Vec<(u64, Rtp)> = sent.iter().map(|(ms, d)| (*ms, rtp(d))).collect();
+        let primaries: Vec<Vec<u8>> = pkts
+            .iter()
+            .map(|(_, p)| {
+                if red_n == 0 {
+                    p.payload.clone()
+                } else {
+                    red(&p.payload).2
+                }
+            })
+            .collect();
+        let mut shown = String::new();
+        for (i, (ms, p)) in pkts.iter().enumerate() {
+            assert!(sent[i].1.len() <= 1200, "{ctx}: {} bytes", sent[i].1.len());
+            assert_eq!(p.seq, cfg(0).initial_seq.wrapping_add(i as u16), "{ctx}");
+            assert_eq!(
+                p.ts,
+                cfg(0).initial_ts.wrapping_add(*ms as u32),
+                "{ctx}: at {ms}"
+            );
+            assert_eq!(p.pt, if red_n == 0 { 98 } else { 100 }, "{ctx}");
+            let text = std::str::from_utf8(&primaries[i]).expect("whole UTF-8 characters");
+            assert_eq!(
+                text.starts_with('\u{feff}'),
+                i == 0,
+                "{ctx}: BOM at packet {i}"
+            );
+            shown.push_str(text);
+            if i > 0 {
+                let prev = pkts[i - 1].0;
+                if !p.marker {
+                    assert!(
+                        ms - prev >= 300,
+                        "{ctx}: unmarked packet {} ms after",
+                        ms - prev
+                    );
+                }
+            } else {
+                assert!(p.marker, "{ctx}: the first packet is marked");
+            }
+            if red_n > 0 {
+                let (gens, ppt, _) = red(&p.payload);
+                assert_eq!(ppt, 98);
+                assert_eq!(gens.len(), usize::from(red_n), "{ctx}");
+                for (k, (pt, off, data)) in gens.iter().enumerate() {
+                    assert_eq!(*pt, 98);
+                    let back = gens.len() - k;
+                    if back > i {
+                        assert!(data.is_empty(), "{ctx}");
+                        continue;
+                    }
+                    assert_eq!(data, &primaries[i - back], "{ctx}: packet {i} gen {back}");
+                    assert_eq!(
+                        u32::from(*off),
+                        p.ts.wrapping_sub(pkts[i - back].1.ts),
+                        "{ctx}: packet {i} gen {back}"
+                    );
+                }
+            }
+        }
+        assert_eq!(shown, format!("\u{feff}{typed}"), "{ctx}");
+        // RFC 4103 5.2: after text, at most `tail` empty packets before the next text (exactly
+        // `tail` at the end), and a marked packet only after a whole tail.
+        let tail = usize::from(red_n.max(1));
+        let mut empties = 0;
+        for (i, prim) in primaries.iter().enumerate() {
+            if pkts[i].1.marker && i > 0 {
+                assert_eq!(
+                    empties, tail,
+                    "{ctx}: marked packet {i} before its tail ended"
+                );
+            }
+            if prim.is_empty() {
+                empties += 1;
+                assert!(empties <= tail, "{ctx}: empty packet {i} past the tail");
+            } else {
+                empties = 0;
+            }
+        }
+        assert_eq!(empties, tail, "{ctx}: the tail at the end");
+        // cps: characters (BOM aside) in any one-second window.
+        if let Some(cps) = cps {
+            for (i, (ms, _)) in pkts.iter().enumerate() {
+                let used: usize = (0..=i)
+                    .filter(|j| pkts[*j].0 + 1000 > *ms)
+                    .map(|j| {
+                        std::str::from_utf8(&primaries[j])
+                            .unwrap()
+                            .trim_start_matches('\u{feff}')
+                            .chars()
+                            .count()
+                    })
+                    .sum();
+                assert!(
+                    used as u32 <= cps,
+                    "{ctx}: {used} characters in the second to {ms}"
+                );
+            }
+        }
+    }
 }
