@@ -466,3 +466,147 @@ fn random_typing_keeps_every_rule_on_the_wire() {
         }
     }
 }
+
+/// The RTCP of `send` over loopback, read by hand (RFC 3550 6.1, 6.4.1, 6.5, 6.6): a compound
+/// of a report first, then an SDES with a CNAME, each length the words it has, an SDES chunk's
+/// items ended by a null octet and padded to 32 bits; the SR's counts those of the RTP that
+/// came before it, its NTP time the wall clock's, and its RTP timestamp on the same clock as
+/// the packets' (1000 Hz, same offset); the BYE compound last.
+#[test]
+fn send_rtcp_read_by_hand() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let rx = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let to = rx.local_addr().unwrap();
+        let (feed, input) = tokio::sync::mpsc::unbounded_channel();
+        let c = SenderConfig {
+            name: Some("Ada Lovelace".into()),
+            ..cfg(2)
+        };
+        let send = tokio::spawn(pvp_t140::udp::send_text(to, c, Fed(input), true));
+        feed.send(b"Hello there.\n".to_vec()).unwrap();
+        let now_ms = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as i64
+        };
+        // (arrival ms, datagram) until the first report.
+        let mut got: Vec<(i64, Vec<u8>)> = Vec::new();
+        let mut buf = vec![0u8; 2048];
+        loop {
+            let (n, _) =
+                tokio::time::timeout(std::time::Duration::from_secs(10), rx.recv_from(&mut buf))
+                    .await
+                    .expect("a report within 10 s")
+                    .unwrap();
+            got.push((now_ms(), buf[..n].to_vec()));
+            if is_rtcp(&buf[..n]) {
+                break;
+            }
+        }
+        drop(feed);
+        send.await.unwrap().unwrap();
+        while let Ok(Ok((n, _))) = tokio::time::timeout(
+            std::time::Duration::from_millis(300),
+            rx.recv_from(&mut buf),
+        )
+        .await
+        {
+            got.push((now_ms(), buf[..n].to_vec()));
+        }
+        let ssrc = cfg(2).ssrc;
+        let rtcp: Vec<&(i64, Vec<u8>)> = got.iter().filter(|(_, d)| is_rtcp(d)).collect();
+        assert!(rtcp.len() >= 2, "a report and the BYE");
+        for (k, (arrived, d)) in rtcp.iter().enumerate() {
+            // Walk the compound.
+            let mut types = Vec::new();
+            let mut i = 0;
+            while i < d.len() {
+                assert_eq!(d[i] >> 6, 2, "version 2");
+                assert_eq!(d[i] & 0x20, 0, "no padding");
+                let count = d[i] & 0x1f;
+                let pt = d[i + 1];
+                let len = (usize::from(u16::from_be_bytes([d[i + 2], d[i + 3]])) + 1) * 4;
+                assert!(i + len <= d.len(), "length within the datagram");
+                let body = &d[i..i + len];
+                assert_eq!(u32::from_be_bytes(body[4..8].try_into().unwrap()), ssrc);
+                match pt {
+                    200 => {
+                        assert_eq!((count, len), (0, 28), "SR, no report blocks");
+                        let w = |o: usize| u32::from_be_bytes(body[o..o + 4].try_into().unwrap());
+                        let ntp_ms = (i64::from(w(8)) - 2_208_988_800) * 1000
+                            + ((i64::from(w(12)) * 1000) >> 32);
+                        assert!(
+                            (ntp_ms - arrived).abs() < 1000,
+                            "NTP time {ntp_ms} against arrival {arrived}"
+                        );
+                        // Counts: the RTP that arrived before this compound.
+                        let before: Vec<&Vec<u8>> = got
+                            .iter()
+                            .take_while(|(_, g)| g != d)
+                            .map(|(_, g)| g)
+                            .filter(|g| !is_rtcp(g))
+                            .collect();
+                        assert_eq!(w(20) as usize, before.len(), "packet count");
+                        let octets: usize = before.iter().map(|g| g.len() - 12).sum();
+                        assert_eq!(w(24) as usize, octets, "octet count");
+                        // The RTP timestamp: the last packet's plus the wall time since.
+                        let (last_at, last) = got
+                            .iter()
+                            .take_while(|(_, g)| g != d)
+                            .filter(|(_, g)| !is_rtcp(g))
+                            .last()
+                            .unwrap();
+                        let ts_gap = w(16).wrapping_sub(rtp(last).ts) as i32;
+                        let wall_gap = (ntp_ms - last_at) as i32;
+                        assert!(
+                            (ts_gap - wall_gap).abs() < 200,
+                            "SR RTP time {ts_gap} ms after the last packet's, {wall_gap} ms of \
+                             NTP time"
+                        );
+                    }
+                    201 => assert_eq!((count, len), (0, 8), "an empty RR"),
+                    202 => {
+                        assert_eq!(count, 1, "one chunk");
+                        // Items after the SSRC until a null, then padding to 32 bits.
+                        let mut j = 8;
+                        let mut items = Vec::new();
+                        while body[j] != 0 {
+                            let n = usize::from(body[j + 1]);
+                            items.push((
+                                body[j],
+                                String::from_utf8(body[j + 2..j + 2 + n].to_vec()),
+                            ));
+                            j += 2 + n;
+                        }
+                        assert!(body[j..].iter().all(|b| *b == 0), "null and padding");
+                        assert!(len - j <= 4, "no more than one word of nulls");
+                        assert_eq!(items[0].0, 1, "CNAME first");
+                        assert_eq!(
+                            items[0].1.as_deref().unwrap(),
+                            format!("pvp-t140-{ssrc:08x}@127.0.0.1")
+                        );
+                        assert_eq!(items[1], (2, Ok("Ada Lovelace".to_string())));
+                    }
+                    203 => {
+                        assert_eq!((count, len), (1, 8), "BYE for one source, no reason");
+                        assert_eq!(k, rtcp.len() - 1, "the BYE is the last compound");
+                        assert!(
+                            std::ptr::eq(rtcp[k], got.last().unwrap()),
+                            "and the last datagram"
+                        );
+                    }
+                    other => panic!("unexpected RTCP type {other}"),
+                }
+                types.push(pt);
+                i += len;
+            }
+            assert!(matches!(types[0], 200 | 201), "a report first: {types:?}");
+            assert_eq!(types[1], 202, "then the SDES: {types:?}");
+        }
+    });
+}
