@@ -808,7 +808,8 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Input is UTF-8: an invalid byte becomes U+FFFD, a character split across reads is kept
 /// whole. New lines (LF, CR LF, a lone CR) become T.140's U+2028 (LINE SEPARATOR); a CR that
 /// ends a read goes out at once (a terminal in raw mode sends one for Enter, and the user may
-/// type nothing more), and an LF that begins the next read is the rest of its CR LF.
+/// type nothing more), and an LF that begins the next read is the rest of its CR LF. DEL (a
+/// raw-mode terminal's Backspace key) becomes T.140's erase, BS (U+0008).
 ///
 /// An input that fails ends as one that ended: what was read goes out, then the redundancy
 /// and the BYE (RFC 3550 6.3.7), and the error is returned after them. A datagram the socket
@@ -891,7 +892,7 @@ pub async fn send_text_until(
                 eof = n == 0;
                 carry.extend_from_slice(&buf[..n]);
                 let text = decode(&mut carry, eof);
-                let text = new_lines(&text, &mut after_cr);
+                let text = t140_text(&text, &mut after_cr);
                 sender.push_text(clock.now(), &text);
                 if eof && sender.backlog() > 0 {
                     // `cps` may take minutes over what is left: say so. Not how to stop: the
@@ -1060,13 +1061,15 @@ impl std::fmt::Display for SendError {
 
 impl std::error::Error for SendError {}
 
-/// T.140's new line is U+2028 (LINE SEPARATOR); pipes give LF or CR LF, and a terminal in raw
-/// mode or an old Mac file a lone CR. Each is one new line (Unicode TR13's new-line function),
+/// The input's new lines and erase key as T.140's. A terminal in raw mode sends DEL (0x7F) for
+/// the Backspace key (`stty`'s `erase = ^?`): T.140's erase is BS (U+0008), and a receiver
+/// drops DEL as a control, so it becomes BS. T.140's new line is U+2028 (LINE SEPARATOR);
+/// pipes give LF or CR LF, and a terminal in raw mode or an old Mac file a lone CR. Each is one new line (Unicode TR13's new-line function),
 /// sent as U+2028 alone: T.140's own new line is U+2028, and receivers differ on a bare CR.
 /// `after_cr`: the text before this ended with a CR, sent as a new line at once (not held
 /// for the next read, which may be the next key a long while later); an LF that begins this
 /// text is the rest of that CR LF, not a new line of its own. Updated for the next text.
-fn new_lines(text: &str, after_cr: &mut bool) -> String {
+fn t140_text(text: &str, after_cr: &mut bool) -> String {
     if text.is_empty() {
         return String::new();
     }
@@ -1075,7 +1078,9 @@ fn new_lines(text: &str, after_cr: &mut bool) -> String {
         _ => text,
     };
     *after_cr = text.ends_with('\r');
-    rest.replace("\r\n", "\n").replace(['\r', '\n'], "\u{2028}")
+    rest.replace("\r\n", "\n")
+        .replace(['\r', '\n'], "\u{2028}")
+        .replace('\u{7f}', "\u{8}")
 }
 
 /// Takes the text at the front of `carry`: valid UTF-8 as is, each invalid sequence as one

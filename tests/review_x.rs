@@ -610,3 +610,61 @@ fn send_rtcp_read_by_hand() {
         }
     });
 }
+
+/// Runs `udp::send_text` over loopback on `reads` (one read each) and hands every datagram to a
+/// gateway: the transcript it makes (`context.add` contents joined).
+fn send_to_gateway(reads: &[&[u8]]) -> String {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let got = rt.block_on(async {
+        let rx = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let to = rx.local_addr().unwrap();
+        let (feed, input) = tokio::sync::mpsc::unbounded_channel();
+        for r in reads {
+            feed.send(r.to_vec()).unwrap();
+        }
+        drop(feed);
+        pvp_t140::udp::send_text(to, cfg(2), Fed(input), true)
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 2048];
+        while let Ok(Ok((n, _))) = tokio::time::timeout(
+            std::time::Duration::from_millis(300),
+            rx.recv_from(&mut buf),
+        )
+        .await
+        {
+            got.push(buf[..n].to_vec());
+        }
+        got
+    });
+    let source = SocketAddr::from(([127, 0, 0, 1], 40_000));
+    let mut gw = Gateway::new(Config::default());
+    for (i, d) in got.iter().enumerate() {
+        gw.handle_datagram(at(i as u64 * 300), source, d);
+    }
+    gw.shutdown(at(60_000));
+    let mut shown = Vec::new();
+    while let Some(e) = gw.poll_output().map(|e| e.to_message()) {
+        if e.kind == "context.add" {
+            shown.push(e.payload["content"].as_str().unwrap().to_owned());
+        }
+    }
+    shown.join(" ")
+}
+
+/// A terminal in raw mode, which `send` reads (README: it sends a lone CR for Enter, taken as a
+/// new line), sends DEL (0x7F) for the Backspace key: xterm, GNOME Terminal, macOS Terminal,
+/// the Linux console all do by default (`stty -a`: `erase = ^?`). T.140's erase is BS
+/// (U+0008); DEL is no T.140 function, and receivers drop it as a control (this gateway does,
+/// README "a tab is a space; backspace U+0008 erases"). Sent as it was, the user's correction
+/// was lost: "Helo<Backspace>lo" showed as "Helolo". The sender maps DEL to BS, as it maps a
+/// CR to T.140's new line.
+#[test]
+fn a_raw_terminals_backspace_key_erases_at_the_receiver() {
+    let shown = send_to_gateway(&[b"Helo", b"\x7f", b"lo there.\r"]);
+    assert_eq!(shown, "Hello there.");
+}
