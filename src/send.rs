@@ -130,7 +130,9 @@ pub struct Sender {
     /// and every block fits the 10-bit RED length.
     block_cap: usize,
     next_seq: u16,
-    last_ts: Option<u32>,
+    /// The last packet's RTP timestamp, in milliseconds from `start` (not wrapped to 32 bits,
+    /// so that a month between packets is no collision).
+    last_ts: Option<u64>,
     last_send: Option<Time>,
     bom_sent: bool,
     /// Text queued and not yet sent.
@@ -384,7 +386,9 @@ impl Sender {
         }
         self.prune_window(now);
         let marker = self.after_idle();
-        let ts = self.timestamp(now);
+        let ms = self.timestamp_ms(now);
+        // Truncating to 32 bits is the RTP timestamp wrap.
+        let ts = self.cfg.initial_ts.wrapping_add(ms as u32);
         let (primary, chars) = self.take_block(now);
         let n = usize::from(self.cfg.redundancy);
 
@@ -435,7 +439,7 @@ impl Sender {
         self.carried = !self.pending.is_empty();
         self.queued_at = self.carried.then_some(now);
         self.last_send = Some(now);
-        self.last_ts = Some(ts);
+        self.last_ts = Some(ms);
         self.next_seq = self.next_seq.wrapping_add(1);
         self.stats.packets += 1;
         self.stats.bytes += out.len() as u64;
@@ -452,14 +456,14 @@ impl Sender {
         self.tail_left == 0 && !self.carried && self.queued_at.is_some()
     }
 
-    /// RFC 4103 section 3: 1000 Hz clock from `now`; sequential packets never share a timestamp.
-    fn timestamp(&self, now: Time) -> u32 {
-        // Truncating to 32 bits is the RTP timestamp wrap.
-        let ms = now.saturating_sub(self.start).as_millis() as u32;
-        let ts = self.cfg.initial_ts.wrapping_add(ms);
+    /// RFC 4103 section 3: 1000 Hz clock from `now`, in milliseconds from `start`; sequential
+    /// packets never share a timestamp. Compared unwrapped: a packet more than 2^31 ms after
+    /// the last is on the clock, not taken for one stamped before it.
+    fn timestamp_ms(&self, now: Time) -> u64 {
+        let ms = u64::try_from(now.saturating_sub(self.start).as_millis()).unwrap_or(u64::MAX);
         match self.last_ts {
-            Some(last) if (ts.wrapping_sub(last) as i32) <= 0 => last.wrapping_add(1),
-            _ => ts,
+            Some(last) if ms <= last => last.saturating_add(1),
+            _ => ms,
         }
     }
 

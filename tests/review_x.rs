@@ -668,3 +668,56 @@ fn a_raw_terminals_backspace_key_erases_at_the_receiver() {
     let shown = send_to_gateway(&[b"Helo", b"\x7f", b"lo there.\r"]);
     assert_eq!(shown, "Hello there.");
 }
+
+/// RFC 3550 5.1: the timestamp is the clock's (1000 Hz here, RFC 4103 3), and the SR says
+/// which wall time it stands for (6.4.1). The sender keeps two packets in the same
+/// millisecond apart by one tick; it took "not after the last packet's, modulo 2^32 the
+/// nearer way round" for such a collision, so after more than 2^31 ms (24.9 days) with no RTP
+/// (a captioning pipeline left open over a quiet month, its RTCP going on) every packet was
+/// stamped one tick after the last, 300 ms apart on the wire and 1 ms apart in their stamps,
+/// and far from what its sender reports said of the clock.
+#[test]
+fn timestamps_stay_on_the_clock_after_a_month_without_rtp() {
+    let mut s = Sender::new(cfg(0), at(0));
+    let mut sent = drive(&mut s, &[(0, "a")], (u64::MAX, u64::MAX));
+    let month = 30 * 24 * 3600 * 1000u64;
+    sent.extend(drive_from(
+        &mut s,
+        month,
+        &[(month, "b"), (month + 100, "c")],
+    ));
+    for (ms, d) in &sent {
+        assert_eq!(
+            rtp(d).ts,
+            cfg(0).initial_ts.wrapping_add(*ms as u32),
+            "the packet at {ms} ms: {:?}",
+            sent.iter()
+                .map(|(ms, d)| (*ms, rtp(d).ts))
+                .collect::<Vec<_>>()
+        );
+    }
+}
+
+/// [`drive`] from `start` ms on, with no stall.
+fn drive_from(s: &mut Sender, start: u64, script: &[(u64, &str)]) -> Vec<(u64, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut next = 0;
+    let mut now = start;
+    loop {
+        while next < script.len() && script[next].0 <= now {
+            s.push_text(at(now), script[next].1);
+            next += 1;
+        }
+        while let Some(d) = s.poll_packet(at(now)) {
+            out.push((now, d));
+        }
+        let due = s.poll_timeout().map(|t| t.as_millis() - T0);
+        now = match (due, script.get(next).map(|s| s.0)) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => match a.or(b) {
+                Some(t) => t,
+                None => return out,
+            },
+        };
+    }
+}
