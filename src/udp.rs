@@ -1064,8 +1064,9 @@ impl std::error::Error for SendError {}
 /// The input's new lines and erase key as T.140's. A terminal in raw mode sends DEL (0x7F) for
 /// the Backspace key (`stty`'s `erase = ^?`): T.140's erase is BS (U+0008), and a receiver
 /// drops DEL as a control, so it becomes BS. T.140's new line is U+2028 (LINE SEPARATOR);
-/// pipes give LF or CR LF, and a terminal in raw mode or an old Mac file a lone CR. Each is one new line (Unicode TR13's new-line function),
-/// sent as U+2028 alone: T.140's own new line is U+2028, and receivers differ on a bare CR.
+/// pipes give LF or CR LF, and a terminal in raw mode or an old Mac file a lone CR. Each is
+/// one new line (Unicode TR13's new-line function), sent as U+2028 alone: T.140's own new
+/// line is U+2028, and receivers differ on a bare CR.
 /// `after_cr`: the text before this ended with a CR, sent as a new line at once (not held
 /// for the next read, which may be the next key a long while later); an LF that begins this
 /// text is the rest of that CR LF, not a new line of its own. Updated for the next text.
