@@ -525,13 +525,14 @@ impl Sender {
 
     /// The redundant generations of a packet stamped `ts`, oldest first (RFC 2198 section 3).
     /// Generation k is the primary of the packet k sequence numbers back. A generation with no
-    /// packet behind it (the session's first packets) is an empty block; its offset is a
-    /// plausible one (k buffer times), kept non-increasing toward the primary. One too old for
-    /// the 14-bit offset (the sender not polled for 16 s while its redundancy was pending) is
-    /// left out, and every older one with it: an empty block would tell a receiver that the
-    /// packet carried no text, and it would take the loss of that packet's text for none
-    /// (README "Loss": U+FFFD); a receiver counts generations back from the primary, so
-    /// fewer of them are still placed right.
+    /// packet behind it (the session's first packets), or whose packet is too far back for the
+    /// 14-bit offset and carried no text (the first packet after a long idle period), is an
+    /// empty block; its offset is a plausible one (k buffer times), kept non-increasing toward
+    /// the primary. One too far back that carried text (the sender not polled for 16 s while
+    /// its redundancy was pending) is left out, and every older one with it: an empty block
+    /// would tell a receiver that the packet carried no text, and it would take the loss of
+    /// that packet's text for none (README "Loss": U+FFFD); a receiver counts generations back
+    /// from the primary, so fewer of them are still placed right.
     fn generations(&self, ts: u32) -> Vec<(u16, &[u8])> {
         let n = usize::from(self.cfg.redundancy);
         let step = self
@@ -548,9 +549,13 @@ impl Sender {
                 .checked_sub(k)
                 .map(|i| &self.history[i])
                 .map(|(bts, data)| (ts.wrapping_sub(*bts), data.as_slice()));
-            if block.is_some_and(|(offset, _)| offset > MAX_TS_OFFSET) {
-                break;
-            }
+            let block = match block {
+                Some((offset, data)) if offset > MAX_TS_OFFSET => match data.is_empty() {
+                    true => None,
+                    false => break,
+                },
+                b => b,
+            };
             let (offset, data) = block.unwrap_or_else(|| {
                 let placeholder = (newer + 1).max(step.saturating_mul(k as u32));
                 (placeholder.min(MAX_TS_OFFSET), &[][..])
@@ -1149,6 +1154,11 @@ mod tests {
         let p = drain(&mut s, at(20_300));
         assert_eq!(p[0].gens, gens(&[(300, "")]));
         assert!(s.is_idle());
+        // After a long idle period the generations are the empty primaries of the tail, far
+        // back: sent as empty blocks, every generation, as at the session's start.
+        s.push_text(at(60_000), "b");
+        let p = drain(&mut s, at(60_000));
+        assert_eq!(p[0].gens, gens(&[(600, ""), (300, "")]));
     }
 
     #[test]
