@@ -1,4 +1,4 @@
-//! Review x: `pvp-t140 send` as a strict emitter. What the sans-IO sender puts on the wire,
+//! Found by review x: `pvp-t140 send` as a strict emitter. What the sans-IO sender puts on the wire,
 //! parsed here independently of the crate's own parsers (RFC 3550 5.1, RFC 2198 3), and run
 //! through the crate's gateway where the outcome is what a user sees.
 
