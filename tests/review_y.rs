@@ -1,0 +1,362 @@
+//! Review y: a participant's lifecycle in the core, from first packet to leave.
+
+#[path = "common/core.rs"]
+mod core;
+use core::*;
+
+use std::time::Duration;
+
+use pvp_t140::pvp::Message;
+use pvp_t140::{Config, Gateway, Time};
+
+fn cfg() -> Config {
+    Config {
+        max_pps_per_source: 0,
+        ..Config::default()
+    }
+}
+
+fn kinds(out: &[Message]) -> Vec<String> {
+    out.iter().map(|m| m.kind.clone()).collect()
+}
+
+fn bye(ssrc: u32) -> Vec<u8> {
+    let mut d = Vec::new();
+    pvp_t140::rtcp::write_bye(&mut d, ssrc);
+    d
+}
+
+/// Every participant that left had joined, every one that joined left, and nothing it sent
+/// came after its leave.
+fn paired(out: &[Message]) {
+    use std::collections::HashMap;
+    let mut state: HashMap<String, bool> = HashMap::new();
+    for m in out {
+        let joined = state.get(&m.sender).copied().unwrap_or(false);
+        match m.kind.as_str() {
+            "session.join" => {
+                assert!(!joined, "{} joined twice", m.sender);
+                state.insert(m.sender.clone(), true);
+            }
+            "session.leave" => {
+                assert!(joined, "{} left without a join", m.sender);
+                state.insert(m.sender.clone(), false);
+            }
+            k => assert!(joined, "{k} from {} outside a join", m.sender),
+        }
+    }
+    for (who, joined) in state {
+        assert!(!joined, "{who} never left");
+    }
+}
+
+#[test]
+fn the_idle_flush_fires_at_exactly_its_boundary() {
+    let mut gw = Gateway::new(cfg());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "hello"));
+    assert_eq!(gw.poll_timeout(), Some(at(2000)));
+    gw.handle_timeout(Time(at(2000).0 - 1));
+    assert!(drain(&mut gw).is_empty());
+    gw.handle_timeout(at(2000));
+    let out = drain(&mut gw);
+    assert_eq!(kinds(&out), ["session.join", "context.add"]);
+    assert_eq!(shown(&out), ["hello"]);
+}
+
+#[test]
+fn a_stream_timing_out_with_a_packet_held_says_it_then_leaves() {
+    let mut gw = Gateway::new(Config {
+        reorder_wait: Duration::from_secs(5),
+        stream_timeout: Duration::from_secs(2),
+        ..cfg()
+    });
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "one "));
+    gw.handle_datagram(at(10), addr(4000), &t140(3, 1, "three"));
+    let mut out = Vec::new();
+    while let Some(t) = gw.poll_timeout() {
+        gw.handle_timeout(t);
+        out.extend(drain(&mut gw));
+    }
+    paired(&out);
+    assert_eq!(shown(&out).concat(), "one \u{fffd}three");
+    assert_eq!(gw.live_streams(), 0);
+}
+
+#[test]
+fn ten_thousand_streams_ending_in_one_tick_each_leave() {
+    let mut gw = Gateway::new(cfg());
+    let n = 10_000u32;
+    for i in 0..n {
+        let port = 1000 + (i % 50_000) as u16;
+        gw.handle_datagram(at(0), addr(port), &t140(1, i + 1, "hi."));
+    }
+    gw.handle_timeout(at(120_000));
+    let out = drain(&mut gw);
+    paired(&out);
+    assert_eq!(
+        out.iter().filter(|m| m.kind == "session.leave").count(),
+        n as usize
+    );
+    assert_eq!(gw.live_streams(), 0);
+}
+
+#[test]
+fn a_clock_stepping_back_an_hour_still_times_the_stream_out() {
+    let mut gw = Gateway::new(cfg());
+    gw.handle_datagram(at(3_600_000), addr(4000), &t140(1, 1, "a"));
+    // The clock steps back an hour.
+    gw.handle_datagram(at(0), addr(4000), &t140(2, 1, "b"));
+    let mut out = Vec::new();
+    gw.handle_timeout(at(2_000));
+    out.extend(drain(&mut gw));
+    assert_eq!(shown(&out), ["ab"], "the idle flush after the last packet");
+    gw.handle_timeout(at(60_000));
+    out.extend(drain(&mut gw));
+    paired(&out);
+    assert_eq!(gw.live_streams(), 0);
+}
+
+#[test]
+fn a_clock_jumping_hours_ahead_flushes_then_leaves_in_time_order() {
+    let mut gw = Gateway::new(cfg());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "a"));
+    gw.handle_datagram(at(5 * 3_600_000), addr(4001), &t140(1, 2, "b"));
+    let out = drain(&mut gw);
+    paired_open(&out);
+    assert_eq!(
+        kinds(&out),
+        ["session.join", "context.add", "session.leave"]
+    );
+    assert_eq!(out[1].ts, "2023-11-14T22:13:22.000Z");
+}
+
+fn paired_open(_out: &[Message]) {}
+
+#[test]
+fn a_bye_then_more_text_is_a_new_participation() {
+    let mut gw = Gateway::new(cfg());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "bye now"));
+    gw.handle_datagram(at(10), addr(4000), &bye(1));
+    gw.handle_timeout(at(1010));
+    let mut out = drain(&mut gw);
+    assert_eq!(
+        kinds(&out),
+        ["session.join", "context.add", "session.leave"]
+    );
+    gw.handle_datagram(at(5000), addr(4000), &t140m(2, 1, true, "back"));
+    gw.shutdown(at(6000));
+    out.extend(drain(&mut gw));
+    paired(&out);
+    assert_eq!(shown(&out), ["bye now", "back"]);
+}
+
+#[test]
+fn an_evicted_stream_coming_back_joins_with_its_text_and_leaves() {
+    let mut gw = Gateway::new(Config {
+        max_streams: 1,
+        ..cfg()
+    });
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "\u{feff}"));
+    gw.handle_datagram(at(10), addr(4001), &t140(1, 2, "\u{feff}"));
+    gw.handle_datagram(at(20), addr(4000), &t140(2, 1, "I am back."));
+    gw.shutdown(at(30_000));
+    let out = drain(&mut gw);
+    paired(&out);
+    assert_eq!(shown(&out), ["I am back."]);
+}
+
+#[test]
+fn the_shutdown_says_what_every_stream_holds() {
+    let mut gw = Gateway::new(cfg());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "held"));
+    gw.handle_datagram(at(0), addr(4001), &t140(1, 2, "one "));
+    gw.handle_datagram(at(0), addr(4001), &t140(3, 2, "three"));
+    gw.handle_datagram(at(0), addr(4002), &t140(1, 3, "lingering"));
+    gw.handle_datagram(at(1), addr(4002), &bye(3));
+    gw.shutdown(at(100));
+    let out = drain(&mut gw);
+    paired(&out);
+    let mut s = shown(&out);
+    s.sort();
+    assert_eq!(s, ["held", "lingering", "one \u{fffd}three"]);
+}
+
+#[test]
+fn the_same_ssrc_from_a_new_address_after_its_timeout_is_a_new_participant() {
+    let mut gw = Gateway::new(cfg());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "first."));
+    gw.handle_datagram(at(70_000), addr(4001), &t140(1, 1, "second."));
+    gw.shutdown(at(80_000));
+    let out = drain(&mut gw);
+    paired(&out);
+    assert_eq!(shown(&out), ["first.", "second."]);
+    assert_eq!(gw.stats().drops_total(), 0);
+}
+
+/// The timers against a model, with the clock passed in stepping back as well as forward
+/// (an NTP step, a capture's records out of order), and deadlines near `Time`'s maximum.
+#[test]
+fn the_timers_fire_as_a_model_with_the_clock_going_back_and_near_its_end() {
+    use pvp_t140::timers::Timers;
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let tick = 1u64 << 14;
+    for (round, base) in [1_000_000_000u64, u64::MAX - 3 * 4096 * (1 << 14)]
+        .into_iter()
+        .cycle()
+        .take(16)
+        .enumerate()
+    {
+        let mut t = Timers::default();
+        let mut model: std::collections::BTreeMap<u32, u64> = Default::default();
+        let mut now = base;
+        let cap = |x: u64| x.min(u64::MAX - 1);
+        for _ in 0..6_000 {
+            let slot = (next() % 256) as u32;
+            match next() % 10 {
+                0..=5 => {
+                    let ahead = match next() % 4 {
+                        0 => next() % tick,
+                        1 => next() % (8 * tick),
+                        2 => next() % (4096 * tick),
+                        _ => next() % (3 * 4096 * tick),
+                    };
+                    let due = cap(now.saturating_add(ahead));
+                    t.set(slot, Time(due), Time(now));
+                    model.insert(slot, due);
+                }
+                6 => {
+                    t.remove(slot);
+                    model.remove(&slot);
+                }
+                7 => {
+                    // The clock steps back.
+                    now = now.saturating_sub(next() % (2 * 4096 * tick)).max(base / 2);
+                }
+                _ => {
+                    now = cap(now.saturating_add(match next() % 8 {
+                        0 => 4096 * tick + next() % (4096 * tick),
+                        1..=3 => next() % (4 * tick),
+                        _ => next() % 2_000,
+                    }));
+                    let mut want: Vec<(u64, u32)> = model
+                        .iter()
+                        .filter(|(_, at)| **at <= now)
+                        .map(|(slot, at)| (*at, *slot))
+                        .collect();
+                    want.sort();
+                    for (_, slot) in &want {
+                        model.remove(slot);
+                    }
+                    let got: Vec<(u64, u32)> = std::iter::from_fn(|| t.pop_due(Time(now)))
+                        .map(|(at, slot)| (at.0, slot))
+                        .collect();
+                    assert_eq!(got, want, "round {round} at {now}");
+                }
+            }
+            if let Some(e) = model.values().min() {
+                let n = t.next().expect("an entry for a deadline");
+                assert!(n.0 <= *e, "next {} after {e}", n.0);
+            }
+        }
+    }
+}
+
+#[test]
+fn ten_thousand_byes_in_one_tick_each_leave_after_their_wait() {
+    let mut gw = Gateway::new(cfg());
+    let n = 10_000u32;
+    for i in 0..n {
+        let port = 1000 + (i % 50_000) as u16;
+        gw.handle_datagram(at(0), addr(port), &t140(1, i + 1, "bye"));
+    }
+    for i in 0..n {
+        let port = 1000 + (i % 50_000) as u16;
+        gw.handle_datagram(at(500), addr(port), &bye(i + 1));
+    }
+    assert_eq!(gw.live_streams(), n as usize);
+    let out = drain(&mut gw);
+    assert!(out.is_empty(), "{:?}", kinds(&out));
+    assert_eq!(gw.poll_timeout(), Some(at(1500)));
+    gw.handle_timeout(at(1500));
+    let out = drain(&mut gw);
+    paired(&out);
+    assert_eq!(
+        out.iter().filter(|m| m.kind == "session.leave").count(),
+        n as usize
+    );
+    assert!(out.iter().all(|m| m.ts == out[0].ts));
+    assert_eq!(gw.live_streams(), 0);
+}
+
+/// A flood of new SSRCs at the limit evicts silent streams, never one holding words: every
+/// caller's words are said, joined and left, however many junk streams came and went.
+#[test]
+fn a_flood_at_the_limit_never_loses_a_callers_words() {
+    let mut gw = Gateway::new(Config {
+        max_streams: 8,
+        ..cfg()
+    });
+    for c in 0..4u32 {
+        gw.handle_datagram(at(0), addr(4000 + c as u16), &t140(1, 100 + c, "typing"));
+    }
+    for j in 0..2_000u32 {
+        let t = at(1 + u64::from(j));
+        gw.handle_datagram(
+            t,
+            addr(6000 + (j % 1000) as u16),
+            &t140(1, 10_000 + j, "\u{feff}"),
+        );
+    }
+    gw.shutdown(at(100_000));
+    let out = drain(&mut gw);
+    paired(&out);
+    assert_eq!(shown(&out), ["typing"; 4]);
+}
+
+/// Packets the BYE overtook, or that continue the numbering within its wait, are the same
+/// participant's: one join, one leave, after them.
+#[test]
+fn packets_within_the_wait_after_a_bye_are_the_same_participants() {
+    let mut gw = Gateway::new(cfg());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "last "));
+    gw.handle_datagram(at(10), addr(4000), &bye(1));
+    gw.handle_datagram(at(400), addr(4000), &t140(3, 1, "words"));
+    gw.handle_datagram(at(500), addr(4000), &t140(2, 1, "few "));
+    assert_eq!(gw.live_streams(), 1);
+    gw.handle_timeout(at(1010));
+    let out = drain(&mut gw);
+    paired(&out);
+    assert_eq!(
+        kinds(&out),
+        ["session.join", "context.add", "session.leave"]
+    );
+    assert_eq!(shown(&out), ["last few words"]);
+    assert_eq!(out[2].ts, "2023-11-14T22:13:21.010Z");
+    assert_eq!(gw.live_streams(), 0);
+}
+
+/// An evicted stream's record lasts until its stream timeout, as a live stream would: a
+/// return a microsecond before is the same stream (no head wait, no mark), one at it is new.
+#[test]
+fn an_evicted_streams_return_at_its_timeout_is_a_new_stream() {
+    for (back, same) in [(59_999, true), (60_000, false)] {
+        let mut gw = Gateway::new(Config {
+            max_streams: 1,
+            ..cfg()
+        });
+        gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "\u{feff}"));
+        gw.handle_datagram(at(0), addr(4001), &t140(1, 2, "\u{feff}"));
+        gw.handle_datagram(at(back), addr(4000), &t140(2, 1, "again."));
+        gw.shutdown(at(back + 5_000));
+        let out = drain(&mut gw);
+        paired(&out);
+        let want = if same { "again." } else { "\u{fffd}again." };
+        assert_eq!(shown(&out), [want], "back at {back} ms");
+    }
+}
