@@ -1244,11 +1244,17 @@ pub struct Gateway {
     serial: u64,
     /// SDES names of sources not seen on RTP yet (bounded, oldest evicted).
     early_names: Vec<EarlyName>,
-    /// The last streams ended, with the newest millisecond their keys used (the start, or a
-    /// speaker's that took a place made at the speaker bound): one started again under its key (a
-    /// BYE, then the sender's next packet, in one batch) starts a millisecond later,
-    /// so its context keys (`participant/start ms/n`) are not the ended one's (pvp-spec 9.1).
-    ended: VecDeque<(StreamKey, u64)>,
+    /// Streams ended, with the newest millisecond their keys used (the start, or a speaker's
+    /// that took a place made at the speaker bound): one started again under its key (a BYE,
+    /// then the sender's next packet, in one batch) starts a millisecond later, so its context
+    /// keys (`participant/start ms/n`) are not the ended one's (pvp-spec 9.1). Every one whose
+    /// millisecond has not passed is kept, however many streams end in it (the last 32 were
+    /// kept before: a batch ending more lost one, and its stream's return repeated its keys;
+    /// review y); the passed ones are let go once the table doubles ([`ENDED_KEPT`] at least),
+    /// so its work is amortised O(1) a stream and its size that of the ends of one millisecond.
+    ended: HashMap<StreamKey, u64, KeyHasher>,
+    /// The size of `ended` at which its passed entries are let go.
+    ended_cap: usize,
     /// The last streams evicted at the stream limit that may come back: until when (their
     /// stream timeout) and where their numbering stood ([`Gateway::remember_evicted`]).
     evicted: VecDeque<Evicted>,
@@ -1380,7 +1386,8 @@ impl EarlyName {
 const MAX_UNHEARD: usize = 4;
 const MAX_NAME_CHARS: usize = 128;
 
-/// Ended streams [`Gateway::ended`] remembers: enough for a batch's worth of restarts.
+/// Ended streams [`Gateway::ended`] holds before it lets go of those whose millisecond has
+/// passed.
 const ENDED_KEPT: usize = 32;
 
 /// How long a walk of the spared eviction candidates (each may yet speak, [`may_yet_speak`])
@@ -1474,7 +1481,8 @@ impl Gateway {
             timers: Timers::default(),
             serial: 0,
             early_names: Vec::new(),
-            ended: VecDeque::new(),
+            ended: HashMap::default(),
+            ended_cap: ENDED_KEPT,
             evicted: VecDeque::new(),
             evicted_until: Time::NEVER,
             silent: VecDeque::new(),
@@ -2074,12 +2082,7 @@ impl Gateway {
         self.serial += 1;
         let assume_start = self.cfg.compat == Compat::T140llm;
         let mut stream = Stream::new(key, self.serial, now, self.red_format(), assume_start);
-        if let Some(ms) = self
-            .ended
-            .iter()
-            .filter(|(k, _)| *k == key)
-            .map(|&(_, ms)| ms)
-            .max()
+        if let Some(&ms) = self.ended.get(&key)
             && ms >= now.as_millis()
         {
             stream.created = Time::from_millis(ms + 1);
@@ -3189,10 +3192,13 @@ impl Gateway {
         }
         let keyed = newest_key_ms(speakers, *created);
         let key = *key;
-        if self.ended.len() == ENDED_KEPT {
-            self.ended.pop_front();
+        if self.ended.len() >= self.ended_cap {
+            let now_ms = now.as_millis();
+            self.ended.retain(|_, &mut ms| ms >= now_ms);
+            self.ended_cap = (2 * self.ended.len()).max(ENDED_KEPT);
         }
-        self.ended.push_back((key, keyed));
+        let ms = self.ended.entry(key).or_insert(keyed);
+        *ms = (*ms).max(keyed);
         self.index.remove(&key);
         self.streams.release();
         debug_assert_eq!(self.streams.held(), self.index.len());

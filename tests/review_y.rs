@@ -360,3 +360,36 @@ fn an_evicted_streams_return_at_its_timeout_is_a_new_stream() {
         assert_eq!(shown(&out), [want], "back at {back} ms");
     }
 }
+
+/// pvp-spec 9.1: a context key is unique within the session. A stream that ends and starts
+/// again under its key within one millisecond starts a millisecond later, so its keys
+/// (`participant/start ms/n`) are not the ended one's, however many other streams ended in
+/// that millisecond (one batch of datagrams is handled at one `now`).
+#[test]
+fn a_stream_started_again_in_its_millisecond_never_repeats_a_key() {
+    let mut gw = Gateway::new(Config {
+        reorder_wait: Duration::ZERO,
+        ..cfg()
+    });
+    let now = at(0);
+    gw.handle_datagram(now, addr(4000), &t140(1, 1, "first. "));
+    gw.handle_datagram(now, addr(4000), &bye(1));
+    for i in 0..40u32 {
+        let a = addr(5000 + i as u16);
+        gw.handle_datagram(now, a, &t140(1, 100 + i, "other. "));
+        gw.handle_datagram(now, a, &bye(100 + i));
+    }
+    gw.handle_datagram(now, addr(4000), &t140m(7, 1, true, "second. "));
+    gw.shutdown(at(10));
+    let out = drain(&mut gw);
+    let mut keys: Vec<String> = out
+        .iter()
+        .filter(|m| m.kind == "context.add")
+        .map(|m| m.payload["key"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(keys.len(), 42);
+    keys.sort();
+    let n = keys.len();
+    keys.dedup();
+    assert_eq!(keys.len(), n, "a key repeated");
+}
