@@ -393,3 +393,25 @@ fn a_stream_started_again_in_its_millisecond_never_repeats_a_key() {
     keys.dedup();
     assert_eq!(keys.len(), n, "a key repeated");
 }
+
+/// A clock near `Time`'s end (a capture's absurd timestamps): nothing panics, and every
+/// stream's text and leave still go out at the shutdown.
+#[test]
+fn a_clock_near_its_end_panics_nowhere_and_loses_nothing() {
+    let mut gw = Gateway::new(cfg());
+    let end = u64::MAX - 1;
+    gw.handle_datagram(Time(end - 3_000_000), addr(4000), &t140(1, 1, "near"));
+    gw.handle_datagram(Time(end - 2_000_000), addr(4001), &t140(1, 2, "the end"));
+    gw.handle_datagram(Time(end - 1_000_000), addr(4000), &bye(1));
+    if let Some(t) = gw.poll_timeout() {
+        gw.handle_timeout(t);
+    }
+    gw.handle_timeout(Time(end));
+    gw.shutdown(Time(end));
+    let out = drain(&mut gw);
+    paired(&out);
+    let mut s = shown(&out);
+    s.sort();
+    assert_eq!(s, ["near", "the end"]);
+    assert_eq!(gw.live_streams(), 0);
+}
