@@ -415,3 +415,132 @@ fn a_clock_near_its_end_panics_nowhere_and_loses_nothing() {
     assert_eq!(s, ["near", "the end"]);
     assert_eq!(gw.live_streams(), 0);
 }
+
+/// Random traffic at a small stream limit: a few sources, SSRCs reused, sequence numbers
+/// near each other, marked or not, BYEs, the clock stepping a little or far. Whatever comes,
+/// every participant that sends anything joined first, every join has its leave once the
+/// gateway shuts down, and nothing is sent after a leave but a new join.
+#[test]
+fn random_lifecycles_keep_joins_and_leaves_paired() {
+    for seed in 1..=24u64 {
+        random_lifecycles(seed, false);
+    }
+}
+
+/// As above, through a mixer (RFC 9071: one CSRC a packet names its speaker), whose
+/// sources say BYE and are named by SDES, mixed with its own BYEs.
+#[test]
+fn random_mixer_lifecycles_keep_joins_and_leaves_paired() {
+    for seed in 1..=24u64 {
+        random_lifecycles(seed, true);
+    }
+}
+
+fn with_csrc(mut d: Vec<u8>, csrc: u32) -> Vec<u8> {
+    d[0] |= 1;
+    d.splice(12..12, csrc.to_be_bytes());
+    d
+}
+
+fn random_lifecycles(seed: u64, mixed: bool) {
+    {
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ seed.wrapping_mul(0x1234_5678_9abc_def1);
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut gw = Gateway::new(Config {
+            max_streams: 1 + (seed % 4) as usize,
+            reorder_wait: Duration::from_millis([0, 300, 1000][(seed % 3) as usize]),
+            stream_timeout: Duration::from_secs(1 + seed % 3),
+            idle_flush: Duration::from_millis(500),
+            max_chunk_chars: 12,
+            ..cfg()
+        });
+        let mut now = 0u64;
+        let mut seqs = [0u16; 8];
+        let mut out = Vec::new();
+        let words = [
+            "a",
+            "b. ",
+            "\u{feff}",
+            "",
+            "hello ",
+            "\u{8}",
+            "x\n",
+            "longer text here ",
+        ];
+        for _ in 0..3_000 {
+            let who = (next() % 8) as usize;
+            let port = 4000 + (who % 3) as u16;
+            let ssrc = 1 + (who / 2) as u32;
+            match next() % 12 {
+                0 => gw.handle_datagram(at(now), addr(port), &bye(ssrc)),
+                1 => gw.handle_datagram(at(now), addr(port + 1), &bye(ssrc)),
+                2 | 3 if mixed => {
+                    let csrc = 100 + (next() % 40) as u32;
+                    let mut d = Vec::new();
+                    pvp_t140::rtcp::write_rr(&mut d, ssrc);
+                    if next() % 2 == 0 {
+                        pvp_t140::rtcp::write_bye(&mut d, csrc);
+                    } else {
+                        pvp_t140::rtcp::write_sdes(&mut d, csrc, "c@h", Some("Someone"));
+                    }
+                    gw.handle_datagram(at(now), addr(port), &d);
+                }
+                _ => {
+                    let step = match next() % 6 {
+                        0 => 0u16,
+                        1 => 2,
+                        2 => 0u16.wrapping_sub(1),
+                        3 => 5000,
+                        _ => 1,
+                    };
+                    seqs[who] = seqs[who].wrapping_add(step);
+                    let marker = next() % 5 == 0;
+                    let text = words[(next() % words.len() as u64) as usize];
+                    let mut d = t140m(seqs[who], ssrc, marker, text);
+                    if mixed {
+                        d = with_csrc(d, 100 + (next() % 40) as u32);
+                    }
+                    gw.handle_datagram(at(now), addr(port), &d);
+                }
+            }
+            now += match next() % 10 {
+                0 => 3_000 + next() % 5_000,
+                1..=3 => next() % 700,
+                _ => next() % 50,
+            };
+            if next() % 4 == 0 {
+                while let Some(t) = gw.poll_timeout().filter(|t| *t <= at(now)) {
+                    gw.handle_timeout(t);
+                }
+            }
+            out.extend(drain(&mut gw));
+        }
+        gw.shutdown(at(now + 100_000));
+        out.extend(drain(&mut gw));
+        paired(&out);
+        assert_eq!(gw.live_streams(), 0, "seed {seed}");
+        let csrc_joins = (out.iter())
+            .filter(|m| m.kind == "session.join" && m.sender.contains("/csrc:"))
+            .count();
+        assert_eq!(csrc_joins > 0, mixed, "seed {seed}");
+        let ts: Vec<&String> = out.iter().map(|m| &m.ts).collect();
+        assert!(
+            ts.windows(2).all(|w| w[0] <= w[1]),
+            "seed {seed}: time went back"
+        );
+        let mut keys: Vec<String> = out
+            .iter()
+            .filter(|m| m.kind == "context.add")
+            .map(|m| m.payload["key"].as_str().unwrap().to_owned())
+            .collect();
+        let n = keys.len();
+        keys.sort();
+        keys.dedup();
+        assert_eq!(keys.len(), n, "seed {seed}: a key repeated");
+    }
+}
