@@ -544,3 +544,108 @@ fn random_lifecycles(seed: u64, mixed: bool) {
         assert_eq!(keys.len(), n, "seed {seed}: a key repeated");
     }
 }
+
+/// Random traffic at a stream limit with room for the callers: every word in a datagram the
+/// gateway took (none of its drops counted) is said, whatever ends its stream (an idle flush,
+/// a timeout, a BYE and its wait, the shutdown) and whatever order its packets came in.
+#[test]
+fn random_lifecycles_say_every_word_taken() {
+    for seed in 1..=16u64 {
+        let mut rng = 0x2545_f491_4f6c_dd1du64 ^ seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut gw = Gateway::new(Config {
+            reorder_wait: Duration::from_millis([0, 300, 1000][(seed % 3) as usize]),
+            stream_timeout: Duration::from_secs(1 + seed % 3),
+            idle_flush: Duration::from_millis(200 + 300 * (seed % 4)),
+            max_streams: 8,
+            ..cfg()
+        });
+        let mut now = 0u64;
+        let mut seqs = [1u16; 6];
+        let mut fresh = [true; 6];
+        let mut taken = Vec::new();
+        let mut out = Vec::new();
+        let mut n = 0;
+        for _ in 0..2_000 {
+            let who = (next() % 6) as usize;
+            let (port, ssrc) = (4000 + who as u16, 1 + who as u32);
+            if next() % 15 == 0 {
+                gw.handle_datagram(at(now), addr(port), &bye(ssrc));
+                fresh[who] = true;
+            } else if next() % 3 == 0 {
+                // A junk stream: a BOM from a new SSRC, at the stream limit.
+                let junk = 1_000 + (next() % 100_000) as u32;
+                gw.handle_datagram(at(now), addr(7000), &t140(1, junk, "\u{feff}"));
+            } else {
+                let mut send = |gw: &mut Gateway, seq: u16, marker: bool| {
+                    n += 1;
+                    let word = format!("w{n} ");
+                    let before = gw.stats().drops_total();
+                    gw.handle_datagram(at(now), addr(port), &t140m(seq, ssrc, marker, &word));
+                    if gw.stats().drops_total() == before {
+                        taken.push(word);
+                    }
+                };
+                // A new session after a BYE starts marked, a jump on.
+                let marker = fresh[who];
+                if fresh[who] {
+                    seqs[who] = seqs[who].wrapping_add(10_000);
+                    fresh[who] = false;
+                }
+                if next() % 9 == 0 {
+                    // A packet lost.
+                    seqs[who] = seqs[who].wrapping_add(1);
+                }
+                if next() % 5 == 0 {
+                    // Two packets swapped.
+                    let s = seqs[who];
+                    send(&mut gw, s.wrapping_add(1), false);
+                    send(&mut gw, s, marker);
+                    seqs[who] = s.wrapping_add(2);
+                } else {
+                    send(&mut gw, seqs[who], marker);
+                    seqs[who] = seqs[who].wrapping_add(1);
+                }
+            }
+            now += match next() % 10 {
+                0 => 2_000 + next() % 3_000,
+                1..=3 => next() % 700,
+                _ => next() % 50,
+            };
+            if next() % 3 == 0 {
+                while let Some(t) = gw.poll_timeout().filter(|t| *t <= at(now)) {
+                    gw.handle_timeout(t);
+                }
+            }
+            out.extend(drain(&mut gw));
+        }
+        gw.shutdown(at(now + 100_000));
+        out.extend(drain(&mut gw));
+        paired(&out);
+        let said: std::collections::HashSet<String> = shown(&out)
+            .join(" ")
+            .split(|c: char| c.is_whitespace() || c == '\u{fffd}')
+            .filter(|w| !w.is_empty())
+            .map(|w| format!("{w} "))
+            .collect();
+        let lost: Vec<&String> = taken.iter().filter(|w| !said.contains(*w)).collect();
+        assert!(
+            taken.len() * 10 > n * 7,
+            "seed {seed}: {} of {n} taken",
+            taken.len()
+        );
+        assert!(gw.stats().evicted > 0, "seed {seed}: no eviction");
+        assert!(
+            lost.is_empty(),
+            "seed {seed}: {} of {} words lost: {:?}",
+            lost.len(),
+            taken.len(),
+            &lost[..lost.len().min(10)]
+        );
+    }
+}
