@@ -649,3 +649,43 @@ fn random_lifecycles_say_every_word_taken() {
         );
     }
 }
+
+/// README "RTCP": after a BYE, a packet marked more than 16 past the old numbering is a new
+/// session's start (the old stream ends at once, the packet opens the new one: a second
+/// participation); one marked 16 past is the speaker's last words after a pause (the same
+/// participation, said before the leave).
+#[test]
+fn after_a_bye_a_marked_packet_is_a_new_session_only_past_sixteen() {
+    for (ahead, new) in [(16u16, false), (17, true)] {
+        let mut gw = Gateway::new(cfg());
+        gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "old "));
+        gw.handle_datagram(at(10), addr(4000), &bye(1));
+        gw.handle_datagram(at(100), addr(4000), &t140m(1 + ahead, 1, true, "next"));
+        gw.shutdown(at(5_000));
+        let out = drain(&mut gw);
+        paired(&out);
+        let joins = out.iter().filter(|m| m.kind == "session.join").count();
+        // The numbers between are lost text (no redundancy to say otherwise): marked.
+        let gap = "\u{fffd}".repeat(usize::from(ahead) - 1);
+        let want = if new {
+            vec!["old".to_owned(), "next".to_owned()]
+        } else {
+            vec![format!("old {gap}next")]
+        };
+        assert_eq!(shown(&out), want, "{ahead} ahead");
+        assert_eq!(joins, if new { 2 } else { 1 }, "{ahead} ahead");
+        if new {
+            // The old participation leaves at once, before the new one joins.
+            assert_eq!(
+                kinds(&out)[..4],
+                [
+                    "session.join",
+                    "context.add",
+                    "session.leave",
+                    "session.join"
+                ]
+            );
+            assert_eq!(out[2].ts, "2023-11-14T22:13:20.100Z");
+        }
+    }
+}
