@@ -689,3 +689,27 @@ fn after_a_bye_a_marked_packet_is_a_new_session_only_past_sixteen() {
         }
     }
 }
+
+/// README "Stream limit": an evicted stream's SDES name outlives its record, so the same
+/// host and SSRC coming back after its timeout joins with it.
+#[test]
+fn an_evicted_streams_name_is_its_join_after_its_record_ends() {
+    let mut gw = Gateway::new(Config {
+        max_streams: 1,
+        ..cfg()
+    });
+    let mut sdes = Vec::new();
+    pvp_t140::rtcp::write_sdes(&mut sdes, 1, "a@h", Some("Alice"));
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "\u{feff}"));
+    gw.handle_datagram(at(5), addr(4000), &sdes);
+    gw.handle_datagram(at(10), addr(4001), &t140(1, 2, "\u{feff}"));
+    assert_eq!(gw.stats().evicted, 1);
+    gw.handle_timeout(at(61_000));
+    gw.handle_datagram(at(70_000), addr(4000), &t140m(9, 1, true, "hi."));
+    gw.shutdown(at(71_000));
+    let out = drain(&mut gw);
+    paired(&out);
+    assert_eq!(out[0].kind, "session.join");
+    assert_eq!(out[0].payload["participant"]["name"], "Alice");
+    assert_eq!(shown(&out), ["hi."]);
+}
