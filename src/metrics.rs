@@ -70,6 +70,10 @@ pub struct SinkMetrics {
     /// Envelopes the receive workers could not hand to the sink: its queue was full (a PVP
     /// server or a stdout slower than the speakers), or the sink was gone.
     pub sink_queue_refused: Counter,
+    /// Envelopes a PVP participant's own connection queue refused: full (a server down or
+    /// slower than the participant speaks), or its connection ended (the server refused the
+    /// participant). Counted as dropped at the stop; shown here while it happens.
+    pub participant_queue_refused: Counter,
     /// 1 once stdout has failed (its reader went away): every envelope is dropped from then on.
     pub stdout_failed: Gauge,
     /// Whether the stdout writer is in a write, and since when: `/healthz` tells a stdout
@@ -100,6 +104,7 @@ impl Default for SinkMetrics {
             sessions_ended: Counter::default(),
             session_ended_items: Counter::default(),
             sink_queue_refused: Counter::default(),
+            participant_queue_refused: Counter::default(),
             stdout_failed: Gauge::default(),
             participants: Counter::default(),
             stdout_busy: StdoutBusy::default(),
@@ -519,6 +524,11 @@ pub fn registry(
             "Envelopes refused at the queue to the sink (full, or the sink gone)",
             &sink.sink_queue_refused,
         ),
+        (
+            "pvp_t140_participant_queue_refused",
+            "Envelopes a PVP participant's connection queue refused (full, or its connection ended)",
+            &sink.participant_queue_refused,
+        ),
     ] {
         r.register(name, help, counter.clone());
     }
@@ -926,6 +936,7 @@ mod tests {
         sink.rejoined_not_found.inc_by(6);
         sink.sink_queue_refused.inc_by(7);
         sink.server_refused_items.inc_by(8);
+        sink.participant_queue_refused.inc_by(9);
         let mut body = String::new();
         let running = Gauge::default();
         running.set(2);
@@ -943,6 +954,7 @@ mod tests {
             "pvp_t140_rejoined_not_found_total 6",
             "pvp_t140_sink_queue_refused_total 7",
             "pvp_t140_server_refused_items_total 8",
+            "pvp_t140_participant_queue_refused_total 9",
             "pvp_t140_receive_workers_running 2",
         ] {
             assert!(body.lines().any(|l| l == line), "{line} not in\n{body}");

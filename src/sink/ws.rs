@@ -278,6 +278,7 @@ impl WsSink {
         };
         if let Err((e, why)) = queued {
             self.dropped += 1;
+            self.cfg.metrics.participant_queue_refused.inc();
             if e.kind() == Kind::ContextAdd {
                 conn.refused
                     .get_or_insert_with(|| Box::new(RefusedItems::new(REFUSED_KEPT)))
