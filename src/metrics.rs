@@ -551,11 +551,16 @@ pub async fn serve(
     let app = axum::Router::new()
         .route(
             "/metrics",
-            get(move || {
+            get(move |headers: axum::http::HeaderMap| {
                 let registry = registry.clone();
                 async move {
                     let mut body = String::new();
                     match prometheus_client::encoding::text::encode(&mut body, &registry) {
+                        Ok(()) if wants_prometheus_text(&headers) => (
+                            axum::http::StatusCode::OK,
+                            [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
+                            prometheus_text(&body),
+                        ),
                         Ok(()) => (
                             axum::http::StatusCode::OK,
                             [(
@@ -594,6 +599,50 @@ pub async fn serve(
         }
     });
     Ok(local)
+}
+
+/// A scraper that asks for the Prometheus text format (`text/plain`) and not for OpenMetrics:
+/// it gets [`prometheus_text`]. One that asks for OpenMetrics, for anything, or says nothing
+/// gets OpenMetrics.
+fn wants_prometheus_text(headers: &axum::http::HeaderMap) -> bool {
+    let accept: String = headers
+        .get_all(axum::http::header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect::<Vec<_>>()
+        .join(",")
+        .to_ascii_lowercase();
+    accept.contains("text/plain") && !accept.contains("application/openmetrics-text")
+}
+
+/// The OpenMetrics exposition in the Prometheus text format 0.0.4: there a family's samples
+/// carry its name, so a counter's HELP and TYPE name its `_total` samples (else a 0.0.4 parser
+/// reads a counter without samples and an untyped `_total`), and there is no `# EOF`. The help
+/// texts hold no backslash or quote, whose escapes differ between the two.
+fn prometheus_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len() + 16 * counters.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" {
+            continue;
+        }
+        let described = ["# HELP ", "# TYPE "].into_iter().find_map(|p| {
+            let rest = line.strip_prefix(p)?;
+            let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+            counters
+                .contains(name)
+                .then(|| format!("{p}{name}_total {tail}"))
+        });
+        match described {
+            Some(l) => out.push_str(l.trim_end()),
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// Metrics clients served at once. Each holds a descriptor, and the open-file limit keeps

@@ -1,6 +1,11 @@
 //! Review z: observability (`--metrics`: /metrics, /healthz, and the `stopped` line's counts).
 
+mod common;
+
+use std::io::{Read, Write};
 use std::time::Duration;
+
+use common::gateway_proc::Gateway;
 
 use pvp_t140::metrics::SinkMetrics;
 use pvp_t140::pvp::{Builder, Envelope, Kind, SenderId};
@@ -98,4 +103,77 @@ async fn envelopes_a_full_participant_queue_drops_are_counted_on_metrics() {
     // Of the 11, the queue of 4 took the join and 3 sentences (a fifth place is kept for the
     // leave): 7 refused while the sink ran.
     assert_eq!(shown, 7, "{body}");
+}
+
+/// `GET /metrics` with this `Accept` header, over a fresh connection: the response's head and
+/// body.
+fn scrape(addr: std::net::SocketAddr, accept: &str) -> (String, String) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: {accept}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap();
+    (head.to_ascii_lowercase(), body.to_owned())
+}
+
+/// A scraper that asks for the Prometheus text format (`Accept: text/plain;version=0.0.4`:
+/// Prometheus with `scrape_protocols: [PrometheusText0.0.4]`, and many agents) was sent
+/// OpenMetrics whatever it asked: in the 0.0.4 format a family's samples carry its name, so
+/// `# TYPE pvp_t140_datagrams counter` followed by `pvp_t140_datagrams_total 0` is a counter
+/// with no samples and an untyped `pvp_t140_datagrams_total` (Python's prometheus_client 0.0.4
+/// parser read every counter so). Asked for text/plain, /metrics answers in 0.0.4: each
+/// counter's HELP and TYPE under its sample name, no `# EOF`; asked for OpenMetrics (or
+/// anything), OpenMetrics as before.
+#[test]
+fn a_scraper_asking_for_prometheus_text_gets_counters_it_can_type() {
+    let mut gw = Gateway::start(&["--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"]);
+    let m = gw.metrics_addr();
+    let (head, body) = scrape(m, "text/plain;version=0.0.4;q=0.9,*/*;q=0.1");
+    assert!(
+        head.contains("content-type: text/plain; version=0.0.4"),
+        "{head}"
+    );
+    assert!(!body.contains("# EOF"), "{body}");
+    let types: Vec<(&str, &str)> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|l| l.split_once(' ').unwrap())
+        .collect();
+    assert!(types.len() > 40, "{body}");
+    for (name, ty) in types {
+        assert!(body.contains(&format!("# HELP {name} ")), "{name}: {body}");
+        let suffixes: &[&str] = if ty == "histogram" {
+            &["_bucket", "_sum", "_count"]
+        } else {
+            &[""]
+        };
+        let has_samples = body.lines().filter(|l| !l.starts_with('#')).any(|l| {
+            let sample = l.split([' ', '{']).next().unwrap();
+            suffixes.iter().any(|s| sample == format!("{name}{s}"))
+        });
+        assert!(
+            has_samples,
+            "# TYPE {name} {ty} has no samples of that name:\n{body}"
+        );
+    }
+    assert!(
+        body.lines()
+            .any(|l| l == "# TYPE pvp_t140_datagrams_total counter"),
+        "{body}"
+    );
+    // OpenMetrics for a scraper that asks for it, as before.
+    let (head, body) = scrape(
+        m,
+        "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+    );
+    assert!(
+        head.contains("content-type: application/openmetrics-text"),
+        "{head}"
+    );
+    assert_eq!(body.trim_end().lines().last(), Some("# EOF"), "{body}");
+    assert!(gw.terminate(Duration::from_secs(20)).success());
 }
