@@ -5,7 +5,8 @@ mod common;
 use std::io::{Read, Write};
 use std::time::Duration;
 
-use common::gateway_proc::Gateway;
+use common::gateway_proc::{Gateway, Sender, log_number};
+use common::pvp_server::{ServerOptions, TestPvpServer, gate_answerer, make_envelope};
 
 use pvp_t140::metrics::SinkMetrics;
 use pvp_t140::pvp::{Builder, Envelope, Kind, SenderId};
@@ -176,4 +177,81 @@ fn a_scraper_asking_for_prometheus_text_gets_counters_it_can_type() {
     );
     assert_eq!(body.trim_end().lines().last(), Some("# EOF"), "{body}");
     assert!(gw.terminate(Duration::from_secs(20)).success());
+}
+
+/// `--gate-transcripts`: the `stopped` line's `sent` counted each chunk's `gate.request` (a
+/// frame the connection makes itself, as a heartbeat) as an envelope sent, on top of the
+/// chunk's `context.add` once approved: three chunks, two approved, said `sent=7` for the join,
+/// two adds and the leave the server took. What the core made must add up: sent + dropped +
+/// gated_chunks_refused = the `counters` line's envelopes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stopped_lines_sent_counts_envelopes_not_gate_requests() {
+    let server = TestPvpServer::start_with(ServerOptions {
+        broadcast: true,
+        ..ServerOptions::default()
+    })
+    .await;
+    gate_answerer(server.url(), "gated", "approver-1", move |e| {
+        let message = e["payload"]["message"].as_str().unwrap_or("");
+        let gate = e["id"].as_str().unwrap();
+        vec![if message.contains("reject") {
+            make_envelope(
+                "gate.reject",
+                "gated",
+                "approver-1",
+                json!({"gate": gate, "rejector": "approver-1", "reason": "no"}),
+                Some(gate),
+            )
+        } else {
+            make_envelope(
+                "gate.approve",
+                "gated",
+                "approver-1",
+                json!({"gate": gate, "approver": "approver-1"}),
+                Some(gate),
+            )
+        }]
+    })
+    .await;
+    let url = server.url();
+    let mut gw = Gateway::start_for_server(&url, &["--session", "gated", "--gate-transcripts"]);
+    let mut s = Sender::new(gw.listen, 0x6c71);
+    s.send("Please approve this. ");
+    s.send("Please reject this. ");
+    s.send("And approve this too. ");
+    let p = s.participant();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while server
+        .received_of_type("context.add")
+        .iter()
+        .filter(|e| e["sender"] == p.as_str())
+        .count()
+        < 2
+    {
+        assert!(std::time::Instant::now() < deadline, "not approved");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(gw.terminate(Duration::from_secs(20)).success());
+    let lines = gw.stderr_lines();
+    let find = |what: &str| {
+        lines
+            .iter()
+            .find(|l| l.contains(&format!("\"message\":\"{what}\"")))
+            .unwrap_or_else(|| panic!("no {what} line: {lines:?}"))
+            .clone()
+    };
+    let (stopped, counters) = (find("stopped"), find("counters"));
+    let (sent, dropped, gated) = (
+        log_number(&stopped, "sent"),
+        log_number(&stopped, "dropped"),
+        log_number(&stopped, "gated_chunks_refused"),
+    );
+    let envelopes = log_number(&counters, "envelopes");
+    assert_eq!(
+        (sent, dropped, gated),
+        (envelopes - 1, 0, 1),
+        "join, 3 chunks and the leave made ({envelopes}); the server took all but the rejected \
+         chunk: {stopped}"
+    );
+    server.stop().await;
 }

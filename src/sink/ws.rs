@@ -386,7 +386,7 @@ fn rate_pause(last: Duration, since: Option<Duration>) -> Duration {
 
 /// The sink's counters a connection adds to.
 struct Counts {
-    /// Frames written that carried an envelope (a gate's request included).
+    /// Frames written that carried an envelope from the queue (not a gate's request).
     sent: Arc<AtomicU64>,
     /// Envelopes from the queue written or given up on (see [`WsSink::settled`]).
     settled: Arc<AtomicU64>,
@@ -1235,12 +1235,8 @@ fn not_taken(
     {
         // A gate's request refused: the server made no gate, and no decision will come for
         // it. Asked again after the pause, ahead of what waits (it is sent only while its gate
-        // is still undecided); counted as sent once it is written again. One asked again
-        // after a reconnect was written uncounted, and is not among the recent ones.
-        if at.recent.iter().any(|(r, _)| *r == id) {
-            at.recent.retain(|(r, _)| *r != id);
-            counts.sent.fetch_sub(1, Ordering::Relaxed);
-        }
+        // is still undecided). Never counted as sent (`written`).
+        at.recent.retain(|(r, _)| *r != id);
         tracing::info!(%participant, %id, "gate.request refused as {code}; asked again after the pause");
         at.send_again(retry, (std::time::Instant::now(), request));
     } else if let Some(a) = at.announced.filter(|a| a.id() == id)
@@ -1482,14 +1478,16 @@ fn retry_delay(backoff: Duration, random: u64) -> Duration {
 /// A frame read from the server.
 type WsResult = Result<Message, tokio_tungstenite::tungstenite::Error>;
 
-/// An envelope is written: marked in the spool, counted as sent and, unless the connection
-/// made it itself (a gate's request), as settled.
+/// An envelope is written: marked in the spool and, unless the connection made it itself (a
+/// gate's request, as a heartbeat), counted as sent and settled. A gate's request counted as
+/// sent made the `stopped` line's `sent` count each gated chunk twice (its request, then its
+/// `context.add`), and once a rejected one, whose refusal is counted on its own.
 fn written(id: ulid::Ulid, kind: Kind, cfg: &WsConfig, counts: &Counts) {
     if let Some(spool) = &cfg.spool {
         spool.done(id);
     }
-    counts.sent.fetch_add(1, Ordering::Relaxed);
     if kind != Kind::GateRequest {
+        counts.sent.fetch_add(1, Ordering::Relaxed);
         counts.settled(1);
     }
 }
