@@ -72,7 +72,8 @@ pub struct SinkMetrics {
     pub sink_queue_refused: Counter,
     /// Envelopes a PVP participant's own connection queue refused: full (a server down or
     /// slower than the participant speaks), or its connection ended (the server refused the
-    /// participant). Counted as dropped at the stop; shown here while it happens.
+    /// participant: what it held then is given up too). Counted as dropped at the stop; shown
+    /// here while it happens.
     pub participant_queue_refused: Counter,
     /// 1 once stdout has failed (its reader went away): every envelope is dropped from then on.
     pub stdout_failed: Gauge,
@@ -526,7 +527,7 @@ pub fn registry(
         ),
         (
             "pvp_t140_participant_queue_refused",
-            "Envelopes a PVP participant's connection queue refused (full, or its connection ended)",
+            "Envelopes a PVP participant's connection queue refused (full), or lost with its connection (the server refused the participant)",
             &sink.participant_queue_refused,
         ),
     ] {

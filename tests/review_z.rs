@@ -255,3 +255,75 @@ async fn the_stopped_lines_sent_counts_envelopes_not_gate_requests() {
     );
     server.stop().await;
 }
+
+/// A PVP server that refuses a participant (UNAUTHORIZED, pvp-spec 17) ends it, and what its
+/// connection still held (here a chunk awaiting approval) is given up: counted as dropped in
+/// the `stopped` line, but on /metrics only `_participants_refused_total` moved, one a
+/// participant, however much of its text was lost. The text given up is counted with what its
+/// queue refuses (`_participant_queue_refused_total`: its connection ended).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_refused_participant_held_is_counted_on_metrics() {
+    use futures_util::{SinkExt, StreamExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                    return;
+                };
+                while let Some(Ok(m)) = ws.next().await {
+                    let Ok(v) = serde_json::from_str::<Value>(m.to_text().unwrap_or("")) else {
+                        continue;
+                    };
+                    if v["type"] == "gate.request" {
+                        let error = json!({"v": 1, "id": "01JQAAAAAAAAAAAAAAAAAAAAZ1",
+                            "ts": "2026-11-25T00:00:00.000Z", "session": "s",
+                            "sender": "system", "type": "error",
+                            "payload": {"code": "UNAUTHORIZED", "message": "no",
+                                "recoverable": false}});
+                        let _ = ws
+                            .send(tokio_tungstenite::tungstenite::Message::text(
+                                error.to_string(),
+                            ))
+                            .await;
+                    }
+                }
+            });
+        }
+    });
+    let metrics = SinkMetrics::default();
+    let mut ws = WsSink::new(WsConfig {
+        url,
+        session: "s".into(),
+        heartbeat: Duration::from_secs(30),
+        connect_timeout: Duration::from_secs(5),
+        write_timeout: Duration::from_secs(5),
+        silence: Duration::from_secs(90),
+        queue: 64,
+        metrics: metrics.clone(),
+        tls: None,
+        spool: None,
+        gate: Some(pvp_t140::sink::gate::GateConfig {
+            quorum: 1,
+            timeout: Duration::from_secs(3600),
+        }),
+    });
+    let mut talk = Talk::new();
+    let p = "t140:0000de12@127.0.0.1:40135";
+    ws.send(talk.join(p));
+    ws.send(talk.add(p, "Never approved, never delivered."));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while metrics.refused.get() == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "not refused");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let body = exposition(&metrics);
+    let stats = ws.close(Duration::from_secs(5)).await;
+    assert_eq!(stats.dropped, 1, "{stats:?}");
+    assert!(
+        body.lines()
+            .any(|l| l == "pvp_t140_participant_queue_refused_total 1"),
+        "the chunk given up is not on /metrics:\n{body}"
+    );
+}

@@ -673,6 +673,9 @@ async fn connection(
                                         send_frame(&mut ws, Message::Close(None), &cfg, &participant).await;
                                         let lost = give_up_all(&mut rx, &mut pending, &mut outbox, &mut gates, &cfg, &counts).await;
                                         // Counted before it is logged: whoever reads the log finds it counted.
+                                        // What it held is lost with its connection, as what its
+                                        // queue refuses from now on.
+                                        m.participant_queue_refused.inc_by(lost);
                                         m.refused.inc();
                                         tracing::error!(%participant, %code, undelivered = lost, "PVP server refused this participant; its transcript is not delivered");
                                         return;
