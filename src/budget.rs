@@ -19,7 +19,7 @@
 //! "Speakers" refuses a known SSRC from another address (`ssrc_conflict`), and the kernel may
 //! hash that other address to another worker, whose core alone did not know the SSRC (review
 //! u: one SSRC from 16 ports under `--workers 2` was two streams). Touched only when a stream
-//! opens or ends, as the pool is; a lock of one of [`OWNER_SHARDS`], by the SSRC.
+//! opens or ends, as the pool is; a lock of one of `OWNER_SHARDS`, by the SSRC.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

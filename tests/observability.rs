@@ -1,4 +1,4 @@
-//! Review z: observability (`--metrics`: /metrics, /healthz, and the `stopped` line's counts).
+//! Found by review z: observability (`--metrics`: /metrics, /healthz, and the `stopped` line's counts).
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! Review y: a participant's lifecycle in the core, from first packet to leave.
+//! Found by review y: a participant's lifecycle in the core, from first packet to leave.
 
 #[path = "common/core.rs"]
 mod core;
