@@ -3,114 +3,16 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::gateway_proc::{Sender, log_number};
+use common::sh_proc::Proc;
 
 const WAIT: Duration = Duration::from_secs(30);
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("pvp-t140-review-m-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// The gateway started by `sh -c "PRELUDE && exec BIN ARGS"` with stdout to `out` (a file),
-/// JSON logs on a stderr read here.
-struct Proc {
-    child: Child,
-    listen: std::net::SocketAddr,
-    stderr: Arc<Mutex<Vec<String>>>,
-}
-
-impl Proc {
-    fn start(prelude: &str, out: &Path, args: &[&str]) -> Proc {
-        let mut child = Command::new("sh")
-            .args(["-c", &format!("{prelude} && exec \"$0\" \"$@\"")])
-            .arg(env!("CARGO_BIN_EXE_pvp-t140"))
-            .args(args)
-            .args(["--log-format", "json"])
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(out).unwrap())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = lines.clone();
-        let err = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for l in BufReader::new(err).lines().map_while(Result::ok) {
-                sink.lock().unwrap().push(l);
-            }
-        });
-        let mut p = Proc {
-            child,
-            listen: "0.0.0.0:0".parse().unwrap(),
-            stderr: lines,
-        };
-        let line = p.wait_stderr("pvp-t140 listening");
-        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
-        p.listen = v["fields"]["listen"].as_str().unwrap().parse().unwrap();
-        p
-    }
-
-    fn wait_stderr(&mut self, needle: &str) -> String {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Some(l) = self
-                .stderr
-                .lock()
-                .unwrap()
-                .iter()
-                .find(|l| l.contains(needle))
-            {
-                return l.clone();
-            }
-            if let Some(st) = self.child.try_wait().unwrap() {
-                std::thread::sleep(Duration::from_millis(100));
-                panic!(
-                    "exited ({st:?}) before {needle:?}; stderr:\n{}",
-                    self.stderr.lock().unwrap().join("\n")
-                );
-            }
-            assert!(Instant::now() < deadline, "no {needle:?} on stderr");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    fn terminate(&mut self) -> ExitStatus {
-        if self.child.try_wait().unwrap().is_none() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &self.child.id().to_string()])
-                .status();
-        }
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                std::thread::sleep(Duration::from_millis(100));
-                return st;
-            }
-            assert!(Instant::now() < deadline, "did not stop");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    fn stderr(&self) -> Vec<String> {
-        self.stderr.lock().unwrap().clone()
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    common::sh_proc::scratch("stdout-fsize", name)
 }
 
 /// README ("Metrics and health", `_stdout_failed`): once stdout cannot take a line, the lines
@@ -125,7 +27,7 @@ fn stdout_to_a_file_at_its_size_limit_is_a_failure_counted_not_a_death() {
     let dir = scratch("fsize");
     let out = dir.join("out.ndjson");
     // 2 KiB (ulimit -f counts 512-byte blocks in dash, 1 KiB blocks in bash).
-    let mut gw = Proc::start(
+    let mut gw = Proc::to_file(
         "ulimit -f 4",
         &out,
         &["--listen", "127.0.0.1:0", "--rtcp", "false"],

@@ -5,3 +5,4 @@ pub mod frozen;
 pub mod gateway_proc;
 pub mod netem;
 pub mod pvp_server;
+pub mod sh_proc;
