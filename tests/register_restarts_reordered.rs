@@ -1,106 +1,11 @@
 //! Found by review w: a second look at the register's sequence-restart rules (src/register.rs
 //! `Register::jump`), driven through the public API with time passed as a value.
 
-use pvp_t140::Time;
-use pvp_t140::red::write_payload;
-use pvp_t140::register::{Arrival, Outcome, Piece, Register};
-use std::time::Duration;
+use pvp_t140::register::Outcome;
 
-const WAIT: Duration = Duration::from_millis(1000);
-
-struct Rig {
-    reg: Register,
-    text: String,
-}
-
-impl Rig {
-    fn new() -> Self {
-        Rig {
-            reg: Register::new(),
-            text: String::new(),
-        }
-    }
-
-    fn push(text: &mut String, p: Piece<'_>) {
-        match p {
-            Piece::Text(t) => text.push_str(std::str::from_utf8(t).unwrap()),
-            Piece::Lost => text.push('~'),
-            Piece::Packet { .. } => panic!("not by timestamp"),
-            Piece::Restart => text.push('|'),
-        }
-    }
-
-    fn raw(&mut self, ms: u64, seq: u16, ts: u32, marker: bool, p: &[u8]) -> Outcome {
-        self.any(ms, seq, ts, marker, false, p)
-    }
-
-    /// A RED packet (RFC 2198) with generations `gens`, oldest first, 300 ticks apart.
-    fn red(&mut self, ms: u64, seq: u16, ts: u32, marker: bool, gens: &[&str], t: &str) -> Outcome {
-        let n = gens.len() as u16;
-        let blocks: Vec<(u16, &[u8])> = (gens.iter().enumerate())
-            .map(|(i, g)| ((n - i as u16) * 300, g.as_bytes()))
-            .collect();
-        let mut p = Vec::new();
-        write_payload(&mut p, 98, &blocks, t.as_bytes());
-        self.any(ms, seq, ts, marker, true, &p)
-    }
-
-    fn any(&mut self, ms: u64, seq: u16, ts: u32, marker: bool, red: bool, p: &[u8]) -> Outcome {
-        let a = Arrival {
-            seq,
-            ts,
-            marker,
-            red,
-            tag: 0,
-            by_ts: false,
-            at: Time::from_millis(ms),
-            payload: p,
-            parsed: None,
-        };
-        let text = &mut self.text;
-        self.reg
-            .receive(Time::from_millis(ms), a, &mut |_, p| Self::push(text, p))
-            .unwrap()
-    }
-
-    const OLD_TEN: &str = "o1.o2.o3.o4.o5.o6.o7.o8.o9.o10.";
-
-    /// An old sequence: "o1." to "o10.", numbered 1001 to 1010, 300 ms and 300 ticks apart.
-    fn old_ten(&mut self) {
-        for s in 1..=10u16 {
-            let t = format!("o{s}.");
-            let at = u64::from(s) * 300;
-            self.raw(at, 1000 + s, u32::from(s) * 300, s == 1, t.as_bytes());
-        }
-    }
-
-    /// A restart's packets `i` in `order`, numbered `base + i`, saying "n{i}." (n0 marked and
-    /// after a BOM), 300 ms apart from `from` ms and stamped `ts + 300 i`.
-    fn restart(&mut self, from: u64, base: u16, ts: u32, order: &[usize]) {
-        for (k, &i) in order.iter().enumerate() {
-            let at = from + k as u64 * 300;
-            self.expire(at);
-            let t = match i {
-                0 => "\u{feff}n0.".to_string(),
-                _ => format!("n{i}."),
-            };
-            let seq = base.wrapping_add(i as u16);
-            self.raw(
-                at,
-                seq,
-                ts.wrapping_add(i as u32 * 300),
-                i == 0,
-                t.as_bytes(),
-            );
-        }
-    }
-
-    fn expire(&mut self, ms: u64) {
-        let text = &mut self.text;
-        self.reg
-            .expire(Time::from_millis(ms), WAIT, &mut |_, p| Self::push(text, p));
-    }
-}
+#[path = "common/register_rig.rs"]
+mod register_rig;
+use register_rig::Rig;
 
 /// The kept jump packets are "in arrival order" ([`Register`]'s `run`), and a run completed
 /// out of order with the kept full is believed only when its last-come packet is later than
@@ -115,9 +20,9 @@ fn a_stray_let_go_keeps_the_kept_in_arrival_order() {
     for ts_new in [20u32, 500_000] {
         let mut r = Rig::new();
         r.old_ten();
-        assert_eq!(r.raw(3_400, 30_000, 77, false, b"X"), Outcome::Jump);
+        assert_eq!(r.raw(3_400, 30_000, 77, false, false, b"X"), Outcome::Jump);
         let base = 1011u16 - 200;
-        r.restart(3_500, base, ts_new, &[0, 4, 3, 2, 1, 5]);
+        r.restart_from(3_500, base, ts_new, &[0, 4, 3, 2, 1, 5], true);
         r.expire(100_000);
         let old = Rig::OLD_TEN;
         assert_eq!(
@@ -140,7 +45,7 @@ fn a_packet_between_a_restarts_kept_start_and_its_run_is_the_restarts() {
     let mut r = Rig::new();
     r.old_ten();
     let base = 1011u16 - 200;
-    r.restart(3_500, base, 20, &[0, 1, 3, 4, 5]);
+    r.restart_from(3_500, base, 20, &[0, 1, 3, 4, 5], true);
     r.expire(100_000);
     let old = Rig::OLD_TEN;
     assert_eq!(r.text, format!("{old}|\u{feff}n0.n1.~n3.n4.n5."));
@@ -163,12 +68,12 @@ fn a_restarts_first_packet_that_overtook_the_old_sequences_last_is_kept() {
     let mut r = Rig::new();
     r.old_ten();
     let base = 1011u16 - 200;
-    r.restart(3_500, base, 20, &[0]);
+    r.restart_from(3_500, base, 20, &[0], true);
     assert_eq!(
-        r.raw(3_600, 1011, 3_300, false, b"o11."),
+        r.raw(3_600, 1011, 3_300, false, false, b"o11."),
         Outcome::Delivered
     );
-    r.restart(3_800, base, 20, &[1, 2, 3, 4]);
+    r.restart_from(3_800, base, 20, &[1, 2, 3, 4], true);
     r.expire(100_000);
     let old = Rig::OLD_TEN;
     assert_eq!(r.text, format!("{old}o11.|\u{feff}n0.n1.n2.n3.n4."));
@@ -182,7 +87,10 @@ fn two_restarts_within_the_reorder_wait_each_say_their_text_once() {
     let mut r = Rig::new();
     r.old_ten();
     // 1011 lost, 1012 held.
-    assert_eq!(r.raw(3_300, 1012, 3_600, false, b"o12."), Outcome::Held);
+    assert_eq!(
+        r.raw(3_300, 1012, 3_600, false, false, b"o12."),
+        Outcome::Held
+    );
     for (k, t) in ["\u{feff}a0.", "a1.", "a2."].into_iter().enumerate() {
         let at = 3_400 + k as u64 * 50;
         r.raw(
@@ -190,6 +98,7 @@ fn two_restarts_within_the_reorder_wait_each_say_their_text_once() {
             40_000 + k as u16,
             90_000 + k as u32 * 50,
             k == 0,
+            false,
             t.as_bytes(),
         );
     }
@@ -200,6 +109,7 @@ fn two_restarts_within_the_reorder_wait_each_say_their_text_once() {
             39_500 + k as u16,
             7 + k as u32 * 50,
             k == 0,
+            false,
             t.as_bytes(),
         );
     }
@@ -224,10 +134,17 @@ fn a_restart_across_both_wraps_keeps_its_start_and_the_packet_ahead() {
     for s in 1..=10u16 {
         let t = format!("o{s}.");
         let at = u64::from(s) * 300;
-        r.raw(at, 20_000 + s, u32::from(s) * 300, s == 1, t.as_bytes());
+        r.raw(
+            at,
+            20_000 + s,
+            u32::from(s) * 300,
+            s == 1,
+            false,
+            t.as_bytes(),
+        );
     }
     let ts = 3_000u32.wrapping_sub(1_000_000);
-    r.restart(3_500, 65_534, ts, &[0, 5, 2, 3, 4, 6]);
+    r.restart_from(3_500, 65_534, ts, &[0, 5, 2, 3, 4, 6], true);
     r.expire(100_000);
     let old = Rig::OLD_TEN;
     assert_eq!(r.text, format!("{old}|\u{feff}n0.~n2.n3.n4.n5.n6."));
@@ -246,7 +163,7 @@ fn a_kept_session_start_is_not_let_go_for_a_later_packet_of_its_restart() {
     let mut r = Rig::new();
     r.old_ten();
     let ts = 3_000u32.wrapping_sub(1_000_000);
-    r.restart(3_500, 65_534, ts, &[0, 5, 2, 3, 4, 6]);
+    r.restart_from(3_500, 65_534, ts, &[0, 5, 2, 3, 4, 6], true);
     r.expire(100_000);
     let old = Rig::OLD_TEN;
     assert_eq!(r.text, format!("{old}|\u{feff}n0.~n2.n3.n4.n5.n6."));
@@ -264,7 +181,14 @@ fn a_restarts_kept_packets_over_2_kib_are_said_whole() {
     let base = 1011u16 - 500;
     for (i, t) in big.iter().enumerate() {
         let seq = base + i as u16;
-        let out = r.raw(4_000 + i as u64, seq, 9 + i as u32, i == 0, t.as_bytes());
+        let out = r.raw(
+            4_000 + i as u64,
+            seq,
+            9 + i as u32,
+            i == 0,
+            false,
+            t.as_bytes(),
+        );
         assert_eq!(out, [Outcome::Jump, Outcome::Jump, Outcome::Delivered][i]);
     }
     assert_eq!(r.text, format!("{}|{}", Rig::OLD_TEN, big.concat()));
@@ -280,9 +204,9 @@ fn red_restarts_say_their_first_packets_once() {
     let mut r = Rig::new();
     r.old_ten();
     let base = 1011u16 - 300;
-    r.red(4_000, base + 1, 20, false, &["", "\u{feff}n0."], "n1.");
-    r.red(4_300, base + 2, 320, false, &["\u{feff}n0.", "n1."], "n2.");
-    r.red(4_600, base + 3, 620, false, &["n1.", "n2."], "n3.");
+    r.red_at(4_000, base + 1, 20, false, &["", "\u{feff}n0."], "n1.");
+    r.red_at(4_300, base + 2, 320, false, &["\u{feff}n0.", "n1."], "n2.");
+    r.red_at(4_600, base + 3, 620, false, &["n1.", "n2."], "n3.");
     assert_eq!(r.text, format!("{}|\u{feff}n0.n1.n2.n3.", Rig::OLD_TEN));
     assert_eq!(r.reg.stats().restarts, 1);
 
@@ -290,9 +214,9 @@ fn red_restarts_say_their_first_packets_once() {
     let mut r = Rig::new();
     r.old_ten();
     let base = 1011u16 - 300;
-    r.red(3_300, base, 3_300, false, &["o9.", "o10."], "p1.");
-    r.red(3_600, base + 1, 3_600, false, &["o10.", "p1."], "p2.");
-    r.red(3_900, base + 2, 3_900, false, &["p1.", "p2."], "p3.");
+    r.red_at(3_300, base, 3_300, false, &["o9.", "o10."], "p1.");
+    r.red_at(3_600, base + 1, 3_600, false, &["o10.", "p1."], "p2.");
+    r.red_at(3_900, base + 2, 3_900, false, &["p1.", "p2."], "p3.");
     assert_eq!(r.text, format!("{}p1.p2.p3.", Rig::OLD_TEN));
     let s = r.reg.stats();
     assert_eq!((s.restarts, s.lost, s.stale), (1, 0, 0));
@@ -307,10 +231,13 @@ fn red_restarts_say_their_first_packets_once() {
 fn an_old_gap_filled_within_the_wait_after_a_restart_is_not_marked_lost() {
     let mut r = Rig::new();
     r.old_ten();
-    assert_eq!(r.raw(3_300, 1012, 3_600, false, b"o12."), Outcome::Held);
-    r.raw(3_400, 40_000, 9, true, "\u{feff}n0.".as_bytes());
-    r.raw(3_500, 40_001, 309, false, b"n1.");
-    r.raw(3_600, 1011, 3_300, false, b"o11.");
+    assert_eq!(
+        r.raw(3_300, 1012, 3_600, false, false, b"o12."),
+        Outcome::Held
+    );
+    r.raw(3_400, 40_000, 9, true, false, "\u{feff}n0.".as_bytes());
+    r.raw(3_500, 40_001, 309, false, false, b"n1.");
+    r.raw(3_600, 1011, 3_300, false, false, b"o11.");
     r.expire(100_000);
     let old = Rig::OLD_TEN;
     assert_eq!(r.text, format!("{old}o11.o12.|\u{feff}n0.n1."));
