@@ -9,48 +9,10 @@ use common::gateway_proc::{Gateway, Sender, log_number};
 use common::pvp_server::{ServerOptions, TestPvpServer, gate_answerer, make_envelope};
 
 use pvp_t140::metrics::SinkMetrics;
-use pvp_t140::pvp::{Builder, Envelope, Kind, SenderId};
 use pvp_t140::sink::ws::{WsConfig, WsSink};
-use pvp_t140::time::Time;
 use serde_json::{Value, json};
 
-struct Talk {
-    b: Builder,
-    t: u64,
-}
-
-impl Talk {
-    fn new() -> Self {
-        Talk {
-            b: Builder::new("s".into(), None, 41),
-            t: 1_700_000_000_000,
-        }
-    }
-    fn env(&mut self, who: &str, kind: Kind, payload: Value) -> Envelope {
-        self.t += 1;
-        self.b.envelope(
-            Time::from_millis(self.t),
-            SenderId::from(who),
-            kind,
-            &payload,
-        )
-    }
-    fn join(&mut self, who: &str) -> Envelope {
-        self.env(
-            who,
-            Kind::SessionJoin,
-            json!({"participant": {"id": who, "name": who, "type": "human",
-                "roles": ["navigator"], "transport": "t140"}, "supported_versions": [1]}),
-        )
-    }
-    fn add(&mut self, who: &str, text: &str) -> Envelope {
-        self.env(
-            who,
-            Kind::ContextAdd,
-            json!({"key": format!("k-{text}"), "content_type": "audio_transcript", "content": text}),
-        )
-    }
-}
+use common::talk::Talk;
 
 /// The exposition of `sink`'s metrics, as /metrics serves it.
 fn exposition(sink: &SinkMetrics) -> String {

@@ -17,7 +17,8 @@ const WAIT: Duration = Duration::from_secs(20);
 
 #[path = "common/ws_recorder.rs"]
 mod ws_recorder;
-use ws_recorder::{Log, Talk, config, server};
+use common::talk::Talk;
+use ws_recorder::{Log, config, server};
 
 /// A frame from the server in session "s".
 fn frame(kind: &str, id: &str, sender: &str, payload: Value) -> String {

@@ -12,7 +12,11 @@ const WAIT: Duration = Duration::from_secs(20);
 
 #[path = "common/ws_recorder.rs"]
 mod ws_recorder;
-use ws_recorder::{Log, Talk, config, server};
+use ws_recorder::{Log, config, server};
+
+#[path = "common/talk.rs"]
+mod talk;
+use talk::Talk;
 
 fn frame(session: &str, kind: &str, sender: &str, payload: Value) -> String {
     json!({"v": 1, "id": format!("01JQEND{:019}", rand_id()), "ts": "2026-11-28T00:00:00.000Z",

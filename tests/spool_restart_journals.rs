@@ -354,7 +354,6 @@ fn a_journal_of_another_session_is_resent_to_its_own() {
 }
 
 #[path = "common/ws_rate.rs"]
-#[allow(unused_imports)]
 mod ws_rate;
 
 /// A restart's resend whose text the server refuses as RATE_LIMITED (a burst after an outage

@@ -8,12 +8,15 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use pvp_t140::metrics::SinkMetrics;
-use pvp_t140::pvp::{Builder, Envelope, Kind, SenderId};
+use pvp_t140::pvp::Kind;
 use pvp_t140::sink::spool::Spool;
 use pvp_t140::sink::ws::{WsConfig, WsSink};
-use pvp_t140::time::Time;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
+
+#[path = "common/talk.rs"]
+mod talk;
+use talk::Talk;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
@@ -131,53 +134,6 @@ fn gated(url: String, quorum: u32, spool: Option<Arc<Spool>>) -> WsConfig {
             timeout: Duration::from_secs(60),
         }),
         ..config(url, 64, spool)
-    }
-}
-
-struct Talk {
-    b: Builder,
-    t: u64,
-}
-
-impl Talk {
-    fn new() -> Self {
-        Self::in_session("s")
-    }
-    /// Envelopes in `session` (a `[[stream]]` rule can put a participant in any session),
-    /// with ids of their own: two sessions' `Talk`s must not make the same ids.
-    fn in_session(session: &str) -> Self {
-        let seed = session.bytes().fold(7u128, |h, b| h * 31 + u128::from(b));
-        Talk {
-            b: Builder::new(session.into(), None, seed),
-            t: 1_700_000_000_000,
-        }
-    }
-    fn env(&mut self, who: &str, kind: Kind, payload: Value) -> Envelope {
-        self.t += 1;
-        self.b.envelope(
-            Time::from_millis(self.t),
-            SenderId::from(who),
-            kind,
-            &payload,
-        )
-    }
-    fn join(&mut self, who: &str) -> Envelope {
-        self.env(
-            who,
-            Kind::SessionJoin,
-            json!({"participant": {"id": who, "name": who, "type": "human",
-                "roles": ["navigator"], "transport": "t140"}, "supported_versions": [1]}),
-        )
-    }
-    fn add(&mut self, who: &str, text: &str) -> Envelope {
-        self.env(
-            who,
-            Kind::ContextAdd,
-            json!({"key": format!("k-{text}"), "content_type": "audio_transcript", "content": text}),
-        )
-    }
-    fn leave(&mut self, who: &str) -> Envelope {
-        self.env(who, Kind::SessionLeave, json!({"reason": "stream timeout"}))
     }
 }
 

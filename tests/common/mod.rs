@@ -6,3 +6,4 @@ pub mod gateway_proc;
 pub mod netem;
 pub mod pvp_server;
 pub mod sh_proc;
+pub mod talk;

@@ -2,6 +2,8 @@
 //! (taking it, or refusing it with an `error` such as RATE_LIMITED), and a `WsSink` to drive
 //! against it: tests/rate_limited_controls.rs and tests/rate_limited_notices.rs.
 #![allow(dead_code)]
+// What the test files take with `use ws_rate::*`, each file some of it.
+#![allow(unused_imports)]
 
 pub use std::sync::{Arc, Mutex};
 pub use std::time::Duration;
@@ -89,46 +91,9 @@ pub fn config(url: String) -> WsConfig {
     }
 }
 
-pub struct Talk {
-    b: Builder,
-    t: u64,
-}
-
-impl Talk {
-    pub fn new() -> Self {
-        Talk {
-            b: Builder::new("s".into(), None, 77),
-            t: 1_700_000_000_000,
-        }
-    }
-    pub fn env(&mut self, who: &str, kind: Kind, payload: Value) -> Envelope {
-        self.t += 1;
-        self.b.envelope(
-            Time::from_millis(self.t),
-            SenderId::from(who),
-            kind,
-            &payload,
-        )
-    }
-    pub fn join(&mut self, who: &str) -> Envelope {
-        self.env(
-            who,
-            Kind::SessionJoin,
-            json!({"participant": {"id": who, "name": who, "type": "human",
-                "roles": ["navigator"], "transport": "t140"}, "supported_versions": [1]}),
-        )
-    }
-    pub fn add(&mut self, who: &str, text: &str) -> Envelope {
-        self.env(
-            who,
-            Kind::ContextAdd,
-            json!({"key": format!("k-{text}"), "content_type": "audio_transcript", "content": text}),
-        )
-    }
-    pub fn leave(&mut self, who: &str) -> Envelope {
-        self.env(who, Kind::SessionLeave, json!({"reason": "stream timeout"}))
-    }
-}
+#[path = "talk.rs"]
+mod talk;
+pub use talk::Talk;
 
 /// A ULID of the server's own (Crockford digits only).
 pub fn fresh_id() -> String {

@@ -8,10 +8,8 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use pvp_t140::metrics::SinkMetrics;
-use pvp_t140::pvp::{Builder, Envelope, Kind, SenderId};
 use pvp_t140::sink::ws::WsConfig;
-use pvp_t140::time::Time;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio_tungstenite::tungstenite::Message;
 
 /// Every text frame the server read, with the number of the connection it came on.
@@ -64,44 +62,5 @@ pub fn config(url: String) -> WsConfig {
         tls: None,
         spool: None,
         gate: None,
-    }
-}
-
-/// Envelopes as a participant writes them, in session "s", a millisecond apart.
-pub struct Talk {
-    b: Builder,
-    t: u64,
-}
-
-impl Talk {
-    pub fn new() -> Self {
-        Talk {
-            b: Builder::new("s".into(), None, 99),
-            t: 1_700_000_000_000,
-        }
-    }
-    pub fn env(&mut self, who: &str, kind: Kind, payload: Value) -> Envelope {
-        self.t += 1;
-        self.b.envelope(
-            Time::from_millis(self.t),
-            SenderId::from(who),
-            kind,
-            &payload,
-        )
-    }
-    pub fn join(&mut self, who: &str) -> Envelope {
-        self.env(
-            who,
-            Kind::SessionJoin,
-            json!({"participant": {"id": who, "name": who, "type": "human",
-                "roles": ["navigator"], "transport": "t140"}, "supported_versions": [1]}),
-        )
-    }
-    pub fn add(&mut self, who: &str, text: &str) -> Envelope {
-        self.env(
-            who,
-            Kind::ContextAdd,
-            json!({"key": format!("k-{text}"), "content_type": "audio_transcript", "content": text}),
-        )
     }
 }
