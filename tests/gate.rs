@@ -51,6 +51,22 @@ async fn gated_server() -> TestPvpServer {
     server
 }
 
+/// [`gated_server`] and a gateway gating for it in session "gated", serving /metrics.
+async fn gated_with_metrics() -> (TestPvpServer, Gateway) {
+    let server = gated_server().await;
+    let gw = Gateway::start_for_server(
+        &server.url(),
+        &[
+            "--session",
+            "gated",
+            "--gate-transcripts",
+            "--metrics",
+            "127.0.0.1:0",
+        ],
+    );
+    (server, gw)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chunks_are_added_only_once_approved_and_in_order() {
     let server = gated_server().await;
@@ -108,18 +124,7 @@ async fn chunks_are_added_only_once_approved_and_in_order() {
 /// ones as approved, the rejected one as refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_approvals_and_refusals_are_counted_on_metrics() {
-    let server = gated_server().await;
-    let url = server.url();
-    let mut gw = Gateway::start_for_server(
-        &url,
-        &[
-            "--session",
-            "gated",
-            "--gate-transcripts",
-            "--metrics",
-            "127.0.0.1:0",
-        ],
-    );
+    let (server, mut gw) = gated_with_metrics().await;
     let m = gw.metrics_addr();
     let mut s = Sender::new(gw.listen, 0x6c70);
     s.send("Please approve this. ");
@@ -186,18 +191,7 @@ fn gating_needs_a_server() {
 /// the `stopped` line's `gated_chunks_refused`, and the correction was not logged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_correction_dropped_with_its_rejected_chunk_is_counted() {
-    let server = gated_server().await;
-    let url = server.url();
-    let mut gw = Gateway::start_for_server(
-        &url,
-        &[
-            "--session",
-            "gated",
-            "--gate-transcripts",
-            "--metrics",
-            "127.0.0.1:0",
-        ],
-    );
+    let (server, mut gw) = gated_with_metrics().await;
     let m = gw.metrics_addr();
     let mut s = Sender::new(gw.listen, 0x6b7f);
     s.send("Please reject this. ");
