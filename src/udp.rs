@@ -891,7 +891,15 @@ pub async fn send_text_until(
                 });
                 eof = n == 0;
                 carry.extend_from_slice(&buf[..n]);
-                let text = decode(&mut carry, eof);
+                let mut text = decode(&mut carry, eof);
+                if let Some(end) = text.find(END_KEYS) {
+                    // Ctrl-C or Ctrl-D typed in a terminal in raw mode: the input ends here,
+                    // as at the signal or the end of input each stands for.
+                    text.truncate(end);
+                    carry.clear();
+                    eof = true;
+                    tracing::info!("Ctrl-C or Ctrl-D read from the input (a terminal in raw mode): the input ends there");
+                }
                 let text = t140_text(&text, &mut after_cr);
                 sender.push_text(clock.now(), &text);
                 if eof && sender.backlog() > 0 {
@@ -1060,6 +1068,13 @@ impl std::fmt::Display for SendError {
 }
 
 impl std::error::Error for SendError {}
+
+/// ETX and EOT: what a terminal in raw mode gives for Ctrl-C and Ctrl-D, which a terminal in
+/// its usual mode turns into SIGINT and the end of input. Either ends `send`'s input where it
+/// is read (what follows it is not sent), as the signal or the end of input would: sent on,
+/// they were text no receiver shows, and the user had no way to end the session from the
+/// keyboard.
+const END_KEYS: [char; 2] = ['\u{3}', '\u{4}'];
 
 /// The input's new lines and erase key as T.140's. A terminal in raw mode sends DEL (0x7F) for
 /// the Backspace key (`stty`'s `erase = ^?`): T.140's erase is BS (U+0008), and a receiver

@@ -289,6 +289,64 @@ fn a_new_line_typed_as_a_lone_cr_goes_out_without_waiting_for_the_next_key() {
     });
 }
 
+/// The packet types along an RTCP compound packet (RFC 3550 6.1).
+fn rtcp_types(mut rest: &[u8]) -> Vec<u8> {
+    let mut types = Vec::new();
+    while rest.len() >= 4 {
+        types.push(rest[1]);
+        let len = (usize::from(u16::from_be_bytes([rest[2], rest[3]])) + 1) * 4;
+        rest = &rest[len.min(rest.len())..];
+    }
+    types
+}
+
+/// A terminal in raw mode gives Ctrl-C and Ctrl-D as the bytes ETX and EOT, not as SIGINT and
+/// the end of input (README: either ends the input there). They went out as text, which a
+/// receiver drops as controls, and the sender went on reading: nothing typed could end the
+/// session. The input here stays open; the sender must end at the key, send what came before
+/// it and nothing after, and its BYE.
+#[test]
+fn ctrl_c_or_ctrl_d_typed_in_a_raw_terminal_ends_the_input() {
+    for key in [b'\x03', b'\x04'] {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let rx = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+            let to = rx.local_addr().unwrap();
+            let (feed, input) = tokio::sync::mpsc::unbounded_channel();
+            let send = tokio::spawn(pvp_t140::udp::send_text(to, cfg(0), Fed(input), true));
+            feed.send([b"Bye".as_slice(), &[key], b" not this"].concat())
+                .unwrap();
+            tokio::time::timeout(std::time::Duration::from_secs(10), send)
+                .await
+                .expect("the input ended at the key, with the input still open")
+                .unwrap()
+                .unwrap();
+            let mut text = String::new();
+            let mut bye = false;
+            let mut buf = vec![0u8; 2048];
+            while let Ok(Ok((n, _))) = tokio::time::timeout(
+                std::time::Duration::from_millis(300),
+                rx.recv_from(&mut buf),
+            )
+            .await
+            {
+                match is_rtcp(&buf[..n]) {
+                    true => bye |= rtcp_types(&buf[..n]).contains(&203),
+                    false => {
+                        text.push_str(std::str::from_utf8(&rtp(&buf[..n]).payload).expect("UTF-8"))
+                    }
+                }
+            }
+            assert_eq!(text, "\u{feff}Bye", "key {key:#x}");
+            assert!(bye, "a BYE after key {key:#x}");
+            drop(feed);
+        });
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Invariants over random typing, checked on the wire by hand.
 
