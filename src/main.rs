@@ -1082,6 +1082,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         say_recv_buffer(&sockets[0], args.recv_buffer, asked("recv_buffer"));
         say_unused(args);
         say_server_silence(args);
+        say_refusing_all(&args.core.mapping);
         // RTCP on the next port up (RFC 3550 11); rtcp-mux on the RTP port works regardless.
         let rtcp = match (args.rtcp, local.port()) {
             (false, _) | (_, 0 | u16::MAX) => None,
@@ -1345,6 +1346,16 @@ fn say_unused(args: &RunArgs) {
                 unused.join(", ")
             );
         }
+    }
+}
+
+/// Says so when `unmatched = "refuse"` comes with no `[[stream]]` rule: every speaker is
+/// refused, a gateway that says nothing (a rule lost in an edit, or a file of another host).
+fn say_refusing_all(mapping: &pvp_t140::mapping::Mapping) {
+    if mapping.unmatched == pvp_t140::mapping::Unmatched::Refuse && mapping.rules.is_empty() {
+        tracing::warn!(
+            "unmatched = \"refuse\" with no [[stream]] rule: every speaker is refused, nothing is sent"
+        );
     }
 }
 

@@ -179,6 +179,38 @@ fn a_server_silence_taken_longer_than_given_is_said_at_start() {
     gw.assert_stderr_lacks("--server-silence-s");
 }
 
+/// `unmatched = "refuse"` with no `[[stream]]` rule refuses every speaker: the gateway sends
+/// nothing, and nothing said why (a rule lost in an edit). It is said at start; with a rule,
+/// nothing is.
+#[test]
+fn refusing_the_unmatched_with_no_rule_is_said_at_start() {
+    let dir = std::env::temp_dir().join(format!("pvp-t140-refuse-all-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (none, one) = (dir.join("none.toml"), dir.join("one.toml"));
+    std::fs::write(&none, "unmatched = \"refuse\"\n").unwrap();
+    std::fs::write(
+        &one,
+        "unmatched = \"refuse\"\n[[stream]]\nssrc = 7\nparticipant = \"seven\"\n",
+    )
+    .unwrap();
+    let start = |file: &std::path::Path| {
+        gateway_proc::Gateway::start(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+            file.to_str().unwrap(),
+        ])
+    };
+    let mut gw = start(&none);
+    let line = gw.wait_stderr(WAIT, "every speaker is refused");
+    assert!(line.contains("\"WARN\""), "{line}");
+    assert!(gw.terminate(WAIT).success());
+    let mut gw = start(&one);
+    assert!(gw.terminate(WAIT).success());
+    gw.assert_stderr_lacks("every speaker is refused");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// An `rtcp_name` is compared with an SDES item, which holds at most 255 octets (RFC 3550
 /// 6.5): a longer one could match nothing, as an empty one (refused at load) could not, and
 /// a rule that can never apply was taken without a word (with `unmatched = "refuse"`, the
