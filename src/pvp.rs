@@ -861,7 +861,11 @@ fn write_announce(out: &mut String, p: &Participant) {
     out.push_str(",\"name\":");
     push_json_str(out, &p.name);
     out.push_str(",\"roles\":[");
+    // Each role once: `--role driver --role driver` (or a rule's list) names it twice.
     for (i, r) in p.roles.iter().enumerate() {
+        if p.roles[..i].contains(r) {
+            continue;
+        }
         if i > 0 {
             out.push(',');
         }
@@ -966,6 +970,26 @@ mod tests {
         let back: Message = serde_json::from_value(v).unwrap();
         assert_eq!(back.to_envelope().unwrap(), e);
         assert_eq!(back.id, e.id().to_string());
+    }
+
+    /// A role given twice (`--role driver --role driver`) is named once in the join.
+    #[test]
+    fn a_role_given_twice_is_named_once() {
+        let mut b = Builder::new("s".into(), None, 1);
+        let p = Participant {
+            id: "t140:1@127.0.0.1:5".into(),
+            name: "n".into(),
+            roles: ["driver", "navigator", "driver", "navigator"]
+                .map(String::from)
+                .to_vec(),
+            metadata: Metadata::default(),
+        };
+        let e = b.join(Time::from_millis(1_000), p.id.as_str().into(), &p);
+        let v: Value = serde_json::from_str(e.json()).unwrap();
+        assert_eq!(
+            v["payload"]["participant"]["roles"],
+            json!(["driver", "navigator"])
+        );
     }
 
     /// The hand-written join and announce are exactly what serde_json makes of the same JSON.
