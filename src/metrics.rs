@@ -59,7 +59,9 @@ pub struct SinkMetrics {
     /// Text envelopes (`context.*`) an `error` from the PVP server named as refused
     /// (pvp-spec 17) with a code that does not pause the participant (CONTEXT_TOO_LARGE,
     /// INVALID_MESSAGE, INVALID_STATE, INTERNAL_ERROR, ..., and UNAUTHORIZED or
-    /// SESSION_NOT_FOUND, which also stop it): not taken, and counted as dropped.
+    /// SESSION_NOT_FOUND, which also stop it): not taken, and counted as dropped; and those
+    /// refused as RATE_LIMITED that are no longer held to be sent again, or whose refusal came
+    /// after the participant's leave (with `--spool`, the next start sends those).
     pub server_refused_items: Counter,
     /// PVP sessions the server ended (pvp-spec 6.5 `session.end`), each counted once whatever
     /// the number of its participants' connections that read it.
@@ -517,7 +519,7 @@ pub fn registry(
         ),
         (
             "pvp_t140_server_refused_items",
-            "Text envelopes a PVP server error refused (CONTEXT_TOO_LARGE, INVALID_MESSAGE, ...)",
+            "Text envelopes a PVP server error refused (CONTEXT_TOO_LARGE, INVALID_MESSAGE, ..., RATE_LIMITED past resending)",
             &sink.server_refused_items,
         ),
         (

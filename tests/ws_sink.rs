@@ -1267,11 +1267,14 @@ async fn a_chunk_refused_as_rate_limited_after_many_newer_writes_is_counted_drop
 /// counted dropped once, however often it is read (a server repeating it, or replaying its
 /// history on a reconnect, pvp-spec 19.1). The id stayed among the connection's recent ones,
 /// so each reading took one more from `sent` (an unsigned count, which could wrap) and added
-/// one more to `dropped`. A review found it (review, session 34).
+/// one more to `dropped`. A review found it (review, session 34). Counted on /metrics too
+/// (`server_refused_items`; it was in the `stopped` line only, noticed by review z).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_read_twice_counts_a_chunk_no_longer_held_dropped_once() {
     let (url, log, to_client) = controlled().await;
-    let mut ws = WsSink::new(config(url, 64, None));
+    let cfg = config(url, 64, None);
+    let metrics = cfg.metrics.clone();
+    let mut ws = WsSink::new(cfg);
     let mut talk = Talk::new();
     let p = "t140:0000b0b2@127.0.0.1:42004";
     ws.send(talk.join(p));
@@ -1304,6 +1307,8 @@ async fn a_refusal_read_twice_counts_a_chunk_no_longer_held_dropped_once() {
     assert_eq!(said(&log, p).len(), 11, "n0 is not sent again");
     // Written: the join and n0..n9; n0 was refused: 10 taken, 1 dropped.
     assert_eq!((stats.sent, stats.dropped), (10, 1), "{stats:?}");
+    // And on /metrics, as every text envelope the server refused and is not sent again.
+    assert_eq!(metrics.server_refused_items.get(), 1);
 }
 
 /// The same RATE_LIMITED error envelope (one id) read twice for a chunk still held is acted

@@ -1277,6 +1277,7 @@ fn not_taken(
         at.recent.retain(|(r, _)| *r != id);
         counts.sent.fetch_sub(1, Ordering::Relaxed);
         counts.given_up.fetch_add(1, Ordering::Relaxed);
+        cfg.metrics.server_refused_items.inc();
         tracing::warn!(%participant, %id, %kind, "refused as {code}, and no longer held to be sent again (written more than {HOLD_FOR:?} ago, or {HELD} newer text envelopes since); dropped");
     } else if let Some(&(_, kind)) = at.own.iter().find(|(r, _)| *r == id) {
         // A heartbeat or a pong (nothing lost; the next goes at its time), or a rejoin a later
@@ -1565,6 +1566,7 @@ impl<'a> Late<'a> {
                 }
                 counts.sent.fetch_sub(1, Ordering::Relaxed);
                 counts.given_up.fetch_add(1, Ordering::Relaxed);
+                cfg.metrics.server_refused_items.inc();
                 tracing::warn!(%participant, %id, kind = %e.kind(), spool = cfg.spool.is_some(), "refused after the participant's leave was written: not sent again now (with --spool, the next start sends it); dropped");
             }
             Reaction::Refused(id) => {
