@@ -179,6 +179,16 @@ impl Claims {
         self.disown_ssrc_of(ssrc, source);
     }
 
+    /// [`Claims::disown_ssrc`] of an SSRC already taken out of `owned`.
+    fn disown_ssrc_of(&self, ssrc: u32, source: SocketAddr) {
+        if let Some(owners) = &self.budget.owners {
+            let mut shard = owners.shard(ssrc);
+            if shard.get(&ssrc) == Some(&source) {
+                shard.remove(&ssrc);
+            }
+        }
+    }
+
     /// Whether another source than `source` holds `ssrc` on another core.
     pub fn ssrc_held_elsewhere(&self, ssrc: u32, source: SocketAddr) -> bool {
         let Some(owners) = &self.budget.owners else {
@@ -222,18 +232,6 @@ impl Drop for Claims {
         // to the cores left.
         for (ssrc, source) in std::mem::take(&mut self.owned) {
             self.disown_ssrc_of(ssrc, source);
-        }
-    }
-}
-
-impl Claims {
-    /// [`Claims::disown_ssrc`] of an SSRC already taken out of `owned`.
-    fn disown_ssrc_of(&self, ssrc: u32, source: SocketAddr) {
-        if let Some(owners) = &self.budget.owners {
-            let mut shard = owners.shard(ssrc);
-            if shard.get(&ssrc) == Some(&source) {
-                shard.remove(&ssrc);
-            }
         }
     }
 }

@@ -289,17 +289,6 @@ fn a_new_line_typed_as_a_lone_cr_goes_out_without_waiting_for_the_next_key() {
     });
 }
 
-/// The packet types along an RTCP compound packet (RFC 3550 6.1).
-fn rtcp_types(mut rest: &[u8]) -> Vec<u8> {
-    let mut types = Vec::new();
-    while rest.len() >= 4 {
-        types.push(rest[1]);
-        let len = (usize::from(u16::from_be_bytes([rest[2], rest[3]])) + 1) * 4;
-        rest = &rest[len.min(rest.len())..];
-    }
-    types
-}
-
 /// A terminal in raw mode gives Ctrl-C and Ctrl-D as the bytes ETX and EOT, not as SIGINT and
 /// the end of input (README: either ends the input there). They went out as text, which a
 /// receiver drops as controls, and the sender went on reading: nothing typed could end the
@@ -334,7 +323,11 @@ fn ctrl_c_or_ctrl_d_typed_in_a_raw_terminal_ends_the_input() {
             .await
             {
                 match is_rtcp(&buf[..n]) {
-                    true => bye |= rtcp_types(&buf[..n]).contains(&203),
+                    true => pvp_t140::rtcp::parse(&buf[..n], &mut |e| {
+                        bye |= matches!(e, pvp_t140::rtcp::RtcpEvent::Bye { .. })
+                    })
+                    .then_some(())
+                    .expect("a valid RTCP compound"),
                     false => {
                         text.push_str(std::str::from_utf8(&rtp(&buf[..n]).payload).expect("UTF-8"))
                     }
