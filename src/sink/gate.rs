@@ -320,7 +320,6 @@ impl Gates {
         std::mem::take(&mut self.crowded_out)
     }
 
-    /// How many envelopes from the core were dropped since the last call.
     /// The chunks approved and released since the last call (for `/metrics`).
     pub fn take_approved(&mut self) -> u64 {
         let n = self.stats.approved - self.approved_told;
@@ -328,6 +327,7 @@ impl Gates {
         n
     }
 
+    /// How many envelopes from the core were dropped since the last call.
     pub fn take_gone(&mut self) -> u64 {
         std::mem::take(&mut self.gone)
     }

@@ -1056,6 +1056,28 @@ impl Retry {
             self.held.pop_front();
         }
     }
+
+    /// The server refused the written text `id` (RATE_LIMITED, PARTICIPANT_NOT_FOUND): if it
+    /// is still held ([`HOLD_FOR`]), taken back, as not sent: out of `recent` (named again
+    /// only once written again), undelivered again in the spool, in its place, and off the
+    /// `sent` count. The caller says what becomes of it.
+    fn take_back(
+        &mut self,
+        id: ulid::Ulid,
+        recent: &mut VecDeque<(ulid::Ulid, Kind)>,
+        cfg: &WsConfig,
+        counts: &Counts,
+    ) -> Option<(std::time::Instant, Envelope)> {
+        self.expire(std::time::Instant::now());
+        let i = self.held.iter().position(|(_, _, e)| e.id() == id)?;
+        let (_, queued, e) = self.held.remove(i)?;
+        recent.retain(|(r, _)| *r != id);
+        if let Some(spool) = &cfg.spool {
+            spool.again(&e);
+        }
+        counts.sent.fetch_sub(1, Ordering::Relaxed);
+        Some((queued, e))
+    }
 }
 
 /// What a connection holds that a refused write goes back among.
@@ -1194,17 +1216,7 @@ fn not_taken(
 ) {
     // Held only for HOLD_FOR: one a participant wrote before falling silent is not sent again
     // on a refusal that comes later (README "Delivery to a PVP server").
-    retry.expire(std::time::Instant::now());
-    if let Some(i) = retry.held.iter().position(|(_, _, e)| e.id() == id) {
-        let Some((_, queued, e)) = retry.held.remove(i) else {
-            return;
-        };
-        // Named again only once it is written again.
-        at.recent.retain(|(r, _)| *r != id);
-        if let Some(spool) = &cfg.spool {
-            spool.again(&e);
-        }
-        counts.sent.fetch_sub(1, Ordering::Relaxed);
+    if let Some((queued, e)) = retry.take_back(id, at.recent, cfg, counts) {
         counts.settled.fetch_sub(1, Ordering::Relaxed);
         if code == "RATE_LIMITED" {
             cfg.metrics.rate_limited_resent.inc();
@@ -1553,18 +1565,9 @@ impl<'a> Late<'a> {
             Reaction::Backoff {
                 related: Some(id), ..
             } if !self.refused => {
-                self.retry.expire(std::time::Instant::now());
-                let Some(i) = self.retry.held.iter().position(|(_, _, e)| e.id() == id) else {
+                let Some((_, e)) = self.retry.take_back(id, self.recent, cfg, counts) else {
                     return;
                 };
-                let Some((_, _, e)) = self.retry.held.remove(i) else {
-                    return;
-                };
-                self.recent.retain(|(r, _)| *r != id);
-                if let Some(spool) = &cfg.spool {
-                    spool.again(&e);
-                }
-                counts.sent.fetch_sub(1, Ordering::Relaxed);
                 counts.given_up.fetch_add(1, Ordering::Relaxed);
                 cfg.metrics.server_refused_items.inc();
                 tracing::warn!(%participant, %id, kind = %e.kind(), spool = cfg.spool.is_some(), "refused after the participant's leave was written: not sent again now (with --spool, the next start sends it); dropped");
