@@ -15,7 +15,8 @@
 //! made by [`crate::Gateway::new`] has a budget of its own, so the sans-IO core alone stays
 //! deterministic.
 //!
-//! Cores sharing a budget also share who holds each SSRC ([`Claims::own_ssrc`]): README
+//! A core's claims are also the one table of who holds each of its SSRCs ([`Claims::own_ssrc`],
+//! [`Claims::owner`]), and cores sharing a budget share it: README
 //! "Speakers" refuses a known SSRC from another address (`ssrc_conflict`), and the kernel may
 //! hash that other address to another worker, whose core alone did not know the SSRC (review
 //! u: one SSRC from 16 ports under `--workers 2` was two streams). Touched only when a stream
@@ -25,6 +26,8 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use crate::stream::KeyHasher;
 
 /// Locks the SSRC owners of several cores are spread over ([`Owners`]): a flood of random
 /// SSRCs opening and evicting streams on every core seldom waits for another core.
@@ -136,9 +139,9 @@ pub struct Claims {
     budget: StreamBudget,
     reserve: usize,
     held: usize,
-    /// The SSRCs this core holds in the budget's [`Owners`] (none with one core), given back
-    /// when it goes away.
-    owned: HashMap<u32, SocketAddr>,
+    /// Which source each SSRC of this core's streams belongs to; with several cores each is
+    /// in the budget's [`Owners`] too, given back when the core goes away.
+    owned: HashMap<u32, SocketAddr, KeyHasher>,
 }
 
 impl Claims {
@@ -148,31 +151,39 @@ impl Claims {
             budget,
             reserve,
             held: 0,
-            owned: HashMap::new(),
+            owned: HashMap::default(),
         }
     }
 
-    /// Takes `ssrc` for a stream from `source` about to open: false when another core's stream
-    /// holds it from another source (with one core, the core's own table decides). Given back
-    /// by [`Claims::disown_ssrc`] when the stream ends or is not opened after all.
+    /// Takes `ssrc` for a stream from `source` about to open: false when a stream of this core
+    /// holds it, or another core's from another source. Given back by [`Claims::disown_ssrc`]
+    /// when the stream ends or is not opened after all.
     pub fn own_ssrc(&mut self, ssrc: u32, source: SocketAddr) -> bool {
-        let Some(owners) = &self.budget.owners else {
-            return true;
-        };
-        let mut shard = owners.shard(ssrc);
-        match shard.get(&ssrc) {
-            Some(&owner) => owner == source,
-            None => {
-                shard.insert(ssrc, source);
-                self.owned.insert(ssrc, source);
-                true
+        if self.owned.contains_key(&ssrc) {
+            return false;
+        }
+        if let Some(owners) = &self.budget.owners {
+            let mut shard = owners.shard(ssrc);
+            match shard.get(&ssrc) {
+                Some(&owner) if owner != source => return false,
+                Some(_) => {}
+                None => {
+                    shard.insert(ssrc, source);
+                }
             }
         }
+        self.owned.insert(ssrc, source);
+        true
+    }
+
+    /// The source whose stream on this core holds `ssrc`.
+    pub fn owner(&self, ssrc: u32) -> Option<SocketAddr> {
+        self.owned.get(&ssrc).copied()
     }
 
     /// Gives back `ssrc`, if this core holds it for `source`.
     pub fn disown_ssrc(&mut self, ssrc: u32, source: SocketAddr) {
-        if self.budget.owners.is_none() || self.owned.get(&ssrc) != Some(&source) {
+        if self.owned.get(&ssrc) != Some(&source) {
             return;
         }
         self.owned.remove(&ssrc);
@@ -189,15 +200,12 @@ impl Claims {
         }
     }
 
-    /// Whether another source than `source` holds `ssrc` on another core.
-    pub fn ssrc_held_elsewhere(&self, ssrc: u32, source: SocketAddr) -> bool {
-        let Some(owners) = &self.budget.owners else {
-            return false;
-        };
-        owners
-            .shard(ssrc)
-            .get(&ssrc)
-            .is_some_and(|&owner| owner != source)
+    /// Whether another source than `source` holds `ssrc`, on this core or another.
+    pub fn held_by_another(&self, ssrc: u32, source: SocketAddr) -> bool {
+        self.owner(ssrc).is_some_and(|owner| owner != source)
+            || self.budget.owners.as_ref().is_some_and(|owners| {
+                (owners.shard(ssrc).get(&ssrc)).is_some_and(|&owner| owner != source)
+            })
     }
 
     /// Streams this core claimed and has not given back.
@@ -304,6 +312,42 @@ mod tests {
             let mut c = Claims::new(budget.clone());
             assert_eq!((0..=max).filter(|_| c.claim()).count(), max);
         }
+    }
+
+    #[test]
+    fn a_core_alone_says_who_holds_each_ssrc() {
+        let (a, b): (SocketAddr, SocketAddr) = (
+            "10.0.0.1:5000".parse().unwrap(),
+            "10.0.0.2:5000".parse().unwrap(),
+        );
+        let mut c = Claims::new(StreamBudget::new(8, 1));
+        assert!(c.own_ssrc(7, a));
+        assert_eq!(c.owner(7), Some(a));
+        assert!(!c.own_ssrc(7, b), "another source's stream is refused");
+        assert!(c.held_by_another(7, b) && !c.held_by_another(7, a));
+        // Only its holder gives it back.
+        c.disown_ssrc(7, b);
+        assert_eq!(c.owner(7), Some(a));
+        c.disown_ssrc(7, a);
+        assert_eq!(c.owner(7), None);
+        assert!(c.own_ssrc(7, b));
+    }
+
+    #[test]
+    fn cores_sharing_a_budget_share_who_holds_each_ssrc() {
+        let (a, b): (SocketAddr, SocketAddr) = (
+            "10.0.0.1:5000".parse().unwrap(),
+            "10.0.0.2:5000".parse().unwrap(),
+        );
+        let budget = StreamBudget::new(8, 2);
+        let (mut x, mut y) = (Claims::new(budget.clone()), Claims::new(budget.clone()));
+        assert!(x.own_ssrc(7, a));
+        assert!(!y.own_ssrc(7, b), "held on the other core");
+        assert!(y.held_by_another(7, b));
+        assert_eq!(y.owner(7), None, "not a stream of this core");
+        // A core gone gives back what it held.
+        drop(x);
+        assert!(y.own_ssrc(7, b));
     }
 
     #[test]

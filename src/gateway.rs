@@ -1235,8 +1235,6 @@ pub struct Gateway {
     cfg: Config,
     emit: Emitter,
     index: StreamIndex,
-    /// Which source a live SSRC belongs to: only consulted when a stream would be created.
-    ssrc_owner: HashMap<u32, SocketAddr, KeyHasher>,
     /// Slab of streams; `free` lists reusable slots.
     slots: Slab<Stream>,
     /// When each stream next needs attention, by slot.
@@ -1476,7 +1474,6 @@ impl Gateway {
                 mapping,
             },
             index: StreamIndex::default(),
-            ssrc_owner: HashMap::default(),
             slots: Slab::default(),
             timers: Timers::default(),
             serial: 0,
@@ -2041,9 +2038,10 @@ impl Gateway {
             source: canonical(key.source),
             ..key
         };
-        // Another worker's stream may hold it too ([`crate::budget`]): taken here, given back
-        // if the stream is refused below, or when it ends ([`Gateway::release_ssrc`]).
-        if self.ssrc_owner.contains_key(&key.ssrc) || !self.streams.own_ssrc(key.ssrc, key.source) {
+        // A stream from another source may hold it, on this core or (`--workers`) another's
+        // ([`crate::budget`]): taken here, given back if the stream is refused below, or when
+        // it ends (unless another source holds it by then, taken after this stream's BYE).
+        if !self.streams.own_ssrc(key.ssrc, key.source) {
             return Err(DropReason::SsrcConflict);
         }
         // Before room is made: the eviction that makes it is remembered too, and may push out
@@ -2120,7 +2118,6 @@ impl Gateway {
             self.prune_silent();
         }
         self.silent.push_back((slot, self.serial));
-        self.ssrc_owner.insert(key.ssrc, key.source);
         self.emit.stats.streams_total += 1;
         self.emit.stats.streams_live += 1;
         // Debug, not info: a flood of random SSRCs must not become a flood of log lines.
@@ -2246,7 +2243,7 @@ impl Gateway {
         self.timers.remove(slot);
         self.index.remove(&s.key);
         self.streams.release();
-        self.release_ssrc(&s.key);
+        self.streams.disown_ssrc(s.key.ssrc, s.key.source);
         self.emit.stats.streams_live -= 1;
         self.emit.stats.evicted += 1;
         self.emit.stats.harvest(&mut s.register);
@@ -2595,7 +2592,7 @@ impl Gateway {
         if sender != Some(ssrc) {
             return None;
         }
-        let owner = *self.ssrc_owner.get(&ssrc)?;
+        let owner = self.streams.owner(ssrc)?;
         let host = owner.ip() == source.ip();
         host.then(|| {
             self.index.get(&StreamKey {
@@ -3078,7 +3075,7 @@ impl Gateway {
         }
         s.bye_waits = true;
         let serial = s.serial;
-        self.release_ssrc(&key);
+        self.streams.disown_ssrc(key.ssrc, key.source);
         if self.lingering.len() > 2 * self.index.len() + 64 {
             self.prune_lingering();
         }
@@ -3136,12 +3133,7 @@ impl Gateway {
         data: &[u8],
     ) -> Result<(), DropReason> {
         let own = self.slots.get(slot).expect("live").key;
-        if self
-            .ssrc_owner
-            .get(&own.ssrc)
-            .is_some_and(|&owner| owner != own.source)
-            || self.streams.ssrc_held_elsewhere(own.ssrc, own.source)
-        {
+        if self.streams.held_by_another(own.ssrc, own.source) {
             return Err(DropReason::SsrcConflict);
         }
         self.close_stream(now, slot, "rtcp bye");
@@ -3151,15 +3143,6 @@ impl Gateway {
         let received = self.receive(now, &source, data, None);
         (self.emit.stats.red_newest_first, self.emit.stats.metadata) = counted;
         received
-    }
-
-    /// Gives up a stream's claim on its SSRC, unless another source holds it now (taken after
-    /// this stream's BYE freed it).
-    fn release_ssrc(&mut self, key: &StreamKey) {
-        if self.ssrc_owner.get(&key.ssrc) == Some(&key.source) {
-            self.ssrc_owner.remove(&key.ssrc);
-        }
-        self.streams.disown_ssrc(key.ssrc, key.source);
     }
 
     /// Ends a stream: held packets are given up, every speaker flushes and leaves.
@@ -3202,7 +3185,7 @@ impl Gateway {
         self.index.remove(&key);
         self.streams.release();
         debug_assert_eq!(self.streams.held(), self.index.len());
-        self.release_ssrc(&key);
+        self.streams.disown_ssrc(key.ssrc, key.source);
         self.emit.stats.streams_live -= 1;
         self.emit.stats.harvest(register);
         let (joined, count) = (speakers.iter().any(|sp| sp.joined), speakers.len());
