@@ -150,8 +150,8 @@ struct RunArgs {
     /// source on one worker, so per-stream order holds.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=256))]
     workers: u64,
-    /// Receive buffer (SO_RCVBUF) requested for each RTP socket, in bytes: a burst waits there
-    /// instead of being dropped by the kernel. The kernel caps the request at
+    /// Receive buffer (SO_RCVBUF) requested for each RTP socket and the RTCP port's, in bytes: a
+    /// burst waits there instead of being dropped by the kernel. The kernel caps the request at
     /// net.core.rmem_max (raise it with `sysctl -w net.core.rmem_max=BYTES`).
     #[arg(long, default_value_t = udp::RECV_BUFFER as u64, value_parser = clap::value_parser!(u64).range(1..=i32::MAX as u64))]
     recv_buffer: u64,
@@ -1089,7 +1089,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
             (true, port) => {
                 let mut addr = local;
                 addr.set_port(port + 1);
-                match udp::bind(addr, false) {
+                match udp::bind_with_buffer(addr, false, args.recv_buffer as usize) {
                     Ok(s) => Some(s),
                     Err(e) => {
                         tracing::warn!(

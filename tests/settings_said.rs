@@ -60,6 +60,40 @@ fn a_receive_buffer_the_kernel_honoured_is_not_warned_about() {
     gw.assert_stderr_lacks("net.core.rmem_max");
 }
 
+/// The receive buffer (`ss -m`'s `rb`) of the UDP socket bound on `port`, if `ss` reads it.
+fn receive_buffer(port: u16) -> Option<u64> {
+    let out = std::process::Command::new("ss")
+        .args(["-ulnmH", &format!("sport = :{port}")])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rb = text
+        .split(['(', ',', ')'])
+        .find_map(|f| f.strip_prefix("rb"))?;
+    rb.parse().ok()
+}
+
+/// `--recv-buffer` is asked for the RTCP port's socket too: it was bound with the default
+/// 8 MiB whatever the flag said, so an operator bounding the gateway's kernel memory with a
+/// small buffer still had the default's on the RTCP port.
+#[test]
+fn the_rtcp_port_gets_the_receive_buffer_asked_for() {
+    let mut gw = Gateway::start(&["--listen", "127.0.0.1:0", "--recv-buffer", "65536"]);
+    gw.wait_stderr(WAIT, "listening");
+    let port = gw.listen.port();
+    let (Some(rtp), Some(rtcp)) = (receive_buffer(port), receive_buffer(port + 1)) else {
+        eprintln!("SKIPPED: `ss` does not read the sockets' buffers here");
+        assert!(gw.terminate(WAIT).success());
+        return;
+    };
+    assert!(gw.terminate(WAIT).success());
+    assert_eq!(rtcp, rtp, "the RTCP port's buffer is the RTP socket's");
+    assert!(
+        rtp <= 2 * 65536,
+        "{rtp}: what was asked for, doubled by the kernel"
+    );
+}
+
 /// The settings of the PVP server's connections (`--ca-file`, `--heartbeat-s`,
 /// `--connect-timeout-s`, `--write-timeout-s`, `--server-silence-s`) do nothing without
 /// `--server`, and `--gate-quorum`/`--gate-timeout-s` nothing without `--gate-transcripts`;
