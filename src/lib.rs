@@ -32,6 +32,7 @@ pub mod stream;
 pub mod t140;
 pub mod time;
 pub mod timers;
+pub mod typed;
 
 // IO shell.
 pub mod capture;

@@ -1058,6 +1058,7 @@ fn run_send(to: SocketAddr, cfg: pvp_t140::send::SenderConfig, bye: bool) -> Res
         bytes = stats.bytes,
         send_errors = stats.send_errors,
         unsent = stats.unsent,
+        controls_left_out = stats.left_out,
         "sent"
     );
     Ok(())

@@ -118,6 +118,9 @@ pub struct SenderStats {
     /// Characters of queued text given up unsent ([`Sender::drop_backlog`]: `send`'s second
     /// interrupt).
     pub unsent: u64,
+    /// Controls and escape sequences of the input left out, not T.140's (counted by the IO
+    /// shell, [`crate::typed`]).
+    pub left_out: u64,
 }
 
 /// The sans-IO T.140 sender of one RTP stream.
@@ -293,7 +296,7 @@ impl Sender {
     }
 
     /// Queue text typed/recognised at `now` (any UTF-8, controls passed through as-is: backspace
-    /// U+0008, U+2028, CR LF). A BOM that begins the session's text is the one the sender puts
+    /// U+0008, U+2028, CR LF; `pvp-t140 send` gives only T.140's, [`crate::typed`]). A BOM that begins the session's text is the one the sender puts
     /// first itself (T.140), so it is not sent twice (a UTF-8 file saved with a BOM).
     pub fn push_text(&mut self, now: Time, text: &str) {
         let text = if self.bom_sent || !self.pending.is_empty() {

@@ -809,7 +809,9 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// whole. New lines (LF, CR LF, a lone CR) become T.140's U+2028 (LINE SEPARATOR); a CR that
 /// ends a read goes out at once (a terminal in raw mode sends one for Enter, and the user may
 /// type nothing more), and an LF that begins the next read is the rest of its CR LF. DEL (a
-/// raw-mode terminal's Backspace key) becomes T.140's erase, BS (U+0008).
+/// raw-mode terminal's Backspace key) becomes T.140's erase, BS (U+0008). Controls and escape
+/// sequences T.140 has not (all but BS, BEL, SGR and INT) are left out and counted
+/// ([`crate::typed`]).
 ///
 /// An input that fails ends as one that ended: what was read goes out, then the redundancy
 /// and the BYE (RFC 3550 6.3.7), and the error is returned after them. A datagram the socket
@@ -861,8 +863,8 @@ pub async fn send_text_until(
     let mut buf = vec![0u8; 4096];
     // Bytes read and not yet sent: an incomplete UTF-8 character that ended a read.
     let mut carry: Vec<u8> = Vec::new();
-    // The text read so far ended with a CR: an LF that comes next is its CR LF's.
-    let mut after_cr = false;
+    // The input as T.140 text: new lines, the erase key, controls left out.
+    let mut typed = crate::typed::Typed::default();
     let mut eof = false;
     let mut failed = None;
     let mut failures = SendFailures::default();
@@ -900,7 +902,10 @@ pub async fn send_text_until(
                     eof = true;
                     tracing::info!("Ctrl-C or Ctrl-D read from the input (a terminal in raw mode): the input ends there");
                 }
-                let text = t140_text(&text, &mut after_cr);
+                let text = typed.t140(&text);
+                if eof {
+                    typed.finish();
+                }
                 sender.push_text(clock.now(), &text);
                 if eof && sender.backlog() > 0 {
                     // `cps` may take minutes over what is left: say so. Not how to stop: the
@@ -916,6 +921,7 @@ pub async fn send_text_until(
                 hurried = true;
                 eof = true;
                 carry.clear();
+                typed.finish();
                 let unsent = sender.drop_backlog();
                 tracing::warn!(
                     unsent,
@@ -942,6 +948,7 @@ pub async fn send_text_until(
         None if let Some(e) = failures.persists() => Err(SendError::Socket(e)),
         None => Ok(crate::send::SenderStats {
             send_errors: failures.total,
+            left_out: typed.dropped(),
             ..sender.stats()
         }),
     }
@@ -1075,29 +1082,6 @@ impl std::error::Error for SendError {}
 /// they were text no receiver shows, and the user had no way to end the session from the
 /// keyboard.
 const END_KEYS: [char; 2] = ['\u{3}', '\u{4}'];
-
-/// The input's new lines and erase key as T.140's. A terminal in raw mode sends DEL (0x7F) for
-/// the Backspace key (`stty`'s `erase = ^?`): T.140's erase is BS (U+0008), and a receiver
-/// drops DEL as a control, so it becomes BS. T.140's new line is U+2028 (LINE SEPARATOR);
-/// pipes give LF or CR LF, and a terminal in raw mode or an old Mac file a lone CR. Each is
-/// one new line (Unicode TR13's new-line function), sent as U+2028 alone: T.140's own new
-/// line is U+2028, and receivers differ on a bare CR.
-/// `after_cr`: the text before this ended with a CR, sent as a new line at once (not held
-/// for the next read, which may be the next key a long while later); an LF that begins this
-/// text is the rest of that CR LF, not a new line of its own. Updated for the next text.
-fn t140_text(text: &str, after_cr: &mut bool) -> String {
-    if text.is_empty() {
-        return String::new();
-    }
-    let rest = match text.strip_prefix('\n') {
-        Some(rest) if *after_cr => rest,
-        _ => text,
-    };
-    *after_cr = text.ends_with('\r');
-    rest.replace("\r\n", "\n")
-        .replace(['\r', '\n'], "\u{2028}")
-        .replace('\u{7f}', "\u{8}")
-}
 
 /// Takes the text at the front of `carry`: valid UTF-8 as is, each invalid sequence as one
 /// U+FFFD. Left in `carry` for the next read: an incomplete character at the end. At end of

@@ -672,33 +672,7 @@ fn send_rtcp_read_by_hand() {
 /// Runs `udp::send_text` over loopback on `reads` (one read each) and hands every datagram to a
 /// gateway: the transcript it makes (`context.add` contents joined).
 fn send_to_gateway(reads: &[&[u8]]) -> String {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let got = rt.block_on(async {
-        let rx = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        let to = rx.local_addr().unwrap();
-        let (feed, input) = tokio::sync::mpsc::unbounded_channel();
-        for r in reads {
-            feed.send(r.to_vec()).unwrap();
-        }
-        drop(feed);
-        pvp_t140::udp::send_text(to, cfg(2), Fed(input), true)
-            .await
-            .unwrap();
-        let mut got = Vec::new();
-        let mut buf = vec![0u8; 2048];
-        while let Ok(Ok((n, _))) = tokio::time::timeout(
-            std::time::Duration::from_millis(300),
-            rx.recv_from(&mut buf),
-        )
-        .await
-        {
-            got.push(buf[..n].to_vec());
-        }
-        got
-    });
+    let (got, _) = send_over_loopback(reads);
     let source = SocketAddr::from(([127, 0, 0, 1], 40_000));
     let mut gw = Gateway::new(Config::default());
     for (i, d) in got.iter().enumerate() {
@@ -712,6 +686,57 @@ fn send_to_gateway(reads: &[&[u8]]) -> String {
         }
     }
     shown.join(" ")
+}
+
+/// Runs `udp::send_text` over loopback on `reads` (one read each): the datagrams it sent, and
+/// its counts.
+fn send_over_loopback(reads: &[&[u8]]) -> (Vec<Vec<u8>>, pvp_t140::send::SenderStats) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let rx = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let to = rx.local_addr().unwrap();
+        let (feed, input) = tokio::sync::mpsc::unbounded_channel();
+        for r in reads {
+            feed.send(r.to_vec()).unwrap();
+        }
+        drop(feed);
+        let stats = pvp_t140::udp::send_text(to, cfg(2), Fed(input), true)
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 2048];
+        while let Ok(Ok((n, _))) = tokio::time::timeout(
+            std::time::Duration::from_millis(300),
+            rx.recv_from(&mut buf),
+        )
+        .await
+        {
+            got.push(buf[..n].to_vec());
+        }
+        (got, stats)
+    })
+}
+
+/// T.140 (section 6) names the controls a sender may use: BS, U+2028, BEL, SGR and INT. A
+/// coloured log piped into `send` (`ESC [ K` to clear a line, `ESC ( B`, NUL) went on the wire
+/// byte for byte, though no receiver shows it and receivers differ on it: strict in what it
+/// emits, the sender leaves them out, counts them, and keeps the SGR and a tab as a space.
+#[test]
+fn controls_t140_has_not_are_left_out_of_the_wire_and_counted() {
+    let (got, stats) = send_over_loopback(&[
+        b"\x1b[1mbold\x1b[0m\x1b[K \x1b(Bplain\x00\tend.\x1b",
+        b"[2J\x1b[31",
+        b"mred.",
+    ]);
+    let wire: String = (got.iter())
+        .filter(|d| !is_rtcp(d))
+        .map(|d| primary_text(d))
+        .collect();
+    assert_eq!(wire, "\u{feff}\x1b[1mbold\x1b[0m plain end.\x1b[31mred.");
+    assert_eq!(stats.left_out, 4, "ESC [ K, ESC ( B, NUL and ESC [ 2 J");
 }
 
 /// A terminal in raw mode, which `send` reads (README: it sends a lone CR for Enter, taken as a
