@@ -1956,21 +1956,23 @@ fn on_frame(
                     });
                     // A server relaying session traffic to every member (the reference one
                     // broadcasts what it has no handler for, `error` included) hands this
-                    // connection other members' errors, sent under their own ids. An error is
-                    // this participant's if it names one of its recent messages
-                    // (`related_to`), or else comes from the server (pvp-spec 4.2: "system")
-                    // or under this participant's id: one naming a message older than the
-                    // recent ones is still the server's word about this connection.
-                    let ours = related_kind.is_some()
-                        || crate::pvp::from_server(&env.sender)
-                        || env.sender == participant.as_str();
-                    if !ours {
+                    // connection other members' errors, sent under their own ids. Only the
+                    // server's word (pvp-spec 4.2: "system") or one under this participant's
+                    // own id is a refusal: another member's error, even one naming this
+                    // participant's message (an agent throttled by its model provider, or not
+                    // allowed to act on a chunk, answering with RATE_LIMITED or UNAUTHORIZED
+                    // about it), says nothing of what the server took. Acted on, it sent the
+                    // chunk again (the server holding it twice) or stopped the participant.
+                    let by_server =
+                        crate::pvp::from_server(&env.sender) || env.sender == participant.as_str();
+                    if !by_server {
                         tracing::info!(
                             %participant,
                             code = %err.code,
                             sender = %env.sender,
                             related_to = err.related_to.as_deref().unwrap_or("-"),
-                            "PVP server error about another member's message, not acted on: {}",
+                            related_kind = related_kind.unwrap_or("-"),
+                            "PVP server error relayed from another member of the session, not acted on: {}",
                             err.message
                         );
                         return Reaction::None;
@@ -1983,18 +1985,11 @@ fn on_frame(
                         related_kind = related_kind.unwrap_or("-"),
                         "PVP server error: {}", err.message
                     );
-                    // Whether the server itself says it: another member's error naming one
-                    // of our messages (an agent's AGENT_ERROR, pvp-spec 17, about a chunk or a
-                    // gate's request it could not process, relayed to every member) is no
-                    // refusal of it. The server took what the member was handed.
-                    let by_server =
-                        crate::pvp::from_server(&env.sender) || env.sender == participant.as_str();
                     // The text envelope of this connection's the error names, if any.
                     let named = err
                         .related_to
                         .as_deref()
-                        .and_then(|id| ulid::Ulid::from_string(id).ok())
-                        .filter(|_| by_server);
+                        .and_then(|id| ulid::Ulid::from_string(id).ok());
                     let text =
                         named.filter(|_| related_kind.is_some_and(|k| k.starts_with("context.")));
                     match err.code.as_str() {
@@ -2005,9 +2000,7 @@ fn on_frame(
                         // pause, doubling while it repeats). The join itself refused so, or an
                         // error naming nothing known, stops the participant.
                         "SESSION_NOT_FOUND"
-                            if by_server
-                                && related_kind
-                                    .is_some_and(|k| k != Kind::SessionJoin.as_str()) =>
+                            if related_kind.is_some_and(|k| k != Kind::SessionJoin.as_str()) =>
                         {
                             return Reaction::Backoff {
                                 related: named,
@@ -2103,9 +2096,8 @@ mod tests {
         ));
     }
 
-    /// Whose error it is: another member's (relayed under its own id, naming its own message)
-    /// is not acted on; the server's, or one naming a message of ours, is, even when it names
-    /// a message older than the recent ones.
+    /// Whose error it is: another member's (relayed under its own id, whatever it names) is
+    /// not acted on; the server's is, even when it names a message older than the recent ones.
     #[test]
     fn an_error_is_acted_on_only_when_it_is_about_this_participant() {
         let mut pvp = Builder::new("s1".into(), None, 1);
@@ -2133,13 +2125,19 @@ mod tests {
             &error("agent-1", ""),
             &recent
         )));
-        // Naming our message, whoever relays it; the server's, naming nothing or a message
-        // this connection no longer remembers; and one under our own id.
+        // Another member's naming our message (review aa): the member's word, not the
+        // server's, which took the message.
         let our_id = ours.to_string();
+        assert!(matches!(
+            on_frame(&mut pvp, &me, &error("agent-1", &naming(&our_id)), &recent),
+            Reaction::None
+        ));
+        // The server's, naming our message, nothing, or a message this connection no longer
+        // remembers; and one under our own id.
         assert!(fatal(on_frame(
             &mut pvp,
             &me,
-            &error("agent-1", &naming(&our_id)),
+            &error("server", &naming(&our_id)),
             &recent
         )));
         assert!(fatal(on_frame(
