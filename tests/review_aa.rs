@@ -147,3 +147,114 @@ async fn a_members_unauthorized_about_a_chunk_does_not_stop_the_participant() {
     assert_eq!(contents(&log.lock().unwrap()), ["First.", "Second."]);
     assert_eq!((stats.sent, stats.dropped), (4, 0));
 }
+
+/// README "Delivery to a PVP server": "A refused heartbeat or pong is logged at info level and
+/// not sent again." A server that refuses a pong (a strict one refusing a frame of a sender it
+/// does not count in the session yet, or one that takes no pongs) with `UNAUTHORIZED` naming
+/// it stopped the participant for good ("PVP server refused this participant"): the
+/// connection's own frames are not among the writes an error is matched against, so the
+/// refusal read as one of the participant, and everything its speaker said was lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_pong_does_not_stop_the_participant() {
+    let (url, log) = server(|_, v| match v["type"].as_str() {
+        Some("session.join") => vec![frame(
+            "heartbeat.ping",
+            "01JQAAAAAAAAAAAAAAAAAAAAN1",
+            "system",
+            json!({}),
+        )],
+        Some("heartbeat.pong") => vec![frame(
+            "error",
+            "01JQAAAAAAAAAAAAAAAAAAAAN2",
+            "system",
+            json!({"code": "UNAUTHORIZED", "message": "pongs are not taken here",
+                "recoverable": true, "related_to": v["id"]}),
+        )],
+        _ => vec![],
+    })
+    .await;
+    let cfg = config(url);
+    let metrics = cfg.metrics.clone();
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    ws.send(talk.join(ME));
+    wait_for(&log, "the pong", |l| {
+        l.iter().any(|(_, v)| v["type"] == "heartbeat.pong")
+    })
+    .await;
+    // The refusal is on its way back; give the connection a moment to read it, so that what
+    // follows comes after it.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    ws.send(talk.add(ME, "Said after the pong."));
+    ws.send(talk.leave(ME));
+    let stats = ws.close(Duration::from_secs(5)).await;
+    assert_eq!(metrics.refused.get(), 0, "participant refused");
+    assert_eq!(contents(&log.lock().unwrap()), ["Said after the pong."]);
+    assert_eq!((stats.sent, stats.dropped), (3, 0));
+}
+
+/// README: "a `SESSION_NOT_FOUND` from the server naming a message other than the
+/// participant's join: the server lost the session after taking the join ..., and the
+/// participant joins again". Naming the connection's pong (the first frame a restarted server
+/// behind a proxy that kept the connection reads, answering its own ping), it stopped the
+/// participant instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_lost_before_a_pong_is_joined_again() {
+    static PINGED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let (url, log) = server(|_, v| match v["type"].as_str() {
+        Some("session.join") if !PINGED.swap(true, std::sync::atomic::Ordering::Relaxed) => {
+            vec![frame(
+                "heartbeat.ping",
+                "01JQAAAAAAAAAAAAAAAAAAAAP1",
+                "system",
+                json!({}),
+            )]
+        }
+        Some("heartbeat.pong") => vec![frame(
+            "error",
+            "01JQAAAAAAAAAAAAAAAAAAAAP2",
+            "system",
+            json!({"code": "SESSION_NOT_FOUND", "message": "no such session",
+                "recoverable": false, "related_to": v["id"]}),
+        )],
+        _ => vec![],
+    })
+    .await;
+    let cfg = config(url);
+    let metrics = cfg.metrics.clone();
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    ws.send(talk.join(ME));
+    wait_for(&log, "the pong", |l| {
+        l.iter().any(|(_, v)| v["type"] == "heartbeat.pong")
+    })
+    .await;
+    ws.send(talk.add(ME, "After the lost session."));
+    wait_for(&log, "the rejoin and the text", |l| {
+        l.iter()
+            .filter(|(_, v)| v["type"] == "session.join")
+            .count()
+            == 2
+            && !contents(l).is_empty()
+    })
+    .await;
+    ws.send(talk.leave(ME));
+    ws.close(Duration::from_secs(5)).await;
+    assert_eq!(metrics.refused.get(), 0, "participant refused");
+    let kinds: Vec<String> = log
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, v)| v["type"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "session.join",
+            "heartbeat.pong",
+            "session.join",
+            "context.add",
+            "session.leave"
+        ]
+    );
+}

@@ -628,7 +628,7 @@ async fn connection(
                 && gates.as_ref().is_none_or(|g| g.is_empty())
             {
                 // The participant left, and what waited for approval is settled and sent.
-                let late = Late::new(&mut retry, &mut recent, &mut pvp, &participant);
+                let late = Late::new(&mut retry, &mut recent, &own, &mut pvp, &participant);
                 close_politely(&mut ws, &cfg, &participant, Some((late, &counts))).await;
                 return;
             }
@@ -655,7 +655,7 @@ async fn connection(
                         alive.heard();
                         match frame {
                             Some(Ok(Message::Text(t))) => {
-                                match on_frame(&mut pvp, &participant, t.as_str(), &recent) {
+                                match on_frame(&mut pvp, &participant, t.as_str(), &recent, &own) {
                                     Reaction::Reply(reply) => {
                                         let told = (reply.id(), reply.kind());
                                         if !send_frame(&mut ws, Message::text(reply.into_json()), &cfg, &participant).await {
@@ -825,7 +825,7 @@ async fn connection(
                         // The gateway stops while chunks of a participant that left still
                         // await approval: they will not get it now.
                         let held = Held::new(&mut pending, &mut outbox, &mut gates, paused_until, join.as_ref().filter(|_| rejoin_again), &mut pvp);
-                        let late = Late::new(&mut retry, &mut recent, &mut pvp, &participant);
+                        let late = Late::new(&mut retry, &mut recent, &own, &mut pvp, &participant);
                         stopping(&mut ws, held, late, &cfg, &participant, &counts).await;
                         return;
                     }
@@ -853,7 +853,7 @@ async fn connection(
                             queue_open = false;
                             if *stop.borrow() || gates.as_ref().is_none_or(|g| g.is_empty()) {
                                 let held = Held::new(&mut pending, &mut outbox, &mut gates, paused_until, join.as_ref().filter(|_| rejoin_again), &mut pvp);
-                                let late = Late::new(&mut retry, &mut recent, &mut pvp, &participant);
+                                let late = Late::new(&mut retry, &mut recent, &own, &mut pvp, &participant);
                                 stopping(&mut ws, held, late, &cfg, &participant, &counts).await;
                                 return;
                             }
@@ -1521,6 +1521,8 @@ fn written(id: ulid::Ulid, kind: Kind, cfg: &WsConfig, counts: &Counts) {
 struct Late<'a> {
     retry: &'a mut Retry,
     recent: &'a mut VecDeque<(ulid::Ulid, Kind)>,
+    /// The connection's own heartbeats, pongs and rejoins (see [`remember_own`]).
+    own: &'a VecDeque<(ulid::Ulid, Kind)>,
     pvp: &'a mut Builder,
     participant: &'a SenderId,
     /// The server refused the participant.
@@ -1531,12 +1533,14 @@ impl<'a> Late<'a> {
     fn new(
         retry: &'a mut Retry,
         recent: &'a mut VecDeque<(ulid::Ulid, Kind)>,
+        own: &'a VecDeque<(ulid::Ulid, Kind)>,
         pvp: &'a mut Builder,
         participant: &'a SenderId,
     ) -> Self {
         Late {
             retry,
             recent,
+            own,
             pvp,
             participant,
             refused: false,
@@ -1545,7 +1549,7 @@ impl<'a> Late<'a> {
 
     fn read(&mut self, text: &str, cfg: &WsConfig, counts: &Counts) {
         let participant = self.participant;
-        match on_frame(self.pvp, participant, text, self.recent) {
+        match on_frame(self.pvp, participant, text, self.recent, self.own) {
             Reaction::Fatal { code, related } => {
                 if let Some(id) = related {
                     refused_text(
@@ -1855,6 +1859,7 @@ fn on_frame(
     participant: &SenderId,
     text: &str,
     recent: &VecDeque<(ulid::Ulid, Kind)>,
+    own: &VecDeque<(ulid::Ulid, Kind)>,
 ) -> Reaction {
     match serde_json::from_str::<Head>(text) {
         Ok(h)
@@ -1992,6 +1997,15 @@ fn on_frame(
                         .and_then(|id| ulid::Ulid::from_string(id).ok());
                     let text =
                         named.filter(|_| related_kind.is_some_and(|k| k.starts_with("context.")));
+                    // A heartbeat or a pong the connection wrote itself (README: "A refused
+                    // heartbeat or pong is logged at info level and not sent again"): its
+                    // refusal is no refusal of the participant, which a server that takes no
+                    // pongs, or one a pong reached before the join, would otherwise stop.
+                    let beat = named.is_some_and(|id| {
+                        own.iter().any(|&(o, k)| {
+                            o == id && matches!(k, Kind::HeartbeatPing | Kind::HeartbeatPong)
+                        })
+                    });
                     match err.code.as_str() {
                         // The server lost the session after taking this participant's join (a
                         // restart whose connection a proxy kept, a session expired): a server
@@ -2000,13 +2014,19 @@ fn on_frame(
                         // pause, doubling while it repeats). The join itself refused so, or an
                         // error naming nothing known, stops the participant.
                         "SESSION_NOT_FOUND"
-                            if related_kind.is_some_and(|k| k != Kind::SessionJoin.as_str()) =>
+                            if beat
+                                || related_kind
+                                    .is_some_and(|k| k != Kind::SessionJoin.as_str()) =>
                         {
                             return Reaction::Backoff {
                                 related: named,
                                 error: id_hash(&env.id),
                                 rejoin: true,
                             };
+                        }
+                        "UNAUTHORIZED" if beat => {
+                            tracing::info!(%participant, related_to = err.related_to.as_deref().unwrap_or("-"), "heartbeat refused as UNAUTHORIZED; not sent again");
+                            return Reaction::None;
                         }
                         "UNAUTHORIZED" | "SESSION_NOT_FOUND" => {
                             return Reaction::Fatal {
@@ -2071,11 +2091,11 @@ mod tests {
         let recent = VecDeque::new();
         let other = echoed_add("t140:00000002@127.0.0.1:5002");
         assert!(matches!(
-            on_frame(&mut pvp, &me, &other, &recent),
+            on_frame(&mut pvp, &me, &other, &recent, &VecDeque::new()),
             Reaction::None
         ));
         let ping = r#"{"v":1,"id":"01HZY3Q6W8V0J5N7Q2R4S6T8V0","ts":"2024-01-01T00:00:00.000Z","session":"s1","sender":"server","type":"heartbeat.ping","payload":{}}"#;
-        let Reaction::Reply(pong) = on_frame(&mut pvp, &me, ping, &recent) else {
+        let Reaction::Reply(pong) = on_frame(&mut pvp, &me, ping, &recent, &VecDeque::new()) else {
             panic!("a ping is answered");
         };
         assert_eq!(pong.kind(), Kind::HeartbeatPong);
@@ -2087,11 +2107,11 @@ mod tests {
         );
         let refused = r#"{"v":1,"id":"01HZY3Q6W8V0J5N7Q2R4S6T8V1","ts":"2024-01-01T00:00:00.000Z","session":"s1","sender":"server","type":"error","payload":{"code":"UNAUTHORIZED","message":"no","recoverable":false}}"#;
         assert!(matches!(
-            on_frame(&mut pvp, &me, refused, &recent),
+            on_frame(&mut pvp, &me, refused, &recent, &VecDeque::new()),
             Reaction::Fatal { code, .. } if code == "UNAUTHORIZED"
         ));
         assert!(matches!(
-            on_frame(&mut pvp, &me, "{\"type\":", &recent),
+            on_frame(&mut pvp, &me, "{\"type\":", &recent, &VecDeque::new()),
             Reaction::Rejected
         ));
     }
@@ -2117,19 +2137,27 @@ mod tests {
             &mut pvp,
             &me,
             &error("agent-1", &naming(other_msg)),
-            &recent
+            &recent,
+            &VecDeque::new()
         )));
         assert!(!fatal(on_frame(
             &mut pvp,
             &me,
             &error("agent-1", ""),
-            &recent
+            &recent,
+            &VecDeque::new()
         )));
         // Another member's naming our message (review aa): the member's word, not the
         // server's, which took the message.
         let our_id = ours.to_string();
         assert!(matches!(
-            on_frame(&mut pvp, &me, &error("agent-1", &naming(&our_id)), &recent),
+            on_frame(
+                &mut pvp,
+                &me,
+                &error("agent-1", &naming(&our_id)),
+                &recent,
+                &VecDeque::new()
+            ),
             Reaction::None
         ));
         // The server's, naming our message, nothing, or a message this connection no longer
@@ -2138,25 +2166,29 @@ mod tests {
             &mut pvp,
             &me,
             &error("server", &naming(&our_id)),
-            &recent
+            &recent,
+            &VecDeque::new()
         )));
         assert!(fatal(on_frame(
             &mut pvp,
             &me,
             &error("system", ""),
-            &recent
+            &recent,
+            &VecDeque::new()
         )));
         assert!(fatal(on_frame(
             &mut pvp,
             &me,
             &error("system", &naming(other_msg)),
-            &recent
+            &recent,
+            &VecDeque::new()
         )));
         assert!(fatal(on_frame(
             &mut pvp,
             &me,
             &error(me.as_str(), ""),
-            &recent
+            &recent,
+            &VecDeque::new()
         )));
     }
 
