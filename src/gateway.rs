@@ -711,7 +711,7 @@ fn route(emit: &mut Emitter, v: &mut Voices<'_>, now: Time, tag: u16, piece: Pie
                     created: v.created,
                 };
                 let voice = VoiceRef::Named(id);
-                let room = make_room(emit, v.speakers, *v.own, at, now, voice, &|_| false);
+                let room = make_room(emit, None, v.speakers, *v.own, at, now, voice, &|_| false);
                 v.mixer.spoke |= room.is_some_and(|(_, joined)| joined);
             }
             v.speaker(VoiceRef::Named(id), now)
@@ -1054,6 +1054,20 @@ fn name_new_speaker(early: &mut Vec<EarlyName>, key: &StreamKey, id: u32, sp: &m
     }
 }
 
+/// [`Gateway::keep_early_name`], on the list itself.
+fn keep_name(early: &mut Vec<EarlyName>, mut new: EarlyName) {
+    if let Some(i) = early.iter().position(|e| e.of(new.ip, new.id)) {
+        if early[i].rank > new.rank {
+            return;
+        }
+        new.via = new.via.or(early.remove(i).via);
+    }
+    if early.len() >= MAX_EARLY_NAMES {
+        early.remove(0);
+    }
+    early.push(new);
+}
+
 /// The early name of source `id` of host `ip`, taken out of `early`.
 fn take_early_name(early: &mut Vec<EarlyName>, ip: IpAddr, id: u32) -> Option<EarlyName> {
     let i = early.iter().position(|e| e.of(ip, id))?;
@@ -1093,11 +1107,17 @@ struct Place<'a> {
 /// one, the stream's own voice speaks for the new one ([`crate::stream::speaker_index`]).
 /// t140llm's multiplexer names every reply's stream anew (a new CSRC in its CSRC mode), so a
 /// long-lived one passes the bound. Returns the place made, and whether the speaker that left
-/// it had joined ([`crate::stream::Mixer::spoke`]).
+/// it had joined ([`crate::stream::Mixer::spoke`]). A mixer's source that leaves keeps its
+/// SDES name (not a rule's) in `names` ([`EarlyName`], the mixer's to forget at its BYE): the
+/// mixer may send it only now and then (RFC 3550 6.5 lets a mixer spread its sources' SDES
+/// over its reports), and the source, back, would join nameless, or be refused by the
+/// `rtcp_name` rule that took it (review ab).
 #[cold]
 #[inline(never)]
+#[allow(clippy::too_many_arguments)]
 fn make_room(
     emit: &mut Emitter,
+    names: Option<&mut Vec<EarlyName>>,
     speakers: &mut crate::stream::Speakers,
     own: u8,
     at: Place<'_>,
@@ -1136,6 +1156,18 @@ fn make_room(
         "speaker limit of its RTP stream",
     );
     let joined = sp.joined;
+    if let (Some(names), Voice::Csrc(id), 1..=2) = (names, &sp.voice, sp.profile.name_rank) {
+        keep_name(
+            names,
+            EarlyName {
+                ip: at.key.source.ip(),
+                id: *id,
+                name: std::mem::take(&mut sp.profile.name),
+                rank: sp.profile.name_rank,
+                via: Some(*at.key),
+            },
+        );
+    }
     *sp = Speaker::new(voice.to_voice(), at.key, now);
     // At least 1 ms after the start; a stream 49 days old saturates (its keys could repeat).
     let after = u32::try_from(since - start).unwrap_or(u32::MAX);
@@ -1891,6 +1923,7 @@ impl Gateway {
                     let at = Place { key, created };
                     make_room(
                         &mut self.emit,
+                        Some(&mut self.early_names),
                         speakers,
                         *own,
                         at,
@@ -2809,17 +2842,8 @@ impl Gateway {
     /// An SDES name for a source not seen on RTP ([`Gateway::early_names`]); a NAME is never
     /// replaced by a CNAME. A name replaced keeps its mixer ([`EarlyName`]): the source's
     /// session is still the evicted mixer's until its BYE.
-    fn keep_early_name(&mut self, mut new: EarlyName) {
-        if let Some(i) = self.early_names.iter().position(|e| e.of(new.ip, new.id)) {
-            if self.early_names[i].rank > new.rank {
-                return;
-            }
-            new.via = new.via.or(self.early_names.remove(i).via);
-        }
-        if self.early_names.len() >= MAX_EARLY_NAMES {
-            self.early_names.remove(0);
-        }
-        self.early_names.push(new);
+    fn keep_early_name(&mut self, new: EarlyName) {
+        keep_name(&mut self.early_names, new);
     }
 
     /// The earliest moment this stream needs attention.
