@@ -1382,15 +1382,16 @@ const MAX_EARLY_NAMES: usize = 256;
 /// 20-36 ms (review, session 38). The first of them are acted on, the rest counted.
 pub const MAX_RTCP_SOURCES: usize = MAX_EARLY_NAMES;
 /// An SDES name of a source not seen on RTP ([`Gateway::early_names`]): its host, SSRC (or
-/// CSRC), name and rank, and, for a mixer's source whose name its stream's eviction kept, the
-/// mixer's stream, whose BYE forgets it ([`Gateway::forget_evicted`], [`Gateway::stream_bye`]).
+/// CSRC), name and rank, and, for a mixer's source whose name its stream's eviction kept (or
+/// its leaving at the speaker bound, [`make_room`]), the mixer's stream, whose BYE forgets it
+/// ([`Gateway::forget_evicted`], [`Gateway::stream_bye`]).
 struct EarlyName {
     ip: IpAddr,
     id: u32,
     name: String,
     /// [`crate::speaker::Profile::name_rank`].
     rank: u8,
-    /// The mixer whose eviction kept it, for a mixer's source: its stream's key (address and
+    /// The mixer whose eviction (or speaker bound) kept it, for a mixer's source: its stream's key (address and
     /// SSRC, as streams are known), so that another stream of the host with that SSRC is not it.
     via: Option<StreamKey>,
 }

@@ -280,3 +280,33 @@ fn a_participant_shared_by_sources_is_not_renamed_by_one_sources_sdes() {
         "the shared participant was renamed: {names:?}"
     );
 }
+
+/// The name a recycled source keeps is the mixer's session's: the mixer's BYE forgets it, so
+/// a later stream of the host whose SSRC is that CSRC does not join under it.
+#[test]
+fn a_recycled_sources_kept_name_goes_with_the_mixers_bye() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &source_sdes(1, "Alice"));
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, MIXER, 1, b"Hi. "));
+    for c in 2..=34u32 {
+        let seq = c as u16;
+        let ts = 1000 + 10 * c;
+        gw.handle_datagram(
+            at(u64::from(c) * 10),
+            addr(5000),
+            &with_csrc(seq, ts, MIXER, c, b"x. "),
+        );
+    }
+    let mut bye = Vec::new();
+    rtcp::write_rr(&mut bye, MIXER);
+    rtcp::write_bye(&mut bye, MIXER);
+    gw.handle_datagram(at(500), addr(5000), &bye);
+    run_timers(&mut gw, 5_000);
+    drain(&mut gw);
+    gw.handle_datagram(at(6_000), addr(6000), &t140(1, 1, "New. "));
+    run_timers(&mut gw, 6_100);
+    let out = drain(&mut gw);
+    let j = joins(&out);
+    assert_eq!(j.len(), 1, "{j:?}");
+    assert_ne!(j[0].1, "Alice");
+}
