@@ -310,3 +310,26 @@ fn a_recycled_sources_kept_name_goes_with_the_mixers_bye() {
     assert_eq!(j.len(), 1, "{j:?}");
     assert_ne!(j[0].1, "Alice");
 }
+
+/// Per speaker state across a switch: a character split between A's packets, with B's packet
+/// (and its backspace) between them, is A's, whole, and B's backspace erases B's text only.
+#[test]
+fn a_split_character_and_a_backspace_stay_with_their_source_across_a_switch() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, MIXER, 1, b"Caf\xc3"));
+    gw.handle_datagram(
+        at(10),
+        addr(5000),
+        &with_csrc(2, 1010, MIXER, 2, b"Noo\x08. "),
+    );
+    gw.handle_datagram(at(20), addr(5000), &with_csrc(3, 1020, MIXER, 1, b"\xa9. "));
+    run_timers(&mut gw, 5_000);
+    let out = drain(&mut gw);
+    assert_eq!(
+        text_of(&out, "csrc:00000001"),
+        "Café.",
+        "{:#?}",
+        timeline(&out)
+    );
+    assert_eq!(text_of(&out, "csrc:00000002"), "No.");
+}
