@@ -333,3 +333,29 @@ fn a_split_character_and_a_backspace_stay_with_their_source_across_a_switch() {
     );
     assert_eq!(text_of(&out, "csrc:00000002"), "No.");
 }
+
+/// A's packet finishing its sentence is lost while the mixer switches to B; A's next packet
+/// (its idle tail, empty primary) carries it as redundancy: the half sentence is finished as
+/// A's, and nothing is marked lost.
+#[test]
+fn a_sources_lost_sentence_end_across_a_switch_is_recovered_as_its_own() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &red_csrc(1, 1000, 1, &[], b"Hello wor"));
+    // seq 2, A, ts 1300: [(300, "Hello wor")] "ld. " lost.
+    gw.handle_datagram(at(350), addr(5000), &red_csrc(3, 1350, 2, &[], b"Hi. "));
+    gw.handle_datagram(
+        at(600),
+        addr(5000),
+        &red_csrc(4, 1600, 1, &[(600, b"Hello wor"), (300, b"ld. ")], b""),
+    );
+    run_timers(&mut gw, 5_000);
+    let out = drain(&mut gw);
+    assert_eq!(
+        text_of(&out, "csrc:00000001"),
+        "Hello world.",
+        "{:#?}",
+        timeline(&out)
+    );
+    assert_eq!(text_of(&out, "csrc:00000002"), "Hi.");
+    assert!(!any_mark(&out));
+}
