@@ -1,5 +1,7 @@
-//! Review aa: PVP envelopes and the WebSocket participant lifecycle, over real sockets on
-//! 127.0.0.1 (the sink API against a recording server).
+//! Found by review aa (session 43): whose server `error` a participant acts on. Another
+//! member's error, even one naming this participant's chunk, is no refusal; a refused heartbeat
+//! or pong does not stop the participant. Over real sockets on 127.0.0.1 (the sink API against
+//! a recording server).
 
 mod common;
 

@@ -1,4 +1,7 @@
-//! Review ab: speakers, mixers and receive-side RTCP naming.
+//! Found by review ab (session 43): a mixer's sources and their names. A source recycled at the
+//! speaker bound keeps its SDES name for its return; each source's text, split characters,
+//! backspaces and lost sentence ends stay its own across the mixer's switches; BYEs and SDES
+//! naming several sources. Driven through the core with time as a value.
 
 use pvp_t140::pvp::Message as Envelope;
 use pvp_t140::{Config, Gateway, rtcp};
