@@ -1436,9 +1436,11 @@ const EVICTED_KEPT: usize = 64;
 
 /// An SDES item as a speaker keeps it ([`crate::speaker::Profile::name`]): trimmed, else as
 /// it came, so an `rtcp_name` rule matches the item the sender sent; `None` when it leaves no
-/// display name.
+/// display name. Trimmed of NULs and a BOM too: some senders end an item with the C string's
+/// NUL, or begin it with a BOM (RFC 3550 6.5: UTF-8 text, neither), and a rule for "Alice"
+/// did not match "Alice\0".
 fn sdes_name(name: &str) -> Option<String> {
-    let name = name.trim();
+    let name = name.trim_matches(|c: char| c.is_whitespace() || matches!(c, '\0' | '\u{feff}'));
     clean_name(name).map(|_| name.to_owned())
 }
 
@@ -1454,13 +1456,21 @@ pub fn not_in_names(c: char) -> bool {
 }
 
 /// A name as a participant's display name: without what [`not_in_names`] keeps out, at most
-/// [`MAX_NAME_CHARS`], trimmed; `None` when nothing is left.
+/// [`MAX_NAME_CHARS`] (cut between grapheme clusters, so an emoji or a letter and its accent
+/// is whole or gone), trimmed; `None` when nothing is left.
 pub(crate) fn clean_name(name: &str) -> Option<String> {
-    let name: String = name
-        .chars()
-        .filter(|&c| !not_in_names(c))
-        .take(MAX_NAME_CHARS)
-        .collect();
+    use unicode_segmentation::UnicodeSegmentation;
+    let mut name: String = name.chars().filter(|&c| !not_in_names(c)).collect();
+    if name.chars().nth(MAX_NAME_CHARS).is_some() {
+        let mut chars = 0;
+        let end = (name.grapheme_indices(true))
+            .find(|(_, g)| {
+                chars += g.chars().count();
+                chars > MAX_NAME_CHARS
+            })
+            .map_or(name.len(), |(i, _)| i);
+        name.truncate(end);
+    }
     let name = name.trim();
     (!name.is_empty()).then(|| name.to_owned())
 }

@@ -1858,3 +1858,52 @@ fn a_bye_handed_on_for_a_stream_ended_elsewhere_ends_nothing_of_the_other_worker
     );
     assert!(out.iter().any(|m| m.contains("Still here.")), "{out:?}");
 }
+
+/// An SDES item ended with a C string's NUL, or begun with a BOM (neither is RFC 3550 6.5's
+/// UTF-8 text, but senders do it): the display name dropped them, the `rtcp_name` rule's
+/// match did not, so a rule for "Alice" refused "Alice\0" and all she said was lost.
+#[test]
+fn an_sdes_name_with_a_trailing_nul_or_a_bom_matches_its_rule() {
+    for sent in [
+        "Alice\u{0}",
+        "Alice\u{0}\u{0}\u{0}",
+        "\u{feff}Alice",
+        " Alice ",
+    ] {
+        let mut gw = Gateway::new(Config {
+            mapping: Mapping {
+                rules: vec![Rule {
+                    match_rtcp_name: Some("Alice".into()),
+                    participant: Some("alice".into()),
+                    ..Rule::default()
+                }],
+                unmatched: Unmatched::Refuse,
+            },
+            ..Config::default()
+        });
+        let mut d = Vec::new();
+        pvp_t140::rtcp::write_sdes(&mut d, 7, "alice@host", Some(sent));
+        gw.handle_datagram(at(0), addr(4001), &d);
+        gw.handle_datagram(at(1), addr(4000), &t140(1, 7, "Hello. "));
+        gw.shutdown(at(5_000));
+        let out = drain(&mut gw);
+        assert_eq!(text_of(&out, "alice"), "Hello.", "{sent:?}: {out:#?}");
+    }
+}
+
+/// A name over the 128 characters kept is cut between grapheme clusters: cut between a letter
+/// and its combining accents, it showed a letter without them (an SDES item's 255 octets hold
+/// more than 128 characters only of scripts like these).
+#[test]
+fn a_long_sdes_name_is_cut_between_grapheme_clusters() {
+    for (unit, chars) in [("e\u{301}", 2), ("a\u{301}\u{302}", 3)] {
+        let mut gw = Gateway::new(Config::default());
+        let mut d = Vec::new();
+        pvp_t140::rtcp::write_sdes(&mut d, 7, "x@host", Some(&unit.repeat(101)));
+        gw.handle_datagram(at(0), addr(4001), &d);
+        let name = join_name(&mut gw);
+        let n = name.chars().count();
+        assert!(n <= 128 && n > 128 - chars, "{n} characters");
+        assert_eq!(name, unit.repeat(n / chars), "whole clusters only");
+    }
+}
