@@ -138,9 +138,11 @@ pub fn read_udp(path: &Path, mut each: impl FnMut(Datagram)) -> Result<CaptureSt
 
 /// As [`read_udp`], but calls `each` once for every packet record that has a timestamp, in
 /// file order: with its datagram, or with only its time. Replay's clock moves on every one,
-/// so the time a capture covers passes whatever its frames hold. A record without a
-/// timestamp (a pcapng Simple Packet Block, or one on an interface the section did not
-/// describe) gives nothing. `each` returning `Break` ends the reading there (replay's output
+/// so the time a capture covers passes whatever its frames hold. A pcapng Simple Packet
+/// Block, which has no timestamp, is a packet of the section's first interface taken at that
+/// interface's previous packet's time (else the section's last packet's, else 0): its
+/// datagram is replayed and no time passes for it. A record on an interface the section did
+/// not describe gives nothing. `each` returning `Break` ends the reading there (replay's output
 /// failed: the rest of the capture would be read for nothing).
 pub fn read_frames(
     path: &Path,
@@ -165,6 +167,8 @@ const PACKET_BLOCK: u32 = 2;
 #[derive(Debug, Clone, Copy)]
 struct Interface {
     link: Linktype,
+    /// The most bytes of a packet it captured (0: no limit).
+    snaplen: u32,
     /// Timestamp units per second (`if_tsresol`).
     units_per_s: u64,
     /// Seconds added to every timestamp (`if_tsoffset`).
@@ -178,6 +182,7 @@ impl Interface {
     fn new(idb: &InterfaceDescriptionBlock<'_>, big_endian: bool) -> Self {
         let mut iface = Interface {
             link: idb.linktype,
+            snaplen: idb.snaplen,
             units_per_s: 1_000_000,
             offset_s: 0,
         };
@@ -409,6 +414,10 @@ pub fn read_frames_from(
     let mut interfaces: Vec<Interface> = Vec::new();
     let mut big_endian = false;
     let mut le = true;
+    // The current section's last packet times: interface 0's, and any interface's (the time a
+    // Simple Packet Block, which has none, is taken at).
+    let mut last_if0: Option<Time> = None;
+    let mut last_any: Option<Time> = None;
     let pcapng = reader.data().starts_with(&[0x0a, 0x0d, 0x0d, 0x0a]);
     loop {
         // pcap-parser 0.17 subtracts 12 from a pcapng block's length without checking it
@@ -486,6 +495,7 @@ pub fn read_frames_from(
                         // A new section (pcapng 4.1): its interfaces are others, numbered
                         // from 0 again, so what was pending is left unfinished.
                         interfaces.clear();
+                        (last_if0, last_any) = (None, None);
                         reassembler.finish(&mut stats);
                         big_endian = shb.big_endian();
                         None
@@ -507,13 +517,28 @@ pub fn read_frames_from(
                         let packet = packet_block(b.data, big_endian);
                         Some(packet.and_then(|(id, high, low, data)| on(id, high, low, data)))
                     }
-                    PcapBlockOwned::NG(Block::SimplePacket(_)) => {
-                        // No timestamp: useless for a time-driven replay.
-                        Some(None)
+                    PcapBlockOwned::NG(Block::SimplePacket(spb)) => {
+                        // pcapng 4.4: a packet of the first interface, without a timestamp,
+                        // its captured length the lesser of its original length and the
+                        // interface's snap length (`data` holds the padding to 32 bits).
+                        let time = last_if0.or(last_any).unwrap_or(Time(0));
+                        Some(interfaces.first().map(|iface| {
+                            let caplen = match iface.snaplen {
+                                0 => spb.origlen,
+                                snap => spb.origlen.min(snap),
+                            };
+                            (time, iface.link, 0, captured(spb.data, caplen))
+                        }))
                     }
                     PcapBlockOwned::NG(_) => None,
                 };
                 // None: not a packet; Some(None): a packet we cannot use.
+                if let Some(Some((t, _, if_id, _))) = frame {
+                    last_any = Some(t);
+                    if if_id == 0 {
+                        last_if0 = Some(t);
+                    }
+                }
                 let flow = match frame {
                     Some(frame) => take_frame(frame, &mut reassembler, &mut stats, each),
                     None => ControlFlow::Continue(()),

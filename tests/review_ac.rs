@@ -1,0 +1,250 @@
+//! Review ac: reading captures and replaying them, on captures written byte by byte.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use pvp_t140::capture::{CaptureStats, Frame, read_frames_from};
+use pvp_t140::time::Time;
+
+#[path = "common/frames.rs"]
+mod frames;
+use frames::udp_ipv4;
+
+/// pcapng writer in either byte order.
+struct Ng {
+    le: bool,
+    out: Vec<u8>,
+}
+
+impl Ng {
+    fn new(le: bool) -> Self {
+        let mut ng = Ng {
+            le,
+            out: Vec::new(),
+        };
+        let mut body = Vec::new();
+        body.extend_from_slice(&ng.u32(0x1a2b_3c4d));
+        body.extend_from_slice(&ng.u16(1));
+        body.extend_from_slice(&ng.u16(0));
+        body.extend_from_slice(&ng.u64(u64::MAX));
+        ng.block(0x0a0d_0d0a, &body);
+        ng
+    }
+    fn u16(&self, v: u16) -> [u8; 2] {
+        if self.le {
+            v.to_le_bytes()
+        } else {
+            v.to_be_bytes()
+        }
+    }
+    fn u32(&self, v: u32) -> [u8; 4] {
+        if self.le {
+            v.to_le_bytes()
+        } else {
+            v.to_be_bytes()
+        }
+    }
+    fn u64(&self, v: u64) -> [u8; 8] {
+        if self.le {
+            v.to_le_bytes()
+        } else {
+            v.to_be_bytes()
+        }
+    }
+    fn block(&mut self, kind: u32, body: &[u8]) {
+        let mut body = body.to_vec();
+        while !body.len().is_multiple_of(4) {
+            body.push(0);
+        }
+        let len = (12 + body.len()) as u32;
+        let (k, l) = (self.u32(kind), self.u32(len));
+        self.out.extend_from_slice(&k);
+        self.out.extend_from_slice(&l);
+        self.out.extend_from_slice(&body);
+        self.out.extend_from_slice(&l);
+    }
+    fn option(&self, code: u16, value: &[u8]) -> Vec<u8> {
+        let mut o = Vec::new();
+        o.extend_from_slice(&self.u16(code));
+        o.extend_from_slice(&self.u16(value.len() as u16));
+        o.extend_from_slice(value);
+        while !o.len().is_multiple_of(4) {
+            o.push(0);
+        }
+        o
+    }
+    fn idb(&mut self, linktype: u16, options: &[Vec<u8>]) {
+        let mut body = Vec::new();
+        body.extend_from_slice(&self.u16(linktype));
+        body.extend_from_slice(&self.u16(0));
+        body.extend_from_slice(&self.u32(262_144));
+        for o in options {
+            body.extend_from_slice(o);
+        }
+        if !options.is_empty() {
+            body.extend_from_slice(&self.option(0, &[]));
+        }
+        self.block(1, &body);
+    }
+    fn epb(&mut self, if_id: u32, units: u64, data: &[u8], origlen: usize) {
+        let mut body = Vec::new();
+        body.extend_from_slice(&self.u32(if_id));
+        body.extend_from_slice(&self.u32((units >> 32) as u32));
+        body.extend_from_slice(&self.u32(units as u32));
+        body.extend_from_slice(&self.u32(data.len() as u32));
+        body.extend_from_slice(&self.u32(origlen as u32));
+        body.extend_from_slice(data);
+        self.block(6, &body);
+    }
+    fn spb(&mut self, data: &[u8]) {
+        let mut body = Vec::new();
+        body.extend_from_slice(&self.u32(data.len() as u32));
+        body.extend_from_slice(data);
+        self.block(3, &body);
+    }
+}
+
+/// A classic pcap: magic chosen by `nanos`, byte order by `be`; records (sec, frac, caplen,
+/// origlen, data).
+#[allow(dead_code)]
+fn pcap_of(
+    be: bool,
+    nanos: bool,
+    snaplen: u32,
+    linktype: u32,
+    recs: &[(u32, u32, u32, u32, Vec<u8>)],
+) -> Vec<u8> {
+    let w32 = |v: u32| if be { v.to_be_bytes() } else { v.to_le_bytes() };
+    let w16 = |v: u16| if be { v.to_be_bytes() } else { v.to_le_bytes() };
+    let mut f = Vec::new();
+    f.extend_from_slice(&w32(if nanos { 0xa1b2_3c4d } else { 0xa1b2_c3d4 }));
+    f.extend_from_slice(&w16(2));
+    f.extend_from_slice(&w16(4));
+    f.extend_from_slice(&[0; 8]);
+    f.extend_from_slice(&w32(snaplen));
+    f.extend_from_slice(&w32(linktype));
+    for (s, frac, caplen, orig, data) in recs {
+        f.extend_from_slice(&w32(*s));
+        f.extend_from_slice(&w32(*frac));
+        f.extend_from_slice(&w32(*caplen));
+        f.extend_from_slice(&w32(*orig));
+        f.extend_from_slice(data);
+    }
+    f
+}
+
+fn ip(payload: &[u8]) -> Vec<u8> {
+    udp_ipv4([127, 0, 0, 1], 40000, [127, 0, 0, 1], 5004, payload)
+}
+
+fn ethernet(ip: &[u8]) -> Vec<u8> {
+    let mut f = vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x08, 0x00];
+    f.extend_from_slice(ip);
+    f
+}
+
+/// A frame as the reader gives it: (time, interface, payload if UDP).
+type Got = (Time, usize, Option<Vec<u8>>);
+
+/// Every frame the reader gives, and how the reading ended.
+fn frames_of(bytes: &[u8]) -> (Vec<Got>, Result<CaptureStats, String>) {
+    let mut got = Vec::new();
+    let r = read_frames_from(bytes, &mut |f| {
+        got.push(match f {
+            Frame::Udp(d, i) => (d.time, i, Some(d.payload)),
+            Frame::Other(t, i) => (t, i, None),
+        });
+        std::ops::ControlFlow::Continue(())
+    })
+    .map_err(|e| e.to_string());
+    (got, r)
+}
+
+/// Runs `pvp-t140 replay` on `capture`: exit code, stdout, stderr.
+fn replay(name: &str, capture: &[u8], args: &[&str]) -> (Option<i32>, String, String) {
+    let path: PathBuf = std::env::temp_dir().join(format!(
+        "pvp-t140-review-ac-{name}-{}.pcap",
+        std::process::id()
+    ));
+    std::fs::write(&path, capture).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .arg("replay")
+        .arg(&path)
+        .args(args)
+        .output()
+        .expect("run pvp-t140 replay");
+    std::fs::remove_file(&path).ok();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn rtp(seq: u16, ts: u32, text: &str) -> Vec<u8> {
+    let mut p = vec![0x80, 0x80 | 98];
+    p.extend_from_slice(&seq.to_be_bytes());
+    p.extend_from_slice(&ts.to_be_bytes());
+    p.extend_from_slice(&0x1234u32.to_be_bytes());
+    p.extend_from_slice(text.as_bytes());
+    p
+}
+
+/// (content) of every context.add on stdout.
+fn adds(stdout: &str) -> Vec<String> {
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["type"] == "context.add")
+        .map(|e| e["payload"]["content"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// A pcapng Simple Packet Block (pcapng section 4.4) is a packet of the section's first
+/// interface without a timestamp; Wireshark and tshark show and dissect it. Replay dropped
+/// it as "skipped" (only an info count on stderr) and exited 0: the text it carried never
+/// reached the transcript. It is fed at the time of interface 0's previous packet, so no
+/// time passes for it.
+#[test]
+fn a_simple_packet_blocks_text_is_replayed_at_the_previous_packets_time() {
+    let mut ng = Ng::new(true);
+    ng.idb(101, &[]); // LINKTYPE_RAW
+    ng.epb(0, 10_000_000, &ip(&rtp(1, 0, "Hello ")), 0);
+    let spb = ip(&rtp(2, 1000, "there. "));
+    ng.spb(&spb);
+    ng.epb(0, 12_000_000, &ip(&rtp(3, 3000, "Bye.")), 0);
+    let (frames, stats) = frames_of(&ng.out);
+    let stats = stats.unwrap();
+    assert_eq!(
+        (stats.frames, stats.udp, stats.skipped),
+        (3, 3, 0),
+        "{stats:?}"
+    );
+    let times: Vec<Time> = frames.iter().map(|f| f.0).collect();
+    assert_eq!(
+        times,
+        [Time(10_000_000), Time(10_000_000), Time(12_000_000)]
+    );
+    assert_eq!(frames[1].2.as_deref(), Some(&rtp(2, 1000, "there. ")[..]));
+
+    let (code, out, err) = replay("spb", &ng.out, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(adds(&out), ["Hello there.", "Bye."], "{err}");
+}
+
+/// A pcapng of Simple Packet Blocks alone (a writer that stamps nothing): the text is
+/// replayed, all of it at the one time there is, and the padding of a block is not taken
+/// for captured bytes.
+#[test]
+fn a_pcapng_of_simple_packet_blocks_alone_replays_its_text() {
+    let mut ng = Ng::new(false);
+    ng.idb(1, &[]); // Ethernet
+    ng.spb(&ethernet(&ip(&rtp(1, 0, "One. "))));
+    ng.spb(&ethernet(&ip(&rtp(2, 1000, "Two."))));
+    let (frames, stats) = frames_of(&ng.out);
+    assert_eq!(stats.unwrap().udp, 2);
+    assert!(frames.iter().all(|f| f.0 == Time(0)));
+    let (code, out, err) = replay("spb-only", &ng.out, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(adds(&out), ["One.", "Two."], "{err}");
+}
