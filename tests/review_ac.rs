@@ -106,7 +106,6 @@ impl Ng {
 
 /// A classic pcap: magic chosen by `nanos`, byte order by `be`; records (sec, frac, caplen,
 /// origlen, data).
-#[allow(dead_code)]
 fn pcap_of(
     be: bool,
     nanos: bool,
@@ -247,4 +246,99 @@ fn a_pcapng_of_simple_packet_blocks_alone_replays_its_text() {
     let (code, out, err) = replay("spb-only", &ng.out, &[]);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(adds(&out), ["One.", "Two."], "{err}");
+}
+
+/// What was checked and found right, kept as a regression test: the nanosecond pcap magic
+/// in both byte orders, a huge snap length in the header, a datagram the snap length cut
+/// (skipped and counted, not cut text), a UDP Length past the IP payload (skipped) or short
+/// of it (the payload cut to it, as Linux does), and a pcapng with three interfaces of two
+/// link types, decimal and binary `if_tsresol` and an `if_tsoffset`.
+#[test]
+fn capture_timestamps_resolutions_and_udp_lengths_are_read_right() {
+    for be in [false, true] {
+        let d = ip(b"x");
+        let n = d.len() as u32;
+        let f = pcap_of(be, true, u32::MAX, 101, &[(10, 123_456_789, n, n, d)]);
+        let (frames, stats) = frames_of(&f);
+        assert_eq!(stats.unwrap().udp, 1);
+        assert_eq!(frames[0].0, Time(10_123_456), "big-endian: {be}");
+    }
+    let whole = ip(b"hello world");
+    let mut long = whole.clone();
+    long[25] += 4; // UDP Length 4 past the IP payload
+    let mut short = whole.clone();
+    short[25] -= 4;
+    let n = whole.len() as u32;
+    let f = pcap_of(
+        false,
+        false,
+        30,
+        101,
+        &[
+            (10, 0, 30, n, whole[..30].to_vec()),
+            (11, 0, n, n, long),
+            (12, 0, n, n, short),
+        ],
+    );
+    let (frames, stats) = frames_of(&f);
+    let stats = stats.unwrap();
+    assert_eq!(
+        (stats.frames, stats.udp, stats.skipped),
+        (3, 1, 2),
+        "{stats:?}"
+    );
+    let payloads: Vec<_> = frames.iter().map(|f| f.2.clone()).collect();
+    assert_eq!(payloads, [None, None, Some(b"hello w".to_vec())]);
+
+    let mut ng = Ng::new(true);
+    ng.idb(1, &[ng.option(9, &[6])]);
+    ng.idb(101, &[ng.option(9, &[9]), ng.option(14, &ng.u64(100))]);
+    ng.idb(101, &[ng.option(9, &[0x80 | 10])]);
+    ng.epb(0, 1_500_000, &ethernet(&ip(b"a")), 0);
+    ng.epb(1, 2_000_000_001, &ip(b"b"), 0);
+    ng.epb(2, 3 * 1024 + 512, &ip(b"c"), 0);
+    let (frames, stats) = frames_of(&ng.out);
+    assert_eq!(stats.unwrap().udp, 3);
+    let got: Vec<_> = frames.iter().map(|f| (f.0, f.1)).collect();
+    assert_eq!(
+        got,
+        [
+            (Time(1_500_000), 0),
+            (Time(102_000_000), 1),
+            (Time(3_500_000), 2)
+        ]
+    );
+}
+
+/// A file that is no capture, and an empty one: a clear error naming the file, exit 1, no
+/// output; a pcap cut inside its last record: the records before it replayed, exit 0.
+#[test]
+fn not_a_capture_an_empty_one_and_one_cut_short() {
+    for (name, bytes) in [
+        ("text", &b"hello, this is not a capture at all\n"[..]),
+        ("empty", &b""[..]),
+    ] {
+        let (code, out, err) = replay(name, bytes, &[]);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(out.is_empty());
+        assert!(
+            err.contains(name) && err.contains("not a readable pcap/pcapng capture"),
+            "{err}"
+        );
+    }
+    let a = ip(&rtp(1, 0, "Hello there. "));
+    let b = ip(&rtp(2, 100, "More text. "));
+    let (na, nb) = (a.len() as u32, b.len() as u32);
+    let mut f = pcap_of(
+        false,
+        false,
+        262_144,
+        101,
+        &[(10, 5, na, na, a), (11, 5, nb, nb, b)],
+    );
+    f.truncate(f.len() - 5);
+    let (code, out, err) = replay("cut", &f, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(adds(&out), ["Hello there."]);
+    assert!(err.contains("ends inside a record"), "{err}");
 }
