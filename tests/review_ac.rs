@@ -342,3 +342,65 @@ fn not_a_capture_an_empty_one_and_one_cut_short() {
     assert_eq!(adds(&out), ["Hello there."]);
     assert!(err.contains("ends inside a record"), "{err}");
 }
+
+fn rtp_from(ssrc: u32, seq: u16, ts: u32, text: &str) -> Vec<u8> {
+    let mut p = rtp(seq, ts, text);
+    p[8..12].copy_from_slice(&ssrc.to_be_bytes());
+    p
+}
+
+/// Two pcapng interfaces whose clocks stand two minutes apart (one NIC stamping in hardware,
+/// the case capture.rs and the README name for reassembly and for frames not fed), each
+/// carrying one speaker's datagrams, interleaved 300 ms apart. Fed, the datagrams of the two
+/// interfaces drive the one replay clock: each change from the interface behind to the one
+/// ahead moves it two minutes on, and each change back is a "step" whose length is added to
+/// every later time, so the clock runs away by two minutes per pair of packets. Each
+/// speaker's words are then idle-flushed one by one and its stream times out (60 s) between
+/// them: a join and a leave per packet instead of one sentence each, as live.
+#[test]
+#[ignore = "known gap: fed datagrams of pcapng interfaces stamping a minute or more apart \
+            run the one replay clock away; a per-interface mapping to the core's time cannot \
+            tell an interface stamping ahead from one that starts later, so the fix is not local"]
+fn datagrams_on_two_interfaces_stamping_minutes_apart_keep_their_own_spacing() {
+    let mut ng = Ng::new(true);
+    ng.idb(101, &[]);
+    ng.idb(101, &[]);
+    let t0: u64 = 1_700_000_000_000_000;
+    let skew: u64 = 120_000_000;
+    let a = ["Hello ", "there, ", "my ", "friend."];
+    let b = ["Good ", "day ", "to ", "you."];
+    for k in 0..4 {
+        let at = t0 + k as u64 * 600_000;
+        let ts = k as u32 * 600;
+        let pa = udp_ipv4(
+            [10, 0, 0, 1],
+            40000,
+            [10, 0, 0, 9],
+            5004,
+            &rtp_from(1, k as u16 + 1, ts, a[k]),
+        );
+        let pb = udp_ipv4(
+            [10, 0, 0, 2],
+            40000,
+            [10, 0, 0, 9],
+            5004,
+            &rtp_from(2, k as u16 + 1, ts, b[k]),
+        );
+        ng.epb(0, at, &pa, 0);
+        ng.epb(1, at + 300_000 + skew, &pb, 0);
+    }
+    let (code, out, err) = replay("skew", &ng.out, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    let mut got = adds(&out);
+    got.sort();
+    assert_eq!(
+        got,
+        ["Good day to you.", "Hello there, my friend."],
+        "{err}"
+    );
+    let joins = out
+        .lines()
+        .filter(|l| l.contains("\"session.join\""))
+        .count();
+    assert_eq!(joins, 2, "{out}");
+}
