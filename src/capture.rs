@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use etherparse::defrag::{IpDefragBuf, IpFragRange};
 use etherparse::{
-    IpFragOffset, IpNumber, Ipv6ExtensionSlice, LinkExtSlice, NetSlice, SlicedPacket,
-    TransportSlice, UdpHeader, UdpSlice,
+    IpFragOffset, IpNumber, Ipv6ExtensionSlice, LaxNetSlice, LaxSlicedPacket, LinkExtSlice,
+    NetSlice, SlicedPacket, TransportSlice, UdpHeader, UdpSlice,
 };
 use pcap_parser::data::{PacketData, get_packetdata};
 use pcap_parser::pcapng::{Block, InterfaceDescriptionBlock, OptionCode};
@@ -75,6 +75,9 @@ pub struct CaptureStats {
     /// extension headers that follow a fragment header, unsupported link types), or whose
     /// datagram or fragment the snap length cut short.
     pub skipped: u64,
+    /// Of `skipped`, the frames whose UDP datagram (or fragment of one) the snap length cut
+    /// short: text lost to how the capture was taken, not traffic replay has no use for.
+    pub cut_by_snaplen: u64,
     /// Frames that are IPv4 or IPv6 fragments of a UDP datagram, whatever became of them.
     pub fragments: u64,
     /// Datagrams reassembled from fragments (also counted in `udp`).
@@ -271,7 +274,7 @@ fn block_type(read_le: u32, big_endian: bool) -> u32 {
 
 /// An obsolete Packet Block's body: interface id, timestamp and the captured bytes (caplen of
 /// them), or `None` when the block is too short for what it claims.
-fn packet_block(body: &[u8], big_endian: bool) -> Option<(usize, u32, u32, &[u8])> {
+fn packet_block(body: &[u8], big_endian: bool) -> Option<(usize, u32, u32, &[u8], u32)> {
     let u16_at = |i: usize| -> Option<u16> {
         let b = body.get(i..i + 2)?.try_into().ok()?;
         Some(if big_endian {
@@ -290,9 +293,9 @@ fn packet_block(body: &[u8], big_endian: bool) -> Option<(usize, u32, u32, &[u8]
     };
     // interface id (16 bits), drops count (16), timestamp high, low, captured, original length.
     let if_id = usize::from(u16_at(0)?);
-    let (high, low, caplen) = (u32_at(4)?, u32_at(8)?, u32_at(12)?);
+    let (high, low, caplen, origlen) = (u32_at(4)?, u32_at(8)?, u32_at(12)?, u32_at(16)?);
     let data = body.get(20..)?.get(..usize::try_from(caplen).ok()?)?;
-    Some((if_id, high, low, data))
+    Some((if_id, high, low, data, origlen))
 }
 
 /// As [`read_udp`], from any reader (fuzzing feeds bytes here).
@@ -468,72 +471,87 @@ pub fn read_frames_from(
         match reader.next() {
             Ok((offset, block)) => {
                 // A packet on an interface the section did not describe is counted, skipped.
-                let on = |if_id: usize, high: u32, low: u32, data| {
+                let on = |if_id: usize, high: u32, low: u32, data, origlen| {
                     let iface = interfaces.get(if_id)?;
-                    Some((iface.time(high, low), iface.link, if_id, data))
+                    Some((iface.time(high, low), iface.link, if_id, data, origlen))
                 };
-                let frame = match block {
-                    PcapBlockOwned::LegacyHeader(h) => {
-                        // The low 16 bits: the high ones may say the frames end in an FCS
-                        // (the pcap spec's FCS length and its P bit; libpcap's LT_LINKTYPE),
-                        // which the IP lengths leave out.
-                        legacy_link = Linktype(h.network.0 & 0xffff);
-                        legacy_nanos = h.is_nanosecond_precision();
-                        legacy_be = Some(h.is_bigendian());
-                        None
-                    }
-                    PcapBlockOwned::Legacy(b) => {
-                        let frac = if legacy_nanos {
-                            u64::from(b.ts_usec) / 1000
-                        } else {
-                            u64::from(b.ts_usec)
-                        };
-                        let t = Time(u64::from(b.ts_sec) * 1_000_000 + frac);
-                        Some(Some((t, legacy_link, 0, captured(b.data, b.caplen))))
-                    }
-                    PcapBlockOwned::NG(Block::SectionHeader(shb)) => {
-                        // A new section (pcapng 4.1): its interfaces are others, numbered
-                        // from 0 again, so what was pending is left unfinished.
-                        interfaces.clear();
-                        (last_if0, last_any) = (None, None);
-                        reassembler.finish(&mut stats);
-                        big_endian = shb.big_endian();
-                        None
-                    }
-                    PcapBlockOwned::NG(Block::InterfaceDescription(idb)) => {
-                        interfaces.push(Interface::new(&idb, big_endian));
-                        None
-                    }
-                    PcapBlockOwned::NG(Block::EnhancedPacket(epb)) => {
-                        // `epb.data` holds the padding to 32 bits: cut to what was captured,
-                        // or a datagram cut by the snap length by 1-3 bytes ends in zeros
-                        // and reads as whole.
-                        let data = captured(epb.data, epb.caplen);
-                        Some(on(epb.if_id as usize, epb.ts_high, epb.ts_low, data))
-                    }
-                    PcapBlockOwned::NG(Block::Unknown(b))
-                        if block_type(b.block_type, big_endian) == PACKET_BLOCK =>
-                    {
-                        let packet = packet_block(b.data, big_endian);
-                        Some(packet.and_then(|(id, high, low, data)| on(id, high, low, data)))
-                    }
-                    PcapBlockOwned::NG(Block::SimplePacket(spb)) => {
-                        // pcapng 4.4: a packet of the first interface, without a timestamp,
-                        // its captured length the lesser of its original length and the
-                        // interface's snap length (`data` holds the padding to 32 bits).
-                        let time = last_if0.or(last_any).unwrap_or(Time(0));
-                        Some(interfaces.first().map(|iface| {
-                            let caplen = match iface.snaplen {
-                                0 => spb.origlen,
-                                snap => spb.origlen.min(snap),
+                let frame =
+                    match block {
+                        PcapBlockOwned::LegacyHeader(h) => {
+                            // The low 16 bits: the high ones may say the frames end in an FCS
+                            // (the pcap spec's FCS length and its P bit; libpcap's LT_LINKTYPE),
+                            // which the IP lengths leave out.
+                            legacy_link = Linktype(h.network.0 & 0xffff);
+                            legacy_nanos = h.is_nanosecond_precision();
+                            legacy_be = Some(h.is_bigendian());
+                            None
+                        }
+                        PcapBlockOwned::Legacy(b) => {
+                            let frac = if legacy_nanos {
+                                u64::from(b.ts_usec) / 1000
+                            } else {
+                                u64::from(b.ts_usec)
                             };
-                            (time, iface.link, 0, captured(spb.data, caplen))
-                        }))
-                    }
-                    PcapBlockOwned::NG(_) => None,
-                };
+                            let t = Time(u64::from(b.ts_sec) * 1_000_000 + frac);
+                            Some(Some((
+                                t,
+                                legacy_link,
+                                0,
+                                captured(b.data, b.caplen),
+                                b.origlen,
+                            )))
+                        }
+                        PcapBlockOwned::NG(Block::SectionHeader(shb)) => {
+                            // A new section (pcapng 4.1): its interfaces are others, numbered
+                            // from 0 again, so what was pending is left unfinished.
+                            interfaces.clear();
+                            (last_if0, last_any) = (None, None);
+                            reassembler.finish(&mut stats);
+                            big_endian = shb.big_endian();
+                            None
+                        }
+                        PcapBlockOwned::NG(Block::InterfaceDescription(idb)) => {
+                            interfaces.push(Interface::new(&idb, big_endian));
+                            None
+                        }
+                        PcapBlockOwned::NG(Block::EnhancedPacket(epb)) => {
+                            // `epb.data` holds the padding to 32 bits: cut to what was captured,
+                            // or a datagram cut by the snap length by 1-3 bytes ends in zeros
+                            // and reads as whole.
+                            let data = captured(epb.data, epb.caplen);
+                            Some(on(
+                                epb.if_id as usize,
+                                epb.ts_high,
+                                epb.ts_low,
+                                data,
+                                epb.origlen,
+                            ))
+                        }
+                        PcapBlockOwned::NG(Block::Unknown(b))
+                            if block_type(b.block_type, big_endian) == PACKET_BLOCK =>
+                        {
+                            let packet = packet_block(b.data, big_endian);
+                            Some(packet.and_then(|(id, high, low, data, len)| {
+                                on(id, high, low, data, len)
+                            }))
+                        }
+                        PcapBlockOwned::NG(Block::SimplePacket(spb)) => {
+                            // pcapng 4.4: a packet of the first interface, without a timestamp,
+                            // its captured length the lesser of its original length and the
+                            // interface's snap length (`data` holds the padding to 32 bits).
+                            let time = last_if0.or(last_any).unwrap_or(Time(0));
+                            Some(interfaces.first().map(|iface| {
+                                let caplen = match iface.snaplen {
+                                    0 => spb.origlen,
+                                    snap => spb.origlen.min(snap),
+                                };
+                                (time, iface.link, 0, captured(spb.data, caplen), spb.origlen)
+                            }))
+                        }
+                        PcapBlockOwned::NG(_) => None,
+                    };
                 // None: not a packet; Some(None): a packet we cannot use.
-                if let Some(Some((t, _, if_id, _))) = frame {
+                if let Some(Some((t, _, if_id, ..))) = frame {
                     last_any = Some(t);
                     if if_id == 0 {
                         last_if0 = Some(t);
@@ -594,13 +612,13 @@ pub fn read_frames_from(
 /// Counts one packet record (`None`: one we cannot use) and hands out its datagram, whole or
 /// the one it completes, or else its time; what `each` says.
 fn take_frame(
-    frame: Option<(Time, Linktype, usize, &[u8])>,
+    frame: Option<(Time, Linktype, usize, &[u8], u32)>,
     reassembler: &mut Reassembler,
     stats: &mut CaptureStats,
     each: &mut dyn FnMut(Frame) -> ControlFlow<()>,
 ) -> ControlFlow<()> {
     stats.frames += 1;
-    let Some((time, link, interface, data)) = frame else {
+    let Some((time, link, interface, data, origlen)) = frame else {
         stats.skipped += 1;
         return ControlFlow::Continue(());
     };
@@ -630,8 +648,46 @@ fn take_frame(
         }
         None => {
             stats.skipped += 1;
+            if data.len() < usize::try_from(origlen).unwrap_or(usize::MAX) && cut_udp(data, link) {
+                stats.cut_by_snaplen += 1;
+            }
             each(Frame::Other(time, interface))
         }
+    }
+}
+
+/// Whether a frame the snap length cut short (so not read whole by [`packet_of`]) carries a
+/// UDP datagram or a fragment of one, as far as its IP header, read laxly, tells.
+fn cut_udp(data: &[u8], link: Linktype) -> bool {
+    // As `packet_of`: pcap-parser's decoders of other link types panic on malformed frames.
+    let supported = [
+        Linktype::ETHERNET,
+        Linktype::RAW,
+        Linktype::LINUX_SLL,
+        Linktype::LINUX_SLL2,
+        Linktype::IPV4,
+        Linktype::IPV6,
+        Linktype::NULL,
+        Linktype::LOOP,
+    ];
+    if !supported.contains(&link) {
+        return false;
+    }
+    let sliced = match get_packetdata(data, link, data.len()) {
+        Some(PacketData::L2(frame)) => LaxSlicedPacket::from_ethernet(frame).ok(),
+        Some(PacketData::L3(ethertype @ (0x8100 | 0x88a8 | 0x9100), packet)) => Some(
+            LaxSlicedPacket::from_ether_type(etherparse::EtherType(ethertype), packet),
+        ),
+        Some(PacketData::L3(_, packet)) => LaxSlicedPacket::from_ip(packet).ok(),
+        Some(PacketData::Unsupported(_)) if link == Linktype::LOOP => data
+            .get(4..)
+            .and_then(|ip| LaxSlicedPacket::from_ip(ip).ok()),
+        _ => None,
+    };
+    match sliced.and_then(|s| s.net) {
+        Some(LaxNetSlice::Ipv4(ip)) => ip.payload().ip_number == IpNumber::UDP,
+        Some(LaxNetSlice::Ipv6(ip)) => ip.payload().ip_number == IpNumber::UDP,
+        _ => false,
     }
 }
 

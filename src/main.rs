@@ -1002,6 +1002,14 @@ fn run_replay(
         replay::ReplayError::Capture(e) => format!("{}: {e}", file.display()),
         replay::ReplayError::Output(e) => format!("writing envelopes to stdout: {e}"),
     })?;
+    if summary.capture.cut_by_snaplen > 0 {
+        // Skipped, not replayed as cut text: their text is lost to how the capture was taken.
+        tracing::warn!(
+            file = %file.display(),
+            datagrams = summary.capture.cut_by_snaplen,
+            "UDP datagrams cut short by the capture's snap length were skipped: capture with a larger one (tcpdump -s 0)"
+        );
+    }
     if summary.capture.cut_short {
         tracing::warn!(file = %file.display(), "the capture ends inside a record: replayed up to it");
     }

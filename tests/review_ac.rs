@@ -404,3 +404,53 @@ fn datagrams_on_two_interfaces_stamping_minutes_apart_keep_their_own_spacing() {
         .count();
     assert_eq!(joins, 2, "{out}");
 }
+
+/// A capture taken with too small a snap length (`tcpdump -s 96`, old tcpdump's default of
+/// 68 or 96 bytes, `dumpcap -s`) cuts the longer datagrams short. Replay rightly skips them
+/// (no cut text), but said nothing more than `skipped=N` at info level, the same count as
+/// ARP, TCP or other traffic: a capture whose every datagram was cut replayed to nothing,
+/// exit 0, with no hint why. The datagrams cut short are counted apart (a cut TCP segment is
+/// not one) and warned about, with the remedy.
+#[test]
+fn datagrams_cut_short_by_the_snap_length_are_counted_apart_and_warned_about() {
+    let long = ethernet(&ip(&rtp(1, 0, "A sentence long enough to be cut. ")));
+    let short = ethernet(&ip(&rtp(2, 300, "Ok.")));
+    let mut tcp = ethernet(&ip(&[0x55; 60]));
+    tcp[14 + 9] = 6; // TCP
+    let snap = 60u32;
+    let cut = |f: &Vec<u8>| f[..snap as usize].to_vec();
+    let (nl, ns, nt) = (long.len() as u32, short.len() as u32, tcp.len() as u32);
+    let f = pcap_of(
+        false,
+        false,
+        snap,
+        1,
+        &[
+            (10, 0, snap, nl, cut(&long)),
+            (10, 100, snap, nt, cut(&tcp)),
+            (10, 300_000, ns, ns, short),
+            (11, 0, snap, nl, cut(&long)),
+        ],
+    );
+    let (code, out, err) = replay("snaplen", &f, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(adds(&out), ["Ok."], "{err}");
+    let warn = err
+        .lines()
+        .find(|l| l.contains("WARN") && l.contains("snap length"))
+        .unwrap_or_else(|| panic!("no warning about the snap length: {err}"));
+    assert!(warn.contains("datagrams=2"), "{warn}");
+
+    // The real dumpcap capture in pcaps/: its three datagrams all cut.
+    let (code, _, err) = replay(
+        "snaplen-fixture",
+        &std::fs::read("pcaps/sll2_cut_by_snaplen.pcapng").unwrap(),
+        &[],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.lines()
+            .any(|l| l.contains("WARN") && l.contains("snap length") && l.contains("datagrams=3")),
+        "{err}"
+    );
+}
