@@ -454,3 +454,22 @@ fn datagrams_cut_short_by_the_snap_length_are_counted_apart_and_warned_about() {
         "{err}"
     );
 }
+
+/// A pcapng of Simple Packet Blocks alone replays at one instant: the per-source rate limit
+/// (1,000 packets a second) refuses all but the first 1,000 of a source, as the README says,
+/// and `--max-pps-per-source 0` gives them all.
+#[test]
+fn many_simple_packet_blocks_of_one_source_need_the_rate_limit_lifted() {
+    let mut ng = Ng::new(true);
+    ng.idb(101, &[]);
+    for k in 0..1200u16 {
+        ng.spb(&ip(&rtp(k + 1, u32::from(k) * 300, "a")));
+    }
+    let total = |out: &str| adds(out).iter().map(String::len).sum::<usize>();
+    let (code, out, err) = replay("spb-many", &ng.out, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(total(&out), 1000, "{err}");
+    let (code, out, err) = replay("spb-many", &ng.out, &["--max-pps-per-source", "0"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(total(&out), 1200, "{err}");
+}
