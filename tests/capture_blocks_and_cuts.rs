@@ -1,4 +1,7 @@
-//! Review ac: reading captures and replaying them, on captures written byte by byte.
+//! Found by review ac (session 43): reading captures and replaying them, on captures written
+//! byte by byte: pcapng Simple Packet Blocks replayed, datagrams cut by the snap length warned
+//! about, and what replay reads right (nanosecond pcap, interfaces' resolutions and offsets,
+//! UDP Length mismatches, files cut short, not a capture).
 
 use std::path::PathBuf;
 use std::process::Command;
