@@ -281,3 +281,66 @@ async fn a_join_refused_as_full_is_retried_with_growing_pauses() {
     assert_eq!(metrics.refused.get(), 0);
     ws.close(Duration::from_millis(200)).await;
 }
+
+/// The admins a connection remembers are bounded: members announcing themselves admins without
+/// end grew every participant's connection's list, scanned at each announce. The newest 64 are
+/// kept: a `session.end` from the first of 65 is not acted on (text still goes), one from the
+/// last is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admins_remembered_are_the_newest_64() {
+    let (url, log) = server(|_, v| match v["type"].as_str() {
+        Some("session.join") => {
+            let mut out: Vec<String> = (0..65)
+                .map(|i| {
+                    let id = format!("admin-{i}");
+                    frame(
+                        "s",
+                        "participant.announce",
+                        &id,
+                        json!({"id": id, "name": "Chair", "type": "human", "roles": ["admin"]}),
+                    )
+                })
+                .collect();
+            out.push(frame(
+                "s",
+                "session.end",
+                "admin-0",
+                json!({"reason": "forgotten", "final_state": "completed"}),
+            ));
+            // Its pong says the end before it was read.
+            out.push(frame("s", "heartbeat.ping", "server", json!({})));
+            out
+        }
+        Some("context.add") => vec![frame(
+            "s",
+            "session.end",
+            "admin-64",
+            json!({"reason": "meeting over", "final_state": "completed"}),
+        )],
+        _ => vec![],
+    })
+    .await;
+    let cfg = config(url);
+    let metrics = cfg.metrics.clone();
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    ws.send(talk.join(ME));
+    let l = log.clone();
+    wait_until("the pong after the first admin's end", || {
+        l.lock()
+            .unwrap()
+            .iter()
+            .any(|(_, v)| v["type"] == "heartbeat.pong")
+    })
+    .await;
+    assert_eq!(
+        metrics.sessions_ended.get(),
+        0,
+        "the first admin is forgotten"
+    );
+    ws.send(talk.add(ME, "still heard"));
+    let l = log.clone();
+    wait_until("the text written", || adds(&l) == 1).await;
+    wait_until("the session ended", || metrics.sessions_ended.get() == 1).await;
+    ws.close(Duration::from_secs(2)).await;
+}

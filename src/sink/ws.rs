@@ -449,7 +449,8 @@ async fn connection(
     let mut own: VecDeque<(ulid::Ulid, Kind)> = VecDeque::new();
     // The session's members the server announced as admins (pvp-spec 6.5: an admin ends a
     // session): a `session.end` from anyone else (a server relaying it unchecked, as the
-    // reference one does) is not acted on.
+    // reference one does) is not acted on. The newest [`MAX_ADMINS`]: members announcing
+    // themselves admins without end do not grow every connection's memory.
     let mut admins: Vec<Box<str>> = Vec::new();
     // Ids of recent envelopes, so an `error`'s `related_to` can be told in the log.
     // Grown as envelopes are written: most participants write a few, and 10,000 connections
@@ -683,9 +684,14 @@ async fn connection(
                                     Reaction::Roles { id, admin } => {
                                         let at = admins.iter().position(|a| **a == *id);
                                         match (at, admin) {
-                                            (None, true) => admins.push(id.into()),
+                                            (None, true) => {
+                                                if admins.len() == MAX_ADMINS {
+                                                    admins.remove(0);
+                                                }
+                                                admins.push(id.into());
+                                            }
                                             (Some(i), false) => {
-                                                admins.swap_remove(i);
+                                                admins.remove(i);
                                             }
                                             _ => {}
                                         }
@@ -1011,6 +1017,10 @@ fn socket_config() -> tokio_tungstenite::tungstenite::protocol::WebSocketConfig 
 /// so after a burst an answer may name an envelope dozens of writes back; each entry is 24
 /// bytes a participant.
 const RECENT: usize = 64;
+
+/// Admins a connection remembers, the newest (see `admins` in [`connection`]): a session has a
+/// few; past this, the first announced is forgotten, and a `session.end` from it not acted on.
+const MAX_ADMINS: usize = 64;
 
 /// Text envelopes (`context.*`) a connection holds after writing them, to send again one the
 /// server refuses as RATE_LIMITED, each a few hundred bytes a participant.
