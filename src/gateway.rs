@@ -134,6 +134,10 @@ pub enum DropReason {
     SsrcConflict,
     /// t140llm FEC (compat mode): not RFC 5109, and it reuses media sequence numbers.
     T140llmFec,
+    /// Compat mode: a T.140 payload (or RED block) with bytes that are not UTF-8 inside it.
+    /// t140llm's text always is, whole characters per packet; its SRTP mode
+    /// (`processAIStreamToSrtp`), which the gateway cannot decrypt, looks like this.
+    T140llmNotText,
     /// Source outside every `--allow` network.
     NotAllowed,
     /// Source above `--max-pps-per-source`.
@@ -156,7 +160,7 @@ impl From<Refusal> for DropReason {
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 19] = [
+    pub const ALL: [DropReason; 20] = [
         DropReason::Rtp(RtpError::TooShort),
         DropReason::Rtp(RtpError::BadVersion),
         DropReason::Rtp(RtpError::CsrcOverrun),
@@ -172,6 +176,7 @@ impl DropReason {
         DropReason::SequenceJump,
         DropReason::SsrcConflict,
         DropReason::T140llmFec,
+        DropReason::T140llmNotText,
         DropReason::NotAllowed,
         DropReason::RateLimited,
         DropReason::RtcpFeedLagged,
@@ -193,6 +198,7 @@ impl DropReason {
             DropReason::SequenceJump => "sequence_jump",
             DropReason::SsrcConflict => "ssrc_conflict",
             DropReason::T140llmFec => "t140llm_fec",
+            DropReason::T140llmNotText => "t140llm_not_text",
             DropReason::NotAllowed => "not_allowed",
             DropReason::RateLimited => "rate_limited",
             DropReason::RtcpFeedLagged => "rtcp_feed_lagged",
@@ -1816,6 +1822,14 @@ impl Gateway {
     #[cold]
     #[inline(never)]
     fn drop_datagram(&mut self, source: SocketAddr, data: &[u8], reason: DropReason) {
+        if reason == DropReason::T140llmNotText && self.emit.stats.drops(reason) == 0 {
+            tracing::warn!(
+                %source,
+                reason = reason.as_str(),
+                "a t140llm packet's payload is not UTF-8 text: dropped, as every such one is \
+                 (counted). t140llm's SRTP mode looks like this; pvp-t140 does not decrypt SRTP"
+            );
+        }
         self.emit.stats.drops[reason.index()] += 1;
         tracing::debug!(%source, len = data.len(), reason = reason.as_str(), "datagram dropped");
     }
@@ -1872,6 +1886,16 @@ impl Gateway {
         };
         let red = parsed.is_some();
         if compat == Compat::T140llm {
+            let text = match &parsed {
+                None => utf8_inside(payload),
+                Some(p) => {
+                    utf8_inside(p.primary().data)
+                        && p.redundant_blocks().all(|b| utf8_inside(b.data))
+                }
+            };
+            if !text {
+                return Err(DropReason::T140llmNotText);
+            }
             if !red && pkt.marker && payload.starts_with(b"MD:{") {
                 // Metadata, not text: it still takes its sequence number, so it passes as empty.
                 self.emit.stats.metadata += 1;
@@ -3234,5 +3258,20 @@ impl Gateway {
                 "stream ended"
             );
         }
+    }
+}
+
+/// Whether `data` is UTF-8 but for a character cut at either end (a conformant sender may split
+/// one across packets, README "Text decoding"): up to 3 continuation bytes first, an
+/// unfinished sequence last. Bytes that are not UTF-8 inside it are never t140llm's text.
+fn utf8_inside(data: &[u8]) -> bool {
+    let lead = data
+        .iter()
+        .take(3)
+        .take_while(|&&b| b & 0xc0 == 0x80)
+        .count();
+    match std::str::from_utf8(&data[lead..]) {
+        Ok(_) => true,
+        Err(e) => e.error_len().is_none(),
     }
 }

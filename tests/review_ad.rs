@@ -1,0 +1,191 @@
+//! Review ad: interoperation with the real external sender t140llm 0.0.19 (`--compat t140llm`).
+//!
+//! Two kinds of test: the core driven with the exact bytes t140llm sends (read from its source,
+//! or captured from the package itself on loopback), which always run; and the real package
+//! (`interop/t140llm`, node) against the real gateway binary over loopback UDP, which need node
+//! and `npm install` there, so are `#[ignore]`d like `tests/interop_t140llm.rs`:
+//! `cargo test --test review_ad -- --ignored`.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use common::gateway_proc::Gateway as GatewayProc;
+use pvp_t140::{Compat, Config, DropReason, Gateway, rtp};
+use serde_json::Value;
+
+#[path = "common/core.rs"]
+mod core_helpers;
+use core_helpers::{addr, at, drain, shown};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn t140llm_cfg() -> Config {
+    Config {
+        compat: Compat::T140llm,
+        t140_pt: 96,
+        red_pt: 98,
+        ..Config::default()
+    }
+}
+
+fn hex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+fn interop_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("interop/t140llm")
+}
+
+fn prerequisites() {
+    let node = Command::new("node").arg("--version").output();
+    assert!(
+        node.as_ref().is_ok_and(|o| o.status.success()),
+        "node is not installed"
+    );
+    assert!(
+        interop_dir()
+            .join("node_modules/t140llm/package.json")
+            .exists(),
+        "t140llm is not installed: run `npm install` in interop/t140llm"
+    );
+}
+
+/// Runs `script` (CommonJS, `PORT` set to the gateway's port, `t` the t140llm package) with
+/// node in interop/t140llm against a fresh `--compat t140llm` gateway; returns each
+/// participant's context.add contents joined by single spaces, and the gateway's stderr.
+fn run_node(script: &str) -> (BTreeMap<String, String>, Vec<String>) {
+    prerequisites();
+    let mut gw = GatewayProc::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--compat",
+        "t140llm",
+        "--session",
+        "review-ad",
+    ]);
+    let port = gw.listen.port();
+    let prelude = format!(
+        "const PORT = {port}; const t = require('t140llm'); \
+         const {{ PassThrough }} = require('stream'); const dgram = require('dgram');\n"
+    );
+    let status = Command::new("node")
+        .current_dir(interop_dir())
+        .args(["-e", &format!("{prelude}{script}")])
+        .status()
+        .expect("run node");
+    assert!(status.success(), "node failed: {status:?}");
+    assert!(gw.terminate(WAIT).success());
+    let mut transcripts: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for l in gw.stdout_lines() {
+        let e: Value = serde_json::from_str(&l).expect("NDJSON");
+        if e["type"] == "context.add" {
+            transcripts
+                .entry(e["sender"].as_str().unwrap().to_owned())
+                .or_default()
+                .push(e["payload"]["content"].as_str().unwrap().to_owned());
+        }
+    }
+    let joined = transcripts
+        .into_iter()
+        .map(|(k, v)| (k, v.join(" ")))
+        .collect();
+    (joined, gw.stderr_lines())
+}
+
+// ---- SRTP: t140llm's processAIStreamToSrtp ----------------------------------------------
+
+/// What `processAIStreamToSrtp(feed, '127.0.0.1', port, {masterKey: 16 x 0x07, masterSalt:
+/// 14 x 0x09, ssrc: 0x11223344})` sent for the chunks "Hello ", "from ", "an ", "encrypted ",
+/// "sender. ", "Bye." (t140llm 0.0.19, werift-rtp 0.8.9, captured on loopback): the RTP header
+/// in the clear, the payload AES-CM encrypted with a 10-byte HMAC tag.
+const SRTP_PLAIN: [&str; 6] = [
+    "8060000000000000112233447a5c005d3a3b07fde49d67cd57748b61",
+    "80600001000000a011223344410aebc98f6ffe5bf0574aed202240",
+    "8060000200000140112233440fff14894255937be0962dde76",
+    "80600003000001e011223344a10e52ca482fbc79a2a9c0dc7db0347be289ce67",
+    "8060000400000280112233442f1f4fe719b646ba9f87825628c3ed2fc366",
+    "8060000500000320112233448a5b7e571e0bda897f755a2d52b5",
+];
+
+/// The same with `redEnabled: true` (first packet PT 96, then PT 98).
+const SRTP_RED: [&str; 6] = [
+    "8060000000000000112233447a5c005d3a3b07fde49d67cd57748b61",
+    "80620001000000a011223344c77824a2cf2faa5c469e955eca364d50fde2d5f4cf33531f0908",
+    "8062000200000140112233448e91942fc43c669701490caf2fae83dfcfe7d201ba41703484671de09acee5ff55",
+    "80620003000001e011223344246091bbd15e8819a6e826fdd70b428a058332ec2348336b048b3ad1debb6a637230a05349",
+    "806200040000028011223344bc7a81899cc528999ca7002e5d7ca7cabd643db01529606dc891b7456d56a46e32371cad611a79dd",
+    "8062000500000320112233442822bb7163d334a05735f1ce21f5e0757ae8389e93d107313ed760cca23a4a95e8d4ea959fb6079770",
+];
+
+/// t140llm's SRTP mode encrypts the payload; the gateway does not do SRTP (docs/t140llm.md
+/// section 9). Its packets were read as T.140 and the ciphertext went into the transcript as
+/// U+FFFD and stray characters under a participant that joined for it. t140llm's text is
+/// always whole UTF-8 per packet (`Buffer.from(text, 'utf-8')`, cut at grapheme clusters), so
+/// a payload that is not is dropped and counted, and no one joins.
+#[test]
+fn t140llm_srtp_ciphertext_is_a_counted_drop_not_garbage_text() {
+    for (name, packets) in [("plain", SRTP_PLAIN), ("red", SRTP_RED)] {
+        let mut gw = Gateway::new(t140llm_cfg());
+        for (i, p) in packets.iter().enumerate() {
+            gw.handle_datagram(at(100 * i as u64), addr(6000), &hex(p));
+        }
+        gw.shutdown(at(5000));
+        let out = drain(&mut gw);
+        assert_eq!(shown(&out), Vec::<String>::new(), "{name}");
+        assert!(
+            !out.iter().any(|e| e.kind == "session.join"),
+            "{name}: no participant joins for ciphertext"
+        );
+        let s = gw.stats();
+        assert_eq!(s.drops_total(), 6, "{name}: every packet a counted drop");
+        // RED ciphertext may also fail as a RED header chain (`red_block_overrun`).
+        assert!(s.drops(DropReason::T140llmNotText) >= 3, "{name}");
+    }
+}
+
+/// A conformant sender's character split across packets (README "Text decoding") is still
+/// whole with `--compat t140llm`: only bytes that are not UTF-8 inside a payload are refused.
+#[test]
+fn t140llm_compat_still_joins_a_character_split_across_packets() {
+    let mut gw = Gateway::new(t140llm_cfg());
+    let word = "Grüße.".as_bytes();
+    let (a, b) = word.split_at(3); // "Gr" + first byte of "ü"
+    for (seq, part) in [(0u16, a), (1, b)] {
+        let mut d = Vec::new();
+        rtp::write_packet(&mut d, false, 96, seq, u32::from(seq) * 160, 0x55, part);
+        gw.handle_datagram(at(u64::from(seq) * 100), addr(6000), &d);
+    }
+    gw.shutdown(at(5000));
+    assert_eq!(shown(&drain(&mut gw)), ["Grüße."]);
+    assert_eq!(gw.stats().drops_total(), 0);
+}
+
+/// The real package's SRTP mode against the real binary.
+#[test]
+#[ignore = "needs node and `npm install` in interop/t140llm"]
+fn real_t140llm_srtp_sends_no_garbage_and_is_logged() {
+    let (t, log) = run_node(
+        "const feed = new PassThrough({ objectMode: true });
+         const tr = t.processAIStreamToSrtp(feed, '127.0.0.1', PORT,
+           { masterKey: Buffer.alloc(16, 7), masterSalt: Buffer.alloc(14, 9) });
+         tr.on('error', (e) => console.error(e.message));
+         const words = ['Secret ', 'words ', 'go ', 'here. ', 'More ', 'of ', 'them.'];
+         let i = 0;
+         const step = () => { if (i < words.length) { feed.write(words[i++]); setTimeout(step, 60); }
+                              else setTimeout(() => feed.end(), 200); };
+         step();",
+    );
+    assert!(t.is_empty(), "ciphertext became text: {t:?}");
+    assert!(
+        log.iter()
+            .any(|l| l.contains("t140llm_not_text") && l.contains("SRTP")),
+        "a clear log line: {log:?}"
+    );
+}
