@@ -58,6 +58,11 @@ pub enum MixerMode {
 /// t140llm's FEC payload type (docs/t140llm.md section 8): not RFC 5109, dropped in compat mode.
 pub const T140LLM_FEC_PT: u8 = 97;
 
+/// How long a t140llm stream has sent nothing before a reply's start (sequence 0, timestamp 0)
+/// from another port of its host, with its SSRC, ends it ([`Gateway::end_replied_stream`]):
+/// three ticks of t140llm's 100 ms pacer, which sends on every tick while text is queued.
+const T140LLM_REPLY_QUIET: Duration = Duration::from_millis(300);
+
 /// Gateway settings; the CLI maps its flags onto this.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -1913,7 +1918,12 @@ impl Gateway {
         let found = hint.filter(|&(_, at)| self.index.changes() == at);
         let slot = match found.map(|(slot, _)| slot).or_else(|| self.index.get(&key)) {
             Some(slot) => slot,
-            None => self.open_stream(now, key)?,
+            None => {
+                if compat == Compat::T140llm && pkt.sequence == 0 && pkt.timestamp == 0 {
+                    self.end_replied_stream(now, key);
+                }
+                self.open_stream(now, key)?
+            }
         };
         let csrc = match (self.cfg.mixer, pkt.csrcs().len()) {
             (MixerMode::Off, _) | (_, 0) => None,
@@ -2093,6 +2103,39 @@ impl Gateway {
         let (ssrc, seq) = (pkt.ssrc, pkt.sequence);
         crate::clamped::unclamp(&self.long_blocks, source, ssrc, seq, data, pkt.payload)
             .map_err(DropReason::Red)
+    }
+
+    /// t140llm opens a new UDP socket for every reply (a `T140RtpTransport` each) and closes it
+    /// at the reply's end, so a sender configured with a fixed `ssrc` sends each reply from a
+    /// new port, from sequence 0 and timestamp 0 (docs/t140llm.md section 3). Such a start, from
+    /// the host of the stream that holds its SSRC on this core and has been quiet for
+    /// [`T140LLM_REPLY_QUIET`], ends that stream (the last reply's), so that the new one is not
+    /// refused as [`DropReason::SsrcConflict`] until the old one times out.
+    #[cold]
+    #[inline(never)]
+    fn end_replied_stream(&mut self, now: Time, key: StreamKey) {
+        let source = canonical(key.source);
+        let Some(owner) = self.streams.owner(key.ssrc) else {
+            return;
+        };
+        if owner == source || owner.ip() != source.ip() {
+            return;
+        }
+        let old = StreamKey {
+            source: owner,
+            ssrc: key.ssrc,
+        };
+        let Some(slot) = self.index.get(&old) else {
+            return;
+        };
+        let quiet_since = self
+            .slots
+            .get(slot)
+            .expect("indexed slot is live")
+            .last_packet;
+        if quiet_since.saturating_add(T140LLM_REPLY_QUIET) <= now {
+            self.close_stream(now, slot, "t140llm reply from a new port");
+        }
     }
 
     /// Out of line: a stream opens once, and its set-up (the SSRC's owner, the limit, early

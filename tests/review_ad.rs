@@ -189,3 +189,80 @@ fn real_t140llm_srtp_sends_no_garbage_and_is_logged() {
         "a clear log line: {log:?}"
     );
 }
+
+// ---- a configured SSRC across replies ---------------------------------------------------
+
+/// A t140llm plain packet (PT 96, timestamp +160 a packet, M = 0).
+fn t140llm_pkt(seq: u16, ssrc: u32, text: &str) -> Vec<u8> {
+    let mut d = Vec::new();
+    rtp::write_packet(
+        &mut d,
+        false,
+        96,
+        seq,
+        u32::from(seq) * 160,
+        ssrc,
+        text.as_bytes(),
+    );
+    d
+}
+
+/// t140llm takes `ssrc` from its config, but opens a new UDP socket for every reply
+/// (`processAIStreamToRtp` makes a `T140RtpTransport`, which makes its own `dgram` socket, and
+/// closes it at the reply's end): a bot configured with a fixed SSRC sends each reply from a new
+/// port, numbered from sequence 0 and timestamp 0. The second reply was refused as
+/// `ssrc_conflict` until the first reply's stream timed out (60 s): its text was lost.
+#[test]
+fn t140llm_next_reply_with_a_fixed_ssrc_from_a_new_port_is_heard() {
+    let mut gw = Gateway::new(t140llm_cfg());
+    for (i, w) in ["First ", "reply", "."].iter().enumerate() {
+        gw.handle_datagram(
+            at(100 * i as u64),
+            addr(6000),
+            &t140llm_pkt(i as u16, 0x1122, w),
+        );
+    }
+    // The next reply, 1.5 s on, from the new socket.
+    for (i, w) in ["Second ", "one."].iter().enumerate() {
+        let t = 1500 + 100 * i as u64;
+        gw.handle_datagram(at(t), addr(6001), &t140llm_pkt(i as u16, 0x1122, w));
+    }
+    gw.shutdown(at(5000));
+    assert_eq!(shown(&drain(&mut gw)), ["First reply.", "Second one."]);
+    assert_eq!(gw.stats().drops_total(), 0);
+}
+
+/// What still is a conflict: the SSRC from another host, or from another port while the first
+/// stream is still sending (not a reply's start after its end).
+#[test]
+fn t140llm_fixed_ssrc_from_another_host_or_mid_reply_is_still_a_conflict() {
+    let mut gw = Gateway::new(t140llm_cfg());
+    gw.handle_datagram(at(0), addr(6000), &t140llm_pkt(0, 0x1122, "Hi "));
+    let other_host: std::net::SocketAddr = "127.0.0.2:6001".parse().unwrap();
+    gw.handle_datagram(at(500), other_host, &t140llm_pkt(0, 0x1122, "X"));
+    gw.handle_datagram(at(550), addr(6000), &t140llm_pkt(1, 0x1122, "there. "));
+    gw.handle_datagram(at(600), addr(6002), &t140llm_pkt(0, 0x1122, "Y"));
+    gw.handle_datagram(at(650), addr(6000), &t140llm_pkt(2, 0x1122, "Bye."));
+    gw.shutdown(at(5000));
+    assert_eq!(shown(&drain(&mut gw)).join(" "), "Hi there. Bye.");
+    assert_eq!(gw.stats().drops(DropReason::SsrcConflict), 2);
+}
+
+/// The real package: two replies in a row, each `processAIStreamToRtp` with `ssrc` set.
+#[test]
+#[ignore = "needs node and `npm install` in interop/t140llm"]
+fn real_t140llm_two_replies_with_a_fixed_ssrc_both_arrive() {
+    let (t, _) = run_node(
+        "function reply(text, then) {
+           const feed = new PassThrough({ objectMode: true });
+           const tr = t.processAIStreamToRtp(feed, '127.0.0.1', PORT, { ssrc: 0x11223344 });
+           tr.udpSocket.once('close', then);
+           feed.write(text);
+           setTimeout(() => feed.end(), 900);
+         }
+         reply('First reply.', () => setTimeout(() => reply('Second one.', () => {}), 300));",
+    );
+    let mut got: Vec<&String> = t.values().collect();
+    got.sort();
+    assert_eq!(got, ["First reply.", "Second one."], "{t:?}");
+}
