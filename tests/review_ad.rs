@@ -266,3 +266,56 @@ fn real_t140llm_two_replies_with_a_fixed_ssrc_both_arrive() {
     got.sort();
     assert_eq!(got, ["First reply.", "Second one."], "{t:?}");
 }
+
+// ---- known gaps -------------------------------------------------------------------------
+
+/// t140llm's `processBackspaces` keeps all the text it sent, backspaces applied, and sends it
+/// whole again when the source stream ends (`if (textBuffer) callbacks.sendText(textBuffer)`,
+/// docs/t140llm.md deviation 11). With its own socket that last packet is usually lost; with a
+/// custom transport, or `processAIStreamToDirectSocket`/SRTP, it arrives, and the whole reply
+/// is shown twice (seen with the real package: "Hello worLD.Hello worLD."). These are the
+/// direct-socket path's packets for the chunks "Hello wor", "ld\b\bLD.".
+#[test]
+#[ignore = "known gap: t140llm's processBackspaces re-sends the whole reply at its end; telling \
+            that packet from new text needs the reply's whole text kept per speaker"]
+fn t140llm_process_backspaces_resend_is_not_shown_twice() {
+    let mut gw = Gateway::new(t140llm_cfg());
+    for (i, w) in ["Hello wor", "ld\u{8}\u{8}LD.", "Hello worLD."]
+        .iter()
+        .enumerate()
+    {
+        gw.handle_datagram(
+            at(150 * i as u64),
+            addr(6000),
+            &t140llm_pkt(i as u16, 0x77, w),
+        );
+    }
+    gw.shutdown(at(5000));
+    assert_eq!(shown(&drain(&mut gw)).join(" "), "Hello worLD.");
+}
+
+/// With one socket for every reply (a `customTransport`) and a fixed `ssrc`, each reply starts
+/// again at sequence 0 and timestamp 0 from the same source. The gateway takes that for a new
+/// reply only after a quiet spell longer than the reorder wait (README, "Receiving", "Sequence"):
+/// a reply that starts sooner (here 400 ms after the last one's last packet) is dropped as
+/// stale, every packet of it while it is within 100 of the last reply's numbering.
+#[test]
+#[ignore = "known gap: a t140llm reply's start within the reorder wait of the last reply, \
+            through the same socket and SSRC, cannot be told from a late copy of the last \
+            reply's first packet"]
+fn t140llm_reply_through_the_same_socket_soon_after_the_last_is_heard() {
+    let mut gw = Gateway::new(t140llm_cfg());
+    for (i, w) in ["First ", "reply", "."].iter().enumerate() {
+        gw.handle_datagram(
+            at(100 * i as u64),
+            addr(6000),
+            &t140llm_pkt(i as u16, 0x1122, w),
+        );
+    }
+    for (i, w) in ["Second ", "one."].iter().enumerate() {
+        let t = 600 + 100 * i as u64;
+        gw.handle_datagram(at(t), addr(6000), &t140llm_pkt(i as u16, 0x1122, w));
+    }
+    gw.shutdown(at(5000));
+    assert_eq!(shown(&drain(&mut gw)).join(" "), "First reply. Second one.");
+}
