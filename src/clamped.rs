@@ -20,14 +20,21 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 
 use crate::red::RedError;
-use crate::speaker::{MAX_NAMED_ID, fingerprint};
+use crate::speaker::fingerprint;
 
 /// One long block remembered: the stream's source and SSRC, the packet's sequence number,
 /// and the block it would be repeated as (length, FNV-1a).
 type Entry = (SocketAddr, u32, u16, usize, u32);
 
-/// The longest multiplex prefix: an id of [`MAX_NAMED_ID`] bytes and 0x1E (a CSRC is 4 bytes).
-pub const MAX_PREFIX: usize = MAX_NAMED_ID + 1;
+/// The longest multiplex prefix looked behind for: an id of [`MAX_CLAMPED_ID`] bytes and 0x1E
+/// (a CSRC is 4 bytes).
+pub const MAX_PREFIX: usize = MAX_CLAMPED_ID + 1;
+
+/// The longest stream id whose clamped RED blocks are read (t140llm's multiplexing with RED,
+/// itself a known gap): a prefix is only looked for that far, so that not every RED packet is
+/// remembered as a long one. A stream id may be longer ([`crate::speaker::MAX_NAMED_ID`]);
+/// such a stream's clamped blocks stay ambiguous.
+pub const MAX_CLAMPED_ID: usize = 64;
 
 /// Long blocks kept, over every stream: only packets over 255 bytes are, and each is needed
 /// for the packets after it that repeat it (two with t140llm's default redundancy), which come
@@ -74,7 +81,7 @@ impl LongBlocks {
 
 /// The whole length of a clamped block starting at `at` in `payload`, whose text is a
 /// remembered block of `len` bytes and fingerprint `fp`: that block itself, or that text behind
-/// a multiplex prefix (4 CSRC bytes, or an id of at most [`MAX_NAMED_ID`] bytes and 0x1E).
+/// a multiplex prefix (4 CSRC bytes, or an id of at most [`MAX_CLAMPED_ID`] bytes and 0x1E).
 fn behind_prefix(payload: &[u8], at: usize, len: usize, fp: u32) -> Option<usize> {
     let text = |p: usize| payload.get(at + p..at + p + len);
     (0..=MAX_PREFIX)

@@ -42,8 +42,10 @@ impl VoiceRef<'_> {
     }
 }
 
-/// Longest in-band stream id accepted; longer prefixes are taken as text.
-pub const MAX_NAMED_ID: usize = 64;
+/// Longest in-band stream id accepted; longer prefixes are taken as text. t140llm takes any
+/// string: a model's resource name is one (Vertex AI's run past 64 bytes, which were taken for
+/// text and ran every such stream's id into its SSRC participant's transcript).
+pub const MAX_NAMED_ID: usize = 255;
 
 impl Voice {
     pub fn as_ref(&self) -> VoiceRef<'_> {
@@ -933,8 +935,11 @@ mod tests {
         assert_eq!(split_named(b"a/b\x1eHi"), Some(("a/b", &b"Hi"[..])));
         assert_eq!(split_named(b"a\tb\x1eHi"), None);
         assert_eq!(split_named(b"csrc:1\x1eHi"), None);
-        let long = [b'x'; 80];
-        let mut d = long.to_vec();
+        // A model's resource name, over 64 bytes, is an id; past MAX_NAMED_ID, text.
+        let mut d = vec![b'x'; 85];
+        d.push(0x1e);
+        assert_eq!(split_named(&d), Some(("x".repeat(85).as_str(), &b""[..])));
+        let mut d = vec![b'x'; MAX_NAMED_ID + 1];
         d.push(0x1e);
         assert_eq!(split_named(&d), None);
     }

@@ -319,3 +319,90 @@ fn t140llm_reply_through_the_same_socket_soon_after_the_last_is_heard() {
     gw.shutdown(at(5000));
     assert_eq!(shown(&drain(&mut gw)).join(" "), "First reply. Second one.");
 }
+
+// ---- multiplexed stream ids -------------------------------------------------------------
+
+/// A Vertex AI model's resource name, 85 bytes: an id t140llm takes as any other.
+const LONG_ID: &str =
+    "projects/my-project/locations/us-central1/publishers/google/models/gemini-1.5-pro-002";
+
+/// t140llm's multiplexer takes any string as a stream id and sends `<id>` 0x1E before every
+/// packet's text (docs/t140llm.md section 6). An id over 64 bytes was taken for text: it went
+/// into the transcript before every packet's text, under the stream's SSRC participant, and
+/// streams so named ran together there.
+#[test]
+fn t140llm_stream_id_over_64_bytes_is_a_participant_not_text() {
+    let mut gw = Gateway::new(t140llm_cfg());
+    let short = "beta";
+    for (seq, id, text) in [
+        (0u16, LONG_ID, "Hi "),
+        (1, short, "Yo "),
+        (2, LONG_ID, "all."),
+        (3, short, "there."),
+    ] {
+        let payload = format!("{id}\u{1e}{text}");
+        gw.handle_datagram(
+            at(100 * u64::from(seq)),
+            addr(6000),
+            &t140llm_pkt(seq, 0x55, &payload),
+        );
+    }
+    gw.shutdown(at(5000));
+    let out = drain(&mut gw);
+    let adds: Vec<(String, String)> = out
+        .iter()
+        .filter(|e| e.kind == "context.add")
+        .map(|e| {
+            let sender = e.sender.rsplit_once('/').unwrap().1.to_owned();
+            (sender, e.payload["content"].as_str().unwrap().to_owned())
+        })
+        .collect();
+    let escaped = LONG_ID.replace('/', "%2F");
+    assert!(
+        adds.contains(&(escaped.clone(), "Hi all.".to_owned())),
+        "{adds:?}"
+    );
+    assert!(
+        adds.contains(&(short.to_owned(), "Yo there.".to_owned())),
+        "{adds:?}"
+    );
+    assert_eq!(adds.len(), 2, "{adds:?}");
+}
+
+/// The real package's multiplexer with that id.
+#[test]
+#[ignore = "needs node and `npm install` in interop/t140llm"]
+fn real_t140llm_multiplexed_long_stream_id_is_its_own_participant() {
+    let (t, _) = run_node(&format!(
+        "const mux = t.createT140RtpMultiplexer('127.0.0.1', PORT, {{}});
+         const ids = ['{LONG_ID}', 'beta']; let left = ids.length;
+         mux.on('streamRemoved', () => {{ left -= 1; if (left === 0) setTimeout(() => mux.close(), 50); }});
+         for (const id of ids) {{
+           const feed = new PassThrough({{ objectMode: true }});
+           t.addAIStreamToMultiplexer(mux, id, feed);
+           feed.write('Hello from ' + id.length + ' bytes.');
+           setTimeout(() => feed.end(), 2500);
+         }}"
+    ));
+    let escaped = LONG_ID.replace('/', "%2F");
+    let by_id: BTreeMap<String, String> = t
+        .into_iter()
+        .map(|(k, v)| {
+            (
+                k.rsplit_once('/').map_or(k.clone(), |(_, s)| s.to_owned()),
+                v,
+            )
+        })
+        .collect();
+    assert_eq!(
+        by_id.get(&escaped).map(String::as_str),
+        Some("Hello from 85 bytes."),
+        "{by_id:?}"
+    );
+    assert_eq!(
+        by_id.get("beta").map(String::as_str),
+        Some("Hello from 4 bytes."),
+        "{by_id:?}"
+    );
+    assert_eq!(by_id.len(), 2, "{by_id:?}");
+}
