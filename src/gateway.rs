@@ -260,6 +260,9 @@ pub struct Stats {
     pub red_newest_first: u64,
     /// t140llm `MD:` metadata packets (compat mode), kept out of the transcript.
     pub metadata: u64,
+    /// "[object Object]" taken out of t140llm chunks (compat mode): what t140llm sends for an
+    /// LLM SDK chunk it cannot read (`chunk.toString()`), such as OpenAI's last chunk.
+    pub t140llm_objects: u64,
     /// t140llm RED packets with a block over 255 bytes, its length clamped, read by the length
     /// of the packet it repeats ([`crate::clamped`]).
     pub red_unclamped: u64,
@@ -316,6 +319,7 @@ impl Stats {
         self.idle_tail += o.idle_tail;
         self.red_newest_first += o.red_newest_first;
         self.metadata += o.metadata;
+        self.t140llm_objects += o.t140llm_objects;
         self.red_unclamped += o.red_unclamped;
         self.corrections += o.corrections;
         self.erase_unmatched += o.erase_unmatched;
@@ -351,7 +355,15 @@ struct Emitter {
     said: Output,
     roles: Vec<String>,
     mapping: crate::mapping::Mapping,
+    /// `--compat t140llm`: "[object Object]" is taken out of chunks ([`T140LLM_OBJECT`]).
+    t140llm: bool,
 }
+
+/// What t140llm 0.0.19 sends for an LLM SDK chunk whose shape it does not know
+/// (`extractTextFromChunk` falls back to `chunk.toString()`): OpenAI's last chunk of a streamed
+/// reply, Anthropic's `message_start`, `content_block_start`, `content_block_stop`,
+/// `message_delta`, `message_stop`. Never text of the reply (docs/t140llm.md, section 2).
+const T140LLM_OBJECT: &str = "[object Object]";
 
 impl Emitter {
     fn push(&mut self, e: Envelope) {
@@ -611,8 +623,18 @@ impl Emitter {
         key: &StreamKey,
         created: &Time,
         sp: &mut Speaker,
-        chunk: Chunk,
+        mut chunk: Chunk,
     ) {
+        if self.t140llm && chunk.text.contains(T140LLM_OBJECT) {
+            self.stats.t140llm_objects += chunk.text.matches(T140LLM_OBJECT).count() as u64;
+            let text = chunk.text.replace(T140LLM_OBJECT, "");
+            let text = text.trim();
+            if text.is_empty() {
+                sp.chunker.recycle(chunk.text);
+                return;
+            }
+            chunk.text = text.to_owned();
+        }
         if !sp.joined && marks_only(&chunk.text) {
             // Loss marks and nothing else from a speaker that has said nothing yet (its first
             // text lost, or a junk SSRC's unmarked empty packet taken for a lost start): no
@@ -1508,6 +1530,7 @@ impl Gateway {
     /// to (`--workers`: the limit is the gateway's, each core guaranteed a part of it,
     /// [`crate::budget`]); `cfg.max_streams` is not read.
     pub fn with_budget(cfg: Config, budget: StreamBudget) -> Self {
+        let t140llm = cfg.compat == Compat::T140llm;
         let pvp = Builder::new(cfg.session.clone(), cfg.token.clone(), cfg.id_seed);
         let roles = cfg.roles.clone();
         let admission = Admission::new(cfg.allow.clone(), cfg.max_pps_per_source);
@@ -1526,6 +1549,7 @@ impl Gateway {
                 said,
                 roles,
                 mapping,
+                t140llm,
             },
             index: StreamIndex::default(),
             slots: Slab::default(),

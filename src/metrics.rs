@@ -378,6 +378,11 @@ impl Collector for CoreCollector {
                 s.metadata,
             ),
             (
+                "pvp_t140_t140llm_objects",
+                "\"[object Object]\" (t140llm's text for an LLM SDK chunk it cannot read) kept out of the transcript.",
+                s.t140llm_objects,
+            ),
+            (
                 "pvp_t140_red_unclamped_packets",
                 "t140llm RED packets with a block over 255 bytes (length clamped), read by the packet it repeats.",
                 s.red_unclamped,
@@ -1020,7 +1025,7 @@ mod tests {
     #[test]
     fn every_core_counter_is_exposed() {
         let mut stats = Stats::default();
-        let fields: [(&mut u64, &str); 11] = [
+        let fields: [(&mut u64, &str); 12] = [
             (&mut stats.evicted, "pvp_t140_streams_evicted_total"),
             (&mut stats.restarts, "pvp_t140_sequence_restarts_total"),
             (&mut stats.head_lost, "pvp_t140_streams_head_lost_total"),
@@ -1030,6 +1035,7 @@ mod tests {
                 "pvp_t140_red_newest_first_packets_total",
             ),
             (&mut stats.metadata, "pvp_t140_metadata_packets_total"),
+            (&mut stats.t140llm_objects, "pvp_t140_t140llm_objects_total"),
             (
                 &mut stats.red_unclamped,
                 "pvp_t140_red_unclamped_packets_total",

@@ -469,3 +469,69 @@ fn t140llm_plain_reply_whose_first_packet_was_lost_is_marked() {
     assert_eq!(shown(&drain(&mut gw)).join(" "), "\u{fffd}lo there.");
     assert_eq!(gw.stats().lost, 1);
 }
+
+// ---- LLM SDK chunks t140llm cannot read ---------------------------------------------------
+
+/// t140llm takes a chunk's text from the shapes it knows (`extractTextFromChunk`), and for
+/// any other object sends `chunk.toString()`: "[object Object]". OpenAI's last chunk of every
+/// streamed reply (`{choices: [{delta: {}, finish_reason: "stop"}]}`) is such an object, and so
+/// are Anthropic's `message_start`, `content_block_start`, `content_block_stop`,
+/// `message_delta` and `message_stop` events: every reply's transcript ended in
+/// "[object Object]" (seen with the real package, below). t140llm's pacer cuts it across
+/// packets like any text.
+#[test]
+fn t140llm_object_object_is_kept_out_of_the_transcript() {
+    let mut gw = Gateway::new(t140llm_cfg());
+    let anthropic_start = "[object Object][object Object]";
+    for (i, w) in [
+        &anthropic_start[..20],
+        &anthropic_start[20..],
+        "Hello",
+        " there.[obj",
+        "ect Object]",
+    ]
+    .iter()
+    .enumerate()
+    {
+        gw.handle_datagram(
+            at(100 * i as u64),
+            addr(6000),
+            &t140llm_pkt(i as u16, 0x99, w),
+        );
+    }
+    gw.shutdown(at(5000));
+    assert_eq!(shown(&drain(&mut gw)), ["Hello there."]);
+    assert_eq!(gw.stats().t140llm_objects, 3);
+}
+
+/// Without `--compat t140llm` the text is the sender's: nothing is taken out.
+#[test]
+fn object_object_from_a_conformant_sender_is_text() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(
+        at(0),
+        addr(4000),
+        &core_helpers::t140(1, 7, "It printed [object Object]."),
+    );
+    gw.shutdown(at(5000));
+    assert_eq!(shown(&drain(&mut gw)), ["It printed [object Object]."]);
+}
+
+/// The real package fed an OpenAI SDK stream's chunks.
+#[test]
+#[ignore = "needs node and `npm install` in interop/t140llm"]
+fn real_t140llm_fed_openai_chunks_sends_no_object_object_into_the_transcript() {
+    let (t, _) = run_node(
+        "const feed = new PassThrough({ objectMode: true });
+         t.processAIStreamToRtp(feed, '127.0.0.1', PORT, {});
+         const c = (delta, finish_reason = null) =>
+           ({ id: 'c', object: 'chat.completion.chunk', choices: [{ index: 0, delta, finish_reason }] });
+         const chunks = [c({ role: 'assistant', content: '' }), c({ content: 'Hello' }),
+                         c({ content: ' there.' }), c({}, 'stop')];
+         let i = 0;
+         const step = () => { if (i < chunks.length) { feed.write(chunks[i++]); setTimeout(step, 100); }
+                              else setTimeout(() => feed.end(), 1500); };
+         step();",
+    );
+    assert_eq!(t.values().collect::<Vec<_>>(), ["Hello there."], "{t:?}");
+}
