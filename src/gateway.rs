@@ -139,7 +139,7 @@ pub enum DropReason {
     SsrcConflict,
     /// t140llm FEC (compat mode): not RFC 5109, and it reuses media sequence numbers.
     T140llmFec,
-    /// Compat mode: a T.140 payload (or RED block) with bytes that are not UTF-8 inside it.
+    /// Compat mode: a T.140 payload (a RED packet's primary) with bytes that are not UTF-8 inside it.
     /// t140llm's text always is, whole characters per packet; its SRTP mode
     /// (`processAIStreamToSrtp`), which the gateway cannot decrypt, looks like this.
     T140llmNotText,
@@ -1915,13 +1915,9 @@ impl Gateway {
         };
         let red = parsed.is_some();
         if compat == Compat::T140llm {
-            let text = match &parsed {
-                None => utf8_inside(payload),
-                Some(p) => {
-                    utf8_inside(p.primary().data)
-                        && p.redundant_blocks().all(|b| utf8_inside(b.data))
-                }
-            };
+            // A RED packet's primary only: in t140llm's multiplexing with RED its blocks begin
+            // with raw CSRC bytes (docs/t140llm.md section 6), not UTF-8 from CSRC 128 on.
+            let text = utf8_inside(parsed.as_ref().map_or(payload, |p| p.primary().data));
             if !text {
                 return Err(DropReason::T140llmNotText);
             }

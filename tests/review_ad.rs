@@ -167,6 +167,26 @@ fn t140llm_compat_still_joins_a_character_split_across_packets() {
     assert_eq!(gw.stats().drops_total(), 0);
 }
 
+/// t140llm's multiplexing with RED in CSRC mode (docs/t140llm.md section 6) puts the stream's
+/// raw CSRC bytes at the start of every redundant block; from the 128th stream a
+/// multiplexer has added, they are not UTF-8 (`00 00 00 80`). Such a packet is still read (its
+/// primary is text), not dropped as `t140llm_not_text`.
+#[test]
+fn t140llm_red_blocks_with_raw_csrc_bytes_are_not_refused_as_not_text() {
+    let mut gw = Gateway::new(t140llm_cfg());
+    gw.handle_datagram(at(0), addr(6000), &t140llm_pkt(0, 0x1122, "Hi "));
+    let block = [&[0u8, 0, 0, 0x80][..], b"Hi "].concat();
+    let mut p = vec![0x80 | 96, 0, 160, block.len() as u8, 96];
+    p.extend_from_slice(&block);
+    p.extend_from_slice(b"there.");
+    let mut d = Vec::new();
+    rtp::write_packet(&mut d, false, 98, 1, 160, 0x1122, &p);
+    gw.handle_datagram(at(100), addr(6000), &d);
+    gw.shutdown(at(5000));
+    assert_eq!(shown(&drain(&mut gw)).join(" "), "Hi there.");
+    assert_eq!(gw.stats().drops_total(), 0);
+}
+
 /// The real package's SRTP mode against the real binary.
 #[test]
 #[ignore = "needs node and `npm install` in interop/t140llm"]
