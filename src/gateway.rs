@@ -362,7 +362,7 @@ struct Emitter {
 /// What t140llm 0.0.19 sends for an LLM SDK chunk whose shape it does not know
 /// (`extractTextFromChunk` falls back to `chunk.toString()`): OpenAI's last chunk of a streamed
 /// reply, Anthropic's `message_start`, `content_block_start`, `content_block_stop`,
-/// `message_delta`, `message_stop`. Never text of the reply (docs/t140llm.md, section 2).
+/// `message_delta`, `message_stop`, `ping`. Never text of the reply (docs/t140llm.md, section 2).
 const T140LLM_OBJECT: &str = "[object Object]";
 
 impl Emitter {

@@ -555,3 +555,31 @@ fn real_t140llm_fed_openai_chunks_sends_no_object_object_into_the_transcript() {
     );
     assert_eq!(t.values().collect::<Vec<_>>(), ["Hello there."], "{t:?}");
 }
+
+/// The real package fed an Anthropic SDK stream's events: six of them are objects t140llm
+/// cannot read, around the text.
+#[test]
+#[ignore = "needs node and `npm install` in interop/t140llm"]
+fn real_t140llm_fed_anthropic_events_sends_only_the_text() {
+    let (t, _) = run_node(
+        "const feed = new PassThrough({ objectMode: true });
+         t.processAIStreamToRtp(feed, '127.0.0.1', PORT, {});
+         const text = (s) => ({ type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: s } });
+         const chunks = [
+           { type: 'message_start', message: { id: 'm', role: 'assistant', content: [] } },
+           { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } },
+           { type: 'ping' }, text('Hello'), text(' world. How are'), text(' you?'),
+           { type: 'content_block_stop', index: 0 },
+           { type: 'message_delta', delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { output_tokens: 5 } },
+           { type: 'message_stop' }];
+         let i = 0;
+         const step = () => { if (i < chunks.length) { feed.write(chunks[i++]); setTimeout(step, 60); }
+                              else setTimeout(() => feed.end(), 4000); };
+         step();",
+    );
+    assert_eq!(
+        t.values().collect::<Vec<_>>(),
+        ["Hello world. How are you?"],
+        "{t:?}"
+    );
+}
