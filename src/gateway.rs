@@ -2060,7 +2060,17 @@ impl Gateway {
         {
             // t140llm begins every reply at sequence 0 and timestamp 0: after a quiet spell,
             // such a packet is a reply's start, not a late copy of the last reply's.
-            register.start_anew(&mut |tag, piece| route(emit, &mut voices, now, tag, piece));
+            if register.start_anew(&mut |tag, piece| route(emit, &mut voices, now, tag, piece)) {
+                // The last reply is over: what it left buffered is its last item, not the
+                // start of this one's (it ran into it, "here.Second").
+                for sp in voices.speakers.iter_mut() {
+                    if !sp.chunker.is_blank()
+                        && let Some(chunk) = sp.chunker.flush(FlushCause::Idle)
+                    {
+                        emit.chunk(now, voices.key, voices.created, sp, chunk);
+                    }
+                }
+            }
         }
         let outcome = register
             .receive(now, arrival, &mut |tag, piece| {

@@ -826,10 +826,10 @@ impl Register {
     /// less than RFC 3550 A.1's MAX_MISORDER behind the last, so the reply's first packets were
     /// taken as stale, or as copies of those kept from a reply of two. What the old sequence
     /// still waited for is given up, what was kept of a jump dropped, and the next packet is
-    /// taken as a stream's first.
-    pub fn start_anew(&mut self, out: Out<'_>) {
+    /// taken as a stream's first. Whether it did (not for a stream yet to begin, or at 0).
+    pub fn start_anew(&mut self, out: Out<'_>) -> bool {
         if matches!(self.expected, None | Some(0)) {
-            return;
+            return false;
         }
         self.cold.stats.restarts += 1;
         self.give_up_all(out);
@@ -837,6 +837,7 @@ impl Register {
         self.slow &= !HEAD_WAIT;
         self.expected = None;
         self.stamped = false;
+        true
     }
 
     /// Drops what jump packets are kept (the stream is going): they count as jumps.

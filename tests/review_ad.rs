@@ -583,3 +583,46 @@ fn real_t140llm_fed_anthropic_events_sends_only_the_text() {
         "{t:?}"
     );
 }
+
+/// Replies through one socket and a fixed SSRC, the next started 1.5 s after the last one's
+/// last packet (past the reorder wait, so it is taken for a new reply: README "Receiving",
+/// "Sequence"; before the 2 s idle flush). The last reply's text was still buffered and ran
+/// into the next as one item, "First reply here.Second one." (seen with the real package
+/// through a custom transport): a reply's start ends the last reply's item.
+#[test]
+fn t140llm_reply_start_through_the_same_socket_ends_the_last_replys_item() {
+    let mut gw = Gateway::new(t140llm_cfg());
+    for (i, w) in ["First ", "reply ", "here."].iter().enumerate() {
+        gw.handle_datagram(
+            at(100 * i as u64),
+            addr(6000),
+            &t140llm_pkt(i as u16, 0x1122, w),
+        );
+    }
+    for (i, w) in ["Second ", "one."].iter().enumerate() {
+        let t = 1700 + 100 * i as u64;
+        gw.handle_datagram(at(t), addr(6000), &t140llm_pkt(i as u16, 0x1122, w));
+    }
+    gw.shutdown(at(6000));
+    assert_eq!(shown(&drain(&mut gw)), ["First reply here.", "Second one."]);
+}
+
+/// The real package: two replies through one custom transport with a fixed SSRC, the second
+/// started about 1.5 s after the first's last packet.
+#[test]
+#[ignore = "needs node and `npm install` in interop/t140llm"]
+fn real_t140llm_replies_through_one_socket_are_separate_items() {
+    let (t, _) = run_node(
+        "const sock = dgram.createSocket('udp4');
+         const ct = { send(p, cb) { sock.send(p, PORT, '127.0.0.1', cb); }, close() {} };
+         function reply(text, then) {
+           const feed = new PassThrough({ objectMode: true });
+           t.processAIStreamToRtp(feed, '127.0.0.1', PORT, { customTransport: ct, ssrc: 0x11223344 });
+           feed.write(text);
+           setTimeout(() => { feed.end(); setTimeout(then, 300); }, 1200);
+         }
+         reply('First reply here.', () => reply('Second one.', () => setTimeout(() => sock.close(), 300)));",
+    );
+    let items: Vec<&String> = t.values().collect();
+    assert_eq!(items, ["First reply here. Second one."], "{t:?}");
+}
