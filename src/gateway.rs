@@ -58,11 +58,6 @@ pub enum MixerMode {
 /// t140llm's FEC payload type (docs/t140llm.md section 8): not RFC 5109, dropped in compat mode.
 pub const T140LLM_FEC_PT: u8 = 97;
 
-/// How long a t140llm stream has sent nothing before a reply's start (sequence 0, timestamp 0)
-/// from another port of its host, with its SSRC, ends it ([`Gateway::end_replied_stream`]):
-/// three ticks of t140llm's 100 ms pacer, which sends on every tick while text is queued.
-const T140LLM_REPLY_QUIET: Duration = Duration::from_millis(300);
-
 /// Gateway settings; the CLI maps its flags onto this.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -2138,9 +2133,12 @@ impl Gateway {
     /// t140llm opens a new UDP socket for every reply (a `T140RtpTransport` each) and closes it
     /// at the reply's end, so a sender configured with a fixed `ssrc` sends each reply from a
     /// new port, from sequence 0 and timestamp 0 (docs/t140llm.md section 3). Such a start, from
-    /// the host of the stream that holds its SSRC on this core and has been quiet for
-    /// [`T140LLM_REPLY_QUIET`], ends that stream (the last reply's), so that the new one is not
-    /// refused as [`DropReason::SsrcConflict`] until the old one times out.
+    /// the host of the stream that holds its SSRC on this core, ends that stream (the last
+    /// reply's), so that the new one is not refused as [`DropReason::SsrcConflict`] until the
+    /// old one times out. Not only after a quiet spell: the next reply's first packet comes one
+    /// tick of t140llm's 100 ms pacer after the last reply ended, as close as a reply's own
+    /// packets follow each other. (Two transports sending at once with one configured SSRC: the
+    /// later reply takes it over, and the earlier one's packets are refused from then on.)
     #[cold]
     #[inline(never)]
     fn end_replied_stream(&mut self, now: Time, key: StreamKey) {
@@ -2155,15 +2153,7 @@ impl Gateway {
             source: owner,
             ssrc: key.ssrc,
         };
-        let Some(slot) = self.index.get(&old) else {
-            return;
-        };
-        let quiet_since = self
-            .slots
-            .get(slot)
-            .expect("indexed slot is live")
-            .last_packet;
-        if quiet_since.saturating_add(T140LLM_REPLY_QUIET) <= now {
+        if let Some(slot) = self.index.get(&old) {
             self.close_stream(now, slot, "t140llm reply from a new port");
         }
     }

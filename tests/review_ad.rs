@@ -252,8 +252,8 @@ fn t140llm_next_reply_with_a_fixed_ssrc_from_a_new_port_is_heard() {
     assert_eq!(gw.stats().drops_total(), 0);
 }
 
-/// What still is a conflict: the SSRC from another host, or from another port while the first
-/// stream is still sending (not a reply's start after its end).
+/// What still is a conflict: the SSRC from another host, or from another port of the host
+/// not at a reply's start.
 #[test]
 fn t140llm_fixed_ssrc_from_another_host_or_mid_reply_is_still_a_conflict() {
     let mut gw = Gateway::new(t140llm_cfg());
@@ -261,11 +261,34 @@ fn t140llm_fixed_ssrc_from_another_host_or_mid_reply_is_still_a_conflict() {
     let other_host: std::net::SocketAddr = "127.0.0.2:6001".parse().unwrap();
     gw.handle_datagram(at(500), other_host, &t140llm_pkt(0, 0x1122, "X"));
     gw.handle_datagram(at(550), addr(6000), &t140llm_pkt(1, 0x1122, "there. "));
-    gw.handle_datagram(at(600), addr(6002), &t140llm_pkt(0, 0x1122, "Y"));
+    gw.handle_datagram(at(600), addr(6002), &t140llm_pkt(5, 0x1122, "Y"));
     gw.handle_datagram(at(650), addr(6000), &t140llm_pkt(2, 0x1122, "Bye."));
     gw.shutdown(at(5000));
     assert_eq!(shown(&drain(&mut gw)).join(" "), "Hi there. Bye.");
     assert_eq!(gw.stats().drops(DropReason::SsrcConflict), 2);
+}
+
+/// Replies back to back, as an agent chains them: the next reply's first packet comes one
+/// pacer tick (100 ms) after the last reply's stream ended, about 150 ms after its last packet
+/// (seen with the real package: the second reply was lost as `ssrc_conflict`).
+#[test]
+fn t140llm_back_to_back_replies_with_a_fixed_ssrc_are_all_heard() {
+    let mut gw = Gateway::new(t140llm_cfg());
+    let mut t = 0;
+    for (port, reply) in [
+        (6000, "First reply."),
+        (6001, "Second one."),
+        (6002, "Third."),
+    ] {
+        gw.handle_datagram(at(t), addr(port), &t140llm_pkt(0, 0x1122, reply));
+        t += 150;
+    }
+    gw.shutdown(at(5000));
+    assert_eq!(
+        shown(&drain(&mut gw)),
+        ["First reply.", "Second one.", "Third."]
+    );
+    assert_eq!(gw.stats().drops_total(), 0);
 }
 
 /// The real package: two replies in a row, each `processAIStreamToRtp` with `ssrc` set.
@@ -278,9 +301,9 @@ fn real_t140llm_two_replies_with_a_fixed_ssrc_both_arrive() {
            const tr = t.processAIStreamToRtp(feed, '127.0.0.1', PORT, { ssrc: 0x11223344 });
            tr.udpSocket.once('close', then);
            feed.write(text);
-           setTimeout(() => feed.end(), 900);
+           setTimeout(() => feed.end(), 150);
          }
-         reply('First reply.', () => setTimeout(() => reply('Second one.', () => {}), 300));",
+         reply('First reply.', () => reply('Second one.', () => {}));",
     );
     let mut got: Vec<&String> = t.values().collect();
     got.sort();
