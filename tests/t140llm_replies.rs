@@ -1,10 +1,12 @@
-//! Review ad: interoperation with the real external sender t140llm 0.0.19 (`--compat t140llm`).
+//! Found by review ad (session 43): interoperation with the real external sender t140llm 0.0.19
+//! (`--compat t140llm`): SRTP payloads, a fixed SSRC's replies from new ports, long stream ids,
+//! "[object Object]", replies run together.
 //!
 //! Two kinds of test: the core driven with the exact bytes t140llm sends (read from its source,
 //! or captured from the package itself on loopback), which always run; and the real package
 //! (`interop/t140llm`, node) against the real gateway binary over loopback UDP, which need node
 //! and `npm install` there, so are `#[ignore]`d like `tests/interop_t140llm.rs`:
-//! `cargo test --test review_ad -- --ignored`.
+//! `cargo test --test t140llm_replies -- --ignored`.
 
 mod common;
 
