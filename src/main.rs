@@ -1094,7 +1094,13 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         say_refusing_all(&args.core.mapping);
         // RTCP on the next port up (RFC 3550 11); rtcp-mux on the RTP port works regardless.
         let rtcp = match (args.rtcp, local.port()) {
-            (false, _) | (_, 0 | u16::MAX) => None,
+            (false, _) => None,
+            (true, port @ (0 | u16::MAX)) => {
+                // No port after it: said as a taken one is, since a sender's RTCP to the port
+                // after its RTP (RFC 3550 11) is then never read.
+                tracing::warn!("RTCP port: none after {port}; only rtcp-mux RTCP is read");
+                None
+            }
             (true, port) => {
                 let mut addr = local;
                 addr.set_port(port + 1);

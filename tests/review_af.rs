@@ -215,3 +215,27 @@ fn the_named_tests_benches_and_fuzz_targets_exist() {
         assert!(readme.contains(f) && root.join(f).exists(), "{f}");
     }
 }
+
+mod common;
+use common::gateway_proc::Gateway;
+
+/// README, "Usage": `--rtcp` (default `true`) "also read[s] RTCP on the next port up". With
+/// `--listen` on port 65535 there is none: the gateway went on reading rtcp-mux RTCP only and
+/// said so nowhere but `rtcp=mux only` in its listening line, where a taken RTCP port is
+/// warned. A sender's RTCP to that port (its names, its BYE) is never read, so the operator is
+/// told, as for a taken port.
+#[test]
+fn no_port_after_65535_for_rtcp_is_warned() {
+    if std::net::UdpSocket::bind("127.0.0.1:65535").is_err() {
+        eprintln!("127.0.0.1:65535 is taken here; skipped");
+        return;
+    }
+    let mut gw = Gateway::start_logging(&["--listen", "127.0.0.1:65535"], "info");
+    assert_eq!(gw.listen.port(), 65535);
+    gw.terminate(std::time::Duration::from_secs(10));
+    let warned = gw
+        .stderr_lines()
+        .into_iter()
+        .any(|l| l.contains("\"WARN\"") && l.contains("RTCP") && l.contains("65535"));
+    assert!(warned, "no warning: {:#?}", gw.stderr_lines());
+}
