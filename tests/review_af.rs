@@ -239,3 +239,35 @@ fn no_port_after_65535_for_rtcp_is_warned() {
         .any(|l| l.contains("\"WARN\"") && l.contains("RTCP") && l.contains("65535"));
     assert!(warned, "no warning: {:#?}", gw.stderr_lines());
 }
+
+/// README, "Usage": the `send` line lists the sender's options. It left out `--t140-pt`,
+/// `--red-pt` and `--no-bye`: a newcomer whose gateway runs with other payload types (`--compat
+/// t140llm`'s 96 / 98, or `--t140-pt`) found no way in the README to make the sender match, and
+/// its packets were dropped as `unknown_payload_type`.
+#[test]
+fn the_send_line_lists_every_option_of_send_help() {
+    let out = bin().args(["send", "--help"]).output().unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    let readme = readme();
+    let line = readme
+        .lines()
+        .find(|l| l.starts_with("pvp-t140 send "))
+        .expect("the send line in Usage");
+    for l in help.lines() {
+        let t = l.trim_start();
+        let Some(rest) = t.strip_prefix("--") else {
+            continue;
+        };
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+            .collect();
+        if name == "help" || name == "log-format" {
+            continue;
+        }
+        assert!(
+            line.contains(&format!("[--{name}")),
+            "send --{name} is not on the README's send line: {line}"
+        );
+    }
+}
