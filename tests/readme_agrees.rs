@@ -1,6 +1,7 @@
-//! Review af: the README's "Usage" flag table, its "Configuration file" keys and the names its
-//! "Testing" and "Benchmarks" sections give, checked against the real binary's `--help`, the
-//! keys its `--config` parser accepts, and the files in the tree.
+//! Found by review af (session 43): the README's "Usage" flag table, its "Configuration file"
+//! keys and the names its "Testing" and "Benchmarks" sections give, checked against the real
+//! binary's `--help`, the keys its `--config` parser accepts, and the files in the tree; the
+//! `send` line's options; a warning when `--listen`'s port 65535 leaves no RTCP port.
 
 use std::collections::BTreeSet;
 use std::process::Command;
