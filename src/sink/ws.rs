@@ -1010,6 +1010,7 @@ fn socket_config() -> tokio_tungstenite::tungstenite::protocol::WebSocketConfig 
         // A message cut at the limit keeps up to 3 bytes more: the rest of a character.
         .max_message_size(Some(MAX_MESSAGE + 3))
         .max_frame_size(Some(MAX_MESSAGE))
+        .max_write_buffer_size(MAX_WRITE_BUFFER)
 }
 
 /// Envelopes a connection remembers, to name the one a server's `error` relates to. A server
@@ -1175,6 +1176,7 @@ async fn ask_again<S>(
 ) -> bool
 where
     S: futures_util::Sink<Message> + Unpin,
+    S::Error: std::fmt::Display,
 {
     if let Some(g) = gates.as_mut() {
         settle(g, outbox, cfg, participant, counts);
@@ -1318,6 +1320,14 @@ fn not_taken(
 const READ_BUFFER: usize = 4 * 1024;
 /// The largest frame or message a server may send.
 const MAX_MESSAGE: usize = 1 << 20;
+/// What a connection holds written and not yet taken by the server. tungstenite queues a pong
+/// for every ping it reads, into a write buffer unbounded by default: a server that floods
+/// pings and stops reading made the gateway hold every pong it owed (96 MiB of pings, 96 MiB
+/// more memory). Bounded, a pong that does not fit waits in tungstenite's single place for one
+/// (the latest replaces it). Room for the largest envelope the gateway writes (a chunk of
+/// `--max-chunk-chars` 1,000,000 characters, at most 6 bytes each in JSON) and more: a frame
+/// that does not fit behind the pongs fails the write, and the connection is made again.
+const MAX_WRITE_BUFFER: usize = 8 << 20;
 
 /// The participant's join made again (a fresh id, the same content: a server forgets a
 /// connection's participant with it, and a refused join is not in the session), written; its
@@ -1331,6 +1341,7 @@ async fn rejoin<S>(
 ) -> Option<ulid::Ulid>
 where
     S: futures_util::Sink<Message> + Unpin,
+    S::Error: std::fmt::Display,
 {
     let again = pvp.reissue(now(), join);
     let id = again.id();
@@ -1385,9 +1396,14 @@ async fn give_up_all(
 async fn send_frame<S>(write: &mut S, frame: Message, cfg: &WsConfig, participant: &str) -> bool
 where
     S: futures_util::Sink<Message> + Unpin,
+    S::Error: std::fmt::Display,
 {
     match tokio::time::timeout(cfg.write_timeout, write.send(frame)).await {
-        Ok(r) => r.is_ok(),
+        Ok(Ok(())) => true,
+        Ok(Err(err)) => {
+            tracing::warn!(%participant, "PVP connection failed: {err}; reconnecting");
+            false
+        }
         Err(_) => {
             tracing::warn!(%participant, url = %super::ShownUrl(&cfg.url), "PVP server took no frame for {:?}: it has stopped reading; reconnecting", cfg.write_timeout);
             false
@@ -1646,6 +1662,7 @@ async fn stopping<S>(
     counts: &Counts,
 ) where
     S: futures_util::Sink<Message> + futures_util::Stream<Item = WsResult> + Unpin,
+    S::Error: std::fmt::Display,
 {
     let mut send: Vec<Envelope> = held
         .pending
@@ -1699,6 +1716,7 @@ async fn close_politely<S>(
     mut late: Option<(Late<'_>, &Counts)>,
 ) where
     S: futures_util::Sink<Message> + futures_util::Stream<Item = WsResult> + Unpin,
+    S::Error: std::fmt::Display,
 {
     send_frame(ws, Message::Close(None), cfg, participant).await;
     let _ = tokio::time::timeout(Duration::from_secs(2), async {
