@@ -137,7 +137,6 @@ async fn an_ipv6_literal_server_is_reached() {
 /// (RFC 7617) with the upgrade, not dropped without a word (a server wanting them answers
 /// 401 for ever), and never in the Host header or the log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known gap: userinfo credentials are dropped"]
 async fn credentials_in_the_server_url_are_sent_as_basic_authentication() {
     let req = first_request("127.0.0.1:0", "ws://user:secret@{addr}/").await;
     let host = req

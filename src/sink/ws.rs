@@ -962,7 +962,18 @@ async fn connection(
 async fn connect(
     cfg: &WsConfig,
 ) -> Result<WebSocketStream<SkipOversize<MaybeTlsStream<TcpStream>>>, tungstenite::Error> {
-    let request = cfg.url.as_str().into_client_request()?;
+    let mut request = cfg.url.as_str().into_client_request()?;
+    if let Some(auth) = request
+        .uri()
+        .authority()
+        .and_then(|a| basic_auth(a.as_str()))
+    {
+        request.headers_mut().insert(
+            tungstenite::http::header::AUTHORIZATION,
+            tungstenite::http::HeaderValue::from_str(&auth)
+                .map_err(|e| tungstenite::Error::HttpFormat(e.into()))?,
+        );
+    }
     let uri = request.uri();
     let host = uri
         .host()
@@ -997,6 +1008,64 @@ async fn connect(
     let (ws, _) =
         tokio_tungstenite::client_async_with_config(request, stream, Some(socket_config())).await?;
     Ok(ws)
+}
+
+/// The `Authorization` header (HTTP Basic, RFC 7617) for the user information of a URL's
+/// `authority` (`user:pw@host`, percent-decoded, RFC 3986 3.2.1), if it has any: a WebSocket
+/// client sends the credentials of its URL so (tungstenite drops them from the Host header
+/// and sends nothing else, so a server that wanted them answered 401 for ever).
+fn basic_auth(authority: &str) -> Option<String> {
+    let (userinfo, _) = authority.rsplit_once('@')?;
+    let decoded = percent_decode(userinfo);
+    let decoded = if decoded.contains(&b':') {
+        decoded
+    } else {
+        [decoded.as_slice(), b":"].concat()
+    };
+    Some(format!("Basic {}", base64(&decoded)))
+}
+
+/// `%XX` escapes decoded to their bytes; anything else as it is.
+fn percent_decode(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%'
+            && let (Some(h), Some(l)) = (
+                b.get(i + 1).copied().and_then(hex),
+                b.get(i + 2).copied().and_then(hex),
+            )
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Standard base64 with padding (RFC 4648 4).
+fn base64(data: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
 
 /// A participant's connection reads little (pings, errors, gate decisions, and whatever the
@@ -2280,6 +2349,23 @@ mod tests {
         }
         assert_eq!(pause, s(30));
         assert_eq!(rate_pause(pause, Some(s(60))), Duration::from_millis(500));
+    }
+
+    #[test]
+    fn url_credentials_are_basic_authentication() {
+        assert_eq!(basic_auth("host:3000"), None);
+        assert_eq!(
+            basic_auth("user:secret@host:3000").as_deref(),
+            Some("Basic dXNlcjpzZWNyZXQ=")
+        );
+        // RFC 7617's example, its password percent-encoded in the URL.
+        assert_eq!(
+            basic_auth("Aladdin:open%20sesame@[::1]").as_deref(),
+            Some("Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==")
+        );
+        assert_eq!(basic_auth("u@h").as_deref(), Some("Basic dTo="));
+        assert_eq!(base64(b"ab"), "YWI=");
+        assert_eq!(base64(b""), "");
     }
 
     #[test]
