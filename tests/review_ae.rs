@@ -151,3 +151,142 @@ async fn credentials_in_the_server_url_are_sent_as_basic_authentication() {
         "{req}"
     );
 }
+
+/// A server whose first connection, once its join is read, sends `bad` (a frame RFC 6455 says
+/// a client must fail the connection for) and stays open; its later connections are a proper
+/// WebSocket server recording text frames. The gateway must leave the bad connection, make a
+/// new one, rejoin and deliver what its participant says next.
+async fn recovers_from(bad: Vec<u8>, what: &str) {
+    use futures_util::StreamExt;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, serde_json::Value)>();
+    tokio::spawn(async move {
+        let mut n = 0;
+        let mut held = Vec::new();
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let conn = n;
+            n += 1;
+            if conn == 0 {
+                accept_raw(&mut tcp).await;
+                // The join (its header and masked payload, under 126 bytes or not).
+                let mut buf = [0u8; 4096];
+                let _ = tokio::time::timeout(Duration::from_millis(500), tcp.read(&mut buf)).await;
+                let _ = tcp.write_all(&bad).await;
+                held.push(tcp);
+                continue;
+            }
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                    return;
+                };
+                while let Some(Ok(m)) = ws.next().await {
+                    if let Ok(v) = serde_json::from_str(m.to_text().unwrap_or("")) {
+                        let _ = tx.send((conn, v));
+                    }
+                }
+            });
+        }
+    });
+    let mut gw = Gateway::start_for_server(&url, &[]);
+    let mut a = Sender::new(gw.listen, 9);
+    a.send("First. ");
+    let got = tokio::time::timeout(WAIT, async {
+        loop {
+            let (conn, v) = rx.recv().await.unwrap();
+            if v["type"] == "session.join" {
+                return conn;
+            }
+        }
+    })
+    .await;
+    let Ok(conn) = got else {
+        let log = gw.stderr_lines().join("\n");
+        gw.kill();
+        panic!("{what}: no second connection\n{log}");
+    };
+    assert_eq!(conn, 1, "{what}");
+    a.send("Second. ");
+    let said = tokio::time::timeout(WAIT, async {
+        loop {
+            let (_, v) = rx.recv().await.unwrap();
+            if v["type"] == "context.add" && v["payload"]["content"] == "Second." {
+                return;
+            }
+        }
+    })
+    .await;
+    let log = gw.stderr_lines().join("\n");
+    gw.kill();
+    assert!(
+        said.is_ok(),
+        "{what}: text after the reconnect not delivered\n{log}"
+    );
+    assert!(!log.contains("panicked"), "{what}\n{log}");
+}
+
+fn raw_frame(first: u8, mask: Option<[u8; 4]>, payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![first];
+    let m = if mask.is_some() { 0x80 } else { 0 };
+    match payload.len() {
+        n if n < 126 => f.push(m | n as u8),
+        n if n <= 0xffff => {
+            f.push(m | 126);
+            f.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            f.push(m | 127);
+            f.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    match mask {
+        Some(k) => {
+            f.extend_from_slice(&k);
+            f.extend(payload.iter().enumerate().map(|(i, b)| b ^ k[i % 4]));
+        }
+        None => f.extend_from_slice(payload),
+    }
+    f
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_breaking_the_framing_is_left_and_the_participant_goes_on() {
+    let close = |code: u16, reason: &[u8]| {
+        let mut p = code.to_be_bytes().to_vec();
+        p.extend_from_slice(reason);
+        p
+    };
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (
+            raw_frame(0x81, None, b"\xff\xfe not UTF-8"),
+            "a text frame of invalid UTF-8",
+        ),
+        (raw_frame(0xc1, None, b"{}"), "a frame with RSV1 set"),
+        (raw_frame(0x81, Some([1, 2, 3, 4]), b"{}"), "a masked frame"),
+        (
+            raw_frame(0x88, None, &close(1005, b"")),
+            "a Close with code 1005",
+        ),
+        (
+            raw_frame(0x88, None, &close(1000, &[b'r'; 200])),
+            "a Close of 202 bytes",
+        ),
+        (
+            raw_frame(0x88, None, &close(1000, &[b'r'; 1 << 20])),
+            "a Close of 1 MiB",
+        ),
+        (raw_frame(0x83, None, b"x"), "a reserved opcode"),
+        (
+            {
+                let mut f = vec![0x81, 127];
+                f.extend_from_slice(&(1u64 << 63 | 5).to_be_bytes());
+                f
+            },
+            "a length with its top bit set",
+        ),
+    ];
+    for (bad, what) in cases {
+        recovers_from(bad, what).await;
+    }
+}

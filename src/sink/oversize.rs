@@ -15,7 +15,8 @@
 //! crosses passes the 0-3 bytes that finish a character split at the cut, so a text message
 //! stays UTF-8, which tungstenite checks), and the connection reads a shorter message that
 //! does not parse as an envelope and is counted as rejected. Left as before: masked frames (a
-//! server must not mask, RFC 6455 5.1; tungstenite fails them).
+//! server must not mask, RFC 6455 5.1) and 64-bit lengths with the top bit set (RFC 6455
+//! 5.2); tungstenite fails them.
 
 use std::io;
 use std::pin::Pin;
@@ -96,6 +97,11 @@ impl<S> SkipOversize<S> {
         let opcode = h[0] & 0x0f;
         let fin = h[0] & 0x80;
         let masked = h[1] & 0x80 != 0;
+        // RFC 6455 5.2: a 64-bit length's most significant bit must be 0. Such a frame, like a
+        // masked one, is a server's error that fails the connection: passed on for tungstenite
+        // to fail (skipped, its claimed 2^63 bytes would swallow all the server sent after,
+        // its pings and errors, until the silence timeout).
+        let malformed = masked || (h[1] & 0x7f == 127 && h[2] & 0x80 != 0);
         let data = opcode < 8;
         if data && opcode != 0 {
             // A message's first frame.
@@ -104,8 +110,8 @@ impl<S> SkipOversize<S> {
         }
         // Control frames (at most 125 bytes, and allowed between a message's fragments) pass
         // and leave the message being discarded as it is.
-        let over = !masked && self.passed.saturating_add(len) > self.limit;
-        let skip = data && (self.discarding || over);
+        let over = self.passed.saturating_add(len) > self.limit;
+        let skip = data && !malformed && (self.discarding || over);
         let mut out = [0; HEADER_MAX];
         let (n, pass) = if skip {
             // Binary for a message's first frame: an empty text frame would be read as an
@@ -135,7 +141,7 @@ impl<S> SkipOversize<S> {
         } else {
             out[..h.len()].copy_from_slice(h);
             if data {
-                // Saturating: a masked frame (passed, for tungstenite to fail) may claim 2^64.
+                // Saturating: a malformed frame (passed, for tungstenite to fail) may claim 2^64.
                 self.passed = self.passed.saturating_add(len);
             }
             (h.len(), len)
