@@ -290,3 +290,149 @@ async fn a_server_breaking_the_framing_is_left_and_the_participant_goes_on() {
         recovers_from(bad, what).await;
     }
 }
+
+/// An HTTP server that answers the upgrade with another status: the connect fails with the
+/// status in its warning, and is retried with backoff, not in a tight loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_answering_without_101_is_named_and_retried_with_backoff() {
+    for status in [
+        "200 OK",
+        "301 Moved Permanently\r\nLocation: ws://elsewhere/",
+        "404 Not Found",
+        "401 Unauthorized\r\nWWW-Authenticate: Basic",
+    ] {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("ws://{}/pvp", listener.local_addr().unwrap());
+        let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = count.clone();
+        let answer = format!("HTTP/1.1 {status}\r\nContent-Length: 2\r\n\r\nno");
+        let server = tokio::spawn(async move {
+            while let Ok((mut tcp, _)) = listener.accept().await {
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let answer = answer.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    let _ = tcp.read(&mut buf).await;
+                    let _ = tcp.write_all(answer.as_bytes()).await;
+                });
+            }
+        });
+        let mut gw = Gateway::start_for_server(&url, &[]);
+        Sender::new(gw.listen, 2).send("Anyone? ");
+        let line = gw.wait_stderr(WAIT, "PVP connect failed");
+        let code = &status[..3];
+        assert!(line.contains(code), "{status}: {line}");
+        let first = count.load(std::sync::atomic::Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let later = count.load(std::sync::atomic::Ordering::SeqCst);
+        gw.kill();
+        server.abort();
+        // Waits of 50-100, 100-200, 200-400, 400-800, 800-1600 ms: at most 5 more in 2 s.
+        assert!(
+            later - first <= 6,
+            "{status}: {} connects in 2 s",
+            later - first
+        );
+        assert!(later > first, "{status}: not retried");
+    }
+}
+
+/// A private CA, and a wss server on 127.0.0.1 whose certificate it signed for `names`, valid
+/// until `until` (year): the server's port and the CA's PEM. Every text frame is sent to `tx`.
+async fn wss_signed(
+    names: &[&str],
+    until: i32,
+    tx: tokio::sync::mpsc::UnboundedSender<serde_json::Value>,
+) -> (u16, String) {
+    use futures_util::StreamExt;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, "review ae CA");
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let ca = rcgen::CertifiedIssuer::self_signed(ca, ca_key).unwrap();
+    let mut leaf =
+        rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+            .unwrap();
+    leaf.not_before = rcgen::date_time_ymd(2000, 1, 1);
+    leaf.not_after = rcgen::date_time_ymd(until, 1, 1);
+    let leaf_key = rcgen::KeyPair::generate().unwrap();
+    let leaf_cert = leaf.signed_by(&leaf_key, &ca).unwrap();
+    let key = rustls_pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into());
+    let config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(vec![leaf_cert.der().clone(), ca.der().clone()], key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, tx) = (acceptor.clone(), tx.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let Ok(mut ws) = tokio_tungstenite::accept_async(tls).await else {
+                    return;
+                };
+                while let Some(Ok(m)) = ws.next().await {
+                    if let Ok(v) = serde_json::from_str(m.to_text().unwrap_or("")) {
+                        let _ = tx.send(v);
+                    }
+                }
+            });
+        }
+    });
+    (port, ca.pem())
+}
+
+/// wss with `--ca-file` of the CA that signed the server's certificate: delivered when the
+/// certificate names the host and is valid; a hostname mismatch and an expired certificate
+/// fail the connect with the reason in the warning, and are retried, the process up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wss_certificates_a_ca_file_trusts_or_refuses_with_the_reason() {
+    for (names, until, host, want) in [
+        (&["localhost"][..], 4000, "localhost", None),
+        (&["127.0.0.1"][..], 4000, "127.0.0.1", None),
+        (&["other.example"][..], 4000, "localhost", Some("name")),
+        (&["localhost"][..], 2001, "localhost", Some("expired")),
+    ] {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let (port, pem) = wss_signed(names, until, tx).await;
+        let ca = std::env::temp_dir().join(format!(
+            "pvp-t140-review-ae-ca-{}-{port}.pem",
+            std::process::id()
+        ));
+        std::fs::write(&ca, pem).unwrap();
+        let url = format!("wss://{host}:{port}/");
+        let mut gw = Gateway::start_for_server(&url, &["--ca-file", ca.to_str().unwrap()]);
+        Sender::new(gw.listen, 5).send("Over TLS. ");
+        match want {
+            None => {
+                let got = tokio::time::timeout(WAIT, async {
+                    loop {
+                        let v: serde_json::Value = rx.recv().await.unwrap();
+                        if v["type"] == "context.add" {
+                            return v;
+                        }
+                    }
+                })
+                .await;
+                let log = gw.stderr_lines().join("\n");
+                assert!(got.is_ok(), "{names:?} as {host}: nothing arrived\n{log}");
+            }
+            Some(reason) => {
+                let line = gw.wait_stderr(WAIT, "PVP connect failed");
+                assert!(
+                    line.to_lowercase().contains(reason),
+                    "{names:?} until {until} as {host}: {line}"
+                );
+                assert!(rx.try_recv().is_err());
+            }
+        }
+        assert!(gw.terminate(WAIT).success());
+        std::fs::remove_file(&ca).ok();
+    }
+}
