@@ -675,9 +675,17 @@ fn init_logs(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
         .with_env_filter(filter)
         .with_writer(writer)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    // tungstenite traces each upgrade request whole (its `log` records reach this log): the
+    // `--server` URL's query and its credentials' `Authorization` header, which the gateway's
+    // own lines show as `***` (`sink::ShownUrl`). Left out at every level.
+    let secrets = tracing_subscriber::filter::filter_fn(|m| {
+        !(*m.level() == tracing::Level::TRACE && m.target() == "tungstenite::handshake::client")
+    });
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.finish().with(secrets).init(),
+        LogFormat::Json => builder.json().finish().with(secrets).init(),
     }
     if let Some((value, e)) = not_understood {
         tracing::warn!("RUST_LOG {value:?} not understood ({e}): logging at the default, info");

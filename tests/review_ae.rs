@@ -436,3 +436,42 @@ async fn wss_certificates_a_ca_file_trusts_or_refuses_with_the_reason() {
         std::fs::remove_file(&ca).ok();
     }
 }
+
+/// The README: a password in `--server` and a query parameter named like a secret are logged
+/// as `***`. So at every log level: tungstenite (its `log` records reach the gateway's log)
+/// traces the whole upgrade request, its request line's query and its headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_log_level_shows_the_servers_secrets() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let url = format!("ws://user:secret1@{addr}/pvp?token=secret2&room=a");
+    let mut gw = Gateway::start_logging(&["--listen", "127.0.0.1:0", "--server", &url], "trace");
+    Sender::new(gw.listen, 4).send("Hello. ");
+    let req = tokio::time::timeout(WAIT, async {
+        let (mut tcp, _) = listener.accept().await.unwrap();
+        let req = accept_raw(&mut tcp).await;
+        // The join, read, then the connection held a moment.
+        let mut buf = [0u8; 4096];
+        let _ = tokio::time::timeout(Duration::from_millis(500), tcp.read(&mut buf)).await;
+        req
+    })
+    .await
+    .expect("an upgrade request");
+    assert!(req.contains("token=secret2"), "{req}");
+    let _ = gw.wait_stderr(WAIT, "session.join");
+    let lines = gw.stderr_lines().join("\n");
+    gw.kill();
+    assert!(lines.contains("Doing handshake round"), "traced:\n{lines}");
+    // base64("user:secret1") too.
+    for secret in ["secret1", "secret2", "dXNlcjpzZWNyZXQx"] {
+        assert!(
+            !lines.contains(secret),
+            "{secret} in the log:\n{}",
+            lines
+                .lines()
+                .filter(|l| l.contains(secret))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+}
