@@ -475,3 +475,19 @@ async fn no_log_level_shows_the_servers_secrets() {
         );
     }
 }
+
+/// A password with an unescaped `@` (`ws://user:p@ss@host/`, which the log hides as
+/// `user:***@host`): the host is what follows the last `@`, so no part of the password goes
+/// in the Host header (to the server, and any proxy's logs); it goes whole in the
+/// Authorization header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_with_an_at_sign_stays_out_of_the_host_header() {
+    let req = first_request("127.0.0.1:0", "ws://user:p@secret@{addr}/").await;
+    let host = req
+        .lines()
+        .find(|l| l.to_ascii_lowercase().starts_with("host:"))
+        .unwrap();
+    assert!(!host.contains('@') && !host.contains("secret"), "{req}");
+    // base64("user:p@secret")
+    assert!(req.contains("Basic dXNlcjpwQHNlY3JldA==\r\n"), "{req}");
+}

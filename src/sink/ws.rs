@@ -963,16 +963,22 @@ async fn connect(
     cfg: &WsConfig,
 ) -> Result<WebSocketStream<SkipOversize<MaybeTlsStream<TcpStream>>>, tungstenite::Error> {
     let mut request = cfg.url.as_str().into_client_request()?;
-    if let Some(auth) = request
-        .uri()
-        .authority()
-        .and_then(|a| basic_auth(a.as_str()))
-    {
-        request.headers_mut().insert(
-            tungstenite::http::header::AUTHORIZATION,
-            tungstenite::http::HeaderValue::from_str(&auth)
-                .map_err(|e| tungstenite::Error::HttpFormat(e.into()))?,
-        );
+    let authority = request.uri().authority().map(|a| a.as_str().to_owned());
+    if let Some((_, host)) = authority.as_deref().and_then(|a| a.rsplit_once('@')) {
+        // The host follows the last `@` (as `Uri::host` has it); tungstenite cuts at the first,
+        // and a password with an `@` of its own went partly into the Host header.
+        let value = |v: &str| {
+            tungstenite::http::HeaderValue::from_str(v)
+                .map_err(|e| tungstenite::Error::HttpFormat(e.into()))
+        };
+        request
+            .headers_mut()
+            .insert(tungstenite::http::header::HOST, value(host)?);
+        if let Some(auth) = authority.as_deref().and_then(basic_auth) {
+            request
+                .headers_mut()
+                .insert(tungstenite::http::header::AUTHORIZATION, value(&auth)?);
+        }
     }
     let uri = request.uri();
     let host = uri
