@@ -491,3 +491,88 @@ async fn a_password_with_an_at_sign_stays_out_of_the_host_header() {
     // base64("user:p@secret")
     assert!(req.contains("Basic dXNlcjpwQHNlY3JldA==\r\n"), "{req}");
 }
+
+/// A server that hangs (reads nothing more and sends nothing, its TCP connection up: a blocked
+/// event loop, a host gone without a FIN) after a participant's join: what the participant says
+/// meanwhile is written into the socket, counted sent, and after `--server-silence-s` the
+/// connection is left and made again. The text written into the abandoned connection is not
+/// sent again: up to the silence's length of transcript (90 s by default) is lost, though the
+/// README speaks of loss only for "one written to a socket just as the server dies".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "known gap: text written into a connection later left for silence is not resent (PVP has no acknowledgement; resending what was written since the server was last heard from would fix it, at the cost of duplicates)"]
+async fn text_written_to_a_server_that_then_fell_silent_is_sent_again_after_the_reconnect() {
+    use common::talk::Talk;
+    use futures_util::StreamExt;
+    use pvp_t140::sink::ws::{WsConfig, WsSink};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, serde_json::Value)>();
+    tokio::spawn(async move {
+        let mut n = 0;
+        let mut hung = Vec::new();
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (conn, tx) = (n, tx.clone());
+            n += 1;
+            let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                continue;
+            };
+            if conn == 0 {
+                // The join, then nothing: neither read nor written.
+                if let Some(Ok(m)) = ws.next().await {
+                    let _ = tx.send((conn, serde_json::from_str(m.to_text().unwrap()).unwrap()));
+                }
+                hung.push(ws);
+                continue;
+            }
+            tokio::spawn(async move {
+                while let Some(Ok(m)) = ws.next().await {
+                    if let Ok(v) = serde_json::from_str(m.to_text().unwrap_or("")) {
+                        let _ = tx.send((conn, v));
+                    }
+                }
+            });
+        }
+    });
+    let cfg = WsConfig {
+        url,
+        session: "s".into(),
+        heartbeat: Duration::from_secs(1),
+        connect_timeout: Duration::from_secs(5),
+        write_timeout: Duration::from_secs(5),
+        silence: Duration::from_secs(2),
+        queue: 64,
+        metrics: Default::default(),
+        tls: None,
+        spool: None,
+        gate: None,
+    };
+    let mut sink = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000beef@127.0.0.1:40000";
+    sink.send(talk.join(p));
+    let next = async |rx: &mut tokio::sync::mpsc::UnboundedReceiver<(usize, serde_json::Value)>| {
+        tokio::time::timeout(WAIT, rx.recv())
+            .await
+            .expect("a frame")
+            .unwrap()
+    };
+    assert_eq!(next(&mut rx).await.1["type"], "session.join");
+    sink.send(talk.add(p, "Said while the server hung."));
+    let mut seen = Vec::new();
+    let got = tokio::time::timeout(WAIT, async {
+        loop {
+            let (conn, v) = rx.recv().await.unwrap();
+            seen.push(format!("{conn} {}", v["type"]));
+            if v["type"] == "context.add" {
+                return (conn, v);
+            }
+        }
+    })
+    .await;
+    sink.close(Duration::from_millis(500)).await;
+    let Ok((conn, v)) = got else {
+        panic!("the text never reached the server; it read: {seen:?}");
+    };
+    assert_eq!(conn, 1);
+    assert_eq!(v["payload"]["content"], "Said while the server hung.");
+}
