@@ -576,3 +576,137 @@ async fn text_written_to_a_server_that_then_fell_silent_is_sent_again_after_the_
     assert_eq!(conn, 1);
     assert_eq!(v["payload"]["content"], "Said while the server hung.");
 }
+
+/// Reads a client's (masked) frames from `r` and hands on each text payload.
+async fn client_texts(
+    mut r: tokio::io::ReadHalf<TcpStream>,
+    tx: tokio::sync::mpsc::UnboundedSender<serde_json::Value>,
+) {
+    loop {
+        let mut h = [0u8; 2];
+        if r.read_exact(&mut h).await.is_err() {
+            return;
+        }
+        let len = match h[1] & 0x7f {
+            126 => u64::from(r.read_u16().await.unwrap()),
+            127 => r.read_u64().await.unwrap(),
+            n => u64::from(n),
+        };
+        let mut mask = [0u8; 4];
+        if h[1] & 0x80 != 0 {
+            r.read_exact(&mut mask).await.unwrap();
+        }
+        let mut p = vec![0u8; len as usize];
+        if r.read_exact(&mut p).await.is_err() {
+            return;
+        }
+        for (i, b) in p.iter_mut().enumerate() {
+            *b ^= mask[i % 4];
+        }
+        if h[0] & 0x0f == 1
+            && let Ok(v) = serde_json::from_slice(&p)
+        {
+            let _ = tx.send(v);
+        }
+    }
+}
+
+/// A server sending a large message over a slow link (another member's inline image in its
+/// history, say): its bytes keep coming for longer than `--server-silence-s`, but no whole
+/// frame does. The README: the connection is left after the silence "with nothing at all from
+/// the server". Bytes of a frame still arriving are something: the connection must not be
+/// left, and the frame after the large one is answered on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_message_arriving_slowly_is_no_silence() {
+    use common::talk::Talk;
+    use pvp_t140::sink::ws::{WsConfig, WsSink};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<serde_json::Value>();
+    let (conns_tx, mut conns) = tokio::sync::mpsc::unbounded_channel::<usize>();
+    tokio::spawn(async move {
+        let mut n = 0;
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let conn = n;
+            n += 1;
+            let _ = conns_tx.send(conn);
+            if conn > 0 {
+                continue;
+            }
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                accept_raw(&mut tcp).await;
+                let (r, mut w) = tokio::io::split(tcp);
+                tokio::spawn(client_texts(r, tx));
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                // 2 MiB of text in one frame, 40 KiB every 100 ms: about 5 s.
+                let size: u64 = 2 << 20;
+                let mut head = vec![0x81, 127];
+                head.extend_from_slice(&size.to_be_bytes());
+                if w.write_all(&head).await.is_err() {
+                    return;
+                }
+                let piece = vec![b' '; 40 << 10];
+                let mut left = size as usize;
+                while left > 0 {
+                    let n = left.min(piece.len());
+                    if w.write_all(&piece[..n]).await.is_err() {
+                        return;
+                    }
+                    left -= n;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                let ping = serde_json::json!({
+                    "v": 1, "id": "01J0000000000000000000PVNG", "ts": "2026-01-01T00:00:00Z",
+                    "session": "s", "sender": "system", "type": "heartbeat.ping", "payload": {}
+                })
+                .to_string();
+                let mut f = vec![0x81, 126];
+                f.extend_from_slice(&(ping.len() as u16).to_be_bytes());
+                f.extend_from_slice(ping.as_bytes());
+                let _ = w.write_all(&f).await;
+                tokio::time::sleep(Duration::from_secs(30)).await;
+            });
+        }
+    });
+    let cfg = WsConfig {
+        url,
+        session: "s".into(),
+        heartbeat: Duration::from_secs(1),
+        connect_timeout: Duration::from_secs(5),
+        write_timeout: Duration::from_secs(5),
+        silence: Duration::from_secs(2),
+        queue: 64,
+        metrics: Default::default(),
+        tls: None,
+        spool: None,
+        gate: None,
+    };
+    let mut sink = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000cafe@127.0.0.1:40000";
+    sink.send(talk.join(p));
+    let answered = tokio::time::timeout(WAIT, async {
+        loop {
+            let v = rx.recv().await.unwrap();
+            if v["type"] == "heartbeat.pong" {
+                return;
+            }
+        }
+    })
+    .await;
+    sink.close(Duration::from_millis(500)).await;
+    let mut made = Vec::new();
+    while let Ok(c) = conns.try_recv() {
+        made.push(c);
+    }
+    assert_eq!(
+        made,
+        [0],
+        "the connection was left while the message arrived"
+    );
+    assert!(
+        answered.is_ok(),
+        "the ping after the large message was not answered"
+    );
+}

@@ -62,6 +62,8 @@ pub struct SkipOversize<S> {
     owed: u8,
     /// The size of the last frame discarded, until the connection asks for it.
     skipped: Option<u64>,
+    /// Bytes came from the server since the connection last asked ([`SkipOversize::take_read`]).
+    read: bool,
 }
 
 impl<S> SkipOversize<S> {
@@ -81,7 +83,15 @@ impl<S> SkipOversize<S> {
             text: false,
             owed: 0,
             skipped: None,
+            read: false,
         }
+    }
+
+    /// Whether any bytes came from the server since the last call: a frame still arriving
+    /// (a large one over a slow link, passed or discarded) is the server heard from, though
+    /// no whole frame has come.
+    pub fn take_read(&mut self) -> bool {
+        std::mem::take(&mut self.read)
     }
 
     /// The size of the message last discarded or cut, once.
@@ -284,6 +294,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for SkipOversize<S> {
                 let mut rest = ReadBuf::new(&mut this.hdr[this.hdr_len..need]);
                 ready!(Pin::new(&mut this.inner).poll_read(cx, &mut rest))?;
                 let n = rest.filled().len();
+                this.read |= n > 0;
                 if n == 0 {
                     // The stream ends inside a header: tungstenite is handed what came, and
                     // reports the cut.
@@ -313,6 +324,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for SkipOversize<S> {
             if end == start {
                 return Poll::Ready(Ok(()));
             }
+            this.read = true;
             let kept = this.filter(&mut buf.filled_mut()[start..end]);
             buf.set_filled(start + kept);
             if kept > 0 {

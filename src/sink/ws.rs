@@ -867,6 +867,11 @@ async fn connection(
                         }
                     },
                     _ = heartbeat.tick() => {
+                        // Bytes of a frame still arriving (a large message over a slow link)
+                        // are the server heard from too.
+                        if ws.get_mut().take_read() {
+                            alive.heard();
+                        }
                         match alive.tick() {
                             Tick::Heard => {}
                             Tick::Probe => {
