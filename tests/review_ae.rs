@@ -710,3 +710,84 @@ async fn a_large_message_arriving_slowly_is_no_silence() {
         "the ping after the large message was not answered"
     );
 }
+
+static LOGS: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
+
+struct LogWriter;
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        LOGS.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The gateway's default log format is text, a line an event. A server's Close reason is
+/// logged as it came: one with a newline in it (a hostile or broken server) wrote a line of
+/// the server's own making into the gateway's log, a forged `ERROR` line, say.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_reason_cannot_write_a_log_line_of_its_own() {
+    use common::talk::Talk;
+    use futures_util::{SinkExt, StreamExt};
+    use pvp_t140::sink::ws::{WsConfig, WsSink};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .with_writer(|| LogWriter)
+        .try_init();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                    return;
+                };
+                let Some(Ok(_join)) = ws.next().await else {
+                    return;
+                };
+                let close = CloseFrame {
+                    code: CloseCode::Policy,
+                    reason: "bye\n2026-01-01T00:00:00Z ERROR FORGED by the server".into(),
+                };
+                let _ = ws.send(Message::Close(Some(close))).await;
+                while let Some(Ok(_)) = ws.next().await {}
+            });
+        }
+    });
+    let cfg = WsConfig {
+        url,
+        session: "s".into(),
+        heartbeat: Duration::from_secs(30),
+        connect_timeout: Duration::from_secs(5),
+        write_timeout: Duration::from_secs(5),
+        silence: Duration::from_secs(90),
+        queue: 64,
+        metrics: Default::default(),
+        tls: None,
+        spool: None,
+        gate: None,
+    };
+    let mut sink = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000f0f0@127.0.0.1:40000";
+    sink.send(talk.join(p));
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !String::from_utf8_lossy(&LOGS.lock().unwrap()).contains("FORGED") {
+        assert!(tokio::time::Instant::now() < deadline, "no close logged");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    sink.close(Duration::from_millis(300)).await;
+    let logs = String::from_utf8_lossy(&LOGS.lock().unwrap()).into_owned();
+    let forged: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.starts_with("2026-01-01"))
+        .collect();
+    assert!(forged.is_empty(), "{logs}");
+}

@@ -337,6 +337,25 @@ impl WsSink {
     }
 }
 
+/// Text from the server, as a log line shows it: its control characters escaped (`\n` as
+/// `\\n`), so that a newline in a Close reason or an error's message, from a hostile or broken
+/// server, cannot start a log line of the server's making in the text log format.
+struct Printable<'a>(&'a str);
+
+impl std::fmt::Display for Printable<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::fmt::Write;
+        for c in self.0.chars() {
+            if c.is_control() {
+                write!(f, "{}", c.escape_default())?;
+            } else {
+                f.write_char(c)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The server closed the connection `opened` then, with `frame` (its code and reason tell a
 /// refused token or session from a server going away): at warn level, unless the connection
 /// before was closed as early (`closing_early`), whose streak was logged at its first.
@@ -349,7 +368,7 @@ fn closed_log(
     let early = opened.is_some_and(|t| t.elapsed() < STABLE);
     let again = std::mem::replace(closing_early, early);
     let code = frame.map_or(String::new(), |f| u16::from(f.code).to_string());
-    let reason = frame.map_or("", |f| f.reason.as_str());
+    let reason = Printable(frame.map_or("", |f| f.reason.as_str()));
     if again {
         tracing::debug!(%participant, %code, %reason, "PVP server closed the connection again soon after it opened; reconnecting");
     } else {
@@ -713,7 +732,7 @@ async fn connection(
                                         send_frame(&mut ws, Message::Close(None), &cfg, &participant).await;
                                         if ended.end(&route_session) {
                                             m.sessions_ended.inc();
-                                            tracing::warn!(session = %session_id, ended_by = %sender, %reason, %final_state, "PVP session ended by the server; its text is dropped from now on");
+                                            tracing::warn!(session = %session_id, ended_by = %sender, reason = %Printable(&reason), %final_state, "PVP session ended by the server; its text is dropped from now on");
                                         }
                                         let lost = give_up_all(&mut rx, &mut pending, &mut outbox, &mut gates, &cfg, &counts).await;
                                         m.session_ended_items.inc_by(lost);
@@ -2087,7 +2106,7 @@ fn on_frame(
                             related_to = err.related_to.as_deref().unwrap_or("-"),
                             related_kind = related_kind.unwrap_or("-"),
                             "PVP server error relayed from another member of the session, not acted on: {}",
-                            err.message
+                            Printable(&err.message)
                         );
                         return Reaction::None;
                     }
@@ -2097,7 +2116,7 @@ fn on_frame(
                         recoverable = err.recoverable,
                         related_to = err.related_to.as_deref().unwrap_or("-"),
                         related_kind = related_kind.unwrap_or("-"),
-                        "PVP server error: {}", err.message
+                        "PVP server error: {}", Printable(&err.message)
                     );
                     // The text envelope of this connection's the error names, if any.
                     let named = err
