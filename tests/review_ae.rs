@@ -791,3 +791,50 @@ async fn a_close_reason_cannot_write_a_log_line_of_its_own() {
         .collect();
     assert!(forged.is_empty(), "{logs}");
 }
+
+/// A server's heartbeat.ping cut into three fragments with WebSocket pings between them (RFC
+/// 6455 5.4: control frames may come between a message's fragments): read whole, and answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fragmented_ping_with_control_frames_between_is_answered() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<serde_json::Value>();
+    tokio::spawn(async move {
+        let (mut tcp, _) = listener.accept().await.unwrap();
+        accept_raw(&mut tcp).await;
+        let (r, mut w) = tokio::io::split(tcp);
+        tokio::spawn(client_texts(r, tx));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let ping = serde_json::json!({
+            "v": 1, "id": "01J0000000000000000000PVNG", "ts": "2026-01-01T00:00:00Z",
+            "session": "s", "sender": "system", "type": "heartbeat.ping", "payload": {}
+        })
+        .to_string();
+        let b = ping.as_bytes();
+        let (a, rest) = b.split_at(10);
+        let (m, z) = rest.split_at(20);
+        let mut out = raw_frame(0x01, None, a);
+        out.extend(raw_frame(0x89, None, b"p1"));
+        out.extend(raw_frame(0x00, None, m));
+        out.extend(raw_frame(0x8a, None, b"unsolicited pong"));
+        out.extend(raw_frame(0x89, None, b""));
+        out.extend(raw_frame(0x80, None, z));
+        let _ = w.write_all(&out).await;
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    });
+    let mut gw = Gateway::start_for_server(&url, &["--session", "s"]);
+    Sender::new(gw.listen, 8).send("Hello. ");
+    let answered = tokio::time::timeout(WAIT, async {
+        loop {
+            let v = rx.recv().await.unwrap();
+            if v["type"] == "heartbeat.pong" {
+                return v;
+            }
+        }
+    })
+    .await;
+    let log = gw.stderr_lines().join("\n");
+    gw.kill();
+    let v = answered.unwrap_or_else(|_| panic!("no pong\n{log}"));
+    assert_eq!(v["ref"], "01J0000000000000000000PVNG", "{v}");
+}
