@@ -716,12 +716,12 @@ async fn connection(
                                         }
                                     }
                                     Reaction::SessionEnd { session: s, .. } if s != session_id => {
-                                        tracing::info!(%participant, session = %s, "session.end for another PVP session; not acted on");
+                                        tracing::info!(%participant, session = %Printable(&s), "session.end for another PVP session; not acted on");
                                     }
                                     Reaction::SessionEnd { sender, .. }
                                         if !crate::pvp::from_server(&sender) && !admins.iter().any(|a| **a == *sender) =>
                                     {
-                                        tracing::warn!(%participant, %sender, "session.end from a member not announced as an admin (pvp-spec 6.5); not acted on");
+                                        tracing::warn!(%participant, sender = %Printable(&sender), "session.end from a member not announced as an admin (pvp-spec 6.5); not acted on");
                                     }
                                     Reaction::SessionEnd { sender, reason, final_state, .. } => {
                                         // pvp-spec 6.5: the server takes nothing more for the
@@ -732,7 +732,7 @@ async fn connection(
                                         send_frame(&mut ws, Message::Close(None), &cfg, &participant).await;
                                         if ended.end(&route_session) {
                                             m.sessions_ended.inc();
-                                            tracing::warn!(session = %session_id, ended_by = %sender, reason = %Printable(&reason), %final_state, "PVP session ended by the server; its text is dropped from now on");
+                                            tracing::warn!(session = %session_id, ended_by = %Printable(&sender), reason = %Printable(&reason), %final_state, "PVP session ended by the server; its text is dropped from now on");
                                         }
                                         let lost = give_up_all(&mut rx, &mut pending, &mut outbox, &mut gates, &cfg, &counts).await;
                                         m.session_ended_items.inc_by(lost);
@@ -2018,7 +2018,7 @@ fn on_frame(
     // pvp-spec 4.2: "MUST reject envelopes with unknown versions". A ping, a gate decision or
     // an error of another version may mean something else there.
     if env.v != 1 {
-        tracing::warn!(%participant, v = env.v, kind = %env.kind, id = %env.id, "PVP server frame of an unknown protocol version; not acted on");
+        tracing::warn!(%participant, v = env.v, kind = %env.kind, id = %Printable(&env.id), "PVP server frame of an unknown protocol version; not acted on");
         return Reaction::Rejected;
     }
     match env.kind.as_str() {
@@ -2028,7 +2028,7 @@ fn on_frame(
         // each joiner): answered, each was a pong the reference broadcasts to every member, a
         // join into an hour-old session of 100 participants 12,000 of them.
         "heartbeat.ping" if !crate::pvp::from_server(&env.sender) => {
-            tracing::trace!(%participant, sender = %env.sender, id = %env.id, "heartbeat.ping not from the server; not answered");
+            tracing::trace!(%participant, sender = %Printable(&env.sender), id = %Printable(&env.id), "heartbeat.ping not from the server; not answered");
             Reaction::None
         }
         "heartbeat.ping" => {
@@ -2072,7 +2072,7 @@ fn on_frame(
                     }
                 }
                 _ => {
-                    tracing::warn!(%participant, id = %env.id, sender = %env.sender, "malformed session.end (pvp-spec 6.5: reason, and final_state completed, aborted or timeout), not acted on");
+                    tracing::warn!(%participant, id = %Printable(&env.id), sender = %Printable(&env.sender), "malformed session.end (pvp-spec 6.5: reason, and final_state completed, aborted or timeout), not acted on");
                     Reaction::Rejected
                 }
             }
@@ -2101,8 +2101,8 @@ fn on_frame(
                     if !by_server {
                         tracing::info!(
                             %participant,
-                            code = %err.code,
-                            sender = %env.sender,
+                            code = %Printable(&err.code),
+                            sender = %Printable(&env.sender),
                             related_to = err.related_to.as_deref().unwrap_or("-"),
                             related_kind = related_kind.unwrap_or("-"),
                             "PVP server error relayed from another member of the session, not acted on: {}",
@@ -2112,7 +2112,7 @@ fn on_frame(
                     }
                     tracing::warn!(
                         %participant,
-                        code = %err.code,
+                        code = %Printable(&err.code),
                         recoverable = err.recoverable,
                         related_to = err.related_to.as_deref().unwrap_or("-"),
                         related_kind = related_kind.unwrap_or("-"),
@@ -2184,7 +2184,7 @@ fn on_frame(
                 Err(e) => {
                     // Not pvp-spec 17's shape: not acted on, and counted as a frame that does
                     // not parse (a refusal the gateway cannot read shows on /metrics).
-                    tracing::warn!(%participant, id = %env.id, "malformed error envelope, not acted on: {e}");
+                    tracing::warn!(%participant, id = %Printable(&env.id), "malformed error envelope, not acted on: {e}");
                     return Reaction::Rejected;
                 }
             }
@@ -2380,6 +2380,18 @@ mod tests {
         }
         assert_eq!(pause, s(30));
         assert_eq!(rate_pause(pause, Some(s(60))), Duration::from_millis(500));
+    }
+
+    #[test]
+    fn server_text_is_logged_on_one_line() {
+        assert_eq!(
+            Printable("bye\n2026 ERROR forged\r\u{1b}[31m").to_string(),
+            "bye\\n2026 ERROR forged\\r\\u{1b}[31m"
+        );
+        assert_eq!(
+            Printable("token rejected é").to_string(),
+            "token rejected é"
+        );
     }
 
     #[test]
