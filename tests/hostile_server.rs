@@ -1,5 +1,8 @@
-//! Review ae: the WebSocket transport under the PVP sink against hostile or odd servers, with
-//! the real binary and raw TCP servers on 127.0.0.1.
+//! Found by review ae (session 43): the WebSocket transport under the PVP sink against hostile
+//! or odd servers (a ping flood that does not read, credentials in the URL, a 2^63-byte frame,
+//! secrets in trace logs, a slow large message, control characters in what the log shows,
+//! answers other than 101, TLS refusals), with the real binary and raw TCP servers on
+//! 127.0.0.1.
 
 mod common;
 
