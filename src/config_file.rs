@@ -345,7 +345,7 @@ pub fn parse(path: &Path, text: &str) -> Result<(FileConfig, Mapping, Vec<IpNet>
         rules.push(Rule {
             match_ssrc,
             match_source,
-            // An SDES name is matched trimmed (`gateway::sdes_name`): so is the rule's.
+            // An SDES name is matched trimmed (`gateway::sdes_item`): so is the rule's.
             match_rtcp_name: r.rtcp_name.as_deref().map(|n| n.trim().to_owned()),
             participant: r.participant.clone(),
             name: r.name.clone(),

@@ -494,10 +494,19 @@ impl Emitter {
     /// An SDES name (`rank` 2 for NAME, 1 for CNAME: a NAME is never replaced by a CNAME) for
     /// a speaker. The join already went out with the old name: the new one is announced
     /// (pvp-spec 7.1).
-    fn rename(&mut self, now: Time, key: &StreamKey, sp: &mut Speaker, name: String, rank: u8) {
+    /// `name` as [`sdes_item`] gives it.
+    fn rename(&mut self, now: Time, key: &StreamKey, sp: &mut Speaker, name: &str, rank: u8) {
         if rank < sp.profile.name_rank {
             return;
         }
+        if rank == sp.profile.name_rank && sp.profile.name == name {
+            // Said again: every compound carries the CNAME (RFC 3550 6.1), every few seconds
+            // from each of thousands of streams. Nothing to keep or announce, and nothing
+            // allocated (review ah: a dozen allocations a compound).
+            self.map_again(key, sp);
+            return;
+        }
+        let name = name.to_owned();
         if clean_name(&sp.profile.name) == clean_name(&name) {
             // Nothing to announce (the name is shown the same), but a NAME equal to the CNAME
             // is a NAME all the same, and rules match the item as it came.
@@ -1467,9 +1476,22 @@ const EVICTED_KEPT: usize = 64;
 /// display name. Trimmed of NULs and a BOM too: some senders end an item with the C string's
 /// NUL, or begin it with a BOM (RFC 3550 6.5: UTF-8 text, neither), and a rule for "Alice"
 /// did not match "Alice\0".
-fn sdes_name(name: &str) -> Option<String> {
+///
+/// Borrowed from the item: no allocation for one of at most [`MAX_NAME_CHARS`] characters
+/// (every compound repeats its CNAME, RFC 3550 6.1).
+fn sdes_item(name: &str) -> Option<&str> {
     let name = name.trim_matches(|c: char| c.is_whitespace() || matches!(c, '\0' | '\u{feff}'));
-    clean_name(name).map(|_| name.to_owned())
+    shows_a_name(name).then_some(name)
+}
+
+/// Whether [`clean_name`] leaves something of `name`, without its allocations where no cut
+/// to [`MAX_NAME_CHARS`] can be needed: then what is left is `name` without what
+/// [`not_in_names`] keeps out, trimmed, so something is left when a character is neither.
+fn shows_a_name(name: &str) -> bool {
+    if name.chars().nth(MAX_NAME_CHARS).is_none() {
+        return name.chars().any(|c| !not_in_names(c) && !c.is_whitespace());
+    }
+    clean_name(name).is_some()
 }
 
 /// Whether `c` is kept out of a participant's display name: controls, as from the text (a
@@ -2579,7 +2601,7 @@ impl Gateway {
         // Names first, one per source: the best item of the whole compound (NAME, else CNAME),
         // so an SDES carrying both announces once. An item that leaves no name (all controls)
         // is passed over, so the CNAME still names (README "RTCP"; review, session 36). Then BYEs.
-        let mut best: Vec<(u32, &str, u8)> = Vec::new();
+        let mut best: smallvec::SmallVec<[(u32, &str, u8); 4]> = smallvec::SmallVec::new();
         let mut too_many = false;
         for e in &events {
             let (ssrc, name, rank) = match *e {
@@ -2587,7 +2609,7 @@ impl Gateway {
                 RtcpEvent::Cname { ssrc, cname } => (ssrc, cname, 1),
                 RtcpEvent::Bye { .. } | RtcpEvent::Report { .. } => continue,
             };
-            if sdes_name(name).is_none() {
+            if sdes_item(name).is_none() {
                 continue;
             }
             let full = best.len() == MAX_RTCP_SOURCES;
@@ -2788,7 +2810,7 @@ impl Gateway {
     /// A mixer's source named in the mixer's SDES: as [`Gateway::name_stream`] for a stream's
     /// own voice.
     fn name_speaker(&mut self, now: Time, slot: u32, i: usize, name: &str, rank: u8) {
-        let Some(name) = sdes_name(name) else { return };
+        let Some(name) = sdes_item(name) else { return };
         let Some(s) = self.slots.get_mut(slot) else {
             return;
         };
@@ -2918,12 +2940,12 @@ impl Gateway {
         rank: u8,
         via: Option<StreamKey>,
     ) {
-        let Some(name) = sdes_name(name) else { return };
+        let Some(name) = sdes_item(name) else { return };
         let Some(slot) = slot.filter(|&s| self.takes_names(s)) else {
             self.keep_early_name(EarlyName {
                 ip: source.ip(),
                 id: ssrc,
-                name,
+                name: name.to_owned(),
                 rank,
                 via,
             });
@@ -3336,5 +3358,34 @@ fn utf8_inside(data: &[u8]) -> bool {
     match std::str::from_utf8(&data[lead..]) {
         Ok(_) => true,
         Err(e) => e.error_len().is_none(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// [`shows_a_name`] says what [`clean_name`] would, without its allocations where it can
+    /// (review ah): names of controls, bidirectional marks and white space only, at the cut
+    /// and past it, with what is kept only beyond the cut.
+    #[test]
+    fn shows_a_name_agrees_with_clean_name() {
+        let long_spaces = " ".repeat(MAX_NAME_CHARS);
+        let cases = [
+            String::new(),
+            " ".into(),
+            "\u{7}\t \u{2028}\u{202e}".into(),
+            "Alice".into(),
+            " \u{1b}[31mBob ".into(),
+            "a".repeat(MAX_NAME_CHARS),
+            "a".repeat(MAX_NAME_CHARS + 1),
+            format!("{long_spaces}x"),
+            format!("{}x", "\u{7}".repeat(MAX_NAME_CHARS)),
+            format!("{long_spaces}\u{7}"),
+            "é".repeat(200),
+        ];
+        for name in &cases {
+            assert_eq!(shows_a_name(name), clean_name(name).is_some(), "{name:?}");
+        }
     }
 }
