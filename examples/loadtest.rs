@@ -38,7 +38,9 @@
 //! SIGSTOP, gets N datagrams of the same traffic queued in its socket (SO_RCVBUF sized for N
 //! with `--recv-buffer`; any kernel drop while queued makes the figure invalid), and is
 //! continued with SIGCONT. Its CPU time (every thread's `/proc/PID/task/*/schedstat`, in ns)
-//! from SIGCONT until it goes quiet gives datagrams per CPU-second; the wall time is until its
+//! from SIGCONT until it goes quiet, plus its CPU above its idle rate in the 3 s tail after
+//! (where the gateway's idle flush sends the words each stream left after its last sentence
+//! end), gives datagrams per CPU-second; the wall time is until its
 //! socket's queue (`rx_queue` of /proc/net/udp) is empty. The headline is gateway / null
 //! receiver datagrams per CPU-second, paired in the order the receivers ran. One uncounted
 //! null-receiver drain runs first (`--warmup-drains`): the first drain of a run used to be
@@ -2043,8 +2045,15 @@ impl Drain {
             && self.sink_queue_full.is_none_or(|f| f == 0)
             && self.cpu > 0.0
     }
+    /// The CPU the drained datagrams cost: the drain's, and the tail's above the receiver's
+    /// idle rate. The gateway's idle flush sends each stream's words after its last sentence
+    /// end 2 s after they came, in the tail ([`TAIL`]): work for the drained datagrams done
+    /// after the drain's window (review ah: the headline left it out).
+    fn work_cpu(&self) -> f64 {
+        self.cpu + (self.tail_cpu - self.idle * self.tail_secs).max(0.0)
+    }
     fn per_cpu_second(&self) -> f64 {
-        self.queued as f64 / self.cpu
+        self.queued as f64 / self.work_cpu()
     }
 }
 
@@ -2268,13 +2277,14 @@ fn run_drain(target: Target, a: &RateArgs, common: &Common, n: u64) -> Res<Drain
         warnings,
     };
     eprintln!(
-        "  {}: {} queued in {:.2} s ({:.0} B each in the queue), drained in {:.3} s wall, {:.3} s CPU: {:.0} datagrams/CPU-s{}",
+        "  {}: {} queued in {:.2} s ({:.0} B each in the queue), drained in {:.3} s wall, {:.3} s CPU (+ {:.3} s in the tail over idle): {:.0} datagrams/CPU-s{}",
         target.name(),
         d.queued,
         d.send_secs,
         d.rx_queue as f64 / d.queued.max(1) as f64,
         d.wall,
         d.cpu,
+        d.work_cpu() - d.cpu,
         d.per_cpu_second(),
         if d.valid() { "" } else { " (INVALID)" }
     );
@@ -2339,7 +2349,7 @@ fn drain(a: &RateArgs, n: u64) -> Res<()> {
     }
     println!();
     println!(
-        "| # | receiver | queued | kernel drops (queued / after) | queue B/datagram | SO_RCVBUF | drain CPU s | datagrams per CPU-second | CPU µs/datagram | CPU s (stat ticks) | wall s (queue empty) | wall s (CPU quiet) | delivered | envelopes | gateway drops | sink queue full | tail CPU s | idle CPU % | peak RSS MiB | valid |"
+        "| # | receiver | queued | kernel drops (queued / after) | queue B/datagram | SO_RCVBUF | drain CPU s | datagrams per CPU-second (drain and tail over idle) | CPU µs/datagram | CPU s (stat ticks) | wall s (queue empty) | wall s (CPU quiet) | delivered | envelopes | gateway drops | sink queue full | tail CPU s | idle CPU % | peak RSS MiB | valid |"
     );
     println!(
         "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- |"
@@ -2357,7 +2367,7 @@ fn drain(a: &RateArgs, n: u64) -> Res<()> {
             d.rcvbuf.map_or("?".into(), |b| b.to_string()),
             d.cpu,
             d.per_cpu_second(),
-            1e6 * d.cpu / d.queued.max(1) as f64,
+            1e6 * d.work_cpu() / d.queued.max(1) as f64,
             d.cpu_ticks,
             d.wall,
             d.busy_wall,
@@ -3058,6 +3068,30 @@ mod tests {
             log_lines: 0,
             warnings: Vec::new(),
         }
+    }
+
+    /// The text each stream had left when the drain ended (the words after its last sentence
+    /// end: about a quarter of the drained text's chunks, with 30 words a stream of TEXT's
+    /// 8-word sentences) is flushed by the gateway's idle flush, 2 s later: in the tail, after
+    /// the figure's window closed. That work is the drained datagrams' as much as the chunks
+    /// cut in the window, and the null receiver owes none: the tail's CPU above the receiver's
+    /// idle counts in the drain's (review ah: it was measured and left out of the headline).
+    #[test]
+    fn the_idle_flushes_of_the_drained_text_count_in_the_drain() {
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-6 * b;
+        let mut g = drain_of(Target::Gateway, Some(1000));
+        (g.cpu, g.idle, g.tail_secs) = (0.010, 0.001, 3.0);
+        // 0.003 s of idle over the 3 s tail, 0.004 s of flushes.
+        g.tail_cpu = 0.007;
+        assert!(close(g.work_cpu(), 0.014), "{}", g.work_cpu());
+        assert!(close(g.per_cpu_second(), 1000.0 / 0.014));
+        // A null receiver's tail is its idle: nothing added; a tail quieter than the idle
+        // measured before takes nothing away.
+        let mut n = drain_of(Target::Null, Some(1000));
+        (n.cpu, n.idle, n.tail_secs, n.tail_cpu) = (0.010, 0.001, 3.0, 0.003);
+        assert!(close(n.per_cpu_second(), 1000.0 / 0.010));
+        n.tail_cpu = 0.0;
+        assert!(close(n.per_cpu_second(), 1000.0 / 0.010));
     }
 
     /// A drain whose counters could not be read before (or after) it is invalid: a failed
