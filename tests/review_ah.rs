@@ -517,3 +517,50 @@ fn red_with_unrecovered_loss_allocates_nothing() {
         "RED with 4 bursts of loss made {allocs} allocations"
     );
 }
+
+/// A mixer's compound names its sources too (RFC 3550 6.5: an SDES chunk for each CSRC, with
+/// the mixer's own), every few seconds, the same names each time: no allocation once they
+/// are known.
+#[test]
+fn a_mixers_repeated_sdes_for_its_sources_allocates_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = Core::new(typing_config());
+    let ssrc = 0x5151_0006;
+    let (a, b) = (0xc000_0011u32, 0xc000_0012u32);
+    let mut sdes = report(ssrc, "mixer@192.0.2.7", None);
+    pvp_t140::rtcp::write_sdes(&mut sdes, a, "a@192.0.2.8", Some("Ann"));
+    pvp_t140::rtcp::write_sdes(&mut sdes, b, "b@192.0.2.9", Some("Ben"));
+    let mut seq = 0u16;
+    let mut mixed = |n: usize, text: &[u8]| -> Vec<Vec<u8>> {
+        (0..n)
+            .map(|i| {
+                seq += 1;
+                packet(
+                    PT,
+                    seq,
+                    ssrc,
+                    Some(if i / 5 % 2 == 0 { a } else { b }),
+                    text,
+                )
+            })
+            .collect()
+    };
+    for _ in 0..2 {
+        c.feed(&mixed(600, b"abc"));
+        c.feed(std::slice::from_ref(&sdes));
+        c.feed(&mixed(10, b". "));
+    }
+    assert!(c.drain() > 0);
+    let mut run = Vec::new();
+    for _ in 0..20 {
+        run.extend(mixed(10, b"abc"));
+        run.push(sdes.clone());
+    }
+    let allocs = core_allocs(|| c.feed(&run));
+    assert_eq!(c.gw.stats().drops_total(), 0);
+    assert_eq!(c.drain(), 0, "nothing to announce");
+    assert_eq!(
+        allocs, 0,
+        "20 mixer compounds naming 2 sources made {allocs} allocations"
+    );
+}
