@@ -564,3 +564,35 @@ fn a_mixers_repeated_sdes_for_its_sources_allocates_nothing() {
         "20 mixer compounds naming 2 sources made {allocs} allocations"
     );
 }
+
+/// `--compat t140llm`: its packets take their own steps (UTF-8 checked, the speaker decided
+/// per block); typing that cuts no chunk allocates nothing there either.
+#[test]
+fn t140llm_typing_allocates_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = Core::new(Config {
+        compat: pvp_t140::Compat::T140llm,
+        ..typing_config()
+    });
+    c.step_us = 100_000;
+    let ssrc = 0x5151_0007;
+    let mut seq = 0u16;
+    let mut typing = |n: usize, text: &[u8]| -> Vec<Vec<u8>> {
+        (0..n)
+            .map(|_| {
+                seq += 1;
+                packet(PT, seq, ssrc, None, text)
+            })
+            .collect()
+    };
+    for _ in 0..2 {
+        c.feed(&typing(600, "ab\u{e9}".as_bytes()));
+        c.feed(&typing(1, b". "));
+    }
+    assert!(c.drain() > 0);
+    let run = typing(200, "ab\u{e9}".as_bytes());
+    let allocs = core_allocs(|| c.feed(&run));
+    assert_eq!(c.gw.stats().drops_total(), 0);
+    assert_eq!(c.drain(), 0);
+    assert_eq!(allocs, 0, "200 t140llm packets made {allocs} allocations");
+}
