@@ -219,12 +219,22 @@ fn the_receive_worker_allocates_nothing_per_datagram_in_the_steady_state() {
             sent += typists.round(w.to, b"abc");
         }
         sent += typists.round(w.to, b". ");
-        w.read(sent);
-        // A tick later: the metrics tick and the linger have run past the warm-up's envelopes.
         let s = w.read(sent);
         assert_eq!(s.drops_total(), 0);
     }
-    assert!(!w.envelopes().is_empty());
+    // Every envelope the warm-up made handed over (the linger ran) before counting starts.
+    let made = w.read(sent).envelopes;
+    assert!(made > 0);
+    let until = Instant::now() + Duration::from_secs(30);
+    let mut taken = 0;
+    while taken < made {
+        assert!(
+            Instant::now() < until,
+            "{taken} of the warm-up's {made} envelopes came"
+        );
+        taken += w.envelopes().len() as u64;
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let before = w.read(sent);
     ALLOCS.store(0, Ordering::SeqCst);
     ARMED.store(true, Ordering::SeqCst);
