@@ -1,7 +1,8 @@
 //! Buffers a stream's decoded text and cuts it into transcript chunks.
 //!
 //! pvp-implementation-guide STEP 4: flush on sentence boundaries, after a silence, and at a size
-//! threshold. A sentence ends at `.`, `!` or `?` followed by white space (so `3.14` and `e.g.x`
+//! threshold. A sentence ends at `.`, `!` or `?` (or another script's terminator: `؟`, `۔`,
+//! `।`, `॥`, `։`, `።`...) followed by white space (so `3.14` and `e.g.x`
 //! do not split), closing quotes or brackets between them (`"Stop." Then`), or at an
 //! ideographic `。`, `！`, `？` followed by anything but another of them, a closing bracket or
 //! what extends its grapheme cluster (CJK text has no spaces; `？！` and `。。。` end one
@@ -323,7 +324,8 @@ impl Fed<'_> {
         );
         if breaks
             && (matches!(self.ch.tail, b'.' | b'!' | b'?')
-                || (may_close(self.ch.tail) && ends_quoted_sentence(&self.ch.buf)))
+                || (may_close(self.ch.tail) && ends_quoted_sentence(&self.ch.buf))
+                || (self.ch.tail >= 0x80 && ends_other_sentence(&self.ch.buf)))
         {
             self.cut_all(FlushCause::Sentence);
             self.ch.unseen_ws = 1;
@@ -572,7 +574,49 @@ fn ends_quoted_sentence(buf: &str) -> bool {
 /// after it or not: a closing character next is held with it past the size limit
 /// ([`Fed::end_held_cut`]), as `？」` is, so no chunk starts with the `"` of `"Stop."`.
 fn in_sentence_end(buf: &str) -> bool {
-    (buf.trim_end_matches(|c| is_closing(c) || is_no_break(c))).ends_with(['.', '!', '?'])
+    (buf.trim_end_matches(|c| is_closing(c) || is_no_break(c)))
+        .ends_with(|c| matches!(c, '.' | '!' | '?') || is_spaced_end(c))
+}
+
+/// Sentence terminators of other scripts (Unicode Sentence_Terminal), which end a sentence
+/// once white space follows, as `.` does: Arabic `؟`, Urdu `۔`, the Devanagari dandas `।` and
+/// `॥` (Hindi, Bengali, Punjabi...), Armenian `։`, Ethiopic `።`, `፧` and `፨`, Myanmar `။`,
+/// Khmer `។` and `៕`, Mongolian `᠃`, `‼`, `⁇`, `⁈`, `⁉`, and the full-width and small forms
+/// of `.`, `!` and `?` (no white space follows them in CJK text, so `３．１４` is not cut).
+fn is_spaced_end(c: char) -> bool {
+    matches!(
+        c,
+        '\u{61f}'
+            | '\u{6d4}'
+            | '\u{964}'
+            | '\u{965}'
+            | '\u{589}'
+            | '\u{1362}'
+            | '\u{1367}'
+            | '\u{1368}'
+            | '\u{104b}'
+            | '\u{17d4}'
+            | '\u{17d5}'
+            | '\u{1803}'
+            | '\u{203c}'
+            | '\u{2047}'
+            | '\u{2048}'
+            | '\u{2049}'
+            | '\u{ff0e}'
+            | '\u{ff61}'
+            | '\u{fe52}'
+            | '\u{fe56}'
+            | '\u{fe57}'
+    )
+}
+
+/// Whether `buf`, ending in a character that is not ASCII, ends a sentence once white space
+/// follows: a terminator of another script ([`is_spaced_end`]), or closing quotes after one.
+/// Asked only at white space after such a character, not per character.
+#[cold]
+#[inline(never)]
+fn ends_other_sentence(buf: &str) -> bool {
+    buf.ends_with(is_spaced_end) || ends_quoted_sentence(buf)
 }
 
 /// No-break spaces: white space that keeps its neighbours together (Unicode line breaking class

@@ -1,0 +1,76 @@
+//! Review ag: chunking of speech-to-text output in many scripts, through the sans-IO core with
+//! time as a value.
+
+use std::time::Duration;
+
+use pvp_t140::{Config, Gateway, rtp};
+
+#[path = "common/core.rs"]
+mod core_helpers;
+use core_helpers::*;
+
+fn gw(max: usize) -> Gateway {
+    Gateway::new(Config {
+        idle_flush: Duration::from_millis(500),
+        max_chunk_chars: max,
+        ..Config::default()
+    })
+}
+
+fn packet(seq: u16, payload: &[u8]) -> Vec<u8> {
+    let mut d = Vec::new();
+    rtp::write_packet(&mut d, seq == 1, 98, seq, u32::from(seq) * 300, 7, payload);
+    d
+}
+
+/// Packets 50 ms apart (no idle flush between), then the stream's end; every item as shown.
+fn say(max: usize, packets: &[&str]) -> Vec<String> {
+    let mut g = gw(max);
+    let mut ms = 0;
+    let mut out = Vec::new();
+    for (i, p) in packets.iter().enumerate() {
+        g.handle_datagram(at(ms), addr(4000), &packet(i as u16 + 1, p.as_bytes()));
+        ms += 50;
+        g.handle_timeout(at(ms));
+        out.extend(drain(&mut g));
+    }
+    g.shutdown(at(ms + 100_000));
+    out.extend(drain(&mut g));
+    shown(&out)
+}
+
+/// A sentence ends at the terminators of other scripts as at `.`, `!` or `?`, once white space
+/// follows: Arabic `؟`, Urdu `۔`, Devanagari `।` and `॥`, Armenian `։`, Ethiopic `።` and `፧`,
+/// Myanmar `။`, Khmer `។`, `‼` and `⁉`. They ended nothing, so a Hindi or Urdu caption ran
+/// every sentence into the next until a pause or the size limit. Decimals and words are still
+/// not cut where no white space follows.
+#[test]
+fn sentence_terminators_of_other_scripts_end_a_sentence() {
+    for (text, want) in [
+        ("هل أنت بخير؟ نعم", &["هل أنت بخير؟", "نعم"][..]),
+        ("یہ اردو ہے۔ دوسرا", &["یہ اردو ہے۔", "دوسرا"]),
+        (
+            "यह हिंदी है। दूसरा वाक्य॥ तीसरा",
+            &["यह हिंदी है।", "दूसरा वाक्य॥", "तीसरा"],
+        ),
+        ("Սա հայերեն է։ Երկրորդ", &["Սա հայերեն է։", "Երկրորդ"]),
+        ("ይህ አማርኛ ነው። ምን፧ ሁለተኛ", &["ይህ አማርኛ ነው።", "ምን፧", "ሁለተኛ"]),
+        ("ဟုတ်ကဲ့။ နောက်", &["ဟုတ်ကဲ့။", "နောက်"]),
+        ("បាទ។ បន្ទាប់", &["បាទ។", "បន្ទាប់"]),
+        ("What‼ Really⁉ Yes", &["What‼", "Really⁉", "Yes"]),
+        // Closing quotes after it, as after `.`.
+        ("قال «هل أنت بخير؟» ثم", &["قال «هل أنت بخير؟»", "ثم"]),
+    ] {
+        assert_eq!(say(500, &[text]), want, "{text:?}");
+        let words: Vec<String> = text.split_inclusive(' ').map(str::to_owned).collect();
+        let words: Vec<&str> = words.iter().map(String::as_str).collect();
+        assert_eq!(say(500, &words), want, "{text:?} a word a packet");
+    }
+    // The space alone in a packet (the decoder's ASCII path).
+    assert_eq!(
+        say(500, &["یہ اردو ہے۔", " ", "دوسرا"]),
+        ["یہ اردو ہے۔", "دوسرا"]
+    );
+    // No white space after it: no cut (full-width decimals, CJK text).
+    assert_eq!(say(500, &["３．１４です"]), ["３．１４です"]);
+}
