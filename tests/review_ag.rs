@@ -74,3 +74,28 @@ fn sentence_terminators_of_other_scripts_end_a_sentence() {
     // No white space after it: no cut (full-width decimals, CJK text).
     assert_eq!(say(500, &["３．１４です"]), ["３．１４です"]);
 }
+
+/// A right-to-left or left-to-right mark (U+200F, U+200E, U+061C) put after a sentence's full
+/// stop, as RTL text mixed with LTR often has to keep the stop on the right side, is invisible
+/// and ends nothing by itself: the sentence still ends at the white space after it. It ran
+/// into the next.
+#[test]
+fn a_bidi_mark_after_a_sentence_end_does_not_hide_it() {
+    for mark in ['\u{200f}', '\u{200e}', '\u{61c}'] {
+        let text = format!("مرحبا.{mark} كيف حالك؟{mark} Fine!{mark} next");
+        let want = [
+            format!("مرحبا.{mark}"),
+            format!("كيف حالك؟{mark}"),
+            format!("Fine!{mark}"),
+            "next".to_owned(),
+        ];
+        assert_eq!(say(500, &[&text]), want, "{text:?}");
+    }
+    // Inside closing quotes too.
+    assert_eq!(
+        say(500, &["قال «نعم.»\u{200f} ثم"]),
+        ["قال «نعم.»\u{200f}", "ثم"]
+    );
+    // A mark after a word is no sentence end.
+    assert_eq!(say(500, &["abc\u{200f} def"]), ["abc\u{200f} def"]);
+}
