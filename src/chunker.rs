@@ -38,7 +38,7 @@ impl FlushCause {
     }
 }
 
-/// A finished chunk: trimmed, never empty or white space only.
+/// A finished chunk: trimmed, never empty, white space only or invisible characters only.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Chunk {
     pub text: String,
@@ -172,7 +172,7 @@ impl Chunker {
     pub fn is_blank(&self) -> bool {
         // Asked for every packet (timer deadline): a buffer starting with text is settled by
         // its first character, without a trim over the buffer.
-        self.buf.chars().next().is_none_or(char::is_whitespace) && self.buf.trim().is_empty()
+        self.buf.chars().next().is_none_or(blank) && self.buf.chars().all(blank)
     }
 
     /// Cuts everything buffered (idle, end). Returns `None` for white-space-only text, which is
@@ -220,7 +220,12 @@ impl Chunker {
             space_before = space_before.saturating_add(clamp(text[..lead].chars().count()));
             text.drain(..lead);
         }
-        if text.is_empty() {
+        if text.chars().all(blank) {
+            // Invisible characters only (a zero-width space, a direction mark): as blank to a
+            // reader as white space, and as white space they were typed, so a backspace erases
+            // one of them before the chunk cut.
+            let trailing = (trailing.0 + text.chars().count(), false);
+            text.clear();
             self.buf = text;
             return (None, trailing);
         }
@@ -432,9 +437,11 @@ impl Fed<'_> {
                 let before = self.ch.unseen_ws.saturating_add(lead);
                 // Known to join only when the white space cut at is all that is unseen.
                 let joins = ws.is_some_and(|c| !c.is_control()) && dropped == 1;
-                if text.is_empty() {
-                    self.ch.unseen_joins = before == 0 && joins;
-                    self.ch.unseen_ws = before.saturating_add(dropped);
+                if text.chars().all(blank) {
+                    // Invisible characters only count as white space (`take_chunk`).
+                    let hidden = clamp(text.chars().count());
+                    self.ch.unseen_joins = before == 0 && joins && hidden == 0;
+                    self.ch.unseen_ws = before.saturating_add(hidden).saturating_add(dropped);
                 } else {
                     let c = Chunk {
                         text: text.to_owned(),
@@ -653,6 +660,34 @@ pub fn pop_cluster(s: &mut String) -> u32 {
     let erased = clamp(s[at..].chars().count());
     s.truncate(at);
     erased
+}
+
+/// White space, or a character that shows nothing (Unicode Default_Ignorable_Code_Point: a
+/// zero-width space or joiner, a direction mark, a word joiner, a soft hyphen, a variation
+/// selector, the Hangul fillers, a tag): a chunk of these only is never sent.
+fn blank(c: char) -> bool {
+    c.is_whitespace()
+        || matches!(
+            c,
+            '\u{ad}'
+                | '\u{34f}'
+                | '\u{61c}'
+                | '\u{115f}'
+                | '\u{1160}'
+                | '\u{17b4}'
+                | '\u{17b5}'
+                | '\u{180b}'..='\u{180f}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{202a}'..='\u{202e}'
+                | '\u{2060}'..='\u{206f}'
+                | '\u{3164}'
+                | '\u{fe00}'..='\u{fe0f}'
+                | '\u{feff}'
+                | '\u{ffa0}'
+                | '\u{1bca0}'..='\u{1bca3}'
+                | '\u{1d173}'..='\u{1d17a}'
+                | '\u{e0000}'..='\u{e0fff}'
+        )
 }
 
 fn is_break_space(c: char) -> bool {

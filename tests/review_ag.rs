@@ -39,6 +39,23 @@ fn say(max: usize, packets: &[&str]) -> Vec<String> {
     shown(&out)
 }
 
+/// Packets with the time (ms) since the one before, each after the idle flushes due; every
+/// item as shown.
+fn say_at(packets: &[(u64, &str)]) -> Vec<String> {
+    let mut g = gw(500);
+    let mut ms = 0;
+    let mut out = Vec::new();
+    for (i, (gap, p)) in packets.iter().enumerate() {
+        ms += gap;
+        g.handle_timeout(at(ms));
+        g.handle_datagram(at(ms), addr(4000), &packet(i as u16 + 1, p.as_bytes()));
+        out.extend(drain(&mut g));
+    }
+    g.shutdown(at(ms + 100_000));
+    out.extend(drain(&mut g));
+    shown(&out)
+}
+
 /// A sentence ends at the terminators of other scripts as at `.`, `!` or `?`, once white space
 /// follows: Arabic `؟`, Urdu `۔`, Devanagari `।` and `॥`, Armenian `։`, Ethiopic `።` and `፧`,
 /// Myanmar `။`, Khmer `។`, `‼` and `⁉`. They ended nothing, so a Hindi or Urdu caption ran
@@ -98,4 +115,31 @@ fn a_bidi_mark_after_a_sentence_end_does_not_hide_it() {
     );
     // A mark after a word is no sentence end.
     assert_eq!(say(500, &["abc\u{200f} def"]), ["abc\u{200f} def"]);
+}
+
+/// A chunk of nothing but invisible characters (Unicode Default_Ignorable_Code_Point: a
+/// zero-width space or joiner, a direction mark, a word joiner, a soft hyphen, a variation
+/// selector, the Hangul filler) is as blank to a reader as white space, which is never sent;
+/// typed after a sentence's end and left by a pause or the stream's end, it was sent as an
+/// item showing nothing. Before text, it stays with the text.
+#[test]
+fn a_chunk_of_invisible_characters_only_is_not_sent() {
+    for inv in [
+        "\u{200f}",
+        "\u{200b}",
+        "\u{2060}",
+        "\u{fe0f}",
+        "\u{200d}",
+        "\u{ad}",
+        "\u{3164}",
+        "\u{200b} \u{200e}\n",
+    ] {
+        let text = format!("Hi. {inv}");
+        // Left by the stream's end, and by a pause.
+        assert_eq!(say(500, &[&text]), ["Hi."], "{text:?}");
+        assert_eq!(say_at(&[(0, &text), (1000, "")]), ["Hi."], "{text:?}");
+        // Before text, it goes with the text.
+        let more = format!("{inv}x");
+        assert_eq!(say(500, &[&text, "x"]), ["Hi.", &more], "{text:?}");
+    }
 }
