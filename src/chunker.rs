@@ -544,11 +544,22 @@ fn may_end_ideographic(tail: u8) -> bool {
 }
 
 /// Closing quotes and brackets, which may follow a sentence's `.`, `!` or `?` (`"Stop."`,
-/// `(see above.)`, `“Really?”`) before the white space that ends it.
+/// `(see above.)`, `“Really?”`) before the white space that ends it; German and Czech close
+/// with `“` and `‘` (`„Stopp.“`), German books with `«` and `‹` (`»Stopp.«`).
 fn is_closing(c: char) -> bool {
     matches!(
         c,
-        '"' | '\'' | ')' | ']' | '\u{bb}' | '\u{2019}' | '\u{201d}'
+        '"' | '\''
+            | ')'
+            | ']'
+            | '\u{ab}'
+            | '\u{bb}'
+            | '\u{2018}'
+            | '\u{2019}'
+            | '\u{201c}'
+            | '\u{201d}'
+            | '\u{2039}'
+            | '\u{203a}'
     )
 }
 
@@ -560,11 +571,15 @@ pub fn holds_with_an_end(c: char) -> bool {
 }
 
 /// The last bytes of the closing characters ([`is_closing`]): `"`, `'`, `)`, `]`, and those
-/// of `»` (C2 BB), `’` (E2 80 99) and `”` (E2 80 9D). A buffer whose last byte is none of them
-/// is not read to find a quoted sentence end.
+/// of `«` (C2 AB), `»` (C2 BB), `‘` (E2 80 98), `’` (E2 80 99), `“` (E2 80 9C), `”` (E2 80 9D),
+/// `‹` (E2 80 B9) and `›` (E2 80 BA). A buffer whose last byte is none of them is not read to
+/// find a quoted sentence end.
 #[inline]
 fn may_close(tail: u8) -> bool {
-    matches!(tail, b'"' | b'\'' | b')' | b']' | 0xbb | 0x99 | 0x9d)
+    matches!(
+        tail,
+        b'"' | b'\'' | b')' | b']' | 0xab | 0xbb | 0x98 | 0x99 | 0x9c | 0x9d | 0xb9 | 0xba
+    )
 }
 
 /// Whether `buf` ends in `.`, `!` or `?` followed by closing quotes or brackets, and the

@@ -143,3 +143,21 @@ fn a_chunk_of_invisible_characters_only_is_not_sent() {
         assert_eq!(say(500, &[&text, "x"]), ["Hi.", &more], "{text:?}");
     }
 }
+
+/// German, Czech, Lithuanian and other typographies close a quotation with `“` (U+201C),
+/// `‘` (U+2018), `«` or `‹` (»Stopp.« in German books): after a sentence end, these close it
+/// as `”` does, and the sentence ends at the white space after them. `„Stopp.“ Dann` ran into
+/// the next sentence.
+#[test]
+fn closing_quotes_of_other_typographies_keep_the_sentence_end() {
+    for (text, first) in [
+        ("Er sagte „Stopp.“ Dann", "Er sagte „Stopp.“"),
+        ("Er sagte ‚Ja!‘ Dann", "Er sagte ‚Ja!‘"),
+        ("Er sagte »Stopp.« Dann", "Er sagte »Stopp.«"),
+        ("Er sagte ›Ja?‹ Dann", "Er sagte ›Ja?‹"),
+        ("Řekl „Ano.“ Pak", "Řekl „Ano.“"),
+    ] {
+        let rest = text.rsplit(' ').next().unwrap();
+        assert_eq!(say(500, &[text]), [first, rest], "{text:?}");
+    }
+}
