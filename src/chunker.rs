@@ -635,21 +635,24 @@ fn is_spaced_end(c: char) -> bool {
 /// Whether `buf`, ending in a character that is not ASCII, ends a sentence once white space
 /// follows: a terminator of another script ([`is_spaced_end`]), or closing quotes after one,
 /// or any sentence end followed by bidirectional marks (`مرحبا.\u{200f}`: the mark keeps the
-/// stop on the right side of RTL text, and is invisible). Asked only at white space after
+/// stop on the right side of RTL text, and is invisible) or a variation selector (`‼️`). Asked only at white space after
 /// such a character, not per character.
 #[cold]
 #[inline(never)]
 fn ends_other_sentence(buf: &str) -> bool {
-    let body = buf.trim_end_matches(is_bidi_mark);
+    let body = buf.trim_end_matches(is_invisible_after_end);
     body.ends_with(is_spaced_end)
         || (body.len() < buf.len() && body.ends_with(['.', '!', '?']))
         || ends_quoted_sentence(body)
 }
 
-/// The invisible marks that set the direction of neutral characters: LRM, RLM and the Arabic
-/// letter mark.
-fn is_bidi_mark(c: char) -> bool {
-    matches!(c, '\u{200e}' | '\u{200f}' | '\u{61c}')
+/// The invisible marks that set the direction of neutral characters (LRM, RLM and the Arabic
+/// letter mark), and the variation selectors that pick a glyph (`‼\u{fe0f}`, the emoji `‼️`).
+fn is_invisible_after_end(c: char) -> bool {
+    matches!(
+        c,
+        '\u{200e}' | '\u{200f}' | '\u{61c}' | '\u{fe0e}' | '\u{fe0f}'
+    )
 }
 
 /// No-break spaces: white space that keeps its neighbours together (Unicode line breaking class

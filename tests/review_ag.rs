@@ -161,3 +161,14 @@ fn closing_quotes_of_other_typographies_keep_the_sentence_end() {
         assert_eq!(say(500, &[text]), [first, rest], "{text:?}");
     }
 }
+
+/// `‼` and `⁉` are usually typed as emoji, with the presentation selector U+FE0F after them
+/// (`‼️`): the selector only picks the glyph, and the sentence still ends at the white space
+/// after it, as after a bare `‼`.
+#[test]
+fn an_emoji_presentation_selector_after_a_sentence_end_does_not_hide_it() {
+    assert_eq!(
+        say(500, &["Wow‼\u{fe0f} Really⁉\u{fe0f} Yes!\u{fe0f} ok"]),
+        ["Wow‼\u{fe0f}", "Really⁉\u{fe0f}", "Yes!\u{fe0f}", "ok"]
+    );
+}
