@@ -396,14 +396,31 @@ impl Fed<'_> {
             self.ch.end_held = false;
             return;
         };
-        // No ASCII character extends a cluster (UAX #29: none is Extend, ZWJ or a SpacingMark),
-        // nor closes a CJK sentence.
-        if held < MAX_HELD && !next.is_ascii() && (is_ideographic_close(next) || extends_end(next))
+        // No ASCII character extends a cluster (UAX #29: none is Extend, ZWJ or a SpacingMark);
+        // of ASCII, only `)` and `]` close a CJK sentence (`(好。)`).
+        if held < MAX_HELD
+            && (is_ideographic_close(next) || (!next.is_ascii() && extends_end(next)))
         {
             self.ch.end_held = true;
             return;
         }
         self.cut_all(FlushCause::Sentence);
+    }
+
+    /// An ASCII run after an ideographic sentence end, held or not: the `)` and `]` it starts
+    /// with close the sentence (`(好。)`) and are held with the end, a character at a time;
+    /// the next character cuts it (none of ASCII extends a cluster). The rest of the run.
+    #[inline(never)]
+    fn ascii_after_end<'s>(&mut self, s: &'s [u8]) -> &'s [u8] {
+        let closers = s.iter().take_while(|&&b| matches!(b, b')' | b']')).count();
+        let (held, rest) = s.split_at(closers);
+        for &b in held {
+            self.push(char::from(b));
+        }
+        if let Some(&b) = rest.first() {
+            self.cut_ideographic_end(char::from(b));
+        }
+        rest
     }
 
     /// Out of line: a sentence end is rare next to the characters that pass the checks above it,
@@ -533,6 +550,8 @@ fn is_ideographic_close(c: char) -> bool {
             | '｣'
             | '\u{2019}'
             | '\u{201d}'
+            | ')'
+            | ']'
     )
 }
 
@@ -728,10 +747,11 @@ impl TextSink for Fed<'_> {
     /// outlined, 12 instructions a packet more, once a second caller came).
     #[inline(always)]
     fn push_ascii(&mut self, s: &[u8]) {
-        if may_end_ideographic(self.ch.tail) || self.ch.end_held {
-            // Any ASCII character stands for the run: none extends a cluster.
-            self.cut_ideographic_end(' ');
-        }
+        let s = if may_end_ideographic(self.ch.tail) || self.ch.end_held {
+            self.ascii_after_end(s)
+        } else {
+            s
+        };
         if let (true, Some(&b)) = (self.ch.chars >= self.cuts.max_chars, s.first()) {
             self.end_held_cut(char::from(b));
         }

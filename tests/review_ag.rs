@@ -172,3 +172,22 @@ fn an_emoji_presentation_selector_after_a_sentence_end_does_not_hide_it() {
         ["Wow‼\u{fe0f}", "Really⁉\u{fe0f}", "Yes!\u{fe0f}", "ok"]
     );
 }
+
+/// A half-width `)` or `]` right after an ideographic sentence end closes it (`他说(好。)然后`),
+/// as the full-width `）` does: it goes with the sentence. The end was cut before it, so the
+/// next chunk began with a lone `)`. Typed a character at a time, in one packet, or with
+/// ASCII after it.
+#[test]
+fn a_half_width_bracket_after_an_ideographic_end_goes_with_the_sentence() {
+    assert_eq!(say(500, &["他说(好。)然后"]), ["他说(好。)", "然后"]);
+    assert_eq!(say(500, &["他说[好。]]然后"]), ["他说[好。]]", "然后"]);
+    assert_eq!(say(500, &["他说(好。) then"]), ["他说(好。)", "then"]);
+    assert_eq!(say(500, &["他说(好。)ok"]), ["他说(好。)", "ok"]);
+    assert_eq!(
+        say(500, &["他说(好。", ")", "然后"]),
+        ["他说(好。)", "然后"]
+    );
+    assert_eq!(say(500, &["他说(好。", ")ok"]), ["他说(好。)", "ok"]);
+    // An opening bracket after the end starts the next sentence.
+    assert_eq!(say(500, &["そうですね。(笑)"]), ["そうですね。", "(笑)"]);
+}
