@@ -191,3 +191,21 @@ fn a_half_width_bracket_after_an_ideographic_end_goes_with_the_sentence() {
     // An opening bracket after the end starts the next sentence.
     assert_eq!(say(500, &["そうですね。(笑)"]), ["そうですね。", "(笑)"]);
 }
+
+/// A backspace after a sentence cut at one of these ends erases the white space after it, then
+/// the end itself in the item sent (context.update), as after `.`: the counts of what the cut
+/// kept out of the chunk hold for every script.
+#[test]
+fn backspaces_across_a_sentence_cut_at_another_scripts_end_correct_the_item() {
+    for (text, next, erase, left) in [
+        ("यह है। ", "", 2, "यह है"),
+        ("هل أنت بخير؟\u{200f} ", "", 3, "هل أنت بخير"),
+        ("Er sagte „Stopp.“ ", "", 2, "Er sagte „Stopp."),
+        // Cut before the next character, which the first backspace erases.
+        ("他说(好。)", "x", 3, "他说(好"),
+    ] {
+        let bs = "\u{8}".repeat(erase);
+        let shown = say_at(&[(0, text), (50, next), (50, &bs)]);
+        assert_eq!(shown, [left], "{text:?}");
+    }
+}
