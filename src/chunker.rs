@@ -134,9 +134,22 @@ pub struct Chunker {
     end_held: bool,
     /// The buffer follows a chunk cut whole (an idle or sentence flush) with nothing between
     /// but `unseen_ws`, none of it erased since: a cluster erase of a mark that extends that
-    /// chunk's last character goes on into it ([`Fed::backspace`]). False before the first
+    /// chunk's last character goes on into it ([`Fed::backspace`]). `No` before the first
     /// cut, once a backspace reached past the buffer, and after [`Chunker::forget_typed`].
-    after_cut: bool,
+    /// [`AfterCut::Linked`] when that chunk ends in an Indic conjunct's virama (`क्`), which the
+    /// consonant after it joins into one grapheme cluster (UAX #29 GB9c): a cluster erase of
+    /// that consonant goes on into the chunk, as one of a mark does. One byte, as a `bool`
+    /// was: the speaker's hot part keeps to its cache lines.
+    after_cut: AfterCut,
+}
+
+/// [`Chunker`]'s `after_cut`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum AfterCut {
+    #[default]
+    No,
+    Yes,
+    Linked,
 }
 
 /// A chunker taking text, with where its chunks go: the decoder's [`TextSink`].
@@ -185,7 +198,12 @@ impl Chunker {
             self.unseen_joins = (before == 0 || self.unseen_joins) && trailing.1;
         }
         self.unseen_ws = before.saturating_add(clamp(trailing.0));
-        self.after_cut |= chunk.is_some();
+        if let Some(c) = &chunk {
+            self.after_cut = match c.text.ends_with(is_linker) && links_a_consonant(&c.text) {
+                true => AfterCut::Linked,
+                false => AfterCut::Yes,
+            };
+        }
         self.tail = 0;
         self.chars = 0;
         self.end_held = false;
@@ -199,7 +217,7 @@ impl Chunker {
         self.unseen_ws = 0;
         self.unseen_joins = false;
         self.erase_sent = 0;
-        self.after_cut = false;
+        self.after_cut = AfterCut::No;
     }
 
     /// The whole buffer as a chunk, trimmed in place, and the white-space characters trimmed
@@ -690,6 +708,38 @@ fn joins_a_space(s: &str) -> bool {
     t.graphemes(true).next().is_some_and(|g| g.len() > 1)
 }
 
+/// The viramas that link consonants into one grapheme cluster (Unicode 15.1 InCB=Linker:
+/// Devanagari, Bengali, Gujarati, Oriya, Telugu, Malayalam).
+fn is_linker(c: char) -> bool {
+    matches!(
+        c,
+        '\u{94d}' | '\u{9cd}' | '\u{acd}' | '\u{b4d}' | '\u{c4d}' | '\u{d4d}'
+    )
+}
+
+/// Whether a consonant after `text` (ending in a virama) would continue its last grapheme
+/// cluster (UAX #29 GB9c: consonant, virama, consonant).
+fn links_a_consonant(text: &str) -> bool {
+    use unicode_segmentation::UnicodeSegmentation;
+    let Some(last) = text.graphemes(true).next_back() else {
+        return false;
+    };
+    let mut t = String::with_capacity(last.len() + 3);
+    t.push_str(last);
+    t.push('\u{915}');
+    t.graphemes(true).nth(1).is_none()
+}
+
+/// Whether `s` begins with what joins a consonant and virama before it into one grapheme
+/// cluster (a consonant, UAX #29 GB9c).
+fn joins_a_conjunct(s: &str) -> bool {
+    use unicode_segmentation::UnicodeSegmentation;
+    let mut t = String::with_capacity(6 + s.len());
+    t.push_str("\u{915}\u{94d}");
+    t.push_str(s);
+    t.graphemes(true).next().is_some_and(|g| g.len() > 6)
+}
+
 /// Removes the last grapheme cluster (UAX #29) of `s`; the characters it had.
 pub fn pop_cluster(s: &mut String) -> u32 {
     use unicode_segmentation::UnicodeSegmentation;
@@ -806,9 +856,10 @@ impl TextSink for Fed<'_> {
             // text (reopened if not yet handed out, else corrected as sent text).
             let on_cut = first
                 && !on_space
-                && self.ch.after_cut
+                && self.ch.after_cut != AfterCut::No
                 && self.ch.unseen_ws == 0
-                && joins_a_space(&self.ch.buf);
+                && (joins_a_space(&self.ch.buf)
+                    || (self.ch.after_cut == AfterCut::Linked && joins_a_conjunct(&self.ch.buf)));
             let erased = pop_cluster(&mut self.ch.buf);
             self.ch.sync_tail();
             self.ch.chars = self.ch.chars.saturating_sub(erased);
@@ -828,7 +879,7 @@ impl TextSink for Fed<'_> {
         // Past the buffer, what a mark typed next extends is no longer the cut text's last
         // character as it was cut (a new line the erasing exposes starts a cluster of its
         // own): no cluster erase goes on into it.
-        self.ch.after_cut = false;
+        self.ch.after_cut = AfterCut::No;
         if self.ch.unseen_ws > 0 {
             self.ch.unseen_ws -= 1;
             return true;

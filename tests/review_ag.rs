@@ -209,3 +209,28 @@ fn backspaces_across_a_sentence_cut_at_another_scripts_end_correct_the_item() {
         assert_eq!(shown, [left], "{text:?}");
     }
 }
+
+/// With t140llm's cluster erase, a pause that lets the idle flush fall inside an Indic
+/// conjunct (`क्` sent, `ष` after it: one grapheme cluster, UAX #29 GB9c) leaves the
+/// backspace that erases the cluster to erase `क्` in the item sent too, as it does when
+/// the pause falls before a vowel sign.
+#[test]
+fn a_cluster_erase_across_an_idle_flush_inside_a_conjunct_erases_its_first_half() {
+    let mut g = Gateway::new(Config {
+        idle_flush: Duration::from_millis(500),
+        compat: pvp_t140::Compat::T140llm,
+        ..Config::default()
+    });
+    let mut out = Vec::new();
+    for (i, (ms, p)) in [(0, "अक्"), (1000, "ष"), (1100, "\u{8}")]
+        .into_iter()
+        .enumerate()
+    {
+        g.handle_timeout(at(ms));
+        g.handle_datagram(at(ms), addr(4000), &packet(i as u16 + 1, p.as_bytes()));
+        out.extend(drain(&mut g));
+    }
+    g.shutdown(at(100_000));
+    out.extend(drain(&mut g));
+    assert_eq!(shown(&out), ["अ"]);
+}
