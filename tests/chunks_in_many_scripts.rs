@@ -1,5 +1,7 @@
-//! Review ag: chunking of speech-to-text output in many scripts, through the sans-IO core with
-//! time as a value.
+//! Found by review ag (session 43): chunking of speech-to-text output in many scripts (other
+//! scripts' sentence ends, direction marks and variation selectors after an end, German and
+//! French closing quotes, invisible-only items, a half-width bracket after a CJK end, a
+//! conjunct split by an idle flush), through the sans-IO core with time as a value.
 
 use std::time::Duration;
 
