@@ -81,8 +81,10 @@ fn frame_lens(out: &[u8]) -> Vec<(u8, u64)> {
             126 | 127 => break,
             n => u64::from(n),
         };
-        if b1 & 0x80 != 0 {
-            break; // masked: handed on as it came, and tungstenite fails it
+        if b1 & 0x80 != 0 || (b1 & 0x7f == 127 && len >> 63 != 0) {
+            // Masked, or a 64-bit length with its top bit set (RFC 6455 5.2): handed on as it
+            // came, and tungstenite fails it.
+            break;
         }
         if out[at] & 0x0f < 8 {
             lens.push((out[at], len));
