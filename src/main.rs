@@ -74,8 +74,8 @@ enum Cmd {
         file: PathBuf,
         /// Only UDP datagrams to this destination port and the RTCP port after it, as a live
         /// gateway on it reads by default (the RTCP port not with `--rtcp false`, or `rtcp =
-        /// false` in --config; default: all).
-        #[arg(long)]
+        /// false` in --config; default: all). No datagram goes to port 0: refused.
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
         port: Option<u16>,
         /// The live gateway's TOML file: its core settings and `[[stream]]` mapping rules
         /// apply, as live; the keys of live IO only (listen, server, metrics, ...) are ignored.
@@ -240,7 +240,8 @@ struct CoreArgs {
     #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
     max_streams: u64,
     /// How long a packet that arrived ahead of a gap waits for the gap to fill before the
-    /// missing text is recovered from redundancy or marked lost (RFC 4103 5.4: at most 1 s).
+    /// missing text is recovered from redundancy or marked lost (RFC 4103 5.4 suggests 1 s;
+    /// up to 10000 ms for a path that reorders more).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=10_000))]
     reorder_wait_ms: u64,
     /// Only accept datagrams from these networks (repeatable, e.g. 10.0.0.0/8, ::1/128).

@@ -926,3 +926,15 @@ fn a_corrupt_block_mid_capture_still_flushes_and_leaves_what_came_before() {
         "a join without its leave; stderr: {stderr}"
     );
 }
+
+/// `replay --port 0` kept nothing (no datagram goes to port 0) and said nothing: an operator
+/// who meant "any port" saw an empty replay, exit 0. Refused as a bad value, as the live
+/// gateway's flags are.
+#[test]
+fn a_replay_filtered_to_port_0_is_refused() {
+    let capture = pcap(&[(0, rtp(98, true, 1, 0, 7, b"hello."))]);
+    let (ok, envelopes, stderr) = replay_status("port0", &capture, &["--port", "0"]);
+    assert!(!ok, "{stderr}");
+    assert!(envelopes.is_empty());
+    assert!(stderr.contains("--port"), "{stderr}");
+}
