@@ -179,8 +179,9 @@ pub fn check_chunk_size(text: &str, max: usize) -> Result<(), String> {
             .rev()
             .find(|g| !held(g))
             .is_some_and(|g| {
-                g.chars()
-                    .any(|c| (!ideographic && matches!(c, '.' | '!' | '?')) || ideographic_end(c))
+                g.chars().any(|c| {
+                    (!ideographic && pvp_t140::chunker::is_sentence_stop(c)) || ideographic_end(c)
+                })
             })
     };
     for i in max.max(1)..chars.len() {
