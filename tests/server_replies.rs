@@ -18,28 +18,9 @@ const WAIT: Duration = Duration::from_secs(20);
 #[path = "common/ws_recorder.rs"]
 mod ws_recorder;
 use common::talk::Talk;
-use ws_recorder::{Log, config, server};
-
-/// A frame from the server in session "s".
-fn frame(kind: &str, id: &str, sender: &str, payload: Value) -> String {
-    json!({"v": 1, "id": id, "ts": "2026-11-28T00:00:00.000Z", "session": "s",
-        "sender": sender, "type": kind, "payload": payload})
-    .to_string()
-}
+use ws_recorder::{config, frame, server, wait_for};
 
 const ME: &str = "t140:0000a11e@127.0.0.1:40001";
-
-async fn wait_for(log: &Log, what: &str, pred: impl Fn(&[(usize, Value)]) -> bool) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !pred(&log.lock().unwrap()) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}: {:?}",
-            log.lock().unwrap()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
 
 fn pongs(log: &[(usize, Value)]) -> Vec<String> {
     log.iter()

@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures_util::{SinkExt, StreamExt};
 use pvp_t140::metrics::SinkMetrics;
 use pvp_t140::sink::ws::WsConfig;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
 /// Every text frame the server read, with the number of the connection it came on.
@@ -62,5 +62,26 @@ pub fn config(url: String) -> WsConfig {
         tls: None,
         spool: None,
         gate: None,
+    }
+}
+
+/// A frame from the server in session "s".
+pub fn frame(kind: &str, id: &str, sender: &str, payload: Value) -> String {
+    json!({"v": 1, "id": id, "ts": "2026-11-28T00:00:00.000Z", "session": "s",
+        "sender": sender, "type": kind, "payload": payload})
+    .to_string()
+}
+
+/// Waits (20 s at most, then fails saying `what`) until the frames the server read satisfy
+/// `pred`.
+pub async fn wait_for(log: &Log, what: &str, pred: impl Fn(&[(usize, Value)]) -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !pred(&log.lock().unwrap()) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}: {:?}",
+            log.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
