@@ -671,7 +671,7 @@ fn in_sentence_end(buf: &str) -> bool {
 }
 
 /// A sentence's stop that white space after it (closing characters between) ends the sentence
-/// at: `.`, `!`, `?` and other scripts' ([`is_spaced_end`]). The fuzz targets' chunk-size
+/// at: `.`, `!`, `?` and other scripts' (`؟ ۔ । ॥ ։ ።`...). The fuzz targets' chunk-size
 /// oracle asks this rather than keep a copy of the list.
 pub fn is_sentence_stop(c: char) -> bool {
     matches!(c, '.' | '!' | '?') || is_spaced_end(c)
