@@ -499,26 +499,21 @@ impl Emitter {
         if rank < sp.profile.name_rank {
             return;
         }
-        if rank == sp.profile.name_rank && sp.profile.name == name {
-            // Said again: every compound carries the CNAME (RFC 3550 6.1), every few seconds
-            // from each of thousands of streams. Nothing to keep or announce, and nothing
-            // allocated (review ah: a dozen allocations a compound).
-            self.map_again(key, sp);
-            return;
-        }
-        let name = name.to_owned();
-        if clean_name(&sp.profile.name) == clean_name(&name) {
-            // Nothing to announce (the name is shown the same), but a NAME equal to the CNAME
-            // is a NAME all the same, and rules match the item as it came.
-            sp.profile.name = name;
+        // Said again (every compound carries the CNAME, RFC 3550 6.1, every few seconds from
+        // each of thousands of streams): nothing to keep or announce, and nothing allocated
+        // (review ah). A name shown the same is kept, not announced: a NAME equal to the CNAME
+        // is a NAME all the same, and rules match the item as it came.
+        if rank != sp.profile.name_rank || sp.profile.name != name {
+            let shown_anew = clean_name(&sp.profile.name) != clean_name(name);
+            sp.profile.name = name.to_owned();
             sp.profile.name_rank = rank;
             self.map_again(key, sp);
+            if shown_anew {
+                self.announce(now, key, sp);
+            }
             return;
         }
-        sp.profile.name = name;
-        sp.profile.name_rank = rank;
         self.map_again(key, sp);
-        self.announce(now, key, sp);
     }
 
     /// A speaker the mapping refused before its SDES name came (its first sentence is cut at
@@ -548,6 +543,17 @@ impl Emitter {
         let p = self.participant(key, sp);
         let e = self.in_session(sp, |b| b.announce(now, sp.profile.participant.clone(), &p));
         self.push(e);
+    }
+
+    /// What a speaker holds, cut as an idle flush at `at`; nothing for a blank buffer, which
+    /// [`crate::chunker::Chunker::flush`] would still count as white space typed.
+    #[inline]
+    fn idle_flush(&mut self, at: Time, key: &StreamKey, created: &Time, sp: &mut Speaker) {
+        if !sp.chunker.is_blank()
+            && let Some(chunk) = sp.chunker.flush(FlushCause::Idle)
+        {
+            self.chunk(at, key, created, sp, chunk);
+        }
     }
 
     /// After text reached a speaker's chunker: first correct sent text that backspaces erased
@@ -1091,7 +1097,9 @@ fn name_new_speaker(early: &mut Vec<EarlyName>, key: &StreamKey, id: u32, sp: &m
     }
 }
 
-/// [`Gateway::keep_early_name`], on the list itself.
+/// Keeps an SDES name for a source not seen on RTP ([`Gateway::early_names`]); a NAME is never
+/// replaced by a CNAME. A name replaced keeps its mixer ([`EarlyName`]): the source's session
+/// is still the evicted mixer's until its BYE.
 fn keep_name(early: &mut Vec<EarlyName>, mut new: EarlyName) {
     if let Some(i) = early.iter().position(|e| e.of(new.ip, new.id)) {
         if early[i].rank > new.rank {
@@ -2081,11 +2089,7 @@ impl Gateway {
                 // The last reply is over: what it left buffered is its last item, not the
                 // start of this one's (it ran into it, "here.Second").
                 for sp in voices.speakers.iter_mut() {
-                    if !sp.chunker.is_blank()
-                        && let Some(chunk) = sp.chunker.flush(FlushCause::Idle)
-                    {
-                        emit.chunk(now, voices.key, voices.created, sp, chunk);
-                    }
+                    emit.idle_flush(now, voices.key, voices.created, sp);
                 }
             }
         }
@@ -2221,7 +2225,7 @@ impl Gateway {
         while !self.streams.claim() {
             if !self.evict_silent_stream(now) && !self.end_a_lingering_stream(now) {
                 for e in early.into_iter().chain(sources_early) {
-                    self.keep_early_name(e);
+                    keep_name(&mut self.early_names, e);
                 }
                 if let Some(r) = returning {
                     self.end_record(r, Names::Older);
@@ -2503,7 +2507,7 @@ impl Gateway {
                 e.via = e.via.or(via);
                 continue;
             }
-            self.keep_early_name(name);
+            keep_name(&mut self.early_names, name);
         }
     }
 
@@ -2942,13 +2946,16 @@ impl Gateway {
     ) {
         let Some(name) = sdes_item(name) else { return };
         let Some(slot) = slot.filter(|&s| self.takes_names(s)) else {
-            self.keep_early_name(EarlyName {
-                ip: source.ip(),
-                id: ssrc,
-                name: name.to_owned(),
-                rank,
-                via,
-            });
+            keep_name(
+                &mut self.early_names,
+                EarlyName {
+                    ip: source.ip(),
+                    id: ssrc,
+                    name: name.to_owned(),
+                    rank,
+                    via,
+                },
+            );
             return;
         };
         let s = self.slots.get_mut(slot).expect("live");
@@ -2957,13 +2964,6 @@ impl Gateway {
         } = s;
         let idx = speaker_index(speakers, own, key, VoiceRef::Ssrc, now);
         self.emit.rename(now, key, &mut speakers[idx], name, rank);
-    }
-
-    /// An SDES name for a source not seen on RTP ([`Gateway::early_names`]); a NAME is never
-    /// replaced by a CNAME. A name replaced keeps its mixer ([`EarlyName`]): the source's
-    /// session is still the evicted mixer's until its BYE.
-    fn keep_early_name(&mut self, new: EarlyName) {
-        keep_name(&mut self.early_names, new);
     }
 
     /// The earliest moment this stream needs attention.
@@ -3161,13 +3161,8 @@ impl Gateway {
         let waiting = register.held() > 0;
         for sp in speakers.iter_mut() {
             let idle_at = sp.last_text.plus_us(self.delays.idle_flush);
-            if !waiting
-                && idle_at <= now
-                && idle_at <= idle_until
-                && !sp.chunker.is_blank()
-                && let Some(chunk) = sp.chunker.flush(FlushCause::Idle)
-            {
-                self.emit.chunk(idle_at, key, created, sp, chunk);
+            if !waiting && idle_at <= now && idle_at <= idle_until {
+                self.emit.idle_flush(idle_at, key, created, sp);
             }
         }
         self.emit.stats.harvest(register);
