@@ -184,8 +184,8 @@ impl Chunker {
     /// True when nothing but white space is buffered (nothing an idle flush would send).
     pub fn is_blank(&self) -> bool {
         // Asked for every packet (timer deadline): a buffer starting with text is settled by
-        // its first character, without a trim over the buffer.
-        self.buf.chars().next().is_none_or(blank) && self.buf.chars().all(blank)
+        // its first character (`all` stops there), without a trim over the buffer.
+        self.buf.chars().all(blank)
     }
 
     /// Cuts everything buffered (idle, end). Returns `None` for white-space-only text, which is
