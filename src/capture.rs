@@ -659,30 +659,11 @@ fn take_frame(
 /// Whether a frame the snap length cut short (so not read whole by [`packet_of`]) carries a
 /// UDP datagram or a fragment of one, as far as its IP header, read laxly, tells.
 fn cut_udp(data: &[u8], link: Linktype) -> bool {
-    // As `packet_of`: pcap-parser's decoders of other link types panic on malformed frames.
-    let supported = [
-        Linktype::ETHERNET,
-        Linktype::RAW,
-        Linktype::LINUX_SLL,
-        Linktype::LINUX_SLL2,
-        Linktype::IPV4,
-        Linktype::IPV6,
-        Linktype::NULL,
-        Linktype::LOOP,
-    ];
-    if !supported.contains(&link) {
-        return false;
-    }
-    let sliced = match get_packetdata(data, link, data.len()) {
-        Some(PacketData::L2(frame)) => LaxSlicedPacket::from_ethernet(frame).ok(),
-        Some(PacketData::L3(ethertype @ (0x8100 | 0x88a8 | 0x9100), packet)) => Some(
-            LaxSlicedPacket::from_ether_type(etherparse::EtherType(ethertype), packet),
-        ),
-        Some(PacketData::L3(_, packet)) => LaxSlicedPacket::from_ip(packet).ok(),
-        Some(PacketData::Unsupported(_)) if link == Linktype::LOOP => data
-            .get(4..)
-            .and_then(|ip| LaxSlicedPacket::from_ip(ip).ok()),
-        _ => None,
+    let sliced = match inner(data, link) {
+        Some(Inner::Ethernet(frame)) => LaxSlicedPacket::from_ethernet(frame).ok(),
+        Some(Inner::EtherType(t, packet)) => Some(LaxSlicedPacket::from_ether_type(t, packet)),
+        Some(Inner::Ip(packet)) => LaxSlicedPacket::from_ip(packet).ok(),
+        None => None,
     };
     match sliced.and_then(|s| s.net) {
         Some(LaxNetSlice::Ipv4(ip)) => ip.payload().ip_number == IpNumber::UDP,
@@ -739,9 +720,18 @@ enum Packet<'a> {
     Fragment(Fragment<'a>),
 }
 
-fn packet_of(data: &[u8], link: Linktype, interface: usize) -> Option<Packet<'_>> {
-    // Only the link types a T.140 capture comes in; pcap-parser 0.17's decoders for others
-    // (Wireshark upper PDU, NFLOG) panic on malformed frames (found by the pcap_read fuzzer).
+/// What a frame's link layer carries ([`inner`]).
+enum Inner<'a> {
+    Ethernet(&'a [u8]),
+    /// A packet of this EtherType (a VLAN tag's, or a GRE device's protocol).
+    EtherType(etherparse::EtherType, &'a [u8]),
+    Ip(&'a [u8]),
+}
+
+/// What follows a frame's link layer, for [`packet_of`] and [`cut_udp`] to slice. Only the
+/// link types a T.140 capture comes in; pcap-parser 0.17's decoders for others (Wireshark
+/// upper PDU, NFLOG) panic on malformed frames (found by the pcap_read fuzzer).
+fn inner(data: &[u8], link: Linktype) -> Option<Inner<'_>> {
     let supported = [
         Linktype::ETHERNET,
         Linktype::RAW,
@@ -755,20 +745,18 @@ fn packet_of(data: &[u8], link: Linktype, interface: usize) -> Option<Packet<'_>
     if !supported.contains(&link) {
         return None;
     }
-    let sliced = match get_packetdata(data, link, data.len())? {
+    Some(match get_packetdata(data, link, data.len())? {
         // OpenBSD's loopback: BSD loopback's 4-byte address family (in network byte order)
         // before the IP packet; pcap-parser 0.17 has no decoder for it. The IP version says
         // which IP, as with LINKTYPE_NULL.
-        PacketData::Unsupported(_) if link == Linktype::LOOP => {
-            SlicedPacket::from_ip(data.get(4..)?).ok()?
-        }
-        PacketData::L2(frame) => SlicedPacket::from_ethernet(frame).ok()?,
+        PacketData::Unsupported(_) if link == Linktype::LOOP => Inner::Ip(data.get(4..)?),
+        PacketData::L2(frame) => Inner::Ethernet(frame),
         // A Linux cooked capture (SLL, SLL2) of a VLAN-tagged frame: libpcap puts the 802.1Q
         // tag back after the cooked header, whose protocol then says VLAN.
         PacketData::L3(ethertype @ (0x8100 | 0x88a8 | 0x9100), packet) => {
-            SlicedPacket::from_ether_type(etherparse::EtherType(ethertype), packet).ok()?
+            Inner::EtherType(etherparse::EtherType(ethertype), packet)
         }
-        PacketData::L3(_, packet) => SlicedPacket::from_ip(packet).ok()?,
+        PacketData::L3(_, packet) => Inner::Ip(packet),
         // A Linux cooked capture of a GRE tunnel device (ARPHRD_IPGRE): the protocol field is
         // the GRE protocol type and the inner packet follows (the SLL and SLL2 specs), which
         // pcap-parser 0.17 takes for a GRE header.
@@ -777,9 +765,17 @@ fn packet_of(data: &[u8], link: Linktype, interface: usize) -> Option<Packet<'_>
         {
             let at = if link == Linktype::LINUX_SLL { 14 } else { 0 };
             let proto = u16::from_be_bytes(data.get(at..at + 2)?.try_into().ok()?);
-            SlicedPacket::from_ether_type(etherparse::EtherType(proto), packet).ok()?
+            Inner::EtherType(etherparse::EtherType(proto), packet)
         }
         PacketData::L4(..) | PacketData::Unsupported(_) => return None,
+    })
+}
+
+fn packet_of(data: &[u8], link: Linktype, interface: usize) -> Option<Packet<'_>> {
+    let sliced = match inner(data, link)? {
+        Inner::Ethernet(frame) => SlicedPacket::from_ethernet(frame).ok()?,
+        Inner::EtherType(t, packet) => SlicedPacket::from_ether_type(t, packet).ok()?,
+        Inner::Ip(packet) => SlicedPacket::from_ip(packet).ok()?,
     };
     // Where the link layer says this copy was captured, for the fragments' key.
     let link_key = || {
