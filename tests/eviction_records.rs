@@ -808,17 +808,10 @@ fn own_sdes(ssrc: u32, name: &str) -> Vec<u8> {
 /// Then its SDES NAME "Alice" comes. With `evict`, a flood evicts the caller (it never joined,
 /// and holds nothing); it comes back with "Bye. ".
 fn refused_then_named(evict: bool) -> (Vec<(String, String)>, u64) {
-    use pvp_t140::mapping::{Mapping, Rule, Unmatched};
+    use pvp_t140::mapping::Unmatched;
     let mut gw = Gateway::new(Config {
         max_streams: if evict { 3 } else { 10 },
-        mapping: Mapping {
-            rules: vec![Rule {
-                match_rtcp_name: Some("Alice".into()),
-                participant: Some("alice".into()),
-                ..Rule::default()
-            }],
-            unmatched: Unmatched::Refuse,
-        },
+        mapping: alice_rule(Unmatched::Refuse),
         ..Config::default()
     });
     gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "Hi. "));

@@ -211,16 +211,9 @@ fn a_source_recycled_at_the_speaker_bound_comes_back_with_its_sdes_name() {
 /// source was refused (no name to match) and its words were dropped.
 #[test]
 fn a_source_recycled_at_the_speaker_bound_is_still_matched_by_its_rtcp_name() {
-    use pvp_t140::mapping::{Mapping, Rule, Unmatched};
+    use pvp_t140::mapping::Unmatched;
     let cfg = Config {
-        mapping: Mapping {
-            rules: vec![Rule {
-                match_rtcp_name: Some("Alice".into()),
-                participant: Some("alice".into()),
-                ..Rule::default()
-            }],
-            unmatched: Unmatched::Refuse,
-        },
+        mapping: alice_rule(Unmatched::Refuse),
         ..Config::default()
     };
     let out = recycled_source_comes_back(cfg);

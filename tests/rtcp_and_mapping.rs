@@ -1871,14 +1871,7 @@ fn an_sdes_name_with_a_trailing_nul_or_a_bom_matches_its_rule() {
         " Alice ",
     ] {
         let mut gw = Gateway::new(Config {
-            mapping: Mapping {
-                rules: vec![Rule {
-                    match_rtcp_name: Some("Alice".into()),
-                    participant: Some("alice".into()),
-                    ..Rule::default()
-                }],
-                unmatched: Unmatched::Refuse,
-            },
+            mapping: alice_rule(Unmatched::Refuse),
             ..Config::default()
         });
         let mut d = Vec::new();

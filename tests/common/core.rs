@@ -64,3 +64,17 @@ pub fn shown(out: &[Message]) -> Vec<String> {
     }
     items.into_iter().map(|i| i.1).collect()
 }
+
+/// The README's example rule: the speaker whose SDES name is "Alice" is participant "alice";
+/// any other as `unmatched` says.
+pub fn alice_rule(unmatched: pvp_t140::mapping::Unmatched) -> pvp_t140::mapping::Mapping {
+    use pvp_t140::mapping::{Mapping, Rule};
+    Mapping {
+        rules: vec![Rule {
+            match_rtcp_name: Some("Alice".into()),
+            participant: Some("alice".into()),
+            ..Rule::default()
+        }],
+        unmatched,
+    }
+}
