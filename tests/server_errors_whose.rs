@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 #[path = "common/ws_recorder.rs"]
 mod ws_recorder;
 use common::talk::Talk;
-use ws_recorder::{config, frame, server, wait_for};
+use ws_recorder::{config, frame, ping, ponged, server, wait_for};
 
 const ME: &str = "t140:0000a11e@127.0.0.1:40001";
 
@@ -45,12 +45,7 @@ async fn a_members_rate_limited_about_a_chunk_does_not_send_it_twice() {
                 json!({"code": "RATE_LIMITED", "message": "provider throttled me",
                     "recoverable": true, "related_to": id}),
             ),
-            frame(
-                "heartbeat.ping",
-                "01JQAAAAAAAAAAAAAAAAAAAAK2",
-                "system",
-                json!({}),
-            ),
+            ping("01JQAAAAAAAAAAAAAAAAAAAAK2"),
         ]
     })
     .await;
@@ -60,10 +55,7 @@ async fn a_members_rate_limited_about_a_chunk_does_not_send_it_twice() {
     let mut talk = Talk::new();
     ws.send(talk.join(ME));
     ws.send(talk.add(ME, "Once."));
-    wait_for(&log, "the pong after the agent's error", |l| {
-        l.iter().any(|(_, v)| v["type"] == "heartbeat.pong")
-    })
-    .await;
+    wait_for(&log, "the pong after the agent's error", ponged).await;
     ws.send(talk.add(ME, "Then this."));
     ws.send(talk.leave(ME));
     wait_for(&log, "the leave", |l| {
@@ -95,12 +87,7 @@ async fn a_members_unauthorized_about_a_chunk_does_not_stop_the_participant() {
                 json!({"code": "UNAUTHORIZED", "message": "agent may not read this",
                     "recoverable": false, "related_to": id}),
             ),
-            frame(
-                "heartbeat.ping",
-                "01JQAAAAAAAAAAAAAAAAAAAAM2",
-                "system",
-                json!({}),
-            ),
+            ping("01JQAAAAAAAAAAAAAAAAAAAAM2"),
         ]
     })
     .await;
@@ -112,13 +99,7 @@ async fn a_members_unauthorized_about_a_chunk_does_not_stop_the_participant() {
     ws.send(talk.add(ME, "First."));
     // The ping behind the error is answered, or the connection has stopped reading.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
-    while tokio::time::Instant::now() < deadline
-        && !log
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|(_, v)| v["type"] == "heartbeat.pong")
-    {
+    while tokio::time::Instant::now() < deadline && !ponged(&log.lock().unwrap()) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     ws.send(talk.add(ME, "Second."));
@@ -138,12 +119,7 @@ async fn a_members_unauthorized_about_a_chunk_does_not_stop_the_participant() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_pong_does_not_stop_the_participant() {
     let (url, log) = server(|_, v| match v["type"].as_str() {
-        Some("session.join") => vec![frame(
-            "heartbeat.ping",
-            "01JQAAAAAAAAAAAAAAAAAAAAN1",
-            "system",
-            json!({}),
-        )],
+        Some("session.join") => vec![ping("01JQAAAAAAAAAAAAAAAAAAAAN1")],
         Some("heartbeat.pong") => vec![frame(
             "error",
             "01JQAAAAAAAAAAAAAAAAAAAAN2",
@@ -159,10 +135,7 @@ async fn a_refused_pong_does_not_stop_the_participant() {
     let mut ws = WsSink::new(cfg);
     let mut talk = Talk::new();
     ws.send(talk.join(ME));
-    wait_for(&log, "the pong", |l| {
-        l.iter().any(|(_, v)| v["type"] == "heartbeat.pong")
-    })
-    .await;
+    wait_for(&log, "the pong", ponged).await;
     // The refusal is on its way back; give the connection a moment to read it, so that what
     // follows comes after it.
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -184,12 +157,7 @@ async fn a_session_lost_before_a_pong_is_joined_again() {
     static PINGED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     let (url, log) = server(|_, v| match v["type"].as_str() {
         Some("session.join") if !PINGED.swap(true, std::sync::atomic::Ordering::Relaxed) => {
-            vec![frame(
-                "heartbeat.ping",
-                "01JQAAAAAAAAAAAAAAAAAAAAP1",
-                "system",
-                json!({}),
-            )]
+            vec![ping("01JQAAAAAAAAAAAAAAAAAAAAP1")]
         }
         Some("heartbeat.pong") => vec![frame(
             "error",
@@ -206,10 +174,7 @@ async fn a_session_lost_before_a_pong_is_joined_again() {
     let mut ws = WsSink::new(cfg);
     let mut talk = Talk::new();
     ws.send(talk.join(ME));
-    wait_for(&log, "the pong", |l| {
-        l.iter().any(|(_, v)| v["type"] == "heartbeat.pong")
-    })
-    .await;
+    wait_for(&log, "the pong", ponged).await;
     ws.send(talk.add(ME, "After the lost session."));
     wait_for(&log, "the rejoin and the text", |l| {
         l.iter()

@@ -18,7 +18,7 @@ const WAIT: Duration = Duration::from_secs(20);
 #[path = "common/ws_recorder.rs"]
 mod ws_recorder;
 use common::talk::Talk;
-use ws_recorder::{config, frame, server, wait_for};
+use ws_recorder::{config, frame, ping, ponged, server, wait_for};
 
 const ME: &str = "t140:0000a11e@127.0.0.1:40001";
 
@@ -99,12 +99,7 @@ async fn only_the_servers_pings_are_answered() {
                 json!({}),
             ),
             // The server's own.
-            frame(
-                "heartbeat.ping",
-                "01JQAAAAAAAAAAAAAAAAAAAAA3",
-                "system",
-                json!({}),
-            ),
+            ping("01JQAAAAAAAAAAAAAAAAAAAAA3"),
         ]
     })
     .await;
@@ -148,12 +143,7 @@ async fn a_chunk_the_server_refused_counts_as_dropped_not_sent() {
                 json!({"code": "CONTEXT_TOO_LARGE", "message": "too large",
                     "recoverable": true, "related_to": id}),
             ),
-            frame(
-                "heartbeat.ping",
-                "01JQAAAAAAAAAAAAAAAAAAAAP1",
-                "system",
-                json!({}),
-            ),
+            ping("01JQAAAAAAAAAAAAAAAAAAAAP1"),
         ]
     })
     .await;
@@ -193,12 +183,7 @@ async fn a_large_message_in_the_servers_history_does_not_wedge_the_participant()
                 "human-1",
                 json!({"key": "screenshot", "content_type": "image", "content": big}),
             ),
-            frame(
-                "heartbeat.ping",
-                "01JQAAAAAAAAAAAAAAAAAAAAP2",
-                "system",
-                json!({}),
-            ),
+            ping("01JQAAAAAAAAAAAAAAAAAAAAP2"),
         ]
     })
     .await;
@@ -233,12 +218,7 @@ async fn an_error_envelope_with_a_malformed_payload_is_counted_as_rejected() {
                 "system",
                 json!({"code": 401, "recoverable": false}),
             ),
-            frame(
-                "heartbeat.ping",
-                "01JQAAAAAAAAAAAAAAAAAAAAM2",
-                "system",
-                json!({}),
-            ),
+            ping("01JQAAAAAAAAAAAAAAAAAAAAM2"),
         ]
     })
     .await;
@@ -368,12 +348,7 @@ async fn an_agents_error_about_a_chunk_is_no_refusal_by_the_server() {
                 json!({"code": "AGENT_ERROR", "message": "could not summarise it",
                     "recoverable": true, "related_to": id}),
             ),
-            frame(
-                "heartbeat.ping",
-                "01JQAAAAAAAAAAAAAAAAAAAAH2",
-                "system",
-                json!({}),
-            ),
+            ping("01JQAAAAAAAAAAAAAAAAAAAAH2"),
         ]
     })
     .await;
@@ -383,10 +358,7 @@ async fn an_agents_error_about_a_chunk_is_no_refusal_by_the_server() {
     let mut talk = Talk::new();
     ws.send(talk.join(ME));
     ws.send(talk.add(ME, "Taken by the server."));
-    wait_for(&log, "the pong after the agent's error", |l| {
-        l.iter().any(|(_, v)| v["type"] == "heartbeat.pong")
-    })
-    .await;
+    wait_for(&log, "the pong after the agent's error", ponged).await;
     let stats = ws.close(Duration::from_secs(2)).await;
     assert_eq!(
         (stats.sent, stats.dropped),

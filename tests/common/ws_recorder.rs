@@ -85,3 +85,14 @@ pub async fn wait_for(log: &Log, what: &str, pred: impl Fn(&[(usize, Value)]) ->
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// A ping from the server: the pong answering it says that what the server sent before it was
+/// read.
+pub fn ping(id: &str) -> String {
+    frame("heartbeat.ping", id, "system", json!({}))
+}
+
+/// Whether the participant has answered a ping.
+pub fn ponged(log: &[(usize, Value)]) -> bool {
+    log.iter().any(|(_, v)| v["type"] == "heartbeat.pong")
+}
