@@ -329,17 +329,11 @@ impl Core {
     }
 }
 
-/// RFC 3550 6.1 and 6.3: every RTCP compound a sender sends (every 5 s or so, each of
-/// thousands of streams) carries its SDES CNAME, the same each time. Once the stream is named
-/// by it, a compound that says the same again changes nothing and must cost no allocation:
-/// `receive_rtcp` made a `Vec` for the names, and `sdes_name` a `String` for each item, and
-/// `Emitter::rename` compared two more made by `clean_name`, for every compound.
-#[test]
-fn a_repeated_cname_allocates_nothing() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+/// A stream named by `sr` (typing, its compound, a sentence, twice), then 20 compounds that
+/// say the same again with typing between them: the allocations the 20 made, the compounds
+/// counted, and what the core gave out for them.
+fn repeated_compound(ssrc: u32, sr: &[u8]) -> (u64, u64, u64, usize) {
     let mut c = Core::new(typing_config());
-    let ssrc = 0x5151_0001;
-    let sr = report(ssrc, "alice@192.0.2.7", None);
     let mut seq = 0u16;
     let mut typing = |n: usize, text: &[u8]| -> Vec<Vec<u8>> {
         (0..n)
@@ -352,22 +346,41 @@ fn a_repeated_cname_allocates_nothing() {
     // Warm-up: the stream, its name, its join (a sentence), buffers at their size.
     for _ in 0..2 {
         c.feed(&typing(300, b"abc"));
-        c.feed(std::slice::from_ref(&sr));
+        c.feed(&[sr.to_vec()]);
         c.feed(&typing(1, b". "));
     }
     assert!(c.drain() > 0);
     let before = c.gw.stats();
-    // A compound every 10 packets (the same CNAME), typing between them.
+    // A compound every 10 packets (the same names), typing between them.
     let mut run = Vec::new();
     for _ in 0..20 {
         run.extend(typing(10, b"abc"));
-        run.push(sr.clone());
+        run.push(sr.to_vec());
     }
     let allocs = core_allocs(|| c.feed(&run));
     let after = c.gw.stats();
-    assert_eq!(after.drops_total(), 0);
-    assert_eq!(after.rtcp - before.rtcp, 20);
-    assert_eq!(c.drain(), 0, "nothing to announce: the name is the same");
+    (
+        allocs,
+        after.drops_total(),
+        after.rtcp - before.rtcp,
+        c.drain(),
+    )
+}
+
+/// RFC 3550 6.1 and 6.3: every RTCP compound a sender sends (every 5 s or so, each of
+/// thousands of streams) carries its SDES CNAME, the same each time. Once the stream is named
+/// by it, a compound that says the same again changes nothing and must cost no allocation:
+/// `receive_rtcp` made a `Vec` for the names, and `sdes_name` a `String` for each item, and
+/// `Emitter::rename` compared two more made by `clean_name`, for every compound.
+#[test]
+fn a_repeated_cname_allocates_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let ssrc = 0x5151_0001;
+    let (allocs, drops, rtcp, drained) =
+        repeated_compound(ssrc, &report(ssrc, "alice@192.0.2.7", None));
+    assert_eq!(drops, 0);
+    assert_eq!(rtcp, 20);
+    assert_eq!(drained, 0, "nothing to announce: the name is the same");
     assert_eq!(
         allocs, 0,
         "20 compounds repeating the CNAME made {allocs} allocations"
@@ -378,32 +391,11 @@ fn a_repeated_cname_allocates_nothing() {
 #[test]
 fn a_repeated_name_allocates_nothing() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let mut c = Core::new(typing_config());
     let ssrc = 0x5151_0002;
-    let sr = report(ssrc, "bob@192.0.2.7", Some("Bob"));
-    let mut seq = 0u16;
-    let mut typing = |n: usize, text: &[u8]| -> Vec<Vec<u8>> {
-        (0..n)
-            .map(|_| {
-                seq += 1;
-                packet(PT, seq, ssrc, None, text)
-            })
-            .collect()
-    };
-    for _ in 0..2 {
-        c.feed(&typing(300, b"abc"));
-        c.feed(std::slice::from_ref(&sr));
-        c.feed(&typing(1, b". "));
-    }
-    assert!(c.drain() > 0);
-    let mut run = Vec::new();
-    for _ in 0..20 {
-        run.extend(typing(10, b"abc"));
-        run.push(sr.clone());
-    }
-    let allocs = core_allocs(|| c.feed(&run));
-    assert_eq!(c.gw.stats().drops_total(), 0);
-    assert_eq!(c.drain(), 0);
+    let (allocs, drops, _, drained) =
+        repeated_compound(ssrc, &report(ssrc, "bob@192.0.2.7", Some("Bob")));
+    assert_eq!(drops, 0);
+    assert_eq!(drained, 0);
     assert_eq!(
         allocs, 0,
         "20 compounds repeating the NAME made {allocs} allocations"
