@@ -229,6 +229,15 @@ fn t140llm_pkt(seq: u16, ssrc: u32, text: &str) -> Vec<u8> {
     d
 }
 
+/// A reply as t140llm sends it: `words` one a packet from sequence 0 and timestamp 0, `step`
+/// ms apart from `start`, from `port`.
+fn reply(gw: &mut Gateway, start: u64, step: u64, port: u16, ssrc: u32, words: &[&str]) {
+    for (i, w) in words.iter().enumerate() {
+        let t = start + step * i as u64;
+        gw.handle_datagram(at(t), addr(port), &t140llm_pkt(i as u16, ssrc, w));
+    }
+}
+
 /// t140llm takes `ssrc` from its config, but opens a new UDP socket for every reply
 /// (`processAIStreamToRtp` makes a `T140RtpTransport`, which makes its own `dgram` socket, and
 /// closes it at the reply's end): a bot configured with a fixed SSRC sends each reply from a new
@@ -237,18 +246,9 @@ fn t140llm_pkt(seq: u16, ssrc: u32, text: &str) -> Vec<u8> {
 #[test]
 fn t140llm_next_reply_with_a_fixed_ssrc_from_a_new_port_is_heard() {
     let mut gw = Gateway::new(t140llm_cfg());
-    for (i, w) in ["First ", "reply", "."].iter().enumerate() {
-        gw.handle_datagram(
-            at(100 * i as u64),
-            addr(6000),
-            &t140llm_pkt(i as u16, 0x1122, w),
-        );
-    }
+    reply(&mut gw, 0, 100, 6000, 0x1122, &["First ", "reply", "."]);
     // The next reply, 1.5 s on, from the new socket.
-    for (i, w) in ["Second ", "one."].iter().enumerate() {
-        let t = 1500 + 100 * i as u64;
-        gw.handle_datagram(at(t), addr(6001), &t140llm_pkt(i as u16, 0x1122, w));
-    }
+    reply(&mut gw, 1500, 100, 6001, 0x1122, &["Second ", "one."]);
     gw.shutdown(at(5000));
     assert_eq!(shown(&drain(&mut gw)), ["First reply.", "Second one."]);
     assert_eq!(gw.stats().drops_total(), 0);
@@ -325,16 +325,14 @@ fn real_t140llm_two_replies_with_a_fixed_ssrc_both_arrive() {
             that packet from new text needs the reply's whole text kept per speaker"]
 fn t140llm_process_backspaces_resend_is_not_shown_twice() {
     let mut gw = Gateway::new(t140llm_cfg());
-    for (i, w) in ["Hello wor", "ld\u{8}\u{8}LD.", "Hello worLD."]
-        .iter()
-        .enumerate()
-    {
-        gw.handle_datagram(
-            at(150 * i as u64),
-            addr(6000),
-            &t140llm_pkt(i as u16, 0x77, w),
-        );
-    }
+    reply(
+        &mut gw,
+        0,
+        150,
+        6000,
+        0x77,
+        &["Hello wor", "ld\u{8}\u{8}LD.", "Hello worLD."],
+    );
     gw.shutdown(at(5000));
     assert_eq!(shown(&drain(&mut gw)).join(" "), "Hello worLD.");
 }
@@ -350,17 +348,8 @@ fn t140llm_process_backspaces_resend_is_not_shown_twice() {
             reply's first packet"]
 fn t140llm_reply_through_the_same_socket_soon_after_the_last_is_heard() {
     let mut gw = Gateway::new(t140llm_cfg());
-    for (i, w) in ["First ", "reply", "."].iter().enumerate() {
-        gw.handle_datagram(
-            at(100 * i as u64),
-            addr(6000),
-            &t140llm_pkt(i as u16, 0x1122, w),
-        );
-    }
-    for (i, w) in ["Second ", "one."].iter().enumerate() {
-        let t = 600 + 100 * i as u64;
-        gw.handle_datagram(at(t), addr(6000), &t140llm_pkt(i as u16, 0x1122, w));
-    }
+    reply(&mut gw, 0, 100, 6000, 0x1122, &["First ", "reply", "."]);
+    reply(&mut gw, 600, 100, 6000, 0x1122, &["Second ", "one."]);
     gw.shutdown(at(5000));
     assert_eq!(shown(&drain(&mut gw)).join(" "), "First reply. Second one.");
 }
@@ -528,22 +517,14 @@ fn t140llm_plain_reply_whose_first_packet_was_lost_is_marked() {
 fn t140llm_object_object_is_kept_out_of_the_transcript() {
     let mut gw = Gateway::new(t140llm_cfg());
     let anthropic_start = "[object Object][object Object]";
-    for (i, w) in [
+    let words = [
         &anthropic_start[..20],
         &anthropic_start[20..],
         "Hello",
         " there.[obj",
         "ect Object]",
-    ]
-    .iter()
-    .enumerate()
-    {
-        gw.handle_datagram(
-            at(100 * i as u64),
-            addr(6000),
-            &t140llm_pkt(i as u16, 0x99, w),
-        );
-    }
+    ];
+    reply(&mut gw, 0, 100, 6000, 0x99, &words);
     gw.shutdown(at(5000));
     assert_eq!(shown(&drain(&mut gw)), ["Hello there."]);
     assert_eq!(gw.stats().t140llm_objects, 3);
@@ -617,17 +598,15 @@ fn real_t140llm_fed_anthropic_events_sends_only_the_text() {
 #[test]
 fn t140llm_reply_start_through_the_same_socket_ends_the_last_replys_item() {
     let mut gw = Gateway::new(t140llm_cfg());
-    for (i, w) in ["First ", "reply ", "here."].iter().enumerate() {
-        gw.handle_datagram(
-            at(100 * i as u64),
-            addr(6000),
-            &t140llm_pkt(i as u16, 0x1122, w),
-        );
-    }
-    for (i, w) in ["Second ", "one."].iter().enumerate() {
-        let t = 1700 + 100 * i as u64;
-        gw.handle_datagram(at(t), addr(6000), &t140llm_pkt(i as u16, 0x1122, w));
-    }
+    reply(
+        &mut gw,
+        0,
+        100,
+        6000,
+        0x1122,
+        &["First ", "reply ", "here."],
+    );
+    reply(&mut gw, 1700, 100, 6000, 0x1122, &["Second ", "one."]);
     gw.shutdown(at(6000));
     assert_eq!(shown(&drain(&mut gw)), ["First reply here.", "Second one."]);
 }
