@@ -5,6 +5,8 @@
 //! 127.0.0.1.
 
 mod common;
+#[path = "common/ws_recorder.rs"]
+mod ws_recorder;
 
 use std::time::Duration;
 
@@ -537,17 +539,9 @@ async fn text_written_to_a_server_that_then_fell_silent_is_sent_again_after_the_
         }
     });
     let cfg = WsConfig {
-        url,
-        session: "s".into(),
         heartbeat: Duration::from_secs(1),
-        connect_timeout: Duration::from_secs(5),
-        write_timeout: Duration::from_secs(5),
         silence: Duration::from_secs(2),
-        queue: 64,
-        metrics: Default::default(),
-        tls: None,
-        spool: None,
-        gate: None,
+        ..ws_recorder::config(url)
     };
     let mut sink = WsSink::new(cfg);
     let mut talk = Talk::new();
@@ -673,17 +667,9 @@ async fn a_large_message_arriving_slowly_is_no_silence() {
         }
     });
     let cfg = WsConfig {
-        url,
-        session: "s".into(),
         heartbeat: Duration::from_secs(1),
-        connect_timeout: Duration::from_secs(5),
-        write_timeout: Duration::from_secs(5),
         silence: Duration::from_secs(2),
-        queue: 64,
-        metrics: Default::default(),
-        tls: None,
-        spool: None,
-        gate: None,
+        ..ws_recorder::config(url)
     };
     let mut sink = WsSink::new(cfg);
     let mut talk = Talk::new();
@@ -735,7 +721,7 @@ impl std::io::Write for LogWriter {
 async fn a_close_reason_cannot_write_a_log_line_of_its_own() {
     use common::talk::Talk;
     use futures_util::{SinkExt, StreamExt};
-    use pvp_t140::sink::ws::{WsConfig, WsSink};
+    use pvp_t140::sink::ws::WsSink;
     use tokio_tungstenite::tungstenite::Message;
     use tokio_tungstenite::tungstenite::protocol::CloseFrame;
     use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -764,19 +750,7 @@ async fn a_close_reason_cannot_write_a_log_line_of_its_own() {
             });
         }
     });
-    let cfg = WsConfig {
-        url,
-        session: "s".into(),
-        heartbeat: Duration::from_secs(30),
-        connect_timeout: Duration::from_secs(5),
-        write_timeout: Duration::from_secs(5),
-        silence: Duration::from_secs(90),
-        queue: 64,
-        metrics: Default::default(),
-        tls: None,
-        spool: None,
-        gate: None,
-    };
+    let cfg = ws_recorder::config(url);
     let mut sink = WsSink::new(cfg);
     let mut talk = Talk::new();
     let p = "t140:0000f0f0@127.0.0.1:40000";
