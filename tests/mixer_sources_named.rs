@@ -14,6 +14,16 @@ use core_helpers::*;
 mod mixer_helpers;
 use mixer_helpers::*;
 
+/// What a default gateway gives for the mixer's `packets` (at their ms) by `until`.
+fn through_the_mixer(packets: &[(u64, Vec<u8>)], until: u64) -> Vec<Envelope> {
+    let mut gw = Gateway::new(Config::default());
+    for (t, d) in packets {
+        gw.handle_datagram(at(*t), addr(5000), d);
+    }
+    run_timers(&mut gw, until);
+    drain(&mut gw)
+}
+
 fn joins(out: &[Envelope]) -> Vec<(String, String)> {
     out.iter()
         .filter(|e| e.kind == "session.join" || e.kind == "participant.announce")
@@ -34,20 +44,14 @@ fn joins(out: &[Envelope]) -> Vec<(String, String)> {
 /// A mixer switches sources mid-sentence: A's half sentence is A's, finished by A's next packet.
 #[test]
 fn a_mixers_half_sentence_stays_with_its_source_across_a_switch() {
-    let mut gw = Gateway::new(Config::default());
-    gw.handle_datagram(
-        at(0),
-        addr(5000),
-        &with_csrc(1, 1000, MIXER, 1, b"Hello wor"),
+    let out = through_the_mixer(
+        &[
+            (0, with_csrc(1, 1000, MIXER, 1, b"Hello wor")),
+            (100, with_csrc(2, 1100, MIXER, 2, b"Hi there. ")),
+            (200, with_csrc(3, 1200, MIXER, 1, b"ld. ")),
+        ],
+        10_000,
     );
-    gw.handle_datagram(
-        at(100),
-        addr(5000),
-        &with_csrc(2, 1100, MIXER, 2, b"Hi there. "),
-    );
-    gw.handle_datagram(at(200), addr(5000), &with_csrc(3, 1200, MIXER, 1, b"ld. "));
-    run_timers(&mut gw, 10_000);
-    let out = drain(&mut gw);
     assert_eq!(
         text_of(&out, "csrc:00000001"),
         "Hello world.",
@@ -311,16 +315,14 @@ fn a_recycled_sources_kept_name_goes_with_the_mixers_bye() {
 /// (and its backspace) between them, is A's, whole, and B's backspace erases B's text only.
 #[test]
 fn a_split_character_and_a_backspace_stay_with_their_source_across_a_switch() {
-    let mut gw = Gateway::new(Config::default());
-    gw.handle_datagram(at(0), addr(5000), &with_csrc(1, 1000, MIXER, 1, b"Caf\xc3"));
-    gw.handle_datagram(
-        at(10),
-        addr(5000),
-        &with_csrc(2, 1010, MIXER, 2, b"Noo\x08. "),
+    let out = through_the_mixer(
+        &[
+            (0, with_csrc(1, 1000, MIXER, 1, b"Caf\xc3")),
+            (10, with_csrc(2, 1010, MIXER, 2, b"Noo\x08. ")),
+            (20, with_csrc(3, 1020, MIXER, 1, b"\xa9. ")),
+        ],
+        5_000,
     );
-    gw.handle_datagram(at(20), addr(5000), &with_csrc(3, 1020, MIXER, 1, b"\xa9. "));
-    run_timers(&mut gw, 5_000);
-    let out = drain(&mut gw);
     assert_eq!(
         text_of(&out, "csrc:00000001"),
         "Café.",
@@ -335,17 +337,18 @@ fn a_split_character_and_a_backspace_stay_with_their_source_across_a_switch() {
 /// A's, and nothing is marked lost.
 #[test]
 fn a_sources_lost_sentence_end_across_a_switch_is_recovered_as_its_own() {
-    let mut gw = Gateway::new(Config::default());
-    gw.handle_datagram(at(0), addr(5000), &red_csrc(1, 1000, 1, &[], b"Hello wor"));
-    // seq 2, A, ts 1300: [(300, "Hello wor")] "ld. " lost.
-    gw.handle_datagram(at(350), addr(5000), &red_csrc(3, 1350, 2, &[], b"Hi. "));
-    gw.handle_datagram(
-        at(600),
-        addr(5000),
-        &red_csrc(4, 1600, 1, &[(600, b"Hello wor"), (300, b"ld. ")], b""),
+    let out = through_the_mixer(
+        &[
+            (0, red_csrc(1, 1000, 1, &[], b"Hello wor")),
+            // seq 2, A, ts 1300: [(300, "Hello wor")] "ld. " lost.
+            (350, red_csrc(3, 1350, 2, &[], b"Hi. ")),
+            (
+                600,
+                red_csrc(4, 1600, 1, &[(600, b"Hello wor"), (300, b"ld. ")], b""),
+            ),
+        ],
+        5_000,
     );
-    run_timers(&mut gw, 5_000);
-    let out = drain(&mut gw);
     assert_eq!(
         text_of(&out, "csrc:00000001"),
         "Hello world.",
