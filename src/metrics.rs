@@ -53,6 +53,10 @@ pub struct SinkMetrics {
     /// Text envelopes the PVP server refused as RATE_LIMITED after they were written, sent
     /// again after the pause.
     pub rate_limited_resent: Counter,
+    /// Text envelopes written into a connection that was then lost (left for silence, a
+    /// failed write, a reset, a close) before a pong showed the server had read them: sent
+    /// again after the rejoin.
+    pub unread_resent: Counter,
     /// PARTICIPANT_NOT_FOUND errors (pvp-spec 17) that made a connection join the session
     /// again: the server had forgotten the participant.
     pub rejoined_not_found: Counter,
@@ -102,6 +106,7 @@ impl Default for SinkMetrics {
             spool_write_errors: Counter::default(),
             server_frames_rejected: Counter::default(),
             rate_limited_resent: Counter::default(),
+            unread_resent: Counter::default(),
             rejoined_not_found: Counter::default(),
             server_refused_items: Counter::default(),
             sessions_ended: Counter::default(),
@@ -506,6 +511,11 @@ pub fn registry(
             "pvp_t140_rate_limited_resent",
             "Text envelopes the PVP server refused as RATE_LIMITED, sent again after the pause",
             &sink.rate_limited_resent,
+        ),
+        (
+            "pvp_t140_unread_resent",
+            "Text envelopes written into a PVP connection that was lost before the server was seen to read them, sent again after the rejoin",
+            &sink.unread_resent,
         ),
         (
             "pvp_t140_rejoined_not_found",
@@ -990,6 +1000,7 @@ mod tests {
         sink.spool_write_errors.inc_by(3);
         sink.server_frames_rejected.inc_by(4);
         sink.rate_limited_resent.inc_by(5);
+        sink.unread_resent.inc_by(10);
         sink.rejoined_not_found.inc_by(6);
         sink.sink_queue_refused.inc_by(7);
         sink.server_refused_items.inc_by(8);
@@ -1008,6 +1019,7 @@ mod tests {
             "pvp_t140_spool_write_errors_total 3",
             "pvp_t140_server_frames_rejected_total 4",
             "pvp_t140_rate_limited_resent_total 5",
+            "pvp_t140_unread_resent_total 10",
             "pvp_t140_rejoined_not_found_total 6",
             "pvp_t140_sink_queue_refused_total 7",
             "pvp_t140_server_refused_items_total 8",

@@ -612,17 +612,33 @@ async fn a_server_gone_silent_is_pinged_then_left_and_joined_again() {
     let join = text(&first[0]);
     assert_eq!(join["type"], "session.join");
     assert_eq!(join["sender"], a.participant());
-    // Before leaving it probed with WebSocket pings (opcode 0x9): one each silent second
-    // until the third.
-    let pings = first.iter().filter(|f| f.0 == 0x9).count();
-    assert_eq!(pings, 2, "{first:?}");
+    // WebSocket pings (opcode 0x9): one right behind the text, asking whether the server
+    // read it; then, before leaving, one each silent second until the third.
+    let opcodes: Vec<u8> = first.iter().map(|f| f.0).collect();
+    let add = first
+        .iter()
+        .position(|f| f.0 == 0x1 && text(f)["type"] == "context.add")
+        .unwrap_or_else(|| panic!("the text on the first connection: {opcodes:?}"));
+    assert_eq!(opcodes.get(add + 1), Some(&0x9), "{opcodes:?}");
+    let pings = opcodes.iter().filter(|&&o| o == 0x9).count();
+    assert_eq!(pings, 3, "{opcodes:?}");
     let left = gw.wait_stderr(WAIT, "PVP server silent");
     assert!(left.contains(&a.participant()), "{left}");
-    // It connected again and joined first.
+    // It connected again and joined first; the text the silent server never answered for
+    // goes again, before what was said after.
     a.send("Hello again. ");
-    let (conn, f) = next().await;
-    assert_eq!(conn, 1);
-    assert_rejoined(&text(&f.expect("the rejoin")), &join);
+    let mut texts = Vec::new();
+    while texts.len() < 3 {
+        let (conn, f) = next().await;
+        assert_eq!(conn, 1);
+        let f = f.expect("a frame on the second connection");
+        if f.0 == 0x1 {
+            texts.push(text(&f));
+        }
+    }
+    assert_rejoined(&texts[0], &join);
+    assert_eq!(texts[1]["payload"]["content"], "Is anybody listening?");
+    assert_eq!(texts[2]["payload"]["content"], "Hello again.");
     gw.kill();
 }
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -177,9 +177,13 @@ async fn a_rejoin_refused_as_rate_limited_is_sent_again_before_the_text() {
             })
             .collect()
     };
+    // "Before." goes again too: the first connection closed right after reading it, before
+    // the ping behind it, so no pong showed it read (README "Delivery to a PVP server": at
+    // least once; its id and key are the same, which a server keeping context by key takes as
+    // one item).
     assert_eq!(
         on_second,
-        ["join", "After.", "leave"],
+        ["join", "Before.", "After.", "leave"],
         "what the restarted server took; {stats:?}"
     );
 }

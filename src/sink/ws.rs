@@ -480,7 +480,7 @@ async fn connection(
     // acted on again.
     let mut refusals: VecDeque<u64> = VecDeque::new();
     // The last text written, in case the server refuses it as RATE_LIMITED.
-    let mut retry = Retry::default();
+    let mut retry = Retry::new(random_seed() as u64);
     let mut pending: Option<(std::time::Instant, Envelope)> = None;
     // RATE_LIMITED (pvp-spec 17) pauses sending; the pause doubles while it repeats.
     let mut paused_until: Option<tokio::time::Instant> = None;
@@ -580,6 +580,13 @@ async fn connection(
                 &mut retry,
                 &counts,
             );
+            // Text the lost connection took and the server was not seen to read goes again.
+            let unread = retry.unread(&mut recent, &cfg, &counts);
+            if !unread.is_empty() {
+                m.unread_resent.inc_by(unread.len() as u64);
+                tracing::info!(%participant, texts = unread.len(), "text written into the lost connection before the server was seen to read it goes again");
+                retry.put_back(unread, &mut pending, &mut outbox);
+            }
             // Chunks held for approval are asked about again: a decision for a request the
             // old connection carried may never come now (a restarted server has no gate).
             if !ask_again(
@@ -842,6 +849,15 @@ async fn connection(
                                 }
                                 m.server_frames_rejected.inc();
                             }
+                            Some(Ok(Message::Pong(payload))) => {
+                                retry.answered(&payload);
+                                // Text written since the ping was written is asked about now.
+                                if let Some(ping) = retry.ask()
+                                    && !send_frame(&mut ws, ping, &cfg, &participant).await
+                                {
+                                    continue 'reconnect;
+                                }
+                            }
                             Some(Ok(_)) => {}
                         }
                         None
@@ -895,7 +911,7 @@ async fn connection(
                             Tick::Heard => {}
                             Tick::Probe => {
                                 // RFC 6455 5.5.2: the server must answer, whatever PVP does.
-                                if !send_frame(&mut ws, Message::Ping(Default::default()), &cfg, &participant).await {
+                                if !send_frame(&mut ws, retry.probe(), &cfg, &participant).await {
                                     continue 'reconnect;
                                 }
                             }
@@ -976,6 +992,12 @@ async fn connection(
             }
             recent.push_back((id, kind));
             retry.keep(queued, e);
+            // Whether the server read it: asked with a ping behind it (see `Retry`).
+            if let Some(ping) = retry.ask()
+                && !send_frame(&mut ws, ping, &cfg, &participant).await
+            {
+                continue 'reconnect;
+            }
         }
     }
 }
@@ -1081,55 +1103,206 @@ const RECENT: usize = 64;
 /// few; past this, the first announced is forgotten, and a `session.end` from it not acted on.
 const MAX_ADMINS: usize = 64;
 
-/// Text envelopes (`context.*`) a connection holds after writing them, to send again one the
-/// server refuses as RATE_LIMITED, each a few hundred bytes a participant.
+/// Text envelopes (`context.*`) a connection holds after the server was seen to read them,
+/// to send again one the server refuses as RATE_LIMITED, each a few hundred bytes a
+/// participant.
 const HELD: usize = 8;
 
-/// How long a written text envelope is held at most: a server answers a write within moments
-/// (held longer, a participant speaking every 2 s held 4 KiB more; `loadtest ws`).
+/// How long a text envelope the server read is held at most: a server answers a write within
+/// moments (held longer, a participant speaking every 2 s held 4 KiB more; `loadtest ws`).
 const HOLD_FOR: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// The last [`HELD`] text envelopes a connection wrote in the last [`HOLD_FOR`], with when each
-/// was written and queued; and how many refused ones wait at the front of the outbox to go
-/// again, so that several go in the order they were first written.
+/// Text envelopes a connection holds at most written and not yet seen read: a server that
+/// answers no ping (RFC 6455 5.5.2 says it must) does not grow the connection past this; the
+/// oldest is then held as one read. 128 covers a participant speaking every second through
+/// `--server-silence-s`'s 90 s.
+const UNREAD: usize = 128;
+
+/// A text envelope written: when, when it was queued, and its number among the connection's
+/// text writes.
+struct Kept {
+    written: std::time::Instant,
+    queued: std::time::Instant,
+    n: u64,
+    e: Envelope,
+}
+
+/// The text envelopes a connection wrote that it may have to send again: each until a pong
+/// shows the server read it, then while among the last [`HELD`] written in the last
+/// [`HOLD_FOR`] (a RATE_LIMITED refusal comes after the read); and how many refused ones wait
+/// at the front of the outbox to go again, so that several go in the order they were first
+/// written.
+///
+/// PVP has no acknowledgement, but WebSocket has one that serves: a server answers a ping
+/// with a pong carrying the ping's payload (RFC 6455 5.5.2-5.5.3) and reads a connection's
+/// frames in order, so the pong to a ping written after a text shows the text was read. A
+/// connection pings after writing text, one such ping out at a time, its payload this
+/// participant's `token` and the count of text written before it; what is left unread when the
+/// connection is lost (left for silence, a failed write, a reset, a close) goes again after
+/// the rejoin ([`Retry::unread`]). It arrives twice only if the server read it and the
+/// connection was lost before the pong came back: a round trip's window.
 #[derive(Default)]
 struct Retry {
-    held: VecDeque<(std::time::Instant, std::time::Instant, Envelope)>,
+    held: VecDeque<Kept>,
     ahead: usize,
+    /// Text envelopes written so far, on every connection: the next one's number.
+    written: u64,
+    /// Text numbered below this was read by the server (or given up on at a reconnect).
+    read: u64,
+    /// A ping asking about written text is out and not answered.
+    asking: bool,
+    /// The first 8 bytes of this participant's ping payloads: a pong a server sends unasked
+    /// (RFC 6455 5.5.3 allows one) is not taken for an answer.
+    token: u64,
+}
+
+fn is_text(kind: Kind) -> bool {
+    matches!(
+        kind,
+        Kind::ContextAdd | Kind::ContextUpdate | Kind::ContextRemove
+    )
 }
 
 impl Retry {
+    fn new(token: u64) -> Self {
+        Retry {
+            token,
+            ..Retry::default()
+        }
+    }
+
     /// `e` was written: held if it is text.
     fn keep(&mut self, queued: std::time::Instant, e: Envelope) {
         let now = std::time::Instant::now();
+        if is_text(e.kind()) {
+            self.held.push_back(Kept {
+                written: now,
+                queued,
+                n: self.written,
+                e,
+            });
+            self.written += 1;
+        }
         self.expire(now);
-        if !matches!(
-            e.kind(),
-            Kind::ContextAdd | Kind::ContextUpdate | Kind::ContextRemove
-        ) {
-            return;
-        }
-        if self.held.len() == HELD {
-            self.held.pop_front();
-        }
-        self.held.push_back((now, queued, e));
     }
 
-    /// Lets go what was written more than [`HOLD_FOR`] before `now`.
+    /// Lets go text read and written more than [`HOLD_FOR`] before `now` or before the last
+    /// [`HELD`], and unread text past [`UNREAD`]. The read are the oldest.
     fn expire(&mut self, now: std::time::Instant) {
-        while self
-            .held
-            .front()
-            .is_some_and(|(written, ..)| now.duration_since(*written) > HOLD_FOR)
-        {
+        while let Some(k) = self.held.front() {
+            let go = if k.n < self.read {
+                self.held.len() > HELD || now.duration_since(k.written) > HOLD_FOR
+            } else {
+                self.held.len() > UNREAD
+            };
+            if !go {
+                break;
+            }
             self.held.pop_front();
+        }
+    }
+
+    /// A ping's payload: the token and the text written before it.
+    fn payload(&self) -> tokio_tungstenite::tungstenite::Bytes {
+        let mut p = [0u8; 16];
+        p[..8].copy_from_slice(&self.token.to_be_bytes());
+        p[8..].copy_from_slice(&self.written.to_be_bytes());
+        tokio_tungstenite::tungstenite::Bytes::copy_from_slice(&p)
+    }
+
+    /// After a write: the ping that asks whether the server read the text written, unless one
+    /// is out already (its pong asks again) or all of it was read.
+    fn ask(&mut self) -> Option<Message> {
+        if self.asking || self.read >= self.written {
+            return None;
+        }
+        self.asking = true;
+        Some(Message::Ping(self.payload()))
+    }
+
+    /// A ping probing a silent server: answered, it tells the text written before it read
+    /// too.
+    fn probe(&mut self) -> Message {
+        if self.read < self.written {
+            self.asking = true;
+        }
+        Message::Ping(self.payload())
+    }
+
+    /// A pong: if it answers one of this participant's pings, the text written before that
+    /// ping was read.
+    fn answered(&mut self, payload: &[u8]) {
+        let Ok(p) = <[u8; 16]>::try_from(payload) else {
+            return;
+        };
+        let (token, n) = p.split_at(8);
+        let n = u64::from_be_bytes(n.try_into().unwrap_or_default());
+        if token != self.token.to_be_bytes() || n > self.written {
+            return;
+        }
+        self.read = self.read.max(n);
+        self.asking = false;
+        self.expire(std::time::Instant::now());
+    }
+
+    /// The connection was lost: the text written into it that the server was not seen to
+    /// read, oldest first, taken back as by [`Retry::take_back`] and off the settled count,
+    /// to go again after the rejoin ([`Retry::put_back`]).
+    fn unread(
+        &mut self,
+        recent: &mut VecDeque<(ulid::Ulid, Kind)>,
+        cfg: &WsConfig,
+        counts: &Counts,
+    ) -> Vec<(std::time::Instant, Envelope)> {
+        self.asking = false;
+        let first = self
+            .held
+            .iter()
+            .position(|k| k.n >= self.read)
+            .unwrap_or(self.held.len());
+        self.read = self.written;
+        let unread: Vec<_> = self.held.drain(first..).map(|k| (k.queued, k.e)).collect();
+        for (_, e) in &unread {
+            let id = e.id();
+            recent.retain(|(r, _)| *r != id);
+            if let Some(spool) = &cfg.spool {
+                spool.again(e);
+            }
+        }
+        let n = unread.len() as u64;
+        counts.sent.fetch_sub(n, Ordering::Relaxed);
+        counts.settled.fetch_sub(n, Ordering::Relaxed);
+        unread
+    }
+
+    /// Text taken back by [`Retry::unread`] goes first, ahead of what the participant has not
+    /// sent yet, each before any refused text queued after it that waits to go again
+    /// (`ahead`); `pending` goes back behind them.
+    fn put_back(
+        &mut self,
+        unread: Vec<(std::time::Instant, Envelope)>,
+        pending: &mut Option<(std::time::Instant, Envelope)>,
+        outbox: &mut VecDeque<(std::time::Instant, Envelope)>,
+    ) {
+        if let Some(p) = pending.take() {
+            outbox.insert(self.ahead.min(outbox.len()), p);
+        }
+        for (queued, e) in unread {
+            let end = self.ahead.min(outbox.len());
+            let at = outbox
+                .iter()
+                .take(end)
+                .position(|(q, w)| is_text(w.kind()) && *q > queued)
+                .unwrap_or(end);
+            outbox.insert(at, (queued, e));
+            self.ahead += 1;
         }
     }
 
     /// The server refused the written text `id` (RATE_LIMITED, PARTICIPANT_NOT_FOUND): if it
-    /// is still held ([`HOLD_FOR`]), taken back, as not sent: out of `recent` (named again
-    /// only once written again), undelivered again in the spool, in its place, and off the
-    /// `sent` count. The caller says what becomes of it.
+    /// is still held, taken back, as not sent: out of `recent` (named again only once written
+    /// again), undelivered again in the spool, in its place, and off the `sent` count. The
+    /// caller says what becomes of it.
     fn take_back(
         &mut self,
         id: ulid::Ulid,
@@ -1138,8 +1311,8 @@ impl Retry {
         counts: &Counts,
     ) -> Option<(std::time::Instant, Envelope)> {
         self.expire(std::time::Instant::now());
-        let i = self.held.iter().position(|(_, _, e)| e.id() == id)?;
-        let (_, queued, e) = self.held.remove(i)?;
+        let i = self.held.iter().position(|k| k.e.id() == id)?;
+        let Kept { queued, e, .. } = self.held.remove(i)?;
         recent.retain(|(r, _)| *r != id);
         if let Some(spool) = &cfg.spool {
             spool.again(&e);
@@ -1910,7 +2083,7 @@ fn refused_text(
 ) {
     if let Some(i) = recent.iter().position(|(r, _)| *r == id) {
         let (_, kind) = recent.remove(i).unwrap_or((id, Kind::ContextAdd));
-        retry.held.retain(|(_, _, e)| e.id() != id);
+        retry.held.retain(|k| k.e.id() != id);
         counts.sent.fetch_sub(1, Ordering::Relaxed);
         counts.given_up.fetch_add(1, Ordering::Relaxed);
         m.server_refused_items.inc();
@@ -2389,5 +2562,125 @@ mod tests {
             retry_delay(Duration::from_millis(100), 50_000_000),
             Duration::from_millis(100)
         );
+    }
+
+    /// Text `context.add`s from one participant, numbered in their content.
+    fn adds(n: usize) -> Vec<Envelope> {
+        let mut b = Builder::new("s".into(), None, 3);
+        (0..n)
+            .map(|i| {
+                b.envelope(
+                    Time::from_micros(1_700_000_000_000_000),
+                    "t140:00000001@127.0.0.1:5000".into(),
+                    Kind::ContextAdd,
+                    &serde_json::json!({"key": format!("k{i}"), "content_type": "audio_transcript",
+                        "content": format!("text {i}")}),
+                )
+            })
+            .collect()
+    }
+
+    fn counted(sent: u64) -> Counts {
+        Counts {
+            sent: Arc::new(AtomicU64::new(sent)),
+            settled: Arc::new(AtomicU64::new(sent)),
+            given_up: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    fn quiet_config() -> WsConfig {
+        WsConfig {
+            url: "ws://127.0.0.1:9".into(),
+            session: "s".into(),
+            heartbeat: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            write_timeout: Duration::from_secs(5),
+            silence: Duration::from_secs(90),
+            queue: 64,
+            metrics: crate::metrics::SinkMetrics::default(),
+            tls: None,
+            spool: None,
+            gate: None,
+        }
+    }
+
+    fn ping_payload(m: Option<Message>) -> Vec<u8> {
+        match m {
+            Some(Message::Ping(p)) => p.to_vec(),
+            other => panic!("a ping, not {other:?}"),
+        }
+    }
+
+    #[test]
+    fn written_text_is_held_until_a_pong_shows_it_read_and_the_unread_goes_again_in_order() {
+        let (cfg, counts) = (quiet_config(), counted(3));
+        let e = adds(3);
+        let t0 = std::time::Instant::now();
+        let mut r = Retry::new(42);
+        r.keep(t0, e[0].clone());
+        let first = ping_payload(r.ask());
+        r.keep(t0, e[1].clone());
+        assert!(r.ask().is_none(), "one ping out at a time");
+        // A pong that is not the answer to one of ours (another token, a server's unasked
+        // one) tells nothing.
+        let mut other = first.clone();
+        other[0] ^= 1;
+        r.answered(&other);
+        r.answered(b"");
+        assert!(r.ask().is_none());
+        // The answer: text 0 was read; text 1, written after the ping, is asked about now.
+        r.answered(&first);
+        let second = ping_payload(r.ask());
+        r.keep(t0, e[2].clone());
+        let mut recent: VecDeque<_> = e.iter().map(|e| (e.id(), e.kind())).collect();
+        let unread = r.unread(&mut recent, &cfg, &counts);
+        let ids: Vec<_> = unread.iter().map(|(_, e)| e.id()).collect();
+        assert_eq!(ids, [e[1].id(), e[2].id()]);
+        assert_eq!(counts.sent.load(Ordering::Relaxed), 1);
+        assert_eq!(counts.settled.load(Ordering::Relaxed), 1);
+        assert_eq!(recent, [(e[0].id(), Kind::ContextAdd)]);
+        // The lost connection's pong, were it to come, changes nothing; text 0 is still held
+        // for a RATE_LIMITED refusal.
+        r.answered(&second);
+        assert!(r.ask().is_none());
+        assert!(r.take_back(e[0].id(), &mut recent, &cfg, &counts).is_some());
+    }
+
+    #[test]
+    fn unread_text_is_held_past_the_refusal_window_up_to_its_bound() {
+        let e = adds(1);
+        let mut r = Retry::new(1);
+        for _ in 0..UNREAD + 3 {
+            r.keep(std::time::Instant::now(), e[0].clone());
+        }
+        r.expire(std::time::Instant::now() + 2 * HOLD_FOR);
+        assert_eq!(r.held.len(), UNREAD);
+        // Read, it is held only while among the last HELD and within HOLD_FOR.
+        let p = ping_payload(Some(r.probe()));
+        r.answered(&p);
+        assert_eq!(r.held.len(), HELD);
+        r.expire(std::time::Instant::now() + 2 * HOLD_FOR);
+        assert!(r.held.is_empty(), "{}", r.held.len());
+    }
+
+    #[test]
+    fn unread_text_goes_before_refused_text_queued_after_it_and_before_what_was_not_sent() {
+        let e = adds(4);
+        let t0 = std::time::Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let mut r = Retry::new(1);
+        // Text 2 was refused and waits to go again (`ahead`); text 3 was never written.
+        let mut outbox = VecDeque::from([(at(2), e[2].clone())]);
+        r.ahead = 1;
+        let mut pending = Some((at(3), e[3].clone()));
+        r.put_back(
+            vec![(at(0), e[0].clone()), (at(1), e[1].clone())],
+            &mut pending,
+            &mut outbox,
+        );
+        let order: Vec<_> = outbox.iter().map(|(_, e)| e.id()).collect();
+        assert_eq!(order, e.iter().map(Envelope::id).collect::<Vec<_>>());
+        assert_eq!(r.ahead, 3);
+        assert!(pending.is_none());
     }
 }
