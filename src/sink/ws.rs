@@ -951,9 +951,13 @@ async fn connection(
             }
             // The frame shares the envelope's text only if it is not needed again: a join is
             // kept for rejoins, anything else is resent from `pending` if the write fails.
-            if !send_frame(
+            // Text has a ping behind it, in the same write, asking whether the server read it
+            // (see `Retry`).
+            let ask = retry.ask_behind(kind);
+            if !send_frames(
                 &mut ws,
                 Message::text(e.json().to_owned()),
+                ask,
                 &cfg,
                 &participant,
             )
@@ -992,12 +996,6 @@ async fn connection(
             }
             recent.push_back((id, kind));
             retry.keep(queued, e);
-            // Whether the server read it: asked with a ping behind it (see `Retry`).
-            if let Some(ping) = retry.ask()
-                && !send_frame(&mut ws, ping, &cfg, &participant).await
-            {
-                continue 'reconnect;
-            }
         }
     }
 }
@@ -1202,22 +1200,32 @@ impl Retry {
         }
     }
 
-    /// A ping's payload: the token and the text written before it.
-    fn payload(&self) -> tokio_tungstenite::tungstenite::Bytes {
+    /// A ping's payload: the token and `n`, the count of text written before the ping.
+    fn payload_at(&self, n: u64) -> tokio_tungstenite::tungstenite::Bytes {
         let mut p = [0u8; 16];
         p[..8].copy_from_slice(&self.token.to_be_bytes());
-        p[8..].copy_from_slice(&self.written.to_be_bytes());
+        p[8..].copy_from_slice(&n.to_be_bytes());
         tokio_tungstenite::tungstenite::Bytes::copy_from_slice(&p)
     }
 
-    /// After a write: the ping that asks whether the server read the text written, unless one
-    /// is out already (its pong asks again) or all of it was read.
+    /// After a pong: the ping that asks whether the server read the text written since the
+    /// answered one, unless one is out already or all of it was read.
     fn ask(&mut self) -> Option<Message> {
         if self.asking || self.read >= self.written {
             return None;
         }
         self.asking = true;
-        Some(Message::Ping(self.payload()))
+        Some(Message::Ping(self.payload_at(self.written)))
+    }
+
+    /// The ping to write behind an envelope of `kind` about to be written, asking whether the
+    /// server read it, if it is text and no ping is out already.
+    fn ask_behind(&mut self, kind: Kind) -> Option<Message> {
+        if !is_text(kind) || self.asking {
+            return None;
+        }
+        self.asking = true;
+        Some(Message::Ping(self.payload_at(self.written + 1)))
     }
 
     /// A ping probing a silent server: answered, it tells the text written before it read
@@ -1226,7 +1234,7 @@ impl Retry {
         if self.read < self.written {
             self.asking = true;
         }
-        Message::Ping(self.payload())
+        Message::Ping(self.payload_at(self.written))
     }
 
     /// A pong: if it answers one of this participant's pings, the text written before that
@@ -1581,9 +1589,6 @@ where
         .then_some(id)
 }
 
-/// Writes one frame, or gives up after `--write-timeout-s`: a server that has stopped reading
-/// (hung, or gone without a FIN) would otherwise hold the participant until TCP gives up, many
-/// minutes later, while its transcript queues and then drops. False: reconnect.
 /// Gives up on everything a participant that cannot go on holds and will be handed (its queue
 /// closed): counted as settled and given up on (dropped, in the sink's totals), and not resent
 /// after a restart either. Returns how many.
@@ -1624,12 +1629,37 @@ async fn give_up_all(
     lost
 }
 
+/// Writes one frame, or gives up after `--write-timeout-s`: a server that has stopped reading
+/// (hung, or gone without a FIN) would otherwise hold the participant until TCP gives up, many
+/// minutes later, while its transcript queues and then drops. False: reconnect.
 async fn send_frame<S>(write: &mut S, frame: Message, cfg: &WsConfig, participant: &str) -> bool
 where
     S: futures_util::Sink<Message> + Unpin,
     S::Error: std::fmt::Display,
 {
-    match tokio::time::timeout(cfg.write_timeout, write.send(frame)).await {
+    send_frames(write, frame, None, cfg, participant).await
+}
+
+/// [`send_frame`] of `frame` and, behind it in the same write, `then`.
+async fn send_frames<S>(
+    write: &mut S,
+    frame: Message,
+    then: Option<Message>,
+    cfg: &WsConfig,
+    participant: &str,
+) -> bool
+where
+    S: futures_util::Sink<Message> + Unpin,
+    S::Error: std::fmt::Display,
+{
+    let both = async {
+        write.feed(frame).await?;
+        if let Some(then) = then {
+            write.feed(then).await?;
+        }
+        write.flush().await
+    };
+    match tokio::time::timeout(cfg.write_timeout, both).await {
         Ok(Ok(())) => true,
         Ok(Err(err)) => {
             // At debug: a Close written to a connection the server already dropped fails too.
@@ -2617,10 +2647,15 @@ mod tests {
         let e = adds(3);
         let t0 = std::time::Instant::now();
         let mut r = Retry::new(42);
+        // Written with a ping behind it; the next text without one, one being out.
+        let first = ping_payload(r.ask_behind(Kind::ContextAdd));
         r.keep(t0, e[0].clone());
-        let first = ping_payload(r.ask());
+        assert!(
+            r.ask_behind(Kind::ContextAdd).is_none(),
+            "one ping out at a time"
+        );
         r.keep(t0, e[1].clone());
-        assert!(r.ask().is_none(), "one ping out at a time");
+        assert!(r.ask().is_none());
         // A pong that is not the answer to one of ours (another token, a server's unasked
         // one) tells nothing.
         let mut other = first.clone();
