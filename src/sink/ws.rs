@@ -584,7 +584,9 @@ async fn connection(
             let unread = retry.unread(&mut recent, &cfg, &counts);
             if !unread.is_empty() {
                 m.unread_resent.inc_by(unread.len() as u64);
-                tracing::info!(%participant, texts = unread.len(), "text written into the lost connection before the server was seen to read it goes again");
+                // At debug: the reconnect's own line is at info already, and an outage
+                // reconnects every participant (the metric counts it).
+                tracing::debug!(%participant, texts = unread.len(), "text written into the lost connection before the server was seen to read it goes again");
                 retry.put_back(unread, &mut pending, &mut outbox);
             }
             // Chunks held for approval are asked about again: a decision for a request the
