@@ -146,8 +146,8 @@ struct RunArgs {
     /// read, RFC 5761). `--rtcp false` to leave that port alone.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     rtcp: bool,
-    /// Receive workers: each has its own SO_REUSEPORT socket and core; the kernel keeps each
-    /// source on one worker, so per-stream order holds.
+    /// Receive workers: each has its own SO_REUSEPORT socket and thread (not pinned to a
+    /// core); the kernel keeps each source on one worker, so per-stream order holds.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=256))]
     workers: u64,
     /// Receive buffer (SO_RCVBUF) requested for each RTP socket and the RTCP port's, in bytes: a
