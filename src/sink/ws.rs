@@ -1114,8 +1114,8 @@ const HOLD_FOR: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Text envelopes a connection holds at most written and not yet seen read: a server that
 /// answers no ping (RFC 6455 5.5.2 says it must) does not grow the connection past this; the
-/// oldest is then let go, not to be sent again. 128 covers a participant speaking every second through
-/// `--server-silence-s`'s 90 s.
+/// oldest is then let go, not to be sent again. 128 covers a participant speaking every
+/// second through `--server-silence-s`'s 90 s.
 const UNREAD: usize = 128;
 
 /// A text envelope written: when, when it was queued, and its number among the connection's
