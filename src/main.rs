@@ -1004,8 +1004,9 @@ fn run_replay(
     core: &CoreArgs,
 ) -> Result<(), String> {
     let cfg = core.config()?;
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
+    // A non-blocking stdout that is full for a moment is waited for, as the live writer waits.
+    let mut out =
+        std::io::BufWriter::with_capacity(64 << 10, pvp_t140::sink::stdout::replay_stdout());
     // An error of the capture names it; one of the output is stdout's, not the capture's.
     let summary = replay::run_reading(file, cfg, port, rtcp, &mut out).map_err(|e| match e {
         replay::ReplayError::Capture(e) => format!("{}: {e}", file.display()),

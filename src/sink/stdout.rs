@@ -214,6 +214,42 @@ fn raw_stdout() -> Box<dyn Write + Send> {
     Box::new(io::stdout())
 }
 
+/// stdout for `replay`'s NDJSON: its descriptor as the live writer has it ([`raw_stdout`]), a
+/// full pipe whose description is non-blocking (O_NONBLOCK set by a parent, shared by every
+/// process holding it) waited for as a blocking write would wait, polling every millisecond:
+/// EAGAIN is a slow reader, not a gone one. Every other error, a full disk too, is returned:
+/// a replay is a batch that ends with it (exit status 1) rather than waiting for room.
+pub fn replay_stdout() -> Box<dyn Write + Send> {
+    Box::new(Unhurried(raw_stdout()))
+}
+
+/// A writer whose `WouldBlock` is waited out ([`replay_stdout`]).
+struct Unhurried<W>(W);
+
+impl<W: Write> Write for Unhurried<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        loop {
+            match self.0.write(buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        loop {
+            match self.0.flush() {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                r => return r,
+            }
+        }
+    }
+}
+
 /// stdout written as a blocking descriptor would be, even when it is not: a parent may hand
 /// over a non-blocking one (O_NONBLOCK is shared by every process holding the pipe), and then
 /// a full pipe answers EAGAIN, which is the reader being slow, not gone. The writer thread
