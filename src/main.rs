@@ -1004,6 +1004,7 @@ fn run_replay(
     core: &CoreArgs,
 ) -> Result<(), String> {
     let cfg = core.config()?;
+    catch_file_size_signal();
     // A non-blocking stdout that is full for a moment is waited for, as the live writer waits.
     let mut out =
         std::io::BufWriter::with_capacity(64 << 10, pvp_t140::sink::stdout::replay_stdout());
@@ -1045,6 +1046,25 @@ fn run_replay(
     }
     log_stats(&summary.stats);
     Ok(())
+}
+
+/// SIGXFSZ caught for `replay`, as the live gateway catches it ([`Signals::install`]): a write
+/// past the file-size limit (`ulimit -f`, systemd `LimitFSIZE=`) to a stdout redirected to a
+/// file then fails with EFBIG, and the replay ends with that error and exit status 1, instead
+/// of the signal's default action killing it (a core dump, and no word of why). Installed
+/// through a runtime of its own, which the replay has not; the handler, once installed, stays
+/// for the process's life.
+fn catch_file_size_signal() {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        let _entered = rt.enter();
+        let _ = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::from_raw(
+            nix::libc::SIGXFSZ,
+        ));
+    }
 }
 
 fn run_send(to: SocketAddr, cfg: pvp_t140::send::SenderConfig, bye: bool) -> Result<(), String> {

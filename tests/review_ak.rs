@@ -88,3 +88,35 @@ fn replay_waits_out_a_non_blocking_stdout_that_is_full_for_a_moment() {
         "{status:?}, {adds} of 2000 context.add lines; stderr: {stderr}"
     );
 }
+
+/// README ("Replaying captures", as the live gateway's "Metrics and health"): a write error of
+/// the replay's stdout ends it with its error and exit status 1. stdout redirected to a file
+/// that may not grow past a limit (`ulimit -f`, systemd `LimitFSIZE=`): the live gateway
+/// catches SIGXFSZ, so the write fails with EFBIG; the replay did not, and the signal's default
+/// action killed it at the limit (a core dump, status 128 + 25, and no word of why).
+#[test]
+fn replay_to_a_file_at_its_size_limit_ends_with_an_error_not_a_signal() {
+    let out = scratch("fsize.ndjson");
+    let capture = concat!(env!("CARGO_MANIFEST_DIR"), "/pcaps/loss_red.pcap");
+    // 512 bytes (dash's `ulimit -f` counts 512-byte blocks): less than the replay prints.
+    let done = Command::new("sh")
+        .args(["-c", "ulimit -f 1 && exec \"$0\" replay \"$1\" > \"$2\""])
+        .arg(env!("CARGO_BIN_EXE_pvp-t140"))
+        .arg(capture)
+        .arg(&out)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    assert_eq!(
+        done.status.code(),
+        Some(1),
+        "{:?}; stderr: {stderr}",
+        done.status
+    );
+    assert!(
+        stderr.contains("writing envelopes to stdout"),
+        "stderr: {stderr}"
+    );
+}
