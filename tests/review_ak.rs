@@ -7,6 +7,7 @@ use std::os::unix::net::UnixStream;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+mod common;
 #[path = "common/frames.rs"]
 mod frames;
 
@@ -118,5 +119,79 @@ fn replay_to_a_file_at_its_size_limit_ends_with_an_error_not_a_signal() {
     assert!(
         stderr.contains("writing envelopes to stdout"),
         "stderr: {stderr}"
+    );
+}
+
+/// pvp-spec 19.4 (one `MessageEnvelope` a line of newline-delimited JSON) and 4.1 (its required
+/// fields), README ("`sent` counts envelopes written"): text with every C0 control, DEL, NEL,
+/// U+2028 and U+2029, invalid UTF-8 (a CESU-8 surrogate pair), quotes and backslashes gives
+/// one parsable envelope a line, the join first and the leave last, and the `stopped` line's
+/// `sent` is the number of lines. (Checked, found right.)
+#[test]
+fn hostile_text_gives_one_valid_envelope_a_line_counted_as_sent() {
+    use common::gateway_proc::{Gateway, log_number};
+    let mut gw = Gateway::start(&["--listen", "127.0.0.1:0", "--rtcp", "false"]);
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let controls: Vec<u8> = (0u8..0x20).filter(|&b| b != 0x08).chain([0x7f]).collect();
+    let payloads: Vec<Vec<u8>> = vec![
+        [&b"\xef\xbb\xbfA"[..], &controls, b"B. "].concat(),
+        "line\u{2028}sep\u{2029}para\u{85}nel. ".as_bytes().to_vec(),
+        b"surrogates \xed\xa0\x80\xed\xb0\x80 end. ".to_vec(),
+        b"quote \" back \\ slash. ".to_vec(),
+    ];
+    for (i, p) in payloads.iter().enumerate() {
+        let mut d = Vec::new();
+        pvp_t140::rtp::write_packet(
+            &mut d,
+            i == 0,
+            98,
+            7 + i as u16,
+            300 * i as u32,
+            0x5eed_0a4c,
+            p,
+        );
+        sock.send_to(&d, gw.listen).unwrap();
+    }
+    gw.wait_stdout(Duration::from_secs(30), "quote");
+    assert!(gw.terminate(Duration::from_secs(30)).success());
+    let lines = gw.stdout_lines();
+    let stopped = gw.wait_stderr(Duration::from_secs(5), "\"message\":\"stopped\"");
+    assert_eq!(
+        log_number(&stopped, "sent"),
+        lines.len() as u64,
+        "{lines:#?}"
+    );
+    let kinds: Vec<String> = lines
+        .iter()
+        .map(|l| {
+            let v: serde_json::Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}"));
+            for field in ["id", "ts", "session", "sender", "type"] {
+                assert!(v[field].is_string(), "{field} in {l}");
+            }
+            assert!(v["v"] == 1 && v["payload"].is_object(), "{l}");
+            if let Some(c) = v["payload"]["content"].as_str() {
+                assert!(
+                    !c.chars().any(|c| c.is_control() && c != '\n'),
+                    "a control in {c:?}"
+                );
+            }
+            v["type"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(
+        kinds.first().map(String::as_str),
+        Some("session.join"),
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("session.leave"),
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "context.add").count(),
+        4,
+        "{kinds:?}"
     );
 }
