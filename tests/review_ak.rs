@@ -195,3 +195,52 @@ fn hostile_text_gives_one_valid_envelope_a_line_counted_as_sent() {
         "{kinds:?}"
     );
 }
+
+/// README ("Delivery to a PVP server": `sent` "counts envelopes written"; at the stop "what was
+/// not written is logged and counted as dropped") and `stdout_counts.rs`: a stdout pipe nobody
+/// reads until the gateway has exited holds as many whole lines as the `stopped` line counts
+/// sent. Under load the writer writes its 64 KiB buffer at once; such a write to a pipe (more
+/// than PIPE_BUF bytes, so not atomic) that finds the pipe part full is taken in part by the
+/// kernel and blocks for the rest. The lines it put in the pipe are there for the reader, but
+/// the write never returned, so they were counted as dropped: `sent` said 2 with a hundred
+/// lines in the pipe.
+#[test]
+fn lines_a_blocked_write_put_in_an_unread_pipe_count_as_sent() {
+    use common::gateway_proc::{Sender, log_number};
+    use common::sh_proc::Proc;
+    let (mut reader, writer) = std::io::pipe().unwrap();
+    let mut gw = Proc::start(
+        "true",
+        writer.into(),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--rtcp",
+            "false",
+            "--max-pps-per-source",
+            "0",
+        ],
+    );
+    // A first sentence, written at once (the join and its add: a small write), then a hundred
+    // sentences in one datagram: their envelopes, some 90 KB of JSON, come to the writer at
+    // once, and it writes its whole buffer into the pipe that has some 63 KB of room left.
+    let mut a = Sender::new(gw.listen, 0x5eed_0a4d);
+    a.send("First. ");
+    gw.wait_stderr(&a.participant());
+    std::thread::sleep(Duration::from_millis(200));
+    let pad = "x".repeat(500);
+    let burst: String = (0..100).map(|i| format!("Sentence {i} {pad}. ")).collect();
+    a.send(&burst);
+    let mut b = Sender::new(gw.listen, 0x5eed_0a4e);
+    b.send("The last one. ");
+    gw.wait_stderr(&b.participant());
+    let status = gw.terminate();
+    assert!(status.success(), "{status:?}");
+    let mut bytes = Vec::new();
+    reader.read_to_end(&mut bytes).unwrap();
+    let whole = bytes.iter().filter(|&&b| b == b'\n').count() as u64;
+    let stopped = gw.stopped();
+    let sent = log_number(&stopped, "sent");
+    assert!(log_number(&stopped, "dropped") > 0, "{stopped}");
+    assert_eq!(sent, whole, "{whole} whole lines in the pipe; {stopped}");
+}

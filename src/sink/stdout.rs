@@ -203,15 +203,62 @@ fn writer(feed: &Mutex<Feed>, out: Box<dyn Write + Send>, metrics: &SinkMetrics,
 /// included, and reports it written. [`Accepted`] would count those lines as sent, and a later
 /// failed write (EFBIG) lost them: `sent` said more than stdout had (review v). A duplicate of
 /// the descriptor, so nothing closes stdout itself; `io::stdout()` if it cannot be made.
+///
+/// To a pipe or a socket each write is at most [`ATOMIC_WRITE`] bytes: a longer one that finds
+/// the pipe part full is taken in part (the reader gets those lines) and blocks for the rest,
+/// and if it never returns (a reader that stopped reading, until the stop's grace ran out) the
+/// lines it put there were counted as dropped, though the reader found them after the exit
+/// (review ak: `sent=2` with 117 lines in the pipe). One that short blocks having taken none.
 fn raw_stdout() -> Box<dyn Write + Send> {
     #[cfg(unix)]
     {
         use std::os::fd::AsFd;
         if let Ok(fd) = io::stdout().as_fd().try_clone_to_owned() {
-            return Box::new(std::fs::File::from(fd));
+            use nix::sys::stat::SFlag;
+            let most = match nix::sys::stat::fstat(&fd) {
+                Ok(st)
+                    if matches!(
+                        SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT,
+                        SFlag::S_IFIFO | SFlag::S_IFSOCK
+                    ) =>
+                {
+                    ATOMIC_WRITE
+                }
+                _ => usize::MAX,
+            };
+            return Box::new(Capped {
+                out: std::fs::File::from(fd),
+                most,
+            });
         }
     }
     Box::new(io::stdout())
+}
+
+/// The most a write to a pipe takes all at once or not at all (POSIX `PIPE_BUF`: 4,096 bytes on
+/// Linux, at least `_POSIX_PIPE_BUF`, 512, elsewhere). A Unix socket's send of that little is
+/// one buffer, queued whole or waited for (a TCP socket may take part of it: at most that).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const ATOMIC_WRITE: usize = 4096;
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+const ATOMIC_WRITE: usize = 512;
+
+/// A writer whose writes take at most `most` bytes each ([`raw_stdout`]).
+#[cfg(unix)]
+struct Capped<W> {
+    out: W,
+    most: usize,
+}
+
+#[cfg(unix)]
+impl<W: Write> Write for Capped<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.out.write(&buf[..buf.len().min(self.most)])
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
 }
 
 /// stdout for `replay`'s NDJSON: its descriptor as the live writer has it ([`raw_stdout`]), a
