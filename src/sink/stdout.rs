@@ -208,7 +208,8 @@ fn writer(feed: &Mutex<Feed>, out: Box<dyn Write + Send>, metrics: &SinkMetrics,
 /// the pipe part full is taken in part (the reader gets those lines) and blocks for the rest,
 /// and if it never returns (a reader that stopped reading, until the stop's grace ran out) the
 /// lines it put there were counted as dropped, though the reader found them after the exit
-/// (review ak: `sent=2` with 117 lines in the pipe). One that short blocks having taken none.
+/// (review ak: `sent=2` with 117 lines in the pipe). One that short blocks having taken none;
+/// each ends at a line's end when it can, so the pipe holds whole lines.
 fn raw_stdout() -> Box<dyn Write + Send> {
     #[cfg(unix)]
     {
@@ -253,7 +254,18 @@ struct Capped<W> {
 #[cfg(unix)]
 impl<W: Write> Write for Capped<W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.out.write(&buf[..buf.len().min(self.most)])
+        if buf.len() <= self.most {
+            return self.out.write(buf);
+        }
+        // Up to a line's end when one is in reach: a write that blocks for good (a reader
+        // that comes back only after the exit) leaves whole lines in the pipe, not the start
+        // of one (review ak). A line longer than a write is cut where the write ends.
+        let head = &buf[..self.most];
+        let end = head
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(self.most, |i| i + 1);
+        self.out.write(&buf[..end])
     }
 
     fn flush(&mut self) -> io::Result<()> {
