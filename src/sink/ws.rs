@@ -504,6 +504,20 @@ async fn connection(
     // chunk awaiting approval) or the gateway stops.
     let mut queue_open = true;
     'reconnect: loop {
+        if join.is_some() {
+            // Text the lost connection took and the server was not seen to read goes again
+            // after the rejoin. Taken back now, not once connected again: a stop while the
+            // server is still unreachable counts it as undelivered (and, with --spool, the
+            // journal has it undelivered again for the next start), not as sent.
+            let unread = retry.unread(&mut recent, &cfg, &counts);
+            if !unread.is_empty() {
+                m.unread_resent.inc_by(unread.len() as u64);
+                // At debug: the reconnect's own line is at info already, and an outage
+                // reconnects every participant (the metric counts it).
+                tracing::debug!(%participant, texts = unread.len(), "text written into the lost connection before the server was seen to read it goes again");
+                retry.put_back(unread, &mut pending, &mut outbox);
+            }
+        }
         if let Some(at) = opened.take() {
             if at.elapsed() >= STABLE {
                 backoff = Duration::from_millis(100);
@@ -580,15 +594,6 @@ async fn connection(
                 &mut retry,
                 &counts,
             );
-            // Text the lost connection took and the server was not seen to read goes again.
-            let unread = retry.unread(&mut recent, &cfg, &counts);
-            if !unread.is_empty() {
-                m.unread_resent.inc_by(unread.len() as u64);
-                // At debug: the reconnect's own line is at info already, and an outage
-                // reconnects every participant (the metric counts it).
-                tracing::debug!(%participant, texts = unread.len(), "text written into the lost connection before the server was seen to read it goes again");
-                retry.put_back(unread, &mut pending, &mut outbox);
-            }
             // Chunks held for approval are asked about again: a decision for a request the
             // old connection carried may never come now (a restarted server has no gate).
             if !ask_again(
