@@ -114,3 +114,301 @@ async fn unread_text_of_a_connection_lost_before_a_stop_is_dropped_and_journaled
         "the next start sends the unread text: {again:?}"
     );
 }
+
+/// Reads a client's HTTP upgrade request and answers 101: the stream is then a WebSocket's
+/// server side this test reads and writes raw frames on (so it answers no ping unless told).
+async fn accept_raw(tcp: &mut tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut req = Vec::new();
+    let mut b = [0u8; 1];
+    while !req.ends_with(b"\r\n\r\n") {
+        assert_ne!(
+            tcp.read(&mut b).await.unwrap(),
+            0,
+            "closed in its handshake"
+        );
+        req.push(b[0]);
+    }
+    let req = String::from_utf8(req).unwrap();
+    let key = req
+        .lines()
+        .find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.eq_ignore_ascii_case("sec-websocket-key")
+                .then(|| v.trim().to_owned())
+        })
+        .unwrap();
+    let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+    let resp = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
+    );
+    tcp.write_all(resp.as_bytes()).await.unwrap();
+}
+
+/// One (masked) client frame: its opcode and unmasked payload; `None` at the end.
+async fn read_frame(r: &mut tokio::net::TcpStream) -> Option<(u8, Vec<u8>)> {
+    use tokio::io::AsyncReadExt;
+    let mut h = [0u8; 2];
+    r.read_exact(&mut h).await.ok()?;
+    let len = match h[1] & 0x7f {
+        126 => u64::from(r.read_u16().await.ok()?),
+        127 => r.read_u64().await.ok()?,
+        n => u64::from(n),
+    };
+    let mut mask = [0u8; 4];
+    if h[1] & 0x80 != 0 {
+        r.read_exact(&mut mask).await.ok()?;
+    }
+    let mut p = vec![0u8; len as usize];
+    r.read_exact(&mut p).await.ok()?;
+    for (i, b) in p.iter_mut().enumerate() {
+        *b ^= mask[i % 4];
+    }
+    Some((h[0] & 0x0f, p))
+}
+
+/// A server frame (unmasked, final) of `opcode` with `payload` (under 64 KiB).
+async fn write_frame(w: &mut tokio::net::TcpStream, opcode: u8, payload: &[u8]) {
+    use tokio::io::AsyncWriteExt;
+    let mut f = vec![0x80 | opcode];
+    if payload.len() < 126 {
+        f.push(payload.len() as u8);
+    } else {
+        f.push(126);
+        f.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+    }
+    f.extend_from_slice(payload);
+    w.write_all(&f).await.unwrap();
+}
+
+/// Every text frame a connection after the first read: (connection number, envelope).
+type Frames = tokio::sync::mpsc::UnboundedReceiver<(usize, serde_json::Value)>;
+
+/// A server whose first connection is served raw by `first` (handed the stream after the
+/// handshake, and a sender for what it reads); every later one is a tungstenite server that
+/// answers pings and records each text frame.
+async fn first_raw<F, Fut>(first: F) -> (String, Frames)
+where
+    F: FnOnce(
+            tokio::net::TcpStream,
+            tokio::sync::mpsc::UnboundedSender<(usize, serde_json::Value)>,
+        ) -> Fut
+        + Send
+        + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut first = Some(first);
+        let mut n = 0;
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let (conn, tx) = (n, tx.clone());
+            n += 1;
+            if let Some(f) = first.take() {
+                accept_raw(&mut tcp).await;
+                tokio::spawn(f(tcp, tx));
+                continue;
+            }
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                    return;
+                };
+                while let Some(Ok(m)) = ws.next().await {
+                    if let Ok(v) = serde_json::from_str(m.to_text().unwrap_or("")) {
+                        let _ = tx.send((conn, v));
+                    }
+                }
+            });
+        }
+    });
+    (url, rx)
+}
+
+/// The next text frame any connection read (20 s at most).
+async fn next(rx: &mut Frames) -> (usize, serde_json::Value) {
+    tokio::time::timeout(WAIT, rx.recv())
+        .await
+        .expect("a frame within 20 s")
+        .unwrap()
+}
+
+/// "conn type content" of a frame.
+fn shown((conn, v): &(usize, serde_json::Value)) -> String {
+    format!(
+        "{conn} {} {}",
+        v["type"].as_str().unwrap_or(""),
+        v["payload"]["content"].as_str().unwrap_or("")
+    )
+}
+
+/// A server reads "One." and "Two." (answering none of the pings), refuses "One." as
+/// RATE_LIMITED and closes. On the next connection: the rejoin, then "One." (refused, waiting
+/// to go again after the pause) and "Two." (unread) in the order they were said, then what was
+/// said after; each counted once as sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unread_and_rate_limited_text_go_again_in_order_after_the_rejoin() {
+    let (url, mut rx) = first_raw(|mut tcp, tx| async move {
+        let mut texts = Vec::new();
+        while texts.len() < 3 {
+            let Some((op, p)) = read_frame(&mut tcp).await else {
+                return;
+            };
+            if op == 1 {
+                let v: serde_json::Value = serde_json::from_slice(&p).unwrap();
+                let _ = tx.send((0, v.clone()));
+                texts.push(v);
+            }
+        }
+        let refusal = serde_json::json!({"v": 1, "id": "01JQ0000000000000000000001",
+            "ts": "2026-11-29T00:00:00.000Z", "session": "s", "sender": "system", "type": "error",
+            "payload": {"code": "RATE_LIMITED", "message": "slow down", "recoverable": true,
+                "related_to": texts[1]["id"]}});
+        write_frame(&mut tcp, 1, refusal.to_string().as_bytes()).await;
+        drop(tcp);
+    })
+    .await;
+    let cfg = ws_recorder::config(url);
+    let metrics = cfg.metrics.clone();
+    let mut sink = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000beef@127.0.0.1:40000";
+    sink.send(talk.join(p));
+    sink.send(talk.add(p, "One."));
+    sink.send(talk.add(p, "Two."));
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen.push(shown(&next(&mut rx).await));
+    }
+    assert_eq!(
+        seen,
+        [
+            "0 session.join ",
+            "0 context.add One.",
+            "0 context.add Two."
+        ]
+    );
+    let rejoin = next(&mut rx).await;
+    assert_eq!(shown(&rejoin), "1 session.join ");
+    sink.send(talk.add(p, "Three."));
+    let mut again = Vec::new();
+    for _ in 0..3 {
+        again.push(shown(&next(&mut rx).await));
+    }
+    let stats = sink.close(Duration::from_secs(2)).await;
+    assert_eq!(
+        again,
+        [
+            "1 context.add One.",
+            "1 context.add Two.",
+            "1 context.add Three."
+        ]
+    );
+    assert_eq!((stats.sent, stats.dropped), (4, 0), "{stats:?}");
+    assert_eq!(metrics.unread_resent.get(), 1);
+    assert_eq!(metrics.rate_limited_resent.get(), 1);
+}
+
+/// A server that reads the text and its ping and then sends pongs that answer nothing (one
+/// unasked and empty, one with a payload of its own, one echoing the ping's payload with its
+/// count raised) before closing: none of them shows the text read, so it goes again after the
+/// rejoin, the same envelope (its id and key: the documented duplicate), and is counted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pongs_that_answer_no_ping_show_nothing_read_and_the_resent_text_is_counted_once() {
+    let (url, mut rx) = first_raw(|mut tcp, tx| async move {
+        let mut texts = 0;
+        let ping = loop {
+            let Some((op, p)) = read_frame(&mut tcp).await else {
+                return;
+            };
+            match op {
+                1 => {
+                    texts += 1;
+                    let _ = tx.send((0, serde_json::from_slice(&p).unwrap()));
+                }
+                9 if texts == 2 => break p,
+                _ => {}
+            }
+        };
+        assert_eq!(ping.len(), 16, "the ping's payload: {ping:?}");
+        write_frame(&mut tcp, 10, b"").await;
+        write_frame(&mut tcp, 10, b"0123456789abcdef").await;
+        let mut raised = ping.clone();
+        raised[15] = raised[15].wrapping_add(1);
+        write_frame(&mut tcp, 10, &raised).await;
+        // Everything written is read before the close.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        drop(tcp);
+    })
+    .await;
+    let cfg = ws_recorder::config(url);
+    let metrics = cfg.metrics.clone();
+    let mut sink = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000beef@127.0.0.1:40000";
+    sink.send(talk.join(p));
+    sink.send(talk.add(p, "Read, but no pong says so."));
+    let first: Vec<_> = [next(&mut rx).await, next(&mut rx).await].into();
+    let again: Vec<_> = [next(&mut rx).await, next(&mut rx).await].into();
+    let stats = sink.close(Duration::from_secs(2)).await;
+    assert_eq!(shown(&again[0]), "1 session.join ");
+    assert_eq!(shown(&again[1]), "1 context.add Read, but no pong says so.");
+    assert_eq!(again[1].1["id"], first[1].1["id"]);
+    assert_eq!(again[1].1["payload"]["key"], first[1].1["payload"]["key"]);
+    assert_eq!((stats.sent, stats.dropped), (2, 0), "{stats:?}");
+    assert_eq!(metrics.unread_resent.get(), 1);
+}
+
+/// A server that reads everything and answers no ping holds the connection to at most 128
+/// unread text envelopes: 200 written, then the close; the last 128 go again after the rejoin,
+/// in order, and each of the 200 is counted once as sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn against_a_server_that_answers_no_ping_at_most_128_go_again() {
+    const SAID: usize = 200;
+    let (url, mut rx) = first_raw(|mut tcp, tx| async move {
+        let mut texts = 0;
+        while texts < SAID + 1 {
+            let Some((op, p)) = read_frame(&mut tcp).await else {
+                return;
+            };
+            if op == 1 {
+                texts += 1;
+                let _ = tx.send((0, serde_json::from_slice(&p).unwrap()));
+            }
+        }
+        drop(tcp);
+    })
+    .await;
+    let cfg = WsConfig {
+        queue: 1024,
+        ..ws_recorder::config(url)
+    };
+    let metrics = cfg.metrics.clone();
+    let mut sink = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000beef@127.0.0.1:40000";
+    sink.send(talk.join(p));
+    for i in 0..SAID {
+        sink.send(talk.add(p, &format!("Said {i}.")));
+    }
+    for _ in 0..=SAID {
+        assert_eq!(next(&mut rx).await.0, 0);
+    }
+    assert_eq!(shown(&next(&mut rx).await), "1 session.join ");
+    let mut again = Vec::new();
+    for _ in 0..128 {
+        again.push(shown(&next(&mut rx).await));
+    }
+    let want: Vec<String> = (SAID - 128..SAID)
+        .map(|i| format!("1 context.add Said {i}."))
+        .collect();
+    assert_eq!(again, want);
+    let stats = sink.close(Duration::from_secs(2)).await;
+    assert_eq!(
+        (stats.sent, stats.dropped),
+        (1 + SAID as u64, 0),
+        "{stats:?}"
+    );
+    assert_eq!(metrics.unread_resent.get(), 128);
+}
