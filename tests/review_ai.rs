@@ -412,3 +412,65 @@ async fn against_a_server_that_answers_no_ping_at_most_128_go_again() {
     );
     assert_eq!(metrics.unread_resent.get(), 128);
 }
+
+/// As above, but the write of "One." after the pause is what fails (a server that floods
+/// pings and stops reading: the connection's write buffer is full of the pongs it owes, and a
+/// frame that does not fit fails the write). "One." is then the connection's pending write
+/// and "Two." unread text: after the rejoin they must still go in the order they were said
+/// (pvp-spec 19.5, per-sender order).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_text_whose_write_again_failed_still_goes_before_later_unread_text() {
+    let (url, mut rx) = first_raw(|mut tcp, tx| async move {
+        let mut texts = Vec::new();
+        while texts.len() < 3 {
+            let Some((op, p)) = read_frame(&mut tcp).await else {
+                return;
+            };
+            if op == 1 {
+                let v: serde_json::Value = serde_json::from_slice(&p).unwrap();
+                let _ = tx.send((0, v.clone()));
+                texts.push(v);
+            }
+        }
+        // "One." refused, and four refusals more: a pause of 8 s.
+        for (i, related) in [texts[1]["id"].clone(), "x1".into(), "x2".into(), "x3".into(), "x4".into()]
+            .into_iter()
+            .enumerate()
+        {
+            let refusal = serde_json::json!({"v": 1, "id": format!("01JQ000000000000000000000{i}"),
+                "ts": "2026-11-29T00:00:00.000Z", "session": "s", "sender": "system", "type": "error",
+                "payload": {"code": "RATE_LIMITED", "message": "slow down", "recoverable": true,
+                    "related_to": related}});
+            write_frame(&mut tcp, 1, refusal.to_string().as_bytes()).await;
+        }
+        // 32 MiB of pings, not reading the pongs.
+        let mut ping = vec![0x89u8, 125];
+        ping.extend_from_slice(&[b'p'; 125]);
+        let batch: Vec<u8> = ping.iter().copied().cycle().take(ping.len() * 512).collect();
+        let mut sent = 0;
+        while sent < 32 << 20 {
+            use tokio::io::AsyncWriteExt;
+            if tcp.write_all(&batch).await.is_err() {
+                return;
+            }
+            sent += batch.len();
+        }
+        tokio::time::sleep(Duration::from_secs(60)).await;
+    })
+    .await;
+    let cfg = ws_recorder::config(url);
+    let mut sink = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000beef@127.0.0.1:40000";
+    sink.send(talk.join(p));
+    sink.send(talk.add(p, "One."));
+    sink.send(talk.add(p, "Two."));
+    for _ in 0..3 {
+        next(&mut rx).await;
+    }
+    let rejoin = next(&mut rx).await;
+    assert_eq!(shown(&rejoin), "1 session.join ");
+    let again = [shown(&next(&mut rx).await), shown(&next(&mut rx).await)];
+    sink.close(Duration::from_secs(2)).await;
+    assert_eq!(again, ["1 context.add One.", "1 context.add Two."]);
+}

@@ -1292,7 +1292,9 @@ impl Retry {
 
     /// Text taken back by [`Retry::unread`] goes first, ahead of what the participant has not
     /// sent yet, each before any refused text queued after it that waits to go again
-    /// (`ahead`); `pending` goes back behind them.
+    /// (`ahead`); `pending` goes back among them by when it was queued if it is text (a
+    /// refused text whose write again failed was said before the unread text written after
+    /// it), behind them if not (a leave).
     fn put_back(
         &mut self,
         unread: Vec<(std::time::Instant, Envelope)>,
@@ -1300,18 +1302,31 @@ impl Retry {
         outbox: &mut VecDeque<(std::time::Instant, Envelope)>,
     ) {
         if let Some(p) = pending.take() {
-            outbox.insert(self.ahead.min(outbox.len()), p);
+            if is_text(p.1.kind()) {
+                self.in_order(p, outbox);
+            } else {
+                outbox.insert(self.ahead.min(outbox.len()), p);
+            }
         }
-        for (queued, e) in unread {
-            let end = self.ahead.min(outbox.len());
-            let at = outbox
-                .iter()
-                .take(end)
-                .position(|(q, w)| is_text(w.kind()) && *q > queued)
-                .unwrap_or(end);
-            outbox.insert(at, (queued, e));
-            self.ahead += 1;
+        for u in unread {
+            self.in_order(u, outbox);
         }
+    }
+
+    /// `text` goes among those that go first (`ahead`), before any queued after it.
+    fn in_order(
+        &mut self,
+        text: (std::time::Instant, Envelope),
+        outbox: &mut VecDeque<(std::time::Instant, Envelope)>,
+    ) {
+        let end = self.ahead.min(outbox.len());
+        let at = outbox
+            .iter()
+            .take(end)
+            .position(|(q, w)| is_text(w.kind()) && *q > text.0)
+            .unwrap_or(end);
+        outbox.insert(at, text);
+        self.ahead += 1;
     }
 
     /// The server refused the written text `id` (RATE_LIMITED, PARTICIPANT_NOT_FOUND): if it
@@ -2722,7 +2737,7 @@ mod tests {
         );
         let order: Vec<_> = outbox.iter().map(|(_, e)| e.id()).collect();
         assert_eq!(order, e.iter().map(Envelope::id).collect::<Vec<_>>());
-        assert_eq!(r.ahead, 3);
+        assert_eq!(r.ahead, 4);
         assert!(pending.is_none());
     }
 }
