@@ -197,6 +197,23 @@ where
         + 'static,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
+    first_raw_answering(first, |_| None).await
+}
+
+/// [`first_raw`], the later connections answering each text frame as `answer` says.
+async fn first_raw_answering<F, Fut>(
+    first: F,
+    answer: fn(&serde_json::Value) -> Option<String>,
+) -> (String, Frames)
+where
+    F: FnOnce(
+            tokio::net::TcpStream,
+            tokio::sync::mpsc::UnboundedSender<(usize, serde_json::Value)>,
+        ) -> Fut
+        + Send
+        + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("ws://{}", listener.local_addr().unwrap());
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -217,7 +234,14 @@ where
                 };
                 while let Some(Ok(m)) = ws.next().await {
                     if let Ok(v) = serde_json::from_str(m.to_text().unwrap_or("")) {
+                        let reply = answer(&v);
                         let _ = tx.send((conn, v));
+                        if let Some(r) = reply {
+                            use futures_util::SinkExt;
+                            let _ = ws
+                                .send(tokio_tungstenite::tungstenite::Message::text(r))
+                                .await;
+                        }
                     }
                 }
             });
@@ -473,4 +497,141 @@ async fn a_refused_text_whose_write_again_failed_still_goes_before_later_unread_
     let again = [shown(&next(&mut rx).await), shown(&next(&mut rx).await)];
     sink.close(Duration::from_secs(2)).await;
     assert_eq!(again, ["1 context.add One.", "1 context.add Two."]);
+}
+
+/// An approval of the gate `request` (a `gate.request` envelope), from an approver.
+fn approve(request: &serde_json::Value) -> String {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let gate = &request["id"];
+    serde_json::json!({"v": 1, "id": format!("01JQ{n:0>22}"),
+        "ts": "2026-11-29T00:00:00.000Z", "session": "s", "sender": "approver-1",
+        "type": "gate.approve", "ref": gate,
+        "payload": {"gate": gate, "approver": "approver-1"}})
+    .to_string()
+}
+
+/// `--gate-transcripts`: "One." approved and written on a connection that is lost before a
+/// pong shows it read, while "Two." still awaits approval. After the rejoin: "Two." asked
+/// about again, "One." sent again, then "Two." once approved: the text in the order said, each
+/// counted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unread_text_and_a_chunk_awaiting_approval_across_a_reconnect() {
+    let (url, mut rx) = first_raw_answering(
+        |mut tcp, tx| async move {
+            loop {
+                let Some((op, p)) = read_frame(&mut tcp).await else {
+                    return;
+                };
+                if op != 1 {
+                    continue;
+                }
+                let v: serde_json::Value = serde_json::from_slice(&p).unwrap();
+                let _ = tx.send((0, v.clone()));
+                if v["type"] == "gate.request" {
+                    if v["payload"]["message"].as_str().unwrap().ends_with("Two.") {
+                        // The server goes away with this gate undecided.
+                        return;
+                    }
+                    write_frame(&mut tcp, 1, approve(&v).as_bytes()).await;
+                }
+            }
+        },
+        |v| (v["type"] == "gate.request").then(|| approve(v)),
+    )
+    .await;
+    let cfg = WsConfig {
+        gate: Some(pvp_t140::sink::gate::GateConfig {
+            quorum: 1,
+            timeout: Duration::from_secs(60),
+        }),
+        ..ws_recorder::config(url)
+    };
+    let mut sink = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000beef@127.0.0.1:40000";
+    sink.send(talk.join(p));
+    sink.send(talk.add(p, "One."));
+    let mut first = Vec::new();
+    loop {
+        let f = next(&mut rx).await;
+        first.push(shown(&f));
+        if f.1["type"] == "context.add" {
+            break;
+        }
+    }
+    sink.send(talk.add(p, "Two."));
+    let mut second = Vec::new();
+    let mut texts = Vec::new();
+    while texts.len() < 2 {
+        let f = next(&mut rx).await;
+        if f.0 == 1 {
+            if f.1["type"] == "context.add" {
+                texts.push(shown(&f));
+            }
+            second.push(f.1["type"].as_str().unwrap().to_owned());
+        }
+    }
+    let stats = sink.close(Duration::from_secs(2)).await;
+    assert_eq!(
+        texts,
+        ["1 context.add One.", "1 context.add Two."],
+        "{first:?} {second:?}"
+    );
+    assert_eq!(second[0], "session.join", "{second:?}");
+    assert_eq!((stats.sent, stats.dropped), (3, 0), "{stats:?}");
+}
+
+/// `--spool`: text written into a connection the server never read goes again after the
+/// rejoin, journaled undelivered meanwhile and done once written again: a restart after it
+/// sends nothing (no duplicate), and the server got it once on the new connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unread_text_resent_after_a_rejoin_is_done_in_the_journal() {
+    let (url, mut rx) = first_raw(|mut tcp, tx| async move {
+        if let Some((1, p)) = read_frame(&mut tcp).await {
+            let _ = tx.send((0, serde_json::from_slice(&p).unwrap()));
+        }
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        drop(tcp);
+    })
+    .await;
+    let dir = scratch("unread-done");
+    let (spool, _) = Spool::open(&dir, Default::default()).unwrap();
+    let spool = Arc::new(spool);
+    let cfg = WsConfig {
+        heartbeat: Duration::from_secs(1),
+        silence: Duration::from_secs(2),
+        spool: Some(spool.clone()),
+        ..ws_recorder::config(url)
+    };
+    let mut sink = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000beef@127.0.0.1:40000";
+    sink.send(talk.join(p));
+    assert_eq!(shown(&next(&mut rx).await), "0 session.join ");
+    sink.send(talk.add(p, "Said while the server hung."));
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        seen.push(shown(&next(&mut rx).await));
+    }
+    sink.send(talk.leave(p));
+    seen.push(shown(&next(&mut rx).await));
+    let stats = sink.close(Duration::from_secs(2)).await;
+    drop(spool);
+    let (_spool, resend) = Spool::open(&dir, Default::default()).unwrap();
+    let again: Vec<String> = resend
+        .iter()
+        .map(|e| format!("{}", e.to_message().kind))
+        .collect();
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(
+        seen,
+        [
+            "1 session.join ",
+            "1 context.add Said while the server hung.",
+            "1 session.leave "
+        ]
+    );
+    assert_eq!((stats.sent, stats.dropped), (3, 0), "{stats:?}");
+    assert!(again.is_empty(), "a restart sends {again:?}");
 }
