@@ -635,3 +635,47 @@ async fn unread_text_resent_after_a_rejoin_is_done_in_the_journal() {
     assert_eq!((stats.sent, stats.dropped), (3, 0), "{stats:?}");
     assert!(again.is_empty(), "a restart sends {again:?}");
 }
+
+/// The real binary: text written into a connection the server never read goes again after
+/// the rejoin, and the `stopped` line counts each envelope once: the join, the text and the
+/// leave sent, nothing dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stopped_line_counts_resent_unread_text_once() {
+    use common::gateway_proc::{Gateway, Sender, log_number};
+    let (url, mut rx) = first_raw(|mut tcp, tx| async move {
+        if let Some((1, p)) = read_frame(&mut tcp).await {
+            let _ = tx.send((0, serde_json::from_slice(&p).unwrap()));
+        }
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        drop(tcp);
+    })
+    .await;
+    let mut gw =
+        Gateway::start_for_server(&url, &["--heartbeat-s", "1", "--server-silence-s", "2"]);
+    Sender::new(gw.listen, 7).send("Said while the server hung. ");
+    assert_eq!(shown(&next(&mut rx).await), "0 session.join ");
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        seen.push(shown(&next(&mut rx).await));
+    }
+    assert!(gw.terminate(Duration::from_secs(20)).success());
+    seen.push(shown(&next(&mut rx).await));
+    let lines = gw.stderr_lines();
+    let stopped = lines
+        .iter()
+        .find(|l| l.contains("\"message\":\"stopped\""))
+        .unwrap_or_else(|| panic!("no stopped line: {lines:?}"));
+    assert_eq!(
+        seen,
+        [
+            "1 session.join ",
+            "1 context.add Said while the server hung.",
+            "1 session.leave "
+        ]
+    );
+    assert_eq!(
+        (log_number(stopped, "sent"), log_number(stopped, "dropped")),
+        (3, 0),
+        "{stopped}"
+    );
+}
