@@ -679,3 +679,53 @@ async fn the_stopped_line_counts_resent_unread_text_once() {
         "{stopped}"
     );
 }
+
+/// `--spool`, a stop (the participant's leave written behind its text) against a server that
+/// hung: it answers neither the ping behind the text nor the Close. The text was never shown
+/// read: it is not sent again now (no join after the leave), but it was counted as sent and
+/// done in the journal, so no start sent it again. Now counted as dropped and journaled
+/// again, as a RATE_LIMITED refusal read after the leave is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unread_text_before_a_leave_to_a_hung_server_is_journaled_for_the_next_start() {
+    let (url, mut rx) = first_raw(|mut tcp, tx| async move {
+        for _ in 0..2 {
+            if let Some((1, p)) = read_frame(&mut tcp).await {
+                let _ = tx.send((0, serde_json::from_slice(&p).unwrap()));
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        drop(tcp);
+    })
+    .await;
+    let dir = scratch("unread-leave");
+    let (spool, _) = Spool::open(&dir, Default::default()).unwrap();
+    let spool = Arc::new(spool);
+    let cfg = WsConfig {
+        spool: Some(spool.clone()),
+        ..ws_recorder::config(url)
+    };
+    let mut sink = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000beef@127.0.0.1:40000";
+    sink.send(talk.join(p));
+    sink.send(talk.add(p, "Read by nobody."));
+    next(&mut rx).await;
+    next(&mut rx).await;
+    sink.send(talk.leave(p));
+    let stats = sink.close(Duration::from_secs(4)).await;
+    assert_eq!((stats.sent, stats.dropped), (2, 1), "{stats:?}");
+    drop(spool);
+    let (_spool, resend) = Spool::open(&dir, Default::default()).unwrap();
+    let again: Vec<String> = resend
+        .iter()
+        .map(|e| {
+            let m = e.to_message();
+            format!("{} {}", m.kind, m.payload["content"].as_str().unwrap_or(""))
+        })
+        .collect();
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(
+        again.iter().any(|s| s == "context.add Read by nobody."),
+        "a restart sends {again:?}"
+    );
+}

@@ -517,6 +517,9 @@ async fn connection(
                 tracing::debug!(%participant, texts = unread.len(), "text written into the lost connection before the server was seen to read it goes again");
                 retry.put_back(unread, &mut pending, &mut outbox);
             }
+        } else {
+            // The participant left (its leave written): no rejoin.
+            retry.give_up_unread(&mut recent, &cfg, &counts, &participant);
         }
         if let Some(at) = opened.take() {
             if at.elapsed() >= STABLE {
@@ -1233,6 +1236,37 @@ impl Retry {
         }
         self.asking = true;
         Some(Message::Ping(self.payload_at(self.written + 1)))
+    }
+
+    /// A ping asking whether the server read all the text written, if some is not known
+    /// read (the last before a close).
+    fn ask_all(&mut self) -> Option<Message> {
+        if self.read >= self.written {
+            return None;
+        }
+        self.asking = true;
+        Some(Message::Ping(self.payload_at(self.written)))
+    }
+
+    /// The connection of a participant that has left (its leave written) closes with text the
+    /// server was not seen to read: it is not sent again now (there is no join after the
+    /// leave), but counted as dropped rather than sent and, with `--spool`, undelivered again
+    /// in the journal, in its place, so the next start sends it (its participant rejoining
+    /// first). Returns how many.
+    fn give_up_unread(
+        &mut self,
+        recent: &mut VecDeque<(ulid::Ulid, Kind)>,
+        cfg: &WsConfig,
+        counts: &Counts,
+        participant: &str,
+    ) -> u64 {
+        let n = self.unread(recent, cfg, counts).len() as u64;
+        if n > 0 {
+            counts.settled(n);
+            counts.given_up.fetch_add(n, Ordering::Relaxed);
+            tracing::warn!(%participant, texts = n, spool = cfg.spool.is_some(), "the participant left and its connection closed before the PVP server was seen to read its last text: not sent again now (with --spool, the next start sends it); dropped");
+        }
+        n
     }
 
     /// A ping probing a silent server: answered, it tells the text written before it read
@@ -2002,15 +2036,36 @@ async fn close_politely<S>(
     S: futures_util::Sink<Message> + futures_util::Stream<Item = WsResult> + Unpin,
     S::Error: std::fmt::Display,
 {
-    send_frame(ws, Message::Close(None), cfg, participant).await;
-    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+    // A ping ahead of the Close, if some text is not known read: its pong says it was.
+    match late.as_mut().and_then(|(l, _)| l.retry.ask_all()) {
+        Some(ping) => {
+            send_frames(ws, ping, Some(Message::Close(None)), cfg, participant).await;
+        }
+        None => {
+            send_frame(ws, Message::Close(None), cfg, participant).await;
+        }
+    }
+    // The server's Close, answering the gateway's, came after it read all before it.
+    let all_read = tokio::time::timeout(Duration::from_secs(2), async {
         while let Some(Ok(m)) = ws.next().await {
-            if let (Some((late, counts)), Message::Text(text)) = (late.as_mut(), &m) {
-                late.read(text, cfg, counts);
+            match (late.as_mut(), &m) {
+                (_, Message::Close(_)) => return true,
+                (Some((late, counts)), Message::Text(text)) => late.read(text, cfg, counts),
+                (Some((late, _)), Message::Pong(payload)) => late.retry.answered(payload),
+                _ => {}
             }
         }
+        false
     })
-    .await;
+    .await
+    .unwrap_or(false);
+    if !all_read
+        && let Some((late, counts)) = late.as_mut()
+        && !late.refused
+    {
+        late.retry
+            .give_up_unread(late.recent, cfg, counts, late.participant);
+    }
     tracing::debug!(%participant, "PVP connection closed");
 }
 
