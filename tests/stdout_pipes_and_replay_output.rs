@@ -1,5 +1,8 @@
-//! Review ak: the stdout sink and PVP's stdio binding (pvp-spec 19.4: newline-delimited JSON,
-//! one envelope a line), against the real binary.
+//! The stdout sink and PVP's stdio binding (pvp-spec 19.4: newline-delimited JSON, one envelope
+//! a line), against the real binary: a pipe its reader stopped reading, `replay` to a full
+//! non-blocking stdout or a file at its size limit, hostile text.
+//!
+//! Found by review ak (session 44).
 
 use std::io::Read;
 use std::os::fd::OwnedFd;
