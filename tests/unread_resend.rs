@@ -1,6 +1,8 @@
-//! Review ai (session 44): delivery of the WebSocket sink across connection loss (the unread
-//! text a connection takes back and sends again after the rejoin, `Retry` in
-//! src/sink/ws.rs), against real WebSocket servers on 127.0.0.1 and real spool directories.
+//! Delivery of the WebSocket sink across connection loss (the unread text a connection takes
+//! back and sends again after the rejoin, `Retry` in src/sink/ws.rs), against real WebSocket
+//! servers on 127.0.0.1 and real spool directories.
+//!
+//! Found by review ai (session 44).
 
 mod common;
 #[path = "common/ws_recorder.rs"]
