@@ -623,7 +623,7 @@ async fn unread_text_resent_after_a_rejoin_is_done_in_the_journal() {
     let (_spool, resend) = Spool::open(&dir, Default::default()).unwrap();
     let again: Vec<String> = resend
         .iter()
-        .map(|e| format!("{}", e.to_message().kind))
+        .map(|e| e.to_message().kind.to_string())
         .collect();
     std::fs::remove_dir_all(&dir).ok();
     assert_eq!(
