@@ -63,6 +63,12 @@ const PLACES_KEPT: usize = 1 << 16;
 /// After a failed write, how long the writer waits before it tries again to rewrite the
 /// journal whole from memory (a full disk is not retried on every record).
 const REPAIR_EVERY: Duration = Duration::from_secs(1);
+/// How long the journal keeps the join of a participant whose leave was written, and how many
+/// such joins at most. Text refused after the leave was written ([`Spool::again`], README
+/// "Delivery to a PVP server": what a restart's resend meets, its leave right behind its text)
+/// comes within the 5 s a connection holds written text; it gets its participant's join back,
+/// so a compaction before the next start keeps a join for that start to rejoin with.
+const LEFT_KEPT: Duration = Duration::from_secs(30);
 
 /// The journal of the PVP sink. Records are written by a thread of their own, in the order
 /// they are handed over (`added` before the frame is sent, `done` after it was written), a
@@ -120,8 +126,8 @@ enum Record {
 }
 
 /// The open journal, and what a compaction keeps of it: the envelopes not yet written to the
-/// server, in order, and the latest join of every participant that has not left (a restart
-/// rejoins with it before resending).
+/// server, in order, and the latest join of every participant that has not left, or has text
+/// refused after its leave undelivered (a restart rejoins with it before resending).
 #[derive(Debug)]
 struct Journal {
     path: PathBuf,
@@ -142,6 +148,15 @@ struct Journal {
     /// Each participant's latest join as a `join` record, with the join's order.
     joins: HashMap<Who, (u64, String)>,
     joins_bytes: u64,
+    /// Joins of participants whose leave was written in the last [`LEFT_KEPT`] (at most
+    /// [`PLACES_KEPT`]), oldest first, for text refused after the leave ([`Journal::add`]).
+    left: VecDeque<(Instant, Who, (u64, String))>,
+    /// Text journaled again after its participant's leave was written, by order: whose, for
+    /// the join put back in `joins` for it ([`Journal::add`]).
+    restored: HashMap<u64, Who>,
+    /// Per participant with such text: the order of the join put back, and how much of its
+    /// text is still undelivered (the join goes again once none is).
+    restored_for: HashMap<Who, (u64, usize)>,
     /// Past `live_cap`: compacting stopped for this run (see [`LIVE_CAP`]).
     untracked: bool,
     /// A write failed: the file may lack records or end in part of one. Until the journal is
@@ -196,6 +211,9 @@ impl Spool {
             live_bytes: 0,
             joins: HashMap::new(),
             joins_bytes: 0,
+            left: VecDeque::new(),
+            restored: HashMap::new(),
+            restored_for: HashMap::new(),
             untracked: false,
             damaged: None,
             torn: false,
@@ -270,10 +288,15 @@ impl Spool {
     }
 
     fn add(&self, e: &Envelope, again: bool) {
+        // Text journaled again may need its participant's join back ([`Journal::add`]).
+        let who = match again {
+            true => Some((e.session_json().into(), e.sender().clone())),
+            false => who(e),
+        };
         self.hand_over(Record::Add {
             id: e.id(),
             kind: e.kind(),
-            who: who(e),
+            who,
             line: add_record(e),
             again,
         });
@@ -444,6 +467,24 @@ impl Journal {
             // The join a restart rejoins with carries the name announced since.
             self.joins_bytes = self.joins_bytes - join.len() as u64 + named.len() as u64;
             *join = named;
+        } else if again && let Some(who) = &who {
+            // Text refused after its participant's leave was written: its join, dropped with
+            // the leave's mark, is kept again until the text is, so a compaction before the
+            // next start leaves that start a join to rejoin with (pvp-spec 6.3: a
+            // connection's first frame is a join).
+            if !self.joins.contains_key(who)
+                && let Some(i) = self.left.iter().rposition(|(_, w, _)| w == who)
+                && let Some((_, _, (at, join))) = self.left.remove(i)
+            {
+                self.joins_bytes += join.len() as u64;
+                self.joins.insert(who.clone(), (at, join));
+                self.restored_for.insert(who.clone(), (at, 0));
+            }
+            if let Some((_, texts)) = self.restored_for.get_mut(who)
+                && self.restored.insert(n, who.clone()).is_none()
+            {
+                *texts += 1;
+            }
         }
         let leave_of = who.filter(|_| kind == Kind::SessionLeave);
         self.live_bytes += record.len() as u64;
@@ -458,6 +499,9 @@ impl Journal {
             self.live = BTreeMap::new();
             self.order = HashMap::new();
             self.joins = HashMap::new();
+            self.left = VecDeque::new();
+            self.restored = HashMap::new();
+            self.restored_for = HashMap::new();
         }
     }
 
@@ -474,12 +518,39 @@ impl Journal {
                 self.written.pop_front();
             }
             self.written.push_back((id, n));
-            // Left: a restart will not need its join, unless it joined again since.
+            // Left: a restart will not need its join, unless it joined again since, or text
+            // refused after the leave comes back (kept a while for that).
             if let Some(who) = l.leave_of
                 && self.joins.get(&who).is_some_and(|(at, _)| *at < n)
-                && let Some((_, old)) = self.joins.remove(&who)
+                && let Some(old) = self.joins.remove(&who)
             {
-                self.joins_bytes -= old.len() as u64;
+                self.joins_bytes -= old.1.len() as u64;
+                let now = Instant::now();
+                while self.left.len() >= PLACES_KEPT
+                    || self
+                        .left
+                        .front()
+                        .is_some_and(|(t, ..)| now >= *t + LEFT_KEPT)
+                {
+                    self.left.pop_front();
+                }
+                self.left.push_back((now, who, old));
+            }
+            // Text refused after its participant's leave, delivered or given up at last: its
+            // join is no longer needed, unless the participant joined again since.
+            if let Some(who) = self.restored.remove(&n)
+                && let Some((at, texts)) = self.restored_for.get_mut(&who)
+            {
+                *texts -= 1;
+                if *texts == 0 {
+                    let at = *at;
+                    self.restored_for.remove(&who);
+                    if self.joins.get(&who).is_some_and(|(j, _)| *j == at)
+                        && let Some((_, old)) = self.joins.remove(&who)
+                    {
+                        self.joins_bytes -= old.len() as u64;
+                    }
+                }
             }
         }
     }
