@@ -147,6 +147,27 @@ fn text_refused_after_the_leave_keeps_its_rejoin_through_a_compaction() {
     );
 }
 
+/// The join kept for text refused after the leave goes once that text is delivered: a
+/// compaction then keeps nothing of the participant (the journal does not grow with everyone
+/// that ever left).
+#[test]
+fn the_join_kept_for_text_refused_after_the_leave_goes_once_it_is_delivered() {
+    let d = Dir::new("late-delivered");
+    let (spool, _) = d.open();
+    let mut talk = Talk::new("s");
+    deliver(&spool, &talk.join("alice", "Alice"));
+    let text = talk.add("alice", "Refused after the leave, delivered later.");
+    deliver(&spool, &text);
+    deliver(&spool, &talk.leave("alice"));
+    spool.again(&text);
+    spool.done(text.id());
+    compact_with_filler(&d, &spool, &mut talk);
+    let journal = std::fs::read_to_string(d.journal()).unwrap();
+    assert!(!journal.contains("Alice"), "{journal}");
+    drop(spool);
+    assert!(said_by(&d.open().1, "alice").is_empty());
+}
+
 /// Whether the envelope whose `add` record holds `content` is marked done in the journal.
 fn done_in_journal(d: &Dir, content: &str) -> bool {
     let journal = std::fs::read_to_string(d.journal()).unwrap_or_default();

@@ -478,7 +478,11 @@ impl Journal {
             {
                 self.joins_bytes += join.len() as u64;
                 self.joins.insert(who.clone(), (at, join));
-                self.restored_for.insert(who.clone(), (at, 0));
+                // Text still waiting on a join put back before keeps its count.
+                self.restored_for
+                    .entry(who.clone())
+                    .and_modify(|(j, _)| *j = at)
+                    .or_insert((at, 0));
             }
             if let Some((_, texts)) = self.restored_for.get_mut(who)
                 && self.restored.insert(n, who.clone()).is_none()
@@ -541,7 +545,7 @@ impl Journal {
             if let Some(who) = self.restored.remove(&n)
                 && let Some((at, texts)) = self.restored_for.get_mut(&who)
             {
-                *texts -= 1;
+                *texts = texts.saturating_sub(1);
                 if *texts == 0 {
                     let at = *at;
                     self.restored_for.remove(&who);
