@@ -220,3 +220,47 @@ async fn text_a_server_never_read_is_resent_after_a_kill() {
         said_by(&plan, &a.participant())
     );
 }
+
+/// The same stopped with SIGTERM: the connection writes the leave and a Close, and the server
+/// sends no Close back (it read nothing: a server's Close answers ours only once it has read
+/// all that came before). README: on a stop, "what was not written is logged and counted as
+/// dropped (with --spool, the next start sends it)"; the text the server never read was marked
+/// done as written, and the next start did not send it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_a_server_never_read_is_resent_after_a_stop() {
+    let d = Dir::new("never-read-stop");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}/", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
+        let _join = ws.next().await;
+        std::future::pending::<()>().await;
+        drop(ws);
+    });
+    let spool = d.0.to_str().unwrap().to_owned();
+    let mut gw = Gateway::start_for_server(&url, &["--spool", &spool]);
+    let mut a = Sender::new(gw.listen, 0x5b);
+    a.send("Written, never read, then a stop. ");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done_in_journal(&d, "Written, never read, then a stop.") {
+        assert!(Instant::now() < deadline, "never written");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let status = tokio::task::block_in_place(|| gw.terminate(Duration::from_secs(20)));
+    assert!(status.success(), "{status}");
+    server.abort();
+    let (_, plan) = d.open();
+    let who = a.participant();
+    let said = said_by(&plan, &who);
+    let kinds: Vec<_> = said.iter().map(|l| l.split(' ').nth(1).unwrap()).collect();
+    assert_eq!(
+        kinds,
+        ["session.join", "context.add", "session.leave"],
+        "{said:?}"
+    );
+    assert_eq!(
+        said[1],
+        format!("{who} context.add Written, never read, then a stop.")
+    );
+}

@@ -1874,6 +1874,16 @@ struct Late<'a> {
 }
 
 impl<'a> Late<'a> {
+    /// The connection is gone with text the server was not seen to read (see
+    /// [`Retry::give_up_unread`]); not for a participant the server refused: every later
+    /// start would be refused the same.
+    fn unread_lost(&mut self, cfg: &WsConfig, counts: &Counts) {
+        if !self.refused {
+            self.retry
+                .give_up_unread(self.recent, cfg, counts, self.participant);
+        }
+    }
+
     fn new(
         retry: &'a mut Retry,
         recent: &'a mut VecDeque<(ulid::Ulid, Kind)>,
@@ -2006,10 +2016,12 @@ async fn stopping<S>(
     {
         tokio::time::sleep_until(until).await;
     }
+    let mut late = late;
     if !send.is_empty()
         && let Some(j) = held.rejoin
         && !send_frame(ws, Message::text(j.into_json()), cfg, participant).await
     {
+        late.unread_lost(cfg, counts);
         return;
     }
     for e in send {
@@ -2018,6 +2030,7 @@ async fn stopping<S>(
         // restart. After a failed write the connection is gone: the rest is not written
         // either, and counts as lost when the grace ends.
         if !send_frame(ws, Message::text(e.into_json()), cfg, participant).await {
+            late.unread_lost(cfg, counts);
             return;
         }
         written(id, kind, cfg, counts);
@@ -2045,26 +2058,29 @@ async fn close_politely<S>(
             send_frame(ws, Message::Close(None), cfg, participant).await;
         }
     }
-    // The server's Close, answering the gateway's, came after it read all before it.
+    // A server that ends the connection within the 2 s (its Close, answering the gateway's,
+    // or its end of the TCP connection) read all before it; one that gives no sign (hung), or
+    // resets the connection (closed with what was written unread, RFC 9293 3.6.1), may not
+    // have. Review aj (session 44) found a server that ends it without a Close seen.
     let all_read = tokio::time::timeout(Duration::from_secs(2), async {
-        while let Some(Ok(m)) = ws.next().await {
-            match (late.as_mut(), &m) {
-                (_, Message::Close(_)) => return true,
-                (Some((late, counts)), Message::Text(text)) => late.read(text, cfg, counts),
-                (Some((late, _)), Message::Pong(payload)) => late.retry.answered(payload),
-                _ => {}
+        while let Some(m) = ws.next().await {
+            match (late.as_mut(), m) {
+                (_, Ok(Message::Close(_))) => return true,
+                (Some((late, counts)), Ok(Message::Text(text))) => late.read(&text, cfg, counts),
+                (Some((late, _)), Ok(Message::Pong(payload))) => late.retry.answered(&payload),
+                (_, Ok(_)) => {}
+                (_, Err(tungstenite::Error::Io(e))) => {
+                    return e.kind() != std::io::ErrorKind::ConnectionReset;
+                }
+                (_, Err(_)) => return true,
             }
         }
-        false
+        true
     })
     .await
     .unwrap_or(false);
-    if !all_read
-        && let Some((late, counts)) = late.as_mut()
-        && !late.refused
-    {
-        late.retry
-            .give_up_unread(late.recent, cfg, counts, late.participant);
+    if !all_read && let Some((late, counts)) = late.as_mut() {
+        late.unread_lost(cfg, counts);
     }
     tracing::debug!(%participant, "PVP connection closed");
 }
