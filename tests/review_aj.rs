@@ -264,3 +264,39 @@ async fn text_a_server_never_read_is_resent_after_a_stop() {
         format!("{who} context.add Written, never read, then a stop.")
     );
 }
+
+/// Past 256 MiB undelivered (a long outage under heavy traffic) the journal is no longer
+/// compacted and grows by all the traffic until the next start (README), gigabytes a day. That
+/// start held every envelope of the journal in memory (parsed) before dropping the delivered
+/// ones: a journal of 200 MB, all of it delivered, took the gateway to 384 MiB at start, and
+/// a day's journal could not be read at all (the gateway killed for memory at every start, the
+/// journal never rewritten). What is delivered is let go as its mark is read.
+#[test]
+fn a_start_reading_a_large_delivered_journal_holds_little_of_it() {
+    use std::io::Write as _;
+    let d = Dir::new("large");
+    let mut talk = Talk::new("s");
+    let text = "x".repeat(1300);
+    let mut out = std::io::BufWriter::new(std::fs::File::create(d.journal()).unwrap());
+    let j = talk.join("bob", "Bob");
+    writeln!(out, "{{\"add\":{},\"n\":0}}", j.json()).unwrap();
+    writeln!(out, "{{\"done\":\"{}\"}}", j.id()).unwrap();
+    for n in 1..150_000u64 {
+        let e = talk.add("bob", &text);
+        writeln!(out, "{{\"add\":{},\"n\":{n}}}", e.json()).unwrap();
+        writeln!(out, "{{\"done\":\"{}\"}}", e.id()).unwrap();
+    }
+    let last = talk.add("bob", "Undelivered, at the end.");
+    writeln!(out, "{{\"add\":{},\"n\":150000}}", last.json()).unwrap();
+    out.flush().unwrap();
+    drop(out);
+    assert!(std::fs::metadata(d.journal()).unwrap().len() > 200 << 20);
+    let spool = d.0.to_str().unwrap().to_owned();
+    // No server needed: the start reads the journal before any connection.
+    let mut gw = Gateway::start_for_server("ws://127.0.0.1:9/", &["--spool", &spool]);
+    let line = gw.wait_stderr(Duration::from_secs(120), "spool open");
+    let peak_mib = gw.peak_rss_kib() / 1024;
+    gw.kill();
+    assert!(line.contains("\"resend\":3"), "{line}");
+    assert!(peak_mib < 120, "peak RSS {peak_mib} MiB at start");
+}

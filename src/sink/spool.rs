@@ -20,7 +20,7 @@
 //! join for a rejoin. A frame written in the instant before a kill, before its `done` record,
 //! is sent twice: the delivery is at least once, with that window as the only duplicate.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
@@ -729,20 +729,24 @@ fn message_who(m: &Message) -> MessageWho {
 /// puts it, wherever its records are in the file (after its participant's leave, a compaction
 /// having taken its first `add`) and however often it was journaled again. A journal whose
 /// records have no order (written before they had one) keeps each envelope where its first
-/// record puts it: a record repeated later never moves it.
+/// record puts it: a record repeated later never moves it. What is marked done is let go as the
+/// mark is read (a journal past [`LIVE_CAP`], no longer compacted, holds all the traffic since
+/// the last start); the places of the last [`PLACES_READ`] envelopes marked are kept, for one
+/// journaled again after its mark.
 fn read_pending(path: &Path) -> Result<(Vec<Message>, HashMap<MessageWho, Message>), String> {
     let f = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
         Err(e) => return Err(format!("--spool {}: {e}", path.display())),
     };
-    // Every envelope once, in the order of its first record, with its order (if every record
-    // has one), and the index of each.
-    let mut adds: Vec<(Option<u64>, Message)> = Vec::new();
-    let mut at: HashMap<String, usize> = HashMap::new();
+    // Every envelope not (yet) marked done, once, by id: its order (if its records have one),
+    // the place of its first record, and the envelope.
+    let mut adds: HashMap<String, (Place, Message)> = HashMap::new();
+    // The places of the envelopes last marked done, the newest last.
+    let mut delivered: HashMap<String, Place> = HashMap::new();
+    let mut delivered_order: VecDeque<String> = VecDeque::new();
     let mut numbered = true;
     let mut joins: HashMap<MessageWho, Message> = HashMap::new();
-    let mut done: HashSet<String> = HashSet::new();
     // Lines as bytes: a record cut short (a kill, or a write stopped at a page boundary by a
     // full disk) may end inside a UTF-8 character, and must be skipped like any other
     // incomplete record, not stop the gateway from starting.
@@ -757,7 +761,15 @@ fn read_pending(path: &Path) -> Result<(Vec<Message>, HashMap<MessageWho, Messag
             continue;
         };
         if let Some(id) = v.get("done").and_then(Value::as_str) {
-            done.insert(id.to_owned());
+            if let Some((place, _)) = adds.remove(id) {
+                if delivered_order.len() == PLACES_READ
+                    && let Some(old) = delivered_order.pop_front()
+                {
+                    delivered.remove(&old);
+                }
+                delivered.insert(id.to_owned(), place);
+                delivered_order.push_back(id.to_owned());
+            }
         } else if let Some(j) = v
             .get("join")
             .and_then(|e| serde_json::from_value::<Message>(e.clone()).ok())
@@ -770,12 +782,16 @@ fn read_pending(path: &Path) -> Result<(Vec<Message>, HashMap<MessageWho, Messag
         {
             let order = v.get("n").and_then(Value::as_u64);
             numbered &= order.is_some();
-            if let Some(&i) = at.get(&e.id) {
-                // Added again after it was done (`Spool::again`): undelivered, in its place.
-                done.remove(&e.id);
-                if let (Some(first), Some(order)) = (&mut adds[i].0, order) {
-                    *first = (*first).min(order);
-                }
+            // Added again (`Spool::again`), after it was done or not: undelivered, in its
+            // place.
+            let again = adds.get_mut(&e.id).map(|(p, _)| p);
+            if let Some(first) = again {
+                first.again(order);
+                continue;
+            }
+            if let Some(mut first) = delivered.remove(&e.id) {
+                first.again(order);
+                adds.insert(e.id.clone(), (first, e));
                 continue;
             }
             // A join's payload is an object (pvp-spec 6.3); one that is not, in a journal
@@ -790,21 +806,39 @@ fn read_pending(path: &Path) -> Result<(Vec<Message>, HashMap<MessageWho, Messag
                 // Delivered or not, it names the participant a restart rejoins.
                 join.insert("participant".into(), e.payload.clone());
             }
-            at.insert(e.id.clone(), adds.len());
-            adds.push((order, e));
+            adds.insert(e.id.clone(), (Place { order, first: n }, e));
         }
     }
+    let mut adds: Vec<(Place, Message)> = adds.into_values().collect();
+    // By the first record; by order if every record has one (records of a damaged journal
+    // with one order stay in the order written).
+    adds.sort_by_key(|(p, _)| p.first);
     if numbered {
-        // Stable: records of a damaged journal with one order stay in the order written.
-        adds.sort_by_key(|(order, _)| *order);
+        adds.sort_by_key(|(p, _)| p.order);
     }
-    Ok((
-        adds.into_iter()
-            .map(|(_, e)| e)
-            .filter(|e| !done.contains(&e.id))
-            .collect(),
-        joins,
-    ))
+    Ok((adds.into_iter().map(|(_, e)| e).collect(), joins))
+}
+
+/// Envelopes marked done whose places a start keeps ([`read_pending`]): four times the places
+/// a running journal remembers ([`PLACES_KEPT`]), some 20 MiB at most.
+const PLACES_READ: usize = 4 * PLACES_KEPT;
+
+/// Where an envelope goes in a restart's resend ([`read_pending`]).
+#[derive(Debug, Clone, Copy)]
+struct Place {
+    /// Its smallest order (`"n"`), if its records have one.
+    order: Option<u64>,
+    /// The line of its first record.
+    first: usize,
+}
+
+impl Place {
+    /// A record journaling it again, with `order`: the smallest order stands.
+    fn again(&mut self, order: Option<u64>) {
+        if let (Some(first), Some(order)) = (&mut self.order, order) {
+            *first = (*first).min(order);
+        }
+    }
 }
 
 /// What to send after a restart: per participant, in the journal's order, a fresh join (its
