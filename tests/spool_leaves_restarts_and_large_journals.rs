@@ -1,5 +1,8 @@
-//! Review aj: the `--spool DIR` delivery journal, through the public `Spool::open` (the
-//! thresholds a running gateway has: compaction at 64 MiB) and the real binary.
+//! The `--spool DIR` delivery journal, through the public `Spool::open` (the thresholds a
+//! running gateway has: compaction at 64 MiB) and the real binary: text refused after its
+//! participant's leave, text a hung server never read at a stop, a start on a large journal.
+//!
+//! Found by review aj (session 44).
 
 mod common;
 
