@@ -273,7 +273,7 @@ impl<W: Write> Write for Capped<W> {
     }
 }
 
-/// stdout for `replay`'s NDJSON: its descriptor as the live writer has it ([`raw_stdout`]), a
+/// stdout for `replay`'s NDJSON: its descriptor as the live writer has it (`raw_stdout`), a
 /// full pipe whose description is non-blocking (O_NONBLOCK set by a parent, shared by every
 /// process holding it) waited for as a blocking write would wait, polling every millisecond:
 /// EAGAIN is a slow reader, not a gone one. Every other error, a full disk too, is returned:
