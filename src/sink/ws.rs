@@ -918,7 +918,13 @@ async fn connection(
                             alive.heard();
                         }
                         match alive.tick() {
-                            Tick::Heard => {}
+                            Tick::Heard => {
+                                if let Some(ping) = retry.tick()
+                                    && !send_frame(&mut ws, ping, &cfg, &participant).await
+                                {
+                                    continue 'reconnect;
+                                }
+                            }
                             Tick::Probe => {
                                 // RFC 6455 5.5.2: the server must answer, whatever PVP does.
                                 if !send_frame(&mut ws, retry.probe(), &cfg, &participant).await {
@@ -1159,6 +1165,8 @@ struct Retry {
     read: u64,
     /// A ping asking about written text is out and not answered.
     asking: bool,
+    /// Heartbeat ticks the ping has been out at ([`Retry::tick`]).
+    ticks_out: u8,
     /// The first 8 bytes of this participant's ping payloads: a pong a server sends unasked
     /// (RFC 6455 5.5.3 allows one) is not taken for an answer.
     token: u64,
@@ -1269,9 +1277,28 @@ impl Retry {
         n
     }
 
+    /// A heartbeat tick at which the server was heard from: a ping about text that has been
+    /// out since the tick before, unanswered (a pong a server dropped, against RFC 6455
+    /// 5.5.2), is made again; one lost pong stopped the asking for the connection's life, and
+    /// a later loss sent up to [`UNREAD`] envelopes the server had read again (review ai).
+    fn tick(&mut self) -> Option<Message> {
+        if !self.asking {
+            self.ticks_out = 0;
+            return None;
+        }
+        self.ticks_out += 1;
+        if self.ticks_out < 2 {
+            return None;
+        }
+        self.asking = false;
+        self.ticks_out = 0;
+        self.ask()
+    }
+
     /// A ping probing a silent server: answered, it tells the text written before it read
     /// too.
     fn probe(&mut self) -> Message {
+        self.ticks_out = 0;
         if self.read < self.written {
             self.asking = true;
         }
@@ -1291,6 +1318,7 @@ impl Retry {
         }
         self.read = self.read.max(n);
         self.asking = false;
+        self.ticks_out = 0;
         self.expire(std::time::Instant::now());
     }
 
@@ -2810,5 +2838,23 @@ mod tests {
         assert_eq!(order, e.iter().map(Envelope::id).collect::<Vec<_>>());
         assert_eq!(r.ahead, 4);
         assert!(pending.is_none());
+    }
+
+    #[test]
+    fn a_ping_unanswered_for_a_heartbeat_interval_is_made_again() {
+        let e = adds(2);
+        let mut r = Retry::new(5);
+        let lost = ping_payload(r.ask_behind(Kind::ContextAdd));
+        r.keep(std::time::Instant::now(), e[0].clone());
+        // Out at one tick: it may have been written just before it.
+        assert!(r.tick().is_none());
+        r.keep(std::time::Instant::now(), e[1].clone());
+        // Out at the next: its pong was lost; asked again, about all written.
+        let again = ping_payload(r.tick());
+        assert_ne!(again, lost);
+        r.answered(&again);
+        assert!(r.tick().is_none() && r.ask().is_none(), "all read");
+        let (cfg, counts) = (quiet_config(), counted(2));
+        assert!(r.unread(&mut VecDeque::new(), &cfg, &counts).is_empty());
     }
 }
