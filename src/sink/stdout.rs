@@ -215,22 +215,13 @@ fn raw_stdout() -> Box<dyn Write + Send> {
     {
         use std::os::fd::AsFd;
         if let Ok(fd) = io::stdout().as_fd().try_clone_to_owned() {
-            use nix::sys::stat::SFlag;
-            let most = match nix::sys::stat::fstat(&fd) {
-                Ok(st)
-                    if matches!(
-                        SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT,
-                        SFlag::S_IFIFO | SFlag::S_IFSOCK
-                    ) =>
-                {
-                    ATOMIC_WRITE
-                }
+            use std::os::unix::fs::FileTypeExt;
+            let out = std::fs::File::from(fd);
+            let most = match out.metadata().map(|m| m.file_type()) {
+                Ok(t) if t.is_fifo() || t.is_socket() => ATOMIC_WRITE,
                 _ => usize::MAX,
             };
-            return Box::new(Capped {
-                out: std::fs::File::from(fd),
-                most,
-            });
+            return Box::new(Capped { out, most });
         }
     }
     Box::new(io::stdout())
