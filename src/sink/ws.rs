@@ -1229,11 +1229,10 @@ impl Retry {
     /// After a pong: the ping that asks whether the server read the text written since the
     /// answered one, unless one is out already or all of it was read.
     fn ask(&mut self) -> Option<Message> {
-        if self.asking || self.read >= self.written {
+        if self.asking {
             return None;
         }
-        self.asking = true;
-        Some(Message::Ping(self.payload_at(self.written)))
+        self.ask_all()
     }
 
     /// The ping to write behind an envelope of `kind` about to be written, asking whether the
@@ -1260,21 +1259,20 @@ impl Retry {
     /// server was not seen to read: it is not sent again now (there is no join after the
     /// leave), but counted as dropped rather than sent and, with `--spool`, undelivered again
     /// in the journal, in its place, so the next start sends it (its participant rejoining
-    /// first). Returns how many.
+    /// first).
     fn give_up_unread(
         &mut self,
         recent: &mut VecDeque<(ulid::Ulid, Kind)>,
         cfg: &WsConfig,
         counts: &Counts,
         participant: &str,
-    ) -> u64 {
+    ) {
         let n = self.unread(recent, cfg, counts).len() as u64;
         if n > 0 {
             counts.settled(n);
             counts.given_up.fetch_add(n, Ordering::Relaxed);
             tracing::warn!(%participant, texts = n, spool = cfg.spool.is_some(), "the participant left and its connection closed before the PVP server was seen to read its last text: not sent again now (with --spool, the next start sends it); dropped");
         }
-        n
     }
 
     /// A heartbeat tick at which the server was heard from: a ping about text that has been
