@@ -163,7 +163,8 @@ struct RunArgs {
     #[arg(skip)]
     located: Vec<(&'static str, String)>,
     /// Journal every envelope for the PVP server in DIR before sending it, so one killed before
-    /// it was written to the server is sent after a restart (requires --server).
+    /// it was delivered (text: before the server was seen to read it) is sent after a restart
+    /// (requires --server).
     #[arg(long)]
     spool: Option<PathBuf>,
     /// Hold each transcript chunk for approval: a gate.request (action_type "context_change")

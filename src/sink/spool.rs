@@ -1,10 +1,12 @@
 //! `--spool DIR`: an append-only journal of what the PVP sink was given and what it wrote, so a
 //! gateway killed with SIGKILL resends, on restart, exactly what it had journaled and not yet
-//! written — and nothing it had.
+//! delivered — and nothing it had.
 //!
 //! `journal.ndjson` holds one JSON record a line: `{"add":ENVELOPE,"n":ORDER}` when an envelope
-//! enters the sink (handed over before any attempt to send it), `{"done":"ID"}` once its frame
-//! is written to the socket. `ORDER` is the envelope's place, and a restart sends what is
+//! enters the sink (handed over before any attempt to send it), `{"done":"ID"}` once it is
+//! delivered (a join or leave once its frame is written to the socket; text once the server's
+//! pong to a ping written behind it shows it read, RFC 6455 5.5.3, as the ws sink's connection
+//! asks) or given up on. `ORDER` is the envelope's place, and a restart sends what is
 //! undelivered in that order: one refused after it was written is added again with its old
 //! order, so it goes before what its participant said since (its leave), whether its first
 //! `add` is still in the file or a compaction took it (README, "Delivery to a PVP server"). A
@@ -18,7 +20,8 @@
 //! or one a write failed on, is rewritten the same way from memory (`COMPACT_AT`), each record
 //! with the order it has, with `{"join":ENVELOPE}` records keeping each present participant's
 //! join for a rejoin. A frame written in the instant before a kill, before its `done` record,
-//! is sent twice: the delivery is at least once, with that window as the only duplicate.
+//! is sent twice, and so is text the server read before a kill that came before its pong: the
+//! delivery is at least once, with those windows as the only duplicates.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt::Write as _;

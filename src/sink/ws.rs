@@ -52,7 +52,8 @@ pub struct WsConfig {
     pub metrics: crate::metrics::SinkMetrics,
     /// For `wss://`: the rustls configuration (system roots plus `--ca-file`).
     pub tls: Option<Arc<rustls::ClientConfig>>,
-    /// `--spool`: journal every envelope before sending and mark it once written.
+    /// `--spool`: journal every envelope before sending and mark it once delivered (text once
+    /// seen read, see `Retry`).
     pub spool: Option<Arc<super::spool::Spool>>,
     /// `--gate-transcripts`: chunks wait for approval (see [`super::gate`]).
     pub gate: Option<super::gate::GateConfig>,
@@ -480,7 +481,7 @@ async fn connection(
     // acted on again.
     let mut refusals: VecDeque<u64> = VecDeque::new();
     // The last text written, in case the server refuses it as RATE_LIMITED.
-    let mut retry = Retry::new(random_seed() as u64);
+    let mut retry = Retry::new(random_seed() as u64, cfg.spool.clone());
     let mut pending: Option<(std::time::Instant, Envelope)> = None;
     // RATE_LIMITED (pvp-spec 17) pauses sending; the pause doubles while it repeats.
     let mut paused_until: Option<tokio::time::Instant> = None;
@@ -714,6 +715,7 @@ async fn connection(
                                         // queue refuses from now on.
                                         m.participant_queue_refused.inc_by(lost);
                                         m.refused.inc();
+                                        retry.let_go();
                                         tracing::error!(%participant, %code, undelivered = lost, "PVP server refused this participant; its transcript is not delivered");
                                         return;
                                     }
@@ -753,6 +755,7 @@ async fn connection(
                                         }
                                         let lost = give_up_all(&mut rx, &mut pending, &mut outbox, &mut gates, &cfg, &counts).await;
                                         m.session_ended_items.inc_by(lost);
+                                        retry.let_go();
                                         tracing::debug!(%participant, undelivered = lost, "PVP session ended; participant stopped");
                                         return;
                                     }
@@ -1007,13 +1010,24 @@ async fn connection(
             } else if kind == Kind::ParticipantAnnounce {
                 announced = Some(e.clone());
             }
-            if recent.len() == RECENT {
-                recent.pop_front();
-            }
-            recent.push_back((id, kind));
-            retry.keep(queued, e);
+            remember_written(&mut recent, &mut retry, queued, e);
         }
     }
+}
+
+/// An envelope written (see [`written`]): a refusal naming it is told ours by `recent`, and
+/// text is held by `retry` until seen read.
+fn remember_written(
+    recent: &mut VecDeque<(ulid::Ulid, Kind)>,
+    retry: &mut Retry,
+    queued: std::time::Instant,
+    e: Envelope,
+) {
+    if recent.len() == RECENT {
+        recent.pop_front();
+    }
+    recent.push_back((e.id(), e.kind()));
+    retry.keep(queued, e);
 }
 
 /// A connection to the server: TCP (Nagle off), TLS for `wss://`, and the handshake, with
@@ -1155,9 +1169,15 @@ struct Kept {
 /// connection is lost (left for silence, a failed write, a reset, a close) goes again after
 /// the rejoin ([`Retry::unread`]). It arrives twice only if the server read it and the
 /// connection was lost before the pong came back: a round trip's window.
+///
+/// With `--spool`, text is marked done in the journal when it is seen read (or let go), not
+/// when written: a kill while a hung server holds it unread leaves it undelivered in the
+/// journal, and the next start sends it.
 #[derive(Default)]
 struct Retry {
     held: VecDeque<Kept>,
+    /// `--spool`: where text read, or let go, is marked done.
+    spool: Option<Arc<super::spool::Spool>>,
     ahead: usize,
     /// Text envelopes written so far, on every connection: the next one's number.
     written: u64,
@@ -1180,10 +1200,18 @@ fn is_text(kind: Kind) -> bool {
 }
 
 impl Retry {
-    fn new(token: u64) -> Self {
+    fn new(token: u64, spool: Option<Arc<super::spool::Spool>>) -> Self {
         Retry {
             token,
+            spool,
             ..Retry::default()
+        }
+    }
+
+    /// Text the journal may mark done: read by the server, or given up on.
+    fn done(&self, e: &Envelope) {
+        if let Some(spool) = &self.spool {
+            spool.done(e.id());
         }
     }
 
@@ -1206,7 +1234,8 @@ impl Retry {
     /// [`HELD`], and unread text past [`UNREAD`]. The read are the oldest.
     fn expire(&mut self, now: std::time::Instant) {
         while let Some(k) = self.held.front() {
-            let go = if k.n < self.read {
+            let read = k.n < self.read;
+            let go = if read {
                 self.held.len() > HELD || now.duration_since(k.written) > HOLD_FOR
             } else {
                 self.held.len() > UNREAD
@@ -1214,7 +1243,12 @@ impl Retry {
             if !go {
                 break;
             }
-            self.held.pop_front();
+            if let Some(k) = self.held.pop_front()
+                && !read
+            {
+                // Not to be sent again: a restart must not either.
+                self.done(&k.e);
+            }
         }
     }
 
@@ -1314,10 +1348,37 @@ impl Retry {
         if token != self.token.to_be_bytes() || n > self.written {
             return;
         }
-        self.read = self.read.max(n);
+        self.seen_read(n);
         self.asking = false;
         self.ticks_out = 0;
         self.expire(std::time::Instant::now());
+    }
+
+    /// The text numbered below `n` was read: marked done in the journal.
+    fn seen_read(&mut self, n: u64) {
+        for k in self.held.iter().filter(|k| k.n >= self.read && k.n < n) {
+            self.done(&k.e);
+        }
+        self.read = self.read.max(n);
+    }
+
+    /// The connection ends for good (the server refused the participant or ended the
+    /// session): text not seen read is not sent again, by this process or, marked done in the
+    /// journal, the next.
+    fn let_go(&mut self) {
+        self.seen_read(self.written);
+        self.held.clear();
+    }
+
+    /// The server refused the written text `id` for good: no longer held, and marked done
+    /// in the journal if it was not already (read).
+    fn refused(&mut self, id: ulid::Ulid) {
+        if let Some(i) = self.held.iter().position(|k| k.e.id() == id)
+            && let Some(k) = self.held.remove(i)
+            && k.n >= self.read
+        {
+            self.done(&k.e);
+        }
     }
 
     /// The connection was lost: the text written into it that the server was not seen to
@@ -1864,12 +1925,14 @@ fn retry_delay(backoff: Duration, random: u64) -> Duration {
 /// A frame read from the server.
 type WsResult = Result<Message, tokio_tungstenite::tungstenite::Error>;
 
-/// An envelope is written: marked in the spool and, unless the connection made it itself (a
+/// An envelope is written: marked in the spool (text once seen read: the caller hands it to
+/// [`Retry::keep`] with [`remember_written`]) and, unless the connection made it itself (a
 /// gate's request, as a heartbeat), counted as sent and settled. A gate's request counted as
 /// sent made the `stopped` line's `sent` count each gated chunk twice (its request, then its
 /// `context.add`), and once a rejected one, whose refusal is counted on its own.
 fn written(id: ulid::Ulid, kind: Kind, cfg: &WsConfig, counts: &Counts) {
-    if let Some(spool) = &cfg.spool {
+    // Text is marked once seen read (`Retry`), which holds it from now on.
+    if let Some(spool) = cfg.spool.as_ref().filter(|_| !is_text(kind)) {
         spool.done(id);
     }
     if kind != Kind::GateRequest {
@@ -1904,7 +1967,9 @@ impl<'a> Late<'a> {
     /// [`Retry::give_up_unread`]); not for a participant the server refused: every later
     /// start would be refused the same.
     fn unread_lost(&mut self, cfg: &WsConfig, counts: &Counts) {
-        if !self.refused {
+        if self.refused {
+            self.retry.let_go();
+        } else {
             self.retry
                 .give_up_unread(self.recent, cfg, counts, self.participant);
         }
@@ -2018,13 +2083,12 @@ async fn stopping<S>(
     S: futures_util::Sink<Message> + futures_util::Stream<Item = WsResult> + Unpin,
     S::Error: std::fmt::Display,
 {
-    let mut send: Vec<Envelope> = held
+    let mut send: Vec<(std::time::Instant, Envelope)> = held
         .pending
         .into_iter()
         .chain(held.outbox.drain(..))
-        .map(|(_, e)| e)
         // A request for a chunk that is dropped below asks for nothing.
-        .filter(|e| e.kind() != Kind::GateRequest)
+        .filter(|(_, e)| e.kind() != Kind::GateRequest)
         .collect();
     if let Some(g) = held.gates.as_mut() {
         // Every pending chunk, whatever its deadline (up to a day and 5 s away).
@@ -2035,7 +2099,8 @@ async fn stopping<S>(
             refused(&e, cfg);
         }
         gone(g, cfg, counts);
-        send.extend(released);
+        let now = std::time::Instant::now();
+        send.extend(released.into_iter().map(|e| (now, e)));
     }
     if !send.is_empty()
         && let Some(until) = held.paused_until
@@ -2050,16 +2115,17 @@ async fn stopping<S>(
         late.unread_lost(cfg, counts);
         return;
     }
-    for e in send {
+    for (queued, e) in send {
         let (id, kind) = (e.id(), e.kind());
-        // Marked in the spool only once written: one that was not is sent again after a
-        // restart. After a failed write the connection is gone: the rest is not written
-        // either, and counts as lost when the grace ends.
-        if !send_frame(ws, Message::text(e.into_json()), cfg, participant).await {
+        // Marked in the spool only once written (text once seen read): one that was not is
+        // sent again after a restart. After a failed write the connection is gone: the rest is
+        // not written either, and counts as lost when the grace ends.
+        if !send_frame(ws, Message::text(e.json().to_owned()), cfg, participant).await {
             late.unread_lost(cfg, counts);
             return;
         }
         written(id, kind, cfg, counts);
+        remember_written(late.recent, late.retry, queued, e);
     }
     close_politely(ws, cfg, participant, Some((late, counts))).await;
 }
@@ -2105,8 +2171,12 @@ async fn close_politely<S>(
     })
     .await
     .unwrap_or(false);
-    if !all_read && let Some((late, counts)) = late.as_mut() {
-        late.unread_lost(cfg, counts);
+    if let Some((late, counts)) = late.as_mut() {
+        if all_read {
+            late.retry.seen_read(late.retry.written);
+        } else {
+            late.unread_lost(cfg, counts);
+        }
     }
     tracing::debug!(%participant, "PVP connection closed");
 }
@@ -2232,7 +2302,7 @@ fn refused_text(
 ) {
     if let Some(i) = recent.iter().position(|(r, _)| *r == id) {
         let (_, kind) = recent.remove(i).unwrap_or((id, Kind::ContextAdd));
-        retry.held.retain(|k| k.e.id() != id);
+        retry.refused(id);
         counts.sent.fetch_sub(1, Ordering::Relaxed);
         counts.given_up.fetch_add(1, Ordering::Relaxed);
         m.server_refused_items.inc();
@@ -2760,12 +2830,81 @@ mod tests {
         }
     }
 
+    /// With `--spool`, text is marked done in the journal once a pong shows it read, refused
+    /// for good, let go past [`UNREAD`] or at a connection's end for good: not as written, so
+    /// a kill before the server read it leaves it for the next start.
+    #[test]
+    fn text_is_marked_done_in_the_journal_when_seen_read_or_let_go_not_when_written() {
+        let dir = std::env::temp_dir().join(format!("pvp-t140-ws-done-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (spool, _) = super::super::spool::Spool::open(
+            &dir,
+            prometheus_client::metrics::counter::Counter::default(),
+        )
+        .unwrap();
+        let spool = Arc::new(spool);
+        let done = || {
+            spool.flush();
+            let journal = std::fs::read_to_string(dir.join("journal.ndjson")).unwrap();
+            let e = adds(4);
+            let ids: Vec<usize> = (0..4)
+                .filter(|i| journal.contains(&format!("{{\"done\":\"{}\"}}", e[*i].id())))
+                .collect();
+            ids
+        };
+        let (e, t0) = (adds(4), std::time::Instant::now());
+        let mut r = Retry::new(7, Some(spool.clone()));
+        let first = ping_payload(r.ask_behind(Kind::ContextAdd));
+        for e in &e {
+            spool.added(e);
+            r.keep(t0, e.clone());
+        }
+        assert_eq!(done(), [] as [usize; 0], "written, not seen read");
+        r.answered(&first);
+        assert_eq!(
+            done(),
+            [0],
+            "the pong answers the ping written behind text 0"
+        );
+        r.refused(e[2].id());
+        assert_eq!(done(), [0, 2], "refused for good");
+        r.let_go();
+        assert_eq!(done(), [0, 1, 2, 3], "the connection ends for good");
+        // Past the bound, the oldest unread is let go (not to be sent again) and marked.
+        let mut r = Retry::new(8, Some(spool.clone()));
+        let mut b = Builder::new("s".into(), None, 4);
+        let more: Vec<_> = (0..=UNREAD)
+            .map(|i| {
+                b.envelope(
+                    Time::from_micros(1_700_000_000_000_000),
+                    "t140:00000001@127.0.0.1:5000".into(),
+                    Kind::ContextAdd,
+                    &serde_json::json!({"key": format!("m{i}"), "content": "more"}),
+                )
+            })
+            .collect();
+        for e in &more {
+            spool.added(e);
+            r.keep(t0, e.clone());
+        }
+        spool.flush();
+        let journal = std::fs::read_to_string(dir.join("journal.ndjson")).unwrap();
+        let marked = more
+            .iter()
+            .map(|e| journal.contains(&format!("{{\"done\":\"{}\"}}", e.id())))
+            .collect::<Vec<_>>();
+        assert_eq!(marked.iter().filter(|m| **m).count(), 1);
+        assert!(marked[0], "the oldest");
+        drop((r, spool));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn written_text_is_held_until_a_pong_shows_it_read_and_the_unread_goes_again_in_order() {
         let (cfg, counts) = (quiet_config(), counted(3));
         let e = adds(3);
         let t0 = std::time::Instant::now();
-        let mut r = Retry::new(42);
+        let mut r = Retry::new(42, None);
         // Written with a ping behind it; the next text without one, one being out.
         let first = ping_payload(r.ask_behind(Kind::ContextAdd));
         r.keep(t0, e[0].clone());
@@ -2803,7 +2942,7 @@ mod tests {
     #[test]
     fn unread_text_is_held_past_the_refusal_window_up_to_its_bound() {
         let e = adds(1);
-        let mut r = Retry::new(1);
+        let mut r = Retry::new(1, None);
         for _ in 0..UNREAD + 3 {
             r.keep(std::time::Instant::now(), e[0].clone());
         }
@@ -2822,7 +2961,7 @@ mod tests {
         let e = adds(4);
         let t0 = std::time::Instant::now();
         let at = |ms| t0 + Duration::from_millis(ms);
-        let mut r = Retry::new(1);
+        let mut r = Retry::new(1, None);
         // Text 2 was refused and waits to go again (`ahead`); text 3 was never written.
         let mut outbox = VecDeque::from([(at(2), e[2].clone())]);
         r.ahead = 1;
@@ -2841,7 +2980,7 @@ mod tests {
     #[test]
     fn a_ping_unanswered_for_a_heartbeat_interval_is_made_again() {
         let e = adds(2);
-        let mut r = Retry::new(5);
+        let mut r = Retry::new(5, None);
         let lost = ping_payload(r.ask_behind(Kind::ContextAdd));
         r.keep(std::time::Instant::now(), e[0].clone());
         // Out at one tick: it may have been written just before it.
