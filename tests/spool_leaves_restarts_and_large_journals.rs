@@ -439,3 +439,90 @@ async fn a_restarts_resend_goes_before_the_same_participants_new_traffic() {
     let next = d.open().1;
     assert!(next.is_empty(), "{:?} {stats:?}", said_by(&next, p));
 }
+
+/// With `--gate-transcripts`, a participant that has left (its leave held behind a chunk
+/// awaiting approval, its queue closed) has the chunk approved during a RATE_LIMITED pause,
+/// and the gateway stops: the stop path waits the pause out and writes the chunk and the leave
+/// into a server that reads nothing more (no pong, no Close back). The stop path marked the
+/// chunk done as it wrote it and did not ask about it, so the next start did not send it and
+/// the `stopped` line counted it sent; now it is held and asked about as text written before
+/// the stop is: counted as dropped and undelivered in the journal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_the_stop_path_writes_into_a_hung_server_is_resent_by_the_next_start() {
+    use pvp_t140::sink::ws::{WsConfig, WsSink};
+    use tokio_tungstenite::tungstenite::Message;
+    let d = Dir::new("stop-path-hung");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}/", listener.local_addr().unwrap());
+    // Reads up to the chunk's gate.request, refuses it as RATE_LIMITED (a pause), an approver
+    // approves the chunk, and the server reads nothing more.
+    let server = tokio::spawn(async move {
+        use futures_util::SinkExt;
+        let (tcp, _) = listener.accept().await.unwrap();
+        let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
+        while let Some(Ok(m)) = ws.next().await {
+            let Ok(v) = serde_json::from_str::<Value>(m.to_text().unwrap_or("")) else {
+                continue;
+            };
+            if v["type"] == "gate.request" {
+                let refusal = json!({"v": 1, "id": "01JQ0000000000000000000001",
+                    "ts": "2026-11-25T00:00:00.000Z", "session": "s", "sender": "server",
+                    "type": "error", "payload": {"code": "RATE_LIMITED", "message": "slow down",
+                    "recoverable": true, "related_to": v["id"]}});
+                let approve = json!({"v": 1, "id": "01JQ0000000000000000000002",
+                    "ts": "2026-11-25T00:00:00.000Z", "session": "s", "sender": "approver-1",
+                    "type": "gate.approve", "ref": v["id"],
+                    "payload": {"gate": v["id"], "approver": "approver-1"}});
+                for r in [refusal, approve] {
+                    ws.send(Message::text(r.to_string())).await.unwrap();
+                }
+                break;
+            }
+        }
+        std::future::pending::<()>().await;
+        drop(ws);
+    });
+    let (spool, _) = d.open();
+    let metrics = pvp_t140::metrics::SinkMetrics::default();
+    let cfg = WsConfig {
+        url,
+        session: "s".into(),
+        heartbeat: Duration::from_secs(30),
+        connect_timeout: Duration::from_secs(5),
+        write_timeout: Duration::from_secs(5),
+        silence: Duration::from_secs(90),
+        queue: 64,
+        metrics: metrics.clone(),
+        tls: None,
+        spool: Some(std::sync::Arc::new(spool)),
+        gate: Some(pvp_t140::sink::gate::GateConfig {
+            quorum: 1,
+            timeout: Duration::from_secs(30),
+        }),
+    };
+    let mut ws = WsSink::new(cfg);
+    let mut talk = Talk::new("s");
+    let who = "t140:0000e001@127.0.0.1:40301";
+    ws.send(talk.join(who, "Eve"));
+    ws.send(talk.add(who, "Approved in a pause, then a stop."));
+    ws.send(talk.leave(who));
+    // The approval read, within the pause.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while metrics.gates_approved.get() == 0 {
+        assert!(Instant::now() < deadline, "never approved");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stats = ws.close(Duration::from_secs(10)).await;
+    server.abort();
+    // Sent: the join and the leave.
+    assert_eq!((stats.sent, stats.dropped), (2, 1), "{stats:?}");
+    let (_, plan) = d.open();
+    assert_eq!(
+        said_by(&plan, who),
+        [
+            format!("{who} session.join Eve"),
+            format!("{who} context.add Approved in a pause, then a stop."),
+            format!("{who} session.leave"),
+        ]
+    );
+}
