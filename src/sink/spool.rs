@@ -437,11 +437,16 @@ impl Journal {
         plain: String,
         again: bool,
     ) {
+        // Journaled again while still undelivered (text taken back before its pong marked it
+        // done): its place; after it was written: the place it had, if remembered.
         let place = again
-            .then(|| self.written.iter().rposition(|(w, _)| *w == id))
-            .flatten()
-            .and_then(|i| self.written.remove(i))
-            .map(|(_, n)| n);
+            .then(|| {
+                self.order.get(&id).copied().or_else(|| {
+                    let i = self.written.iter().rposition(|(w, _)| *w == id)?;
+                    self.written.remove(i).map(|(_, n)| n)
+                })
+            })
+            .flatten();
         let n = place.unwrap_or_else(|| {
             self.next += 1;
             self.next - 1
@@ -496,7 +501,9 @@ impl Journal {
         let leave_of = who.filter(|_| kind == Kind::SessionLeave);
         self.live_bytes += record.len() as u64;
         self.order.insert(id, n);
-        self.live.insert(n, Live { record, leave_of });
+        if let Some(old) = self.live.insert(n, Live { record, leave_of }) {
+            self.live_bytes -= old.record.len() as u64;
+        }
         if self.live_bytes > self.live_cap {
             tracing::warn!(
                 undelivered_bytes = self.live_bytes,
@@ -1134,6 +1141,38 @@ mod tests {
                 "alice session.leave",
             ]
         );
+    }
+
+    /// Text journaled again while still undelivered (a connection lost before the server's
+    /// pong showed it read takes it back, and it is marked done only once read) keeps its
+    /// place, and is let go once done. It got a second place, the first kept for ever: a
+    /// compaction wrote it again, and every later start sent it again.
+    #[test]
+    fn text_journaled_again_before_it_was_done_keeps_its_place_and_goes_once_done() {
+        let d = Scratch::new("again-undelivered", 16 << 10, 1 << 20);
+        let (spool, _) = d.open();
+        let mut talk = Talk::new();
+        deliver(&spool, &talk.join("alice"));
+        let (first, second) = (talk.add("alice", "First."), talk.add("alice", "Second."));
+        spool.added(&first);
+        spool.added(&second);
+        // The connection is lost before either is seen read: both go again; after the
+        // rejoin, only the first is seen read before a compaction and a kill.
+        spool.again(&first);
+        spool.again(&second);
+        spool.done(first.id());
+        compact_with_filler(&spool, &mut talk);
+        drop(spool);
+        let (spool, resend) = d.open();
+        assert_eq!(
+            said_by(&resend, "alice"),
+            [
+                "alice session.join",
+                "alice context.add Second.",
+                "alice session.leave"
+            ]
+        );
+        drop(spool);
     }
 
     /// Chunks journaled again after a compaction keep the order of their places when one of
