@@ -5,6 +5,8 @@
 //! Found by review aj (session 44).
 
 mod common;
+#[path = "common/ws_recorder.rs"]
+mod ws_recorder;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -485,20 +487,13 @@ async fn a_chunk_the_stop_path_writes_into_a_hung_server_is_resent_by_the_next_s
     let (spool, _) = d.open();
     let metrics = pvp_t140::metrics::SinkMetrics::default();
     let cfg = WsConfig {
-        url,
-        session: "s".into(),
-        heartbeat: Duration::from_secs(30),
-        connect_timeout: Duration::from_secs(5),
-        write_timeout: Duration::from_secs(5),
-        silence: Duration::from_secs(90),
-        queue: 64,
         metrics: metrics.clone(),
-        tls: None,
         spool: Some(std::sync::Arc::new(spool)),
         gate: Some(pvp_t140::sink::gate::GateConfig {
             quorum: 1,
             timeout: Duration::from_secs(30),
         }),
+        ..ws_recorder::config(url)
     };
     let mut ws = WsSink::new(cfg);
     let mut talk = Talk::new("s");
