@@ -229,6 +229,9 @@ pub struct Stats {
     /// Errors this worker's socket returned to a read, other than "nothing to read"
     /// ([`Gateway::socket_errors`]).
     pub socket_errors: u64,
+    /// Datagrams the kernel dropped for this worker's socket (its receive buffer full, mostly),
+    /// as the shell read them from the kernel ([`Gateway::kernel_drops`]).
+    pub kernel_drops: u64,
     /// Streams that never carried text, removed to make room at the stream limit.
     pub evicted: u64,
     /// Chunks of speakers the stream mapping refused (not sent).
@@ -299,6 +302,7 @@ impl Stats {
         self.speakers_recycled += o.speakers_recycled;
         self.rtcp_feed_missed += o.rtcp_feed_missed;
         self.socket_errors += o.socket_errors;
+        self.kernel_drops += o.kernel_drops;
         self.evicted += o.evicted;
         self.refused_chunks += o.refused_chunks;
         for (a, b) in self.chunks.iter_mut().zip(o.chunks) {
@@ -1783,6 +1787,14 @@ impl Gateway {
     /// here so that they show in the metrics with the rest of this worker's counters.
     pub fn socket_errors(&mut self, n: u64) {
         self.emit.stats.socket_errors += n;
+    }
+
+    /// `n` more datagrams the kernel dropped for the receive socket before the shell could read
+    /// them (a receive buffer overrun: `--recv-buffer`, `net.core.rmem_max`): text the senders
+    /// sent that never reached the core, counted so that the datagrams read and these add up to
+    /// what reached the host.
+    pub fn kernel_drops(&mut self, n: u64) {
+        self.emit.stats.kernel_drops += n;
     }
 
     /// `n` datagrams of the RTCP port that this worker's feed lost (it fell behind the port's

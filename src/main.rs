@@ -1425,8 +1425,9 @@ fn say_server_silence(args: &RunArgs) {
 
 /// Says so when the kernel gave an RTP socket less receive buffer than `--recv-buffer` asked
 /// for: it caps SO_RCVBUF at `net.core.rmem_max` without an error, and a burst beyond what it
-/// gave is dropped by the kernel, where the gateway counts nothing. A warning when the size was
-/// asked for, a note on the default (208 KiB of a stock kernel's 8 MiB asked).
+/// gave is dropped by the kernel (counted as `kernel_drops` on Linux, nowhere else). A warning
+/// when the size was asked for, a note on the default (208 KiB of a stock kernel's 8 MiB
+/// asked).
 fn say_recv_buffer(socket: &std::net::UdpSocket, asked: u64, explicit: bool) {
     let Ok(reported) = socket2::SockRef::from(socket).recv_buffer_size() else {
         return;
@@ -1442,8 +1443,8 @@ fn say_recv_buffer(socket: &std::net::UdpSocket, asked: u64, explicit: bool) {
     }
     let msg = format!(
         "--recv-buffer {asked}: the kernel gave each RTP socket {got} bytes of receive buffer \
-         (net.core.rmem_max caps it); a burst beyond that is dropped by the kernel, uncounted. \
-         Raise the cap (`sysctl -w net.core.rmem_max={asked}`) or ask for less"
+         (net.core.rmem_max caps it); a burst beyond that is dropped by the kernel \
+         (kernel_drops). Raise the cap (`sysctl -w net.core.rmem_max={asked}`) or ask for less"
     );
     if explicit {
         tracing::warn!(asked, got, "{msg}");
@@ -1610,6 +1611,9 @@ fn log_stats(s: &Stats) {
         // Reads the kernel failed, and RTCP the workers' feed lost: on /metrics too, but a
         // run without --metrics would otherwise never show them.
         socket_errors = s.socket_errors,
+        // Datagrams the kernel dropped for the RTP sockets (Linux): read and these are what
+        // reached the host.
+        kernel_drops = s.kernel_drops,
         rtcp_feed_missed = s.rtcp_feed_missed,
         drops = %drops.join(","),
         chunks = %chunks.join(","),

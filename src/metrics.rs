@@ -299,6 +299,12 @@ impl Collector for CoreCollector {
         )?;
         counter(
             &mut enc,
+            "pvp_t140_kernel_drops",
+            "Datagrams the kernel dropped for the receive workers' RTP sockets before they were read (a full receive buffer: --recv-buffer, net.core.rmem_max); Linux only, read once a second and at the stop.",
+            s.kernel_drops,
+        )?;
+        counter(
+            &mut enc,
             "pvp_t140_speakers_recycled",
             "Speakers that left to make room for a new voice on a stream at its bound of 32.",
             s.speakers_recycled,

@@ -163,7 +163,8 @@ pub fn join_workers(handles: Vec<std::thread::JoinHandle<io::Result<WorkerReport
 /// Envelopes that may wait between the receive workers and the sink. A PVP server slower than
 /// the speakers for long enough fills it; then new envelopes are refused and counted
 /// (`sink_queue_full`) rather than growing memory without bound or stalling the UDP socket,
-/// which would lose text at the kernel instead, uncounted.
+/// which would lose text at the kernel instead (counted there only as `kernel_drops`, on
+/// Linux, with nothing to say which text).
 pub const SINK_QUEUE: usize = 65_536;
 
 /// Envelopes a worker gathers before it hands them to the sink in one go, and about the longest
@@ -208,6 +209,9 @@ pub async fn run_worker(
     // Since when envelopes have been waiting for the hand-off (None: none waiting).
     let mut held_since: Option<std::time::Instant> = None;
     let mut failed = None;
+    // What the kernel drops for the socket (its buffer full): counted once a second with the
+    // metrics, and at the stop.
+    let mut kernel = KernelDrops::of(&socket);
     // While the socket keeps failing: when to read it again ([`ErrorPause`]).
     let mut pause = ErrorPause::default();
     let mut paused: Option<std::time::Instant> = None;
@@ -264,6 +268,7 @@ pub async fn run_worker(
             () = sleep_until(wake) => gw.handle_timeout(clock.now()),
             _ = tick.tick(), if publish.is_some() => {
                 if let Some(p) = &publish {
+                    gw.kernel_drops(kernel.take());
                     let _ = p.send(gw.stats());
                 }
             }
@@ -288,6 +293,9 @@ pub async fn run_worker(
     if failed.is_none() {
         drain_at_stop(&socket, &mut gw, &mut reader, &clock, share.as_ref()).await;
     }
+    // What the kernel dropped, read while the socket is still open: with the datagrams read,
+    // what reached the host.
+    gw.kernel_drops(kernel.take());
     // Then the RTCP the port's reader handed over before the stop (a BYE, most likely: a
     // sender's last word): after the RTP, so that it finds the streams that RTP opened. Then,
     // with several workers, what the others read on their RTP ports for this one's streams,
@@ -709,6 +717,93 @@ fn drain_feed<T: Clone>(
             Err(TryRecvError::Empty | TryRecvError::Closed) => break,
         }
     }
+}
+
+/// Datagrams the kernel dropped for one receive socket before they were read (its receive
+/// buffer full, mostly: `--recv-buffer`, `net.core.rmem_max`), which the socket's reads never
+/// see. On Linux the `drops` column of the socket's line in `/proc/self/net/udp` (`udp6` for an
+/// IPv6 socket), found by its inode: the kernel's count for the socket since it was made
+/// (`sk_drops`). A read of the table walks the kernel's UDP hash (some 80 µs with 16,384
+/// slots), so it is read once a second with the metrics and once at the stop, never per
+/// datagram. A count per datagram (SO_RXQ_OVFL) would need `recvmmsg`'s control buffers reset
+/// before every call, which nix's `MultiHeaders` does not do. Elsewhere, or where the table
+/// cannot be read, nothing is counted.
+#[derive(Debug)]
+struct KernelDrops {
+    /// The socket's inode (None: unknown, nothing is counted).
+    inode: Option<u64>,
+    /// The table its line is in.
+    table: &'static str,
+    /// The kernel's count when last taken.
+    seen: u32,
+    /// The table as last read, its room kept: a worker's metrics tick reads it once a second,
+    /// and must allocate nothing in the steady state (tests/alloc_receive_worker.rs).
+    buf: Vec<u8>,
+}
+
+impl KernelDrops {
+    fn of(socket: &UdpSocket) -> Self {
+        #[cfg(target_os = "linux")]
+        let inode = nix::sys::stat::fstat(socket).ok().map(|s| s.st_ino);
+        #[cfg(not(target_os = "linux"))]
+        let inode = None;
+        let v6 = socket.local_addr().is_ok_and(|a| a.is_ipv6());
+        let mut k = KernelDrops {
+            inode,
+            table: if v6 {
+                "/proc/self/net/udp6"
+            } else {
+                "/proc/self/net/udp"
+            },
+            seen: 0,
+            buf: Vec::new(),
+        };
+        // Sized once here, with room for the table to grow, rather than on the first tick.
+        if let Some(inode) = k.inode {
+            let _ = read_kernel_drops(k.table, inode, &mut k.buf);
+            k.buf.reserve(k.buf.len().max(4096));
+        }
+        k
+    }
+
+    /// Drops since the last call (the kernel's count is 32 bits, and wraps).
+    fn take(&mut self) -> u64 {
+        let Some(now) = (self.inode).and_then(|i| read_kernel_drops(self.table, i, &mut self.buf))
+        else {
+            return 0;
+        };
+        let new = now.wrapping_sub(self.seen);
+        self.seen = now;
+        u64::from(new)
+    }
+}
+
+/// The kernel's drop count of the UDP socket `inode` in `table` ([`KernelDrops`]), the table
+/// read into `buf`.
+#[cfg(target_os = "linux")]
+fn read_kernel_drops(table: &str, inode: u64, buf: &mut Vec<u8>) -> Option<u32> {
+    use std::io::Read;
+    buf.clear();
+    std::fs::File::open(table).ok()?.read_to_end(buf).ok()?;
+    drops_in_table(std::str::from_utf8(buf).ok()?, inode)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn read_kernel_drops(_table: &str, _inode: u64, _buf: &mut Vec<u8>) -> Option<u32> {
+    None
+}
+
+/// The `drops` (last) column of the line of `inode` (the tenth column) in a table of
+/// `/proc/net/udp`'s format.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+fn drops_in_table(table: &str, inode: u64) -> Option<u32> {
+    table.lines().skip(1).find_map(|line| {
+        let mut columns = line.split_whitespace();
+        if columns.nth(9)?.parse::<u64>().ok()? != inode {
+            return None;
+        }
+        columns.last()?.parse().ok()
+    })
 }
 
 async fn sleep_until(deadline: Option<std::time::Instant>) {
@@ -1135,6 +1230,66 @@ fn local_ip_towards(to: std::net::SocketAddr) -> Option<std::net::IpAddr> {
 mod tests {
     use super::*;
     use prometheus_client::metrics::gauge::Gauge;
+
+    /// `/proc/net/udp`'s and `udp6`'s lines: the socket's own, by its inode, not another's.
+    #[test]
+    fn the_drops_column_of_the_sockets_own_line_is_read() {
+        let v4 = "   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops            \n\
+                  1950: 0100007F:D128 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 23581 2 000000006c7854ac 7         \n\
+                  3514: 0100007F:D744 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 23579 2 0000000078e84296 4294967295\n";
+        assert_eq!(drops_in_table(v4, 23581), Some(7));
+        assert_eq!(drops_in_table(v4, 23579), Some(u32::MAX));
+        assert_eq!(drops_in_table(v4, 2358), None);
+        let v6 = "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n\
+                  1: 00000000000000000000000000000000:138C 00000000000000000000000000000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 99 2 0000000000000000 12\n";
+        assert_eq!(drops_in_table(v6, 99), Some(12));
+        assert_eq!(drops_in_table("", 99), None);
+        assert_eq!(drops_in_table("header\n garbage", 99), None);
+    }
+
+    /// A socket whose receive buffer a burst overran: what it read and what the kernel dropped
+    /// for it add up to what was sent, and the count is taken once (it is the kernel's running
+    /// count, taken as what is new since the last look).
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn what_the_kernel_dropped_for_a_socket_is_taken_once() {
+        let rx = UdpSocket::from_std(bind_std("127.0.0.1:0".parse().unwrap(), false, 1).unwrap())
+            .unwrap();
+        let to = rx.local_addr().unwrap();
+        let mut kernel = KernelDrops::of(&rx);
+        assert!(kernel.inode.is_some());
+        assert_eq!(kernel.take(), 0, "nothing dropped yet");
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let sent = 300;
+        for i in 0..sent {
+            tx.send_to(&[i as u8; 100], to).unwrap();
+        }
+        let mut read = 0;
+        let mut buf = [0u8; 2048];
+        rx.readable().await.unwrap();
+        while rx.try_recv_from(&mut buf).is_ok() {
+            read += 1;
+        }
+        let dropped = kernel.take();
+        assert!(dropped > 0, "the buffer held {read} of {sent}");
+        assert_eq!(read + dropped, sent as u64);
+        assert_eq!(kernel.take(), 0, "taken once");
+        // An IPv6 (here dual-stack) socket's line is in `udp6`.
+        if let Ok(v6) = bind_std("[::]:0".parse().unwrap(), false, 1) {
+            let v6 = UdpSocket::from_std(v6).unwrap();
+            let kernel = KernelDrops::of(&v6);
+            assert_eq!(kernel.table, "/proc/self/net/udp6");
+            let inode = kernel.inode.unwrap();
+            assert_eq!(
+                read_kernel_drops(kernel.table, inode, &mut Vec::new()),
+                Some(0)
+            );
+        }
+        // The count is 32 bits: one that wrapped is still what is new.
+        kernel.seen = u32::MAX - 1;
+        let now = read_kernel_drops(kernel.table, kernel.inode.unwrap(), &mut Vec::new()).unwrap();
+        assert_eq!(kernel.take(), u64::from(now) + 2);
+    }
 
     /// A worker's links with no RTCP feed and nothing published.
     fn links(
