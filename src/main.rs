@@ -1115,6 +1115,16 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         .map_err(|e| format!("tokio runtime: {e}"))?;
     rt.block_on(async {
         let mut signals = Signals::install();
+        // Before the sockets: `--workers N` binds N of them (and each worker's runtime holds
+        // more), which a low soft limit refused at the bind, the raise not yet made.
+        let streams = if args.server.is_some() {
+            cfg.max_streams as u64
+        } else {
+            // No participant connections on stdout, but each receive worker holds descriptors
+            // of its own: under a low soft limit many workers failed to start.
+            0
+        };
+        raise_fd_limit(streams, workers as u64);
         let sockets = udp::bind_group(args.listen, workers, args.recv_buffer as usize)
             .map_err(|e| e.to_string())?;
         let local = sockets[0].local_addr().map_err(|e| e.to_string())?;
@@ -1204,15 +1214,9 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
                     }),
                 });
                 ws.resend(resend);
-                raise_fd_limit(cfg.max_streams as u64, workers as u64);
                 Some(ws)
             }
-            None => {
-                // No participant connections on stdout, but each receive worker holds
-                // descriptors of its own: under a low soft limit many workers failed to start.
-                raise_fd_limit(0, workers as u64);
-                None
-            }
+            None => None,
         };
         let (mut tx, rx) = pvp_t140::handoff::queue(udp::SINK_QUEUE);
         tx.count_refusals(sink_metrics.sink_queue_refused.clone());

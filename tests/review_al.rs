@@ -127,3 +127,47 @@ fn datagrams_the_kernel_dropped_show_on_metrics_while_running() {
     }
     gw.terminate(Duration::from_secs(20));
 }
+
+/// `--workers 64` under a soft open-file limit of 64 (the hard limit allowing more): the
+/// gateway raises the soft limit for its workers, and it did, but only after it had bound the
+/// workers' 64 sockets, so the start failed at the bind ("bind ... (worker): Too many open
+/// files") with the raise a few lines away. Now the limit is raised before the sockets are
+/// bound, and the gateway starts, every worker running, and stops cleanly.
+#[test]
+fn many_workers_start_under_a_soft_open_file_limit_below_their_sockets() {
+    use common::gateway_proc::{Gateway, http_get, sample};
+    use std::time::Duration;
+    let (_, hard) = rlimit::getrlimit(rlimit::Resource::NOFILE).unwrap();
+    if hard < 1024 {
+        eprintln!("SKIPPED: hard open-file limit {hard} is too low for this test");
+        return;
+    }
+    let mut gw = Gateway::start_with_fd_limit(
+        64,
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--workers",
+            "64",
+            "--metrics",
+            "127.0.0.1:0",
+        ],
+    );
+    let m = gw.metrics_addr();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let mut running = None;
+    while std::time::Instant::now() < deadline {
+        running = sample(
+            &http_get(m, "/metrics").1,
+            "pvp_t140_receive_workers_running",
+        );
+        if running == Some(64.0) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(running, Some(64.0));
+    assert!(gw.soft_nofile() >= 64 + 64 * 5, "{}", gw.soft_nofile());
+    let status = gw.terminate(Duration::from_secs(30));
+    assert!(status.success(), "{status:?}");
+}
