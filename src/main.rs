@@ -1299,8 +1299,13 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         // The RTCP port first: what it holds goes into the workers' feed, which they read at
         // their stop after their own sockets.
         let _ = rtcp_stop.send(true);
-        if let Some(reader) = rtcp_reader {
-            let _ = tokio::time::timeout(Duration::from_secs(1), reader).await;
+        // What the kernel dropped for the RTCP port's socket, for the exit line (the workers
+        // count their RTP sockets').
+        let mut rtcp_kernel_drops = 0;
+        if let Some(reader) = rtcp_reader
+            && let Ok(Ok(n)) = tokio::time::timeout(Duration::from_secs(1), reader).await
+        {
+            rtcp_kernel_drops = n;
         }
         let _ = stop_tx.send(true);
         // Joined off the runtime's threads: the sink must go on taking the workers' last
@@ -1308,7 +1313,8 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         let joined = tokio::task::spawn_blocking(move || udp::join_workers(handles))
             .await
             .map_err(|e| format!("joining the receive workers: {e}"))?;
-        let (total, full) = (joined.stats, joined.sink_queue_full);
+        let (mut total, full) = (joined.stats, joined.sink_queue_full);
+        total.kernel_drops += rtcp_kernel_drops;
         let sink_stats = sink.finish().await?;
         log_stats(&total);
         // Besides what the sink sent and dropped, the text that was received and refused: the

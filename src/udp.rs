@@ -423,13 +423,16 @@ async fn recv_rtcp<T: Clone>(
 /// then hands over what the socket already holds (for at most 250 ms: a sender's BYE sent
 /// just before the signal is its last word) and returns. The caller stops the workers after
 /// that, and they read their feed at their stop. `admission` is the port's own
-/// ([`RtcpDatagram`]): its rate is counted apart from the RTP port's.
+/// ([`RtcpDatagram`]): its rate is counted apart from the RTP port's. Returns how many
+/// datagrams the kernel dropped for the port's socket (Linux; read once, at the end, while the
+/// socket is open): the caller adds them to the workers' `kernel_drops` for the exit line.
 pub async fn run_rtcp_reader(
     socket: UdpSocket,
     tx: tokio::sync::broadcast::Sender<std::sync::Arc<RtcpDatagram>>,
     mut stop: tokio::sync::watch::Receiver<bool>,
     mut admission: crate::admission::Admission,
-) {
+) -> u64 {
+    let mut kernel = KernelDrops::of(&socket);
     let mut buf = vec![0u8; 65_536];
     let clock = Clock::new();
     // An error that persists pauses the reads, as a worker's ([`ErrorPause`]); as its
@@ -486,6 +489,7 @@ pub async fn run_rtcp_reader(
             r => share(r, &buf),
         }
     }
+    kernel.take()
 }
 
 /// Feeds the core what the socket has ready, up to the budget, a batch per system call
