@@ -214,6 +214,8 @@ pub struct Stats {
     pub bytes: u64,
     /// RTCP compound packets read (malformed ones are also counted as drops).
     pub rtcp: u64,
+    /// SDES CNAME or NAME items that are not UTF-8 (RFC 3550 6.5): not taken for a name.
+    pub sdes_not_utf8: u64,
     drops: [u64; DropReason::ALL.len()],
     pub streams_total: u64,
     pub streams_live: u64,
@@ -293,6 +295,7 @@ impl Stats {
         self.datagrams += o.datagrams;
         self.bytes += o.bytes;
         self.rtcp += o.rtcp;
+        self.sdes_not_utf8 += o.sdes_not_utf8;
         for (a, b) in self.drops.iter_mut().zip(o.drops) {
             *a += b;
         }
@@ -1128,7 +1131,8 @@ fn rtcp_ssrc(e: &RtcpEvent<'_>) -> u32 {
     let (RtcpEvent::Cname { ssrc, .. }
     | RtcpEvent::Name { ssrc, .. }
     | RtcpEvent::Bye { ssrc }
-    | RtcpEvent::Report { ssrc }) = *e;
+    | RtcpEvent::Report { ssrc }
+    | RtcpEvent::NotUtf8 { ssrc }) = *e;
     ssrc
 }
 
@@ -1733,7 +1737,7 @@ impl Gateway {
             self.fire_due(now);
             if refused.is_none() && looks_like_rtcp(data) {
                 // Its malformed parts are counted by the worker that counts.
-                let _ = self.receive_rtcp(now, source, data);
+                let _ = self.receive_rtcp(now, source, data, false);
             }
         }
         self.shared_rtcp = shared;
@@ -1922,7 +1926,7 @@ impl Gateway {
         let source = *source;
         if looks_like_rtcp(data) {
             self.emit.stats.rtcp += 1;
-            return self.receive_rtcp(now, source, data);
+            return self.receive_rtcp(now, source, data, true);
         }
         let pkt = RtpPacket::parse(data).map_err(DropReason::Rtp)?;
         let compat = self.cfg.compat;
@@ -2603,11 +2607,13 @@ impl Gateway {
 
     /// RTCP (RFC 3550 6): SDES NAME (else CNAME) names the participant, BYE ends the stream.
     /// It may come from the RTP port (rtcp-mux, RFC 5761) or the next one up (RFC 3550 11).
+    /// `counts`: this worker counts the datagram's anomalies (others act on it too).
     fn receive_rtcp(
         &mut self,
         now: Time,
         source: SocketAddr,
         data: &[u8],
+        counts: bool,
     ) -> Result<(), DropReason> {
         let source = canonical(source);
         // Every event of the compound, however many: a mixer's SDES has a chunk for each of its
@@ -2623,6 +2629,10 @@ impl Gateway {
             let (ssrc, name, rank) = match *e {
                 RtcpEvent::Name { ssrc, name } => (ssrc, name, 2),
                 RtcpEvent::Cname { ssrc, cname } => (ssrc, cname, 1),
+                RtcpEvent::NotUtf8 { .. } => {
+                    self.emit.stats.sdes_not_utf8 += u64::from(counts);
+                    continue;
+                }
                 RtcpEvent::Bye { .. } | RtcpEvent::Report { .. } => continue,
             };
             if sdes_item(name).is_none() {
@@ -2647,7 +2657,8 @@ impl Gateway {
         // stream's speakers of those CSRCs.
         let sender = events.first().map(rtcp_ssrc);
         // Names or ends something: a report alone does neither.
-        let acts = (events.iter()).any(|e| !matches!(e, RtcpEvent::Report { .. }));
+        let acts = (events.iter())
+            .any(|e| !matches!(e, RtcpEvent::Report { .. } | RtcpEvent::NotUtf8 { .. }));
         let says_bye = (events.iter()).any(|e| matches!(e, RtcpEvent::Bye { .. }));
         let home = (events.iter())
             .find_map(|e| self.rtcp_stream(source, rtcp_ssrc(e)))

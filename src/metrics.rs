@@ -418,6 +418,11 @@ impl Collector for CoreCollector {
                 "Byte-order marks dropped (T.140 allows U+FEFF anywhere as a no-op).",
                 s.decode.bom,
             ),
+            (
+                "pvp_t140_sdes_items_not_utf8",
+                "RTCP SDES CNAME or NAME items that are not UTF-8 (RFC 3550 6.5): not taken for a name.",
+                s.sdes_not_utf8,
+            ),
         ] {
             counter(&mut enc, name, help, v)?;
         }
@@ -1043,7 +1048,7 @@ mod tests {
     #[test]
     fn every_core_counter_is_exposed() {
         let mut stats = Stats::default();
-        let fields: [(&mut u64, &str); 12] = [
+        let fields: [(&mut u64, &str); 13] = [
             (&mut stats.evicted, "pvp_t140_streams_evicted_total"),
             (&mut stats.restarts, "pvp_t140_sequence_restarts_total"),
             (&mut stats.head_lost, "pvp_t140_streams_head_lost_total"),
@@ -1068,6 +1073,10 @@ mod tests {
                 "pvp_t140_escape_sequences_skipped_total",
             ),
             (&mut stats.decode.bom, "pvp_t140_boms_total"),
+            (
+                &mut stats.sdes_not_utf8,
+                "pvp_t140_sdes_items_not_utf8_total",
+            ),
         ];
         let mut want = Vec::new();
         for (i, (field, name)) in fields.into_iter().enumerate() {

@@ -16,6 +16,9 @@ pub enum RtcpEvent<'a> {
     /// The sender of an SR or RR, which starts every compound (RFC 3550 6.1): a mixer's
     /// compound is known by it when it carries its sources' SDES or BYE.
     Report { ssrc: u32 },
+    /// An SDES CNAME or NAME item of a source that is not UTF-8, as RFC 3550 6.5 has SDES
+    /// text be: not read as a name (no guess at its encoding), but told, so it is counted.
+    NotUtf8 { ssrc: u32 },
 }
 
 const SR: u8 = 200;
@@ -141,15 +144,14 @@ fn sdes<'a>(body: &'a [u8], count: usize, each: &mut dyn FnMut(RtcpEvent<'a>)) -
             if end > body.len() {
                 return false;
             }
-            // Names are UTF-8 (RFC 3550 6.5); an item that is not is skipped, not guessed at.
-            if let Ok(text) = std::str::from_utf8(&body[start..end]) {
-                let text = text.trim();
-                if !text.is_empty() {
-                    match kind {
-                        1 => each(RtcpEvent::Cname { ssrc, cname: text }),
-                        2 => each(RtcpEvent::Name { ssrc, name: text }),
-                        _ => {}
-                    }
+            // Names are UTF-8 (RFC 3550 6.5); an item that is not is told as such, not
+            // guessed at. Only the items read as names are judged.
+            if matches!(kind, 1 | 2) {
+                match std::str::from_utf8(&body[start..end]).map(str::trim) {
+                    Ok("") => {}
+                    Ok(cname) if kind == 1 => each(RtcpEvent::Cname { ssrc, cname }),
+                    Ok(name) => each(RtcpEvent::Name { ssrc, name }),
+                    Err(_) => each(RtcpEvent::NotUtf8 { ssrc }),
                 }
             }
             pos = end;
@@ -357,6 +359,29 @@ mod tests {
         assert!(events(&d).1, "a chunk and a null word");
         let d = [0x80, SDES, 0, 1, 0, 0, 0, 0];
         assert!(events(&d).1, "no chunks, a null word");
+    }
+
+    /// RFC 3550 6.5: SDES text is UTF-8. A CNAME or NAME that is not is told as such (to be
+    /// counted), not read as a name, and the chunk's other items still are; other items are
+    /// not judged. It was skipped without a trace (review am).
+    #[test]
+    fn a_name_that_is_not_utf8_is_told() {
+        let d = [
+            0x81, SDES, 0, 5, 0, 0, 0, 9, 1, 2, b'c', b'9', 2, 3, b'A', b'd', 0xe9, 3, 1, 0xff, 0,
+            0, 0, 0,
+        ];
+        let (ev, ok) = events(&d);
+        assert!(ok);
+        assert_eq!(
+            ev,
+            vec![
+                RtcpEvent::Cname {
+                    ssrc: 9,
+                    cname: "c9"
+                },
+                RtcpEvent::NotUtf8 { ssrc: 9 },
+            ]
+        );
     }
 
     #[test]
