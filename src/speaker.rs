@@ -525,7 +525,7 @@ impl Speaker {
             if p.redundant_blocks()
                 .any(|b| b.ts_offset == 0 && !b.data.is_empty())
             {
-                (said, took) = self.place_by_content(&p, &gens, gap, out);
+                (said, took) = self.place_by_content(ts, &p, &gens, gap, out);
             } else {
                 (said, took) = self.place_by_offset(ts, &p, gap, out);
             }
@@ -655,14 +655,18 @@ impl Speaker {
     /// 4103 4.2, per speaker in a mixer's stream). If it lost `k` packets since its last one,
     /// the generations before the newest `k` are what that last packet said
     /// ([`MixerVoice::recent`]), and the newest `k` are new. The smallest `k` that lines up is
-    /// taken (never more than the stream's unaccounted losses, `gap`): text is never repeated,
+    /// taken (within the stream's unaccounted losses, `gap`, first): text is never repeated,
     /// and a block said twice in a row is told from a repeat by its neighbours. When nothing
-    /// lines up within `gap`, the generations repeat delivered text. When only taking them all
+    /// lines up within `gap`, the smallest `k` beyond it that lines up with a block the last
+    /// packet said is taken in a packet (`ts`) stamped after the speaker's last, as
+    /// timestamps would place them (another speaker may have taken a loss of this one's for
+    /// its own older text); else the generations repeat delivered text. When only taking them all
     /// lines up (more lost than the packet carries), every one is new and, as with timestamps,
     /// one U+FFFD marks the older text that may be missing. Returns whether text came of it,
     /// and whether a generation was new.
     fn place_by_content(
         &mut self,
+        ts: u32,
         p: &RedPayload<'_>,
         gens: &[u32],
         gap: usize,
@@ -690,7 +694,18 @@ impl Speaker {
         // (generations taken as new, whether they are all of them for want of a match)
         let new = match started {
             false => n,
-            true => (0..=gap.min(n)).find(|&k| lines_up(k)).unwrap_or(0),
+            true => (0..=gap.min(n))
+                .find(|&k| lines_up(k))
+                // Past the stream's unaccounted losses (another speaker took one for its own,
+                // as older text that may be missing): lined up with text the speaker said,
+                // not vacuously (generations that hold none of it may be the stream's, not
+                // the speaker's), and only in a packet stamped after its last, so a repeat
+                // of that packet (its stamp) is not taken for new.
+                .or_else(|| {
+                    let after = self.last_ts.is_some_and(|l| ts_after(ts, l));
+                    (gap + 1..n).find(|&k| after && lines_up(k))
+                })
+                .unwrap_or(0),
         };
         let first_new = n - new;
         // A new speaker's generations are its packets lost here too (see place_by_offset).

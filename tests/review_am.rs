@@ -1,5 +1,7 @@
 //! The packet parse path against its normative texts, through the sans-IO core: RTCP SDES
-//! items that are not UTF-8 (RFC 3550 6.5) are counted, not dropped unseen.
+//! items that are not UTF-8 (RFC 3550 6.5) are counted, not dropped unseen; an RFC 9071
+//! mixer's RED generations at timestamp offset 0 (RFC 2198) recover a source's lost packet
+//! however the stream's losses were accounted (RFC 4103 4.2).
 //!
 //! Found by review am (session 45).
 
@@ -62,4 +64,72 @@ fn an_sdes_name_that_is_not_utf8_is_counted_and_the_cname_names_the_speaker() {
     gw.handle_rtcp_port(at(60), addr(4001), &latin1, None, true);
     assert_eq!(gw.stats().sdes_not_utf8, 3);
     assert_eq!(gw.stats().drops_total(), 0);
+}
+
+#[path = "common/mixer.rs"]
+mod mixer_helpers;
+use mixer_helpers::*;
+
+/// An RFC 9071 mixer's stream of two sources, A (CSRC 1) and B (CSRC 2), each packet carrying
+/// its source's two previous packets as RED generations at timestamp offset 0 (RFC 2198 allows
+/// it; Asterisk writes it), so placed by content ([`pvp_t140`]'s speaker lines them up with
+/// the source's last packet). B's 5 is lost; A's 6 accounts for none of it. A's 7 and B's 8
+/// are lost too; B's 9 carries B's 5 and 8 (its two generations, both new), and with one
+/// loss left unaccounted the gateway marks one on B as text of B's that may be missing (its
+/// rule for a speaker whose every generation is new). A's 10 then carries A's 7 ("three ")
+/// after the "two " A last said: that is A's lost packet, lined up by content, but no loss
+/// was left unaccounted for the stream, so the generation was taken for a repeat and "three"
+/// vanished from A's transcript, neither recovered nor marked nor counted. With timestamp
+/// offsets the same packets recover it. Now a generation lined up after the speaker's last
+/// text is its lost packet's whatever the stream's count says, as with offsets.
+#[test]
+fn a_mixer_sources_zero_offset_generation_after_its_last_text_is_recovered() {
+    let run = |offsets: bool| {
+        let a = ["Alpha ", "one ", "two ", "three ", "four. "];
+        let b = ["Bravo ", "uno ", "dos ", "tres ", "cuatro. "];
+        // (sequence, source, index of its text), in sending order.
+        let plan = [
+            (1u16, 1u32, 0usize),
+            (2, 2, 0),
+            (3, 1, 1),
+            (4, 2, 1),
+            (5, 2, 2),
+            (6, 1, 2),
+            (7, 1, 3),
+            (8, 2, 3),
+            (9, 2, 4),
+            (10, 1, 4),
+        ];
+        let lost = [5, 7, 8];
+        let mut gw = Gateway::new(Config::default());
+        let mut stamps: [Vec<u32>; 2] = [Vec::new(), Vec::new()];
+        for (seq, csrc, i) in plan {
+            let texts = if csrc == 1 { &a } else { &b };
+            let ts = 1000 + 150 * u32::from(seq);
+            let own = &mut stamps[csrc as usize - 1];
+            own.push(ts);
+            let back_by = |back: usize| match i.checked_sub(back) {
+                Some(j) => (
+                    if offsets { (ts - own[j]) as u16 } else { 0 },
+                    texts[j].as_bytes(),
+                ),
+                None => (0, &b""[..]),
+            };
+            let gens = [back_by(2), back_by(1)];
+            let d = red_csrc_m(seq == 1, seq, ts, csrc, &gens, texts[i].as_bytes());
+            if lost.contains(&seq) {
+                continue;
+            }
+            let t = 150 * u64::from(seq);
+            run_timers(&mut gw, t);
+            gw.handle_datagram(at(t), addr(5000), &d);
+        }
+        run_timers(&mut gw, 60_000);
+        gw.shutdown(at(61_000));
+        let out = drain(&mut gw);
+        (text_of(&out, "csrc:00000001"), gw.stats().recovered)
+    };
+    let (with_offsets, recovered) = run(true);
+    assert_eq!(with_offsets, "Alpha one two three four.", "the reference");
+    assert_eq!(run(false), (with_offsets, recovered), "offsets of 0");
 }
