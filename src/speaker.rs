@@ -708,8 +708,20 @@ impl Speaker {
                 .unwrap_or(0),
         };
         let first_new = n - new;
-        // A new speaker's generations are its packets lost here too (see place_by_offset).
-        let mut left = gap - new.min(gap);
+        // A new speaker's generations are its packets lost here too (see place_by_offset),
+        // but for the empty ones before its first text: a session's first packets carry
+        // empty generations, which stand for no packet. Counted as lost ones,
+        // they took another speaker's loss, which that speaker's redundancy then placed
+        // against this one's later loss.
+        let accounted = match started {
+            true => new,
+            false => {
+                n - (p.redundant_blocks())
+                    .take_while(|b| b.data.is_empty())
+                    .count()
+            }
+        };
+        let mut left = gap - accounted.min(gap);
         let text = p
             .redundant_blocks()
             .skip(first_new)
@@ -722,7 +734,7 @@ impl Speaker {
             left -= 1;
         }
         out.unplaced = left;
-        out.recovered += new.min(gap) as u64;
+        out.recovered += accounted.min(gap) as u64;
         for b in p.redundant_blocks().skip(first_new) {
             if !b.data.is_empty() {
                 said |= self.decoder.feed_said(b.data, sink, &mut out.decode);

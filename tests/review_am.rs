@@ -133,3 +133,67 @@ fn a_mixer_sources_zero_offset_generation_after_its_last_text_is_recovered() {
     assert_eq!(with_offsets, "Alpha one two three four.", "the reference");
     assert_eq!(run(false), (with_offsets, recovered), "offsets of 0");
 }
+
+/// The same mixer, generations at offset 0: B's 2 and A's 3 (A's first packet) are lost. A's 4
+/// carries A's 3 and, before it, an empty generation: A had said nothing before (a session's
+/// first packets carry empty generations), so it stands for no packet. It was counted as one of
+/// A's lost packets all the same, taking B's lost 2 for A's; B's 7 then placed its 2 ("uno ")
+/// against one of A's later losses (5 and 6), and A's 8, carrying both, found one loss left
+/// for two generations that line up with nothing A said: A's "two three" vanished, unmarked
+/// and uncounted. With timestamp offsets (the empty generations stamped too) nothing is lost.
+#[test]
+fn a_new_mixer_sources_empty_first_generations_take_no_other_sources_loss() {
+    let run = |offsets: bool| {
+        let a = ["Alpha ", "one ", "two ", "three ", "four. "];
+        let b = ["Bravo ", "uno ", "dos "];
+        // (sequence, source, index of its text), in sending order.
+        let plan = [
+            (1u16, 2u32, 0usize),
+            (2, 2, 1),
+            (3, 1, 0),
+            (4, 1, 1),
+            (5, 1, 2),
+            (6, 1, 3),
+            (7, 2, 2),
+            (8, 1, 4),
+        ];
+        let lost = [2, 3, 5, 6];
+        let mut gw = Gateway::new(Config::default());
+        let mut stamps: [Vec<u32>; 2] = [Vec::new(), Vec::new()];
+        for (seq, csrc, i) in plan {
+            let texts: &[&str] = if csrc == 1 { &a } else { &b };
+            let ts = 1000 + 150 * u32::from(seq);
+            let own = &mut stamps[csrc as usize - 1];
+            own.push(ts);
+            let back_by = |back: usize| match i.checked_sub(back) {
+                Some(j) => (
+                    if offsets { (ts - own[j]) as u16 } else { 0 },
+                    texts[j].as_bytes(),
+                ),
+                None => (if offsets { 150 * back as u16 } else { 0 }, &b""[..]),
+            };
+            let gens = [back_by(2), back_by(1)];
+            let d = red_csrc_m(seq == 1, seq, ts, csrc, &gens, texts[i].as_bytes());
+            if lost.contains(&seq) {
+                continue;
+            }
+            let t = 150 * u64::from(seq);
+            run_timers(&mut gw, t);
+            gw.handle_datagram(at(t), addr(5000), &d);
+        }
+        run_timers(&mut gw, 60_000);
+        gw.shutdown(at(61_000));
+        let out = drain(&mut gw);
+        (
+            text_of(&out, "csrc:00000001"),
+            text_of(&out, "csrc:00000002"),
+        )
+    };
+    let with_offsets = run(true);
+    assert_eq!(
+        with_offsets,
+        ("Alpha one two three four.".into(), "Bravo uno dos".into()),
+        "the reference"
+    );
+    assert_eq!(run(false), with_offsets, "offsets of 0");
+}
