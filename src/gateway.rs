@@ -214,7 +214,8 @@ pub struct Stats {
     pub bytes: u64,
     /// RTCP compound packets read (malformed ones are also counted as drops).
     pub rtcp: u64,
-    /// SDES CNAME or NAME items that are not UTF-8 (RFC 3550 6.5): not taken for a name.
+    /// SDES CNAME or NAME items that are not UTF-8 (RFC 3550 6.5): not taken for a name, but
+    /// for one cut inside a character at the item's bound of 255 octets, read up to the cut.
     pub sdes_not_utf8: u64,
     drops: [u64; DropReason::ALL.len()],
     pub streams_total: u64,

@@ -420,7 +420,7 @@ impl Collector for CoreCollector {
             ),
             (
                 "pvp_t140_sdes_items_not_utf8",
-                "RTCP SDES CNAME or NAME items that are not UTF-8 (RFC 3550 6.5): not taken for a name.",
+                "RTCP SDES CNAME or NAME items that are not UTF-8 (RFC 3550 6.5): not taken for a name, but for one cut inside a character at 255 octets, read up to the cut.",
                 s.sdes_not_utf8,
             ),
         ] {

@@ -18,6 +18,8 @@ pub enum RtcpEvent<'a> {
     Report { ssrc: u32 },
     /// An SDES CNAME or NAME item of a source that is not UTF-8, as RFC 3550 6.5 has SDES
     /// text be: not read as a name (no guess at its encoding), but told, so it is counted.
+    /// One cut inside a character at the item's bound of 255 octets is then told as the
+    /// [`RtcpEvent::Cname`] or [`RtcpEvent::Name`] of its characters before the cut.
     NotUtf8 { ssrc: u32 },
 }
 
@@ -147,11 +149,20 @@ fn sdes<'a>(body: &'a [u8], count: usize, each: &mut dyn FnMut(RtcpEvent<'a>)) -
             // Names are UTF-8 (RFC 3550 6.5); an item that is not is told as such, not
             // guessed at. Only the items read as names are judged.
             if matches!(kind, 1 | 2) {
-                match std::str::from_utf8(&body[start..end]).map(str::trim) {
-                    Ok("") => {}
+                let item = &body[start..end];
+                let text = std::str::from_utf8(item).or_else(|e| {
+                    each(RtcpEvent::NotUtf8 { ssrc });
+                    // Cut at the item's bound of 255 octets inside a character (a sender that
+                    // cut a longer name by octets): the characters before the cut are whole.
+                    match (e.error_len(), item.len()) {
+                        (None, 255) => std::str::from_utf8(&item[..e.valid_up_to()]),
+                        _ => Err(e),
+                    }
+                });
+                match text.map(str::trim) {
+                    Ok("") | Err(_) => {}
                     Ok(cname) if kind == 1 => each(RtcpEvent::Cname { ssrc, cname }),
                     Ok(name) => each(RtcpEvent::Name { ssrc, name }),
-                    Err(_) => each(RtcpEvent::NotUtf8 { ssrc }),
                 }
             }
             pos = end;
@@ -380,6 +391,23 @@ mod tests {
                     cname: "c9"
                 },
                 RtcpEvent::NotUtf8 { ssrc: 9 },
+            ]
+        );
+        // Cut at 255 octets inside a character: told, then read up to the cut.
+        let mut d = vec![0x81, SDES, 0, 66, 0, 0, 0, 9, 2, 255];
+        d.extend_from_slice(&"é".repeat(128).as_bytes()[..255]);
+        d.extend_from_slice(&[0, 0, 0]);
+        let (ev, ok) = events(&d);
+        assert!(ok);
+        let name = "é".repeat(127);
+        assert_eq!(
+            ev,
+            vec![
+                RtcpEvent::NotUtf8 { ssrc: 9 },
+                RtcpEvent::Name {
+                    ssrc: 9,
+                    name: &name
+                },
             ]
         );
     }

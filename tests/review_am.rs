@@ -1,5 +1,6 @@
 //! The packet parse path against its normative texts, through the sans-IO core: RTCP SDES
-//! items that are not UTF-8 (RFC 3550 6.5) are counted, not dropped unseen; an RFC 9071
+//! items that are not UTF-8 (RFC 3550 6.5) are counted, not dropped unseen (one cut at its
+//! 255-octet bound inside a character is read up to the cut); an RFC 9071
 //! mixer's RED generations at timestamp offset 0 (RFC 2198) recover a source's lost packet
 //! however the stream's losses were accounted (RFC 4103 4.2).
 //!
@@ -196,4 +197,40 @@ fn a_new_mixer_sources_empty_first_generations_take_no_other_sources_loss() {
         "the reference"
     );
     assert_eq!(run(false), with_offsets, "offsets of 0");
+}
+
+/// An SDES item holds at most 255 octets (RFC 3550 6.5); a sender that cuts a longer name by
+/// octets, not characters, ends it inside one. "José " and 125 "é" is 256 octets in UTF-8:
+/// cut at 255, the last "é" is half there. The whole NAME was taken for not UTF-8 and passed
+/// over for the CNAME ("jose@host"), though every character before the cut is whole. It is
+/// read up to the cut now, and counted as not UTF-8 all the same (the sender's fault); an
+/// item cut short of the bound, or broken inside, is still passed over.
+#[test]
+fn an_sdes_name_cut_inside_a_character_at_255_octets_is_read_up_to_the_cut() {
+    let long = format!("José {}", "é".repeat(125));
+    assert_eq!(long.len(), 256);
+    let cut = &long.as_bytes()[..255];
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 7, ""));
+    gw.handle_datagram(at(10), addr(4000), &sdes(7, &[(1, b"jose@host"), (2, cut)]));
+    gw.handle_datagram(at(20), addr(4000), &t140(2, 7, "Hello. "));
+    let out = drain(&mut gw);
+    let join = out
+        .iter()
+        .find(|e| e.kind == "session.join")
+        .expect("a join");
+    let name = join.payload["participant"]["name"].as_str().unwrap();
+    assert!(name.starts_with("José é"), "{name}");
+    assert_eq!(gw.stats().sdes_not_utf8, 1);
+    // Cut short of the bound, or broken inside: passed over for the CNAME.
+    for bad in [&cut[..253], &[b'J', 0xff, b'o'][..]] {
+        let mut gw = Gateway::new(Config::default());
+        gw.handle_datagram(at(0), addr(4000), &t140(1, 7, ""));
+        gw.handle_datagram(at(10), addr(4000), &sdes(7, &[(1, b"jose@host"), (2, bad)]));
+        gw.handle_datagram(at(20), addr(4000), &t140(2, 7, "Hello. "));
+        let out = drain(&mut gw);
+        let join = out.iter().find(|e| e.kind == "session.join").unwrap();
+        assert_eq!(join.payload["participant"]["name"], "jose@host");
+        assert_eq!(gw.stats().sdes_not_utf8, 1);
+    }
 }
