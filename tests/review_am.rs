@@ -234,3 +234,64 @@ fn an_sdes_name_cut_inside_a_character_at_255_octets_is_read_up_to_the_cut() {
         assert_eq!(gw.stats().sdes_not_utf8, 1);
     }
 }
+
+/// Known gap, confirmed: the same mixer, generations at offset 0. B's 5 is lost; A's 6 accounts
+/// for none of it. A's 7 and 8 and B's 9 are lost; A's 10 carries A's 7 and 8, both new, and
+/// with two losses still unaccounted the gateway marks one on A as older text of A's that may
+/// be missing (its rule for a speaker whose every generation is new; with timestamp offsets
+/// too). B's 11 then carries B's 5 and 9, both new, but lined up with nothing B said (its
+/// every generation new) it finds only one loss left for two generations, and they are taken
+/// for repeats: "dos tres" vanish from B's transcript, unmarked and uncounted. With timestamp
+/// offsets they are recovered. Taking every generation as new past the stream's count would
+/// fix it, but a mixer whose redundancy is the mixed stream's (other sources' text) would then
+/// have it said again as B's: the gap is left open.
+#[test]
+#[ignore = "known gap: a mixer source's every generation at offset 0 new, past the stream's unaccounted losses another source's mark took, is taken for a repeat (its text lost unmarked)"]
+fn a_mixer_sources_zero_offset_generations_past_another_sources_mark_are_recovered() {
+    let run = |offsets: bool| {
+        let a = ["Alpha ", "one ", "two ", "three ", "four ", "five. "];
+        let b = ["Bravo ", "uno ", "dos ", "tres ", "cuatro. "];
+        let plan = [
+            (1u16, 2u32, 0usize),
+            (2, 1, 0),
+            (3, 1, 1),
+            (4, 2, 1),
+            (5, 2, 2),
+            (6, 1, 2),
+            (7, 1, 3),
+            (8, 1, 4),
+            (9, 2, 3),
+            (10, 1, 5),
+            (11, 2, 4),
+        ];
+        let lost = [5, 7, 8, 9];
+        let mut gw = Gateway::new(Config::default());
+        let mut stamps: [Vec<u32>; 2] = [Vec::new(), Vec::new()];
+        for (seq, csrc, i) in plan {
+            let texts: &[&str] = if csrc == 1 { &a } else { &b };
+            let ts = 1000 + 150 * u32::from(seq);
+            let own = &mut stamps[csrc as usize - 1];
+            own.push(ts);
+            let back_by = |back: usize| match i.checked_sub(back) {
+                Some(j) => (
+                    if offsets { (ts - own[j]) as u16 } else { 0 },
+                    texts[j].as_bytes(),
+                ),
+                None => (if offsets { 150 * back as u16 } else { 0 }, &b""[..]),
+            };
+            let gens = [back_by(2), back_by(1)];
+            let d = red_csrc_m(seq == 1, seq, ts, csrc, &gens, texts[i].as_bytes());
+            if lost.contains(&seq) {
+                continue;
+            }
+            let t = 150 * u64::from(seq);
+            run_timers(&mut gw, t);
+            gw.handle_datagram(at(t), addr(5000), &d);
+        }
+        run_timers(&mut gw, 60_000);
+        gw.shutdown(at(61_000));
+        text_of(&drain(&mut gw), "csrc:00000002")
+    };
+    assert_eq!(run(true), "Bravo uno dos tres cuatro.", "the reference");
+    assert_eq!(run(false), run(true), "offsets of 0");
+}
