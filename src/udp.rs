@@ -878,9 +878,17 @@ pub fn bind_std(
         // `[::]:5004` takes IPv4 too where the system allows it.
         let _ = socket.set_only_v6(false);
     }
-    #[cfg(unix)]
+    // FreeBSD's SO_REUSEPORT lets the sockets share the port but delivers unicast datagrams
+    // to one of them only (one worker would read all); SO_REUSEPORT_LB (FreeBSD 12) spreads
+    // them by a hash of the source, as Linux's SO_REUSEPORT does. Compiled and linted for
+    // FreeBSD by `.ci/run`, not run there.
+    #[cfg(all(unix, not(target_os = "freebsd")))]
     if reuse_port {
         socket.set_reuse_port(true)?;
+    }
+    #[cfg(target_os = "freebsd")]
+    if reuse_port {
+        socket.set_reuse_port_lb(true)?;
     }
     // Best effort: the kernel caps it at net.core.rmem_max.
     // SO_RCVBUF is a C int: a larger request is clamped rather than wrapped negative.
