@@ -3,9 +3,13 @@
 //! sources), possibly on different receive workers: to the PVP session they are one
 //! participant, which joins once (pvp-spec 6.3) and leaves with the last of them. Every sink
 //! and replay pass their envelopes through one [`Presence`], which lets the first join and the
-//! last leave of a participant id through and holds the rest back. Plain data: no IO.
+//! last leave of a participant id through and holds the rest back. The participant is the
+//! one its admitted join described: a `participant.announce` (a name learnt from RTCP) goes
+//! out only from that speaker, not from the others that share its id, each of which would
+//! otherwise rename it after itself (review ao). Plain data: no IO.
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 
 use crate::pvp::{Envelope, Kind, SenderId};
 
@@ -13,23 +17,60 @@ use crate::pvp::{Envelope, Kind, SenderId};
 pub struct Presence {
     /// Speakers joined under each participant id, by session (a mapping rule may give one id
     /// in several sessions: one participant in each); only those with at least one.
-    joined: HashMap<(String, SenderId), u32>,
+    joined: HashMap<(String, SenderId), Joined>,
+}
+
+#[derive(Debug)]
+struct Joined {
+    speakers: u32,
+    /// The speaker whose join went out ([`speaker_of`]): the one whose announces do.
+    speaker: u64,
+}
+
+/// Which speaker a join or an announce describes: a hash of the participant's `metadata` as
+/// the envelope carries it (its SSRC, source, CSRC or stream id: one speaker's own, and the
+/// same in its join and its announces). Only the participant's metadata is named so in these
+/// envelopes; 0 if it is not found.
+fn speaker_of(e: &Envelope) -> u64 {
+    const KEY: &str = "\"metadata\":";
+    let json = e.json();
+    let Some(rest) = json.find(KEY).map(|at| &json[at + KEY.len()..]) else {
+        return 0;
+    };
+    let mut values = serde_json::Deserializer::from_str(rest).into_iter::<serde::de::IgnoredAny>();
+    let text = match values.next() {
+        Some(Ok(_)) => &rest[..values.byte_offset()],
+        _ => return 0,
+    };
+    let mut h = std::hash::DefaultHasher::new();
+    text.hash(&mut h);
+    h.finish()
 }
 
 impl Presence {
-    /// Whether `e` goes out: false for a join of a participant already in, and for a leave
-    /// while another of its speakers is still in. Anything else goes out.
+    /// Whether `e` goes out: false for a join of a participant already in, for a leave
+    /// while another of its speakers is still in, and for an announce from a speaker of a
+    /// participant that joined as another of its speakers. Anything else goes out.
     pub fn admit(&mut self, e: &Envelope) -> bool {
         let key = || (e.session_json().to_owned(), e.sender().clone());
         match e.kind() {
             Kind::SessionJoin => {
-                let n = self.joined.entry(key()).or_insert(0);
-                *n += 1;
-                *n == 1
+                let j = self.joined.entry(key()).or_insert_with(|| Joined {
+                    speakers: 0,
+                    speaker: speaker_of(e),
+                });
+                j.speakers += 1;
+                j.speakers == 1
             }
+            // A participant not seen joining (the spool's resend of one announced before a
+            // restart) is named by what comes.
+            Kind::ParticipantAnnounce => self
+                .joined
+                .get(&key())
+                .is_none_or(|j| j.speaker == speaker_of(e)),
             Kind::SessionLeave => match self.joined.get_mut(&key()) {
-                Some(n) if *n > 1 => {
-                    *n -= 1;
+                Some(j) if j.speakers > 1 => {
+                    j.speakers -= 1;
                     false
                 }
                 Some(_) => {
