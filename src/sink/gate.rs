@@ -8,7 +8,7 @@
 //! participant sends after a held chunk (corrections, its leave) waits behind it, so order holds
 //! and a correction of a rejected chunk is dropped with it. What is held counts against the
 //! participant's queue bound: a chunk or correction offered when it is reached is dropped as a
-//! rejected one.
+//! rejected one. Of the participant's announces (its name) only the newest waits.
 //!
 //! Plain data in and out (time passed in), driven by the participant's connection task.
 
@@ -94,6 +94,9 @@ pub struct Gates {
     crowded_out: Vec<ulid::Ulid>,
     /// `stats.approved` as [`Gates::take_approved`] last told it.
     approved_told: u64,
+    /// Announces held behind a pending gate that a newer one replaced, by id: the connection
+    /// marks them done in the spool (nothing is lost: the newer carries the name).
+    superseded: Vec<ulid::Ulid>,
 }
 
 impl Gates {
@@ -109,6 +112,7 @@ impl Gates {
             dropped_corrections: Vec::new(),
             crowded_out: Vec::new(),
             approved_told: 0,
+            superseded: Vec::new(),
         }
     }
 
@@ -117,7 +121,8 @@ impl Gates {
     /// correction offered with `room` envelopes held is dropped (a chunk's corrections with
     /// it, [`Gates::take_gone`], [`Gates::take_crowded_out`]) as a full queue drops text: its
     /// participant's queue bound bounds what waits for approval too. A correction of a refused
-    /// chunk is dropped at once ([`Gates::take_dropped_corrections`]).
+    /// chunk is dropped at once ([`Gates::take_dropped_corrections`]). An announce offered
+    /// while an older one waits takes its place at the back ([`Gates::take_superseded`]).
     pub fn offer(
         &mut self,
         e: Envelope,
@@ -176,6 +181,20 @@ impl Gates {
         }
         if self.held.is_empty() {
             return self.pass(e);
+        }
+        if e.kind() == Kind::ParticipantAnnounce {
+            // A newer name makes an older one still waiting moot: it goes, and the newer waits
+            // behind all that came before it. Not text, so not bounded by `room`: a sender
+            // changing its RTCP name every report would otherwise grow what is held for as long
+            // as no approver answers.
+            let older = self
+                .held
+                .iter()
+                .position(|h| matches!(h, Held::Plain(p) if p.kind() == Kind::ParticipantAnnounce));
+            if let Some(Held::Plain(older)) = older.and_then(|i| self.held.remove(i)) {
+                self.gone += 1;
+                self.superseded.push(older.id());
+            }
         }
         self.held.push_back(Held::Plain(e));
         None
@@ -318,6 +337,11 @@ impl Gates {
     /// [`Gates::take_gone`] too).
     pub fn take_crowded_out(&mut self) -> Vec<ulid::Ulid> {
         std::mem::take(&mut self.crowded_out)
+    }
+
+    /// The announces superseded since the last call (counted in [`Gates::take_gone`] too).
+    pub fn take_superseded(&mut self) -> Vec<ulid::Ulid> {
+        std::mem::take(&mut self.superseded)
     }
 
     /// The chunks approved and released since the last call (for `/metrics`).
@@ -629,5 +653,51 @@ mod tests {
         assert!(g.offer(upd.clone(), &mut pvp, t, Time(0)).is_none());
         assert_eq!(g.take_crowded_out(), [upd.id()]);
         assert_eq!(g.abandon().len(), room);
+    }
+
+    /// A sender whose RTCP alternates between two names (every compound, so at up to
+    /// `--max-pps-per-source` a second) makes a `participant.announce` each time (pvp-spec 7.1).
+    /// Behind a pending gate each was held, uncounted against the room (it is not text): with
+    /// nobody answering for up to `--gate-timeout-s` (a day), the held envelopes grew without
+    /// bound. Found by review ao (session 45). Only the newest name waits now, behind what
+    /// came before it, the older ones superseded (nothing lost: the newest is what the
+    /// participant is called).
+    #[test]
+    fn announces_behind_a_pending_gate_do_not_grow_it_past_its_room() {
+        let mut pvp = Builder::new("s".into(), None, 5);
+        let room = 4;
+        let mut g = Gates::new(
+            GateConfig {
+                quorum: 1,
+                timeout: Duration::from_secs(86_400),
+            },
+            room,
+        );
+        let t = Instant::now();
+        let a = env(&mut pvp, Kind::ContextAdd, json!({"key": "a"}));
+        let request = g.offer(a.clone(), &mut pvp, t, Time(0)).unwrap();
+        let mut newest = None;
+        for i in 0..10_000 {
+            let name = if i % 2 == 0 { "Ada" } else { "Bob" };
+            let e = env(&mut pvp, Kind::ParticipantAnnounce, json!({"name": name}));
+            assert!(g.offer(e.clone(), &mut pvp, t, Time(0)).is_none(), "waits");
+            newest = Some(e);
+        }
+        assert_eq!(g.take_superseded().len(), 9_999);
+        assert_eq!(g.take_gone(), 9_999, "settled");
+        let mut approve = server(
+            "gate.approve",
+            json!({"gate": request.id().to_string(), "approver": "x"}),
+        );
+        approve.sender = "x".into();
+        g.on_server(&approve);
+        let (send, dropped) = g.release(t);
+        assert!(dropped.is_empty());
+        assert_eq!(
+            send.iter().map(Envelope::id).collect::<Vec<_>>(),
+            [a.id(), newest.unwrap().id()],
+            "the chunk, then the newest name"
+        );
+        assert!(g.is_empty());
     }
 }

@@ -2198,7 +2198,8 @@ fn refused_id(id: ulid::Ulid, cfg: &WsConfig) {
 /// Counts what the gates dropped from the core since the last call as settled; the chunks
 /// (and corrections) dropped for want of room and the dropped corrections (of a refused
 /// chunk) are logged, counted with the refused chunks, and marked done in the spool (a chunk
-/// dropped undecided is, where it is handed over).
+/// dropped undecided is, where it is handed over); announces a newer one superseded are
+/// marked done.
 fn gone(g: &mut super::gate::Gates, cfg: &WsConfig, counts: &Counts) {
     counts.settled(g.take_gone());
     cfg.metrics.gates_approved.inc_by(g.take_approved());
@@ -2209,6 +2210,13 @@ fn gone(g: &mut super::gate::Gates, cfg: &WsConfig, counts: &Counts) {
     for id in g.take_dropped_corrections() {
         tracing::info!(%id, "correction of a refused gated chunk dropped");
         refused_id(id, cfg);
+    }
+    // A newer name waits in their place: nothing lost, nothing to send after a restart.
+    for id in g.take_superseded() {
+        tracing::debug!(%id, "participant.announce waiting behind a gate superseded by a newer one");
+        if let Some(spool) = &cfg.spool {
+            spool.done(id);
+        }
     }
 }
 
