@@ -1,10 +1,21 @@
 //! Participant ids a `[[stream]]` mapping rule gives several speakers (README "Configuration
 //! file": every stream from a network is one participant): what the session is told of that
-//! participant once the envelopes have passed the sinks' one `Presence`.
+//! participant once the envelopes have passed the sinks' one `Presence`. Gated transcripts
+//! (README "Gated transcripts") across a reconnect: a server that still has the gate and
+//! refuses the request's copy.
 //!
 //! Found by review ao (session 45).
 
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use pvp_t140::metrics::SinkMetrics;
+use pvp_t140::sink::gate::GateConfig;
+use pvp_t140::sink::ws::{WsConfig, WsSink};
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
 
 use pvp_t140::mapping::{Mapping, Rule};
 use pvp_t140::presence::Presence;
@@ -14,6 +25,10 @@ use pvp_t140::{Config, Gateway};
 #[path = "common/core.rs"]
 mod core_helpers;
 use core_helpers::*;
+
+#[path = "common/talk.rs"]
+mod talk;
+use talk::Talk;
 
 /// One RTCP SDES packet (RFC 3550 6.5) for `ssrc`: its CNAME and its NAME.
 fn sdes(ssrc: u32, cname: &str, name: &str) -> Vec<u8> {
@@ -105,4 +120,109 @@ fn a_shared_participant_is_not_renamed_after_each_of_its_speakers() {
     let adds = out.iter().filter(|e| e.kind == "context.add").count();
     assert_eq!(adds, 3);
     assert!(out.iter().all(|e| e.sender == "room"));
+}
+
+/// A frame from the server (or relayed from `sender`).
+fn frame(sender: &str, kind: &str, payload: Value) -> Message {
+    Message::text(
+        json!({"v": 1, "id": "01JAAAAAAAAAAAAAAAAAAAAAA1", "ts": "2026-11-29T00:00:00.000Z",
+            "session": "s", "sender": sender, "type": kind, "payload": payload})
+        .to_string(),
+    )
+}
+
+/// A connection lost while a chunk awaits approval (a proxy in between dropped it, the server
+/// went on): after the rejoin the connection sends the gate's request again, the same
+/// envelope (README "Gated transcripts": "a server that restarted has lost its gates"). A
+/// server that did not restart still has the gate, and refuses the copy as the message it
+/// already took (pvp-spec 19.5: delivered at most once; pvp-spec 17: an `error` for every
+/// rejected operation). That refusal was taken for "the server made no gate": the chunk was
+/// dropped at once, and the approval that came for the live gate then found nothing to
+/// approve: text lost, though approved. Now a refusal of a copy leaves the chunk waiting for
+/// its decision (or its timeout, if the server did lose the gate and refuses the copy for
+/// another reason).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_copy_of_a_gate_request_after_a_reconnect_does_not_drop_its_chunk() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let log: Arc<Mutex<Vec<(usize, Value)>>> = Arc::default();
+    let out = log.clone();
+    tokio::spawn(async move {
+        let mut n = 0;
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (conn, log) = (n, out.clone());
+            n += 1;
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                    return;
+                };
+                while let Some(Ok(m)) = ws.next().await {
+                    let Ok(v) = serde_json::from_str::<Value>(m.to_text().unwrap_or("")) else {
+                        continue;
+                    };
+                    log.lock().unwrap().push((conn, v.clone()));
+                    if v["type"] != "gate.request" {
+                        continue;
+                    }
+                    if conn == 0 {
+                        // The connection is lost with the gate made.
+                        let _ = ws.close(None).await;
+                        return;
+                    }
+                    let gate = v["id"].as_str().unwrap().to_owned();
+                    let duplicate = json!({"code": "INVALID_MESSAGE",
+                        "message": "duplicate message id", "recoverable": true,
+                        "related_to": gate});
+                    let _ = ws.send(frame("system", "error", duplicate)).await;
+                    let approve = json!({"gate": gate, "approver": "ada"});
+                    let _ = ws.send(frame("ada", "gate.approve", approve)).await;
+                }
+            });
+        }
+    });
+    let metrics = SinkMetrics::default();
+    let mut sink = WsSink::new(WsConfig {
+        url,
+        session: "s".into(),
+        heartbeat: Duration::from_secs(30),
+        connect_timeout: Duration::from_secs(5),
+        write_timeout: Duration::from_secs(5),
+        silence: Duration::from_secs(90),
+        queue: 64,
+        metrics: metrics.clone(),
+        tls: None,
+        spool: None,
+        gate: Some(GateConfig {
+            quorum: 1,
+            timeout: Duration::from_secs(60),
+        }),
+    });
+    let mut talk = Talk::new();
+    let p = "t140:0000a0a0@127.0.0.1:40070";
+    sink.send(talk.join(p));
+    sink.send(talk.add(p, "Approved on the server that kept the gate."));
+    let added = || {
+        log.lock()
+            .unwrap()
+            .iter()
+            .any(|(_, v)| v["type"] == "context.add")
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !added() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let copies = log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(c, v)| *c == 1 && v["type"] == "gate.request")
+        .count();
+    sink.close(Duration::from_secs(5)).await;
+    assert_eq!(copies, 1, "the request asked again after the reconnect");
+    assert!(
+        added(),
+        "the approved chunk was never added; refused: {}",
+        metrics.gates_refused.get()
+    );
+    assert_eq!(metrics.gates_refused.get(), 0);
 }

@@ -3,7 +3,8 @@
 //! `action_type: "context_change"`, `action_ref` = the id of the held `context.add`); it is sent
 //! once `quorum` `gate.approve`s for that gate arrive (or the server's `gate.timeout` says
 //! `auto_approved`), and dropped and counted on a `gate.reject`, a `gate.timeout` that rejects or
-//! escalates, an `error` from the server naming the request ([`Gates::refuse`]), or when no
+//! escalates, an `error` from the server naming the request ([`Gates::refuse`]; not its copy
+//! written after a reconnect), or when no
 //! answer comes within the timeout plus a grace period. Whatever the
 //! participant sends after a held chunk (corrections, its leave) waits behind it, so order holds
 //! and a correction of a rejected chunk is dropped with it. What is held counts against the
@@ -47,8 +48,23 @@ enum Held {
         approvers: Vec<String>,
         verdict: Option<Verdict>,
         deadline: Instant,
+        /// The request was written again on a new connection ([`Gates::asked_again`]): a
+        /// refusal of it may be a server's that still has the gate refusing the copy.
+        copied: bool,
     },
     Plain(Envelope),
+}
+
+/// What an `error` naming a gate's request did to it ([`Gates::refuse`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The chunk is refused, at the next [`Gates::release`].
+    Refused,
+    /// The request refused was a copy, written again after a reconnect: the chunk waits on for
+    /// its gate's decision or its timeout.
+    Copy,
+    /// No undecided gate has that request.
+    Unknown,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,6 +192,7 @@ impl Gates {
                 approvers: Vec::new(),
                 verdict: None,
                 deadline: now + self.cfg.timeout + GRACE,
+                copied: false,
             });
             return Some(request);
         }
@@ -258,18 +275,29 @@ impl Gates {
 
     /// The server answered the `gate.request` `request` with an `error` (pvp-spec 17: it made
     /// no gate, and no decision will come): its chunk is refused as a `gate.reject` would
-    /// refuse it, at the next [`Gates::release`]. False if no undecided gate has that request.
-    pub fn refuse(&mut self, request: &str) -> bool {
+    /// refuse it, at the next [`Gates::release`]. Not for a request written again after a
+    /// reconnect ([`Gates::asked_again`]): a server that kept the gate (the connection, not
+    /// the server, was lost) refuses the copy as a message it already took (pvp-spec 19.5:
+    /// at most once), and its decision still comes; the chunk waits for it, or its timeout.
+    pub fn refuse(&mut self, request: &str) -> Refusal {
         for h in &mut self.held {
-            if let Held::Gate { id, verdict, .. } = h
+            if let Held::Gate {
+                id,
+                verdict,
+                copied,
+                ..
+            } = h
                 && id == request
                 && verdict.is_none()
             {
+                if *copied {
+                    return Refusal::Copy;
+                }
                 *verdict = Some(Verdict::Rejected);
-                return true;
+                return Refusal::Refused;
             }
         }
-        false
+        Refusal::Unknown
     }
 
     /// Resolves what can be resolved at `now`, in order: returns what to send, and the chunks
@@ -418,6 +446,25 @@ impl Gates {
             }
         }
         false
+    }
+
+    /// [`Gates::asked`] for a request written again on a new connection, after one it was
+    /// written on was lost: the server may still have its gate ([`Gates::refuse`]).
+    pub fn asked_again(&mut self, request: ulid::Ulid, now: Instant) -> bool {
+        let id = request.to_string();
+        for h in &mut self.held {
+            if let Held::Gate {
+                id: gate,
+                verdict: None,
+                copied,
+                ..
+            } = h
+                && *gate == id
+            {
+                *copied = true;
+            }
+        }
+        self.asked(request, now)
     }
 
     pub fn next_deadline(&self) -> Option<Instant> {

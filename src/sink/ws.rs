@@ -812,11 +812,17 @@ async fn connection(
                                         // A gate's request the server made no gate for: no
                                         // decision will come, and its chunk is refused now,
                                         // not after its timeout with all behind it waiting.
-                                        if let Some(g) = gates.as_mut()
-                                            && g.refuse(&id.to_string())
-                                        {
-                                            tracing::warn!(%participant, %id, "gate.request refused by the PVP server; its chunk is not approved");
-                                            settle(g, &mut outbox, &cfg, &participant, &counts);
+                                        if let Some(g) = gates.as_mut() {
+                                            match g.refuse(&id.to_string()) {
+                                                super::gate::Refusal::Refused => {
+                                                    tracing::warn!(%participant, %id, "gate.request refused by the PVP server; its chunk is not approved");
+                                                    settle(g, &mut outbox, &cfg, &participant, &counts);
+                                                }
+                                                super::gate::Refusal::Copy => {
+                                                    tracing::info!(%participant, %id, "gate.request asked again after a reconnect refused by the PVP server (one that kept the gate refuses the copy); its chunk waits for the gate's decision or its timeout");
+                                                }
+                                                super::gate::Refusal::Unknown => {}
+                                            }
                                         }
                                     }
                                     Reaction::Gate(env) => {
@@ -1581,7 +1587,7 @@ where
         }
         // Its approvers have `timeout_seconds` from now.
         if let Some(g) = gates.as_mut() {
-            g.asked(id, std::time::Instant::now());
+            g.asked_again(id, std::time::Instant::now());
         }
     }
     true
