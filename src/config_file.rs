@@ -333,6 +333,25 @@ pub fn parse(path: &Path, text: &str) -> Result<(FileConfig, Mapping, Vec<IpNet>
                 ));
             }
         }
+        // pvp-spec 4.2: the server's own sender. A participant under it is taken for the
+        // server by every member, this gateway's other participants too: its heartbeat pings
+        // answered by all of them (`crate::pvp::from_server`).
+        if let Some(id) = r
+            .participant
+            .as_deref()
+            .filter(|id| crate::pvp::from_server(id))
+        {
+            return Err(at(
+                path,
+                text,
+                key_span(text, Some(i), "participant").unwrap_or(rule.span()),
+                &field("participant"),
+                &format!(
+                    "{id:?} is the PVP server's own sender (pvp-spec 4.2): members would take \
+                     this participant for the server"
+                ),
+            ));
+        }
         if match_ssrc.is_none() && match_source.is_none() && r.rtcp_name.is_none() {
             return Err(at(
                 path,
@@ -434,6 +453,23 @@ rtcp_name = "Bob"
             Some(" Ada\u{7} "),
             "cleaned when sent"
         );
+    }
+
+    /// A rule's participant id that is the server's own sender (pvp-spec 4.2, `system` or
+    /// `server`) is refused at load: every member, this gateway's other participants too, took
+    /// what it sent for the server's word (its heartbeat pings were answered by all of them).
+    /// Found by review ao (session 45).
+    #[test]
+    fn a_rules_participant_id_that_is_the_servers_sender_is_refused() {
+        for id in ["system", "server"] {
+            let e = p(&format!("[[stream]]\nssrc = 1\nparticipant = \"{id}\"\n")).unwrap_err();
+            assert!(
+                e.starts_with("gw.toml:3: stream[0].participant:") && e.contains("pvp-spec 4.2"),
+                "{e}"
+            );
+        }
+        let (_, m, _) = p("[[stream]]\nssrc = 1\nparticipant = \"systems\"\n").unwrap();
+        assert_eq!(m.rules[0].participant.as_deref(), Some("systems"));
     }
 
     #[test]
