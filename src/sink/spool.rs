@@ -95,14 +95,23 @@ pub struct Spool {
 /// session, and one id may be in two (a `[[stream]]` rule's participant in two rooms).
 type Who = (Box<str>, SenderId);
 
-/// Whose presence a join or a leave is, or whose name an announce gives; nothing for other
-/// envelopes.
+/// Whose presence a join or a leave is, whose name an announce gives, or whose text
+/// (`context.*`: its participant's join is kept while it is undelivered, [`Journal::texts`]);
+/// nothing for other envelopes.
 fn who(e: &Envelope) -> Option<Who> {
-    matches!(
+    (matches!(
         e.kind(),
         Kind::SessionJoin | Kind::SessionLeave | Kind::ParticipantAnnounce
-    )
+    ) || is_text(e.kind()))
     .then(|| (e.session_json().into(), e.sender().clone()))
+}
+
+/// Text (`context.*`).
+fn is_text(kind: Kind) -> bool {
+    matches!(
+        kind,
+        Kind::ContextAdd | Kind::ContextUpdate | Kind::ContextRemove
+    )
 }
 
 /// What the sink hands the journal's writer.
@@ -113,7 +122,8 @@ enum Record {
     Add {
         id: ulid::Ulid,
         kind: Kind,
-        /// For a join or a leave: whose presence it is; for an announce, whose name.
+        /// For a join or a leave: whose presence it is; for an announce, whose name; for text,
+        /// whose ([`who`]).
         who: Option<Who>,
         line: String,
         /// Journaled again after it was written ([`Spool::again`]): it takes its old order.
@@ -129,8 +139,9 @@ enum Record {
 }
 
 /// The open journal, and what a compaction keeps of it: the envelopes not yet written to the
-/// server, in order, and the latest join of every participant that has not left, or has text
-/// refused after its leave undelivered (a restart rejoins with it before resending).
+/// server, in order, and the latest join of every participant that has not left, or still has
+/// text undelivered (written before its leave, its pong still to come, or refused after the
+/// leave): a restart rejoins with it before resending.
 #[derive(Debug)]
 struct Journal {
     path: PathBuf,
@@ -160,6 +171,14 @@ struct Journal {
     /// Per participant with such text: the order of the join put back, and how much of its
     /// text is still undelivered (the join goes again once none is).
     restored_for: HashMap<Who, (u64, usize)>,
+    /// Undelivered text (`context.*`) per participant.
+    texts: HashMap<Who, usize>,
+    /// Participants whose leave was written while some of their text was still undelivered
+    /// (written before the leave, its pong still to come, README "Delivery to a PVP server"):
+    /// the order of the join kept for that text, until none is undelivered. The leave's mark
+    /// dropped it, and a compaction before the pong, then a kill, left the text with no join
+    /// for the next start to rejoin with (review an, session 45).
+    lingering: HashMap<Who, u64>,
     /// Past `live_cap`: compacting stopped for this run (see [`LIVE_CAP`]).
     untracked: bool,
     /// A write failed: the file may lack records or end in part of one. Until the journal is
@@ -175,7 +194,9 @@ struct Journal {
 #[derive(Debug)]
 struct Live {
     record: String,
-    leave_of: Option<Who>,
+    /// Whose leave or text it is ([`who`]).
+    who: Option<Who>,
+    leave: bool,
 }
 
 impl Spool {
@@ -217,6 +238,8 @@ impl Spool {
             left: VecDeque::new(),
             restored: HashMap::new(),
             restored_for: HashMap::new(),
+            texts: HashMap::new(),
+            lingering: HashMap::new(),
             untracked: false,
             damaged: None,
             torn: false,
@@ -498,11 +521,19 @@ impl Journal {
                 *texts += 1;
             }
         }
-        let leave_of = who.filter(|_| kind == Kind::SessionLeave);
+        let leave = kind == Kind::SessionLeave;
+        let who = who.filter(|_| leave || is_text(kind));
         self.live_bytes += record.len() as u64;
         self.order.insert(id, n);
-        if let Some(old) = self.live.insert(n, Live { record, leave_of }) {
-            self.live_bytes -= old.record.len() as u64;
+        let text_of = who.clone().filter(|_| !leave);
+        match self.live.insert(n, Live { record, who, leave }) {
+            // Journaled again while still undelivered: counted once.
+            Some(old) => self.live_bytes -= old.record.len() as u64,
+            None => {
+                if let Some(who) = text_of {
+                    *self.texts.entry(who).or_default() += 1;
+                }
+            }
         }
         if self.live_bytes > self.live_cap {
             tracing::warn!(
@@ -516,6 +547,8 @@ impl Journal {
             self.left = VecDeque::new();
             self.restored = HashMap::new();
             self.restored_for = HashMap::new();
+            self.texts = HashMap::new();
+            self.lingering = HashMap::new();
         }
     }
 
@@ -532,23 +565,23 @@ impl Journal {
                 self.written.pop_front();
             }
             self.written.push_back((id, n));
-            // Left: a restart will not need its join, unless it joined again since, or text
-            // refused after the leave comes back (kept a while for that).
-            if let Some(who) = l.leave_of
-                && self.joins.get(&who).is_some_and(|(at, _)| *at < n)
-                && let Some(old) = self.joins.remove(&who)
-            {
-                self.joins_bytes -= old.1.len() as u64;
-                let now = Instant::now();
-                while self.left.len() >= PLACES_KEPT
-                    || self
-                        .left
-                        .front()
-                        .is_some_and(|(t, ..)| now >= *t + LEFT_KEPT)
-                {
-                    self.left.pop_front();
+            // Left: a restart will not need its join, unless it joined again since, or it has
+            // text still undelivered (kept until that is done), or text refused after the
+            // leave comes back (kept a while for that).
+            match l.who {
+                Some(who) if l.leave => {
+                    if let Some(&(at, _)) = self.joins.get(&who)
+                        && at < n
+                    {
+                        if self.texts.contains_key(&who) {
+                            self.lingering.insert(who, at);
+                        } else {
+                            self.let_join_go(who, at);
+                        }
+                    }
                 }
-                self.left.push_back((now, who, old));
+                Some(who) => self.text_done(who),
+                None => {}
             }
             // Text refused after its participant's leave, delivered or given up at last: its
             // join is no longer needed, unless the participant joined again since.
@@ -567,6 +600,44 @@ impl Journal {
                 }
             }
         }
+    }
+
+    /// Text of `who` is done: once none of it is undelivered, the join kept for it after its
+    /// participant's leave goes.
+    fn text_done(&mut self, who: Who) {
+        let Some(texts) = self.texts.get_mut(&who) else {
+            return;
+        };
+        *texts -= 1;
+        if *texts == 0 {
+            self.texts.remove(&who);
+            if let Some(at) = self.lingering.remove(&who) {
+                self.let_join_go(who, at);
+            }
+        }
+    }
+
+    /// The join of `who` (made at order `at`), whose leave was written, is no longer kept for
+    /// a restart (unless it joined again since): kept a while in `left`, for text refused after
+    /// the leave.
+    fn let_join_go(&mut self, who: Who, at: u64) {
+        if self.joins.get(&who).is_none_or(|(j, _)| *j != at) {
+            return;
+        }
+        let Some(old) = self.joins.remove(&who) else {
+            return;
+        };
+        self.joins_bytes -= old.1.len() as u64;
+        let now = Instant::now();
+        while self.left.len() >= PLACES_KEPT
+            || self
+                .left
+                .front()
+                .is_some_and(|(t, ..)| now >= *t + LEFT_KEPT)
+        {
+            self.left.pop_front();
+        }
+        self.left.push_back((now, who, old));
     }
 
     /// Bytes a compaction would write.
@@ -1416,6 +1487,46 @@ mod tests {
                 "alice session.leave"
             ]
         );
+    }
+
+    /// Text written just before its participant's leave and not yet seen read (its pong still
+    /// to come) when the leave is written and marked done: the leave's mark dropped the join
+    /// from what a compaction keeps, so a compaction then a kill left the text with no join, and
+    /// the next start sent it first on a connection with no join (pvp-spec 6.3: refused). The
+    /// join is kept while the participant has text undelivered, and goes once it is done.
+    /// Found by review an (session 45).
+    #[test]
+    fn text_unread_when_its_participants_leave_is_done_keeps_its_join_through_a_compaction() {
+        let d = Scratch::new("left-unread", 16 << 10, 1 << 20);
+        let (spool, _) = d.open();
+        let mut talk = Talk::new();
+        deliver(&spool, &talk.join("alice"));
+        let text = talk.add("alice", "Written, its pong still to come.");
+        spool.added(&text);
+        deliver(&spool, &talk.leave("alice"));
+        compact_with_filler(&spool, &mut talk);
+        // Killed before the pong.
+        drop(spool);
+        let (spool, resend) = d.open();
+        assert_eq!(
+            said_by(&resend, "alice"),
+            [
+                "alice session.join",
+                "alice context.add Written, its pong still to come.",
+                "alice session.leave",
+            ]
+        );
+        // This start delivers the resend (the text seen read): a compaction keeps nothing of
+        // alice, whose join goes with her last text.
+        let mut talk = Talk::new();
+        for e in &resend {
+            spool.done(e.id());
+        }
+        compact_with_filler(&spool, &mut talk);
+        let journal = std::fs::read_to_string(spool.path()).unwrap();
+        assert!(!journal.contains("alice"), "{journal}");
+        drop(spool);
+        assert!(d.open().1.is_empty());
     }
 
     /// Someone else's delivered traffic grows the journal past the scratch's threshold (16
