@@ -1678,19 +1678,8 @@ fn not_taken(
         counts.settled.fetch_sub(1, Ordering::Relaxed);
         tracing::info!(%participant, %id, "participant.announce refused as {code}; sent again after the pause");
         at.send_again(retry, (std::time::Instant::now(), a.clone()));
-    } else if let Some(&(_, kind)) = at.recent.iter().find(|(r, _)| *r == id)
-        && matches!(
-            kind,
-            Kind::ContextAdd | Kind::ContextUpdate | Kind::ContextRemove
-        )
-    {
-        // Counted once: the same refusal read again (a server replaying its history on a
-        // reconnect, pvp-spec 19.1) finds it no longer among the recent ones.
-        at.recent.retain(|(r, _)| *r != id);
-        counts.sent.fetch_sub(1, Ordering::Relaxed);
-        counts.given_up.fetch_add(1, Ordering::Relaxed);
-        cfg.metrics.server_refused_items.inc();
-        tracing::warn!(%participant, %id, %kind, "refused as {code}, and no longer held to be sent again (written more than {HOLD_FOR:?} ago, or {HELD} newer text envelopes since); dropped");
+    } else if refused_unheld(id, code, at.recent, cfg, counts, participant) {
+        // Text no longer held: dropped (counted and logged there).
     } else if let Some(&(_, kind)) = at.own.iter().find(|(r, _)| *r == id) {
         // A heartbeat or a pong (nothing lost; the next goes at its time), or a rejoin a later
         // one stands for.
@@ -1701,6 +1690,34 @@ fn not_taken(
     } else {
         tracing::warn!(%participant, %id, "refused as {code} an envelope not among the last {RECENT} written: if it was text, it is lost (not counted)");
     }
+}
+
+/// Text `id` among the connection's `recent` writes, refused as `code` (RATE_LIMITED,
+/// PARTICIPANT_NOT_FOUND) when no longer held to be sent again: counted as dropped rather than
+/// sent, and as refused by the server, once (the same refusal read again, a server replaying
+/// its history on a reconnect, pvp-spec 19.1, finds it no longer among the recent ones). It
+/// stays done in the spool: a restart would send it after what came later. False if `id` is
+/// no such text.
+fn refused_unheld(
+    id: ulid::Ulid,
+    code: &str,
+    recent: &mut VecDeque<(ulid::Ulid, Kind)>,
+    cfg: &WsConfig,
+    counts: &Counts,
+    participant: &str,
+) -> bool {
+    let Some(&(_, kind)) = recent.iter().find(|(r, _)| *r == id) else {
+        return false;
+    };
+    if !is_text(kind) {
+        return false;
+    }
+    recent.retain(|(r, _)| *r != id);
+    counts.sent.fetch_sub(1, Ordering::Relaxed);
+    counts.given_up.fetch_add(1, Ordering::Relaxed);
+    cfg.metrics.server_refused_items.inc();
+    tracing::warn!(%participant, %id, %kind, "refused as {code}, and no longer held to be sent again (written more than {HOLD_FOR:?} ago, or {HELD} newer text envelopes since); dropped");
+    true
 }
 
 /// Bytes a connection reads at once (tungstenite zero-fills them before each read, so they are
@@ -2018,9 +2035,19 @@ impl<'a> Late<'a> {
                 }
             }
             Reaction::Backoff {
-                related: Some(id), ..
+                related: Some(id),
+                rejoin,
+                ..
             } if !self.refused => {
                 let Some((_, e)) = self.retry.take_back(id, self.recent, cfg, counts) else {
+                    // Text no longer held (read, and let go) is dropped, as while the
+                    // connection is open: it was passed over, counted as sent.
+                    let code = if rejoin {
+                        "PARTICIPANT_NOT_FOUND"
+                    } else {
+                        "RATE_LIMITED"
+                    };
+                    refused_unheld(id, code, self.recent, cfg, counts, participant);
                     return;
                 };
                 counts.given_up.fetch_add(1, Ordering::Relaxed);
