@@ -95,15 +95,29 @@ pub struct Spool {
 /// session, and one id may be in two (a `[[stream]]` rule's participant in two rooms).
 type Who = (Box<str>, SenderId);
 
-/// Whose presence a join or a leave is, whose name an announce gives, or whose text
-/// (`context.*`: its participant's join is kept while it is undelivered, [`Journal::texts`]);
-/// nothing for other envelopes.
+/// Whose presence a join or a leave is, or whose name an announce gives; nothing for other
+/// envelopes.
 fn who(e: &Envelope) -> Option<Who> {
-    (matches!(
+    matches!(
         e.kind(),
         Kind::SessionJoin | Kind::SessionLeave | Kind::ParticipantAnnounce
-    ) || is_text(e.kind()))
+    )
     .then(|| (e.session_json().into(), e.sender().clone()))
+}
+
+/// Whose text (`context.*`) an envelope is, as a hash of its participant ([`who_hash`]): its
+/// participant's join is kept while it is undelivered ([`Journal::texts`]). A hash, made
+/// without an allocation on the sink's thread, 8 bytes a text kept (two participants alike
+/// by chance, about 1 in 2^64, would keep one's join a little longer).
+fn text_of(e: &Envelope) -> Option<u64> {
+    is_text(e.kind()).then(|| who_hash(e.session_json(), e.sender()))
+}
+
+/// A participant ([`Who`]) as a hash.
+fn who_hash(session: &str, sender: &str) -> u64 {
+    use std::hash::BuildHasher;
+    std::hash::BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default()
+        .hash_one((session, sender))
 }
 
 /// Text (`context.*`).
@@ -122,9 +136,10 @@ enum Record {
     Add {
         id: ulid::Ulid,
         kind: Kind,
-        /// For a join or a leave: whose presence it is; for an announce, whose name; for text,
-        /// whose ([`who`]).
+        /// For a join or a leave: whose presence it is; for an announce, whose name.
         who: Option<Who>,
+        /// For text, whose ([`text_of`]).
+        text_of: Option<u64>,
         line: String,
         /// Journaled again after it was written ([`Spool::again`]): it takes its old order.
         again: bool,
@@ -171,14 +186,14 @@ struct Journal {
     /// Per participant with such text: the order of the join put back, and how much of its
     /// text is still undelivered (the join goes again once none is).
     restored_for: HashMap<Who, (u64, usize)>,
-    /// Undelivered text (`context.*`) per participant.
-    texts: HashMap<Who, usize>,
+    /// Undelivered text (`context.*`) per participant ([`who_hash`]).
+    texts: HashMap<u64, usize>,
     /// Participants whose leave was written while some of their text was still undelivered
     /// (written before the leave, its pong still to come, README "Delivery to a PVP server"):
     /// the order of the join kept for that text, until none is undelivered. The leave's mark
     /// dropped it, and a compaction before the pong, then a kill, left the text with no join
     /// for the next start to rejoin with (review an, session 45).
-    lingering: HashMap<Who, u64>,
+    lingering: HashMap<u64, (Who, u64)>,
     /// Past `live_cap`: compacting stopped for this run (see [`LIVE_CAP`]).
     untracked: bool,
     /// A write failed: the file may lack records or end in part of one. Until the journal is
@@ -194,9 +209,9 @@ struct Journal {
 #[derive(Debug)]
 struct Live {
     record: String,
-    /// Whose leave or text it is ([`who`]).
-    who: Option<Who>,
-    leave: bool,
+    leave_of: Option<Who>,
+    /// Whose text it is ([`text_of`]).
+    text_of: Option<u64>,
 }
 
 impl Spool {
@@ -247,7 +262,8 @@ impl Spool {
         };
         let mut lines = String::new();
         for e in &pending {
-            journal.add(&mut lines, e.id(), e.kind(), who(e), add_record(e), false);
+            let whose = (who(e), text_of(e));
+            journal.add(&mut lines, e.id(), e.kind(), whose, add_record(e), false);
         }
         journal.file.write_all(lines.as_bytes()).map_err(err)?;
         journal.size = lines.len() as u64;
@@ -323,6 +339,7 @@ impl Spool {
             id: e.id(),
             kind: e.kind(),
             who,
+            text_of: text_of(e),
             line: add_record(e),
             again,
         });
@@ -390,9 +407,10 @@ impl Journal {
                         id,
                         kind,
                         who,
+                        text_of,
                         line,
                         again,
-                    } => self.add(&mut batch, id, kind, who, line, again),
+                    } => self.add(&mut batch, id, kind, (who, text_of), line, again),
                     Record::Done(id) => self.done(&mut batch, id),
                     Record::Flush(tx) => flushed.push(tx),
                     #[cfg(all(test, any(target_os = "linux", target_os = "android")))]
@@ -456,7 +474,7 @@ impl Journal {
         batch: &mut String,
         id: ulid::Ulid,
         kind: Kind,
-        who: Option<Who>,
+        (who, text_of): (Option<Who>, Option<u64>),
         plain: String,
         again: bool,
     ) {
@@ -521,17 +539,20 @@ impl Journal {
                 *texts += 1;
             }
         }
-        let leave = kind == Kind::SessionLeave;
-        let who = who.filter(|_| leave || is_text(kind));
+        let leave_of = who.filter(|_| kind == Kind::SessionLeave);
         self.live_bytes += record.len() as u64;
         self.order.insert(id, n);
-        let text_of = who.clone().filter(|_| !leave);
-        match self.live.insert(n, Live { record, who, leave }) {
+        let live = Live {
+            record,
+            leave_of,
+            text_of,
+        };
+        match self.live.insert(n, live) {
             // Journaled again while still undelivered: counted once.
             Some(old) => self.live_bytes -= old.record.len() as u64,
             None => {
-                if let Some(who) = text_of {
-                    *self.texts.entry(who).or_default() += 1;
+                if let Some(whose) = text_of {
+                    *self.texts.entry(whose).or_default() += 1;
                 }
             }
         }
@@ -568,20 +589,19 @@ impl Journal {
             // Left: a restart will not need its join, unless it joined again since, or it has
             // text still undelivered (kept until that is done), or text refused after the
             // leave comes back (kept a while for that).
-            match l.who {
-                Some(who) if l.leave => {
-                    if let Some(&(at, _)) = self.joins.get(&who)
-                        && at < n
-                    {
-                        if self.texts.contains_key(&who) {
-                            self.lingering.insert(who, at);
-                        } else {
-                            self.let_join_go(who, at);
-                        }
-                    }
+            if let Some(who) = l.leave_of
+                && let Some(&(at, _)) = self.joins.get(&who)
+                && at < n
+            {
+                let whose = who_hash(&who.0, &who.1);
+                if self.texts.contains_key(&whose) {
+                    self.lingering.insert(whose, (who, at));
+                } else {
+                    self.let_join_go(who, at);
                 }
-                Some(who) => self.text_done(who),
-                None => {}
+            }
+            if let Some(whose) = l.text_of {
+                self.text_done(whose);
             }
             // Text refused after its participant's leave, delivered or given up at last: its
             // join is no longer needed, unless the participant joined again since.
@@ -602,16 +622,16 @@ impl Journal {
         }
     }
 
-    /// Text of `who` is done: once none of it is undelivered, the join kept for it after its
-    /// participant's leave goes.
-    fn text_done(&mut self, who: Who) {
-        let Some(texts) = self.texts.get_mut(&who) else {
+    /// Text of `whose` ([`who_hash`]) is done: once none of it is undelivered, the join kept
+    /// for it after its participant's leave goes.
+    fn text_done(&mut self, whose: u64) {
+        let Some(texts) = self.texts.get_mut(&whose) else {
             return;
         };
         *texts -= 1;
         if *texts == 0 {
-            self.texts.remove(&who);
-            if let Some(at) = self.lingering.remove(&who) {
+            self.texts.remove(&whose);
+            if let Some((who, at)) = self.lingering.remove(&whose) {
                 self.let_join_go(who, at);
             }
         }
@@ -1527,6 +1547,33 @@ mod tests {
         assert!(!journal.contains("alice"), "{journal}");
         drop(spool);
         assert!(d.open().1.is_empty());
+    }
+
+    /// The same participant back (a new join) before that text is done: its new join is kept
+    /// once the old text is done, for what it says now.
+    #[test]
+    fn a_participant_back_before_its_text_unread_at_the_leave_is_done_keeps_its_new_join() {
+        let d = Scratch::new("left-unread-back", 16 << 10, 1 << 20);
+        let (spool, _) = d.open();
+        let mut talk = Talk::new();
+        deliver(&spool, &talk.join("alice"));
+        let text = talk.add("alice", "Written, its pong still to come.");
+        spool.added(&text);
+        deliver(&spool, &talk.leave("alice"));
+        deliver(&spool, &talk.join("alice"));
+        spool.done(text.id());
+        spool.added(&talk.add("alice", "Said after coming back."));
+        compact_with_filler(&spool, &mut talk);
+        drop(spool);
+        let (_, resend) = d.open();
+        assert_eq!(
+            said_by(&resend, "alice"),
+            [
+                "alice session.join",
+                "alice context.add Said after coming back.",
+                "alice session.leave",
+            ]
+        );
     }
 
     /// Someone else's delivered traffic grows the journal past the scratch's threshold (16
