@@ -74,7 +74,7 @@ const REPAIR_EVERY: Duration = Duration::from_secs(1);
 const LEFT_KEPT: Duration = Duration::from_secs(30);
 
 /// The journal of the PVP sink. Records are written by a thread of their own, in the order
-/// they are handed over (`added` before the frame is sent, `done` after it was written), a
+/// they are handed over (`added` before the frame is sent, `done` once it was delivered), a
 /// batch a write(2): the writes, and the stalls a busy disk gives them, stay off the thread
 /// that serves the PVP connections. With 10,000 participants that cut what the spool costs
 /// that thread by 54-79% (docs/performance.md, section 19).
@@ -144,7 +144,7 @@ enum Record {
         /// Journaled again after it was written ([`Spool::again`]): it takes its old order.
         again: bool,
     },
-    /// An envelope whose frame was written.
+    /// An envelope delivered or given up on ([`Spool::done`]).
     Done(ulid::Ulid),
     /// Answered once everything handed over before it is written.
     Flush(mpsc::Sender<()>),
@@ -345,15 +345,17 @@ impl Spool {
         });
     }
 
-    /// Once its frame is written to the socket.
+    /// Once delivered (a join, a leave or an announce once its frame is written to the socket;
+    /// text once the server is seen to read it, the ws sink's `Retry`), or given up on.
     pub fn done(&self, id: ulid::Ulid) {
         self.hand_over(Record::Done(id));
     }
 
-    /// An envelope written (and marked done), then refused by the server (RATE_LIMITED), to
-    /// be sent again: undelivered once more, in its first place for a restart, a compaction
-    /// in between or not: after what was journaled since (its participant's leave), it would
-    /// be resent after the leave, on a connection with no join (pvp-spec 6.3).
+    /// Text written, then refused by the server (RATE_LIMITED, PARTICIPANT_NOT_FOUND) or taken
+    /// back from a connection lost before the server was seen to read it, to be sent again:
+    /// undelivered (once more, if it was marked done), in its first place for a restart, a
+    /// compaction in between or not: after what was journaled since (its participant's leave),
+    /// it would be resent after the leave, on a connection with no join (pvp-spec 6.3).
     pub fn again(&self, e: &Envelope) {
         self.add(e, true);
     }
