@@ -1316,6 +1316,9 @@ struct Evicted {
     unplaced_at: Unplaced,
 }
 
+/// How often "RTCP feed lagged" may be logged ([`Gateway::rtcp_feed_lost`]).
+pub const FEED_LAG_LOG_EVERY: Duration = Duration::from_secs(10);
+
 /// The sans-IO core.
 pub struct Gateway {
     cfg: Config,
@@ -1339,6 +1342,11 @@ pub struct Gateway {
     ended: HashMap<StreamKey, u64, KeyHasher>,
     /// The size of `ended` at which its passed entries are let go.
     ended_cap: usize,
+    /// When "RTCP feed lagged" was last logged ([`Gateway::rtcp_feed_lost`]), and what the
+    /// feeds lost since, not yet said: a flood of the RTCP port that keeps a worker behind
+    /// logs at most one line every [`FEED_LAG_LOG_EVERY`].
+    feed_lag_said: Option<Time>,
+    feed_lag_unsaid: u64,
     /// The last streams evicted at the stream limit that may come back: until when (their
     /// stream timeout) and where their numbering stood ([`Gateway::remember_evicted`]).
     evicted: VecDeque<Evicted>,
@@ -1592,6 +1600,8 @@ impl Gateway {
             early_names: Vec::new(),
             ended: HashMap::default(),
             ended_cap: ENDED_KEPT,
+            feed_lag_said: None,
+            feed_lag_unsaid: 0,
             evicted: VecDeque::new(),
             evicted_until: Time::NEVER,
             silent: VecDeque::new(),
@@ -1808,8 +1818,24 @@ impl Gateway {
     /// received and dropped too, since it counted them nowhere else. For RTCP other workers
     /// handed on ([`Gateway::share_rtcp`]), `counts` is false: the worker that read them
     /// counted them.
-    pub fn rtcp_feed_lost(&mut self, n: u64, counts: bool) {
-        tracing::warn!(skipped = n, "RTCP feed lagged");
+    ///
+    /// Logged at warn level the first time, then at most once every [`FEED_LAG_LOG_EVERY`]
+    /// with what was lost since (`skipped`): anyone who can reach the RTCP port can keep a
+    /// worker behind, and a line a lag flooded the log.
+    pub fn rtcp_feed_lost(&mut self, now: Time, n: u64, counts: bool) {
+        self.feed_lag_unsaid += n;
+        let due = self
+            .feed_lag_said
+            .is_none_or(|t| now >= t.saturating_add(FEED_LAG_LOG_EVERY));
+        if due {
+            tracing::warn!(
+                skipped = self.feed_lag_unsaid,
+                "RTCP feed lagged: a receive worker fell behind the RTCP it is handed; what it \
+                 skipped is counted (rtcp_feed_missed), logged at most every 10 s"
+            );
+            self.feed_lag_said = Some(now);
+            self.feed_lag_unsaid = 0;
+        }
         self.emit.stats.rtcp_feed_missed += n;
         if counts {
             self.emit.stats.datagrams += n;
@@ -3406,5 +3432,62 @@ mod tests {
         for name in &cases {
             assert_eq!(shows_a_name(name), clean_name(name).is_some(), "{name:?}");
         }
+    }
+    /// A log writer into a shared buffer.
+    #[derive(Clone, Default)]
+    struct Logged(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Logged {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Review aq: every lag of a worker's RTCP feed logged a warn line, and anyone who can
+    /// reach the RTCP port can keep a worker behind (a flood of 1,025 datagrams a lag): the
+    /// log flooded with one line a lag. Now the first lag is said, then at most one line every
+    /// [`FEED_LAG_LOG_EVERY`] with all the feeds lost since; every lost datagram is still
+    /// counted.
+    #[test]
+    fn rtcp_feed_lag_is_logged_at_most_every_ten_seconds() {
+        let logged = Logged::default();
+        let sub = tracing_subscriber::fmt()
+            .with_writer({
+                let l = logged.clone();
+                move || l.clone()
+            })
+            .with_ansi(false)
+            .with_max_level(tracing::Level::WARN)
+            .finish();
+        let mut gw = Gateway::new(Config::default());
+        tracing::subscriber::with_default(sub, || {
+            let t0 = Time::from_millis(1_000_000);
+            for i in 0..1000u64 {
+                // A lag every millisecond for a second, then two more within the 10 s.
+                gw.rtcp_feed_lost(t0.saturating_add(Duration::from_millis(i)), 3, true);
+            }
+            gw.rtcp_feed_lost(t0.saturating_add(Duration::from_millis(9_999)), 5, false);
+            gw.rtcp_feed_lost(t0.saturating_add(FEED_LAG_LOG_EVERY), 7, false);
+        });
+        let text = String::from_utf8(logged.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("RTCP feed lagged"))
+            .collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert!(lines[0].contains("skipped=3"), "{}", lines[0]);
+        // What was lost since the first line: 999 lags of 3, one of 5 and one of 7.
+        assert!(
+            lines[1].contains(&format!("skipped={}", 999 * 3 + 5 + 7)),
+            "{}",
+            lines[1]
+        );
+        let s = gw.stats();
+        assert_eq!(s.rtcp_feed_missed, 1000 * 3 + 5 + 7);
+        assert_eq!(s.drops(DropReason::RtcpFeedLagged), 1000 * 3);
     }
 }

@@ -253,7 +253,7 @@ pub async fn run_worker(
                     drain_socket_now(&socket, &mut gw, &mut reader, &clock);
                     gw.handle_rtcp_port(clock.now(), d.from, &d.data, d.refused, counts_rtcp);
                 }
-                Err(lost) => gw.rtcp_feed_lost(lost, counts_rtcp),
+                Err(lost) => gw.rtcp_feed_lost(clock.now(), lost, counts_rtcp),
             },
             d = recv_rtcp(share.as_mut().map(|s| &mut s.rx)) => match d {
                 Ok(d) => {
@@ -261,7 +261,7 @@ pub async fn run_worker(
                     drain_socket_now(&socket, &mut gw, &mut reader, &clock);
                     gw.handle_shared_rtcp(clock.now(), d.from, &d.rtcp);
                 }
-                Err(lost) => gw.rtcp_feed_lost(lost, false),
+                Err(lost) => gw.rtcp_feed_lost(clock.now(), lost, false),
             },
             // The core's next timer or the linger, whichever is first (a timer not yet due
             // does nothing).
@@ -692,7 +692,7 @@ fn drain_socket_now(
 /// port apart and hands them over), each handled as it would have been.
 fn drain_rtcp_at_stop(feed: &mut Option<RtcpFeed>, gw: &mut Gateway, clock: &Clock, counts: bool) {
     if let Some(rx) = feed {
-        drain_feed(rx, gw, counts, |gw, d| {
+        drain_feed(rx, gw, clock, counts, |gw, d| {
             gw.handle_rtcp_port(clock.now(), d.from, &d.data, d.refused, counts)
         });
     }
@@ -700,7 +700,7 @@ fn drain_rtcp_at_stop(feed: &mut Option<RtcpFeed>, gw: &mut Gateway, clock: &Clo
 
 /// At a stop, the RTCP the other workers handed on ([`RtcpShare`]), their sockets read.
 fn drain_shared_at_stop(share: &mut RtcpShare, gw: &mut Gateway, clock: &Clock) {
-    drain_feed(&mut share.rx, gw, false, |gw, d| {
+    drain_feed(&mut share.rx, gw, clock, false, |gw, d| {
         gw.handle_shared_rtcp(clock.now(), d.from, &d.rtcp)
     });
 }
@@ -710,6 +710,7 @@ fn drain_shared_at_stop(share: &mut RtcpShare, gw: &mut Gateway, clock: &Clock) 
 fn drain_feed<T: Clone>(
     rx: &mut tokio::sync::broadcast::Receiver<T>,
     gw: &mut Gateway,
+    clock: &Clock,
     counts: bool,
     mut each: impl FnMut(&mut Gateway, T),
 ) {
@@ -717,7 +718,7 @@ fn drain_feed<T: Clone>(
     loop {
         match rx.try_recv() {
             Ok(d) => each(gw, d),
-            Err(TryRecvError::Lagged(n)) => gw.rtcp_feed_lost(n, counts),
+            Err(TryRecvError::Lagged(n)) => gw.rtcp_feed_lost(clock.now(), n, counts),
             Err(TryRecvError::Empty | TryRecvError::Closed) => break,
         }
     }
