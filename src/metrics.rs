@@ -390,7 +390,9 @@ impl Collector for CoreCollector {
             ),
             (
                 "pvp_t140_t140llm_objects",
-                "\"[object Object]\" (t140llm's text for an LLM SDK chunk it cannot read) kept out of the transcript.",
+                // No quotes: an OpenMetrics help text holds them only escaped (its ABNF's
+                // escaped-string), and `\"` is an invalid escape in the 0.0.4 text made from it.
+                "t140llm's text [object Object], for an LLM SDK chunk it cannot read, kept out of the transcript.",
                 s.t140llm_objects,
             ),
             (
