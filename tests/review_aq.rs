@@ -1,11 +1,17 @@
 //! The `/metrics` exposition of the real binary against the OpenMetrics 1.0 ABNF: every
-//! `# HELP` text is an `escaped-string` (no bare double quote or backslash).
+//! `# HELP` text is an `escaped-string` (no bare double quote or backslash); and the log of a
+//! participant whose connection queue drops what it says (a PVP server down) is rate limited.
 //!
 //! Found by review aq (session 45).
 
 mod common;
 
+use std::time::Duration;
+
 use common::gateway_proc::{Gateway, http_get};
+use common::talk::Talk;
+use pvp_t140::metrics::SinkMetrics;
+use pvp_t140::sink::ws::{WsConfig, WsSink};
 
 /// Whether `text` is an OpenMetrics 1.0 `escaped-string`: `normal-char` excludes LF, DQUOTE
 /// and BS, which appear only as `\n`, `\"` and `\\`.
@@ -49,4 +55,79 @@ fn every_help_text_is_an_openmetrics_escaped_string() {
         bad.is_empty(),
         "HELP texts that are not escaped-strings: {bad:#?}"
     );
+}
+
+/// A log writer into a shared buffer.
+#[derive(Clone, Default)]
+struct Logged(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logged {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A PVP server down: a participant's connection queue fills, and each envelope it refuses
+/// was logged at warn level, one line an envelope ("PVP connection queue full; envelope
+/// dropped"); the same for every envelope of a participant the server refused (its
+/// connection closed). Whoever speaks (or floods the RTP port with text) through an outage
+/// filled the log at the rate text came. Now the first drop is logged, then at most one line
+/// every 10 s with how many since; every drop is still counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_participant_queue_dropping_everything_logs_once_not_per_envelope() {
+    let logged = Logged::default();
+    let sub = tracing_subscriber::fmt()
+        .with_writer({
+            let l = logged.clone();
+            move || l.clone()
+        })
+        .with_ansi(false)
+        .with_max_level(tracing::Level::WARN)
+        .finish();
+    // On this thread, where `WsSink::send` queues.
+    let _log = tracing::subscriber::set_default(sub);
+    // A port nobody listens on: the server is down.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let metrics = SinkMetrics::default();
+    let mut ws = WsSink::new(WsConfig {
+        url: format!("ws://127.0.0.1:{port}"),
+        session: "s".into(),
+        heartbeat: Duration::from_secs(30),
+        connect_timeout: Duration::from_secs(5),
+        write_timeout: Duration::from_secs(5),
+        silence: Duration::from_secs(90),
+        queue: 4,
+        metrics: metrics.clone(),
+        tls: None,
+        spool: None,
+        gate: None,
+    });
+    let mut talk = Talk::new();
+    let p = "t140:0000abcd@127.0.0.1:40100";
+    ws.send(talk.join(p));
+    for i in 0..500 {
+        ws.send(talk.add(p, &format!("Said during the outage, {i}.")));
+    }
+    // Of the 501, the queue of 4 took the join and 3 sentences (a fifth place is kept for
+    // the leave): 497 refused, each counted.
+    assert_eq!(metrics.participant_queue_refused.get(), 497);
+    let text = String::from_utf8(logged.0.lock().unwrap().clone()).unwrap();
+    let lines = text
+        .lines()
+        .filter(|l| l.contains("envelope dropped"))
+        .count();
+    // One, unless the test took 10 s to queue 500 envelopes.
+    assert!(lines <= 2, "{lines} lines for 497 drops:\n{text}");
+    assert!(lines >= 1, "the first drop was not logged:\n{text}");
+    drop(_log);
+    let stats = ws.close(Duration::from_millis(300)).await;
+    assert!(stats.dropped >= 497, "{stats:?}");
 }
