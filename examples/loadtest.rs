@@ -2640,6 +2640,14 @@ fn read_capture(path: &Path, port: u16) -> Res<Vec<Dgram>> {
 
 /// `copies` of the capture back to back, each copy's RTP sequence numbers, timestamps and
 /// capture times moved past the previous copy's.
+///
+/// The distance a copy is moved is the widest span of any one SSRC, each measured in serial
+/// order (RFC 3550 section 3; RFC 1982) from that SSRC's own lowest number to its highest: a
+/// capture of several streams with their own bases, or one whose first datagram is not its
+/// lowest (reordered), still makes every copy new to a receiver that checks order (review ap:
+/// the span was measured from the first datagram's number only, so a second SSRC's copies, or
+/// every copy of a reordered capture, came back as old or duplicate, cheap to drop, and
+/// flattered the core's rate).
 fn expand(d: &[Dgram], copies: u32) -> Vec<Dgram> {
     let rtp: Vec<&Dgram> = d
         .iter()
@@ -2647,15 +2655,27 @@ fn expand(d: &[Dgram], copies: u32) -> Vec<Dgram> {
         .collect();
     let seq = |x: &Dgram| u16::from_be_bytes([x.payload[2], x.payload[3]]);
     let ts = |x: &Dgram| u32::from_be_bytes(x.payload[4..8].try_into().expect("4 bytes"));
-    let span_seq = rtp
-        .iter()
-        .map(|x| seq(x).wrapping_sub(seq(rtp[0])))
+    let ssrc = |x: &Dgram| u32::from_be_bytes(x.payload[8..12].try_into().expect("4 bytes"));
+    // Per SSRC: its first datagram, and the lowest and highest signed distance from it.
+    let mut spans: BTreeMap<u32, (u16, u32, i16, i16, i32, i32)> = BTreeMap::new();
+    for x in &rtp {
+        let e = spans.entry(ssrc(x)).or_insert((seq(x), ts(x), 0, 0, 0, 0));
+        let ds = seq(x).wrapping_sub(e.0) as i16;
+        let dt = ts(x).wrapping_sub(e.1) as i32;
+        e.2 = e.2.min(ds);
+        e.3 = e.3.max(ds);
+        e.4 = e.4.min(dt);
+        e.5 = e.5.max(dt);
+    }
+    let span_seq = spans
+        .values()
+        .map(|e| (i32::from(e.3) - i32::from(e.2)) as u16)
         .max()
         .unwrap_or(0)
         .wrapping_add(1);
-    let span_ts = rtp
-        .iter()
-        .map(|x| ts(x).wrapping_sub(ts(rtp[0])))
+    let span_ts = spans
+        .values()
+        .map(|e| (i64::from(e.5) - i64::from(e.4)) as u32)
         .max()
         .unwrap_or(0)
         .wrapping_add(1000);
@@ -3148,6 +3168,76 @@ mod tests {
         assert!(!step.clean(0.001), "1% dropped by the gateway");
         step.gw_drops = vec![("stale".to_owned(), 40)];
         assert!(step.clean(0.001), "within the tolerance");
+    }
+
+    fn rtp_dgram(ssrc: u32, seq: u16, ts: u32, ms: u64) -> Dgram {
+        let mut payload = vec![0x80, 96];
+        payload.extend_from_slice(&seq.to_be_bytes());
+        payload.extend_from_slice(&ts.to_be_bytes());
+        payload.extend_from_slice(&ssrc.to_be_bytes());
+        payload.push(b'a');
+        Dgram {
+            time: T0.saturating_add(Duration::from_millis(ms)),
+            source: "127.0.0.1:5000".parse().expect("addr"),
+            destination: "127.0.0.1:5004".parse().expect("addr"),
+            payload,
+        }
+    }
+
+    /// Every copy `expand` makes is new to a receiver that checks order: each SSRC's numbers
+    /// and timestamps in copy k+1 are all after (in serial order) its numbers in copy k, with
+    /// two streams of their own bases and with a capture whose first datagram is not its
+    /// lowest (review ap: copies of the second stream went backwards by 535, and every copy
+    /// of the reordered capture had the same numbers: duplicates the core drops cheaply).
+    #[test]
+    fn every_copy_of_a_capture_is_new_to_each_of_its_streams() {
+        let two_streams = vec![
+            rtp_dgram(1, 0, 0, 0),
+            rtp_dgram(2, 40_000, 9_000, 1),
+            rtp_dgram(1, 1, 300, 300),
+            rtp_dgram(2, 40_001, 9_300, 301),
+            rtp_dgram(2, 40_002, 9_600, 600),
+        ];
+        let reordered = vec![
+            rtp_dgram(7, 65_535, 1_000, 0),
+            rtp_dgram(7, 65_534, 700, 1),
+            rtp_dgram(7, 0, 1_300, 300),
+        ];
+        for capture in [two_streams, reordered] {
+            let out = expand(&capture, 3);
+            assert_eq!(out.len(), 3 * capture.len());
+            let mut per_ssrc: BTreeMap<u32, Vec<Vec<(u16, u32)>>> = BTreeMap::new();
+            for (k, copy) in out.chunks(capture.len()).enumerate() {
+                for x in copy {
+                    let p = &x.payload;
+                    let ssrc = u32::from_be_bytes(p[8..12].try_into().expect("4"));
+                    let seq = u16::from_be_bytes([p[2], p[3]]);
+                    let ts = u32::from_be_bytes(p[4..8].try_into().expect("4"));
+                    let copies = per_ssrc.entry(ssrc).or_default();
+                    copies.resize(copies.len().max(k + 1), Vec::new());
+                    copies[k].push((seq, ts));
+                }
+            }
+            for (ssrc, copies) in per_ssrc {
+                for k in 1..copies.len() {
+                    for &(s0, t0) in &copies[k - 1] {
+                        for &(s1, t1) in &copies[k] {
+                            let ds = s1.wrapping_sub(s0);
+                            let dt = t1.wrapping_sub(t0);
+                            assert!(
+                                ds != 0 && ds < 0x8000,
+                                "SSRC {ssrc}: copy {k} has seq {s1}, not after copy {}'s {s0}",
+                                k - 1
+                            );
+                            assert!(
+                                dt != 0 && dt < 0x8000_0000,
+                                "SSRC {ssrc}: copy {k} has timestamp {t1}, not after {t0}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// The t140llm mode's "+ NDJSON" pass does per envelope what the stdout sink does: its
