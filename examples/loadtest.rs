@@ -811,15 +811,20 @@ impl Child {
         memory_kib(self.pid)
     }
 
-    /// SIGTERM (the gateway flushes every stream and exits), SIGKILL after 30 s.
-    fn stop(mut self) -> (String, f64) {
+    /// SIGTERM (the gateway flushes every stream and exits), SIGKILL after 30 s. Returns how
+    /// it ended, whether that was a clean exit (status 0), and how long stopping took.
+    fn stop(mut self) -> (String, bool, f64) {
         let started = Instant::now();
         if let Some((stdin, _)) = self.ctl.take() {
             // The null receiver ends when its stdin closes.
             drop(stdin);
             for _ in 0..100 {
                 if let Ok(Some(st)) = self.child.try_wait() {
-                    return (st.to_string(), started.elapsed().as_secs_f64());
+                    return (
+                        st.to_string(),
+                        st.success(),
+                        started.elapsed().as_secs_f64(),
+                    );
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
@@ -833,7 +838,11 @@ impl Child {
                 Ok(Some(st)) => {
                     // Let the stderr reader catch the last lines.
                     std::thread::sleep(Duration::from_millis(100));
-                    return (st.to_string(), started.elapsed().as_secs_f64());
+                    return (
+                        st.to_string(),
+                        st.success(),
+                        started.elapsed().as_secs_f64(),
+                    );
                 }
                 Ok(None) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(20))
@@ -841,7 +850,11 @@ impl Child {
                 _ => {
                     let _ = self.child.kill();
                     let _ = self.child.wait();
-                    return ("killed after 30 s".into(), started.elapsed().as_secs_f64());
+                    return (
+                        "killed after 30 s".into(),
+                        false,
+                        started.elapsed().as_secs_f64(),
+                    );
                 }
             }
         }
@@ -1214,6 +1227,8 @@ struct Report {
     rss_kib: u64,
     warm_cpu: f64,
     exit: String,
+    /// The receiver stopped with status 0 (see [`Drain::exit_ok`]).
+    exit_ok: bool,
     shutdown_s: f64,
     log_lines: u64,
     warnings: Vec<String>,
@@ -1367,7 +1382,7 @@ fn run_rate(target: Target, a: &RateArgs) -> Res<Report> {
     let (rss, hwm) = child.memory();
     let log_lines = child.log_lines.load(Ordering::Relaxed);
     let warns = child.log_warnings.clone();
-    let (exit, shutdown_s) = child.stop();
+    let (exit, exit_ok, shutdown_s) = child.stop();
     let warnings = warns.lock().expect("lock").clone();
     Ok(Report {
         target,
@@ -1376,6 +1391,7 @@ fn run_rate(target: Target, a: &RateArgs) -> Res<Report> {
         rss_kib: rss,
         warm_cpu,
         exit,
+        exit_ok,
         shutdown_s,
         log_lines,
         warnings,
@@ -1518,6 +1534,14 @@ fn rate(a: &RateArgs) -> Res<()> {
         for w in &r.warnings {
             println!("  warning logged: {w}");
         }
+    }
+    for (i, r) in reports.iter().enumerate().filter(|(_, r)| !r.exit_ok) {
+        println!(
+            "!!! #{} {} did not stop cleanly ({}): its figures are not to be trusted",
+            i + 1,
+            r.target.name(),
+            r.exit
+        );
     }
     let pairs = rate_pairs(&reports, a.tolerance);
     let offered = |o: u64| {
@@ -2028,14 +2052,19 @@ struct Drain {
     hwm_kib: u64,
     rss_kib: u64,
     exit: String,
+    /// The receiver stopped with status 0: a gateway that failed at its stop (an error, a
+    /// panic, killed after 30 s) failed its run, whatever its counters said.
+    exit_ok: bool,
     log_lines: u64,
     warnings: Vec<String>,
 }
 
 impl Drain {
     /// Every datagram queued was read and handled: none dropped by the kernel, none by the
-    /// gateway (`pvp_t140_drops_total`), no envelope refused at its sink's queue. A gateway that
-    /// dropped work drained cheaper datagrams than the null receiver did.
+    /// gateway (`pvp_t140_drops_total`), no envelope refused at its sink's queue, and the
+    /// receiver stopped cleanly (review ap: a gateway that exited with an error or was killed
+    /// at its stop still counted in the headline). A gateway that dropped work drained cheaper
+    /// datagrams than the null receiver did.
     fn valid(&self) -> bool {
         self.queued > 0
             && self.drops_queued == 0
@@ -2044,6 +2073,7 @@ impl Drain {
             && self.gw_drops.is_empty()
             && self.sink_queue_full.is_none_or(|f| f == 0)
             && self.cpu > 0.0
+            && self.exit_ok
     }
     /// The CPU the drained datagrams cost: the drain's, and the tail's above the receiver's
     /// idle rate. The gateway's idle flush sends each stream's words after its last sentence
@@ -2244,7 +2274,7 @@ fn run_drain(target: Target, a: &RateArgs, common: &Common, n: u64) -> Res<Drain
     let log_lines = child.log_lines.load(Ordering::Relaxed);
     let warns = child.log_warnings.clone();
     let tail = child.log_tail.clone();
-    let (exit, _) = child.stop();
+    let (exit, exit_ok, _) = child.stop();
     let warnings = warns.lock().expect("lock").clone();
     let sink_queue_full = tail.lock().expect("lock").iter().find_map(|l| {
         let v = l.split("sink_queue_full=").nth(1)?;
@@ -2273,6 +2303,7 @@ fn run_drain(target: Target, a: &RateArgs, common: &Common, n: u64) -> Res<Drain
         hwm_kib: hwm,
         rss_kib: rss,
         exit,
+        exit_ok,
         log_lines,
         warnings,
     };
@@ -2442,6 +2473,11 @@ fn drain(a: &RateArgs, n: u64) -> Res<()> {
             "!!! the gateway dropped datagrams itself (gateway drops): those runs did less work a datagram and are INVALID"
         );
     }
+    if runs.iter().any(|d| !d.exit_ok) {
+        println!(
+            "!!! a receiver did not stop cleanly (see its `stop ->` above): those runs are INVALID"
+        );
+    }
     if runs.iter().any(|d| d.drops_queued > 0) {
         println!(
             "!!! kernel drops while queued: those runs are INVALID (smaller --drain, or a larger --recv-buffer and net.core.rmem_max)"
@@ -2584,8 +2620,13 @@ fn scale(a: &ScaleArgs) -> Res<()> {
         let (rss2, hwm) = child.memory();
         // Read after the stop: shutdown may log (e.g. a full sink queue).
         let warns = child.log_warnings.clone();
-        let (exit, shutdown_s) = child.stop();
+        let (exit, exit_ok, shutdown_s) = child.stop();
         let name = format!("{kind:?}").to_lowercase();
+        if !exit_ok {
+            notes.push(format!(
+                "{name}: the gateway did not stop cleanly ({exit}): this row is not to be trusted"
+            ));
+        }
         println!(
             "| {name} | {live} | {got}/{total} | {} | {:.1} MiB | {:.1} MiB | {:.0} B | {:.1} MiB | {:.2} s | {:.2} | {envelopes} | {exit} | {shutdown_s:.2} |",
             k1 - k0,
@@ -2914,6 +2955,7 @@ mod tests {
             rss_kib: 0,
             warm_cpu: 0.0,
             exit: String::new(),
+            exit_ok: true,
             shutdown_s: 0.0,
             log_lines: 0,
             warnings: Vec::new(),
@@ -3085,6 +3127,7 @@ mod tests {
             hwm_kib: 0,
             rss_kib: 0,
             exit: String::new(),
+            exit_ok: true,
             log_lines: 0,
             warnings: Vec::new(),
         }
@@ -3161,6 +3204,9 @@ mod tests {
         assert!(!d.valid(), "40 envelopes refused at the sink's queue");
         d.sink_queue_full = Some(0);
         assert!(d.valid());
+        // review ap: a gateway that failed at its stop counted in the headline.
+        d.exit_ok = false;
+        assert!(!d.valid(), "the gateway exited with an error or was killed");
 
         let mut step = window(100_000, true, 3.0);
         assert!(step.clean(0.001));

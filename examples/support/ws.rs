@@ -952,7 +952,12 @@ pub fn run(a: &WsArgs) -> Res<()> {
     let warns = child.log_warnings.clone();
     let tail = child.log_tail.clone();
     let log_lines = child.log_lines.clone();
-    let (exit, shutdown_s) = child.stop();
+    let (exit, exit_ok, shutdown_s) = child.stop();
+    if !exit_ok {
+        notes.push(format!(
+            "the gateway did not stop cleanly ({exit}): these figures are not to be trusted"
+        ));
+    }
     let (_, left) = wait_for(Duration::from_secs(5), || {
         c.kind("session.leave") >= leaves0 + u64::from(n) && c.open.load(Ordering::Relaxed) == 0
     });
