@@ -254,6 +254,8 @@ fn main() {
     let cli = Cli::parse();
     // Before any thread pins itself (see `cores`).
     cores();
+    // Every mode starts receivers that a SIGTERM or SIGHUP must not leave running.
+    install_cleanup_on_signals();
     let r = match cli.cmd {
         Some(Cmd::NullReceiver {
             listen,
@@ -586,6 +588,7 @@ impl Drop for Child {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+        unregister_child(self.pid);
     }
 }
 
@@ -678,6 +681,7 @@ impl Child {
             }
             Target::Gateway => None,
         };
+        register_child(pid);
         let mut c = Child {
             target,
             child,
@@ -1741,11 +1745,45 @@ mod sys {
 /// What a fatal signal (Ctrl-C) must undo: a receiver left stopped (0: none), and
 /// net.core.rmem_max raised for the run (its open file, -1: none, and the old value).
 static STOPPED_PID: AtomicI32 = AtomicI32::new(0);
+
+/// The receivers this process has running (0: a free slot), ended by a fatal signal: a
+/// harness killed with SIGTERM or SIGHUP left its gateway running (review ap), since `Drop`
+/// does not run when a signal ends the process.
+static CHILD_PIDS: [AtomicI32; 8] = [const { AtomicI32::new(0) }; 8];
+
+/// Notes a running receiver for [`on_fatal_signal`] to end (the first 8 at once only).
+fn register_child(pid: u32) {
+    for slot in &CHILD_PIDS {
+        if slot
+            .compare_exchange(0, pid as i32, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            return;
+        }
+    }
+}
+
+/// Forgets a receiver that has been reaped.
+fn unregister_child(pid: u32) {
+    for slot in &CHILD_PIDS {
+        let _ = slot.compare_exchange(pid as i32, 0, Ordering::SeqCst, Ordering::SeqCst);
+    }
+}
+
+/// The receivers [`on_fatal_signal`] would end.
+#[cfg(test)]
+fn registered_children() -> Vec<i32> {
+    CHILD_PIDS
+        .iter()
+        .map(|s| s.load(Ordering::SeqCst))
+        .filter(|&p| p > 0)
+        .collect()
+}
 static RMEM_FD: AtomicI32 = AtomicI32::new(-1);
 static RMEM_OLD: AtomicU64 = AtomicU64::new(0);
 
-/// Continues (and ends) a stopped receiver and restores net.core.rmem_max, then dies of the
-/// signal as it would have. Only async-signal-safe calls.
+/// Ends every running receiver (continuing a stopped one) and restores net.core.rmem_max,
+/// then dies of the signal as it would have. Only async-signal-safe calls.
 extern "C" fn on_fatal_signal(sig: i32) {
     let pid = STOPPED_PID.swap(0, Ordering::SeqCst);
     let fd = RMEM_FD.swap(-1, Ordering::SeqCst);
@@ -1754,6 +1792,13 @@ extern "C" fn on_fatal_signal(sig: i32) {
         if pid > 0 {
             sys::kill(pid, SIGTERM);
             sys::kill(pid, SIGCONT);
+        }
+        for slot in &CHILD_PIDS {
+            let child = slot.swap(0, Ordering::SeqCst);
+            if child > 0 {
+                sys::kill(child, SIGTERM);
+                sys::kill(child, SIGCONT);
+            }
         }
         if fd >= 0 {
             let mut buf = [0u8; 24];
@@ -1779,7 +1824,10 @@ fn install_cleanup_on_signals() {
     for sig in [SIGHUP, SIGINT, SIGTERM] {
         // SAFETY: the handler only makes async-signal-safe calls.
         unsafe {
-            sys::signal(sig, on_fatal_signal as extern "C" fn(i32) as usize);
+            // A signal ignored at start (`nohup`) stays ignored (SIG_IGN is 1).
+            if sys::signal(sig, on_fatal_signal as extern "C" fn(i32) as usize) == 1 {
+                sys::signal(sig, 1);
+            }
         }
     }
 }
@@ -2357,7 +2405,6 @@ fn drain(a: &RateArgs, n: u64) -> Res<()> {
         a.common.workers,
         a.common.sockets.min(a.streams),
     );
-    install_cleanup_on_signals();
     // Dropped last, after every receiver has stopped: restores net.core.rmem_max.
     let (_rmem, rmem_max) = RmemMax::ensure(want);
     println!(
@@ -3214,6 +3261,39 @@ mod tests {
         assert!(!step.clean(0.001), "1% dropped by the gateway");
         step.gw_drops = vec![("stale".to_owned(), 40)];
         assert!(step.clean(0.001), "within the tolerance");
+    }
+
+    /// A receiver is noted for the fatal-signal handler while it runs and forgotten once
+    /// reaped (review ap: only a drain's stopped receiver was, so a SIGTERM to the harness in
+    /// the rate, scale or ws mode left the gateway running).
+    #[test]
+    fn running_receivers_are_noted_for_the_fatal_signal_handler() {
+        let child = Command::new("sleep").arg("30").spawn().expect("sleep");
+        let pid = child.id();
+        // As `Child::spawn` does once the receiver is started.
+        register_child(pid);
+        assert!(registered_children().contains(&(pid as i32)));
+        let c = Child {
+            target: Target::Null,
+            child,
+            pid,
+            addr: "127.0.0.1:9".parse().expect("addr"),
+            metrics: None,
+            ctl: None,
+            log_lines: Default::default(),
+            log_tail: Default::default(),
+            log_warnings: Default::default(),
+            rcvbuf: None,
+        };
+        drop(c);
+        assert!(
+            !registered_children().contains(&(pid as i32)),
+            "forgotten once reaped"
+        );
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "killed and reaped"
+        );
     }
 
     fn rtp_dgram(ssrc: u32, seq: u16, ts: u32, ms: u64) -> Dgram {
