@@ -161,6 +161,8 @@ enum Record {
 struct Journal {
     path: PathBuf,
     file: File,
+    /// Failed writes, logged at the first and then at most every 10 s.
+    write_failures: super::Said,
     /// Bytes in the journal file.
     size: u64,
     compact_at: u64,
@@ -240,6 +242,7 @@ impl Spool {
         let mut journal = Journal {
             path: path.clone(),
             file: File::create(&tmp).map_err(err)?,
+            write_failures: super::Said::default(),
             size: 0,
             compact_at,
             live_cap,
@@ -459,7 +462,11 @@ impl Journal {
             Err(e) => {
                 self.torn = true;
                 errors.inc();
-                tracing::error!(path = %self.path.display(), "spool write failed ({e}): until the journal is rewritten whole, what was not written would not survive a crash");
+                // A full disk fails every batch, as often as text comes: logged at the first
+                // and then every 10 s, with how many since.
+                if let Some(failed_writes) = self.write_failures.tell(Instant::now()) {
+                    tracing::error!(path = %self.path.display(), failed_writes, "spool write failed ({e}): until the journal is rewritten whole, what was not written would not survive a crash (failed writes are logged at most every 10 s, with how many since; each is counted)");
+                }
                 // Part of it may have been written: the size is no longer known.
                 self.size = self.file.metadata().map_or(self.size, |m| m.len());
                 self.damaged.get_or_insert_with(Instant::now);

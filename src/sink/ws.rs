@@ -65,16 +65,11 @@ struct Conn {
     /// Items its full queue refused, whose corrections are refused too (pvp-spec 9.3); made
     /// at the first.
     refused: Option<Box<RefusedItems>>,
-    /// When a drop of its queue was last logged, and the drops since not yet logged: a
-    /// participant the server refused, or one speaking through an outage, drops every
-    /// envelope it makes, and a line each flooded the log ([`DROPS_LOGGED_EVERY`]).
-    drops_said: Option<std::time::Instant>,
-    drops_unsaid: u64,
+    /// Its queue's drops, logged at the first and then at most every 10 s: a participant the
+    /// server refused, or one speaking through an outage, drops every envelope it makes, and
+    /// a line each flooded the log (each is counted in `_participant_queue_refused_total`).
+    drops: super::Said,
 }
-
-/// A participant's queue drops are logged at its first, then at most once this often, with
-/// how many since (each is counted in `_participant_queue_refused_total` as it happens).
-const DROPS_LOGGED_EVERY: Duration = Duration::from_secs(10);
 
 /// Items a participant's queue remembers refusing: a correction names its speaker's last
 /// item, and a participant is one speaker, or a few a mapping rule names alike.
@@ -265,8 +260,7 @@ impl WsSink {
                     tx,
                     task,
                     refused: None,
-                    drops_said: None,
-                    drops_unsaid: 0,
+                    drops: super::Said::default(),
                 },
             );
         }
@@ -301,15 +295,8 @@ impl WsSink {
             if let Some(spool) = &self.cfg.spool {
                 spool.done(e.id());
             }
-            conn.drops_unsaid += 1;
-            let now = std::time::Instant::now();
-            if conn
-                .drops_said
-                .is_none_or(|t| now >= t + DROPS_LOGGED_EVERY)
-            {
-                tracing::warn!(participant = %route.sender, id = %e.id(), kind = %e.kind(), dropped = conn.drops_unsaid, "{why}; envelope dropped (this participant's drops are logged at most every 10 s, with how many since)");
-                conn.drops_said = Some(now);
-                conn.drops_unsaid = 0;
+            if let Some(dropped) = conn.drops.tell(std::time::Instant::now()) {
+                tracing::warn!(participant = %route.sender, id = %e.id(), kind = %e.kind(), dropped, "{why}; envelope dropped (this participant's drops are logged at most every 10 s, with how many since)");
             } else {
                 tracing::debug!(participant = %route.sender, id = %e.id(), kind = %e.kind(), "{why}; envelope dropped");
             }
