@@ -1316,9 +1316,6 @@ struct Evicted {
     unplaced_at: Unplaced,
 }
 
-/// How often "RTCP feed lagged" may be logged ([`Gateway::rtcp_feed_lost`]).
-pub const FEED_LAG_LOG_EVERY: Duration = Duration::from_secs(10);
-
 /// The sans-IO core.
 pub struct Gateway {
     cfg: Config,
@@ -1344,9 +1341,8 @@ pub struct Gateway {
     ended_cap: usize,
     /// When "RTCP feed lagged" was last logged ([`Gateway::rtcp_feed_lost`]), and what the
     /// feeds lost since, not yet said: a flood of the RTCP port that keeps a worker behind
-    /// logs at most one line every [`FEED_LAG_LOG_EVERY`].
-    feed_lag_said: Option<Time>,
-    feed_lag_unsaid: u64,
+    /// logs at most one line every [`crate::said::SAID_EVERY`].
+    feed_lag: crate::said::Said<Time>,
     /// The last streams evicted at the stream limit that may come back: until when (their
     /// stream timeout) and where their numbering stood ([`Gateway::remember_evicted`]).
     evicted: VecDeque<Evicted>,
@@ -1600,8 +1596,7 @@ impl Gateway {
             early_names: Vec::new(),
             ended: HashMap::default(),
             ended_cap: ENDED_KEPT,
-            feed_lag_said: None,
-            feed_lag_unsaid: 0,
+            feed_lag: crate::said::Said::default(),
             evicted: VecDeque::new(),
             evicted_until: Time::NEVER,
             silent: VecDeque::new(),
@@ -1819,22 +1814,16 @@ impl Gateway {
     /// handed on ([`Gateway::share_rtcp`]), `counts` is false: the worker that read them
     /// counted them.
     ///
-    /// Logged at warn level the first time, then at most once every [`FEED_LAG_LOG_EVERY`]
+    /// Logged at warn level the first time, then at most once every [`crate::said::SAID_EVERY`]
     /// with what was lost since (`skipped`): anyone who can reach the RTCP port can keep a
     /// worker behind, and a line a lag flooded the log.
     pub fn rtcp_feed_lost(&mut self, now: Time, n: u64, counts: bool) {
-        self.feed_lag_unsaid += n;
-        let due = self
-            .feed_lag_said
-            .is_none_or(|t| now >= t.saturating_add(FEED_LAG_LOG_EVERY));
-        if due {
+        if let Some(skipped) = self.feed_lag.tell(now, n) {
             tracing::warn!(
-                skipped = self.feed_lag_unsaid,
+                skipped,
                 "RTCP feed lagged: a receive worker fell behind the RTCP it is handed; what it \
                  skipped is counted (rtcp_feed_missed), logged at most every 10 s"
             );
-            self.feed_lag_said = Some(now);
-            self.feed_lag_unsaid = 0;
         }
         self.emit.stats.rtcp_feed_missed += n;
         if counts {
@@ -3450,7 +3439,7 @@ mod tests {
     /// Review aq: every lag of a worker's RTCP feed logged a warn line, and anyone who can
     /// reach the RTCP port can keep a worker behind (a flood of 1,025 datagrams a lag): the
     /// log flooded with one line a lag. Now the first lag is said, then at most one line every
-    /// [`FEED_LAG_LOG_EVERY`] with all the feeds lost since; every lost datagram is still
+    /// [`crate::said::SAID_EVERY`] with all the feeds lost since; every lost datagram is still
     /// counted.
     #[test]
     fn rtcp_feed_lag_is_logged_at_most_every_ten_seconds() {
@@ -3471,7 +3460,7 @@ mod tests {
                 gw.rtcp_feed_lost(t0.saturating_add(Duration::from_millis(i)), 3, true);
             }
             gw.rtcp_feed_lost(t0.saturating_add(Duration::from_millis(9_999)), 5, false);
-            gw.rtcp_feed_lost(t0.saturating_add(FEED_LAG_LOG_EVERY), 7, false);
+            gw.rtcp_feed_lost(t0.saturating_add(crate::said::SAID_EVERY), 7, false);
         });
         let text = String::from_utf8(logged.0.lock().unwrap().clone()).unwrap();
         let lines: Vec<&str> = text

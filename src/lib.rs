@@ -25,6 +25,7 @@ pub mod refused;
 pub mod register;
 pub mod rtcp;
 pub mod rtp;
+pub mod said;
 pub mod send;
 pub mod slab;
 pub mod speaker;

@@ -14,32 +14,6 @@ use std::time::Duration;
 use crate::handoff;
 use crate::metrics::SinkMetrics;
 
-/// A repeated failure logged at its first and then at most once every [`SAID_EVERY`], with how
-/// many since: a failure that repeats at the rate of traffic (a participant's full queue
-/// through an outage, journal writes on a full disk) would flood the log, whose lines are
-/// read by people (each failure is counted in a metric as it happens).
-#[derive(Debug, Default)]
-pub(crate) struct Said {
-    at: Option<std::time::Instant>,
-    unsaid: u64,
-}
-
-/// How often a repeated failure is logged at most ([`Said`]).
-pub(crate) const SAID_EVERY: Duration = Duration::from_secs(10);
-
-impl Said {
-    /// One more failure at `now`: `Some(n)` if a line is due, `n` the failures it stands for
-    /// (this one and those not logged since the last line).
-    pub(crate) fn tell(&mut self, now: std::time::Instant) -> Option<u64> {
-        self.unsaid += 1;
-        if self.at.is_some_and(|t| now < t + SAID_EVERY) {
-            return None;
-        }
-        self.at = Some(now);
-        Some(std::mem::take(&mut self.unsaid))
-    }
-}
-
 /// A server URL as logs show it: a password in its user information (`ws://user:pw@host/`,
 /// RFC 3986 3.2.1, which that RFC itself deprecates) is replaced by `***`. Logs are read by
 /// more people than the command line. Whatever the URL's mistakes (a password with an
@@ -191,25 +165,6 @@ async fn feed_ws(mut rx: handoff::Receiver, mut ws: ws::WsSink, grace: Duration)
 
 #[cfg(test)]
 mod tests {
-    use super::Said;
-
-    /// The first failure is said, then one line every 10 s at most, each with the failures
-    /// since the line before.
-    #[test]
-    fn a_repeated_failure_is_said_at_its_first_and_then_every_ten_seconds() {
-        let t0 = std::time::Instant::now();
-        let ms = std::time::Duration::from_millis;
-        let mut said = Said::default();
-        assert_eq!(said.tell(t0), Some(1));
-        for i in 1..1000 {
-            assert_eq!(said.tell(t0 + ms(i)), None);
-        }
-        assert_eq!(said.tell(t0 + ms(9_999)), None);
-        assert_eq!(said.tell(t0 + ms(10_000)), Some(1001));
-        assert_eq!(said.tell(t0 + ms(10_001)), None);
-        assert_eq!(said.tell(t0 + ms(60_000)), Some(2));
-    }
-
     use super::ShownUrl;
 
     #[test]

@@ -162,7 +162,7 @@ struct Journal {
     path: PathBuf,
     file: File,
     /// Failed writes, logged at the first and then at most every 10 s.
-    write_failures: super::Said,
+    write_failures: crate::said::Said<Instant>,
     /// Bytes in the journal file.
     size: u64,
     compact_at: u64,
@@ -242,7 +242,7 @@ impl Spool {
         let mut journal = Journal {
             path: path.clone(),
             file: File::create(&tmp).map_err(err)?,
-            write_failures: super::Said::default(),
+            write_failures: crate::said::Said::default(),
             size: 0,
             compact_at,
             live_cap,
@@ -464,7 +464,7 @@ impl Journal {
                 errors.inc();
                 // A full disk fails every batch, as often as text comes: logged at the first
                 // and then every 10 s, with how many since.
-                if let Some(failed_writes) = self.write_failures.tell(Instant::now()) {
+                if let Some(failed_writes) = self.write_failures.tell(Instant::now(), 1) {
                     tracing::error!(path = %self.path.display(), failed_writes, "spool write failed ({e}): until the journal is rewritten whole, what was not written would not survive a crash (failed writes are logged at most every 10 s, with how many since; each is counted)");
                 }
                 // Part of it may have been written: the size is no longer known.

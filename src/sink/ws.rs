@@ -68,7 +68,7 @@ struct Conn {
     /// Its queue's drops, logged at the first and then at most every 10 s: a participant the
     /// server refused, or one speaking through an outage, drops every envelope it makes, and
     /// a line each flooded the log (each is counted in `_participant_queue_refused_total`).
-    drops: super::Said,
+    drops: crate::said::Said<std::time::Instant>,
 }
 
 /// Items a participant's queue remembers refusing: a correction names its speaker's last
@@ -260,7 +260,7 @@ impl WsSink {
                     tx,
                     task,
                     refused: None,
-                    drops: super::Said::default(),
+                    drops: crate::said::Said::default(),
                 },
             );
         }
@@ -295,7 +295,7 @@ impl WsSink {
             if let Some(spool) = &self.cfg.spool {
                 spool.done(e.id());
             }
-            if let Some(dropped) = conn.drops.tell(std::time::Instant::now()) {
+            if let Some(dropped) = conn.drops.tell(std::time::Instant::now(), 1) {
                 tracing::warn!(participant = %route.sender, id = %e.id(), kind = %e.kind(), dropped, "{why}; envelope dropped (this participant's drops are logged at most every 10 s, with how many since)");
             } else {
                 tracing::debug!(participant = %route.sender, id = %e.id(), kind = %e.kind(), "{why}; envelope dropped");
