@@ -88,6 +88,15 @@ impl Kind {
         Kind::GateRequest,
     ];
 
+    /// A context item or its correction (pvp-spec 9): what a participant says, which a full
+    /// queue gives up first, and what a connection holds until the server is seen to read it.
+    pub const fn is_text(self) -> bool {
+        matches!(
+            self,
+            Kind::ContextAdd | Kind::ContextUpdate | Kind::ContextRemove
+        )
+    }
+
     pub const fn as_str(self) -> &'static str {
         match self {
             Kind::SessionJoin => "session.join",

@@ -153,10 +153,7 @@ impl Gates {
             return self.pass(e);
         }
         // Text is what a full queue drops; a correction held counts as much as a chunk.
-        let text = matches!(
-            e.kind(),
-            Kind::ContextAdd | Kind::ContextUpdate | Kind::ContextRemove
-        );
+        let text = e.kind().is_text();
         if text && self.held.len() >= self.room {
             self.refused_keys.refused(&e);
             self.gone += 1;

@@ -14,6 +14,14 @@ use std::time::Duration;
 use crate::handoff;
 use crate::metrics::SinkMetrics;
 
+/// A 64-bit hash of `x` that a connection or the journal keeps in place of the strings
+/// (ids, participants): 8 bytes each, two alike by chance about 1 in 2^58 among thousands.
+pub(crate) fn hash64(x: impl std::hash::Hash) -> u64 {
+    use std::hash::BuildHasher;
+    std::hash::BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default()
+        .hash_one(x)
+}
+
 /// A server URL as logs show it: a password in its user information (`ws://user:pw@host/`,
 /// RFC 3986 3.2.1, which that RFC itself deprecates) is replaced by `***`. Logs are read by
 /// more people than the command line. Whatever the URL's mistakes (a password with an

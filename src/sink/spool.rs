@@ -110,22 +110,14 @@ fn who(e: &Envelope) -> Option<Who> {
 /// without an allocation on the sink's thread, 8 bytes a text kept (two participants alike
 /// by chance, about 1 in 2^64, would keep one's join a little longer).
 fn text_of(e: &Envelope) -> Option<u64> {
-    is_text(e.kind()).then(|| who_hash(e.session_json(), e.sender()))
+    e.kind()
+        .is_text()
+        .then(|| who_hash(e.session_json(), e.sender()))
 }
 
 /// A participant ([`Who`]) as a hash.
 fn who_hash(session: &str, sender: &str) -> u64 {
-    use std::hash::BuildHasher;
-    std::hash::BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default()
-        .hash_one((session, sender))
-}
-
-/// Text (`context.*`).
-fn is_text(kind: Kind) -> bool {
-    matches!(
-        kind,
-        Kind::ContextAdd | Kind::ContextUpdate | Kind::ContextRemove
-    )
+    super::hash64((session, sender))
 }
 
 /// What the sink hands the journal's writer.

@@ -1207,13 +1207,6 @@ struct Retry {
     token: u64,
 }
 
-fn is_text(kind: Kind) -> bool {
-    matches!(
-        kind,
-        Kind::ContextAdd | Kind::ContextUpdate | Kind::ContextRemove
-    )
-}
-
 impl Retry {
     fn new(token: u64, spool: Option<Arc<super::spool::Spool>>) -> Self {
         Retry {
@@ -1233,7 +1226,7 @@ impl Retry {
     /// `e` was written: held if it is text.
     fn keep(&mut self, queued: std::time::Instant, e: Envelope) {
         let now = std::time::Instant::now();
-        if is_text(e.kind()) {
+        if e.kind().is_text() {
             self.held.push_back(Kept {
                 written: now,
                 queued,
@@ -1287,7 +1280,7 @@ impl Retry {
     /// The ping to write behind an envelope of `kind` about to be written, asking whether the
     /// server read it, if it is text and no ping is out already.
     fn ask_behind(&mut self, kind: Kind) -> Option<Message> {
-        if !is_text(kind) || self.asking {
+        if !kind.is_text() || self.asking {
             return None;
         }
         self.asking = true;
@@ -1438,7 +1431,7 @@ impl Retry {
         outbox: &mut VecDeque<(std::time::Instant, Envelope)>,
     ) {
         if let Some(p) = pending.take() {
-            if is_text(p.1.kind()) {
+            if p.1.kind().is_text() {
                 self.in_order(p, outbox);
             } else {
                 outbox.insert(self.ahead.min(outbox.len()), p);
@@ -1459,7 +1452,7 @@ impl Retry {
         let at = outbox
             .iter()
             .take(end)
-            .position(|(q, w)| is_text(w.kind()) && *q > text.0)
+            .position(|(q, w)| w.kind().is_text() && *q > text.0)
             .unwrap_or(end);
         outbox.insert(at, text);
         self.ahead += 1;
@@ -1718,7 +1711,7 @@ fn refused_unheld(
     let Some(&(_, kind)) = recent.iter().find(|(r, _)| *r == id) else {
         return false;
     };
-    if !is_text(kind) {
+    if !kind.is_text() {
         return false;
     }
     recent.retain(|(r, _)| *r != id);
@@ -1964,7 +1957,7 @@ type WsResult = Result<Message, tokio_tungstenite::tungstenite::Error>;
 /// `context.add`), and once a rejected one, whose refusal is counted on its own.
 fn written(id: ulid::Ulid, kind: Kind, cfg: &WsConfig, counts: &Counts) {
     // Text is marked once seen read (`Retry`), which holds it from now on.
-    if let Some(spool) = cfg.spool.as_ref().filter(|_| !is_text(kind)) {
+    if let Some(spool) = cfg.spool.as_ref().filter(|_| !kind.is_text()) {
         spool.done(id);
     }
     if kind != Kind::GateRequest {
@@ -2365,9 +2358,7 @@ fn refused_text(
 /// 64-bit hash keeps each remembered one at 8 bytes (two of [`RECENT`] alike by chance: about
 /// 1 in 2^58).
 fn id_hash(id: &str) -> u64 {
-    use std::hash::BuildHasher;
-    std::hash::BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default()
-        .hash_one(id)
+    super::hash64(id)
 }
 
 /// The one field a connection reads of every frame before deciding whether to read it whole.
