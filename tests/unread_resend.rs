@@ -731,3 +731,72 @@ async fn unread_text_before_a_leave_to_a_hung_server_is_journaled_for_the_next_s
         "a restart sends {again:?}"
     );
 }
+
+/// A server that answers no ping reads the join and 100 texts, refuses the first text as
+/// INVALID_MESSAGE and closes. The connection holds up to 128 texts unread, but told a refused
+/// text only among its last 64 writes: the refusal was passed over (not counted), and the
+/// refused text went again after the rejoin with the 99 others. Now it is dropped and counted
+/// once, and only the 99 go again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_of_unread_text_older_than_the_last_64_writes_is_counted_not_sent_again() {
+    const SAID: usize = 100;
+    let (url, mut rx) = first_raw(|mut tcp, tx| async move {
+        let mut texts = Vec::new();
+        while texts.len() < SAID + 1 {
+            let Some((op, p)) = read_frame(&mut tcp).await else {
+                return;
+            };
+            if op == 1 {
+                let v: serde_json::Value = serde_json::from_slice(&p).unwrap();
+                let _ = tx.send((0, v.clone()));
+                texts.push(v);
+            }
+        }
+        let refusal = serde_json::json!({"v": 1, "id": "01JQ0000000000000000000001",
+            "ts": "2026-11-29T00:00:00.000Z", "session": "s", "sender": "system", "type": "error",
+            "payload": {"code": "INVALID_MESSAGE", "message": "no", "recoverable": false,
+                "related_to": texts[1]["id"]}});
+        write_frame(&mut tcp, 1, refusal.to_string().as_bytes()).await;
+        drop(tcp);
+    })
+    .await;
+    let cfg = WsConfig {
+        queue: 1024,
+        ..ws_recorder::config(url)
+    };
+    let metrics = cfg.metrics.clone();
+    let mut sink = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000beef@127.0.0.1:40000";
+    sink.send(talk.join(p));
+    for i in 0..SAID {
+        sink.send(talk.add(p, &format!("Said {i}.")));
+    }
+    for _ in 0..=SAID {
+        assert_eq!(next(&mut rx).await.0, 0);
+    }
+    assert_eq!(shown(&next(&mut rx).await), "1 session.join ");
+    sink.send(talk.add(p, "After."));
+    let mut again = Vec::new();
+    loop {
+        let f = shown(&next(&mut rx).await);
+        let last = f == "1 context.add After.";
+        again.push(f);
+        if last {
+            break;
+        }
+    }
+    let mut want: Vec<String> = (1..SAID)
+        .map(|i| format!("1 context.add Said {i}."))
+        .collect();
+    want.push("1 context.add After.".into());
+    assert_eq!(again, want);
+    let stats = sink.close(Duration::from_secs(2)).await;
+    assert_eq!(
+        (stats.sent, stats.dropped),
+        (1 + SAID as u64, 1),
+        "the join, 99 texts and the last sent; the refused text dropped: {stats:?}"
+    );
+    assert_eq!(metrics.server_refused_items.get(), 1);
+    assert_eq!(metrics.unread_resent.get(), SAID as u64 - 1);
+}

@@ -818,10 +818,13 @@ async fn connection(
                                         refused_text(id, &mut recent, &mut retry, &counts, m, &participant);
                                     }
                                     Reaction::NotTaken(id) => {
-                                        // A gate's request the server made no gate for: no
+                                        // Text held unread past the recent writes; or a
+                                        // gate's request the server made no gate for: no
                                         // decision will come, and its chunk is refused now,
                                         // not after its timeout with all behind it waiting.
-                                        if let Some(g) = gates.as_mut() {
+                                        if !refused_text(id, &mut recent, &mut retry, &counts, m, &participant)
+                                            && let Some(g) = gates.as_mut()
+                                        {
                                             match g.refuse(&id.to_string()) {
                                                 super::gate::Refusal::Refused => {
                                                     tracing::warn!(%participant, %id, "gate.request refused by the PVP server; its chunk is not approved");
@@ -1387,6 +1390,14 @@ impl Retry {
         {
             self.done(&k.e);
         }
+    }
+
+    /// The kind of the text `id` if it is held.
+    fn kind_of(&self, id: ulid::Ulid) -> Option<Kind> {
+        self.held
+            .iter()
+            .find(|k| k.e.id() == id)
+            .map(|k| k.e.kind())
     }
 
     /// The connection was lost: the text written into it that the server was not seen to
@@ -2056,7 +2067,7 @@ impl<'a> Late<'a> {
                 cfg.metrics.server_refused_items.inc();
                 tracing::warn!(%participant, %id, kind = %e.kind(), spool = cfg.spool.is_some(), "refused after the participant's leave was written: not sent again now (with --spool, the next start sends it); dropped");
             }
-            Reaction::Refused(id) => {
+            Reaction::Refused(id) | Reaction::NotTaken(id) => {
                 refused_text(
                     id,
                     self.recent,
@@ -2289,7 +2300,7 @@ enum Reaction {
     None,
     Reply(Envelope),
     /// pvp-spec 17 UNAUTHORIZED or SESSION_NOT_FOUND: this participant cannot go on;
-    /// `related`, the text envelope (`context.*`) the connection wrote that it names, if any:
+    /// `related`, the envelope it names, if any: text the connection wrote (`context.*`) is
     /// not taken either.
     Fatal {
         code: String,
@@ -2308,8 +2319,10 @@ enum Reaction {
     /// (CONTEXT_TOO_LARGE, INVALID_MESSAGE, INVALID_STATE, INTERNAL_ERROR, ...): the server
     /// did not take it (pvp-spec 17: an error for every rejected operation).
     Refused(ulid::Ulid),
-    /// Any other `error` naming (`related_to`) an envelope that is not text, with a code not
-    /// otherwise acted on: a gate's request, if it names one, made no gate.
+    /// Any other `error` naming (`related_to`) an envelope not among the recent writes as
+    /// text, with a code not otherwise acted on: text held unread past them ([`UNREAD`] >
+    /// [`RECENT`]) refused as [`Reaction::Refused`]; a gate's request, if it names one, made no
+    /// gate.
     NotTaken(ulid::Ulid),
     /// A gate decision (`gate.approve`, `gate.reject`, `gate.timeout`).
     Gate(crate::pvp::Message),
@@ -2334,7 +2347,10 @@ enum Reaction {
 /// The text envelope `id` (`context.*`) the connection wrote was refused by the server with
 /// an `error` (pvp-spec 17): not taken, and not sent again. It moves from sent to dropped and
 /// is counted in `server_refused_items`, once: the same error read again (a server replaying
-/// its history) no longer finds it among the recent ones.
+/// its history) no longer finds it among the recent ones nor held. Text the server was not
+/// seen to read is held up to [`UNREAD`], twice the [`RECENT`] writes remembered: one
+/// refused past those is found held (it was passed over, counted as sent, and sent again
+/// after the next reconnect). False if `id` is no such text.
 fn refused_text(
     id: ulid::Ulid,
     recent: &mut VecDeque<(ulid::Ulid, Kind)>,
@@ -2342,15 +2358,21 @@ fn refused_text(
     counts: &Counts,
     m: &crate::metrics::SinkMetrics,
     participant: &str,
-) {
-    if let Some(i) = recent.iter().position(|(r, _)| *r == id) {
-        let (_, kind) = recent.remove(i).unwrap_or((id, Kind::ContextAdd));
-        retry.refused(id);
-        counts.sent.fetch_sub(1, Ordering::Relaxed);
-        counts.given_up.fetch_add(1, Ordering::Relaxed);
-        m.server_refused_items.inc();
-        tracing::warn!(%participant, %id, %kind, "refused by the PVP server; dropped");
-    }
+) -> bool {
+    let kind = match recent.iter().position(|(r, _)| *r == id) {
+        Some(i) if recent[i].1.is_text() => recent.remove(i).map(|(_, k)| k),
+        Some(_) => None,
+        None => retry.kind_of(id),
+    };
+    let Some(kind) = kind else {
+        return false;
+    };
+    retry.refused(id);
+    counts.sent.fetch_sub(1, Ordering::Relaxed);
+    counts.given_up.fetch_add(1, Ordering::Relaxed);
+    m.server_refused_items.inc();
+    tracing::warn!(%participant, %id, %kind, "refused by the PVP server; dropped");
+    true
 }
 
 /// A server envelope's id as a connection remembers it: identifiers are opaque strings
@@ -2551,7 +2573,7 @@ fn on_frame(
                         "UNAUTHORIZED" | "SESSION_NOT_FOUND" => {
                             return Reaction::Fatal {
                                 code: err.code,
-                                related: text,
+                                related: named,
                             };
                         }
                         code @ ("RATE_LIMITED" | "PARTICIPANT_NOT_FOUND") => {
