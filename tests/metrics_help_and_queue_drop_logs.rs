@@ -131,3 +131,86 @@ async fn a_participant_queue_dropping_everything_logs_once_not_per_envelope() {
     let stats = ws.close(Duration::from_millis(300)).await;
     assert!(stats.dropped >= 497, "{stats:?}");
 }
+
+/// `--gate-transcripts` with a server that decides no gate: once a participant's queue bound
+/// of chunks awaits approval, every chunk it speaks is crowded out, and each was logged at warn
+/// level, a line a chunk. Now the first is logged, then at most one line every 10 s with how
+/// many since; every drop is still counted in `pvp_t140_gated_chunks_refused_total`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunks_crowded_out_at_the_gates_log_once_not_per_chunk() {
+    use futures_util::StreamExt;
+    let logged = Logged::default();
+    let sub = tracing_subscriber::fmt()
+        .with_writer({
+            let l = logged.clone();
+            move || l.clone()
+        })
+        .with_ansi(false)
+        .with_max_level(tracing::Level::WARN)
+        .finish();
+    // The connection task logs on the runtime's threads: the only global subscriber of this
+    // test binary (the other test's, on its own thread, is set there).
+    tracing::subscriber::set_global_default(sub).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                    return;
+                };
+                // Reads everything, decides nothing.
+                while let Some(Ok(_)) = ws.next().await {}
+            });
+        }
+    });
+    let metrics = SinkMetrics::default();
+    let mut ws = WsSink::new(WsConfig {
+        url,
+        session: "s".into(),
+        heartbeat: Duration::from_secs(30),
+        connect_timeout: Duration::from_secs(5),
+        write_timeout: Duration::from_secs(5),
+        silence: Duration::from_secs(90),
+        queue: 4,
+        metrics: metrics.clone(),
+        tls: None,
+        spool: None,
+        gate: Some(pvp_t140::sink::gate::GateConfig {
+            quorum: 1,
+            timeout: Duration::from_secs(60),
+        }),
+    });
+    let mut talk = Talk::new();
+    let p = "t140:0000abcd@127.0.0.1:40101";
+    ws.send(talk.join(p));
+    // Four await approval (the queue's bound), each asked about; each one after is crowded
+    // out as the connection takes it (sent one at a time, so the queue refuses none).
+    const SAID: u64 = 100;
+    for i in 0..SAID {
+        ws.send(talk.add(p, &format!("Said with no gate decided, {i}.")));
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while metrics.gate_requests.get() + metrics.gates_refused.get() < i + 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "chunk {i} not taken: {} refused, {} requests, {} queue refused",
+                metrics.gates_refused.get(),
+                metrics.gate_requests.get(),
+                metrics.participant_queue_refused.get()
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    assert_eq!(metrics.gate_requests.get(), 4);
+    assert_eq!(metrics.gates_refused.get(), SAID - 4);
+    assert_eq!(metrics.participant_queue_refused.get(), 0);
+    let text = String::from_utf8(logged.0.lock().unwrap().clone()).unwrap();
+    let lines = text
+        .lines()
+        .filter(|l| l.contains("awaiting approval; dropped"))
+        .count();
+    // One, unless the test took 10 s to offer 100 chunks.
+    assert!(lines <= 2, "{lines} lines for 96 drops:\n{text}");
+    assert!(lines >= 1, "the first drop was not logged:\n{text}");
+    ws.close(Duration::from_millis(300)).await;
+}

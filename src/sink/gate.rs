@@ -108,6 +108,9 @@ pub struct Gates {
     /// Chunks (and corrections) offered with `room` already held, dropped unasked, by id: the
     /// connection counts them with the refused chunks and marks them done in the spool.
     crowded_out: Vec<ulid::Ulid>,
+    /// Those drops, logged at the first and then at most every 10 s: a server that decides no
+    /// gate crowds out every chunk its participant speaks, and a line each flooded the log.
+    pub crowding: crate::said::Said<Instant>,
     /// `stats.approved` as [`Gates::take_approved`] last told it.
     approved_told: u64,
     /// Announces held behind a pending gate that a newer one replaced, by id: the connection
@@ -127,6 +130,7 @@ impl Gates {
             gone: 0,
             dropped_corrections: Vec::new(),
             crowded_out: Vec::new(),
+            crowding: crate::said::Said::default(),
             approved_told: 0,
             superseded: Vec::new(),
         }

@@ -89,6 +89,8 @@ pub struct Spool {
     write_errors: Counter,
     /// The writer's queue was found full and has not had room since (logged once a stall).
     behind: AtomicBool,
+    /// The writer thread was found gone (it ended unasked): logged once, not a line a record.
+    gone: AtomicBool,
 }
 
 /// A participant in a session (the session as the envelope's JSON has it): presence is per
@@ -277,6 +279,7 @@ impl Spool {
             writer: Some(writer),
             write_errors,
             behind: AtomicBool::new(false),
+            gone: AtomicBool::new(false),
         };
         Ok((spool, pending))
     }
@@ -309,13 +312,21 @@ impl Spool {
                 r
             }
             Err(mpsc::TrySendError::Disconnected(_)) => {
-                self.write_errors.inc();
-                tracing::error!(path = %self.path.display(), "spool writer gone: this envelope would not survive a crash");
+                self.writer_gone();
                 return;
             }
         };
         if tx.send(r).is_err() {
-            self.write_errors.inc();
+            self.writer_gone();
+        }
+    }
+
+    /// A record the writer thread, gone, cannot take: counted; logged once (every record from
+    /// then on comes here, as often as text).
+    fn writer_gone(&self) {
+        self.write_errors.inc();
+        if !self.gone.swap(true, Ordering::Relaxed) {
+            tracing::error!(path = %self.path.display(), "spool writer gone: from now on nothing is journaled, and what is sent would not survive a crash (each record counted in pvp_t140_spool_write_errors_total)");
         }
     }
 
@@ -2240,5 +2251,49 @@ mod tests {
         let (_, resend) =
             opened.expect("a journal torn by a full disk must not stop the gateway from starting");
         assert_eq!(summary(&resend), Vec::<String>::new());
+    }
+
+    /// A log writer into a shared buffer.
+    #[derive(Clone, Default)]
+    struct Logged(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Logged {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The writer thread gone (ended unasked): every record after it was logged at error
+    /// level, a line a record, as often as text came. Now the first is logged, and each is
+    /// still counted.
+    #[test]
+    fn a_writer_gone_is_logged_once_and_every_record_counted() {
+        let (_d, mut spool, mut talk) = joined("gone", "hana");
+        spool.flush();
+        let before = spool.write_errors();
+        // The writer's own sender dropped (it ends), in its place one nobody receives from.
+        let (tx, rx) = mpsc::sync_channel(1);
+        drop(rx);
+        spool.tx = Some(tx);
+        let logged = Logged::default();
+        let sub = tracing_subscriber::fmt()
+            .with_writer({
+                let l = logged.clone();
+                move || l.clone()
+            })
+            .with_ansi(false)
+            .finish();
+        let _log = tracing::subscriber::set_default(sub);
+        for i in 0..100 {
+            spool.added(&talk.add("hana", &format!("Said {i}.")));
+        }
+        assert_eq!(spool.write_errors() - before, 100);
+        let text = String::from_utf8(logged.0.lock().unwrap().clone()).unwrap();
+        let lines = text.lines().filter(|l| l.contains("spool writer gone")).count();
+        assert_eq!(lines, 1, "{text}");
     }
 }

@@ -2249,8 +2249,16 @@ fn refused_id(id: ulid::Ulid, cfg: &WsConfig) {
 fn gone(g: &mut super::gate::Gates, cfg: &WsConfig, counts: &Counts) {
     counts.settled(g.take_gone());
     cfg.metrics.gates_approved.inc_by(g.take_approved());
-    for id in g.take_crowded_out() {
-        tracing::warn!(%id, "transcript chunk or correction offered with the participant's queue bound awaiting approval; dropped");
+    let crowded = g.take_crowded_out();
+    if let Some(&first) = crowded.first()
+        && let Some(dropped) = g
+            .crowding
+            .tell(std::time::Instant::now(), crowded.len() as u64)
+    {
+        tracing::warn!(id = %first, dropped, "transcript chunk or correction offered with the participant's queue bound awaiting approval; dropped (these drops are logged at most every 10 s, with how many since)");
+    }
+    for id in crowded {
+        tracing::debug!(%id, "transcript chunk or correction offered with the participant's queue bound awaiting approval; dropped");
         refused_id(id, cfg);
     }
     for id in g.take_dropped_corrections() {
