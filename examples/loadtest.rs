@@ -2862,9 +2862,7 @@ fn time_core(d: &[Dgram], json: bool) -> (f64, u64, u64) {
     let mut envelopes = 0u64;
     let mut bytes = 0u64;
     let mut buf = Vec::with_capacity(2 * NDJSON_BUFFER);
-    let started = Instant::now();
-    for x in d {
-        gw.handle_datagram(x.time, x.source, &x.payload);
+    let mut take = |gw: &mut pvp_t140::Gateway| {
         while let Some(e) = gw.poll_output() {
             envelopes += 1;
             if json {
@@ -2873,6 +2871,17 @@ fn time_core(d: &[Dgram], json: bool) -> (f64, u64, u64) {
             }
             std::hint::black_box(e);
         }
+    };
+    let started = Instant::now();
+    for x in d {
+        gw.handle_datagram(x.time, x.source, &x.payload);
+        take(&mut gw);
+    }
+    // The end of the capture: what the streams still hold is flushed (and they leave), as at
+    // the gateway's stop; t140llm's demux ends its streams at the end of the file too.
+    if let Some(last) = d.last() {
+        gw.shutdown(last.time);
+        take(&mut gw);
     }
     ndjson_out(&mut buf);
     let secs = started.elapsed().as_secs_f64();
@@ -2900,18 +2909,45 @@ fn time_parse_only(d: &[Dgram]) -> f64 {
     d.len() as f64 / started.elapsed().as_secs_f64()
 }
 
+/// How long one run of t140llm's demux may take: its default capture runs in seconds; one
+/// that hangs (a node stuck on a bad install) must not hang the harness.
+const NODE_LIMIT: Duration = Duration::from_secs(600);
+
 fn time_node(a: &T140llmArgs, pcap: &Path) -> Res<(f64, String)> {
-    let out = Command::new(&a.node)
+    let mut child = Command::new(&a.node)
         .arg(&a.demux)
         .arg(pcap)
         .args(["--port", &a.port.to_string(), "--quiet"])
-        .output()
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
         .map_err(|e| format!("{}: {e}", a.node))?;
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    if !out.status.success() {
+    let mut stderr = child.stderr.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut s);
+        s
+    });
+    let deadline = Instant::now() + NODE_LIMIT;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break st,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "demux.mjs did not end within {NODE_LIMIT:?}; killed"
+                ));
+            }
+            Err(e) => return Err(format!("waiting for demux.mjs: {e}")),
+        }
+    };
+    let err = reader.join().unwrap_or_default();
+    if !status.success() {
         return Err(format!(
-            "demux.mjs failed ({}): {err} (run `cd interop/t140llm && npm install`)",
-            out.status
+            "demux.mjs failed ({status}): {err} (run `cd interop/t140llm && npm install`)"
         ));
     }
     let line = err.lines().last().unwrap_or("").to_owned();

@@ -2293,7 +2293,10 @@ mod tests {
         }
         assert_eq!(spool.write_errors() - before, 100);
         let text = String::from_utf8(logged.0.lock().unwrap().clone()).unwrap();
-        let lines = text.lines().filter(|l| l.contains("spool writer gone")).count();
+        let lines = text
+            .lines()
+            .filter(|l| l.contains("spool writer gone"))
+            .count();
         assert_eq!(lines, 1, "{text}");
     }
 }
