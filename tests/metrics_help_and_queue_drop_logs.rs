@@ -5,12 +5,13 @@
 //! Found by review aq (session 45).
 
 mod common;
+#[path = "common/ws_recorder.rs"]
+mod ws_recorder;
 
 use std::time::Duration;
 
 use common::gateway_proc::{Gateway, http_get};
 use common::talk::Talk;
-use pvp_t140::metrics::SinkMetrics;
 use pvp_t140::sink::ws::{WsConfig, WsSink};
 
 /// Whether `text` is an OpenMetrics 1.0 `escaped-string`: `normal-char` excludes LF, DQUOTE
@@ -61,6 +62,24 @@ fn every_help_text_is_an_openmetrics_escaped_string() {
 #[derive(Clone, Default)]
 struct Logged(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
 
+impl Logged {
+    /// A subscriber writing warnings and errors here.
+    fn warnings(&self) -> impl tracing::Subscriber + Send + Sync + 'static {
+        let l = self.clone();
+        tracing_subscriber::fmt()
+            .with_writer(move || l.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::WARN)
+            .finish()
+    }
+
+    /// The lines logged that contain `needle`, and all that was logged.
+    fn lines(&self, needle: &str) -> (usize, String) {
+        let text = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
+        (text.lines().filter(|l| l.contains(needle)).count(), text)
+    }
+}
+
 impl std::io::Write for Logged {
     fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
         self.0.lock().unwrap().extend_from_slice(b);
@@ -80,14 +99,7 @@ impl std::io::Write for Logged {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_participant_queue_dropping_everything_logs_once_not_per_envelope() {
     let logged = Logged::default();
-    let sub = tracing_subscriber::fmt()
-        .with_writer({
-            let l = logged.clone();
-            move || l.clone()
-        })
-        .with_ansi(false)
-        .with_max_level(tracing::Level::WARN)
-        .finish();
+    let sub = logged.warnings();
     // On this thread, where `WsSink::send` queues.
     let _log = tracing::subscriber::set_default(sub);
     // A port nobody listens on: the server is down.
@@ -96,20 +108,12 @@ async fn a_participant_queue_dropping_everything_logs_once_not_per_envelope() {
         .local_addr()
         .unwrap()
         .port();
-    let metrics = SinkMetrics::default();
-    let mut ws = WsSink::new(WsConfig {
-        url: format!("ws://127.0.0.1:{port}"),
-        session: "s".into(),
-        heartbeat: Duration::from_secs(30),
-        connect_timeout: Duration::from_secs(5),
-        write_timeout: Duration::from_secs(5),
-        silence: Duration::from_secs(90),
+    let cfg = WsConfig {
         queue: 4,
-        metrics: metrics.clone(),
-        tls: None,
-        spool: None,
-        gate: None,
-    });
+        ..ws_recorder::config(format!("ws://127.0.0.1:{port}"))
+    };
+    let metrics = cfg.metrics.clone();
+    let mut ws = WsSink::new(cfg);
     let mut talk = Talk::new();
     let p = "t140:0000abcd@127.0.0.1:40100";
     ws.send(talk.join(p));
@@ -119,11 +123,7 @@ async fn a_participant_queue_dropping_everything_logs_once_not_per_envelope() {
     // Of the 501, the queue of 4 took the join and 3 sentences (a fifth place is kept for
     // the leave): 497 refused, each counted.
     assert_eq!(metrics.participant_queue_refused.get(), 497);
-    let text = String::from_utf8(logged.0.lock().unwrap().clone()).unwrap();
-    let lines = text
-        .lines()
-        .filter(|l| l.contains("envelope dropped"))
-        .count();
+    let (lines, text) = logged.lines("envelope dropped");
     // One, unless the test took 10 s to queue 500 envelopes.
     assert!(lines <= 2, "{lines} lines for 497 drops:\n{text}");
     assert!(lines >= 1, "the first drop was not logged:\n{text}");
@@ -140,14 +140,7 @@ async fn a_participant_queue_dropping_everything_logs_once_not_per_envelope() {
 async fn chunks_crowded_out_at_the_gates_log_once_not_per_chunk() {
     use futures_util::StreamExt;
     let logged = Logged::default();
-    let sub = tracing_subscriber::fmt()
-        .with_writer({
-            let l = logged.clone();
-            move || l.clone()
-        })
-        .with_ansi(false)
-        .with_max_level(tracing::Level::WARN)
-        .finish();
+    let sub = logged.warnings();
     // The connection task logs on the runtime's threads: the only global subscriber of this
     // test binary (the other test's, on its own thread, is set there).
     tracing::subscriber::set_global_default(sub).unwrap();
@@ -164,23 +157,16 @@ async fn chunks_crowded_out_at_the_gates_log_once_not_per_chunk() {
             });
         }
     });
-    let metrics = SinkMetrics::default();
-    let mut ws = WsSink::new(WsConfig {
-        url,
-        session: "s".into(),
-        heartbeat: Duration::from_secs(30),
-        connect_timeout: Duration::from_secs(5),
-        write_timeout: Duration::from_secs(5),
-        silence: Duration::from_secs(90),
+    let cfg = WsConfig {
         queue: 4,
-        metrics: metrics.clone(),
-        tls: None,
-        spool: None,
         gate: Some(pvp_t140::sink::gate::GateConfig {
             quorum: 1,
             timeout: Duration::from_secs(60),
         }),
-    });
+        ..ws_recorder::config(url)
+    };
+    let metrics = cfg.metrics.clone();
+    let mut ws = WsSink::new(cfg);
     let mut talk = Talk::new();
     let p = "t140:0000abcd@127.0.0.1:40101";
     ws.send(talk.join(p));
@@ -204,11 +190,7 @@ async fn chunks_crowded_out_at_the_gates_log_once_not_per_chunk() {
     assert_eq!(metrics.gate_requests.get(), 4);
     assert_eq!(metrics.gates_refused.get(), SAID - 4);
     assert_eq!(metrics.participant_queue_refused.get(), 0);
-    let text = String::from_utf8(logged.0.lock().unwrap().clone()).unwrap();
-    let lines = text
-        .lines()
-        .filter(|l| l.contains("awaiting approval; dropped"))
-        .count();
+    let (lines, text) = logged.lines("awaiting approval; dropped");
     // One, unless the test took 10 s to offer 100 chunks.
     assert!(lines <= 2, "{lines} lines for 96 drops:\n{text}");
     assert!(lines >= 1, "the first drop was not logged:\n{text}");

@@ -169,6 +169,25 @@ async fn read_frame(r: &mut tokio::net::TcpStream) -> Option<(u8, Vec<u8>)> {
     Some((h[0] & 0x0f, p))
 }
 
+/// The next `n` text frames a raw connection reads (answering no ping), each also sent to `tx`
+/// as connection 0's; `None` if it ends first.
+async fn read_texts(
+    tcp: &mut tokio::net::TcpStream,
+    n: usize,
+    tx: &tokio::sync::mpsc::UnboundedSender<(usize, serde_json::Value)>,
+) -> Option<Vec<serde_json::Value>> {
+    let mut texts = Vec::with_capacity(n);
+    while texts.len() < n {
+        let (op, p) = read_frame(tcp).await?;
+        if op == 1 {
+            let v: serde_json::Value = serde_json::from_slice(&p).unwrap();
+            let _ = tx.send((0, v.clone()));
+            texts.push(v);
+        }
+    }
+    Some(texts)
+}
+
 /// A server frame (unmasked, final) of `opcode` with `payload` (under 64 KiB).
 async fn write_frame(w: &mut tokio::net::TcpStream, opcode: u8, payload: &[u8]) {
     use tokio::io::AsyncWriteExt;
@@ -276,17 +295,9 @@ fn shown((conn, v): &(usize, serde_json::Value)) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unread_and_rate_limited_text_go_again_in_order_after_the_rejoin() {
     let (url, mut rx) = first_raw(|mut tcp, tx| async move {
-        let mut texts = Vec::new();
-        while texts.len() < 3 {
-            let Some((op, p)) = read_frame(&mut tcp).await else {
-                return;
-            };
-            if op == 1 {
-                let v: serde_json::Value = serde_json::from_slice(&p).unwrap();
-                let _ = tx.send((0, v.clone()));
-                texts.push(v);
-            }
-        }
+        let Some(texts) = read_texts(&mut tcp, 3, &tx).await else {
+            return;
+        };
         let refusal = serde_json::json!({"v": 1, "id": "01JQ0000000000000000000001",
             "ts": "2026-11-29T00:00:00.000Z", "session": "s", "sender": "system", "type": "error",
             "payload": {"code": "RATE_LIMITED", "message": "slow down", "recoverable": true,
@@ -393,15 +404,8 @@ async fn pongs_that_answer_no_ping_show_nothing_read_and_the_resent_text_is_coun
 async fn against_a_server_that_answers_no_ping_at_most_128_go_again() {
     const SAID: usize = 200;
     let (url, mut rx) = first_raw(|mut tcp, tx| async move {
-        let mut texts = 0;
-        while texts < SAID + 1 {
-            let Some((op, p)) = read_frame(&mut tcp).await else {
-                return;
-            };
-            if op == 1 {
-                texts += 1;
-                let _ = tx.send((0, serde_json::from_slice(&p).unwrap()));
-            }
+        if read_texts(&mut tcp, SAID + 1, &tx).await.is_none() {
+            return;
         }
         drop(tcp);
     })
@@ -447,17 +451,9 @@ async fn against_a_server_that_answers_no_ping_at_most_128_go_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_text_whose_write_again_failed_still_goes_before_later_unread_text() {
     let (url, mut rx) = first_raw(|mut tcp, tx| async move {
-        let mut texts = Vec::new();
-        while texts.len() < 3 {
-            let Some((op, p)) = read_frame(&mut tcp).await else {
-                return;
-            };
-            if op == 1 {
-                let v: serde_json::Value = serde_json::from_slice(&p).unwrap();
-                let _ = tx.send((0, v.clone()));
-                texts.push(v);
-            }
-        }
+        let Some(texts) = read_texts(&mut tcp, 3, &tx).await else {
+            return;
+        };
         // "One." refused, and four refusals more: a pause of 8 s.
         for (i, related) in [texts[1]["id"].clone(), "x1".into(), "x2".into(), "x3".into(), "x4".into()]
             .into_iter()
@@ -741,17 +737,9 @@ async fn unread_text_before_a_leave_to_a_hung_server_is_journaled_for_the_next_s
 async fn a_refusal_of_unread_text_older_than_the_last_64_writes_is_counted_not_sent_again() {
     const SAID: usize = 100;
     let (url, mut rx) = first_raw(|mut tcp, tx| async move {
-        let mut texts = Vec::new();
-        while texts.len() < SAID + 1 {
-            let Some((op, p)) = read_frame(&mut tcp).await else {
-                return;
-            };
-            if op == 1 {
-                let v: serde_json::Value = serde_json::from_slice(&p).unwrap();
-                let _ = tx.send((0, v.clone()));
-                texts.push(v);
-            }
-        }
+        let Some(texts) = read_texts(&mut tcp, SAID + 1, &tx).await else {
+            return;
+        };
         let refusal = serde_json::json!({"v": 1, "id": "01JQ0000000000000000000001",
             "ts": "2026-11-29T00:00:00.000Z", "session": "s", "sender": "system", "type": "error",
             "payload": {"code": "INVALID_MESSAGE", "message": "no", "recoverable": false,
