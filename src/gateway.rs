@@ -3422,20 +3422,6 @@ mod tests {
             assert_eq!(shows_a_name(name), clean_name(name).is_some(), "{name:?}");
         }
     }
-    /// A log writer into a shared buffer.
-    #[derive(Clone, Default)]
-    struct Logged(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Logged {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
     /// Review aq: every lag of a worker's RTCP feed logged a warn line, and anyone who can
     /// reach the RTCP port can keep a worker behind (a flood of 1,025 datagrams a lag): the
     /// log flooded with one line a lag. Now the first lag is said, then at most one line every
@@ -3443,15 +3429,8 @@ mod tests {
     /// counted.
     #[test]
     fn rtcp_feed_lag_is_logged_at_most_every_ten_seconds() {
-        let logged = Logged::default();
-        let sub = tracing_subscriber::fmt()
-            .with_writer({
-                let l = logged.clone();
-                move || l.clone()
-            })
-            .with_ansi(false)
-            .with_max_level(tracing::Level::WARN)
-            .finish();
+        let logged = crate::said::Logged::default();
+        let sub = logged.subscriber(tracing::Level::WARN);
         let mut gw = Gateway::new(Config::default());
         tracing::subscriber::with_default(sub, || {
             let t0 = Time::from_millis(1_000_000);
@@ -3462,7 +3441,7 @@ mod tests {
             gw.rtcp_feed_lost(t0.saturating_add(Duration::from_millis(9_999)), 5, false);
             gw.rtcp_feed_lost(t0.saturating_add(crate::said::SAID_EVERY), 7, false);
         });
-        let text = String::from_utf8(logged.0.lock().unwrap().clone()).unwrap();
+        let text = logged.text();
         let lines: Vec<&str> = text
             .lines()
             .filter(|l| l.contains("RTCP feed lagged"))

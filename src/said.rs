@@ -57,6 +57,40 @@ impl<T: Moment> Said<T> {
     }
 }
 
+/// A log captured in memory, for the tests that check a failure is said once, not a line each.
+#[cfg(test)]
+#[derive(Clone, Default)]
+pub(crate) struct Logged(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+#[cfg(test)]
+impl Logged {
+    /// A subscriber writing here what is logged at `level` and above.
+    pub(crate) fn subscriber(&self, level: tracing::Level) -> impl tracing::Subscriber + use<> {
+        let l = self.clone();
+        tracing_subscriber::fmt()
+            .with_writer(move || l.clone())
+            .with_ansi(false)
+            .with_max_level(level)
+            .finish()
+    }
+
+    /// All that was logged.
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
+
+#[cfg(test)]
+impl std::io::Write for Logged {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Said;

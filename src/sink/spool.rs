@@ -2253,20 +2253,6 @@ mod tests {
         assert_eq!(summary(&resend), Vec::<String>::new());
     }
 
-    /// A log writer into a shared buffer.
-    #[derive(Clone, Default)]
-    struct Logged(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Logged {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
     /// The writer thread gone (ended unasked): every record after it was logged at error
     /// level, a line a record, as often as text came. Now the first is logged, and each is
     /// still counted.
@@ -2279,20 +2265,13 @@ mod tests {
         let (tx, rx) = mpsc::sync_channel(1);
         drop(rx);
         spool.tx = Some(tx);
-        let logged = Logged::default();
-        let sub = tracing_subscriber::fmt()
-            .with_writer({
-                let l = logged.clone();
-                move || l.clone()
-            })
-            .with_ansi(false)
-            .finish();
-        let _log = tracing::subscriber::set_default(sub);
+        let logged = crate::said::Logged::default();
+        let _log = tracing::subscriber::set_default(logged.subscriber(tracing::Level::INFO));
         for i in 0..100 {
             spool.added(&talk.add("hana", &format!("Said {i}.")));
         }
         assert_eq!(spool.write_errors() - before, 100);
-        let text = String::from_utf8(logged.0.lock().unwrap().clone()).unwrap();
+        let text = logged.text();
         let lines = text
             .lines()
             .filter(|l| l.contains("spool writer gone"))
