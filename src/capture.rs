@@ -78,6 +78,11 @@ pub struct CaptureStats {
     /// Of `skipped`, the frames whose UDP datagram (or fragment of one) the snap length cut
     /// short: text lost to how the capture was taken, not traffic replay has no use for.
     pub cut_by_snaplen: u64,
+    /// Of `skipped`, the frames of a link type replay does not read (NFLOG, 802.11, PPP...):
+    /// a capture of one replays to nothing, and says why.
+    pub unsupported_link: u64,
+    /// The link type of the first of those (a pcapng's interfaces may have several).
+    pub unsupported_link_type: Option<u16>,
     /// Frames that are IPv4 or IPv6 fragments of a UDP datagram, whatever became of them.
     pub fragments: u64,
     /// Datagrams reassembled from fragments (also counted in `udp`).
@@ -648,7 +653,13 @@ fn take_frame(
         }
         None => {
             stats.skipped += 1;
-            if data.len() < usize::try_from(origlen).unwrap_or(usize::MAX) && cut_udp(data, link) {
+            if !supported(link) {
+                stats.unsupported_link += 1;
+                // The link type field is 16 bits in pcapng, and cut to them in a pcap.
+                stats.unsupported_link_type.get_or_insert(link.0 as u16);
+            } else if data.len() < usize::try_from(origlen).unwrap_or(usize::MAX)
+                && cut_udp(data, link)
+            {
                 stats.cut_by_snaplen += 1;
             }
             each(Frame::Other(time, interface))
@@ -728,11 +739,11 @@ enum Inner<'a> {
     Ip(&'a [u8]),
 }
 
-/// What follows a frame's link layer, for [`packet_of`] and [`cut_udp`] to slice. Only the
-/// link types a T.140 capture comes in; pcap-parser 0.17's decoders for others (Wireshark
-/// upper PDU, NFLOG) panic on malformed frames (found by the pcap_read fuzzer).
-fn inner(data: &[u8], link: Linktype) -> Option<Inner<'_>> {
-    let supported = [
+/// Whether replay reads frames of `link`: only the link types a T.140 capture comes in;
+/// pcap-parser 0.17's decoders for others (Wireshark upper PDU, NFLOG) panic on malformed
+/// frames (found by the pcap_read fuzzer).
+fn supported(link: Linktype) -> bool {
+    [
         Linktype::ETHERNET,
         Linktype::RAW,
         Linktype::LINUX_SLL,
@@ -741,8 +752,14 @@ fn inner(data: &[u8], link: Linktype) -> Option<Inner<'_>> {
         Linktype::IPV6,
         Linktype::NULL,
         Linktype::LOOP,
-    ];
-    if !supported.contains(&link) {
+    ]
+    .contains(&link)
+}
+
+/// What follows a frame's link layer, for [`packet_of`] and [`cut_udp`] to slice, for the
+/// link types replay reads ([`supported`]).
+fn inner(data: &[u8], link: Linktype) -> Option<Inner<'_>> {
+    if !supported(link) {
         return None;
     }
     Some(match get_packetdata(data, link, data.len())? {

@@ -1022,6 +1022,15 @@ fn run_replay(
             "UDP datagrams cut short by the capture's snap length were skipped: capture with a larger one (tcpdump -s 0)"
         );
     }
+    if let Some(link_type) = summary.capture.unsupported_link_type {
+        // Skipped, all of them: a capture of such a link layer replays to nothing.
+        tracing::warn!(
+            file = %file.display(),
+            frames = summary.capture.unsupported_link,
+            link_type,
+            "frames of a link type replay does not read were skipped: it reads Ethernet, Linux cooked SLL/SLL2, raw IP and BSD loopback"
+        );
+    }
     if summary.capture.cut_short {
         tracing::warn!(file = %file.display(), "the capture ends inside a record: replayed up to it");
     }
