@@ -78,6 +78,11 @@ pub struct CaptureStats {
     /// Of `skipped`, the frames whose UDP datagram (or fragment of one) the snap length cut
     /// short: text lost to how the capture was taken, not traffic replay has no use for.
     pub cut_by_snaplen: u64,
+    /// Of `skipped`, the frames captured whole whose UDP datagram (or fragment of one) is not
+    /// valid UDP over IP: a UDP Length past its IP packet, or under 8 over IPv4, or an IP
+    /// length past the frame. The receiving host's stack drops them (Linux `__udp4_lib_rcv`,
+    /// `__udp6_lib_rcv`): the live gateway never read them.
+    pub udp_malformed: u64,
     /// Of `skipped`, the frames of a link type replay does not read (NFLOG, 802.11, PPP...):
     /// a capture of one replays to nothing, and says why.
     pub unsupported_link: u64,
@@ -657,19 +662,22 @@ fn take_frame(
                 stats.unsupported_link += 1;
                 // The link type field is 16 bits in pcapng, and cut to them in a pcap.
                 stats.unsupported_link_type.get_or_insert(link.0 as u16);
-            } else if data.len() < usize::try_from(origlen).unwrap_or(usize::MAX)
-                && cut_udp(data, link)
-            {
-                stats.cut_by_snaplen += 1;
+            } else if holds_udp(data, link) {
+                if data.len() < usize::try_from(origlen).unwrap_or(usize::MAX) {
+                    stats.cut_by_snaplen += 1;
+                } else {
+                    stats.udp_malformed += 1;
+                }
             }
             each(Frame::Other(time, interface))
         }
     }
 }
 
-/// Whether a frame the snap length cut short (so not read whole by [`packet_of`]) carries a
-/// UDP datagram or a fragment of one, as far as its IP header, read laxly, tells.
-fn cut_udp(data: &[u8], link: Linktype) -> bool {
+/// Whether a frame [`packet_of`] could not read (the snap length cut it short, or its lengths
+/// are wrong) carries a UDP datagram or a fragment of one, as far as its IP header, read
+/// laxly, tells.
+fn holds_udp(data: &[u8], link: Linktype) -> bool {
     let sliced = match inner(data, link) {
         Some(Inner::Ethernet(frame)) => LaxSlicedPacket::from_ethernet(frame).ok(),
         Some(Inner::EtherType(t, packet)) => Some(LaxSlicedPacket::from_ether_type(t, packet)),
@@ -756,7 +764,7 @@ fn supported(link: Linktype) -> bool {
     .contains(&link)
 }
 
-/// What follows a frame's link layer, for [`packet_of`] and [`cut_udp`] to slice, for the
+/// What follows a frame's link layer, for [`packet_of`] and [`holds_udp`] to slice, for the
 /// link types replay reads ([`supported`]).
 fn inner(data: &[u8], link: Linktype) -> Option<Inner<'_>> {
     if !supported(link) {

@@ -1022,6 +1022,14 @@ fn run_replay(
             "UDP datagrams cut short by the capture's snap length were skipped: capture with a larger one (tcpdump -s 0)"
         );
     }
+    if summary.capture.udp_malformed > 0 {
+        // Dropped by the receiving host's stack too: the live gateway never read them.
+        tracing::warn!(
+            file = %file.display(),
+            datagrams = summary.capture.udp_malformed,
+            "UDP datagrams that are not valid UDP over IP (a UDP or IP length past what the packet holds) were skipped, as the receiving host drops them"
+        );
+    }
     if let Some(link_type) = summary.capture.unsupported_link_type {
         // Skipped, all of them: a capture of such a link layer replays to nothing.
         tracing::warn!(
