@@ -350,6 +350,29 @@ fn read_head(reader: &mut impl io::Read) -> io::Result<(Vec<u8>, bool)> {
     Ok((head, short))
 }
 
+/// Why a file whose first bytes `head` are no pcap or pcapng magic number is not read: a
+/// capture compressed as Wireshark and tcpdump's rotation write them (which Wireshark reads as
+/// they are) says how, and to decompress it; pcap-parser's word, `HeaderNotRecognized`, would
+/// say neither.
+fn not_a_capture(head: &[u8]) -> String {
+    let compressed = [
+        (&[0x1f, 0x8b][..], "gzip", "gunzip"),
+        (&[0x28, 0xb5, 0x2f, 0xfd][..], "zstd", "unzstd"),
+        (&[0x04, 0x22, 0x4d, 0x18][..], "lz4", "unlz4"),
+        (&[0xfd, b'7', b'z', b'X', b'Z', 0][..], "xz", "unxz"),
+        (&b"BZh"[..], "bzip2", "bunzip2"),
+    ];
+    match compressed
+        .iter()
+        .find(|(magic, ..)| head.starts_with(magic))
+    {
+        Some((_, how, tool)) => {
+            format!("the file is compressed with {how}: decompress it first ({tool})")
+        }
+        None => "its first bytes are no pcap or pcapng header".into(),
+    }
+}
+
 /// A reader that keeps the I/O error it last failed with: pcap-parser turns every one into a
 /// bare `PcapError::ReadError`, which would lose the cause (a disk error, a directory given as
 /// the file) and blame the file's format.
@@ -401,6 +424,7 @@ pub fn read_frames_from(
     let (head, short) = read_head(&mut reader).map_err(CaptureError::Io)?;
     // The reader's first read must hold the header whole.
     let mut capacity = INITIAL_BUFFER.max(head.len());
+    let not_a_capture = not_a_capture(&head);
     let error = Mutex::new(None);
     let reader = KeepsError {
         inner: io::Read::chain(io::Cursor::new(head), reader),
@@ -415,6 +439,7 @@ pub fn read_frames_from(
         PcapError::HeaderNotRecognized if short => {
             CaptureError::Format("the file ends inside its header".into())
         }
+        PcapError::HeaderNotRecognized => CaptureError::Format(not_a_capture),
         e => read_failed(e, &error),
     })?;
     let mut stats = CaptureStats::default();

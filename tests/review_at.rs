@@ -157,3 +157,39 @@ fn whole_udp_datagrams_with_a_bad_length_are_counted_apart_and_warned_about() {
         "{err}"
     );
 }
+
+/// Found by review at (session 46). A compressed capture (`capture.pcapng.gz`: Wireshark,
+/// tshark and dumpcap write and read gzip, zstd and lz4 captures; rotated tcpdump captures are
+/// often gzipped) or any file that is no capture was refused with pcap-parser's own word,
+/// "not a readable pcap/pcapng capture: HeaderNotRecognized", which says neither what the file
+/// is nor what to do. A compressed one says how it was compressed and to decompress it; any
+/// other, that its first bytes are no pcap or pcapng header.
+#[test]
+fn a_compressed_capture_says_to_decompress_it() {
+    let capture = pcap(1, &[(1_000_000, ethernet(&ip(&rtp(1, "Hello."))))]);
+    // A gzip member header (RFC 1952), the rest as a stored deflate block would be.
+    let mut gz = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3, 1];
+    gz.extend_from_slice(&(capture.len() as u16).to_le_bytes());
+    gz.extend_from_slice(&(!(capture.len() as u16)).to_le_bytes());
+    gz.extend_from_slice(&capture);
+    let mut zstd = vec![0x28, 0xb5, 0x2f, 0xfd, 0, 0x58];
+    zstd.extend_from_slice(&capture);
+    for (name, bytes, word) in [("gz", &gz, "gzip"), ("zst", &zstd, "zstd")] {
+        let (code, out, err) = replay(name, bytes);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(out.is_empty());
+        assert!(
+            err.contains(&format!("compressed with {word}")) && err.contains("decompress it"),
+            "{name}: {err}"
+        );
+        assert!(!err.contains("HeaderNotRecognized"), "{err}");
+    }
+    let (code, _, err) = replay("text", b"this is not a capture file at all\n");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("not a readable pcap/pcapng capture")
+            && err.contains("no pcap or pcapng header")
+            && !err.contains("HeaderNotRecognized"),
+        "{err}"
+    );
+}
