@@ -1042,10 +1042,22 @@ fn run_replay(
     if summary.capture.cut_short {
         tracing::warn!(file = %file.display(), "the capture ends inside a record: replayed up to it");
     }
+    if let Some(port) = port
+        && summary.other_ports > 0
+        && summary.other_ports == summary.capture.udp
+    {
+        // Not one datagram fed: a port mistyped, or the sender's given for the receiver's.
+        tracing::warn!(
+            file = %file.display(),
+            datagrams = summary.other_ports,
+            "--port {port} left out every UDP datagram of the capture (none went to it, nor to the RTCP port read after it): replayed nothing; without --port every datagram is replayed"
+        );
+    }
     tracing::info!(
         frames = summary.capture.frames,
         udp = summary.capture.udp,
         skipped = summary.capture.skipped,
+        other_ports = summary.other_ports,
         "replay finished"
     );
     let c = &summary.capture;

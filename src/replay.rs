@@ -15,6 +15,8 @@ use crate::time::Time;
 pub struct ReplaySummary {
     pub capture: CaptureStats,
     pub stats: Stats,
+    /// UDP datagrams `port` left out: to neither it nor the RTCP port read after it.
+    pub other_ports: u64,
 }
 
 /// Why a replay failed.
@@ -81,6 +83,7 @@ pub fn run_reading(
     let mut write_err: Option<io::Error> = None;
     let mut presence = Presence::default();
     let mut unfed = Unfed::new();
+    let mut other_ports = 0;
     let read = capture::read_frames(path, |frame| {
         match frame {
             Frame::Udp(d, interface) if port.is_none_or(|p| d.destination.port() == p) => {
@@ -96,7 +99,12 @@ pub fn run_reading(
                 let refused = rtcp_admission.admit(at, d.source).err();
                 gw.handle_rtcp_port(at, d.source, &d.payload, refused, true);
             }
-            other => unfed.frame(&clock, other.interface(), other.time()),
+            other => {
+                if matches!(other, Frame::Udp(..)) {
+                    other_ports += 1;
+                }
+                unfed.frame(&clock, other.interface(), other.time());
+            }
         }
         // The first failed write ends the replay: nothing after it could be written.
         match drain(&mut gw, &mut presence, out) {
@@ -122,6 +130,7 @@ pub fn run_reading(
     Ok(ReplaySummary {
         capture,
         stats: gw.stats(),
+        other_ports,
     })
 }
 

@@ -49,6 +49,11 @@ fn read(bytes: &[u8]) -> (Vec<Datagram>, CaptureStats) {
 
 /// `pvp-t140 replay` of `capture`: exit code, stdout, stderr.
 fn replay(name: &str, capture: &[u8]) -> (Option<i32>, String, String) {
+    replay_with(name, capture, &[])
+}
+
+/// [`replay`] with more arguments.
+fn replay_with(name: &str, capture: &[u8], args: &[&str]) -> (Option<i32>, String, String) {
     let path: PathBuf = std::env::temp_dir().join(format!(
         "pvp-t140-review-at-{name}-{}.pcap",
         std::process::id()
@@ -57,6 +62,7 @@ fn replay(name: &str, capture: &[u8]) -> (Option<i32>, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
         .arg("replay")
         .arg(&path)
+        .args(args)
         .output()
         .expect("run pvp-t140 replay");
     std::fs::remove_file(&path).ok();
@@ -192,4 +198,32 @@ fn a_compressed_capture_says_to_decompress_it() {
             && !err.contains("HeaderNotRecognized"),
         "{err}"
     );
+}
+
+/// Found by review at (session 46). `replay --port N` of a capture whose datagrams all went to
+/// another port (a port mistyped, or the sender's side given for the gateway's) replayed
+/// nothing, exit 0, and the datagrams it left out were counted nowhere: the log said
+/// `udp=2` and `datagrams=0` and left the user to work out why. They are counted, and a replay
+/// that `--port` left with nothing says so, with how many went elsewhere.
+#[test]
+fn a_port_that_no_datagram_went_to_says_so() {
+    let capture = pcap(
+        1,
+        &[
+            (1_000_000, ethernet(&ip(&rtp(1, "Hello there.")))),
+            (1_300_000, ethernet(&ip(&rtp(2, " Bye.")))),
+        ],
+    );
+    let (code, out, err) = replay_with("port", &capture, &["--port", "5006"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(
+        err.contains("--port 5006 left out every UDP datagram") && err.contains("datagrams=2"),
+        "{err}"
+    );
+    // To the port: replayed, and nothing said.
+    let (code, out, err) = replay_with("port-right", &capture, &["--port", "5004"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("Hello there."), "{out}");
+    assert!(!err.contains("left out every UDP datagram"), "{err}");
 }
