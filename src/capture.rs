@@ -83,6 +83,11 @@ pub struct CaptureStats {
     /// length past the frame. The receiving host's stack drops them (Linux `__udp4_lib_rcv`,
     /// `__udp6_lib_rcv`): the live gateway never read them.
     pub udp_malformed: u64,
+    /// Of `skipped`, the packet records on an interface their pcapng section did not describe
+    /// (no Interface Description Block for it: a corrupt capture, which Wireshark refuses),
+    /// or an obsolete Packet Block too short for what it claims: no link type nor time unit
+    /// to read them by.
+    pub no_interface: u64,
     /// Of `skipped`, the frames of a link type replay does not read (NFLOG, 802.11, PPP...):
     /// a capture of one replays to nothing, and says why.
     pub unsupported_link: u64,
@@ -655,6 +660,7 @@ fn take_frame(
     stats.frames += 1;
     let Some((time, link, interface, data, origlen)) = frame else {
         stats.skipped += 1;
+        stats.no_interface += 1;
         return ControlFlow::Continue(());
     };
     reassembler.tick(interface, time, stats);

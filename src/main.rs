@@ -1030,6 +1030,14 @@ fn run_replay(
             "UDP datagrams that are not valid UDP over IP (a UDP or IP length past what the packet holds) were skipped, as the receiving host drops them"
         );
     }
+    if summary.capture.no_interface > 0 {
+        // A corrupt capture (Wireshark refuses it): what those records held is lost.
+        tracing::warn!(
+            file = %file.display(),
+            records = summary.capture.no_interface,
+            "packet records on an interface their pcapng section did not describe were skipped (a corrupt capture)"
+        );
+    }
     if let Some(link_type) = summary.capture.unsupported_link_type {
         // Skipped, all of them: a capture of such a link layer replays to nothing.
         tracing::warn!(

@@ -7,6 +7,8 @@ use pvp_t140::capture::{CaptureStats, Datagram, read_udp_from};
 
 #[path = "common/frames.rs"]
 mod frames;
+#[path = "common/pcapng.rs"]
+mod pcapng;
 use frames::udp_ipv4;
 
 /// A little-endian microsecond pcap of `link` frames: (time in µs, frame).
@@ -226,4 +228,32 @@ fn a_port_that_no_datagram_went_to_says_so() {
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("Hello there."), "{out}");
     assert!(!err.contains("left out every UDP datagram"), "{err}");
+}
+
+/// Found by review at (session 46). A pcapng packet record on an interface its section did not
+/// describe (no Interface Description Block before it, or an interface id past the last: a
+/// writer's bug, or blocks spliced from two captures; Wireshark refuses such a file) carries
+/// no link type and no time unit, so it cannot be read: it was skipped, counted only in
+/// `skipped` with ARP and TCP, and replay said nothing, though the text in it is lost. Such
+/// records are counted apart and warned about.
+#[test]
+fn packets_on_an_interface_the_section_did_not_describe_are_counted_apart_and_warned_about() {
+    let mut ng = pcapng::Ng::new(true);
+    ng.idb(1, &[]);
+    let good = ethernet(&ip(&rtp(1, "Hello there.")));
+    let lost = ethernet(&ip(&rtp(2, " Lost.")));
+    ng.epb(0, 1_000_000, &good, good.len());
+    ng.epb(3, 1_300_000, &lost, lost.len());
+    let (got, stats) = read(&ng.out);
+    assert_eq!(got.len(), 1);
+    assert_eq!((stats.frames, stats.skipped), (2, 1));
+    assert_eq!(stats.no_interface, 1, "{stats:?}");
+
+    let (code, out, err) = replay("no-interface", &ng.out);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("Hello there."), "{out}");
+    assert!(
+        err.contains("interface") && err.contains("not describe") && err.contains("records=1"),
+        "{err}"
+    );
 }
