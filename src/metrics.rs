@@ -862,7 +862,9 @@ impl tokio::io::AsyncWrite for Client {
 /// literal keeps its brackets) and its port, 80 for `ws://` and 443 for `wss://` without one.
 /// The authority ends at the path, the query or the fragment, whichever comes first
 /// (`ws://host:3000?x=1` is host:3000). An error names the URL: no host, a port that is not
-/// 0-65535 (which the client would take as no port, and connect to 80 or 443), or not a URL.
+/// 0-65535 (which the client would take as no port, and connect to 80 or 443), port 0 (no
+/// server listens there, RFC 6335 6: reserved; a connect to it is refused, and was retried
+/// for good), or not a URL.
 pub fn server_endpoint(url: &str) -> Result<(String, u16), String> {
     // `ws://` alone, or a path right after it: the URI type's own error ("empty string",
     // "invalid format") would not say what is missing.
@@ -882,6 +884,12 @@ pub fn server_endpoint(url: &str) -> Result<(String, u16), String> {
         return Err(format!("{}: no host", crate::sink::ShownUrl(url)));
     }
     let port = match uri.port_u16() {
+        Some(0) => {
+            return Err(format!(
+                "{}: port 0 is no server's (a connect to it is refused): give the server's port",
+                crate::sink::ShownUrl(url)
+            ));
+        }
         Some(p) => p,
         // `host` or `host:` (an empty port is the default one, RFC 3986 3.2.3); anything else
         // after the host is a port the URI type could not read as a u16.
