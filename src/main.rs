@@ -21,7 +21,8 @@ use pvp_t140::{
     name = "pvp-t140",
     version,
     about,
-    override_usage = "pvp-t140 [OPTIONS]\n       pvp-t140 <COMMAND>"
+    override_usage = "pvp-t140 [OPTIONS]\n       pvp-t140 <COMMAND>",
+    args_override_self = true
 )]
 struct Cli {
     #[command(subcommand)]

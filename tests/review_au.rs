@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::gateway_proc::run_briefly;
+use common::gateway_proc::{Gateway, http_get, run_briefly};
 
 /// A configuration file of this test process's own, in the temporary directory.
 fn write(name: &str, text: &str) -> std::path::PathBuf {
@@ -44,5 +44,54 @@ fn a_server_url_on_port_0_is_refused_at_start() {
     assert!(
         matches!(&run, Some((false, err)) if err.contains(&want)),
         "{run:?}"
+    );
+}
+
+/// Found by review au (session 46). A flag given twice was refused ("cannot be used multiple
+/// times"), so the container's entrypoint (deploy/Containerfile: `--listen 0.0.0.0:5004
+/// --metrics 0.0.0.0:9464 --log-format json`) could not be overridden from `docker run IMAGE
+/// --listen ...`: the container exited at start. Now the last value given is taken, as the
+/// JSON-mode check of the raw arguments (`json_logs_asked`) already read them, and the
+/// repeatable `--role` and `--allow` still add up.
+#[test]
+fn a_flag_given_again_after_the_containers_entrypoint_takes_its_place() {
+    let entrypoint = [
+        "--listen",
+        "0.0.0.0:5004",
+        "--metrics",
+        "0.0.0.0:9464",
+        "--log-format",
+        "json",
+    ];
+    let mut args = entrypoint.to_vec();
+    args.extend([
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics",
+        "127.0.0.1:0",
+        "--rtcp",
+        "false",
+        "--role",
+        "driver",
+        "--role",
+        "observer",
+    ]);
+    let mut gw = Gateway::start(&args);
+    assert!(gw.listen.ip().is_loopback(), "{}", gw.listen);
+    let metrics = gw.metrics_addr();
+    assert!(
+        metrics.ip().is_loopback() && metrics.port() != 9464,
+        "{metrics}"
+    );
+    assert_eq!(http_get(metrics, "/healthz").0, 200);
+    let mut s = common::gateway_proc::Sender::new(gw.listen, 0xa0);
+    s.send("Hello there. ");
+    let join = gw.wait_stdout(Duration::from_secs(20), "session.join");
+    assert!(gw.terminate(Duration::from_secs(20)).success());
+    let join: serde_json::Value = serde_json::from_str(&join).unwrap();
+    assert_eq!(
+        join["payload"]["participant"]["roles"],
+        serde_json::json!(["driver", "observer"]),
+        "{join}"
     );
 }
