@@ -137,7 +137,8 @@ struct RunArgs {
     /// flags on the command line override it.
     #[arg(long)]
     config: Option<PathBuf>,
-    /// UDP address to receive RTP on (IPv4 or IPv6, e.g. 0.0.0.0:5004 or [::]:5004).
+    /// UDP address to receive RTP on (IPv4 or IPv6, e.g. 0.0.0.0:5004 or [::]:5004; not a
+    /// multicast group, which is not joined: refused).
     #[arg(long, default_value = "127.0.0.1:5004")]
     listen: SocketAddr,
     /// PVP server WebSocket URL (ws://host:port). Without it, envelopes go to stdout as NDJSON.
@@ -540,7 +541,7 @@ fn apply_file(
                 run.asked.push(key);
             }
         }
-        for key in ["spool", "ca_file", "gate_transcripts"] {
+        for key in ["spool", "ca_file", "gate_transcripts", "listen"] {
             if keys.contains_key(key) && !given(key) {
                 run.located.push((key, f.locate(key)));
             }
@@ -1143,6 +1144,17 @@ fn run_send(to: SocketAddr, cfg: pvp_t140::send::SenderConfig, bye: bool) -> Res
 
 fn run_live(args: &RunArgs) -> Result<(), String> {
     let cfg = args.core.config()?;
+    // A socket bound to a multicast group's address receives nothing until it joins the group
+    // (RFC 1112 7.2, on an interface of its choosing), which the gateway does not: it listened
+    // and read nothing, without a word.
+    if args.listen.ip().is_multicast() {
+        return Err(format!(
+            "{} {}: a multicast group, which the gateway does not join (it would read nothing): \
+             listen on a unicast address of this host, or 0.0.0.0",
+            args.named("listen"),
+            args.listen
+        ));
+    }
     let workers = args.workers.max(1) as usize;
     // The receive workers run on threads of their own (`udp::spawn_worker`); this runtime
     // carries the rest: the sink, the RTCP reader, metrics and signals.

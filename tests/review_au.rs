@@ -95,3 +95,33 @@ fn a_flag_given_again_after_the_containers_entrypoint_takes_its_place() {
         "{join}"
     );
 }
+
+/// Found by review au (session 46). `--listen 239.255.0.1:5004` (a multicast group) was bound
+/// and the gateway said it was listening, but it never joins a group, so it read nothing,
+/// however much was sent to the group, and said nothing. It is refused at start with exit
+/// status 1, naming the flag, or the file's line for a `listen` from `--config`.
+#[test]
+fn a_multicast_listen_address_is_refused_at_start() {
+    for listen in ["239.255.0.1:0", "[ff02::1]:0"] {
+        let run = run_briefly(&["--listen", listen], Duration::from_secs(10));
+        let want = format!("--listen {listen}: a multicast group");
+        assert!(
+            matches!(&run, Some((false, err)) if err.contains(&want)),
+            "{listen}: {run:?}"
+        );
+    }
+    let file = write("multicast", "session = \"s\"\nlisten = \"239.255.0.1:0\"\n");
+    let run = run_briefly(
+        &["--config", file.to_str().unwrap()],
+        Duration::from_secs(10),
+    );
+    let _ = std::fs::remove_file(&file);
+    let want = format!(
+        "{}:2: listen 239.255.0.1:0: a multicast group",
+        file.display()
+    );
+    assert!(
+        matches!(&run, Some((false, err)) if err.contains(&want)),
+        "{run:?}"
+    );
+}
