@@ -886,7 +886,7 @@ pub fn server_endpoint(url: &str) -> Result<(String, u16), String> {
     let port = match uri.port_u16() {
         Some(0) => {
             return Err(format!(
-                "{}: port 0 is no server's (a connect to it is refused): give the server's port",
+                "{}: port 0: no server listens there (a connect to it is refused)",
                 crate::sink::ShownUrl(url)
             ));
         }
