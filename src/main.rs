@@ -1147,7 +1147,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
     // A socket bound to a multicast group's address receives nothing until it joins the group
     // (RFC 1112 7.2, on an interface of its choosing), which the gateway does not: it listened
     // and read nothing, without a word.
-    if args.listen.ip().is_multicast() {
+    if args.listen.ip().to_canonical().is_multicast() {
         return Err(format!(
             "{} {}: a multicast group, which the gateway does not join (it would read nothing): \
              listen on a unicast address of this host, or 0.0.0.0",

@@ -102,7 +102,7 @@ fn a_flag_given_again_after_the_containers_entrypoint_takes_its_place() {
 /// status 1, naming the flag, or the file's line for a `listen` from `--config`.
 #[test]
 fn a_multicast_listen_address_is_refused_at_start() {
-    for listen in ["239.255.0.1:0", "[ff02::1]:0"] {
+    for listen in ["239.255.0.1:0", "[ff02::1]:0", "[::ffff:239.255.0.1]:0"] {
         let run = run_briefly(&["--listen", listen], Duration::from_secs(10));
         let want = format!("--listen {listen}: a multicast group");
         assert!(
