@@ -75,6 +75,10 @@ fn a_flag_given_again_after_the_containers_entrypoint_takes_its_place() {
         "driver",
         "--role",
         "observer",
+        "--allow",
+        "127.0.0.1",
+        "--allow",
+        "10.0.0.0/8",
     ]);
     let mut gw = Gateway::start(&args);
     assert!(gw.listen.ip().is_loopback(), "{}", gw.listen);
