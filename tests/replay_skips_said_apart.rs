@@ -1,4 +1,8 @@
-//! Review at (session 46): pcap replay and capture, and the bundled sender.
+//! What replay skips is counted apart and said (link types it does not read, UDP that is not
+//! valid, records on no interface, a port that matched nothing), and a file that is no capture
+//! or a compressed one is refused in words.
+//!
+//! Found by review at (session 46).
 
 use std::path::PathBuf;
 use std::process::Command;

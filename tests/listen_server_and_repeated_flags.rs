@@ -1,4 +1,7 @@
-//! Review au (session 46): the command line, the configuration file and the operator's view.
+//! The command line refuses what cannot work (a `--server` on port 0, a `--listen` on a
+//! multicast group) and takes a flag given again after the container entrypoint's.
+//!
+//! Found by review au (session 46).
 
 mod common;
 
