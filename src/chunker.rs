@@ -132,10 +132,11 @@ pub struct Chunker {
     /// the sentence is cut before the next character that neither is an end nor extends the
     /// cluster, as a bare end is ([`Fed::cut_ideographic_end`]). A hint, checked when read.
     end_held: bool,
-    /// The buffer follows a chunk cut whole (an idle or sentence flush) with nothing between
-    /// but `unseen_ws`, none of it erased since: a cluster erase of a mark that extends that
-    /// chunk's last character goes on into it ([`Fed::backspace`]). `No` before the first
-    /// cut, once a backspace reached past the buffer, and after [`Chunker::forget_typed`].
+    /// The buffer follows a chunk cut (an idle, sentence or size cut) with nothing between
+    /// but `unseen_ws`: once that is erased or was none, a cluster erase of a mark that
+    /// extends that chunk's last character goes on into it ([`Fed::backspace`]). `No` before
+    /// the first cut, once a backspace reached past the buffer and its `unseen_ws`, and after
+    /// [`Chunker::forget_typed`].
     /// [`AfterCut::Linked`] when that chunk ends in an Indic conjunct's virama (`क्`), which the
     /// consonant after it joins into one grapheme cluster (UAX #29 GB9c): a cluster erase of
     /// that consonant goes on into the chunk, as one of a mark does. One byte, as a `bool`
@@ -150,6 +151,17 @@ enum AfterCut {
     No,
     Yes,
     Linked,
+}
+
+impl AfterCut {
+    /// After a chunk of `text`: [`AfterCut::Linked`] when it ends in a virama a consonant
+    /// joins (UAX #29 GB9c), else [`AfterCut::Yes`].
+    fn of(text: &str) -> Self {
+        match text.ends_with(is_linker) && links_a_consonant(text) {
+            true => AfterCut::Linked,
+            false => AfterCut::Yes,
+        }
+    }
 }
 
 /// A chunker taking text, with where its chunks go: the decoder's [`TextSink`].
@@ -199,10 +211,7 @@ impl Chunker {
         }
         self.unseen_ws = before.saturating_add(clamp(trailing.0));
         if let Some(c) = &chunk {
-            self.after_cut = match c.text.ends_with(is_linker) && links_a_consonant(&c.text) {
-                true => AfterCut::Linked,
-                false => AfterCut::Yes,
-            };
+            self.after_cut = AfterCut::of(&c.text);
         }
         self.tail = 0;
         self.chars = 0;
@@ -487,6 +496,8 @@ impl Fed<'_> {
                         cause: FlushCause::Size,
                         space_before: before,
                     };
+                    // The buffer now follows this chunk, the white space cut at between.
+                    self.ch.after_cut = AfterCut::of(&c.text);
                     self.push_ready(c);
                     self.ch.unseen_joins = joins;
                     self.ch.unseen_ws = dropped;
@@ -916,14 +927,16 @@ impl TextSink for Fed<'_> {
             self.ch.chars -= 1;
             return true;
         }
-        // Past the buffer, what a mark typed next extends is no longer the cut text's last
-        // character as it was cut (a new line the erasing exposes starts a cluster of its
-        // own): no cluster erase goes on into it.
-        self.ch.after_cut = AfterCut::No;
+        // White space typed after the cut text: once none is left, the buffer follows that
+        // text again, and a mark typed next extends its last character (`after_cut` kept; while
+        // some is left, `unseen_ws` keeps the erase off the cut text).
         if self.ch.unseen_ws > 0 {
             self.ch.unseen_ws -= 1;
             return true;
         }
+        // Past that, what a mark typed next extends is no longer the cut text's last
+        // character as it was cut: no cluster erase goes on into it.
+        self.ch.after_cut = AfterCut::No;
         if let Some(last) = self.cuts.ready.pop_back() {
             // Cut in this packet but not handed out yet: reopen it as the buffer.
             self.ch.buf.push_str(&last.text);
