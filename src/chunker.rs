@@ -38,7 +38,7 @@ impl FlushCause {
     }
 }
 
-/// A finished chunk: trimmed, never empty, white space only or invisible characters only.
+/// A finished chunk: trimmed, never empty, and never white space or invisible characters only.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Chunk {
     pub text: String,
