@@ -242,16 +242,14 @@ impl Chunker {
         // Leading white space never enters the buffer (`white_space_taken`) save as a no-break
         // space after the space a size cut split at, so this is rare.
         let lead = text.len() - text.trim_start().len();
-        let mut space_before = self.unseen_ws;
-        if lead > 0 {
-            space_before = space_before.saturating_add(clamp(text[..lead].chars().count()));
-            text.drain(..lead);
-        }
+        let lead_chars = text[..lead].chars().count();
+        let space_before = self.unseen_ws.saturating_add(clamp(lead_chars));
+        text.drain(..lead);
         if text.chars().all(blank) {
             // Invisible characters only (a zero-width space, a direction mark): as blank to a
             // reader as white space, and as white space they were typed, so a backspace erases
-            // one of them before the chunk cut.
-            let trailing = (trailing.0 + text.chars().count(), false);
+            // one of them before the chunk cut; so does the leading white space before them.
+            let trailing = (trailing.0 + lead_chars + text.chars().count(), false);
             text.clear();
             self.buf = text;
             return (None, trailing);

@@ -96,3 +96,45 @@ fn a_cluster_erase_after_a_size_cut_follows_the_size_chunk_not_the_one_before() 
     assert_eq!(ch.take_erase_sent(), 0, "the sent d is not erased");
     assert_eq!(ch.pending(), "");
 }
+
+/// Found by review as (session 46). Text of nothing but invisible characters is not cut (a
+/// chunk of them is never sent) and is counted as white space typed, which backspaces erase
+/// before the text cut before it (README: "a backspace over white space erases it, never a
+/// letter beyond"). A no-break space leading such text (after the space a size cut split at)
+/// was dropped from that count, so the last backspace erased a sent letter instead of it.
+#[test]
+fn a_no_break_space_before_invisible_text_is_erased_before_a_sent_letter() {
+    let mut g = Gateway::new(Config {
+        idle_flush: Duration::from_millis(500),
+        max_chunk_chars: 6,
+        ..Config::default()
+    });
+    // "abc" is cut at the space (size); a no-break space and five zero-width spaces reach the
+    // limit with no space to cut at, and "x" cuts them (as nothing).
+    let typed = "abc \u{a0}\u{200b}\u{200b}\u{200b}\u{200b}\u{200b}x";
+    g.handle_datagram(at(0), addr(4000), &packet(1, typed.as_bytes()));
+    // Erase all typed after "abc": x, five zero-width spaces, the no-break space, the space.
+    g.handle_datagram(
+        at(100),
+        addr(4000),
+        &packet(2, "\u{8}".repeat(8).as_bytes()),
+    );
+    g.handle_timeout(at(2_000));
+    g.shutdown(at(100_000));
+    assert_eq!(shown(&drain(&mut g)), ["abc"]);
+    assert_eq!(g.stats().corrections, 0);
+    // The chunker alone: one backspace more reaches the sent "c".
+    let mut ch = Chunker::new();
+    let mut cuts = Cuts::new(6);
+    for c in typed.chars() {
+        ch.fed(&mut cuts).push_char(c);
+    }
+    let cut: Vec<_> = cuts.drain().map(|c| (c.text, c.cause)).collect();
+    assert_eq!(cut, [("abc".to_owned(), FlushCause::Size)]);
+    for _ in 0..8 {
+        assert!(ch.fed(&mut cuts).backspace());
+    }
+    assert_eq!(ch.take_erase_sent(), 0);
+    assert!(!ch.fed(&mut cuts).backspace());
+    assert_eq!(ch.take_erase_sent(), 1);
+}
