@@ -1,5 +1,8 @@
-//! Review as (session 46): chunking and per-stream state (the chunker's backspace editing
-//! at a flush boundary), through the sans-IO core with time as a value, or the chunker alone.
+//! The chunker's backspace editing at a flush boundary: t140llm's cluster erase after a cut
+//! (sentence or size), and a no-break space before invisible text; through the sans-IO core
+//! with time as a value, or the chunker alone.
+//!
+//! Found by review as (session 46).
 
 use std::time::Duration;
 
