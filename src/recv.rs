@@ -88,6 +88,9 @@ pub struct BatchReader {
     /// Reads since the last one with a long datagram; `None` once the memory is given back (or
     /// before any long datagram).
     since_long: Option<u32>,
+    /// A socket error the one-at-a-time fallback met after datagrams of its batch, which the
+    /// next read reports ([`BatchReader::read_each`]).
+    error: Option<io::Error>,
 }
 
 impl std::fmt::Debug for BatchReader {
@@ -114,6 +117,7 @@ impl BatchReader {
             got: [(UNSPECIFIED, Place::Slot(0, 0)); BATCH],
             n: 0,
             since_long: None,
+            error: None,
         }
     }
 
@@ -271,10 +275,26 @@ impl BatchReader {
         allow(dead_code)
     )]
     fn read_each(&mut self, socket: &tokio::net::UdpSocket, max: usize) -> io::Result<usize> {
+        self.read_each_by(max, |buf| socket.try_recv_from(buf))
+    }
+
+    /// [`BatchReader::read_each`], with each datagram received by `recv`.
+    #[cfg_attr(
+        all(any(target_os = "linux", target_os = "android"), not(test)),
+        allow(dead_code)
+    )]
+    fn read_each_by(
+        &mut self,
+        max: usize,
+        mut recv: impl FnMut(&mut [u8]) -> io::Result<(usize, SocketAddr)>,
+    ) -> io::Result<usize> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
         let mut n = 0;
         while n < max {
             let whole = &mut self.overflow[..LARGEST];
-            match socket.try_recv_from(whole) {
+            match recv(whole) {
                 Ok((len, source)) => {
                     self.got[n] = if len > SLOT {
                         let start = self.joined.len();
@@ -287,7 +307,13 @@ impl BatchReader {
                     n += 1;
                 }
                 Err(e) if n == 0 => return Err(e),
-                Err(_) => break,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                // A socket error after datagrams (BSD and macOS report one only once no
+                // datagram is queued): read and cleared, so it is the next read's to report.
+                Err(e) => {
+                    self.error = Some(e);
+                    break;
+                }
             }
         }
         Ok(n)
@@ -475,6 +501,41 @@ mod tests {
         let (got, _) = read_all(&rx, &mut reader, 1).await;
         assert!(got[0].1 == long, "whole after the release");
         assert!(reader.holds_long());
+    }
+
+    /// Found by review ar (session 46). BSD's and macOS's `soreceive` report a pending socket
+    /// error (ECONNREFUSED from an ICMP port unreachable) only once no datagram is queued, so
+    /// the one-at-a-time fallback meets it after the datagrams of its batch: it ended the batch
+    /// there and dropped the error, which no read then reported and `udp::drain_by` never
+    /// counted (`socket_errors`). It is reported by the next read, as one of its own.
+    #[test]
+    fn a_socket_error_the_fallback_meets_after_datagrams_is_reported_by_the_next_read() {
+        let from: SocketAddr = "127.0.0.1:4000".parse().unwrap();
+        // What the socket gives, call by call: two datagrams, the error, then nothing.
+        let mut queue: std::collections::VecDeque<Result<&[u8], io::ErrorKind>> = [
+            Ok(&b"one"[..]),
+            Ok(b"two"),
+            Err(io::ErrorKind::ConnectionRefused),
+        ]
+        .into();
+        let mut recv = |buf: &mut [u8]| match queue.pop_front() {
+            Some(Ok(d)) => {
+                buf[..d.len()].copy_from_slice(d);
+                Ok((d.len(), from))
+            }
+            Some(Err(kind)) => Err(io::Error::from(kind)),
+            None => Err(io::Error::from(io::ErrorKind::WouldBlock)),
+        };
+        let mut reader = BatchReader::new();
+        // As `read_by` keeps the count the datagrams are borrowed by.
+        reader.n = reader.read_each_by(BATCH, &mut recv).unwrap();
+        assert_eq!(reader.n, 2);
+        let got: Vec<&[u8]> = reader.datagrams().iter().map(|d| d.1).collect();
+        assert_eq!(got, [&b"one"[..], b"two"]);
+        let e = reader.read_each_by(BATCH, &mut recv).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused);
+        let e = reader.read_each_by(BATCH, &mut recv).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
     }
 
     /// A pending socket error (here ECONNREFUSED, from the ICMP port unreachable a probe got)
