@@ -165,7 +165,8 @@ pub struct Register {
     slow: u8,
     /// RED layout of this sender.
     format: RedFormat,
-    /// The sender never marks a session start (t140llm): take the first packet as one.
+    /// The sender never marks a session start (t140llm): a reply starts at the packet numbered
+    /// or stamped 0 ([`Register::starts_reply`]).
     assume_start: bool,
     /// Most redundant generations seen on this stream, capped at 255 (RFC 4103 senders use 2
     /// or 3): a byte keeps the register's hot head small.
@@ -423,7 +424,7 @@ impl Register {
         let Some(expected) = self.expected else {
             // First packet. The marker bit (RFC 4103 5.2) or a leading BOM (T.140 starts a
             // session with U+FEFF) says it starts the session; take it and any redundancy.
-            if marker || self.assume_start || self.starts_session(&a) {
+            if marker || self.starts_session(&a) || self.starts_reply(&a) {
                 self.deliver_head(&a, out);
                 self.expected = Some(seq.wrapping_add(1));
                 return Ok(Outcome::Delivered);
@@ -458,7 +459,7 @@ impl Register {
         }
         if self.head_wait() && ahead >= 0x8000 {
             // Earlier than the packet the stream opened with: the head is arriving late.
-            if marker || self.starts_session(&a) {
+            if marker || self.starts_session(&a) || self.starts_reply(&a) {
                 // The session's start (by its own text or its redundancy): deliver it with
                 // every generation, then what waited behind it.
                 self.slow &= !HEAD_WAIT;
@@ -1118,6 +1119,22 @@ impl Register {
         self.session_start(a).1.is_some()
     }
 
+    /// Whether a packet of a sender that never marks a start (t140llm) is, or carries, its
+    /// reply's first: t140llm numbers and stamps every reply from 0 (docs/t140llm.md section
+    /// 3), so the head's oldest block (generation `k` is the packet `k` back, RFC 4103 4.2,
+    /// stamped back by its offset) is numbered 0 or stamped 0. A head after it follows
+    /// packets that were lost, as an unmarked RFC 4103 head does.
+    fn starts_reply(&self, a: &Arrival<'_>) -> bool {
+        if !self.assume_start {
+            return false;
+        }
+        let (back, offset) = self.red_of(a).map_or((0, 0), |p| {
+            let offset = p.redundant_blocks().map(|b| b.ts_offset).max();
+            (p.redundant_count(), offset.unwrap_or(0))
+        });
+        a.seq.wrapping_sub(back as u16) == 0 || a.ts.wrapping_sub(u32::from(offset)) == 0
+    }
+
     /// A packet's redundant generations, and which of its blocks starts a session, if one
     /// does: its earliest with text (oldest generation first, 0; the primary last, at the
     /// generations' count), when that begins with U+FEFF.
@@ -1147,7 +1164,9 @@ impl Register {
     #[inline(never)]
     fn deliver_head(&mut self, a: &Arrival<'_>, out: Out<'_>) {
         let (generations, start) = self.session_start(a);
-        let head_lost = !a.marker && !self.assume_start && start.is_none();
+        // A t140llm reply's start that the head carries: every generation from its oldest on.
+        let start = start.or_else(|| self.starts_reply(a).then_some(0));
+        let head_lost = !a.marker && start.is_none();
         if head_lost {
             self.cold.stats.head_lost += 1;
             out(a.tag, Piece::Lost);
