@@ -2111,12 +2111,14 @@ impl Gateway {
         };
         let emit = &mut self.emit;
         if compat == Compat::T140llm
-            && pkt.sequence == 0
-            && pkt.timestamp == 0
             && quiet_since.saturating_add(self.cfg.reorder_wait) < now
+            && ((pkt.sequence == 0 && pkt.timestamp == 0)
+                || (!register.is_ahead(pkt.sequence)
+                    && carries_reply_start(pkt.sequence, pkt.timestamp, parsed.as_ref())))
         {
             // t140llm begins every reply at sequence 0 and timestamp 0: after a quiet spell,
-            // such a packet is a reply's start, not a late copy of the last reply's.
+            // such a packet is a reply's start, not a late copy of the last reply's; so is one
+            // behind the stream whose redundancy carries it (packet 0 lost).
             if register.start_anew(&mut |tag, piece| route(emit, &mut voices, now, tag, piece)) {
                 // The last reply is over: what it left buffered is its last item, not the
                 // start of this one's (it ran into it, "here.Second").
@@ -3378,6 +3380,17 @@ impl Gateway {
             );
         }
     }
+}
+
+/// Whether a t140llm packet's oldest redundant generation is its reply's first packet,
+/// numbered and stamped 0 (docs/t140llm.md sections 3 and 5: generation `k` is the packet `k`
+/// back, stamped back by its offset).
+fn carries_reply_start(seq: u16, ts: u32, red: Option<&RedPayload<'_>>) -> bool {
+    let Some(p) = red.filter(|p| p.redundant_count() > 0) else {
+        return false;
+    };
+    let offset = p.redundant_blocks().map(|b| b.ts_offset).max().unwrap_or(0);
+    seq.wrapping_sub(p.redundant_count() as u16) == 0 && ts.wrapping_sub(u32::from(offset)) == 0
 }
 
 /// Whether `data` is UTF-8 but for a character cut at either end (a conformant sender may split

@@ -93,3 +93,45 @@ fn a_t140llm_reply_starts_at_its_packet_0_though_it_came_late_or_only_as_redunda
     ];
     assert_eq!(t140llm_reply(&reordered), ("Hello world.".to_owned(), 0, 0));
 }
+
+/// Found by review ar (session 46). t140llm begins every reply at sequence 0 and timestamp 0;
+/// a reply through the same socket (a custom transport) after a quiet spell was told only by
+/// its packet 0. With that one lost, its next packets, a few numbers behind the last reply's,
+/// were late duplicates by RFC 3550 A.1 and dropped as stale, with their text: a whole reply
+/// lost to one packet, though its redundancy carried packet 0 (RED with 2 generations). A
+/// packet after a quiet spell that is behind the stream and carries packet 0 starts the
+/// reply as packet 0 does, and its generations give the reply back whole.
+#[test]
+fn a_t140llm_reply_whose_packet_0_was_lost_after_a_reply_on_the_same_socket_is_read() {
+    let mut gw = Gateway::new(t140llm_cfg());
+    // The last reply: "One two three." in 10 packets, the first plain.
+    let words = ["On", "e ", "tw", "o ", "th", "re", "e.", " ", " ", " "];
+    for (i, w) in words.iter().enumerate() {
+        let gens: Vec<&str> = (1..=2).filter(|k| *k <= i).map(|k| words[i - k]).collect();
+        let p = t140llm_packet(i as u16, &gens, w);
+        gw.handle_datagram(at(100 * i as u64), addr(6000), &p);
+    }
+    // 3 s later the next reply, "Four five.", through the same socket: its packet 0 lost.
+    let next = ["Fo", "ur", " f", "iv", "e."];
+    for (i, w) in next.iter().enumerate().skip(1) {
+        let gens: Vec<&str> = (1..=2).filter(|k| *k <= i).map(|k| next[i - k]).collect();
+        let p = t140llm_packet(i as u16, &gens, w);
+        gw.handle_datagram(at(4000 + 100 * i as u64), addr(6000), &p);
+    }
+    gw.shutdown(at(20_000));
+    let text = shown(&drain(&mut gw)).join(" ");
+    assert_eq!(text, "One two three. Four five.");
+    assert_eq!(gw.stats().drops(pvp_t140::DropReason::Stale), 0);
+    // A reply's own packet 1 after a slow start (quiet past the reorder wait) continues it:
+    // its generation, packet 0, is not said again.
+    let slow = [
+        (0, t140llm_packet(0, &[], "Hel")),
+        (1500, t140llm_packet(1, &["Hel"], "lo.")),
+    ];
+    let mut gw = Gateway::new(t140llm_cfg());
+    for (ms, p) in &slow {
+        gw.handle_datagram(at(*ms), addr(6000), p);
+    }
+    gw.shutdown(at(20_000));
+    assert_eq!(shown(&drain(&mut gw)).join(" "), "Hello.");
+}
