@@ -1,6 +1,9 @@
-//! Review ar (session 46): the receive-path decoders against their normative texts (RFC 3550
-//! 5.1, RFC 2198 3, RFC 4103 4-5, T.140) and the sender the gateway must interoperate with,
-//! t140llm 0.0.19 (docs/t140llm.md).
+//! `--compat t140llm`: a reply's head (packet 0, sequence 0 and timestamp 0, docs/t140llm.md
+//! section 3) lost, late, or carried only as redundancy, on a new stream or after a reply on
+//! the same socket.
+//!
+//! Found by review ar (session 46), reading the receive-path decoders against RFC 3550 5.1,
+//! RFC 2198 3, RFC 4103 4-5 and T.140, and the t140llm 0.0.19 sender.
 
 use pvp_t140::{Compat, Config, Gateway, rtp};
 
