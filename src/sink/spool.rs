@@ -289,7 +289,7 @@ impl Spool {
     }
 
     /// Records that could not be written so far (tests; the gateway reads the counter).
-    #[cfg(all(test, any(target_os = "linux", target_os = "android")))]
+    #[cfg(test)]
     fn write_errors(&self) -> u64 {
         self.write_errors.get()
     }
@@ -1842,7 +1842,6 @@ mod tests {
     }
 
     /// A fresh spool (no compaction due) in which `who` has joined, the join delivered.
-    #[cfg(any(target_os = "linux", target_os = "android"))]
     fn joined(name: &str, who: &str) -> (Scratch, Spool, Talk) {
         let d = Scratch::new(name, 64 << 20, 1 << 20);
         let (spool, _) = d.open();
