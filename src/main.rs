@@ -39,8 +39,9 @@ enum Cmd {
     /// Read text from stdin and send it as T.140 over RTP (RFC 4103), the way an STT pipeline
     /// or an RTT terminal does: buffered about 300 ms, BOM first, RED redundancy when asked.
     Send {
-        /// Where to send (the gateway's --listen address).
-        #[arg(long, default_value = "127.0.0.1:5004")]
+        /// Where to send (the gateway's --listen address; not port 0, which no datagram
+        /// goes to).
+        #[arg(long, default_value = "127.0.0.1:5004", value_parser = send_to)]
         to: SocketAddr,
         /// Redundant generations (RFC 2198 RED); 0 sends plain text/t140.
         #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(0..=8))]
@@ -100,6 +101,18 @@ fn send_ssrc(s: &str) -> Result<u32, String> {
         None => s.parse(),
     }
     .map_err(|_| "an SSRC is a 32-bit number, decimal or hex (0x1a2b3c4d)".into())
+}
+
+/// `send --to`: an address a datagram can go to. Port 0 was taken, and the sends failed with
+/// EINVAL after the first few (review au, session 46).
+fn send_to(s: &str) -> Result<SocketAddr, String> {
+    let a: SocketAddr = s
+        .parse()
+        .map_err(|e| format!("{e}: an address and port, as 127.0.0.1:5004 or [::1]:5004"))?;
+    if a.port() == 0 {
+        return Err("port 0: no datagram goes to it; give the gateway's --listen port".into());
+    }
+    Ok(a)
 }
 
 /// `send --t140-pt/--red-pt`: an RTP payload type, 0-127, and not 64-95. The sender's RTCP
@@ -359,6 +372,15 @@ impl CoreArgs {
         }
         if self.session.trim().is_empty() {
             return Err("--session must not be empty".into());
+        }
+        // An id is an opaque string (pvp-spec 5.1): " demo" joins another session than
+        // "demo", which a stray space in a unit file or an environment file made unseen.
+        if self.session.trim() != self.session {
+            return Err(format!(
+                "--session {:?}: white space before or after it names another session than {:?}",
+                self.session,
+                self.session.trim()
+            ));
         }
         // pvp-spec 6.3: session.join's token is optional. An empty one (`--token ""`,
         // `PVP_TOKEN=` as an environment file writes an unset variable, `token = ""`) is no

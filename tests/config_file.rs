@@ -422,6 +422,23 @@ fn a_blank_session_on_the_command_line_is_refused_as_in_the_file() {
     );
 }
 
+/// `--session " demo"` (a stray space in a unit or environment file) was taken: every envelope
+/// went to the session " demo", not "demo", with nothing said. Refused, naming both (review
+/// au, session 46).
+#[test]
+fn a_session_with_white_space_around_it_is_refused() {
+    for session in [" demo", "demo ", "\tdemo"] {
+        let run = run_briefly(
+            &["--listen", "127.0.0.1:0", "--session", session],
+            Duration::from_secs(10),
+        );
+        assert!(
+            matches!(&run, Some((false, err)) if err.contains("white space before or after")),
+            "{session:?}: {run:?}"
+        );
+    }
+}
+
 /// README, "Configuration file": "`--role` as the list `roles`" and "The file's values have the
 /// bounds their flags have". `--role` gives at least one role (none given is `navigator`), but
 /// `roles = []` (top level, or in a `[[stream]]` rule) is taken as it is: the gateway starts

@@ -72,6 +72,15 @@ fn bad_flags_are_clear_errors() {
         .output()
         .unwrap();
     assert!(!out.status.success());
+    // Port 0 was taken: the first sends failed with EINVAL (review au, session 46).
+    let out = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .args(["send", "--to", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--to") && err.contains("port 0"), "{err}");
 }
 
 /// RFC 3550 6.3.7: "In either case, a participant which never sent an RTP or RTCP packet MUST
