@@ -1185,7 +1185,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("tokio runtime: {e}"))?;
-    rt.block_on(async {
+    let done = rt.block_on(async {
         let mut signals = Signals::install();
         // Before the sockets: `--workers N` binds N of them (and each worker's runtime holds
         // more), which a low soft limit refused at the bind, the raise not yet made.
@@ -1419,7 +1419,13 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
                 sink_stats.dropped
             )),
         }
-    })
+    });
+    // Everything is delivered or counted by now (the spool's flush and the workers' join were
+    // awaited). A blocking task still running is a connect's name lookup, which a hung
+    // resolver holds for as long as it likes: dropping the runtime waited for it, past the
+    // `stopped` line and a supervisor's stop timeout (review au, session 46).
+    rt.shutdown_timeout(Duration::from_secs(1));
+    done
 }
 
 /// Settings whose being given (not defaulted) matters once they are read: by their file keys,
