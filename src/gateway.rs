@@ -259,6 +259,10 @@ pub struct Stats {
     pub idle_tail: u64,
     /// RED packets whose blocks were newest first (t140llm, or detected; put in age order).
     pub red_newest_first: u64,
+    /// RED packets with a block whose payload type is not `--t140-pt` (RFC 4103 4.1: each is
+    /// text/t140): read as T.140 all the same, and counted, so a sender's payload types that
+    /// disagree with the gateway's flags show.
+    pub red_block_pt_other: u64,
     /// t140llm `MD:` metadata packets (compat mode), kept out of the transcript.
     pub metadata: u64,
     /// "[object Object]" taken out of t140llm chunks (compat mode): what t140llm sends for an
@@ -321,6 +325,7 @@ impl Stats {
         self.head_lost += o.head_lost;
         self.idle_tail += o.idle_tail;
         self.red_newest_first += o.red_newest_first;
+        self.red_block_pt_other += o.red_block_pt_other;
         self.metadata += o.metadata;
         self.t140llm_objects += o.t140llm_objects;
         self.red_unclamped += o.red_unclamped;
@@ -1964,6 +1969,9 @@ impl Gateway {
             if p.was_newest_first() {
                 self.emit.stats.red_newest_first += 1;
             }
+            if !p.blocks_all_of(self.cfg.t140_pt) {
+                self.emit.stats.red_block_pt_other += 1;
+            }
             Some(p)
         } else if compat == Compat::T140llm && pkt.payload_type == T140LLM_FEC_PT {
             return Err(DropReason::T140llmFec);
@@ -3319,9 +3327,19 @@ impl Gateway {
         self.close_stream(now, slot, "rtcp bye");
         // Its key is gone from the index: this opens the new stream. What the packet's parse
         // counts was counted on the first pass.
-        let counted = (self.emit.stats.red_newest_first, self.emit.stats.metadata);
+        let stats = &self.emit.stats;
+        let counted = (
+            stats.red_newest_first,
+            stats.red_block_pt_other,
+            stats.metadata,
+        );
         let received = self.receive(now, &source, data, None);
-        (self.emit.stats.red_newest_first, self.emit.stats.metadata) = counted;
+        let stats = &mut self.emit.stats;
+        (
+            stats.red_newest_first,
+            stats.red_block_pt_other,
+            stats.metadata,
+        ) = counted;
         received
     }
 

@@ -384,6 +384,11 @@ impl Collector for CoreCollector {
                 s.red_newest_first,
             ),
             (
+                "pvp_t140_red_block_pt_other_packets",
+                "RED packets with a block whose payload type is not --t140-pt (RFC 4103 4.1), read as T.140 all the same.",
+                s.red_block_pt_other,
+            ),
+            (
                 "pvp_t140_metadata_packets",
                 "t140llm metadata packets, kept out of the transcript.",
                 s.metadata,
@@ -1058,7 +1063,7 @@ mod tests {
     #[test]
     fn every_core_counter_is_exposed() {
         let mut stats = Stats::default();
-        let fields: [(&mut u64, &str); 13] = [
+        let fields: [(&mut u64, &str); 14] = [
             (&mut stats.evicted, "pvp_t140_streams_evicted_total"),
             (&mut stats.restarts, "pvp_t140_sequence_restarts_total"),
             (&mut stats.head_lost, "pvp_t140_streams_head_lost_total"),
@@ -1066,6 +1071,10 @@ mod tests {
             (
                 &mut stats.red_newest_first,
                 "pvp_t140_red_newest_first_packets_total",
+            ),
+            (
+                &mut stats.red_block_pt_other,
+                "pvp_t140_red_block_pt_other_packets_total",
             ),
             (&mut stats.metadata, "pvp_t140_metadata_packets_total"),
             (&mut stats.t140llm_objects, "pvp_t140_t140llm_objects_total"),

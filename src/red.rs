@@ -124,6 +124,16 @@ impl<'a> RedPayload<'a> {
         self.newest_first
     }
 
+    /// Whether every block (primary and redundant) names payload type `pt`. RFC 4103 section
+    /// 4.1: each block of text/red for T.140 is text/t140, by its negotiated type; the headers
+    /// alone are read.
+    pub fn blocks_all_of(&self, pt: u8) -> bool {
+        self.primary_pt == pt
+            && self.payload[..self.redundant * 4]
+                .chunks_exact(4)
+                .all(|h| h[0] & 0x7f == pt)
+    }
+
     /// How many redundant generations the packet carries.
     pub fn redundant_count(&self) -> usize {
         self.redundant

@@ -345,6 +345,52 @@ fn red_packets_use_the_primary_and_recover_a_lost_packet() {
     assert_eq!(adds[0].payload["content"], "Hello world.");
     assert_eq!(gw.stats().recovered, 1);
     assert_eq!(gw.stats().lost, 0);
+    assert_eq!(gw.stats().red_block_pt_other, 0, "every block of type 98");
+}
+
+/// RFC 4103 4.1: each block of a text/red packet is text/t140, of its negotiated type. A
+/// sender whose blocks name another type (its T.140 type not the gateway's `--t140-pt`) is read
+/// all the same, forgiving, and each such packet counted (a review found the block types never
+/// looked at, session 46): a primary of type 99, then a redundant block of type 99.
+#[test]
+fn red_blocks_of_another_payload_type_are_read_and_counted() {
+    let mut gw = Gateway::new(Config::default());
+    let packet = |seq: u16, block_pt: u8, primary_pt: u8, gens: &[(u16, &[u8])], t: &[u8]| {
+        let mut payload = Vec::new();
+        red::write_payload(&mut payload, block_pt, gens, t);
+        // The primary's header is the last one, a byte before the data.
+        let at = gens.len() * 4;
+        payload[at] = primary_pt;
+        let mut d = Vec::new();
+        rtp::write_packet(
+            &mut d,
+            seq == 1,
+            100,
+            seq,
+            u32::from(seq) * 300,
+            5,
+            &payload,
+        );
+        d
+    };
+    gw.handle_datagram(at(300), addr(4000), &packet(1, 98, 99, &[], b"Hello"));
+    gw.handle_datagram(
+        at(600),
+        addr(4000),
+        &packet(2, 99, 98, &[(300, b"Hello")], b" there"),
+    );
+    gw.handle_datagram(
+        at(900),
+        addr(4000),
+        &packet(3, 98, 98, &[(300, b" there")], b". "),
+    );
+    let adds: Vec<_> = drain(&mut gw)
+        .into_iter()
+        .filter(|e| e.kind == "context.add")
+        .collect();
+    assert_eq!(adds.len(), 1);
+    assert_eq!(adds[0].payload["content"], "Hello there.");
+    assert_eq!(gw.stats().red_block_pt_other, 2);
 }
 
 /// A lost session start recovered from the next packet's redundancy counts as recovered
@@ -1102,6 +1148,8 @@ fn t140llm_red_is_recovered_in_age_order_without_a_false_head_mark() {
     let s = gw.stats();
     assert_eq!((s.recovered, s.lost, s.head_lost), (2, 0, 0));
     assert_eq!(s.red_newest_first, 1);
+    // t140llm's blocks name its T.140 type (t140-rtp-transport.js `_createRedPacket`).
+    assert_eq!(s.red_block_pt_other, 0);
 }
 
 #[test]
