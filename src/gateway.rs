@@ -1512,12 +1512,29 @@ fn sdes_item(name: &str) -> Option<&str> {
 
 /// Whether [`clean_name`] leaves something of `name`, without its allocations where no cut
 /// to [`MAX_NAME_CHARS`] can be needed: then what is left is `name` without what
-/// [`not_in_names`] keeps out, trimmed, so something is left when a character is neither.
+/// [`not_in_names`] keeps out, so something is left when a character is neither that nor
+/// [`shows_nothing`].
 fn shows_a_name(name: &str) -> bool {
     if name.chars().nth(MAX_NAME_CHARS).is_none() {
-        return name.chars().any(|c| !not_in_names(c) && !c.is_whitespace());
+        return name.chars().any(|c| !not_in_names(c) && !shows_nothing(c));
     }
     clean_name(name).is_some()
+}
+
+/// Whether `c` shows nothing on its own: white space, and Unicode's default ignorable code
+/// points (the zero width space and joiners, direction marks, the Hangul fillers, variation
+/// selectors, tags: those a chunk of which only is never sent, `chunker::blank`). A name of
+/// nothing else is blank on screen (the Hangul filler U+3164 is the usual way to pass for
+/// nobody), so it is no name; inside one they stay (a zero width joiner holds an emoji
+/// sequence together).
+pub fn shows_nothing(c: char) -> bool {
+    c.is_whitespace()
+        || matches!(c,
+            '\u{ad}' | '\u{34f}' | '\u{61c}' | '\u{115f}' | '\u{1160}' | '\u{17b4}' | '\u{17b5}'
+            | '\u{180b}'..='\u{180f}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{206f}' | '\u{3164}' | '\u{fe00}'..='\u{fe0f}' | '\u{feff}'
+            | '\u{ffa0}' | '\u{1bca0}'..='\u{1bca3}'
+            | '\u{1d173}'..='\u{1d17a}' | '\u{e0000}'..='\u{e0fff}')
 }
 
 /// Whether `c` is kept out of a participant's display name: controls, as from the text (a
@@ -1533,7 +1550,7 @@ pub fn not_in_names(c: char) -> bool {
 
 /// A name as a participant's display name: without what [`not_in_names`] keeps out, at most
 /// [`MAX_NAME_CHARS`] (cut between grapheme clusters, so an emoji or a letter and its accent
-/// is whole or gone), trimmed; `None` when nothing is left.
+/// is whole or gone), trimmed; `None` when nothing is left that shows ([`shows_nothing`]).
 pub(crate) fn clean_name(name: &str) -> Option<String> {
     use unicode_segmentation::UnicodeSegmentation;
     let mut name: String = name.chars().filter(|&c| !not_in_names(c)).collect();
@@ -1548,7 +1565,9 @@ pub(crate) fn clean_name(name: &str) -> Option<String> {
         name.truncate(end);
     }
     let name = name.trim();
-    (!name.is_empty()).then(|| name.to_owned())
+    name.chars()
+        .any(|c| !shows_nothing(c))
+        .then(|| name.to_owned())
 }
 /// Register tag for "no speaker decided at arrival": resolved per block when delivered.
 const TAG_UNDECIDED: u16 = u16::MAX;
@@ -3440,6 +3459,8 @@ mod tests {
             String::new(),
             " ".into(),
             "\u{7}\t \u{2028}\u{202e}".into(),
+            "\u{200b}\u{3164} \u{2060}".into(),
+            format!("{}x", "\u{200b}".repeat(MAX_NAME_CHARS)),
             "Alice".into(),
             " \u{1b}[31mBob ".into(),
             "a".repeat(MAX_NAME_CHARS),

@@ -1,0 +1,56 @@
+//! Review av (session 46): RTCP and speaker identity, through the sans-IO gateway.
+
+use pvp_t140::{Config, Gateway};
+
+#[path = "common/core.rs"]
+mod core_helpers;
+use core_helpers::*;
+
+/// An RR and an SDES with `cname` and `name` for `ssrc` (RFC 3550 6.1).
+fn sdes(ssrc: u32, cname: &str, name: &str) -> Vec<u8> {
+    let mut d = Vec::new();
+    pvp_t140::rtcp::write_rr(&mut d, ssrc);
+    pvp_t140::rtcp::write_sdes(&mut d, ssrc, cname, Some(name));
+    d
+}
+
+/// The name the speaker of `ssrc` joins with, after the SDES and a sentence.
+fn joined_as(rtcp: &[u8]) -> String {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), rtcp);
+    gw.handle_datagram(at(10), addr(4000), &t140(1, 7, "Hello. "));
+    let out = drain(&mut gw);
+    let join = out
+        .iter()
+        .find(|e| e.kind == "session.join")
+        .expect("a join");
+    join.payload["participant"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Found by review av (session 46). An SDES NAME of nothing but invisible characters (zero
+/// width space U+200B, the Hangul filler U+3164, word joiner U+2060, LRM U+200E: Unicode's
+/// default ignorable code points, which a name shows nothing of) was taken for a name, since
+/// none is a control nor white space: the participant joined with a blank name, where the
+/// README has a NAME that leaves no name passed over for the CNAME. Such names are the usual
+/// way to pass for nobody (the Hangul filler most of all). They now leave no name; one with
+/// a visible character keeps them (a zero width joiner inside an emoji).
+#[test]
+fn a_name_of_invisible_characters_is_passed_over_for_the_cname() {
+    for blank in [
+        "\u{200b}",
+        "\u{3164}",
+        "\u{200b}\u{3164} \u{2060}\u{200e}",
+        "\u{ffa0}\u{115f}\u{1160}\u{feff}\u{ad}\u{180e}\u{fe0f}\u{e0041}",
+    ] {
+        assert_eq!(
+            joined_as(&sdes(7, "alice@host", blank)),
+            "alice@host",
+            "{blank:?}"
+        );
+    }
+    let coder = "\u{1f469}\u{200d}\u{1f4bb} Ada";
+    assert_eq!(joined_as(&sdes(7, "alice@host", coder)), coder);
+}
