@@ -62,7 +62,8 @@ enum Cmd {
         red_pt: u8,
         /// The speaker's name, sent as RTCP SDES NAME (RFC 3550 6.5.2): the gateway names
         /// the participant by it (default: by the CNAME, `pvp-t140-<ssrc>@<host>`). At most
-        /// 255 bytes of UTF-8, no control characters nor bidirectional overrides.
+        /// 255 bytes of UTF-8 with a visible character, no control characters nor
+        /// bidirectional overrides.
         #[arg(long, value_parser = sdes_name)]
         name: Option<String>,
         /// Do not send an RTCP BYE at the end of input.
@@ -128,9 +129,10 @@ fn send_payload_type(s: &str) -> Result<u8, String> {
 
 /// `send --name`: an SDES item holds 255 octets (RFC 3550 6.5), and a receiver shows the name
 /// as a participant's: a control character in it (a new line, an escape) or a bidirectional
-/// override would be stripped or shown raw, so it is refused here rather than sent.
+/// override would be stripped or shown raw, so it is refused here rather than sent; so is one
+/// that shows nothing (white space, zero width characters, Hangul fillers), a blank name.
 fn sdes_name(s: &str) -> Result<String, String> {
-    if s.trim().is_empty() {
+    if s.chars().all(pvp_t140::gateway::shows_nothing) {
         Err("a name has at least one visible character".into())
     } else if s.len() > 255 {
         Err(format!(

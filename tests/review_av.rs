@@ -54,3 +54,21 @@ fn a_name_of_invisible_characters_is_passed_over_for_the_cname() {
     let coder = "\u{1f469}\u{200d}\u{1f4bb} Ada";
     assert_eq!(joined_as(&sdes(7, "alice@host", coder)), coder);
 }
+
+/// Found by review av (session 46). `pvp-t140 send --name` refuses a name without "at least
+/// one visible character", but checked only for white space: a name of zero width spaces or
+/// Hangul fillers was sent as the SDES NAME, which every receiver shows as a blank name (and
+/// this gateway now passes over for the CNAME). It is refused as a blank one is.
+#[test]
+fn send_refuses_a_name_of_invisible_characters() {
+    for name in [" ", "\u{200b}", "\u{3164}\u{3164}", "\u{2060} \u{200e}"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+            .args(["send", "--to", "127.0.0.1:9", "--name", name])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{name:?} was taken");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("at least one visible character"), "{err}");
+    }
+}
