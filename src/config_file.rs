@@ -282,13 +282,19 @@ pub fn parse(path: &Path, text: &str) -> Result<(FileConfig, Mapping, Vec<IpNet>
                 )
             })?),
         };
-        if r.rtcp_name.as_deref().is_some_and(|v| v.trim().is_empty()) {
+        // An SDES item that shows no name (white space, controls, invisible characters only)
+        // names no one (`gateway::sdes_item`): a rule for one could match nothing.
+        if r.rtcp_name
+            .as_deref()
+            .is_some_and(|v| crate::gateway::clean_name(v).is_none())
+        {
             return Err(at(
                 path,
                 text,
                 key_span(text, Some(i), "rtcp_name").unwrap_or(rule.span()),
                 &field("rtcp_name"),
-                "must not be empty (no SDES name is: it could match nothing)",
+                "must not be empty (no SDES name is, nor one of control or invisible characters \
+                 only: it could match nothing)",
             ));
         }
         // An SDES item holds 255 octets (RFC 3550 6.5): a longer name could match nothing.

@@ -72,3 +72,27 @@ fn send_refuses_a_name_of_invisible_characters() {
         assert!(err.contains("at least one visible character"), "{err}");
     }
 }
+
+/// Found by review av (session 46). A rule's `rtcp_name` is matched against the SDES item a
+/// speaker's name came from, and an item that shows no name (controls, or invisible
+/// characters only) names no one: it is passed over. A rule for such a name was loaded, and
+/// could match nothing, its speakers silently refused or joined by the automatic rule; one
+/// of white space only was already refused at load for that reason. Now any is.
+#[test]
+fn a_rule_for_an_rtcp_name_that_shows_nothing_is_refused_at_load() {
+    let path = std::path::Path::new("gw.toml");
+    for name in ["\\u0007", "\\u200B", "\\u3164 \\u2060"] {
+        let text = format!("[[stream]]\nrtcp_name = \"{name}\"\nparticipant = \"p\"\n");
+        let e = pvp_t140::config_file::parse(path, &text)
+            .err()
+            .unwrap_or_else(|| panic!("{name} was taken"));
+        assert!(
+            e.starts_with("gw.toml:2: stream[0].rtcp_name: must not be empty"),
+            "{e}"
+        );
+    }
+    // A name that shows is taken as it is, invisible characters and all.
+    let text = "[[stream]]\nrtcp_name = \"Ada\\u200B\"\nparticipant = \"p\"\n";
+    let (_, m, _) = pvp_t140::config_file::parse(path, text).unwrap();
+    assert_eq!(m.rules[0].match_rtcp_name.as_deref(), Some("Ada\u{200b}"));
+}
