@@ -101,12 +101,21 @@ impl Voice {
 
 /// A t140llm stream id as the last part of a participant id: `/` (which separates the parts:
 /// `openai/gpt-4o` is a model's natural id) and `%` (so two ids never give one participant)
-/// percent-encoded, the rest as it is. Runs once per new speaker, not per packet.
+/// percent-encoded, and so is each UTF-8 octet of what a display name is kept from
+/// ([`crate::gateway::not_in_names`]: a bidirectional override or a line separator in an id
+/// clients show and the join's log line holds), the rest as it is. Runs once per new speaker,
+/// not per packet.
 fn push_id_escaped(id: &mut String, name: &str) {
     for c in name.chars() {
         match c {
             '/' => id.push_str("%2F"),
             '%' => id.push_str("%25"),
+            c if crate::gateway::not_in_names(c) => {
+                use std::fmt::Write;
+                for b in c.encode_utf8(&mut [0; 4]).bytes() {
+                    let _ = write!(id, "%{b:02X}");
+                }
+            }
             c => id.push(c),
         }
     }

@@ -96,3 +96,40 @@ fn a_rule_for_an_rtcp_name_that_shows_nothing_is_refused_at_load() {
     let (_, m, _) = pvp_t140::config_file::parse(path, text).unwrap();
     assert_eq!(m.rules[0].match_rtcp_name.as_deref(), Some("Ada\u{200b}"));
 }
+
+/// Found by review av (session 46). A t140llm stream id (`<id>\x1E<text>`) becomes the end of
+/// its speaker's participant id, which clients show and the gateway logs at the join. Ids with
+/// control characters are taken for text, but one with a bidirectional override (U+202E) or
+/// a line separator (U+2028) went into the participant id as it came: a Trojan Source id
+/// (CVE-2021-42574) that turns around what is shown after it, as a display name is kept from
+/// doing. Such characters are now percent-encoded in the participant id, as `/` and `%` are
+/// (the name, cleaned, and `stream_id` keep the id).
+#[test]
+fn a_stream_ids_bidirectional_overrides_are_escaped_in_the_participant_id() {
+    let mut gw = Gateway::new(Config {
+        compat: pvp_t140::Compat::T140llm,
+        t140_pt: 96,
+        red_pt: 98,
+        ..Config::default()
+    });
+    let mut d = Vec::new();
+    let payload = "gpt\u{202e}txt.exe\u{2028}x\x1eHello. ";
+    pvp_t140::rtp::write_packet(&mut d, false, 96, 0, 0, 0x1122_3344, payload.as_bytes());
+    gw.handle_datagram(at(0), addr(4000), &d);
+    gw.handle_timeout(at(60_000));
+    let out = drain(&mut gw);
+    let join = out
+        .iter()
+        .find(|e| e.kind == "session.join")
+        .expect("a join");
+    assert_eq!(
+        join.sender, "t140:11223344@127.0.0.1:4000/gpt%E2%80%AEtxt.exe%E2%80%A8x",
+        "{join:?}"
+    );
+    assert_eq!(join.payload["participant"]["name"], "gpttxt.exex");
+    let add = out
+        .iter()
+        .find(|e| e.kind == "context.add")
+        .expect("the text");
+    assert_eq!(add.payload["content"], "Hello.");
+}
