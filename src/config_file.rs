@@ -322,8 +322,8 @@ pub fn parse(path: &Path, text: &str) -> Result<(FileConfig, Mapping, Vec<IpNet>
                 text,
                 key_span(text, Some(i), "name").unwrap_or(rule.span()),
                 &field("name"),
-                "must not be empty (nothing is left once spaces and control characters are \
-                 dropped, as they are from every display name)",
+                "must not be empty (nothing is left to show once spaces and control characters \
+                 are dropped, as they are from every display name, invisible ones not showing)",
             ));
         }
         for (key, value) in [("participant", &r.participant), ("session", &r.session)] {

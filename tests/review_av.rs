@@ -133,3 +133,17 @@ fn a_stream_ids_bidirectional_overrides_are_escaped_in_the_participant_id() {
         .expect("the text");
     assert_eq!(add.payload["content"], "Hello.");
 }
+
+/// Found by review av (session 46). A rule's `name` is the participant's display name, and one
+/// of zero width spaces or Hangul fillers is blank on screen: it is refused at load as a blank
+/// one is (it was loaded, and the participant joined nameless), and the error says why.
+#[test]
+fn a_rule_name_of_invisible_characters_is_refused_at_load() {
+    let path = std::path::Path::new("gw.toml");
+    let text = "[[stream]]\nssrc = 1\nname = \"\\u3164\\u200B\"\n";
+    let e = pvp_t140::config_file::parse(path, text).unwrap_err();
+    assert!(
+        e.starts_with("gw.toml:3: stream[0].name: must not be empty") && e.contains("invisible"),
+        "{e}"
+    );
+}
