@@ -14,7 +14,7 @@ fn sdes(ssrc: u32, cname: &str, name: &str) -> Vec<u8> {
     d
 }
 
-/// The name the speaker of `ssrc` joins with, after the SDES and a sentence.
+/// The name the speaker of SSRC 7 joins with, after `rtcp` and a sentence.
 fn joined_as(rtcp: &[u8]) -> String {
     let mut gw = Gateway::new(Config::default());
     gw.handle_datagram(at(0), addr(4000), rtcp);
