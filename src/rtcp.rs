@@ -1,8 +1,10 @@
 //! The parts of RTCP (RFC 3550 section 6) a text gateway acts on: SDES names a participant,
 //! BYE ends a stream. Reports (SR/RR/XR/APP, RFC 4585 feedback) are walked past, an SR's or
 //! RR's report blocks checked to fit and the others' fixed head to be there. Borrow-only and
-//! bounds-checked: a malformed compound packet yields what was valid before the damage and an
-//! error count.
+//! bounds-checked: a malformed compound packet yields what was valid in it and an error
+//! count. Its packets' length fields frame them (RFC 3550 A.2), so one damaged inside yields
+//! what came before the damage and the packets after it are read; a length that does not
+//! frame ends the walk.
 
 /// One thing a compound RTCP packet told us.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,9 +35,11 @@ const PSFB: u8 = 206;
 const XR: u8 = 207;
 
 /// Walks a compound RTCP packet, calling `each` per event. Returns false if it was malformed
-/// (events before the damage are still reported).
+/// (events before the damage are still reported, and those of the packets after a packet
+/// damaged inside: an SDES without its null terminator must not lose the BYE after it).
 pub fn parse<'a>(data: &'a [u8], each: &mut dyn FnMut(RtcpEvent<'a>)) -> bool {
     let mut rest = data;
+    let mut valid = true;
     while !rest.is_empty() {
         if rest.len() < 4 || rest[0] >> 6 != 2 {
             return false;
@@ -51,7 +55,9 @@ pub fn parse<'a>(data: &'a [u8], each: &mut dyn FnMut(RtcpEvent<'a>)) -> bool {
             // Padding (only legal on the last packet, but accept it anywhere).
             let pad = usize::from(*body.last().unwrap_or(&0));
             if pad == 0 || pad > body.len() {
-                return false;
+                valid = false;
+                rest = &rest[len..];
+                continue;
             }
             body = &body[..body.len() - pad];
         }
@@ -67,12 +73,10 @@ pub fn parse<'a>(data: &'a [u8], each: &mut dyn FnMut(RtcpEvent<'a>)) -> bool {
             XR => body.len() >= 4,
             _ => true,
         };
-        if !ok {
-            return false;
-        }
+        valid &= ok;
         rest = &rest[len..];
     }
-    true
+    valid
 }
 
 fn be32(b: &[u8]) -> u32 {

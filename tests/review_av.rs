@@ -147,3 +147,42 @@ fn a_rule_name_of_invisible_characters_is_refused_at_load() {
         "{e}"
     );
 }
+
+/// Found by review av (session 46). The length fields of a compound's packets frame them
+/// (RFC 3550 A.2 checks that they add up to the datagram), so damage inside one packet leaves
+/// the packets after it whole. The parser stopped at the damage: an SDES chunk a sender left
+/// without its null terminator (or an RR whose count says more report blocks than it holds)
+/// took the BYE after it with it, and the caller stayed in the session until the stream
+/// timeout, its name lost with it. The damaged packet is counted (`rtcp_malformed`) and the
+/// rest of the compound is read.
+#[test]
+fn damage_inside_one_packet_of_a_compound_does_not_lose_the_bye_after_it() {
+    // An SDES chunk whose last item fills its words, with no null octet after it.
+    let unterminated = [0x81, 202, 0, 2, 0, 0, 0, 7, 1, 2, b'c', b'7'];
+    // An RR whose report count says 1 and holds no block.
+    let miscounted = [0x81, 201, 0, 1, 0, 0, 0, 7];
+    for damaged in [&unterminated[..], &miscounted[..]] {
+        let mut gw = Gateway::new(Config::default());
+        gw.handle_datagram(at(0), addr(4000), &t140(1, 7, "Bye now"));
+        let mut rtcp = damaged.to_vec();
+        pvp_t140::rtcp::write_sdes(&mut rtcp, 7, "ada@host", Some("Ada"));
+        pvp_t140::rtcp::write_bye(&mut rtcp, 7);
+        gw.handle_datagram(at(100), addr(4000), &rtcp);
+        gw.handle_timeout(at(1_100));
+        let out = drain(&mut gw);
+        let kinds: Vec<_> = out.iter().map(|e| e.kind.as_str()).collect();
+        assert_eq!(
+            kinds,
+            ["session.join", "context.add", "session.leave"],
+            "{damaged:?}"
+        );
+        assert_eq!(out[0].payload["participant"]["name"], "Ada");
+        assert_eq!(out[1].payload["content"], "Bye now");
+        assert_eq!(out[2].payload["reason"], "rtcp bye");
+        assert_eq!(
+            gw.stats().drops(pvp_t140::DropReason::RtcpMalformed),
+            1,
+            "the damage is counted"
+        );
+    }
+}
