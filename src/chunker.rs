@@ -800,8 +800,9 @@ pub fn pop_cluster(s: &mut String) -> u32 {
 
 /// White space, or a character that shows nothing (Unicode Default_Ignorable_Code_Point: a
 /// zero-width space or joiner, a direction mark, a word joiner, a soft hyphen, a variation
-/// selector, the Hangul fillers, a tag): a chunk of these only is never sent.
-fn blank(c: char) -> bool {
+/// selector, the Hangul fillers, a tag): a chunk of these only is never sent, and a name of
+/// these only is no name ([`crate::gateway::shows_nothing`]).
+pub fn blank(c: char) -> bool {
     c.is_whitespace()
         || matches!(
             c,

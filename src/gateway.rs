@@ -1523,18 +1523,13 @@ fn shows_a_name(name: &str) -> bool {
 
 /// Whether `c` shows nothing on its own: white space, and Unicode's default ignorable code
 /// points (the zero width space and joiners, direction marks, the Hangul fillers, variation
-/// selectors, tags: those a chunk of which only is never sent, `chunker::blank`). A name of
-/// nothing else is blank on screen (the Hangul filler U+3164 is the usual way to pass for
-/// nobody), so it is no name; inside one they stay (a zero width joiner holds an emoji
-/// sequence together).
+/// selectors, tags): those a chunk of which only is never sent ([`crate::chunker::blank`],
+/// the one list). A name of nothing else is blank on screen (the Hangul filler U+3164 is the
+/// usual way to pass for nobody), so it is no name; inside one they stay (a zero width joiner
+/// holds an emoji sequence together).
+#[inline]
 pub fn shows_nothing(c: char) -> bool {
-    c.is_whitespace()
-        || matches!(c,
-            '\u{ad}' | '\u{34f}' | '\u{61c}' | '\u{115f}' | '\u{1160}' | '\u{17b4}' | '\u{17b5}'
-            | '\u{180b}'..='\u{180f}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}'
-            | '\u{2060}'..='\u{206f}' | '\u{3164}' | '\u{fe00}'..='\u{fe0f}' | '\u{feff}'
-            | '\u{ffa0}' | '\u{1bca0}'..='\u{1bca3}'
-            | '\u{1d173}'..='\u{1d17a}' | '\u{e0000}'..='\u{e0fff}')
+    crate::chunker::blank(c)
 }
 
 /// Whether `c` is kept out of a participant's display name: controls, as from the text (a

@@ -1,4 +1,9 @@
-//! Review av (session 46): RTCP and speaker identity, through the sans-IO gateway.
+//! Speaker identity: names of invisible characters only (an SDES NAME, `send --name`, a rule's
+//! `name` or `rtcp_name`) show nothing and are passed over or refused; a t140llm stream id's
+//! bidirectional overrides are escaped in the participant id; damage inside one packet of an
+//! RTCP compound no longer loses the BYE after it.
+//!
+//! Found by review av (session 46).
 
 use pvp_t140::{Config, Gateway};
 
