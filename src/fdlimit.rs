@@ -3,9 +3,10 @@
 //! of streams needs thousands of descriptors. The common soft limit is 1,024 (systemd's default
 //! for services and most login shells), which would turn the thousandth participant's connect
 //! into "Too many open files" retries while its transcript waits and then drops. So at start
-//! the soft limit is raised as far as `--max-streams` streams' participants need (up to 32 a
-//! stream: a mixer's sources; the hard limit permitting), as network servers commonly do, and a
-//! hard limit too low for one participant a stream is said once, loudly.
+//! the soft limit is raised as far as `--max-streams` streams' participants need (up to 33 a
+//! stream: a mixer's 32 sources and its own voice; the hard limit permitting), as network
+//! servers commonly do, and a hard limit too low for one participant a stream is said once,
+//! loudly.
 
 use std::io;
 
@@ -42,11 +43,14 @@ impl Limit {
 
 /// Participants `streams` streams can have at most: a stream is up to
 /// [`crate::stream::MAX_SPEAKERS`] of them (an RFC 9071 mixer's sources, t140llm's named
-/// streams), each a connection of its own. Raised for one a stream, two mixers of 32 sources
-/// under `--max-streams 2` and a soft limit of 64 connected 55 of their 64 participants; the
-/// rest retried and dropped their transcripts (review u).
+/// streams) and its own voice, made past that bound for its CSRC-less packets
+/// (`stream::new_speaker`), each a connection of its own. Raised for one a stream, two mixers
+/// of 32 sources under `--max-streams 2` and a soft limit of 64 connected 55 of their 64
+/// participants; the rest retried and dropped their transcripts (review u). Raised for 32 a
+/// stream, a mixer speaking itself beside its 32 sources had a 33rd with no descriptor
+/// (review aw).
 pub fn participants_of(streams: u64) -> u64 {
-    streams.saturating_mul(crate::stream::MAX_SPEAKERS as u64)
+    streams.saturating_mul(crate::stream::MAX_SPEAKERS as u64 + 1)
 }
 
 /// Raises the soft open-file limit to what the participants of `streams` streams

@@ -730,7 +730,7 @@ fn dropped_log_lines() -> usize {
 }
 
 /// One descriptor a participant's connection ([`pvp_t140::fdlimit`]): raise the soft limit so
-/// the participants of `--max-streams` streams (up to 32 a stream) can connect besides what
+/// the participants of `--max-streams` streams (up to 33 a stream) can connect besides what
 /// `workers` receive workers hold, and say so if the hard limit does not allow one a stream.
 /// On stdout (`max_streams` 0: no connections) for what the workers hold alone.
 fn raise_fd_limit(max_streams: u64, workers: u64) {
