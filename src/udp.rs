@@ -21,12 +21,20 @@ pub type RtcpFeed = tokio::sync::broadcast::Receiver<std::sync::Arc<RtcpDatagram
 /// A datagram of the RTCP port as its reader ([`run_rtcp_reader`]) hands it to every worker,
 /// with the reader's admission of it (`--allow`, `--max-pps-per-source`): decided once, so
 /// that every worker acts on the same datagrams, and what the counting one counts as refused
-/// none acts on.
+/// none acts on. Refused ones are handed over as a tally ([`RtcpDatagram::tally`]), not one by
+/// one: a source flooding the port over its rate, or from outside every `--allow` network,
+/// would otherwise fill the workers' feed ([`RTCP_FEED`]) with what none acts on, and push out
+/// the RTCP admitted before it.
 #[derive(Debug)]
 pub struct RtcpDatagram {
+    /// Its source; of a tally, the last refused datagram's.
     pub from: std::net::SocketAddr,
+    /// Its bytes; none for a tally.
     pub data: Vec<u8>,
     pub refused: Option<crate::admission::Refusal>,
+    /// With `refused`: how many datagrams the reader refused so since its last tally of the
+    /// reason, and their bytes.
+    pub tally: (u64, u64),
 }
 
 impl RtcpDatagram {
@@ -36,7 +44,62 @@ impl RtcpDatagram {
             from,
             data,
             refused: None,
+            tally: (0, 0),
         })
+    }
+
+    /// Hands it to a worker's core at `now` ([`Gateway::handle_rtcp_port`], or for a tally of
+    /// refused ones [`Gateway::rtcp_port_refused`]); the worker that `counts` counts it.
+    pub fn handle(&self, gw: &mut Gateway, now: crate::time::Time, counts: bool) {
+        match self.refused {
+            Some(r) => gw.rtcp_port_refused(now, self.from, r, self.tally, counts),
+            None => gw.handle_rtcp_port(now, self.from, &self.data, None, counts),
+        }
+    }
+}
+
+/// The RTCP port's datagrams its reader refused and has not handed over yet: a tally a reason
+/// ([`RtcpDatagram::tally`]), handed over before the next admitted datagram, [`TALLY_EVERY`]
+/// after the tally's first, and at the reader's end.
+#[derive(Debug, Default)]
+struct RefusedTally {
+    not_allowed: Option<(std::net::SocketAddr, u64, u64)>,
+    rate_limited: Option<(std::net::SocketAddr, u64, u64)>,
+}
+
+/// See [`RefusedTally`]: counts on `/metrics` lag a flood by this much at most.
+const TALLY_EVERY: Duration = Duration::from_millis(10);
+
+impl RefusedTally {
+    fn add(&mut self, refused: crate::admission::Refusal, from: std::net::SocketAddr, len: usize) {
+        let t = match refused {
+            crate::admission::Refusal::NotAllowed => &mut self.not_allowed,
+            crate::admission::Refusal::RateLimited => &mut self.rate_limited,
+        };
+        let (_, n, bytes) = t.unwrap_or((from, 0, 0));
+        *t = Some((from, n + 1, bytes + len as u64));
+    }
+
+    fn is_empty(&self) -> bool {
+        self.not_allowed.is_none() && self.rate_limited.is_none()
+    }
+
+    fn hand_over(&mut self, tx: &tokio::sync::broadcast::Sender<std::sync::Arc<RtcpDatagram>>) {
+        use crate::admission::Refusal;
+        let tallies = [
+            (Refusal::NotAllowed, self.not_allowed.take()),
+            (Refusal::RateLimited, self.rate_limited.take()),
+        ];
+        for (refused, t) in tallies {
+            if let Some((from, n, bytes)) = t {
+                let _ = tx.send(std::sync::Arc::new(RtcpDatagram {
+                    from,
+                    data: Vec::new(),
+                    refused: Some(refused),
+                    tally: (n, bytes),
+                }));
+            }
+        }
     }
 }
 
@@ -251,7 +314,7 @@ pub async fn run_worker(
                     // its last packets, and handled before them it would find no stream (a
                     // one-packet stream) or end one that has text still to read.
                     drain_socket_now(&socket, &mut gw, &mut reader, &clock);
-                    gw.handle_rtcp_port(clock.now(), d.from, &d.data, d.refused, counts_rtcp);
+                    d.handle(&mut gw, clock.now(), counts_rtcp);
                 }
                 Err(lost) => gw.rtcp_feed_lost(clock.now(), lost, counts_rtcp),
             },
@@ -440,16 +503,19 @@ pub async fn run_rtcp_reader(
     let mut pause = ErrorPause::default();
     let mut paused: Option<std::time::Instant> = None;
     let mut errors = 0;
-    let mut share = |r: io::Result<(usize, std::net::SocketAddr)>, buf: &[u8]| match r {
-        Ok((n, from)) => {
-            let refused = admission.admit(clock.now(), from).err();
-            let data = buf[..n].to_vec();
-            let _ = tx.send(std::sync::Arc::new(RtcpDatagram {
-                from,
-                data,
-                refused,
-            }));
-        }
+    // Refused datagrams are tallied, not handed over one by one ([`RtcpDatagram`]).
+    let mut tally = RefusedTally::default();
+    let mut tally_due: Option<std::time::Instant> = None;
+    let mut share = |r: io::Result<(usize, std::net::SocketAddr)>,
+                     buf: &[u8],
+                     tally: &mut RefusedTally| match r {
+        Ok((n, from)) => match admission.admit(clock.now(), from) {
+            Err(refused) => tally.add(refused, from, n),
+            Ok(()) => {
+                tally.hand_over(&tx);
+                let _ = tx.send(RtcpDatagram::admitted(from, buf[..n].to_vec()));
+            }
+        },
         Err(e) => tracing::debug!("RTCP recv_from: {e}"),
     };
     loop {
@@ -472,9 +538,18 @@ pub async fn run_rtcp_reader(
                         }
                     }
                 }
-                share(r, &buf);
+                share(r, &buf, &mut tally);
+                if tally.is_empty() {
+                    tally_due = None;
+                } else {
+                    tally_due.get_or_insert(now + TALLY_EVERY);
+                }
             }
             () = sleep_until(paused), if paused.is_some() => paused = None,
+            () = sleep_until(tally_due), if tally_due.is_some() => {
+                tally.hand_over(&tx);
+                tally_due = None;
+            }
             r = stop.changed() => if r.is_err() { break },
         }
     }
@@ -486,9 +561,10 @@ pub async fn run_rtcp_reader(
         }
         match socket.try_recv_from(&mut buf) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-            r => share(r, &buf),
+            r => share(r, &buf, &mut tally),
         }
     }
+    tally.hand_over(&tx);
     kernel.take()
 }
 
@@ -693,7 +769,7 @@ fn drain_socket_now(
 fn drain_rtcp_at_stop(feed: &mut Option<RtcpFeed>, gw: &mut Gateway, clock: &Clock, counts: bool) {
     if let Some(rx) = feed {
         drain_feed(rx, gw, clock, counts, |gw, d| {
-            gw.handle_rtcp_port(clock.now(), d.from, &d.data, d.refused, counts)
+            d.handle(gw, clock.now(), counts)
         });
     }
 }

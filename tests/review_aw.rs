@@ -56,3 +56,60 @@ fn the_open_file_limit_covers_every_participant_a_stream_can_have_at_once() {
         pvp_t140::fdlimit::participants_of(1)
     );
 }
+
+/// Found by review aw (session 46). The RTCP port's reader handed every datagram it refused
+/// (`--allow`, `--max-pps-per-source`) to the workers one by one, a copy of its bytes each, so
+/// that the counting worker could count it: a source flooding the RTCP port over its rate (or
+/// from outside every `--allow` network) filled the workers' feed of 1,024 with datagrams none
+/// acts on, and pushed out the RTCP admitted before them. Here a sender's BYE, admitted, then
+/// 1,500 datagrams over the rate of its source: the BYE was lost to the feed's lag
+/// (`rtcp_feed_lagged`), and its stream would wait for its timeout. Refused datagrams are now
+/// handed over as a tally: each still counted, none takes a place in the feed.
+#[tokio::test(flavor = "current_thread")]
+async fn a_flood_refused_at_the_rtcp_port_does_not_push_admitted_rtcp_out_of_the_feed() {
+    use pvp_t140::udp;
+    let socket = udp::bind_with_buffer("127.0.0.1:0".parse().unwrap(), false, 8 << 20).unwrap();
+    let port = socket.local_addr().unwrap();
+    let flooder = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut bye = Vec::new();
+    pvp_t140::rtcp::write_rr(&mut bye, 7);
+    pvp_t140::rtcp::write_bye(&mut bye, 7);
+    flooder.send_to(&bye, port).unwrap();
+    let mut rr = Vec::new();
+    pvp_t140::rtcp::write_rr(&mut rr, 7);
+    const FLOOD: u64 = 1_500;
+    for _ in 0..FLOOD {
+        flooder.send_to(&rr, port).unwrap();
+    }
+    let (tx, mut feed) = tokio::sync::broadcast::channel(udp::RTCP_FEED);
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    // A rate of 1 a second: the BYE is its source's burst, the rest over it.
+    let admission = pvp_t140::admission::Admission::new(Vec::new(), 1);
+    let reader = tokio::spawn(udp::run_rtcp_reader(socket, tx, stop, admission));
+    // Stopped at once, it reads what the socket holds before it returns.
+    stop_tx.send(true).unwrap();
+    reader.await.unwrap();
+    let mut gw = Gateway::new(Config::default());
+    loop {
+        match feed.try_recv() {
+            Ok(d) => d.handle(&mut gw, at(0), true),
+            Err(tokio::sync::broadcast::error::TryRecvError::Lagged(n)) => {
+                gw.rtcp_feed_lost(at(0), n, true)
+            }
+            Err(_) => break,
+        }
+    }
+    let s = gw.stats();
+    assert_eq!(s.rtcp, 1, "the admitted BYE reached the core");
+    assert_eq!(
+        (
+            s.datagrams,
+            s.drops(pvp_t140::DropReason::RateLimited),
+            s.drops(pvp_t140::DropReason::RtcpFeedLagged),
+            s.rtcp_feed_missed
+        ),
+        (FLOOD + 1, FLOOD, 0, 0),
+        "every refused datagram counted, none lost to the feed"
+    );
+    assert_eq!(s.bytes, (bye.len() as u64) + FLOOD * rr.len() as u64);
+}
