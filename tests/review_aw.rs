@@ -113,3 +113,56 @@ async fn a_flood_refused_at_the_rtcp_port_does_not_push_admitted_rtcp_out_of_the
     );
     assert_eq!(s.bytes, (bye.len() as u64) + FLOOD * rr.len() as u64);
 }
+
+/// Found by review aw (session 46), with the test above: while the reader runs (no stop), what
+/// it refuses reaches the counting worker as tallies, each refused datagram in one of them,
+/// without waiting for another admitted datagram or the stop.
+#[tokio::test(flavor = "current_thread")]
+async fn refused_rtcp_port_datagrams_are_handed_over_while_the_reader_runs() {
+    use pvp_t140::udp;
+    let socket = udp::bind_with_buffer("127.0.0.1:0".parse().unwrap(), false, 8 << 20).unwrap();
+    let port = socket.local_addr().unwrap();
+    let (tx, mut feed) = tokio::sync::broadcast::channel(udp::RTCP_FEED);
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    // Nothing from 127.0.0.1 is allowed.
+    let admission = pvp_t140::admission::Admission::new(vec!["10.0.0.0/8".parse().unwrap()], 0);
+    let reader = tokio::spawn(udp::run_rtcp_reader(socket, tx, stop, admission));
+    let flooder = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut rr = Vec::new();
+    pvp_t140::rtcp::write_rr(&mut rr, 7);
+    const FLOOD: u64 = 200;
+    for _ in 0..FLOOD {
+        flooder.send_to(&rr, port).unwrap();
+    }
+    let mut gw = Gateway::new(Config::default());
+    let mut messages = 0;
+    let tallied = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while gw.stats().drops(pvp_t140::DropReason::NotAllowed) < FLOOD {
+            let d = feed.recv().await.expect("the reader is running");
+            assert_eq!(d.refused, Some(pvp_t140::admission::Refusal::NotAllowed));
+            d.handle(&mut gw, at(0), true);
+            messages += 1;
+        }
+    })
+    .await;
+    stop_tx.send(true).unwrap();
+    reader.await.unwrap();
+    assert!(
+        tallied.is_ok(),
+        "refused datagrams handed over: {:?}",
+        gw.stats()
+    );
+    let s = gw.stats();
+    assert_eq!(
+        (
+            s.datagrams,
+            s.drops(pvp_t140::DropReason::NotAllowed),
+            s.bytes
+        ),
+        (FLOOD, FLOOD, FLOOD * rr.len() as u64)
+    );
+    assert!(
+        messages < FLOOD,
+        "{messages} messages for {FLOOD} refused datagrams"
+    );
+}
