@@ -166,8 +166,9 @@ fn mixed(seq: u16, ssrc: u32, csrc: u32, text: &str) -> Vec<u8> {
 }
 
 /// README (Delivery): "the gateway raises its soft open-file limit at start as far as
-/// `--max-streams` needs", one descriptor a participant. A stream is up to 32 participants
-/// (an RFC 9071 mixer's sources, README "Speakers"), so a limit raised for one a stream runs
+/// `--max-streams` needs", one descriptor a participant. A stream is up to 33 participants
+/// (an RFC 9071 mixer's 32 sources, README "Speakers", and its own voice; review aw), so a
+/// limit raised for one a stream runs
 /// out: two mixers of 32 sources each under `--max-streams 2` and a soft limit of 64 (raised to
 /// 71, about 50 of them free for connections) left some sources never connected, their
 /// transcripts retried and dropped. The limit is raised for every participant the streams can
