@@ -1768,27 +1768,15 @@ impl Gateway {
         self.shared_rtcp = shared;
     }
 
-    /// `n` datagrams of the RTCP port (`bytes` in all, the last from `source`) that its reader
-    /// refused (`--allow`, `--max-pps-per-source`), handed over as one tally, so that a flood
-    /// of them takes no room in the workers' feed (`udp::RtcpDatagram`). Counted as
-    /// [`Gateway::handle_rtcp_port`] counts one refused, by the worker that `counts`.
-    pub fn rtcp_port_refused(
-        &mut self,
-        now: Time,
-        source: SocketAddr,
-        refused: Refusal,
-        (n, bytes): (u64, u64),
-        counts: bool,
-    ) {
-        self.fire_due(now);
-        if !counts {
-            return;
-        }
+    /// `n` datagrams of the RTCP port (`bytes` in all) that its reader refused (`--allow`,
+    /// `--max-pps-per-source`), counted where the reader left them (`udp::RtcpRefused`) rather
+    /// than each handed over: counted as [`Gateway::handle_rtcp_port`] counts one refused, by
+    /// the worker that counts the port's datagrams.
+    pub fn rtcp_port_refused(&mut self, refused: Refusal, n: u64, bytes: u64) {
         let reason = DropReason::from(refused);
         self.emit.stats.datagrams += n;
         self.emit.stats.bytes += bytes;
         self.emit.stats.drops[reason.index()] += n;
-        tracing::debug!(%source, n, bytes, reason = reason.as_str(), "RTCP port datagrams dropped");
     }
 
     /// With several receive workers: keep RTCP read on the RTP port (rtcp-mux, RFC 5761) that

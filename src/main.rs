@@ -1337,6 +1337,8 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
         // One stream limit for the gateway, not one a worker, with a share each worker is
         // guaranteed (README, `--max-streams`; [`pvp_t140::budget`]).
         let budget = pvp_t140::budget::StreamBudget::new(cfg.max_streams, sockets.len());
+        // What the RTCP port's reader refuses, counted by worker 0 (`udp::RtcpRefused`).
+        let rtcp_refused = std::sync::Arc::new(udp::RtcpRefused::default());
         for ((i, socket), stats_tx) in sockets.into_iter().enumerate().zip(publishers) {
             let publish = args.metrics.is_some().then_some(stats_tx);
             let feed = rtcp.as_ref().map(|_| rtcp_tx.subscribe());
@@ -1347,6 +1349,7 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
             let links = udp::WorkerLinks {
                 rtcp: feed,
                 counts_rtcp: i == 0,
+                rtcp_refused: (i == 0).then(|| rtcp_refused.clone()),
                 out: tx.clone(),
                 shutdown: stop_rx.clone(),
                 publish,
@@ -1366,7 +1369,13 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
                     cfg.allow.clone(),
                     cfg.max_pps_per_source,
                 );
-                tokio::spawn(udp::run_rtcp_reader(sock, rtcp_tx, rtcp_stopped, admission))
+                tokio::spawn(udp::run_rtcp_reader(
+                    sock,
+                    rtcp_tx,
+                    rtcp_stopped,
+                    admission,
+                    rtcp_refused,
+                ))
             });
         signals.wait().await;
         tracing::info!("shutting down: flushing streams");

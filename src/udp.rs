@@ -21,20 +21,13 @@ pub type RtcpFeed = tokio::sync::broadcast::Receiver<std::sync::Arc<RtcpDatagram
 /// A datagram of the RTCP port as its reader ([`run_rtcp_reader`]) hands it to every worker,
 /// with the reader's admission of it (`--allow`, `--max-pps-per-source`): decided once, so
 /// that every worker acts on the same datagrams, and what the counting one counts as refused
-/// none acts on. Refused ones are handed over as a tally ([`RtcpDatagram::tally`]), not one by
-/// one: a source flooding the port over its rate, or from outside every `--allow` network,
-/// would otherwise fill the workers' feed ([`RTCP_FEED`]) with what none acts on, and push out
-/// the RTCP admitted before it.
+/// none acts on. The reader hands over only those it admits: what it refuses is counted in
+/// [`RtcpRefused`], so that a flood of it takes no room in the workers' feed.
 #[derive(Debug)]
 pub struct RtcpDatagram {
-    /// Its source; of a tally, the last refused datagram's.
     pub from: std::net::SocketAddr,
-    /// Its bytes; none for a tally.
     pub data: Vec<u8>,
     pub refused: Option<crate::admission::Refusal>,
-    /// With `refused`: how many datagrams the reader refused so since its last tally of the
-    /// reason, and their bytes.
-    pub tally: (u64, u64),
 }
 
 impl RtcpDatagram {
@@ -44,60 +37,46 @@ impl RtcpDatagram {
             from,
             data,
             refused: None,
-            tally: (0, 0),
         })
     }
+}
 
-    /// Hands it to a worker's core at `now` ([`Gateway::handle_rtcp_port`], or for a tally of
-    /// refused ones [`Gateway::rtcp_port_refused`]); the worker that `counts` counts it.
-    pub fn handle(&self, gw: &mut Gateway, now: crate::time::Time, counts: bool) {
-        match self.refused {
-            Some(r) => gw.rtcp_port_refused(now, self.from, r, self.tally, counts),
-            None => gw.handle_rtcp_port(now, self.from, &self.data, None, counts),
+/// The RTCP port's datagrams its reader refused (`--allow`, `--max-pps-per-source`), and their
+/// bytes, by reason: counted here rather than handed to the workers one by one, where a source
+/// flooding the port over its rate (or from outside every `--allow` network) filled their feed
+/// ([`RTCP_FEED`]) with datagrams none acts on and pushed out the RTCP admitted before it. The
+/// worker that counts the port's datagrams takes them ([`RtcpRefused::take`]) with its
+/// counters once a second and at its stop, after the reader's end.
+#[derive(Debug, Default)]
+pub struct RtcpRefused {
+    not_allowed: [std::sync::atomic::AtomicU64; 2],
+    rate_limited: [std::sync::atomic::AtomicU64; 2],
+}
+
+impl RtcpRefused {
+    fn of(&self, refused: crate::admission::Refusal) -> &[std::sync::atomic::AtomicU64; 2] {
+        match refused {
+            crate::admission::Refusal::NotAllowed => &self.not_allowed,
+            crate::admission::Refusal::RateLimited => &self.rate_limited,
         }
     }
-}
 
-/// The RTCP port's datagrams its reader refused and has not handed over yet: a tally a reason
-/// ([`RtcpDatagram::tally`]), handed over before the next admitted datagram, [`TALLY_EVERY`]
-/// after the tally's first, and at the reader's end.
-#[derive(Debug, Default)]
-struct RefusedTally {
-    not_allowed: Option<(std::net::SocketAddr, u64, u64)>,
-    rate_limited: Option<(std::net::SocketAddr, u64, u64)>,
-}
-
-/// See [`RefusedTally`]: counts on `/metrics` lag a flood by this much at most.
-const TALLY_EVERY: Duration = Duration::from_millis(10);
-
-impl RefusedTally {
-    fn add(&mut self, refused: crate::admission::Refusal, from: std::net::SocketAddr, len: usize) {
-        let t = match refused {
-            crate::admission::Refusal::NotAllowed => &mut self.not_allowed,
-            crate::admission::Refusal::RateLimited => &mut self.rate_limited,
-        };
-        let (_, n, bytes) = t.unwrap_or((from, 0, 0));
-        *t = Some((from, n + 1, bytes + len as u64));
+    fn add(&self, refused: crate::admission::Refusal, len: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let [n, bytes] = self.of(refused);
+        n.fetch_add(1, Relaxed);
+        bytes.fetch_add(len as u64, Relaxed);
     }
 
-    fn is_empty(&self) -> bool {
-        self.not_allowed.is_none() && self.rate_limited.is_none()
-    }
-
-    fn hand_over(&mut self, tx: &tokio::sync::broadcast::Sender<std::sync::Arc<RtcpDatagram>>) {
+    /// Counts in `gw` what was refused since the last call ([`Gateway::rtcp_port_refused`]).
+    pub fn take(&self, gw: &mut Gateway) {
         use crate::admission::Refusal;
-        let tallies = [
-            (Refusal::NotAllowed, self.not_allowed.take()),
-            (Refusal::RateLimited, self.rate_limited.take()),
-        ];
-        for (refused, t) in tallies {
-            if let Some((from, n, bytes)) = t {
-                let _ = tx.send(std::sync::Arc::new(RtcpDatagram {
-                    from,
-                    data: Vec::new(),
-                    refused: Some(refused),
-                    tally: (n, bytes),
-                }));
+        use std::sync::atomic::Ordering::Relaxed;
+        for refused in [Refusal::NotAllowed, Refusal::RateLimited] {
+            let [n, bytes] = self.of(refused);
+            let n = n.swap(0, Relaxed);
+            if n > 0 {
+                gw.rtcp_port_refused(refused, n, bytes.swap(0, Relaxed));
             }
         }
     }
@@ -250,6 +229,7 @@ pub async fn run_worker(
     let WorkerLinks {
         mut rtcp,
         counts_rtcp,
+        rtcp_refused,
         mut out,
         mut shutdown,
         publish,
@@ -314,7 +294,7 @@ pub async fn run_worker(
                     // its last packets, and handled before them it would find no stream (a
                     // one-packet stream) or end one that has text still to read.
                     drain_socket_now(&socket, &mut gw, &mut reader, &clock);
-                    d.handle(&mut gw, clock.now(), counts_rtcp);
+                    gw.handle_rtcp_port(clock.now(), d.from, &d.data, d.refused, counts_rtcp);
                 }
                 Err(lost) => gw.rtcp_feed_lost(clock.now(), lost, counts_rtcp),
             },
@@ -332,6 +312,9 @@ pub async fn run_worker(
             _ = tick.tick(), if publish.is_some() => {
                 if let Some(p) = &publish {
                     gw.kernel_drops(kernel.take());
+                    if let Some(r) = &rtcp_refused {
+                        r.take(&mut gw);
+                    }
                     let _ = p.send(gw.stats());
                 }
             }
@@ -364,6 +347,9 @@ pub async fn run_worker(
     // with several workers, what the others read on their RTP ports for this one's streams,
     // once every worker has read its socket and handed on what it found.
     drain_rtcp_at_stop(&mut rtcp, &mut gw, &clock, counts_rtcp);
+    if let Some(r) = &rtcp_refused {
+        r.take(&mut gw);
+    }
     if let Some(share) = &mut share {
         share.hand_on(&mut gw);
         share.stop_together().await;
@@ -397,6 +383,9 @@ pub struct WorkerLinks {
     pub rtcp: Option<RtcpFeed>,
     /// This worker counts what the RTCP feed brings (every worker is handed it; one counts).
     pub counts_rtcp: bool,
+    /// What the RTCP port's reader refused, for the worker that counts its datagrams
+    /// ([`RtcpRefused`]).
+    pub rtcp_refused: Option<std::sync::Arc<RtcpRefused>>,
     pub out: crate::handoff::Sender,
     pub shutdown: tokio::sync::watch::Receiver<bool>,
     pub publish: Option<tokio::sync::watch::Sender<crate::gateway::Stats>>,
@@ -486,7 +475,8 @@ async fn recv_rtcp<T: Clone>(
 /// then hands over what the socket already holds (for at most 250 ms: a sender's BYE sent
 /// just before the signal is its last word) and returns. The caller stops the workers after
 /// that, and they read their feed at their stop. `admission` is the port's own
-/// ([`RtcpDatagram`]): its rate is counted apart from the RTP port's. Returns how many
+/// ([`RtcpDatagram`]): its rate is counted apart from the RTP port's, and what it refuses in
+/// `refused`, for the worker that counts the port's datagrams. Returns how many
 /// datagrams the kernel dropped for the port's socket (Linux; read once, at the end, while the
 /// socket is open): the caller adds them to the workers' `kernel_drops` for the exit line.
 pub async fn run_rtcp_reader(
@@ -494,6 +484,7 @@ pub async fn run_rtcp_reader(
     tx: tokio::sync::broadcast::Sender<std::sync::Arc<RtcpDatagram>>,
     mut stop: tokio::sync::watch::Receiver<bool>,
     mut admission: crate::admission::Admission,
+    refused: std::sync::Arc<RtcpRefused>,
 ) -> u64 {
     let mut kernel = KernelDrops::of(&socket);
     let mut buf = vec![0u8; 65_536];
@@ -503,16 +494,11 @@ pub async fn run_rtcp_reader(
     let mut pause = ErrorPause::default();
     let mut paused: Option<std::time::Instant> = None;
     let mut errors = 0;
-    // Refused datagrams are tallied, not handed over one by one ([`RtcpDatagram`]).
-    let mut tally = RefusedTally::default();
-    let mut tally_due: Option<std::time::Instant> = None;
-    let mut share = |r: io::Result<(usize, std::net::SocketAddr)>,
-                     buf: &[u8],
-                     tally: &mut RefusedTally| match r {
+    // What it refuses is counted, not handed over ([`RtcpRefused`]).
+    let mut share = |r: io::Result<(usize, std::net::SocketAddr)>, buf: &[u8]| match r {
         Ok((n, from)) => match admission.admit(clock.now(), from) {
-            Err(refused) => tally.add(refused, from, n),
+            Err(r) => refused.add(r, n),
             Ok(()) => {
-                tally.hand_over(&tx);
                 let _ = tx.send(RtcpDatagram::admitted(from, buf[..n].to_vec()));
             }
         },
@@ -538,18 +524,9 @@ pub async fn run_rtcp_reader(
                         }
                     }
                 }
-                share(r, &buf, &mut tally);
-                if tally.is_empty() {
-                    tally_due = None;
-                } else {
-                    tally_due.get_or_insert(now + TALLY_EVERY);
-                }
+                share(r, &buf);
             }
             () = sleep_until(paused), if paused.is_some() => paused = None,
-            () = sleep_until(tally_due), if tally_due.is_some() => {
-                tally.hand_over(&tx);
-                tally_due = None;
-            }
             r = stop.changed() => if r.is_err() { break },
         }
     }
@@ -561,10 +538,9 @@ pub async fn run_rtcp_reader(
         }
         match socket.try_recv_from(&mut buf) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-            r => share(r, &buf, &mut tally),
+            r => share(r, &buf),
         }
     }
-    tally.hand_over(&tx);
     kernel.take()
 }
 
@@ -769,7 +745,7 @@ fn drain_socket_now(
 fn drain_rtcp_at_stop(feed: &mut Option<RtcpFeed>, gw: &mut Gateway, clock: &Clock, counts: bool) {
     if let Some(rx) = feed {
         drain_feed(rx, gw, clock, counts, |gw, d| {
-            d.handle(gw, clock.now(), counts)
+            gw.handle_rtcp_port(clock.now(), d.from, &d.data, d.refused, counts)
         });
     }
 }
@@ -1389,6 +1365,7 @@ mod tests {
         WorkerLinks {
             rtcp: None,
             counts_rtcp: true,
+            rtcp_refused: None,
             out,
             shutdown,
             publish: None,

@@ -90,6 +90,7 @@ impl Worker {
         let links = pvp_t140::udp::WorkerLinks {
             rtcp: None,
             counts_rtcp: true,
+            rtcp_refused: None,
             out: tx,
             shutdown,
             publish: Some(publish),

@@ -75,6 +75,7 @@ fn a_bye_woken_for_first_follows_its_rtp_and_leaves_no_stall() {
     let links = udp::WorkerLinks {
         rtcp: Some(feed),
         counts_rtcp: true,
+        rtcp_refused: None,
         out,
         shutdown,
         publish: None,

@@ -166,6 +166,7 @@ fn rtcp_datagrams_lost_to_a_lagged_feed_are_counted() {
         let links = pvp_t140::udp::WorkerLinks {
             rtcp: Some(feed),
             counts_rtcp: counts,
+            rtcp_refused: None,
             out,
             shutdown,
             publish: None,
@@ -371,6 +372,7 @@ mod rtcp_reader_errors {
             tx,
             stop_rx,
             pvp_t140::admission::Admission::new(Vec::new(), 0),
+            Default::default(),
         ));
         let d = tokio::time::timeout(Duration::from_secs(5), rx.recv())
             .await
