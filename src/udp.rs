@@ -497,7 +497,11 @@ pub async fn run_rtcp_reader(
     // What it refuses is counted, not handed over ([`RtcpRefused`]).
     let mut share = |r: io::Result<(usize, std::net::SocketAddr)>, buf: &[u8]| match r {
         Ok((n, from)) => match admission.admit(clock.now(), from) {
-            Err(r) => refused.add(r, n),
+            Err(r) => {
+                refused.add(r, n);
+                let reason = crate::gateway::DropReason::from(r).as_str();
+                tracing::debug!(source = %from, len = n, reason, "RTCP port datagram refused");
+            }
             Ok(()) => {
                 let _ = tx.send(RtcpDatagram::admitted(from, buf[..n].to_vec()));
             }
