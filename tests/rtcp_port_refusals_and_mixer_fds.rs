@@ -1,4 +1,8 @@
-//! Review aw (session 46): resource bounds under hostile or heavy input.
+//! Resource bounds: what the RTCP port's reader refuses (`--allow`, `--max-pps-per-source`) is
+//! counted apart and never fills the workers' feed (a flood pushed an admitted BYE out); the
+//! open-file limit covers a mixer's 32 sources and its own voice, 33 participants a stream.
+//!
+//! Found by review aw (session 46).
 
 #[path = "common/core.rs"]
 mod core_helpers;
