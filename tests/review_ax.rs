@@ -1,0 +1,80 @@
+//! Review ax (session 46): what the gateway emits against pvp-spec 4-9, 17, 19 (the stdio
+//! binding): each test failed before its fix.
+
+use pvp_t140::{Compat, Config, Gateway, rtp};
+
+#[path = "common/core.rs"]
+mod core_helpers;
+use core_helpers::*;
+
+/// A t140llm packet (payload type 96) of SSRC 0x55.
+fn llm(seq: u16, payload: &[u8]) -> Vec<u8> {
+    let mut d = Vec::new();
+    rtp::write_packet(&mut d, false, 96, seq, u32::from(seq) * 160, 0x55, payload);
+    d
+}
+
+/// Found by review ax (session 46). A t140llm stream id is the sender's text and may hold
+/// U+2028 LINE SEPARATOR or U+2029 PARAGRAPH SEPARATOR (they are no control characters, so
+/// `split_named` takes them); it goes into the participant id (every envelope's `sender`, the
+/// announce's `id`, each context `key`) and the `stream_id` metadata. Those were written raw:
+/// valid JSON (RFC 8259), but a line reader that ends lines there (Node's `readline`, Python's
+/// `str.splitlines`) cuts such an NDJSON line in two, neither of them an envelope (pvp-spec
+/// 19.4: one envelope a line). Every string is now written with the two escaped, whether the
+/// envelope is written by hand (join, `context.add`) or through serde_json (`context.update`,
+/// `session.leave`), and it reads back as the same text.
+#[test]
+fn line_and_paragraph_separators_from_a_sender_are_escaped_in_every_envelope() {
+    let mut gw = Gateway::new(Config {
+        compat: Compat::T140llm,
+        t140_pt: 96,
+        red_pt: 98,
+        ..Config::default()
+    });
+    let id = "ali\u{2028}ce\u{2029}";
+    gw.handle_datagram(
+        at(0),
+        addr(6000),
+        &llm(0, format!("{id}\x1eHello. ").as_bytes()),
+    );
+    // Two backspaces erase the space and the full stop already sent: a context.update.
+    gw.handle_datagram(
+        at(300),
+        addr(6000),
+        &llm(1, format!("{id}\x1e\x08\x08").as_bytes()),
+    );
+    gw.shutdown(at(600));
+    let lines: Vec<String> = std::iter::from_fn(|| gw.poll_output())
+        .map(|e| e.json().to_owned())
+        .collect();
+    let kinds: Vec<String> = lines
+        .iter()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("valid JSON");
+            v["type"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "session.join",
+            "context.add",
+            "context.update",
+            "session.leave"
+        ]
+    );
+    for l in &lines {
+        assert!(
+            !l.contains(['\u{2028}', '\u{2029}']),
+            "a raw line or paragraph separator in {l}"
+        );
+        assert!(l.contains("ali\\u2028ce\\u2029"), "{l}");
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        assert_eq!(
+            v["sender"].as_str().unwrap(),
+            format!("t140:00000055@127.0.0.1:6000/{id}")
+        );
+    }
+    let join: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+    assert_eq!(join["payload"]["participant"]["metadata"]["stream_id"], id);
+}
