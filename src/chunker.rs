@@ -798,6 +798,12 @@ pub fn pop_cluster(s: &mut String) -> u32 {
     erased
 }
 
+/// Whether `text` is nothing but [`blank`] characters: no chunk of it is sent, and an item
+/// erased down to it is removed (README "What it emits", "Text decoding").
+pub fn shows_nothing(text: &str) -> bool {
+    text.chars().all(blank)
+}
+
 /// White space, or a character that shows nothing (Unicode Default_Ignorable_Code_Point: a
 /// zero-width space or joiner, a direction mark, a word joiner, a soft hyphen, a variation
 /// selector, the Hangul fillers, a tag): a chunk of these only is never sent, and a name of

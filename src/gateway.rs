@@ -622,7 +622,9 @@ impl Emitter {
         }
         let key = sp.key(created, sp.profile.last_sent);
         let reason = "T.140 backspace erased transcribed text";
-        let e = if shown == 0 {
+        // Nothing left that shows (a word joiner the item began with): removed, as an item
+        // of it alone is never added.
+        let e = if crate::chunker::shows_nothing(&sp.profile.last_sent_text[..shown]) {
             sp.profile.last_sent = 0;
             self.in_session(sp, |b| {
                 b.context_remove(now, sp.profile.participant.clone(), &key, reason)
@@ -652,7 +654,9 @@ impl Emitter {
             self.stats.t140llm_objects += chunk.text.matches(T140LLM_OBJECT).count() as u64;
             let text = chunk.text.replace(T140LLM_OBJECT, "");
             let text = text.trim();
-            if text.is_empty() {
+            // What is left may show nothing (a zero-width space after the object): such a
+            // chunk is never sent (`Chunker::flush`).
+            if crate::chunker::shows_nothing(text) {
                 sp.chunker.recycle(chunk.text);
                 return;
             }

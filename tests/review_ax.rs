@@ -78,3 +78,58 @@ fn line_and_paragraph_separators_from_a_sender_are_escaped_in_every_envelope() {
     let join: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
     assert_eq!(join["payload"]["participant"]["metadata"]["stream_id"], id);
 }
+
+/// Found by review ax (session 46). README "What it emits": a chunk of nothing but invisible
+/// characters (Default_Ignorable_Code_Point) is never sent. With `--compat t140llm` the
+/// "[object Object]" t140llm writes for a stringified object is taken out after the chunker
+/// judged the chunk, and only white space was trimmed from what was left: a chunk of that
+/// and a zero-width space joined a participant to add an item showing nothing.
+#[test]
+fn a_t140llm_chunk_left_invisible_by_the_object_taken_out_is_not_sent() {
+    let mut gw = Gateway::new(Config {
+        compat: Compat::T140llm,
+        t140_pt: 96,
+        red_pt: 98,
+        ..Config::default()
+    });
+    gw.handle_datagram(
+        at(0),
+        addr(6000),
+        &llm(0, "[object Object]\u{200b}\u{2060}".as_bytes()),
+    );
+    gw.shutdown(at(5_000));
+    let out = drain(&mut gw);
+    let kinds: Vec<&str> = out.iter().map(|e| e.kind.as_str()).collect();
+    assert!(kinds.is_empty(), "{out:?}");
+    assert_eq!(gw.stats().t140llm_objects, 1);
+}
+
+/// Found by review ax (session 46). README "Text decoding": a backspace that reaches text
+/// already sent gives the item a `context.update`, "or a `context.remove` when nothing is
+/// left". Only white space counted as nothing: erasing the letters after a word joiner (an
+/// invisible character the chunk may begin with) updated the item to the word joiner alone,
+/// an item showing nothing, where the chunker never sends such a chunk.
+#[test]
+fn erasing_all_but_invisible_characters_of_the_last_item_removes_it() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(5000), &t140(1, 7, "\u{2060}Hi"));
+    // The idle flush sends "\u{2060}Hi"; then two backspaces erase "Hi".
+    gw.handle_timeout(at(3_000));
+    gw.handle_datagram(at(3_100), addr(5000), &t140(2, 7, "\u{8}\u{8}"));
+    gw.shutdown(at(3_200));
+    let out = drain(&mut gw);
+    let kinds: Vec<&str> = out.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "session.join",
+            "context.add",
+            "context.remove",
+            "session.leave"
+        ],
+        "{out:?}"
+    );
+    assert_eq!(out[1].payload["content"], "\u{2060}Hi");
+    assert_eq!(out[2].payload["key"], out[1].payload["key"]);
+    assert!(shown(&out).is_empty());
+}
