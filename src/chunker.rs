@@ -197,7 +197,7 @@ impl Chunker {
     pub fn is_blank(&self) -> bool {
         // Asked for every packet (timer deadline): a buffer starting with text is settled by
         // its first character (`all` stops there), without a trim over the buffer.
-        self.buf.chars().all(blank)
+        all_blank(&self.buf)
     }
 
     /// Cuts everything buffered (idle, end). Returns `None` for white-space-only text, which is
@@ -245,7 +245,7 @@ impl Chunker {
         let lead_chars = text[..lead].chars().count();
         let space_before = self.unseen_ws.saturating_add(clamp(lead_chars));
         text.drain(..lead);
-        if text.chars().all(blank) {
+        if all_blank(&text) {
             // Invisible characters only (a zero-width space, a direction mark): as blank to a
             // reader as white space, and as white space they were typed, so a backspace erases
             // one of them before the chunk cut; so does the leading white space before them.
@@ -483,7 +483,7 @@ impl Fed<'_> {
                 let before = self.ch.unseen_ws.saturating_add(lead);
                 // Known to join only when the white space cut at is all that is unseen.
                 let joins = ws.is_some_and(|c| !c.is_control()) && dropped == 1;
-                if text.chars().all(blank) {
+                if all_blank(text) {
                     // Invisible characters only count as white space (`take_chunk`).
                     let hidden = clamp(text.chars().count());
                     self.ch.unseen_joins = before == 0 && joins && hidden == 0;
@@ -800,7 +800,7 @@ pub fn pop_cluster(s: &mut String) -> u32 {
 
 /// Whether `text` is nothing but [`blank`] characters: no chunk of it is sent, and an item
 /// erased down to it is removed (README "What it emits", "Text decoding").
-pub fn shows_nothing(text: &str) -> bool {
+pub fn all_blank(text: &str) -> bool {
     text.chars().all(blank)
 }
 

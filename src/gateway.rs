@@ -624,7 +624,7 @@ impl Emitter {
         let reason = "T.140 backspace erased transcribed text";
         // Nothing left that shows (a word joiner the item began with): removed, as an item
         // of it alone is never added.
-        let e = if crate::chunker::shows_nothing(&sp.profile.last_sent_text[..shown]) {
+        let e = if crate::chunker::all_blank(&sp.profile.last_sent_text[..shown]) {
             sp.profile.last_sent = 0;
             self.in_session(sp, |b| {
                 b.context_remove(now, sp.profile.participant.clone(), &key, reason)
@@ -656,7 +656,7 @@ impl Emitter {
             let text = text.trim();
             // What is left may show nothing (a zero-width space after the object): such a
             // chunk is never sent (`Chunker::flush`).
-            if crate::chunker::shows_nothing(text) {
+            if crate::chunker::all_blank(text) {
                 sp.chunker.recycle(chunk.text);
                 return;
             }

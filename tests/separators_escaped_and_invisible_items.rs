@@ -1,5 +1,9 @@
-//! Review ax (session 46): what the gateway emits against pvp-spec 4-9, 17, 19 (the stdio
-//! binding): each test failed before its fix.
+//! What the gateway emits: U+2028 and U+2029 escaped in every envelope (NDJSON readers that
+//! end lines there cut one in two), and no item that shows nothing (a t140llm chunk left
+//! invisible once "[object Object]" is taken out; an item erased down to invisible characters
+//! is removed, not updated).
+//!
+//! Found by review ax (session 46).
 
 use pvp_t140::{Compat, Config, Gateway, rtp};
 
@@ -68,13 +72,15 @@ fn line_and_paragraph_separators_from_a_sender_are_escaped_in_every_envelope() {
             !l.contains(['\u{2028}', '\u{2029}']),
             "a raw line or paragraph separator in {l}"
         );
-        assert!(l.contains("ali\\u2028ce\\u2029"), "{l}");
         let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        // In the participant id they are percent-encoded (review av, the same session).
         assert_eq!(
             v["sender"].as_str().unwrap(),
-            format!("t140:00000055@127.0.0.1:6000/{id}")
+            "t140:00000055@127.0.0.1:6000/ali%E2%80%A8ce%E2%80%A9"
         );
     }
+    // The stream id as metadata keeps them, escaped.
+    assert!(lines[0].contains("ali\\u2028ce\\u2029"), "{}", lines[0]);
     let join: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
     assert_eq!(join["payload"]["participant"]["metadata"]["stream_id"], id);
 }
