@@ -157,13 +157,13 @@ struct RateArgs {
     #[arg(long, default_value_t = 50_000)]
     pps: u64,
     /// Length of each measured window.
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, default_value_t = 5.0, value_parser = positive_seconds)]
     seconds: f64,
     /// Step the offered rate up from --pps by --step-factor until a receiver drops or the
     /// sender cannot keep up; each receiver's sustained rate is its best clean step.
     #[arg(long)]
     step: bool,
-    #[arg(long, default_value_t = 1.25)]
+    #[arg(long, default_value_t = 1.25, value_parser = step_factor)]
     step_factor: f64,
     /// Highest rate --step offers.
     #[arg(long, default_value_t = 3_000_000)]
@@ -213,7 +213,7 @@ struct ScaleArgs {
     #[arg(long, default_value_t = 50_000)]
     pps: u64,
     /// Seconds of silence over which the gateway's idle CPU is measured.
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, default_value_t = 5.0, value_parser = positive_seconds)]
     idle_seconds: f64,
     #[command(flatten)]
     common: Common,
@@ -248,6 +248,34 @@ struct T140llmArgs {
     demux: PathBuf,
     #[arg(long, default_value = "node")]
     node: String,
+}
+
+/// A length in seconds: above 0 and finite (`Duration::from_secs_f64` panicked on a negative,
+/// NaN or huge one, and a window of 0 s has no rate).
+fn positive_seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|e| format!("{e}"))?;
+    if v > 0.0 && v <= 1e9 {
+        Ok(v)
+    } else {
+        Err(format!("{s}: not a number of seconds above 0"))
+    }
+}
+
+/// `--step-factor`: above 1 (at or below 1, stepping offered the same rate forever).
+fn step_factor(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|e| format!("{e}"))?;
+    if v > 1.0 && v.is_finite() {
+        Ok(v)
+    } else {
+        Err(format!("{s}: the factor must be above 1"))
+    }
+}
+
+/// The rate `--step` offers after `offered`: at least 1 pps more, as a factor just above 1
+/// times a rate can round back to the same rate (1.00001 x 50,000 -> 50,000), which stepped
+/// forever.
+fn next_offered(offered: u64, factor: f64) -> u64 {
+    ((offered as f64 * factor) as u64).max(offered.saturating_add(1))
 }
 
 fn main() {
@@ -1376,12 +1404,12 @@ fn run_rate(target: Target, a: &RateArgs) -> Res<Report> {
             || !step.clean(a.tolerance)
             || step.sender_bound()
             || offered == 0
-            || (offered as f64 * a.step_factor) as u64 > a.max_pps;
+            || next_offered(offered, a.step_factor) > a.max_pps;
         steps.push(step);
         if stop {
             break;
         }
-        offered = (offered as f64 * a.step_factor) as u64;
+        offered = next_offered(offered, a.step_factor);
     }
     let (rss, hwm) = child.memory();
     let log_lines = child.log_lines.load(Ordering::Relaxed);
@@ -3425,5 +3453,36 @@ mod tests {
         assert!(buf.is_empty(), "written out and reused at 64 KiB");
         ndjson_line(&mut buf, "{}");
         assert_eq!(buf, b"{}\n");
+    }
+
+    /// Found by review ay (session 46). `--seconds=-1` (and `ws --seconds`, `scale
+    /// --idle-seconds`) panicked in `Duration::from_secs_f64`, and `--step --step-factor 1`
+    /// (or a factor so near 1 that the next rate rounded back to the same one, 1.00001 x
+    /// 50,000) offered the same rate forever while the receiver kept up. Now refused when
+    /// parsed, and every step offers at least 1 pps more.
+    #[test]
+    fn bad_window_lengths_and_step_factors_are_refused_and_stepping_always_moves_on() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("loadtest").chain(args.iter().copied()))
+        };
+        for bad in [
+            &["--seconds=-1"][..],
+            &["--seconds", "0"],
+            &["--seconds", "NaN"],
+            &["--seconds", "1e300"],
+            &["--step", "--step-factor", "1"],
+            &["--step", "--step-factor", "0.5"],
+            &["--step", "--step-factor", "inf"],
+            &["ws", "--seconds=-2"],
+            &["scale", "--idle-seconds=-1"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} was accepted");
+        }
+        let ok = parse(&["--seconds", "0.5", "--step", "--step-factor", "1.00001"]).unwrap();
+        assert_eq!(ok.rate.seconds, 0.5);
+        assert!(parse(&["ws", "--seconds", "2.5"]).is_ok());
+        assert_eq!(next_offered(50_000, 1.25), 62_500);
+        assert_eq!(next_offered(50_000, 1.00001), 50_001);
+        assert_eq!(next_offered(u64::MAX, 1.5), u64::MAX);
     }
 }

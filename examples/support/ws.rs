@@ -51,7 +51,7 @@ pub struct WsArgs {
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     streams: u32,
     /// Length of the measured window.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, value_parser = super::positive_seconds)]
     seconds: f64,
     /// Each stream starts a sentence this often (a sentence takes 3 packets, 600 ms to type,
     /// then 2 redundancy-only packets).
