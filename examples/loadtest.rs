@@ -1595,11 +1595,14 @@ fn rate(a: &RateArgs) -> Res<()> {
             bound_note(nb, gb),
             match p.cpu {
                 Some(c) => format!(
-                    "CPU per datagram gateway / null at {} pps offered (the highest both took cleanly and were sent alike) = {:.2} / {:.2} µs = {:.2}",
+                    "CPU per datagram gateway / null at {} pps offered (the highest both took cleanly and were sent alike) = {:.2} / {:.2} µs = {}",
                     offered(c.offered),
                     1e6 * c.gateway,
                     1e6 * c.null,
-                    p.cpu_ratio().unwrap_or(f64::NAN)
+                    p.cpu_ratio()
+                        .map_or(no_cpu_ratio(std::slice::from_ref(p)).into(), |r| format!(
+                            "{r:.2}"
+                        ))
                 ),
                 None => "CPU per datagram: no offered rate both took cleanly and were sent alike"
                     .to_string(),
@@ -1620,10 +1623,7 @@ fn rate(a: &RateArgs) -> Res<()> {
             } else {
                 " (lower bounds differ between pairs: see each pair)"
             },
-            cpu.map_or(
-                "n/a (no offered rate both took cleanly and were sent alike)".into(),
-                |c| { format!("{c:.2}") }
-            ),
+            cpu.map_or(no_cpu_ratio(&pairs).into(), |c| { format!("{c:.2}") }),
             pairs.len(),
             if pairs.len() == 1 { "" } else { "s" }
         );
@@ -1642,6 +1642,17 @@ fn bound_note(null: Option<LowerBound>, gateway: Option<LowerBound>) -> &'static
         (Some(_), None) => " (null figure is a lower bound: ratio is an upper bound)",
         (None, Some(_)) => " (gateway figure is a lower bound)",
         (None, None) => "",
+    }
+}
+
+/// Why pairs give no CPU-per-datagram ratio: no offered rate both took cleanly and were sent
+/// alike, or there was one but the null receiver's CPU time there was under one tick of
+/// /proc/PID/stat (10 ms), 0 µs a datagram (review ay: reported as no such rate, and NaN).
+fn no_cpu_ratio(pairs: &[RatePair]) -> &'static str {
+    if pairs.iter().any(|p| p.cpu.is_some()) {
+        "n/a (at the same offered rate the null receiver's CPU time was under one tick of /proc/PID/stat: use a longer --seconds)"
+    } else {
+        "n/a (no offered rate both took cleanly and were sent alike)"
     }
 }
 
@@ -3484,5 +3495,35 @@ mod tests {
         assert_eq!(next_offered(50_000, 1.25), 62_500);
         assert_eq!(next_offered(50_000, 1.00001), 50_001);
         assert_eq!(next_offered(u64::MAX, 1.5), u64::MAX);
+    }
+
+    /// Found by review ay (session 46). At a rate where the null receiver used less than one
+    /// /proc/PID/stat tick (10 ms) of CPU in its window, its CPU per datagram read 0: the pair
+    /// printed a ratio of NaN and the headline said "no offered rate both took cleanly and were
+    /// sent alike", though one had. Now each says the null receiver's CPU was under a tick.
+    #[test]
+    fn a_null_receiver_under_one_cpu_tick_is_not_reported_as_no_common_rate() {
+        let pair = |null: f64| RatePair {
+            null: 0,
+            gateway: 1,
+            null_sustained: (1_000.0, None),
+            gateway_sustained: (1_000.0, None),
+            cpu: Some(SameRate {
+                offered: 1_000,
+                null,
+                gateway: 50e-6,
+            }),
+        };
+        let under_a_tick = [pair(0.0)];
+        assert_eq!(under_a_tick[0].cpu_ratio(), None);
+        assert_eq!(rate_headline(&under_a_tick).1, None);
+        assert!(no_cpu_ratio(&under_a_tick).contains("under one tick"));
+        let none = [RatePair {
+            cpu: None,
+            ..pair(0.0)
+        }];
+        assert!(no_cpu_ratio(&none).contains("no offered rate"));
+        let both = [pair(25e-6)];
+        assert_eq!(rate_headline(&both).1, Some(2.0));
     }
 }
