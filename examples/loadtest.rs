@@ -583,9 +583,15 @@ fn gateway_path(given: &Option<PathBuf>) -> Res<PathBuf> {
         }
     };
     if !p.exists() {
+        // The profile this harness was built with: target/debug/pvp-t140 is `cargo build`'s.
+        let release = p
+            .parent()
+            .and_then(Path::file_name)
+            .is_none_or(|d| d != "debug");
         return Err(format!(
-            "{} not found: run `cargo build --release` first or pass --gateway",
-            p.display()
+            "{} not found: run `cargo build{}` first or pass --gateway",
+            p.display(),
+            if release { " --release" } else { "" }
         ));
     }
     Ok(p)
@@ -1459,6 +1465,11 @@ fn sustained(r: &Report, tol: f64) -> (f64, Option<LowerBound>) {
 fn rate(a: &RateArgs) -> Res<()> {
     if a.streams == 0 {
         return Err("--streams must be at least 1".into());
+    }
+    // Before any receiver runs: a missing gateway binary (`cargo run --example loadtest` does
+    // not build it) was found only after the null receiver's whole run (review ay).
+    if a.receivers.contains(&Target::Gateway) {
+        gateway_path(&a.common.gateway)?;
     }
     if let Some(n) = a.drain {
         return drain(a, n);
@@ -3525,5 +3536,35 @@ mod tests {
         assert!(no_cpu_ratio(&none).contains("no offered rate"));
         let both = [pair(25e-6)];
         assert_eq!(rate_headline(&both).1, Some(2.0));
+    }
+
+    /// Found by review ay (session 46). The gateway binary was looked for only when its turn
+    /// came: `cargo run --release --example loadtest -- --step` (the README's command, which
+    /// does not build the gateway) ran the null receiver's whole stepped run, minutes, and then
+    /// failed. Now a missing binary is refused before any receiver starts.
+    #[test]
+    fn a_missing_gateway_binary_is_refused_before_any_receiver_runs() {
+        let missing = "/nonexistent/review-ay/pvp-t140";
+        for mode in [&[][..], &["--drain", "10"]] {
+            let cli = Cli::try_parse_from(
+                [
+                    "loadtest",
+                    "--streams",
+                    "1",
+                    "--seconds",
+                    "0.1",
+                    "--gateway",
+                    missing,
+                ]
+                .into_iter()
+                .chain(mode.iter().copied()),
+            )
+            .unwrap();
+            let err = rate(&cli.rate).unwrap_err();
+            assert!(
+                err.starts_with(missing) && err.contains("not found"),
+                "{mode:?}: {err}"
+            );
+        }
     }
 }
