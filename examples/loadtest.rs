@@ -169,7 +169,7 @@ struct RateArgs {
     #[arg(long, default_value_t = 3_000_000)]
     max_pps: u64,
     /// A step is clean when kernel drops and missing datagrams stay under this fraction.
-    #[arg(long, default_value_t = 0.001)]
+    #[arg(long, default_value_t = 0.001, value_parser = fraction)]
     tolerance: f64,
     /// RED generations per packet (0: plain text/t140).
     #[arg(long, default_value_t = 2)]
@@ -258,6 +258,17 @@ fn positive_seconds(s: &str) -> Result<f64, String> {
         Ok(v)
     } else {
         Err(format!("{s}: not a number of seconds above 0"))
+    }
+}
+
+/// `--tolerance`: a fraction from 0 to below 1 (a negative one made every step a dropping
+/// one, 1 or more made a step that lost everything clean).
+fn fraction(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|e| format!("{e}"))?;
+    if (0.0..1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{s}: a fraction from 0 to below 1"))
     }
 }
 
@@ -3566,5 +3577,26 @@ mod tests {
                 "{mode:?}: {err}"
             );
         }
+    }
+
+    /// Found by review ay (session 46). `--tolerance` took any number: a negative one made
+    /// every step "DROPS" (a sustained rate of 0 for a receiver that lost nothing), and 1 or
+    /// more made a step that lost every datagram "clean". Now refused when parsed.
+    #[test]
+    fn a_tolerance_outside_0_to_1_is_refused() {
+        let parse = |t: &str| Cli::try_parse_from(["loadtest", "--tolerance", t]);
+        for bad in ["-0.1", "1", "2", "NaN"] {
+            assert!(parse(bad).is_err(), "--tolerance {bad} was accepted");
+        }
+        assert_eq!(parse("0").unwrap().rate.tolerance, 0.0);
+        assert_eq!(parse("0.01").unwrap().rate.tolerance, 0.01);
+        let lost_all = Step {
+            offered: 1_000,
+            sent: 4_000,
+            secs: 4.0,
+            delivered: 0,
+            ..Step::default()
+        };
+        assert!(!lost_all.clean(parse("0.999").unwrap().rate.tolerance));
     }
 }
