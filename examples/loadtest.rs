@@ -239,10 +239,10 @@ struct T140llmArgs {
     port: u16,
     /// The capture is repeated this many times, each copy's sequence numbers, RTP timestamps
     /// and capture times moved on, so every datagram is new to a receiver that checks order.
-    #[arg(long, default_value_t = 40_000)]
+    #[arg(long, default_value_t = 40_000, value_parser = clap::value_parser!(u32).range(1..))]
     copies: u32,
     /// Runs of each side (alternating); the best of each is kept.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     runs: u32,
     #[arg(long, default_value = "interop/t140llm/demux.mjs")]
     demux: PathBuf,
@@ -3598,5 +3598,22 @@ mod tests {
             ..Step::default()
         };
         assert!(!lost_all.clean(parse("0.999").unwrap().rate.tolerance));
+    }
+
+    /// Found by review ay (session 46). `loadtest t140llm --runs 0` timed nothing and printed
+    /// rates of 0 and a ratio of NaN as the best of 0 runs; `--copies 0` timed an empty
+    /// capture. Both refused when parsed.
+    #[test]
+    fn t140llm_runs_and_copies_of_0_are_refused() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(
+                ["loadtest", "t140llm"]
+                    .into_iter()
+                    .chain(args.iter().copied()),
+            )
+        };
+        assert!(parse(&["--runs", "0"]).is_err());
+        assert!(parse(&["--copies", "0"]).is_err());
+        assert!(parse(&["--runs", "1", "--copies", "1"]).is_ok());
     }
 }
