@@ -28,26 +28,75 @@
 #[path = "../benches/support/traffic.rs"]
 mod traffic;
 
-fn main() {
-    let mut args = std::env::args().skip(1);
-    let usage = "usage: core_drive STREAMS plain|red PACKETS [sweep|shuffled [single|nowarm|warm]]";
-    let streams: usize = args.next().and_then(|a| a.parse().ok()).expect(usage);
+const USAGE: &str =
+    "usage: core_drive STREAMS plain|red PACKETS [sweep|shuffled [single|nowarm|warm]]";
+
+/// What to drive, from the command line (`pub(crate)`: `tests/review_ay.rs` includes this file
+/// to test [`parse`]).
+pub(crate) struct Run {
+    pub(crate) streams: usize,
+    pub(crate) red: bool,
+    pub(crate) packets: usize,
+    pub(crate) shuffled: bool,
+    /// `None`: one packet at a time; else batches, warmed or not.
+    pub(crate) warm: Option<bool>,
+}
+
+/// The arguments, or what is wrong with them (review ay: a bad one panicked, and 0 streams
+/// divided by zero in the traffic's set-up).
+pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Run, String> {
+    let mut args = args.into_iter();
+    let streams: usize = match args.next().and_then(|a| a.parse().ok()) {
+        Some(n) if n > 0 => n,
+        _ => return Err(format!("STREAMS: a number above 0; {USAGE}")),
+    };
     let red = match args.next().as_deref() {
         Some("red") => true,
         Some("plain") => false,
-        _ => panic!("{usage}"),
+        _ => return Err(format!("plain or red; {USAGE}")),
     };
-    let packets: usize = args.next().and_then(|a| a.parse().ok()).expect(usage);
-    let mut t = match args.next().as_deref() {
-        None | Some("sweep") => traffic::Traffic::new(streams, red),
-        Some("shuffled") => traffic::Traffic::shuffled(streams, red),
-        Some(o) => panic!("unknown order {o}: {usage}"),
+    let packets: usize = args
+        .next()
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| format!("PACKETS: a number; {USAGE}"))?;
+    let shuffled = match args.next().as_deref() {
+        None | Some("sweep") => false,
+        Some("shuffled") => true,
+        Some(o) => return Err(format!("unknown order {o}; {USAGE}")),
     };
     let warm = match args.next().as_deref() {
         None | Some("single") => None,
         Some("nowarm") => Some(false),
         Some("warm") => Some(true),
-        Some(f) => panic!("unknown feeding {f}: {usage}"),
+        Some(f) => return Err(format!("unknown feeding {f}; {USAGE}")),
+    };
+    Ok(Run {
+        streams,
+        red,
+        packets,
+        shuffled,
+        warm,
+    })
+}
+
+fn main() {
+    let Run {
+        streams,
+        red,
+        packets,
+        shuffled,
+        warm,
+    } = match parse(std::env::args().skip(1)) {
+        Ok(run) => run,
+        Err(e) => {
+            eprintln!("core_drive: {e}");
+            std::process::exit(2);
+        }
+    };
+    let mut t = if shuffled {
+        traffic::Traffic::shuffled(streams, red)
+    } else {
+        traffic::Traffic::new(streams, red)
     };
     let started = std::time::Instant::now();
     match warm {

@@ -12,6 +12,11 @@ use pvp_t140::{Gateway, Time};
 #[allow(dead_code)]
 mod fuzz_input;
 
+/// `examples/core_drive.rs`, for its argument parsing (its `main` is not run here).
+#[path = "../examples/core_drive.rs"]
+#[allow(dead_code)]
+mod core_drive;
+
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -142,4 +147,32 @@ fn the_fuzz_crash_inputs_pass_unless_the_fuzz_readme_says_they_fail() {
             "fuzz/README.md names corpus/{target}/{name}, which does not exist"
         );
     }
+}
+
+/// Found by review ay (session 46). `core_drive` (the callgrind driver of the README's and
+/// docs/performance.md's instruction counts) panicked on a bad argument (`expect(usage)`), and
+/// with 0 streams divided by zero setting up its traffic (`PACKET_INTERVAL_US / streams`). Its
+/// arguments are now checked, each fault said with the usage, before any traffic is made.
+#[test]
+fn core_drive_refuses_bad_arguments_without_a_panic() {
+    let parse = |args: &[&str]| core_drive::parse(args.iter().map(|a| a.to_string()));
+    for bad in [
+        &["0", "plain", "10"][..],
+        &["x", "plain", "10"],
+        &["1", "blue", "10"],
+        &["1", "red"],
+        &["1", "red", "10", "sideways"],
+        &["1", "red", "10", "shuffled", "lukewarm"],
+        &[],
+    ] {
+        let e = parse(bad)
+            .err()
+            .unwrap_or_else(|| panic!("{bad:?} was accepted"));
+        assert!(e.contains("usage: core_drive"), "{bad:?}: {e}");
+    }
+    let run = parse(&["10000", "red", "200000", "shuffled", "warm"]).unwrap();
+    assert_eq!((run.streams, run.red, run.packets), (10_000, true, 200_000));
+    assert!(run.shuffled && run.warm == Some(true));
+    let run = parse(&["1", "plain", "0"]).unwrap();
+    assert!(!run.shuffled && run.warm.is_none());
 }
