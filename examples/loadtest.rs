@@ -2218,6 +2218,28 @@ fn drain_counts(
     }
 }
 
+/// Envelopes the gateway's receive workers could not hand to its sink (the queue was full)
+/// between the counters read before and after a drain (`pvp_t140_sink_queue_refused_total`);
+/// else, from a gateway without that metric, what its `stopped` line says at its stop;
+/// `None` if neither was read. Review ay: only the `stopped` line was read, which
+/// `--gateway-log warn` leaves out, and an overflow then passed as none.
+fn sink_queue_refused(
+    m0: Option<&BTreeMap<String, f64>>,
+    m1: Option<&BTreeMap<String, f64>>,
+    log_tail: &VecDeque<String>,
+) -> Option<u64> {
+    const REFUSED: &str = "pvp_t140_sink_queue_refused_total";
+    if let (Some(m0), Some(m1)) = (m0, m1)
+        && m1.contains_key(REFUSED)
+    {
+        return Some(counter(m1, REFUSED).saturating_sub(counter(m0, REFUSED)));
+    }
+    log_tail.iter().find_map(|l| {
+        let v = l.split("sink_queue_full=").nth(1)?;
+        v.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+    })
+}
+
 /// Seconds of tail after a drain: longer than the gateway's idle flush (2 s) and a metrics
 /// publish (1 s).
 const TAIL: Duration = Duration::from_secs(3);
@@ -2385,10 +2407,12 @@ fn run_drain(target: Target, a: &RateArgs, common: &Common, n: u64) -> Res<Drain
     let tail = child.log_tail.clone();
     let (exit, exit_ok, _) = child.stop();
     let warnings = warns.lock().expect("lock").clone();
-    let sink_queue_full = tail.lock().expect("lock").iter().find_map(|l| {
-        let v = l.split("sink_queue_full=").nth(1)?;
-        v.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
-    });
+    let sink_queue_full = match target {
+        Target::Null => None,
+        Target::Gateway => {
+            sink_queue_refused(m0.as_ref(), m1.as_ref(), &tail.lock().expect("lock"))
+        }
+    };
     let d = Drain {
         target,
         queued,
@@ -3615,5 +3639,33 @@ mod tests {
         assert!(parse(&["--runs", "0"]).is_err());
         assert!(parse(&["--copies", "0"]).is_err());
         assert!(parse(&["--runs", "1", "--copies", "1"]).is_ok());
+    }
+
+    /// Found by review ay (session 46). A drain's check that the gateway's sink queue never
+    /// overflowed (envelopes dropped before the sink, so its work missing from the CPU figure)
+    /// read only the `sink_queue_full=` of the gateway's `stopped` line, an info line that
+    /// `--gateway-log warn` leaves out: the overflow then counted as none and the run as valid.
+    /// The gateway counts the same refusals on /metrics, which the drain reads anyway.
+    #[test]
+    fn a_sink_queue_overflow_is_seen_on_metrics_whatever_the_log_level() {
+        let key = "pvp_t140_sink_queue_refused_total".to_owned();
+        let m0 = BTreeMap::from([(key.clone(), 2.0)]);
+        let m1 = BTreeMap::from([(key, 7.0)]);
+        let no_stopped_line = VecDeque::from(["WARN something else".to_owned()]);
+        let refused = sink_queue_refused(Some(&m0), Some(&m1), &no_stopped_line);
+        assert_eq!(refused, Some(5));
+        let d = Drain {
+            sink_queue_full: refused,
+            ..drain_of(Target::Gateway, Some(1000))
+        };
+        assert!(!d.valid(), "an overflow of the sink queue passed as none");
+        // A gateway without the metric: its `stopped` line, else unknown.
+        let stopped = VecDeque::from(["INFO stopped sent=3 sink_queue_full=4 x=1".to_owned()]);
+        let empty = BTreeMap::new();
+        assert_eq!(
+            sink_queue_refused(Some(&empty), Some(&empty), &stopped),
+            Some(4)
+        );
+        assert_eq!(sink_queue_refused(None, None, &no_stopped_line), None);
     }
 }
