@@ -1260,7 +1260,8 @@ impl Step {
         self.offered > 0 && self.sent_pps() < SAME_RATE * self.offered as f64
     }
     /// Kernel drops, datagrams never counted, and datagrams the gateway counted but dropped
-    /// itself each within `tol` of those sent.
+    /// itself (with the envelopes it could not hand to its sink, [`step_drops`]) each within
+    /// `tol` of those sent.
     fn clean(&self, tol: f64) -> bool {
         let lost = self.sent.saturating_sub(self.delivered)
             + self.gw_drops.iter().map(|(_, n)| n).sum::<u64>();
@@ -1298,6 +1299,20 @@ fn gw_drops(m0: &BTreeMap<String, f64>, m1: &BTreeMap<String, f64>) -> Vec<(Stri
         })
         .filter(|(_, v)| *v > 0)
         .collect()
+}
+
+/// What the gateway lost in a rate step, by reason: its drops ([`gw_drops`]), and the envelopes
+/// its receive workers could not hand to the sink, whose queue was full
+/// (`pvp_t140_sink_queue_refused_total`): text lost, and work not done, so no clean step
+/// (review ay: a step that lost envelopes there counted as clean; the drain mode's check).
+fn step_drops(m0: &BTreeMap<String, f64>, m1: &BTreeMap<String, f64>) -> Vec<(String, u64)> {
+    let mut drops = gw_drops(m0, m1);
+    let refused = "pvp_t140_sink_queue_refused_total";
+    let n = counter(m1, refused).saturating_sub(counter(m0, refused));
+    if n > 0 {
+        drops.push(("sink_queue_refused".to_owned(), n));
+    }
+    drops
 }
 
 fn run_rate(target: Target, a: &RateArgs) -> Res<Report> {
@@ -1368,7 +1383,7 @@ fn run_rate(target: Target, a: &RateArgs) -> Res<Report> {
         let (gw_drops, envelopes) = match (&m0, &m1) {
             (Some(m0), Some(m1)) => {
                 let e = "pvp_t140_envelopes_total";
-                (gw_drops(m0, m1), counter(m1, e) - counter(m0, e))
+                (step_drops(m0, m1), counter(m1, e) - counter(m0, e))
             }
             _ => (Vec::new(), 0),
         };
@@ -3667,5 +3682,38 @@ mod tests {
             Some(4)
         );
         assert_eq!(sink_queue_refused(None, None, &no_stopped_line), None);
+    }
+
+    /// Found by review ay (session 46). A rate step counted only the gateway's datagram drops:
+    /// one in which its sink queue was full and it dropped envelopes (text lost, the sink's
+    /// work not done) was "clean", and could be the gateway's sustained rate.
+    #[test]
+    fn a_rate_step_that_dropped_envelopes_at_the_sink_queue_is_not_clean() {
+        let m0 = BTreeMap::from([
+            ("pvp_t140_sink_queue_refused_total".to_owned(), 10.0),
+            (
+                "pvp_t140_drops_total{reason=\"stale_or_duplicate\"}".to_owned(),
+                1.0,
+            ),
+        ]);
+        let m1 = BTreeMap::from([
+            ("pvp_t140_sink_queue_refused_total".to_owned(), 5_010.0),
+            (
+                "pvp_t140_drops_total{reason=\"stale_or_duplicate\"}".to_owned(),
+                1.0,
+            ),
+        ]);
+        let drops = step_drops(&m0, &m1);
+        assert_eq!(drops, vec![("sink_queue_refused".to_owned(), 5_000)]);
+        let step = Step {
+            offered: 50_000,
+            sent: 200_000,
+            secs: 4.0,
+            delivered: 200_000,
+            gw_drops: drops,
+            ..Step::default()
+        };
+        assert!(!step.clean(0.001));
+        assert!(step_drops(&m1, &m1).is_empty());
     }
 }
