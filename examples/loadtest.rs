@@ -1246,6 +1246,9 @@ struct Step {
     softirq: f64,
     steal: f64,
     gw_drops: Vec<(String, u64)>,
+    /// The gateway's counters could not be read before or after the window: its drops are
+    /// unknown, not none.
+    drops_unknown: bool,
     envelopes: u64,
 }
 
@@ -1265,7 +1268,8 @@ impl Step {
     fn clean(&self, tol: f64) -> bool {
         let lost = self.sent.saturating_sub(self.delivered)
             + self.gw_drops.iter().map(|(_, n)| n).sum::<u64>();
-        (self.socket_drops as f64) <= tol * self.sent as f64
+        !self.drops_unknown
+            && (self.socket_drops as f64) <= tol * self.sent as f64
             && (lost as f64) <= tol * self.sent as f64
     }
 }
@@ -1405,6 +1409,7 @@ fn run_rate(target: Target, a: &RateArgs) -> Res<Report> {
             softirq,
             steal,
             gw_drops,
+            drops_unknown: target == Target::Gateway && (m0.is_none() || m1.is_none()),
             envelopes,
         };
         base = base.max(got);
@@ -1549,6 +1554,8 @@ fn rate(a: &RateArgs) -> Res<()> {
                 s.socket_drops,
                 if r.target == Target::Null {
                     "n/a".to_string()
+                } else if s.drops_unknown {
+                    "? (/metrics not read)".to_string()
                 } else if drops.is_empty() {
                     "0".to_string()
                 } else {
@@ -2170,8 +2177,8 @@ struct Drain {
     delivered: Option<u64>,
     envelopes: Option<u64>,
     gw_drops: Vec<(String, u64)>,
-    /// Envelopes the gateway's receive worker could not hand to the sink (its queue was full),
-    /// from the `stopped` line it logs on SIGTERM (not a metric).
+    /// Envelopes the gateway's receive workers could not hand to the sink (its queue was
+    /// full) during the drain ([`sink_queue_refused`]).
     sink_queue_full: Option<u64>,
     hwm_kib: u64,
     rss_kib: u64,
@@ -3715,5 +3722,25 @@ mod tests {
         };
         assert!(!step.clean(0.001));
         assert!(step_drops(&m1, &m1).is_empty());
+    }
+
+    /// Found by review ay (session 46). A rate step whose scrape of the gateway's /metrics
+    /// failed, before or after the window, had no gateway drops (an empty list) and could be
+    /// clean: a failed read counted as none dropped, where the drain mode makes it invalid.
+    #[test]
+    fn a_rate_step_whose_gateway_counters_were_not_read_is_not_clean() {
+        let step = Step {
+            offered: 1_000,
+            sent: 4_000,
+            secs: 4.0,
+            delivered: 4_000,
+            ..Step::default()
+        };
+        assert!(step.clean(0.001));
+        let unread = Step {
+            drops_unknown: true,
+            ..step
+        };
+        assert!(!unread.clean(0.001));
     }
 }
