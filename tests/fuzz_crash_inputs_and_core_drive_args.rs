@@ -1,5 +1,8 @@
-//! Review ay (session 46): the measurement tools and their claims (benches, the load harness,
-//! the fuzz targets and their README).
+//! The fuzz targets' crash inputs replay under `cargo test` (each passes unless
+//! `fuzz/README.md` lists it as failing), and `core_drive` refuses bad arguments without a
+//! panic.
+//!
+//! Found by review ay (session 46), reading the measurement tools and their claims.
 
 use std::collections::HashSet;
 use std::path::Path;
