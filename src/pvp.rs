@@ -373,7 +373,7 @@ fn separators_escaped(json: String) -> String {
 }
 
 /// Appends `s` as a JSON string (RFC 8259 section 7: quote, backslash and C0 controls escaped,
-/// and U+2028 and U+2029, [`escape_into`]).
+/// and U+2028 and U+2029, which some NDJSON readers take for line ends).
 pub fn push_json_str(out: &mut String, s: &str) {
     out.push('"');
     escape_into(out, s);
