@@ -800,6 +800,7 @@ pub fn pop_cluster(s: &mut String) -> u32 {
 
 /// Whether `text` is nothing but [`blank`] characters: no chunk of it is sent, and an item
 /// erased down to it is removed (README "What it emits", "Text decoding").
+#[inline]
 pub fn all_blank(text: &str) -> bool {
     text.chars().all(blank)
 }
@@ -808,6 +809,7 @@ pub fn all_blank(text: &str) -> bool {
 /// zero-width space or joiner, a direction mark, a word joiner, a soft hyphen, a variation
 /// selector, the Hangul fillers, a tag): a chunk of these only is never sent, and a name of
 /// these only is no name ([`crate::gateway::shows_nothing`]).
+#[inline]
 pub fn blank(c: char) -> bool {
     c.is_whitespace()
         || matches!(

@@ -1422,7 +1422,7 @@ impl Delays {
     /// idle flush later than `assume_text_after` is counted without asking, which gives a lower
     /// bound (a speaker holding none is found out when its bound falls due, once per silence).
     /// [`Time::NEVER`] asks every speaker: the exact deadline.
-    #[inline]
+    #[inline(always)]
     fn without_gap(
         self,
         last_packet: Time,

@@ -59,6 +59,8 @@ pub struct RedPayload<'a> {
     primary_pt: u8,
     /// Blocks are in newest-first order on the wire.
     newest_first: bool,
+    /// Every block's header names the same payload type ([`RedPayload::blocks_all_of`]).
+    one_pt: bool,
 }
 
 impl<'a> RedPayload<'a> {
@@ -67,6 +69,7 @@ impl<'a> RedPayload<'a> {
         Self::parse_as(payload, RedFormat::Rfc2198)
     }
 
+    #[inline]
     pub fn parse_as(payload: &'a [u8], format: RedFormat) -> Result<Self, RedError> {
         // One loop per layout, so the header decoding has no format branch per block.
         match format {
@@ -86,10 +89,14 @@ impl<'a> RedPayload<'a> {
         let mut redundant = 0usize;
         let mut data_len = 0usize;
         let mut order = Order::default();
+        // The payload type bits that differ from the first header's, over every header: read
+        // as the headers are, not in a second pass.
+        let mut differ = 0u8;
         loop {
             let Some(&b) = payload.get(pos) else {
                 return Err(RedError::TruncatedHeader);
             };
+            differ |= b ^ payload[0];
             if b & 0x80 == 0 {
                 let data_start = pos + 1;
                 if data_start + data_len > payload.len() {
@@ -103,6 +110,7 @@ impl<'a> RedPayload<'a> {
                     redundant_len: data_len,
                     primary_pt: b & 0x7f,
                     newest_first: T140LLM || order.increasing(),
+                    one_pt: differ & 0x7f == 0,
                 });
             }
             let Some(h) = payload[pos..].first_chunk::<4>() else {
@@ -128,10 +136,7 @@ impl<'a> RedPayload<'a> {
     /// 4.1: each block of text/red for T.140 is text/t140, by its negotiated type; the headers
     /// alone are read.
     pub fn blocks_all_of(&self, pt: u8) -> bool {
-        self.primary_pt == pt
-            && self.payload[..self.redundant * 4]
-                .chunks_exact(4)
-                .all(|h| h[0] & 0x7f == pt)
+        self.one_pt && self.primary_pt == pt
     }
 
     /// How many redundant generations the packet carries.
