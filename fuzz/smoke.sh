@@ -47,7 +47,8 @@ for t in $targets; do
     mkdir -p "$work/$t"
     fixed=()
     if [ -n "${FUZZ_SEED:-}" ]; then fixed=(-seed="$FUZZ_SEED" -runs="$(runs_for "$t")"); fi
-    if cargo fuzz run -s none "$t" "$work/$t" "$(corpus_of "$t")" -- "${fixed[@]}" \
+    # ${fixed[@]+...}: an empty array under `set -u` is an error before bash 4.4.
+    if cargo fuzz run -s none "$t" "$work/$t" "$(corpus_of "$t")" -- ${fixed[@]+"${fixed[@]}"} \
         -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
         >"$work/$t.log" 2>&1; then
         grep -E '^(Done|stat::number_of_executed_units)' "$work/$t.log" || true
