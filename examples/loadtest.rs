@@ -148,6 +148,16 @@ enum OpenOrder {
     Shuffled,
 }
 
+/// As the flag is written (`--open-order sweep`), not as the enum's name.
+impl std::fmt::Display for OpenOrder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            OpenOrder::Sweep => "sweep",
+            OpenOrder::Shuffled => "shuffled",
+        })
+    }
+}
+
 #[derive(Args, Debug)]
 struct RateArgs {
     /// Concurrent RTP streams.
@@ -637,8 +647,15 @@ impl Drop for Child {
     }
 }
 
+/// Whether a receiver started with `pin` is pinned to CPU 0: with 2 cores or more, by
+/// `taskset` (the sending thread pins itself, without it). Said as it is: without `taskset`
+/// the header said "pin true" of an unpinned receiver (review ay, session 46).
+fn receiver_pinned(pin: bool) -> bool {
+    pin && cores() >= 2 && Path::new("/usr/bin/taskset").exists()
+}
+
 fn pinned(cmd: &str, pin: bool) -> Command {
-    if pin && cores() >= 2 && Path::new("/usr/bin/taskset").exists() {
+    if receiver_pinned(pin) {
         let mut c = Command::new("taskset");
         c.args(["-c", "0", cmd]);
         c
@@ -1506,7 +1523,7 @@ fn rate(a: &RateArgs) -> Res<()> {
         return drain(a, n);
     }
     println!(
-        "loadtest: {} streams (opened {:?}), {} pps{}, {} s windows, RED {}, workers {}, {} source ports, pin {}",
+        "loadtest: {} streams (opened {}), {} pps{}, {} s windows, RED {}, workers {}, {} source ports, pin {}",
         a.streams,
         a.common.open_order,
         if a.pps == 0 {
@@ -1519,7 +1536,7 @@ fn rate(a: &RateArgs) -> Res<()> {
         a.red,
         a.common.workers,
         a.common.sockets.min(a.streams),
-        a.common.pin && cores() >= 2
+        receiver_pinned(a.common.pin)
     );
     println!(
         "machine: nproc {}, load average {}, net.core.rmem_max {} B",
@@ -2500,8 +2517,8 @@ fn drain(a: &RateArgs, n: u64) -> Res<()> {
     let mut common = a.common.clone();
     common.recv_buffer = Some(want);
     println!(
-        "loadtest drain: {n} datagrams queued per receiver while it is stopped, then drained alone on {}; {} streams (opened {:?}), RED {}, workers {}, {} source ports",
-        if a.common.pin && cores() >= 2 {
+        "loadtest drain: {n} datagrams queued per receiver while it is stopped, then drained alone on {}; {} streams (opened {}), RED {}, workers {}, {} source ports",
+        if receiver_pinned(a.common.pin) {
             "CPU 0"
         } else {
             "an unpinned core"

@@ -717,8 +717,10 @@ pub fn run(a: &WsArgs) -> Res<()> {
         server.addr,
         if a.tls { " (TLS)" } else { "" },
         if a.echo { " (echoing)" } else { "" },
-        if pin {
+        if super::receiver_pinned(a.common.pin) {
             "gateway pinned to CPU 0, server and sender to the other CPUs"
+        } else if pin {
+            "gateway unpinned (no taskset), server and sender off CPU 0"
         } else {
             "unpinned"
         },
