@@ -3,15 +3,12 @@
 //! about, and what replay reads right (nanosecond pcap, interfaces' resolutions and offsets,
 //! UDP Length mismatches, files cut short, not a capture).
 
-use std::path::PathBuf;
-use std::process::Command;
-
 use pvp_t140::capture::{CaptureStats, Frame, read_frames_from};
 use pvp_t140::time::Time;
 
 #[path = "common/frames.rs"]
 mod frames;
-use frames::udp_ipv4;
+use frames::{replay, udp_ipv4};
 
 #[path = "common/pcapng.rs"]
 mod pcapng;
@@ -70,27 +67,6 @@ fn frames_of(bytes: &[u8]) -> (Vec<Got>, Result<CaptureStats, String>) {
     })
     .map_err(|e| e.to_string());
     (got, r)
-}
-
-/// Runs `pvp-t140 replay` on `capture`: exit code, stdout, stderr.
-fn replay(name: &str, capture: &[u8], args: &[&str]) -> (Option<i32>, String, String) {
-    let path: PathBuf = std::env::temp_dir().join(format!(
-        "pvp-t140-review-ac-{name}-{}.pcap",
-        std::process::id()
-    ));
-    std::fs::write(&path, capture).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
-        .arg("replay")
-        .arg(&path)
-        .args(args)
-        .output()
-        .expect("run pvp-t140 replay");
-    std::fs::remove_file(&path).ok();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 fn rtp(seq: u16, ts: u32, text: &str) -> Vec<u8> {

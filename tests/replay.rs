@@ -1,7 +1,6 @@
 //! `pvp-t140 replay` on captures written byte by byte: the replay clock, and `--compat t140llm`
 //! multiplexing cases the real captures in `pcaps/` do not hold.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
@@ -38,28 +37,12 @@ fn replay_capture(name: &str, capture: &[u8], args: &[&str]) -> Vec<Value> {
 
 /// Runs `pvp-t140 replay` on `capture`: exit success, stdout envelopes, stderr.
 fn replay_status(name: &str, capture: &[u8], args: &[&str]) -> (bool, Vec<Value>, String) {
-    let path: PathBuf = std::env::temp_dir().join(format!(
-        "pvp-t140-replay-{name}-{}.pcap",
-        std::process::id()
-    ));
-    std::fs::write(&path, capture).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
-        .arg("replay")
-        .arg(&path)
-        .args(args)
-        .output()
-        .expect("run pvp-t140 replay");
-    std::fs::remove_file(&path).ok();
-    let envelopes = String::from_utf8(out.stdout)
-        .unwrap()
+    let (code, out, err) = frames::replay(name, capture, args);
+    let envelopes = out
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    (
-        out.status.success(),
-        envelopes,
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    (code == Some(0), envelopes, err)
 }
 
 /// (sender, content) of every context.add.

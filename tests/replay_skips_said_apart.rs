@@ -4,9 +4,6 @@
 //!
 //! Found by review at (session 46).
 
-use std::path::PathBuf;
-use std::process::Command;
-
 use pvp_t140::capture::{CaptureStats, Datagram, read_udp_from};
 
 #[path = "common/frames.rs"]
@@ -55,28 +52,7 @@ fn read(bytes: &[u8]) -> (Vec<Datagram>, CaptureStats) {
 
 /// `pvp-t140 replay` of `capture`: exit code, stdout, stderr.
 fn replay(name: &str, capture: &[u8]) -> (Option<i32>, String, String) {
-    replay_with(name, capture, &[])
-}
-
-/// [`replay`] with more arguments.
-fn replay_with(name: &str, capture: &[u8], args: &[&str]) -> (Option<i32>, String, String) {
-    let path: PathBuf = std::env::temp_dir().join(format!(
-        "pvp-t140-review-at-{name}-{}.pcap",
-        std::process::id()
-    ));
-    std::fs::write(&path, capture).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
-        .arg("replay")
-        .arg(&path)
-        .args(args)
-        .output()
-        .expect("run pvp-t140 replay");
-    std::fs::remove_file(&path).ok();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    frames::replay(name, capture, &[])
 }
 
 /// Found by review at (session 46). A capture of a link type replay does not read (here
@@ -220,7 +196,7 @@ fn a_port_that_no_datagram_went_to_says_so() {
             (1_300_000, ethernet(&ip(&rtp(2, " Bye.")))),
         ],
     );
-    let (code, out, err) = replay_with("port", &capture, &["--port", "5006"]);
+    let (code, out, err) = frames::replay("port", &capture, &["--port", "5006"]);
     assert_eq!(code, Some(0), "{err}");
     assert!(out.is_empty(), "{out}");
     assert!(
@@ -228,7 +204,7 @@ fn a_port_that_no_datagram_went_to_says_so() {
         "{err}"
     );
     // To the port: replayed, and nothing said.
-    let (code, out, err) = replay_with("port-right", &capture, &["--port", "5004"]);
+    let (code, out, err) = frames::replay("port-right", &capture, &["--port", "5004"]);
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("Hello there."), "{out}");
     assert!(!err.contains("left out every UDP datagram"), "{err}");

@@ -65,3 +65,29 @@ pub fn pcap_to(packets: &[(u64, u16, Vec<u8>)]) -> Vec<u8> {
             .map(|(us, port, p)| (*us, 40000, *port, &p[..])),
     )
 }
+
+/// `pvp-t140 replay` of `capture` (written to a scratch file named for `name`) with `args`:
+/// exit code, stdout, stderr.
+pub fn replay(name: &str, capture: &[u8], args: &[&str]) -> (Option<i32>, String, String) {
+    let path = std::env::temp_dir().join(format!(
+        "pvp-t140-replay-{name}-{}-{}.pcap",
+        std::process::id(),
+        std::thread::current()
+            .name()
+            .unwrap_or("main")
+            .replace("::", "-")
+    ));
+    std::fs::write(&path, capture).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .arg("replay")
+        .arg(&path)
+        .args(args)
+        .output()
+        .expect("run pvp-t140 replay");
+    std::fs::remove_file(&path).ok();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
