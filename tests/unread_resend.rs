@@ -279,6 +279,33 @@ async fn next(rx: &mut Frames) -> (usize, serde_json::Value) {
         .unwrap()
 }
 
+/// A sink with room for `said` texts: a participant joins and says "Said 0." ... to the
+/// server at `url`, whose first connection reads them all (connection 0's frames); then the
+/// rejoin on the next connection. The sink, its metrics, the talk and the participant.
+async fn said_then_rejoined(
+    url: String,
+    rx: &mut Frames,
+    said: usize,
+) -> (WsSink, pvp_t140::metrics::SinkMetrics, Talk, &'static str) {
+    let cfg = WsConfig {
+        queue: 1024,
+        ..ws_recorder::config(url)
+    };
+    let metrics = cfg.metrics.clone();
+    let mut sink = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000beef@127.0.0.1:40000";
+    sink.send(talk.join(p));
+    for i in 0..said {
+        sink.send(talk.add(p, &format!("Said {i}.")));
+    }
+    for _ in 0..=said {
+        assert_eq!(next(rx).await.0, 0);
+    }
+    assert_eq!(shown(&next(rx).await), "1 session.join ");
+    (sink, metrics, talk, p)
+}
+
 /// "conn type content" of a frame.
 fn shown((conn, v): &(usize, serde_json::Value)) -> String {
     format!(
@@ -410,22 +437,7 @@ async fn against_a_server_that_answers_no_ping_at_most_128_go_again() {
         drop(tcp);
     })
     .await;
-    let cfg = WsConfig {
-        queue: 1024,
-        ..ws_recorder::config(url)
-    };
-    let metrics = cfg.metrics.clone();
-    let mut sink = WsSink::new(cfg);
-    let mut talk = Talk::new();
-    let p = "t140:0000beef@127.0.0.1:40000";
-    sink.send(talk.join(p));
-    for i in 0..SAID {
-        sink.send(talk.add(p, &format!("Said {i}.")));
-    }
-    for _ in 0..=SAID {
-        assert_eq!(next(&mut rx).await.0, 0);
-    }
-    assert_eq!(shown(&next(&mut rx).await), "1 session.join ");
+    let (sink, metrics, _, _) = said_then_rejoined(url, &mut rx, SAID).await;
     let mut again = Vec::new();
     for _ in 0..128 {
         again.push(shown(&next(&mut rx).await));
@@ -748,22 +760,7 @@ async fn a_refusal_of_unread_text_older_than_the_last_64_writes_is_counted_not_s
         drop(tcp);
     })
     .await;
-    let cfg = WsConfig {
-        queue: 1024,
-        ..ws_recorder::config(url)
-    };
-    let metrics = cfg.metrics.clone();
-    let mut sink = WsSink::new(cfg);
-    let mut talk = Talk::new();
-    let p = "t140:0000beef@127.0.0.1:40000";
-    sink.send(talk.join(p));
-    for i in 0..SAID {
-        sink.send(talk.add(p, &format!("Said {i}.")));
-    }
-    for _ in 0..=SAID {
-        assert_eq!(next(&mut rx).await.0, 0);
-    }
-    assert_eq!(shown(&next(&mut rx).await), "1 session.join ");
+    let (mut sink, metrics, mut talk, p) = said_then_rejoined(url, &mut rx, SAID).await;
     sink.send(talk.add(p, "After."));
     let mut again = Vec::new();
     loop {
