@@ -305,6 +305,32 @@ fn duplicates_and_late_packets_never_repeat_text() {
     assert_eq!(gw.stats().drops(DropReason::Stale), 2);
 }
 
+/// A RED datagram (payload type 100, SSRC 5, marked at `seq` 1, stamped `seq` x 300) whose
+/// redundant blocks name `block_pt` and whose primary names `primary_pt`.
+fn red_datagram(
+    seq: u16,
+    block_pt: u8,
+    primary_pt: u8,
+    gens: &[(u16, &[u8])],
+    primary: &[u8],
+) -> Vec<u8> {
+    let mut payload = Vec::new();
+    red::write_payload(&mut payload, block_pt, gens, primary);
+    // The primary's header is the last one, a byte before the data.
+    payload[gens.len() * 4] = primary_pt;
+    let mut d = Vec::new();
+    rtp::write_packet(
+        &mut d,
+        seq == 1,
+        100,
+        seq,
+        u32::from(seq) * 300,
+        5,
+        &payload,
+    );
+    d
+}
+
 #[test]
 fn red_packets_use_the_primary_and_recover_a_lost_packet() {
     let mut gw = Gateway::new(Config::default());
@@ -320,18 +346,7 @@ fn red_packets_use_the_primary_and_recover_a_lost_packet() {
             .enumerate()
             .map(|(g, b)| (600 - 300 * g as u16, *b))
             .collect();
-        let mut payload = Vec::new();
-        red::write_payload(&mut payload, 98, &red_gens, t);
-        let mut d = Vec::new();
-        rtp::write_packet(
-            &mut d,
-            seq == 1,
-            100,
-            seq,
-            u32::from(seq) * 300,
-            5,
-            &payload,
-        );
+        let d = red_datagram(seq, 98, 98, &red_gens, t);
         blocks.push(t);
         if seq != 3 {
             gw.handle_datagram(at(u64::from(seq) * 300), addr(4000), &d);
@@ -355,34 +370,16 @@ fn red_packets_use_the_primary_and_recover_a_lost_packet() {
 #[test]
 fn red_blocks_of_another_payload_type_are_read_and_counted() {
     let mut gw = Gateway::new(Config::default());
-    let packet = |seq: u16, block_pt: u8, primary_pt: u8, gens: &[(u16, &[u8])], t: &[u8]| {
-        let mut payload = Vec::new();
-        red::write_payload(&mut payload, block_pt, gens, t);
-        // The primary's header is the last one, a byte before the data.
-        let at = gens.len() * 4;
-        payload[at] = primary_pt;
-        let mut d = Vec::new();
-        rtp::write_packet(
-            &mut d,
-            seq == 1,
-            100,
-            seq,
-            u32::from(seq) * 300,
-            5,
-            &payload,
-        );
-        d
-    };
-    gw.handle_datagram(at(300), addr(4000), &packet(1, 98, 99, &[], b"Hello"));
+    gw.handle_datagram(at(300), addr(4000), &red_datagram(1, 98, 99, &[], b"Hello"));
     gw.handle_datagram(
         at(600),
         addr(4000),
-        &packet(2, 99, 98, &[(300, b"Hello")], b" there"),
+        &red_datagram(2, 99, 98, &[(300, b"Hello")], b" there"),
     );
     gw.handle_datagram(
         at(900),
         addr(4000),
-        &packet(3, 98, 98, &[(300, b" there")], b". "),
+        &red_datagram(3, 98, 98, &[(300, b" there")], b". "),
     );
     let adds: Vec<_> = drain(&mut gw)
         .into_iter()
