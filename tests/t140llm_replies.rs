@@ -445,17 +445,7 @@ fn real_t140llm_multiplexed_long_stream_id_is_its_own_participant() {
 
 /// t140llm RED (docs/t140llm.md section 5): 16-bit offset, 8-bit length, newest first.
 fn t140llm_red(seq: u16, gens_newest_first: &[&str], primary: &str) -> Vec<u8> {
-    let mut p = Vec::new();
-    for (k, g) in gens_newest_first.iter().enumerate() {
-        p.push(0x80 | 96);
-        p.extend_from_slice(&(160 * (k as u16 + 1)).to_be_bytes());
-        p.push(g.len() as u8);
-    }
-    p.push(96);
-    for g in gens_newest_first {
-        p.extend_from_slice(g.as_bytes());
-    }
-    p.extend_from_slice(primary.as_bytes());
+    let p = core_helpers::t140llm_red_payload(gens_newest_first, primary);
     let mut d = Vec::new();
     rtp::write_packet(&mut d, false, 98, seq, u32::from(seq) * 160, 0x1122, &p);
     d

@@ -30,17 +30,7 @@ fn t140llm_packet(seq: u16, gens_newest_first: &[&str], text: &str) -> Vec<u8> {
         rtp::write_packet(&mut d, false, 96, seq, ts, 0x1122_3344, text.as_bytes());
         return d;
     }
-    let mut p = Vec::new();
-    for (k, g) in gens_newest_first.iter().enumerate() {
-        p.push(0x80 | 96);
-        p.extend_from_slice(&(160 * (k as u16 + 1)).to_be_bytes());
-        p.push(g.len() as u8);
-    }
-    p.push(96);
-    for g in gens_newest_first {
-        p.extend_from_slice(g.as_bytes());
-    }
-    p.extend_from_slice(text.as_bytes());
+    let p = core_helpers::t140llm_red_payload(gens_newest_first, text);
     rtp::write_packet(&mut d, false, 98, seq, ts, 0x1122_3344, &p);
     d
 }

@@ -78,3 +78,20 @@ pub fn alice_rule(unmatched: pvp_t140::mapping::Unmatched) -> pvp_t140::mapping:
         unmatched,
     }
 }
+
+/// A t140llm RED payload (docs/t140llm.md section 5): its blocks' headers name T.140's type
+/// 96, with 16-bit offsets 160 apart and 8-bit lengths, newest first; then the primary.
+pub fn t140llm_red_payload(gens_newest_first: &[&str], primary: &str) -> Vec<u8> {
+    let mut p = Vec::new();
+    for (k, g) in gens_newest_first.iter().enumerate() {
+        p.push(0x80 | 96);
+        p.extend_from_slice(&(160 * (k as u16 + 1)).to_be_bytes());
+        p.push(g.len() as u8);
+    }
+    p.push(96);
+    for g in gens_newest_first {
+        p.extend_from_slice(g.as_bytes());
+    }
+    p.extend_from_slice(primary.as_bytes());
+    p
+}
