@@ -1382,22 +1382,14 @@ impl Retry {
     }
 
     /// The server refused the written text `id` for good: no longer held, and marked done
-    /// in the journal if it was not already (read).
-    fn refused(&mut self, id: ulid::Ulid) {
-        if let Some(i) = self.held.iter().position(|k| k.e.id() == id)
-            && let Some(k) = self.held.remove(i)
-            && k.n >= self.read
-        {
+    /// in the journal if it was not already (read). Its kind, if it was held.
+    fn refused(&mut self, id: ulid::Ulid) -> Option<Kind> {
+        let i = self.held.iter().position(|k| k.e.id() == id)?;
+        let k = self.held.remove(i)?;
+        if k.n >= self.read {
             self.done(&k.e);
         }
-    }
-
-    /// The kind of the text `id` if it is held.
-    fn kind_of(&self, id: ulid::Ulid) -> Option<Kind> {
-        self.held
-            .iter()
-            .find(|k| k.e.id() == id)
-            .map(|k| k.e.kind())
+        Some(k.e.kind())
     }
 
     /// The connection was lost: the text written into it that the server was not seen to
@@ -2368,14 +2360,16 @@ fn refused_text(
     participant: &str,
 ) -> bool {
     let kind = match recent.iter().position(|(r, _)| *r == id) {
-        Some(i) if recent[i].1.is_text() => recent.remove(i).map(|(_, k)| k),
+        Some(i) if recent[i].1.is_text() => {
+            retry.refused(id);
+            recent.remove(i).map(|(_, k)| k)
+        }
         Some(_) => None,
-        None => retry.kind_of(id),
+        None => retry.refused(id),
     };
     let Some(kind) = kind else {
         return false;
     };
-    retry.refused(id);
     counts.sent.fetch_sub(1, Ordering::Relaxed);
     counts.given_up.fetch_add(1, Ordering::Relaxed);
     m.server_refused_items.inc();
