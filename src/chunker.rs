@@ -352,21 +352,26 @@ impl Fed<'_> {
             self.ch.tail,
             self.ch.buf.as_bytes().last().copied().unwrap_or(0)
         );
-        // One load settles the common case, a letter before the space (callgrind: three tests
-        // of the byte cost 10 instructions a packet more, once other scripts' ends came).
-        let class = TAIL_CLASS[usize::from(self.ch.tail)];
-        if breaks
-            && class != 0
-            && (class & TAIL_STOP != 0
-                || (class & TAIL_CLOSE != 0 && ends_quoted_sentence(&self.ch.buf))
-                || (class & TAIL_OTHER != 0 && ends_other_sentence(&self.ch.buf)))
-        {
+        if breaks && self.space_ends_sentence() {
             self.cut_all(FlushCause::Sentence);
             self.ch.unseen_ws = 1;
             self.ch.unseen_joins = joins;
             return true;
         }
         false
+    }
+
+    /// Whether white space that breaks, typed next, would end a sentence at the buffer's end
+    /// (`.`, `!` or `?`, quotes closing it, another script's stop).
+    #[inline(always)]
+    fn space_ends_sentence(&self) -> bool {
+        // One load settles the common case, a letter before the space (callgrind: three tests
+        // of the byte cost 10 instructions a packet more, once other scripts' ends came).
+        let class = TAIL_CLASS[usize::from(self.ch.tail)];
+        class != 0
+            && (class & TAIL_STOP != 0
+                || (class & TAIL_CLOSE != 0 && ends_quoted_sentence(&self.ch.buf))
+                || (class & TAIL_OTHER != 0 && ends_other_sentence(&self.ch.buf)))
     }
 
     fn push(&mut self, c: char) {
@@ -388,11 +393,12 @@ impl Fed<'_> {
         }
     }
 
-    /// A size cut held for the character after a full buffer with no white space to cut at
-    /// ([`Fed::cut_size`]): made now, before `c`, unless `c` continues the buffer's last
-    /// grapheme cluster (UAX #29: a combining mark, a ZWJ sequence, a flag's second half) or
-    /// its ideographic sentence end (`？！`, and `。\u{301}！`: README, chunking, a mark that
-    /// extends an end goes with it) or closes a sentence (the `"` of `"Stop."`), and the hold
+    /// A size cut held for the character after a full buffer with no white space to cut at,
+    /// or ending a sentence if white space comes ([`Fed::cut_size`]): made now, before `c`,
+    /// unless `c` continues the buffer's last grapheme cluster (UAX #29: a combining mark, a
+    /// ZWJ sequence, a flag's second half) or its ideographic sentence end (`？！`, and
+    /// `。\u{301}！`: README, chunking, a mark that extends an end goes with it), closes a
+    /// sentence (the `"` of `"Stop."`) or is a stop (no chunk is a lone `.`), and the hold
     /// has not run [`MAX_HELD`] characters past the limit. White space that breaks is left to
     /// the usual path, which cuts there: after `.`, `!` or `?` as a sentence end, else as the
     /// size cut at that space. A no-break space is no place to cut, and starts a cluster (which
@@ -407,9 +413,11 @@ impl Fed<'_> {
         let joins = ((is_ideographic_end(c) || is_ideographic_close(c))
             && self.ch.held_end().is_some())
             || (is_closing(c) && in_sentence_end(&self.ch.buf))
+            || is_sentence_stop(c)
             || continues_cluster(&mut self.ch.buf, c);
         if over >= MAX_HELD || !joins {
-            self.cut_all(FlushCause::Size);
+            // At the last white space that breaks, if a sentence end held one in the buffer.
+            self.cut_size(false);
         }
     }
 
@@ -472,6 +480,10 @@ impl Fed<'_> {
     /// still belong to the last one, so the cut waits for it ([`Fed::end_held_cut`]).
     fn cut_size(&mut self, hold: bool) {
         match self.ch.buf.rfind(is_break_space) {
+            // The buffer ends a sentence if white space comes next (`Say hello.` at 10): held
+            // for that character, so a sentence that fits exactly goes whole, as a sentence;
+            // anything else cuts at this white space then ([`Fed::end_held_cut`]).
+            Some(_) if hold && self.space_ends_sentence() => {}
             Some(at) => {
                 let ws = self.ch.buf[at..].chars().next();
                 let ws_len = ws.map_or(1, char::len_utf8);
@@ -878,13 +890,14 @@ impl TextSink for Fed<'_> {
             if self.ch.chars >= self.cuts.max_chars {
                 // Mid-run the next character is ASCII after ASCII: a cluster boundary, so
                 // the cut is made now unless the next is the space, which cuts as it would
-                // (a sentence end after `.`), or closes a sentence (`"Stop."`), held as far as
-                // a held cut is; at the run's end, the next may join the cluster.
+                // (a sentence end after `.`), or a stop, or closes a sentence (`"Stop."`),
+                // held as far as a held cut is; at the run's end, the next may join the
+                // cluster.
                 self.cut_size(rest.first().is_none_or(|&n| {
                     n == b' '
-                        || (may_close(n)
-                            && self.ch.chars - self.cuts.max_chars < MAX_HELD
-                            && in_sentence_end(&self.ch.buf))
+                        || (self.ch.chars - self.cuts.max_chars < MAX_HELD
+                            && (matches!(n, b'.' | b'!' | b'?')
+                                || (may_close(n) && in_sentence_end(&self.ch.buf))))
                 }));
             }
         }
@@ -1236,6 +1249,72 @@ mod tests {
         let out = feed(&mut ch, "日本語😀x");
         assert_eq!(out, vec![("日本語😀".into(), FlushCause::Size)]);
         assert_eq!(ch.ch.pending(), "x");
+    }
+
+    /// A sentence that fills the limit exactly goes whole, as a sentence: the size cut waits
+    /// for the next character, which ends the sentence if it is white space and else cuts at
+    /// the last space as before. A stop after a word that filled the limit is held with it,
+    /// not sent as a chunk of its own. (Before session 47, `Say hello.` at 10 went as `Say`
+    /// then `hello.`, and `abcdefghij.` at 10 as `abcdefghij` then `.`.)
+    #[test]
+    fn a_sentence_that_fills_the_limit_goes_whole() {
+        for ascii in [true, false] {
+            let run = |max: usize, packets: &[&str]| {
+                let mut ch = Pair::new(max);
+                for p in packets {
+                    if ascii {
+                        ch.s().push_ascii(p.as_bytes());
+                    } else {
+                        p.chars().for_each(|c| ch.s().push_char(c));
+                    }
+                }
+                let out: Vec<_> = ch.cuts.drain().map(|c| (c.text, c.cause)).collect();
+                (out, ch.ch.pending().to_owned())
+            };
+            let sentence = |t: &str| vec![(t.to_owned(), FlushCause::Sentence)];
+            let size = |t: &str| vec![(t.to_owned(), FlushCause::Size)];
+            assert_eq!(
+                run(10, &["Say hello. Next"]),
+                (sentence("Say hello."), "Next".into())
+            );
+            assert_eq!(
+                run(10, &["Say hello.", " Next"]),
+                (sentence("Say hello."), "Next".into())
+            );
+            assert_eq!(
+                run(10, &["Say hello!", "! Go"]),
+                (sentence("Say hello!!"), "Go".into())
+            );
+            assert_eq!(
+                run(8, &["Say \"hi.\" Go"]),
+                (sentence("Say \"hi.\""), "Go".into())
+            );
+            // Not a sentence end after all: cut at the space, as before.
+            assert_eq!(run(10, &["Say hello.x"]), (size("Say"), "hello.x".into()));
+            assert_eq!(
+                run(10, &["Say hello.", "x"]),
+                (size("Say"), "hello.x".into())
+            );
+            assert_eq!(run(10, &["Go abcdefg."]), (size("Go"), "abcdefg.".into()));
+            // A word that fills the limit keeps its stop.
+            assert_eq!(
+                run(10, &["abcdefghij. Next"]),
+                (sentence("abcdefghij."), "Next".into())
+            );
+            assert_eq!(
+                run(10, &["abcdefghij", ". Next"]),
+                (sentence("abcdefghij."), "Next".into())
+            );
+            assert_eq!(
+                run(10, &["abcdefghij.com"]),
+                (size("abcdefghij."), "com".into())
+            );
+        }
+        // A no-break space binds, ending no sentence: cut at the space before.
+        let mut ch = Pair::new(10);
+        let out = feed(&mut ch, "Say hello.\u{a0}x");
+        assert_eq!(out, vec![("Say".into(), FlushCause::Size)]);
+        assert_eq!(ch.ch.pending(), "hello.\u{a0}x");
     }
 
     /// A size cut with no white space to cut at falls between user-perceived characters

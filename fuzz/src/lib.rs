@@ -134,9 +134,11 @@ pub fn encode_datagram(out: &mut Vec<u8>, source: u8, mut step_us: u64, datagram
 
 /// A chunk's size, as the chunker promises it: at most `max` characters, except that a size
 /// cut with no white space to cut at waits for the end of the last grapheme cluster (UAX #29)
-/// or of a run of ideographic sentence ends (`。。。`, `？！`: one sentence end), at most
+/// or of a run of ideographic sentence ends (`。。。`, `？！`: one sentence end), and a stop
+/// (`.`, `!`, `?`, another script's) is held with the word before it, at most
 /// [`pvp_t140::chunker::MAX_HELD`] characters past `max`. So every character past the limit
-/// either continues the cluster before it or is an ideographic end after another.
+/// either continues the cluster before it, is an ideographic end after another, a closing
+/// quote after a sentence end, or a stop.
 pub fn check_chunk_size(text: &str, max: usize) -> Result<(), String> {
     use unicode_segmentation::UnicodeSegmentation;
     let chars: Vec<char> = text.chars().collect();
@@ -187,7 +189,8 @@ pub fn check_chunk_size(text: &str, max: usize) -> Result<(), String> {
     for i in max.max(1)..chars.len() {
         let joins = !starts[i]
             || (ideographic_end(chars[i]) && (after_end[i] || closes_an_end(i, true)))
-            || (closing(chars[i]) && closes_an_end(i, false));
+            || (closing(chars[i]) && closes_an_end(i, false))
+            || pvp_t140::chunker::is_sentence_stop(chars[i]);
         if !joins {
             return Err(format!(
                 "{} chars > {max}, and char {i} ({:?}) starts a cluster past the limit",
@@ -213,6 +216,10 @@ mod tests {
         assert!(check_chunk_size(".'''", 1).is_ok());
         assert!(check_chunk_size("？」", 1).is_ok());
         assert!(check_chunk_size("a''", 1).is_err());
+        // A stop held with the word that filled the limit (session 47), and only a stop.
+        assert!(check_chunk_size("ab.", 2).is_ok());
+        assert!(check_chunk_size("ab.\"!", 2).is_ok());
+        assert!(check_chunk_size("ab.x", 2).is_err());
         assert!(check_chunk_size("。】。", 1).is_ok());
         assert!(check_chunk_size("。】\u{302a}】", 1).is_ok());
         assert!(check_chunk_size("a.】。", 1).is_err());
