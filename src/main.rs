@@ -821,6 +821,17 @@ fn main() -> ExitCode {
     }
     let log_format = cli.log_format;
     let log_guard = init_logs(log_format);
+    if matches!(log_format, LogFormat::Json) {
+        std::panic::set_hook(Box::new(|info| {
+            let thread = std::thread::current();
+            let line = panic_words(thread.name(), info.payload(), info.location());
+            let _ = writeln!(
+                std::io::stderr(),
+                "{}",
+                last_word(LogFormat::Json, "ERROR", &line)
+            );
+        }));
+    }
     let result = match cli.cmd {
         Some(Cmd::Replay {
             file,
@@ -976,6 +987,30 @@ fn last_word(format: LogFormat, level: &str, msg: &str) -> String {
         })
         .to_string(),
     }
+}
+
+/// A panic said as the default hook says it (`thread 'name' panicked at file:line:col:
+/// message`), for the JSON mode's hook: there the default's plain text lines would break a
+/// collector reading every line of stderr as JSON, and a receive worker's panic is caught
+/// and counted (`udp::join_workers`), the process going on. Written straight to stderr, not
+/// through the log's writer thread, so it is said even when that thread is what is stuck.
+fn panic_words(
+    thread: Option<&str>,
+    payload: &(dyn std::any::Any + Send),
+    location: Option<&std::panic::Location<'_>>,
+) -> String {
+    let msg = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("Box<dyn Any>");
+    let at = location.map_or_else(String::new, |l| {
+        format!(" at {}:{}:{}", l.file(), l.line(), l.column())
+    });
+    format!(
+        "thread '{}' panicked{at}: {msg}",
+        thread.unwrap_or("<unnamed>")
+    )
 }
 
 /// How long the end of the process waits for stderr: the log writer's last lines, then the
@@ -1827,5 +1862,38 @@ impl tokio::io::AsyncRead for UntilInterrupt {
             _ => self.ended = true,
         }
         Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// In JSON mode a panic is one JSON line saying what the default hook says: the thread,
+    /// where, and the message, whether `panic!` was given a literal or a formatted one.
+    #[test]
+    fn a_panic_in_json_mode_is_one_json_line_with_the_default_words() {
+        let here = std::panic::Location::caller();
+        let literal: Box<dyn std::any::Any + Send> = Box::new("a receive worker's bug");
+        let words = panic_words(Some("recv-1"), literal.as_ref(), Some(here));
+        assert_eq!(
+            words,
+            format!(
+                "thread 'recv-1' panicked at {}:{}:{}: a receive worker's bug",
+                here.file(),
+                here.line(),
+                here.column()
+            )
+        );
+        let formatted: Box<dyn std::any::Any + Send> = Box::new(format!("index {} out", 3));
+        assert_eq!(
+            panic_words(None, formatted.as_ref(), None),
+            "thread '<unnamed>' panicked: index 3 out"
+        );
+        let line = last_word(LogFormat::Json, "ERROR", &words);
+        assert!(!line.contains('\n'));
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["level"], "ERROR");
+        assert_eq!(v["fields"]["message"], words.as_str());
     }
 }
