@@ -217,6 +217,9 @@ pub struct Stats {
     /// SDES CNAME or NAME items that are not UTF-8 (RFC 3550 6.5): not taken for a name, but
     /// for one cut inside a character at the item's bound of 255 octets, read up to the cut.
     pub sdes_not_utf8: u64,
+    /// SDES names of sources not seen on RTP (kept for their streams' joins) forgotten, the
+    /// oldest first, to keep a newer one at their bound of 256.
+    pub early_names_forgotten: u64,
     drops: [u64; DropReason::ALL.len()],
     pub streams_total: u64,
     pub streams_live: u64,
@@ -326,6 +329,7 @@ impl Stats {
         self.idle_tail += o.idle_tail;
         self.red_newest_first += o.red_newest_first;
         self.red_block_pt_other += o.red_block_pt_other;
+        self.early_names_forgotten += o.early_names_forgotten;
         self.metadata += o.metadata;
         self.t140llm_objects += o.t140llm_objects;
         self.red_unclamped += o.red_unclamped;
@@ -1116,8 +1120,9 @@ fn name_new_speaker(early: &mut Vec<EarlyName>, key: &StreamKey, id: u32, sp: &m
 
 /// Keeps an SDES name for a source not seen on RTP ([`Gateway::early_names`]); a NAME is never
 /// replaced by a CNAME. A name replaced keeps its mixer ([`EarlyName`]): the source's session
-/// is still the evicted mixer's until its BYE.
-fn keep_name(early: &mut Vec<EarlyName>, mut new: EarlyName) {
+/// is still the evicted mixer's until its BYE. At [`MAX_EARLY_NAMES`] the oldest is forgotten
+/// and counted in `forgotten` ([`Stats::early_names_forgotten`]).
+fn keep_name(early: &mut Vec<EarlyName>, mut new: EarlyName, forgotten: &mut u64) {
     if let Some(i) = early.iter().position(|e| e.of(new.ip, new.id)) {
         if early[i].rank > new.rank {
             return;
@@ -1126,6 +1131,7 @@ fn keep_name(early: &mut Vec<EarlyName>, mut new: EarlyName) {
     }
     if early.len() >= MAX_EARLY_NAMES {
         early.remove(0);
+        *forgotten += 1;
     }
     early.push(new);
 }
@@ -1229,6 +1235,7 @@ fn make_room(
                 rank: sp.profile.name_rank,
                 via: Some(*at.key),
             },
+            &mut emit.stats.early_names_forgotten,
         );
     }
     *sp = Speaker::new(voice.to_voice(), at.key, now);
@@ -2296,7 +2303,11 @@ impl Gateway {
         while !self.streams.claim() {
             if !self.evict_silent_stream(now) && !self.end_a_lingering_stream(now) {
                 for e in early.into_iter().chain(sources_early) {
-                    keep_name(&mut self.early_names, e);
+                    keep_name(
+                        &mut self.early_names,
+                        e,
+                        &mut self.emit.stats.early_names_forgotten,
+                    );
                 }
                 if let Some(r) = returning {
                     self.end_record(r, Names::Older);
@@ -2578,7 +2589,11 @@ impl Gateway {
                 e.via = e.via.or(via);
                 continue;
             }
-            keep_name(&mut self.early_names, name);
+            keep_name(
+                &mut self.early_names,
+                name,
+                &mut self.emit.stats.early_names_forgotten,
+            );
         }
     }
 
@@ -3033,6 +3048,7 @@ impl Gateway {
                     rank,
                     via,
                 },
+                &mut self.emit.stats.early_names_forgotten,
             );
             return;
         };

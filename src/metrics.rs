@@ -430,6 +430,11 @@ impl Collector for CoreCollector {
                 "RTCP SDES CNAME or NAME items that are not UTF-8 (RFC 3550 6.5): not taken for a name, but for one cut inside a character at 255 octets, read up to the cut.",
                 s.sdes_not_utf8,
             ),
+            (
+                "pvp_t140_rtcp_early_names_forgotten",
+                "RTCP SDES names of sources not yet seen on RTP forgotten, the oldest first, past the 256 kept for their streams' joins.",
+                s.early_names_forgotten,
+            ),
         ] {
             counter(&mut enc, name, help, v)?;
         }
@@ -1063,7 +1068,7 @@ mod tests {
     #[test]
     fn every_core_counter_is_exposed() {
         let mut stats = Stats::default();
-        let fields: [(&mut u64, &str); 14] = [
+        let fields: [(&mut u64, &str); 15] = [
             (&mut stats.evicted, "pvp_t140_streams_evicted_total"),
             (&mut stats.restarts, "pvp_t140_sequence_restarts_total"),
             (&mut stats.head_lost, "pvp_t140_streams_head_lost_total"),
@@ -1095,6 +1100,10 @@ mod tests {
             (
                 &mut stats.sdes_not_utf8,
                 "pvp_t140_sdes_items_not_utf8_total",
+            ),
+            (
+                &mut stats.early_names_forgotten,
+                "pvp_t140_rtcp_early_names_forgotten_total",
             ),
         ];
         let mut want = Vec::new();

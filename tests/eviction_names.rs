@@ -885,3 +885,34 @@ fn with_two_workers_a_live_mixers_bye_forgets_its_unheard_sources_name_as_one_wo
         "with two workers the other worker kept the mixer's source's name past the mixer's BYE"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// 13. The early names' bound: the oldest pushed out is counted.
+// ---------------------------------------------------------------------------------------------
+
+/// README "Stream limit": a name that came before its stream's first packet is kept as "one of
+/// the last 256 such". The 257th pushed the oldest out without a trace, so an operator asking
+/// why a caller joined nameless had nothing to go on; it is counted now
+/// (`early_names_forgotten`, `pvp_t140_rtcp_early_names_forgotten_total`, session 47). Stream
+/// 1's compounds name 257 sources not heard yet (SSRCs 1000-1256), then 1000 and 1001 speak:
+/// 1000's name was forgotten, 1001's kept.
+#[test]
+fn an_early_name_pushed_out_at_the_bound_is_counted() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &t140(1, 1, "Hello. "));
+    for ssrc in 1000..1257u32 {
+        let mut d = own_sdes(1, "ep@host", None);
+        pvp_t140::rtcp::write_sdes(&mut d, ssrc, "ep@host", Some(&format!("N{ssrc}")));
+        gw.handle_datagram(at(100), addr(4001), &d);
+    }
+    assert_eq!(gw.stats().early_names_forgotten, 1);
+    gw.handle_datagram(at(200), addr(4000), &t140(1, 1000, "Hi. "));
+    gw.handle_datagram(at(200), addr(4000), &t140(1, 1001, "Hi. "));
+    let out = drain(&mut gw);
+    assert_eq!(join_names(&out, "t140:000003e9@127.0.0.1:4000"), ["N1001"]);
+    let forgotten = join_names(&out, "t140:000003e8@127.0.0.1:4000");
+    assert_eq!(forgotten.len(), 1);
+    assert_ne!(forgotten[0], "N1000");
+    assert_eq!(gw.stats().early_names_forgotten, 1);
+    assert_eq!(gw.stats().drops_total(), 0);
+}
