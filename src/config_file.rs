@@ -18,6 +18,7 @@ use crate::mapping::{Mapping, Rule, Unmatched};
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
+    #[serde(default, deserialize_with = "socket_addr_value")]
     pub listen: Option<SocketAddr>,
     pub server: Option<String>,
     pub session: Option<String>,
@@ -38,6 +39,7 @@ pub struct FileConfig {
     pub workers: Option<u64>,
     pub recv_buffer: Option<u64>,
     pub rtcp: Option<bool>,
+    #[serde(default, deserialize_with = "socket_addr_value")]
     pub metrics: Option<SocketAddr>,
     pub ca_file: Option<PathBuf>,
     pub allow: Option<Vec<Spanned<String>>>,
@@ -149,6 +151,24 @@ pub fn parse_net(s: &str) -> Option<IpNet> {
 }
 
 /// Reads and checks a configuration file.
+/// An address and port as `--listen`, `--metrics` and `send --to` take them: numeric, since a
+/// host name may name several addresses (`localhost`: 127.0.0.1 and ::1) and a listener binds
+/// one. The error says so, where the standard library's said only "invalid socket address
+/// syntax".
+pub fn socket_addr(s: &str) -> Result<SocketAddr, String> {
+    s.parse().map_err(|e| {
+        format!("{e}: an address and port, as 127.0.0.1:5004 or [::1]:5004 (a host name is not looked up)")
+    })
+}
+
+/// [`socket_addr`] for a key of the file.
+fn socket_addr_value<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<SocketAddr>, D::Error> {
+    let s = String::deserialize(d)?;
+    socket_addr(&s).map(Some).map_err(serde::de::Error::custom)
+}
+
 pub fn load(path: &Path) -> Result<(FileConfig, Mapping, Vec<IpNet>), String> {
     parse(path, &read(path)?)
 }

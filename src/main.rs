@@ -107,9 +107,7 @@ fn send_ssrc(s: &str) -> Result<u32, String> {
 /// `send --to`: an address a datagram can go to. Port 0 was taken, and the sends failed with
 /// EINVAL after the first few (review au, session 46).
 fn send_to(s: &str) -> Result<SocketAddr, String> {
-    let a: SocketAddr = s
-        .parse()
-        .map_err(|e| format!("{e}: an address and port, as 127.0.0.1:5004 or [::1]:5004"))?;
+    let a = pvp_t140::config_file::socket_addr(s)?;
     if a.port() == 0 {
         return Err("port 0: no datagram goes to it; give the gateway's --listen port".into());
     }
@@ -154,7 +152,7 @@ struct RunArgs {
     config: Option<PathBuf>,
     /// UDP address to receive RTP on (IPv4 or IPv6, e.g. 0.0.0.0:5004 or [::]:5004; not a
     /// multicast group, which is not joined: refused).
-    #[arg(long, default_value = "127.0.0.1:5004")]
+    #[arg(long, default_value = "127.0.0.1:5004", value_parser = pvp_t140::config_file::socket_addr)]
     listen: SocketAddr,
     /// PVP server WebSocket URL (ws://host:port). Without it, envelopes go to stdout as NDJSON.
     #[arg(long)]
@@ -201,7 +199,7 @@ struct RunArgs {
     #[arg(long)]
     ca_file: Option<PathBuf>,
     /// Serve Prometheus metrics on http://ADDR/metrics and readiness on /healthz.
-    #[arg(long)]
+    #[arg(long, value_parser = pvp_t140::config_file::socket_addr)]
     metrics: Option<SocketAddr>,
     /// Seconds between the heartbeat.ping each participant's connection sends.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]

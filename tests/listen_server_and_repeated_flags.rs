@@ -132,3 +132,33 @@ fn a_multicast_listen_address_is_refused_at_start() {
         "{run:?}"
     );
 }
+
+/// `--listen`, `--metrics` and their configuration file keys take numeric addresses only (a
+/// host name may name several, `localhost` both 127.0.0.1 and ::1, and a listener binds one).
+/// `--listen localhost:5004` was refused with the standard library's "invalid socket address
+/// syntax" alone, which did not say what would do; now the error says (session 47), as `send
+/// --to`'s did.
+#[test]
+fn a_host_name_for_an_address_is_refused_saying_what_will_do() {
+    let hint =
+        "an address and port, as 127.0.0.1:5004 or [::1]:5004 (a host name is not looked up)";
+    for flag in ["--listen", "--metrics"] {
+        let run = run_briefly(&[flag, "localhost:5004"], Duration::from_secs(10));
+        assert!(
+            matches!(&run, Some((false, err)) if err.contains(hint) && err.contains(flag)),
+            "{flag}: {run:?}"
+        );
+    }
+    for key in ["listen", "metrics"] {
+        let file = write(key, &format!("{key} = \"localhost:5004\"\n"));
+        let run = run_briefly(
+            &["--config", file.to_str().unwrap()],
+            Duration::from_secs(10),
+        );
+        let _ = std::fs::remove_file(&file);
+        assert!(
+            matches!(&run, Some((false, err)) if err.contains(hint) && err.contains("line 1")),
+            "{key}: {run:?}"
+        );
+    }
+}
