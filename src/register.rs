@@ -160,8 +160,8 @@ pub struct Register {
     /// Next sequence number to deliver.
     expected: Option<u16>,
     /// Why an in-order packet takes the full state machine, not
-    /// [`Register::advance_in_order`]: [`HEAD_WAIT`], [`LINGER`], [`LEAVE_WAIT`]. One byte, so the in-order
-    /// test reads both at once.
+    /// [`Register::advance_in_order`]: [`HEAD_WAIT`] (with [`OLD_CLOCK_HEAD`]), [`LINGER`],
+    /// [`LEAVE_WAIT`]. One byte, so the in-order test reads both at once.
     slow: u8,
     /// RED layout of this sender.
     format: RedFormat,
@@ -237,6 +237,10 @@ const LINGER: u8 = 2;
 /// [`Register::slow`]: a mixer's source's leave waits after its BYE
 /// ([`Register::set_leave_waits`]).
 const LEAVE_WAIT: u8 = 4;
+/// [`Register::slow`], with [`HEAD_WAIT`]: the head waited for is a restart's run's on the old
+/// clock ([`Register::jump`]): given up, it goes as its primary alone (README "Sequence"), not
+/// as a stream's head.
+const OLD_CLOCK_HEAD: u8 = 8;
 
 /// Where a source's BYE left its stream ([`Register::mark_bye`]).
 #[derive(Debug, Clone, Copy)]
@@ -462,7 +466,7 @@ impl Register {
             if marker || self.starts_session(&a) || self.starts_reply(&a) {
                 // The session's start (by its own text or its redundancy): deliver it with
                 // every generation, then what waited behind it.
-                self.slow &= !HEAD_WAIT;
+                self.slow &= !(HEAD_WAIT | OLD_CLOCK_HEAD);
                 self.deliver_head(&a, out);
                 self.expected = Some(seq.wrapping_add(1));
                 self.drain(out);
@@ -535,10 +539,12 @@ impl Register {
     /// (its live packets then waiting, and marked): it needs three. (A restart's new sequence
     /// lands there 1 time in 22.) The run is the kept packets in sequence up to this one,
     /// whatever order they came in; once long enough it is delivered, every packet of it, and
-    /// the stream goes on from its end. Kept packets outside it are strays, dropped and
-    /// counted as jumps, unless they lie before it, not stamped after its head, and are no
-    /// copies (stamped after the last delivered packet, as on a new clock, [`NEW_CLOCK`]),
-    /// start a session, or lie between such a start and the run stamped from the start's on:
+    /// the stream goes on from its end (after the reorder wait for packets before its head,
+    /// when its head starts no session, RFC 4103 5.4). Kept packets outside it are strays,
+    /// dropped and counted as jumps, unless they lie before it, not stamped after its head,
+    /// and are no copies (stamped after the last delivered packet, as on a new clock,
+    /// [`NEW_CLOCK`]), start a session, or lie between such a start and the run stamped from
+    /// the start's on:
     /// then they are the restart's too, and the gaps between wait as any gap. A run a short
     /// way back that is stamped before the last delivered packet and starts no session is
     /// late duplicates ([`Register::late_copies`]): dropped as stale.
@@ -658,6 +664,25 @@ impl Register {
         let told = |h: &&Held| h.by_ts || h.marker || self.starts_session(&h.arrival());
         if let Some(h) = run.first().filter(told) {
             out(h.tag, Piece::Restart);
+        }
+        // A head that does not start a session (RFC 4103 5.2) may have been overtaken by the
+        // packets after it: the run waits for it as a stream's first packet does (RFC 4103
+        // 5.4). Given up when the wait ends, the head goes as below: on a new clock as a
+        // stream's head, its loss marked; on the old one, its primary alone.
+        let waits = |h: &Held| {
+            let a = h.arrival();
+            !(a.marker || self.starts_session(&a) || self.starts_reply(&a))
+        };
+        if run.first().is_some_and(waits) {
+            self.slow |= if new_clock {
+                HEAD_WAIT
+            } else {
+                HEAD_WAIT | OLD_CLOCK_HEAD
+            };
+            self.expected = run.first().map(|h| h.seq);
+            self.holding += run.len() as u8;
+            self.cold.held.extend(run);
+            return Outcome::Held;
         }
         let mut run = run.into_iter();
         if let Some(h) = run.next() {
@@ -835,7 +860,7 @@ impl Register {
         self.cold.stats.restarts += 1;
         self.give_up_all(out);
         self.drop_jumped();
-        self.slow &= !HEAD_WAIT;
+        self.slow &= !(HEAD_WAIT | OLD_CLOCK_HEAD);
         self.expected = None;
         self.stamped = false;
         true
@@ -1011,9 +1036,14 @@ impl Register {
         if self.head_wait() {
             // Nothing earlier came: the stream's head was lost (RFC 4103 5.3: mark it), unless
             // this packet's redundancy reaches back to the session's start.
-            self.slow &= !HEAD_WAIT;
+            let old_clock = self.slow & OLD_CLOCK_HEAD != 0;
+            self.slow &= !(HEAD_WAIT | OLD_CLOCK_HEAD);
             let a = h.arrival();
-            self.deliver_head(&a, out);
+            match old_clock {
+                // A restart's run on the old clock: its generations may repeat text delivered.
+                true => self.deliver(&a, 0, 0, out),
+                false => self.deliver_head(&a, out),
+            }
             self.expected = Some(h.seq.wrapping_add(1));
             self.recycle(h.payload);
             self.drain(out);
@@ -1611,8 +1641,11 @@ mod tests {
         let mut r = Rig::new();
         r.plain(0, 100, true, "a");
         assert_eq!(r.plain(1, 40_000, false, "x"), Outcome::Jump);
-        assert_eq!(r.plain(2, 40_001, false, "y"), Outcome::Delivered);
-        assert_eq!(r.plain(3, 40_002, false, "z"), Outcome::Delivered);
+        // Its head starts no session: the run waits for packets that may have overtaken it.
+        assert_eq!(r.plain(2, 40_001, false, "y"), Outcome::Held);
+        assert_eq!(r.plain(3, 40_002, false, "z"), Outcome::Held);
+        assert_eq!(r.text, "a");
+        r.expire(1001);
         assert_eq!(r.text, "axyz");
         assert_eq!(r.reg.stats().restarts, 1);
         // A single stray far-off packet is dropped and changes nothing.
@@ -1797,14 +1830,16 @@ mod tests {
         r.plain(0, 5000, true, "a");
         assert_eq!(r.plain(1, 4000, false, "p"), Outcome::Jump);
         assert_eq!(r.plain(2, 4001, false, "q"), Outcome::Jump);
-        assert_eq!(r.plain(3, 4002, false, "r"), Outcome::Delivered);
+        assert_eq!(r.plain(3, 4002, false, "r"), Outcome::Held);
+        r.expire(2000);
         assert_eq!(r.text, "apqr");
         let mut r = Rig::new();
         r.plain(0, 5000, true, "a");
         assert_eq!(r.plain(1, 4000, false, "p"), Outcome::Jump);
         assert_eq!(r.plain(2, 4002, false, "q"), Outcome::Jump);
         assert_eq!(r.plain(3, 4003, false, "r"), Outcome::Jump);
-        assert_eq!(r.plain(4, 4004, false, "s"), Outcome::Delivered);
+        assert_eq!(r.plain(4, 4004, false, "s"), Outcome::Held);
+        r.expire(2000);
         assert_eq!(r.text, "aqrs");
         assert_eq!(r.reg.stats().lost, 0);
     }
@@ -2353,9 +2388,11 @@ mod tests {
             let ts = 9_300 + 300 * k as u32;
             got.push(r.stamped(40_000 + 300 * u64::from(k16), 11 + k16, ts, k == 5, t));
         }
-        use Outcome::{Delivered, Jump, Stale};
-        assert_eq!(got, [Jump, Jump, Stale, Jump, Jump, Delivered]);
-        assert_eq!(r.stamped(42_000, 17, 11_100, false, "g."), Delivered);
+        use Outcome::{Held, Jump, Stale};
+        // The run's head, 14, starts no session: the run waits for packets before it.
+        assert_eq!(got, [Jump, Jump, Stale, Jump, Jump, Held]);
+        assert_eq!(r.stamped(42_000, 17, 11_100, false, "g."), Held);
+        r.expire(50_000);
         assert_eq!(&r.text[before.len()..], "d.e.F.g.");
         assert_eq!(r.reg.stats().restarts, 1);
     }
