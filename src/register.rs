@@ -451,10 +451,15 @@ impl Register {
         let last = expected.wrapping_sub(1);
         let max_seq = self.newest_received(expected);
         let waited_for = seq.wrapping_sub(last).wrapping_sub(1) < max_seq.wrapping_sub(last);
-        if !waited_for
-            && seq.wrapping_sub(max_seq) >= MAX_DROPOUT
-            && last.wrapping_sub(seq) >= MAX_MISORDER
-        {
+        let on = seq.wrapping_sub(max_seq);
+        let jumped = on >= MAX_DROPOUT && last.wrapping_sub(seq) >= MAX_MISORDER;
+        // Less than MAX_DROPOUT ahead, A.1 takes a gap; but MAX_MISORDER or more ahead on
+        // another clock, it is a restart landing there (RFC 3550 5.1: a new session's first
+        // number and timestamp are random), not hundreds of packets lost, each to be marked.
+        let restarted = (MAX_MISORDER..MAX_DROPOUT).contains(&on)
+            && !self.head_wait()
+            && self.on_other_clock(a.ts);
+        if !waited_for && (jumped || restarted) {
             return Ok(self.jump(now, &a, expected, out));
         }
         if self.cold.held.iter().any(|h| h.seq == seq) {
@@ -801,6 +806,13 @@ impl Register {
     fn on_new_clock(&self, ts: u32) -> bool {
         let past = self.last_ts.wrapping_add(NEW_CLOCK);
         self.stamped && crate::rtp::ts_after(ts, past)
+    }
+
+    /// Whether `ts`, of a packet after the last delivered, is on another clock than the
+    /// stream's: stamped before the last delivered packet (a sender's clock never runs back),
+    /// or on a new clock ([`Register::on_new_clock`]).
+    fn on_other_clock(&self, ts: u32) -> bool {
+        self.stamped && (crate::rtp::ts_after(self.last_ts, ts) || self.on_new_clock(ts))
     }
 
     /// A packet kept past this call (held, or a jump's): its payload copied into a spare

@@ -99,3 +99,54 @@ fn a_restarts_head_that_never_comes_is_marked_at_the_end_of_the_wait() {
     );
     assert_eq!(gw.stats().head_lost, 1);
 }
+
+/// Found by review bc (session 47). A sender restart whose new random sequence number (RFC
+/// 3550 5.1) lands less than 3000 ahead of the old one (one restart in 22) is no jump by RFC
+/// 3550 A.1's MAX_DROPOUT: it was taken for a gap of 2,882 lost packets, and the stream wrote
+/// 2,882 U+FFFD, one per "lost" packet, though nothing was lost. Its new random timestamp says
+/// what it is: stamped behind the last packet delivered, or more than 2^23 past it, the packet
+/// is on another clock. Such a packet 100 (A.1's MAX_MISORDER) or more ahead is kept as a
+/// jump and believed as a restart when the next follows it, as a restart further off is.
+#[test]
+fn a_restart_landing_less_than_3000_ahead_on_another_clock_is_no_gap_of_lost_packets() {
+    for new_ts in [500u32, 1000 + (1 << 24)] {
+        let mut gw = Gateway::new(Config::default());
+        gw.handle_datagram(at(0), addr(4000), &plain(10, 1000, true, "Hi. "));
+        gw.handle_datagram(at(300), addr(4000), &plain(11, 1300, false, ""));
+        let seq = 11 + 2883;
+        gw.handle_datagram(at(2000), addr(4000), &plain(seq, new_ts, true, "Hello "));
+        gw.handle_datagram(
+            at(2300),
+            addr(4000),
+            &plain(seq + 1, new_ts + 300, false, "world. "),
+        );
+        run_timers(&mut gw, at(20_000));
+        gw.shutdown(at(20_000));
+        let out = drain(&mut gw);
+        assert_eq!(said(&out), ["Hi.", "Hello world."], "stamped {new_ts}");
+        let stats = gw.stats();
+        assert_eq!((stats.lost, stats.restarts), (0, 1), "stamped {new_ts}");
+    }
+}
+
+/// Found by review bc (session 47), the other side of the test above: a real gap of 100 or
+/// more packets on the stream's own clock (stamped after the last packet delivered) is still
+/// loss, marked once per packet (RFC 4103 5.3), after the reorder wait.
+#[test]
+fn a_wide_gap_on_the_streams_own_clock_is_still_marked_lost() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &plain(10, 1000, true, "Hi "));
+    gw.handle_datagram(
+        at(40_000),
+        addr(4000),
+        &plain(10 + 151, 41_000, false, "again. "),
+    );
+    run_timers(&mut gw, at(60_000));
+    gw.shutdown(at(60_000));
+    let out = drain(&mut gw);
+    assert_eq!(
+        said(&out),
+        ["Hi".to_owned(), format!("{}again.", "\u{fffd}".repeat(150))]
+    );
+    assert_eq!((gw.stats().lost, gw.stats().restarts), (150, 0));
+}
