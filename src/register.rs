@@ -672,8 +672,10 @@ impl Register {
         }
         // A head that does not start a session (RFC 4103 5.2) may have been overtaken by the
         // packets after it: the run waits for it as a stream's first packet does (RFC 4103
-        // 5.4). Given up when the wait ends, the head goes as below: on a new clock as a
-        // stream's head, its loss marked; on the old one, its primary alone.
+        // 5.4), from now (from its first packet's coming, a run confirmed later than the wait
+        // went out as of the wait's end, dated before this packet came). Given up when the
+        // wait ends, the head goes as below: on a new clock as a stream's head, its loss
+        // marked; on the old one, its primary alone.
         let waits = |h: &Held| {
             let a = h.arrival();
             !(a.marker || self.starts_session(&a) || self.starts_reply(&a))
@@ -686,7 +688,9 @@ impl Register {
             };
             self.expected = run.first().map(|h| h.seq);
             self.holding += run.len() as u8;
-            self.cold.held.extend(run);
+            self.cold
+                .held
+                .extend(run.into_iter().map(|h| Held { at: now, ..h }));
             return Outcome::Held;
         }
         let mut run = run.into_iter();
@@ -1657,7 +1661,7 @@ mod tests {
         assert_eq!(r.plain(2, 40_001, false, "y"), Outcome::Held);
         assert_eq!(r.plain(3, 40_002, false, "z"), Outcome::Held);
         assert_eq!(r.text, "a");
-        r.expire(1001);
+        r.expire(1002);
         assert_eq!(r.text, "axyz");
         assert_eq!(r.reg.stats().restarts, 1);
         // A single stray far-off packet is dropped and changes nothing.

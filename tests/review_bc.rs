@@ -62,8 +62,8 @@ fn a_restarts_first_packet_overtaken_by_the_next_two_is_said_not_marked_lost() {
 }
 
 /// Found by review bc (session 47). With the restart's head waited for (above), one that never
-/// comes is marked lost as before, at the end of the reorder wait from the run's first packet,
-/// not later, and the run's text goes out then.
+/// comes is marked lost as before, at the end of the reorder wait from the packet that
+/// confirmed the run, not later, and the run's text goes out then.
 #[test]
 fn a_restarts_head_that_never_comes_is_marked_at_the_end_of_the_wait() {
     let mut gw = Gateway::new(Config::default());
@@ -77,10 +77,10 @@ fn a_restarts_head_that_never_comes_is_marked_at_the_end_of_the_wait() {
     gw.handle_datagram(at(5010), addr(4000), &plain(40_002, ts + 600, false, ". "));
     assert_eq!(
         gw.poll_timeout(),
-        Some(at(6000)),
-        "the reorder wait from 5,000"
+        Some(at(6010)),
+        "the reorder wait from 5,010"
     );
-    run_timers(&mut gw, at(6000));
+    run_timers(&mut gw, at(6010));
     let out = drain(&mut gw);
     let adds: Vec<(String, String)> = (out.iter().filter(|e| e.kind == "context.add"))
         .map(|e| {
@@ -94,7 +94,7 @@ fn a_restarts_head_that_never_comes_is_marked_at_the_end_of_the_wait() {
         adds,
         [
             ("Hi.".to_owned(), at(0).to_iso8601()),
-            ("\u{fffd}world.".to_owned(), at(6000).to_iso8601())
+            ("\u{fffd}world.".to_owned(), at(6010).to_iso8601())
         ]
     );
     assert_eq!(gw.stats().head_lost, 1);
@@ -149,4 +149,39 @@ fn a_wide_gap_on_the_streams_own_clock_is_still_marked_lost() {
         ["Hi".to_owned(), format!("{}again.", "\u{fffd}".repeat(150))]
     );
     assert_eq!((gw.stats().lost, gw.stats().restarts), (150, 0));
+}
+
+/// Found by review bc (session 47), in the fix above: a run confirmed more than the reorder
+/// wait after its first packet came (a restart's packets seconds apart) waited from that
+/// packet, so its wait was over at once and its text, the confirming packet's too, went out as
+/// of the wait's end: dated before the packet that carried it came. The run waits from its
+/// confirmation.
+#[test]
+fn a_restart_confirmed_late_is_not_said_before_its_packets_came() {
+    let mut gw = Gateway::new(Config::default());
+    gw.handle_datagram(at(0), addr(4000), &plain(10, 1000, true, "Hi. "));
+    let ts = 1000 + (1 << 24);
+    gw.handle_datagram(
+        at(5000),
+        addr(4000),
+        &plain(40_001, ts + 300, false, "world"),
+    );
+    gw.handle_datagram(at(9000), addr(4000), &plain(40_002, ts + 4300, false, ". "));
+    run_timers(&mut gw, at(20_000));
+    let out = drain(&mut gw);
+    let adds: Vec<(String, String)> = (out.iter().filter(|e| e.kind == "context.add"))
+        .map(|e| {
+            (
+                e.payload["content"].as_str().unwrap().to_owned(),
+                e.ts.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        adds,
+        [
+            ("Hi.".to_owned(), at(0).to_iso8601()),
+            ("\u{fffd}world.".to_owned(), at(10_000).to_iso8601())
+        ]
+    );
 }
