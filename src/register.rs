@@ -716,14 +716,15 @@ impl Register {
             self.recycle(h.payload);
         }
         // The rest in order; past a gap (packets kept before the run) held, for the reorder
-        // wait.
+        // wait from now (from when each was kept, a run confirmed later than the wait gave
+        // the gap up as of the wait's end, its text dated before this packet came).
         for h in run {
             if self.holding == 0 && self.expected == Some(h.seq) {
                 self.deliver(&h.arrival(), 0, 0, out);
                 self.expected = Some(h.seq.wrapping_add(1));
                 self.recycle(h.payload);
             } else {
-                self.cold.held.push(h);
+                self.cold.held.push(Held { at: now, ..h });
                 self.holding += 1;
             }
         }
