@@ -127,7 +127,11 @@ struct Held {
     red: bool,
     tag: u16,
     by_ts: bool,
+    /// When it came.
     at: Time,
+    /// When it began to wait for the gap before it ([`Register::deadline`]): when it came,
+    /// or when the restart's run it is of was confirmed ([`Register::jump`]).
+    since: Time,
     payload: Vec<u8>,
 }
 
@@ -336,7 +340,7 @@ impl Register {
         if self.held() == 0 {
             return None;
         }
-        let gap = (self.cold.held.iter().map(|h| h.at).min()).map(|t| t.saturating_add(wait));
+        let gap = (self.cold.held.iter().map(|h| h.since).min()).map(|t| t.saturating_add(wait));
         // After its source's BYE, the wait runs from the BYE, whatever came since.
         match self.bye_deadline(wait) {
             Some(bye) => gap.map(|g| g.min(bye)),
@@ -690,7 +694,7 @@ impl Register {
             self.holding += run.len() as u8;
             self.cold
                 .held
-                .extend(run.into_iter().map(|h| Held { at: now, ..h }));
+                .extend(run.into_iter().map(|h| Held { since: now, ..h }));
             return Outcome::Held;
         }
         let mut run = run.into_iter();
@@ -724,7 +728,7 @@ impl Register {
                 self.expected = Some(h.seq.wrapping_add(1));
                 self.recycle(h.payload);
             } else {
-                self.cold.held.push(Held { at: now, ..h });
+                self.cold.held.push(Held { since: now, ..h });
                 self.holding += 1;
             }
         }
@@ -834,6 +838,7 @@ impl Register {
             tag: a.tag,
             by_ts: a.by_ts,
             at: now,
+            since: now,
             payload,
         }
     }
