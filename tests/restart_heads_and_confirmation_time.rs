@@ -1,5 +1,10 @@
-//! Review bc (session 47): time inside the sans-IO core (reorder and loss waits, idle flushes,
-//! stream expiry, wraps, restarts, late timers), driven with the time passed in.
+//! A sender restart (RFC 3550 8.2, A.1) in the sans-IO core, with the time passed in: a
+//! restart's run waits the reorder wait for its head as a new stream's first packet does, a
+//! restart landing 100-3000 ahead on another clock is a jump and not thousands of lost
+//! packets, and a run confirmed late, or held behind a gap, is dated from its confirmation.
+//!
+//! Found by review bc (session 47): time inside the core (reorder and loss waits, idle
+//! flushes, stream expiry, wraps, restarts, late timers).
 
 use pvp_t140::pvp::Message as Envelope;
 use pvp_t140::{Config, DropReason, Gateway, Time, rtp};
