@@ -31,8 +31,8 @@ mod traffic;
 const USAGE: &str =
     "usage: core_drive STREAMS plain|red PACKETS [sweep|shuffled [single|nowarm|warm]]";
 
-/// What to drive, from the command line (`pub(crate)`: `tests/review_ay.rs` includes this file
-/// to test [`parse`]).
+/// What to drive, from the command line (`pub(crate)`:
+/// `tests/fuzz_crash_inputs_and_core_drive_args.rs` includes this file to test [`parse`]).
 pub(crate) struct Run {
     pub(crate) streams: usize,
     pub(crate) red: bool,

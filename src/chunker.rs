@@ -515,6 +515,11 @@ impl Fed<'_> {
                 self.ch.buf.replace_range(..at + ws_len, "");
                 self.ch.sync_tail();
                 self.ch.chars = clamp(self.ch.buf.chars().count());
+                // What a held sentence end ran past the limit (`Say hello?!!!` at 10) is still
+                // over it: cut too, unless the next character may join it.
+                if !hold && self.ch.chars >= self.cuts.max_chars {
+                    self.cut_all(FlushCause::Size);
+                }
             }
             None if hold => {}
             None => self.cut_all(FlushCause::Size),
@@ -1309,6 +1314,14 @@ mod tests {
                 run(10, &["abcdefghij.com"]),
                 (size("abcdefghij."), "com".into())
             );
+            // Stops held past the limit, then no sentence end after all: the cut at the space
+            // leaves them over the limit, cut too before the next character (fuzz, t140_decode).
+            let cut = vec![
+                ("Say".to_owned(), FlushCause::Size),
+                ("hello?!!!!".to_owned(), FlushCause::Size),
+            ];
+            assert_eq!(run(10, &["Say hello?!!!!x"]), (cut.clone(), "x".into()));
+            assert_eq!(run(10, &["Say hello?!!", "!!", "x"]), (cut, "x".into()));
         }
         // A no-break space binds, ending no sentence: cut at the space before.
         let mut ch = Pair::new(10);
