@@ -159,7 +159,10 @@ struct Journal {
     write_failures: crate::said::Said<Instant>,
     /// Bytes in the journal file.
     size: u64,
+    /// The size a compaction is next tried at: `compact_every`, or more after one failed.
     compact_at: u64,
+    /// The journal's threshold ([`COMPACT_AT`]).
+    compact_every: u64,
     live_cap: u64,
     /// Order of the next envelope added.
     next: u64,
@@ -239,6 +242,7 @@ impl Spool {
             write_failures: crate::said::Said::default(),
             size: 0,
             compact_at,
+            compact_every: compact_at,
             live_cap,
             next: 0,
             live: BTreeMap::new(),
@@ -691,11 +695,14 @@ impl Journal {
         }
         let (before, started) = (self.size, Instant::now());
         match self.compact() {
-            // Either way the journal is whole now.
+            // Either way the journal is whole now, and is next compacted at its threshold, not
+            // where a failed compaction put it (each failure raised the bound for good).
             Ok(()) if self.damaged.take().is_some() => {
+                self.compact_at = self.compact_every;
                 tracing::warn!(path = %self.path.display(), after = self.size, "spool journal rewritten whole after failed writes");
             }
             Ok(()) => {
+                self.compact_at = self.compact_every;
                 tracing::info!(path = %self.path.display(), before, after = self.size, took = ?started.elapsed(), "spool journal compacted")
             }
             Err(e) if repair => {
@@ -704,8 +711,8 @@ impl Journal {
             }
             Err(e) => {
                 // The old journal is still whole and still appended to: nothing is lost,
-                // it only stays large. Tried again at the next threshold.
-                self.compact_at = self.size.saturating_add(self.compact_at);
+                // it only stays large. Tried again a threshold on.
+                self.compact_at = self.size.saturating_add(self.compact_every);
                 tracing::error!(path = %self.path.display(), "spool journal not compacted ({e}); it keeps growing");
             }
         }
@@ -1725,6 +1732,49 @@ mod tests {
         drop(spool);
         let (_, again) = d.open();
         assert_eq!(summary(&again), summary(&resend));
+    }
+
+    /// Found by review bb (session 47). A compaction that failed (its new journal could not
+    /// be made: a disk full for a moment) put the next attempt a threshold further on, and a
+    /// compaction that then succeeded left it there: each failure raised the journal's bound
+    /// for the rest of the run (64, 128, 256 MiB...), on the disk that had run short. Once a
+    /// compaction succeeds the journal is compacted at its threshold again.
+    #[test]
+    fn a_compaction_that_failed_once_does_not_raise_the_journals_bound_for_good() {
+        let d = Scratch::new("compact-again-at", 16 << 10, 1 << 20);
+        let (spool, _) = d.open();
+        let mut talk = Talk::new();
+        deliver(&spool, &talk.join("olga"));
+        // The new journal cannot be made (a directory in its place): the compaction fails.
+        let blocker = staging(spool.path());
+        std::fs::create_dir(&blocker).unwrap();
+        let mut i = 0;
+        let mut say = |spool: &Spool| {
+            deliver(
+                spool,
+                &talk.add("olga", &format!("Sentence {i} of a long day.")),
+            );
+            spool.flush();
+            i += 1;
+            std::fs::metadata(spool.path()).unwrap().len()
+        };
+        while say(&spool) < 17 << 10 {}
+        // Room again: the next attempt, a threshold on, succeeds.
+        std::fs::remove_dir(&blocker).unwrap();
+        let mut last = 17 << 10;
+        loop {
+            let size = say(&spool);
+            if size < last {
+                break;
+            }
+            last = size;
+        }
+        // From then on the journal is compacted at its threshold again.
+        let mut largest = 0;
+        for _ in 0..1000 {
+            largest = largest.max(say(&spool));
+        }
+        assert!(largest < 17 << 10, "the journal reached {largest} bytes");
     }
 
     /// A name announced after the join (an RTCP NAME) survives compaction: the join record
