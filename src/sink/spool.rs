@@ -238,7 +238,7 @@ impl Spool {
         // the old one once whole and synced.
         let mut journal = Journal {
             path: path.clone(),
-            file: File::create(&tmp).map_err(err)?,
+            file: create_private(&tmp).map_err(err)?,
             write_failures: crate::said::Said::default(),
             size: 0,
             compact_at,
@@ -738,7 +738,7 @@ impl Journal {
 
     /// [`Journal::compact`] through `tmp`.
     fn rewrite(&mut self, tmp: &Path) -> std::io::Result<()> {
-        let mut out = std::io::BufWriter::with_capacity(64 << 10, File::create(tmp)?);
+        let mut out = std::io::BufWriter::with_capacity(64 << 10, create_private(tmp)?);
         let mut size = 0;
         let joins = self.joins.values().map(|(_, r)| r);
         for r in joins.chain(self.live.values().map(|l| &l.record)) {
@@ -808,6 +808,21 @@ fn without_locks(e: &std::io::Error) -> bool {
 /// Where a new journal is written before it replaces `path`, whole.
 fn staging(path: &Path) -> PathBuf {
     path.with_extension("ndjson.new")
+}
+
+/// A new journal at `path`, readable and writable by its owner only: it holds the text of
+/// every transcript not yet delivered (the umask may take more away). One left there (a kill
+/// mid-compaction, an older gateway) goes first, so its mode is not the new one's.
+fn create_private(path: &Path) -> std::io::Result<File> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let mut options = File::options();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)
 }
 
 /// A journal line recording an envelope about to be sent.
@@ -1775,6 +1790,33 @@ mod tests {
             largest = largest.max(say(&spool));
         }
         assert!(largest < 17 << 10, "the journal reached {largest} bytes");
+    }
+
+    /// Found by review bb (session 47). A compaction's new journal was made with the umask's
+    /// defaults (0644), so a journal its operator had made private (`chmod 600`) was readable
+    /// by every user of the host again after its first compaction. It is its owner's only.
+    #[cfg(unix)]
+    #[test]
+    fn a_compacted_journal_is_readable_by_its_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = Scratch::new("compact-mode", 4 << 10, 1 << 20);
+        let (spool, _) = d.open();
+        let mut talk = Talk::new();
+        deliver(&spool, &talk.join("pia"));
+        spool.flush();
+        let private = std::fs::Permissions::from_mode(0o600);
+        std::fs::set_permissions(spool.path(), private).unwrap();
+        for i in 0..100 {
+            deliver(&spool, &talk.add("pia", &format!("Private sentence {i}.")));
+        }
+        spool.flush();
+        let journal = std::fs::read_to_string(spool.path()).unwrap();
+        assert!(!journal.contains("Private sentence 0."), "not compacted");
+        let mode = std::fs::metadata(spool.path())
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
     }
 
     /// A name announced after the join (an RTCP NAME) survives compaction: the join record
