@@ -64,3 +64,54 @@ fn the_journal_is_made_readable_by_its_owner_only() {
     drop(Spool::open(&d.0, Counter::default()).unwrap());
     assert_eq!(mode(&d.journal()), 0o600, "over a staging file left behind");
 }
+
+/// Found by review bb (session 47). A config file's `spool = ""` (a template whose variable
+/// was unset) journaled into the working directory (a service's is often `/`), named nowhere
+/// but in the start's log line: an empty path named no directory, and the gateway took it for
+/// the one it ran in. It is an error at start naming the file's key, as `--spool ""` is
+/// refused on the command line.
+#[test]
+fn an_empty_spool_path_in_the_config_file_is_an_error_not_the_working_directory() {
+    let d = Dir::new("empty");
+    let cwd = d.0.join("cwd");
+    std::fs::create_dir(&cwd).unwrap();
+    let config = d.0.join("gw.toml");
+    std::fs::write(
+        &config,
+        "listen = \"127.0.0.1:0\"\nserver = \"ws://127.0.0.1:9\"\nspool = \"\"\n",
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_pvp-t140"))
+        .arg("--config")
+        .arg(&config)
+        .current_dir(&cwd)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // It stops at start; one still running after this took the empty path for a directory.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    let journaled: Vec<_> = std::fs::read_dir(&cwd)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        journaled.is_empty(),
+        "files in the working directory: {journaled:?}"
+    );
+    assert!(status.is_some_and(|s| !s.success()), "it ran: {stderr}");
+    assert!(stderr.contains("gw.toml:3: spool"), "{stderr}");
+}

@@ -228,6 +228,11 @@ impl Spool {
         live_cap: u64,
         write_errors: Counter,
     ) -> Result<(Spool, Vec<Envelope>), String> {
+        // An empty path names no directory (a config file's `spool = ""`): taken for one, it
+        // was the working directory.
+        if dir.as_os_str().is_empty() {
+            return Err("--spool: an empty path names no directory".into());
+        }
         std::fs::create_dir_all(dir).map_err(|e| format!("--spool {}: {e}", dir.display()))?;
         let lock = lock(dir)?;
         let path = dir.join("journal.ndjson");
