@@ -1289,7 +1289,8 @@ fn run_live(args: &RunArgs) -> Result<(), String> {
                             sink_metrics.spool_write_errors.clone(),
                         )
                         .map_err(|e| args.said("spool", e))?;
-                        tracing::info!(journal = %s.path().display(), resend = pending.len(), "spool open");
+                        sink_metrics.spool_records_skipped.inc_by(s.skipped());
+                        tracing::info!(journal = %s.path().display(), resend = pending.len(), skipped = s.skipped(), "spool open");
                         (Some(std::sync::Arc::new(s)), pending)
                     }
                     None => (None, Vec::new()),

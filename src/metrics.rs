@@ -47,6 +47,9 @@ pub struct SinkMetrics {
     pub gates_approved: Counter,
     /// `--spool` journal writes that failed (disk full, I/O error).
     pub spool_write_errors: Counter,
+    /// `--spool` journal lines the start skipped: records cut short (a kill, a full disk),
+    /// lines that are no record, envelopes that cannot be sent ([`crate::sink::spool::Spool::skipped`]).
+    pub spool_records_skipped: Counter,
     /// Frames from the PVP server not acted on: unparseable (an `error` whose payload is not
     /// pvp-spec 17's too), binary, or of a protocol version other than 1 (pvp-spec 4.2).
     pub server_frames_rejected: Counter,
@@ -104,6 +107,7 @@ impl Default for SinkMetrics {
             gate_requests: Counter::default(),
             gates_approved: Counter::default(),
             spool_write_errors: Counter::default(),
+            spool_records_skipped: Counter::default(),
             server_frames_rejected: Counter::default(),
             rate_limited_resent: Counter::default(),
             unread_resent: Counter::default(),
@@ -524,6 +528,11 @@ pub fn registry(
             "pvp_t140_spool_write_errors",
             "Spool journal writes that failed (disk full, I/O error)",
             &sink.spool_write_errors,
+        ),
+        (
+            "pvp_t140_spool_records_skipped",
+            "Spool journal lines a start skipped: cut short, no record, or not sendable",
+            &sink.spool_records_skipped,
         ),
         (
             "pvp_t140_server_frames_rejected",
@@ -1029,6 +1038,7 @@ mod tests {
         sink.refused.inc();
         sink.gates_refused.inc_by(2);
         sink.spool_write_errors.inc_by(3);
+        sink.spool_records_skipped.inc_by(11);
         sink.server_frames_rejected.inc_by(4);
         sink.rate_limited_resent.inc_by(5);
         sink.unread_resent.inc_by(10);
@@ -1048,6 +1058,7 @@ mod tests {
             "pvp_t140_participants_refused_total 1",
             "pvp_t140_gated_chunks_refused_total 2",
             "pvp_t140_spool_write_errors_total 3",
+            "pvp_t140_spool_records_skipped_total 11",
             "pvp_t140_server_frames_rejected_total 4",
             "pvp_t140_rate_limited_resent_total 5",
             "pvp_t140_unread_resent_total 10",

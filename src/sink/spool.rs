@@ -91,6 +91,8 @@ pub struct Spool {
     behind: AtomicBool,
     /// The writer thread was found gone (it ended unasked): logged once, not a line a record.
     gone: AtomicBool,
+    /// Lines of the journal the start skipped ([`read_pending`], [`resend_plan`]).
+    skipped: u64,
 }
 
 /// A participant in a session (the session as the envelope's JSON has it): presence is per
@@ -236,7 +238,8 @@ impl Spool {
         std::fs::create_dir_all(dir).map_err(|e| format!("--spool {}: {e}", dir.display()))?;
         let lock = lock(dir)?;
         let path = dir.join("journal.ndjson");
-        let pending = resend_plan(read_pending(&path)?);
+        let mut skipped = 0;
+        let pending = resend_plan(read_pending(&path, &mut skipped)?, &mut skipped);
         let tmp = staging(&path);
         let err = |e: std::io::Error| format!("--spool {}: {e}", tmp.display());
         // The resend is journaled as it would be when added, in a new journal that replaces
@@ -289,12 +292,21 @@ impl Spool {
             write_errors,
             behind: AtomicBool::new(false),
             gone: AtomicBool::new(false),
+            skipped,
         };
         Ok((spool, pending))
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Lines of the journal the start skipped, each logged: records cut short (by a kill, or
+    /// a full disk), lines that are no record (a journal damaged, or edited by hand or by
+    /// another tool) and envelopes that cannot be sent. Text among them is lost: the gateway
+    /// counts them (`pvp_t140_spool_records_skipped_total`).
+    pub fn skipped(&self) -> u64 {
+        self.skipped
     }
 
     /// Records that could not be written so far (tests; the gateway reads the counter).
@@ -873,7 +885,10 @@ fn message_who(m: &Message) -> MessageWho {
 /// mark is read (a journal past [`LIVE_CAP`], no longer compacted, holds all the traffic since
 /// the last start); the places of the last [`PLACES_READ`] envelopes marked are kept, for one
 /// journaled again after its mark.
-fn read_pending(path: &Path) -> Result<(Vec<Message>, HashMap<MessageWho, Message>), String> {
+fn read_pending(
+    path: &Path,
+    skipped: &mut u64,
+) -> Result<(Vec<Message>, HashMap<MessageWho, Message>), String> {
     let f = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
@@ -898,6 +913,7 @@ fn read_pending(path: &Path) -> Result<(Vec<Message>, HashMap<MessageWho, Messag
         let Ok(v) = serde_json::from_slice::<Value>(&line) else {
             // A record cut short by the kill: the last line may be partial.
             tracing::warn!(path = %path.display(), line = n + 1, "skipping an incomplete journal record");
+            *skipped += 1;
             continue;
         };
         if let Some(id) = v.get("done").and_then(Value::as_str) {
@@ -947,6 +963,10 @@ fn read_pending(path: &Path) -> Result<(Vec<Message>, HashMap<MessageWho, Messag
                 join.insert("participant".into(), e.payload.clone());
             }
             adds.insert(e.id.clone(), (Place { order, first: n }, e));
+        } else {
+            // JSON, but no record (or an envelope that is none): damaged, or foreign.
+            tracing::warn!(path = %path.display(), line = n + 1, "skipping a journal line that is no record");
+            *skipped += 1;
         }
     }
     let mut adds: Vec<(Place, Message)> = adds.into_values().collect();
@@ -985,7 +1005,10 @@ impl Place {
 /// old connection is gone; a new one is bound by its first frame), the undelivered envelopes
 /// (a fresh join again before any that follows a leave), and a leave (its stream went down
 /// with the old process), unless they are already there.
-fn resend_plan((pending, joins): (Vec<Message>, HashMap<MessageWho, Message>)) -> Vec<Envelope> {
+fn resend_plan(
+    (pending, joins): (Vec<Message>, HashMap<MessageWho, Message>),
+    skipped: &mut u64,
+) -> Vec<Envelope> {
     let mut ids = crate::pvp::IdGen::new(crate::clock::random_seed());
     let now = crate::time::Time::from_system(std::time::SystemTime::now());
     let mut order: Vec<MessageWho> = Vec::new();
@@ -995,6 +1018,7 @@ fn resend_plan((pending, joins): (Vec<Message>, HashMap<MessageWho, Message>)) -
         // journal edited by hand or by another tool) is no reason for a rejoin and a leave.
         if let Err(why) = e.to_envelope() {
             tracing::warn!("journal record not re-sent: {why}");
+            *skipped += 1;
             continue;
         }
         let who = message_who(&e);
@@ -1047,7 +1071,10 @@ fn resend_plan((pending, joins): (Vec<Message>, HashMap<MessageWho, Message>)) -
     out.into_iter()
         .filter_map(|m| {
             m.to_envelope()
-                .map_err(|e| tracing::warn!("journal record not re-sent: {e}"))
+                .map_err(|e| {
+                    tracing::warn!("journal record not re-sent: {e}");
+                    *skipped += 1;
+                })
                 .ok()
         })
         .collect()
@@ -1650,7 +1677,7 @@ mod tests {
         .collect();
         let joins = HashMap::from([(message_who(&join), join)]);
         assert_eq!(
-            summary(&resend_plan((pending, joins))),
+            summary(&resend_plan((pending, joins), &mut 0)),
             [
                 "alice session.join",
                 "alice session.leave",
@@ -2034,7 +2061,7 @@ mod tests {
         // Killed now; the next start reads what the file holds.
         let killed = d.dir.join("killed.ndjson");
         std::fs::write(&killed, &journal).unwrap();
-        let plan = resend_plan(read_pending(&killed).unwrap());
+        let plan = resend_plan(read_pending(&killed, &mut 0).unwrap(), &mut 0);
         assert_eq!(
             summary(&plan),
             [
