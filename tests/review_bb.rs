@@ -158,3 +158,47 @@ fn journal_lines_a_start_skips_are_counted() {
         .collect();
     assert_eq!(said, [serde_json::json!("Whole.")]);
 }
+
+/// Found by review bb (session 47). A start that could not write its new journal (a full
+/// disk; here a file-size limit, `ulimit -f`, systemd `LimitFSIZE=`) stopped with a clear
+/// error, but left the part it had written behind (`journal.ndjson.new`), holding a full
+/// disk's last free pages until a later start. A compaction that fails removes what it
+/// wrote; so does the start now. The old journal is left whole for the next start.
+#[test]
+fn a_start_that_cannot_write_its_new_journal_leaves_no_part_of_it_behind() {
+    let d = Dir::new("fsize");
+    let mut t = Talk::new();
+    let (spool, _) = Spool::open(&d.0, Counter::default()).unwrap();
+    spool.added(&t.join("a"));
+    for i in 0..40 {
+        spool.added(&t.add("a", &format!("Undelivered sentence number {i}.")));
+    }
+    drop(spool);
+    let journal = std::fs::read(d.journal()).unwrap();
+    assert!(journal.len() > 8 << 10);
+    // 8 blocks of 512 bytes (dash's `ulimit -f`; bash's are 1 KiB): less than the journal.
+    let out = std::process::Command::new("sh")
+        .args(["-c", "ulimit -f 8 && exec \"$0\" \"$@\""])
+        .arg(env!("CARGO_BIN_EXE_pvp-t140"))
+        .args(["--listen", "127.0.0.1:0", "--server", "ws://127.0.0.1:9"])
+        .arg("--spool")
+        .arg(&d.0)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--spool") && stderr.contains("journal.ndjson.new"),
+        "{stderr}"
+    );
+    assert!(
+        !d.0.join("journal.ndjson.new").exists(),
+        "a part of the new journal was left behind"
+    );
+    assert_eq!(
+        std::fs::read(d.journal()).unwrap(),
+        journal,
+        "the old journal is whole"
+    );
+}

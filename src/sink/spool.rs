@@ -274,10 +274,21 @@ impl Spool {
             let whose = (who(e), text_of(e));
             journal.add(&mut lines, e.id(), e.kind(), whose, add_record(e), false);
         }
-        journal.file.write_all(lines.as_bytes()).map_err(err)?;
+        let written = journal
+            .file
+            .write_all(lines.as_bytes())
+            .and_then(|()| journal.file.sync_all())
+            .map_err(err)
+            .and_then(|()| {
+                std::fs::rename(&tmp, &path).map_err(|e| format!("--spool {}: {e}", path.display()))
+            });
+        if let Err(e) = written {
+            // What was written of it holds a disk that is likely full (or a file-size limit
+            // reached): the old journal, still whole, is what the next start reads.
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
         journal.size = lines.len() as u64;
-        journal.file.sync_all().map_err(err)?;
-        std::fs::rename(&tmp, &path).map_err(|e| format!("--spool {}: {e}", path.display()))?;
         let (tx, rx) = mpsc::sync_channel(QUEUE);
         let errors = write_errors.clone();
         let writer = std::thread::Builder::new()
