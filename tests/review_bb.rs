@@ -202,3 +202,49 @@ fn a_start_that_cannot_write_its_new_journal_leaves_no_part_of_it_behind() {
         "the old journal is whole"
     );
 }
+
+/// Found by review bb (session 47). A start logged a warning for every journal line it
+/// skipped: a journal damaged throughout, or another tool's NDJSON file where the journal
+/// should be, made as many log lines as it has lines (here 5,000). The first few are logged
+/// with their line numbers, then how many in all; each is still counted.
+#[test]
+fn a_journal_of_many_bad_lines_logs_a_few_and_counts_them_all() {
+    use common::gateway_proc::{Gateway, http_get, sample};
+    let d = Dir::new("flood");
+    let foreign: String = (0..5000)
+        .map(|i| {
+            if i % 2 == 0 {
+                format!("{{\"event\":\"other tool\",\"i\":{i}}}\n")
+            } else {
+                format!("not json {i}\n")
+            }
+        })
+        .collect();
+    std::fs::write(d.journal(), foreign).unwrap();
+    let spool = d.0.to_str().unwrap();
+    let mut gw = Gateway::start_for_server(
+        "ws://127.0.0.1:9",
+        &["--spool", spool, "--metrics", "127.0.0.1:0"],
+    );
+    let metrics = gw.metrics_addr();
+    let body = http_get(metrics, "/metrics").1;
+    assert!(gw.terminate(std::time::Duration::from_secs(20)).success());
+    assert_eq!(
+        sample(&body, "pvp_t140_spool_records_skipped_total"),
+        Some(5000.0),
+        "{body}"
+    );
+    let skipping = gw
+        .stderr_lines()
+        .into_iter()
+        .filter(|l| l.contains("skipping") || l.contains("skipped"))
+        .count();
+    assert!(
+        skipping <= 20,
+        "{skipping} log lines about skipped journal lines"
+    );
+    assert!(
+        gw.stderr_lines().iter().any(|l| l.contains("5000")),
+        "how many were skipped is said"
+    );
+}

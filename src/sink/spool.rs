@@ -913,6 +913,14 @@ fn read_pending(
     let mut delivered_order: VecDeque<String> = VecDeque::new();
     let mut numbered = true;
     let mut joins: HashMap<MessageWho, Message> = HashMap::new();
+    // A line skipped: counted, and logged if among the first [`SKIPS_LOGGED`] (a journal
+    // damaged throughout, or another tool's file, made a log line a line).
+    let mut skip = |line: usize, what: &str| {
+        *skipped += 1;
+        if *skipped <= SKIPS_LOGGED {
+            tracing::warn!(path = %path.display(), line, "skipping {what}");
+        }
+    };
     // Lines as bytes: a record cut short (a kill, or a write stopped at a page boundary by a
     // full disk) may end inside a UTF-8 character, and must be skipped like any other
     // incomplete record, not stop the gateway from starting.
@@ -923,8 +931,7 @@ fn read_pending(
         }
         let Ok(v) = serde_json::from_slice::<Value>(&line) else {
             // A record cut short by the kill: the last line may be partial.
-            tracing::warn!(path = %path.display(), line = n + 1, "skipping an incomplete journal record");
-            *skipped += 1;
+            skip(n + 1, "an incomplete journal record");
             continue;
         };
         if let Some(id) = v.get("done").and_then(Value::as_str) {
@@ -976,9 +983,11 @@ fn read_pending(
             adds.insert(e.id.clone(), (Place { order, first: n }, e));
         } else {
             // JSON, but no record (or an envelope that is none): damaged, or foreign.
-            tracing::warn!(path = %path.display(), line = n + 1, "skipping a journal line that is no record");
-            *skipped += 1;
+            skip(n + 1, "a journal line that is no record");
         }
+    }
+    if *skipped > SKIPS_LOGGED {
+        tracing::warn!(path = %path.display(), skipped = *skipped, "journal lines skipped in all (the first {SKIPS_LOGGED} logged)");
     }
     let mut adds: Vec<(Place, Message)> = adds.into_values().collect();
     // By the first record; by order if every record has one (records of a damaged journal
@@ -989,6 +998,10 @@ fn read_pending(
     }
     Ok((adds.into_iter().map(|(_, e)| e).collect(), joins))
 }
+
+/// Journal lines a start skips that it logs one by one ([`read_pending`]); the rest are
+/// counted, and their number logged.
+const SKIPS_LOGGED: u64 = 10;
 
 /// Envelopes marked done whose places a start keeps ([`read_pending`]): four times the places
 /// a running journal remembers ([`PLACES_KEPT`]), some 20 MiB at most.
@@ -1028,8 +1041,10 @@ fn resend_plan(
         // One that cannot be sent (a kind the gateway never sends, an id that is no ULID: a
         // journal edited by hand or by another tool) is no reason for a rejoin and a leave.
         if let Err(why) = e.to_envelope() {
-            tracing::warn!("journal record not re-sent: {why}");
             *skipped += 1;
+            if *skipped <= SKIPS_LOGGED {
+                tracing::warn!("journal record not re-sent: {why}");
+            }
             continue;
         }
         let who = message_who(&e);
@@ -1083,8 +1098,10 @@ fn resend_plan(
         .filter_map(|m| {
             m.to_envelope()
                 .map_err(|e| {
-                    tracing::warn!("journal record not re-sent: {e}");
                     *skipped += 1;
+                    if *skipped <= SKIPS_LOGGED {
+                        tracing::warn!("journal record not re-sent: {e}");
+                    }
                 })
                 .ok()
         })
