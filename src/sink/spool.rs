@@ -312,10 +312,10 @@ impl Spool {
         &self.path
     }
 
-    /// Lines of the journal the start skipped (the first [`SKIPS_LOGGED`] logged): records
-    /// cut short (by a kill, or a full disk), lines that are no record (a journal damaged, or
-    /// edited by hand or by another tool) and envelopes that cannot be sent. Text among them
-    /// is lost: the gateway counts them (`pvp_t140_spool_records_skipped_total`).
+    /// Lines of the journal the start skipped (the first 10 logged): records cut short (by a
+    /// kill, or a full disk), lines that are no record (a journal damaged, or edited by hand
+    /// or by another tool) and envelopes that cannot be sent. Text among them is lost: the
+    /// gateway counts them (`pvp_t140_spool_records_skipped_total`).
     pub fn skipped(&self) -> u64 {
         self.skipped
     }
