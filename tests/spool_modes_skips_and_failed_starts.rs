@@ -1,5 +1,9 @@
-//! Review bb (session 47): the `--spool DIR` journal, through the public `Spool::open` with
-//! real files in a directory of its own.
+//! The `--spool DIR` journal, through the public `Spool::open` and the real binary with real
+//! files in a directory of its own: the journal readable by its owner only, an empty spool
+//! path refused, the lines a start skips counted (and a few logged), and a start that cannot
+//! write its new journal leaving none of it behind.
+//!
+//! Found by review bb (session 47).
 
 mod common;
 
