@@ -66,7 +66,8 @@ pub struct SinkMetrics {
     /// Text envelopes (`context.*`) an `error` from the PVP server named as refused
     /// (pvp-spec 17) with a code that does not pause the participant (CONTEXT_TOO_LARGE,
     /// INVALID_MESSAGE, INVALID_STATE, INTERNAL_ERROR, ..., and UNAUTHORIZED or
-    /// SESSION_NOT_FOUND, which also stop it): not taken, and counted as dropped; and those
+    /// SESSION_NOT_FOUND, which also stop it, with the text written behind a join they
+    /// refuse): not taken, and counted as dropped; and those
     /// refused as RATE_LIMITED that are no longer held to be sent again, or whose refusal came
     /// after the participant's leave (with `--spool`, the next start sends those).
     pub server_refused_items: Counter,

@@ -714,8 +714,11 @@ async fn connection(
                                         // The server will not take this participant: say so
                                         // loudly, stop, and count what it can no longer send.
                                         // The text the error names was not taken either.
+                                        // So is the text written behind a refused join.
+                                        let mut refused_now = 0;
                                         if let Some(id) = related {
-                                            refused_text(id, &mut recent, &mut retry, &counts, m, &participant);
+                                            refused_now += u64::from(refused_text(id, &mut recent, &mut retry, &counts, m, &participant));
+                                            refused_now += refused_behind_join(id, &mut recent, &mut retry, &counts, m, &participant);
                                         }
                                         send_frame(&mut ws, Message::Close(None), &cfg, &participant).await;
                                         let lost = give_up_all(&mut rx, &mut pending, &mut outbox, &mut gates, &cfg, &counts).await;
@@ -725,7 +728,7 @@ async fn connection(
                                         m.participant_queue_refused.inc_by(lost);
                                         m.refused.inc();
                                         retry.let_go();
-                                        tracing::error!(%participant, %code, undelivered = lost, "PVP server refused this participant; its transcript is not delivered");
+                                        tracing::error!(%participant, %code, undelivered = lost + refused_now, "PVP server refused this participant; its transcript is not delivered");
                                         return;
                                     }
                                     Reaction::Roles { id, admin } => {
@@ -2033,6 +2036,14 @@ impl<'a> Late<'a> {
                         &cfg.metrics,
                         participant,
                     );
+                    refused_behind_join(
+                        id,
+                        self.recent,
+                        self.retry,
+                        counts,
+                        &cfg.metrics,
+                        participant,
+                    );
                 }
                 if !std::mem::replace(&mut self.refused, true) {
                     cfg.metrics.refused.inc();
@@ -2375,6 +2386,37 @@ fn refused_text(
     m.server_refused_items.inc();
     tracing::warn!(%participant, %id, %kind, "refused by the PVP server; dropped");
     true
+}
+
+/// The server refused the participant's join `id` (UNAUTHORIZED, SESSION_NOT_FOUND): the
+/// participant is not in the session (pvp-spec 6.3), so the text the connection wrote behind
+/// the join was not taken either, whatever the server said of it (its errors for that text go
+/// unread: the connection stops at the join's). Each is counted as [`refused_text`] counts
+/// one; written in the round trip before the refusal came, it was counted as sent. How many.
+fn refused_behind_join(
+    id: ulid::Ulid,
+    recent: &mut VecDeque<(ulid::Ulid, Kind)>,
+    retry: &mut Retry,
+    counts: &Counts,
+    m: &crate::metrics::SinkMetrics,
+    participant: &str,
+) -> u64 {
+    let Some(at) = recent
+        .iter()
+        .position(|&(r, k)| r == id && k == Kind::SessionJoin)
+    else {
+        return 0;
+    };
+    let behind: Vec<ulid::Ulid> = recent
+        .iter()
+        .skip(at + 1)
+        .filter(|(_, k)| k.is_text())
+        .map(|&(r, _)| r)
+        .collect();
+    behind
+        .into_iter()
+        .filter(|&text| refused_text(text, recent, retry, counts, m, participant))
+        .count() as u64
 }
 
 /// A server envelope's id as a connection remembers it: identifiers are opaque strings

@@ -1,0 +1,146 @@
+//! Review az (session 47): the WebSocket connection's lifecycle against a real WebSocket
+//! server on 127.0.0.1: how a refused join is counted, and what a connection the server keeps
+//! dropping logs.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use pvp_t140::metrics::SinkMetrics;
+use pvp_t140::sink::ws::{WsConfig, WsSink};
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
+
+#[path = "common/talk.rs"]
+mod talk;
+use talk::Talk;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn config(url: String, metrics: SinkMetrics) -> WsConfig {
+    WsConfig {
+        url,
+        session: "s".into(),
+        heartbeat: Duration::from_secs(30),
+        connect_timeout: Duration::from_secs(5),
+        write_timeout: Duration::from_secs(5),
+        silence: Duration::from_secs(90),
+        queue: 64,
+        metrics,
+        tls: None,
+        spool: None,
+        gate: None,
+    }
+}
+
+async fn until(what: &str, pred: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !pred() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A server that reads a connection's frames until it has read `texts` `context.add`s (and,
+/// with `after_leave`, the leave too), then refuses the participant's join with
+/// SESSION_NOT_FOUND (pvp-spec 17, `related_to` the join), as a server does for a join to a
+/// session it does not have; its errors for the text are not sent (the connection stops
+/// reading at the first). Every frame read is recorded.
+async fn refusing_the_join(texts: usize, after_leave: bool) -> (String, Arc<Mutex<Vec<Value>>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let log: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let out = log.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let log = out.clone();
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                    return;
+                };
+                let (mut join, mut adds) = (None, 0);
+                while let Some(Ok(m)) = ws.next().await {
+                    let Ok(v) = serde_json::from_str::<Value>(m.to_text().unwrap_or("")) else {
+                        continue;
+                    };
+                    log.lock().unwrap().push(v.clone());
+                    match v["type"].as_str() {
+                        Some("session.join") => join = v["id"].as_str().map(str::to_owned),
+                        Some("context.add") => adds += 1,
+                        _ => {}
+                    }
+                    let now = adds == texts && (!after_leave || v["type"] == "session.leave");
+                    if now && let Some(id) = join.take() {
+                        let err = json!({"v": 1, "id": "01JQAAAAAAAAAAAAAAAAAAAAE1",
+                            "ts": "2026-11-29T00:00:00.000Z", "session": "s", "sender": "system",
+                            "type": "error", "payload": {"code": "SESSION_NOT_FOUND",
+                            "message": "Session s not found", "recoverable": false,
+                            "related_to": id}});
+                        let _ = ws.send(Message::text(err.to_string())).await;
+                    }
+                }
+            });
+        }
+    });
+    (url, log)
+}
+
+/// Found by review az (session 47). A server that refuses a participant's join
+/// (SESSION_NOT_FOUND for a mistyped `--session`, UNAUTHORIZED for a bad token) answers
+/// after the round trip, by when the connection has written the participant's first text
+/// behind the join. That text was never taken (pvp-spec 6.3: the participant is not in the
+/// session), but the connection stops at the join's refusal without reading the server's
+/// errors for it, and counted it as sent: the `stopped` line said every word delivered, the
+/// refusal's `undelivered` said 0, and `server_refused_items` nothing. Text written after a
+/// refused join is now counted as refused by the server and dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_written_behind_a_join_the_server_refused_counts_as_dropped() {
+    let (url, log) = refusing_the_join(3, false).await;
+    let metrics = SinkMetrics::default();
+    let mut sink = WsSink::new(config(url, metrics.clone()));
+    let mut talk = Talk::new();
+    let p = "t140:0000a201@127.0.0.1:40201";
+    sink.send(talk.join(p));
+    for t in ["One.", "Two.", "Three."] {
+        sink.send(talk.add(p, t));
+    }
+    until("the participant refused", || metrics.refused.get() == 1).await;
+    let stats = sink.close(Duration::from_secs(5)).await;
+    let adds = log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|v| v["type"] == "context.add")
+        .count();
+    assert_eq!(adds, 3, "the server read the three texts before refusing");
+    // Sent: the join as written; dropped: the three texts the server did not take.
+    assert_eq!((stats.sent, stats.dropped), (1, 3));
+    assert_eq!(metrics.server_refused_items.get(), 3);
+}
+
+/// Found by review az (session 47). As above, with the refusal read after the participant's
+/// leave was written (a short stream: its join, its words and its leave in one burst), while
+/// the connection closes: the text behind the refused join was counted as sent there too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_behind_a_join_refused_after_the_leave_counts_as_dropped() {
+    let (url, log) = refusing_the_join(2, true).await;
+    let metrics = SinkMetrics::default();
+    let mut sink = WsSink::new(config(url, metrics.clone()));
+    let mut talk = Talk::new();
+    let p = "t140:0000a202@127.0.0.1:40202";
+    sink.send(talk.join(p));
+    sink.send(talk.add(p, "Short."));
+    sink.send(talk.add(p, "Stream."));
+    sink.send(talk.leave(p));
+    until("the participant refused", || metrics.refused.get() == 1).await;
+    let stats = sink.close(Duration::from_secs(5)).await;
+    assert!(
+        log.lock()
+            .unwrap()
+            .iter()
+            .any(|v| v["type"] == "session.leave")
+    );
+    // Sent: the join and the leave as written; dropped: the two texts.
+    assert_eq!((stats.sent, stats.dropped), (2, 2));
+    assert_eq!(metrics.server_refused_items.get(), 2);
+}
