@@ -144,3 +144,81 @@ async fn text_behind_a_join_refused_after_the_leave_counts_as_dropped() {
     assert_eq!((stats.sent, stats.dropped), (2, 2));
     assert_eq!(metrics.server_refused_items.get(), 2);
 }
+
+/// Log lines of this test binary, once [`capture_logs`] has installed the subscriber.
+static LOGS: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+
+struct LogWriter;
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        LOGS.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn capture_logs() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(|| LogWriter)
+            .try_init();
+    });
+}
+
+/// The captured log lines that hold every one of `needles`.
+fn log_lines_with(needles: &[&str]) -> Vec<String> {
+    String::from_utf8_lossy(&LOGS.lock().unwrap())
+        .lines()
+        .filter(|l| needles.iter().all(|n| l.contains(n)))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Found by review az (session 47). A server (or a proxy in front of it) that takes the
+/// WebSocket handshake and then drops the TCP connection without a Close frame, every time:
+/// tungstenite reports that as an error (a reset without the closing handshake), not as the
+/// stream's end, so it went past the streak that logs a server closing every connection once
+/// at warn level and its repeats at debug (README: as a failed connect's retries), and each
+/// participant wrote a warn line every reconnect, up to every 10 s, for as long as the server
+/// did it. Now the first is at warn and the repeats within 10 s of their opening at debug.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_dropping_every_connection_without_a_close_is_warned_of_once() {
+    capture_logs();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let joins = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = joins.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                    return;
+                };
+                if let Some(Ok(_join)) = ws.next().await {
+                    seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+                // Dropped: the TCP connection ends with no Close frame.
+            });
+        }
+    });
+    let mut sink = WsSink::new(config(url, SinkMetrics::default()));
+    let mut talk = Talk::new();
+    let p = "t140:0000a203@127.0.0.1:40203";
+    sink.send(talk.join(p));
+    until("three connections dropped", || {
+        joins.load(std::sync::atomic::Ordering::SeqCst) >= 3
+            && log_lines_with(&[p, "PVP connection failed"]).len() >= 2
+    })
+    .await;
+    sink.close(Duration::from_millis(100)).await;
+    let lost = log_lines_with(&[p, "PVP connection failed"]);
+    let warned: Vec<_> = lost.iter().filter(|l| l.contains(" WARN ")).collect();
+    assert_eq!(warned.len(), 1, "{lost:#?}");
+}

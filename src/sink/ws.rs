@@ -386,6 +386,25 @@ fn closed_log(
     }
 }
 
+/// The connection `opened` then failed with `err` (a reset, the TCP connection ended without
+/// a Close, a frame RFC 6455 says fails it): at warn level, unless the connection before ended
+/// as early (`closing_early`), as [`closed_log`] logs a Close. A server or proxy that takes the
+/// handshake and then drops every connection without a Close is told so (tungstenite reports
+/// it as an error, not as the stream's end).
+fn failed_log(
+    participant: &str,
+    err: &tungstenite::Error,
+    closing_early: &mut bool,
+    opened: Option<tokio::time::Instant>,
+) {
+    let early = opened.is_some_and(|t| t.elapsed() < STABLE);
+    if std::mem::replace(closing_early, early) {
+        tracing::debug!(%participant, "PVP connection failed again soon after it opened: {err}; reconnecting");
+    } else {
+        tracing::warn!(%participant, "PVP connection failed: {err}; reconnecting");
+    }
+}
+
 fn now() -> Time {
     Time::from_system(SystemTime::now())
 }
@@ -869,7 +888,7 @@ async fn connection(
                                 continue 'reconnect;
                             }
                             Some(Err(err)) => {
-                                tracing::warn!(%participant, "PVP connection failed: {err}; reconnecting");
+                                failed_log(&participant, &err, &mut closing_early, opened);
                                 continue 'reconnect;
                             }
                             Some(Ok(Message::Binary(_))) => {
