@@ -222,3 +222,83 @@ async fn a_server_dropping_every_connection_without_a_close_is_warned_of_once() 
     let warned: Vec<_> = lost.iter().filter(|l| l.contains(" WARN ")).collect();
     assert_eq!(warned.len(), 1, "{lost:#?}");
 }
+
+/// Found by review az (session 47). As [`text_written_behind_a_join_the_server_refused_counts_as_dropped`],
+/// for the rejoin after a reconnect: a server that lost the session (a restart) and does not
+/// make one a join names refuses the rejoin with SESSION_NOT_FOUND, which stops the
+/// participant; the text written behind the rejoin (what the lost connection left unread, and
+/// what came since) was counted as sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_written_behind_a_refused_rejoin_counts_as_dropped() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    // The frames each connection read, by connection.
+    let log: Arc<Mutex<Vec<(usize, Value)>>> = Arc::default();
+    let out = log.clone();
+    tokio::spawn(async move {
+        let mut n = 0;
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (conn, log) = (n, out.clone());
+            n += 1;
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                    return;
+                };
+                let mut rejoin = None;
+                while let Some(Ok(m)) = ws.next().await {
+                    let Ok(v) = serde_json::from_str::<Value>(m.to_text().unwrap_or("")) else {
+                        continue;
+                    };
+                    log.lock().unwrap().push((conn, v.clone()));
+                    match (conn, v["type"].as_str()) {
+                        // The server goes down once it has the first text.
+                        (0, Some("context.add")) => {
+                            let _ = ws.close(None).await;
+                            return;
+                        }
+                        (_, Some("session.join")) => rejoin = v["id"].as_str().map(str::to_owned),
+                        (_, Some("context.add")) if v["payload"]["content"] == "Two." => {
+                            let err = json!({"v": 1, "id": "01JQAAAAAAAAAAAAAAAAAAAAE2",
+                                "ts": "2026-11-29T00:00:00.000Z", "session": "s",
+                                "sender": "system", "type": "error",
+                                "payload": {"code": "SESSION_NOT_FOUND",
+                                "message": "Session s not found", "recoverable": false,
+                                "related_to": rejoin.take()}});
+                            let _ = ws.send(Message::text(err.to_string())).await;
+                        }
+                        _ => {}
+                    }
+                }
+            });
+        }
+    });
+    let metrics = SinkMetrics::default();
+    let mut sink = WsSink::new(config(url, metrics.clone()));
+    let mut talk = Talk::new();
+    let p = "t140:0000a204@127.0.0.1:40204";
+    sink.send(talk.join(p));
+    sink.send(talk.add(p, "One."));
+    let rejoined = || {
+        log.lock()
+            .unwrap()
+            .iter()
+            .any(|(c, v)| *c == 1 && v["type"] == "session.join")
+    };
+    until("the rejoin on a second connection", rejoined).await;
+    sink.send(talk.add(p, "Two."));
+    until("the participant refused", || metrics.refused.get() == 1).await;
+    let stats = sink.close(Duration::from_secs(5)).await;
+    // Text the second connection carried: "Two.", and "One." again if the first connection
+    // closed before its pong showed it read.
+    let behind = log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(c, v)| *c == 1 && v["type"] == "context.add")
+        .count() as u64;
+    assert!(behind >= 1);
+    assert_eq!(metrics.server_refused_items.get(), behind);
+    // Sent: the join and "One." on the first connection (read there unless it went again);
+    // dropped: what the refused rejoin carried.
+    assert_eq!((stats.sent, stats.dropped), (3 - behind, behind));
+}

@@ -620,6 +620,7 @@ async fn connection(
             rejoin_again = false;
             forgotten = false;
             stand_for(
+                again_id,
                 &mut recent,
                 &mut announced,
                 &mut outbox,
@@ -658,6 +659,7 @@ async fn connection(
                     rejoined = Some(again_id);
                     remember_own(&mut own, (again_id, Kind::SessionJoin));
                     stand_for(
+                        again_id,
                         &mut recent,
                         &mut announced,
                         &mut outbox,
@@ -1550,8 +1552,10 @@ fn remember_own(own: &mut VecDeque<(ulid::Ulid, Kind)>, told: (ulid::Ulid, Kind)
 /// one (replayed, pvp-spec 19.1) does not send it again. A join or an announce refused and
 /// waiting in the outbox to go again: the rejoin (under the name last announced) stands for it
 /// (settled, as one whose write failed). An announce not yet written (released by a gate)
-/// still goes.
+/// still goes. The rejoin, `rejoin`, takes the joins' place among the recent writes: a
+/// refusal of it tells the text written behind it ([`refused_behind_join`]).
 fn stand_for(
+    rejoin: ulid::Ulid,
     recent: &mut VecDeque<(ulid::Ulid, Kind)>,
     announced: &mut Option<Envelope>,
     outbox: &mut VecDeque<(std::time::Instant, Envelope)>,
@@ -1559,6 +1563,10 @@ fn stand_for(
     counts: &Counts,
 ) {
     recent.retain(|(_, k)| *k != Kind::SessionJoin);
+    if recent.len() == RECENT {
+        recent.pop_front();
+    }
+    recent.push_back((rejoin, Kind::SessionJoin));
     let stale = announced.take().map(|a| a.id());
     let mut i = 0;
     while i < outbox.len() {
