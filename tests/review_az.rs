@@ -302,3 +302,113 @@ async fn text_written_behind_a_refused_rejoin_counts_as_dropped() {
     // dropped: what the refused rejoin carried.
     assert_eq!((stats.sent, stats.dropped), (3 - behind, behind));
 }
+
+/// Found by review az (session 47). pvp-spec 6.5: the server takes nothing more for a session
+/// it ended, and broadcasts the `session.end` to the members connected then. The README: every
+/// participant of the session then closes its connection without reconnecting, what it held
+/// dropped unsent. But a participant whose connection was down at that moment (in its
+/// reconnect's backoff, or connecting) never reads the end: it connected again, joined the
+/// ended session again and wrote what it held into it. A connection made for a session the
+/// sink knows ended now gives up what it holds, counted, without a rejoin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_participant_reconnecting_after_its_session_ended_does_not_rejoin_it() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let metrics = SinkMetrics::default();
+    let ended = metrics.sessions_ended.clone();
+    let log: Arc<Mutex<Vec<(usize, Value)>>> = Arc::default();
+    let out = log.clone();
+    let end = Arc::new(tokio::sync::Notify::new());
+    let end_now = end.clone();
+    tokio::spawn(async move {
+        let mut n = 0;
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (conn, log, end, ended) = (n, out.clone(), end_now.clone(), ended.clone());
+            n += 1;
+            tokio::spawn(async move {
+                if conn >= 2 {
+                    // The second participant's reconnect: answered once the gateway has read
+                    // the end on the first participant's connection.
+                    while ended.get() == 0 {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                }
+                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                    return;
+                };
+                if conn == 0 {
+                    let (mut tx, mut rx) = ws.split();
+                    let reader = tokio::spawn(async move {
+                        while let Some(Ok(m)) = rx.next().await {
+                            if let Ok(v) = serde_json::from_str::<Value>(m.to_text().unwrap_or(""))
+                            {
+                                log.lock().unwrap().push((conn, v));
+                            }
+                        }
+                    });
+                    end.notified().await;
+                    let end = json!({"v": 1, "id": "01JQAAAAAAAAAAAAAAAAAAAAE3",
+                        "ts": "2026-11-29T00:00:00.000Z", "session": "s", "sender": "system",
+                        "type": "session.end",
+                        "payload": {"reason": "meeting over", "final_state": "completed"}});
+                    let _ = tx.send(Message::text(end.to_string())).await;
+                    let _ = reader.await;
+                    return;
+                }
+                while let Some(Ok(m)) = ws.next().await {
+                    let Ok(v) = serde_json::from_str::<Value>(m.to_text().unwrap_or("")) else {
+                        continue;
+                    };
+                    let join = v["type"] == "session.join";
+                    log.lock().unwrap().push((conn, v));
+                    if conn == 1 && join {
+                        // The second participant's first connection is lost.
+                        let _ = ws.close(None).await;
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let mut sink = WsSink::new(config(url, metrics.clone()));
+    let mut talk = Talk::new();
+    let (a, b) = (
+        "t140:0000a205@127.0.0.1:40205",
+        "t140:0000a206@127.0.0.1:40206",
+    );
+    let joined = |conn: usize| {
+        let log = log.clone();
+        move || {
+            log.lock()
+                .unwrap()
+                .iter()
+                .any(|(c, v)| *c == conn && v["type"] == "session.join")
+        }
+    };
+    sink.send(talk.join(a));
+    until("the first participant's join", joined(0)).await;
+    sink.send(talk.join(b));
+    until("the second participant's join", joined(1)).await;
+    // Said while its connection is down.
+    sink.send(talk.add(b, "Held through the end."));
+    end.notify_one();
+    until("the session ended", || metrics.sessions_ended.get() == 1).await;
+    until("the held text given up", || {
+        metrics.session_ended_items.get() >= 1 || log.lock().unwrap().iter().any(|(c, _)| *c >= 2)
+    })
+    .await;
+    let stats = sink.close(Duration::from_secs(2)).await;
+    let after: Vec<_> = log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(c, _)| *c >= 2)
+        .cloned()
+        .collect();
+    assert!(
+        after.is_empty(),
+        "written into the ended session: {after:?}"
+    );
+    assert_eq!(metrics.session_ended_items.get(), 1);
+    assert_eq!(stats.dropped, 1);
+}

@@ -610,6 +610,25 @@ async fn connection(
             }
         };
         let _open = ConnGuard(m.connections.clone());
+        if ended.contains(&route_session) {
+            // pvp-spec 6.5: the server ended the session while this connection was down (or
+            // before its first): the end went to the members connected then. No rejoin into
+            // it; what the participant holds is dropped, as where a connection reads the end.
+            send_frame(&mut ws, Message::Close(None), &cfg, &participant).await;
+            let lost = give_up_all(
+                &mut rx,
+                &mut pending,
+                &mut outbox,
+                &mut gates,
+                &cfg,
+                &counts,
+            )
+            .await;
+            m.session_ended_items.inc_by(lost);
+            retry.let_go();
+            tracing::debug!(%participant, undelivered = lost, "PVP session ended while the connection was down; participant stopped");
+            return;
+        }
         // After a reconnect the server has forgotten us: join again (a fresh id, same content).
         if let Some(j) = &join {
             let Some(again_id) = rejoin(&mut ws, &mut pvp, j, &cfg, &participant).await else {
