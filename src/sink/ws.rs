@@ -1124,7 +1124,8 @@ async fn connect(
         tungstenite::stream::Mode::Tls
     );
     let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
-    let tcp = TcpStream::connect(format!("{host}:{port}")).await?;
+    let addrs = tokio::net::lookup_host(format!("{host}:{port}")).await?;
+    let tcp = connect_tcp(addrs.collect()).await?;
     // Nagle off: a frame goes out at once. With it on, a frame written right after another
     // (the first context.add behind its join, a pong, a burst) waits for the server's delayed
     // ACK, about 40 ms (measured with `loadtest ws`).
@@ -1149,6 +1150,44 @@ async fn connect(
     let (ws, _) =
         tokio_tungstenite::client_async_with_config(request, stream, Some(socket_config())).await?;
     Ok(ws)
+}
+
+/// How long an attempt to one of a name's addresses goes unanswered before the next is
+/// started beside it (RFC 8305 5, "Connection Attempt Delay").
+const ATTEMPT_DELAY: Duration = Duration::from_millis(250);
+
+/// TCP to the first of `addrs` that answers: each is tried in order, the next started when the
+/// last fails or has gone [`ATTEMPT_DELAY`] unanswered, those started still racing (RFC 8305
+/// "Happy Eyeballs"). Tried one after another, each until the kernel gives up on it (as
+/// `TcpStream::connect` does), an address that drops the SYN (a blackholed IPv6 route, a node
+/// gone behind a name) held every connect until `--connect-timeout-s`, and the next address
+/// was never tried. The last failure if none answers.
+async fn connect_tcp(addrs: Vec<std::net::SocketAddr>) -> std::io::Result<TcpStream> {
+    let mut next = addrs.into_iter();
+    let mut racing = futures_util::stream::FuturesUnordered::new();
+    racing.extend(next.next().map(TcpStream::connect));
+    let mut failed = None;
+    while !racing.is_empty() {
+        tokio::select! {
+            Some(done) = racing.next() => match done {
+                Ok(tcp) => return Ok(tcp),
+                Err(e) => {
+                    failed = Some(e);
+                    racing.extend(next.next().map(TcpStream::connect));
+                }
+            },
+            () = tokio::time::sleep(ATTEMPT_DELAY), if next.len() > 0 => {
+                racing.extend(next.next().map(TcpStream::connect));
+            }
+            else => break,
+        }
+    }
+    Err(failed.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "could not resolve to any address",
+        )
+    }))
 }
 
 /// The `Authorization` header (HTTP Basic, RFC 7617) for the user information of a URL's
@@ -2701,6 +2740,48 @@ fn on_frame(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by review az (session 47). A server name with several addresses (its IPv6 and its
+    /// IPv4 one, or the nodes behind a name) was connected one address after another, each
+    /// until the kernel gave up on it: one that drops the SYN (an IPv6 route blackholed, a
+    /// node gone) held every connect until `--connect-timeout-s` failed it, and the next
+    /// address, which answers, was never tried: the participant never connected. Here the
+    /// first address is a listener whose backlog is full (its SYNs are dropped).
+    #[tokio::test]
+    async fn a_name_whose_first_address_drops_the_syn_connects_to_the_next() {
+        use socket2::{Domain, Socket, Type};
+        let full = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        full.bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())
+            .unwrap();
+        full.listen(0).unwrap();
+        let dropping = full.local_addr().unwrap().as_socket().unwrap();
+        // Fills the backlog: the SYNs after it are dropped.
+        let _queued = std::net::TcpStream::connect(dropping).unwrap();
+        let good = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let answering = good.local_addr().unwrap();
+        let tcp = tokio::time::timeout(
+            Duration::from_secs(5),
+            connect_tcp(vec![dropping, answering]),
+        )
+        .await
+        .expect("connected within the connect timeout")
+        .unwrap();
+        assert_eq!(tcp.peer_addr().unwrap(), answering);
+    }
+
+    /// Every address refusing: the connect fails with the last one's error, at once.
+    #[tokio::test]
+    async fn a_name_whose_addresses_all_refuse_fails_with_the_error() {
+        let refusing = |_| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap()
+        };
+        let addrs: Vec<_> = (0..3).map(refusing).collect();
+        let err = connect_tcp(addrs).await.unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused);
+        let err = connect_tcp(Vec::new()).await.unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    }
 
     /// A `context.add` as a reference-style server echoes it to every member of the session.
     fn echoed_add(from: &str) -> String {
