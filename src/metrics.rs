@@ -69,7 +69,8 @@ pub struct SinkMetrics {
     /// SESSION_NOT_FOUND, which also stop it, with the text written behind a join they
     /// refuse): not taken, and counted as dropped; and those
     /// refused as RATE_LIMITED that are no longer held to be sent again, or whose refusal came
-    /// after the participant's leave (with `--spool`, the next start sends those).
+    /// after the participant's leave (with `--spool`, the next start sends those); and the
+    /// largest text unread when the server closed a connection as too big (1009).
     pub server_refused_items: Counter,
     /// PVP sessions the server ended (pvp-spec 6.5 `session.end`), each counted once whatever
     /// the number of its participants' connections that read it.

@@ -412,3 +412,87 @@ async fn a_participant_reconnecting_after_its_session_ended_does_not_rejoin_it()
     assert_eq!(metrics.session_ended_items.get(), 1);
     assert_eq!(stats.dropped, 1);
 }
+
+/// Found by review az (session 47). A server takes messages up to a size (Python's
+/// `websockets` 1 MiB by default) and closes a connection that sends a larger one with 1009,
+/// message too big (RFC 6455 7.4.1). A chunk over it (`--max-chunk-chars` allows a million
+/// characters) was unread when the connection closed, so it went again after the rejoin, and
+/// the server closed that connection too: for ever, every word the participant said after it
+/// queued behind it and was lost. After a 1009 the largest text the server was not seen to
+/// read (at least as large as the message it refused) is dropped, counted as refused by the
+/// server, and what came after it is delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_too_big_for_the_server_is_dropped_not_sent_for_ever() {
+    use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+    const LIMIT: usize = 64 * 1024;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let log: Arc<Mutex<Vec<(usize, Value)>>> = Arc::default();
+    let out = log.clone();
+    tokio::spawn(async move {
+        let mut n = 0;
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (conn, log) = (n, out.clone());
+            n += 1;
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                    return;
+                };
+                while let Some(Ok(m)) = ws.next().await {
+                    let text = m.to_text().unwrap_or("");
+                    if text.len() > LIMIT {
+                        let close = CloseFrame {
+                            code: CloseCode::Size,
+                            reason: "message too big".into(),
+                        };
+                        let _ = ws.send(Message::Close(Some(close))).await;
+                        while let Some(Ok(_)) = ws.next().await {}
+                        return;
+                    }
+                    if let Ok(v) = serde_json::from_str::<Value>(text) {
+                        log.lock().unwrap().push((conn, v));
+                    }
+                }
+            });
+        }
+    });
+    let metrics = SinkMetrics::default();
+    let mut sink = WsSink::new(config(url, metrics.clone()));
+    let mut talk = Talk::new();
+    let p = "t140:0000a207@127.0.0.1:40207";
+    sink.send(talk.join(p));
+    sink.send(talk.add(p, "Before."));
+    sink.send(talk.add(p, &"long ".repeat(LIMIT / 4)));
+    sink.send(talk.add(p, "After."));
+    let said = || {
+        log.lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, v)| v["type"] == "context.add")
+            .map(|(_, v)| v["payload"]["content"].as_str().unwrap_or("").to_owned())
+            .collect::<Vec<_>>()
+    };
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !said().iter().any(|t| t == "After.") {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never delivered after the text too big: {:?}, {} connections",
+            said(),
+            log.lock()
+                .unwrap()
+                .iter()
+                .map(|(c, _)| c + 1)
+                .max()
+                .unwrap_or(0)
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let stats = sink.close(Duration::from_secs(5)).await;
+    assert_eq!(metrics.server_refused_items.get(), 1);
+    // "Before." once, or twice if its connection closed before the pong showed it read.
+    let before = said().iter().filter(|t| *t == "Before.").count() as u64;
+    assert!((1..=2).contains(&before), "{:?}", said());
+    // Sent: the join, "Before." and "After."; dropped: the text too big.
+    assert_eq!((stats.sent, stats.dropped), (3, 1));
+}

@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::error::UrlError;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
@@ -902,6 +903,16 @@ async fn connection(
                                 // queued and writes on a flush.
                                 let _ = tokio::time::timeout(cfg.write_timeout, ws.flush()).await;
                                 closed_log(&participant, frame.as_ref(), &mut closing_early, opened);
+                                if frame.as_ref().is_some_and(|f| f.code == CloseCode::Size)
+                                    && let Some(id) = retry.largest_unread()
+                                {
+                                    // RFC 6455 7.4.1: 1009, a message too big for the server.
+                                    // Sent again after the rejoin, it would close every
+                                    // connection, the participant's later text queued behind
+                                    // it: the largest text not seen read (as large as the one
+                                    // refused, at least) is dropped, refused by the server.
+                                    refused_text(id, &mut recent, &mut retry, &counts, m, &participant);
+                                }
                                 continue 'reconnect;
                             }
                             None => {
@@ -1461,6 +1472,15 @@ impl Retry {
     fn let_go(&mut self) {
         self.seen_read(self.written);
         self.held.clear();
+    }
+
+    /// The largest text held that the server was not seen to read.
+    fn largest_unread(&self) -> Option<ulid::Ulid> {
+        self.held
+            .iter()
+            .filter(|k| k.n >= self.read)
+            .max_by_key(|k| k.e.json().len())
+            .map(|k| k.e.id())
     }
 
     /// The server refused the written text `id` for good: no longer held, and marked done
