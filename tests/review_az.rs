@@ -496,3 +496,60 @@ async fn text_too_big_for_the_server_is_dropped_not_sent_for_ever() {
     // Sent: the join, "Before." and "After."; dropped: the text too big.
     assert_eq!((stats.sent, stats.dropped), (3, 1));
 }
+
+/// Found by review az (session 47). The commonest certificate error of a `wss://` server, one
+/// whose certificate no CA the gateway trusts signed (self-signed, or a private CA's without
+/// `--ca-file`), was logged as rustls names it, `invalid peer certificate: UnknownIssuer`: not
+/// in words, and nothing said what fixes it. It is said in words, with the flag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wss_certificate_no_trusted_ca_signed_is_said_in_words() {
+    capture_logs();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let key = rustls_pki_types::PrivateKeyDer::Pkcs8(cert.signing_key.serialize_der().into());
+    let server = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.cert.der().clone()], key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let _ = acceptor.accept(tcp).await;
+            });
+        }
+    });
+    // The gateway trusts another CA only.
+    let mut other = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    other.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    other
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "review az other CA");
+    let other = other
+        .self_signed(&rcgen::KeyPair::generate().unwrap())
+        .unwrap();
+    let ca = std::env::temp_dir().join(format!("pvp-t140-review-az-ca-{}.pem", std::process::id()));
+    std::fs::write(&ca, other.pem()).unwrap();
+    let tls = pvp_t140::sink::tls::client_config(Some(&ca)).unwrap();
+    std::fs::remove_file(&ca).ok();
+    let mut sink = WsSink::new(WsConfig {
+        tls: Some(tls),
+        ..config(format!("wss://localhost:{port}/"), SinkMetrics::default())
+    });
+    let mut talk = Talk::new();
+    let p = "t140:0000a208@127.0.0.1:40208";
+    sink.send(talk.join(p));
+    until("the connect failed", || {
+        !log_lines_with(&[p, "PVP connect failed"]).is_empty()
+    })
+    .await;
+    sink.close(Duration::from_millis(100)).await;
+    let line = &log_lines_with(&[p, "PVP connect failed"])[0];
+    assert!(
+        line.contains("not signed by a CA") && line.contains("--ca-file"),
+        "{line}"
+    );
+}

@@ -1152,7 +1152,8 @@ async fn connect(
             .to_owned();
         let tls = tokio_rustls::TlsConnector::from(config)
             .connect(name, tcp)
-            .await?;
+            .await
+            .map_err(tls_failure)?;
         MaybeTlsStream::Rustls(tls)
     } else {
         MaybeTlsStream::Plain(tcp)
@@ -1199,6 +1200,33 @@ async fn connect_tcp(addrs: Vec<std::net::SocketAddr>) -> std::io::Result<TcpStr
             "could not resolve to any address",
         )
     }))
+}
+
+/// A failed TLS handshake as the log says it. rustls says some certificate errors in words
+/// (a name the certificate does not hold, an expiry), others only by their name; the
+/// commonest of those, a certificate no trusted CA signed (a self-signed one, or a private
+/// CA's without `--ca-file`), was logged as `invalid peer certificate: UnknownIssuer`, with
+/// nothing saying what fixes it.
+fn tls_failure(e: std::io::Error) -> std::io::Error {
+    use rustls::CertificateError as C;
+    let cert = match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+        Some(rustls::Error::InvalidCertificate(c)) => c,
+        _ => return e,
+    };
+    let words = match cert {
+        C::UnknownIssuer => {
+            "the server's certificate is not signed by a CA this gateway trusts (self-signed, \
+             or a private CA's: give that CA's certificate with --ca-file)"
+        }
+        C::BadSignature => {
+            "the server's certificate does not verify against the CA it names (a --ca-file of \
+             another CA under the same name?)"
+        }
+        C::BadEncoding => "the server's certificate does not parse",
+        C::Revoked => "the server's certificate is revoked",
+        _ => return e,
+    };
+    std::io::Error::new(e.kind(), format!("{words}: {e}"))
 }
 
 /// The `Authorization` header (HTTP Basic, RFC 7617) for the user information of a URL's
