@@ -553,3 +553,98 @@ async fn a_wss_certificate_no_trusted_ca_signed_is_said_in_words() {
         "{line}"
     );
 }
+
+/// Reads a client's HTTP upgrade request and answers 101: the stream is then a WebSocket's
+/// server side this test reads and writes raw frames on (so it answers no ping).
+async fn accept_raw(tcp: &mut tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut req = Vec::new();
+    let mut b = [0u8; 1];
+    while !req.ends_with(b"\r\n\r\n") {
+        assert_ne!(
+            tcp.read(&mut b).await.unwrap(),
+            0,
+            "closed in its handshake"
+        );
+        req.push(b[0]);
+    }
+    let req = String::from_utf8(req).unwrap();
+    let key = req
+        .lines()
+        .find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.eq_ignore_ascii_case("sec-websocket-key")
+                .then(|| v.trim().to_owned())
+        })
+        .unwrap();
+    let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+    let resp = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
+    );
+    tcp.write_all(resp.as_bytes()).await.unwrap();
+}
+
+/// One (masked) client frame: its opcode and unmasked payload; `None` at the end.
+async fn read_frame(r: &mut tokio::net::TcpStream) -> Option<(u8, Vec<u8>)> {
+    use tokio::io::AsyncReadExt;
+    let mut h = [0u8; 2];
+    r.read_exact(&mut h).await.ok()?;
+    let len = match h[1] & 0x7f {
+        126 => u64::from(r.read_u16().await.ok()?),
+        127 => r.read_u64().await.ok()?,
+        n => u64::from(n),
+    };
+    let mut mask = [0u8; 4];
+    if h[1] & 0x80 != 0 {
+        r.read_exact(&mut mask).await.ok()?;
+    }
+    let mut p = vec![0u8; len as usize];
+    r.read_exact(&mut p).await.ok()?;
+    for (i, b) in p.iter_mut().enumerate() {
+        *b ^= mask[i % 4];
+    }
+    Some((h[0] & 0x0f, p))
+}
+
+/// Found by review az (session 47). As [`text_too_big_for_the_server_is_dropped_not_sent_for_ever`],
+/// with the server's 1009 read while the connection closes after the participant's leave: a
+/// Close from the server there was taken as the answer to the gateway's own, showing all
+/// written before it read, so the text the server refused as too big was counted as sent
+/// (and, with `--spool`, marked delivered). A Close 1009 shows nothing read: the text not seen
+/// read is counted as dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_too_big_for_the_server_after_the_leave_counts_as_dropped() {
+    use tokio::io::AsyncWriteExt;
+    const LIMIT: usize = 64 * 1024;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                accept_raw(&mut tcp).await;
+                // No ping answered: the text over the limit is not read. The 1009 goes as the
+                // answer to the gateway's Close, so it is read as the connection closes.
+                while let Some((op, _)) = read_frame(&mut tcp).await {
+                    if op == 8 {
+                        let mut close = 1009u16.to_be_bytes().to_vec();
+                        close.extend_from_slice(b"message too big");
+                        let mut f = vec![0x88, close.len() as u8];
+                        f.extend_from_slice(&close);
+                        let _ = tcp.write_all(&f).await;
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let metrics = SinkMetrics::default();
+    let mut sink = WsSink::new(config(url, metrics.clone()));
+    let mut talk = Talk::new();
+    let p = "t140:0000a209@127.0.0.1:40209";
+    sink.send(talk.join(p));
+    sink.send(talk.add(p, &"long ".repeat(LIMIT / 4)));
+    sink.send(talk.leave(p));
+    let stats = sink.close(Duration::from_secs(5)).await;
+    // Sent: the join and the leave; dropped: the text too big.
+    assert_eq!((stats.sent, stats.dropped), (2, 1));
+}

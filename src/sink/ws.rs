@@ -2339,7 +2339,11 @@ async fn close_politely<S>(
     let all_read = tokio::time::timeout(Duration::from_secs(2), async {
         while let Some(m) = ws.next().await {
             match (late.as_mut(), m) {
-                (_, Ok(Message::Close(_))) => return true,
+                // RFC 6455 7.4.1: 1009, the server closed on a message too big for it, not
+                // after reading all.
+                (_, Ok(Message::Close(f))) => {
+                    return !f.is_some_and(|f| f.code == CloseCode::Size);
+                }
                 (Some((late, counts)), Ok(Message::Text(text))) => late.read(&text, cfg, counts),
                 (Some((late, _)), Ok(Message::Pong(payload))) => late.retry.answered(&payload),
                 (_, Ok(_)) => {}
