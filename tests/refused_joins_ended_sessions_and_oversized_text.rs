@@ -1,6 +1,10 @@
-//! Review az (session 47): the WebSocket connection's lifecycle against a real WebSocket
-//! server on 127.0.0.1: how a refused join is counted, and what a connection the server keeps
-//! dropping logs.
+//! The WebSocket connection's lifecycle against a real WebSocket server on 127.0.0.1: text
+//! written behind a join or rejoin the server refused is counted dropped, not sent; a server
+//! dropping every connection without a Close is warned of once; a participant reconnecting
+//! after its session ended does not rejoin it; text too big for the server (Close 1009) is
+//! dropped and counted, not sent for ever; a certificate no trusted CA signed is said in words.
+//!
+//! Found by review az (session 47).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
