@@ -123,6 +123,21 @@ impl Sender {
             let waiting = !self.held.is_empty()
                 && self.held_ids.contains(e.sender())
                 && self.held.iter().any(|j| same_participant(j, &e));
+            // A new name (pvp-spec 7.1) for a speaker whose own join waits: the join carries
+            // it. Another speaker's waiting join under the same id (a mapping rule's) is not
+            // this speaker's: renamed after it, the name was lost uncounted (review ba).
+            let renames = (waiting && e.kind() == Kind::ParticipantAnnounce)
+                .then(|| {
+                    let speaker = crate::presence::speaker_of(&e);
+                    self.held.iter().rposition(|j| {
+                        same_participant(j, &e) && crate::presence::speaker_of(j) == speaker
+                    })
+                })
+                .flatten();
+            if let Some(i) = renames {
+                self.held[i] = self.held[i].join_as_announced(&e);
+                continue;
+            }
             match e.kind() {
                 Kind::SessionLeave if waiting => {
                     // Never joined, as far as the sink knows: nothing of it went in.
@@ -136,12 +151,6 @@ impl Sender {
                     // Past the bound if need be.
                     room = room.saturating_sub(1);
                     out.push(e);
-                }
-                Kind::ParticipantAnnounce if waiting => {
-                    // A new name (pvp-spec 7.1) before the join went in: the join carries it.
-                    if let Some(j) = self.held.iter_mut().rev().find(|j| same_participant(j, &e)) {
-                        *j = j.join_as_announced(&e);
-                    }
                 }
                 Kind::SessionJoin if room == 0 => {
                     self.held_ids.add(e.sender());

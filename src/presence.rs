@@ -31,7 +31,7 @@ struct Joined {
 /// the envelope carries it (its SSRC, source, CSRC or stream id: one speaker's own, and the
 /// same in its join and its announces). Only the participant's metadata is named so in these
 /// envelopes; 0 if it is not found.
-fn speaker_of(e: &Envelope) -> u64 {
+pub(crate) fn speaker_of(e: &Envelope) -> u64 {
     const KEY: &str = "\"metadata\":";
     let json = e.json();
     let Some(rest) = json.find(KEY).map(|at| &json[at + KEY.len()..]) else {

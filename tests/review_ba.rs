@@ -1,0 +1,83 @@
+//! Review ba (session 47): the stdio binding, the path from the receive workers to the sink
+//! (`handoff`), and the stop.
+
+use pvp_t140::Time;
+use pvp_t140::handoff;
+use pvp_t140::presence::Presence;
+use pvp_t140::pvp::{Builder, Envelope, Kind, Message, SenderId};
+
+/// What a sink writes of `batches`: each envelope its [`Presence`] lets out, as a sink does.
+fn written(presence: &mut Presence, rx: &mut handoff::Receiver) -> Vec<Message> {
+    let mut got = Vec::new();
+    while let Some(b) = rx.try_recv(usize::MAX) {
+        got.extend(
+            b.iter()
+                .filter(|e| presence.admit(e))
+                .map(Envelope::to_message),
+        );
+    }
+    got
+}
+
+/// A speaker's participant as the core describes it: its metadata names the speaker (its
+/// SSRC), its id the participant a mapping rule gives it ("room", shared).
+fn participant(ssrc: &str, name: &str) -> serde_json::Value {
+    serde_json::json!({
+        "id": "room",
+        "name": name,
+        "metadata": {"ssrc": ssrc},
+    })
+}
+
+/// Found by review ba (session 47). Two speakers a mapping rule gives one participant id
+/// ("room"), on one worker: speaker 1's join went in; the queue is full when speaker 2 joins,
+/// so speaker 2's join waits in the worker; then speaker 1's RTCP name comes
+/// (`participant.announce`, pvp-spec 7.1). The announce was taken for the waiting join's and
+/// folded into it, whichever speaker the join was of: speaker 2's join went in later renamed
+/// after speaker 1, held back by the sink's `Presence` (the participant is in already), and
+/// speaker 1's announce was neither written nor counted as refused: the name was lost with no
+/// trace. An announce folds only into its own speaker's waiting join; another's is refused
+/// for want of room, and counted.
+#[test]
+fn an_announce_is_not_folded_into_another_speakers_waiting_join() {
+    let (mut tx, mut rx) = handoff::queue(1);
+    let mut presence = Presence::default();
+    let mut b = Builder::new("s".into(), None, 1);
+    let room = || SenderId::from("room");
+    let join = |b: &mut Builder, t, ssrc| {
+        b.envelope(
+            Time(t),
+            room(),
+            Kind::SessionJoin,
+            &serde_json::json!({ "participant": participant(ssrc, &format!("T.140 {ssrc}")) }),
+        )
+    };
+    let join1 = join(&mut b, 0, "00000001");
+    assert_eq!(tx.offer(vec![join1]), 0);
+    // The queue is full (its bound, 1): speaker 2's join waits.
+    let join2 = join(&mut b, 1, "00000002");
+    assert_eq!(tx.offer(vec![join2]), 0, "a join is never refused");
+    // Speaker 1 is named by its RTCP.
+    let announce1 = b.envelope(
+        Time(2),
+        room(),
+        Kind::ParticipantAnnounce,
+        &participant("00000001", "Ada"),
+    );
+    let refused = tx.offer(vec![announce1]);
+    let mut got = written(&mut presence, &mut rx);
+    // The sink caught up: the waiting join goes in.
+    assert_eq!(tx.offer(Vec::new()), 0);
+    got.extend(written(&mut presence, &mut rx));
+    let named_ada = got
+        .iter()
+        .any(|m| m.payload["name"] == "Ada" || m.payload["participant"]["name"] == "Ada");
+    assert!(
+        named_ada || refused == 1,
+        "speaker 1's name is written or its announce counted as refused: refused {refused}, \
+         written {:?}",
+        got.iter()
+            .map(|m| format!("{} {}", m.kind, m.payload))
+            .collect::<Vec<_>>()
+    );
+}
