@@ -81,3 +81,52 @@ fn an_announce_is_not_folded_into_another_speakers_waiting_join() {
             .collect::<Vec<_>>()
     );
 }
+
+/// Found by review ba (session 47). As above, with both speakers' joins waiting (the queue was
+/// full when each joined) when speaker 1's RTCP name comes: it was folded into the newest
+/// waiting join of the id, speaker 2's, so speaker 1's join went in under its first name
+/// (the one `Presence` lets out) and speaker 2's, renamed "Ada", was held back: the participant
+/// never got its name. It goes into speaker 1's own join.
+#[test]
+fn an_announce_renames_its_own_speakers_waiting_join_not_the_newest() {
+    let (mut tx, mut rx) = handoff::queue(1);
+    let mut presence = Presence::default();
+    let mut b = Builder::new("s".into(), None, 1);
+    let room = || SenderId::from("room");
+    let filler = b.envelope(
+        Time(0),
+        SenderId::from("other"),
+        Kind::SessionJoin,
+        &serde_json::json!({ "participant": {"id": "other"} }),
+    );
+    assert_eq!(tx.offer(vec![filler]), 0);
+    let join = |b: &mut Builder, t, ssrc| {
+        b.envelope(
+            Time(t),
+            room(),
+            Kind::SessionJoin,
+            &serde_json::json!({ "participant": participant(ssrc, &format!("T.140 {ssrc}")) }),
+        )
+    };
+    let joins = vec![join(&mut b, 1, "00000001"), join(&mut b, 2, "00000002")];
+    assert_eq!(tx.offer(joins), 0, "both wait");
+    let announce1 = b.envelope(
+        Time(3),
+        room(),
+        Kind::ParticipantAnnounce,
+        &participant("00000001", "Ada"),
+    );
+    assert_eq!(tx.offer(vec![announce1]), 0, "folded into a waiting join");
+    let mut got = written(&mut presence, &mut rx);
+    // The sink catches up, one place at a time.
+    for _ in 0..2 {
+        assert_eq!(tx.offer(Vec::new()), 0);
+        got.extend(written(&mut presence, &mut rx));
+    }
+    let joined: Vec<_> = got
+        .iter()
+        .filter(|m| m.kind == "session.join" && m.sender == "room")
+        .map(|m| m.payload["participant"]["name"].clone())
+        .collect();
+    assert_eq!(joined, ["Ada"], "the participant joins named by its RTCP");
+}
