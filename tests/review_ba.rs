@@ -1,6 +1,11 @@
 //! Review ba (session 47): the stdio binding, the path from the receive workers to the sink
 //! (`handoff`), and the stop.
 
+mod common;
+
+use std::time::Duration;
+
+use common::gateway_proc::Gateway;
 use pvp_t140::Time;
 use pvp_t140::handoff;
 use pvp_t140::presence::Presence;
@@ -129,4 +134,33 @@ fn an_announce_renames_its_own_speakers_waiting_join_not_the_newest() {
         .map(|m| m.payload["participant"]["name"].clone())
         .collect();
     assert_eq!(joined, ["Ada"], "the participant joins named by its RTCP");
+}
+
+/// Found by review ba (session 47). README, "Scaling out": "The sink, the RTCP reader and the
+/// metrics endpoint run on one more thread". With stdout the sink, the writer is a thread of
+/// its own (`stdout-sink`, `src/sink/stdout.rs`: a stdout nobody reads blocks it, not the
+/// runtime), which `top -H` shows beside the `pvp-rx-N` the section names; only a WebSocket
+/// sink is a task on that one more thread.
+#[test]
+fn the_readme_names_the_stdout_writers_own_thread() {
+    let mut gw = Gateway::start(&["--listen", "127.0.0.1:0"]);
+    let names = gw.thread_names();
+    assert!(gw.terminate(Duration::from_secs(20)).success());
+    assert!(
+        names.iter().any(|n| n == "stdout-sink"),
+        "the stdout writer's thread: {names:?}"
+    );
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let from = readme.find("### Scaling out").unwrap();
+    let section = &readme[from..from + readme[from..].find("\n## ").unwrap()];
+    let flat = section.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        !flat.contains("The sink, the RTCP reader and the metrics endpoint run on one more thread"),
+        "the stdout writer is not on that thread"
+    );
+    assert!(
+        flat.contains("`stdout-sink`"),
+        "the section names the writer's thread"
+    );
 }
