@@ -1666,6 +1666,27 @@ const SIGHUP: u32 = 1;
 #[cfg(unix)]
 const SIGINT: u32 = 2;
 
+/// SIGINT, SIGTERM and SIGHUP unblocked in this thread, the one that installs [`Signals`] and
+/// waits in the runtime until the process ends: a signal mask is inherited across exec (POSIX
+/// XSH `exec`), and a parent's thread that blocked them (to take signals on a thread of its
+/// own) started a gateway whose handlers never ran. SIGTERM stopped nothing, and the
+/// supervisor's SIGKILL lost what every stream held. The kernel gives a process a signal on
+/// any of its threads that does not block it. Blocking is no choice to keep, as ignoring is
+/// ([`ignored_at_start`]): an ignored SIGINT or SIGHUP stays ignored, unblocked or not.
+fn unblock_stop_signals() {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        use nix::sys::signal::{SigSet, Signal};
+        let mut set = SigSet::empty();
+        for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+            set.add(s);
+        }
+        if let Err(e) = set.thread_unblock() {
+            tracing::warn!("unblocking SIGINT, SIGTERM and SIGHUP: {e}");
+        }
+    }
+}
+
 impl Signals {
     /// Inside the runtime.
     fn install() -> Self {
@@ -1684,6 +1705,7 @@ impl Signals {
             // for the process's life).
             #[cfg(any(target_os = "linux", target_os = "android"))]
             let _ = signal(SignalKind::from_raw(nix::libc::SIGXFSZ));
+            unblock_stop_signals();
             Signals {
                 int: unless_ignored(SIGINT, SignalKind::interrupt()),
                 term: signal(SignalKind::terminate()).ok(),

@@ -164,3 +164,43 @@ fn the_readme_names_the_stdout_writers_own_thread() {
         "the section names the writer's thread"
     );
 }
+
+/// Found by review ba (session 47). A process inherits its signal mask across exec (POSIX
+/// XSH `exec`): a gateway started by a parent that had SIGTERM, SIGINT and SIGHUP blocked (a
+/// launcher's thread that blocks them to take signals elsewhere) caught them with a handler
+/// that was never run, since a blocked signal is only made pending. SIGTERM did nothing, and
+/// the supervisor's SIGKILL after its stop timeout lost what every stream held, with no
+/// `session.leave` (README: SIGTERM "flushes every stream, prints a `session.leave` for
+/// each"). The gateway unblocks the signals it catches.
+#[test]
+fn sigterm_stops_a_gateway_started_with_the_stop_signals_blocked() {
+    // `env --block-signal` (GNU coreutils) starts the gateway with them blocked; the
+    // shell's `exec env` takes the place of `start_after`'s own exec.
+    let mut gw = Gateway::start_after(
+        "exec env --block-signal=TERM,INT,HUP \"$0\" \"$@\"",
+        &["--listen", "127.0.0.1:0", "--idle-flush-ms", "60000"],
+    );
+    // The threads started before the gateway unblocked them (its log writer's) keep the mask
+    // they were started with: the start had SIGTERM blocked.
+    let sigterm_blocked = |task: std::fs::DirEntry| {
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigBlk:"))
+            .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+            .is_some_and(|mask| mask & (1 << (15 - 1)) != 0)
+    };
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", gw.pid())).unwrap();
+    assert!(
+        tasks.flatten().any(sigterm_blocked),
+        "started with SIGTERM blocked"
+    );
+    let mut s = common::gateway_proc::Sender::new(gw.listen, 0x5150);
+    // No sentence end and a minute's idle flush: held until the stop, which reads what the
+    // kernel already took for the socket first.
+    s.send("held until the stop");
+    assert!(gw.terminate(Duration::from_secs(20)).success());
+    let out = gw.stdout_lines().join("\n");
+    assert!(out.contains("\"content\":\"held until the stop\""), "{out}");
+    assert!(out.contains("\"type\":\"session.leave\""), "{out}");
+}
