@@ -204,3 +204,28 @@ fn sigterm_stops_a_gateway_started_with_the_stop_signals_blocked() {
     assert!(out.contains("\"content\":\"held until the stop\""), "{out}");
     assert!(out.contains("\"type\":\"session.leave\""), "{out}");
 }
+
+/// Found by review ba (session 47). Stdout redirected to a full disk (`/dev/full`: ENOSPC on
+/// every write), which the writer waits out as README says ("a full disk under a redirected
+/// stdout ... is no failure: the writer waits for room"). At the stop, what it could not
+/// write in the grace is counted as dropped, and the warning asked "is stdout read?": the
+/// wrong question for a file on a full disk, where /healthz says "or the disk is full". The
+/// warning names both causes, and the count is there.
+#[test]
+fn the_stop_over_a_full_disk_under_stdout_does_not_blame_the_reader_alone() {
+    let mut gw = Gateway::start_after(
+        "exec >/dev/full",
+        &["--listen", "127.0.0.1:0", "--idle-flush-ms", "60000"],
+    );
+    let mut s = common::gateway_proc::Sender::new(gw.listen, 0x5151);
+    s.send("Onto a full disk. ");
+    gw.wait_stderr(Duration::from_secs(20), "waiting for room");
+    assert!(gw.terminate(Duration::from_secs(30)).success());
+    let warned = gw.wait_stderr(Duration::from_secs(5), "did not finish within");
+    let message = common::gateway_proc::log_field(&warned, "message");
+    assert!(message.contains("disk"), "{message}");
+    let stopped = gw.wait_stderr(Duration::from_secs(5), "\"stopped\"");
+    // The join, the sentence and the leave: none written, each counted.
+    let count = |name| common::gateway_proc::log_number(&stopped, name);
+    assert_eq!((count("sent"), count("dropped")), (0, 3), "{stopped}");
+}

@@ -126,8 +126,8 @@ impl StdoutSink {
             let unwritten = taken.saturating_sub(sent + dropped) + queued;
             tracing::warn!(
                 unwritten,
-                "stdout writer did not finish within {grace:?} (is stdout read?); envelopes not \
-                 written count as dropped"
+                "stdout writer did not finish within {grace:?} (stdout is not read, or its \
+                 disk is full); envelopes not written count as dropped"
             );
             dropped += unwritten;
         }
