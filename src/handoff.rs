@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 
 use crate::pvp::{Envelope, Kind, SenderId};
 use crate::refused::RefusedItems;
+use crate::said::Said;
 
 /// A queue of at most `bound` envelopes (see `udp::SINK_QUEUE` for the one the gateway uses).
 pub fn queue(bound: usize) -> (Sender, Receiver) {
@@ -27,6 +28,7 @@ pub fn queue(bound: usize) -> (Sender, Receiver) {
             held_ids: Counts::default(),
             refused: RefusedItems::new(bound),
             refused_total: Counter::default(),
+            said: Said::default(),
         },
         Receiver { rx, queued },
     )
@@ -49,6 +51,10 @@ pub struct Sender {
     refused: RefusedItems,
     /// Every refusal, shared by the clones ([`Sender::count_refusals`]).
     refused_total: Counter,
+    /// This sender's refusals, logged at the first and then at most every 10 s: behind a
+    /// stdout nobody reads every envelope is refused, and the log said nothing of it until
+    /// the stop (review ba).
+    said: Said<std::time::Instant>,
 }
 
 impl Clone for Sender {
@@ -61,6 +67,7 @@ impl Clone for Sender {
             held_ids: Counts::default(),
             refused: RefusedItems::new(self.bound),
             refused_total: self.refused_total.clone(),
+            said: Said::default(),
         }
     }
 }
@@ -82,10 +89,19 @@ impl Sender {
         self.count(refused)
     }
 
-    /// Counts `refused` envelopes on `/metrics` ([`Sender::count_refusals`]).
-    fn count(&self, refused: usize) -> usize {
+    /// Counts `refused` envelopes on `/metrics` ([`Sender::count_refusals`]), and logs them at
+    /// the first and then at most every [`crate::said::SAID_EVERY`], with how many since.
+    fn count(&mut self, refused: usize) -> usize {
         if refused > 0 {
             self.refused_total.inc_by(refused as u64);
+            if let Some(refused) = self.said.tell(std::time::Instant::now(), refused as u64) {
+                tracing::warn!(
+                    refused,
+                    "sink queue full: envelopes refused, the sink not keeping up (a stdout not \
+                     read, a slow PVP server); logged at most every 10 s, with how many since, \
+                     each counted (sink_queue_full)"
+                );
+            }
         }
         refused
     }

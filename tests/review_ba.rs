@@ -229,3 +229,62 @@ fn the_stop_over_a_full_disk_under_stdout_does_not_blame_the_reader_alone() {
     let count = |name| common::gateway_proc::log_number(&stopped, name);
     assert_eq!((count("sent"), count("dropped")), (0, 3), "{stopped}");
 }
+
+/// Found by review ba (session 47). Behind a stdout nobody reads, the queue to the sink fills
+/// and every envelope after is refused: counted (`pvp_t140_sink_queue_refused_total`), but the
+/// log said nothing until the stop (each worker's `sink queue was full` then), while a
+/// gateway could refuse every word for hours; a WebSocket participant's full queue is logged
+/// at its first refusal and then at most every 10 s. The hand-off's refusals now are too.
+#[test]
+fn refusals_behind_an_unread_stdout_are_logged_while_running() {
+    let mut gw = Gateway::start_unread(&["--listen", "127.0.0.1:0", "--max-pps-per-source", "0"]);
+    let mut senders: Vec<_> = (0..8)
+        .map(|i| common::gateway_proc::Sender::new(gw.listen, 0x7000 + i))
+        .collect();
+    let said = |gw: &Gateway| {
+        gw.stderr_lines()
+            .into_iter()
+            .find(|l| l.contains("sink queue full"))
+    };
+    // A sentence a datagram, each a `context.add`: more than the queue's 65,536 envelopes,
+    // sent until the refusal is said (the kernel may drop some of a burst).
+    let mut sent = 0;
+    while said(&gw).is_none() && sent < 400_000 {
+        for _ in 0..1000 {
+            for s in &mut senders {
+                s.send("Word. ");
+            }
+        }
+        sent += 8000;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let line = said(&gw).unwrap_or_else(|| {
+        panic!(
+            "no refusal said while running, {sent} sentences sent:\n{}",
+            gw.stderr_lines().join("\n")
+        )
+    });
+    assert!(
+        common::gateway_proc::log_number(&line, "refused") > 0,
+        "{line}"
+    );
+    // Said at the first and then at most every 10 s, not a line a refusal.
+    let lines = gw
+        .stderr_lines()
+        .iter()
+        .filter(|l| l.contains("sink queue full"))
+        .count();
+    assert_eq!(lines, 1);
+    // At the stop every envelope made is counted once: written (`sent`), taken by the sink and
+    // not written (`dropped`), or refused in front of it (`sink_queue_full`, apart).
+    assert!(gw.terminate(Duration::from_secs(30)).success());
+    let stopped = gw.wait_stderr(Duration::from_secs(5), "\"stopped\"");
+    let counters = gw.wait_stderr(Duration::from_secs(5), "\"counters\"");
+    let n = |line: &str, name| common::gateway_proc::log_number(line, name);
+    assert!(n(&stopped, "sink_queue_full") > 0, "{stopped}");
+    assert_eq!(
+        n(&stopped, "sent") + n(&stopped, "dropped") + n(&stopped, "sink_queue_full"),
+        n(&counters, "envelopes"),
+        "{stopped}\n{counters}"
+    );
+}

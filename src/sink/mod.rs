@@ -119,7 +119,9 @@ fn secret_name(name: &str) -> bool {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct SinkStats {
     pub sent: u64,
-    /// Envelopes refused because the sink's bounded queue was full or the sink had failed.
+    /// Envelopes the sink took and did not deliver: refused by a WebSocket participant's own
+    /// queue, or not written once stdout failed or the stop's grace ran out. Those the
+    /// hand-off queue in front of the sink refused are not among them (`sink_queue_full`).
     pub dropped: u64,
 }
 
