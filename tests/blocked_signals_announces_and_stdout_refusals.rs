@@ -1,5 +1,9 @@
-//! Review ba (session 47): the stdio binding, the path from the receive workers to the sink
-//! (`handoff`), and the stop.
+//! The stdio binding, the hand-off from the receive workers to the sink, and the stop: a
+//! gateway started with the stop signals blocked still stops on SIGTERM; a speaker's announce
+//! folds only into its own waiting join; refusals behind an unread stdout are logged while
+//! running; the stop over a full disk says so.
+//!
+//! Found by review ba (session 47).
 
 mod common;
 
