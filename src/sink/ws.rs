@@ -667,6 +667,8 @@ async fn connection(
         let mut alive = Liveness::new(cfg.heartbeat, cfg.silence);
         loop {
             let paused = paused_until.is_some_and(|t| t > tokio::time::Instant::now());
+            // Text unread up to the bound: no more written until the pong ([`UNREAD_WAIT`]).
+            let full_until = retry.full_until();
             if rejoin_again && !paused {
                 // The rejoin was refused as RATE_LIMITED: made again after the pause, before
                 // anything else (text refused with it goes after it).
@@ -733,6 +735,7 @@ async fn connection(
                     // branch's expression too, and a `Sleep` made on every pass read the clock
                     // and took a reference to the runtime for each frame read.
                     () = async { if let Some(t) = paused_until { tokio::time::sleep_until(t).await } }, if paused => None,
+                    () = async { if let Some(t) = full_until { tokio::time::sleep_until(t.into()).await } }, if full_until.is_some() => None,
                     () = async { if let Some(t) = gate_deadline { tokio::time::sleep_until(t.into()).await } }, if gate_deadline.is_some() => {
                         if let Some(g) = gates.as_mut() {
                             settle(g, &mut outbox, &cfg, &participant, &counts);
@@ -955,7 +958,7 @@ async fn connection(
                         stopping(&mut ws, held, late, &cfg, &participant, &counts).await;
                         return;
                     }
-                    e = rx.recv(), if queue_open && !paused && pending.is_none() => match e {
+                    e = rx.recv(), if queue_open && !paused && full_until.is_none() && pending.is_none() => match e {
                         Some((queued, e)) => {
                             match gates.as_mut() {
                                 // A chunk from the core is held for approval: its request
@@ -1285,6 +1288,15 @@ const HOLD_FOR: std::time::Duration = std::time::Duration::from_secs(5);
 /// second through `--server-silence-s`'s 90 s.
 const UNREAD: usize = 128;
 
+/// How long a connection holding [`UNREAD`] text not yet seen read, a ping out asking about
+/// it, waits for the pong before it writes more (and so lets the oldest go, marked done in the
+/// journal though not seen read). A server answers a ping within a round trip; one that does
+/// not answer in this long is taken for one that answers none (RFC 6455 5.5.2 says it must),
+/// and the connection goes on as before, without waiting again until a pong comes. Without the wait, a burst past [`UNREAD`] (a
+/// participant's backlog after an outage, a restart's resend) let text go that the server had
+/// not read: at-least-once broken for it, by a connection lost before the pong (review bb).
+const UNREAD_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A text envelope written: when, when it was queued, and its number among the connection's
 /// text writes.
 struct Kept {
@@ -1326,6 +1338,8 @@ struct Retry {
     asking: bool,
     /// Heartbeat ticks the ping has been out at ([`Retry::tick`]).
     ticks_out: u8,
+    /// A wait for a pong at [`UNREAD`] ran out ([`Retry::full_until`]); cleared by a pong.
+    pongless: bool,
     /// The first 8 bytes of this participant's ping payloads: a pong a server sends unasked
     /// (RFC 6455 5.5.3 allows one) is not taken for an answer.
     token: u64,
@@ -1382,6 +1396,19 @@ impl Retry {
                 self.done(&k.e);
             }
         }
+    }
+
+    /// Until when the connection waits before writing more text: it holds [`UNREAD`] text not
+    /// seen read and asks about it, the oldest written less than [`UNREAD_WAIT`] ago. A wait
+    /// that ran out marks the server as one that answers no ping: no more waits until a pong.
+    fn full_until(&mut self) -> Option<std::time::Instant> {
+        if self.pongless || !self.asking || self.written.saturating_sub(self.read) < UNREAD as u64 {
+            return None;
+        }
+        let oldest = self.held.iter().find(|k| k.n >= self.read)?;
+        let until = oldest.written + UNREAD_WAIT;
+        self.pongless = until <= std::time::Instant::now();
+        (!self.pongless).then_some(until)
     }
 
     /// A ping's payload: the token and `n`, the count of text written before the ping.
@@ -1482,6 +1509,7 @@ impl Retry {
         }
         self.seen_read(n);
         self.asking = false;
+        self.pongless = false;
         self.ticks_out = 0;
         self.expire(std::time::Instant::now());
     }
