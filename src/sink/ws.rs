@@ -1338,7 +1338,8 @@ struct Retry {
     asking: bool,
     /// Heartbeat ticks the ping has been out at ([`Retry::tick`]).
     ticks_out: u8,
-    /// A wait for a pong at [`UNREAD`] ran out ([`Retry::full_until`]); cleared by a pong.
+    /// A wait for a pong at [`UNREAD`] ran out ([`Retry::full_until`]); cleared by a pong and
+    /// by the connection's loss ([`Retry::unread`]).
     pongless: bool,
     /// The first 8 bytes of this participant's ping payloads: a pong a server sends unasked
     /// (RFC 6455 5.5.3 allows one) is not taken for an answer.
@@ -1560,6 +1561,9 @@ impl Retry {
         counts: &Counts,
     ) -> Vec<(std::time::Instant, Envelope)> {
         self.asking = false;
+        // The next connection waits for its own pong at [`UNREAD`]: one that got none (a
+        // server hung, then lost) says nothing of it, and writing on let its backlog go.
+        self.pongless = false;
         let first = self
             .held
             .iter()

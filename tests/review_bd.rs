@@ -1,0 +1,203 @@
+//! Review bd (session 47): a second look at what landed in session 47.
+
+mod common;
+#[path = "common/ws_recorder.rs"]
+mod ws_recorder;
+
+use std::time::Duration;
+
+use common::talk::Talk;
+use futures_util::StreamExt;
+use pvp_t140::sink::ws::{WsConfig, WsSink};
+use tokio::net::TcpListener;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Reads a client's HTTP upgrade request and answers 101: the stream is then a WebSocket's
+/// server side read raw (so no ping is answered).
+async fn accept_raw(tcp: &mut tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut req = Vec::new();
+    let mut b = [0u8; 1];
+    while !req.ends_with(b"\r\n\r\n") {
+        assert_ne!(
+            tcp.read(&mut b).await.unwrap(),
+            0,
+            "closed in its handshake"
+        );
+        req.push(b[0]);
+    }
+    let req = String::from_utf8(req).unwrap();
+    let key = req
+        .lines()
+        .find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.eq_ignore_ascii_case("sec-websocket-key")
+                .then(|| v.trim().to_owned())
+        })
+        .unwrap();
+    let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+    let resp = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
+    );
+    tcp.write_all(resp.as_bytes()).await.unwrap();
+}
+
+/// One (masked) client frame: its opcode and unmasked payload; `None` at the end.
+async fn read_frame(r: &mut tokio::net::TcpStream) -> Option<(u8, Vec<u8>)> {
+    use tokio::io::AsyncReadExt;
+    let mut h = [0u8; 2];
+    r.read_exact(&mut h).await.ok()?;
+    let len = match h[1] & 0x7f {
+        126 => u64::from(r.read_u16().await.ok()?),
+        127 => r.read_u64().await.ok()?,
+        n => u64::from(n),
+    };
+    let mut mask = [0u8; 4];
+    if h[1] & 0x80 != 0 {
+        r.read_exact(&mut mask).await.ok()?;
+    }
+    let mut p = vec![0u8; len as usize];
+    r.read_exact(&mut p).await.ok()?;
+    for (i, b) in p.iter_mut().enumerate() {
+        *b ^= mask[i % 4];
+    }
+    Some((h[0] & 0x0f, p))
+}
+
+/// The next text frame any connection read (20 s at most).
+async fn next(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<(usize, serde_json::Value)>,
+) -> (usize, serde_json::Value) {
+    tokio::time::timeout(WAIT, rx.recv())
+        .await
+        .expect("a frame within 20 s")
+        .unwrap()
+}
+
+/// "conn type content" of a frame.
+fn shown((conn, v): &(usize, serde_json::Value)) -> String {
+    format!(
+        "{conn} {} {}",
+        v["type"].as_str().unwrap_or(""),
+        v["payload"]["content"].as_str().unwrap_or("")
+    )
+}
+
+/// Found by review bd (session 47). A connection that waited the 5 s for a pong at 128
+/// unread texts and got none took the server for one that answers no ping, and the flag
+/// outlived the connection: after a reconnect (the server back from a hang), the new
+/// connection wrote a backlog past 128 without waiting for its pong, letting the oldest go,
+/// marked done though not seen read, so a second loss before the pong lost them. The wait is
+/// a connection's: each new connection waits again.
+///
+/// Connection 0 reads the join and 128 texts and answers no ping, for 6 s (past the wait),
+/// then closes. 200 more are said while the gateway connects again; connection 1 reads
+/// nothing and closes after 1 s; connection 2 answers pings. All 328 must reach connection 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_after_one_that_got_no_pong_still_waits_for_its_own() {
+    const FIRST: usize = 128;
+    const MORE: usize = 200;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, serde_json::Value)>();
+    // The first connection's end; the test's word that the backlog is queued.
+    let (closed_tx, closed_rx) = tokio::sync::oneshot::channel::<()>();
+    let (queued_tx, queued_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let mut closed_tx = Some(closed_tx);
+        let mut queued_rx = Some(queued_rx);
+        let mut n = 0;
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let (conn, tx) = (n, tx.clone());
+            n += 1;
+            match conn {
+                0 => {
+                    accept_raw(&mut tcp).await;
+                    let closed = closed_tx.take().unwrap();
+                    tokio::spawn(async move {
+                        let mut texts = 0;
+                        while texts < 1 + FIRST {
+                            let Some((op, p)) = read_frame(&mut tcp).await else {
+                                return;
+                            };
+                            if op == 1 {
+                                let _ = tx.send((0, serde_json::from_slice(&p).unwrap()));
+                                texts += 1;
+                            }
+                        }
+                        // Past the gateway's 5 s wait for the pong, from the first text.
+                        tokio::time::sleep(Duration::from_secs(6)).await;
+                        drop(tcp);
+                        let _ = closed.send(());
+                    });
+                }
+                1 => {
+                    // Not answered until the backlog is queued in the sink.
+                    let _ = queued_rx.take().unwrap().await;
+                    accept_raw(&mut tcp).await;
+                    tokio::spawn(async move {
+                        // Reads nothing: what is written waits in the socket buffers.
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        drop(tcp);
+                    });
+                }
+                _ => {
+                    tokio::spawn(async move {
+                        let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                            return;
+                        };
+                        while let Some(Ok(m)) = ws.next().await {
+                            if let Ok(v) = serde_json::from_str(m.to_text().unwrap_or("")) {
+                                let _ = tx.send((conn, v));
+                            }
+                        }
+                    });
+                }
+            }
+        }
+    });
+    let cfg = WsConfig {
+        queue: 1024,
+        ..ws_recorder::config(url)
+    };
+    let metrics = cfg.metrics.clone();
+    let mut sink = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000beef@127.0.0.1:40000";
+    sink.send(talk.join(p));
+    for i in 0..FIRST {
+        sink.send(talk.add(p, &format!("Said {i}.")));
+    }
+    for _ in 0..=FIRST {
+        assert_eq!(next(&mut rx).await.0, 0);
+    }
+    tokio::time::timeout(WAIT, closed_rx)
+        .await
+        .unwrap()
+        .unwrap();
+    for i in FIRST..FIRST + MORE {
+        sink.send(talk.add(p, &format!("Said {i}.")));
+    }
+    queued_tx.send(()).unwrap();
+    assert_eq!(shown(&next(&mut rx).await), "2 session.join ");
+    // Until all came, or none for 10 s (more than the 5 s wait): what was lost never comes.
+    let mut got = Vec::new();
+    while got.len() < FIRST + MORE {
+        match tokio::time::timeout(Duration::from_secs(10), rx.recv()).await {
+            Ok(Some(f)) => got.push(shown(&f)),
+            _ => break,
+        }
+    }
+    let want: Vec<String> = (0..FIRST + MORE)
+        .map(|i| format!("2 context.add Said {i}."))
+        .collect();
+    assert_eq!(got, want);
+    let stats = sink.close(Duration::from_secs(2)).await;
+    assert_eq!(
+        (stats.sent, stats.dropped),
+        (1 + (FIRST + MORE) as u64, 0),
+        "{stats:?}"
+    );
+    assert_eq!(metrics.unread_resent.get(), 2 * FIRST as u64);
+}
