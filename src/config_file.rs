@@ -150,7 +150,6 @@ pub fn parse_net(s: &str) -> Option<IpNet> {
     })
 }
 
-/// Reads and checks a configuration file.
 /// An address and port as `--listen`, `--metrics` and `send --to` take them: numeric, since a
 /// host name may name several addresses (`localhost`: 127.0.0.1 and ::1) and a listener binds
 /// one. The error says so, where the standard library's said only "invalid socket address
@@ -169,6 +168,7 @@ fn socket_addr_value<'de, D: serde::Deserializer<'de>>(
     socket_addr(&s).map(Some).map_err(serde::de::Error::custom)
 }
 
+/// Reads and checks a configuration file.
 pub fn load(path: &Path) -> Result<(FileConfig, Mapping, Vec<IpNet>), String> {
     parse(path, &read(path)?)
 }
