@@ -176,6 +176,15 @@ async fn a_connection_after_one_that_got_no_pong_still_waits_for_its_own() {
         .await
         .unwrap()
         .unwrap();
+    // The loss seen (the unread taken back to go again), so none of the next goes into it.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while metrics.unread_resent.get() < FIRST as u64 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the loss never seen"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     for i in FIRST..FIRST + MORE {
         sink.send(talk.add(p, &format!("Said {i}.")));
     }
@@ -200,4 +209,80 @@ async fn a_connection_after_one_that_got_no_pong_still_waits_for_its_own() {
         "{stats:?}"
     );
     assert_eq!(metrics.unread_resent.get(), 2 * FIRST as u64);
+}
+
+/// A server frame (unmasked, final) of `opcode` with `payload` (under 64 KiB).
+async fn write_frame(w: &mut tokio::net::TcpStream, opcode: u8, payload: &[u8]) {
+    use tokio::io::AsyncWriteExt;
+    let mut f = vec![0x80 | opcode];
+    if payload.len() < 126 {
+        f.push(payload.len() as u8);
+    } else {
+        f.push(126);
+        f.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+    }
+    f.extend_from_slice(payload);
+    w.write_all(&f).await.unwrap();
+}
+
+/// Found by review bd (session 47). Text written behind a join the server refused is counted
+/// refused (review az), but it was found only among the last 64 writes a connection
+/// remembers, from the join on: a backlog of 100 texts written behind the join in the round
+/// trip (a restart's resend, a burst into a server with a bad token) pushed the join out of
+/// them, and every text behind it stayed counted as sent, the refusal saying `undelivered =
+/// 0`. The connection now remembers where its join was among its text writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_behind_a_refused_join_counts_as_refused_past_the_last_64_writes() {
+    const SAID: usize = 100;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let (mut tcp, _) = listener.accept().await.unwrap();
+        drop(listener);
+        accept_raw(&mut tcp).await;
+        // Reads the join and every text, answering no ping, then refuses the join.
+        let (mut join, mut adds) = (None, 0);
+        while adds < SAID {
+            let Some((op, p)) = read_frame(&mut tcp).await else {
+                return;
+            };
+            if op != 1 {
+                continue;
+            }
+            let v: serde_json::Value = serde_json::from_slice(&p).unwrap();
+            match v["type"].as_str() {
+                Some("session.join") => join = v["id"].as_str().map(str::to_owned),
+                Some("context.add") => adds += 1,
+                _ => {}
+            }
+        }
+        let err = serde_json::json!({"v": 1, "id": "01JQAAAAAAAAAAAAAAAAAAAAE2",
+            "ts": "2026-11-29T00:00:00.000Z", "session": "s", "sender": "system",
+            "type": "error", "payload": {"code": "UNAUTHORIZED", "message": "bad token",
+            "recoverable": false, "related_to": join.unwrap()}});
+        write_frame(&mut tcp, 1, err.to_string().as_bytes()).await;
+        // Read on until the gateway closes.
+        while read_frame(&mut tcp).await.is_some() {}
+    });
+    let cfg = WsConfig {
+        queue: 1024,
+        ..ws_recorder::config(url)
+    };
+    let metrics = cfg.metrics.clone();
+    let mut sink = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000beef@127.0.0.1:40000";
+    sink.send(talk.join(p));
+    for i in 0..SAID {
+        sink.send(talk.add(p, &format!("Said {i}.")));
+    }
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while metrics.refused.get() == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "never refused");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stats = sink.close(Duration::from_secs(5)).await;
+    // Sent: the join as written; dropped: every text, none of which the server took.
+    assert_eq!((stats.sent, stats.dropped), (1, SAID as u64), "{stats:?}");
+    assert_eq!(metrics.server_refused_items.get(), SAID as u64);
 }

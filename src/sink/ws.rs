@@ -1102,6 +1102,9 @@ fn remember_written(
         recent.pop_front();
     }
     recent.push_back((e.id(), e.kind()));
+    if e.kind() == Kind::SessionJoin {
+        retry.joined = Some((e.id(), retry.written));
+    }
     retry.keep(queued, e);
 }
 
@@ -1341,6 +1344,10 @@ struct Retry {
     /// A wait for a pong at [`UNREAD`] ran out ([`Retry::full_until`]); cleared by a pong and
     /// by the connection's loss ([`Retry::unread`]).
     pongless: bool,
+    /// The last join (or rejoin) written, and the number the next text written after it took
+    /// ([`Retry::written`]): the text behind it, should the server refuse it after it left
+    /// the [`RECENT`] writes remembered ([`refused_behind_join`]).
+    joined: Option<(ulid::Ulid, u64)>,
     /// The first 8 bytes of this participant's ping payloads: a pong a server sends unasked
     /// (RFC 6455 5.5.3 allows one) is not taken for an answer.
     token: u64,
@@ -1705,6 +1712,7 @@ fn stand_for(
         recent.pop_front();
     }
     recent.push_back((rejoin, Kind::SessionJoin));
+    retry.joined = Some((rejoin, retry.written));
     let stale = announced.take().map(|a| a.id());
     let mut i = 0;
     while i < outbox.len() {
@@ -2570,18 +2578,29 @@ fn refused_behind_join(
     m: &crate::metrics::SinkMetrics,
     participant: &str,
 ) -> u64 {
-    let Some(at) = recent
+    let behind: Vec<ulid::Ulid> = match recent
         .iter()
         .position(|&(r, k)| r == id && k == Kind::SessionJoin)
-    else {
-        return 0;
+    {
+        Some(at) => recent
+            .iter()
+            .skip(at + 1)
+            .filter(|(_, k)| k.is_text())
+            .map(|&(r, _)| r)
+            .collect(),
+        // Past the last RECENT writes (a backlog written behind it in the round trip): all
+        // they hold is behind it, and so is the text held unread since it was written. Only
+        // text read and no longer held is not found (counted as sent).
+        None => match retry.joined {
+            Some((join, from)) if join == id => recent
+                .iter()
+                .filter(|(_, k)| k.is_text())
+                .map(|&(r, _)| r)
+                .chain(retry.held.iter().filter(|k| k.n >= from).map(|k| k.e.id()))
+                .collect(),
+            _ => return 0,
+        },
     };
-    let behind: Vec<ulid::Ulid> = recent
-        .iter()
-        .skip(at + 1)
-        .filter(|(_, k)| k.is_text())
-        .map(|&(r, _)| r)
-        .collect();
     behind
         .into_iter()
         .filter(|&text| refused_text(text, recent, retry, counts, m, participant))
