@@ -286,3 +286,116 @@ async fn a_backlog_behind_a_refused_join_counts_as_refused_past_the_last_64_writ
     assert_eq!((stats.sent, stats.dropped), (1, SAID as u64), "{stats:?}");
     assert_eq!(metrics.server_refused_items.get(), SAID as u64);
 }
+
+/// An approval of the gate `request` (a `gate.request` envelope), from an approver.
+fn approve(request: &serde_json::Value) -> String {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let gate = &request["id"];
+    serde_json::json!({"v": 1, "id": format!("01JQ{n:0>22}"),
+        "ts": "2026-11-29T00:00:00.000Z", "session": "s", "sender": "approver-1",
+        "type": "gate.approve", "ref": gate,
+        "payload": {"gate": gate, "approver": "approver-1"}})
+    .to_string()
+}
+
+/// Found by review bd (session 47). At 128 texts unread with a ping out a connection waits
+/// for the pong before writing more (session 47), but only text taken from the queue waited:
+/// text in the connection's outbox (chunks a gate released, text refused and waiting to go
+/// again) was written on, letting the oldest unread go, marked done though the server never
+/// read it. `--gate-transcripts`: 200 chunks approved at once by a server that then stops
+/// reading and goes; all 200 must reach the next connection, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunks_a_gate_releases_at_once_wait_for_the_pong_at_128_unread() {
+    const SAID: usize = 200;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, serde_json::Value)>();
+    tokio::spawn(async move {
+        let mut n = 0;
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let (conn, tx) = (n, tx.clone());
+            n += 1;
+            if conn == 0 {
+                accept_raw(&mut tcp).await;
+                tokio::spawn(async move {
+                    // Every chunk's request read, answering no ping: then all approved at once.
+                    let mut requests = Vec::new();
+                    while requests.len() < SAID {
+                        let Some((op, p)) = read_frame(&mut tcp).await else {
+                            return;
+                        };
+                        let v: serde_json::Value = match op {
+                            1 => serde_json::from_slice(&p).unwrap(),
+                            _ => continue,
+                        };
+                        if v["type"] == "gate.request" {
+                            requests.push(v);
+                        }
+                    }
+                    for r in &requests {
+                        write_frame(&mut tcp, 1, approve(r).as_bytes()).await;
+                    }
+                    // Reads on for a second, then goes (well within the 5 s wait).
+                    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                        while let Some((op, p)) = read_frame(&mut tcp).await {
+                            if op == 1 {
+                                let _ = tx.send((0, serde_json::from_slice(&p).unwrap()));
+                            }
+                        }
+                    })
+                    .await;
+                    drop(tcp);
+                });
+                continue;
+            }
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                    return;
+                };
+                while let Some(Ok(m)) = ws.next().await {
+                    if let Ok(v) =
+                        serde_json::from_str::<serde_json::Value>(m.to_text().unwrap_or(""))
+                    {
+                        if v["type"] == "gate.request" {
+                            use futures_util::SinkExt;
+                            let a = tokio_tungstenite::tungstenite::Message::text(approve(&v));
+                            let _ = ws.send(a).await;
+                        }
+                        let _ = tx.send((conn, v));
+                    }
+                }
+            });
+        }
+    });
+    let cfg = WsConfig {
+        queue: 1024,
+        gate: Some(pvp_t140::sink::gate::GateConfig {
+            quorum: 1,
+            timeout: Duration::from_secs(60),
+        }),
+        ..ws_recorder::config(url)
+    };
+    let mut sink = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000beef@127.0.0.1:40000";
+    sink.send(talk.join(p));
+    for i in 0..SAID {
+        sink.send(talk.add(p, &format!("Said {i}.")));
+    }
+    // The texts the next connection read, until all came or none for 10 s.
+    let mut got = Vec::new();
+    while got.len() < SAID {
+        match tokio::time::timeout(Duration::from_secs(10), rx.recv()).await {
+            Ok(Some(f)) if f.0 > 0 && f.1["type"] == "context.add" => got.push(shown(&f)),
+            Ok(Some(_)) => {}
+            _ => break,
+        }
+    }
+    let stats = sink.close(Duration::from_secs(2)).await;
+    let want: Vec<String> = (0..SAID)
+        .map(|i| format!("1 context.add Said {i}."))
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(stats.dropped, 0, "{stats:?}");
+}

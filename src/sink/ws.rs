@@ -706,7 +706,9 @@ async fn connection(
                     }
                 }
             }
-            if pending.is_none() && !paused {
+            // The outbox waits at the bound as the queue does: chunks a gate released, text
+            // refused or unread going again, written on, let the oldest unread go.
+            if pending.is_none() && !paused && full_until.is_none() {
                 pending = outbox.pop_front();
                 if pending.is_some() {
                     retry.ahead = retry.ahead.saturating_sub(1);
