@@ -399,3 +399,46 @@ async fn chunks_a_gate_releases_at_once_wait_for_the_pong_at_128_unread() {
     assert_eq!(got, want);
     assert_eq!(stats.dropped, 0, "{stats:?}");
 }
+
+/// Found by review bd (session 47). A stop while a connection waited for the pong at 128
+/// texts unread (a server hung: it reads, and answers nothing) was not seen until the wait
+/// ran out, 5 s on, the queue unread meanwhile: the stop's grace (5 s) ended first, and the
+/// 128 texts the server was never seen to read were left counted as sent, where a stop
+/// without the wait counts them dropped (README: not sent again now; with --spool the next
+/// start sends them). The stop now ends the wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_during_the_wait_for_the_pong_counts_the_unread_text_dropped() {
+    const SAID: usize = 128;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let (read_tx, read_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let (mut tcp, _) = listener.accept().await.unwrap();
+        drop(listener);
+        accept_raw(&mut tcp).await;
+        let mut texts = 0;
+        while texts < 1 + SAID {
+            let Some((op, _)) = read_frame(&mut tcp).await else {
+                return;
+            };
+            texts += usize::from(op == 1);
+        }
+        let _ = read_tx.send(());
+        // Hung: reads on, answers nothing.
+        while read_frame(&mut tcp).await.is_some() {}
+    });
+    let cfg = WsConfig {
+        queue: 1024,
+        ..ws_recorder::config(url)
+    };
+    let mut sink = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000beef@127.0.0.1:40000";
+    sink.send(talk.join(p));
+    for i in 0..SAID {
+        sink.send(talk.add(p, &format!("Said {i}.")));
+    }
+    tokio::time::timeout(WAIT, read_rx).await.unwrap().unwrap();
+    let stats = sink.close(Duration::from_secs(5)).await;
+    assert_eq!((stats.sent, stats.dropped), (1, SAID as u64), "{stats:?}");
+}

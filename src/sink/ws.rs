@@ -667,8 +667,13 @@ async fn connection(
         let mut alive = Liveness::new(cfg.heartbeat, cfg.silence);
         loop {
             let paused = paused_until.is_some_and(|t| t > tokio::time::Instant::now());
-            // Text unread up to the bound: no more written until the pong ([`UNREAD_WAIT`]).
-            let full_until = retry.full_until();
+            // Text unread up to the bound: no more written until the pong ([`UNREAD_WAIT`]),
+            // unless the gateway stops (or the sink is gone): the queue is read to its end then,
+            // as without the wait, within the stop's grace.
+            let full_until = match stop.has_changed() {
+                Ok(_) if !*stop.borrow() => retry.full_until(),
+                _ => None,
+            };
             if rejoin_again && !paused {
                 // The rejoin was refused as RATE_LIMITED: made again after the pause, before
                 // anything else (text refused with it goes after it).
@@ -952,7 +957,11 @@ async fn connection(
                         }
                         None
                     }
-                    _ = stop.changed(), if !queue_open => {
+                    _ = stop.changed(), if !queue_open || full_until.is_some() => {
+                        // The stop ends a wait for the pong: the queue is read on.
+                        if queue_open {
+                            continue;
+                        }
                         // The gateway stops while chunks of a participant that left still
                         // await approval: they will not get it now.
                         let held = Held::new(&mut pending, &mut outbox, &mut gates, paused_until, join.as_ref().filter(|_| rejoin_again), &mut pvp);
