@@ -2040,7 +2040,12 @@ impl Gateway {
         let slot = match found.map(|(slot, _)| slot).or_else(|| self.index.get(&key)) {
             Some(slot) => slot,
             None => {
-                if compat == Compat::T140llm && pkt.sequence == 0 && pkt.timestamp == 0 {
+                // A reply's start: its packet 0, or (packet 0 lost) a packet whose redundancy
+                // carries it.
+                if compat == Compat::T140llm
+                    && ((pkt.sequence == 0 && pkt.timestamp == 0)
+                        || carries_reply_start(pkt.sequence, pkt.timestamp, parsed.as_ref()))
+                {
                     self.end_replied_stream(now, key);
                 }
                 self.open_stream(now, key)?
@@ -2236,7 +2241,8 @@ impl Gateway {
 
     /// t140llm opens a new UDP socket for every reply (a `T140RtpTransport` each) and closes it
     /// at the reply's end, so a sender configured with a fixed `ssrc` sends each reply from a
-    /// new port, from sequence 0 and timestamp 0 (docs/t140llm.md section 3). Such a start, from
+    /// new port, from sequence 0 and timestamp 0 (docs/t140llm.md section 3). Such a start (or,
+    /// packet 0 lost, a RED packet carrying it as redundancy, docs/t140llm.md section 5), from
     /// the host of the stream that holds its SSRC on this core, ends that stream (the last
     /// reply's), so that the new one is not refused as [`DropReason::SsrcConflict`] until the
     /// old one times out. Not only after a quiet spell: the next reply's first packet comes one
