@@ -22,7 +22,7 @@ use crate::rtcp::RtcpEvent;
 use crate::rtp::{RtpError, RtpPacket, looks_like_rtcp, ts_after};
 use crate::slab::Slab;
 use crate::speaker::{
-    Bye, CLOCK_RESTART_MS, Output, Speaker, Voice, VoiceRef, clock_jumped, split_named,
+    Bye, CLOCK_RESTART_MS, Output, Speaker, Voice, VoiceRef, clock_jumped, fingerprint, split_named,
 };
 use crate::stream::{
     Hex8, KeyHasher, Mixer, NO_SPEAKER, SourceText, Speakers, Stream, StreamKey, Unplaced,
@@ -2159,15 +2159,20 @@ impl Gateway {
             parsed,
         };
         let emit = &mut self.emit;
+        let head = compat == Compat::T140llm && pkt.sequence == 0 && pkt.timestamp == 0;
+        // Its own bytes (an `MD:` packet's too, though it passes as empty).
+        let head_fp = if head { fingerprint(pkt.payload) } else { 0 };
         if compat == Compat::T140llm
-            && quiet_since.saturating_add(self.cfg.reorder_wait) < now
-            && ((pkt.sequence == 0 && pkt.timestamp == 0)
-                || (!register.is_ahead(pkt.sequence)
-                    && carries_reply_start(pkt.sequence, pkt.timestamp, parsed.as_ref())))
+            && ((head && register.is_next_reply_head(head_fp))
+                || (quiet_since.saturating_add(self.cfg.reorder_wait) < now
+                    && (head
+                        || (!register.is_ahead(pkt.sequence)
+                            && carries_reply_start(pkt.sequence, pkt.timestamp, parsed.as_ref())))))
         {
             // t140llm begins every reply at sequence 0 and timestamp 0: after a quiet spell,
             // such a packet is a reply's start, not a late copy of the last reply's; so is one
-            // behind the stream whose redundancy carries it (packet 0 lost).
+            // behind the stream whose redundancy carries it (packet 0 lost), and, however soon,
+            // a packet 0 whose bytes are not the last packet 0's (a copy's would be).
             if register.start_anew(&mut |tag, piece| route(emit, &mut voices, now, tag, piece)) {
                 // The last reply is over: what it left buffered is its last item, not the
                 // start of this one's (it ran into it, "here.Second").
@@ -2175,6 +2180,9 @@ impl Gateway {
                     emit.idle_flush(now, voices.key, voices.created, sp);
                 }
             }
+        }
+        if head {
+            register.note_reply_head(head_fp);
         }
         let outcome = register
             .receive(now, arrival, &mut |tag, piece| {

@@ -198,6 +198,9 @@ struct Cold {
     /// What only a stream that jumped or whose source said BYE uses. Boxed: the others do not
     /// pay for it.
     rare: Option<Box<Rare>>,
+    /// A t140llm reply's packet 0 last received (sequence 0, timestamp 0): its payload's
+    /// fingerprint ([`Register::note_reply_head`]).
+    reply_head: Option<u32>,
 }
 
 /// [`Cold`]'s `rare` part.
@@ -886,6 +889,20 @@ impl Register {
         self.expected = None;
         self.stamped = false;
         true
+    }
+
+    /// A t140llm reply's packet 0 (sequence 0, timestamp 0) came, its payload's fingerprint
+    /// `fp`.
+    pub fn note_reply_head(&mut self, fp: u32) {
+        self.cold.reply_head = Some(fp);
+    }
+
+    /// Whether a packet 0 of fingerprint `fp` is not the last reply's packet 0 again (a
+    /// network's copy has the same bytes) but the next reply's: t140llm sends each reply
+    /// through one socket from sequence 0 when given a custom transport, or
+    /// `processAIStreamToDirectSocket` an existing one (docs/t140llm.md section 3).
+    pub fn is_next_reply_head(&self, fp: u32) -> bool {
+        self.cold.reply_head.is_some_and(|h| h != fp)
     }
 
     /// Drops what jump packets are kept (the stream is going): they count as jumps.
