@@ -377,6 +377,13 @@ struct Emitter {
 /// `message_delta`, `message_stop`, `ping`. Never text of the reply (docs/t140llm.md, section 2).
 const T140LLM_OBJECT: &str = "[object Object]";
 
+/// The quiet before a t140llm reply's packet 1 or 2 from a new port, its packet 0 lost: the
+/// last reply's transport ended (its socket closed), and the new one's pacer sends a packet
+/// each 100 ms tick (docs/t140llm.md section 4), the first a tick after it was made, so its
+/// packet 1 comes at least two ticks after the last reply's last packet. A transport still
+/// sending sent less than a tick ago.
+const T140LLM_REPLY_GAP: Duration = Duration::from_millis(150);
+
 impl Emitter {
     fn push(&mut self, e: Envelope) {
         self.stats.envelopes += 1;
@@ -2042,11 +2049,12 @@ impl Gateway {
             None => {
                 // A reply's start: its packet 0, or (packet 0 lost) a packet whose redundancy
                 // carries it.
-                if compat == Compat::T140llm
-                    && ((pkt.sequence == 0 && pkt.timestamp == 0)
-                        || carries_reply_start(pkt.sequence, pkt.timestamp, parsed.as_ref()))
-                {
-                    self.end_replied_stream(now, key);
+                if compat == Compat::T140llm {
+                    if pkt.sequence == 0 && pkt.timestamp == 0 {
+                        self.end_replied_stream(now, key, Duration::ZERO);
+                    } else if carries_reply_start(pkt.sequence, pkt.timestamp, parsed.as_ref()) {
+                        self.end_replied_stream(now, key, T140LLM_REPLY_GAP);
+                    }
                 }
                 self.open_stream(now, key)?
             }
@@ -2256,10 +2264,12 @@ impl Gateway {
     /// old one times out. Not only after a quiet spell: the next reply's first packet comes one
     /// tick of t140llm's 100 ms pacer after the last reply ended, as close as a reply's own
     /// packets follow each other. (Two transports sending at once with one configured SSRC: the
-    /// later reply takes it over, and the earlier one's packets are refused from then on.)
+    /// later reply takes it over, and the earlier one's packets are refused from then on.) A
+    /// start known only by its redundancy ends the stream only if it has been `quiet` this
+    /// long: the earlier transport's packets 1 and 2 carry its packet 0 too.
     #[cold]
     #[inline(never)]
-    fn end_replied_stream(&mut self, now: Time, key: StreamKey) {
+    fn end_replied_stream(&mut self, now: Time, key: StreamKey, quiet: Duration) {
         let source = canonical(key.source);
         let Some(owner) = self.streams.owner(key.ssrc) else {
             return;
@@ -2271,7 +2281,9 @@ impl Gateway {
             source: owner,
             ssrc: key.ssrc,
         };
-        if let Some(slot) = self.index.get(&old) {
+        if let Some(slot) = self.index.get(&old)
+            && now.saturating_sub(self.slots.get(slot).expect("live").last_packet) >= quiet
+        {
             self.close_stream(now, slot, "t140llm reply from a new port");
         }
     }

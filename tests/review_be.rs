@@ -61,7 +61,9 @@ fn a_fixed_ssrc_reply_from_a_new_port_whose_packet_0_was_lost_is_heard() {
     {
         gw.handle_datagram(at(100 * i as u64), addr(6000), p);
     }
-    // The next reply, from the new socket, 1.5 s on; its packet 0 ("Sec") lost.
+    // The next reply, from the new socket, back to back: its packet 0 ("Sec") lost, sent one
+    // pacer tick after its transport was made, its packet 1 a tick later, 250 ms after the
+    // last reply's last packet.
     for (i, p) in [
         t140llm_packet(ssrc, 1, &["Sec"], "ond"),
         t140llm_packet(ssrc, 2, &["ond", "Sec"], " one."),
@@ -69,11 +71,42 @@ fn a_fixed_ssrc_reply_from_a_new_port_whose_packet_0_was_lost_is_heard() {
     .iter()
     .enumerate()
     {
-        gw.handle_datagram(at(1600 + 100 * i as u64), addr(6001), p);
+        gw.handle_datagram(at(350 + 100 * i as u64), addr(6001), p);
     }
     gw.shutdown(at(6000));
     assert_eq!(shown(&drain(&mut gw)), ["First.", "Second one."]);
     assert_eq!(gw.stats().drops(DropReason::SsrcConflict), 0);
+}
+
+/// Found by review be (session 47). The other side of the test above: two transports sending
+/// at once with one configured SSRC (README: the later reply takes it over, the earlier one's
+/// packets are refused from then on). The earlier one's packets 1 and 2 carry its packet 0 as
+/// redundancy too, but its stream is not over: taken for a reply's start, they took the SSRC
+/// back and forth, each reopened stream saying its packet 0 again.
+#[test]
+fn two_t140llm_transports_at_once_with_one_ssrc_do_not_take_it_back_and_forth() {
+    let mut gw = Gateway::new(t140llm_cfg());
+    let ssrc = 0x1122_3344;
+    let a = |seq: u16| match seq {
+        0 => t140llm_packet(ssrc, 0, &[], "Aaa"),
+        1 => t140llm_packet(ssrc, 1, &["Aaa"], "Bbb"),
+        2 => t140llm_packet(ssrc, 2, &["Bbb", "Aaa"], "Ccc"),
+        _ => t140llm_packet(ssrc, seq, &["Ccc", "Bbb"], "Ddd"),
+    };
+    let b = |seq: u16| match seq {
+        0 => t140llm_packet(ssrc, 0, &[], "xxx"),
+        1 => t140llm_packet(ssrc, 1, &["xxx"], "yyy"),
+        2 => t140llm_packet(ssrc, 2, &["yyy", "xxx"], "zzz"),
+        _ => t140llm_packet(ssrc, seq, &["zzz", "yyy"], "www"),
+    };
+    for seq in 0..4u16 {
+        let t = 100 * u64::from(seq);
+        gw.handle_datagram(at(t), addr(6000), &a(seq));
+        gw.handle_datagram(at(t + 40), addr(6001), &b(seq));
+    }
+    gw.shutdown(at(6000));
+    assert_eq!(shown(&drain(&mut gw)), ["Aaa", "xxxyyyzzzwww"]);
+    assert_eq!(gw.stats().drops(DropReason::SsrcConflict), 3);
 }
 
 /// t140llm's `MD:` metadata packet (docs/t140llm.md section 7): marked, PT 96, its own
@@ -212,6 +245,40 @@ fn real_t140llm_direct_socket_replies_through_one_socket_are_each_heard() {
     assert_eq!(
         texts,
         ["First reply here.", "Second one.", "Third."],
+        "{adds:?}"
+    );
+}
+
+/// Found by review be (session 47). The real package: two RED replies back to back with a
+/// fixed `ssrc`, each through a socket of its own (as t140llm's own transport does, here a
+/// custom one so that the second reply's packet 0 can be lost). The second reply was refused
+/// whole as `ssrc_conflict`, though its packet 1 carried its packet 0.
+#[test]
+#[ignore = "needs node and `npm install` in interop/t140llm"]
+fn real_t140llm_fixed_ssrc_reply_whose_packet_0_was_lost_is_heard() {
+    let adds = run_node(
+        "function reply(text, loseFirst, then) {
+           const sock = dgram.createSocket('udp4'); let n = 0, pending = 0, closing = false;
+           const done = () => sock.close(then);
+           const ct = { send(p, cb) { if (loseFirst && n++ === 0) { if (cb) cb(); return; }
+                          pending++; sock.send(p, PORT, '127.0.0.1', (e) => { pending--;
+                            if (cb) cb(e); if (closing && !pending) done(); }); },
+                        close() { closing = true; if (!pending) done(); } };
+           const feed = new PassThrough({ objectMode: true });
+           t.processAIStreamToRtp(feed, '127.0.0.1', PORT,
+             { customTransport: ct, ssrc: 0x11223344, redEnabled: true });
+           feed.write(text);
+           setTimeout(() => feed.end(), 2000);
+         }
+         reply('First reply here.', false, () => reply('Second reply, longer than thirty characters.', true, () => {}));",
+    );
+    let texts: Vec<String> = adds.iter().map(|(_, c)| c.clone()).collect();
+    assert_eq!(
+        texts,
+        [
+            "First reply here.",
+            "Second reply, longer than thirty characters."
+        ],
         "{adds:?}"
     );
 }
