@@ -1,6 +1,10 @@
-//! Found by review be (session 47): interoperation with the real external sender t140llm
-//! 0.0.19 (`--compat t140llm`), driven through its public API against the gateway binary, and
-//! the exact bytes it sends driven through the core.
+//! t140llm replies' starts (`--compat t140llm`): a fixed-SSRC reply from a new port whose
+//! packet 0 was lost, a reply through one socket soon after the last (its packet 0's bytes
+//! differ from a copy's), two transports at once with one SSRC. The exact bytes t140llm 0.0.19
+//! sends, through the core; the real package against the gateway binary in the ignored tests
+//! (`cargo test --test t140llm_reply_starts -- --ignored real_t140llm_`, as `.ci/run` runs them).
+//!
+//! Found by review be (session 47): interoperation with the real external sender.
 
 mod common;
 

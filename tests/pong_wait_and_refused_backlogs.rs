@@ -1,4 +1,8 @@
-//! Review bd (session 47): a second look at what landed in session 47.
+//! The wait for the pong at 128 unread texts (a new connection waits for its own; gated chunks
+//! released at once and text going again wait too; a stop ends the wait), and a backlog behind
+//! a refused join counted refused past the last 64 writes.
+//!
+//! Found by review bd (session 47), a second look at what landed in that session.
 
 mod common;
 #[path = "common/ws_recorder.rs"]
