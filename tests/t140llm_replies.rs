@@ -341,7 +341,7 @@ fn t140llm_process_backspaces_resend_is_not_shown_twice() {
 /// again at sequence 0 and timestamp 0 from the same source. The gateway took that for a new
 /// reply only after a quiet spell longer than the reorder wait: a reply that starts sooner
 /// (here 400 ms after the last one's last packet) was dropped as stale. Since review be its
-/// packet 0, not the bytes of the last one's, starts it (tests/review_be.rs).
+/// packet 0, not the bytes of the last one's, starts it (tests/t140llm_reply_starts.rs).
 #[test]
 fn t140llm_reply_through_the_same_socket_soon_after_the_last_is_heard() {
     let mut gw = Gateway::new(t140llm_cfg());
