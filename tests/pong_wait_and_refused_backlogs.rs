@@ -446,3 +446,61 @@ async fn a_stop_during_the_wait_for_the_pong_counts_the_unread_text_dropped() {
     let stats = sink.close(Duration::from_secs(5)).await;
     assert_eq!((stats.sent, stats.dropped), (1, SAID as u64), "{stats:?}");
 }
+
+/// A stop while a connection holds 128 texts a hung server was not seen to read, 72 more
+/// queued: the stop read the queue on and wrote them, letting the oldest 72 go, marked done in
+/// the `--spool` journal though the server never answered for them, so the next start sent
+/// only 128 of the 200 (session 47, left by review bd). The rest of the queue is now held
+/// back unwritten at the stop: all 200 are counted dropped and left in the journal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_at_128_unread_leaves_the_rest_of_the_queue_in_the_journal() {
+    const SAID: usize = 200;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let (read_tx, read_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let (mut tcp, _) = listener.accept().await.unwrap();
+        drop(listener);
+        accept_raw(&mut tcp).await;
+        let mut texts = 0;
+        while texts < 1 + 128 {
+            let Some((op, _)) = read_frame(&mut tcp).await else {
+                return;
+            };
+            texts += usize::from(op == 1);
+        }
+        let _ = read_tx.send(());
+        // Hung: reads on, answers nothing.
+        while read_frame(&mut tcp).await.is_some() {}
+    });
+    let dir = std::env::temp_dir().join(format!("pvp-t140-stop-bound-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (spool, _) = pvp_t140::sink::spool::Spool::open(&dir, Default::default()).unwrap();
+    let spool = std::sync::Arc::new(spool);
+    let cfg = WsConfig {
+        queue: 1024,
+        spool: Some(spool.clone()),
+        ..ws_recorder::config(url)
+    };
+    let mut sink = WsSink::new(cfg);
+    let mut talk = Talk::new();
+    let p = "t140:0000beef@127.0.0.1:40000";
+    sink.send(talk.join(p));
+    for i in 0..SAID {
+        sink.send(talk.add(p, &format!("Said {i}.")));
+    }
+    tokio::time::timeout(WAIT, read_rx).await.unwrap().unwrap();
+    let stats = sink.close(Duration::from_secs(5)).await;
+    assert_eq!((stats.sent, stats.dropped), (1, SAID as u64), "{stats:?}");
+    drop(spool);
+    let (_spool, resend) = pvp_t140::sink::spool::Spool::open(&dir, Default::default()).unwrap();
+    let again: Vec<String> = resend
+        .iter()
+        .map(|e| e.to_message())
+        .filter(|m| m.kind == "context.add")
+        .map(|m| m.payload["content"].as_str().unwrap_or("").to_owned())
+        .collect();
+    std::fs::remove_dir_all(&dir).ok();
+    let want: Vec<String> = (0..SAID).map(|i| format!("Said {i}.")).collect();
+    assert_eq!(again, want);
+}

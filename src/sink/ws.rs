@@ -514,6 +514,9 @@ async fn connection(
     let mut pending: Option<(std::time::Instant, Envelope)> = None;
     // RATE_LIMITED (pvp-spec 17) pauses sending; the pause doubles while it repeats.
     let mut paused_until: Option<tokio::time::Instant> = None;
+    // When this connection saw the gateway stop (or the sink go): a wait for the pong is cut
+    // short from then ([`STOP_PONG_WAIT`]).
+    let mut stop_seen: Option<std::time::Instant> = None;
     let mut rate_backoff = Duration::from_millis(250);
     // When the server last rate-limited: after a calm minute the pause starts small again.
     let mut rate_limited_at: Option<tokio::time::Instant> = None;
@@ -670,10 +673,36 @@ async fn connection(
             // Text unread up to the bound: no more written until the pong ([`UNREAD_WAIT`]),
             // unless the gateway stops (or the sink is gone): the queue is read to its end then,
             // as without the wait, within the stop's grace.
-            let full_until = match stop.has_changed() {
-                Ok(_) if !*stop.borrow() => retry.full_until(),
-                _ => None,
-            };
+            // The gateway stops (or the sink is gone): a wait for the pong is cut to
+            // [`STOP_PONG_WAIT`] from when the stop was seen, within the stop's grace.
+            let stopping_now = stop.has_changed().is_err() || *stop.borrow();
+            if stopping_now && stop_seen.is_none() {
+                stop_seen = Some(std::time::Instant::now());
+            }
+            let full_until = match (retry.full_until(), stop_seen) {
+                (Some(t), Some(s)) => Some(t.min(s + STOP_PONG_WAIT)),
+                (t, _) => t,
+            }
+            .filter(|&t| t > std::time::Instant::now());
+            // The gateway stops with text unread up to the bound and no pong came: the rest of
+            // the queue is not written (written, it would let the oldest go, marked done in
+            // the journal though the server was never seen to read it), but counted dropped
+            // and left undelivered in the journal for the next start, as what the stop's grace
+            // leaves queued is.
+            if stopping_now && queue_open && full_until.is_none() && retry.at_unread_bound() {
+                hold_back_queue(&mut rx, &counts, &participant).await;
+                let held = Held::new(
+                    &mut pending,
+                    &mut outbox,
+                    &mut gates,
+                    paused_until,
+                    join.as_ref().filter(|_| rejoin_again),
+                    &mut pvp,
+                );
+                let late = Late::new(&mut retry, &mut recent, &own, &mut pvp, &participant);
+                stopping(&mut ws, held, late, &cfg, &participant, &counts).await;
+                return;
+            }
             if rejoin_again && !paused {
                 // The rejoin was refused as RATE_LIMITED: made again after the pause, before
                 // anything else (text refused with it goes after it).
@@ -957,8 +986,8 @@ async fn connection(
                         }
                         None
                     }
-                    _ = stop.changed(), if !queue_open || full_until.is_some() => {
-                        // The stop ends a wait for the pong: the queue is read on.
+                    _ = stop.changed(), if !queue_open || (full_until.is_some() && stop_seen.is_none()) => {
+                        // The stop cuts a wait for the pong short ([`STOP_PONG_WAIT`]).
                         if queue_open {
                             continue;
                         }
@@ -1311,6 +1340,11 @@ const UNREAD: usize = 128;
 /// not read: at-least-once broken for it, by a connection lost before the pong (review bb).
 const UNREAD_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// At a stop, the wait for the pong at [`UNREAD`] is this long at most, within the stop's
+/// grace (5 s): a server answers within a round trip; one that does not, the rest of the
+/// queue is left undelivered in the journal ([`hold_back_queue`]) rather than written.
+const STOP_PONG_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A text envelope written: when, when it was queued, and its number among the connection's
 /// text writes.
 struct Kept {
@@ -1428,6 +1462,12 @@ impl Retry {
         let until = oldest.written + UNREAD_WAIT;
         self.pongless = until <= std::time::Instant::now();
         (!self.pongless).then_some(until)
+    }
+
+    /// Whether the connection holds [`UNREAD`] text not seen read, a ping out asking about it:
+    /// text written now would let the oldest go.
+    fn at_unread_bound(&self) -> bool {
+        self.asking && self.written.saturating_sub(self.read) >= UNREAD as u64
     }
 
     /// A ping's payload: the token and `n`, the count of text written before the ping.
@@ -1985,6 +2025,26 @@ async fn give_up_all(
     counts.settled(lost);
     counts.given_up.fetch_add(lost, Ordering::Relaxed);
     lost
+}
+
+/// At a stop with text unread up to [`UNREAD`] ([`Retry::at_unread_bound`]): what is left in
+/// the participant's queue is not written, but counted dropped and, not marked done, left
+/// undelivered in the `--spool` journal, so the next start sends it.
+async fn hold_back_queue(
+    rx: &mut mpsc::Receiver<(std::time::Instant, Envelope)>,
+    counts: &Counts,
+    participant: &str,
+) {
+    rx.close();
+    let mut n = 0u64;
+    while rx.recv().await.is_some() {
+        n += 1;
+    }
+    if n > 0 {
+        counts.settled(n);
+        counts.given_up.fetch_add(n, Ordering::Relaxed);
+        tracing::warn!(%participant, envelopes = n, "stopping with 128 texts the PVP server was not seen to read: the rest of the queue is not written (with --spool, the next start sends it); dropped");
+    }
 }
 
 /// Writes one frame, or gives up after `--write-timeout-s`: a server that has stopped reading
