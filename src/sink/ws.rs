@@ -572,7 +572,7 @@ async fn connection(
         // the connection's life inside every participant's task.
         let connecting = Box::pin(connect(&cfg));
         let connected = match tokio::time::timeout(cfg.connect_timeout, connecting).await {
-            Ok(r) => r.map_err(|e| e.to_string()),
+            Ok(r) => r.map_err(|e| connect_failure(&e)),
             Err(_) => Err(format!("no answer within {:?}", cfg.connect_timeout)),
         };
         // One stream for reading and writing, not split: `select!` drops its futures before a
@@ -1248,6 +1248,27 @@ async fn connect_tcp(addrs: Vec<std::net::SocketAddr>) -> std::io::Result<TcpStr
     }))
 }
 
+/// A failed connect as the log says it: a refused upgrade (RFC 6455 4.1: any status but 101)
+/// with what fixes it, where tungstenite says only the status.
+fn connect_failure(e: &tungstenite::Error) -> String {
+    let words = match e {
+        tungstenite::Error::Http(r) => match r.status().as_u16() {
+            401 | 403 => Some(
+                "the server refused the upgrade for want of credentials: give them in the \
+                 --server URL (ws://user:password@host/) or its query (?token=...), as the \
+                 server asks (--token goes in the session.join, after the upgrade)",
+            ),
+            404 => Some("no WebSocket endpoint at the --server URL's path"),
+            _ => None,
+        },
+        _ => None,
+    };
+    match words {
+        Some(w) => format!("{w}: {e}"),
+        None => e.to_string(),
+    }
+}
+
 /// A failed TLS handshake as the log says it. rustls says some certificate errors in words
 /// (a name the certificate does not hold, an expiry), others only by their name; the
 /// commonest of those, a certificate no trusted CA signed (a self-signed one, or a private
@@ -1257,6 +1278,13 @@ fn tls_failure(e: std::io::Error) -> std::io::Error {
     use rustls::CertificateError as C;
     let cert = match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
         Some(rustls::Error::InvalidCertificate(c)) => c,
+        // What a plain HTTP server answers a TLS hello with is no TLS record.
+        Some(rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType)) => {
+            return std::io::Error::new(
+                e.kind(),
+                format!("the server did not answer in TLS (a ws:// server given as wss://?): {e}"),
+            );
+        }
         _ => return e,
     };
     let words = match cert {
