@@ -900,6 +900,18 @@ fn read_pending(
     path: &Path,
     skipped: &mut u64,
 ) -> Result<(Vec<Message>, HashMap<MessageWho, Message>), String> {
+    // Not a regular file (a FIFO, which the open would wait on for a writer for ever; a
+    // directory; a device): refused at start, not read.
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => {
+            return Err(format!(
+                "--spool {}: not a regular file ({:?}); move it away",
+                path.display(),
+                m.file_type()
+            ));
+        }
+        _ => {}
+    }
     let f = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
@@ -1721,6 +1733,39 @@ mod tests {
     /// sent it too, then swapped in a journal of its own, so every record the first wrote from
     /// then on went to a file no longer in the directory, and a kill of the first lost what
     /// it had not delivered. The second is refused at start; the first keeps its journal.
+    /// A FIFO where the journal goes (a mistake, or another tool's) made the start wait for
+    /// ever, opening it for a writer that never came (session 47, left by review bb); a
+    /// directory there gave an I/O error naming no cause. Either is refused at start, saying
+    /// it is not a regular file.
+    #[test]
+    fn a_journal_path_that_is_no_regular_file_is_refused_at_start() {
+        let d = Scratch::new("fifo", 64 << 20, 1 << 20);
+        std::fs::create_dir_all(&d.dir).unwrap();
+        let path = d.dir.join("journal.ndjson");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let dir = d.dir.clone();
+        std::thread::spawn(move || {
+            let opened = Spool::open_with(&dir, 64 << 20, 1 << 20, Counter::default());
+            let _ = tx.send(opened.err());
+        });
+        let err = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("the start waited on the FIFO")
+            .expect("refused");
+        assert!(err.contains("not a regular file"), "{err}");
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        let Err(err) = Spool::open_with(&d.dir, 64 << 20, 1 << 20, Counter::default()) else {
+            panic!("a directory in the journal's place was taken");
+        };
+        assert!(err.contains("not a regular file"), "{err}");
+    }
+
     #[test]
     fn a_second_gateway_on_the_same_spool_directory_is_refused() {
         let d = Scratch::new("shared", 64 << 20, 1 << 20);
