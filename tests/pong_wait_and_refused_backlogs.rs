@@ -4,6 +4,9 @@
 //!
 //! Found by review bd (session 47), a second look at what landed in that session.
 
+#[path = "common/raw_ws.rs"]
+mod raw_ws;
+use raw_ws::*;
 mod common;
 #[path = "common/ws_recorder.rs"]
 mod ws_recorder;
@@ -16,58 +19,6 @@ use pvp_t140::sink::ws::{WsConfig, WsSink};
 use tokio::net::TcpListener;
 
 const WAIT: Duration = Duration::from_secs(20);
-
-/// Reads a client's HTTP upgrade request and answers 101: the stream is then a WebSocket's
-/// server side read raw (so no ping is answered).
-async fn accept_raw(tcp: &mut tokio::net::TcpStream) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut req = Vec::new();
-    let mut b = [0u8; 1];
-    while !req.ends_with(b"\r\n\r\n") {
-        assert_ne!(
-            tcp.read(&mut b).await.unwrap(),
-            0,
-            "closed in its handshake"
-        );
-        req.push(b[0]);
-    }
-    let req = String::from_utf8(req).unwrap();
-    let key = req
-        .lines()
-        .find_map(|l| {
-            let (n, v) = l.split_once(':')?;
-            n.eq_ignore_ascii_case("sec-websocket-key")
-                .then(|| v.trim().to_owned())
-        })
-        .unwrap();
-    let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
-    let resp = format!(
-        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
-    );
-    tcp.write_all(resp.as_bytes()).await.unwrap();
-}
-
-/// One (masked) client frame: its opcode and unmasked payload; `None` at the end.
-async fn read_frame(r: &mut tokio::net::TcpStream) -> Option<(u8, Vec<u8>)> {
-    use tokio::io::AsyncReadExt;
-    let mut h = [0u8; 2];
-    r.read_exact(&mut h).await.ok()?;
-    let len = match h[1] & 0x7f {
-        126 => u64::from(r.read_u16().await.ok()?),
-        127 => r.read_u64().await.ok()?,
-        n => u64::from(n),
-    };
-    let mut mask = [0u8; 4];
-    if h[1] & 0x80 != 0 {
-        r.read_exact(&mut mask).await.ok()?;
-    }
-    let mut p = vec![0u8; len as usize];
-    r.read_exact(&mut p).await.ok()?;
-    for (i, b) in p.iter_mut().enumerate() {
-        *b ^= mask[i % 4];
-    }
-    Some((h[0] & 0x0f, p))
-}
 
 /// The next text frame any connection read (20 s at most).
 async fn next(
@@ -213,20 +164,6 @@ async fn a_connection_after_one_that_got_no_pong_still_waits_for_its_own() {
         "{stats:?}"
     );
     assert_eq!(metrics.unread_resent.get(), 2 * FIRST as u64);
-}
-
-/// A server frame (unmasked, final) of `opcode` with `payload` (under 64 KiB).
-async fn write_frame(w: &mut tokio::net::TcpStream, opcode: u8, payload: &[u8]) {
-    use tokio::io::AsyncWriteExt;
-    let mut f = vec![0x80 | opcode];
-    if payload.len() < 126 {
-        f.push(payload.len() as u8);
-    } else {
-        f.push(126);
-        f.extend_from_slice(&(payload.len() as u16).to_be_bytes());
-    }
-    f.extend_from_slice(payload);
-    w.write_all(&f).await.unwrap();
 }
 
 /// Found by review bd (session 47). Text written behind a join the server refused is counted

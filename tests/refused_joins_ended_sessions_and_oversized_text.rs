@@ -15,6 +15,9 @@ use pvp_t140::sink::ws::{WsConfig, WsSink};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
+#[path = "common/raw_ws.rs"]
+mod raw_ws;
+use raw_ws::*;
 #[path = "common/talk.rs"]
 mod talk;
 use talk::Talk;
@@ -556,58 +559,6 @@ async fn a_wss_certificate_no_trusted_ca_signed_is_said_in_words() {
         line.contains("not signed by a CA") && line.contains("--ca-file"),
         "{line}"
     );
-}
-
-/// Reads a client's HTTP upgrade request and answers 101: the stream is then a WebSocket's
-/// server side this test reads and writes raw frames on (so it answers no ping).
-async fn accept_raw(tcp: &mut tokio::net::TcpStream) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut req = Vec::new();
-    let mut b = [0u8; 1];
-    while !req.ends_with(b"\r\n\r\n") {
-        assert_ne!(
-            tcp.read(&mut b).await.unwrap(),
-            0,
-            "closed in its handshake"
-        );
-        req.push(b[0]);
-    }
-    let req = String::from_utf8(req).unwrap();
-    let key = req
-        .lines()
-        .find_map(|l| {
-            let (n, v) = l.split_once(':')?;
-            n.eq_ignore_ascii_case("sec-websocket-key")
-                .then(|| v.trim().to_owned())
-        })
-        .unwrap();
-    let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
-    let resp = format!(
-        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
-    );
-    tcp.write_all(resp.as_bytes()).await.unwrap();
-}
-
-/// One (masked) client frame: its opcode and unmasked payload; `None` at the end.
-async fn read_frame(r: &mut tokio::net::TcpStream) -> Option<(u8, Vec<u8>)> {
-    use tokio::io::AsyncReadExt;
-    let mut h = [0u8; 2];
-    r.read_exact(&mut h).await.ok()?;
-    let len = match h[1] & 0x7f {
-        126 => u64::from(r.read_u16().await.ok()?),
-        127 => r.read_u64().await.ok()?,
-        n => u64::from(n),
-    };
-    let mut mask = [0u8; 4];
-    if h[1] & 0x80 != 0 {
-        r.read_exact(&mut mask).await.ok()?;
-    }
-    let mut p = vec![0u8; len as usize];
-    r.read_exact(&mut p).await.ok()?;
-    for (i, b) in p.iter_mut().enumerate() {
-        *b ^= mask[i % 4];
-    }
-    Some((h[0] & 0x0f, p))
 }
 
 /// Found by review az (session 47). As [`text_too_big_for_the_server_is_dropped_not_sent_for_ever`],
