@@ -670,10 +670,8 @@ async fn connection(
         let mut alive = Liveness::new(cfg.heartbeat, cfg.silence);
         loop {
             let paused = paused_until.is_some_and(|t| t > tokio::time::Instant::now());
-            // Text unread up to the bound: no more written until the pong ([`UNREAD_WAIT`]),
-            // unless the gateway stops (or the sink is gone): the queue is read to its end then,
-            // as without the wait, within the stop's grace.
-            // The gateway stops (or the sink is gone): a wait for the pong is cut to
+            // Text unread up to the bound: no more written until the pong ([`UNREAD_WAIT`]).
+            // Once the gateway stops (or the sink is gone), the wait is cut to
             // [`STOP_PONG_WAIT`] from when the stop was seen, within the stop's grace.
             let stopping_now = stop.has_changed().is_err() || *stop.borrow();
             if stopping_now && stop_seen.is_none() {
@@ -1363,9 +1361,10 @@ const UNREAD: usize = 128;
 /// it, waits for the pong before it writes more (and so lets the oldest go, marked done in the
 /// journal though not seen read). A server answers a ping within a round trip; one that does
 /// not answer in this long is taken for one that answers none (RFC 6455 5.5.2 says it must),
-/// and the connection goes on as before, without waiting again until a pong comes. Without the wait, a burst past [`UNREAD`] (a
-/// participant's backlog after an outage, a restart's resend) let text go that the server had
-/// not read: at-least-once broken for it, by a connection lost before the pong (review bb).
+/// and the connection goes on as before, without waiting again until a pong comes. Without
+/// the wait, a burst past [`UNREAD`] (a participant's backlog after an outage, a restart's
+/// resend) let text go that the server had not read: at-least-once broken for it, by a
+/// connection lost before the pong (review bb).
 const UNREAD_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// At a stop, the wait for the pong at [`UNREAD`] is this long at most, within the stop's
@@ -1483,7 +1482,7 @@ impl Retry {
     /// seen read and asks about it, the oldest written less than [`UNREAD_WAIT`] ago. A wait
     /// that ran out marks the server as one that answers no ping: no more waits until a pong.
     fn full_until(&mut self) -> Option<std::time::Instant> {
-        if self.pongless || !self.asking || self.written.saturating_sub(self.read) < UNREAD as u64 {
+        if self.pongless || !self.at_unread_bound() {
             return None;
         }
         let oldest = self.held.iter().find(|k| k.n >= self.read)?;
