@@ -20,25 +20,6 @@ use tokio::net::TcpListener;
 
 const WAIT: Duration = Duration::from_secs(20);
 
-/// The next text frame any connection read (20 s at most).
-async fn next(
-    rx: &mut tokio::sync::mpsc::UnboundedReceiver<(usize, serde_json::Value)>,
-) -> (usize, serde_json::Value) {
-    tokio::time::timeout(WAIT, rx.recv())
-        .await
-        .expect("a frame within 20 s")
-        .unwrap()
-}
-
-/// "conn type content" of a frame.
-fn shown((conn, v): &(usize, serde_json::Value)) -> String {
-    format!(
-        "{conn} {} {}",
-        v["type"].as_str().unwrap_or(""),
-        v["payload"]["content"].as_str().unwrap_or("")
-    )
-}
-
 /// Found by review bd (session 47). A connection that waited the 5 s for a pong at 128
 /// unread texts and got none took the server for one that answers no ping, and the flag
 /// outlived the connection: after a reconnect (the server back from a hang), the new

@@ -139,9 +139,6 @@ async fn read_texts(
     Some(texts)
 }
 
-/// Every text frame a connection after the first read: (connection number, envelope).
-type Frames = tokio::sync::mpsc::UnboundedReceiver<(usize, serde_json::Value)>;
-
 /// A server whose first connection is served raw by `first` (handed the stream after the
 /// handshake, and a sender for what it reads); every later one is a tungstenite server that
 /// answers pings and records each text frame.
@@ -208,14 +205,6 @@ where
     (url, rx)
 }
 
-/// The next text frame any connection read (20 s at most).
-async fn next(rx: &mut Frames) -> (usize, serde_json::Value) {
-    tokio::time::timeout(WAIT, rx.recv())
-        .await
-        .expect("a frame within 20 s")
-        .unwrap()
-}
-
 /// A sink with room for `said` texts: a participant joins and says "Said 0." ... to the
 /// server at `url`, whose first connection reads them all (connection 0's frames); then the
 /// rejoin on the next connection. The sink, its metrics, the talk and the participant.
@@ -241,15 +230,6 @@ async fn said_then_rejoined(
     }
     assert_eq!(shown(&next(rx).await), "1 session.join ");
     (sink, metrics, talk, p)
-}
-
-/// "conn type content" of a frame.
-fn shown((conn, v): &(usize, serde_json::Value)) -> String {
-    format!(
-        "{conn} {} {}",
-        v["type"].as_str().unwrap_or(""),
-        v["payload"]["content"].as_str().unwrap_or("")
-    )
 }
 
 /// A server reads "One." and "Two." (answering none of the pings), refuses "One." as

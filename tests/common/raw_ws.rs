@@ -68,3 +68,23 @@ pub async fn write_frame(w: &mut tokio::net::TcpStream, opcode: u8, payload: &[u
     f.extend_from_slice(payload);
     w.write_all(&f).await.unwrap();
 }
+
+/// Every text frame the test's connections read: (connection number, envelope).
+pub type Frames = tokio::sync::mpsc::UnboundedReceiver<(usize, serde_json::Value)>;
+
+/// The next text frame any connection read (20 s at most).
+pub async fn next(rx: &mut Frames) -> (usize, serde_json::Value) {
+    tokio::time::timeout(std::time::Duration::from_secs(20), rx.recv())
+        .await
+        .expect("a frame within 20 s")
+        .unwrap()
+}
+
+/// "conn type content" of a frame.
+pub fn shown((conn, v): &(usize, serde_json::Value)) -> String {
+    format!(
+        "{conn} {} {}",
+        v["type"].as_str().unwrap_or(""),
+        v["payload"]["content"].as_str().unwrap_or("")
+    )
+}
